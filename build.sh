@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# build.sh — the two commands of README.md, on a fresh Debian bookworm machine (as root):
+#
+#   ./build.sh main   installs what is missing, builds, and runs the demo (pstate run -n 4)
+#   ./build.sh test   installs what is missing, builds, and runs every test (ctest)
+#
+# Other verbs: deps (install only), build (configure + build), install PREFIX, bench.
+# BUILD_DIR (default build/) and CMAKE_ARGS are honoured.
+set -euo pipefail
+cd "$(dirname "$0")"
+BUILD_DIR=${BUILD_DIR:-build}
+JOBS=${JOBS:-$(nproc)}
+
+# Debian packages the build and the tests need (one list, so README and CI agree).
+PACKAGES=(cmake g++ make pkg-config libucx-dev ucx-utils libcmocka-dev
+          python3 python3-numpy python3-pytest python3-dev swig golang-go bindgen
+          openmpi-bin libopenmpi-dev gnuplot-nox clang iproute2 valgrind)
+
+deps() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "build.sh: installing ${missing[*]}"
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+}
+
+build() {
+  cmake -S . -B "$BUILD_DIR" ${CMAKE_ARGS:-} >/dev/null
+  cmake --build "$BUILD_DIR" -j "$JOBS"
+}
+
+case "${1:-}" in
+  deps) deps ;;
+  build) deps; build ;;
+  main)
+    deps; build
+    "$BUILD_DIR/pstate" run -n 4 -- "$BUILD_DIR/serving_step_demo"
+    ;;
+  test)
+    deps; build
+    cd "$BUILD_DIR" && ctest --output-on-failure -j "${CTEST_JOBS:-1}" --timeout 900
+    ;;
+  install)
+    deps; build
+    cmake --install "$BUILD_DIR" --prefix "${2:-/usr/local}"
+    ;;
+  *)
+    echo "usage: ./build.sh main|test|deps|build|install [PREFIX]" >&2
+    exit 2
+    ;;
+esac

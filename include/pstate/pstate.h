@@ -1,0 +1,436 @@
+/*
+ * pstate.h — the one public header of pstate, the parallel state of an LLM serving runtime.
+ *
+ * pstate starts the distributed environment of one rank, cuts the world into the groups a model
+ * needs (SGLang's tensor-, pipeline-, attention- and MoE-parallel groups, with SGLang's exact rank
+ * layout) and runs the collectives those groups carry. This header is pure C99 (valid C++ too) and
+ * is the whole ABI: opaque handles, every call returns a pstate_status_t, detailed text from
+ * pstate_last_error(), parameter structs that start with `struct_size` and are filled from an
+ * initializer macro so that fields can be appended without breaking old callers.
+ *
+ * Lifecycle (calls out of this order return PSTATE_ERR_INVALID_STATE naming the expected step):
+ *   1. pstate_init                         rendezvous, world group, transports
+ *   2. pstate_initialize_model_parallel    cut the world into groups (optional)
+ *   3. collectives on the groups
+ *   4. pstate_destroy_model_parallel       drop model-parallel groups; world stays (optional)
+ *   5. pstate_finalize                     graceful teardown; pstate_abort when a peer is gone
+ *
+ * Thread rules, unless a declaration says otherwise: different pstate_t handles are independent
+ * and may be driven from different threads at once (N ranks as N threads in one process works);
+ * one pstate_t and its groups are driven by one thread at a time. pstate_last_error() is
+ * thread-local. Functions without a handle (layout, strings, version) are thread-safe.
+ *
+ * ABI: versions with the same PSTATE_VERSION_MAJOR are ABI compatible; the SONAME is
+ * libpstate.so.<MAJOR>. Status, dtype, op, device and group-kind numbers are never renumbered.
+ */
+#ifndef PSTATE_PSTATE_H
+#define PSTATE_PSTATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define PSTATE_API __attribute__((visibility("default")))
+#else
+#define PSTATE_API
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* Versions                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+#define PSTATE_VERSION_MAJOR 0
+#define PSTATE_VERSION_MINOR 1
+#define PSTATE_VERSION_PATCH 0
+/** MAJOR*10000 + MINOR*100 + PATCH of this header. Compare with pstate_version() at run time. */
+#define PSTATE_VERSION (PSTATE_VERSION_MAJOR * 10000 + PSTATE_VERSION_MINOR * 100 + PSTATE_VERSION_PATCH)
+/** The ABI major that pstate_get_api() accepts for the table declared in this header. */
+#define PSTATE_ABI_MAJOR PSTATE_VERSION_MAJOR
+
+/* ------------------------------------------------------------------------------------------ */
+/* Enumerations (stable numbers)                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Result of every call. Numbers are stable and never reused; new ones are added at the end. */
+typedef enum pstate_status_t {
+  PSTATE_OK = 0,
+  PSTATE_ERR_INVALID_ARGUMENT = 1, /**< a NULL pointer, a bad enum, a bad size, a bad rank */
+  PSTATE_ERR_INVALID_STATE = 2,    /**< call out of lifecycle order; the message names the step */
+  PSTATE_ERR_UNSUPPORTED = 3,      /**< valid request this build/context cannot do (fp8 reduce) */
+  PSTATE_ERR_NO_MEMORY = 4,        /**< allocation failed */
+  PSTATE_ERR_TIMEOUT = 5,          /**< a blocking call passed the context timeout */
+  PSTATE_ERR_PEER_LOST = 6,        /**< a peer is known to be gone (process died, link closed) */
+  PSTATE_ERR_TRANSPORT = 7,        /**< UCX, sockets, NCCL or CUDA reported an error */
+  PSTATE_ERR_MISMATCH = 8,         /**< ranks disagree (world size, rank taken, PSTATE_CHECK) */
+  PSTATE_ERR_AUTH = 9,             /**< job token refused by the rendezvous store */
+  PSTATE_ERR_ABORTED = 10,         /**< context failed earlier; only abort/finalize are allowed */
+  PSTATE_ERR_INTERNAL = 11         /**< a bug in pstate; the message says where */
+} pstate_status_t;
+
+/** Element types. Values equal NCCL's ncclDataType_t. */
+typedef enum pstate_dtype_t {
+  PSTATE_INT8 = 0,
+  PSTATE_UINT8 = 1,
+  PSTATE_INT32 = 2,
+  PSTATE_UINT32 = 3,
+  PSTATE_INT64 = 4,
+  PSTATE_UINT64 = 5,
+  PSTATE_FLOAT16 = 6,
+  PSTATE_FLOAT32 = 7,
+  PSTATE_FLOAT64 = 8,
+  PSTATE_BFLOAT16 = 9,
+  PSTATE_FP8_E4M3 = 10, /**< move-only on CPU: reductions return PSTATE_ERR_UNSUPPORTED */
+  PSTATE_FP8_E5M2 = 11  /**< move-only on CPU: reductions return PSTATE_ERR_UNSUPPORTED */
+} pstate_dtype_t;
+#define PSTATE_DTYPE_COUNT 12
+
+/** Reduction operators. Values equal NCCL's ncclRedOp_t. AVG is SUM divided by the group size
+ *  (integer division, truncating toward zero, for integer types). */
+typedef enum pstate_reduce_op_t {
+  PSTATE_SUM = 0,
+  PSTATE_PROD = 1,
+  PSTATE_MAX = 2,
+  PSTATE_MIN = 3,
+  PSTATE_AVG = 4
+} pstate_reduce_op_t;
+#define PSTATE_REDUCE_OP_COUNT 5
+
+/** Where the tensors of the device communicator live. */
+typedef enum pstate_device_t {
+  PSTATE_DEVICE_CPU = 0, /**< host memory; the CPU communicator carries tensors too */
+  PSTATE_DEVICE_CUDA = 1 /**< CUDA device memory; NCCL carries tensors */
+} pstate_device_t;
+
+/** The groups of SGLang's parallel_state.py. */
+typedef enum pstate_group_kind_t {
+  PSTATE_GROUP_WORLD = 0,             /**< every rank */
+  PSTATE_GROUP_TP = 1,                /**< tensor parallel: tp consecutive ranks */
+  PSTATE_GROUP_PP = 2,                /**< pipeline parallel: ranks tp apart */
+  PSTATE_GROUP_ATTN_TP = 3,           /**< attention TP: tp / attn_dp / attn_cp */
+  PSTATE_GROUP_ATTN_CP = 4,           /**< attention context parallel */
+  PSTATE_GROUP_MOE_EP = 5,            /**< MoE expert parallel */
+  PSTATE_GROUP_MOE_TP = 6,            /**< MoE tensor parallel: tp / ep / moe_dp */
+  PSTATE_GROUP_MOE_DP = 7,            /**< MoE data parallel */
+  PSTATE_GROUP_DCP = 8,               /**< decode context parallel; exists only when dcp > 1 */
+  PSTATE_GROUP_SHARED_EXPERTS_TP = 9, /**< shared-experts TP; exists only when size > 1 */
+  PSTATE_GROUP_SELF_PP = 10           /**< each rank alone: SGLang's per-rank "self" PP group */
+} pstate_group_kind_t;
+#define PSTATE_GROUP_KIND_COUNT 11
+
+/* ------------------------------------------------------------------------------------------ */
+/* Handles                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+/** One rank's parallel state. Created by pstate_init, freed by pstate_finalize/pstate_abort. */
+typedef struct pstate_s pstate_t;
+/** One group of a pstate_t. Borrowed: owned by its pstate_t; valid until
+ *  pstate_destroy_model_parallel (model-parallel groups) or pstate_finalize/abort (all). */
+typedef struct pstate_group_s pstate_group_t;
+/** A computed rank layout (no communication). Freed by pstate_layout_destroy. */
+typedef struct pstate_layout_s pstate_layout_t;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Parameter structs (fill from the initializer macro first, then set fields)                   */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Parameters of pstate_init. Any -1 / NULL / 0 means "from the environment or default". */
+typedef struct pstate_init_params_t {
+  size_t struct_size;      /**< sizeof(pstate_init_params_t); set by the initializer */
+  int world_size;          /**< -1: WORLD_SIZE, OMPI_COMM_WORLD_SIZE or SLURM_NTASKS */
+  int rank;                /**< -1: RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID */
+  int local_rank;          /**< -1: LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, else 0 */
+  const char *init_method; /**< NULL or "env://": MASTER_ADDR/MASTER_PORT; "tcp://HOST:PORT";
+                                "file:///PATH" (a shared-filesystem store). Copied by pstate_init. */
+  pstate_device_t device;  /**< PSTATE_DEVICE_CPU (default) or PSTATE_DEVICE_CUDA */
+  int device_ordinal;      /**< CUDA device index; -1: the local rank */
+  int64_t timeout_ms;      /**< every blocking call's deadline; 0: PSTATE_TIMEOUT_MS or 600000 */
+  const char *job_token;   /**< shared secret of the job; NULL: PSTATE_JOB_TOKEN or none */
+  const char *socket_ifname; /**< network interface for the store and UCX TCP; NULL:
+                                  PSTATE_SOCKET_IFNAME or chosen by the address */
+} pstate_init_params_t;
+
+#define PSTATE_INIT_PARAMS_INIT                                                              \
+  { sizeof(pstate_init_params_t), -1, -1, -1, NULL, PSTATE_DEVICE_CPU, -1, 0, NULL, NULL }
+
+/** Sizes of the model-parallel layout (SGLang's initialize_model_parallel arguments).
+ *  world_size must equal tensor_parallel_size * pipeline_parallel_size. */
+typedef struct pstate_parallel_config_t {
+  size_t struct_size;                    /**< sizeof(pstate_parallel_config_t) */
+  int tensor_parallel_size;              /**< tp, >= 1 */
+  int pipeline_parallel_size;            /**< pp, >= 1 */
+  int expert_parallel_size;              /**< ep, divides tp / moe_dp */
+  int attention_data_parallel_size;      /**< attn_dp */
+  int attention_context_parallel_size;   /**< attn_cp; attn_tp = tp / attn_dp / attn_cp */
+  int moe_data_parallel_size;            /**< moe_dp; moe_tp = tp / ep / moe_dp */
+  int decode_context_parallel_size;      /**< dcp; divides tp; a DCP group exists when > 1 */
+  int shared_experts_tensor_parallel_size; /**< 0 = none; else divides attn_tp */
+} pstate_parallel_config_t;
+
+#define PSTATE_PARALLEL_CONFIG_INIT { sizeof(pstate_parallel_config_t), 1, 1, 1, 1, 1, 1, 1, 0 }
+
+/** Length of pstate_group_info_t.name, terminator included. */
+#define PSTATE_GROUP_NAME_MAX 32
+
+/** Facts about one group as seen from this rank (SGLang's GroupCoordinator properties). */
+typedef struct pstate_group_info_t {
+  size_t struct_size;       /**< set by PSTATE_GROUP_INFO_INIT before the call */
+  pstate_group_kind_t kind; /**< which kind this group was asked for as */
+  int rank;                 /**< this rank's global rank */
+  int rank_in_group;        /**< this rank's index in the group */
+  int world_size;           /**< number of ranks in the group */
+  int local_rank;           /**< this process's local rank on its host (device index) */
+  int first_rank;           /**< global rank of group index 0 */
+  int last_rank;            /**< global rank of group index world_size-1 */
+  int next_rank;            /**< global rank of index (rank_in_group+1) % world_size */
+  int prev_rank;            /**< global rank of index (rank_in_group-1) % world_size */
+  char name[PSTATE_GROUP_NAME_MAX]; /**< "<kind>:<index of the group among its kind>", e.g. "tp:0" */
+} pstate_group_info_t;
+
+#define PSTATE_GROUP_INFO_INIT                                                                \
+  { sizeof(pstate_group_info_t), PSTATE_GROUP_WORLD, -1, -1, 0, -1, -1, -1, -1, -1, { 0 } }
+
+/** Variable-length bytes returned by the object operations. `data` is allocated by pstate and
+ *  released with pstate_bytes_free (also when empty: data may be NULL with size 0). */
+typedef struct pstate_bytes_t {
+  void *data;
+  size_t size;
+} pstate_bytes_t;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Errors and versions                                                                          */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Static name of a status ("PSTATE_ERR_TIMEOUT"); "PSTATE_UNKNOWN_STATUS" for other numbers. */
+PSTATE_API const char *pstate_status_string(pstate_status_t s);
+/** This thread's detailed message of its last failed call: what, where, and what to do.
+ *  "" when the thread has had no failure. Valid until this thread's next pstate call. */
+PSTATE_API const char *pstate_last_error(void);
+/** The library's version, MAJOR*10000 + MINOR*100 + PATCH. */
+PSTATE_API uint32_t pstate_version(void);
+/** Static names: "float32", "sum", "tp", "cpu". NULL for an out-of-range value. */
+PSTATE_API const char *pstate_dtype_name(pstate_dtype_t dtype);
+PSTATE_API const char *pstate_reduce_op_name(pstate_reduce_op_t op);
+PSTATE_API const char *pstate_group_kind_name(pstate_group_kind_t kind);
+/** Bytes per element of dtype; 0 for an out-of-range value. */
+PSTATE_API size_t pstate_dtype_size(pstate_dtype_t dtype);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Layout: pure rank math, no communication (for launchers, planners and tests)                 */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Computes SGLang's groups for world_size ranks. cfg NULL = all sizes 1 except tp = world_size.
+ *  Errors: PSTATE_ERR_INVALID_ARGUMENT with one message per cause (world != tp*pp, a size that
+ *  does not divide, a size < 1, world_size > 1048576). *out is NULL on error. */
+PSTATE_API pstate_status_t pstate_layout_create(int world_size, const pstate_parallel_config_t *cfg,
+                                                pstate_layout_t **out);
+/** Number of groups of `kind`; 0 for kinds that do not exist in this layout (dcp == 1). */
+PSTATE_API pstate_status_t pstate_layout_group_count(const pstate_layout_t *l, pstate_group_kind_t kind,
+                                                     size_t *count);
+/** Ranks of group `index` of `kind`, ascending. *count is set to the group size; when capacity is
+ *  smaller, PSTATE_ERR_INVALID_ARGUMENT is returned with *count set (ask with capacity 0). */
+PSTATE_API pstate_status_t pstate_layout_group_ranks(const pstate_layout_t *l, pstate_group_kind_t kind,
+                                                     size_t index, int *ranks, size_t capacity,
+                                                     size_t *count);
+/** Index of the group of `kind` that contains global `rank`. */
+PSTATE_API pstate_status_t pstate_layout_group_of(const pstate_layout_t *l, pstate_group_kind_t kind,
+                                                  int rank, size_t *index);
+/** Frees a layout; NULL is a no-op. */
+PSTATE_API void pstate_layout_destroy(pstate_layout_t *l);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Lifecycle                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+/** init_distributed_environment: rendezvous through init_method, connects the transports and
+ *  returns with the world group ready. Collective over all world ranks; blocks up to the timeout.
+ *  params NULL = all defaults (everything from the environment). *out is NULL on error.
+ *  Errors: INVALID_ARGUMENT (bad params or environment), TIMEOUT (peers did not arrive), AUTH
+ *  (job token refused), MISMATCH (rank taken, world sizes differ), TRANSPORT, UNSUPPORTED
+ *  (device CUDA where CUDA/NCCL cannot be loaded). */
+PSTATE_API pstate_status_t pstate_init(const pstate_init_params_t *params, pstate_t **out);
+
+/** initialize_model_parallel: creates every group kind of the layout for cfg (NULL = tp =
+ *  world). Collective over the world. INVALID_STATE when already initialized (destroy first). */
+PSTATE_API pstate_status_t pstate_initialize_model_parallel(pstate_t *ps, const pstate_parallel_config_t *cfg);
+
+/** 1 when model-parallel groups exist, 0 otherwise (also for NULL). */
+PSTATE_API int pstate_model_parallel_is_initialized(const pstate_t *ps);
+
+/** destroy_model_parallel: drops the model-parallel groups (their pstate_group_t become invalid);
+ *  the world group stays. Not collective. INVALID_STATE when none exist. */
+PSTATE_API pstate_status_t pstate_destroy_model_parallel(pstate_t *ps);
+
+/** destroy_distributed_environment: drops every group, closes transports and the store, frees
+ *  ps. Waits for peers (up to the timeout) so in-flight messages complete; returns the first
+ *  error but always frees. NULL is a no-op returning PSTATE_OK. */
+PSTATE_API pstate_status_t pstate_finalize(pstate_t *ps);
+
+/** Local teardown that never blocks on peers (use after PEER_LOST/TIMEOUT): frees ps. NULL is a
+ *  no-op. Any thread may call it, but no other call on ps may run at the same time. */
+PSTATE_API pstate_status_t pstate_abort(pstate_t *ps);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Groups                                                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+/** The group of `kind` that contains this rank. WORLD always exists after pstate_init; others
+ *  need pstate_initialize_model_parallel (INVALID_STATE otherwise), DCP and SHARED_EXPERTS_TP
+ *  only when configured (UNSUPPORTED otherwise). Aliased kinds return the same pointer. */
+PSTATE_API pstate_status_t pstate_get_group(pstate_t *ps, pstate_group_kind_t kind, pstate_group_t **out);
+/** Fills *out (which the caller filled from PSTATE_GROUP_INFO_INIT). */
+PSTATE_API pstate_status_t pstate_group_info(const pstate_group_t *g, pstate_group_info_t *out);
+/** Global ranks of the group in group order; *count = group size; capacity too small =>
+ *  INVALID_ARGUMENT with *count set. */
+PSTATE_API pstate_status_t pstate_group_ranks(const pstate_group_t *g, int *ranks, size_t capacity, size_t *count);
+/** SGLang's in_the_same_node_as: same_node[i] = 1 when group rank i is on the same host as group
+ *  rank `source`, else 0. capacity must be >= the group size. Local, not collective. */
+PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int source, int *same_node,
+                                                  size_t capacity);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Collectives and point-to-point (ranks are ranks in the group)                                */
+/*                                                                                              */
+/* CPU contexts: the call returns when the operation is complete; `stream` must be NULL.        */
+/* CUDA contexts: the operation is enqueued on `stream` (cudaStream_t; NULL = the context's     */
+/* stream) and the call returns at once, as in NCCL. Every rank of the group must call the same */
+/* collectives in the same order with the same count, dtype and op (PSTATE_CHECK=1 verifies).  */
+/* count 0 is legal. Reductions give bit-identical results on every rank; float16/bfloat16     */
+/* reduce through float32, rounding to nearest even after every step. Errors common to all:     */
+/* INVALID_ARGUMENT (NULL buffer with count > 0, bad dtype/op/rank), UNSUPPORTED (reduction on  */
+/* fp8), TIMEOUT, PEER_LOST, MISMATCH (PSTATE_CHECK), ABORTED (an earlier failure).            */
+/* ------------------------------------------------------------------------------------------ */
+
+/** recv[i] = op over ranks of send[i], count elements. send == recv is in place. */
+PSTATE_API pstate_status_t pstate_all_reduce(pstate_group_t *g, const void *send, void *recv, size_t count,
+                                             pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream);
+/** recv (world_size * send_count elements) = concatenation of every rank's send, in rank order. */
+PSTATE_API pstate_status_t pstate_all_gather(pstate_group_t *g, const void *send, void *recv, size_t send_count,
+                                             pstate_dtype_t dtype, void *stream);
+/** send holds world_size * recv_count elements; rank r receives block r of the reduction. */
+PSTATE_API pstate_status_t pstate_reduce_scatter(pstate_group_t *g, const void *send, void *recv, size_t recv_count,
+                                                 pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream);
+/** buf on rank `src` is copied into buf on every other rank. */
+PSTATE_API pstate_status_t pstate_broadcast(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype,
+                                            int src, void *stream);
+/** recv on rank `dst` (world_size * send_count elements) = every rank's send in rank order;
+ *  recv is ignored (may be NULL) on other ranks. */
+PSTATE_API pstate_status_t pstate_gather(pstate_group_t *g, const void *send, void *recv, size_t send_count,
+                                         pstate_dtype_t dtype, int dst, void *stream);
+/** Block j of send (count_per_rank elements) goes to rank j; block i of recv comes from rank i. */
+PSTATE_API pstate_status_t pstate_all_to_all(pstate_group_t *g, const void *send, void *recv,
+                                             size_t count_per_rank, pstate_dtype_t dtype, void *stream);
+/** Sends count elements to group rank dst (returns when the buffer may be reused). */
+PSTATE_API pstate_status_t pstate_send(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t dtype,
+                                       int dst, void *stream);
+/** Receives exactly count elements from group rank src; a different size is MISMATCH. */
+PSTATE_API pstate_status_t pstate_recv(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype,
+                                       int src, void *stream);
+/** Returns on each rank once every rank of the group has entered it. */
+PSTATE_API pstate_status_t pstate_barrier(pstate_group_t *g);
+
+/** communication_op.py tensor_model_parallel_all_reduce: in-place all_reduce on the TP group. */
+PSTATE_API pstate_status_t pstate_tp_allreduce(pstate_t *ps, void *buf, size_t count, pstate_dtype_t dtype,
+                                               pstate_reduce_op_t op, void *stream);
+/** communication_op.py tensor_model_parallel_all_gather on the TP group. */
+PSTATE_API pstate_status_t pstate_tp_allgather(pstate_t *ps, const void *send, void *recv, size_t send_count,
+                                               pstate_dtype_t dtype, void *stream);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Objects: variable-length bytes over the CPU communicator, sizes not agreed in advance        */
+/* (SGLang's pickled-object operations; serialize on your side, pass bytes)                      */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Rank src sends size bytes of data; every other rank receives them into *out (allocated by
+ *  pstate, free with pstate_bytes_free). On src, data is read and out may be NULL (when given,
+ *  it receives a copy). */
+PSTATE_API pstate_status_t pstate_broadcast_object(pstate_group_t *g, const void *data, size_t size, int src,
+                                                   pstate_bytes_t *out);
+/** Every rank contributes size bytes; *out = the concatenation in group-rank order and
+ *  sizes[i] = rank i's size (capacity >= the group size). */
+PSTATE_API pstate_status_t pstate_all_gather_object(pstate_group_t *g, const void *data, size_t size,
+                                                    pstate_bytes_t *out, size_t *sizes, size_t capacity);
+/** Sends size bytes to group rank dst; the receiver learns the size. */
+PSTATE_API pstate_status_t pstate_send_object(pstate_group_t *g, const void *data, size_t size, int dst);
+/** Receives the next object from group rank src into *out (free with pstate_bytes_free). */
+PSTATE_API pstate_status_t pstate_recv_object(pstate_group_t *g, int src, pstate_bytes_t *out);
+/** Frees what an object call put in *b and sets it to {NULL, 0}; NULL is a no-op. */
+PSTATE_API void pstate_bytes_free(pstate_bytes_t *b);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Graph capture (SGLang's graph_capture())                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Puts every group of ps in capture mode. CUDA contexts only: CPU contexts return UNSUPPORTED.
+ *  *capture_stream receives the stream to capture on (stream itself, or when NULL a stream made
+ *  by pstate that waits on the context's stream). INVALID_STATE when already capturing. */
+PSTATE_API pstate_status_t pstate_graph_capture_begin(pstate_t *ps, void *stream, void **capture_stream);
+/** Leaves capture mode. INVALID_STATE when not capturing; UNSUPPORTED on CPU contexts. */
+PSTATE_API pstate_status_t pstate_graph_capture_end(pstate_t *ps);
+
+/* ------------------------------------------------------------------------------------------ */
+/* The function table for dlopen users                                                          */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct pstate_api_t pstate_api_t;
+/** Every exported entry point, in a struct that only grows at its end. Member `x` is
+ *  pstate_x. struct_size is sizeof the table the library was built with: a member exists when
+ *  offsetof(pstate_api_t, member) < struct_size. */
+struct pstate_api_t {
+  size_t struct_size;
+  uint32_t abi_major;       /**< the major this table is for */
+  uint32_t library_version; /**< pstate_version() of the library that filled the table */
+  const char * (*status_string)(pstate_status_t s);
+  const char * (*last_error)(void);
+  uint32_t (*version)(void);
+  const char * (*dtype_name)(pstate_dtype_t dtype);
+  const char * (*reduce_op_name)(pstate_reduce_op_t op);
+  const char * (*group_kind_name)(pstate_group_kind_t kind);
+  size_t (*dtype_size)(pstate_dtype_t dtype);
+  pstate_status_t (*layout_create)(int world_size, const pstate_parallel_config_t *cfg, pstate_layout_t **out);
+  pstate_status_t (*layout_group_count)(const pstate_layout_t *l, pstate_group_kind_t kind, size_t *count);
+  pstate_status_t (*layout_group_ranks)(const pstate_layout_t *l, pstate_group_kind_t kind, size_t index, int *ranks, size_t capacity, size_t *count);
+  pstate_status_t (*layout_group_of)(const pstate_layout_t *l, pstate_group_kind_t kind, int rank, size_t *index);
+  void (*layout_destroy)(pstate_layout_t *l);
+  pstate_status_t (*init)(const pstate_init_params_t *params, pstate_t **out);
+  pstate_status_t (*initialize_model_parallel)(pstate_t *ps, const pstate_parallel_config_t *cfg);
+  int (*model_parallel_is_initialized)(const pstate_t *ps);
+  pstate_status_t (*destroy_model_parallel)(pstate_t *ps);
+  pstate_status_t (*finalize)(pstate_t *ps);
+  pstate_status_t (*abort)(pstate_t *ps);
+  pstate_status_t (*get_group)(pstate_t *ps, pstate_group_kind_t kind, pstate_group_t **out);
+  pstate_status_t (*group_info)(const pstate_group_t *g, pstate_group_info_t *out);
+  pstate_status_t (*group_ranks)(const pstate_group_t *g, int *ranks, size_t capacity, size_t *count);
+  pstate_status_t (*group_same_node)(const pstate_group_t *g, int source, int *same_node, size_t capacity);
+  pstate_status_t (*all_reduce)(pstate_group_t *g, const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream);
+  pstate_status_t (*all_gather)(pstate_group_t *g, const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, void *stream);
+  pstate_status_t (*reduce_scatter)(pstate_group_t *g, const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream);
+  pstate_status_t (*broadcast)(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype, int src, void *stream);
+  pstate_status_t (*gather)(pstate_group_t *g, const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, int dst, void *stream);
+  pstate_status_t (*all_to_all)(pstate_group_t *g, const void *send, void *recv, size_t count_per_rank, pstate_dtype_t dtype, void *stream);
+  pstate_status_t (*send)(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t dtype, int dst, void *stream);
+  pstate_status_t (*recv)(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype, int src, void *stream);
+  pstate_status_t (*barrier)(pstate_group_t *g);
+  pstate_status_t (*tp_allreduce)(pstate_t *ps, void *buf, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream);
+  pstate_status_t (*tp_allgather)(pstate_t *ps, const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, void *stream);
+  pstate_status_t (*broadcast_object)(pstate_group_t *g, const void *data, size_t size, int src, pstate_bytes_t *out);
+  pstate_status_t (*all_gather_object)(pstate_group_t *g, const void *data, size_t size, pstate_bytes_t *out, size_t *sizes, size_t capacity);
+  pstate_status_t (*send_object)(pstate_group_t *g, const void *data, size_t size, int dst);
+  pstate_status_t (*recv_object)(pstate_group_t *g, int src, pstate_bytes_t *out);
+  void (*bytes_free)(pstate_bytes_t *b);
+  pstate_status_t (*graph_capture_begin)(pstate_t *ps, void *stream, void **capture_stream);
+  pstate_status_t (*graph_capture_end)(pstate_t *ps);
+};
+
+/** The table for ABI `abi_major` (pass PSTATE_ABI_MAJOR), or NULL when this library does not
+ *  provide that major. The table is static: never freed, valid while the library is loaded. */
+PSTATE_API const pstate_api_t *pstate_get_api(uint32_t abi_major);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PSTATE_PSTATE_H */

@@ -1,0 +1,85 @@
+// api_common.cpp — entry points without a handle: status and enum names, versions, last error.
+#include "api/boundary.hpp"
+
+#include <string>
+
+namespace pstate::api {
+
+namespace {
+thread_local std::string t_last_error;
+}
+
+void set_last_error(const std::string &message) { t_last_error = message; }
+const char *last_error_cstr() { return t_last_error.c_str(); }
+
+void require_dtype(pstate_dtype_t dtype) {
+  if (static_cast<int>(dtype) < 0 || static_cast<int>(dtype) >= PSTATE_DTYPE_COUNT)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "dtype ", static_cast<int>(dtype),
+                " is not a pstate_dtype_t (0..", PSTATE_DTYPE_COUNT - 1, ")");
+}
+void require_op(pstate_reduce_op_t op) {
+  if (static_cast<int>(op) < 0 || static_cast<int>(op) >= PSTATE_REDUCE_OP_COUNT)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "op ", static_cast<int>(op),
+                " is not a pstate_reduce_op_t (0..", PSTATE_REDUCE_OP_COUNT - 1, ")");
+}
+void require_group_kind(pstate_group_kind_t kind) {
+  if (static_cast<int>(kind) < 0 || static_cast<int>(kind) >= PSTATE_GROUP_KIND_COUNT)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "group kind ", static_cast<int>(kind),
+                " is not a pstate_group_kind_t (0..", PSTATE_GROUP_KIND_COUNT - 1, ")");
+}
+
+}  // namespace pstate::api
+
+extern "C" {
+
+PSTATE_API const char *pstate_status_string(pstate_status_t s) {
+  switch (s) {
+    case PSTATE_OK: return "PSTATE_OK";
+    case PSTATE_ERR_INVALID_ARGUMENT: return "PSTATE_ERR_INVALID_ARGUMENT";
+    case PSTATE_ERR_INVALID_STATE: return "PSTATE_ERR_INVALID_STATE";
+    case PSTATE_ERR_UNSUPPORTED: return "PSTATE_ERR_UNSUPPORTED";
+    case PSTATE_ERR_NO_MEMORY: return "PSTATE_ERR_NO_MEMORY";
+    case PSTATE_ERR_TIMEOUT: return "PSTATE_ERR_TIMEOUT";
+    case PSTATE_ERR_PEER_LOST: return "PSTATE_ERR_PEER_LOST";
+    case PSTATE_ERR_TRANSPORT: return "PSTATE_ERR_TRANSPORT";
+    case PSTATE_ERR_MISMATCH: return "PSTATE_ERR_MISMATCH";
+    case PSTATE_ERR_AUTH: return "PSTATE_ERR_AUTH";
+    case PSTATE_ERR_ABORTED: return "PSTATE_ERR_ABORTED";
+    case PSTATE_ERR_INTERNAL: return "PSTATE_ERR_INTERNAL";
+  }
+  return "PSTATE_UNKNOWN_STATUS";
+}
+
+PSTATE_API const char *pstate_last_error(void) { return pstate::api::last_error_cstr(); }
+
+PSTATE_API uint32_t pstate_version(void) { return PSTATE_VERSION; }
+
+PSTATE_API const char *pstate_dtype_name(pstate_dtype_t dtype) {
+  static const char *const kNames[PSTATE_DTYPE_COUNT] = {
+      "int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64",
+      "bfloat16", "fp8_e4m3", "fp8_e5m2"};
+  int i = static_cast<int>(dtype);
+  return i >= 0 && i < PSTATE_DTYPE_COUNT ? kNames[i] : nullptr;
+}
+
+PSTATE_API size_t pstate_dtype_size(pstate_dtype_t dtype) {
+  static const size_t kSizes[PSTATE_DTYPE_COUNT] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+  int i = static_cast<int>(dtype);
+  return i >= 0 && i < PSTATE_DTYPE_COUNT ? kSizes[i] : 0;
+}
+
+PSTATE_API const char *pstate_reduce_op_name(pstate_reduce_op_t op) {
+  static const char *const kNames[PSTATE_REDUCE_OP_COUNT] = {"sum", "prod", "max", "min", "avg"};
+  int i = static_cast<int>(op);
+  return i >= 0 && i < PSTATE_REDUCE_OP_COUNT ? kNames[i] : nullptr;
+}
+
+PSTATE_API const char *pstate_group_kind_name(pstate_group_kind_t kind) {
+  static const char *const kNames[PSTATE_GROUP_KIND_COUNT] = {
+      "world", "tp", "pp", "attn_tp", "attn_cp", "moe_ep", "moe_tp", "moe_dp", "dcp",
+      "shared_experts_tp", "self_pp"};
+  int i = static_cast<int>(kind);
+  return i >= 0 && i < PSTATE_GROUP_KIND_COUNT ? kNames[i] : nullptr;
+}
+
+}  // extern "C"

@@ -1,0 +1,50 @@
+// error.hpp — the one way internals report failure: throw pstate::Error(status, message).
+//
+// Inside the library C++ exceptions carry a pstate_status_t and a full message ("tp group:
+// all_reduce count 12 != 16 on rank 3 (PSTATE_CHECK)"). Only src/api/ catches them: it stores the
+// text in the thread-local last error and returns the status, so no exception crosses the C ABI.
+#pragma once
+
+#include <pstate/pstate.h>
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace pstate {
+
+class Error : public std::runtime_error {
+ public:
+  Error(pstate_status_t status, std::string message)
+      : std::runtime_error(std::move(message)), status_(status) {}
+  pstate_status_t status() const noexcept { return status_; }
+
+ private:
+  pstate_status_t status_;
+};
+
+namespace detail {
+inline void append_all(std::ostringstream &) {}
+template <typename T, typename... Rest>
+void append_all(std::ostringstream &os, T &&first, Rest &&...rest) {
+  os << std::forward<T>(first);
+  append_all(os, std::forward<Rest>(rest)...);
+}
+}  // namespace detail
+
+// Concatenates the pieces with operator<< into one string.
+template <typename... Parts>
+std::string cat(Parts &&...parts) {
+  std::ostringstream os;
+  detail::append_all(os, std::forward<Parts>(parts)...);
+  return os.str();
+}
+
+// throw_error(PSTATE_ERR_TIMEOUT, "tp group: all_reduce waited ", ms, " ms for rank ", r)
+template <typename... Parts>
+[[noreturn]] void throw_error(pstate_status_t status, Parts &&...parts) {
+  throw Error(status, cat(std::forward<Parts>(parts)...));
+}
+
+}  // namespace pstate
