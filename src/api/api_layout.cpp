@@ -1,0 +1,91 @@
+// api_layout.cpp — the pstate_layout_* entry points: pure rank layout for launchers and planners.
+//
+// A pstate_layout_t owns one pstate::layout::Layout. Every entry point checks its arguments
+// (NULL pointers, struct_size, enum range, indices, ranks) before touching the layout and reports
+// failures through PSTATE_GUARD, so no exception crosses the C boundary.
+#include "api/boundary.hpp"
+#include "layout/layout.hpp"
+
+#include <algorithm>
+#include <memory>
+
+struct pstate_layout_s {
+  pstate::layout::Layout layout;
+};
+
+namespace {
+
+using pstate::layout::Layout;
+using pstate::layout::ParallelConfig;
+
+// Fields of the first (and so far only) version of pstate_parallel_config_t.
+constexpr size_t kOldestParallelConfigSize = sizeof(pstate_parallel_config_t);
+
+ParallelConfig config_from(int world_size, const pstate_parallel_config_t *cfg) {
+  if (cfg == nullptr) return ParallelConfig::tensor_parallel_only(world_size);
+  pstate::api::require_struct(cfg->struct_size, kOldestParallelConfigSize, sizeof(pstate_parallel_config_t), "cfg",
+                              "PSTATE_PARALLEL_CONFIG_INIT");
+  return ParallelConfig::from_c(*cfg);
+}
+
+const Layout &layout_of(const pstate_layout_t *l) {
+  pstate::api::require_nonnull(l, "layout");
+  return l->layout;
+}
+
+}  // namespace
+
+extern "C" {
+
+PSTATE_API pstate_status_t pstate_layout_create(int world_size, const pstate_parallel_config_t *cfg,
+                                                pstate_layout_t **out) {
+  if (out != nullptr) *out = nullptr;
+  return PSTATE_GUARD({
+    pstate::api::require_nonnull(out, "out");
+    auto created = std::make_unique<pstate_layout_s>(pstate_layout_s{Layout(world_size, config_from(world_size, cfg))});
+    *out = created.release();  // owned by the caller until pstate_layout_destroy
+  });
+}
+
+PSTATE_API pstate_status_t pstate_layout_group_count(const pstate_layout_t *l, pstate_group_kind_t kind,
+                                                     size_t *count) {
+  return PSTATE_GUARD({
+    const Layout &layout = layout_of(l);
+    pstate::api::require_nonnull(count, "count");
+    pstate::api::require_group_kind(kind);
+    *count = layout.group_count(kind);
+  });
+}
+
+PSTATE_API pstate_status_t pstate_layout_group_ranks(const pstate_layout_t *l, pstate_group_kind_t kind,
+                                                     size_t index, int *ranks, size_t capacity, size_t *count) {
+  return PSTATE_GUARD({
+    const Layout &layout = layout_of(l);
+    pstate::api::require_nonnull(count, "count");
+    pstate::api::require_group_kind(kind);
+    auto members = layout.group_ranks(kind, index);
+    *count = members.size();
+    if (capacity < members.size())
+      pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "capacity ", capacity, " is smaller than the ",
+                          pstate::layout::kind_name(kind), " group size ", members.size(),
+                          " (*count holds the size; call again with a buffer that large)");
+    pstate::api::require_nonnull(ranks, "ranks");
+    std::copy(members.begin(), members.end(), ranks);
+  });
+}
+
+PSTATE_API pstate_status_t pstate_layout_group_of(const pstate_layout_t *l, pstate_group_kind_t kind, int rank,
+                                                  size_t *index) {
+  return PSTATE_GUARD({
+    const Layout &layout = layout_of(l);
+    pstate::api::require_nonnull(index, "index");
+    pstate::api::require_group_kind(kind);
+    *index = layout.group_of(kind, rank);
+  });
+}
+
+PSTATE_API void pstate_layout_destroy(pstate_layout_t *l) {
+  std::unique_ptr<pstate_layout_s> owned(l);  // NULL is a no-op
+}
+
+}  // extern "C"
