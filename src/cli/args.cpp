@@ -56,6 +56,10 @@ ParsedArgs parse_args(const CommandSpec &spec, int argc, char **argv) {
     }
     if (word.size() < 2 || word[0] != '-') {
       args.positional_.emplace_back(word);
+      if (spec.stop_at_positional) {
+        for (++i; i < argc; ++i) args.positional_.emplace_back(argv[i]);
+        break;
+      }
       continue;
     }
     auto eq = word.find('=');

@@ -34,6 +34,7 @@ struct CommandSpec {
   const char *description;               // paragraphs printed under the usage line
   std::span<const OptionSpec> options;   // --help is implied
   bool takes_positional = false;         // whether arguments that are not options are allowed
+  bool stop_at_positional = false;       // the first positional word ends option parsing (run PROG --its-opts)
 };
 
 class ParsedArgs {

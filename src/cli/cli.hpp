@@ -24,5 +24,6 @@ struct Subcommand {
 
 const Subcommand &layout_subcommand();
 const Subcommand &info_subcommand();
+const Subcommand &run_subcommand();
 
 }  // namespace pstate::cli

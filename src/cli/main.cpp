@@ -22,6 +22,7 @@ namespace {
 const Subcommand &(*const kSubcommands[])() = {
     layout_subcommand,
     info_subcommand,
+    run_subcommand,
 };
 
 void print_main_help(std::FILE *out) {
