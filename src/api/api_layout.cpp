@@ -7,7 +7,9 @@
 #include "layout/layout.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
+#include <type_traits>
 
 struct pstate_layout_s {
   pstate::layout::Layout layout;
@@ -26,6 +28,20 @@ ParallelConfig config_from(int world_size, const pstate_parallel_config_t *cfg) 
   pstate::api::require_struct(cfg->struct_size, kOldestParallelConfigSize, sizeof(pstate_parallel_config_t), "cfg",
                               "PSTATE_PARALLEL_CONFIG_INIT");
   return ParallelConfig::from_c(*cfg);
+}
+
+// A C caller may pass any number in an enum parameter, but in C++ reading an enum object that
+// holds a value outside the enum's range is undefined (UBSan's -fsanitize=enum reports it). So
+// the kind is read through its bytes and range-checked before it is used as an enum.
+pstate_group_kind_t checked_kind(const pstate_group_kind_t &kind) {
+  std::underlying_type_t<pstate_group_kind_t> raw;
+  static_assert(sizeof raw == sizeof kind);
+  std::memcpy(&raw, &kind, sizeof raw);
+  int value = static_cast<int>(raw);  // a C caller's -1 reads back as -1
+  if (value < 0 || value >= PSTATE_GROUP_KIND_COUNT)
+    pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "group kind ", value, " is not a pstate_group_kind_t (0..",
+                        PSTATE_GROUP_KIND_COUNT - 1, ")");
+  return static_cast<pstate_group_kind_t>(value);
 }
 
 const Layout &layout_of(const pstate_layout_t *l) {
@@ -52,8 +68,7 @@ PSTATE_API pstate_status_t pstate_layout_group_count(const pstate_layout_t *l, p
   return PSTATE_GUARD({
     const Layout &layout = layout_of(l);
     pstate::api::require_nonnull(count, "count");
-    pstate::api::require_group_kind(kind);
-    *count = layout.group_count(kind);
+    *count = layout.group_count(checked_kind(kind));
   });
 }
 
@@ -62,12 +77,12 @@ PSTATE_API pstate_status_t pstate_layout_group_ranks(const pstate_layout_t *l, p
   return PSTATE_GUARD({
     const Layout &layout = layout_of(l);
     pstate::api::require_nonnull(count, "count");
-    pstate::api::require_group_kind(kind);
-    auto members = layout.group_ranks(kind, index);
+    pstate_group_kind_t k = checked_kind(kind);
+    auto members = layout.group_ranks(k, index);
     *count = members.size();
     if (capacity < members.size())
       pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "capacity ", capacity, " is smaller than the ",
-                          pstate::layout::kind_name(kind), " group size ", members.size(),
+                          pstate::layout::kind_name(k), " group size ", members.size(),
                           " (*count holds the size; call again with a buffer that large)");
     pstate::api::require_nonnull(ranks, "ranks");
     std::copy(members.begin(), members.end(), ranks);
@@ -79,8 +94,7 @@ PSTATE_API pstate_status_t pstate_layout_group_of(const pstate_layout_t *l, psta
   return PSTATE_GUARD({
     const Layout &layout = layout_of(l);
     pstate::api::require_nonnull(index, "index");
-    pstate::api::require_group_kind(kind);
-    *index = layout.group_of(kind, rank);
+    *index = layout.group_of(checked_kind(kind), rank);
   });
 }
 

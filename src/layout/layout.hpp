@@ -113,6 +113,11 @@ class Layout {
   std::span<const int> group_ranks(pstate_group_kind_t kind, size_t index) const;
   // Index of the group of `kind` holding global `rank`; throws INVALID_ARGUMENT when out of range.
   size_t group_of(pstate_group_kind_t kind, int rank) const;
+  // The ranks of that group (what a GroupCoordinator of `rank` holds as its `ranks`); the
+  // position of `rank` in it is groups(kind).rank_in_group(rank).
+  std::span<const int> group_containing(pstate_group_kind_t kind, int rank) const {
+    return groups(kind).group(group_of(kind, rank));
+  }
 
   // Aliasing: the kind whose group object `kind` shares in SGLang (followed to the end, so
   // moe_dp -> attn_cp -> tp gives tp), or `kind` itself when it has its own groups. Aliased kinds

@@ -263,6 +263,17 @@ static void test_rank_in_group_is_position_in_ascending_group(void **) {
   assert_int_equal(l.groups(PSTATE_GROUP_TP).rank_in_group(6), 2);  // tp group [4-7]
 }
 
+static void test_group_containing_gives_the_ranks_of_a_ranks_group(void **) {
+  Layout l(8, make(4, 2));
+  auto pp = l.group_containing(PSTATE_GROUP_PP, 6);
+  assert_int_equal(pp.size(), 2);
+  assert_int_equal(pp[0], 2);
+  assert_int_equal(pp[1], 6);
+  auto tp = l.group_containing(PSTATE_GROUP_MOE_TP, 1);  // moe_tp is tp here
+  assert_int_equal(tp.size(), 4);
+  assert_int_equal(tp[3], 3);
+}
+
 static void test_bad_index_rank_and_kind_are_invalid_argument(void **) {
   Layout l(8, make(4, 2));
   expect_invalid([&] { l.group_ranks(PSTATE_GROUP_TP, 2); }, "index 2");
@@ -485,7 +496,7 @@ void check_kind(const Layout &l, const Reference &ref, pstate_group_kind_t kind)
   }
   for (int r = 0; r < ref.world; ++r) {
     Place want = ref.place(kind, r);
-    if (l.group_of(kind, r) != static_cast<size_t>(want.index) ||
+    if (p.group_of(r) != static_cast<size_t>(want.index) ||
         p.group(static_cast<size_t>(want.index))[static_cast<size_t>(want.pos)] != r ||
         p.rank_in_group(r) != want.pos)
       fail_msg("%s: %s rank %d is in group %zu, want group %d position %d", describe(ref).c_str(), name, r,
@@ -569,6 +580,7 @@ int main(void) {
       cmocka_unit_test(test_world_tp_pp_dcp_self_pp_are_never_aliases),
       cmocka_unit_test(test_creation_order_is_sglangs),
       cmocka_unit_test(test_rank_in_group_is_position_in_ascending_group),
+      cmocka_unit_test(test_group_containing_gives_the_ranks_of_a_ranks_group),
       cmocka_unit_test(test_bad_index_rank_and_kind_are_invalid_argument),
       cmocka_unit_test(test_largest_world_is_accepted),
       cmocka_unit_test(test_world_below_one_is_rejected),
