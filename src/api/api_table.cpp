@@ -1,0 +1,44 @@
+// api_table.cpp — pstate_get_api: the one symbol a dlopen consumer needs.
+//
+// The table is a constant built at compile time (no global mutable state): one member per
+// exported entry point, in the order of pstate.h, growing only at its end. A consumer asks for
+// the ABI major it was compiled against and gets NULL when this library speaks another one.
+#include "api/boundary.hpp"
+
+namespace {
+
+constexpr pstate_api_t make_table() {
+  pstate_api_t t{};
+  t.struct_size = sizeof(pstate_api_t);
+  t.abi_major = PSTATE_ABI_MAJOR;
+  t.library_version = PSTATE_VERSION;
+  t.status_string = pstate_status_string;
+  t.last_error = pstate_last_error;
+  t.version = pstate_version;
+  t.dtype_name = pstate_dtype_name;
+  t.reduce_op_name = pstate_reduce_op_name;
+  t.group_kind_name = pstate_group_kind_name;
+  t.dtype_size = pstate_dtype_size;
+  t.layout_create = pstate_layout_create;
+  t.layout_group_count = pstate_layout_group_count;
+  t.layout_group_ranks = pstate_layout_group_ranks;
+  t.layout_group_of = pstate_layout_group_of;
+  t.layout_destroy = pstate_layout_destroy;
+  // LEAD: fill runtime entries (init ... graph_capture_end) when their implementations merge.
+  return t;
+}
+
+constexpr pstate_api_t kApi = make_table();
+
+}  // namespace
+
+extern "C" PSTATE_API const pstate_api_t *pstate_get_api(uint32_t abi_major) {
+  const pstate_api_t *table = nullptr;
+  PSTATE_GUARD({
+    if (abi_major != PSTATE_ABI_MAJOR)
+      pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "this library provides ABI major ", PSTATE_ABI_MAJOR,
+                          ", not ", abi_major, ": rebuild against its pstate.h or load libpstate.so.", abi_major);
+    table = &kApi;
+  });
+  return table;  // NULL with pstate_last_error() set for another major
+}
