@@ -179,6 +179,28 @@ void test_groups_with_same_tags_do_not_steal_messages(void **) {
   assert_all_exit_zero(codes);
 }
 
+// Between processes of one host UCX picks shared memory (when UCX_TLS leaves it the choice),
+// and connect() creates the endpoint ahead of the first message.
+void test_same_host_endpoint_uses_shared_memory(void **) {
+  if (std::getenv("UCX_TLS") != nullptr) skip();
+  TempDir dir;
+  auto codes = run_ranks(2, kLimitS, [&](int rank) {
+    UcxWorker w(test_options(rank, 2));
+    join_via_files(w, dir.path());
+    w.connect(1 - rank);
+    std::string lanes = w.describe_endpoint(1 - rank);
+    std::fprintf(stderr, "rank %d lanes to %d: %s; %s\n", rank, 1 - rank, lanes.c_str(), w.describe_transports().c_str());
+    CHILD_CHECK(lanes.find("memory") != std::string::npos);
+    CHILD_CHECK(lanes.find("tcp") == std::string::npos);
+    auto ch = world_channel(w);
+    ch->send(1 - rank, nullptr, 0, 6);
+    ch->recv(1 - rank, nullptr, 0, 6);
+    w.close(Deadline::after_ms(5000));
+    return 0;
+  });
+  assert_all_exit_zero(codes);
+}
+
 // A rank can send to itself (a group of one, or an algorithm step that targets self).
 void test_send_to_self_is_delivered(void **) {
   UcxWorker w(test_options(0, 1));
@@ -245,6 +267,7 @@ int main() {
       cmocka_unit_test(test_peer_entry_round_trips_and_rejects_garbage),
       cmocka_unit_test(test_channel_rejects_bad_groups),
       cmocka_unit_test(test_send_to_self_is_delivered),
+      cmocka_unit_test(test_same_host_endpoint_uses_shared_memory),
       cmocka_unit_test(test_pingpong_sizes_0_to_64MiB_arrive_intact),
       cmocka_unit_test(test_many_messages_same_tag_arrive_in_order),
       cmocka_unit_test(test_any_size_receive_gets_unknown_lengths_in_order),

@@ -5,8 +5,8 @@
 //   1. progress the worker until it has nothing more to do, and start any probed receives;
 //   2. done? — return; a request that finished with an error throws (see throw_failed_op);
 //   3. a peer of a pending request dead? (process watch or PEER-mode error callback) — throw
-//      PEER_LOST; the check runs after progress, so messages a peer sent before dying are
-//      still delivered;
+//      PEER_LOST once it has been dead for WaitPolicy::peer_lost_grace_ms while we kept
+//      progressing, so messages it sent before dying are still delivered;
 //   4. deadline passed? — throw TIMEOUT;
 //   5. within the spin budget (WaitPolicy::spin_us after the wait began or after a wake-up)?
 //      — go round again; otherwise arm the worker (ucp_worker_arm; BUSY means events are
@@ -63,19 +63,20 @@ void UcxWorker::run_wait_loop(const OpId *ops, size_t n, const WaitScope &scope)
   const auto spin = std::chrono::microseconds(options_.wait.spin_us);
   auto spin_until = wait_start_ + spin;
   bool woke = false;
+  int grace_left_ms = INT32_MAX;  // INT32_MAX: no peer we wait on is dying
   for (;;) {
     progress_until_idle();
     start_probed_recvs();
     if (all_done(ops, n, scope)) return;
     auto now = Clock::now();
-    if (woke || now - last_liveness_check_ >= kLivenessInterval) {
-      check_peers(ops, n, scope);
+    if (woke || grace_left_ms < INT32_MAX || now - last_liveness_check_ >= kLivenessInterval) {
+      grace_left_ms = check_peers(ops, n, scope);
       last_liveness_check_ = now;
     }
     if (scope.deadline.expired()) throw_timeout(ops, n, scope);
     woke = false;
     if (now < spin_until) continue;
-    if (block(ops, n, scope)) {
+    if (block(ops, n, scope, grace_left_ms)) {
       woke = true;
       spin_until = Clock::now() + spin;
     }
@@ -97,20 +98,29 @@ bool UcxWorker::all_done(const OpId *ops, size_t n, const WaitScope &scope) {
   return done;
 }
 
-// Throws PEER_LOST when the peer of a pending op is known dead.
-void UcxWorker::check_peers(const OpId *ops, size_t n, const WaitScope &scope) {
+// Throws PEER_LOST when the peer of a pending op is known dead and its grace period (see
+// WaitPolicy::peer_lost_grace_ms) is over. Returns the ms left of the shortest running grace
+// period, INT32_MAX when no peer we wait on is dying.
+int UcxWorker::check_peers(const OpId *ops, size_t n, const WaitScope &scope) {
+  int grace_left = INT32_MAX;
+  auto now = Clock::now();
   for (size_t i = 0; i < n; ++i) {
     Op &op = *find_op(ops[i]);
     if (op.state == OpState::kDone) continue;
     Peer &p = peer(op.target.peer_world);
     if (p.watch && !p.exited) p.exited = p.watch->exited();
-    if (p.exited || p.ep_error != UCS_OK) throw_peer_lost(p, op, scope);
+    if (!p.lost()) continue;
+    if (!p.lost_at) p.lost_at = now;
+    auto left = std::chrono::milliseconds(options_.wait.peer_lost_grace_ms) - (now - *p.lost_at);
+    if (left <= Clock::duration::zero()) throw_peer_lost(p, op, scope);
+    grace_left = std::min(grace_left, static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count()));
   }
+  return grace_left;
 }
 
 // Arms the worker and sleeps until UCX has events, a watched peer exits, or max_block_ms /
 // the deadline passes. Returns false when arming found events pending (nothing slept).
-bool UcxWorker::block(const OpId *ops, size_t n, const WaitScope &scope) {
+bool UcxWorker::block(const OpId *ops, size_t n, const WaitScope &scope, int max_ms) {
   ucs_status_t st = ucp_worker_arm(worker_);
   if (st == UCS_ERR_BUSY) return false;
   if (st != UCS_OK)
@@ -118,12 +128,12 @@ bool UcxWorker::block(const OpId *ops, size_t n, const WaitScope &scope) {
                 " could not arm its UCX worker for sleeping: ", ucs_status_string(st));
   poll_fds_.assign(1, pollfd{efd_, POLLIN, 0});
   poll_peers_.assign(1, nullptr);
-  int timeout = std::min(scope.deadline.remaining_ms(), options_.wait.max_block_ms);
+  int timeout = std::min({scope.deadline.remaining_ms(), options_.wait.max_block_ms, max_ms});
   for (size_t i = 0; i < n; ++i) {
     Op &op = *find_op(ops[i]);
     if (op.state == OpState::kDone) continue;
     Peer &p = peer(op.target.peer_world);
-    if (!p.watch || std::find(poll_peers_.begin(), poll_peers_.end(), &p) != poll_peers_.end()) continue;
+    if (!p.watch || p.exited || std::find(poll_peers_.begin(), poll_peers_.end(), &p) != poll_peers_.end()) continue;
     if (p.watch->uses_pidfd()) {
       poll_fds_.push_back(pollfd{p.watch->fd(), POLLIN, 0});
       poll_peers_.push_back(&p);
@@ -185,7 +195,7 @@ void UcxWorker::throw_peer_lost(const Peer &p, const Op &op, const WaitScope &sc
 void UcxWorker::throw_failed_op(const Op &op, const WaitScope &scope) {
   Peer &p = peer(op.target.peer_world);
   if (p.watch && !p.exited) p.exited = p.watch->exited();
-  if (op.status != UCS_OK && (p.exited || p.ep_error != UCS_OK)) throw_peer_lost(p, op, scope);
+  if (op.status != UCS_OK && p.lost()) throw_peer_lost(p, op, scope);
   std::string peer = describe_peer(p, op);
   if (op.status == UCS_ERR_MESSAGE_TRUNCATED || (op.status == UCS_OK && op.kind == OpKind::kRecv))
     throw_error(PSTATE_ERR_MISMATCH, scope.what, ": ", peer, " sent ",

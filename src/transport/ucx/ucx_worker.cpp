@@ -130,7 +130,8 @@ UcxWorker::Peer &UcxWorker::peer(int world_rank) {
   p->host_id = entry.host_id;
   p->same_host = entry.host_id == options_.host_id;
   p->same_process = p->same_host && entry.pid == static_cast<int64_t>(::getpid());
-  if (p->same_host && !p->same_process && entry.pid > 0) p->watch.emplace(static_cast<pid_t>(entry.pid), options_.watch_with_pidfd);
+  if (p->same_host && !p->same_process && entry.pid > 0)
+    p->watch.emplace(static_cast<pid_t>(entry.pid), options_.watch_with_pidfd);
   p->address = std::move(entry.address);
   Peer &ref = *p;
   peers_.emplace(world_rank, std::move(p));
@@ -170,6 +171,12 @@ void UcxWorker::log_endpoint(Peer &p) {
     options_.logger.info(line);
   else
     options_.logger.trace(line);
+}
+
+void UcxWorker::connect(int world_rank) {
+  if (worker_ == nullptr)
+    throw_error(PSTATE_ERR_INVALID_STATE, "ucx: rank ", options_.world_rank, " worker is closed");
+  endpoint(peer(world_rank));
 }
 
 std::string UcxWorker::describe_endpoint(int world_rank) {

@@ -67,6 +67,10 @@ using PeerDirectory = std::function<PeerEntry(int world_rank)>;
 struct WaitPolicy {
   int spin_us = 20;        // busy-poll budget per wait before blocking on the wake-up fd
   int max_block_ms = 100;  // longest single poll(): bounds deadline and liveness checks
+  // After a peer is seen dead, keep progressing this long before PEER_LOST: what it sent before
+  // dying may sit in a shared-memory FIFO behind a slot another (descheduled) sender has
+  // reserved but not yet filled.
+  int peer_lost_grace_ms = 200;
 };
 
 struct UcxWorkerOptions {
@@ -119,6 +123,9 @@ class UcxWorker {
   PeerEntry self_entry() const;
   // Must be set before the first message to another rank.
   void set_directory(PeerDirectory directory) { directory_ = std::move(directory); }
+  // Creates the endpoint to world_rank now (normally lazy, on first send) — e.g. at group
+  // creation, so an unreachable peer is reported there. Sends nothing.
+  void connect(int world_rank);
   // One line naming the transports of the worker's interfaces (for INFO logs).
   std::string describe_transports() const;
   // One line naming the lanes of the endpoint to world_rank (creates it if needed).
@@ -180,6 +187,8 @@ class UcxWorker {
     ucs_status_t ep_error = UCS_OK;          // from the PEER-mode error callback
     std::optional<ucx::ProcessWatch> watch;  // same host, other process
     bool exited = false;                     // the watch fired
+    std::optional<Deadline::Clock::time_point> lost_at;  // when a wait first saw it dead
+    bool lost() const { return exited || ep_error != UCS_OK; }
   };
 
   void init_context();
@@ -200,8 +209,8 @@ class UcxWorker {
   void progress_until_idle();
   void run_wait_loop(const OpId *ops, size_t n, const WaitScope &scope);
   bool all_done(const OpId *ops, size_t n, const WaitScope &scope);
-  void check_peers(const OpId *ops, size_t n, const WaitScope &scope);
-  bool block(const OpId *ops, size_t n, const WaitScope &scope);
+  int check_peers(const OpId *ops, size_t n, const WaitScope &scope);
+  bool block(const OpId *ops, size_t n, const WaitScope &scope, int max_ms);
   void wait_requests(std::vector<void *> &requests, Deadline deadline) noexcept;
 
   std::string describe_self(const WaitScope &scope) const;
