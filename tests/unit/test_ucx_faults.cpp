@@ -290,5 +290,6 @@ int main() {
       cmocka_unit_test(test_force_close_with_requests_in_flight_never_blocks),
       cmocka_unit_test(test_graceful_close_is_bounded_by_its_deadline),
   };
+  if (const char *only = std::getenv("PSTATE_TEST_FILTER")) cmocka_set_test_filter(only);  // e.g. "*threads*"
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

@@ -177,6 +177,9 @@ inline std::vector<int> run_ranks(int world, int limit_s, const std::function<in
       }
       std::fflush(stderr);
       std::fflush(stdout);
+      // PSTATE_TEST_CHILD_EXIT=1: exit() instead of _exit(), so LeakSanitizer checks each rank.
+      const char *full_exit = std::getenv("PSTATE_TEST_CHILD_EXIT");
+      if (full_exit != nullptr && full_exit[0] == '1') std::exit(code);
       _exit(code);
     }
     pids[static_cast<size_t>(r)] = pid;

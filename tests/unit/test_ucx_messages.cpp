@@ -274,5 +274,6 @@ int main() {
       cmocka_unit_test(test_message_of_other_length_is_mismatch),
       cmocka_unit_test(test_groups_with_same_tags_do_not_steal_messages),
   };
+  if (const char *only = std::getenv("PSTATE_TEST_FILTER")) cmocka_set_test_filter(only);  // e.g. "*threads*"
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

@@ -151,5 +151,6 @@ int main() {
       cmocka_unit_test(test_measure_64MiB_bandwidth),
       cmocka_unit_test(test_measure_spin_budget_with_8_ranks_on_this_box),
   };
+  if (const char *only = std::getenv("PSTATE_TEST_FILTER")) cmocka_set_test_filter(only);  // e.g. "*threads*"
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

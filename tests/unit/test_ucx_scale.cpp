@@ -158,5 +158,6 @@ int main() {
       cmocka_unit_test(test_8_processes_on_2_cores_all_to_all_and_waiting_rank_uses_little_cpu),
       cmocka_unit_test(test_8_ranks_as_8_threads_exchange_and_waiting_thread_uses_little_cpu),
   };
+  if (const char *only = std::getenv("PSTATE_TEST_FILTER")) cmocka_set_test_filter(only);  // e.g. "*threads*"
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }
