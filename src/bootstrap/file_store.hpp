@@ -42,6 +42,7 @@ class FileStore final : public Store {
   bool check(const std::string &key, Deadline deadline) override;
   bool erase(const std::string &key, Deadline deadline) override;
   std::string describe() const override { return url_; }
+  bool close(Deadline deadline) override;  // releases the rank claim; never waits
 
  private:
   FileStore(const StoreOptions &options, const std::string &dir, const Logger &logger);

@@ -48,6 +48,11 @@ class Store {
   virtual bool erase(const std::string &key, Deadline deadline) = 0;
   // Human-readable address for logs and errors ("tcp://127.0.0.1:29500").
   virtual std::string describe() const = 0;
+  // Leaves the store gracefully: the rank that serves a TCP store first waits, until deadline,
+  // for every other rank to leave, so none of them loses the store in the middle of a call (its
+  // last barrier, say). Returns false when the deadline passed first (the store is closed
+  // anyway). Destroying a store without close() is the abort path: immediate, never blocks.
+  virtual bool close(Deadline deadline) = 0;
 };
 
 struct StoreOptions {

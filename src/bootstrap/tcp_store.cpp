@@ -162,6 +162,7 @@ uint32_t TcpStore::wait_ms_for(Deadline deadline) const {
 
 wire::Message TcpStore::call(const wire::Message &request, Deadline deadline, const std::string &what) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (closed_) throw_error(PSTATE_ERR_INVALID_STATE, what, ": the store at ", url_, " was closed by this rank");
   if (lost_) fail_lost(what, lost_detail_);
   if (!fd_.valid()) connect(deadline);
   Bytes frame = wire::encode(request);
@@ -286,6 +287,22 @@ bool TcpStore::check(const std::string &key, Deadline deadline) {
   wire::Message reply = call(wire::Check{{key}}, deadline, what);
   if (auto *b = std::get_if<wire::Bool>(&reply)) return b->value;
   fail_from_reply(reply, what);
+}
+
+bool TcpStore::close(Deadline deadline) {
+  bool everyone_left = true;
+  if (server_) {
+    // Our own connection is the one member that stays until the others have gone.
+    everyone_left = server_->wait_for_members_at_most(1, deadline);
+    if (!everyone_left)
+      logger_.warn("store: closing ", url_, " while ", server_->stats().members - 1,
+                   " other ranks are still connected (they will see PEER_LOST)");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  fd_.reset();
+  closed_ = true;
+  server_.reset();
+  return everyone_left;
 }
 
 bool TcpStore::erase(const std::string &key, Deadline deadline) {

@@ -38,6 +38,7 @@ class TcpStore final : public Store {
   bool check(const std::string &key, Deadline deadline) override;
   bool erase(const std::string &key, Deadline deadline) override;
   std::string describe() const override { return url_; }
+  bool close(Deadline deadline) override;
 
   int port() const { return port_; }
   // The world size the store announced (useful to an observer, rank -1).
@@ -67,6 +68,7 @@ class TcpStore final : public Store {
   std::mutex mutex_;  // one request at a time on the connection
   net::Fd fd_;
   bool lost_ = false;
+  bool closed_ = false;
   std::string lost_detail_;
 };
 

@@ -27,9 +27,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -109,6 +111,8 @@ struct TcpStoreServer::Impl {
   // ---- read by stats() from other threads ----
   std::atomic<size_t> stat_connections{0}, stat_members{0}, stat_parked{0}, stat_keys{0};
   std::atomic<uint64_t> stat_refused{0}, stat_dropped{0};
+  mutable std::mutex members_mutex;  // with members_changed: wakes wait_for_members_at_most
+  mutable std::condition_variable members_changed;
 
   void run();
   void serve_one_turn();
@@ -142,6 +146,8 @@ struct TcpStoreServer::Impl {
   bool holder_is_alive(uint64_t id);
   void sweep();
   void publish_stats();
+  void set_members(size_t members);
+  size_t member_count = 0;  // connections past the handshake and not dropped
 };
 
 // ---- the loop -------------------------------------------------------------------------------
@@ -361,6 +367,7 @@ void TcpStoreServer::Impl::on_proof(Connection &c, const wire::Proof &p) {
     c.claims_rank = true;
   }
   c.phase = Connection::Phase::kMember;
+  set_members(member_count + 1);
   logger.info("store: ", c.rank() >= 0 ? cat("rank ", c.rank()) : std::string("an observer"), " joined from ", c.peer);
   wire::Welcome welcome;
   welcome.mac = server_proof(options.job_token, c.hs);
@@ -575,6 +582,7 @@ void TcpStoreServer::Impl::write_some(Connection &c) {
 void TcpStoreServer::Impl::drop(Connection &c, const std::string &why, LogLevel level) {
   if (c.dead) return;
   c.dead = true;
+  if (c.phase == Connection::Phase::kMember) set_members(member_count - 1);
   if (level == LogLevel::kTrace)
     logger.trace("store: ", c.who(), ": ", why);
   else
@@ -595,14 +603,19 @@ void TcpStoreServer::Impl::sweep() {
   }
 }
 
-void TcpStoreServer::Impl::publish_stats() {
-  size_t members = 0, parked = 0;
-  for (const auto &[id, c] : connections) {
-    members += c.phase == Connection::Phase::kMember;
-    parked += c.parked.has_value();
-  }
-  stat_connections.store(connections.size());
+// Publishes the member count at once (before the Welcome goes out, right when a member is
+// dropped), so a rank waiting in close() never acts on a stale count.
+void TcpStoreServer::Impl::set_members(size_t members) {
+  member_count = members;
+  std::lock_guard<std::mutex> lock(members_mutex);
   stat_members.store(members);
+  members_changed.notify_all();
+}
+
+void TcpStoreServer::Impl::publish_stats() {
+  size_t parked = 0;
+  for (const auto &[id, c] : connections) parked += c.parked.has_value();
+  stat_connections.store(connections.size());
   stat_parked.store(parked);
   stat_keys.store(values.size());
 }
@@ -682,6 +695,12 @@ int TcpStoreServer::port() const { return impl_->port; }
 std::string TcpStoreServer::url() const {
   const std::string &h = impl_->options.host;
   return cat("tcp://", h.find(':') != std::string::npos ? "[" + h + "]" : h, ":", impl_->port);
+}
+
+bool TcpStoreServer::wait_for_members_at_most(size_t members, Deadline deadline) const {
+  std::unique_lock<std::mutex> lock(impl_->members_mutex);
+  return impl_->members_changed.wait_until(lock, deadline.at(),
+                                           [&] { return impl_->stat_members.load() <= members; });
 }
 
 StoreServerStats TcpStoreServer::stats() const {

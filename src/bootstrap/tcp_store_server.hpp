@@ -54,6 +54,9 @@ class TcpStoreServer {
   int port() const;
   std::string url() const;  // "tcp://127.0.0.1:29500" with the port actually bound
   StoreServerStats stats() const;
+  // Waits until at most `members` connections are past the handshake (the others left), or the
+  // deadline passes; returns whether that happened. Sleeps on a condition variable, no polling.
+  bool wait_for_members_at_most(size_t members, Deadline deadline) const;
 
   struct Impl;
 
