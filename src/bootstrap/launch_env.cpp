@@ -118,7 +118,9 @@ Ranks resolve_ranks(const pstate_init_params_t &p, const EnvLookup &env) {
     if (auto text = lookup(env, l->local_rank)) r.local_rank = {parse_non_negative(*text, l->local_rank), l->local_rank};
   }
   r.local_world = {-1, "unknown"};
-  if (l != nullptr && l->local_world_size != nullptr) {
+  // The launcher's local world size only describes the launcher's world, not a world size given
+  // as a parameter.
+  if (p.world_size == -1 && l != nullptr && l->local_world_size != nullptr) {
     if (auto text = lookup(env, l->local_world_size))
       r.local_world = {parse_non_negative(*text, l->local_world_size), l->local_world_size};
   }

@@ -47,7 +47,7 @@ struct LaunchEnv {
   int world_size = 1;
   int rank = 0;
   int local_rank = 0;         // LOCAL_RANK & co., else 0
-  int local_world_size = -1;  // -1 = unknown (srun, or explicit parameters without LOCAL_WORLD_SIZE)
+  int local_world_size = -1;  // -1 = unknown (srun, or world_size given as a parameter)
   InitMethod store;           // kTcp or kFile; env:// is already resolved to tcp://MASTER_ADDR:MASTER_PORT
   int64_t timeout_ms = 600000;
   std::string job_token;      // empty = none
