@@ -245,12 +245,14 @@ std::optional<Bytes> FileStore::read_if_exists(const std::string &path) {
 }
 
 void FileStore::set(const std::string &key, const Bytes &value, Deadline) {
+  require_open("set");
   validate_key(key);
   validate_value(key, value);
   write_atomically(key_path(key), value);
 }
 
 Bytes FileStore::get(const std::string &key, Deadline deadline) {
+  require_open("get");
   validate_key(key);
   auto start = Clock::now();
   std::string path = key_path(key);
@@ -263,6 +265,7 @@ Bytes FileStore::get(const std::string &key, Deadline deadline) {
 }
 
 int64_t FileStore::add(const std::string &key, int64_t delta, Deadline deadline) {
+  require_open("add");
   validate_key(key);
   auto start = Clock::now();
   std::string path = lock_path(key);
@@ -289,6 +292,7 @@ int64_t FileStore::add(const std::string &key, int64_t delta, Deadline deadline)
 }
 
 void FileStore::wait(const std::vector<std::string> &keys, Deadline deadline) {
+  require_open("wait");
   for (const auto &k : keys) validate_key(k);
   auto start = Clock::now();
   std::vector<std::string> missing = keys;
@@ -304,15 +308,22 @@ void FileStore::wait(const std::vector<std::string> &keys, Deadline deadline) {
 
 bool FileStore::close(Deadline) {
   claim_.reset();
+  closed_ = true;
   return true;
 }
 
+void FileStore::require_open(const char *call) const {
+  if (closed_) throw_error(PSTATE_ERR_INVALID_STATE, call, ": the store at ", url_, " was closed by this rank");
+}
+
 bool FileStore::check(const std::string &key, Deadline) {
+  require_open("check");
   validate_key(key);
   return ::access(key_path(key).c_str(), F_OK) == 0;
 }
 
 bool FileStore::erase(const std::string &key, Deadline) {
+  require_open("erase");
   validate_key(key);
   std::string path = key_path(key);
   if (::unlink(path.c_str()) == 0) return true;

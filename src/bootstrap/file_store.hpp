@@ -60,7 +60,9 @@ class FileStore final : public Store {
   std::string dir_;
   std::string url_;
   Logger logger_;
+  void require_open(const char *call) const;
   net::Fd claim_;  // holds the flock on ranks/R
+  bool closed_ = false;
 };
 
 }  // namespace pstate

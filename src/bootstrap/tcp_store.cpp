@@ -292,10 +292,10 @@ bool TcpStore::check(const std::string &key, Deadline deadline) {
 bool TcpStore::close(Deadline deadline) {
   bool everyone_left = true;
   if (server_) {
-    // Our own connection is the one member that stays until the others have gone.
-    everyone_left = server_->wait_for_members_at_most(1, deadline);
+    // Our own rank is the one that stays until the others have gone; observers do not count.
+    everyone_left = server_->wait_for_ranks_at_most(1, deadline);
     if (!everyone_left)
-      logger_.warn("store: closing ", url_, " while ", server_->stats().members - 1,
+      logger_.warn("store: closing ", url_, " while ", server_->stats().ranks - 1,
                    " other ranks are still connected (they will see PEER_LOST)");
   }
   std::lock_guard<std::mutex> lock(mutex_);

@@ -109,10 +109,10 @@ struct TcpStoreServer::Impl {
   Clock::time_point accept_paused_until{};
 
   // ---- read by stats() from other threads ----
-  std::atomic<size_t> stat_connections{0}, stat_members{0}, stat_parked{0}, stat_keys{0};
+  std::atomic<size_t> stat_connections{0}, stat_members{0}, stat_ranks{0}, stat_parked{0}, stat_keys{0};
   std::atomic<uint64_t> stat_refused{0}, stat_dropped{0};
-  mutable std::mutex members_mutex;  // with members_changed: wakes wait_for_members_at_most
-  mutable std::condition_variable members_changed;
+  mutable std::mutex ranks_mutex;  // with ranks_changed: wakes wait_for_ranks_at_most
+  mutable std::condition_variable ranks_changed;
 
   void run();
   void serve_one_turn();
@@ -146,8 +146,7 @@ struct TcpStoreServer::Impl {
   bool holder_is_alive(uint64_t id);
   void sweep();
   void publish_stats();
-  void set_members(size_t members);
-  size_t member_count = 0;  // connections past the handshake and not dropped
+  void publish_ranks();
 };
 
 // ---- the loop -------------------------------------------------------------------------------
@@ -365,9 +364,9 @@ void TcpStoreServer::Impl::on_proof(Connection &c, const wire::Proof &p) {
   if (c.rank() >= 0) {
     rank_holders[c.rank()] = c.id;
     c.claims_rank = true;
+    publish_ranks();
   }
   c.phase = Connection::Phase::kMember;
-  set_members(member_count + 1);
   logger.info("store: ", c.rank() >= 0 ? cat("rank ", c.rank()) : std::string("an observer"), " joined from ", c.peer);
   wire::Welcome welcome;
   welcome.mac = server_proof(options.job_token, c.hs);
@@ -582,7 +581,6 @@ void TcpStoreServer::Impl::write_some(Connection &c) {
 void TcpStoreServer::Impl::drop(Connection &c, const std::string &why, LogLevel level) {
   if (c.dead) return;
   c.dead = true;
-  if (c.phase == Connection::Phase::kMember) set_members(member_count - 1);
   if (level == LogLevel::kTrace)
     logger.trace("store: ", c.who(), ": ", why);
   else
@@ -591,6 +589,7 @@ void TcpStoreServer::Impl::drop(Connection &c, const std::string &why, LogLevel 
     auto it = rank_holders.find(c.rank());
     if (it != rank_holders.end() && it->second == c.id) rank_holders.erase(it);
     c.claims_rank = false;
+    publish_ranks();
   }
 }
 
@@ -603,19 +602,22 @@ void TcpStoreServer::Impl::sweep() {
   }
 }
 
-// Publishes the member count at once (before the Welcome goes out, right when a member is
-// dropped), so a rank waiting in close() never acts on a stale count.
-void TcpStoreServer::Impl::set_members(size_t members) {
-  member_count = members;
-  std::lock_guard<std::mutex> lock(members_mutex);
-  stat_members.store(members);
-  members_changed.notify_all();
+// Publishes the number of connected ranks at once (before the Welcome goes out, right when a
+// rank's connection is dropped), so a rank waiting in close() never acts on a stale count.
+void TcpStoreServer::Impl::publish_ranks() {
+  std::lock_guard<std::mutex> lock(ranks_mutex);
+  stat_ranks.store(rank_holders.size());
+  ranks_changed.notify_all();
 }
 
 void TcpStoreServer::Impl::publish_stats() {
-  size_t parked = 0;
-  for (const auto &[id, c] : connections) parked += c.parked.has_value();
+  size_t parked = 0, members = 0;
+  for (const auto &[id, c] : connections) {
+    parked += c.parked.has_value();
+    members += c.phase == Connection::Phase::kMember;
+  }
   stat_connections.store(connections.size());
+  stat_members.store(members);
   stat_parked.store(parked);
   stat_keys.store(values.size());
 }
@@ -697,16 +699,16 @@ std::string TcpStoreServer::url() const {
   return cat("tcp://", h.find(':') != std::string::npos ? "[" + h + "]" : h, ":", impl_->port);
 }
 
-bool TcpStoreServer::wait_for_members_at_most(size_t members, Deadline deadline) const {
-  std::unique_lock<std::mutex> lock(impl_->members_mutex);
-  return impl_->members_changed.wait_until(lock, deadline.at(),
-                                           [&] { return impl_->stat_members.load() <= members; });
+bool TcpStoreServer::wait_for_ranks_at_most(size_t ranks, Deadline deadline) const {
+  std::unique_lock<std::mutex> lock(impl_->ranks_mutex);
+  return impl_->ranks_changed.wait_until(lock, deadline.at(), [&] { return impl_->stat_ranks.load() <= ranks; });
 }
 
 StoreServerStats TcpStoreServer::stats() const {
   StoreServerStats s;
   s.connections = impl_->stat_connections.load();
   s.members = impl_->stat_members.load();
+  s.ranks = impl_->stat_ranks.load();
   s.parked_requests = impl_->stat_parked.load();
   s.keys = impl_->stat_keys.load();
   s.refused = impl_->stat_refused.load();

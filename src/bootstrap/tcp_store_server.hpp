@@ -35,6 +35,7 @@ struct StoreServerOptions {
 struct StoreServerStats {
   size_t connections = 0;        // open connections, any phase
   size_t members = 0;            // connections that passed the handshake
+  size_t ranks = 0;              // of those, the ones holding a rank (observers hold none)
   size_t parked_requests = 0;    // gets/waits held until their keys exist
   size_t keys = 0;
   uint64_t refused = 0;          // connections refused by the handshake (token, rank, world size)
@@ -54,9 +55,9 @@ class TcpStoreServer {
   int port() const;
   std::string url() const;  // "tcp://127.0.0.1:29500" with the port actually bound
   StoreServerStats stats() const;
-  // Waits until at most `members` connections are past the handshake (the others left), or the
-  // deadline passes; returns whether that happened. Sleeps on a condition variable, no polling.
-  bool wait_for_members_at_most(size_t members, Deadline deadline) const;
+  // Waits until at most `ranks` ranks are connected (the others left), or the deadline passes;
+  // returns whether that happened. Sleeps on a condition variable, no polling.
+  bool wait_for_ranks_at_most(size_t ranks, Deadline deadline) const;
 
   struct Impl;
 

@@ -139,9 +139,12 @@ void test_file_duplicate_rank_is_mismatch_naming_the_holder(void **) {
   auto first = open_file(tmp.path(), 1, 3);
   expect_error([&] { open_file(tmp.path(), 1, 3); }, PSTATE_ERR_MISMATCH,
                {"rank 1 is already taken by another process (pid " + std::to_string(getpid())});
-  first.reset();  // released on close...
+  assert_true(first->close(soon()));  // released on close...
+  expect_error([&] { first->get("k", soon()); }, PSTATE_ERR_INVALID_STATE, {"closed by this rank"});
   auto second = open_file(tmp.path(), 1, 3);
-  assert_non_null(second.get());
+  second.reset();  // ...and on destruction
+  auto third = open_file(tmp.path(), 1, 3);
+  assert_non_null(third.get());
 }
 
 void test_file_rank_of_a_killed_process_can_be_claimed_again(void **) {
