@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 namespace pstate_test {
 
@@ -28,7 +29,8 @@ inline constexpr Half16Format kBf16{7, 127, 0x7F80, 0x7FC0, 0x1p128};
 
 inline bool half_is_nan(const Half16Format &f, uint16_t h) { return (h & 0x7FFF) > f.inf; }
 
-inline double half_value(const Half16Format &f, uint16_t h) {
+// The value of bit pattern h, from its fields (the definition of the format).
+inline double half_value_from_fields(const Half16Format &f, uint16_t h) {
   const int exp_field = (h & 0x7FFF) >> f.mant_bits;
   const int mant = h & ((1 << f.mant_bits) - 1);
   const int exp_max = (f.inf >> f.mant_bits);
@@ -38,6 +40,23 @@ inline double half_value(const Half16Format &f, uint16_t h) {
   else v = std::ldexp(static_cast<double>(mant + (1 << f.mant_bits)), exp_field - f.exp_bias - f.mant_bits);
   return (h & 0x8000) ? -v : v;
 }
+
+// All 65536 values of the format, decoded once (tests call this millions of times).
+inline const std::vector<double> &half_table(const Half16Format &f) {
+  static const std::vector<double> fp16 = [] {
+    std::vector<double> t(0x10000);
+    for (uint32_t h = 0; h < 0x10000; ++h) t[h] = half_value_from_fields(kFp16, static_cast<uint16_t>(h));
+    return t;
+  }();
+  static const std::vector<double> bf16 = [] {
+    std::vector<double> t(0x10000);
+    for (uint32_t h = 0; h < 0x10000; ++h) t[h] = half_value_from_fields(kBf16, static_cast<uint16_t>(h));
+    return t;
+  }();
+  return f.mant_bits == kFp16.mant_bits ? fp16 : bf16;
+}
+
+inline double half_value(const Half16Format &f, uint16_t h) { return half_table(f)[h]; }
 
 inline uint16_t half_round(const Half16Format &f, double x) {
   if (std::isnan(x)) return f.nan;
