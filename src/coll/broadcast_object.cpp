@@ -26,6 +26,7 @@ void broadcast_object(Channel &ch, const void *data, size_t size, int root, std:
 
   int mask = 1;
   if (v == 0) {
+    while (mask < p) mask <<= 1;  // the root sends to v + mask for every power of two below p
     if (out != nullptr) {
       const auto *d = static_cast<const uint8_t *>(data);
       out->assign(d, d + size);

@@ -22,8 +22,6 @@ namespace pstate {
 
 namespace {
 
-const char *lookup_env(const char *name) { return std::getenv(name); }
-
 std::string random_job_id() {
   std::random_device rd;
   uint64_t v = (uint64_t{rd()} << 32) ^ rd();
@@ -46,7 +44,7 @@ uint32_t group_id_for(uint32_t generation, pstate_group_kind_t kind) {
 Context::Context(const pstate_init_params_t *params) {
   pstate_init_params_t defaults = PSTATE_INIT_PARAMS_INIT;
   const pstate_init_params_t &p = params != nullptr ? *params : defaults;
-  launch_ = resolve_launch(p, lookup_env);
+  launch_ = resolve_launch_env(p, process_environment());
   device_ = p.device;
   log_.set_rank(launch_.rank);
   const char *check = std::getenv("PSTATE_CHECK");
@@ -61,17 +59,8 @@ Context::~Context() { abort(); }
 
 void Context::rendezvous() {
   Deadline deadline = Deadline::after_ms(launch_.timeout_ms);
-  log_.info("init: rank ", launch_.rank, "/", launch_.world_size, " local_rank ", launch_.local_rank,
-            ", rendezvous at ", launch_.init_method, ", timeout ", launch_.timeout_ms, " ms",
-            launch_.job_token.empty() ? "" : ", job token set");
-  StoreOptions so;
-  so.init_method = launch_.init_method;
-  so.rank = launch_.rank;
-  so.world_size = launch_.world_size;
-  so.job_token = launch_.job_token;
-  so.socket_ifname = launch_.socket_ifname;
-  so.timeout_ms = launch_.timeout_ms;
-  store_ = open_store(so);
+  log_.info("init: ", launch_.describe());
+  store_ = open_store(launch_.store_options());
   log_.info("init: store ", store_->describe(), " open");
 
   UcxWorkerOptions wo;
@@ -80,6 +69,7 @@ void Context::rendezvous() {
   wo.host_id = this_host_identity();
   wo.socket_ifname = launch_.socket_ifname;
   wo.default_timeout_ms = launch_.timeout_ms;
+  wo.wait = wait_policy_for_host(launch_.local_world_size > 0 ? launch_.local_world_size : launch_.world_size);
   wo.logger = log_;
   worker_ = std::make_unique<UcxWorker>(std::move(wo));
   log_.info("init: UCX worker up: ", worker_->describe_transports());

@@ -83,7 +83,7 @@ class Context {
                                     uint32_t group_id);
   void close_groups() noexcept;
 
-  LaunchInfo launch_;
+  LaunchEnv launch_;
   pstate_device_t device_ = PSTATE_DEVICE_CPU;
   Logger log_;
   bool check_ = false;

@@ -3,7 +3,6 @@
 #include "group/group.hpp"
 
 #include "coll/algorithms.hpp"
-#include "coll/select.hpp"
 #include "group/context.hpp"
 #include "reduce/reduce.hpp"
 #include "transport/ucx/ucx_channel.hpp"
@@ -116,8 +115,8 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body) {
 // table, so all of them report the mismatch (and none of them hangs in the real operation).
 void pstate_group_s::verify_same_op(const OpDescriptor &desc) {
   std::vector<OpDescriptor> all(ranks_.size());
-  pstate::coll::allgather(*channel_, &desc, all.data(), sizeof(OpDescriptor),
-                          pstate::tag_base(desc.seq) | pstate::kCheckStepBase);
+  pstate::coll::allgather_bruck(*channel_, &desc, all.data(), sizeof(OpDescriptor), PSTATE_UINT8,
+                                pstate::tag_base(desc.seq) | pstate::kCheckStepBase);
   for (size_t r = 0; r < all.size(); ++r) {
     if (std::memcmp(&all[r], &all[0], sizeof(OpDescriptor)) == 0) continue;
     pstate::throw_error(PSTATE_ERR_MISMATCH, name_, ": rank ", ranks_[r], " (rank_in_group ", r, ") called ",
@@ -130,53 +129,78 @@ void pstate_group_s::verify_same_op(const OpDescriptor &desc) {
 void pstate_group_s::all_reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype,
                                 pstate_reduce_op_t op) {
   OpDescriptor d{static_cast<uint32_t>(OpKind::kAllReduce), 0, count, dtype, op, -1, 0};
-  run(d, [&](uint32_t tag) { pstate::coll::allreduce(*channel_, send, recv, count, dtype, op, tag, ctx_.log()); });
+  run(d, [&](uint32_t tag) {
+    size_t bytes = count * pstate::dtype_size(dtype);
+    auto choice = selector_.allreduce(size(), count, bytes);
+    explain("all_reduce", choice.name, bytes, 0);
+    choice.fn(*channel_, send, recv, count, dtype, op, tag);
+  });
 }
 
 void pstate_group_s::all_gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype) {
   OpDescriptor d{static_cast<uint32_t>(OpKind::kAllGather), 0, send_count, dtype, -1, -1, 0};
   run(d, [&](uint32_t tag) {
-    pstate::coll::allgather(*channel_, send, recv, send_count * pstate::dtype_size(dtype), tag);
+    size_t bytes = send_count * pstate::dtype_size(dtype);
+    auto choice = selector_.allgather(size(), bytes);
+    explain("all_gather", choice.name, bytes, 2);
+    choice.fn(*channel_, send, recv, send_count, dtype, tag);
   });
 }
 
 void pstate_group_s::reduce_scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype,
                                     pstate_reduce_op_t op) {
   OpDescriptor d{static_cast<uint32_t>(OpKind::kReduceScatter), 0, recv_count, dtype, op, -1, 0};
-  run(d, [&](uint32_t tag) { pstate::coll::reduce_scatter(*channel_, send, recv, recv_count, dtype, op, tag); });
+  run(d, [&](uint32_t tag) {
+    size_t bytes = recv_count * pstate::dtype_size(dtype) * static_cast<size_t>(size());
+    auto choice = selector_.reduce_scatter(size(), bytes);
+    explain("reduce_scatter", choice.name, bytes, 4);
+    choice.fn(*channel_, send, recv, recv_count, dtype, op, tag);
+  });
 }
 
 void pstate_group_s::broadcast(void *buf, size_t count, pstate_dtype_t dtype, int src) {
   OpDescriptor d{static_cast<uint32_t>(OpKind::kBroadcast), 0, count, dtype, -1, src, 0};
-  run(d, [&](uint32_t tag) { pstate::coll::broadcast(*channel_, buf, count * pstate::dtype_size(dtype), src, tag); });
+  run(d, [&](uint32_t tag) {
+    size_t bytes = count * pstate::dtype_size(dtype);
+    auto choice = selector_.broadcast(size(), bytes);
+    explain("broadcast", choice.name, bytes, 6);
+    choice.fn(*channel_, buf, count, dtype, src, tag);
+  });
 }
 
 void pstate_group_s::gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, int dst) {
   OpDescriptor d{static_cast<uint32_t>(OpKind::kGather), 0, send_count, dtype, -1, dst, 0};
   run(d, [&](uint32_t tag) {
-    pstate::coll::gather(*channel_, send, recv, send_count * pstate::dtype_size(dtype), dst, tag);
+    size_t bytes = send_count * pstate::dtype_size(dtype);
+    auto choice = selector_.gather(size(), bytes);
+    explain("gather", choice.name, bytes, 8);
+    choice.fn(*channel_, send, recv, send_count, dtype, dst, tag);
   });
 }
 
 void pstate_group_s::all_to_all(const void *send, void *recv, size_t count_per_rank, pstate_dtype_t dtype) {
   OpDescriptor d{static_cast<uint32_t>(OpKind::kAllToAll), 0, count_per_rank, dtype, -1, -1, 0};
   run(d, [&](uint32_t tag) {
-    pstate::coll::alltoall(*channel_, send, recv, count_per_rank * pstate::dtype_size(dtype), tag);
+    size_t bytes = count_per_rank * pstate::dtype_size(dtype);
+    auto choice = selector_.alltoall(size(), bytes);
+    explain("all_to_all", choice.name, bytes, 10);
+    choice.fn(*channel_, send, recv, count_per_rank, dtype, tag);
   });
 }
 
 void pstate_group_s::barrier() {
   OpDescriptor d{static_cast<uint32_t>(OpKind::kBarrier), 0, 0, -1, -1, -1, 0};
-  run(d, [&](uint32_t tag) { pstate::coll::barrier(*channel_, tag); });
+  run(d, [&](uint32_t tag) {
+    auto choice = selector_.barrier(size());
+    explain("barrier", choice.name, 0, 12);
+    choice.fn(*channel_, tag);
+  });
 }
 
 Bytes pstate_group_s::broadcast_object(const void *data, size_t size, int src) {
   OpDescriptor d{static_cast<uint32_t>(OpKind::kBroadcastObject), 0, 0, -1, -1, src, 0};
   Bytes out;
-  run(d, [&](uint32_t tag) {
-    if (rank_in_group_ == src) out.assign(static_cast<const uint8_t *>(data), static_cast<const uint8_t *>(data) + size);
-    pstate::coll::broadcast_object(*channel_, &out, src, tag);
-  });
+  run(d, [&](uint32_t tag) { pstate::coll::broadcast_object(*channel_, data, size, src, &out, tag); });
   return out;
 }
 
@@ -184,9 +208,22 @@ Bytes pstate_group_s::all_gather_object(const void *data, size_t size, std::vect
   OpDescriptor d{static_cast<uint32_t>(OpKind::kAllGatherObject), 0, 0, -1, -1, -1, 0};
   Bytes out;
   run(d, [&](uint32_t tag) {
-    pstate::coll::allgather_object(*channel_, data, size, &out, sizes, tag);
+    pstate::coll::all_gather_object(*channel_, data, size, &out, sizes, tag);
   });
   return out;
+}
+
+void pstate_group_s::explain(const char *op, const char *algorithm, size_t bytes, int slot) {
+  // Two slots per operation: the first and (when it differs) a second algorithm seen.
+  const auto &log = ctx_.log();
+  if (!log.enabled(pstate::LogLevel::kInfo)) return;
+  uint32_t bit = 1u << slot;
+  if (logged_choices_ & bit) {
+    if (logged_choices_ & (bit << 1)) return;
+    bit <<= 1;
+  }
+  logged_choices_ |= bit;
+  log.info(name_, " ", op, ": ", bytes, " B on ", size(), " ranks -> ", algorithm);
 }
 
 uint32_t pstate_group_s::p2p_tag(int peer, bool sending) {
@@ -219,7 +256,15 @@ void pstate_group_s::recv(void *buf, size_t count, pstate_dtype_t dtype, int src
 }
 
 void pstate_group_s::send_object(const void *data, size_t size, int dst) {
-  send(data, size, PSTATE_UINT8, dst);
+  check_alive("send_object");
+  channel_->set_deadline(ctx_.op_deadline());
+  channel_->set_op_name(name_ + " send_object");
+  try {
+    pstate::coll::send_object(*channel_, data, size, dst, p2p_tag(dst, true));
+  } catch (const pstate::Error &e) {
+    if (pstate::is_fatal(e.status())) ctx_.fail(e.what());
+    throw;
+  }
 }
 
 Bytes pstate_group_s::recv_object(int src) {
@@ -228,8 +273,7 @@ Bytes pstate_group_s::recv_object(int src) {
   channel_->set_op_name(name_ + " recv_object");
   Bytes out;
   try {
-    auto req = channel_->irecv_any_size(src, &out, p2p_tag(src, false));
-    channel_->wait_all(&req, 1);
+    pstate::coll::recv_object(*channel_, src, &out, p2p_tag(src, false));
   } catch (const pstate::Error &e) {
     if (pstate::is_fatal(e.status())) ctx_.fail(e.what());
     throw;

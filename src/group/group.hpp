@@ -11,6 +11,7 @@
 
 #include "bootstrap/store.hpp"
 #include "coll/channel.hpp"
+#include "coll/select.hpp"
 
 #include <pstate/pstate.h>
 
@@ -85,6 +86,8 @@ struct pstate_group_s {
   void verify_same_op(const pstate::OpDescriptor &desc);
   // Point-to-point tags live in their own space: one running counter per peer and direction.
   uint32_t p2p_tag(int peer, bool sending);
+  // INFO-logs the selector's choice the first time this group makes it.
+  void explain(const char *op, const char *algorithm, size_t bytes, int slot);
 
   uint32_t magic_ = kMagic;
   pstate::Context &ctx_;
@@ -95,6 +98,8 @@ struct pstate_group_s {
   uint32_t group_id_;
   std::unique_ptr<pstate::UcxChannel> channel_;
   uint32_t seq_ = 0;
+  pstate::coll::AlgorithmSelector selector_;
+  uint32_t logged_choices_ = 0;  // bit per (operation, algorithm) already explained at INFO
   std::vector<uint32_t> p2p_sent_, p2p_received_;
   bool retired_ = false;
 };
