@@ -202,6 +202,9 @@ void UcxWorker::throw_failed_op(const Op &op, const WaitScope &scope) {
                 op.status == UCS_OK ? cat(op.received, " bytes") : std::string("a longer message"), " but ",
                 describe_self(scope), " expected exactly ", op.bytes, " (", describe_op(op),
                 "): the ranks disagree on count or dtype of this operation");
+  if (op.status == UCS_ERR_NO_MEMORY && op.kind == OpKind::kRecvAnySize)
+    throw_error(PSTATE_ERR_NO_MEMORY, scope.what, ": no memory for the ", op.bytes, "-byte message from ", peer,
+                " (", describe_op(op), ")");
   if (op.status == UCS_ERR_NOT_CONNECTED && p.ep_closed)
     throw_error(PSTATE_ERR_TRANSPORT, scope.what, ": the endpoint to ", peer,
                 " was closed after an earlier error; call pstate_abort");

@@ -128,6 +128,8 @@ class UcxWorker {
   void connect(int world_rank);
   // One line naming the transports of the worker's interfaces (for INFO logs).
   std::string describe_transports() const;
+  // The transport/device pairs UCX opened ("tcp/lo", "sysv/memory", ...).
+  std::vector<std::string> transport_resources() const;
   // One line naming the lanes of the endpoint to world_rank (creates it if needed).
   std::string describe_endpoint(int world_rank);
 
@@ -193,6 +195,7 @@ class UcxWorker {
 
   void init_context();
   void init_worker();
+  void check_socket_ifname() const;
   Peer &peer(int world_rank);
   ucp_ep_h endpoint(Peer &p);
   void log_endpoint(Peer &p);
