@@ -17,6 +17,7 @@
 #include "transport/ucx/ucx_worker.hpp"
 
 #include <poll.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -35,6 +36,15 @@ int64_t ms_since(Clock::time_point t) {
 }
 
 }  // namespace
+
+WaitPolicy wait_policy_for_host(int local_ranks) {
+  WaitPolicy policy;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  policy.spin_us = local_ranks < cpus ? 50 : 0;
+  return policy;
+}
 
 void UcxWorker::progress_until_idle() {
   while (ucp_worker_progress(worker_) != 0) {
