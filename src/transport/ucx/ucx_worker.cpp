@@ -429,8 +429,8 @@ void UcxWorker::close(Deadline deadline) noexcept {
   destroy_all();
 }
 
-// Progresses (spin, then block on the wake-up fd) until every request completed or the deadline;
-// completed ones are freed and removed from the vector.
+// Progresses (then sleeps on the wake-up fd, at most max_block_ms at a time) until every request
+// completed or the deadline passed; completed ones are freed and removed from the vector.
 void UcxWorker::wait_requests(std::vector<void *> &requests, Deadline deadline) noexcept {
   auto done = [&] {
     requests.erase(std::remove_if(requests.begin(), requests.end(),
