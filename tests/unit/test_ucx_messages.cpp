@@ -201,6 +201,22 @@ void test_same_host_endpoint_uses_shared_memory(void **) {
   assert_all_exit_zero(codes);
 }
 
+// PSTATE_SOCKET_IFNAME becomes UCX_NET_DEVICES: "lo" keeps only tcp/lo; an unknown name leaves
+// no network transport (a WARN says so) but the worker still works on this host.
+void test_socket_ifname_limits_network_devices(void **) {
+  UcxWorker lo(test_options(0, 1));
+  for (const auto &r : lo.transport_resources())
+    if (r.rfind("tcp/", 0) == 0) assert_string_equal(r.c_str(), "tcp/lo");
+  auto o = test_options(0, 1);
+  o.socket_ifname = "nosuch0";
+  UcxWorker none(o);
+  for (const auto &r : none.transport_resources()) assert_true(r.rfind("tcp/", 0) != 0);
+  auto ch = world_channel(none);
+  uint32_t v = 5, got = 0;
+  ch->sendrecv(0, &v, 4, 0, &got, 4, 1);
+  assert_int_equal(got, 5);
+}
+
 // A rank can send to itself (a group of one, or an algorithm step that targets self).
 void test_send_to_self_is_delivered(void **) {
   UcxWorker w(test_options(0, 1));
@@ -267,6 +283,7 @@ int main() {
       cmocka_unit_test(test_peer_entry_round_trips_and_rejects_garbage),
       cmocka_unit_test(test_channel_rejects_bad_groups),
       cmocka_unit_test(test_send_to_self_is_delivered),
+      cmocka_unit_test(test_socket_ifname_limits_network_devices),
       cmocka_unit_test(test_same_host_endpoint_uses_shared_memory),
       cmocka_unit_test(test_pingpong_sizes_0_to_64MiB_arrive_intact),
       cmocka_unit_test(test_many_messages_same_tag_arrive_in_order),

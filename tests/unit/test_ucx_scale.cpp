@@ -7,6 +7,8 @@
 // the bound (0.25 s) is loose.
 #include "test_ucx_harness.hpp"
 
+#include <sched.h>
+
 #include <mutex>
 
 using namespace ucxtest;
@@ -150,11 +152,24 @@ void test_8_ranks_as_8_threads_exchange_and_waiting_thread_uses_little_cpu(void 
   }
 }
 
+// Spinning is switched on only where every rank has a core of its own.
+void test_wait_policy_spins_only_when_cores_are_free(void **) {
+  assert_int_equal(pstate::wait_policy_for_host(100000).spin_us, 0);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+  int cpus = CPU_COUNT(&set);
+  assert_int_equal(pstate::wait_policy_for_host(cpus).spin_us, 0);
+  assert_true(pstate::wait_policy_for_host(cpus - 1).spin_us == (cpus > 1 ? 50 : 0));
+  assert_int_equal(pstate::WaitPolicy{}.spin_us, 0);
+}
+
 }  // namespace
 
 int main() {
   alarm(kLimitS * 2);  // the threads test has no child processes to kill: bound the whole binary
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_wait_policy_spins_only_when_cores_are_free),
       cmocka_unit_test(test_8_processes_on_2_cores_all_to_all_and_waiting_rank_uses_little_cpu),
       cmocka_unit_test(test_8_ranks_as_8_threads_exchange_and_waiting_thread_uses_little_cpu),
   };

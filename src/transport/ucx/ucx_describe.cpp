@@ -49,17 +49,25 @@ std::string lane_purpose(const std::string &token) { return token.substr(0, toke
 }  // namespace
 
 // From ucp_context_print_info's "resource N : md M dev D flags -- tcp/lo" lines:
-// "transports: self/memory0 tcp/lo sysv/memory posix/memory cma/memory".
-std::string UcxWorker::describe_transports() const {
-  if (context_ == nullptr) return "closed";
+// {"self/memory0", "tcp/lo", "sysv/memory", "posix/memory", "cma/memory"}.
+std::vector<std::string> UcxWorker::transport_resources() const {
+  std::vector<std::string> out;
+  if (context_ == nullptr) return out;
   std::string text = capture([this](FILE *f) { ucp_context_print_info(context_, f); });
   std::istringstream in(text);
-  std::string out = "transports:";
   for (std::string line; std::getline(in, line);) {
     if (line.find("resource") == std::string::npos) continue;
     auto w = words(line);
-    if (!w.empty()) out += " " + w.back();
+    if (!w.empty()) out.push_back(w.back());
   }
+  return out;
+}
+
+// "transports: self/memory0 tcp/lo sysv/memory posix/memory cma/memory"
+std::string UcxWorker::describe_transports() const {
+  if (context_ == nullptr) return "closed";
+  std::string out = "transports:";
+  for (const auto &r : transport_resources()) out += " " + r;
   return out;
 }
 

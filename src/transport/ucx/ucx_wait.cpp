@@ -17,6 +17,7 @@
 #include "transport/ucx/ucx_worker.hpp"
 
 #include <poll.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -35,6 +36,15 @@ int64_t ms_since(Clock::time_point t) {
 }
 
 }  // namespace
+
+WaitPolicy wait_policy_for_host(int local_ranks) {
+  WaitPolicy policy;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  policy.spin_us = local_ranks < cpus ? 50 : 0;
+  return policy;
+}
 
 void UcxWorker::progress_until_idle() {
   while (ucp_worker_progress(worker_) != 0) {
@@ -202,6 +212,9 @@ void UcxWorker::throw_failed_op(const Op &op, const WaitScope &scope) {
                 op.status == UCS_OK ? cat(op.received, " bytes") : std::string("a longer message"), " but ",
                 describe_self(scope), " expected exactly ", op.bytes, " (", describe_op(op),
                 "): the ranks disagree on count or dtype of this operation");
+  if (op.status == UCS_ERR_NO_MEMORY && op.kind == OpKind::kRecvAnySize)
+    throw_error(PSTATE_ERR_NO_MEMORY, scope.what, ": no memory for the ", op.bytes, "-byte message from ", peer,
+                " (", describe_op(op), ")");
   if (op.status == UCS_ERR_NOT_CONNECTED && p.ep_closed)
     throw_error(PSTATE_ERR_TRANSPORT, scope.what, ": the endpoint to ", peer,
                 " was closed after an earlier error; call pstate_abort");

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <new>
 
 namespace pstate {
 
@@ -56,7 +57,9 @@ UcxWorker::UcxWorker(UcxWorkerOptions options) : options_(std::move(options)) {
     destroy_all();
     throw;
   }
-  options_.logger.info("ucx: worker ready, address ", address_.size(), " bytes; ", describe_transports());
+  check_socket_ifname();
+  if (options_.logger.enabled(LogLevel::kInfo))
+    options_.logger.info("ucx: worker ready, address ", address_.size(), " bytes; ", describe_transports());
 }
 
 UcxWorker::~UcxWorker() { force_close(); }
@@ -100,6 +103,21 @@ void UcxWorker::init_worker() {
   const auto *bytes = reinterpret_cast<const uint8_t *>(addr);
   address_.assign(bytes, bytes + len);
   ucp_worker_release_address(worker_, addr);
+}
+
+// UCX silently drops a NET_DEVICES entry it cannot open; say so, since peers on other hosts
+// will then be unreachable.
+void UcxWorker::check_socket_ifname() const {
+  if (options_.socket_ifname.empty()) return;
+  auto resources = transport_resources();
+  std::string suffix = "/" + options_.socket_ifname;
+  bool found = std::any_of(resources.begin(), resources.end(), [&](const std::string &r) {
+    return r.size() >= suffix.size() && r.compare(r.size() - suffix.size(), suffix.size(), suffix) == 0;
+  });
+  if (!found)
+    options_.logger.warn("ucx: PSTATE_SOCKET_IFNAME=", options_.socket_ifname,
+                         " names no network device UCX can use (", describe_transports(),
+                         "); ranks on other hosts will be unreachable — check the interface name");
 }
 
 PeerEntry UcxWorker::self_entry() const { return PeerEntry{address_, static_cast<int64_t>(::getpid()), options_.host_id}; }
@@ -293,10 +311,18 @@ void UcxWorker::start_probed_recvs() {
       continue;
     }
     probing_.erase(probing_.begin() + static_cast<std::ptrdiff_t>(i));
-    op.out->resize(info.length);
     op.bytes = info.length;
     ucp_request_param_t param = recv_param();
-    ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker_, op.out->data(), info.length, msg, &param);
+    ucs_status_ptr_t r;
+    try {
+      op.out->resize(info.length);
+      r = ucp_tag_msg_recv_nbx(worker_, op.out->data(), info.length, msg, &param);
+    } catch (const std::bad_alloc &) {
+      // The message is ours now: receive it into nothing (UCX truncates and frees it), fail the op.
+      r = ucp_tag_msg_recv_nbx(worker_, nullptr, 0, msg, &param);
+      if (r != nullptr && !UCS_PTR_IS_ERR(r)) ucp_request_free(r);
+      r = UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
+    }
     finish_post(op, r, info.length);
   }
 }
@@ -403,8 +429,8 @@ void UcxWorker::close(Deadline deadline) noexcept {
   destroy_all();
 }
 
-// Progresses (spin, then block on the wake-up fd) until every request completed or the deadline;
-// completed ones are freed and removed from the vector.
+// Progresses (then sleeps on the wake-up fd, at most max_block_ms at a time) until every request
+// completed or the deadline passed; completed ones are freed and removed from the vector.
 void UcxWorker::wait_requests(std::vector<void *> &requests, Deadline deadline) noexcept {
   auto done = [&] {
     requests.erase(std::remove_if(requests.begin(), requests.end(),

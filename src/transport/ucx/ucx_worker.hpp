@@ -61,17 +61,25 @@ PeerEntry decode_peer_entry(const std::vector<uint8_t> &bytes);
 // world rank -> its entry; may block (e.g. a store get); may throw pstate::Error.
 using PeerDirectory = std::function<PeerEntry(int world_rank)>;
 
-// How a wait burns CPU before sleeping. Measured on a 2-core box with 8 ranks (see
-// tests/unit/test_ucx_perf.cpp): spinning longer than a few tens of µs only steals the core
-// the peer needs.
+// How a wait burns CPU before sleeping. Spinning only pays when the peer has a core of its
+// own: when ranks share cores, a spinning rank delays the very peer it waits for by the whole
+// budget (measured with tests/unit/test_ucx_perf.cpp on a 2-core box: 8 ranks, ring + small
+// all-to-all per round, ~0.3-0.5 ms per round at spin 0-5 µs, ~1 ms at 50 µs, ~3-5 ms at
+// 200 µs, ~20-40 ms at 1 ms; 2 ranks, 8-byte round trip ~20-30 µs at spin 0 and ~2x the
+// budget at 50-200 µs once other load shares the cores). Hence the default: no spin beyond one
+// progress pass; wait_policy_for_host() turns spinning on where cores are free.
 struct WaitPolicy {
-  int spin_us = 20;        // busy-poll budget per wait before blocking on the wake-up fd
+  int spin_us = 0;         // busy-poll budget per wait (and per wake-up) before blocking
   int max_block_ms = 100;  // longest single poll(): bounds deadline and liveness checks
   // After a peer is seen dead, keep progressing this long before PEER_LOST: what it sent before
   // dying may sit in a shared-memory FIFO behind a slot another (descheduled) sender has
   // reserved but not yet filled.
   int peer_lost_grace_ms = 200;
 };
+
+// The policy for a host running local_ranks ranks: spin 50 µs when every rank can have a core
+// of its own with one to spare (local_ranks < usable CPUs), else no spin.
+WaitPolicy wait_policy_for_host(int local_ranks);
 
 struct UcxWorkerOptions {
   int world_rank = 0;
@@ -128,6 +136,8 @@ class UcxWorker {
   void connect(int world_rank);
   // One line naming the transports of the worker's interfaces (for INFO logs).
   std::string describe_transports() const;
+  // The transport/device pairs UCX opened ("tcp/lo", "sysv/memory", ...).
+  std::vector<std::string> transport_resources() const;
   // One line naming the lanes of the endpoint to world_rank (creates it if needed).
   std::string describe_endpoint(int world_rank);
 
@@ -193,6 +203,7 @@ class UcxWorker {
 
   void init_context();
   void init_worker();
+  void check_socket_ifname() const;
   Peer &peer(int world_rank);
   ucp_ep_h endpoint(Peer &p);
   void log_endpoint(Peer &p);
