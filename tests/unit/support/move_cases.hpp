@@ -16,8 +16,10 @@ namespace pstate_test {
 // One dtype per element size (1, 2, 4, 8 bytes); fp8 included since it moves like any other.
 inline constexpr pstate_dtype_t kMoveDtypes[] = {PSTATE_FP8_E4M3, PSTATE_BFLOAT16, PSTATE_INT32, PSTATE_FLOAT64};
 
+// Byte i is byte i % 8 of a hash of (rank, block, i / 8).
 inline uint8_t pattern_byte(int rank, int block, size_t i) {
-  return static_cast<uint8_t>(mix((static_cast<uint64_t>(rank) << 48) ^ (static_cast<uint64_t>(block) << 32) ^ i));
+  const uint64_t word = mix((static_cast<uint64_t>(rank) << 48) ^ (static_cast<uint64_t>(block) << 32) ^ (i / 8));
+  return static_cast<uint8_t>(word >> (8 * (i % 8)));
 }
 
 inline std::vector<uint8_t> pattern(int rank, int block, size_t bytes) {
@@ -28,8 +30,9 @@ inline std::vector<uint8_t> pattern(int rank, int block, size_t bytes) {
 
 // "" when got[0..bytes) is pattern(rank, block), else where it first differs.
 inline std::string check_pattern(const uint8_t *got, int rank, int block, size_t bytes, const std::string &where) {
+  const std::vector<uint8_t> want = pattern(rank, block, bytes);
   for (size_t i = 0; i < bytes; ++i)
-    if (got[i] != pattern_byte(rank, block, i))
+    if (got[i] != want[i])
       return where + ": byte " + std::to_string(i) + " is not rank " + std::to_string(rank) + "'s block " +
              std::to_string(block);
   return "";
