@@ -24,9 +24,9 @@ void broadcast_object(Channel &ch, const void *data, size_t size, int root, std:
   const void *payload = data;
   size_t length = size;
 
-  int mask = 1;  // ends as the bit this rank receives on; for the root, the first power of two >= P
-  while (mask < p && !(v & mask)) mask <<= 1;
+  int mask = 1;
   if (v == 0) {
+    while (mask < p) mask <<= 1;  // the root sends to v + mask for every power of two below p
     if (out != nullptr) {
       const auto *d = static_cast<const uint8_t *>(data);
       out->assign(d, d + size);
@@ -35,6 +35,7 @@ void broadcast_object(Channel &ch, const void *data, size_t size, int root, std:
     if (out == nullptr)
       throw_error(PSTATE_ERR_INVALID_ARGUMENT, "broadcast_object: rank ", ch.rank(), " is not the root (", root,
                   ") and must pass an output buffer");
+    while (!(v & mask)) mask <<= 1;
     Channel::Request r = ch.irecv_any_size(mod(v - mask + root, p), out, tag);
     ch.wait_all(&r, 1);
     payload = out->data();
