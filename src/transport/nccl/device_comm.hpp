@@ -140,6 +140,13 @@ struct DeviceCommOptions {
   int size = 1;            // group size
   int64_t timeout_ms = 600000;
   BroadcastFromRank0 broadcast_from_rank0;  // not called when size == 1
+  // ncclConfig_t.blocking. false (default): NCCL's non-blocking mode, so creation and every
+  // call are bounded by the timeout and a missing peer is a TIMEOUT; but NCCL then launches each
+  // operation from a helper thread it creates per call, which costs host time per call (CUDA
+  // graph replays do not pay it). true: NCCL's blocking mode, the fast eager path; creation then
+  // waits for the peers without a bound (they were alive a moment before: they took part in
+  // the unique-id broadcast). Barriers stay bounded either way.
+  bool nccl_blocking = false;
 };
 
 // Every operation is enqueued on `stream` (cudaStream_t; nullptr = the context stream, or the

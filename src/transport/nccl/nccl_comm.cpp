@@ -187,7 +187,7 @@ void NcclCommunicator::create(const char *op) {
   }
 
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;  // so that a missing peer is a TIMEOUT, not a hang
+  config.blocking = options_.nccl_blocking ? 1 : 0;  // 0: a missing peer is a TIMEOUT, not a hang
   config.commName = comm_name_.c_str();
   auto started = std::chrono::steady_clock::now();
   ncclComm_t created = nullptr;
@@ -200,7 +200,7 @@ void NcclCommunicator::create(const char *op) {
          true);
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
   log_.info(w, ": NCCL communicator ready (rank ", rank(), " of ", size(), ", cuda:", context_.device_ordinal(), ", ",
-            nccl_->describe(), ") in ", ms, " ms");
+            nccl_->describe(), options_.nccl_blocking ? ", blocking" : ", non-blocking", ") in ", ms, " ms");
 }
 
 ncclResult_t NcclCommunicator::settle(ncclResult_t r, const char *call, const char *op) {

@@ -10,8 +10,10 @@
 // communicator (the callback); every rank calls ncclCommInitRankConfig with blocking = 0 and
 // polls ncclCommGetAsyncError until it is ready or the context timeout passes (then it aborts the
 // communicator: TIMEOUT). Non-blocking mode is also why every later NCCL call that answers
-// ncclInProgress is waited out the same way before the next one. A group of one never creates
-// an NCCL communicator: its operations are device-to-device copies on the stream, or nothing.
+// ncclInProgress is waited out the same way before the next one (NCCL runs each such call on a
+// helper thread; DeviceCommOptions::nccl_blocking trades the bound for NCCL's faster blocking
+// mode). A group of one never creates an NCCL communicator: its operations are
+// device-to-device copies on the stream, or nothing.
 //
 // Operations check, in order: the communicator is usable (else ABORTED with the first failure),
 // the arguments (dtype, op, ranks, then each buffer's memory: host memory or another device's is
