@@ -13,6 +13,12 @@
 
 #ifdef PSTATE_HAVE_CUDA
 #include "transport/nccl/cuda_lib.hpp"
+
+#include <dlfcn.h>
+
+#ifndef PSTATE_CUDA_STUBS_DIR
+#define PSTATE_CUDA_STUBS_DIR "/usr/local/cuda/lib64/stubs"
+#endif
 #endif
 
 // cmocka last: its fail()/skip() macros would rewrite names in the C++ headers.
@@ -101,6 +107,17 @@ void test_host_pointer_check_accepts_host_memory(void **) {
   check.require_host(nullptr, "recv", "world:0: all_reduce");
 }
 
+// With a libcuda loaded (the toolkit's stub here: its calls all fail), the check looks the
+// pointer up through the driver and still accepts host memory.
+void test_host_pointer_check_with_a_driver_loaded_accepts_host_memory(void **) {
+  void *stub = dlopen(PSTATE_CUDA_STUBS_DIR "/libcuda.so", RTLD_NOW | RTLD_LOCAL);
+  if (stub == nullptr) skip();
+  pstate::HostPointerCheck check;
+  int on_stack = 0;
+  check.require_host(&on_stack, "send", "world:0: all_reduce");
+  dlclose(stub);
+}
+
 #else  // a build without the CUDA toolkit
 
 void test_cuda_context_in_build_without_backend_is_unsupported(void **) {
@@ -128,6 +145,7 @@ int main() {
       cmocka_unit_test(test_cuda_context_without_gpu_is_unsupported_no_cuda_device),
       cmocka_unit_test(test_backend_status_says_built_and_why_not_usable),
       cmocka_unit_test(test_host_pointer_check_accepts_host_memory),
+      cmocka_unit_test(test_host_pointer_check_with_a_driver_loaded_accepts_host_memory),
 #else
       cmocka_unit_test(test_cuda_context_in_build_without_backend_is_unsupported),
       cmocka_unit_test(test_backend_status_says_not_built),

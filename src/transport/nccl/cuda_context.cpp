@@ -135,8 +135,11 @@ void CudaDeviceContext::wait_stream(cudaStream_t stream, const Deadline &deadlin
 }
 
 void CudaDeviceContext::synchronize(const std::string &where) {
+  if (capturing_)
+    throw_error(PSTATE_ERR_INVALID_STATE, where, ": waiting for the device cannot be recorded into a CUDA graph: "
+                "call it outside graph-capture mode");
   DeviceGuard guard(*cuda_, device_, where);
-  wait_stream(capturing_ ? capture_stream_ : stream_, Deadline::after_ms(timeout_ms_), nullptr, where);
+  wait_stream(stream_, Deadline::after_ms(timeout_ms_), nullptr, where);
 }
 
 // ---- capture ---------------------------------------------------------------------------------

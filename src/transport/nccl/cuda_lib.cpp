@@ -7,8 +7,10 @@
 
 #include <cuda.h>
 #include <dlfcn.h>
+#include <link.h>
 
 #include <cstdio>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -260,11 +262,27 @@ HostPointerCheck::~HostPointerCheck() {
   if (driver_ != nullptr) dlclose(driver_);
 }
 
+namespace {
+// dl_iterate_phdr callback: the path of a loaded libcuda.so* into *data. Scanning the loaded
+// objects costs ~0.1 us; a failed dlopen(RTLD_NOLOAD) searches the file system (~20 us).
+int find_loaded_libcuda(struct dl_phdr_info *info, size_t, void *data) {
+  const char *name = info->dlpi_name;
+  const char *slash = std::strrchr(name, '/');
+  const char *base = slash != nullptr ? slash + 1 : name;
+  if (std::strncmp(base, "libcuda.so", 10) != 0) return 0;
+  *static_cast<std::string *>(data) = name;
+  return 1;
+}
+}  // namespace
+
 bool HostPointerCheck::find_driver() {
   if (driver_ != nullptr) return true;
-  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD | RTLD_NODELETE);
+  std::string path;
+  dl_iterate_phdr(find_loaded_libcuda, &path);
+  if (path.empty()) return false;  // a process without CUDA: nothing to check
+  void *h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD | RTLD_NODELETE);
   if (h == nullptr) {
-    dlerror();  // a process without CUDA: nothing to check
+    dlerror();
     return false;
   }
   void *fn = dlsym(h, "cuPointerGetAttribute");
