@@ -224,12 +224,12 @@ func (c *Capture) End() error {
 //	if err != nil { ... }
 //	defer c.End()
 func (ps *PState) GraphCapture(stream uintptr) (*Capture, error) {
-	c := &Capture{ps: ps}
-	err := ps.call("GraphCapture", func(h uintptr) error { return capi.Graph_capture_begin(h, stream, &c.stream) })
+	var captured uintptr // a plain word: cgo may not be handed a pointer into a struct holding Go pointers
+	err := ps.call("GraphCapture", func(h uintptr) error { return capi.Graph_capture_begin(h, stream, &captured) })
 	if err != nil {
 		return nil, err
 	}
-	return c, nil
+	return &Capture{ps: ps, stream: captured}, nil
 }
 
 // ParallelConfig is pstate_parallel_config_t: SGLang's initialize_model_parallel sizes. Zero
