@@ -50,10 +50,8 @@ def lifecycle() -> None:
     assert ps.closed
     expect_raises(pstate.InvalidStateError, ps.group, GroupKind.WORLD)
     ps.finalize()  # idempotent
-    # the context manager finalizes too
-    with pstate.init(timeout_ms=TIMEOUT_MS) as ps2:
-        ps2.world.barrier()
-    assert ps2.closed
+    # (no second init in this job: it would reuse MASTER_PORT while a peer may still be tearing
+    # down its first store; the other scenarios use the context manager, which finalizes)
 
 
 def groups_tp_pp() -> None:

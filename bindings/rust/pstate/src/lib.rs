@@ -19,6 +19,30 @@
 //! C) need the PState exclusively or by value. Dropping a PState finalizes it (aborts it while
 //! panicking). Thread rules are C's: a PState is `Send` (a rank may move to another thread) but
 //! not `Sync`, and groups are neither, so one thread at a time drives a PState and its groups.
+//! The compiler enforces all of this:
+//!
+//! ```compile_fail
+//! // a Group cannot be sent to another thread
+//! fn needs_send<T: Send>(_: T) {}
+//! fn f(ps: &pstate::PState) { needs_send(ps.world().unwrap()); }
+//! ```
+//! ```compile_fail
+//! // a PState cannot be shared between threads
+//! fn needs_sync<T: Sync>(_: &T) {}
+//! fn f(ps: &pstate::PState) { needs_sync(ps); }
+//! ```
+//! ```compile_fail
+//! // destroy_model_parallel while a group is alive
+//! fn f(mut ps: pstate::PState) {
+//!     let tp = ps.group(pstate::GroupKind::Tp).unwrap();
+//!     ps.destroy_model_parallel().unwrap();
+//!     tp.barrier().unwrap();
+//! }
+//! ```
+//! ```compile_fail
+//! // a group outliving its PState
+//! fn f(ps: pstate::PState) -> pstate::Group<'static> { ps.world().unwrap() }
+//! ```
 mod error;
 mod types;
 
