@@ -33,7 +33,7 @@ if(PSTATE_GO_EXE)
   endif()
 endif()
 
-find_program(PSTATE_CARGO_EXE cargo PATHS $ENV{HOME}/.cargo/bin /root/.cargo/bin)
+find_program(PSTATE_CARGO_EXE cargo HINTS $ENV{HOME}/.cargo/bin)
 if(PSTATE_CARGO_EXE)
   set(PSTATE_CARGO ${PSTATE_CARGO_EXE})
 endif()

@@ -21,17 +21,17 @@
 //! not `Sync`, and groups are neither, so one thread at a time drives a PState and its groups.
 //! The compiler enforces all of this:
 //!
-//! ```compile_fail
+//! ```compile_fail,E0277
 //! // a Group cannot be sent to another thread
 //! fn needs_send<T: Send>(_: T) {}
 //! fn f(ps: &pstate::PState) { needs_send(ps.world().unwrap()); }
 //! ```
-//! ```compile_fail
+//! ```compile_fail,E0277
 //! // a PState cannot be shared between threads
 //! fn needs_sync<T: Sync>(_: &T) {}
 //! fn f(ps: &pstate::PState) { needs_sync(ps); }
 //! ```
-//! ```compile_fail
+//! ```compile_fail,E0502
 //! // destroy_model_parallel while a group is alive
 //! fn f(mut ps: pstate::PState) {
 //!     let tp = ps.group(pstate::GroupKind::Tp).unwrap();
@@ -39,7 +39,7 @@
 //!     tp.barrier().unwrap();
 //! }
 //! ```
-//! ```compile_fail
+//! ```compile_fail,E0515
 //! // a group outliving its PState
 //! fn f(ps: pstate::PState) -> pstate::Group<'static> { ps.world().unwrap() }
 //! ```
