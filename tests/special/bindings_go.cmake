@@ -4,6 +4,7 @@
 #                     included (-a: the go tool's cache otherwise hides the generated file from vet)
 #   bindings_go_test  `go test ./...` with GODEBUG=cgocheck=2: layout, dtypes, errors.Is, and
 #                     multi-rank tests that relaunch the test binary with `pstate run -n 2|4`
+#   bindings_go_example docs/bindings.md's example: pstate run -n 2 -- tworanks
 include(${PROJECT_SOURCE_DIR}/bindings/env.cmake)
 if(NOT TARGET pstate_go)
   message(STATUS "bindings_go tests not declared: the Go binding is not built")
@@ -19,4 +20,5 @@ add_test(NAME bindings_go_test
          COMMAND ${CMAKE_COMMAND} -E env ${PSTATE_GO_ENV} "GODEBUG=cgocheck=2" "PSTATE_CLI=$<TARGET_FILE:pstate_cli>"
                  ${PSTATE_GO} test -count=1 -v ./...
          WORKING_DIRECTORY ${_go_dir})
-set_tests_properties(bindings_go_vet bindings_go_test PROPERTIES TIMEOUT 600)
+add_test(NAME bindings_go_example COMMAND $<TARGET_FILE:pstate_cli> run -n 2 -- ${PROJECT_BINARY_DIR}/bindings/go/tworanks)
+set_tests_properties(bindings_go_vet bindings_go_test bindings_go_example PROPERTIES TIMEOUT 600)

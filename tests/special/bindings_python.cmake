@@ -6,6 +6,7 @@
 #                                with `pstate run -n 2|4` (lifecycle, TP x PP group info, every op
 #                                on float32 and int64, objects, error mapping, GIL release, a peer
 #                                killed mid-op)
+#   bindings_python_example      docs/bindings.md's example: pstate run -n 2 -- python3 two_ranks.py
 #   bindings_python_pip_install  `pip install --target` of a copy of bindings/python (offline, SWIG
 #                                at build time), then the layout tests and the ops scenario
 #                                against the installed package
@@ -19,6 +20,10 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
   add_test(NAME bindings_python
            COMMAND ${PSTATE_PYTHON_EXECUTABLE} -m pytest -q -p no:cacheprovider ${PROJECT_SOURCE_DIR}/bindings/python/tests)
   set_tests_properties(bindings_python PROPERTIES TIMEOUT 600 ENVIRONMENT "${_env}")
+  add_test(NAME bindings_python_example
+           COMMAND $<TARGET_FILE:pstate_cli> run -n 2 -- ${PSTATE_PYTHON_EXECUTABLE}
+                   ${PROJECT_SOURCE_DIR}/bindings/python/examples/two_ranks.py)
+  set_tests_properties(bindings_python_example PROPERTIES TIMEOUT 300 ENVIRONMENT "${_env}")
   add_test(NAME bindings_python_pip_install
            COMMAND ${CMAKE_COMMAND} -DPYTHON=${PSTATE_PYTHON_EXECUTABLE} -DSOURCE=${PROJECT_SOURCE_DIR}
                    -DWORK=${PROJECT_BINARY_DIR}/bindings/pip_install -DLIB_DIR=$<TARGET_FILE_DIR:pstate>
