@@ -51,6 +51,10 @@ set(PSTATE_GO_ENV
     "GOFLAGS=-mod=mod"
     "GOPROXY=off"
     "GOTOOLCHAIN=local")
+# Without HOME (some CI environments) the go tool has no default cache or GOPATH.
+if(NOT DEFINED ENV{HOME} OR "$ENV{HOME}" STREQUAL "")
+  list(APPEND PSTATE_GO_ENV "GOCACHE=${PROJECT_BINARY_DIR}/bindings/go/cache" "GOPATH=${PROJECT_BINARY_DIR}/bindings/go/path")
+endif()
 set(PSTATE_RUST_ENV
     "PSTATE_LIB_DIR=$<TARGET_FILE_DIR:pstate>"
     "CARGO_TARGET_DIR=${PROJECT_BINARY_DIR}/bindings/rust/target"
