@@ -1,0 +1,105 @@
+// shm_wait.cpp — the slow half of ShmWaiter (yield, then futex sleep) and the futex wake-up.
+//
+// See shm_wait.hpp for the protocol. The futexes are shared (not FUTEX_PRIVATE) because the word
+// lives in a MAP_SHARED segment mapped by several processes.
+#include "transport/shm/shm_wait.hpp"
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <thread>
+
+namespace pstate::shm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void futex_wait(std::atomic<uint32_t> *word, uint32_t expected, int timeout_ms) {
+  timespec ts{};
+  ts.tv_sec = timeout_ms / 1000;
+  ts.tv_nsec = static_cast<long>(timeout_ms % 1000) * 1000000L;
+  // EAGAIN (word changed), EINTR and ETIMEDOUT all mean "look again"; the caller re-checks.
+  syscall(SYS_futex, reinterpret_cast<uint32_t *>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+}  // namespace
+
+void ShmSignal::wake_all() {
+  syscall(SYS_futex, reinterpret_cast<uint32_t *>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+WaitOptions resolve_wait_options(WaitOptions requested, int group_size) {
+  bool oversubscribed = usable_cpus() < group_size;
+  if (requested.spin_ns < 0) requested.spin_ns = oversubscribed ? 0 : 50000;
+  if (requested.yield_ns < 0) requested.yield_ns = oversubscribed ? 20000 : 200000;
+  if (requested.liveness_interval_ms <= 0) requested.liveness_interval_ms = 100;
+  return requested;
+}
+
+void ShmWaiter::slow_wait(ShmSignal &signal, const std::function<bool()> &ready, const Deadline &deadline,
+                          const std::function<std::string()> &describe) {
+  const auto interval = std::chrono::milliseconds(options_.liveness_interval_ms);
+  auto now = Clock::now();
+  const auto yield_until = now + std::chrono::nanoseconds(options_.yield_ns);
+  auto next_liveness = now + interval;
+  for (;;) {
+    if (ready()) return;
+    now = Clock::now();
+    if (now >= deadline.at()) timed_out(describe);
+    if (now >= next_liveness) {
+      check_liveness();
+      next_liveness = now + interval;
+    }
+    if (now < yield_until) {
+      sched_yield();
+      continue;
+    }
+    auto to_liveness = std::chrono::duration_cast<std::chrono::milliseconds>(next_liveness - now).count();
+    int sleep_ms = static_cast<int>(std::clamp<int64_t>(to_liveness, 1, options_.liveness_interval_ms));
+    sleep_ms = std::min(sleep_ms, std::max(deadline.remaining_ms(), 1));
+    signal.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    uint32_t seen = signal.word.load(std::memory_order_seq_cst);
+    if (!ready()) futex_wait(&signal.word, seen, sleep_ms);
+    signal.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+void ShmWaiter::poll_wait(const std::function<bool()> &ready, const Deadline &deadline,
+                          const std::function<std::string()> &describe) {
+  const auto interval = std::chrono::milliseconds(options_.liveness_interval_ms);
+  auto next_liveness = Clock::now() + interval;
+  auto pause = std::chrono::microseconds(20);
+  for (;;) {
+    if (ready()) return;
+    auto now = Clock::now();
+    if (now >= deadline.at()) timed_out(describe);
+    if (now >= next_liveness) {
+      check_liveness();
+      next_liveness = now + interval;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(5));
+  }
+}
+
+void ShmWaiter::timed_out(const std::function<std::string()> &describe) const {
+  check_liveness();  // a dead peer is the better explanation than a timeout
+  throw_error(PSTATE_ERR_TIMEOUT, describe(),
+              ": timed out (is that rank alive and making the same call? raise PSTATE_TIMEOUT_MS if it is just slow)");
+}
+
+}  // namespace pstate::shm

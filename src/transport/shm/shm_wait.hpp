@@ -1,0 +1,124 @@
+// shm_wait.hpp — how a rank waits for a flag another process sets in shared memory.
+//
+// Every shared-memory protocol in this folder is "the owner stores a sequence number with release
+// semantics, peers load it with acquire semantics until it reaches the value they need". This file
+// is the waiting half, built so that it is fast when ranks have a core each and still progresses
+// when ranks outnumber cores (4 ranks on 2 cores):
+//
+//   1. spin: poll the predicate with a CPU pause between polls, for WaitOptions::spin_ns;
+//   2. yield: poll with sched_yield() between polls, for WaitOptions::yield_ns, so a peer that shares
+//      our core gets to run;
+//   3. sleep: block in futex(FUTEX_WAIT) on the owner's ShmSignal word; the owner bumps the word and
+//      wakes sleepers after each store (ShmSignal::notify), so no wake-up is lost and a sleeping
+//      rank uses no CPU.
+//
+// Every wait is bounded: past the Deadline it throws PSTATE_ERR_TIMEOUT with a message naming what
+// it waited for; while sleeping/yielding it calls the caller's liveness check every
+// liveness_interval_ms (the group layer wires it to pidfds; it throws PSTATE_ERR_PEER_LOST), and once
+// more before reporting a timeout, so a dead peer is reported as PEER_LOST rather than TIMEOUT.
+//
+// Lost wake-ups are excluded by a Dekker-style handshake, all sequentially consistent:
+//   waiter: sleepers++ ; v = word ; if (!ready()) futex_wait(word, v) ; sleepers--
+//   owner : <release-store of the flag> ; word++ ; if (sleepers) futex_wake(word)
+// Either the waiter reads the incremented word (and then sees the flag), or the owner sees
+// sleepers != 0 and wakes it (and futex_wait itself refuses to sleep if the word changed).
+#pragma once
+
+#include "common/deadline.hpp"
+#include "common/error.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace pstate::shm {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+// The wake-up word of one flag owner, placed in shared memory next to the flags it guards.
+// Zero-initialized memory is a valid ShmSignal.
+struct ShmSignal {
+  std::atomic<uint32_t> word;
+  std::atomic<uint32_t> sleepers;
+
+  // Call after every release-store a peer may be waiting for.
+  void notify() {
+    word.fetch_add(1, std::memory_order_seq_cst);
+    if (sleepers.load(std::memory_order_seq_cst) != 0) wake_all();
+  }
+  void wake_all();
+};
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "futex words must be lock-free");
+static_assert(sizeof(ShmSignal) == 8, "ShmSignal is two futex-compatible 32-bit words");
+
+struct WaitOptions {
+  // -1 = choose: a rank with a core to itself spins, an oversubscribed one yields at once.
+  int64_t spin_ns = -1;
+  int64_t yield_ns = -1;
+  int liveness_interval_ms = 100;
+};
+
+// WaitOptions with the -1s resolved for a group of group_size ranks on this machine (fewer usable
+// CPUs than ranks = oversubscribed: no spinning, a short yield phase, then futex).
+WaitOptions resolve_wait_options(WaitOptions requested, int group_size);
+
+class ShmWaiter {
+ public:
+  // liveness may be empty; when set it is called periodically while waiting and should throw
+  // pstate::Error(PSTATE_ERR_PEER_LOST, ...) when a peer of the group is gone.
+  ShmWaiter(WaitOptions options, std::function<void()> liveness)
+      : options_(options), liveness_(std::move(liveness)) {}
+
+  // Returns once ready() is true (ready must load the flag with acquire semantics). signal is the
+  // ShmSignal of the rank that will make ready() true. describe() builds the text of the error
+  // ("tp:0 rank 1: all_reduce step 17: waiting for rank 3 to publish its input").
+  template <typename Ready, typename Describe>
+  void wait(ShmSignal &signal, Ready &&ready, const Deadline &deadline, Describe &&describe) {
+    if (ready()) return;
+    if (spin(ready)) return;
+    slow_wait(signal, std::function<bool()>(std::ref(ready)), deadline,
+              std::function<std::string()>(std::ref(describe)));
+  }
+
+  // Waits (sleeping with backoff, no futex) until ready(): for set-up steps where no ShmSignal
+  // exists yet (the segment is not open). Same deadline and liveness rules.
+  void poll_wait(const std::function<bool()> &ready, const Deadline &deadline,
+                 const std::function<std::string()> &describe);
+
+  void check_liveness() const {
+    if (liveness_) liveness_();
+  }
+  const WaitOptions &options() const { return options_; }
+
+ private:
+  template <typename Ready>
+  bool spin(Ready &ready) const {
+    if (options_.spin_ns <= 0) return false;
+    auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(options_.spin_ns);
+    for (uint32_t i = 1;; ++i) {
+      cpu_relax();
+      if (ready()) return true;
+      if ((i & 63) == 0 && std::chrono::steady_clock::now() >= until) return false;
+    }
+  }
+  void slow_wait(ShmSignal &signal, const std::function<bool()> &ready, const Deadline &deadline,
+                 const std::function<std::string()> &describe);
+  [[noreturn]] void timed_out(const std::function<std::string()> &describe) const;
+
+  WaitOptions options_;
+  std::function<void()> liveness_;
+};
+
+}  // namespace pstate::shm
