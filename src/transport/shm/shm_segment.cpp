@@ -94,7 +94,7 @@ void ShmSegment::create() {
     errno = err;
     throw_syscall(params_.label, "ftruncate", params_.name);
   }
-  map(fd);
+  map(fd, total_bytes());
   close(fd);
   Header *h = header();  // fresh pages are zero: counters, flags and pids start at 0
   h->total_bytes = total_bytes();
@@ -112,7 +112,8 @@ void ShmSegment::open_existing(const Deadline &deadline, ShmWaiter &waiter) {
   check_header();
 }
 
-// One attempt: true when the segment exists, has its size and its magic (then it stays mapped).
+// One attempt: true when the segment exists and carries the magic (then it stays mapped). A
+// segment with the magic but another size was made with other options: MISMATCH.
 bool ShmSegment::try_open_ready() {
   int fd = shm_open(params_.name.c_str(), O_RDWR, 0);
   if (fd < 0) {
@@ -124,15 +125,18 @@ bool ShmSegment::try_open_ready() {
     close(fd);
     throw_syscall(params_.label, "fstat", params_.name);
   }
-  if (static_cast<size_t>(st.st_size) != total_bytes()) {
-    close(fd);  // not truncated yet (or a stale segment the creator is about to replace)
+  if (static_cast<size_t>(st.st_size) < sizeof(Header)) {
+    close(fd);  // created but not truncated yet
     return false;
   }
-  map(fd);
+  map(fd, static_cast<size_t>(st.st_size));
   close(fd);
-  if (header()->magic.load(std::memory_order_acquire) == kMagic) return true;
-  unmap();
-  return false;
+  if (header()->magic.load(std::memory_order_acquire) != kMagic) {
+    unmap();
+    return false;
+  }
+  check_header();
+  return true;
 }
 
 void ShmSegment::check_header() const {
@@ -165,15 +169,17 @@ void ShmSegment::attach_and_wait(const Deadline &deadline, ShmWaiter &waiter) {
       });
 }
 
-void ShmSegment::map(int fd) {
-  void *p = mmap(nullptr, total_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+void ShmSegment::map(int fd, size_t bytes) {
+  void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) throw_syscall(params_.label, "mmap", params_.name);
   base_ = static_cast<uint8_t *>(p);
+  mapped_ = bytes;
 }
 
 void ShmSegment::unmap() {
-  if (base_ != nullptr) munmap(base_, total_bytes());
+  if (base_ != nullptr) munmap(base_, mapped_);
   base_ = nullptr;
+  mapped_ = 0;
 }
 
 }  // namespace pstate::shm

@@ -4,10 +4,9 @@
 //   1. the creator rank shm_open(O_CREAT|O_EXCL)s the caller's name (a stale segment of that exact
 //      name, left by a crashed earlier job, is removed first), ftruncates it, fills the header and
 //      publishes a magic number with release semantics;
-//   2. the other ranks retry shm_open until the name exists, has its full size and carries the
-//      magic (sleeping with backoff, bounded by the Deadline, calling the liveness check), then
-//      check that the header agrees with what they expect (size, group size, layout) — otherwise
-//      PSTATE_ERR_MISMATCH;
+//   2. the other ranks retry shm_open until the name exists and carries the magic (sleeping with
+//      backoff, bounded by the Deadline, calling the liveness check), then check that the header
+//      agrees with what they expect (bytes, group size, layout) — otherwise PSTATE_ERR_MISMATCH;
 //   3. every rank records its pid in the header and increments the attach counter; the rank that
 //      completes it shm_unlink()s the name and raises the "unlinked" flag; every rank returns only
 //      once that flag is up.
@@ -72,12 +71,13 @@ class ShmSegment {
   bool try_open_ready();
   void check_header() const;
   void attach_and_wait(const Deadline &deadline, ShmWaiter &waiter);
-  void map(int fd);
+  void map(int fd, size_t bytes);
   void unmap();
 
   Params params_;
   size_t payload_offset_ = 0;
   uint8_t *base_ = nullptr;
+  size_t mapped_ = 0;
 };
 
 }  // namespace pstate::shm
