@@ -29,14 +29,16 @@ namespace {
 constexpr int kGuard = 64;          // bytes after each result that must stay untouched
 constexpr uint8_t kGuardByte = 0xa5;
 
-// Small areas so that a few thousand elements already take several pipelined steps, and a tiny
-// small_bytes so both all_reduce algorithms run.
-ShmGroupOptions small_chunk_options(Board *board, int size, int rank, PeerWatch *watch) {
+// Small limits so that modest counts take every path: inline up to 256 bytes (one line or
+// several), whole-input staging up to one 4 KiB area, then several pipelined steps.
+ShmGroupOptions small_chunk_options(PeerWatch *watch) {
   ShmGroupOptions o;
   o.label = "test group";
+  o.inline_bytes = 256;
+  o.inline_depth = 3;
+  o.small_bytes = 8192;
   o.chunk_bytes = 4096;
   o.pipeline_depth = 2;
-  o.small_bytes = 256;
   o.liveness = [watch] { (*watch)(); };
   return o;
 }
@@ -88,7 +90,7 @@ void expect_all_ranks_ok_and_identical(const std::vector<int> &statuses, Board *
 int all_reduce_matrix_rank(int rank, int size, const std::string &name, Board *board,
                            const std::vector<pstate_dtype_t> &dtypes, const std::vector<size_t> &counts) {
   PeerWatch watch(board, size, rank);
-  ShmGroup g(name, rank, size, generous(), small_chunk_options(board, size, rank, &watch));
+  ShmGroup g(name, rank, size, generous(), small_chunk_options(&watch));
   uint64_t h = 0;
   bool in_place = false;
   for (pstate_dtype_t t : dtypes)
@@ -110,7 +112,7 @@ int all_reduce_matrix_rank(int rank, int size, const std::string &name, Board *b
 void run_all_reduce_matrix(int size, const std::vector<pstate_dtype_t> &dtypes) {
   Board *board = shared_array<Board>(1);
   std::string name = unique_name("ar");
-  const std::vector<size_t> counts = {0, 1, 13, 1000, 5003};  // 5003 float32 = 5 steps of 4 KiB
+  const std::vector<size_t> counts = {0, 1, 13, 60, 1000, 5003};  // 5003 float32 = 5 steps of 4 KiB
   auto statuses = run_ranks(size, board, [&](int r) {
     return all_reduce_matrix_rank(r, size, name, board, dtypes, counts);
   });
@@ -157,11 +159,11 @@ void test_all_reduce_odd_16MiB_float32_avg_in_place_4_ranks(void **) {
 
 int all_gather_rank(int rank, int size, const std::string &name, Board *board) {
   PeerWatch watch(board, size, rank);
-  ShmGroup g(name, rank, size, generous(), small_chunk_options(board, size, rank, &watch));
+  ShmGroup g(name, rank, size, generous(), small_chunk_options(&watch));
   uint64_t h = 0;
   const pstate_dtype_t dtypes[] = {PSTATE_UINT8, PSTATE_FLOAT16, PSTATE_INT32, PSTATE_FLOAT64, PSTATE_FP8_E4M3};
   for (pstate_dtype_t t : dtypes)
-    for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{3001}})
+    for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{60}, size_t{3001}})
       for (bool in_place : {false, true}) {
         size_t n = esize_of(t);
         std::vector<uint8_t> recv(size * count * n + kGuard, kGuardByte);
@@ -203,10 +205,10 @@ void test_all_gather_8_ranks_matches_inputs(void **) { run_all_gather(8); }
 int reduce_scatter_rank(int rank, int size, const std::string &name, Board *board,
                         const std::vector<pstate_dtype_t> &dtypes) {
   PeerWatch watch(board, size, rank);
-  ShmGroup g(name, rank, size, generous(), small_chunk_options(board, size, rank, &watch));
+  ShmGroup g(name, rank, size, generous(), small_chunk_options(&watch));
   for (pstate_dtype_t t : dtypes)
     for (pstate_reduce_op_t op : kOps)
-      for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{2003}})
+      for (size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{13}, size_t{2003}})
         for (bool in_place : {false, true}) {
           size_t n = esize_of(t);
           std::vector<uint8_t> send = inputs(t, rank, size * count);
@@ -239,10 +241,10 @@ void test_reduce_scatter_2_4_8_ranks_float32_int64_bfloat16_match_reference(void
 
 int broadcast_rank(int rank, int size, const std::string &name, Board *board) {
   PeerWatch watch(board, size, rank);
-  ShmGroup g(name, rank, size, generous(), small_chunk_options(board, size, rank, &watch));
+  ShmGroup g(name, rank, size, generous(), small_chunk_options(&watch));
   for (int root = 0; root < size; ++root)
     for (pstate_dtype_t t : {PSTATE_INT8, PSTATE_BFLOAT16, PSTATE_FLOAT32, PSTATE_FP8_E5M2})
-      for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{5001}}) {
+      for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{60}, size_t{5001}}) {
         size_t n = esize_of(t);
         std::vector<uint8_t> want = inputs(t, root, count);
         std::vector<uint8_t> buf = rank == root ? want : std::vector<uint8_t>(want.size(), kGuardByte);
@@ -277,7 +279,7 @@ void test_barrier_lets_no_rank_pass_before_all_arrive(void **) {
   std::string name = unique_name("barrier");
   auto statuses = run_ranks(size, board, [&](int rank) {
     PeerWatch watch(board, size, rank);
-    ShmGroup g(name, rank, size, generous(), small_chunk_options(board, size, rank, &watch));
+    ShmGroup g(name, rank, size, generous(), small_chunk_options(&watch));
     for (int k = 1; k <= 200; ++k) {
       if (rank == k % size) usleep(200);  // someone is always late
       board->word[rank].store(k);
@@ -301,7 +303,7 @@ void test_mixed_operation_sequence_keeps_ranks_in_step(void **) {
   std::string name = unique_name("mixed");
   auto statuses = run_ranks(size, board, [&](int rank) {
     PeerWatch watch(board, size, rank);
-    ShmGroup g(name, rank, size, generous(), small_chunk_options(board, size, rank, &watch));
+    ShmGroup g(name, rank, size, generous(), small_chunk_options(&watch));
     std::mt19937 program(1234);  // same seed everywhere: same program
     for (int i = 0; i < 400; ++i) {
       size_t count = 1 + program() % 3000;

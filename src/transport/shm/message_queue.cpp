@@ -59,7 +59,9 @@ ShmMessageQueue::ShmMessageQueue(const std::string &name, int rank, int size, in
   params.creator = writer;
   params.payload_bytes = control_bytes + chunk_stride_ * n_chunks_;
   params.layout_tag = kLayoutVersion ^ (max_payload_ << 8) ^ (n_chunks_ << 48) ^ (static_cast<uint64_t>(writer) << 32);
+  params.attach_flags = register_for_asymmetric_fences() ? 0 : ShmSegment::kNoAsymmetricFence;
   segment_ = std::make_unique<ShmSegment>(params, deadline, waiter_);
+  waiter_.set_light_notify((segment_->group_flags() & ShmSegment::kNoAsymmetricFence) == 0);
   controls_ = segment_->payload();
   chunks_ = controls_ + control_bytes;
 }
@@ -123,7 +125,7 @@ bool ShmMessageQueue::enqueue(const void *data, size_t bytes, const Deadline &de
     ++next_;
     Control &mine = writer_control();
     mine.count.store(next_, std::memory_order_release);
-    mine.signal.notify();
+    waiter_.notify(mine.signal);
     return fits;
   });
 }
@@ -151,7 +153,7 @@ ShmMessageQueue::Dequeued ShmMessageQueue::dequeue(
     ++next_;
     Control &mine = reader_control(reader_index(rank_));
     mine.count.store(next_, std::memory_order_release);
-    mine.signal.notify();
+    waiter_.notify(mine.signal);
     return result;
   });
 }

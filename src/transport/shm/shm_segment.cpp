@@ -35,6 +35,7 @@ struct ShmSegment::Header {
   uint32_t creator;
   alignas(64) std::atomic<uint32_t> attached;
   std::atomic<uint32_t> unlinked;
+  std::atomic<uint32_t> flags_or;  // OR of every rank's attach_flags
   ShmSignal signal;  // notified when attached or unlinked change
   // followed by int32 pids[size] (pid_slot), then padding to a page boundary
 };
@@ -74,6 +75,8 @@ ShmSegment::ShmSegment(const Params &params, const Deadline &deadline, ShmWaiter
 ShmSegment::~ShmSegment() { unmap(); }
 
 void ShmSegment::unlink_quietly(const std::string &name) { shm_unlink(name.c_str()); }
+
+uint32_t ShmSegment::group_flags() const { return header()->flags_or.load(std::memory_order_acquire); }
 
 pid_t ShmSegment::pid_of(int rank) const {
   if (rank < 0 || rank >= params_.size) return -1;
@@ -156,11 +159,12 @@ void ShmSegment::attach_and_wait(const Deadline &deadline, ShmWaiter &waiter) {
                                                       std::memory_order_acq_rel))
     throw_error(PSTATE_ERR_MISMATCH, params_.label, ": rank ", params_.rank, " attached twice to ", params_.name,
                 " (pid ", expected, " and pid ", getpid(), "): two processes claim the same rank");
+  h->flags_or.fetch_or(params_.attach_flags, std::memory_order_acq_rel);
   uint32_t now_attached = h->attached.fetch_add(1, std::memory_order_acq_rel) + 1;
   if (now_attached == static_cast<uint32_t>(params_.size)) {
     shm_unlink(params_.name.c_str());
     h->unlinked.store(1, std::memory_order_release);
-    h->signal.notify();
+    waiter.notify(h->signal);
   }
   waiter.wait(
       h->signal, [&] { return h->unlinked.load(std::memory_order_acquire) != 0; }, deadline, [&] {

@@ -7,7 +7,7 @@
 //   2. the other ranks retry shm_open until the name exists and carries the magic (sleeping with
 //      backoff, bounded by the Deadline, calling the liveness check), then check that the header
 //      agrees with what they expect (bytes, group size, layout) — otherwise PSTATE_ERR_MISMATCH;
-//   3. every rank records its pid in the header and increments the attach counter; the rank that
+//   3. every rank records its pid (and ORs its attach_flags) in the header and increments the attach counter; the rank that
 //      completes it shm_unlink()s the name and raises the "unlinked" flag; every rank returns only
 //      once that flag is up.
 // So when any constructor returns, nothing is left in /dev/shm: the memory lives only as long as
@@ -40,7 +40,10 @@ class ShmSegment {
     int creator = 0;          // the rank that creates the segment
     size_t payload_bytes = 0; // usable bytes after the header (page-aligned start)
     uint64_t layout_tag = 0;  // a hash of the layout parameters: ranks must agree on it
+    uint32_t attach_flags = 0;  // OR-ed over all ranks at attach: see group_flags()
   };
+  // Bits of attach_flags used in this folder.
+  static constexpr uint32_t kNoAsymmetricFence = 1;  // this rank could not register for membarrier
 
   // Collective; see the protocol above. Throws TIMEOUT, PEER_LOST (from the waiter's liveness
   // check), MISMATCH (header disagrees, rank attached twice), TRANSPORT (a system call failed).
@@ -52,6 +55,9 @@ class ShmSegment {
   uint8_t *payload() const { return base_ + payload_offset_; }
   size_t payload_bytes() const { return params_.payload_bytes; }
   size_t mapped_bytes() const { return total_bytes(); }
+  // The OR of every rank's Params::attach_flags (valid once the constructor returned): how ranks
+  // agree on a capability without another round.
+  uint32_t group_flags() const;
   // The pid each rank recorded when it attached (valid once the constructor returned).
   pid_t pid_of(int rank) const;
   const std::string &name() const { return params_.name; }

@@ -5,6 +5,7 @@
 #include "transport/shm/shm_wait.hpp"
 
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -28,22 +29,36 @@ void futex_wait(std::atomic<uint32_t> *word, uint32_t expected, int timeout_ms) 
   syscall(SYS_futex, reinterpret_cast<uint32_t *>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
 }
 
-int usable_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+// CPUs of the machine (not this thread's affinity: a launcher that pins each rank to its own
+// core is the opposite of oversubscribed).
+int online_cpus() {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
+// The waiter's half of the fence pair (see shm_wait.hpp). False when membarrier failed: the
+// caller then must not sleep long, since an owner may have missed it.
+bool heavy_fence(bool light) {
+  if (!light) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    return true;
+  }
+  return syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0;
+}
+
 }  // namespace
 
+bool register_for_asymmetric_fences() {
+  return syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
+}
+
 void ShmSignal::wake_all() {
+  word.fetch_add(1, std::memory_order_seq_cst);
   syscall(SYS_futex, reinterpret_cast<uint32_t *>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
 WaitOptions resolve_wait_options(WaitOptions requested, int group_size) {
-  bool oversubscribed = usable_cpus() < group_size;
+  bool oversubscribed = online_cpus() < group_size;
   if (requested.spin_ns < 0) requested.spin_ns = oversubscribed ? 0 : 50000;
   if (requested.yield_ns < 0) requested.yield_ns = oversubscribed ? 20000 : 200000;
   if (requested.liveness_interval_ms <= 0) requested.liveness_interval_ms = 100;
@@ -72,6 +87,7 @@ void ShmWaiter::slow_wait(ShmSignal &signal, const std::function<bool()> &ready,
     int sleep_ms = static_cast<int>(std::clamp<int64_t>(to_liveness, 1, options_.liveness_interval_ms));
     sleep_ms = std::min(sleep_ms, std::max(deadline.remaining_ms(), 1));
     signal.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (!heavy_fence(light_notify_)) sleep_ms = 1;  // an owner may miss us: do not sleep long
     uint32_t seen = signal.word.load(std::memory_order_seq_cst);
     if (!ready()) futex_wait(&signal.word, seen, sleep_ms);
     signal.sleepers.fetch_sub(1, std::memory_order_seq_cst);

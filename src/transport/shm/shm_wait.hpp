@@ -5,7 +5,9 @@
 // is the waiting half, built so that it is fast when ranks have a core each and still progresses
 // when ranks outnumber cores (4 ranks on 2 cores):
 //
-//   1. spin: poll the predicate with a CPU pause between polls, for WaitOptions::spin_ns;
+//   1. spin: poll the predicate with a CPU pause between polls, for up to WaitOptions::spin_ns —
+//      adaptively: the budget halves each time a wait outlasts it (the peer is probably not
+//      running, e.g. it shares our core) and doubles back each time a wait ends within it;
 //   2. yield: poll with sched_yield() between polls, for WaitOptions::yield_ns, so a peer that shares
 //      our core gets to run;
 //   3. sleep: block in futex(FUTEX_WAIT) on the owner's ShmSignal word; the owner bumps the word and
@@ -17,16 +19,22 @@
 // liveness_interval_ms (the group layer wires it to pidfds; it throws PSTATE_ERR_PEER_LOST), and once
 // more before reporting a timeout, so a dead peer is reported as PEER_LOST rather than TIMEOUT.
 //
-// Lost wake-ups are excluded by a Dekker-style handshake, all sequentially consistent:
-//   waiter: sleepers++ ; v = word ; if (!ready()) futex_wait(word, v) ; sleepers--
-//   owner : <release-store of the flag> ; word++ ; if (sleepers) futex_wake(word)
-// Either the waiter reads the incremented word (and then sees the flag), or the owner sees
-// sleepers != 0 and wakes it (and futex_wait itself refuses to sleep if the word changed).
+// Lost wake-ups are excluded by a Dekker-style handshake between the flag and a sleeper count:
+//   waiter: sleepers++ ; FENCE ; v = word ; if (!ready()) futex_wait(word, v) ; sleepers--
+//   owner : <release-store of the flag> ; fence ; if (sleepers) { word++ ; futex_wake(word) }
+// Either the owner sees sleepers != 0 and wakes (futex_wait refuses to sleep once word changed),
+// or the waiter's re-check after its fence sees the flag. The owner's side runs on every store of
+// every collective, so it is made free where the kernel allows: with membarrier(2)'s
+// GLOBAL_EXPEDITED command the waiter's FENCE forces a full barrier on every CPU running a
+// registered process, and the owner needs only a compiler barrier (an asymmetric fence, as in
+// userspace RCU). Every rank registers; if any rank of a group cannot, the whole group uses real
+// fences on both sides (ShmWaiter::set_light_notify(false), the default until agreed).
 #pragma once
 
 #include "common/deadline.hpp"
 #include "common/error.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -53,12 +61,16 @@ struct ShmSignal {
   std::atomic<uint32_t> word;
   std::atomic<uint32_t> sleepers;
 
-  // Call after every release-store a peer may be waiting for.
-  void notify() {
-    word.fetch_add(1, std::memory_order_seq_cst);
-    if (sleepers.load(std::memory_order_seq_cst) != 0) wake_all();
+  // Call after every release-store a peer may be waiting for. light: the group agreed on
+  // asymmetric fences (see above), so no fence instruction is needed here.
+  void notify(bool light) {
+    if (light)
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+    else
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (sleepers.load(std::memory_order_relaxed) != 0) wake_all();
   }
-  void wake_all();
+  void wake_all();  // word++ and FUTEX_WAKE
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "futex words must be lock-free");
 static_assert(sizeof(ShmSignal) == 8, "ShmSignal is two futex-compatible 32-bit words");
@@ -70,6 +82,10 @@ struct WaitOptions {
   int liveness_interval_ms = 100;
 };
 
+// Registers this process as a target of membarrier(GLOBAL_EXPEDITED); false where the kernel
+// or a seccomp filter refuses (then the group falls back to real fences).
+bool register_for_asymmetric_fences();
+
 // WaitOptions with the -1s resolved for a group of group_size ranks on this machine (fewer usable
 // CPUs than ranks = oversubscribed: no spinning, a short yield phase, then futex).
 WaitOptions resolve_wait_options(WaitOptions requested, int group_size);
@@ -79,7 +95,7 @@ class ShmWaiter {
   // liveness may be empty; when set it is called periodically while waiting and should throw
   // pstate::Error(PSTATE_ERR_PEER_LOST, ...) when a peer of the group is gone.
   ShmWaiter(WaitOptions options, std::function<void()> liveness)
-      : options_(options), liveness_(std::move(liveness)) {}
+      : options_(options), liveness_(std::move(liveness)), spin_budget_ns_(options.spin_ns) {}
 
   // Returns once ready() is true (ready must load the flag with acquire semantics). signal is the
   // ShmSignal of the rank that will make ready() true. describe() builds the text of the error
@@ -102,15 +118,29 @@ class ShmWaiter {
   }
   const WaitOptions &options() const { return options_; }
 
+  // Notify the waiters of `signal` after storing a flag they may wait for.
+  void notify(ShmSignal &signal) const { signal.notify(light_notify_); }
+  // true once every rank of the group registered for asymmetric fences (see above).
+  void set_light_notify(bool light) { light_notify_ = light; }
+  bool light_notify() const { return light_notify_; }
+
  private:
+  static constexpr int64_t kMinSpinNs = 1000;  // a few cross-core round trips
+
   template <typename Ready>
-  bool spin(Ready &ready) const {
+  bool spin(Ready &ready) {
     if (options_.spin_ns <= 0) return false;
-    auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(options_.spin_ns);
+    auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(spin_budget_ns_);
     for (uint32_t i = 1;; ++i) {
       cpu_relax();
-      if (ready()) return true;
-      if ((i & 63) == 0 && std::chrono::steady_clock::now() >= until) return false;
+      if (ready()) {
+        spin_budget_ns_ = std::min(options_.spin_ns, spin_budget_ns_ * 2);
+        return true;
+      }
+      if ((i & 15) == 0 && std::chrono::steady_clock::now() >= until) {
+        spin_budget_ns_ = std::max(std::min(kMinSpinNs, options_.spin_ns), spin_budget_ns_ / 2);
+        return false;
+      }
     }
   }
   void slow_wait(ShmSignal &signal, const std::function<bool()> &ready, const Deadline &deadline,
@@ -119,6 +149,8 @@ class ShmWaiter {
 
   WaitOptions options_;
   std::function<void()> liveness_;
+  bool light_notify_ = false;
+  int64_t spin_budget_ns_;
 };
 
 }  // namespace pstate::shm
