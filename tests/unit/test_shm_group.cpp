@@ -350,6 +350,54 @@ void test_mixed_operation_sequence_keeps_ranks_in_step(void **) {
   free_shared(board, 1);
 }
 
+// ---- the futex sleep path ----------------------------------------------------------------------
+
+// Every wait goes straight to a futex sleep (no spinning, no yielding) and ranks stall at random,
+// so sleeps race with wake-ups constantly; a lost wake-up would end only by the 10 s liveness
+// timeout, so no sleep may end by timeout.
+void run_sleepers_are_woken(bool asymmetric_fences) {
+  const int size = 3;
+  Board *board = shared_array<Board>(1);
+  std::string name = unique_name("sleep");
+  auto statuses = run_ranks(size, board, [&](int rank) {
+    PeerWatch watch(board, size, rank);
+    ShmGroupOptions o = small_chunk_options(&watch);
+    o.wait.spin_ns = 0;
+    o.wait.yield_ns = 0;
+    o.wait.liveness_interval_ms = 10000;
+    o.wait.asymmetric_fences = asymmetric_fences;
+    ShmGroup g(name, rank, size, generous(), o);
+    if (!asymmetric_fences && g.asymmetric_fences()) return 5;
+    std::mt19937 rng(rank);
+    for (int i = 0; i < 1500; ++i) {
+      if (rng() % 4 == 0) usleep(rng() % 100);
+      const size_t count = i % 3 == 0 ? 13 : 3000;
+      if (i % 3 == 2) {
+        g.barrier(generous());
+        continue;
+      }
+      std::vector<uint8_t> send = inputs(PSTATE_INT32, rank, count), recv(send.size(), kGuardByte);
+      g.all_reduce(send.data(), recv.data(), count, PSTATE_INT32, PSTATE_SUM, generous());
+      if (!check_reduced("all_reduce", PSTATE_INT32, PSTATE_SUM, size, rank, recv, count)) return 1;
+    }
+    board->hash[rank] = g.wait_stats().sleeps;
+    board->word[rank] = static_cast<int64_t>(g.wait_stats().sleep_timeouts);
+    return 0;
+  });
+  assert_true(all_ok(statuses));
+  uint64_t sleeps = 0;
+  for (int r = 0; r < size; ++r) {
+    assert_int_equal(board->word[r].load(), 0);
+    sleeps += board->hash[r].load();
+  }
+  assert_true(sleeps > 100);
+  assert_int_equal(leftover_segments(), 0);
+  free_shared(board, 1);
+}
+
+void test_sleeping_waiters_are_woken_with_asymmetric_fences(void **) { run_sleepers_are_woken(true); }
+void test_sleeping_waiters_are_woken_with_real_fences(void **) { run_sleepers_are_woken(false); }
+
 // ---- threads as ranks --------------------------------------------------------------------------
 
 void test_threads_as_ranks_all_reduce_in_one_process(void **) {
@@ -443,6 +491,8 @@ int main(void) {
       cmocka_unit_test(test_barrier_lets_no_rank_pass_before_all_arrive),
       cmocka_unit_test(test_mixed_operation_sequence_keeps_ranks_in_step),
       cmocka_unit_test(test_threads_as_ranks_all_reduce_in_one_process),
+      cmocka_unit_test(test_sleeping_waiters_are_woken_with_asymmetric_fences),
+      cmocka_unit_test(test_sleeping_waiters_are_woken_with_real_fences),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

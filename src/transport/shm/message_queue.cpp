@@ -59,11 +59,14 @@ ShmMessageQueue::ShmMessageQueue(const std::string &name, int rank, int size, in
   params.creator = writer;
   params.payload_bytes = control_bytes + chunk_stride_ * n_chunks_;
   params.layout_tag = kLayoutVersion ^ (max_payload_ << 8) ^ (n_chunks_ << 48) ^ (static_cast<uint64_t>(writer) << 32);
-  params.attach_flags = register_for_asymmetric_fences() ? 0 : ShmSegment::kNoAsymmetricFence;
+  params.attach_flags = options_.wait.asymmetric_fences && register_for_asymmetric_fences()
+                            ? 0
+                            : ShmSegment::kNoAsymmetricFence;
   segment_ = std::make_unique<ShmSegment>(params, deadline, waiter_);
   waiter_.set_light_notify((segment_->group_flags() & ShmSegment::kNoAsymmetricFence) == 0);
   controls_ = segment_->payload();
   chunks_ = controls_ + control_bytes;
+  known_consumed_.assign(static_cast<size_t>(size - 1), 0);
 }
 
 ShmMessageQueue::~ShmMessageQueue() = default;
@@ -93,11 +96,13 @@ auto ShmMessageQueue::run_guarded(const char *op, Body &&body) {
   }
 }
 
-// The chunk of message next_ is free once every reader consumed message next_ - n_chunks.
+// The chunk of message next_ is free once every reader consumed message next_ - n_chunks. The
+// last count read from each reader is cached, so a ring that is not full costs no cache miss.
 void ShmMessageQueue::wait_for_free_chunk(const Deadline &deadline) {
   if (next_ < n_chunks_) return;
   const uint64_t need = next_ + 1 - n_chunks_;
   for (int i = 0; i < size_ - 1; ++i) {
+    if (known_consumed_[i] >= need) continue;
     Control &reader = reader_control(i);
     waiter_.wait(
         reader.signal, [&] { return reader.count.load(std::memory_order_acquire) >= need; }, deadline, [&] {
@@ -105,6 +110,7 @@ void ShmMessageQueue::wait_for_free_chunk(const Deadline &deadline) {
                      " chunks), waiting for reader rank ", reader_rank(i), " which consumed ",
                      reader.count.load(), " messages");
         });
+    known_consumed_[i] = reader.count.load(std::memory_order_acquire);
   }
 }
 

@@ -66,6 +66,7 @@ class ShmMessageQueue {
   size_t max_payload() const { return max_payload_; }
   pid_t peer_pid(int rank) const { return segment_->pid_of(rank); }
   bool broken() const { return broken_; }
+  const WaitStats &wait_stats() const { return waiter_.stats(); }
 
   // Writer only. Returns true when the message went through the ring; false when bytes >
   // max_payload(): an overflow marker was enqueued and the caller must now send the bytes to the
@@ -104,6 +105,7 @@ class ShmMessageQueue {
   std::unique_ptr<ShmSegment> segment_;
   uint8_t *controls_ = nullptr;
   uint8_t *chunks_ = nullptr;
+  std::vector<uint64_t> known_consumed_;  // writer: last count read from each reader
   uint64_t next_ = 0;  // writer: messages written; reader: messages consumed
   bool broken_ = false;
 };

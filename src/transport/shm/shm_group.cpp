@@ -55,7 +55,9 @@ ShmGroup::ShmGroup(const std::string &name, int rank, int size, const Deadline &
   for (uint64_t v : {uint64_t{area_bytes_}, uint64_t(depth_), uint64_t{options_.small_bytes},
                      uint64_t{options_.inline_bytes}, uint64_t(options_.inline_depth), uint64_t(size)})
     params.layout_tag = mix(params.layout_tag, v);
-  params.attach_flags = register_for_asymmetric_fences() ? 0 : ShmSegment::kNoAsymmetricFence;
+  params.attach_flags = options_.wait.asymmetric_fences && register_for_asymmetric_fences()
+                            ? 0
+                            : ShmSegment::kNoAsymmetricFence;
   segment_ = std::make_unique<ShmSegment>(params, deadline, waiter_);
   waiter_.set_light_notify((segment_->group_flags() & ShmSegment::kNoAsymmetricFence) == 0);
   lay_out(segment_->payload(), control_bytes, inline_total);

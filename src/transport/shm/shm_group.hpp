@@ -73,6 +73,10 @@ class ShmGroup {
   pid_t peer_pid(int rank) const { return segment_->pid_of(rank); }
   // Bytes of shared memory this group maps (header, controls, inline slots, staging areas).
   size_t segment_bytes() const { return segment_->mapped_bytes(); }
+  // How often this rank's waits went past spinning, slept, and were woken by timeout.
+  const WaitStats &wait_stats() const { return waiter_.stats(); }
+  // True once every rank registered for membarrier-based asymmetric fences (see shm_wait.hpp).
+  bool asymmetric_fences() const { return waiter_.light_notify(); }
   // True after a collective failed: every further call throws PSTATE_ERR_ABORTED.
   bool broken() const { return broken_; }
 

@@ -21,12 +21,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void futex_wait(std::atomic<uint32_t> *word, uint32_t expected, int timeout_ms) {
+// True when the sleep ended by its timeout. EAGAIN (word changed), EINTR, a wake-up and a
+// timeout all mean "look again"; the caller re-checks.
+bool futex_wait(std::atomic<uint32_t> *word, uint32_t expected, int timeout_ms) {
   timespec ts{};
   ts.tv_sec = timeout_ms / 1000;
   ts.tv_nsec = static_cast<long>(timeout_ms % 1000) * 1000000L;
-  // EAGAIN (word changed), EINTR and ETIMEDOUT all mean "look again"; the caller re-checks.
-  syscall(SYS_futex, reinterpret_cast<uint32_t *>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+  long rc = syscall(SYS_futex, reinterpret_cast<uint32_t *>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+  return rc != 0 && errno == ETIMEDOUT;
 }
 
 // CPUs of the machine (not this thread's affinity: a launcher that pins each rank to its own
@@ -71,6 +73,7 @@ void ShmWaiter::slow_wait(ShmSignal &signal, const std::function<bool()> &ready,
   auto now = Clock::now();
   const auto yield_until = now + std::chrono::nanoseconds(options_.yield_ns);
   auto next_liveness = now + interval;
+  ++stats_.slow_waits;
   for (;;) {
     if (ready()) return;
     now = Clock::now();
@@ -89,7 +92,10 @@ void ShmWaiter::slow_wait(ShmSignal &signal, const std::function<bool()> &ready,
     signal.sleepers.fetch_add(1, std::memory_order_seq_cst);
     if (!heavy_fence(light_notify_)) sleep_ms = 1;  // an owner may miss us: do not sleep long
     uint32_t seen = signal.word.load(std::memory_order_seq_cst);
-    if (!ready()) futex_wait(&signal.word, seen, sleep_ms);
+    if (!ready()) {
+      ++stats_.sleeps;
+      if (futex_wait(&signal.word, seen, sleep_ms)) ++stats_.sleep_timeouts;
+    }
     signal.sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
 }

@@ -80,6 +80,9 @@ struct WaitOptions {
   int64_t spin_ns = -1;
   int64_t yield_ns = -1;
   int liveness_interval_ms = 100;
+  // Use membarrier-based asymmetric fences when every rank of the group can register (false:
+  // real fences on both sides; for tests, and kernels where membarrier is slow).
+  bool asymmetric_fences = true;
 };
 
 // Registers this process as a target of membarrier(GLOBAL_EXPEDITED); false where the kernel
@@ -89,6 +92,14 @@ bool register_for_asymmetric_fences();
 // WaitOptions with the -1s resolved for a group of group_size ranks on this machine (fewer usable
 // CPUs than ranks = oversubscribed: no spinning, a short yield phase, then futex).
 WaitOptions resolve_wait_options(WaitOptions requested, int group_size);
+
+// What the slow path did, for logs and tests: a sleep that ended by timeout while the peer was
+// fast would be a lost wake-up.
+struct WaitStats {
+  uint64_t slow_waits = 0;      // waits that outlasted the spin phase
+  uint64_t sleeps = 0;          // futex sleeps
+  uint64_t sleep_timeouts = 0;  // futex sleeps ended by their timeout, not by a wake-up
+};
 
 class ShmWaiter {
  public:
@@ -123,6 +134,7 @@ class ShmWaiter {
   // true once every rank of the group registered for asymmetric fences (see above).
   void set_light_notify(bool light) { light_notify_ = light; }
   bool light_notify() const { return light_notify_; }
+  const WaitStats &stats() const { return stats_; }
 
  private:
   static constexpr int64_t kMinSpinNs = 1000;  // a few cross-core round trips
@@ -151,6 +163,7 @@ class ShmWaiter {
   std::function<void()> liveness_;
   bool light_notify_ = false;
   int64_t spin_budget_ns_;
+  WaitStats stats_;
 };
 
 }  // namespace pstate::shm
