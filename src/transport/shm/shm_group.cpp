@@ -53,7 +53,8 @@ ShmGroup::ShmGroup(const std::string &name, int rank, int size, const Deadline &
   params.payload_bytes = control_bytes + inline_total + area_total;
   params.layout_tag = kLayoutVersion;
   for (uint64_t v : {uint64_t{area_bytes_}, uint64_t(depth_), uint64_t{options_.small_bytes},
-                     uint64_t{options_.inline_bytes}, uint64_t(options_.inline_depth), uint64_t(size)})
+                     uint64_t{options_.inline_bytes}, uint64_t(options_.inline_depth), uint64_t(size),
+                     uint64_t{options_.stream_bytes}})
     params.layout_tag = mix(params.layout_tag, v);
   params.attach_flags = options_.wait.asymmetric_fences && register_for_asymmetric_fences()
                             ? 0

@@ -52,6 +52,8 @@ struct ShmGroupOptions {
   size_t small_bytes = 16 * 1024;   // all_reduce up to this size: fold whole inputs (one hand-off)
   size_t chunk_bytes = 256 * 1024;  // bytes of one staging area (rounded up to a page)
   int pipeline_depth = 4;           // staging areas per rank (>= 2)
+  size_t stream_bytes = 8 << 20;    // staged outputs at least this large are written with
+                                    // non-temporal stores (they cannot stay in cache anyway)
   WaitOptions wait;                 // spin/yield/futex policy (-1s resolved per machine)
   std::function<void()> liveness;   // throws PSTATE_ERR_PEER_LOST when a peer is gone; may be empty
 };
@@ -159,6 +161,7 @@ class ShmGroup {
   void rs_reduce(uint64_t step, const uint8_t *send, uint8_t *recv, size_t recv_count, Span piece, size_t esize,
                  bool own_staged, pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline);
   void staged_broadcast(uint8_t *buf, size_t count, size_t esize, int root, const Deadline &deadline);
+  void copy_out(uint8_t *dst, const uint8_t *src, size_t bytes) const;
 
   int rank_;
   int size_;
@@ -175,6 +178,7 @@ class ShmGroup {
   std::vector<uint8_t> scratch_;      // size() * inline_bytes: contiguous copies of inline inputs
   uint64_t step_ = 0;                 // last step this rank completed; the same on every rank between calls
   bool broken_ = false;
+  bool stream_out_ = false;  // the current staged collective writes its output non-temporally
   const char *current_op_ = "";
 };
 

@@ -23,6 +23,7 @@
 #include "reduce/reduce.hpp"
 #include "transport/shm/shm_group.hpp"
 #include "transport/shm/shm_group_layout.hpp"
+#include "transport/shm/stream_copy.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -69,6 +70,14 @@ ShmGroup::Span ShmGroup::slice(size_t count, int j, size_t esize) const {
   return {begin, end - begin};
 }
 
+// Output copies of collectives larger than stream_bytes bypass the cache (stream_copy.hpp).
+void ShmGroup::copy_out(uint8_t *dst, const uint8_t *src, size_t bytes) const {
+  if (stream_out_)
+    copy_streaming(dst, src, bytes);
+  else
+    std::memcpy(dst, src, bytes);
+}
+
 // ---- all_reduce -------------------------------------------------------------------------------
 
 void ShmGroup::staged_all_reduce_whole(const uint8_t *send, uint8_t *recv, size_t count, size_t esize,
@@ -93,6 +102,7 @@ void ShmGroup::staged_all_reduce(const uint8_t *send, uint8_t *recv, size_t coun
   const size_t steps = ceil_div(count, per_step);
   const uint64_t first = step_ + 1;
   auto chunk = [&](size_t i) { return Span{i * per_step, std::min(per_step, count - i * per_step)}; };
+  stream_out_ = count * esize >= options_.stream_bytes;
   ar_publish(first, send, chunk(0), esize, deadline);
   for (size_t i = 0; i < steps; ++i) {
     ar_reduce(first + i, send, chunk(i), esize, dtype, op, deadline);
@@ -137,7 +147,7 @@ void ShmGroup::ar_gather(uint64_t step, uint8_t *recv, Span chunk, size_t esize,
     int j = (rank_ + n) % size_;
     Span sl = slice(chunk.count, j, esize);
     if (j != rank_) wait_counter(j, &Control::out, step, "to reduce its slice", deadline);
-    std::memcpy(recv + (chunk.offset + sl.offset) * esize, area(j, step) + sl.offset * esize, sl.count * esize);
+    copy_out(recv + (chunk.offset + sl.offset) * esize, area(j, step) + sl.offset * esize, sl.count * esize);
   }
   finish_step(step);
 }
@@ -150,6 +160,7 @@ void ShmGroup::staged_all_gather(const uint8_t *send, uint8_t *recv, size_t send
   const size_t steps = ceil_div(send_count, per_step);
   const uint64_t first = step_ + 1;
   auto piece = [&](size_t i) { return Span{i * per_step, std::min(per_step, send_count - i * per_step)}; };
+  stream_out_ = send_count * esize * static_cast<size_t>(size_) >= options_.stream_bytes;
   ag_publish(first, send, piece(0), esize, deadline);
   for (size_t i = 0; i < steps; ++i) {
     if (i + 1 < steps) ag_publish(first + i + 1, send, piece(i + 1), esize, deadline);
@@ -175,7 +186,7 @@ void ShmGroup::ag_gather(uint64_t step, const uint8_t *send, uint8_t *recv, size
       continue;
     }
     wait_counter(j, &Control::in, step, "to stage its input", deadline);
-    std::memcpy(dst, area(j, step), bytes);
+    copy_out(dst, area(j, step), bytes);
   }
   finish_step(step);
 }
@@ -239,6 +250,7 @@ void ShmGroup::rs_reduce(uint64_t step, const uint8_t *send, uint8_t *recv, size
 void ShmGroup::staged_broadcast(uint8_t *buf, size_t count, size_t esize, int root, const Deadline &deadline) {
   const size_t per_step = area_bytes_ / esize;
   const size_t steps = ceil_div(count, per_step);
+  stream_out_ = count * esize >= options_.stream_bytes;
   for (size_t i = 0; i < steps; ++i) {
     const uint64_t s = step_ + 1;
     const size_t offset = i * per_step, bytes = std::min(per_step, count - offset) * esize;
@@ -248,7 +260,7 @@ void ShmGroup::staged_broadcast(uint8_t *buf, size_t count, size_t esize, int ro
       control(rank_).in.store(s, std::memory_order_release);  // finish_step notifies
     } else {
       wait_counter(root, &Control::in, s, "(the root) to stage its data", deadline);
-      std::memcpy(buf + offset * esize, area(root, s), bytes);
+      copy_out(buf + offset * esize, area(root, s), bytes);
     }
     finish_step(s);
   }
