@@ -30,8 +30,8 @@ constexpr int kGuard = 64;          // bytes after each result that must stay un
 constexpr uint8_t kGuardByte = 0xa5;
 
 // Small limits so that modest counts take every path: inline up to 256 bytes (one line or
-// several), whole-input staging up to one 4 KiB area, then several pipelined steps, whose output
-// is written with non-temporal stores from 12000 bytes on.
+// several), whole-input staging up to one 4 KiB area, then several pipelined steps; copies into
+// the areas from 3000 bytes and outputs from 12000 bytes use non-temporal stores.
 ShmGroupOptions small_chunk_options(PeerWatch *watch) {
   ShmGroupOptions o;
   o.label = "test group";
@@ -41,6 +41,7 @@ ShmGroupOptions small_chunk_options(PeerWatch *watch) {
   o.chunk_bytes = 4096;
   o.pipeline_depth = 2;
   o.stream_bytes = 12000;
+  o.stage_stream_bytes = 3000;
   o.liveness = [watch] { (*watch)(); };
   return o;
 }

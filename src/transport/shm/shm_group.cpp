@@ -54,7 +54,7 @@ ShmGroup::ShmGroup(const std::string &name, int rank, int size, const Deadline &
   params.layout_tag = kLayoutVersion;
   for (uint64_t v : {uint64_t{area_bytes_}, uint64_t(depth_), uint64_t{options_.small_bytes},
                      uint64_t{options_.inline_bytes}, uint64_t(options_.inline_depth), uint64_t(size),
-                     uint64_t{options_.stream_bytes}})
+                     uint64_t{options_.stream_bytes}, uint64_t{options_.min_step_bytes}})
     params.layout_tag = mix(params.layout_tag, v);
   params.attach_flags = options_.wait.asymmetric_fences && register_for_asymmetric_fences()
                             ? 0
@@ -74,6 +74,13 @@ void ShmGroup::lay_out(uint8_t *payload, size_t control_bytes, size_t inline_tot
   scratch_.assign(static_cast<size_t>(size_) * options_.inline_bytes, 0);
 }
 
+// Private memory for one reduced slice (at most one area), 64-byte aligned; allocated on first use.
+uint8_t *ShmGroup::fold_buffer() {
+  if (fold_.empty()) fold_.assign(area_bytes_ + 64, 0);
+  auto p = reinterpret_cast<uintptr_t>(fold_.data());
+  return fold_.data() + ((64 - (p & 63)) & 63);
+}
+
 ShmGroup::Control &ShmGroup::control(int rank) const {
   return *reinterpret_cast<Control *>(controls_ + kControlStride * static_cast<size_t>(rank));
 }
@@ -81,6 +88,17 @@ ShmGroup::Control &ShmGroup::control(int rank) const {
 uint8_t *ShmGroup::area(int rank, uint64_t step) const {
   size_t index = static_cast<size_t>(rank) * static_cast<size_t>(depth_) + static_cast<size_t>(step % depth_);
   return areas_ + index * area_bytes_;
+}
+
+// Where the data of `step` (footprint bytes, the same on every rank) lies in rank's area: the
+// offset turns each time the area comes round again, so a small step does not rewrite the lines
+// the peers read a few steps ago (they would still hold them, and taking lines back from another
+// core's cache is the slowest store there is) but lines last used long ago.
+uint8_t *ShmGroup::staging(int rank, uint64_t step, size_t footprint) const {
+  const size_t room = area_bytes_ - std::min(area_bytes_, round_up(footprint, 64));
+  const uint64_t turn = step / static_cast<uint64_t>(depth_);
+  const size_t offset = room == 0 ? 0 : (turn * round_up(footprint, 4096)) % (room + 1) / 64 * 64;
+  return area(rank, step) + offset;
 }
 
 ShmGroup::Line *ShmGroup::inline_line(int rank, uint64_t step, size_t index) const {

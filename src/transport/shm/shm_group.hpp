@@ -14,7 +14,8 @@
 //    every rank over all inputs, in rank order 0..size-1, with the same kernels: the same bits
 //    everywhere. Slot s % inline_depth is rewritten only after every peer's done >= s - depth.
 //  * staged (shm_group_staged.cpp), above: chunks of at most one staging area per step, pipelined
-//    over pipeline_depth areas. all_reduce is a reduce-scatter + all-gather inside the segment:
+//    over pipeline_depth areas (where in its area a step lands rotates, so stores rarely hit
+//    lines a peer still caches: see staging()). all_reduce is a reduce-scatter + all-gather inside the segment:
 //    each rank reduces one slice of each chunk from all ranks' inputs (in rank order), then every
 //    rank copies all reduced slices out; each slice is reduced by exactly one rank, so the
 //    result has the same bits on every rank. all_reduce between inline_bytes and small_bytes
@@ -51,9 +52,12 @@ struct ShmGroupOptions {
   int inline_depth = 16;            // inline slots per rank (>= 2)
   size_t small_bytes = 16 * 1024;   // all_reduce up to this size: fold whole inputs (one hand-off)
   size_t chunk_bytes = 256 * 1024;  // bytes of one staging area (rounded up to a page)
-  int pipeline_depth = 4;           // staging areas per rank (>= 2)
+  int pipeline_depth = 8;           // staging areas per rank (>= 2)
+  size_t min_step_bytes = 8 * 1024; // medium messages are cut into steps down to this size
   size_t stream_bytes = 8 << 20;    // staged outputs at least this large are written with
                                     // non-temporal stores (they cannot stay in cache anyway)
+  size_t stage_stream_bytes = SIZE_MAX;  // copies into staging areas at least this large are
+                                         // non-temporal (measured slower here; see stage_copy)
   WaitOptions wait;                 // spin/yield/futex policy (-1s resolved per machine)
   std::function<void()> liveness;   // throws PSTATE_ERR_PEER_LOST when a peer is gone; may be empty
 };
@@ -111,6 +115,7 @@ class ShmGroup {
   void lay_out(uint8_t *payload, size_t control_bytes, size_t inline_total);
   Control &control(int rank) const;
   uint8_t *area(int rank, uint64_t step) const;
+  uint8_t *staging(int rank, uint64_t step, size_t footprint) const;
   Line *inline_line(int rank, uint64_t step, size_t index) const;
   uint8_t *scratch(int rank) { return scratch_.data() + static_cast<size_t>(rank) * options_.inline_bytes; }
 
@@ -141,12 +146,13 @@ class ShmGroup {
   size_t slice_elems(size_t count, size_t esize) const;
   Span slice(size_t count, int j, size_t esize) const;
   size_t rs_stride(size_t esize) const;
+  size_t step_elems(size_t count, size_t capacity, size_t esize) const;
   void staged_all_reduce_whole(const uint8_t *send, uint8_t *recv, size_t count, size_t esize, pstate_dtype_t dtype,
                                pstate_reduce_op_t op, const Deadline &deadline);
   void staged_all_reduce(const uint8_t *send, uint8_t *recv, size_t count, size_t esize, pstate_dtype_t dtype,
                          pstate_reduce_op_t op, const Deadline &deadline);
   void ar_publish(uint64_t step, const uint8_t *send, Span chunk, size_t esize, const Deadline &deadline);
-  void ar_reduce(uint64_t step, const uint8_t *send, Span chunk, size_t esize, pstate_dtype_t dtype,
+  void ar_reduce(uint64_t step, const uint8_t *send, uint8_t *recv, Span chunk, size_t esize, pstate_dtype_t dtype,
                  pstate_reduce_op_t op, const Deadline &deadline);
   void ar_gather(uint64_t step, uint8_t *recv, Span chunk, size_t esize, const Deadline &deadline);
   void staged_all_gather(const uint8_t *send, uint8_t *recv, size_t send_count, size_t esize,
@@ -162,6 +168,8 @@ class ShmGroup {
                  bool own_staged, pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline);
   void staged_broadcast(uint8_t *buf, size_t count, size_t esize, int root, const Deadline &deadline);
   void copy_out(uint8_t *dst, const uint8_t *src, size_t bytes) const;
+  void stage_copy(uint8_t *dst, const uint8_t *src, size_t bytes) const;
+  uint8_t *fold_buffer();
 
   int rank_;
   int size_;
@@ -176,6 +184,7 @@ class ShmGroup {
   uint8_t *areas_ = nullptr;
   std::vector<uint64_t> known_done_;  // the last done value read from each peer (saves misses)
   std::vector<uint8_t> scratch_;      // size() * inline_bytes: contiguous copies of inline inputs
+  std::vector<uint8_t> fold_;         // private result of one staged all_reduce slice (+ alignment)
   uint64_t step_ = 0;                 // last step this rank completed; the same on every rank between calls
   bool broken_ = false;
   bool stream_out_ = false;  // the current staged collective writes its output non-temporally
