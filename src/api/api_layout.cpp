@@ -1,0 +1,105 @@
+// api_layout.cpp — the pstate_layout_* entry points: pure rank layout for launchers and planners.
+//
+// A pstate_layout_t owns one pstate::layout::Layout. Every entry point checks its arguments
+// (NULL pointers, struct_size, enum range, indices, ranks) before touching the layout and reports
+// failures through PSTATE_GUARD, so no exception crosses the C boundary.
+#include "api/boundary.hpp"
+#include "layout/layout.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <type_traits>
+
+struct pstate_layout_s {
+  pstate::layout::Layout layout;
+};
+
+namespace {
+
+using pstate::layout::Layout;
+using pstate::layout::ParallelConfig;
+
+// Fields of the first (and so far only) version of pstate_parallel_config_t.
+constexpr size_t kOldestParallelConfigSize = sizeof(pstate_parallel_config_t);
+
+ParallelConfig config_from(int world_size, const pstate_parallel_config_t *cfg) {
+  if (cfg == nullptr) return ParallelConfig::tensor_parallel_only(world_size);
+  pstate::api::require_struct(cfg->struct_size, kOldestParallelConfigSize, sizeof(pstate_parallel_config_t), "cfg",
+                              "PSTATE_PARALLEL_CONFIG_INIT");
+  return ParallelConfig::from_c(*cfg);
+}
+
+// A C caller may pass any number in an enum parameter, but in C++ reading an enum object that
+// holds a value outside the enum's range is undefined (UBSan's -fsanitize=enum reports it). So
+// the kind is read through its bytes and range-checked before it is used as an enum.
+pstate_group_kind_t checked_kind(const pstate_group_kind_t &kind) {
+  std::underlying_type_t<pstate_group_kind_t> raw;
+  static_assert(sizeof raw == sizeof kind);
+  std::memcpy(&raw, &kind, sizeof raw);
+  int value = static_cast<int>(raw);  // a C caller's -1 reads back as -1
+  if (value < 0 || value >= PSTATE_GROUP_KIND_COUNT)
+    pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "group kind ", value, " is not a pstate_group_kind_t (0..",
+                        PSTATE_GROUP_KIND_COUNT - 1, ")");
+  return static_cast<pstate_group_kind_t>(value);
+}
+
+const Layout &layout_of(const pstate_layout_t *l) {
+  pstate::api::require_nonnull(l, "layout");
+  return l->layout;
+}
+
+}  // namespace
+
+extern "C" {
+
+PSTATE_API pstate_status_t pstate_layout_create(int world_size, const pstate_parallel_config_t *cfg,
+                                                pstate_layout_t **out) {
+  if (out != nullptr) *out = nullptr;
+  return PSTATE_GUARD({
+    pstate::api::require_nonnull(out, "out");
+    auto created = std::make_unique<pstate_layout_s>(pstate_layout_s{Layout(world_size, config_from(world_size, cfg))});
+    *out = created.release();  // owned by the caller until pstate_layout_destroy
+  });
+}
+
+PSTATE_API pstate_status_t pstate_layout_group_count(const pstate_layout_t *l, pstate_group_kind_t kind,
+                                                     size_t *count) {
+  return PSTATE_GUARD({
+    const Layout &layout = layout_of(l);
+    pstate::api::require_nonnull(count, "count");
+    *count = layout.group_count(checked_kind(kind));
+  });
+}
+
+PSTATE_API pstate_status_t pstate_layout_group_ranks(const pstate_layout_t *l, pstate_group_kind_t kind,
+                                                     size_t index, int *ranks, size_t capacity, size_t *count) {
+  return PSTATE_GUARD({
+    const Layout &layout = layout_of(l);
+    pstate::api::require_nonnull(count, "count");
+    pstate_group_kind_t k = checked_kind(kind);
+    auto members = layout.group_ranks(k, index);
+    *count = members.size();
+    if (capacity < members.size())
+      pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "capacity ", capacity, " is smaller than the ",
+                          pstate::layout::kind_name(k), " group size ", members.size(),
+                          " (*count holds the size; call again with a buffer that large)");
+    pstate::api::require_nonnull(ranks, "ranks");
+    std::copy(members.begin(), members.end(), ranks);
+  });
+}
+
+PSTATE_API pstate_status_t pstate_layout_group_of(const pstate_layout_t *l, pstate_group_kind_t kind, int rank,
+                                                  size_t *index) {
+  return PSTATE_GUARD({
+    const Layout &layout = layout_of(l);
+    pstate::api::require_nonnull(index, "index");
+    *index = layout.group_of(checked_kind(kind), rank);
+  });
+}
+
+PSTATE_API void pstate_layout_destroy(pstate_layout_t *l) {
+  std::unique_ptr<pstate_layout_s> owned(l);  // NULL is a no-op
+}
+
+}  // extern "C"

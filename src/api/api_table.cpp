@@ -1,0 +1,71 @@
+// api_table.cpp — pstate_get_api: the one symbol a dlopen consumer needs.
+//
+// The table is a constant built at compile time (no global mutable state): one member per
+// exported entry point, in the order of pstate.h, growing only at its end. A consumer asks for
+// the ABI major it was compiled against and gets NULL when this library speaks another one.
+#include "api/boundary.hpp"
+
+namespace {
+
+constexpr pstate_api_t make_table() {
+  pstate_api_t t{};
+  t.struct_size = sizeof(pstate_api_t);
+  t.abi_major = PSTATE_ABI_MAJOR;
+  t.library_version = PSTATE_VERSION;
+  t.status_string = pstate_status_string;
+  t.last_error = pstate_last_error;
+  t.version = pstate_version;
+  t.dtype_name = pstate_dtype_name;
+  t.reduce_op_name = pstate_reduce_op_name;
+  t.group_kind_name = pstate_group_kind_name;
+  t.dtype_size = pstate_dtype_size;
+  t.layout_create = pstate_layout_create;
+  t.layout_group_count = pstate_layout_group_count;
+  t.layout_group_ranks = pstate_layout_group_ranks;
+  t.layout_group_of = pstate_layout_group_of;
+  t.layout_destroy = pstate_layout_destroy;
+  t.init = pstate_init;
+  t.initialize_model_parallel = pstate_initialize_model_parallel;
+  t.model_parallel_is_initialized = pstate_model_parallel_is_initialized;
+  t.destroy_model_parallel = pstate_destroy_model_parallel;
+  t.finalize = pstate_finalize;
+  t.abort = pstate_abort;
+  t.get_group = pstate_get_group;
+  t.group_info = pstate_group_info;
+  t.group_ranks = pstate_group_ranks;
+  t.group_same_node = pstate_group_same_node;
+  t.all_reduce = pstate_all_reduce;
+  t.all_gather = pstate_all_gather;
+  t.reduce_scatter = pstate_reduce_scatter;
+  t.broadcast = pstate_broadcast;
+  t.gather = pstate_gather;
+  t.all_to_all = pstate_all_to_all;
+  t.send = pstate_send;
+  t.recv = pstate_recv;
+  t.barrier = pstate_barrier;
+  t.tp_allreduce = pstate_tp_allreduce;
+  t.tp_allgather = pstate_tp_allgather;
+  t.broadcast_object = pstate_broadcast_object;
+  t.all_gather_object = pstate_all_gather_object;
+  t.send_object = pstate_send_object;
+  t.recv_object = pstate_recv_object;
+  t.bytes_free = pstate_bytes_free;
+  t.graph_capture_begin = pstate_graph_capture_begin;
+  t.graph_capture_end = pstate_graph_capture_end;
+  return t;
+}
+
+constexpr pstate_api_t kApi = make_table();
+
+}  // namespace
+
+extern "C" PSTATE_API const pstate_api_t *pstate_get_api(uint32_t abi_major) {
+  const pstate_api_t *table = nullptr;
+  PSTATE_GUARD({
+    if (abi_major != PSTATE_ABI_MAJOR)
+      pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "this library provides ABI major ", PSTATE_ABI_MAJOR,
+                          ", not ", abi_major, ": rebuild against its pstate.h or load libpstate.so.", abi_major);
+    table = &kApi;
+  });
+  return table;  // NULL with pstate_last_error() set for another major
+}

@@ -1,0 +1,168 @@
+// cli_layout.cpp — `pstate layout`: prints SGLang's groups for a world and parallel sizes.
+//
+// For launchers and people planning a deployment: no communication, just src/layout/. The text
+// form is two tables (the groups of each kind; then one row per rank with its group index in
+// each kind); --json prints one object {"world_size": N, "groups": {"tp": [[0,1],[2,3]], ...}}
+// with one key per kind that exists, groups in SGLang's order, for scripts and tests. An invalid
+// configuration is the library's INVALID_ARGUMENT message on stderr and exit status 2.
+#include "cli/cli.hpp"
+
+#include "layout/layout.hpp"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace pstate::cli {
+namespace {
+
+using layout::Layout;
+using layout::ParallelConfig;
+
+constexpr OptionSpec kOptions[] = {
+    {"--world", "N", "number of ranks (required)"},
+    {"--tp", "N", "tensor parallel size (default: world / pp)"},
+    {"--pp", "N", "pipeline parallel size (default 1)"},
+    {"--ep", "N", "MoE expert parallel size (default 1)"},
+    {"--moe-dp", "N", "MoE data parallel size (default 1)"},
+    {"--attn-dp", "N", "attention data parallel size (default 1)"},
+    {"--attn-cp", "N", "attention context parallel size (default 1)"},
+    {"--dcp", "N", "decode context parallel size (default 1: no dcp group)"},
+    {"--shared-experts-tp", "N", "shared-experts TP size (default 0: no group)"},
+    {"--json", nullptr, "print one JSON object instead of tables"},
+};
+
+constexpr CommandSpec kSpec{
+    "layout",
+    "print SGLang's process groups for a world and parallel sizes (no communication)",
+    "--world N [--tp N] [--pp N] [--ep N] [--moe-dp N] [--attn-dp N] [--attn-cp N] [--dcp N]\n"
+    "                     [--shared-experts-tp N] [--json]",
+    "Computes the groups of SGLang's initialize_model_parallel: world, tp, pp, attn_tp, attn_cp,\n"
+    "moe_ep, moe_tp, moe_dp, dcp (when dcp > 1), shared_experts_tp (when > 1) and self_pp, with\n"
+    "attn_tp = tp / attn_dp / attn_cp and moe_tp = tp / ep / moe_dp. The world must be tp x pp.\n"
+    "A kind marked 'shares' is the same group object as another kind (SGLang's aliasing).\n"
+    "Exit status 2 and the reason on stderr for an invalid configuration.\n\n"
+    "example: pstate layout --world 8 --tp 8 --attn-cp 2 --ep 4 --moe-dp 2",
+    kOptions,
+};
+
+ParallelConfig config_from(const ParsedArgs &args, int world) {
+  ParallelConfig cfg;
+  cfg.pp = args.int_value("--pp", 1);
+  cfg.tp = args.int_value("--tp", cfg.pp >= 1 && world % cfg.pp == 0 ? world / cfg.pp : world);
+  cfg.ep = args.int_value("--ep", 1);
+  cfg.moe_dp = args.int_value("--moe-dp", 1);
+  cfg.attn_dp = args.int_value("--attn-dp", 1);
+  cfg.attn_cp = args.int_value("--attn-cp", 1);
+  cfg.dcp = args.int_value("--dcp", 1);
+  cfg.shared_experts_tp = args.int_value("--shared-experts-tp", 0);
+  return cfg;
+}
+
+// The kinds that exist in this layout, in pstate_group_kind_t order.
+std::vector<pstate_group_kind_t> present_kinds(const Layout &l) {
+  std::vector<pstate_group_kind_t> kinds;
+  for (int k = 0; k < layout::kKindCount; ++k)
+    if (l.has(static_cast<pstate_group_kind_t>(k))) kinds.push_back(static_cast<pstate_group_kind_t>(k));
+  return kinds;
+}
+
+// ---- --json ---------------------------------------------------------------------------------
+
+std::string to_json(const Layout &l) {
+  std::string out = "{\"world_size\": " + std::to_string(l.world_size()) + ", \"groups\": {";
+  const char *kind_sep = "";
+  for (pstate_group_kind_t kind : present_kinds(l)) {
+    out += kind_sep;
+    out += "\"" + std::string(layout::kind_name(kind)) + "\": [";
+    for (size_t g = 0; g < l.group_count(kind); ++g) {
+      out += g ? ",[" : "[";
+      const char *rank_sep = "";
+      for (int r : l.group_ranks(kind, g)) {
+        out += rank_sep + std::to_string(r);
+        rank_sep = ",";
+      }
+      out += "]";
+    }
+    out += "]";
+    kind_sep = ", ";
+  }
+  return out + "}}\n";
+}
+
+// ---- tables ---------------------------------------------------------------------------------
+
+// "[0-3]" for runs of 3+ consecutive ranks, else "[0,4]".
+std::string compact(std::span<const int> ranks) {
+  std::string out = "[";
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (i) out += ",";
+    if (j - i >= 2) {
+      out += std::to_string(ranks[i]) + "-" + std::to_string(ranks[j]);
+    } else {
+      out += std::to_string(ranks[i]);
+      if (j > i) out += "," + std::to_string(ranks[j]);
+    }
+    i = j + 1;
+  }
+  return out + "]";
+}
+
+void print_header(const Layout &l) {
+  const ParallelConfig &c = l.config();
+  std::printf("world %d = tp %d x pp %d\n", l.world_size(), c.tp, c.pp);
+  std::printf("  attention: attn_dp %d x attn_cp %d x attn_tp %d    MoE: moe_dp %d x ep %d x moe_tp %d\n", c.attn_dp,
+              c.attn_cp, l.attn_tp_size(), c.moe_dp, c.ep, l.moe_tp_size());
+  std::printf("  dcp %d%s    shared_experts_tp %d%s\n\n", c.dcp, c.dcp > 1 ? "" : " (no group)", c.shared_experts_tp,
+              c.shared_experts_tp > 1 ? "" : " (no group)");
+}
+
+void print_groups(const Layout &l) {
+  std::printf("%-18s %7s %5s  %-8s %s\n", "kind", "groups", "size", "shares", "ranks of group 0, 1, ...");
+  for (pstate_group_kind_t kind : present_kinds(l)) {
+    const auto &p = l.groups(kind);
+    std::string line;
+    for (size_t g = 0; g < p.group_count(); ++g) line += (g ? " " : "") + compact(p.group(g));
+    const char *shares = l.is_alias(kind) ? layout::kind_name(l.canonical(kind)) : "";
+    std::printf("%-18s %7zu %5d  %-8s %s\n", layout::kind_name(kind), p.group_count(), p.group_size(), shares,
+                line.c_str());
+  }
+}
+
+void print_ranks(const Layout &l) {
+  auto kinds = present_kinds(l);
+  std::printf("\ngroup index of each rank, by kind:\n%6s", "rank");
+  for (auto kind : kinds) std::printf(" %s", layout::kind_name(kind));
+  std::printf("\n");
+  for (int r = 0; r < l.world_size(); ++r) {
+    std::printf("%6d", r);
+    for (auto kind : kinds)
+      std::printf(" %*zu", static_cast<int>(std::string(layout::kind_name(kind)).size()), l.group_of(kind, r));
+    std::printf("\n");
+  }
+}
+
+int run_layout(const ParsedArgs &args) {
+  int world = args.required_int("--world");
+  Layout l(world, config_from(args, world));  // throws pstate::Error: main prints it, exits 2
+  if (args.flag("--json")) {
+    std::string json = to_json(l);
+    std::fwrite(json.data(), 1, json.size(), stdout);
+  } else {
+    print_header(l);
+    print_groups(l);
+    print_ranks(l);
+  }
+  return std::fflush(stdout) == 0 ? kExitOk : kExitFailure;
+}
+
+}  // namespace
+
+const Subcommand &layout_subcommand() {
+  static const Subcommand sub{kSpec, run_layout};
+  return sub;
+}
+
+}  // namespace pstate::cli
