@@ -4,7 +4,6 @@
 // The survivors must return PSTATE_ERR_PEER_LOST (liveness check wired to pidfds) or, without a
 // liveness check, PSTATE_ERR_TIMEOUT — never hang (every run is bounded and killed on overrun) —
 // and /dev/shm must hold no segment of ours afterwards.
-#include "test_shm_reduce_stub.hpp"  // TEMPORARY until src/reduce/ lands (see the file)
 #include "test_shm_util.hpp"
 #include "transport/shm/shm_group.hpp"
 

@@ -5,7 +5,6 @@
 // order 0..size-1, as documented), never by the code under test. Every test also proves that
 // nothing is left in /dev/shm. Small chunk options push modest counts through the multi-step,
 // pipelined paths; the 64 MiB tests use the default options.
-#include "test_shm_reduce_stub.hpp"  // TEMPORARY until src/reduce/ lands (see the file)
 #include "test_shm_util.hpp"
 #include "transport/shm/shm_group.hpp"
 
