@@ -35,6 +35,7 @@ ShmGroup::ShmGroup(const std::string &name, int rank, int size, const Deadline &
   if (size < 1 || rank < 0 || rank >= size)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, options_.label, ": rank ", rank, " out of range for ", size, " ranks");
   depth_ = std::clamp(options_.pipeline_depth, 2, 64);
+  crowded_ = oversubscribed(size);
   options_.inline_depth = std::clamp(options_.inline_depth, 2, 256);
   options_.inline_bytes = std::min<size_t>(options_.inline_bytes, 1 << 20);
   inline_lines_ = std::max<size_t>(1, (options_.inline_bytes + kLineData - 1) / kLineData);

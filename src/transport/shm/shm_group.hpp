@@ -177,6 +177,7 @@ class ShmGroup {
   size_t area_bytes_ = 0;
   int depth_ = 0;
   size_t inline_lines_ = 0;  // lines of one inline slot
+  bool crowded_ = false;     // more ranks than CPUs: no pipelining split (every hand-off costs a switch)
   ShmWaiter waiter_;
   std::unique_ptr<ShmSegment> segment_;
   uint8_t *controls_ = nullptr;

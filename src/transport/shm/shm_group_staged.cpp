@@ -73,8 +73,10 @@ ShmGroup::Span ShmGroup::slice(size_t count, int j, size_t esize) const {
 
 // Elements per step when `count` elements (whose per-step room is `capacity` elements) go
 // through the areas: the whole room for large messages, but at least kPipelineSplit steps for
-// medium ones (down to kMinStepBytes a step), so copying in and copying out overlap.
+// medium ones (down to min_step_bytes a step), so copying in and copying out overlap — unless
+// ranks outnumber CPUs: then nothing runs in parallel and each extra hand-off costs switches.
 size_t ShmGroup::step_elems(size_t count, size_t capacity, size_t esize) const {
+  if (crowded_) return capacity;
   const size_t align = kSliceAlign / esize;
   size_t split = round_up(ceil_div(count, kPipelineSplit), align);
   split = std::max(split, options_.min_step_bytes / esize / align * align);

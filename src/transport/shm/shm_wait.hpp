@@ -89,6 +89,10 @@ struct WaitOptions {
 // or a seccomp filter refuses (then the group falls back to real fences).
 bool register_for_asymmetric_fences();
 
+// True when the group has more ranks than the machine has CPUs (the same answer on every rank
+// of a host, so it may shape protocol choices).
+bool oversubscribed(int group_size);
+
 // WaitOptions with the -1s resolved for a group of group_size ranks on this machine (fewer usable
 // CPUs than ranks = oversubscribed: no spinning, a short yield phase, then futex).
 WaitOptions resolve_wait_options(WaitOptions requested, int group_size);
