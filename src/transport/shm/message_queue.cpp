@@ -28,6 +28,7 @@ static_assert(sizeof(ShmMessageQueue::Control) <= kControlStride);
 
 struct ShmMessageQueue::ChunkHeader {
   uint64_t bytes;
+  uint64_t offset;  // where in the chunk's payload room the bytes start
   uint32_t flags;
 };
 constexpr size_t kChunkHeaderBytes = 64;
@@ -114,6 +115,16 @@ void ShmMessageQueue::wait_for_free_chunk(const Deadline &deadline) {
   }
 }
 
+// Where message next_ (of `bytes`) starts in its chunk: the offset turns each time the ring comes
+// round, so the writer rarely stores into lines the readers still cache (taking a line back
+// from another core's cache is the slowest store there is: 16 KiB cost ~8 us that way).
+size_t ShmMessageQueue::payload_offset(size_t bytes) const {
+  const size_t footprint = (bytes + 63) / 64 * 64;
+  if (footprint >= max_payload_) return 0;
+  const size_t room = max_payload_ - bytes;
+  return static_cast<size_t>((next_ / n_chunks_) * footprint % (room + 1)) / 64 * 64;
+}
+
 bool ShmMessageQueue::enqueue(const void *data, size_t bytes, const Deadline &deadline) {
   if (!is_writer())
     throw_error(PSTATE_ERR_INVALID_STATE, options_.label, ": enqueue on rank ", rank_, " but only rank ", writer_,
@@ -126,8 +137,9 @@ bool ShmMessageQueue::enqueue(const void *data, size_t bytes, const Deadline &de
     auto *header = reinterpret_cast<ChunkHeader *>(c);
     const bool fits = bytes <= max_payload_;
     header->bytes = bytes;
+    header->offset = fits ? payload_offset(bytes) : 0;
     header->flags = fits ? 0 : kOverflow;
-    if (fits && bytes != 0) std::memcpy(c + kChunkHeaderBytes, data, bytes);
+    if (fits && bytes != 0) std::memcpy(c + kChunkHeaderBytes + header->offset, data, bytes);
     ++next_;
     Control &mine = writer_control();
     mine.count.store(next_, std::memory_order_release);
@@ -152,10 +164,10 @@ ShmMessageQueue::Dequeued ShmMessageQueue::dequeue(
     const uint8_t *c = chunk(next_);
     const auto *header = reinterpret_cast<const ChunkHeader *>(c);
     Dequeued result{(header->flags & kOverflow) != 0, static_cast<size_t>(header->bytes)};
-    if (!result.overflow && result.bytes > max_payload_)
+    if (!result.overflow && (result.bytes > max_payload_ || header->offset > max_payload_ - result.bytes))
       throw_error(PSTATE_ERR_INTERNAL, options_.label, ": message ", next_, " claims ", result.bytes,
-                  " bytes in a chunk of ", max_payload_, " (corrupt segment)");
-    if (!result.overflow) consume(c + kChunkHeaderBytes, result.bytes);
+                  " bytes at offset ", header->offset, " in a chunk of ", max_payload_, " (corrupt segment)");
+    if (!result.overflow) consume(c + kChunkHeaderBytes + header->offset, result.bytes);
     ++next_;
     Control &mine = reader_control(reader_index(rank_));
     mine.count.store(next_, std::memory_order_release);

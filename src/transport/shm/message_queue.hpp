@@ -7,8 +7,10 @@
 // Protocol (sequence counters instead of SGLang's per-chunk flag bytes; same idea):
 //   writer: message m goes to chunk m % n_chunks. The chunk is free once every reader has
 //           consumed message m - n_chunks (consumed[i] >= m + 1 - n_chunks), so the writer
-//           blocks only when the ring is full. It writes the chunk header (length, flags) and the
-//           payload, then stores written = m + 1 (release) and wakes sleeping readers.
+//           blocks only when the ring is full. It writes the chunk header (length, offset, flags)
+//           and the payload (at an offset that rotates each time the ring comes round, so it
+//           rarely overwrites lines readers still cache), then stores written = m + 1 (release)
+//           and wakes sleeping readers.
 //   reader: waits for written >= m + 1 (acquire), hands the payload to the caller while the chunk
 //           is held, then stores consumed[i] = m + 1 (release) and wakes the writer.
 // A payload larger than max_payload() is not put in the ring: the writer enqueues an overflow
@@ -87,6 +89,7 @@ class ShmMessageQueue {
   Control &writer_control() const;
   Control &reader_control(int reader) const;
   uint8_t *chunk(uint64_t message) const;
+  size_t payload_offset(size_t bytes) const;
   int reader_index(int rank) const { return rank < writer_ ? rank : rank - 1; }
   int reader_rank(int reader) const { return reader < writer_ ? reader : reader + 1; }
 

@@ -10,9 +10,9 @@
 //      running, e.g. it shares our core) and doubles back each time a wait ends within it;
 //   2. yield: poll with sched_yield() between polls, for WaitOptions::yield_ns, so a peer that shares
 //      our core gets to run;
-//   3. sleep: block in futex(FUTEX_WAIT) on the owner's ShmSignal word; the owner bumps the word and
-//      wakes sleepers after each store (ShmSignal::notify), so no wake-up is lost and a sleeping
-//      rank uses no CPU.
+//   3. sleep: block in futex(FUTEX_WAIT) on the owner's ShmSignal word; after each store the owner
+//      checks for sleepers and, only if there are any, bumps the word and wakes them
+//      (ShmSignal::notify), so no wake-up is lost and a sleeping rank uses no CPU.
 //
 // Every wait is bounded: past the Deadline it throws PSTATE_ERR_TIMEOUT with a message naming what
 // it waited for; while sleeping/yielding it calls the caller's liveness check every
@@ -94,7 +94,8 @@ bool register_for_asymmetric_fences();
 bool oversubscribed(int group_size);
 
 // WaitOptions with the -1s resolved for a group of group_size ranks on this machine (fewer usable
-// CPUs than ranks = oversubscribed: no spinning, a short yield phase, then futex).
+// CPUs than ranks = oversubscribed: no spinning, a short yield phase, then futex; otherwise spin
+// up to 50 us, yield up to 200 us, then futex).
 WaitOptions resolve_wait_options(WaitOptions requested, int group_size);
 
 // What the slow path did, for logs and tests: a sleep that ended by timeout while the peer was
