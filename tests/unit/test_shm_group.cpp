@@ -211,14 +211,15 @@ int reduce_scatter_rank(int rank, int size, const std::string &name, Board *boar
   for (pstate_dtype_t t : dtypes)
     for (pstate_reduce_op_t op : kOps)
       for (size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{13}, size_t{2003}})
-        for (bool in_place : {false, true}) {
+        for (int form : {0, 1, 2}) {
           size_t n = esize_of(t);
           std::vector<uint8_t> send = inputs(t, rank, size * count);
           std::vector<uint8_t> recv(count * n + kGuard, kGuardByte);
-          // In place (NCCL's form): recv is my own block of send.
-          void *dst = in_place ? send.data() + rank * count * n : recv.data();
+          // 0: separate buffers; 1: NCCL's in-place form, recv is my own block of send;
+          // 2: MPI's in-place form, recv is the start of send.
+          uint8_t *dst = form == 0 ? recv.data() : send.data() + (form == 1 ? rank * count * n : 0);
           g.reduce_scatter(send.data(), dst, count, t, op, generous());
-          if (in_place) std::memcpy(recv.data(), dst, count * n);
+          if (form != 0) std::memcpy(recv.data(), dst, count * n);
           if (!check_reduced("reduce_scatter", t, op, size, rank, recv, count, rank * count)) return 1;
         }
   return 0;

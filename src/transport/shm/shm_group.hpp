@@ -13,13 +13,16 @@
 //    protocol, Open MPI's fast boxes). One hand-off per collective; all_reduce is folded by
 //    every rank over all inputs, in rank order 0..size-1, with the same kernels: the same bits
 //    everywhere. Slot s % inline_depth is rewritten only after every peer's done >= s - depth.
-//  * staged (shm_group_staged.cpp), above: chunks of at most one staging area per step, pipelined
-//    over pipeline_depth areas (where in its area a step lands rotates, so stores rarely hit
-//    lines a peer still caches: see staging()). all_reduce is a reduce-scatter + all-gather inside the segment:
-//    each rank reduces one slice of each chunk from all ranks' inputs (in rank order), then every
-//    rank copies all reduced slices out; each slice is reduced by exactly one rank, so the
-//    result has the same bits on every rank. all_reduce between inline_bytes and small_bytes
-//    folds whole inputs from the areas instead (one hand-off, as inline).
+//  * staged (shm_group_staged.cpp), above: steps of at most one staging area, pipelined over
+//    pipeline_depth areas; medium messages are cut into at least 4 steps (not below
+//    min_step_bytes, and not at all when ranks outnumber CPUs) so copy-in and copy-out overlap.
+//    Where in its area a step lands rotates, so stores rarely hit lines a peer still caches
+//    (see staging()). all_reduce is a reduce-scatter + all-gather inside the segment: each rank
+//    reduces one slice of each chunk from all ranks' inputs (in rank order) in private memory,
+//    stages it, and every rank copies all reduced slices out; each slice is reduced by exactly
+//    one rank, so the result has the same bits on every rank. all_reduce between inline_bytes
+//    and small_bytes folds whole inputs from the areas instead (one hand-off, as inline).
+//    Outputs of stream_bytes or more are written with non-temporal stores.
 //
 // Failures: every wait is bounded by the call's Deadline (PSTATE_ERR_TIMEOUT) and calls the
 // liveness check of the options (PSTATE_ERR_PEER_LOST). After any failure the group is broken and
@@ -66,7 +69,8 @@ class ShmGroup {
  public:
   // Collective over the `size` ranks: rank 0 creates the segment `name` (see shm_segment.hpp for
   // the protocol and naming rule), the others open it; returns when all attached and the name is
-  // already unlinked. Ranks must pass the same size and options (else PSTATE_ERR_MISMATCH).
+  // already unlinked. Ranks must pass the same size and the same sizes/depths in options (they
+  // shape the segment; else PSTATE_ERR_MISMATCH); label, wait and liveness are per rank.
   ShmGroup(const std::string &name, int rank, int size, const Deadline &deadline, ShmGroupOptions options = {});
   ~ShmGroup();
   ShmGroup(const ShmGroup &) = delete;
