@@ -10,8 +10,10 @@
 //      rank has finished with the store and the transport has carried a message both ways.
 #include "group/context.hpp"
 
+#include "bootstrap/netif.hpp"
 #include "group/group.hpp"
 #include "group/host_identity.hpp"
+#include "group/host_order.hpp"
 
 #include <cstdlib>
 #include <map>
@@ -60,8 +62,14 @@ Context::~Context() { abort(); }
 void Context::rendezvous() {
   Deadline deadline = Deadline::after_ms(launch_.timeout_ms);
   log_.info("init: ", launch_.describe());
+  if (!launch_.socket_ifname.empty())  // multi-host runs: say which network the job uses
+    log_.info("init: interface ", launch_.socket_ifname, " address ", ipv4_address_of(launch_.socket_ifname),
+              " carries the store connection and UCX TCP (PSTATE_SOCKET_IFNAME / socket_ifname)");
   store_ = open_store(launch_.store_options());
   log_.info("init: store ", store_->describe(), " open");
+  // Host awareness, opt-in: renumber ranks host by host before anything uses the rank (the
+  // store claim above keeps the launcher's rank; launcher rank 0 stays rank 0).
+  if (order_ranks_by_host_from_env()) order_ranks_by_host(deadline);
 
   UcxWorkerOptions wo;
   wo.world_rank = launch_.rank;
@@ -159,6 +167,7 @@ void Context::initialize_model_parallel(const pstate_parallel_config_t *cfg) {
   }
   layout_.emplace(std::move(lay));
   state_ = State::kParallel;
+  warn_tensor_parallel_across_hosts();  // host awareness: allowed, but said (host_order.cpp)
   // Every rank leaves together, so the first collective on any group finds its peers ready.
   world_->barrier();
   log_.info("initialize_model_parallel: tp ", pc.tp, " pp ", pc.pp, " ep ", pc.ep, " attn_dp ", pc.attn_dp,

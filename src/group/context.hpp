@@ -79,6 +79,10 @@ class Context {
   void rendezvous();
   void exchange_peers();
   void check_local_ranks();
+  // Host awareness (host_order.cpp): PSTATE_ORDER_RANKS_BY_HOST=1 renumbers launch_.rank host by
+  // host during rendezvous; a TP group spanning hosts is logged as a warning.
+  void order_ranks_by_host(Deadline deadline);
+  void warn_tensor_parallel_across_hosts() const;
   std::unique_ptr<Group> make_group(pstate_group_kind_t kind, size_t index, const std::vector<int> &ranks,
                                     uint32_t group_id);
   void close_groups() noexcept;

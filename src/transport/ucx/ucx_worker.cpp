@@ -179,10 +179,10 @@ ucp_ep_h UcxWorker::endpoint(Peer &p) {
 }
 
 void UcxWorker::log_endpoint(Peer &p) {
-  bool &first = p.same_host ? logged_local_ep_ : logged_remote_ep_;
-  LogLevel level = first ? LogLevel::kTrace : LogLevel::kInfo;
+  bool first_to_host = logged_hosts_.count(p.host_id) == 0;
+  LogLevel level = first_to_host ? LogLevel::kInfo : LogLevel::kTrace;
   if (!options_.logger.enabled(level)) return;
-  first = true;
+  if (first_to_host) logged_hosts_.insert(p.host_id);
   std::string line = cat("ucx: endpoint to rank ", p.world_rank, p.same_host ? " (same host" : " (other host",
                          p.same_host ? ", error mode none): " : ", error mode peer): ", describe_endpoint_lanes(p.ep));
   if (level == LogLevel::kInfo)

@@ -41,6 +41,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -246,8 +247,10 @@ class UcxWorker {
   std::vector<uint32_t> probing_;  // any-size receives not matched yet, in posting order
   uint32_t last_owner_ = 0;
   bool poisoned_ = false;  // a request was abandoned while UCX still owned it: close by force
-  bool logged_local_ep_ = false;
-  bool logged_remote_ep_ = false;
+  // Hosts (PeerEntry::host_id) whose first endpoint was logged at INFO: one line per host pair
+  // proves which transport it uses (shared memory inside a host, TCP across); later endpoints to
+  // the same host go to TRACE.
+  std::unordered_set<std::string> logged_hosts_;
   Deadline::Clock::time_point wait_start_{};
   Deadline::Clock::time_point last_liveness_check_{};
   std::vector<pollfd> poll_fds_;  // scratch for block(): wake-up fd + pidfds
