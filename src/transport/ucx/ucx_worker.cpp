@@ -178,6 +178,23 @@ ucp_ep_h UcxWorker::endpoint(Peer &p) {
   return p.ep;
 }
 
+// A receive from a peer we never sent to would otherwise run on the endpoint UCX creates by
+// itself when that peer connects (an "internal" endpoint we hold no handle of). A rendezvous
+// receive in flight on it cannot be cancelled, and we cannot force-close it: after a link is cut
+// mid-transfer, pstate_abort's ucp_worker_destroy then hits UCX's assertion that the endpoint
+// has no requests left (ucp_ep.c: proto_reqs not empty) and the process dies. Creating our own
+// endpoint to every peer we receive from makes UCX match the peer's connection to it (both sides'
+// first endpoint to each other share a connection number), so every transfer runs on an endpoint
+// cancel_owner and force_close can close, which fails its requests with UCS_ERR_CANCELED.
+void UcxWorker::own_endpoint(Peer &p) {
+  try {
+    endpoint(p);
+  } catch (const Error &) {
+    // Cannot create it (out of resources, peer address unusable): the receive still works on
+    // UCX's own endpoint; only a forced teardown in the middle of it is at risk.
+  }
+}
+
 void UcxWorker::log_endpoint(Peer &p) {
   bool first_to_host = logged_hosts_.count(p.host_id) == 0;
   LogLevel level = first_to_host ? LogLevel::kInfo : LogLevel::kTrace;
@@ -279,7 +296,7 @@ UcxWorker::OpId UcxWorker::post_send(const OpTarget &target, const void *buf, si
 }
 
 UcxWorker::OpId UcxWorker::post_recv(const OpTarget &target, void *buf, size_t bytes) {
-  peer(target.peer_world);  // looked up now so its liveness can be watched during the wait
+  own_endpoint(peer(target.peer_world));  // watched during the wait; see own_endpoint
   OpId id = alloc_op(target, OpKind::kRecv);
   Op &op = *find_op(id);
   op.recv_buf = buf;
@@ -290,7 +307,7 @@ UcxWorker::OpId UcxWorker::post_recv(const OpTarget &target, void *buf, size_t b
 }
 
 UcxWorker::OpId UcxWorker::post_recv_any_size(const OpTarget &target, std::vector<uint8_t> *out) {
-  peer(target.peer_world);
+  own_endpoint(peer(target.peer_world));
   OpId id = alloc_op(target, OpKind::kRecvAnySize);
   Op &op = *find_op(id);
   op.out = out;

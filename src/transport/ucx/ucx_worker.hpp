@@ -207,6 +207,7 @@ class UcxWorker {
   void check_socket_ifname() const;
   Peer &peer(int world_rank);
   ucp_ep_h endpoint(Peer &p);
+  void own_endpoint(Peer &p);  // endpoint(p) before receiving, errors ignored (see the .cpp)
   void log_endpoint(Peer &p);
   static std::string describe_endpoint_lanes(ucp_ep_h ep);
   static void on_endpoint_error(void *arg, ucp_ep_h ep, ucs_status_t status);
