@@ -62,14 +62,14 @@ Context::~Context() { abort(); }
 void Context::rendezvous() {
   Deadline deadline = Deadline::after_ms(launch_.timeout_ms);
   log_.info("init: ", launch_.describe());
-  if (!launch_.socket_ifname.empty())  // multi-host runs: say which network the job uses
-    log_.info("init: interface ", launch_.socket_ifname, " address ", ipv4_address_of(launch_.socket_ifname),
-              " carries the store connection and UCX TCP (PSTATE_SOCKET_IFNAME / socket_ifname)");
   store_ = open_store(launch_.store_options());
   log_.info("init: store ", store_->describe(), " open");
   // Host awareness, opt-in: renumber ranks host by host before anything uses the rank (the
   // store claim above keeps the launcher's rank; launcher rank 0 stays rank 0).
   if (order_ranks_by_host_from_env()) order_ranks_by_host(deadline);
+  if (!launch_.socket_ifname.empty())  // multi-host runs: say which network the job uses
+    log_.info("init: interface ", launch_.socket_ifname, " address ", ipv4_address_of(launch_.socket_ifname),
+              " carries the store connection and UCX TCP (PSTATE_SOCKET_IFNAME / socket_ifname)");
 
   UcxWorkerOptions wo;
   wo.world_rank = launch_.rank;

@@ -209,3 +209,25 @@ mh_expect() {
     exit 1
   fi
 }
+
+# Stops the link emulators (their statistics go to their logs) before the trap would.
+mh_stop_emulators() {
+  local pid
+  for pid in "${MH_EMU_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${MH_EMU_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  MH_EMU_PIDS=()
+}
+
+# mh_start_world NAME HOSTS PER_HOST [VAR=VALUE...] -- COMMAND...: one process per rank, node-major,
+# started directly with the torchrun variables (no launcher: a fault test must not have a launcher
+# stop the ranks it expects to see fail by themselves). Ranks are named NAME-rR.
+mh_start_world() {
+  local name=$1 hosts=$2 per=$3 r
+  shift 3
+  local vars=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do vars+=("$1"); shift; done
+  for ((r = 0; r < hosts * per; r++)); do
+    # shellcheck disable=SC2046
+    mh_start "$name-r$r" $((r / per)) $(mh_rank_env "$r" $((hosts * per)) $((r % per)) "$per") "${vars[@]}" "$@"
+  done
+}
