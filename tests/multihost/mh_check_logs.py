@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """mh_check_logs.py — proves from PSTATE_DEBUG=INFO logs which transport each pair of hosts used.
 
-    mh_check_logs.py --per-host N [--addr-base 198.18.0.] [--ifname eth0] LOG...
+    mh_check_logs.py --per-host N [--addr-base 198.18.0.] [--ifname eth0] [--group KIND=shm|ucx]... LOG...
 
 Ranks are numbered host by host (rank r runs on host r // N), as `pstate run --nnodes` and
 PSTATE_ORDER_RANKS_BY_HOST=1 number them. Every rank logs, at INFO, the first UCX endpoint it
@@ -12,7 +12,9 @@ every lane is a shared-memory transport (sysv, posix, cma, xpmem, knem) and none
 hosts every lane is TCP. And coverage: every rank has a line for every host it must reach (its
 own when the host has other ranks, and every other host), so the table printed at the end
 covers every pair of hosts from both sides. With --ifname, every rank must also log the
-interface and its address, which must be 198.18.0.(10 + host).
+interface and its address, which must be 198.18.0.(10 + host). With --group KIND=shm (ucx),
+every rank must have logged that a group of KIND runs on shared memory ("group tp:0: shared
+memory for ...") (spans hosts and runs on UCX only), the group layer's own report.
 Exit status 0 when all holds; otherwise the failures are listed.
 """
 import argparse
@@ -20,6 +22,7 @@ import re
 import sys
 
 ENDPOINT = re.compile(r"\[pstate (\d+)\] INFO ucx: endpoint to rank (\d+) \((same|other) host, error mode \w+\): (.*)$")
+GROUP = re.compile(r"\[pstate (\d+)\] INFO group (\w+):\d+: (shared memory for|spans hosts: UCX)")
 INTERFACE = re.compile(r"\[pstate (\d+)\] INFO init: interface (\S+) address (\S+)")
 LANE = re.compile(r"([\w-]+)/([\w.:-]+)\(([\w,]*)\)")
 SHM = {"sysv", "posix", "cma", "xpmem", "knem"}
@@ -30,11 +33,13 @@ def main():
     ap.add_argument("--per-host", type=int, required=True)
     ap.add_argument("--addr-base", default="198.18.0.")
     ap.add_argument("--ifname")
+    ap.add_argument("--group", action="append", default=[], help="KIND=shm or KIND=ucx")
     ap.add_argument("logs", nargs="+")
     args = ap.parse_args()
     per = args.per_host
     seen = {}  # (rank, host of peer) -> (peer, transports)
     addresses = {}
+    group_modes = set()  # (rank, kind, "shm" | "ucx")
     ranks = set()
     errors = []
     for path in args.logs:
@@ -57,6 +62,10 @@ def main():
                         errors.append("%s (other host) uses %s: expected TCP only" % (where, lanes))
                     seen.setdefault((r, x // per), (x, ",".join(sorted(tls))))
                     continue
+                m = GROUP.search(line)
+                if m:
+                    group_modes.add((int(m.group(1)), m.group(2), "shm" if m.group(3).startswith("shared") else "ucx"))
+                    continue
                 m = INTERFACE.search(line)
                 if m:
                     r = int(m.group(1))
@@ -76,6 +85,13 @@ def main():
             want = (args.ifname, "%s%d" % (args.addr_base, 10 + r // per))
             if addresses.get(r) != want:
                 errors.append("rank %d: interface/address %s, expected %s" % (r, addresses.get(r), want))
+    for spec in args.group:
+        kind, mode = spec.split("=")
+        missing = [r for r in range(world) if (r, kind, mode) not in group_modes]
+        if missing:
+            errors.append("ranks %s logged no %s group on %s" % (missing, kind, "shared memory" if mode == "shm" else "UCX across hosts"))
+        else:
+            print("every rank: a %s group on %s" % (kind, "shared memory (one host)" if mode == "shm" else "UCX (spans hosts)"))
     print("transport by host pair (row: from host, column: to host; from every rank of the row host):")
     print("       " + "".join("host%-14d" % h for h in range(hosts)))
     for a in range(hosts):

@@ -6,9 +6,11 @@
 # Proves: every operation of tests/multihost/mh_rank.c `lifecycle` gives exact results with TP=2
 # inside each host and PP=4 across hosts, then TP=8 with EP=4 across hosts (moe_tp inside); TP
 # groups stay inside a host and PP/EP groups have one rank per host (pstate_group_same_node);
-# from the INFO logs, every pair of hosts talked over TCP on eth0 and ranks of one host over
-# shared memory, and every rank logged its interface and address; the TP=8 group that spans the
-# hosts was reported as a warning naming its ranks.
+# from the INFO logs: groups inside a host (TP=2, moe_tp) run their collectives on the
+# shared-memory segment, groups across hosts (PP, EP, TP=8) on UCX; UCX itself used shared memory
+# (sysv/cma) between ranks of one host and TCP on eth0 between every pair of hosts; every rank
+# logged its interface and address; the TP=8 group that spans the hosts was reported as a warning
+# naming its ranks.
 # Needs root and ip netns; otherwise it is skipped (exit 77).
 set -euo pipefail
 source "$(dirname "$0")/mh_lib.sh"
@@ -22,7 +24,8 @@ done
 for k in 0 1 2 3; do mh_wait "node$k" 300; done
 for k in 0 1 2 3; do mh_expect "node$k" 0; done
 grep -h "lifecycle ok" "$MH_LOGS"/node*.log
-python3 "$MH_CHECK_LOGS" --per-host 2 --ifname eth0 "$MH_LOGS"/node*.log
+python3 "$MH_CHECK_LOGS" --per-host 2 --ifname eth0 --group tp=shm --group pp=ucx --group tp=ucx --group moe_ep=ucx \
+  --group moe_tp=shm "$MH_LOGS"/node*.log
 warn=$(grep -h "WARN group tp:0 (tensor parallel) spans 4 hosts" "$MH_LOGS"/node0.log || true)
 [ -n "$warn" ] || { mh_log "FAILED: no warning about the TP group across hosts"; exit 1; }
 echo "$warn"

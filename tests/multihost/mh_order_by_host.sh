@@ -40,5 +40,5 @@ grep -q "launcher rank 1 is rank 2 " "$MH_LOGS/ordered-r1.log" || { mh_log "FAIL
 if grep -hE "WARN group tp:. \(tensor parallel\) spans 2 hosts: rank [0-9] on" "$MH_LOGS"/ordered-r*.log; then
   mh_log "FAILED: with PSTATE_ORDER_RANKS_BY_HOST=1 a TP group of 2 still spans hosts"; exit 1
 fi
-python3 "$MH_CHECK_LOGS" --per-host 2 --ifname eth0 "$MH_LOGS"/ordered-r*.log
+python3 "$MH_CHECK_LOGS" --per-host 2 --ifname eth0 --group tp=shm --group pp=ucx "$MH_LOGS"/ordered-r*.log
 mh_log "PASSED: interleaved ranks reported; PSTATE_ORDER_RANKS_BY_HOST=1 keeps TP inside hosts"
