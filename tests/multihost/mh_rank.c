@@ -28,7 +28,8 @@
  *   mh_rank stranger    pstate_init with the environment it got (a wrong or missing job token):
  *                       exits 0 when refused with PSTATE_ERR_AUTH.
  *
- * Common environment: the torchrun variables; MH_TIMEOUT_MS (pstate timeout, default 30000).
+ * Common environment: the torchrun (or mpirun, srun) variables; MH_TIMEOUT_MS (pstate timeout,
+ * default 30000); MH_SOCKET_IFNAME_PARAM: passed as pstate_init_params_t.socket_ifname.
  * Exit status 0 = every check passed; the reason of a failure is printed on stderr.
  */
 #define _GNU_SOURCE
@@ -301,6 +302,7 @@ static int group_suite(const group_t *g, int seed, int big) {
 static pstate_status_t init_from_env(pstate_t **ps) {
   pstate_init_params_t p = PSTATE_INIT_PARAMS_INIT;
   p.timeout_ms = env_int("MH_TIMEOUT_MS", 30000);
+  p.socket_ifname = getenv("MH_SOCKET_IFNAME_PARAM"); /* NULL: PSTATE_SOCKET_IFNAME */
   return pstate_init(&p, ps);
 }
 

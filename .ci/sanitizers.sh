@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# .ci/sanitizers.sh — CI's sanitizer jobs, from a clean checkout (after ./build.sh deps).
+#
+#   .ci/sanitizers.sh asan   build-asan/: -DPSTATE_SANITIZE=address,undefined, everything built,
+#                            the whole ctest suite run under it (multi-process and multi-host
+#                            tests included; bindings are off: a Python or Go interpreter cannot
+#                            load an ASan library without LD_PRELOAD)
+#   .ci/sanitizers.sh tsan   build-tsan/: -DPSTATE_SANITIZE=thread, only the tests whose sources
+#                            run ranks as threads of one process (found by grep, so new ones join
+#                            by themselves), each run under ThreadSanitizer
+#   .ci/sanitizers.sh        both, asan first
+#
+# Any sanitizer report fails the job: ASan and UBSan halt at the first error (a rank that
+# halts makes its test fail), TSan likewise. UCX's own malloc/mmap hooks are turned off under
+# the sanitizers (UCX_MEM_MALLOC_HOOKS=no, UCX_MEM_MMAP_HOOK_MODE=none): they patch the very
+# functions the sanitizers intercept. SAN_JOBS (default nproc) builds in parallel; CTEST_JOBS
+# (default 1) runs tests in parallel.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+JOBS=${SAN_JOBS:-$(nproc)}
+export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none
+
+configure() { # configure DIR SANITIZERS
+  cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPSTATE_SANITIZE="$2" -DPSTATE_BUILD_BINDINGS=OFF >/dev/null
+}
+
+asan() {
+  local t0=$SECONDS
+  configure build-asan address,undefined
+  cmake --build build-asan -j "$JOBS"
+  echo "sanitizers: ASan+UBSan build took $((SECONDS - t0)) s"
+  export ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:verify_asan_link_order=0:suppressions=$ROOT/.ci/asan.supp
+  export LSAN_OPTIONS=suppressions=$ROOT/.ci/lsan.supp:print_suppressions=0
+  export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+  t0=$SECONDS
+  (cd build-asan && ctest --output-on-failure -j "${CTEST_JOBS:-1}" --timeout 900)
+  echo "sanitizers: the whole suite passed under ASan+UBSan in $((SECONDS - t0)) s"
+}
+
+# The tests that run ranks as threads: their source starts threads itself or through the test
+# harness (pstate_test_run_threads, thread_channel.hpp).
+thread_tests() {
+  grep -lE 'pstate_test_run_threads|std::thread|std::jthread|pthread_create|thread_channel\.hpp' \
+    tests/api/test_*.c tests/unit/test_*.cpp | xargs -n1 basename | sed -E 's/\.(c|cpp)$//' | sort
+}
+
+tsan() {
+  local tests t0=$SECONDS
+  mapfile -t tests < <(thread_tests)
+  echo "sanitizers: threads-as-ranks tests: ${tests[*]}"
+  configure build-tsan thread
+  cmake --build build-tsan -j "$JOBS" --target "${tests[@]}"
+  echo "sanitizers: TSan build took $((SECONDS - t0)) s"
+  export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/.ci/tsan.supp
+  # The soak's process form adds nothing under TSan (one thread per process): keep it short.
+  export PSTATE_SOAK_OPS=${PSTATE_SOAK_OPS:-100} PSTATE_SOAK_THREAD_OPS=${PSTATE_SOAK_THREAD_OPS:-300}
+  t0=$SECONDS
+  local regex
+  regex="^($(IFS='|'; echo "${tests[*]}"))\$"
+  (cd build-tsan && ctest --output-on-failure -j "${CTEST_JOBS:-1}" --timeout 900 -R "$regex")
+  echo "sanitizers: ${#tests[@]} threads-as-ranks tests passed under TSan in $((SECONDS - t0)) s"
+}
+
+case "${1:-all}" in
+  asan) asan ;;
+  tsan) tsan ;;
+  all) asan; tsan ;;
+  *) sed -n '2,16p' "$0" >&2; exit 2 ;;
+esac
