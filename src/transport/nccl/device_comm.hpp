@@ -74,11 +74,16 @@ class HostPointerCheck {
 
   // where: "tp:0: all_reduce"; name: "send".
   void require_host(const void *p, const char *name, const std::string &where);
+  // Whether the process has loaded the CUDA driver (only then can a pointer be device memory):
+  // callers skip building `where` when it has not. After the first scan, only a change in the
+  // loader's count of loaded objects triggers another (one dl_iterate_phdr callback per call).
+  bool cuda_loaded() { return find_driver(); }
 
  private:
   bool find_driver();
   void *driver_ = nullptr;          // dlopen handle of the already loaded libcuda.so.1
   void *get_attribute_ = nullptr;   // cuPointerGetAttribute
+  unsigned long long scanned_adds_ = ~0ull;  // the loader's dlpi_adds at the last full scan
 };
 
 // ---- the CUDA side of one pstate_t ----------------------------------------------------------
