@@ -40,6 +40,8 @@ namespace pstate {
 struct CudaBackendStatus {
   bool built = false;        // compiled with the CUDA/NCCL headers
   bool usable = false;       // CUDA runtime and NCCL load here and at least one device exists
+  bool cuda_runtime_loaded = false;  // a libcudart loaded (it may still see no device)
+  bool nccl_loaded = false;          // NCCL loaded (PSTATE_NCCL_LIBRARY, else libnccl.so.2)
   int device_count = 0;      // devices the CUDA runtime sees (0 when it cannot say)
   std::string build;         // "CUDA 13.0, NCCL 2.28.9 headers" or "not built"
   std::string cuda_runtime;  // "libcudart.so.13 (runtime 13.0, driver 12.8)" or why it failed
