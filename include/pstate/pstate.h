@@ -260,14 +260,17 @@ PSTATE_API void pstate_layout_destroy(pstate_layout_t *l);
 PSTATE_API pstate_status_t pstate_init(const pstate_init_params_t *params, pstate_t **out);
 
 /** initialize_model_parallel: creates every group kind of the layout for cfg (NULL = tp =
- *  world). Collective over the world. INVALID_STATE when already initialized (destroy first). */
+ *  world). Collective over the world. INVALID_STATE when already initialized (destroy first) or
+ *  in graph-capture mode. */
 PSTATE_API pstate_status_t pstate_initialize_model_parallel(pstate_t *ps, const pstate_parallel_config_t *cfg);
 
 /** 1 when model-parallel groups exist, 0 otherwise (also for NULL). */
 PSTATE_API int pstate_model_parallel_is_initialized(const pstate_t *ps);
 
 /** destroy_model_parallel: drops the model-parallel groups (their pstate_group_t become invalid);
- *  the world group stays. Not collective. INVALID_STATE when none exist. */
+ *  the world group stays. Not collective, but in a CUDA context each group's NCCL communicator
+ *  is finalized with its peers (bounded by the timeout), so call it on every rank. INVALID_STATE
+ *  when none exist, or in graph-capture mode. */
 PSTATE_API pstate_status_t pstate_destroy_model_parallel(pstate_t *ps);
 
 /** destroy_distributed_environment: drops every group, closes transports and the store, frees

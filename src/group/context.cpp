@@ -143,8 +143,15 @@ std::unique_ptr<Group> Context::make_group(pstate_group_kind_t kind, size_t inde
   return g;
 }
 
+void Context::require_not_capturing(const char *call) const {
+  if (capturing())
+    throw_error(PSTATE_ERR_INVALID_STATE, call, " in graph-capture mode: the groups' NCCL communicators may be "
+                "recorded into the graph; call pstate_graph_capture_end first");
+}
+
 void Context::initialize_model_parallel(const pstate_parallel_config_t *cfg) {
   require_usable("pstate_initialize_model_parallel");
+  require_not_capturing("pstate_initialize_model_parallel");
   if (layout_)
     throw_error(PSTATE_ERR_INVALID_STATE,
                 "model parallel is already initialized: call pstate_destroy_model_parallel first");
@@ -183,6 +190,7 @@ void Context::destroy_model_parallel() {
   if (!layout_)
     throw_error(PSTATE_ERR_INVALID_STATE,
                 "model parallel is not initialized: call pstate_initialize_model_parallel first");
+  require_not_capturing("pstate_destroy_model_parallel");
   for (auto &g : groups_) {
     g->retire();
     retired_.push_back(std::move(g));
@@ -283,8 +291,9 @@ void Context::close_groups() noexcept {
 void Context::finalize() {
   if (state_ == State::kClosed) return;
   if (capturing() && state_ != State::kFailed)
-    throw_error(PSTATE_ERR_INVALID_STATE, "pstate_finalize in graph-capture mode: nothing was released; call "
-                "pstate_graph_capture_end first (or pstate_abort)");
+    throw_error(PSTATE_ERR_INVALID_STATE, "pstate_finalize in graph-capture mode: nothing was released (the groups' "
+                "NCCL communicators may be recorded into the graph); call pstate_graph_capture_end first, or "
+                "pstate_abort");
   std::string first_error;
   pstate_status_t first_status = PSTATE_OK;
   if (state_ != State::kFailed && world_) {

@@ -91,6 +91,8 @@ class Context {
   void *begin_graph_capture(void *stream);
   void end_graph_capture();
   bool capturing() const { return device_ctx_ && device_ctx_->capturing(); }
+  // INVALID_STATE naming `call` in graph-capture mode (the lifecycle calls refuse to run then).
+  void require_not_capturing(const char *call) const;
 
   // Failure bookkeeping: the first fatal error poisons the context.
   State state() const { return state_; }
