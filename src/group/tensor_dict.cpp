@@ -158,13 +158,13 @@ TensorMeta check_tensor(Group &g, const pstate_tensor_t &t, size_t i, const char
   m.bytes = size_in_bytes(m.dtype, m.shape, &overflow);
   if (overflow) throw_error(PSTATE_ERR_INVALID_ARGUMENT, which, ": its size in bytes overflows size_t");
   m.data = t.data;
+  DeviceContext *device = g.context().device_context();
+  if (m.device == PSTATE_DEVICE_CUDA && device == nullptr)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, which, ": a CUDA tensor in a CPU context: mark it PSTATE_DEVICE_CPU "
+                "with host memory, or create the context with device = PSTATE_DEVICE_CUDA");
   if (m.bytes == 0) return m;
   if (t.data == nullptr) throw_error(PSTATE_ERR_INVALID_ARGUMENT, which, ": data is NULL with ", m.bytes, " bytes");
   if (m.device == PSTATE_DEVICE_CUDA) {
-    DeviceContext *device = g.context().device_context();
-    if (device == nullptr)
-      throw_error(PSTATE_ERR_INVALID_ARGUMENT, which, ": a CUDA tensor in a CPU context: mark it PSTATE_DEVICE_CPU "
-                  "with host memory, or create the context with device = PSTATE_DEVICE_CUDA");
     device->require_device_pointer(t.data, "data", which);
   } else {
     g.context().require_host_memory(t.data, "data", g.name().c_str(), which_op.c_str());
