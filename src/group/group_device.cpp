@@ -69,6 +69,7 @@ void pstate_group_s::ensure_device_ready(const char *call) {
 }
 
 void pstate_group_s::require_device_p2p_ready(const char *call) {
+  check_alive(call);
   if (size() <= 2 || (device_comm_ && device_comm_->ready())) return;
   pstate::throw_error(PSTATE_ERR_INVALID_STATE, call, ": group ", name_, " (", size(),
                       " ranks) has no NCCL communicator yet, and point-to-point between two of its ranks cannot "
