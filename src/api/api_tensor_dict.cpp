@@ -10,28 +10,31 @@ using namespace pstate::api;
 namespace {
 
 void check_dict(const pstate_tensor_t *tensors, size_t count) {
-  if (count > 0 && tensors == nullptr) pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "tensors is NULL with count ", count);
+  if (count > 0 && tensors == nullptr)
+    pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "tensors is NULL with count ", count);
 }
 
 void check_alloc(pstate_alloc_fn alloc) {
   if (alloc == nullptr)
-    pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "alloc is NULL: a receiving rank needs an allocation callback for the "
-                "tensors it receives");
+    pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT,
+                        "alloc is NULL: a receiving rank needs an allocation callback for the "
+                        "tensors it receives");
 }
 
 }  // namespace
 
 extern "C" {
 
-PSTATE_API pstate_status_t pstate_broadcast_tensor_dict(pstate_group_t *g, const pstate_tensor_t *tensors,
-                                                        size_t count, int src, pstate_alloc_fn alloc, void *user,
-                                                        void *stream) {
+PSTATE_API pstate_status_t pstate_broadcast_tensor_dict(pstate_group_t *g, const pstate_tensor_t *tensors, size_t count,
+                                                        int src, pstate_alloc_fn alloc, void *user, void *stream) {
   return PSTATE_GUARD({
     require_group(g, "pstate_broadcast_tensor_dict");
     require_rank(g, src, "src");
     require_cpu_stream(g, stream);
-    if (g->rank_in_group() == src) check_dict(tensors, count);
-    else check_alloc(alloc);
+    if (g->rank_in_group() == src)
+      check_dict(tensors, count);
+    else
+      check_alloc(alloc);
     pstate::broadcast_tensor_dict(*g, tensors, count, src, pstate::TensorAllocator{alloc, user}, stream);
   });
 }

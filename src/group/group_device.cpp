@@ -26,13 +26,14 @@ bool is_fatal_device_status(pstate_status_t s) {
 }  // namespace
 }  // namespace pstate
 
-bool pstate_group_s::on_device() const { return ctx_.device_context() != nullptr; }
+bool pstate_group_s::on_device() const {
+  return ctx_.device_context() != nullptr;
+}
 
 pstate::DeviceComm &pstate_group_s::device_comm() {
   if (device_comm_) return *device_comm_;
   pstate::DeviceContext *device = ctx_.device_context();
-  if (device == nullptr)
-    pstate::throw_error(PSTATE_ERR_INTERNAL, name_, ": a device operation in a CPU context");
+  if (device == nullptr) pstate::throw_error(PSTATE_ERR_INTERNAL, name_, ": a device operation in a CPU context");
   pstate::DeviceCommOptions o;
   o.group_name = name_;
   o.rank = rank_in_group_;

@@ -66,7 +66,9 @@ struct Failure {
   explicit operator bool() const { return status != PSTATE_OK; }
 };
 
-const char *device_text(pstate_device_t d) { return d == PSTATE_DEVICE_CUDA ? "cuda" : "cpu"; }
+const char *device_text(pstate_device_t d) {
+  return d == PSTATE_DEVICE_CUDA ? "cuda" : "cpu";
+}
 
 OpDescriptor describe(OpKind kind, size_t count, pstate_dtype_t dtype, int root) {
   return OpDescriptor{static_cast<uint32_t>(kind), 0, count, dtype, -1, root, 0};
@@ -143,7 +145,8 @@ TensorMeta check_tensor(Group &g, const pstate_tensor_t &t, size_t i, const char
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, which, ": dtype ", static_cast<int>(t.dtype), " is not a pstate_dtype_t");
   m.dtype = t.dtype;
   if (t.device != PSTATE_DEVICE_CPU && t.device != PSTATE_DEVICE_CUDA)
-    throw_error(PSTATE_ERR_INVALID_ARGUMENT, which, ": device ", static_cast<int>(t.device), " is not a pstate_device_t");
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, which, ": device ", static_cast<int>(t.device),
+                " is not a pstate_device_t");
   m.device = t.device;
   if (t.ndim < 0 || t.ndim > PSTATE_TENSOR_MAX_NDIM)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, which, ": ndim ", t.ndim, " is outside 0..", PSTATE_TENSOR_MAX_NDIM);
@@ -160,7 +163,8 @@ TensorMeta check_tensor(Group &g, const pstate_tensor_t &t, size_t i, const char
   m.data = t.data;
   DeviceContext *device = g.context().device_context();
   if (m.device == PSTATE_DEVICE_CUDA && device == nullptr)
-    throw_error(PSTATE_ERR_INVALID_ARGUMENT, which, ": a CUDA tensor in a CPU context: mark it PSTATE_DEVICE_CPU "
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, which,
+                ": a CUDA tensor in a CPU context: mark it PSTATE_DEVICE_CPU "
                 "with host memory, or create the context with device = PSTATE_DEVICE_CUDA");
   if (m.bytes == 0) return m;
   if (t.data == nullptr) throw_error(PSTATE_ERR_INVALID_ARGUMENT, which, ": data is NULL with ", m.bytes, " bytes");
@@ -183,7 +187,8 @@ Dict encode_dict(Group &g, const pstate_tensor_t *tensors, size_t count, const c
   for (size_t i = 0; i < count; ++i) {
     TensorMeta m = check_tensor(g, tensors[i], i, op);
     if (!names.insert(tensors[i].name).second)
-      throw_error(PSTATE_ERR_INVALID_ARGUMENT, where, ": tensor ", i, " ('", m.name, "') repeats a name: keys of a "
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, where, ": tensor ", i, " ('", m.name,
+                  "') repeats a name: keys of a "
                   "dict are unique");
     w.put(static_cast<uint32_t>(m.name.size()));
     w.put(static_cast<int32_t>(m.dtype));
@@ -256,8 +261,8 @@ Dict decode_dict(Group &g, Bytes message, int sender, const std::string &where) 
     if (!r.get(&status)) out_of_step(g, where, sender, "a truncated refusal");
     size_t length = r.left();
     const uint8_t *text = r.take(length);
-    throw_error(static_cast<pstate_status_t>(status), where, ": group rank ", sender, " refused its dict: ",
-                std::string_view(reinterpret_cast<const char *>(text), length));
+    throw_error(static_cast<pstate_status_t>(status), where, ": group rank ", sender,
+                " refused its dict: ", std::string_view(reinterpret_cast<const char *>(text), length));
   }
   uint64_t count = 0;
   if (magic != kDictMagic || !r.get(&count)) out_of_step(g, where, sender, "no dict header");
@@ -273,8 +278,7 @@ Dict decode_dict(Group &g, Bytes message, int sender, const std::string &where) 
 
 // Asks alloc for every tensor (until one fails) and fills the inline ones. Returns the memory of
 // each tensor, nullptr where there is none (empty, or after a failure: drained).
-std::vector<void *> place(Group &g, const Dict &dict, const TensorAllocator &alloc, const char *op,
-                          Failure *failure) {
+std::vector<void *> place(Group &g, const Dict &dict, const TensorAllocator &alloc, const char *op, Failure *failure) {
   std::vector<void *> memory(dict.tensors.size(), nullptr);
   for (size_t i = 0; i < dict.tensors.size() && !*failure; ++i) {
     const TensorMeta &t = dict.tensors[i];
@@ -282,8 +286,9 @@ std::vector<void *> place(Group &g, const Dict &dict, const TensorAllocator &all
         cat(op, ": tensor ", i, " ('", t.name, "', ", t.bytes, " bytes on ", device_text(t.device), ")");
     const std::string which = g.name() + " " + which_op;
     if (t.device == PSTATE_DEVICE_CUDA && !g.on_device()) {
-      *failure = {PSTATE_ERR_INVALID_STATE, cat(which, ": the sender's context is CUDA and this one is CPU: every "
-                                                       "rank must create its context with the same device")};
+      *failure = {PSTATE_ERR_INVALID_STATE, cat(which,
+                                                ": the sender's context is CUDA and this one is CPU: every "
+                                                "rank must create its context with the same device")};
       break;
     }
     void *p = alloc.fn(alloc.user, t.name.c_str(), t.dtype, static_cast<int>(t.shape.size()), t.shape.data(), t.bytes,
@@ -294,8 +299,10 @@ std::vector<void *> place(Group &g, const Dict &dict, const TensorAllocator &all
       break;
     }
     try {
-      if (t.device == PSTATE_DEVICE_CUDA) g.context().device_context()->require_device_pointer(p, "memory from alloc", which);
-      else g.context().require_host_memory(p, "memory from alloc", g.name().c_str(), which_op.c_str());
+      if (t.device == PSTATE_DEVICE_CUDA)
+        g.context().device_context()->require_device_pointer(p, "memory from alloc", which);
+      else
+        g.context().require_host_memory(p, "memory from alloc", g.name().c_str(), which_op.c_str());
     } catch (const Error &e) {
       *failure = {e.status(), e.what()};
       break;
@@ -313,14 +320,16 @@ void agree_in_group(Group &g, const Failure &failure, const std::string &where) 
   int32_t flag = failure ? ((g.rank_in_group() + 1) << 8) | static_cast<int32_t>(failure.status) : 0;
   g.all_reduce(&flag, &flag, 1, PSTATE_INT32, PSTATE_MAX);
   if (failure)
-    throw_error(failure.status, failure.message, "; nothing of the dict was transferred (it holds CUDA tensors, so "
+    throw_error(failure.status, failure.message,
+                "; nothing of the dict was transferred (it holds CUDA tensors, so "
                 "every rank of the group gave up)");
   if (flag != 0)
     throw_error(static_cast<pstate_status_t>(flag & 0xff), where, ": group rank ", (flag >> 8) - 1,
                 " could not take the dict (its error says why): nothing was transferred");
 }
 
-void run_device_op(Group &g, OpKind kind, const TensorMeta &t, int peer, const std::function<void(DeviceComm &, size_t)> &op) {
+void run_device_op(Group &g, OpKind kind, const TensorMeta &t, int peer,
+                   const std::function<void(DeviceComm &, size_t)> &op) {
   size_t n = t.bytes / pstate_dtype_size(t.dtype);
   g.run_device(describe(kind, n, t.dtype, peer), [&](DeviceComm &d) { op(d, n); });
 }
@@ -361,7 +370,8 @@ void recv_payload(Group &g, const Dict &dict, const std::vector<void *> &memory,
   for (size_t i = 0; i < dict.tensors.size(); ++i) {
     const TensorMeta &t = dict.tensors[i];
     if (t.device != PSTATE_DEVICE_CUDA || t.bytes == 0) continue;
-    run_device_op(g, OpKind::kRecv, t, src, [&](DeviceComm &d, size_t n) { d.recv(memory[i], n, t.dtype, src, stream); });
+    run_device_op(g, OpKind::kRecv, t, src,
+                  [&](DeviceComm &d, size_t n) { d.recv(memory[i], n, t.dtype, src, stream); });
   }
   Bytes scratch;
   for (size_t i = 0; i < dict.tensors.size(); ++i) {
@@ -393,8 +403,8 @@ Dict encode_or_refuse(Group &g, const pstate_tensor_t *tensors, size_t count, co
 
 }  // namespace
 
-void broadcast_tensor_dict(Group &g, const pstate_tensor_t *tensors, size_t count, int src, const TensorAllocator &alloc,
-                           void *stream) {
+void broadcast_tensor_dict(Group &g, const pstate_tensor_t *tensors, size_t count, int src,
+                           const TensorAllocator &alloc, void *stream) {
   const std::string where = g.name() + " broadcast_tensor_dict";
   g.check_alive("broadcast_tensor_dict");
   if (g.rank_in_group() == src) {

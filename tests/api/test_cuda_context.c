@@ -10,11 +10,14 @@
  * the no-device tests skip (tests/gpu/ covers CUDA contexts there); in a build without the CUDA
  * backend the message says that instead.
  */
+/* cmocka.h needs these first */
+// clang-format off
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+// clang-format on
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +26,9 @@
 #include "expect_error.h"
 #include "ranks.h"
 
-static int contains(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
+static int contains(const char *hay, const char *needle) {
+  return strstr(hay, needle) != NULL;
+}
 
 /* pstate_init for rank `rank` of `world` ranks whose store is at 127.0.0.1:port. */
 static pstate_status_t init_at(pstate_device_t device, int world, int rank, int port, pstate_t **out) {
@@ -80,7 +85,9 @@ static void test_cuda_context_fails_before_contacting_the_store(void **state) {
   assert_null(ps);
 }
 
-static void unset_nccl_variable(void) { unsetenv("PSTATE_NCCL_LIBRARY"); }
+static void unset_nccl_variable(void) {
+  unsetenv("PSTATE_NCCL_LIBRARY");
+}
 
 /* With more than one rank NCCL is needed: a PSTATE_NCCL_LIBRARY naming no file is reported with
  * the path and the variable, whether or not a GPU is present. */
@@ -89,8 +96,10 @@ static void test_nccl_library_missing_is_named_with_its_variable(void **state) {
   int built = 1;
   pstate_t *ps = NULL;
   pstate_status_t s = init_alone(PSTATE_DEVICE_CUDA, &ps);
-  if (s == PSTATE_OK) pstate_finalize(ps);
-  else built = !contains(pstate_last_error(), "without the CUDA backend");
+  if (s == PSTATE_OK)
+    pstate_finalize(ps);
+  else
+    built = !contains(pstate_last_error(), "without the CUDA backend");
   if (!built) skip();
   setenv("PSTATE_NCCL_LIBRARY", "/nonexistent/libnccl.so.2", 1);
   ps = NULL;

@@ -9,11 +9,14 @@
  * names, dtypes, shapes, sizes and contents without trusting the sender. Receivers record what
  * the allocation callback is asked for into a test-owned table and free it afterwards.
  */
+/* cmocka.h needs these first */
+// clang-format off
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+// clang-format on
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +24,9 @@
 
 #include "ranks.h"
 
-static int contains(const char *hay, const char *needle) { return strstr(hay, needle) != NULL; }
+static int contains(const char *hay, const char *needle) {
+  return strstr(hay, needle) != NULL;
+}
 
 /* ---- the reference dict ------------------------------------------------------------------- */
 
@@ -52,7 +57,9 @@ static size_t ref_bytes(const ref_tensor_t *t) {
   return n;
 }
 
-static uint8_t pattern(int sender, int tensor, size_t i) { return (uint8_t)(sender * 31 + tensor * 7 + (int)(i % 251)); }
+static uint8_t pattern(int sender, int tensor, size_t i) {
+  return (uint8_t)(sender * 31 + tensor * 7 + (int)(i % 251));
+}
 
 /* The reference dict of rank `sender`, in storage the caller frees with free_dict. */
 static void make_dict(int sender, pstate_tensor_t *out) {
@@ -245,7 +252,8 @@ static int alloc_failure_on_one_receiver(const pstate_test_rank_t *self) {
     got_init(&got, attempt == 0 && self->rank == 1 ? 4 : -1);
     pstate_status_t s = pstate_broadcast_tensor_dict(g, NULL, 0, 0, record_alloc, &got, NULL);
     if (attempt == 0 && self->rank == 1) {
-      RANK_CHECK(self, s == PSTATE_ERR_NO_MEMORY, "failed alloc: %s (%s)", pstate_status_string(s), pstate_last_error());
+      RANK_CHECK(self, s == PSTATE_ERR_NO_MEMORY, "failed alloc: %s (%s)", pstate_status_string(s),
+                 pstate_last_error());
       RANK_CHECK(self, contains(pstate_last_error(), "hidden") && contains(pstate_last_error(), "NULL"),
                  "message names the tensor: %s", pstate_last_error());
       RANK_CHECK(self, got.n == 5, "no allocation after the failed one: %d calls", got.n);
@@ -302,7 +310,8 @@ static int refused_dict(const pstate_test_rank_t *self) {
     }
     RANK_CHECK(self, s == PSTATE_ERR_INVALID_ARGUMENT, "%s: %s (%s)", p2p ? "p2p" : "broadcast",
                pstate_status_string(s), pstate_last_error());
-    RANK_CHECK(self, contains(pstate_last_error(), c->phrase), "message lacks '%s': %s", c->phrase, pstate_last_error());
+    RANK_CHECK(self, contains(pstate_last_error(), c->phrase), "message lacks '%s': %s", c->phrase,
+               pstate_last_error());
   }
   int32_t v = 1;
   RANK_OK(self, pstate_all_reduce(g, &v, &v, 1, PSTATE_INT32, PSTATE_SUM, NULL));
@@ -337,18 +346,22 @@ static int local_argument_errors(const pstate_test_rank_t *self) {
   got_dict_t got;
   got_init(&got, -1);
   int not_a_stream = 0;
-  RANK_CHECK(self, pstate_broadcast_tensor_dict(g, NULL, 0, 0, record_alloc, &got, &not_a_stream) ==
-                       PSTATE_ERR_INVALID_ARGUMENT && contains(pstate_last_error(), "stream"),
-             "stream in a CPU context: %s", pstate_last_error());
+  RANK_CHECK(
+      self,
+      pstate_broadcast_tensor_dict(g, NULL, 0, 0, record_alloc, &got, &not_a_stream) == PSTATE_ERR_INVALID_ARGUMENT &&
+          contains(pstate_last_error(), "stream"),
+      "stream in a CPU context: %s", pstate_last_error());
   RANK_CHECK(self, pstate_broadcast_tensor_dict(g, NULL, 0, 5, record_alloc, &got, NULL) == PSTATE_ERR_INVALID_ARGUMENT,
              "src out of range: %s", pstate_last_error());
   if (self->rank != 0)
-    RANK_CHECK(self, pstate_broadcast_tensor_dict(g, NULL, 0, 0, NULL, NULL, NULL) == PSTATE_ERR_INVALID_ARGUMENT &&
-                         contains(pstate_last_error(), "alloc"),
+    RANK_CHECK(self,
+               pstate_broadcast_tensor_dict(g, NULL, 0, 0, NULL, NULL, NULL) == PSTATE_ERR_INVALID_ARGUMENT &&
+                   contains(pstate_last_error(), "alloc"),
                "receiver without alloc: %s", pstate_last_error());
   else
-    RANK_CHECK(self, pstate_broadcast_tensor_dict(g, NULL, 2, 0, NULL, NULL, NULL) == PSTATE_ERR_INVALID_ARGUMENT &&
-                         contains(pstate_last_error(), "tensors"),
+    RANK_CHECK(self,
+               pstate_broadcast_tensor_dict(g, NULL, 2, 0, NULL, NULL, NULL) == PSTATE_ERR_INVALID_ARGUMENT &&
+                   contains(pstate_last_error(), "tensors"),
                "NULL tensors with count 2: %s", pstate_last_error());
   RANK_CHECK(self, pstate_send_tensor_dict(g, NULL, 0, self->rank, NULL) == PSTATE_ERR_INVALID_ARGUMENT,
              "send to self: %s", pstate_last_error());
@@ -356,8 +369,8 @@ static int local_argument_errors(const pstate_test_rank_t *self) {
              "recv from self: %s", pstate_last_error());
   RANK_CHECK(self, pstate_recv_tensor_dict(g, self->rank ^ 1, NULL, NULL, NULL) == PSTATE_ERR_INVALID_ARGUMENT,
              "recv without alloc: %s", pstate_last_error());
-  RANK_CHECK(self, pstate_broadcast_tensor_dict(NULL, NULL, 0, 0, record_alloc, &got, NULL) ==
-                       PSTATE_ERR_INVALID_ARGUMENT,
+  RANK_CHECK(self,
+             pstate_broadcast_tensor_dict(NULL, NULL, 0, 0, record_alloc, &got, NULL) == PSTATE_ERR_INVALID_ARGUMENT,
              "NULL group: %s", pstate_last_error());
   RANK_CHECK(self, got.n == 0, "allocations on refused calls: %d", got.n);
   RANK_OK(self, pstate_barrier(g));

@@ -52,7 +52,9 @@ DeviceOps ops_of(pstate_group_t *g) {
   o.all_to_all = [g](const void *s, void *r, size_t n, pstate_dtype_t t, void *st) {
     ps_check(pstate_all_to_all(g, s, r, n, t, st));
   };
-  o.send = [g](const void *b, size_t n, pstate_dtype_t t, int dst, void *st) { ps_check(pstate_send(g, b, n, t, dst, st)); };
+  o.send = [g](const void *b, size_t n, pstate_dtype_t t, int dst, void *st) {
+    ps_check(pstate_send(g, b, n, t, dst, st));
+  };
   o.recv = [g](void *b, size_t n, pstate_dtype_t t, int src, void *st) { ps_check(pstate_recv(g, b, n, t, src, st)); };
   o.barrier = [g] { ps_check(pstate_barrier(g)); };
   return o;
@@ -105,9 +107,9 @@ struct DictEntry {
 // metadata message and one too large for it.
 const std::vector<DictEntry> &dict_entries() {
   static const std::vector<DictEntry> entries = {
-      {"logits", PSTATE_FLOAT32, {3, 5}, PSTATE_DEVICE_CUDA},  {"empty", PSTATE_INT64, {0, 4}, PSTATE_DEVICE_CUDA},
-      {"seq_lens", PSTATE_INT32, {4}, PSTATE_DEVICE_CPU},      {"big_cpu", PSTATE_UINT8, {100000}, PSTATE_DEVICE_CPU},
-      {"scale", PSTATE_BFLOAT16, {}, PSTATE_DEVICE_CUDA},      {"hidden", PSTATE_FLOAT16, {70000}, PSTATE_DEVICE_CUDA},
+      {"logits", PSTATE_FLOAT32, {3, 5}, PSTATE_DEVICE_CUDA}, {"empty", PSTATE_INT64, {0, 4}, PSTATE_DEVICE_CUDA},
+      {"seq_lens", PSTATE_INT32, {4}, PSTATE_DEVICE_CPU},     {"big_cpu", PSTATE_UINT8, {100000}, PSTATE_DEVICE_CPU},
+      {"scale", PSTATE_BFLOAT16, {}, PSTATE_DEVICE_CUDA},     {"hidden", PSTATE_FLOAT16, {70000}, PSTATE_DEVICE_CUDA},
   };
   return entries;
 }
@@ -155,8 +157,10 @@ struct SentDict {
   ~SentDict() {
     for (size_t t = 0; t < memory.size(); ++t) {
       if (memory[t] == nullptr) continue;
-      if (tensors[t].device == PSTATE_DEVICE_CUDA) cudaFree(memory[t]);
-      else std::free(memory[t]);
+      if (tensors[t].device == PSTATE_DEVICE_CUDA)
+        cudaFree(memory[t]);
+      else
+        std::free(memory[t]);
     }
   }
 };
@@ -179,8 +183,10 @@ struct ReceivedDict {
     auto *self = static_cast<ReceivedDict *>(user);
     void *p = nullptr;
     if (static_cast<int>(self->got.size()) != self->fail_at && bytes > 0) {
-      if (device == PSTATE_DEVICE_CUDA) CK(cudaMalloc(&p, bytes));
-      else p = std::malloc(bytes);
+      if (device == PSTATE_DEVICE_CUDA)
+        CK(cudaMalloc(&p, bytes));
+      else
+        p = std::malloc(bytes);
     }
     self->got.push_back({name, dtype, std::vector<int64_t>(shape, shape + ndim), bytes, device, p});
     return p;
@@ -188,8 +194,10 @@ struct ReceivedDict {
   ~ReceivedDict() {
     for (const Tensor &t : got) {
       if (t.data == nullptr) continue;
-      if (t.device == PSTATE_DEVICE_CUDA) cudaFree(t.data);
-      else std::free(t.data);
+      if (t.device == PSTATE_DEVICE_CUDA)
+        cudaFree(t.data);
+      else
+        std::free(t.data);
     }
   }
 
@@ -210,8 +218,7 @@ struct ReceivedDict {
       else if (g.bytes > 0)
         std::memcpy(host.data(), g.data, g.bytes);
       for (size_t i = 0; i < g.bytes; ++i)
-        if (host[i] != dict_byte(sender, t, i))
-          return "tensor '" + g.name + "' byte " + std::to_string(i) + " differs";
+        if (host[i] != dict_byte(sender, t, i)) return "tensor '" + g.name + "' byte " + std::to_string(i) + " differs";
     }
     return "";
   }
@@ -222,8 +229,8 @@ void check_tensor_dicts(Case &k, pstate_group_t *g) {
   run_case(k, "broadcast_tensor_dict, CUDA and CPU tensors (world " + std::to_string(k.world) + ")", [&] {
     if (k.rank == root) {
       SentDict dict(root);
-      ps_check(pstate_broadcast_tensor_dict(g, dict.tensors.data(), dict.tensors.size(), root, nullptr, nullptr,
-                                            k.stream));
+      ps_check(
+          pstate_broadcast_tensor_dict(g, dict.tensors.data(), dict.tensors.size(), root, nullptr, nullptr, k.stream));
       CK(cudaStreamSynchronize(k.stream));  // the dict's memory is freed below
       return std::string();
     }
@@ -248,7 +255,8 @@ void check_tensor_dicts(Case &k, pstate_group_t *g) {
   expect_error(k, "broadcast_tensor_dict with a failed CUDA allocation on rank 1", PSTATE_ERR_NO_MEMORY, "", [&] {
     if (k.rank == 0) {
       SentDict dict(0);
-      ps_check(pstate_broadcast_tensor_dict(g, dict.tensors.data(), dict.tensors.size(), 0, nullptr, nullptr, k.stream));
+      ps_check(
+          pstate_broadcast_tensor_dict(g, dict.tensors.data(), dict.tensors.size(), 0, nullptr, nullptr, k.stream));
       return;
     }
     ReceivedDict got;
