@@ -319,7 +319,7 @@ PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int s
 /* device memory of the context's device, or managed memory (host memory or another device's    */
 /* is INVALID_ARGUMENT, naming the buffer). In a CUDA context the first device operation on a    */
 /* group creates its NCCL communicator, collectively over the group (a world or group of one     */
-/* needs none): a collective or pstate_barrier does, on every rank; point-to-point can only do   */
+/* needs none): any device collective does, on every rank; point-to-point can only do         */
 /* it in a group of two (INVALID_STATE otherwise, naming the fix). Fatal device errors           */
 /* (TRANSPORT, PEER_LOST, TIMEOUT) fail the context like CPU ones.                              */
 /* ------------------------------------------------------------------------------------------ */
@@ -349,10 +349,9 @@ PSTATE_API pstate_status_t pstate_send(pstate_group_t *g, const void *buf, size_
 /** Receives exactly count elements from group rank src; a different size is MISMATCH. */
 PSTATE_API pstate_status_t pstate_recv(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype,
                                        int src, void *stream);
-/** Returns on each rank once every rank of the group has entered it. In a CUDA context it runs
- *  on the device communicator (a 1-element all_reduce on the context stream) and also waits
- *  until the work enqueued on the context stream before it has completed (bounded by the
- *  timeout); INVALID_STATE in graph-capture mode (a host wait cannot be recorded). */
+/** Returns on each rank once every rank of the group has entered it. It always runs on the CPU
+ *  communicator, as SGLang's GroupCoordinator.barrier does (an NCCL barrier is a broadcast with
+ *  a hidden device tensor): in a CUDA context it neither waits for nor enqueues device work. */
 PSTATE_API pstate_status_t pstate_barrier(pstate_group_t *g);
 
 /** communication_op.py tensor_model_parallel_all_reduce: in-place all_reduce on the TP group. */

@@ -191,9 +191,7 @@ PSTATE_API pstate_status_t pstate_recv(pstate_group_t *g, void *buf, size_t coun
 PSTATE_API pstate_status_t pstate_barrier(pstate_group_t *g) {
   return PSTATE_GUARD({
     require_group(g, "pstate_barrier");
-    if (g->on_device())
-      return g->run_device(describe(OpKind::kBarrier, 0, -1, -1, -1), [](DeviceComm &d) { d.barrier(); });
-    g->barrier();
+    g->barrier();  // the CPU communicator in every context (SGLang: cpu_group barrier)
   });
 }
 

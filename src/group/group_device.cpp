@@ -75,7 +75,7 @@ void pstate_group_s::require_device_p2p_ready(const char *call) {
   pstate::throw_error(PSTATE_ERR_INVALID_STATE, call, ": group ", name_, " (", size(),
                       " ranks) has no NCCL communicator yet, and point-to-point between two of its ranks cannot "
                       "create it (every rank of the group must take part): run a collective on the group first "
-                      "on every rank (pstate_barrier does), or pstate_graph_capture_begin");
+                      "on every rank (a 1-element all_reduce will do), or pstate_graph_capture_begin");
 }
 
 void pstate_group_s::abort_device() noexcept {
