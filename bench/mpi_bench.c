@@ -12,7 +12,7 @@
  * broadcast_object MPI_Bcast of the bytes (the size known in advance, which favours MPI), and
  * startup only MPI_Init + MPI_Finalize (timed from outside, whole process). All out of place
  * except broadcast. Element types without an MPI type (float16, bfloat16, fp8) move as bytes
- * and cannot be reduced.
+ * and cannot be reduced. With --check, any wrong result makes rank 0 exit 1.
  *
  * Build: mpicc -O2 -I src/cli bench/mpi_bench.c -o mpi_bench (bench/run.sh does it).
  */
@@ -251,6 +251,7 @@ int main(int argc, char **argv) {
   options_t o;
   bench_result_t *results = NULL;
   size_t nresults = 0, cap = 0, bytes;
+  long total_wrong = 0;
   double start;
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -284,7 +285,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "mpi_bench: cannot write %s\n", o.json);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
+  for (bytes = 0; bytes < nresults; ++bytes) total_wrong += results[bytes].wrong;
+  if (rank == 0 && total_wrong != 0) fprintf(stderr, "mpi_bench: --check found %ld wrong results\n", total_wrong);
   free(results);
   MPI_Finalize();
-  return 0;
+  return total_wrong != 0; /* rank 0 holds the results; the others return 0 */
 }
