@@ -23,8 +23,11 @@ LogLevel log_level_from_env() {
 void Logger::write(LogLevel level, const std::string &line) const {
   static const char *const kNames[] = {"NONE", "WARN", "INFO", "TRACE"};
   std::string out = "[pstate";
-  if (rank_ >= 0) out += " " + std::to_string(rank_);
-  out += "] ";
+  if (rank_ >= 0) {
+    out.push_back(' ');
+    out.append(std::to_string(rank_));
+  }
+  out.append("] ");
   out += kNames[static_cast<int>(level)];
   out += " ";
   out += line;
