@@ -225,7 +225,8 @@ def main():
           f"- CPU: {machine.get('cpu', '?')}, nproc {machine.get('nproc', '?')}, memory {machine.get('mem', '?')}, "
           f"kernel {machine.get('kernel', '?')}",
           f"- load average at start / end: {machine.get('load_start', '?')} / {machine.get('load_end', '?')} "
-          "(the machine is shared: other work runs during the benchmark)",
+          f"(the machine is shared: other work may run during the benchmark; quiet at start: "
+          f"{machine.get('quiet', '?')})",
           f"- {machine.get('openmpi', 'Open MPI ?')}: `--mca pml ob1 --mca btl self,vader`, "
           f"`--bind-to {machine.get('mpi_bind', '?')}` (pstate ranks are not bound either)",
           f"- {machine.get('pstate', 'pstate ?')}, commit {machine.get('commit', '?')}, "

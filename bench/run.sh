@@ -20,7 +20,9 @@
 # oversubscribed runs add --oversubscribe --mca mpi_yield_when_idle 1. Ranks are not bound to
 # cores on either side (--bind-to none; `pstate run` does not bind), so both get the same
 # scheduler; MPI_BIND=core changes that for MPI. --quick runs a few sizes only (a smoke test of
-# this script, not a measurement, written under $BUILD_DIR/bench-quick/). Every command is bounded by `timeout` (CASE_TIMEOUT seconds).
+# this script, not a measurement, written under $BUILD_DIR/bench-quick/). Before measuring it
+# waits up to QUIET_WAIT_S for the load average to drop below QUIET_LOAD. Every command is
+# bounded by `timeout` (CASE_TIMEOUT seconds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -126,12 +128,32 @@ machine() {
   } >"$RESULTS/machine.txt"
 }
 
+# Waits (at most QUIET_WAIT_S, default 120 s) for the 1-minute load average to fall below
+# QUIET_LOAD (default 1.0): this machine is shared, and a build next door halves anyone's numbers.
+wait_quiet() {
+  local limit=$((SECONDS + ${QUIET_WAIT_S:-120})) load
+  while :; do
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    if awk -v l="$load" -v q="${QUIET_LOAD:-1.0}" 'BEGIN { exit !(l < q) }'; then
+      echo "quiet=yes (load $load)" >>"$RESULTS/machine.txt"
+      return
+    fi
+    if [ $SECONDS -ge $limit ]; then
+      log "machine still busy (load $load); measuring anyway"
+      echo "quiet=no (load $load after waiting ${QUIET_WAIT_S:-120} s)" >>"$RESULTS/machine.txt"
+      return
+    fi
+    sleep 5
+  done
+}
+
 main() {
   local t_start=$SECONDS
   build
   rm -rf "$RESULTS/logs" "$RESULTS"/*.json "$RESULTS/failures.txt"
   mkdir -p "$RESULTS/logs"
   machine
+  wait_quiet
   echo "load_start=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$RESULTS/machine.txt"
   export PSTATE_TIMEOUT_MS=${PSTATE_TIMEOUT_MS:-60000}
 
