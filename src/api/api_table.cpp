@@ -24,7 +24,34 @@ constexpr pstate_api_t make_table() {
   t.layout_group_ranks = pstate_layout_group_ranks;
   t.layout_group_of = pstate_layout_group_of;
   t.layout_destroy = pstate_layout_destroy;
-  // LEAD: fill runtime entries (init ... graph_capture_end) when their implementations merge.
+  t.init = pstate_init;
+  t.initialize_model_parallel = pstate_initialize_model_parallel;
+  t.model_parallel_is_initialized = pstate_model_parallel_is_initialized;
+  t.destroy_model_parallel = pstate_destroy_model_parallel;
+  t.finalize = pstate_finalize;
+  t.abort = pstate_abort;
+  t.get_group = pstate_get_group;
+  t.group_info = pstate_group_info;
+  t.group_ranks = pstate_group_ranks;
+  t.group_same_node = pstate_group_same_node;
+  t.all_reduce = pstate_all_reduce;
+  t.all_gather = pstate_all_gather;
+  t.reduce_scatter = pstate_reduce_scatter;
+  t.broadcast = pstate_broadcast;
+  t.gather = pstate_gather;
+  t.all_to_all = pstate_all_to_all;
+  t.send = pstate_send;
+  t.recv = pstate_recv;
+  t.barrier = pstate_barrier;
+  t.tp_allreduce = pstate_tp_allreduce;
+  t.tp_allgather = pstate_tp_allgather;
+  t.broadcast_object = pstate_broadcast_object;
+  t.all_gather_object = pstate_all_gather_object;
+  t.send_object = pstate_send_object;
+  t.recv_object = pstate_recv_object;
+  t.bytes_free = pstate_bytes_free;
+  t.graph_capture_begin = pstate_graph_capture_begin;
+  t.graph_capture_end = pstate_graph_capture_end;
   return t;
 }
 

@@ -38,7 +38,7 @@ pstate_status_t guard(const char *function, Body &&body) noexcept {
   }
 }
 
-#define PSTATE_GUARD(body) ::pstate::api::guard(__func__, [&]() body)
+#define PSTATE_GUARD(...) ::pstate::api::guard(__func__, [&]() __VA_ARGS__)
 
 inline void require(bool ok, const char *what) {
   if (!ok) throw_error(PSTATE_ERR_INVALID_ARGUMENT, what);

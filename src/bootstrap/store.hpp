@@ -5,18 +5,30 @@
 // takes a Deadline and throws pstate::Error(PSTATE_ERR_TIMEOUT) when it passes, naming the keys it
 // waited for; PSTATE_ERR_PEER_LOST when the server is gone; PSTATE_ERR_AUTH when the job token is
 // refused. Keys are namespaced by the caller ("addr/3", "mp/1/tp/ready").
+//
+// Opening a store also claims this rank: a second live process claiming the same rank, a rank
+// outside the world, or a world size that disagrees with the store's is PSTATE_ERR_MISMATCH. One
+// Store object may be used from several threads (calls are serialized inside it).
 #pragma once
 
 #include "common/deadline.hpp"
+#include "common/log.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace pstate {
 
 using Bytes = std::vector<uint8_t>;
+
+// Hard limits, the same for every store (the TCP store's wire decoder enforces them too).
+inline constexpr size_t kStoreMaxKeyBytes = 4096;
+inline constexpr size_t kStoreMaxValueBytes = size_t{64} << 20;
+inline constexpr size_t kStoreMaxKeys = size_t{1} << 20;
 
 class Store {
  public:
@@ -25,26 +37,56 @@ class Store {
   virtual void set(const std::string &key, const Bytes &value, Deadline deadline) = 0;
   // Waits until key exists, then returns its value.
   virtual Bytes get(const std::string &key, Deadline deadline) = 0;
-  // Atomically adds delta to the integer at key (missing = 0) and returns the new value.
+  // Atomically adds delta to the integer at key (missing = 0) and returns the new value. The
+  // integer is stored as decimal text, so get() of the key returns e.g. "4".
   virtual int64_t add(const std::string &key, int64_t delta, Deadline deadline) = 0;
   // Waits until every key exists.
   virtual void wait(const std::vector<std::string> &keys, Deadline deadline) = 0;
   // True when key exists now (does not wait).
   virtual bool check(const std::string &key, Deadline deadline) = 0;
+  // Removes key; true when it existed.
+  virtual bool erase(const std::string &key, Deadline deadline) = 0;
   // Human-readable address for logs and errors ("tcp://127.0.0.1:29500").
   virtual std::string describe() const = 0;
+  // Leaves the store gracefully: the rank that serves a TCP store first waits, until deadline,
+  // for every other rank to leave, so none of them loses the store in the middle of a call (its
+  // last barrier, say). Returns false when the deadline passed first (the store is closed
+  // anyway). Destroying a store without close() is the abort path: immediate, never blocks.
+  virtual bool close(Deadline deadline) = 0;
 };
 
 struct StoreOptions {
   std::string init_method;  // "tcp://HOST:PORT" or "file:///PATH" (env:// resolved by the caller)
-  int rank = 0;             // rank 0 serves a TcpStore
-  int world_size = 1;
+  int rank = 0;             // rank 0 serves a TcpStore; -1 = observer (claims no rank)
+  int world_size = 1;       // with rank -1, 0 = unknown (not checked)
   std::string job_token;    // empty = no token
   std::string socket_ifname;  // empty = bind/connect by the address alone
-  int64_t timeout_ms = 600000;
+  int64_t timeout_ms = 600000;  // bounds open_store (connect, handshake); calls take a Deadline
+  bool serve = true;        // tcp:// only: rank 0 starts the server (false: someone else serves)
 };
 
 // Opens the store named by options.init_method; rank 0 of a tcp:// store starts the server first.
+// Throws INVALID_ARGUMENT (bad init_method, rank, world size), TRANSPORT (port taken, address
+// not on this host), TIMEOUT (store not reachable in timeout_ms), AUTH, MISMATCH.
 std::unique_ptr<Store> open_store(const StoreOptions &options);
+// The same, logging through the caller's logger (the context's, with its rank prefix).
+std::unique_ptr<Store> open_store(const StoreOptions &options, const Logger &logger);
+
+// All `world_size` ranks meet at `name`: returns when every one of them has arrived (add + wait).
+// A name is used once per job.
+void store_barrier(Store &store, const std::string &name, int world_size, Deadline deadline);
+
+// Throws INVALID_ARGUMENT unless the key is 1..kStoreMaxKeyBytes bytes.
+void validate_key(const std::string &key);
+// Throws INVALID_ARGUMENT when value is over kStoreMaxValueBytes, naming key.
+void validate_value(const std::string &key, const Bytes &value);
+// The key quoted for messages: 'addr/3'; unprintable bytes as \xNN, long keys cut with "...".
+std::string quote_key(std::string_view key);
+// Up to `limit` keys quoted and joined with ", ", plus "and N more".
+std::string quote_keys(const std::vector<std::string> &keys, size_t total, size_t limit = 8);
+
+// Decimal text of an add() counter, and its parse (false when the bytes are not one).
+Bytes counter_to_bytes(int64_t value);
+bool counter_from_bytes(const Bytes &bytes, int64_t *value);
 
 }  // namespace pstate

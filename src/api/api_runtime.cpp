@@ -1,0 +1,124 @@
+// api_runtime.cpp — the C entry points of the lifecycle and of the groups (pstate_init ...
+// pstate_abort, pstate_get_group, pstate_group_info/ranks/same_node): argument and handle checks,
+// then the Context / group objects of src/group/ do the work.
+#include "api/boundary.hpp"
+#include "api/handles.hpp"
+#include "group/context.hpp"
+#include "group/group.hpp"
+
+#include <cstring>
+#include <memory>
+
+using pstate::api::require;
+using pstate::api::require_nonnull;
+
+extern "C" {
+
+PSTATE_API pstate_status_t pstate_init(const pstate_init_params_t *params, pstate_t **out) {
+  return PSTATE_GUARD({
+    require_nonnull(out, "out");
+    *out = nullptr;
+    if (params != nullptr) {
+      pstate::api::require_struct(params->struct_size, sizeof(pstate_init_params_t), sizeof(pstate_init_params_t),
+                                  "params", "PSTATE_INIT_PARAMS_INIT");
+      require(params->device == PSTATE_DEVICE_CPU || params->device == PSTATE_DEVICE_CUDA,
+              "params->device is not a pstate_device_t (PSTATE_DEVICE_CPU or PSTATE_DEVICE_CUDA)");
+      require(params->timeout_ms >= 0, "params->timeout_ms is negative (0 = default)");
+    }
+    *out = std::make_unique<pstate_s>(params).release();
+  });
+}
+
+PSTATE_API pstate_status_t pstate_initialize_model_parallel(pstate_t *ps, const pstate_parallel_config_t *cfg) {
+  return PSTATE_GUARD({
+    pstate::api::require_context(ps);
+    if (cfg != nullptr)
+      pstate::api::require_struct(cfg->struct_size, sizeof(pstate_parallel_config_t), sizeof(pstate_parallel_config_t),
+                                  "cfg", "PSTATE_PARALLEL_CONFIG_INIT");
+    ps->initialize_model_parallel(cfg);
+  });
+}
+
+PSTATE_API int pstate_model_parallel_is_initialized(const pstate_t *ps) {
+  return ps != nullptr && ps->model_parallel_initialized() ? 1 : 0;
+}
+
+PSTATE_API pstate_status_t pstate_destroy_model_parallel(pstate_t *ps) {
+  return PSTATE_GUARD({
+    pstate::api::require_context(ps);
+    ps->destroy_model_parallel();
+  });
+}
+
+PSTATE_API pstate_status_t pstate_finalize(pstate_t *ps) {
+  if (ps == nullptr) return PSTATE_OK;
+  std::unique_ptr<pstate_s> owned(ps);
+  return PSTATE_GUARD({ owned->finalize(); });
+}
+
+PSTATE_API pstate_status_t pstate_abort(pstate_t *ps) {
+  if (ps == nullptr) return PSTATE_OK;
+  std::unique_ptr<pstate_s> owned(ps);
+  return PSTATE_GUARD({ owned->abort(); });
+}
+
+PSTATE_API pstate_status_t pstate_get_group(pstate_t *ps, pstate_group_kind_t kind, pstate_group_t **out) {
+  return PSTATE_GUARD({
+    require_nonnull(out, "out");
+    *out = nullptr;
+    pstate::api::require_context(ps);
+    pstate::api::require_group_kind(kind);
+    *out = ps->group(kind);
+  });
+}
+
+PSTATE_API pstate_status_t pstate_group_info(const pstate_group_t *g, pstate_group_info_t *out) {
+  return PSTATE_GUARD({
+    pstate::api::require_group(g, "pstate_group_info");
+    require_nonnull(out, "out");
+    pstate::api::require_struct(out->struct_size, sizeof(pstate_group_info_t), sizeof(pstate_group_info_t), "out",
+                                "PSTATE_GROUP_INFO_INIT");
+    const auto &ranks = g->ranks();
+    int n = g->size();
+    int i = g->rank_in_group();
+    out->kind = g->kind();
+    out->rank = g->context().rank();
+    out->rank_in_group = i;
+    out->world_size = n;
+    out->local_rank = g->context().local_rank();
+    out->first_rank = ranks.front();
+    out->last_rank = ranks.back();
+    out->next_rank = ranks[static_cast<size_t>((i + 1) % n)];
+    out->prev_rank = ranks[static_cast<size_t>((i + n - 1) % n)];
+    std::memset(out->name, 0, sizeof(out->name));
+    std::strncpy(out->name, g->name().c_str(), sizeof(out->name) - 1);
+  });
+}
+
+PSTATE_API pstate_status_t pstate_group_ranks(const pstate_group_t *g, int *ranks, size_t capacity, size_t *count) {
+  return PSTATE_GUARD({
+    pstate::api::require_group(g, "pstate_group_ranks");
+    require_nonnull(count, "count");
+    *count = g->ranks().size();
+    if (capacity < g->ranks().size())
+      pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "capacity ", capacity, " < group size ", g->ranks().size(),
+                          " (", g->name(), "); *count holds the size needed");
+    require_nonnull(ranks, "ranks");
+    std::memcpy(ranks, g->ranks().data(), g->ranks().size() * sizeof(int));
+  });
+}
+
+PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int source, int *same_node,
+                                                  size_t capacity) {
+  return PSTATE_GUARD({
+    pstate::api::require_group(g, "pstate_group_same_node");
+    pstate::api::require_rank(g, source, "source");
+    require_nonnull(same_node, "same_node");
+    if (capacity < g->ranks().size())
+      pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "capacity ", capacity, " < group size ", g->ranks().size());
+    const std::string &src_host = g->context().host_id(g->ranks()[static_cast<size_t>(source)]);
+    for (size_t i = 0; i < g->ranks().size(); ++i) same_node[i] = g->context().host_id(g->ranks()[i]) == src_host ? 1 : 0;
+  });
+}
+
+}  // extern "C"

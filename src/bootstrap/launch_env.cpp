@@ -1,0 +1,251 @@
+// launch_env.cpp — resolving a rank's launch settings from parameters and environment (see the
+// header for the precedence rules and the launchers recognized).
+#include "bootstrap/launch_env.hpp"
+
+#include "common/error.hpp"
+
+#include <cstdlib>
+#include <string_view>
+
+namespace pstate {
+namespace {
+
+struct Launcher {
+  const char *name;
+  const char *rank;
+  const char *world_size;
+  const char *local_rank;
+  const char *local_world_size;  // nullptr: this launcher does not say
+};
+
+constexpr Launcher kLaunchers[] = {
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr},
+};
+
+constexpr std::string_view kLaunchHint =
+    "set pstate_init_params_t.world_size and .rank, or start the program with torchrun (or `pstate run`), "
+    "mpirun or srun";
+
+// An environment lookup that treats an empty value as unset.
+std::optional<std::string> lookup(const EnvLookup &env, const char *name) {
+  std::optional<std::string> v = env(name);
+  if (v && v->empty()) return std::nullopt;
+  return v;
+}
+
+// A value and where it came from, for messages: "RANK=4" or "rank parameter 4".
+struct Sourced {
+  int value = -1;
+  std::string origin;  // "RANK" or "the rank parameter"
+  std::string shown() const { return origin.find(' ') == std::string::npos ? cat(origin, "=", value) : cat(origin, " ", value); }
+};
+
+// Digits only, at most 10^9. `name` names the variable in the error.
+int parse_non_negative(const std::string &text, const std::string &name) {
+  if (text.find_first_not_of("0123456789") != std::string::npos)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, name, "='", text, "' is not a non-negative integer");
+  long long v = 0;
+  for (char c : text) {
+    v = v * 10 + (c - '0');
+    if (v > 1000000000) throw_error(PSTATE_ERR_INVALID_ARGUMENT, name, "='", text, "' is too large");
+  }
+  return static_cast<int>(v);
+}
+
+const Launcher *detect_launcher(const EnvLookup &env) {
+  for (const Launcher &l : kLaunchers)
+    if (lookup(env, l.rank) || lookup(env, l.world_size)) return &l;
+  return nullptr;
+}
+
+// Reads one of the launcher's variables; `other` names its sibling for the "set but not" message.
+Sourced read_launcher_var(const EnvLookup &env, const Launcher &l, const char *var, const char *other) {
+  std::optional<std::string> text = lookup(env, var);
+  if (!text)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, other, " is set but ", var, " is not (", l.name,
+                " sets both): set ", var, ", or pass it as a parameter");
+  return Sourced{parse_non_negative(*text, var), var};
+}
+
+void check_param(int value, const char *name) {
+  if (value < -1)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, name, " ", value, " is invalid: use a value >= 0, or -1 to take it from ",
+                "the environment");
+}
+
+struct Ranks {
+  Sourced world, rank, local_rank, local_world;
+  std::string launcher;
+};
+
+Ranks resolve_ranks(const pstate_init_params_t &p, const EnvLookup &env) {
+  check_param(p.world_size, "world_size");
+  check_param(p.rank, "rank");
+  check_param(p.local_rank, "local_rank");
+  if (p.world_size == 0)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "world_size 0 is invalid: it must be at least 1, or -1 to take it "
+                                             "from the environment");
+  Ranks r;
+  const Launcher *l = detect_launcher(env);
+  if (p.world_size != -1) {
+    r.world = {p.world_size, "the world_size parameter"};
+  } else if (l != nullptr) {
+    r.world = read_launcher_var(env, *l, l->world_size, l->rank);
+  } else {
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "world_size is not known: ", kLaunchHint);
+  }
+  if (p.rank != -1) {
+    r.rank = {p.rank, "the rank parameter"};
+  } else if (l != nullptr) {
+    r.rank = read_launcher_var(env, *l, l->rank, l->world_size);
+  } else {
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "rank is not known: ", kLaunchHint);
+  }
+  r.launcher = p.world_size != -1 && p.rank != -1 ? "parameters" : l->name;
+  if (r.world.value < 1)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, r.world.shown(), ": the world size must be at least 1");
+  if (r.rank.value >= r.world.value)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "rank ", r.rank.value, " is out of range for world_size ", r.world.value,
+                " (ranks are 0..", r.world.value - 1, "; ", r.rank.shown(), ", ", r.world.shown(), ")");
+
+  r.local_rank = {0, "the default local rank"};
+  if (p.local_rank != -1) {
+    r.local_rank = {p.local_rank, "the local_rank parameter"};
+  } else if (l != nullptr) {
+    if (auto text = lookup(env, l->local_rank)) r.local_rank = {parse_non_negative(*text, l->local_rank), l->local_rank};
+  }
+  r.local_world = {-1, "unknown"};
+  // The launcher's local world size only describes the launcher's world, not a world size given
+  // as a parameter.
+  if (p.world_size == -1 && l != nullptr && l->local_world_size != nullptr) {
+    if (auto text = lookup(env, l->local_world_size))
+      r.local_world = {parse_non_negative(*text, l->local_world_size), l->local_world_size};
+  }
+  if (r.local_world.value != -1) {
+    if (r.local_world.value < 1 || r.local_world.value > r.world.value)
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, r.local_world.shown(), ": the local world size must be 1..",
+                  r.world.value, " (the world size, ", r.world.shown(), ")");
+    if (r.local_rank.value >= r.local_world.value)
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, "local rank ", r.local_rank.value,
+                  " is out of range for local world size ", r.local_world.value, " (", r.local_rank.shown(), ", ",
+                  r.local_world.shown(), ")");
+  }
+  if (r.local_rank.value >= r.world.value)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "local rank ", r.local_rank.value, " is out of range for world_size ",
+                r.world.value, " (", r.local_rank.shown(), ")");
+  return r;
+}
+
+InitMethod resolve_env_store(const EnvLookup &env) {
+  std::optional<std::string> addr = lookup(env, "MASTER_ADDR");
+  if (!addr)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT,
+                "init_method env:// needs MASTER_ADDR (the host of rank 0, which serves the store); torchrun and "
+                "`pstate run` set it; under mpirun or srun export it (e.g. the first host of "
+                "`scontrol show hostnames \"$SLURM_JOB_NODELIST\"`) or pass init_method \"tcp://HOST:PORT\"");
+  std::optional<std::string> port = lookup(env, "MASTER_PORT");
+  if (!port)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT,
+                "init_method env:// needs MASTER_PORT (the port of rank 0's store, e.g. 29500); torchrun and "
+                "`pstate run` set it; under mpirun or srun export it, or pass init_method \"tcp://HOST:PORT\"");
+  std::string host = *addr;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  validate_host(host, "MASTER_ADDR");
+  InitMethod m;
+  m.kind = InitMethod::Kind::kTcp;
+  m.host = host;
+  m.port = parse_port(*port, "MASTER_PORT");
+  return m;
+}
+
+int64_t resolve_timeout(const pstate_init_params_t &p, const EnvLookup &env) {
+  if (p.timeout_ms < 0)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "timeout_ms ", p.timeout_ms,
+                " is invalid: use a positive number of milliseconds, or 0 for PSTATE_TIMEOUT_MS / the default ",
+                kDefaultTimeoutMs);
+  if (p.timeout_ms > 0) return p.timeout_ms;
+  std::optional<std::string> text = lookup(env, "PSTATE_TIMEOUT_MS");
+  if (!text) return kDefaultTimeoutMs;
+  if (text->find_first_not_of("0123456789") != std::string::npos || text->size() > 15)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "PSTATE_TIMEOUT_MS='", *text,
+                "' is not a number of milliseconds (e.g. 600000 for 10 minutes)");
+  int64_t ms = std::strtoll(text->c_str(), nullptr, 10);
+  if (ms < 1)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "PSTATE_TIMEOUT_MS=", *text, ": the timeout must be at least 1 ms");
+  return ms;
+}
+
+std::string resolve_text(const char *param, const EnvLookup &env, const char *var) {
+  if (param != nullptr) return param;
+  return lookup(env, var).value_or("");
+}
+
+}  // namespace
+
+EnvLookup process_environment() {
+  return [](const std::string &name) -> std::optional<std::string> {
+    const char *v = std::getenv(name.c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+EnvLookup fixed_environment(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const std::string &name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+LaunchEnv resolve_launch_env(const pstate_init_params_t &params, const EnvLookup &env) {
+  Ranks ranks = resolve_ranks(params, env);
+  LaunchEnv out;
+  out.world_size = ranks.world.value;
+  out.rank = ranks.rank.value;
+  out.local_rank = ranks.local_rank.value;
+  out.local_world_size = ranks.local_world.value;
+  out.launcher = ranks.launcher;
+
+  InitMethod method = parse_init_method(params.init_method != nullptr ? params.init_method : "env://");
+  out.store = method.kind == InitMethod::Kind::kEnv ? resolve_env_store(env) : method;
+  if (out.store.kind == InitMethod::Kind::kTcp && out.store.port == 0 && out.world_size > 1)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "store port 0 (", out.store.url(),
+                ") only works for world_size 1: every rank must know rank 0's port");
+
+  out.timeout_ms = resolve_timeout(params, env);
+  out.job_token = resolve_text(params.job_token, env, "PSTATE_JOB_TOKEN");
+  if (out.job_token.size() > kMaxJobTokenBytes)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "the job token (job_token / PSTATE_JOB_TOKEN) is ", out.job_token.size(),
+                " bytes; at most ", kMaxJobTokenBytes);
+  out.socket_ifname = resolve_text(params.socket_ifname, env, "PSTATE_SOCKET_IFNAME");
+  if (out.socket_ifname.size() > 15 || out.socket_ifname.find_first_of("/ \t\n") != std::string::npos)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "socket interface '", out.socket_ifname,
+                "' (socket_ifname / PSTATE_SOCKET_IFNAME) is not an interface name (at most 15 characters, no "
+                "'/' or spaces; e.g. eth0)");
+  return out;
+}
+
+std::string LaunchEnv::describe() const {
+  std::string local = local_world_size >= 0 ? cat("local ", local_rank, " of ", local_world_size)
+                                            : cat("local rank ", local_rank);
+  return cat("rank ", rank, " of ", world_size, " (", local, ", from ", launcher, "), store ", store.url(), ", timeout ",
+             timeout_ms, " ms, ", job_token.empty() ? "no job token" : "job token set",
+             socket_ifname.empty() ? std::string() : ", interface " + socket_ifname);
+}
+
+StoreOptions LaunchEnv::store_options() const {
+  StoreOptions o;
+  o.init_method = store.url();
+  o.rank = rank;
+  o.world_size = world_size;
+  o.job_token = job_token;
+  o.socket_ifname = socket_ifname;
+  o.timeout_ms = timeout_ms;
+  return o;
+}
+
+}  // namespace pstate

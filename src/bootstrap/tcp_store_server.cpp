@@ -1,0 +1,719 @@
+// tcp_store_server.cpp — the TCP store's server: one thread, one poll() loop (see the header).
+//
+// The loop, per turn:
+//   1. poll() the wake-up eventfd, the listening sockets and every connection (a connection asks
+//      for POLLIN when it can take a request, POLLOUT while a reply is queued, only POLLRDHUP
+//      while parked), with a timeout that is the nearest timer (parked wait, handshake limit);
+//   2. accept new connections; read and decode frames; answer requests;
+//   3. answer parked requests whose keys now exist (after a set/add) or whose time has passed;
+//   4. resume connections that were blocked and may hold already-buffered requests;
+//   5. drop dead connections, releasing their rank claims.
+// A connection handles one request at a time, in order: while its reply is queued or its request
+// is parked, its later frames wait in the socket. That bounds each connection's buffers to one
+// frame in and one reply out (large values are shared between readers, not copied).
+#include "bootstrap/tcp_store_server.hpp"
+
+#include "bootstrap/handshake.hpp"
+#include "bootstrap/hmac_sha256.hpp"
+#include "bootstrap/socket.hpp"
+#include "bootstrap/wire.hpp"
+#include "common/error.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+
+namespace pstate {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Milliseconds until t, rounded up so poll() does not wake just before a timer is due.
+int ms_until(Clock::time_point t) {
+  auto left = std::chrono::duration_cast<std::chrono::microseconds>(t - Clock::now()).count();
+  if (left <= 0) return 0;
+  int64_t ms = (left + 999) / 1000;
+  return ms > INT32_MAX ? INT32_MAX : static_cast<int>(ms);
+}
+
+// One queued piece of a reply: owned bytes, or a value shared with the key-value map.
+struct OutChunk {
+  Bytes owned;
+  std::shared_ptr<const Bytes> shared;
+  size_t offset = 0;
+  const uint8_t *data() const { return shared ? shared->data() : owned.data(); }
+  size_t size() const { return shared ? shared->size() : owned.size(); }
+};
+
+// A get or wait held until its keys exist or its time passes.
+struct Parked {
+  std::vector<std::string> keys;
+  bool is_get = false;
+  Clock::time_point until;
+};
+
+struct Connection {
+  enum class Phase { kHello, kProof, kMember };
+
+  uint64_t id = 0;
+  net::Fd fd;
+  std::string peer;  // "127.0.0.1:40112"
+  Phase phase = Phase::kHello;
+  Clock::time_point handshake_until;
+  Bytes in;  // received, not yet decoded bytes start at in_start
+  size_t in_start = 0;
+  std::deque<OutChunk> out;
+  bool close_after_reply = false;
+  bool dead = false;
+  HandshakeInputs hs;  // rank, world size, nonces announced in the handshake
+  bool claims_rank = false;
+  std::optional<Parked> parked;
+
+  int rank() const { return hs.rank; }
+  std::string who() const {
+    return hs.rank >= 0 && phase == Phase::kMember ? cat("rank ", hs.rank, " (", peer, ")") : peer;
+  }
+};
+
+}  // namespace
+
+struct TcpStoreServer::Impl {
+  StoreServerOptions options;
+  Logger logger;
+  std::vector<net::Fd> listeners;
+  int port = 0;
+  net::Fd wake;
+  std::atomic<bool> stop{false};
+  std::thread thread;
+
+  // ---- owned by the serving thread ----
+  std::map<uint64_t, Connection> connections;
+  std::unordered_map<int, uint64_t> rank_holders;  // rank -> connection id
+  std::unordered_map<std::string, std::shared_ptr<const Bytes>> values;
+  size_t total_bytes = 0;
+  uint64_t next_id = 1;
+  std::vector<uint64_t> runnable;  // connections unblocked this turn, to resume decoding
+  Clock::time_point accept_paused_until{};
+
+  // ---- read by stats() from other threads ----
+  std::atomic<size_t> stat_connections{0}, stat_members{0}, stat_ranks{0}, stat_parked{0}, stat_keys{0};
+  std::atomic<uint64_t> stat_refused{0}, stat_dropped{0};
+  mutable std::mutex ranks_mutex;  // with ranks_changed: wakes wait_for_ranks_at_most
+  mutable std::condition_variable ranks_changed;
+
+  void run();
+  void serve_one_turn();
+  short interest(const Connection &c) const;
+  int next_timer_ms() const;
+  void accept_all(int listener);
+  void on_events(Connection &c, short revents);
+  void read_input(Connection &c);
+  void process_input(Connection &c);
+  void dispatch(Connection &c, wire::Message &&m);
+  void on_hello(Connection &c, const wire::Hello &h);
+  void on_proof(Connection &c, const wire::Proof &p);
+  std::optional<std::string> membership_problem(Connection &c);
+  void on_request(Connection &c, wire::Message &&m);
+  void on_set(Connection &c, wire::Set &&m);
+  void on_get(Connection &c, const wire::Get &m);
+  void on_add(Connection &c, const wire::Add &m);
+  void on_wait(Connection &c, const wire::Wait &m);
+  void on_erase(Connection &c, const wire::Erase &m);
+  bool store_value(Connection &c, const std::string &key, std::shared_ptr<const Bytes> value);
+  std::vector<std::string> missing_keys(const std::vector<std::string> &keys) const;
+  void park(Connection &c, std::vector<std::string> keys, bool is_get, uint32_t wait_ms);
+  void finish_parked(Connection &c);
+  void wake_parked();
+  void expire_timers();
+  void reply(Connection &c, const wire::Message &m);
+  void reply_value(Connection &c, std::shared_ptr<const Bytes> value);
+  void refuse(Connection &c, pstate_status_t status, const std::string &text);
+  void write_some(Connection &c);
+  void drop(Connection &c, const std::string &why, LogLevel level = LogLevel::kInfo);
+  bool holder_is_alive(uint64_t id);
+  void sweep();
+  void publish_stats();
+  void publish_ranks();
+};
+
+// ---- the loop -------------------------------------------------------------------------------
+
+void TcpStoreServer::Impl::run() {
+  while (!stop.load(std::memory_order_acquire)) {
+    try {
+      serve_one_turn();
+    } catch (const std::exception &e) {
+      // Per-connection failures are handled inside; this is poll() itself failing (ENOMEM).
+      logger.warn("store: serving loop: ", e.what());
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+}
+
+void TcpStoreServer::Impl::serve_one_turn() {
+  std::vector<pollfd> fds;
+  std::vector<uint64_t> ids;
+  fds.push_back({wake.get(), POLLIN, 0});
+  bool accepting = Clock::now() >= accept_paused_until;
+  if (accepting)
+    for (auto &l : listeners) fds.push_back({l.get(), POLLIN, 0});
+  size_t first_connection = fds.size();
+  for (auto &[id, c] : connections) {
+    fds.push_back({c.fd.get(), interest(c), 0});
+    ids.push_back(id);
+  }
+  int rc = ::poll(fds.data(), fds.size(), next_timer_ms());
+  if (rc < 0 && errno != EINTR) throw_error(PSTATE_ERR_TRANSPORT, "poll: ", std::strerror(errno));
+  if (rc > 0) {
+    if (fds[0].revents != 0) {
+      uint64_t ignored;
+      ssize_t n = ::read(wake.get(), &ignored, sizeof ignored);
+      (void)n;
+    }
+    if (stop.load(std::memory_order_acquire)) return;
+    for (size_t i = 1; i < first_connection; ++i)
+      if (fds[i].revents != 0) accept_all(fds[i].fd);
+    for (size_t i = first_connection; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      auto it = connections.find(ids[i - first_connection]);
+      if (it != connections.end() && !it->second.dead) on_events(it->second, fds[i].revents);
+    }
+  }
+  expire_timers();
+  while (!runnable.empty()) {
+    std::vector<uint64_t> batch;
+    batch.swap(runnable);
+    for (uint64_t id : batch) {
+      auto it = connections.find(id);
+      if (it != connections.end()) process_input(it->second);
+    }
+  }
+  sweep();
+  publish_stats();
+}
+
+short TcpStoreServer::Impl::interest(const Connection &c) const {
+  if (!c.out.empty()) return POLLOUT | POLLRDHUP;
+  if (c.parked) return POLLRDHUP;  // only notice the client leaving
+  return POLLIN | POLLRDHUP;
+}
+
+int TcpStoreServer::Impl::next_timer_ms() const {
+  int wait = 60000;
+  if (Clock::now() < accept_paused_until) wait = std::min(wait, ms_until(accept_paused_until));
+  for (const auto &[id, c] : connections) {
+    if (c.parked) wait = std::min(wait, ms_until(c.parked->until));
+    if (c.phase != Connection::Phase::kMember) wait = std::min(wait, ms_until(c.handshake_until));
+  }
+  return wait;
+}
+
+void TcpStoreServer::Impl::accept_all(int listener) {
+  for (;;) {
+    int fd = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // The pending connection stays in the backlog; stop polling the listener for a moment
+        // instead of spinning on it.
+        logger.warn("store: cannot accept connections: ", std::strerror(errno), " (pausing 100 ms)");
+        accept_paused_until = Clock::now() + std::chrono::milliseconds(100);
+      }
+      return;
+    }
+    net::Fd owned(fd);
+    net::tune_stream_socket(fd);
+    std::string peer = net::peer_address(fd).text();
+    if (connections.size() >= options.max_connections) {
+      logger.warn("store: refused ", peer, ": already ", connections.size(), " connections (the limit)");
+      stat_refused.fetch_add(1);
+      continue;
+    }
+    Connection c;
+    c.id = next_id++;
+    c.fd = std::move(owned);
+    c.peer = std::move(peer);
+    c.handshake_until = Clock::now() + std::chrono::milliseconds(options.handshake_timeout_ms);
+    logger.trace("store: connection from ", c.peer);
+    connections.emplace(c.id, std::move(c));
+  }
+}
+
+void TcpStoreServer::Impl::on_events(Connection &c, short revents) {
+  if (revents & POLLERR) return drop(c, "socket error");
+  if (revents & POLLOUT) {
+    write_some(c);
+    if (c.out.empty() && !c.dead) runnable.push_back(c.id);
+  }
+  if (revents & POLLIN) {
+    read_input(c);
+  } else if (revents & (POLLHUP | POLLRDHUP)) {
+    // The client shut its side while we were not reading (parked or replying): it is gone.
+    return drop(c, "closed by the client", LogLevel::kTrace);
+  }
+}
+
+// ---- input ----------------------------------------------------------------------------------
+
+void TcpStoreServer::Impl::read_input(Connection &c) {
+  size_t limit = c.phase == Connection::Phase::kMember ? wire::kMaxFrameBytes : wire::kMaxHandshakeFrameBytes;
+  size_t cap = wire::kHeaderBytes + limit;
+  constexpr size_t kChunk = 64 * 1024;
+  for (;;) {
+    size_t buffered = c.in.size() - c.in_start;
+    if (buffered >= cap) break;  // a whole frame is here; decode before reading more
+    size_t want = std::min(kChunk, cap - buffered);
+    size_t old_size = c.in.size();
+    c.in.resize(old_size + want);
+    ssize_t got = ::recv(c.fd.get(), c.in.data() + old_size, want, MSG_DONTWAIT);
+    c.in.resize(old_size + static_cast<size_t>(std::max<ssize_t>(got, 0)));
+    if (got > 0) {
+      if (static_cast<size_t>(got) < want) break;
+      continue;
+    }
+    if (got == 0) return drop(c, "closed by the client", LogLevel::kTrace);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    return drop(c, cat("receive failed: ", std::strerror(errno)));
+  }
+  process_input(c);
+}
+
+void TcpStoreServer::Impl::process_input(Connection &c) {
+  while (!c.dead && !c.close_after_reply && !c.parked && c.out.empty()) {
+    size_t limit = c.phase == Connection::Phase::kMember ? wire::kMaxFrameBytes : wire::kMaxHandshakeFrameBytes;
+    std::span<const uint8_t> pending(c.in.data() + c.in_start, c.in.size() - c.in_start);
+    wire::Decoded d = wire::decode_frame(pending, limit);
+    if (d.status == wire::DecodeStatus::kNeedMore) break;
+    if (d.status == wire::DecodeStatus::kMalformed) {
+      stat_dropped.fetch_add(1);
+      return drop(c, "malformed frame: " + d.error);
+    }
+    c.in_start += d.consumed;
+    try {
+      dispatch(c, std::move(d.message));
+    } catch (const std::exception &e) {
+      logger.warn("store: request from ", c.who(), " failed: ", e.what());
+      refuse(c, PSTATE_ERR_INTERNAL, cat("the store failed: ", e.what()));
+    }
+  }
+  // Keep the buffer small: drop consumed bytes once they are most of it.
+  if (c.in_start > 0 && c.in_start * 2 >= c.in.size()) {
+    c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(c.in_start));
+    c.in_start = 0;
+    if (c.in.capacity() > 4 * c.in.size() + 65536) c.in.shrink_to_fit();
+  }
+}
+
+void TcpStoreServer::Impl::dispatch(Connection &c, wire::Message &&m) {
+  switch (c.phase) {
+    case Connection::Phase::kHello:
+      if (auto *h = std::get_if<wire::Hello>(&m)) return on_hello(c, *h);
+      break;
+    case Connection::Phase::kProof:
+      if (auto *p = std::get_if<wire::Proof>(&m)) return on_proof(c, *p);
+      break;
+    case Connection::Phase::kMember:
+      return on_request(c, std::move(m));
+  }
+  stat_dropped.fetch_add(1);
+  drop(c, cat("protocol violation: '", wire::op_name(wire::op_of(m)), "' before the handshake completed"));
+}
+
+// ---- handshake ------------------------------------------------------------------------------
+
+void TcpStoreServer::Impl::on_hello(Connection &c, const wire::Hello &h) {
+  c.hs.rank = h.rank;
+  c.hs.world_size = h.world_size;
+  c.hs.client_nonce = h.client_nonce;
+  if (h.version != wire::kVersion)
+    return refuse(c, PSTATE_ERR_MISMATCH,
+                  cat("the store speaks protocol version ", wire::kVersion, " but rank ", h.rank, " speaks version ",
+                      h.version, ": run the same pstate version on every rank"));
+  crypto::fill_random(c.hs.server_nonce.data(), c.hs.server_nonce.size());
+  wire::Challenge challenge;
+  challenge.token_required = !options.job_token.empty();
+  challenge.server_nonce = c.hs.server_nonce;
+  c.phase = Connection::Phase::kProof;
+  reply(c, challenge);
+}
+
+void TcpStoreServer::Impl::on_proof(Connection &c, const wire::Proof &p) {
+  wire::Mac expected = client_proof(options.job_token, c.hs);
+  if (!crypto::constant_time_equal(expected, p.mac)) {
+    logger.warn("store: refused ", c.peer, " (says rank ", c.rank(), "): wrong or missing job token");
+    return refuse(c, PSTATE_ERR_AUTH, "job token refused");
+  }
+  if (auto problem = membership_problem(c)) {
+    logger.warn("store: refused ", c.peer, ": ", *problem);
+    return refuse(c, PSTATE_ERR_MISMATCH, *problem);
+  }
+  if (c.rank() >= 0) {
+    rank_holders[c.rank()] = c.id;
+    c.claims_rank = true;
+    publish_ranks();
+  }
+  c.phase = Connection::Phase::kMember;
+  logger.info("store: ", c.rank() >= 0 ? cat("rank ", c.rank()) : std::string("an observer"), " joined from ", c.peer);
+  wire::Welcome welcome;
+  welcome.mac = server_proof(options.job_token, c.hs);
+  welcome.world_size = options.world_size;
+  reply(c, welcome);
+}
+
+std::optional<std::string> TcpStoreServer::Impl::membership_problem(Connection &c) {
+  int rank = c.rank(), world = c.hs.world_size;
+  std::string owner = options.owner_rank >= 0 ? cat("rank ", options.owner_rank) : std::string("the store");
+  if (rank < -1) return cat("rank ", rank, " is invalid (ranks are 0..", options.world_size - 1, ")");
+  if (rank == -1 && world == 0) return std::nullopt;  // an observer that does not claim a world size
+  if (world != options.world_size)
+    return cat(rank >= 0 ? cat("rank ", rank) : std::string("an observer"), " says world_size ", world, ", ", owner,
+               " says ", options.world_size);
+  if (rank >= world)
+    return cat("rank ", rank, " is out of range for world_size ", world, " (ranks are 0..", world - 1, ")");
+  if (rank >= 0) {
+    auto holder = rank_holders.find(rank);
+    if (holder != rank_holders.end() && holder_is_alive(holder->second))
+      return cat("rank ", rank, " is already taken by another process (connected from ",
+                 connections.at(holder->second).peer, ")");
+  }
+  return std::nullopt;
+}
+
+// A rank holder whose client has gone but whose close we have not read yet must not block a
+// legitimate reconnect: peek at its socket and drop it if it reads end-of-file.
+bool TcpStoreServer::Impl::holder_is_alive(uint64_t id) {
+  auto it = connections.find(id);
+  if (it == connections.end() || it->second.dead) return false;
+  uint8_t byte;
+  ssize_t got = ::recv(it->second.fd.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+    drop(it->second, "closed by the client", LogLevel::kTrace);
+    return false;
+  }
+  return true;
+}
+
+// ---- requests -------------------------------------------------------------------------------
+
+void TcpStoreServer::Impl::on_request(Connection &c, wire::Message &&m) {
+  if (auto *set = std::get_if<wire::Set>(&m)) return on_set(c, std::move(*set));
+  if (auto *get = std::get_if<wire::Get>(&m)) return on_get(c, *get);
+  if (auto *add = std::get_if<wire::Add>(&m)) return on_add(c, *add);
+  if (auto *wait = std::get_if<wire::Wait>(&m)) return on_wait(c, *wait);
+  if (auto *check = std::get_if<wire::Check>(&m)) return reply(c, wire::Bool{missing_keys(check->keys).empty()});
+  if (auto *erase = std::get_if<wire::Erase>(&m)) return on_erase(c, *erase);
+  stat_dropped.fetch_add(1);
+  drop(c, cat("protocol violation: '", wire::op_name(wire::op_of(m)), "' is not a request"));
+}
+
+void TcpStoreServer::Impl::on_set(Connection &c, wire::Set &&m) {
+  auto value = std::make_shared<const Bytes>(std::move(m.value));
+  if (!store_value(c, m.key, std::move(value))) return;
+  reply(c, wire::Ok{});
+  wake_parked();
+}
+
+// Stores key = value within the limits; on refusal replies with the reason and returns false.
+bool TcpStoreServer::Impl::store_value(Connection &c, const std::string &key, std::shared_ptr<const Bytes> value) {
+  auto it = values.find(key);
+  size_t old_bytes = it == values.end() ? 0 : key.size() + it->second->size();
+  size_t new_bytes = key.size() + value->size();
+  bool too_many_keys = it == values.end() && values.size() >= options.max_keys;
+  bool too_many_bytes = total_bytes - old_bytes + new_bytes > options.max_total_bytes;
+  if (too_many_keys || too_many_bytes) {
+    reply(c, wire::Fail{PSTATE_ERR_NO_MEMORY,
+                        cat("the store is full (", values.size(), " keys, ", total_bytes, " bytes; limits ",
+                            options.max_keys, " keys, ", options.max_total_bytes, " bytes): cannot set ",
+                            quote_key(key))});
+    return false;
+  }
+  total_bytes = total_bytes - old_bytes + new_bytes;
+  if (it == values.end())
+    values.emplace(key, std::move(value));
+  else
+    it->second = std::move(value);
+  return true;
+}
+
+void TcpStoreServer::Impl::on_get(Connection &c, const wire::Get &m) {
+  auto it = values.find(m.key);
+  if (it != values.end()) return reply_value(c, it->second);
+  park(c, {m.key}, true, m.wait_ms);
+}
+
+void TcpStoreServer::Impl::on_add(Connection &c, const wire::Add &m) {
+  int64_t current = 0;
+  auto it = values.find(m.key);
+  if (it != values.end() && !counter_from_bytes(*it->second, &current))
+    return reply(c, wire::Fail{PSTATE_ERR_INVALID_ARGUMENT,
+                               cat("add(", quote_key(m.key), "): the key holds ", it->second->size(),
+                                   " bytes that are not a decimal integer")});
+  int64_t next = 0;
+  if (__builtin_add_overflow(current, m.delta, &next))
+    return reply(c, wire::Fail{PSTATE_ERR_INVALID_ARGUMENT,
+                               cat("add(", quote_key(m.key), "): ", current, " + ", m.delta, " overflows int64")});
+  if (!store_value(c, m.key, std::make_shared<const Bytes>(counter_to_bytes(next)))) return;
+  reply(c, wire::Int{next});
+  wake_parked();
+}
+
+void TcpStoreServer::Impl::on_wait(Connection &c, const wire::Wait &m) {
+  if (missing_keys(m.keys).empty()) return reply(c, wire::Ok{});
+  park(c, m.keys, false, m.wait_ms);
+}
+
+void TcpStoreServer::Impl::on_erase(Connection &c, const wire::Erase &m) {
+  auto it = values.find(m.key);
+  bool existed = it != values.end();
+  if (existed) {
+    total_bytes -= m.key.size() + it->second->size();
+    values.erase(it);
+  }
+  reply(c, wire::Bool{existed});
+}
+
+std::vector<std::string> TcpStoreServer::Impl::missing_keys(const std::vector<std::string> &keys) const {
+  std::vector<std::string> missing;
+  for (const auto &k : keys)
+    if (values.find(k) == values.end()) missing.push_back(k);
+  return missing;
+}
+
+// ---- parked requests ------------------------------------------------------------------------
+
+void TcpStoreServer::Impl::park(Connection &c, std::vector<std::string> keys, bool is_get, uint32_t wait_ms) {
+  c.parked = Parked{std::move(keys), is_get, Clock::now() + std::chrono::milliseconds(wait_ms)};
+  if (wait_ms == 0) finish_parked(c);  // "look once": answer TimedOut right away
+}
+
+// Replies to c's parked request now (its keys exist, or its time is up) and unblocks c.
+void TcpStoreServer::Impl::finish_parked(Connection &c) {
+  Parked p = std::move(*c.parked);
+  c.parked.reset();
+  std::vector<std::string> missing = missing_keys(p.keys);
+  if (missing.empty()) {
+    if (p.is_get)
+      reply_value(c, values.at(p.keys.front()));
+    else
+      reply(c, wire::Ok{});
+  } else {
+    wire::TimedOut t;
+    t.missing_count = static_cast<uint32_t>(missing.size());
+    missing.resize(std::min(missing.size(), wire::kMaxTimedOutKeys));
+    t.missing = std::move(missing);
+    reply(c, t);
+  }
+  runnable.push_back(c.id);
+}
+
+void TcpStoreServer::Impl::wake_parked() {
+  for (auto &[id, c] : connections)
+    if (c.parked && !c.dead && missing_keys(c.parked->keys).empty()) finish_parked(c);
+}
+
+void TcpStoreServer::Impl::expire_timers() {
+  auto now = Clock::now();
+  for (auto &[id, c] : connections) {
+    if (c.dead) continue;
+    if (c.parked && now >= c.parked->until) finish_parked(c);
+    if (c.phase != Connection::Phase::kMember && now >= c.handshake_until) {
+      stat_dropped.fetch_add(1);
+      drop(c, cat("no handshake within ", options.handshake_timeout_ms, " ms"));
+    }
+  }
+}
+
+// ---- output ---------------------------------------------------------------------------------
+
+void TcpStoreServer::Impl::reply(Connection &c, const wire::Message &m) {
+  c.out.push_back(OutChunk{wire::encode(m), nullptr, 0});
+  write_some(c);
+}
+
+void TcpStoreServer::Impl::reply_value(Connection &c, std::shared_ptr<const Bytes> value) {
+  c.out.push_back(OutChunk{wire::encode_value_prefix(value->size()), nullptr, 0});
+  if (!value->empty()) c.out.push_back(OutChunk{{}, std::move(value), 0});
+  write_some(c);
+}
+
+// Replies with a failure, then closes the connection once the reply is out.
+void TcpStoreServer::Impl::refuse(Connection &c, pstate_status_t status, const std::string &text) {
+  stat_refused.fetch_add(1);
+  c.close_after_reply = true;
+  reply(c, wire::Fail{static_cast<uint32_t>(status), text});
+}
+
+void TcpStoreServer::Impl::write_some(Connection &c) {
+  while (!c.out.empty() && !c.dead) {
+    OutChunk &chunk = c.out.front();
+    ssize_t sent = ::send(c.fd.get(), chunk.data() + chunk.offset, chunk.size() - chunk.offset,
+                          MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      return drop(c, cat("send failed: ", std::strerror(errno)));
+    }
+    chunk.offset += static_cast<size_t>(sent);
+    if (chunk.offset == chunk.size()) c.out.pop_front();
+  }
+  if (c.out.empty() && c.close_after_reply && !c.dead) {
+    // Half-close so the client reads the reply, then EOF; closing outright could turn unread
+    // input into a reset that destroys the reply.
+    ::shutdown(c.fd.get(), SHUT_WR);
+    drop(c, "refused", LogLevel::kTrace);
+  }
+}
+
+void TcpStoreServer::Impl::drop(Connection &c, const std::string &why, LogLevel level) {
+  if (c.dead) return;
+  c.dead = true;
+  if (level == LogLevel::kTrace)
+    logger.trace("store: ", c.who(), ": ", why);
+  else
+    logger.info("store: closing the connection of ", c.who(), ": ", why);
+  if (c.claims_rank) {
+    auto it = rank_holders.find(c.rank());
+    if (it != rank_holders.end() && it->second == c.id) rank_holders.erase(it);
+    c.claims_rank = false;
+    publish_ranks();
+  }
+}
+
+void TcpStoreServer::Impl::sweep() {
+  for (auto it = connections.begin(); it != connections.end();) {
+    if (it->second.dead)
+      it = connections.erase(it);
+    else
+      ++it;
+  }
+}
+
+// Publishes the number of connected ranks at once (before the Welcome goes out, right when a
+// rank's connection is dropped), so a rank waiting in close() never acts on a stale count.
+void TcpStoreServer::Impl::publish_ranks() {
+  std::lock_guard<std::mutex> lock(ranks_mutex);
+  stat_ranks.store(rank_holders.size());
+  ranks_changed.notify_all();
+}
+
+void TcpStoreServer::Impl::publish_stats() {
+  size_t parked = 0, members = 0;
+  for (const auto &[id, c] : connections) {
+    parked += c.parked.has_value();
+    members += c.phase == Connection::Phase::kMember;
+  }
+  stat_connections.store(connections.size());
+  stat_members.store(members);
+  stat_parked.store(parked);
+  stat_keys.store(values.size());
+}
+
+// ---- the public face ------------------------------------------------------------------------
+
+namespace {
+
+[[noreturn]] void throw_bind_error(const StoreServerOptions &o, const net::SocketAddress &a, int err) {
+  std::string where = cat(o.host, " (", a.text(), ")");
+  if (err == EADDRINUSE)
+    throw_error(PSTATE_ERR_TRANSPORT, "cannot serve the store on ", where,
+                ": the port is already in use (another job or a stale rank 0 holds it): choose another "
+                "MASTER_PORT / init_method port");
+  if (err == EADDRNOTAVAIL)
+    throw_error(PSTATE_ERR_TRANSPORT, "cannot serve the store on ", where,
+                ": that address is not on this host: rank 0 must run on the host MASTER_ADDR names");
+  if (err == EACCES)
+    throw_error(PSTATE_ERR_TRANSPORT, "cannot serve the store on ", where,
+                ": permission denied (ports below 1024 need privileges): choose a port >= 1024");
+  throw_error(PSTATE_ERR_TRANSPORT, "cannot serve the store on ", where, ": ", std::strerror(err));
+}
+
+}  // namespace
+
+std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const StoreServerOptions &options, const Logger &logger) {
+  if (options.world_size < 1)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "store server: world_size ", options.world_size, " must be >= 1");
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  if (impl->options.max_connections == 0)
+    impl->options.max_connections = 2 * static_cast<size_t>(options.world_size) + 256;
+  impl->logger = logger;
+
+  std::string error;
+  std::vector<net::SocketAddress> addresses = net::resolve(options.host, options.port, &error);
+  if (addresses.empty())
+    throw_error(PSTATE_ERR_TRANSPORT, "cannot serve the store on ", options.host, ": cannot resolve it: ", error);
+  // Listen on every address the host resolves to ("localhost" is 127.0.0.1 and ::1), all on one
+  // port: the first bind picks it when the port is 0.
+  int port = options.port;
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    net::SocketAddress a = addresses[i];
+    a.set_port(port);
+    int err = 0;
+    net::Fd fd = net::listen_on(a, 1024, &err);
+    if (!fd.valid()) {
+      // A second address family that this host lacks (no IPv6) is not an error.
+      if (i > 0 && (err == EADDRNOTAVAIL || err == EAFNOSUPPORT)) continue;
+      throw_bind_error(options, a, err);
+    }
+    if (port == 0) port = net::local_address(fd.get()).port();
+    impl->listeners.push_back(std::move(fd));
+  }
+  impl->port = port;
+  impl->wake = net::Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!impl->wake.valid()) throw_error(PSTATE_ERR_TRANSPORT, "store server: eventfd: ", std::strerror(errno));
+  Impl *raw = impl.get();
+  impl->thread = std::thread([raw] { raw->run(); });
+  logger.info("store: serving ", cat("tcp://", options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host, ":", port),
+              " for ", options.world_size, " ranks", options.job_token.empty() ? " (no job token)" : " (job token required)");
+  return std::unique_ptr<TcpStoreServer>(new TcpStoreServer(std::move(impl)));
+}
+
+TcpStoreServer::TcpStoreServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+TcpStoreServer::~TcpStoreServer() {
+  impl_->stop.store(true, std::memory_order_release);
+  uint64_t one = 1;
+  ssize_t n = ::write(impl_->wake.get(), &one, sizeof one);
+  (void)n;
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+int TcpStoreServer::port() const { return impl_->port; }
+
+std::string TcpStoreServer::url() const {
+  const std::string &h = impl_->options.host;
+  return cat("tcp://", h.find(':') != std::string::npos ? "[" + h + "]" : h, ":", impl_->port);
+}
+
+bool TcpStoreServer::wait_for_ranks_at_most(size_t ranks, Deadline deadline) const {
+  std::unique_lock<std::mutex> lock(impl_->ranks_mutex);
+  return impl_->ranks_changed.wait_until(lock, deadline.at(), [&] { return impl_->stat_ranks.load() <= ranks; });
+}
+
+StoreServerStats TcpStoreServer::stats() const {
+  StoreServerStats s;
+  s.connections = impl_->stat_connections.load();
+  s.members = impl_->stat_members.load();
+  s.ranks = impl_->stat_ranks.load();
+  s.parked_requests = impl_->stat_parked.load();
+  s.keys = impl_->stat_keys.load();
+  s.refused = impl_->stat_refused.load();
+  s.dropped = impl_->stat_dropped.load();
+  return s;
+}
+
+}  // namespace pstate

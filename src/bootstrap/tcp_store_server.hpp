@@ -1,0 +1,69 @@
+// tcp_store_server.hpp — the key-value server of the TCP store, run by rank 0 (or a launcher).
+//
+// One background thread serves every client with a poll() loop over non-blocking sockets: no
+// thread per client, no busy loop (it sleeps in poll until a socket or a timer needs it). A get or
+// wait on missing keys is parked server-side until a set/add provides them or its wait time
+// passes, so waiting clients cost nothing. Each connection must first pass the handshake (token
+// proof, rank claim, world size); a malformed or oversized frame, an unknown opcode, or a request
+// before the handshake closes that connection only. Limits: frame sizes (wire.hpp), number of
+// keys, total bytes, number of connections, time to complete the handshake.
+#pragma once
+
+#include "bootstrap/store.hpp"
+#include "common/log.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace pstate {
+
+struct StoreServerOptions {
+  std::string host = "127.0.0.1";  // the address to listen on (every address it resolves to)
+  int port = 0;                    // 0 = any free port (see TcpStoreServer::port())
+  int world_size = 1;
+  std::string job_token;           // empty = clients must have no token either
+  int owner_rank = 0;              // rank whose process serves, named in errors; -1 = not a rank
+  size_t max_keys = kStoreMaxKeys;
+  size_t max_total_bytes = size_t{4} << 30;  // keys + values
+  size_t max_connections = 0;      // 0 = 2 * world_size + 256
+  int64_t handshake_timeout_ms = 30000;  // a connection that has not finished the handshake by then is closed
+};
+
+// A snapshot of the server's counters (for tests and logs).
+struct StoreServerStats {
+  size_t connections = 0;        // open connections, any phase
+  size_t members = 0;            // connections that passed the handshake
+  size_t ranks = 0;              // of those, the ones holding a rank (observers hold none)
+  size_t parked_requests = 0;    // gets/waits held until their keys exist
+  size_t keys = 0;
+  uint64_t refused = 0;          // connections refused by the handshake (token, rank, world size)
+  uint64_t dropped = 0;          // connections closed for malformed frames or protocol violations
+};
+
+class TcpStoreServer {
+ public:
+  // Binds and listens (throws PSTATE_ERR_TRANSPORT with the cause: port taken, address not on
+  // this host, ...) and starts the serving thread.
+  static std::unique_ptr<TcpStoreServer> start(const StoreServerOptions &options, const Logger &logger);
+  // Stops the thread and closes every connection (their clients then see PEER_LOST).
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer &) = delete;
+  TcpStoreServer &operator=(const TcpStoreServer &) = delete;
+
+  int port() const;
+  std::string url() const;  // "tcp://127.0.0.1:29500" with the port actually bound
+  StoreServerStats stats() const;
+  // Waits until at most `ranks` ranks are connected (the others left), or the deadline passes;
+  // returns whether that happened. Sleeps on a condition variable, no polling.
+  bool wait_for_ranks_at_most(size_t ranks, Deadline deadline) const;
+
+  struct Impl;
+
+ private:
+  explicit TcpStoreServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pstate

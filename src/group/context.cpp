@@ -1,0 +1,257 @@
+// context.cpp — init_distributed_environment, initialize_model_parallel, destroy_*, abort.
+//
+// Rendezvous (collective over the world, bounded by the context timeout):
+//   1. resolve this rank's launch facts from the parameters and the environment;
+//   2. open the store (rank 0 serves a tcp:// store; the store claims the rank, checks the job
+//      token and the world size);
+//   3. start the UCX worker and publish "pstate/peer/<rank>" = {worker address, pid, host id};
+//   4. store barrier, then read every peer's entry (host awareness, local-rank check);
+//   5. build the world group and run one barrier over UCX: when pstate_init returns, every
+//      rank has finished with the store and the transport has carried a message both ways.
+#include "group/context.hpp"
+
+#include "group/group.hpp"
+#include "group/host_identity.hpp"
+
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <set>
+
+namespace pstate {
+
+namespace {
+
+std::string random_job_id() {
+  std::random_device rd;
+  uint64_t v = (uint64_t{rd()} << 32) ^ rd();
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::string peer_key(int rank) { return "pstate/peer/" + std::to_string(rank); }
+
+// Group ids in the UCX tag: 0 is the world; model-parallel groups get 1 + generation * kinds +
+// kind, so a group of a re-initialized layout never receives a stale message of an old one.
+uint32_t group_id_for(uint32_t generation, pstate_group_kind_t kind) {
+  constexpr uint32_t kGenerations = 4095 / PSTATE_GROUP_KIND_COUNT;
+  return 1 + (generation % kGenerations) * PSTATE_GROUP_KIND_COUNT + static_cast<uint32_t>(kind);
+}
+
+}  // namespace
+
+Context::Context(const pstate_init_params_t *params) {
+  pstate_init_params_t defaults = PSTATE_INIT_PARAMS_INIT;
+  const pstate_init_params_t &p = params != nullptr ? *params : defaults;
+  launch_ = resolve_launch_env(p, process_environment());
+  device_ = p.device;
+  log_.set_rank(launch_.rank);
+  const char *check = std::getenv("PSTATE_CHECK");
+  check_ = check != nullptr && check[0] != '\0' && std::string(check) != "0";
+  if (device_ != PSTATE_DEVICE_CPU)
+    throw_error(PSTATE_ERR_UNSUPPORTED, "device ", static_cast<int>(device_),
+                ": CUDA device groups are not available in this build yet; use PSTATE_DEVICE_CPU");
+  rendezvous();
+}
+
+Context::~Context() { abort(); }
+
+void Context::rendezvous() {
+  Deadline deadline = Deadline::after_ms(launch_.timeout_ms);
+  log_.info("init: ", launch_.describe());
+  store_ = open_store(launch_.store_options());
+  log_.info("init: store ", store_->describe(), " open");
+
+  UcxWorkerOptions wo;
+  wo.world_rank = launch_.rank;
+  wo.world_size = launch_.world_size;
+  wo.host_id = this_host_identity();
+  wo.socket_ifname = launch_.socket_ifname;
+  wo.default_timeout_ms = launch_.timeout_ms;
+  wo.wait = wait_policy_for_host(launch_.local_world_size > 0 ? launch_.local_world_size : launch_.world_size);
+  wo.logger = log_;
+  worker_ = std::make_unique<UcxWorker>(std::move(wo));
+  log_.info("init: UCX worker up: ", worker_->describe_transports());
+
+  if (launch_.rank == 0) {
+    job_id_ = random_job_id();
+    store_->set("pstate/job", Bytes(job_id_.begin(), job_id_.end()), deadline);
+  }
+  store_->set(peer_key(launch_.rank), encode_peer_entry(worker_->self_entry()), deadline);
+  exchange_peers();
+  if (launch_.rank != 0) {
+    Bytes id = store_->get("pstate/job", deadline);
+    job_id_.assign(id.begin(), id.end());
+  }
+  check_local_ranks();
+  worker_->set_directory([this](int r) { return peers_.at(static_cast<size_t>(r)); });
+
+  std::vector<int> all(static_cast<size_t>(launch_.world_size));
+  for (int r = 0; r < launch_.world_size; ++r) all[static_cast<size_t>(r)] = r;
+  world_ = make_group(PSTATE_GROUP_WORLD, 0, all, 0);
+  world_->barrier();
+  log_.info("init: world group of ", launch_.world_size, " ranks ready (job ", job_id_, ")");
+}
+
+void Context::exchange_peers() {
+  Deadline deadline = Deadline::after_ms(launch_.timeout_ms);
+  store_barrier(*store_, "pstate/init", launch_.world_size, deadline);
+  peers_.resize(static_cast<size_t>(launch_.world_size));
+  for (int r = 0; r < launch_.world_size; ++r) peers_[static_cast<size_t>(r)] = decode_peer_entry(store_->get(peer_key(r), deadline));
+}
+
+// Every rank reports its local rank in its peer entry's host; two ranks of one host with the same
+// local rank, or a local rank past the number of ranks on the host, is a launcher error that
+// would later put two ranks on one GPU: MISMATCH naming both.
+void Context::check_local_ranks() {
+  Deadline deadline = Deadline::after_ms(launch_.timeout_ms);
+  std::string mine = std::to_string(launch_.local_rank);
+  store_->set("pstate/local_rank/" + std::to_string(launch_.rank), Bytes(mine.begin(), mine.end()), deadline);
+  const std::string &my_host = peers_[static_cast<size_t>(launch_.rank)].host_id;
+  int on_host = 0;
+  for (int r = 0; r < launch_.world_size; ++r) {
+    if (peers_[static_cast<size_t>(r)].host_id != my_host) continue;
+    ++on_host;
+    if (r == launch_.rank) continue;
+    Bytes v = store_->get("pstate/local_rank/" + std::to_string(r), deadline);
+    if (std::string(v.begin(), v.end()) == mine)
+      throw_error(PSTATE_ERR_MISMATCH, "ranks ", r, " and ", launch_.rank, " on host ", host_identity_name(my_host),
+                  " both have local_rank ", mine, ": give each rank of a host its own LOCAL_RANK");
+  }
+  if (launch_.local_rank >= on_host)
+    log_.warn("init: local_rank ", launch_.local_rank, " but only ", on_host, " ranks run on host ",
+              host_identity_name(my_host), " (is LOCAL_RANK right?)");
+}
+
+std::unique_ptr<Group> Context::make_group(pstate_group_kind_t kind, size_t index, const std::vector<int> &ranks,
+                                           uint32_t group_id) {
+  auto g = std::make_unique<Group>(*this, kind, index, ranks, group_id);
+  log_.info("group ", g->name(), ": ", ranks.size(), " ranks, rank_in_group ", g->rank_in_group());
+  return g;
+}
+
+void Context::initialize_model_parallel(const pstate_parallel_config_t *cfg) {
+  require_usable("pstate_initialize_model_parallel");
+  if (layout_)
+    throw_error(PSTATE_ERR_INVALID_STATE,
+                "model parallel is already initialized: call pstate_destroy_model_parallel first");
+  layout::ParallelConfig pc = cfg != nullptr ? layout::ParallelConfig::from_c(*cfg)
+                                             : layout::ParallelConfig::tensor_parallel_only(launch_.world_size);
+  layout::Layout lay(launch_.world_size, pc);
+  ++generation_;
+  std::map<pstate_group_kind_t, Group *> canonical_groups;
+  for (pstate_group_kind_t kind : layout::creation_order()) {
+    if (kind == PSTATE_GROUP_WORLD || !lay.has(kind)) continue;
+    pstate_group_kind_t canon = lay.canonical(kind);
+    if (canon != kind) continue;  // aliases are filled below
+    size_t index = lay.group_of(kind, launch_.rank);
+    auto span = lay.group_ranks(kind, index);
+    groups_.push_back(make_group(kind, index, std::vector<int>(span.begin(), span.end()),
+                                 group_id_for(generation_, kind)));
+    canonical_groups[kind] = groups_.back().get();
+  }
+  by_kind_.fill(nullptr);
+  by_kind_[PSTATE_GROUP_WORLD] = world_.get();
+  for (int k = 1; k < PSTATE_GROUP_KIND_COUNT; ++k) {
+    auto kind = static_cast<pstate_group_kind_t>(k);
+    if (lay.has(kind)) by_kind_[static_cast<size_t>(k)] = canonical_groups.at(lay.canonical(kind));
+  }
+  layout_.emplace(std::move(lay));
+  state_ = State::kParallel;
+  // Every rank leaves together, so the first collective on any group finds its peers ready.
+  world_->barrier();
+  log_.info("initialize_model_parallel: tp ", pc.tp, " pp ", pc.pp, " ep ", pc.ep, " attn_dp ", pc.attn_dp,
+            " attn_cp ", pc.attn_cp, " moe_dp ", pc.moe_dp, " dcp ", pc.dcp, ": ", groups_.size(),
+            " groups created");
+}
+
+void Context::destroy_model_parallel() {
+  if (state_ == State::kClosed) throw_error(PSTATE_ERR_INVALID_STATE, "the context is finalized");
+  if (!layout_)
+    throw_error(PSTATE_ERR_INVALID_STATE,
+                "model parallel is not initialized: call pstate_initialize_model_parallel first");
+  for (auto &g : groups_) {
+    g->retire();
+    retired_.push_back(std::move(g));
+  }
+  groups_.clear();
+  by_kind_.fill(nullptr);
+  layout_.reset();
+  if (state_ == State::kParallel) state_ = State::kReady;
+  log_.info("destroy_model_parallel: groups released");
+}
+
+Group *Context::group(pstate_group_kind_t kind) {
+  require_usable("pstate_get_group");
+  if (kind == PSTATE_GROUP_WORLD) return world_.get();
+  if (!layout_)
+    throw_error(PSTATE_ERR_INVALID_STATE, "group ", pstate_group_kind_name(kind),
+                ": model parallel is not initialized; call pstate_initialize_model_parallel first");
+  Group *g = by_kind_[static_cast<size_t>(kind)];
+  if (g == nullptr)
+    throw_error(PSTATE_ERR_UNSUPPORTED, "group ", pstate_group_kind_name(kind), " does not exist in this layout (",
+                kind == PSTATE_GROUP_DCP ? "set decode_context_parallel_size > 1" : "set shared_experts_tensor_parallel_size > 1",
+                ")");
+  return g;
+}
+
+void Context::fail(const std::string &why) {
+  if (state_ == State::kFailed || state_ == State::kClosed) return;
+  state_ = State::kFailed;
+  failure_ = why;
+  log_.warn("context failed: ", why, " — further collectives return PSTATE_ERR_ABORTED; call pstate_abort");
+}
+
+void Context::require_usable(const char *call) const {
+  if (state_ == State::kFailed)
+    throw_error(PSTATE_ERR_ABORTED, call, " refused: this context failed earlier (", failure_,
+                "); call pstate_abort or pstate_finalize");
+  if (state_ == State::kClosed) throw_error(PSTATE_ERR_INVALID_STATE, call, ": the context is finalized");
+}
+
+void Context::close_groups() noexcept {
+  for (auto &g : groups_) g->retire();
+  for (auto &g : retired_) g->retire();
+  if (world_) world_->retire();
+  groups_.clear();
+  retired_.clear();
+  world_.reset();
+  by_kind_.fill(nullptr);
+}
+
+void Context::finalize() {
+  if (state_ == State::kClosed) return;
+  std::string first_error;
+  if (state_ != State::kFailed && world_) {
+    try {
+      world_->barrier();  // peers finish their last messages before anyone closes endpoints
+    } catch (const Error &e) {
+      first_error = e.what();
+    }
+  }
+  bool failed = state_ == State::kFailed || !first_error.empty();
+  close_groups();
+  if (worker_) {
+    if (failed) worker_->force_close();
+    else worker_->close(Deadline::after_ms(std::min<int64_t>(launch_.timeout_ms, 10000)));
+  }
+  worker_.reset();
+  store_.reset();
+  state_ = State::kClosed;
+  log_.info("finalize: done");
+  if (!first_error.empty())
+    throw_error(PSTATE_ERR_PEER_LOST, "finalize could not reach every peer (", first_error,
+                "); resources were released anyway");
+}
+
+void Context::abort() noexcept {
+  if (state_ == State::kClosed) return;
+  close_groups();
+  if (worker_) worker_->force_close();
+  worker_.reset();
+  store_.reset();  // a serving rank 0 stops its server; clients close their socket
+  state_ = State::kClosed;
+}
+
+}  // namespace pstate

@@ -1,0 +1,282 @@
+// group.cpp — GroupCoordinator operations: argument-checked calls become numbered, verified,
+// deadline-bounded runs of the algorithms in src/coll/ over this group's channel.
+#include "group/group.hpp"
+
+#include "coll/algorithms.hpp"
+#include "group/context.hpp"
+#include "reduce/reduce.hpp"
+#include "transport/ucx/ucx_channel.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace pstate {
+
+const char *op_kind_name(OpKind kind) {
+  switch (kind) {
+    case OpKind::kAllReduce: return "all_reduce";
+    case OpKind::kAllGather: return "all_gather";
+    case OpKind::kReduceScatter: return "reduce_scatter";
+    case OpKind::kBroadcast: return "broadcast";
+    case OpKind::kGather: return "gather";
+    case OpKind::kAllToAll: return "all_to_all";
+    case OpKind::kBarrier: return "barrier";
+    case OpKind::kBroadcastObject: return "broadcast_object";
+    case OpKind::kAllGatherObject: return "all_gather_object";
+    case OpKind::kSend: return "send";
+    case OpKind::kRecv: return "recv";
+  }
+  return "?";
+}
+
+namespace {
+
+// Collective tags: bit 31 clear, bits 30..16 the operation's sequence number, bits 15..0 left to
+// the algorithm. Point-to-point tags: bit 31 set, a per-peer running count.
+constexpr uint32_t kP2PTagBit = 0x80000000u;
+// PSTATE_CHECK's descriptor exchange uses the last algorithm step of the operation's tag space.
+constexpr uint32_t kCheckStepBase = 0xff00u;
+
+uint32_t tag_base(uint32_t seq) { return (seq & 0x7fffu) << 16; }
+
+bool is_fatal(pstate_status_t s) {
+  return s == PSTATE_ERR_TIMEOUT || s == PSTATE_ERR_PEER_LOST || s == PSTATE_ERR_TRANSPORT ||
+         s == PSTATE_ERR_INTERNAL || s == PSTATE_ERR_MISMATCH;
+}
+
+std::string describe(const OpDescriptor &d) {
+  std::string s = op_kind_name(static_cast<OpKind>(d.op));
+  s += cat(" #", d.seq, " count ", d.count);
+  if (d.dtype >= 0) s += cat(" ", pstate_dtype_name(static_cast<pstate_dtype_t>(d.dtype)));
+  if (d.reduce_op >= 0) s += cat(" ", pstate_reduce_op_name(static_cast<pstate_reduce_op_t>(d.reduce_op)));
+  if (d.root >= 0) s += cat(" root ", d.root);
+  return s;
+}
+
+}  // namespace
+
+}  // namespace pstate
+
+using pstate::Bytes;
+using pstate::OpDescriptor;
+using pstate::OpKind;
+
+pstate_group_s::pstate_group_s(pstate::Context &ctx, pstate_group_kind_t kind, size_t index, std::vector<int> ranks,
+                               uint32_t group_id)
+    : ctx_(ctx), kind_(kind), ranks_(std::move(ranks)), group_id_(group_id) {
+  name_ = pstate::cat(pstate_group_kind_name(kind), ":", index);
+  auto it = std::find(ranks_.begin(), ranks_.end(), ctx.rank());
+  if (it == ranks_.end())
+    pstate::throw_error(PSTATE_ERR_INTERNAL, "group ", name_, " does not contain rank ", ctx.rank());
+  rank_in_group_ = static_cast<int>(it - ranks_.begin());
+  channel_ = std::make_unique<pstate::UcxChannel>(ctx.worker(), ranks_, rank_in_group_, group_id_, name_);
+  p2p_sent_.assign(ranks_.size(), 0);
+  p2p_received_.assign(ranks_.size(), 0);
+}
+
+pstate_group_s::~pstate_group_s() { magic_ = 0; }
+
+void pstate_group_s::retire() noexcept {
+  retired_ = true;
+  channel_.reset();
+}
+
+void pstate_group_s::check_alive(const char *call) const {
+  if (retired_)
+    pstate::throw_error(PSTATE_ERR_INVALID_STATE, call, ": group ", name_,
+                        " was destroyed by pstate_destroy_model_parallel (or the context was finalized); get "
+                        "the group again after pstate_initialize_model_parallel");
+  ctx_.require_usable(call);
+}
+
+template <typename Body>
+void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body) {
+  check_alive(pstate::op_kind_name(static_cast<OpKind>(desc_in.op)));
+  OpDescriptor desc = desc_in;
+  desc.seq = seq_++;
+  channel_->set_deadline(ctx_.op_deadline());
+  channel_->set_op_name(name_ + " " + pstate::op_kind_name(static_cast<OpKind>(desc.op)));
+  try {
+    if (ctx_.check_enabled() && size() > 1) verify_same_op(desc);
+  } catch (const pstate::Error &e) {
+    if (e.status() != PSTATE_ERR_MISMATCH || std::string(e.what()).find("(PSTATE_CHECK)") == std::string::npos)
+      ctx_.fail(e.what());
+    throw;
+  }
+  try {
+    body(pstate::tag_base(desc.seq));
+  } catch (const pstate::Error &e) {
+    if (pstate::is_fatal(e.status())) ctx_.fail(e.what());
+    throw;
+  }
+}
+
+// PSTATE_CHECK=1: every rank gathers every rank's descriptor and compares; all ranks see the same
+// table, so all of them report the mismatch (and none of them hangs in the real operation).
+void pstate_group_s::verify_same_op(const OpDescriptor &desc) {
+  std::vector<OpDescriptor> all(ranks_.size());
+  pstate::coll::allgather_bruck(*channel_, &desc, all.data(), sizeof(OpDescriptor), PSTATE_UINT8,
+                                pstate::tag_base(desc.seq) | pstate::kCheckStepBase);
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (std::memcmp(&all[r], &all[0], sizeof(OpDescriptor)) == 0) continue;
+    pstate::throw_error(PSTATE_ERR_MISMATCH, name_, ": rank ", ranks_[r], " (rank_in_group ", r, ") called ",
+                        pstate::describe(all[r]), " while rank ", ranks_[0], " (rank_in_group 0) called ",
+                        pstate::describe(all[0]), "; this rank is ", ctx_.rank(),
+                        ": every rank of a group must issue the same collectives in the same order (PSTATE_CHECK)");
+  }
+}
+
+void pstate_group_s::all_reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype,
+                                pstate_reduce_op_t op) {
+  OpDescriptor d{static_cast<uint32_t>(OpKind::kAllReduce), 0, count, dtype, op, -1, 0};
+  run(d, [&](uint32_t tag) {
+    size_t bytes = count * pstate::dtype_size(dtype);
+    auto choice = selector_.allreduce(size(), count, bytes);
+    explain("all_reduce", choice.name, bytes, 0);
+    choice.fn(*channel_, send, recv, count, dtype, op, tag);
+  });
+}
+
+void pstate_group_s::all_gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype) {
+  OpDescriptor d{static_cast<uint32_t>(OpKind::kAllGather), 0, send_count, dtype, -1, -1, 0};
+  run(d, [&](uint32_t tag) {
+    size_t bytes = send_count * pstate::dtype_size(dtype);
+    auto choice = selector_.allgather(size(), bytes);
+    explain("all_gather", choice.name, bytes, 2);
+    choice.fn(*channel_, send, recv, send_count, dtype, tag);
+  });
+}
+
+void pstate_group_s::reduce_scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype,
+                                    pstate_reduce_op_t op) {
+  OpDescriptor d{static_cast<uint32_t>(OpKind::kReduceScatter), 0, recv_count, dtype, op, -1, 0};
+  run(d, [&](uint32_t tag) {
+    size_t bytes = recv_count * pstate::dtype_size(dtype) * static_cast<size_t>(size());
+    auto choice = selector_.reduce_scatter(size(), bytes);
+    explain("reduce_scatter", choice.name, bytes, 4);
+    choice.fn(*channel_, send, recv, recv_count, dtype, op, tag);
+  });
+}
+
+void pstate_group_s::broadcast(void *buf, size_t count, pstate_dtype_t dtype, int src) {
+  OpDescriptor d{static_cast<uint32_t>(OpKind::kBroadcast), 0, count, dtype, -1, src, 0};
+  run(d, [&](uint32_t tag) {
+    size_t bytes = count * pstate::dtype_size(dtype);
+    auto choice = selector_.broadcast(size(), bytes);
+    explain("broadcast", choice.name, bytes, 6);
+    choice.fn(*channel_, buf, count, dtype, src, tag);
+  });
+}
+
+void pstate_group_s::gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, int dst) {
+  OpDescriptor d{static_cast<uint32_t>(OpKind::kGather), 0, send_count, dtype, -1, dst, 0};
+  run(d, [&](uint32_t tag) {
+    size_t bytes = send_count * pstate::dtype_size(dtype);
+    auto choice = selector_.gather(size(), bytes);
+    explain("gather", choice.name, bytes, 8);
+    choice.fn(*channel_, send, recv, send_count, dtype, dst, tag);
+  });
+}
+
+void pstate_group_s::all_to_all(const void *send, void *recv, size_t count_per_rank, pstate_dtype_t dtype) {
+  OpDescriptor d{static_cast<uint32_t>(OpKind::kAllToAll), 0, count_per_rank, dtype, -1, -1, 0};
+  run(d, [&](uint32_t tag) {
+    size_t bytes = count_per_rank * pstate::dtype_size(dtype);
+    auto choice = selector_.alltoall(size(), bytes);
+    explain("all_to_all", choice.name, bytes, 10);
+    choice.fn(*channel_, send, recv, count_per_rank, dtype, tag);
+  });
+}
+
+void pstate_group_s::barrier() {
+  OpDescriptor d{static_cast<uint32_t>(OpKind::kBarrier), 0, 0, -1, -1, -1, 0};
+  run(d, [&](uint32_t tag) {
+    auto choice = selector_.barrier(size());
+    explain("barrier", choice.name, 0, 12);
+    choice.fn(*channel_, tag);
+  });
+}
+
+Bytes pstate_group_s::broadcast_object(const void *data, size_t size, int src) {
+  OpDescriptor d{static_cast<uint32_t>(OpKind::kBroadcastObject), 0, 0, -1, -1, src, 0};
+  Bytes out;
+  run(d, [&](uint32_t tag) { pstate::coll::broadcast_object(*channel_, data, size, src, &out, tag); });
+  return out;
+}
+
+Bytes pstate_group_s::all_gather_object(const void *data, size_t size, std::vector<size_t> *sizes) {
+  OpDescriptor d{static_cast<uint32_t>(OpKind::kAllGatherObject), 0, 0, -1, -1, -1, 0};
+  Bytes out;
+  run(d, [&](uint32_t tag) {
+    pstate::coll::all_gather_object(*channel_, data, size, &out, sizes, tag);
+  });
+  return out;
+}
+
+void pstate_group_s::explain(const char *op, const char *algorithm, size_t bytes, int slot) {
+  // Two slots per operation: the first and (when it differs) a second algorithm seen.
+  const auto &log = ctx_.log();
+  if (!log.enabled(pstate::LogLevel::kInfo)) return;
+  uint32_t bit = 1u << slot;
+  if (logged_choices_ & bit) {
+    if (logged_choices_ & (bit << 1)) return;
+    bit <<= 1;
+  }
+  logged_choices_ |= bit;
+  log.info(name_, " ", op, ": ", bytes, " B on ", size(), " ranks -> ", algorithm);
+}
+
+uint32_t pstate_group_s::p2p_tag(int peer, bool sending) {
+  auto &counter = sending ? p2p_sent_[static_cast<size_t>(peer)] : p2p_received_[static_cast<size_t>(peer)];
+  return pstate::kP2PTagBit | (counter++ & 0x7fffffffu);
+}
+
+void pstate_group_s::send(const void *buf, size_t count, pstate_dtype_t dtype, int dst) {
+  check_alive("send");
+  channel_->set_deadline(ctx_.op_deadline());
+  channel_->set_op_name(name_ + " send");
+  try {
+    channel_->send(dst, buf, count * pstate::dtype_size(dtype), p2p_tag(dst, true));
+  } catch (const pstate::Error &e) {
+    if (pstate::is_fatal(e.status())) ctx_.fail(e.what());
+    throw;
+  }
+}
+
+void pstate_group_s::recv(void *buf, size_t count, pstate_dtype_t dtype, int src) {
+  check_alive("recv");
+  channel_->set_deadline(ctx_.op_deadline());
+  channel_->set_op_name(name_ + " recv");
+  try {
+    channel_->recv(src, buf, count * pstate::dtype_size(dtype), p2p_tag(src, false));
+  } catch (const pstate::Error &e) {
+    if (pstate::is_fatal(e.status())) ctx_.fail(e.what());
+    throw;
+  }
+}
+
+void pstate_group_s::send_object(const void *data, size_t size, int dst) {
+  check_alive("send_object");
+  channel_->set_deadline(ctx_.op_deadline());
+  channel_->set_op_name(name_ + " send_object");
+  try {
+    pstate::coll::send_object(*channel_, data, size, dst, p2p_tag(dst, true));
+  } catch (const pstate::Error &e) {
+    if (pstate::is_fatal(e.status())) ctx_.fail(e.what());
+    throw;
+  }
+}
+
+Bytes pstate_group_s::recv_object(int src) {
+  check_alive("recv_object");
+  channel_->set_deadline(ctx_.op_deadline());
+  channel_->set_op_name(name_ + " recv_object");
+  Bytes out;
+  try {
+    pstate::coll::recv_object(*channel_, src, &out, p2p_tag(src, false));
+  } catch (const pstate::Error &e) {
+    if (pstate::is_fatal(e.status())) ctx_.fail(e.what());
+    throw;
+  }
+  return out;
+}

@@ -1,0 +1,105 @@
+// group.hpp — pstate_group_t: SGLang's GroupCoordinator for one group seen from one rank.
+//
+// A group knows its ranks (global, in group order), this rank's place in it, and owns its CPU
+// communicator: a Channel over UCX (any host) that the algorithms of src/coll/ run on. Every
+// operation goes through run(): it refuses work on a failed context, numbers the operation
+// (the sequence number becomes the tag base, so messages of different operations never mix),
+// under PSTATE_CHECK=1 first compares every rank's (operation, count, dtype, op, root, seq) and
+// reports a mismatch instead of hanging, sets the deadline, and on a fatal error (TIMEOUT,
+// PEER_LOST, TRANSPORT) poisons the context so every later collective returns ABORTED.
+#pragma once
+
+#include "bootstrap/store.hpp"
+#include "coll/channel.hpp"
+#include "coll/select.hpp"
+
+#include <pstate/pstate.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pstate {
+
+class Context;
+class UcxChannel;
+
+// What PSTATE_CHECK compares across the group, 32 bytes on the wire.
+struct OpDescriptor {
+  uint32_t op = 0;  // OpKind
+  uint32_t seq = 0;
+  uint64_t count = 0;
+  int32_t dtype = -1;
+  int32_t reduce_op = -1;
+  int32_t root = -1;
+  int32_t reserved = 0;
+};
+
+enum class OpKind : uint32_t {
+  kAllReduce = 1, kAllGather, kReduceScatter, kBroadcast, kGather, kAllToAll, kBarrier,
+  kBroadcastObject, kAllGatherObject, kSend, kRecv
+};
+const char *op_kind_name(OpKind kind);
+
+}  // namespace pstate
+
+struct pstate_group_s {
+ public:
+  pstate_group_s(pstate::Context &ctx, pstate_group_kind_t kind, size_t index, std::vector<int> ranks,
+                 uint32_t group_id);
+  ~pstate_group_s();
+  pstate_group_s(const pstate_group_s &) = delete;
+  pstate_group_s &operator=(const pstate_group_s &) = delete;
+
+  // Facts.
+  pstate::Context &context() const { return ctx_; }
+  pstate_group_kind_t kind() const { return kind_; }
+  const std::string &name() const { return name_; }
+  const std::vector<int> &ranks() const { return ranks_; }
+  int size() const { return static_cast<int>(ranks_.size()); }
+  int rank_in_group() const { return rank_in_group_; }
+  bool retired() const { return retired_; }
+  void retire() noexcept;  // destroy_model_parallel: the handle stays valid, every call refused
+  void check_alive(const char *call) const;  // throws INVALID_STATE / ABORTED
+  bool valid_magic() const { return magic_ == kMagic; }
+
+  // Operations on host memory (CPU communicator). Arguments were checked by src/api/.
+  void all_reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op);
+  void all_gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype);
+  void reduce_scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, pstate_reduce_op_t op);
+  void broadcast(void *buf, size_t count, pstate_dtype_t dtype, int src);
+  void gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, int dst);
+  void all_to_all(const void *send, void *recv, size_t count_per_rank, pstate_dtype_t dtype);
+  void send(const void *buf, size_t count, pstate_dtype_t dtype, int dst);
+  void recv(void *buf, size_t count, pstate_dtype_t dtype, int src);
+  void barrier();
+  pstate::Bytes broadcast_object(const void *data, size_t size, int src);
+  pstate::Bytes all_gather_object(const void *data, size_t size, std::vector<size_t> *sizes);
+  void send_object(const void *data, size_t size, int dst);
+  pstate::Bytes recv_object(int src);
+
+ private:
+  static constexpr uint32_t kMagic = 0x70677270;  // "pgrp"
+  template <typename Body>
+  void run(const pstate::OpDescriptor &desc, Body &&body);
+  void verify_same_op(const pstate::OpDescriptor &desc);
+  // Point-to-point tags live in their own space: one running counter per peer and direction.
+  uint32_t p2p_tag(int peer, bool sending);
+  // INFO-logs the selector's choice the first time this group makes it.
+  void explain(const char *op, const char *algorithm, size_t bytes, int slot);
+
+  uint32_t magic_ = kMagic;
+  pstate::Context &ctx_;
+  pstate_group_kind_t kind_;
+  std::string name_;
+  std::vector<int> ranks_;
+  int rank_in_group_ = -1;
+  uint32_t group_id_;
+  std::unique_ptr<pstate::UcxChannel> channel_;
+  uint32_t seq_ = 0;
+  pstate::coll::AlgorithmSelector selector_;
+  uint32_t logged_choices_ = 0;  // bit per (operation, algorithm) already explained at INFO
+  std::vector<uint32_t> p2p_sent_, p2p_received_;
+  bool retired_ = false;
+};

@@ -1,0 +1,72 @@
+// ucx_channel.hpp — a Channel (src/coll/channel.hpp) over a UcxWorker: one group seen from one
+// rank, so every collective in src/coll/ runs over UCX.
+//
+// A channel knows the group's world ranks (index = group rank), this rank's index, the group id
+// that goes into bits 63..52 of every tag (ucx_tag.hpp), and the worker. The group layer calls
+// set_deadline() and set_op_name() before each operation; every wait then honours that deadline
+// and every error names the operation ("tp:0 all_reduce: rank 3 (group rank 1, pid 1234) exited
+// while rank 0 (group rank 0) waited for its message ..."). Without set_deadline, each wait gets
+// the worker's default timeout, so no wait is ever unbounded.
+//
+// Requests are the worker's op ids; after wait_all returns or throws they are released, and a
+// throw (from a post or a wait) cancels every outstanding request of this channel. Destroying the
+// channel cancels what is still outstanding. Same thread rules as the worker.
+#pragma once
+
+#include "coll/channel.hpp"
+#include "common/deadline.hpp"
+#include "transport/ucx/ucx_worker.hpp"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pstate {
+
+class UcxChannel final : public Channel {
+ public:
+  // world_ranks[i] is the world rank of group rank i; world_ranks[my_index] must be the worker's
+  // rank. group_id < 4096 and unique among this rank's live groups (both ends must agree on it).
+  UcxChannel(UcxWorker &worker, std::vector<int> world_ranks, int my_index, uint32_t group_id, std::string name);
+  ~UcxChannel() override;
+  UcxChannel(const UcxChannel &) = delete;
+  UcxChannel &operator=(const UcxChannel &) = delete;
+
+  int rank() const override { return my_index_; }
+  int size() const override { return static_cast<int>(world_ranks_.size()); }
+  Request isend(int peer, const void *buf, size_t bytes, uint32_t tag) override;
+  Request irecv(int peer, void *buf, size_t bytes, uint32_t tag) override;
+  Request irecv_any_size(int peer, std::vector<uint8_t> *out, uint32_t tag) override;
+  void wait_all(const Request *requests, size_t n) override;
+
+  // The deadline of the current operation (kept until changed).
+  void set_deadline(Deadline deadline) { deadline_ = deadline; }
+  // The operation named in errors, e.g. "tp:0 all_reduce"; the group name when never set.
+  void set_op_name(std::string op) { op_name_ = std::move(op); }
+  const std::string &op_name() const { return op_name_; }
+
+  const std::string &name() const { return name_; }
+  uint32_t group_id() const { return group_id_; }
+  const std::vector<int> &world_ranks() const { return world_ranks_; }
+  int world_rank_of(int group_rank) const { return world_ranks_.at(static_cast<size_t>(group_rank)); }
+  UcxWorker &worker() { return worker_; }
+  // Requests posted and not yet waited for (leak checks in tests).
+  size_t outstanding() const { return worker_.outstanding(owner_); }
+
+ private:
+  OpTarget target(int peer, uint64_t tag) const;
+  void check_peer(int peer, const char *call) const;
+  template <typename Post>
+  Request post(Post &&post_op);
+
+  UcxWorker &worker_;
+  std::vector<int> world_ranks_;
+  int my_index_;
+  uint32_t group_id_;
+  std::string name_;
+  std::string op_name_;
+  uint32_t owner_;
+  std::optional<Deadline> deadline_;
+};
+
+}  // namespace pstate

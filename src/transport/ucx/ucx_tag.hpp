@@ -1,0 +1,46 @@
+// ucx_tag.hpp — the 64-bit UCX tag every pstate message carries, and why it looks like this.
+//
+// UCX matches a receive against (tag, mask) on the whole worker, not per endpoint, so the tag
+// itself must say which group and which sender a message belongs to, or two groups (or two
+// senders) using the same algorithm tag would steal each other's messages:
+//
+//   bits 63..52  group id          12 bits: up to 4096 live groups per rank
+//   bits 51..32  source world rank 20 bits: worlds of up to 1,048,576 ranks
+//   bits 31..0   algorithm tag     32 bits: chosen by src/coll/ (step, phase, ...)
+//
+// Receives always match the full 64 bits (mask = all ones): a message from rank 3 in group 5
+// with tag 7 is only taken by a receive posted for exactly that triple. Messages with the same
+// triple are delivered in order (UCX tag-matching order).
+#pragma once
+
+#include "common/error.hpp"
+
+#include <cstdint>
+
+namespace pstate::ucx {
+
+inline constexpr int kTagGroupBits = 12;
+inline constexpr int kTagRankBits = 20;
+inline constexpr uint32_t kMaxGroupId = (1u << kTagGroupBits) - 1;  // 4095
+inline constexpr int kMaxWorldSize = 1 << kTagRankBits;             // 1,048,576
+inline constexpr uint64_t kTagMatchAll = ~uint64_t{0};
+
+constexpr uint64_t make_tag(uint32_t group_id, int source_world_rank, uint32_t algo_tag) {
+  return (uint64_t{group_id & kMaxGroupId} << 52) |
+         (uint64_t{static_cast<uint32_t>(source_world_rank) & (kMaxWorldSize - 1u)} << 32) | algo_tag;
+}
+constexpr uint32_t tag_group(uint64_t tag) { return static_cast<uint32_t>(tag >> 52); }
+constexpr int tag_source(uint64_t tag) { return static_cast<int>((tag >> 32) & (kMaxWorldSize - 1u)); }
+constexpr uint32_t tag_algo(uint64_t tag) { return static_cast<uint32_t>(tag); }
+
+// Throws INVALID_ARGUMENT when a group id or world rank does not fit its field.
+inline void check_tag_fields(uint32_t group_id, int world_rank) {
+  if (group_id > kMaxGroupId)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "ucx: group id ", group_id, " exceeds the tag's 12-bit field (max ",
+                kMaxGroupId, "): too many live groups");
+  if (world_rank < 0 || world_rank >= kMaxWorldSize)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "ucx: world rank ", world_rank, " does not fit the tag's 20-bit field (max ",
+                kMaxWorldSize - 1, ")");
+}
+
+}  // namespace pstate::ucx

@@ -1,0 +1,243 @@
+// ucx_wait.cpp — UcxWorker::wait: drive UCX until a set of requests completes, without burning a
+// core and without ever hanging.
+//
+// The loop, each round:
+//   1. progress the worker until it has nothing more to do, and start any probed receives;
+//   2. done? — return; a request that finished with an error throws (see throw_failed_op);
+//   3. a peer of a pending request dead? (process watch or PEER-mode error callback) — throw
+//      PEER_LOST once it has been dead for WaitPolicy::peer_lost_grace_ms while we kept
+//      progressing, so messages it sent before dying are still delivered;
+//   4. deadline passed? — throw TIMEOUT;
+//   5. within the spin budget (WaitPolicy::spin_us after the wait began or after a wake-up)?
+//      — go round again; otherwise arm the worker (ucp_worker_arm; BUSY means events are
+//      pending: go round) and sleep in poll() on the UCX wake-up fd plus the pidfds of the
+//      peers we wait on, for at most max_block_ms, so deadline and liveness are re-checked.
+// On any throw the owner's outstanding requests are cancelled and freed (cancel_owner).
+#include "transport/ucx/ucx_tag.hpp"
+#include "transport/ucx/ucx_worker.hpp"
+
+#include <poll.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+
+namespace pstate {
+
+namespace {
+
+using Clock = Deadline::Clock;
+constexpr auto kLivenessInterval = std::chrono::milliseconds(50);
+constexpr int kProcFallbackPollMs = 50;  // poll period when a peer has no pidfd
+
+int64_t ms_since(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+WaitPolicy wait_policy_for_host(int local_ranks) {
+  WaitPolicy policy;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  policy.spin_us = local_ranks < cpus ? 50 : 0;
+  return policy;
+}
+
+void UcxWorker::progress_until_idle() {
+  while (ucp_worker_progress(worker_) != 0) {
+  }
+}
+
+void UcxWorker::wait(const OpId *ops, size_t n, const WaitScope &scope) {
+  if (worker_ == nullptr)
+    throw_error(PSTATE_ERR_INVALID_STATE, scope.what, ": rank ", options_.world_rank, " UCX worker is closed");
+  try {
+    for (size_t i = 0; i < n; ++i)
+      if (find_op(ops[i]) == nullptr)
+        throw_error(PSTATE_ERR_INTERNAL, scope.what, ": request ", ops[i], " was already waited for or never posted");
+    run_wait_loop(ops, n, scope);
+  } catch (...) {
+    cancel_owner(scope.owner);
+    throw;
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (Op *op = find_op(ops[i])) release_op(*op);
+}
+
+void UcxWorker::run_wait_loop(const OpId *ops, size_t n, const WaitScope &scope) {
+  wait_start_ = Clock::now();
+  last_liveness_check_ = wait_start_;
+  const auto spin = std::chrono::microseconds(options_.wait.spin_us);
+  auto spin_until = wait_start_ + spin;
+  bool woke = false;
+  int grace_left_ms = INT32_MAX;  // INT32_MAX: no peer we wait on is dying
+  for (;;) {
+    progress_until_idle();
+    start_probed_recvs();
+    if (all_done(ops, n, scope)) return;
+    auto now = Clock::now();
+    if (woke || grace_left_ms < INT32_MAX || now - last_liveness_check_ >= kLivenessInterval) {
+      grace_left_ms = check_peers(ops, n, scope);
+      last_liveness_check_ = now;
+    }
+    if (scope.deadline.expired()) throw_timeout(ops, n, scope);
+    woke = false;
+    if (now < spin_until) continue;
+    if (block(ops, n, scope, grace_left_ms)) {
+      woke = true;
+      spin_until = Clock::now() + spin;
+    }
+  }
+}
+
+// True when every op is done and succeeded; throws for the first op that failed.
+bool UcxWorker::all_done(const OpId *ops, size_t n, const WaitScope &scope) {
+  bool done = true;
+  for (size_t i = 0; i < n; ++i) {
+    Op &op = *find_op(ops[i]);
+    if (!test_op(op)) {
+      done = false;
+      continue;
+    }
+    bool size_ok = op.kind != OpKind::kRecv || op.received == op.bytes;
+    if (op.status != UCS_OK || !size_ok) throw_failed_op(op, scope);
+  }
+  return done;
+}
+
+// Throws PEER_LOST when the peer of a pending op is known dead and its grace period (see
+// WaitPolicy::peer_lost_grace_ms) is over. Returns the ms left of the shortest running grace
+// period, INT32_MAX when no peer we wait on is dying.
+int UcxWorker::check_peers(const OpId *ops, size_t n, const WaitScope &scope) {
+  int grace_left = INT32_MAX;
+  auto now = Clock::now();
+  for (size_t i = 0; i < n; ++i) {
+    Op &op = *find_op(ops[i]);
+    if (op.state == OpState::kDone) continue;
+    Peer &p = peer(op.target.peer_world);
+    if (p.watch && !p.exited) p.exited = p.watch->exited();
+    if (!p.lost()) continue;
+    if (!p.lost_at) p.lost_at = now;
+    auto left = std::chrono::milliseconds(options_.wait.peer_lost_grace_ms) - (now - *p.lost_at);
+    if (left <= Clock::duration::zero()) throw_peer_lost(p, op, scope);
+    grace_left = std::min(grace_left, static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count()));
+  }
+  return grace_left;
+}
+
+// Arms the worker and sleeps until UCX has events, a watched peer exits, or max_block_ms /
+// the deadline passes. Returns false when arming found events pending (nothing slept).
+bool UcxWorker::block(const OpId *ops, size_t n, const WaitScope &scope, int max_ms) {
+  ucs_status_t st = ucp_worker_arm(worker_);
+  if (st == UCS_ERR_BUSY) return false;
+  if (st != UCS_OK)
+    throw_error(PSTATE_ERR_TRANSPORT, scope.what, ": rank ", options_.world_rank,
+                " could not arm its UCX worker for sleeping: ", ucs_status_string(st));
+  poll_fds_.assign(1, pollfd{efd_, POLLIN, 0});
+  poll_peers_.assign(1, nullptr);
+  int timeout = std::min({scope.deadline.remaining_ms(), options_.wait.max_block_ms, max_ms});
+  for (size_t i = 0; i < n; ++i) {
+    Op &op = *find_op(ops[i]);
+    if (op.state == OpState::kDone) continue;
+    Peer &p = peer(op.target.peer_world);
+    if (!p.watch || p.exited || std::find(poll_peers_.begin(), poll_peers_.end(), &p) != poll_peers_.end()) continue;
+    if (p.watch->uses_pidfd()) {
+      poll_fds_.push_back(pollfd{p.watch->fd(), POLLIN, 0});
+      poll_peers_.push_back(&p);
+    } else {
+      timeout = std::min(timeout, kProcFallbackPollMs);
+    }
+  }
+  int ready = ::poll(poll_fds_.data(), poll_fds_.size(), timeout);
+  if (ready < 0 && errno != EINTR)
+    throw_error(PSTATE_ERR_TRANSPORT, scope.what, ": poll on the UCX wake-up fd failed: errno ", errno);
+  for (size_t i = 1; ready > 0 && i < poll_fds_.size(); ++i)
+    if (poll_fds_[i].revents != 0) poll_peers_[i]->exited = true;
+  return true;
+}
+
+// ---- error messages: what, who, how long, what to do ------------------------------------------
+
+std::string UcxWorker::describe_self(const WaitScope &scope) const {
+  if (scope.my_group_rank < 0) return cat("rank ", options_.world_rank);
+  return cat("rank ", options_.world_rank, " (group rank ", scope.my_group_rank, ")");
+}
+
+std::string UcxWorker::describe_peer(const Peer &p, const Op &op) const {
+  std::string s = cat("rank ", p.world_rank);
+  if (op.target.peer_in_group >= 0) s += cat(" (group rank ", op.target.peer_in_group);
+  s += op.target.peer_in_group >= 0 ? ", " : " (";
+  if (p.same_host)
+    s += cat("pid ", p.pid, ")");
+  else
+    s += cat("host ", p.host_id, ")");
+  return s;
+}
+
+std::string UcxWorker::describe_op(const Op &op) const {
+  std::string tag = cat("tag ", ucx::tag_algo(op.target.tag), " of group id ", ucx::tag_group(op.target.tag));
+  switch (op.kind) {
+    case OpKind::kSend:
+      return cat("send of ", op.bytes, " bytes, ", tag);
+    case OpKind::kRecv:
+      return cat("receive of ", op.bytes, " bytes, ", tag);
+    case OpKind::kRecvAnySize:
+      return cat("receive of a message of any size, ", tag);
+  }
+  return tag;
+}
+
+void UcxWorker::throw_peer_lost(const Peer &p, const Op &op, const WaitScope &scope) {
+  std::string what = cat(scope.what, ": ", describe_peer(p, op));
+  std::string waited = cat("while ", describe_self(scope),
+                           op.kind == OpKind::kSend ? " waited to send to it (" : " waited for its message (",
+                           describe_op(op), "; ",
+                           ms_since(wait_start_), " ms into the wait)");
+  if (p.ep_error != UCS_OK)
+    throw_error(PSTATE_ERR_PEER_LOST, what, " became unreachable (UCX: ", ucs_status_string(p.ep_error), ") ", waited,
+                "; the job cannot continue: call pstate_abort");
+  throw_error(PSTATE_ERR_PEER_LOST, what, " exited ", waited, "; the job cannot continue: call pstate_abort");
+}
+
+void UcxWorker::throw_failed_op(const Op &op, const WaitScope &scope) {
+  Peer &p = peer(op.target.peer_world);
+  if (p.watch && !p.exited) p.exited = p.watch->exited();
+  if (op.status != UCS_OK && p.lost()) throw_peer_lost(p, op, scope);
+  std::string peer = describe_peer(p, op);
+  if (op.status == UCS_ERR_MESSAGE_TRUNCATED || (op.status == UCS_OK && op.kind == OpKind::kRecv))
+    throw_error(PSTATE_ERR_MISMATCH, scope.what, ": ", peer, " sent ",
+                op.status == UCS_OK ? cat(op.received, " bytes") : std::string("a longer message"), " but ",
+                describe_self(scope), " expected exactly ", op.bytes, " (", describe_op(op),
+                "): the ranks disagree on count or dtype of this operation");
+  if (op.status == UCS_ERR_NO_MEMORY && op.kind == OpKind::kRecvAnySize)
+    throw_error(PSTATE_ERR_NO_MEMORY, scope.what, ": no memory for the ", op.bytes, "-byte message from ", peer,
+                " (", describe_op(op), ")");
+  if (op.status == UCS_ERR_NOT_CONNECTED && p.ep_closed)
+    throw_error(PSTATE_ERR_TRANSPORT, scope.what, ": the endpoint to ", peer,
+                " was closed after an earlier error; call pstate_abort");
+  throw_error(PSTATE_ERR_TRANSPORT, scope.what, ": UCX failed the ", describe_op(op), " between ", describe_self(scope),
+              " and ", peer, ": ", ucs_status_string(op.status));
+}
+
+void UcxWorker::throw_timeout(const OpId *ops, size_t n, const WaitScope &scope) {
+  const Op *first = nullptr;
+  size_t pending = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const Op *op = find_op(ops[i]);
+    if (op->state == OpState::kDone) continue;
+    if (first == nullptr) first = op;
+    ++pending;
+  }
+  const Peer &p = peer(first->target.peer_world);
+  throw_error(PSTATE_ERR_TIMEOUT, scope.what, ": timed out after ", ms_since(wait_start_), " ms: ",
+              describe_self(scope), " still waits for ", describe_peer(p, *first), ", which is ",
+              p.same_process ? "a thread of this process" : (p.same_host ? "alive" : "on another host"), " (",
+              describe_op(*first), "; ", pending, " of ", n,
+              " requests pending); the peer may be stuck or not in this operation — or slower than the "
+              "timeout (timeout_ms / PSTATE_TIMEOUT_MS)");
+}
+
+}  // namespace pstate

@@ -1,0 +1,477 @@
+// ucx_worker.cpp — UcxWorker's life: context and worker creation, lazy endpoints, posting tagged
+// sends and receives, cancellation, graceful and forced teardown. The wait loop (progress, spin
+// then block, failure detection) lives in ucx_wait.cpp.
+#include "transport/ucx/ucx_worker.hpp"
+
+#include "transport/ucx/ucx_tag.hpp"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <new>
+
+namespace pstate {
+
+namespace {
+
+[[noreturn]] void throw_ucx(const char *call, ucs_status_t status, const std::string &context) {
+  throw_error(PSTATE_ERR_TRANSPORT, "ucx: ", call, " failed", context.empty() ? "" : " (", context,
+              context.empty() ? "" : ")", ": ", ucs_status_string(status));
+}
+
+// RAII for a ucp_config_t (read from the environment, then modified).
+struct ConfigHolder {
+  ucp_config_t *config = nullptr;
+  ~ConfigHolder() {
+    if (config != nullptr) ucp_config_release(config);
+  }
+};
+
+// Receives never complete immediately: UCX 1.13 does not fill recv_info.tag_info when
+// ucp_tag_recv_nbx completes at once, so the length would be unknown; with a request,
+// ucp_tag_recv_request_test reports it.
+ucp_request_param_t recv_param() {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  return param;
+}
+
+}  // namespace
+
+UcxWorker::UcxWorker(UcxWorkerOptions options) : options_(std::move(options)) {
+  if (options_.world_size < 1 || options_.world_size > ucx::kMaxWorldSize)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "ucx: world size ", options_.world_size, " is outside 1..",
+                ucx::kMaxWorldSize);
+  if (options_.world_rank < 0 || options_.world_rank >= options_.world_size)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "ucx: world rank ", options_.world_rank, " is outside 0..",
+                options_.world_size - 1);
+  if (options_.wait.spin_us < 0 || options_.wait.max_block_ms < 1)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "ucx: wait policy needs spin_us >= 0 and max_block_ms >= 1");
+  options_.logger.set_rank(options_.world_rank);
+  try {
+    init_context();
+    init_worker();
+  } catch (...) {
+    destroy_all();
+    throw;
+  }
+  check_socket_ifname();
+  if (options_.logger.enabled(LogLevel::kInfo))
+    options_.logger.info("ucx: worker ready, address ", address_.size(), " bytes; ", describe_transports());
+}
+
+UcxWorker::~UcxWorker() { force_close(); }
+
+void UcxWorker::init_context() {
+  ConfigHolder cfg;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg.config);
+  if (st != UCS_OK) throw_ucx("ucp_config_read", st, "check the UCX_* environment variables");
+  if (!options_.socket_ifname.empty()) {
+    st = ucp_config_modify(cfg.config, "NET_DEVICES", options_.socket_ifname.c_str());
+    if (st != UCS_OK) throw_ucx("ucp_config_modify(NET_DEVICES)", st, "PSTATE_SOCKET_IFNAME=" + options_.socket_ifname);
+    options_.logger.info("ucx: UCX_NET_DEVICES=", options_.socket_ifname, " (from PSTATE_SOCKET_IFNAME)");
+  }
+  for (const auto &[name, value] : options_.ucx_config) {
+    st = ucp_config_modify(cfg.config, name.c_str(), value.c_str());
+    if (st != UCS_OK) throw_ucx("ucp_config_modify", st, "UCX_" + name + "=" + value);
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
+                      UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  params.mt_workers_shared = 0;
+  params.estimated_num_eps = static_cast<size_t>(options_.world_size);
+  params.name = "pstate";
+  st = ucp_init(&params, cfg.config, &context_);
+  if (st != UCS_OK) throw_ucx("ucp_init", st, "no usable UCX transport? try unsetting UCX_TLS");
+}
+
+void UcxWorker::init_worker() {
+  ucp_worker_params_t params{};
+  params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  params.thread_mode = UCS_THREAD_MODE_SINGLE;
+  ucs_status_t st = ucp_worker_create(context_, &params, &worker_);
+  if (st != UCS_OK) throw_ucx("ucp_worker_create", st, "");
+  st = ucp_worker_get_efd(worker_, &efd_);
+  if (st != UCS_OK) throw_ucx("ucp_worker_get_efd", st, "the transports cannot wake a sleeping rank");
+  ucp_address_t *addr = nullptr;
+  size_t len = 0;
+  st = ucp_worker_get_address(worker_, &addr, &len);
+  if (st != UCS_OK) throw_ucx("ucp_worker_get_address", st, "");
+  const auto *bytes = reinterpret_cast<const uint8_t *>(addr);
+  address_.assign(bytes, bytes + len);
+  ucp_worker_release_address(worker_, addr);
+}
+
+// UCX silently drops a NET_DEVICES entry it cannot open; say so, since peers on other hosts
+// will then be unreachable.
+void UcxWorker::check_socket_ifname() const {
+  if (options_.socket_ifname.empty()) return;
+  auto resources = transport_resources();
+  std::string suffix = "/" + options_.socket_ifname;
+  bool found = std::any_of(resources.begin(), resources.end(), [&](const std::string &r) {
+    return r.size() >= suffix.size() && r.compare(r.size() - suffix.size(), suffix.size(), suffix) == 0;
+  });
+  if (!found)
+    options_.logger.warn("ucx: PSTATE_SOCKET_IFNAME=", options_.socket_ifname,
+                         " names no network device UCX can use (", describe_transports(),
+                         "); ranks on other hosts will be unreachable — check the interface name");
+}
+
+PeerEntry UcxWorker::self_entry() const { return PeerEntry{address_, static_cast<int64_t>(::getpid()), options_.host_id}; }
+
+// ---- peers and endpoints ------------------------------------------------------------------------
+
+UcxWorker::Peer &UcxWorker::peer(int world_rank) {
+  auto it = peers_.find(world_rank);
+  if (it != peers_.end()) return *it->second;
+  if (world_rank < 0 || world_rank >= options_.world_size)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "ucx: peer world rank ", world_rank, " is outside 0..",
+                options_.world_size - 1);
+  PeerEntry entry;
+  if (world_rank == options_.world_rank) {
+    entry = self_entry();
+  } else {
+    if (!directory_)
+      throw_error(PSTATE_ERR_INVALID_STATE, "ucx: rank ", options_.world_rank, " has no peer directory to reach rank ",
+                  world_rank, " (UcxWorker::set_directory was not called)");
+    entry = directory_(world_rank);
+  }
+  if (entry.address.empty())
+    throw_error(PSTATE_ERR_MISMATCH, "ucx: the directory returned no worker address for rank ", world_rank);
+  auto p = std::make_unique<Peer>();
+  p->worker = this;
+  p->world_rank = world_rank;
+  p->pid = entry.pid;
+  p->host_id = entry.host_id;
+  p->same_host = entry.host_id == options_.host_id;
+  p->same_process = p->same_host && entry.pid == static_cast<int64_t>(::getpid());
+  if (p->same_host && !p->same_process && entry.pid > 0)
+    p->watch.emplace(static_cast<pid_t>(entry.pid), options_.watch_with_pidfd);
+  p->address = std::move(entry.address);
+  Peer &ref = *p;
+  peers_.emplace(world_rank, std::move(p));
+  return ref;
+}
+
+ucp_ep_h UcxWorker::endpoint(Peer &p) {
+  if (p.ep != nullptr || p.ep_closed) return p.ep;
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  params.address = reinterpret_cast<const ucp_address_t *>(p.address.data());
+  // PEER mode only across hosts: it may rule out shared-memory transports, and on this host the
+  // process watch detects a dead peer anyway.
+  params.err_mode = p.same_host ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+  if (!p.same_host) {
+    params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.err_handler.cb = &UcxWorker::on_endpoint_error;
+    params.err_handler.arg = &p;
+  }
+  ucs_status_t st = ucp_ep_create(worker_, &params, &p.ep);
+  if (st != UCS_OK) {
+    p.ep = nullptr;
+    throw_ucx("ucp_ep_create", st, cat("rank ", options_.world_rank, " -> rank ", p.world_rank));
+  }
+  log_endpoint(p);
+  return p.ep;
+}
+
+void UcxWorker::log_endpoint(Peer &p) {
+  bool &first = p.same_host ? logged_local_ep_ : logged_remote_ep_;
+  LogLevel level = first ? LogLevel::kTrace : LogLevel::kInfo;
+  if (!options_.logger.enabled(level)) return;
+  first = true;
+  std::string line = cat("ucx: endpoint to rank ", p.world_rank, p.same_host ? " (same host" : " (other host",
+                         p.same_host ? ", error mode none): " : ", error mode peer): ", describe_endpoint_lanes(p.ep));
+  if (level == LogLevel::kInfo)
+    options_.logger.info(line);
+  else
+    options_.logger.trace(line);
+}
+
+void UcxWorker::connect(int world_rank) {
+  if (worker_ == nullptr)
+    throw_error(PSTATE_ERR_INVALID_STATE, "ucx: rank ", options_.world_rank, " worker is closed");
+  endpoint(peer(world_rank));
+}
+
+std::string UcxWorker::describe_endpoint(int world_rank) {
+  Peer &p = peer(world_rank);
+  ucp_ep_h ep = endpoint(p);
+  return ep == nullptr ? std::string("closed") : describe_endpoint_lanes(ep);
+}
+
+void UcxWorker::on_endpoint_error(void *arg, ucp_ep_h, ucs_status_t status) {
+  auto *p = static_cast<Peer *>(arg);
+  p->ep_error = status;
+  p->worker->options_.logger.warn("ucx: endpoint to rank ", p->world_rank, " (host ", p->host_id,
+                                  ") failed: ", ucs_status_string(status));
+}
+
+// ---- posting --------------------------------------------------------------------------------------
+
+UcxWorker::OpId UcxWorker::alloc_op(const OpTarget &target, OpKind kind) {
+  if (worker_ == nullptr)
+    throw_error(PSTATE_ERR_INVALID_STATE, "ucx: rank ", options_.world_rank, " worker is closed");
+  uint32_t index;
+  if (!free_ops_.empty()) {
+    index = free_ops_.back();
+    free_ops_.pop_back();
+  } else {
+    index = static_cast<uint32_t>(ops_.size());
+    ops_.emplace_back();
+  }
+  Op &op = ops_[index];
+  uint32_t generation = op.generation + 1;
+  op = Op{};
+  op.generation = generation == 0 ? 1 : generation;
+  op.kind = kind;
+  op.state = OpState::kPending;
+  op.target = target;
+  return (uint64_t{op.generation} << 32) | index;
+}
+
+UcxWorker::Op *UcxWorker::find_op(OpId id) {
+  uint32_t index = static_cast<uint32_t>(id);
+  uint32_t generation = static_cast<uint32_t>(id >> 32);
+  if (index >= ops_.size()) return nullptr;
+  Op &op = ops_[index];
+  if (op.state == OpState::kFree || op.generation != generation) return nullptr;
+  return &op;
+}
+
+void UcxWorker::finish_post(Op &op, ucs_status_ptr_t result, size_t immediate_length) {
+  if (result == nullptr) {
+    op.state = OpState::kDone;
+    op.status = UCS_OK;
+    op.received = immediate_length;
+  } else if (UCS_PTR_IS_ERR(result)) {
+    op.state = OpState::kDone;
+    op.status = UCS_PTR_STATUS(result);
+  } else {
+    op.state = OpState::kPending;
+    op.request = result;
+  }
+}
+
+UcxWorker::OpId UcxWorker::post_send(const OpTarget &target, const void *buf, size_t bytes) {
+  Peer &p = peer(target.peer_world);
+  OpId id = alloc_op(target, OpKind::kSend);
+  Op &op = *find_op(id);
+  op.send_buf = buf;
+  op.bytes = bytes;
+  ucp_ep_h ep;
+  try {
+    ep = endpoint(p);
+  } catch (...) {
+    release_op(op);
+    throw;
+  }
+  if (ep == nullptr) {  // closed after an earlier error
+    finish_post(op, UCS_STATUS_PTR(UCS_ERR_NOT_CONNECTED), 0);
+    return id;
+  }
+  ucp_request_param_t param{};
+  finish_post(op, ucp_tag_send_nbx(ep, buf, bytes, target.tag, &param), 0);
+  return id;
+}
+
+UcxWorker::OpId UcxWorker::post_recv(const OpTarget &target, void *buf, size_t bytes) {
+  peer(target.peer_world);  // looked up now so its liveness can be watched during the wait
+  OpId id = alloc_op(target, OpKind::kRecv);
+  Op &op = *find_op(id);
+  op.recv_buf = buf;
+  op.bytes = bytes;
+  ucp_request_param_t param = recv_param();
+  finish_post(op, ucp_tag_recv_nbx(worker_, buf, bytes, target.tag, ucx::kTagMatchAll, &param), 0);
+  return id;
+}
+
+UcxWorker::OpId UcxWorker::post_recv_any_size(const OpTarget &target, std::vector<uint8_t> *out) {
+  peer(target.peer_world);
+  OpId id = alloc_op(target, OpKind::kRecvAnySize);
+  Op &op = *find_op(id);
+  op.out = out;
+  op.state = OpState::kProbing;
+  probing_.push_back(static_cast<uint32_t>(id));
+  return id;
+}
+
+// Matches waiting any-size receives (in posting order) against arrived messages and starts the
+// actual receive into a buffer of the probed length.
+void UcxWorker::start_probed_recvs() {
+  for (size_t i = 0; i < probing_.size();) {
+    Op &op = ops_[probing_[i]];
+    ucp_tag_recv_info_t info{};
+    ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, op.target.tag, ucx::kTagMatchAll, 1, &info);
+    if (msg == nullptr) {
+      ++i;
+      continue;
+    }
+    probing_.erase(probing_.begin() + static_cast<std::ptrdiff_t>(i));
+    op.bytes = info.length;
+    ucp_request_param_t param = recv_param();
+    ucs_status_ptr_t r;
+    try {
+      op.out->resize(info.length);
+      r = ucp_tag_msg_recv_nbx(worker_, op.out->data(), info.length, msg, &param);
+    } catch (const std::bad_alloc &) {
+      // The message is ours now: receive it into nothing (UCX truncates and frees it), fail the op.
+      r = ucp_tag_msg_recv_nbx(worker_, nullptr, 0, msg, &param);
+      if (r != nullptr && !UCS_PTR_IS_ERR(r)) ucp_request_free(r);
+      r = UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
+    }
+    finish_post(op, r, info.length);
+  }
+}
+
+// ---- completion, cancellation, release -----------------------------------------------------------
+
+bool UcxWorker::test_op(Op &op) {
+  if (op.state == OpState::kDone) return true;
+  if (op.state != OpState::kPending) return false;
+  ucs_status_t st;
+  if (op.kind == OpKind::kSend) {
+    st = ucp_request_check_status(op.request);
+  } else {
+    ucp_tag_recv_info_t info{};
+    st = ucp_tag_recv_request_test(op.request, &info);
+    if (st == UCS_OK) op.received = info.length;
+  }
+  if (st == UCS_INPROGRESS) return false;
+  op.status = st;
+  ucp_request_free(op.request);
+  op.request = nullptr;
+  op.state = OpState::kDone;
+  return true;
+}
+
+void UcxWorker::release_op(Op &op) noexcept {
+  if (op.state == OpState::kFree) return;
+  if (op.request != nullptr) ucp_request_free(op.request);  // freed by UCX once it completes
+  op.request = nullptr;
+  if (op.state == OpState::kProbing) {
+    uint32_t index = static_cast<uint32_t>(&op - ops_.data());
+    probing_.erase(std::remove(probing_.begin(), probing_.end(), index), probing_.end());
+  }
+  op.state = OpState::kFree;
+  free_ops_.push_back(static_cast<uint32_t>(&op - ops_.data()));
+}
+
+size_t UcxWorker::outstanding(uint32_t owner) const {
+  return static_cast<size_t>(std::count_if(ops_.begin(), ops_.end(), [owner](const Op &op) {
+    return op.state != OpState::kFree && (owner == 0 || op.target.owner == owner);
+  }));
+}
+
+void UcxWorker::cancel_owner(uint32_t owner) noexcept {
+  if (worker_ == nullptr) return;
+  // Receives in the expected queue cancel at once; what does not (sends, rendezvous in flight)
+  // gets its endpoint force-closed, which completes its requests with UCS_ERR_CANCELED, so UCX
+  // never touches the caller's buffers after this returns.
+  std::vector<int> stuck_peers;
+  for (Op &op : ops_) {
+    if (op.state != OpState::kPending || (owner != 0 && op.target.owner != owner)) continue;
+    ucp_request_cancel(worker_, op.request);
+    if (!test_op(op)) stuck_peers.push_back(op.target.peer_world);
+  }
+  for (int rank : stuck_peers) {
+    auto it = peers_.find(rank);
+    if (it != peers_.end()) close_endpoint(*it->second, true);
+  }
+  for (Op &op : ops_) {
+    if (op.state == OpState::kFree || (owner != 0 && op.target.owner != owner)) continue;
+    if (op.state == OpState::kPending && !test_op(op)) poisoned_ = true;  // UCX still owns it
+    release_op(op);
+  }
+}
+
+// ---- teardown -------------------------------------------------------------------------------------
+
+void UcxWorker::close_endpoint(Peer &p, bool force) noexcept {
+  if (p.ep == nullptr) return;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  ucs_status_ptr_t r = ucp_ep_close_nbx(p.ep, &param);
+  if (r != nullptr && !UCS_PTR_IS_ERR(r)) ucp_request_free(r);
+  p.ep = nullptr;
+  p.ep_closed = true;
+}
+
+void UcxWorker::close(Deadline deadline) noexcept {
+  if (worker_ == nullptr) return;
+  cancel_owner(0);
+  if (poisoned_) {
+    options_.logger.info("ucx: requests were abandoned after an error; closing endpoints by force");
+    force_close();
+    return;
+  }
+  std::vector<void *> closing;
+  for (auto &[rank, p] : peers_) {
+    if (p->ep == nullptr) continue;
+    if (p->ep_error != UCS_OK || (p->watch && p->watch->exited())) {
+      close_endpoint(*p, true);
+      continue;
+    }
+    ucp_request_param_t param{};  // flush mode: outstanding sends finish first
+    ucs_status_ptr_t r = ucp_ep_close_nbx(p->ep, &param);
+    if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.push_back(r);
+    p->ep = nullptr;
+    p->ep_closed = true;
+  }
+  wait_requests(closing, deadline);
+  if (!closing.empty())
+    options_.logger.warn("ucx: ", closing.size(), " endpoint(s) did not flush before the deadline; dropped");
+  for (void *r : closing) ucp_request_free(r);
+  destroy_all();
+}
+
+// Progresses (then sleeps on the wake-up fd, at most max_block_ms at a time) until every request
+// completed or the deadline passed; completed ones are freed and removed from the vector.
+void UcxWorker::wait_requests(std::vector<void *> &requests, Deadline deadline) noexcept {
+  auto done = [&] {
+    requests.erase(std::remove_if(requests.begin(), requests.end(),
+                                  [](void *r) {
+                                    if (ucp_request_check_status(r) == UCS_INPROGRESS) return false;
+                                    ucp_request_free(r);
+                                    return true;
+                                  }),
+                   requests.end());
+    return requests.empty();
+  };
+  while (true) {
+    progress_until_idle();
+    if (done() || deadline.expired()) return;
+    if (ucp_worker_arm(worker_) != UCS_OK) continue;  // BUSY: more to progress
+    pollfd p{efd_, POLLIN, 0};
+    ::poll(&p, 1, std::min(deadline.remaining_ms(), options_.wait.max_block_ms));
+  }
+}
+
+void UcxWorker::force_close() noexcept {
+  if (worker_ == nullptr && context_ == nullptr) return;
+  if (worker_ != nullptr) {
+    cancel_owner(0);
+    for (auto &[rank, p] : peers_) close_endpoint(*p, true);
+  }
+  destroy_all();
+}
+
+void UcxWorker::destroy_all() noexcept {
+  for (Op &op : ops_) release_op(op);
+  for (auto &[rank, p] : peers_) {
+    if (p->ep != nullptr) close_endpoint(*p, true);
+  }
+  if (worker_ != nullptr) ucp_worker_destroy(worker_);
+  worker_ = nullptr;
+  efd_ = -1;
+  if (context_ != nullptr) ucp_cleanup(context_);
+  context_ = nullptr;
+  peers_.clear();
+  probing_.clear();
+}
+
+}  // namespace pstate

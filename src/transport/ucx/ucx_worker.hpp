@@ -1,0 +1,257 @@
+// ucx_worker.hpp — one rank's UCX (ucp) engine: context, worker, endpoints, progress, failures.
+//
+// One UcxWorker per pstate_t (no global state: N ranks as N threads in one process each own
+// one). It owns a ucp context (UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP) and one single-threaded
+// worker whose address (bytes) the caller publishes through the rendezvous store. Endpoints to
+// peers are created lazily, on first use, from a caller-provided directory that maps a world rank
+// to the peer's worker address, pid and host id.
+//
+// Messages are tagged sends/receives (ucx_tag.hpp gives the 64-bit tag layout). A wait
+// spins on ucp_worker_progress for a short budget (WaitPolicy::spin_us), then arms the worker
+// and sleeps in poll() on its wake-up fd, at most WaitPolicy::max_block_ms at a time, so a
+// waiting rank costs ~no CPU and still checks its deadline and its peers' liveness.
+//
+// Failure is an exception, never a hang (pstate::Error):
+//   - PSTATE_ERR_TIMEOUT     the wait's Deadline passed (names op, peer, elapsed time);
+//   - PSTATE_ERR_PEER_LOST   a peer died: same-host peers are watched through a pidfd (UCX's
+//                            shared-memory transports report nothing), other-host peers use
+//                            UCP_ERR_HANDLING_MODE_PEER endpoints and their error callback;
+//   - PSTATE_ERR_MISMATCH    a message of another length than the receive expected;
+//   - PSTATE_ERR_TRANSPORT   UCX reported an error (ucs_status_string in the text).
+// After a failed wait, every outstanding request of the same owner (channel) is cancelled and
+// freed; endpoints whose requests cannot be cancelled are force-closed so UCX never touches the
+// caller's buffers again.
+//
+// Threads: a UcxWorker and all channels over it are driven by one thread at a time (the worker
+// runs in UCS_THREAD_MODE_SINGLE). Different UcxWorkers are independent.
+#pragma once
+
+#include "common/deadline.hpp"
+#include "common/log.hpp"
+#include "transport/ucx/process_watch.hpp"
+
+#include <poll.h>
+#include <ucp/api/ucp.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace pstate {
+
+// What a rank publishes about itself so others can reach and watch it.
+struct PeerEntry {
+  std::vector<uint8_t> address;  // the peer's ucp worker address (UcxWorker::address())
+  int64_t pid = 0;               // its process id
+  std::string host_id;           // equal host ids = same host AND same pid namespace
+};
+
+// Serialized form for the store: magic "PSU1", u32 address length, address, i64 pid, u32 host
+// id length, host id (little-endian). decode throws PSTATE_ERR_MISMATCH on anything malformed.
+std::vector<uint8_t> encode_peer_entry(const PeerEntry &entry);
+PeerEntry decode_peer_entry(const std::vector<uint8_t> &bytes);
+
+// world rank -> its entry; may block (e.g. a store get); may throw pstate::Error.
+using PeerDirectory = std::function<PeerEntry(int world_rank)>;
+
+// How a wait burns CPU before sleeping. Spinning only pays when the peer has a core of its
+// own: when ranks share cores, a spinning rank delays the very peer it waits for by the whole
+// budget (measured with tests/unit/test_ucx_perf.cpp on a 2-core box: 8 ranks, ring + small
+// all-to-all per round, ~0.3-0.5 ms per round at spin 0-5 µs, ~1 ms at 50 µs, ~3-5 ms at
+// 200 µs, ~20-40 ms at 1 ms; 2 ranks, 8-byte round trip ~20-30 µs at spin 0 and ~2x the
+// budget at 50-200 µs once other load shares the cores). Hence the default: no spin beyond one
+// progress pass; wait_policy_for_host() turns spinning on where cores are free.
+struct WaitPolicy {
+  int spin_us = 0;         // busy-poll budget per wait (and per wake-up) before blocking
+  int max_block_ms = 100;  // longest single poll(): bounds deadline and liveness checks
+  // After a peer is seen dead, keep progressing this long before PEER_LOST: what it sent before
+  // dying may sit in a shared-memory FIFO behind a slot another (descheduled) sender has
+  // reserved but not yet filled.
+  int peer_lost_grace_ms = 200;
+};
+
+// The policy for a host running local_ranks ranks: spin 50 µs when every rank can have a core
+// of its own with one to spare (local_ranks < usable CPUs), else no spin.
+WaitPolicy wait_policy_for_host(int local_ranks);
+
+struct UcxWorkerOptions {
+  int world_rank = 0;
+  int world_size = 1;
+  std::string host_id;        // this rank's host id (compared with PeerEntry::host_id)
+  std::string socket_ifname;  // PSTATE_SOCKET_IFNAME: becomes UCX_NET_DEVICES when non-empty
+  // Extra UCX settings applied with ucp_config_modify (name without "UCX_", e.g. {"TLS","tcp"});
+  // the process environment (UCX_*) is read first, so these win.
+  std::vector<std::pair<std::string, std::string>> ucx_config;
+  WaitPolicy wait;
+  int64_t default_timeout_ms = 600000;  // waits whose caller set no deadline use this
+  bool watch_with_pidfd = true;         // false: watch same-host peers via /proc only (tests)
+  Logger logger;                        // copied; its rank prefix is set to world_rank
+};
+
+// Who is waiting, for error messages and cancellation.
+struct WaitScope {
+  uint32_t owner = 0;     // channel id from UcxWorker::register_owner (0 = the worker itself)
+  std::string_view what;  // operation, e.g. "tp:0 all_reduce"
+  Deadline deadline = Deadline::never();
+  int my_group_rank = -1;  // -1: messages name world ranks only
+};
+
+// One message as seen by the worker: to/from which world rank, with which full tag.
+struct OpTarget {
+  uint32_t owner = 0;
+  int peer_world = 0;
+  int peer_in_group = -1;  // for messages only
+  uint64_t tag = 0;        // full 64-bit tag (ucx_tag.hpp)
+};
+
+class UcxWorker {
+ public:
+  using OpId = uint64_t;  // slot index (low 32) + generation (high 32); 0 is never valid
+
+  explicit UcxWorker(UcxWorkerOptions options);
+  ~UcxWorker();  // force_close() when close() was not called
+  UcxWorker(const UcxWorker &) = delete;
+  UcxWorker &operator=(const UcxWorker &) = delete;
+
+  int world_rank() const { return options_.world_rank; }
+  int world_size() const { return options_.world_size; }
+  const Logger &logger() const { return options_.logger; }
+  const WaitPolicy &wait_policy() const { return options_.wait; }
+  int64_t default_timeout_ms() const { return options_.default_timeout_ms; }
+
+  // This worker's address, to publish; and the entry others need (address, getpid(), host id).
+  const std::vector<uint8_t> &address() const { return address_; }
+  PeerEntry self_entry() const;
+  // Must be set before the first message to another rank.
+  void set_directory(PeerDirectory directory) { directory_ = std::move(directory); }
+  // Creates the endpoint to world_rank now (normally lazy, on first send) — e.g. at group
+  // creation, so an unreachable peer is reported there. Sends nothing.
+  void connect(int world_rank);
+  // One line naming the transports of the worker's interfaces (for INFO logs).
+  std::string describe_transports() const;
+  // The transport/device pairs UCX opened ("tcp/lo", "sysv/memory", ...).
+  std::vector<std::string> transport_resources() const;
+  // One line naming the lanes of the endpoint to world_rank (creates it if needed).
+  std::string describe_endpoint(int world_rank);
+
+  // A fresh owner id for a channel; its requests are cancelled together.
+  uint32_t register_owner() { return ++last_owner_; }
+
+  // Non-blocking posts. Buffers stay in use until wait() returns or throws.
+  OpId post_send(const OpTarget &target, const void *buf, size_t bytes);
+  // Exactly `bytes`; any other length is PSTATE_ERR_MISMATCH at wait().
+  OpId post_recv(const OpTarget &target, void *buf, size_t bytes);
+  // Unknown length: probed (ucp_tag_probe_nb, remove) then received into *out (resized).
+  // Any-size receives on one tag are matched in the order they were posted.
+  OpId post_recv_any_size(const OpTarget &target, std::vector<uint8_t> *out);
+
+  // Waits for all ops (spin, then block); releases them. On failure throws pstate::Error and
+  // cancels + frees every outstanding op of scope.owner.
+  void wait(const OpId *ops, size_t n, const WaitScope &scope);
+  // Cancels and frees every outstanding op of owner (no-op when none). Never blocks.
+  void cancel_owner(uint32_t owner) noexcept;
+  // Outstanding ops of owner (0 = all owners); for tests and leak checks.
+  size_t outstanding(uint32_t owner = 0) const;
+
+  // Graceful teardown: flushes and closes every endpoint (bounded by deadline, then forced),
+  // destroys the worker and context. Throws nothing; idempotent.
+  void close(Deadline deadline) noexcept;
+  // Immediate teardown for pstate_abort: cancels everything, force-closes endpoints, never
+  // waits for a peer. Idempotent.
+  void force_close() noexcept;
+  bool closed() const { return worker_ == nullptr; }
+
+ private:
+  enum class OpKind : uint8_t { kSend, kRecv, kRecvAnySize };
+  enum class OpState : uint8_t { kFree, kProbing, kPending, kDone };
+  struct Op {
+    OpKind kind = OpKind::kSend;
+    OpState state = OpState::kFree;
+    uint32_t generation = 0;
+    OpTarget target;
+    const void *send_buf = nullptr;
+    void *recv_buf = nullptr;
+    size_t bytes = 0;                     // send size / exact receive size
+    std::vector<uint8_t> *out = nullptr;  // any-size destination
+    void *request = nullptr;              // UCX request while kPending
+    ucs_status_t status = UCS_OK;         // final status once kDone
+    size_t received = 0;                  // receives: bytes that arrived
+  };
+  struct Peer {
+    UcxWorker *worker = nullptr;
+    int world_rank = 0;
+    int64_t pid = 0;
+    std::string host_id;
+    std::vector<uint8_t> address;
+    bool same_host = false;
+    bool same_process = false;  // threads as ranks: nothing to watch
+    ucp_ep_h ep = nullptr;
+    bool ep_closed = false;                  // force-closed after an error; never reopened
+    ucs_status_t ep_error = UCS_OK;          // from the PEER-mode error callback
+    std::optional<ucx::ProcessWatch> watch;  // same host, other process
+    bool exited = false;                     // the watch fired
+    std::optional<Deadline::Clock::time_point> lost_at;  // when a wait first saw it dead
+    bool lost() const { return exited || ep_error != UCS_OK; }
+  };
+
+  void init_context();
+  void init_worker();
+  void check_socket_ifname() const;
+  Peer &peer(int world_rank);
+  ucp_ep_h endpoint(Peer &p);
+  void log_endpoint(Peer &p);
+  static std::string describe_endpoint_lanes(ucp_ep_h ep);
+  static void on_endpoint_error(void *arg, ucp_ep_h ep, ucs_status_t status);
+
+  OpId alloc_op(const OpTarget &target, OpKind kind);
+  Op *find_op(OpId id);
+  void release_op(Op &op) noexcept;
+  void finish_post(Op &op, ucs_status_ptr_t result, size_t immediate_length);
+  void start_probed_recvs();
+  bool test_op(Op &op);
+
+  void progress_until_idle();
+  void run_wait_loop(const OpId *ops, size_t n, const WaitScope &scope);
+  bool all_done(const OpId *ops, size_t n, const WaitScope &scope);
+  int check_peers(const OpId *ops, size_t n, const WaitScope &scope);
+  bool block(const OpId *ops, size_t n, const WaitScope &scope, int max_ms);
+  void wait_requests(std::vector<void *> &requests, Deadline deadline) noexcept;
+
+  std::string describe_self(const WaitScope &scope) const;
+  std::string describe_peer(const Peer &p, const Op &op) const;
+  std::string describe_op(const Op &op) const;
+  [[noreturn]] void throw_peer_lost(const Peer &p, const Op &op, const WaitScope &scope);
+  [[noreturn]] void throw_failed_op(const Op &op, const WaitScope &scope);
+  [[noreturn]] void throw_timeout(const OpId *ops, size_t n, const WaitScope &scope);
+
+  void close_endpoint(Peer &p, bool force) noexcept;
+  void destroy_all() noexcept;
+
+  UcxWorkerOptions options_;
+  PeerDirectory directory_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  int efd_ = -1;
+  std::vector<uint8_t> address_;
+  std::unordered_map<int, std::unique_ptr<Peer>> peers_;
+  std::vector<Op> ops_;
+  std::vector<uint32_t> free_ops_;
+  std::vector<uint32_t> probing_;  // any-size receives not matched yet, in posting order
+  uint32_t last_owner_ = 0;
+  bool poisoned_ = false;  // a request was abandoned while UCX still owned it: close by force
+  bool logged_local_ep_ = false;
+  bool logged_remote_ep_ = false;
+  Deadline::Clock::time_point wait_start_{};
+  Deadline::Clock::time_point last_liveness_check_{};
+  std::vector<pollfd> poll_fds_;  // scratch for block(): wake-up fd + pidfds
+  std::vector<Peer *> poll_peers_;
+};
+
+}  // namespace pstate

@@ -1,0 +1,162 @@
+/* ranks.c — the process and thread launchers of ranks.h. */
+#define _GNU_SOURCE
+#include "ranks.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+double pstate_test_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+int pstate_test_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a;
+  socklen_t len = sizeof a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+    perror("pstate_test_free_port");
+    abort();
+  }
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+pstate_status_t pstate_test_init(const pstate_test_rank_t *self, int64_t timeout_ms, pstate_t **out) {
+  pstate_init_params_t p = PSTATE_INIT_PARAMS_INIT;
+  p.init_method = self->init_method;
+  p.rank = self->rank;
+  p.world_size = self->world_size;
+  p.local_rank = self->rank;
+  p.timeout_ms = timeout_ms;
+  return pstate_init(&p, out);
+}
+
+int pstate_test_run_processes_kill(int world_size, int timeout_s, pstate_test_rank_fn fn, void *arg, int *statuses,
+                                   int victim, int kill_after_ms) {
+  char port[16], world[16], token[40];
+  snprintf(port, sizeof port, "%d", pstate_test_free_port());
+  snprintf(world, sizeof world, "%d", world_size);
+  snprintf(token, sizeof token, "test-token-%d-%ld", (int)getpid(), (long)time(NULL));
+  pid_t *pids = calloc((size_t)world_size, sizeof(pid_t));
+  int *done = calloc((size_t)world_size, sizeof(int));
+  int *st = calloc((size_t)world_size, sizeof(int));
+  fflush(stdout);
+  fflush(stderr);
+  for (int r = 0; r < world_size; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      char rank[16];
+      snprintf(rank, sizeof rank, "%d", r);
+      setenv("RANK", rank, 1);
+      setenv("LOCAL_RANK", rank, 1);
+      setenv("WORLD_SIZE", world, 1);
+      setenv("LOCAL_WORLD_SIZE", world, 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", port, 1);
+      setenv("PSTATE_JOB_TOKEN", token, 1);
+      pstate_test_rank_t self;
+      memset(&self, 0, sizeof self);
+      self.rank = r;
+      self.world_size = world_size;
+      snprintf(self.init_method, sizeof self.init_method, "env://");
+      self.arg = arg;
+      int rc = fn(&self);
+      fflush(stdout);
+      fflush(stderr);
+      _exit(rc);
+    }
+    pids[r] = pid;
+  }
+  double start = pstate_test_now_ms();
+  int remaining = world_size, failed = 0, killed_victim = 0;
+  while (remaining > 0) {
+    double elapsed = pstate_test_now_ms() - start;
+    if (victim >= 0 && !killed_victim && elapsed >= kill_after_ms) {
+      kill(pids[victim], SIGKILL);
+      killed_victim = 1;
+    }
+    if (elapsed > timeout_s * 1000.0) {
+      for (int r = 0; r < world_size; ++r)
+        if (!done[r]) {
+          fprintf(stderr, "rank %d: still running after %d s: killed (hang)\n", r, timeout_s);
+          kill(pids[r], SIGKILL);
+        }
+    }
+    int status = 0;
+    pid_t p = waitpid(-1, &status, WNOHANG);
+    if (p <= 0) {
+      usleep(2000);
+      continue;
+    }
+    for (int r = 0; r < world_size; ++r) {
+      if (pids[r] != p) continue;
+      done[r] = 1;
+      st[r] = status;
+      remaining--;
+      if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && r != victim) {
+        failed++;
+        if (WIFSIGNALED(status)) fprintf(stderr, "rank %d: killed by signal %d\n", r, WTERMSIG(status));
+        else fprintf(stderr, "rank %d: exit status %d\n", r, WEXITSTATUS(status));
+      }
+    }
+  }
+  if (statuses != NULL) memcpy(statuses, st, (size_t)world_size * sizeof(int));
+  free(pids);
+  free(done);
+  free(st);
+  return failed;
+}
+
+int pstate_test_run_processes(int world_size, int timeout_s, pstate_test_rank_fn fn, void *arg, int *statuses) {
+  return pstate_test_run_processes_kill(world_size, timeout_s, fn, arg, statuses, -1, 0);
+}
+
+typedef struct thread_job_t {
+  pstate_test_rank_t self;
+  pstate_test_rank_fn fn;
+  int rc;
+} thread_job_t;
+
+static void *thread_main(void *p) {
+  thread_job_t *job = p;
+  job->rc = job->fn(&job->self);
+  return NULL;
+}
+
+int pstate_test_run_threads(int world_size, int timeout_s, pstate_test_rank_fn fn, void *arg) {
+  (void)timeout_s; /* each rank's pstate timeout bounds the threads; ctest's TIMEOUT backs it */
+  int port = pstate_test_free_port();
+  thread_job_t *jobs = calloc((size_t)world_size, sizeof(thread_job_t));
+  pthread_t *threads = calloc((size_t)world_size, sizeof(pthread_t));
+  for (int r = 0; r < world_size; ++r) {
+    jobs[r].self.rank = r;
+    jobs[r].self.world_size = world_size;
+    jobs[r].self.arg = arg;
+    snprintf(jobs[r].self.init_method, sizeof jobs[r].self.init_method, "tcp://127.0.0.1:%d", port);
+    jobs[r].fn = fn;
+    pthread_create(&threads[r], NULL, thread_main, &jobs[r]);
+  }
+  int failed = 0;
+  for (int r = 0; r < world_size; ++r) {
+    pthread_join(threads[r], NULL);
+    if (jobs[r].rc != 0) failed++;
+  }
+  free(jobs);
+  free(threads);
+  return failed;
+}

@@ -1,0 +1,117 @@
+// store_test_util.hpp — small C++ helpers shared by the bootstrap (store, launch_env) tests.
+//
+// expect_error: the call must throw pstate::Error with the given status and a message holding
+// every given fragment (the message is printed when it does not, so a failure explains itself).
+// run_children: fork_ranks.h with a C++ lambda per child; exceptions in a child become its exit
+// status 2 with the message on stderr. CHILD_CHECK: an assertion for children (no cmocka there).
+// TempDir: a fresh directory under /tmp, removed with its contents at the end of the test.
+// Include this header after every other header of the test (see the note on cmocka below).
+#pragma once
+
+// Every C++ header first: cmocka defines a fail() macro that breaks std::basic_ios::fail().
+#include "common/error.hpp"
+#include "fork_ranks.h"
+
+#include <ftw.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <initializer_list>
+#include <iostream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+// clang-format off
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+extern "C" {  // cmocka 1.1 declares its functions without C linkage for C++
+#include <cmocka.h>
+}
+// clang-format on
+
+namespace pstest {
+
+inline void expect_error(const std::function<void()> &call, pstate_status_t status,
+                         std::initializer_list<std::string> fragments) {
+  try {
+    call();
+  } catch (const pstate::Error &e) {
+    std::string msg = e.what();
+    bool ok = e.status() == status;
+    for (const auto &f : fragments) ok = ok && msg.find(f) != std::string::npos;
+    if (!ok) {
+      std::fprintf(stderr, "expected status %s with [", pstate_status_string(status));
+      for (const auto &f : fragments) std::fprintf(stderr, " '%s'", f.c_str());
+      std::fprintf(stderr, " ]\n     got status %s: %s\n", pstate_status_string(e.status()), msg.c_str());
+    }
+    assert_true(ok);
+    return;
+  }
+  std::fprintf(stderr, "expected status %s, but the call succeeded\n", pstate_status_string(status));
+  fail();
+}
+
+#define CHILD_CHECK(cond)                                                                   \
+  do {                                                                                      \
+    if (!(cond)) {                                                                          \
+      std::fprintf(stderr, "%s:%d: child check failed: %s\n", __FILE__, __LINE__, #cond);   \
+      return 1;                                                                             \
+    }                                                                                       \
+  } while (0)
+
+using ChildBody = std::function<int(int)>;
+
+inline int run_child_body(int index, void *arg) {
+  try {
+    return (*static_cast<ChildBody *>(arg))(index);
+  } catch (const pstate::Error &e) {
+    std::fprintf(stderr, "child %d: %s: %s\n", index, pstate_status_string(e.status()), e.what());
+    return 2;
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "child %d: exception: %s\n", index, e.what());
+    return 3;
+  }
+}
+
+// Forks one child running body(index); the child exits with body's result.
+inline pid_t fork_child(ChildBody &body, int index) { return pst_fork(run_child_body, index, &body); }
+
+// Runs body(0..n-1) in n children; asserts every one exited with 0 within timeout_ms.
+inline void run_children(int n, ChildBody body, int timeout_ms) {
+  int statuses[64] = {0};
+  assert_true(n <= 64);
+  int failed = pst_run_children(n, run_child_body, &body, timeout_ms, statuses);
+  for (int i = 0; i < n; ++i)
+    if (statuses[i] != 0) std::fprintf(stderr, "child %d ended with status %d\n", i, statuses[i]);
+  assert_int_equal(failed, 0);
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/pstate-test-XXXXXX";
+    if (mkdtemp(pattern) == nullptr) std::abort();
+    path_ = pattern;
+  }
+  ~TempDir() {
+    nftw(path_.c_str(), [](const char *p, const struct stat *, int, struct FTW *) { return std::remove(p); }, 16,
+         FTW_DEPTH | FTW_PHYS);
+  }
+  TempDir(const TempDir &) = delete;
+  TempDir &operator=(const TempDir &) = delete;
+  const std::string &path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace pstest

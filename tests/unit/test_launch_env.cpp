@@ -1,0 +1,370 @@
+// test_launch_env.cpp — resolving a rank's launch settings from pstate_init_params_t and a fixed
+// environment: torchrun variables, the Open MPI and Slurm fallbacks and their precedence,
+// parameters overriding the environment, init_method parsing (env://, tcp:// with IPv4, names
+// and bracketed IPv6, file://), timeout, job token and socket interface; and one test per error
+// message. Also the interface-name → IPv4 helper on this host's loopback.
+#include "bootstrap/init_method.hpp"
+#include "bootstrap/launch_env.hpp"
+#include "bootstrap/netif.hpp"
+
+#include "store_test_util.hpp"  // last: it brings cmocka
+
+using namespace pstate;
+using pstest::expect_error;
+
+namespace {
+
+using Vars = std::map<std::string, std::string>;
+
+const Vars kTorchrun = {{"RANK", "3"},          {"WORLD_SIZE", "8"},         {"LOCAL_RANK", "1"},
+                        {"LOCAL_WORLD_SIZE", "4"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}};
+
+pstate_init_params_t defaults() {
+  pstate_init_params_t p = PSTATE_INIT_PARAMS_INIT;
+  return p;
+}
+
+LaunchEnv resolve(const Vars &vars, pstate_init_params_t p = defaults()) {
+  return resolve_launch_env(p, fixed_environment(vars));
+}
+
+Vars with(Vars base, const Vars &changes) {
+  for (const auto &[k, v] : changes) base[k] = v;
+  return base;
+}
+
+Vars without(Vars base, const std::string &name) {
+  base.erase(name);
+  return base;
+}
+
+void expect_invalid(const Vars &vars, std::initializer_list<std::string> fragments, pstate_init_params_t p = defaults()) {
+  expect_error([&] { resolve(vars, p); }, PSTATE_ERR_INVALID_ARGUMENT, fragments);
+}
+
+// ---- launchers ----------------------------------------------------------------------------------
+
+void test_torchrun_variables_give_ranks_and_store(void **) {
+  LaunchEnv e = resolve(kTorchrun);
+  assert_int_equal(e.rank, 3);
+  assert_int_equal(e.world_size, 8);
+  assert_int_equal(e.local_rank, 1);
+  assert_int_equal(e.local_world_size, 4);
+  assert_string_equal(e.launcher.c_str(), "torchrun");
+  assert_int_equal(static_cast<int>(e.store.kind), static_cast<int>(InitMethod::Kind::kTcp));
+  assert_string_equal(e.store.url().c_str(), "tcp://10.0.0.1:29500");
+  assert_int_equal(e.timeout_ms, 600000);
+  assert_true(e.job_token.empty());
+  assert_true(e.socket_ifname.empty());
+}
+
+void test_open_mpi_variables_are_the_first_fallback(void **) {
+  LaunchEnv e = resolve({{"OMPI_COMM_WORLD_RANK", "2"},
+                         {"OMPI_COMM_WORLD_SIZE", "4"},
+                         {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                         {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                         {"SLURM_PROCID", "0"},  // mpirun inside a Slurm allocation
+                         {"SLURM_NTASKS", "1"},
+                         {"MASTER_ADDR", "node1"},
+                         {"MASTER_PORT", "29500"}});
+  assert_int_equal(e.rank, 2);
+  assert_int_equal(e.world_size, 4);
+  assert_int_equal(e.local_rank, 0);
+  assert_int_equal(e.local_world_size, 2);
+  assert_string_equal(e.launcher.c_str(), "mpirun");
+}
+
+void test_slurm_variables_are_the_second_fallback(void **) {
+  LaunchEnv e = resolve({{"SLURM_PROCID", "5"},
+                         {"SLURM_NTASKS", "6"},
+                         {"SLURM_LOCALID", "1"},
+                         {"MASTER_ADDR", "node1"},
+                         {"MASTER_PORT", "29500"}});
+  assert_int_equal(e.rank, 5);
+  assert_int_equal(e.world_size, 6);
+  assert_int_equal(e.local_rank, 1);
+  assert_int_equal(e.local_world_size, -1);
+  assert_string_equal(e.launcher.c_str(), "srun");
+}
+
+void test_torchrun_wins_over_slurm_and_open_mpi(void **) {
+  LaunchEnv e = resolve(with(kTorchrun, {{"SLURM_PROCID", "0"},
+                                         {"SLURM_NTASKS", "2"},
+                                         {"OMPI_COMM_WORLD_RANK", "1"},
+                                         {"OMPI_COMM_WORLD_SIZE", "2"}}));
+  assert_int_equal(e.rank, 3);
+  assert_int_equal(e.world_size, 8);
+  assert_string_equal(e.launcher.c_str(), "torchrun");
+}
+
+void test_parameters_override_the_environment(void **) {
+  pstate_init_params_t p = defaults();
+  p.rank = 1;
+  p.world_size = 2;
+  p.local_rank = 0;
+  p.init_method = "tcp://127.0.0.1:1234";
+  p.timeout_ms = 1500;
+  p.job_token = "from-params";
+  p.socket_ifname = "eth7";
+  LaunchEnv e = resolve(with(kTorchrun, {{"PSTATE_JOB_TOKEN", "from-env"}, {"PSTATE_TIMEOUT_MS", "9"}}), p);
+  assert_int_equal(e.rank, 1);
+  assert_int_equal(e.world_size, 2);
+  assert_int_equal(e.local_rank, 0);
+  assert_string_equal(e.launcher.c_str(), "parameters");
+  assert_string_equal(e.store.url().c_str(), "tcp://127.0.0.1:1234");
+  assert_int_equal(e.timeout_ms, 1500);
+  assert_string_equal(e.job_token.c_str(), "from-params");
+  assert_string_equal(e.socket_ifname.c_str(), "eth7");
+}
+
+void test_world_size_parameter_with_rank_from_environment(void **) {
+  pstate_init_params_t p = defaults();
+  p.world_size = 8;
+  LaunchEnv e = resolve(without(kTorchrun, "WORLD_SIZE"), p);
+  assert_int_equal(e.rank, 3);
+  assert_int_equal(e.world_size, 8);
+}
+
+void test_local_rank_defaults_to_zero(void **) {
+  LaunchEnv e = resolve(without(without(kTorchrun, "LOCAL_RANK"), "LOCAL_WORLD_SIZE"));
+  assert_int_equal(e.local_rank, 0);
+  assert_int_equal(e.local_world_size, -1);
+}
+
+void test_empty_variables_count_as_unset(void **) {
+  LaunchEnv e = resolve(with(kTorchrun, {{"LOCAL_RANK", ""}, {"PSTATE_JOB_TOKEN", ""}, {"SLURM_PROCID", ""}}));
+  assert_int_equal(e.local_rank, 0);
+  assert_true(e.job_token.empty());
+}
+
+// ---- rank and world size errors -------------------------------------------------------------
+
+void test_non_numeric_rank_is_refused(void **) {
+  expect_invalid(with(kTorchrun, {{"RANK", "abc"}}), {"RANK='abc' is not a non-negative integer"});
+  expect_invalid(with(kTorchrun, {{"RANK", "-1"}}), {"RANK='-1' is not a non-negative integer"});
+  expect_invalid(with(kTorchrun, {{"RANK", " 3"}}), {"RANK=' 3' is not a non-negative integer"});
+  expect_invalid(with(kTorchrun, {{"WORLD_SIZE", "8x"}}), {"WORLD_SIZE='8x' is not a non-negative integer"});
+  expect_invalid(with(kTorchrun, {{"LOCAL_RANK", "one"}}), {"LOCAL_RANK='one'"});
+}
+
+void test_too_large_world_size_is_refused(void **) {
+  expect_invalid(with(kTorchrun, {{"WORLD_SIZE", "99999999999"}}), {"WORLD_SIZE='99999999999' is too large"});
+}
+
+void test_zero_world_size_is_refused(void **) {
+  expect_invalid(with(kTorchrun, {{"WORLD_SIZE", "0"}, {"RANK", "0"}}), {"WORLD_SIZE=0: the world size must be at least 1"});
+  pstate_init_params_t p = defaults();
+  p.world_size = 0;
+  expect_invalid(kTorchrun, {"world_size 0 is invalid"}, p);
+}
+
+void test_rank_not_below_world_size_is_refused(void **) {
+  expect_invalid(with(kTorchrun, {{"RANK", "8"}}),
+                 {"rank 8 is out of range for world_size 8 (ranks are 0..7; RANK=8, WORLD_SIZE=8)"});
+  pstate_init_params_t p = defaults();
+  p.rank = 4;
+  p.world_size = 4;
+  expect_invalid({}, {"rank 4 is out of range for world_size 4", "the rank parameter 4"}, p);
+}
+
+void test_half_of_a_launchers_pair_is_refused(void **) {
+  expect_invalid(without(kTorchrun, "WORLD_SIZE"), {"RANK is set but WORLD_SIZE is not (torchrun sets both)"});
+  expect_invalid(without(kTorchrun, "RANK"), {"WORLD_SIZE is set but RANK is not"});
+  expect_invalid({{"SLURM_PROCID", "1"}}, {"SLURM_PROCID is set but SLURM_NTASKS is not (srun sets both)"});
+}
+
+void test_no_launcher_and_no_parameters_is_refused(void **) {
+  expect_invalid({{"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}, {"world_size is not known", "torchrun", "mpirun", "srun"});
+  pstate_init_params_t p = defaults();
+  p.world_size = 4;
+  expect_invalid({}, {"rank is not known"}, p);
+}
+
+void test_negative_parameters_other_than_minus_one_are_refused(void **) {
+  pstate_init_params_t p = defaults();
+  p.rank = -2;
+  expect_invalid(kTorchrun, {"rank -2 is invalid", "-1 to take it from the environment"}, p);
+  p = defaults();
+  p.local_rank = -5;
+  expect_invalid(kTorchrun, {"local_rank -5 is invalid"}, p);
+}
+
+void test_local_rank_outside_local_world_is_refused(void **) {
+  expect_invalid(with(kTorchrun, {{"LOCAL_RANK", "4"}}),
+                 {"local rank 4 is out of range for local world size 4 (LOCAL_RANK=4, LOCAL_WORLD_SIZE=4)"});
+  expect_invalid(with(kTorchrun, {{"LOCAL_WORLD_SIZE", "16"}}), {"LOCAL_WORLD_SIZE=16: the local world size must be 1..8"});
+  expect_invalid(with(without(kTorchrun, "LOCAL_WORLD_SIZE"), {{"LOCAL_RANK", "9"}}),
+                 {"local rank 9 is out of range for world_size 8"});
+}
+
+// ---- the store address ------------------------------------------------------------------------
+
+void test_env_init_method_needs_master_addr_and_port(void **) {
+  expect_invalid(without(kTorchrun, "MASTER_ADDR"), {"init_method env:// needs MASTER_ADDR", "scontrol show hostnames"});
+  expect_invalid(without(kTorchrun, "MASTER_PORT"), {"init_method env:// needs MASTER_PORT"});
+}
+
+void test_master_port_must_be_a_port(void **) {
+  expect_invalid(with(kTorchrun, {{"MASTER_PORT", "http"}}), {"MASTER_PORT 'http' is not a port number (1..65535)"});
+  expect_invalid(with(kTorchrun, {{"MASTER_PORT", "70000"}}), {"MASTER_PORT 70000 is out of range (1..65535)"});
+  expect_invalid(with(kTorchrun, {{"MASTER_PORT", "0"}}), {"port 0", "only works for world_size 1"});
+}
+
+void test_port_zero_is_allowed_for_a_world_of_one(void **) {
+  LaunchEnv e = resolve({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "0"}});
+  assert_int_equal(e.store.port, 0);
+}
+
+void test_master_addr_must_be_a_host(void **) {
+  expect_invalid(with(kTorchrun, {{"MASTER_ADDR", "a b"}}), {"MASTER_ADDR 'a b' is not a host name or address"});
+  expect_invalid(with(kTorchrun, {{"MASTER_ADDR", "host/x"}}), {"MASTER_ADDR 'host/x'"});
+}
+
+void test_master_addr_may_be_ipv6_with_or_without_brackets(void **) {
+  assert_string_equal(resolve(with(kTorchrun, {{"MASTER_ADDR", "::1"}})).store.url().c_str(), "tcp://[::1]:29500");
+  assert_string_equal(resolve(with(kTorchrun, {{"MASTER_ADDR", "[fe80::1]"}})).store.url().c_str(),
+                      "tcp://[fe80::1]:29500");
+}
+
+void test_tcp_init_method_forms(void **) {
+  InitMethod a = parse_init_method("tcp://node-1.cluster:29500");
+  assert_string_equal(a.host.c_str(), "node-1.cluster");
+  assert_int_equal(a.port, 29500);
+  InitMethod b = parse_init_method("tcp://[::1]:80");
+  assert_string_equal(b.host.c_str(), "::1");
+  assert_string_equal(b.url().c_str(), "tcp://[::1]:80");
+  assert_string_equal(parse_init_method("tcp://0.0.0.0:1").host.c_str(), "0.0.0.0");
+}
+
+void test_bad_tcp_init_methods_are_refused_with_the_fix(void **) {
+  auto bad = [](const char *text, std::initializer_list<std::string> fragments) {
+    expect_error([&] { parse_init_method(text); }, PSTATE_ERR_INVALID_ARGUMENT, fragments);
+  };
+  bad("tcp://::1:29500", {"put IPv6 addresses in brackets: tcp://[::1]:29500"});
+  bad("tcp://host", {"no port: use tcp://HOST:PORT"});
+  bad("tcp://host:", {"port is empty"});
+  bad("tcp://:29500", {"no host"});
+  bad("tcp://host:29500/path", {"unexpected '/path' after the port"});
+  bad("tcp://host:99999", {"port 99999 is out of range (1..65535)"});
+  bad("tcp://host:12ab", {"'12ab' is not a port number"});
+  bad("tcp://[::1:29500", {"'[' without ']'"});
+  bad("tcp://[::1]29500", {"no port"});
+  bad("tcp://[host]:1", {"brackets are only for IPv6 addresses"});
+}
+
+void test_other_init_method_errors(void **) {
+  auto bad = [](const char *text, std::initializer_list<std::string> fragments) {
+    expect_error([&] { parse_init_method(text); }, PSTATE_ERR_INVALID_ARGUMENT, fragments);
+  };
+  bad("", {"init_method is empty"});
+  bad("localhost:29500", {"has no scheme", "env://, tcp://HOST:PORT or file:///PATH"});
+  bad("http://x:1", {"scheme 'http' is not supported"});
+  bad("env://x", {"env:// takes nothing after it"});
+  bad("file://relative/dir", {"absolute path, with three slashes"});
+  bad("file://", {"absolute path"});
+}
+
+void test_file_init_method_needs_no_master_variables(void **) {
+  pstate_init_params_t p = defaults();
+  p.init_method = "file:///shared/job42/";
+  LaunchEnv e = resolve(without(without(kTorchrun, "MASTER_ADDR"), "MASTER_PORT"), p);
+  assert_int_equal(static_cast<int>(e.store.kind), static_cast<int>(InitMethod::Kind::kFile));
+  assert_string_equal(e.store.path.c_str(), "/shared/job42");
+  assert_string_equal(e.store_options().init_method.c_str(), "file:///shared/job42");
+}
+
+// ---- timeout, token, interface --------------------------------------------------------------
+
+void test_timeout_from_environment_and_its_errors(void **) {
+  assert_int_equal(resolve(with(kTorchrun, {{"PSTATE_TIMEOUT_MS", "5000"}})).timeout_ms, 5000);
+  expect_invalid(with(kTorchrun, {{"PSTATE_TIMEOUT_MS", "10s"}}), {"PSTATE_TIMEOUT_MS='10s' is not a number of milliseconds"});
+  expect_invalid(with(kTorchrun, {{"PSTATE_TIMEOUT_MS", "0"}}), {"PSTATE_TIMEOUT_MS=0: the timeout must be at least 1 ms"});
+  pstate_init_params_t p = defaults();
+  p.timeout_ms = -1;
+  expect_invalid(kTorchrun, {"timeout_ms -1 is invalid"}, p);
+}
+
+void test_job_token_from_environment_and_its_limit(void **) {
+  assert_string_equal(resolve(with(kTorchrun, {{"PSTATE_JOB_TOKEN", "s3cret"}})).job_token.c_str(), "s3cret");
+  expect_invalid(with(kTorchrun, {{"PSTATE_JOB_TOKEN", std::string(5000, 't')}}), {"5000 bytes; at most 4096"});
+}
+
+void test_empty_token_parameter_means_none_even_with_environment(void **) {
+  pstate_init_params_t p = defaults();
+  p.job_token = "";
+  assert_true(resolve(with(kTorchrun, {{"PSTATE_JOB_TOKEN", "env-token"}}), p).job_token.empty());
+}
+
+void test_socket_ifname_from_environment_and_its_errors(void **) {
+  assert_string_equal(resolve(with(kTorchrun, {{"PSTATE_SOCKET_IFNAME", "eth1"}})).socket_ifname.c_str(), "eth1");
+  expect_invalid(with(kTorchrun, {{"PSTATE_SOCKET_IFNAME", "eth/1"}}), {"socket interface 'eth/1'", "not an interface name"});
+  expect_invalid(with(kTorchrun, {{"PSTATE_SOCKET_IFNAME", "a-very-long-ifname"}}), {"at most 15 characters"});
+}
+
+void test_describe_never_prints_the_token(void **) {
+  LaunchEnv e = resolve(with(kTorchrun, {{"PSTATE_JOB_TOKEN", "do-not-print-me"}, {"PSTATE_SOCKET_IFNAME", "eth1"}}));
+  std::string line = e.describe();
+  assert_null(std::strstr(line.c_str(), "do-not-print-me"));
+  assert_non_null(std::strstr(line.c_str(), "rank 3 of 8 (local 1 of 4, from torchrun)"));
+  assert_non_null(std::strstr(line.c_str(), "tcp://10.0.0.1:29500"));
+  assert_non_null(std::strstr(line.c_str(), "job token set"));
+  assert_non_null(std::strstr(line.c_str(), "interface eth1"));
+}
+
+void test_store_options_mirror_the_launch_settings(void **) {
+  StoreOptions o = resolve(with(kTorchrun, {{"PSTATE_JOB_TOKEN", "t"}, {"PSTATE_TIMEOUT_MS", "777"}})).store_options();
+  assert_string_equal(o.init_method.c_str(), "tcp://10.0.0.1:29500");
+  assert_int_equal(o.rank, 3);
+  assert_int_equal(o.world_size, 8);
+  assert_string_equal(o.job_token.c_str(), "t");
+  assert_int_equal(o.timeout_ms, 777);
+  assert_true(o.serve);
+}
+
+// ---- interfaces ---------------------------------------------------------------------------------
+
+void test_loopback_interface_has_127_0_0_1(void **) {
+  assert_string_equal(ipv4_address_of("lo").c_str(), "127.0.0.1");
+  expect_error([] { ipv4_address_of("nosuchif0"); }, PSTATE_ERR_INVALID_ARGUMENT,
+               {"'nosuchif0'", "does not exist or has no IPv4 address", "lo 127.0.0.1"});
+}
+
+}  // namespace
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_torchrun_variables_give_ranks_and_store),
+      cmocka_unit_test(test_open_mpi_variables_are_the_first_fallback),
+      cmocka_unit_test(test_slurm_variables_are_the_second_fallback),
+      cmocka_unit_test(test_torchrun_wins_over_slurm_and_open_mpi),
+      cmocka_unit_test(test_parameters_override_the_environment),
+      cmocka_unit_test(test_world_size_parameter_with_rank_from_environment),
+      cmocka_unit_test(test_local_rank_defaults_to_zero),
+      cmocka_unit_test(test_empty_variables_count_as_unset),
+      cmocka_unit_test(test_non_numeric_rank_is_refused),
+      cmocka_unit_test(test_too_large_world_size_is_refused),
+      cmocka_unit_test(test_zero_world_size_is_refused),
+      cmocka_unit_test(test_rank_not_below_world_size_is_refused),
+      cmocka_unit_test(test_half_of_a_launchers_pair_is_refused),
+      cmocka_unit_test(test_no_launcher_and_no_parameters_is_refused),
+      cmocka_unit_test(test_negative_parameters_other_than_minus_one_are_refused),
+      cmocka_unit_test(test_local_rank_outside_local_world_is_refused),
+      cmocka_unit_test(test_env_init_method_needs_master_addr_and_port),
+      cmocka_unit_test(test_master_port_must_be_a_port),
+      cmocka_unit_test(test_port_zero_is_allowed_for_a_world_of_one),
+      cmocka_unit_test(test_master_addr_must_be_a_host),
+      cmocka_unit_test(test_master_addr_may_be_ipv6_with_or_without_brackets),
+      cmocka_unit_test(test_tcp_init_method_forms),
+      cmocka_unit_test(test_bad_tcp_init_methods_are_refused_with_the_fix),
+      cmocka_unit_test(test_other_init_method_errors),
+      cmocka_unit_test(test_file_init_method_needs_no_master_variables),
+      cmocka_unit_test(test_timeout_from_environment_and_its_errors),
+      cmocka_unit_test(test_job_token_from_environment_and_its_limit),
+      cmocka_unit_test(test_empty_token_parameter_means_none_even_with_environment),
+      cmocka_unit_test(test_socket_ifname_from_environment_and_its_errors),
+      cmocka_unit_test(test_describe_never_prints_the_token),
+      cmocka_unit_test(test_store_options_mirror_the_launch_settings),
+      cmocka_unit_test(test_loopback_interface_has_127_0_0_1),
+  };
+  return cmocka_run_group_tests(tests, nullptr, nullptr);
+}

@@ -1,0 +1,651 @@
+// test_store_tcp.cpp — the TCP store over real sockets on 127.0.0.1 (ephemeral ports): ranks as
+// forked processes and as threads; waits parked server-side; deadlines; strangers sending garbage,
+// oversized frames or requests before the handshake; job tokens; rank claims and world sizes;
+// the server killed under its clients; clients that start before the server. Every wait has a
+// deadline and every child a time limit, so a bug fails a test instead of hanging it.
+#include "bootstrap/handshake.hpp"
+#include "bootstrap/hmac_sha256.hpp"
+#include "bootstrap/init_method.hpp"
+#include "bootstrap/socket.hpp"
+#include "bootstrap/tcp_store.hpp"
+#include "bootstrap/wire.hpp"
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <optional>
+
+#include "store_test_util.hpp"  // last: it brings cmocka
+
+using namespace pstate;
+using pstest::ChildBody;
+using pstest::expect_error;
+
+namespace {
+
+constexpr int64_t kLongMs = 30000;  // generous bound for things that should take milliseconds
+
+Deadline soon() { return Deadline::after_ms(kLongMs); }
+Bytes bytes_of(const std::string &s) { return Bytes(s.begin(), s.end()); }
+std::string text_of(const Bytes &b) { return std::string(b.begin(), b.end()); }
+
+StoreOptions options_for(int rank, int world, int port, const std::string &token = "", const std::string &host = "127.0.0.1") {
+  StoreOptions o;
+  InitMethod m;
+  m.kind = InitMethod::Kind::kTcp;
+  m.host = host;
+  m.port = port;
+  o.init_method = m.url();
+  o.rank = rank;
+  o.world_size = world;
+  o.job_token = token;
+  o.timeout_ms = kLongMs;
+  return o;
+}
+
+std::unique_ptr<TcpStore> open_tcp(const StoreOptions &o) {
+  return TcpStore::open(o, parse_init_method(o.init_method), Logger(LogLevel::kNone));
+}
+
+// Rank 0 of a world, serving on a fresh port of 127.0.0.1.
+std::unique_ptr<TcpStore> serve(int world, const std::string &token = "") {
+  return open_tcp(options_for(0, world, 0, token));
+}
+
+std::unique_ptr<TcpStore> join(const TcpStore &server, int rank, int world, const std::string &token = "") {
+  return open_tcp(options_for(rank, world, server.port(), token));
+}
+
+// Polls cond every millisecond until it holds; fails the test if it does not within kLongMs.
+template <typename Cond>
+void wait_until(Cond cond) {
+  Deadline d = Deadline::after_ms(kLongMs);
+  while (!cond()) {
+    assert_false(d.expired());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// ---- a raw client, to speak the protocol wrong on purpose ----------------------------------
+
+net::Fd raw_connect(int port) {
+  std::string error;
+  auto addrs = net::resolve("127.0.0.1", port, &error);
+  assert_false(addrs.empty());
+  int err = 0;
+  net::Fd fd = net::connect_to(addrs.front(), nullptr, soon(), &err);
+  assert_true(fd.valid());
+  return fd;
+}
+
+void raw_send(int fd, const Bytes &b) {
+  int err = 0;
+  assert_int_equal(static_cast<int>(net::send_all(fd, b.data(), b.size(), soon(), &err)),
+                   static_cast<int>(net::IoResult::kDone));
+}
+
+// The next frame from the server, or nullopt when it closed the connection first.
+std::optional<wire::Message> raw_read(int fd) {
+  Bytes header(4);
+  int err = 0;
+  auto r = net::recv_exact(fd, header.data(), 4, soon(), &err);
+  assert_int_not_equal(static_cast<int>(r), static_cast<int>(net::IoResult::kTimeout));
+  if (r != net::IoResult::kDone) return std::nullopt;
+  uint32_t n = header[0] | (header[1] << 8) | (header[2] << 16) | (uint32_t(header[3]) << 24);
+  assert_true(n <= wire::kMaxFrameBytes);
+  header.resize(4 + n);
+  r = net::recv_exact(fd, header.data() + 4, n, soon(), &err);
+  if (r != net::IoResult::kDone) return std::nullopt;
+  wire::Decoded d = wire::decode_frame(header, wire::kMaxFrameBytes);
+  assert_int_equal(static_cast<int>(d.status), static_cast<int>(wire::DecodeStatus::kFrame));
+  return std::move(d.message);
+}
+
+// True once the server has closed fd (any bytes it sent before are discarded).
+bool closed_by_server(int fd) {
+  uint8_t buf[4096];
+  Deadline d = soon();
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, d.remaining_ms()) <= 0) return false;
+    ssize_t got = ::recv(fd, buf, sizeof buf, 0);
+    if (got == 0 || (got < 0 && errno == ECONNRESET)) return true;
+    if (got < 0) return false;
+  }
+}
+
+// Runs the handshake by hand; returns the server's last answer (Welcome or Fail).
+wire::Message raw_join(int fd, const std::string &token, int rank, int world, const wire::Mac *forced_mac = nullptr) {
+  HandshakeInputs hs;
+  hs.rank = rank;
+  hs.world_size = world;
+  hs.client_nonce.fill(5);
+  wire::Hello hello;
+  hello.rank = rank;
+  hello.world_size = world;
+  hello.client_nonce = hs.client_nonce;
+  raw_send(fd, wire::encode(hello));
+  auto challenge = raw_read(fd);
+  assert_true(challenge && std::holds_alternative<wire::Challenge>(*challenge));
+  hs.server_nonce = std::get<wire::Challenge>(*challenge).server_nonce;
+  raw_send(fd, wire::encode(wire::Proof{forced_mac ? *forced_mac : client_proof(token, hs)}));
+  auto answer = raw_read(fd);
+  assert_true(answer.has_value());
+  return *answer;
+}
+
+// A port on 127.0.0.1 that is bound but not listening: connecting to it is refused, as when
+// rank 0 has not started yet, and nobody else can take the port while fd is open.
+int reserve_port(net::Fd *fd) {
+  fd->reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(::bind(fd->get(), reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
+  return net::local_address(fd->get()).port();
+}
+
+// A pipe through which rank 0's child tells the other children its port.
+struct PortPipe {
+  int fds[2] = {-1, -1};
+  PortPipe() { assert_int_equal(::pipe(fds), 0); }
+  ~PortPipe() {
+    ::close(fds[0]);
+    ::close(fds[1]);
+  }
+  void publish(int port, int readers) {
+    for (int i = 0; i < readers; ++i) (void)!::write(fds[1], &port, sizeof port);
+  }
+  int receive() {
+    pollfd p{fds[0], POLLIN, 0};
+    if (::poll(&p, 1, kLongMs) != 1) return -1;
+    int port = -1;
+    if (::read(fds[0], &port, sizeof port) != sizeof port) return -1;
+    return port;
+  }
+};
+
+// ---- ranks meeting ----------------------------------------------------------------------------
+
+void test_tcp_four_processes_set_get_add_wait_check(void **) {
+  constexpr int kWorld = 4;
+  PortPipe pipe;
+  ChildBody rank_body = [&](int rank) -> int {
+    std::unique_ptr<TcpStore> store;
+    if (rank == 0) {
+      store = serve(kWorld, "job-secret");
+      pipe.publish(store->port(), kWorld - 1);
+    } else {
+      int port = pipe.receive();
+      CHILD_CHECK(port > 0);
+      store = open_tcp(options_for(rank, kWorld, port, "job-secret"));
+    }
+    store->add("arrived", 1, soon());  // before the set, so every value seen implies its add
+    store->set("value/" + std::to_string(rank), bytes_of("from rank " + std::to_string(rank)), soon());
+    std::vector<std::string> keys;
+    for (int r = 0; r < kWorld; ++r) keys.push_back("value/" + std::to_string(r));
+    store->wait(keys, soon());
+    for (int r = 0; r < kWorld; ++r) {
+      CHILD_CHECK(store->check(keys[r], soon()));
+      CHILD_CHECK(text_of(store->get(keys[r], soon())) == "from rank " + std::to_string(r));
+    }
+    CHILD_CHECK(!store->check("value/never", soon()));
+    CHILD_CHECK(text_of(store->get("arrived", soon())) == "4");
+    store_barrier(*store, "done", kWorld, soon());
+    CHILD_CHECK(store->close(soon()));  // rank 0 serves until the others have left
+    return 0;
+  };
+  pstest::run_children(kWorld, rank_body, 60000);
+}
+
+void test_tcp_four_threads_as_ranks_meet_at_a_barrier(void **) {
+  constexpr int kWorld = 4;
+  auto rank0 = serve(kWorld);
+  std::atomic<int> passed{0};
+  std::vector<std::thread> threads;
+  for (int rank = 1; rank < kWorld; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        auto store = join(*rank0, rank, kWorld);
+        store->set("t/" + std::to_string(rank), bytes_of("x"), soon());
+        store_barrier(*store, "threads", kWorld, soon());
+        if (store->check("t/1", soon()) && store->check("t/2", soon()) && store->check("t/3", soon())) ++passed;
+      } catch (const Error &e) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+      }
+    });
+  }
+  store_barrier(*rank0, "threads", kWorld, soon());
+  for (auto &t : threads) t.join();
+  assert_int_equal(passed.load(), kWorld - 1);
+}
+
+void test_tcp_get_waits_for_a_later_set(void **) {
+  auto rank0 = serve(2);
+  std::string got;
+  std::thread reader([&] {
+    try {
+      got = text_of(join(*rank0, 1, 2)->get("late/key", soon()));
+    } catch (const Error &e) {
+      got = std::string("error: ") + e.what();
+    }
+  });
+  // The get is parked on the server before the key exists...
+  wait_until([&] { return rank0->server()->stats().parked_requests == 1; });
+  assert_false(rank0->check("late/key", soon()));
+  // ...and answered by the set.
+  rank0->set("late/key", bytes_of("worth the wait"), soon());
+  reader.join();
+  assert_string_equal(got.c_str(), "worth the wait");
+}
+
+void test_tcp_parked_waits_of_many_clients_are_released_by_one_set(void **) {
+  constexpr int kWaiters = 3;
+  auto rank0 = serve(kWaiters + 1);
+  std::atomic<int> released{0};
+  std::vector<std::thread> threads;
+  for (int rank = 1; rank <= kWaiters; ++rank)
+    threads.emplace_back([&, rank] {
+      try {
+        join(*rank0, rank, kWaiters + 1)->wait({"go"}, soon());
+        ++released;
+      } catch (const Error &e) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+      }
+    });
+  wait_until([&] { return rank0->server()->stats().parked_requests == kWaiters; });
+  rank0->set("go", bytes_of("1"), soon());
+  for (auto &t : threads) t.join();
+  assert_int_equal(released.load(), kWaiters);
+}
+
+// ---- deadlines --------------------------------------------------------------------------------
+
+void test_tcp_get_past_deadline_is_timeout_naming_the_key(void **) {
+  auto rank0 = serve(1);
+  expect_error([&] { rank0->get("never/set", Deadline::after_ms(100)); }, PSTATE_ERR_TIMEOUT,
+               {"get('never/set')", "waiting for key 'never/set'", rank0->describe()});
+  // The connection is still good afterwards.
+  rank0->set("after", bytes_of("ok"), soon());
+  assert_string_equal(text_of(rank0->get("after", soon())).c_str(), "ok");
+}
+
+void test_tcp_wait_timeout_names_only_the_missing_keys(void **) {
+  auto rank0 = serve(1);
+  rank0->set("here", bytes_of("1"), soon());
+  expect_error([&] { rank0->wait({"here", "missing/a", "missing/b"}, Deadline::after_ms(100)); }, PSTATE_ERR_TIMEOUT,
+               {"2 of 3 keys never set", "'missing/a', 'missing/b'"});
+}
+
+void test_tcp_unreachable_store_times_out_naming_the_address(void **) {
+  net::Fd reserved;
+  int port = reserve_port(&reserved);
+  StoreOptions o = options_for(1, 2, port);
+  o.timeout_ms = 300;
+  expect_error([&] { open_tcp(o); }, PSTATE_ERR_TIMEOUT,
+               {"could not reach the store at tcp://127.0.0.1:" + std::to_string(port), "refused"});
+}
+
+// ---- strangers and broken frames --------------------------------------------------------------
+
+void test_tcp_garbage_bytes_close_only_that_connection(void **) {
+  auto rank0 = serve(2);
+  net::Fd stranger = raw_connect(rank0->port());
+  raw_send(stranger.get(), bytes_of("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
+  assert_true(closed_by_server(stranger.get()));
+  // The store still serves its members and admits new ones.
+  rank0->set("k", bytes_of("v"), soon());
+  auto rank1 = join(*rank0, 1, 2);
+  assert_string_equal(text_of(rank1->get("k", soon())).c_str(), "v");
+  assert_true(rank0->server()->stats().dropped >= 1);
+}
+
+void test_tcp_oversized_frame_closes_only_that_connection(void **) {
+  auto rank0 = serve(1);
+  net::Fd stranger = raw_connect(rank0->port());
+  // Announces a 4 GiB hello; the server must not wait for (or allocate) it.
+  raw_send(stranger.get(), Bytes{0x00, 0xff, 0xff, 0xff, static_cast<uint8_t>(wire::Op::kHello)});
+  assert_true(closed_by_server(stranger.get()));
+  rank0->set("still", bytes_of("serving"), soon());
+  assert_string_equal(text_of(rank0->get("still", soon())).c_str(), "serving");
+}
+
+void test_tcp_member_sending_bad_frames_is_dropped_and_others_continue(void **) {
+  auto rank0 = serve(2);
+  // A member (it passed the handshake) that then sends an unknown opcode...
+  net::Fd a = raw_connect(rank0->port());
+  assert_true(std::holds_alternative<wire::Welcome>(raw_join(a.get(), "", -1, 0)));
+  raw_send(a.get(), Bytes{1, 0, 0, 0, 99});
+  assert_true(closed_by_server(a.get()));
+  // ...and one announcing a frame over the 64 MiB limit.
+  net::Fd b = raw_connect(rank0->port());
+  assert_true(std::holds_alternative<wire::Welcome>(raw_join(b.get(), "", 1, 2)));
+  uint32_t too_big = static_cast<uint32_t>(wire::kMaxFrameBytes + 1);
+  raw_send(b.get(), Bytes{uint8_t(too_big), uint8_t(too_big >> 8), uint8_t(too_big >> 16), uint8_t(too_big >> 24),
+                          static_cast<uint8_t>(wire::Op::kSet)});
+  assert_true(closed_by_server(b.get()));
+  // Rank 1's claim went with its connection; the store serves on.
+  auto rank1 = join(*rank0, 1, 2);
+  rank1->set("x", bytes_of("y"), soon());
+  assert_string_equal(text_of(rank0->get("x", soon())).c_str(), "y");
+}
+
+void test_tcp_request_before_handshake_gets_nothing(void **) {
+  auto rank0 = serve(1);
+  rank0->set("secret", bytes_of("value"), soon());
+  net::Fd stranger = raw_connect(rank0->port());
+  raw_send(stranger.get(), wire::encode(wire::Get{"secret", 0}));
+  assert_false(raw_read(stranger.get()).has_value());  // closed, no value
+}
+
+void test_tcp_other_protocol_version_is_mismatch(void **) {
+  auto rank0 = serve(1);
+  net::Fd c = raw_connect(rank0->port());
+  wire::Hello hello;
+  hello.version = 99;
+  hello.rank = 0;
+  hello.world_size = 1;
+  raw_send(c.get(), wire::encode(hello));
+  auto answer = raw_read(c.get());
+  assert_true(answer && std::holds_alternative<wire::Fail>(*answer));
+  assert_int_equal(std::get<wire::Fail>(*answer).status, PSTATE_ERR_MISMATCH);
+  assert_true(closed_by_server(c.get()));
+}
+
+// ---- job token --------------------------------------------------------------------------------
+
+void test_tcp_wrong_token_is_auth_error(void **) {
+  auto rank0 = serve(2, "right-token");
+  expect_error([&] { join(*rank0, 1, 2, "wrong-token"); }, PSTATE_ERR_AUTH,
+               {"job token refused by the store at tcp://127.0.0.1:" + std::to_string(rank0->port()),
+                "set PSTATE_JOB_TOKEN to the job's token"});
+  // The refused client did not take rank 1.
+  auto rank1 = join(*rank0, 1, 2, "right-token");
+  assert_non_null(rank1.get());
+}
+
+void test_tcp_missing_token_is_auth_error(void **) {
+  auto rank0 = serve(2, "right-token");
+  expect_error([&] { join(*rank0, 1, 2, ""); }, PSTATE_ERR_AUTH,
+               {"job token refused", "requires a job token", "PSTATE_JOB_TOKEN"});
+}
+
+void test_tcp_token_on_client_only_is_auth_error(void **) {
+  auto rank0 = serve(2);
+  expect_error([&] { join(*rank0, 1, 2, "some-token"); }, PSTATE_ERR_AUTH, {"job token refused", "has no token"});
+}
+
+void test_tcp_refused_proof_reads_and_writes_nothing(void **) {
+  auto rank0 = serve(2, "right-token");
+  rank0->set("secret", bytes_of("value"), soon());
+  net::Fd c = raw_connect(rank0->port());
+  wire::Mac forged{};
+  forged.fill(0x42);
+  wire::Message answer = raw_join(c.get(), "", 1, 2, &forged);
+  assert_true(std::holds_alternative<wire::Fail>(answer));
+  assert_int_equal(std::get<wire::Fail>(answer).status, PSTATE_ERR_AUTH);
+  // Whatever it sends next is not answered; the connection ends.
+  Bytes set = wire::encode(wire::Set{"secret", bytes_of("overwritten")});
+  ::send(c.get(), set.data(), set.size(), MSG_NOSIGNAL);
+  assert_false(raw_read(c.get()).has_value());
+  assert_string_equal(text_of(rank0->get("secret", soon())).c_str(), "value");
+}
+
+// ---- rank claims and world size ---------------------------------------------------------------
+
+void test_tcp_duplicate_rank_is_mismatch_naming_the_holder(void **) {
+  auto rank0 = serve(3);
+  auto rank1 = join(*rank0, 1, 3);
+  expect_error([&] { join(*rank0, 1, 3); }, PSTATE_ERR_MISMATCH,
+               {"rank 1 is already taken by another process (connected from 127.0.0.1:"});
+}
+
+void test_tcp_rank_is_released_when_its_connection_closes(void **) {
+  auto rank0 = serve(2);
+  auto first = join(*rank0, 1, 2);
+  first.reset();
+  auto second = join(*rank0, 1, 2);  // the dead holder does not block the rank
+  assert_non_null(second.get());
+}
+
+void test_tcp_rank_outside_world_is_mismatch(void **) {
+  auto rank0 = serve(4);
+  expect_error([&] { join(*rank0, 5, 4); }, PSTATE_ERR_MISMATCH,
+               {"rank 5 is out of range for world_size 4 (ranks are 0..3)"});
+}
+
+void test_tcp_world_size_disagreement_is_mismatch_naming_both_ranks(void **) {
+  auto rank0 = serve(4);
+  expect_error([&] { join(*rank0, 3, 8); }, PSTATE_ERR_MISMATCH, {"rank 3 says world_size 8, rank 0 says 4"});
+}
+
+void test_tcp_observer_reads_without_claiming_a_rank(void **) {
+  auto rank0 = serve(2);
+  rank0->set("shared", bytes_of("hello"), soon());
+  auto observer = open_tcp(options_for(-1, 0, rank0->port()));
+  assert_int_equal(observer->world_size(), 2);
+  assert_string_equal(text_of(observer->get("shared", soon())).c_str(), "hello");
+  auto rank1 = join(*rank0, 1, 2);  // rank 1 is still free
+  assert_non_null(rank1.get());
+}
+
+void test_tcp_close_on_the_serving_rank_waits_for_the_others_to_leave(void **) {
+  auto rank0 = serve(2);
+  auto rank1 = join(*rank0, 1, 2);
+  // Rank 1 stays: close gives up at its deadline and says so.
+  assert_false(rank0->close(Deadline::after_ms(50)));
+  expect_error([&] { rank1->get("x", soon()); }, PSTATE_ERR_PEER_LOST, {"is gone"});
+  expect_error([&] { rank0->get("x", soon()); }, PSTATE_ERR_INVALID_STATE, {"closed by this rank"});
+  // Rank 1 leaves while rank 0 waits in close; a connected observer does not hold it up.
+  auto again = serve(2);
+  auto observer = open_tcp(options_for(-1, 0, again->port()));
+  auto member = join(*again, 1, 2);
+  std::thread leaver([&] {
+    wait_until([&] { return again->server()->stats().ranks == 2; });
+    member->close(soon());
+  });
+  assert_true(again->close(soon()));
+  leaver.join();
+}
+
+// ---- failures of the server -------------------------------------------------------------------
+
+void test_tcp_killed_server_gives_clients_peer_lost_naming_the_address(void **) {
+  PortPipe pipe;
+  ChildBody server_body = [&](int) -> int {
+    auto rank0 = serve(3);
+    pipe.publish(rank0->port(), 2);
+    ::sleep(120);  // until killed
+    return 0;
+  };
+  pid_t server = pstest::fork_child(server_body, 0);
+  ChildBody parked_client_body = [&](int) -> int {
+    int port = pipe.receive();
+    CHILD_CHECK(port > 0);
+    auto rank2 = open_tcp(options_for(2, 3, port));
+    rank2->set("rank2/parked", bytes_of("1"), soon());
+    try {
+      rank2->get("never", soon());
+    } catch (const Error &e) {
+      CHILD_CHECK(e.status() == PSTATE_ERR_PEER_LOST);
+      CHILD_CHECK(std::strstr(e.what(), ("tcp://127.0.0.1:" + std::to_string(port)).c_str()) != nullptr);
+      return 0;
+    }
+    return 1;
+  };
+  pid_t parked = pstest::fork_child(parked_client_body, 2);
+  int port = pipe.receive();
+  assert_true(port > 0);
+  auto rank1 = open_tcp(options_for(1, 3, port));
+  rank1->wait({"rank2/parked"}, soon());
+  ::kill(server, SIGKILL);
+  assert_int_equal(pst_wait(server, kLongMs), 128 + SIGKILL);
+  std::string url = "tcp://127.0.0.1:" + std::to_string(port);
+  expect_error([&] { rank1->get("anything", soon()); }, PSTATE_ERR_PEER_LOST, {"get('anything')", url, "is gone"});
+  expect_error([&] { rank1->set("again", bytes_of("x"), soon()); }, PSTATE_ERR_PEER_LOST, {url});
+  assert_int_equal(pst_wait(parked, kLongMs), 0);
+}
+
+void test_tcp_client_retries_until_the_server_starts(void **) {
+  net::Fd reserved;
+  int port = reserve_port(&reserved);
+  int started[2];
+  assert_int_equal(::pipe(started), 0);
+  ChildBody early_body = [&](int) -> int {
+    reserved.reset();  // the parent's reservation, inherited: only the parent may hold the port
+    (void)!::write(started[1], "x", 1);
+    auto rank1 = open_tcp(options_for(1, 2, port));  // refused until rank 0 listens
+    rank1->set("from/1", bytes_of("one"), soon());
+    CHILD_CHECK(text_of(rank1->get("from/0", soon())) == "zero");
+    store_barrier(*rank1, "end", 2, soon());
+    return 0;
+  };
+  pid_t early = pstest::fork_child(early_body, 1);
+  char c;
+  pollfd p{started[0], POLLIN, 0};
+  assert_int_equal(::poll(&p, 1, kLongMs), 1);
+  assert_int_equal(::read(started[0], &c, 1), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let it be refused a few times
+  reserved.reset();
+  auto rank0 = open_tcp(options_for(0, 2, port));
+  rank0->set("from/0", bytes_of("zero"), soon());
+  assert_string_equal(text_of(rank0->get("from/1", soon())).c_str(), "one");
+  store_barrier(*rank0, "end", 2, soon());
+  assert_true(rank0->close(soon()));
+  assert_int_equal(pst_wait(early, kLongMs), 0);
+  ::close(started[0]);
+  ::close(started[1]);
+}
+
+void test_tcp_taken_port_is_a_clear_error(void **) {
+  net::SocketAddress any;
+  std::string error;
+  any = net::resolve("127.0.0.1", 0, &error).front();
+  int err = 0;
+  net::Fd holder = net::listen_on(any, 16, &err);
+  assert_true(holder.valid());
+  int port = net::local_address(holder.get()).port();
+  expect_error([&] { open_tcp(options_for(0, 2, port)); }, PSTATE_ERR_TRANSPORT,
+               {"cannot serve the store on 127.0.0.1", std::to_string(port), "already in use", "MASTER_PORT"});
+}
+
+// ---- addresses, values, operations ------------------------------------------------------------
+
+void test_tcp_ipv6_loopback_works(void **) {
+  std::string error;
+  auto v6 = net::resolve("::1", 0, &error);
+  int err = 0;
+  if (v6.empty() || !net::listen_on(v6.front(), 1, &err).valid()) {
+    std::fprintf(stderr, "no IPv6 loopback here: skipping\n");
+    skip();
+  }
+  auto rank0 = open_tcp(options_for(0, 2, 0, "", "::1"));
+  assert_true(rank0->describe().rfind("tcp://[::1]:", 0) == 0);
+  auto rank1 = open_tcp(options_for(1, 2, rank0->port(), "", "::1"));
+  rank1->set("v6", bytes_of("yes"), soon());
+  assert_string_equal(text_of(rank0->get("v6", soon())).c_str(), "yes");
+}
+
+void test_tcp_socket_ifname_binds_the_client_to_that_interface(void **) {
+  auto rank0 = serve(2);
+  StoreOptions o = options_for(1, 2, rank0->port());
+  o.socket_ifname = "lo";
+  auto rank1 = open_tcp(o);
+  rank1->set("via", bytes_of("lo"), soon());
+  assert_string_equal(text_of(rank0->get("via", soon())).c_str(), "lo");
+  o.socket_ifname = "nosuchif0";
+  expect_error([&] { open_tcp(o); }, PSTATE_ERR_INVALID_ARGUMENT, {"'nosuchif0'", "lo 127.0.0.1"});
+}
+
+void test_tcp_large_value_round_trips_and_oversize_is_refused(void **) {
+  auto rank0 = serve(2);
+  auto rank1 = join(*rank0, 1, 2);
+  Bytes big(8 << 20);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 2654435761u >> 24);
+  rank1->set("big", big, soon());
+  assert_true(rank0->get("big", soon()) == big);
+  assert_true(rank1->get("big", soon()) == big);
+  Bytes too_big(kStoreMaxValueBytes + 1);
+  expect_error([&] { rank1->set("too/big", too_big, soon()); }, PSTATE_ERR_INVALID_ARGUMENT, {"'too/big'", "64 MiB"});
+  expect_error([&] { rank1->set(std::string(5000, 'k'), Bytes{1}, soon()); }, PSTATE_ERR_INVALID_ARGUMENT,
+               {"5000 bytes"});
+  rank1->set("small", Bytes{}, soon());  // empty values are fine
+  assert_true(rank0->get("small", soon()).empty());
+}
+
+void test_tcp_add_counts_and_refuses_non_integers(void **) {
+  auto rank0 = serve(1);
+  assert_int_equal(rank0->add("n", 5, soon()), 5);
+  assert_int_equal(rank0->add("n", -2, soon()), 3);
+  assert_string_equal(text_of(rank0->get("n", soon())).c_str(), "3");
+  rank0->set("text", bytes_of("abc"), soon());
+  expect_error([&] { rank0->add("text", 1, soon()); }, PSTATE_ERR_INVALID_ARGUMENT, {"not a decimal integer"});
+  rank0->set("max", bytes_of(std::to_string(INT64_MAX)), soon());
+  expect_error([&] { rank0->add("max", 1, soon()); }, PSTATE_ERR_INVALID_ARGUMENT, {"overflows"});
+  assert_int_equal(rank0->add("n", 1, soon()), 4);  // the connection survived the refusals
+}
+
+void test_tcp_erase_and_check(void **) {
+  auto rank0 = serve(1);
+  assert_false(rank0->check("e", soon()));
+  rank0->set("e", bytes_of("1"), soon());
+  assert_true(rank0->check("e", soon()));
+  assert_true(rank0->erase("e", soon()));
+  assert_false(rank0->erase("e", soon()));
+  assert_false(rank0->check("e", soon()));
+}
+
+void test_tcp_open_store_picks_the_tcp_store(void **) {
+  StoreOptions o = options_for(0, 1, 0);
+  auto store = open_store(o);
+  assert_true(store->describe().rfind("tcp://127.0.0.1:", 0) == 0);
+  store->set("a", bytes_of("b"), soon());
+  assert_string_equal(text_of(store->get("a", soon())).c_str(), "b");
+  o.init_method = "env://";
+  expect_error([&] { open_store(o); }, PSTATE_ERR_INVALID_ARGUMENT, {"env://", "resolve"});
+}
+
+}  // namespace
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  alarm(600);  // the whole file, in the worst case; each test bounds itself far below this
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_tcp_four_processes_set_get_add_wait_check),
+      cmocka_unit_test(test_tcp_four_threads_as_ranks_meet_at_a_barrier),
+      cmocka_unit_test(test_tcp_get_waits_for_a_later_set),
+      cmocka_unit_test(test_tcp_parked_waits_of_many_clients_are_released_by_one_set),
+      cmocka_unit_test(test_tcp_get_past_deadline_is_timeout_naming_the_key),
+      cmocka_unit_test(test_tcp_wait_timeout_names_only_the_missing_keys),
+      cmocka_unit_test(test_tcp_unreachable_store_times_out_naming_the_address),
+      cmocka_unit_test(test_tcp_garbage_bytes_close_only_that_connection),
+      cmocka_unit_test(test_tcp_oversized_frame_closes_only_that_connection),
+      cmocka_unit_test(test_tcp_member_sending_bad_frames_is_dropped_and_others_continue),
+      cmocka_unit_test(test_tcp_request_before_handshake_gets_nothing),
+      cmocka_unit_test(test_tcp_other_protocol_version_is_mismatch),
+      cmocka_unit_test(test_tcp_wrong_token_is_auth_error),
+      cmocka_unit_test(test_tcp_missing_token_is_auth_error),
+      cmocka_unit_test(test_tcp_token_on_client_only_is_auth_error),
+      cmocka_unit_test(test_tcp_refused_proof_reads_and_writes_nothing),
+      cmocka_unit_test(test_tcp_duplicate_rank_is_mismatch_naming_the_holder),
+      cmocka_unit_test(test_tcp_rank_is_released_when_its_connection_closes),
+      cmocka_unit_test(test_tcp_rank_outside_world_is_mismatch),
+      cmocka_unit_test(test_tcp_world_size_disagreement_is_mismatch_naming_both_ranks),
+      cmocka_unit_test(test_tcp_observer_reads_without_claiming_a_rank),
+      cmocka_unit_test(test_tcp_close_on_the_serving_rank_waits_for_the_others_to_leave),
+      cmocka_unit_test(test_tcp_killed_server_gives_clients_peer_lost_naming_the_address),
+      cmocka_unit_test(test_tcp_client_retries_until_the_server_starts),
+      cmocka_unit_test(test_tcp_taken_port_is_a_clear_error),
+      cmocka_unit_test(test_tcp_ipv6_loopback_works),
+      cmocka_unit_test(test_tcp_socket_ifname_binds_the_client_to_that_interface),
+      cmocka_unit_test(test_tcp_large_value_round_trips_and_oversize_is_refused),
+      cmocka_unit_test(test_tcp_add_counts_and_refuses_non_integers),
+      cmocka_unit_test(test_tcp_erase_and_check),
+      cmocka_unit_test(test_tcp_open_store_picks_the_tcp_store),
+  };
+  return cmocka_run_group_tests(tests, nullptr, nullptr);
+}

@@ -1,0 +1,178 @@
+// test_ucx_scale.cpp — UCX transport with more ranks than cores: 8 processes on a 2-core box
+// exchange all-to-all correctly, and a rank that waits uses ~no CPU; N ranks as N threads in one
+// process (each its own UcxWorker) work the same.
+//
+// The CPU check is a resource check, not a speed check: a rank blocked ~2 s for a late message
+// must have used far less CPU than a spinning one would (which gets ~2/8 of 2 cores, ~0.5 s);
+// the bound (0.25 s) is loose.
+#include "test_ucx_harness.hpp"
+
+#include <sched.h>
+
+#include <mutex>
+
+using namespace ucxtest;
+using pstate::Channel;
+
+namespace {
+
+constexpr int kLimitS = 120;
+constexpr double kMaxWaitingCpuS = 0.25;
+
+// Value of element i of the block that src sends to dst in round `round`.
+int64_t block_value(int src, int dst, uint32_t round, size_t i) {
+  return (static_cast<int64_t>(src) << 40) ^ (static_cast<int64_t>(dst) << 24) ^ (int64_t{round} << 16) ^
+         static_cast<int64_t>(i);
+}
+
+// One all-to-all round over ch: block p of `out` goes to rank p, block p of `in` comes from p.
+void all_to_all_round(UcxChannel &ch, uint32_t round, size_t block) {
+  int n = ch.size(), me = ch.rank();
+  std::vector<int64_t> out(block * static_cast<size_t>(n)), in(block * static_cast<size_t>(n));
+  for (int p = 0; p < n; ++p)
+    for (size_t i = 0; i < block; ++i) out[static_cast<size_t>(p) * block + i] = block_value(me, p, round, i);
+  std::vector<Channel::Request> reqs;
+  for (int k = 1; k < n; ++k) {  // shifted order: not everyone targets rank 0 first
+    int to = (me + k) % n, from = (me - k + n) % n;
+    reqs.push_back(ch.irecv(from, &in[static_cast<size_t>(from) * block], block * 8, round));
+    reqs.push_back(ch.isend(to, &out[static_cast<size_t>(to) * block], block * 8, round));
+  }
+  ch.wait_all(reqs.data(), reqs.size());
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    for (size_t i = 0; i < block; ++i)
+      if (in[static_cast<size_t>(p) * block + i] != block_value(p, me, round, i))
+        pstate::throw_error(PSTATE_ERR_INTERNAL, "rank ", me, " round ", round, ": wrong value from ", p, " at ", i);
+  }
+}
+
+// Ranks 1..n-1 wait for a message rank 0 sends only after sleeping `delay_ms`; returns the CPU
+// seconds the waiting cost (who = RUSAGE_SELF for processes, RUSAGE_THREAD for threads).
+double wait_for_late_message(UcxChannel &ch, int delay_ms, int who) {
+  int64_t v = 0;
+  if (ch.rank() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    std::vector<Channel::Request> reqs;
+    int64_t token = 4242;
+    for (int p = 1; p < ch.size(); ++p) reqs.push_back(ch.isend(p, &token, 8, 999));
+    ch.wait_all(reqs.data(), reqs.size());
+    return 0;
+  }
+  double c0 = cpu_seconds(who);
+  ch.recv(0, &v, 8, 999);
+  double used = cpu_seconds(who) - c0;
+  if (v != 4242) pstate::throw_error(PSTATE_ERR_INTERNAL, "late message has ", v);
+  return used;
+}
+
+// Everyone meets, so nobody closes while another still sends to it.
+void barrier(UcxChannel &ch, uint32_t tag) { all_to_all_round(ch, tag, 1); }
+
+void test_8_processes_on_2_cores_all_to_all_and_waiting_rank_uses_little_cpu(void **) {
+  TempDir dir;
+  constexpr int kWorld = 8;
+  auto codes = run_ranks(kWorld, kLimitS, [&](int rank) {
+    UcxWorker w(test_options(rank, kWorld));
+    join_via_files(w, dir.path());
+    auto ch = world_channel(w);
+    for (uint32_t round = 0; round < 30; ++round) all_to_all_round(*ch, round, round % 3 == 0 ? 40000 : 100);
+    double used = wait_for_late_message(*ch, 2000, RUSAGE_SELF);
+    if (rank != 0) std::fprintf(stderr, "rank %d waited 2 s using %.4f s of CPU\n", rank, used);
+    CHILD_CHECK(used < kMaxWaitingCpuS);
+    barrier(*ch, 1000);
+    w.close(Deadline::after_ms(5000));
+    return 0;
+  });
+  assert_all_exit_zero(codes);
+}
+
+// A directory shared by threads of one process (the threads-as-ranks case; pids are equal, so
+// no process watch is used).
+class SharedDirectory {
+ public:
+  explicit SharedDirectory(int world) : entries_(static_cast<size_t>(world)) {}
+  void publish(int rank, const PeerEntry &e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    entries_[static_cast<size_t>(rank)] = e;
+  }
+  PeerEntry get(int rank) {
+    Deadline d = Deadline::after_ms(30000);
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!entries_[static_cast<size_t>(rank)].address.empty()) return entries_[static_cast<size_t>(rank)];
+      }
+      if (d.expired()) pstate::throw_error(PSTATE_ERR_TIMEOUT, "shared directory: rank ", rank, " never published");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<PeerEntry> entries_;
+};
+
+void test_8_ranks_as_8_threads_exchange_and_waiting_thread_uses_little_cpu(void **) {
+  constexpr int kWorld = 8;
+  SharedDirectory directory(kWorld);
+  std::vector<std::string> failures(kWorld);
+  std::vector<double> waiting_cpu(kWorld, 0);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        UcxWorker w(test_options(rank, kWorld));
+        directory.publish(rank, w.self_entry());
+        w.set_directory([&](int r) { return directory.get(r); });
+        auto ch = world_channel(w);
+        for (uint32_t round = 0; round < 20; ++round) all_to_all_round(*ch, round, round % 4 == 0 ? 30000 : 64);
+        std::vector<uint8_t> obj;  // any-size receive between threads too
+        int next = (rank + 1) % kWorld, prev = (rank + kWorld - 1) % kWorld;
+        std::string text(static_cast<size_t>(rank) * 1000 + 1, static_cast<char>('a' + rank));
+        Channel::Request r[2] = {ch->irecv_any_size(prev, &obj, 500), ch->isend(next, text.data(), text.size(), 500)};
+        ch->wait_all(r, 2);
+        if (obj.size() != static_cast<size_t>(prev) * 1000 + 1 || obj[0] != 'a' + prev)
+          pstate::throw_error(PSTATE_ERR_INTERNAL, "object from ", prev, " is wrong");
+        waiting_cpu[static_cast<size_t>(rank)] = wait_for_late_message(*ch, 1500, RUSAGE_THREAD);
+        barrier(*ch, 1000);
+        w.close(Deadline::after_ms(5000));
+      } catch (const std::exception &e) {
+        failures[static_cast<size_t>(rank)] = e.what();
+      }
+    });
+  }
+  for (auto &t : threads) t.join();
+  for (int rank = 0; rank < kWorld; ++rank) {
+    if (!failures[static_cast<size_t>(rank)].empty())
+      std::fprintf(stderr, "thread rank %d: %s\n", rank, failures[static_cast<size_t>(rank)].c_str());
+    assert_true(failures[static_cast<size_t>(rank)].empty());
+    if (rank > 0) std::fprintf(stderr, "thread rank %d waited 1.5 s using %.4f s of CPU\n", rank,
+                               waiting_cpu[static_cast<size_t>(rank)]);
+    assert_true(waiting_cpu[static_cast<size_t>(rank)] < kMaxWaitingCpuS);
+  }
+}
+
+// Spinning is switched on only where every rank has a core of its own.
+void test_wait_policy_spins_only_when_cores_are_free(void **) {
+  assert_int_equal(pstate::wait_policy_for_host(100000).spin_us, 0);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
+  int cpus = CPU_COUNT(&set);
+  assert_int_equal(pstate::wait_policy_for_host(cpus).spin_us, 0);
+  assert_true(pstate::wait_policy_for_host(cpus - 1).spin_us == (cpus > 1 ? 50 : 0));
+  assert_int_equal(pstate::WaitPolicy{}.spin_us, 0);
+}
+
+}  // namespace
+
+int main() {
+  alarm(kLimitS * 2);  // the threads test has no child processes to kill: bound the whole binary
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_wait_policy_spins_only_when_cores_are_free),
+      cmocka_unit_test(test_8_processes_on_2_cores_all_to_all_and_waiting_rank_uses_little_cpu),
+      cmocka_unit_test(test_8_ranks_as_8_threads_exchange_and_waiting_thread_uses_little_cpu),
+  };
+  if (const char *only = std::getenv("PSTATE_TEST_FILTER")) cmocka_set_test_filter(only);  // e.g. "*threads*"
+  return cmocka_run_group_tests(tests, nullptr, nullptr);
+}
