@@ -236,7 +236,7 @@ def main():
     if machine.get("quick") == "1":
         md += ["**Quick run (`bench/run.sh --quick`): a smoke test of the script, not a measurement.**", ""]
     if failures:
-        md += ["**Failed or timed out (see `bench/results/logs/`):** " + ", ".join(failures), ""]
+        md += [f"**Failed or timed out (see `{rel(results)}/logs/`):** " + ", ".join(failures), ""]
 
     md += ["## Targets of the issue", "", "| what | bar | measured | verdict |", "| --- | --- | --- | --- |"]
     for row in target_rows(cases, memcpy, startup):
@@ -261,7 +261,7 @@ def main():
                f"| `pstate run -n 8` pstate_init, initialize_model_parallel (tp 4 x pp 2), destroy, finalize "
                f"| {fmt(startup.get('pstate_ms'), 1)} |", ""]
     md += ["## Reproduce", "", "```", "bench/run.sh          # builds, measures, rewrites BENCHMARKS.md", "```", "",
-           "The commands it ran (raw output in `bench/results/logs/`, JSON in `bench/results/`):", "", "```"]
+           f"The commands it ran (raw output in `{rel(results)}/logs/`, JSON in `{rel(results)}/`):", "", "```"]
     md += commands(results)
     md += ["```", ""]
     with open(output, "w") as f:
