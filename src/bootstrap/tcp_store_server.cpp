@@ -657,21 +657,28 @@ std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const StoreServerOptions &
   if (addresses.empty())
     throw_error(PSTATE_ERR_TRANSPORT, "cannot serve the store on ", options.host, ": cannot resolve it: ", error);
   // Listen on every address the host resolves to ("localhost" is 127.0.0.1 and ::1), all on one
-  // port: the first bind picks it when the port is 0.
+  // port: the first successful bind picks it when the port is 0. An address family this host
+  // lacks (no IPv6) is skipped as long as another address works.
   int port = options.port;
-  for (size_t i = 0; i < addresses.size(); ++i) {
-    net::SocketAddress a = addresses[i];
+  int first_error = 0;
+  const net::SocketAddress *first_failed = nullptr;
+  for (const net::SocketAddress &resolved : addresses) {
+    net::SocketAddress a = resolved;
     a.set_port(port);
     int err = 0;
     net::Fd fd = net::listen_on(a, 1024, &err);
     if (!fd.valid()) {
-      // A second address family that this host lacks (no IPv6) is not an error.
-      if (i > 0 && (err == EADDRNOTAVAIL || err == EAFNOSUPPORT)) continue;
-      throw_bind_error(options, a, err);
+      if (err != EADDRNOTAVAIL && err != EAFNOSUPPORT) throw_bind_error(options, a, err);
+      if (first_failed == nullptr) {
+        first_failed = &resolved;
+        first_error = err;
+      }
+      continue;
     }
     if (port == 0) port = net::local_address(fd.get()).port();
     impl->listeners.push_back(std::move(fd));
   }
+  if (impl->listeners.empty()) throw_bind_error(options, *first_failed, first_error);
   impl->port = port;
   impl->wake = net::Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!impl->wake.valid()) throw_error(PSTATE_ERR_TRANSPORT, "store server: eventfd: ", std::strerror(errno));

@@ -7,8 +7,10 @@
 //
 // Semantics every table implements identically (bit for bit):
 //   - integers: two's complement wrap-around for sum and prod; signed/unsigned compare for max/min.
-//   - float32/float64: IEEE-754 binary ops, round to nearest even, subnormals kept (no FTZ/DAZ),
-//     no FMA contraction.
+//   - float32/float64: IEEE-754 binary ops, round to nearest even, subnormals kept, no FMA
+//     (no kernel multiplies into an add, so -ffp-contract cannot change a result). This assumes
+//     the default MXCSR; a process that sets FTZ/DAZ (e.g. a -ffast-math program) flushes
+//     subnormals, and then does so on every path alike.
 //   - float16/bfloat16: widen to float32 (exact), combine as float32, round back to nearest even.
 //   - NaN rule: NaN propagates through every op, and every NaN a kernel produces is the canonical
 //     positive quiet NaN of the dtype (0x7E00, 0x7FC0, 0x7FC00000, 0x7FF8000000000000), so the

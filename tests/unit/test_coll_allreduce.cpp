@@ -171,16 +171,28 @@ void check_documented_order(const Algo &algo, OrderFn order) {
 // Both algorithms on the same inputs: group sizes 1..9 × counts {0, 1, 7, 1000, 30011} × every
 // reducible dtype × every op, out of place.
 static void test_every_allreduce_matches_reference_for_every_group_count_dtype_op(void **) {
-  for (int p = 1; p <= kMaxGroup; ++p)
-    for (size_t count : kCounts)
-      for (pstate_dtype_t d : kReducibleDtypes)
-        for (pstate_reduce_op_t op : kAllOps) {
-          const Case c = make_case(d, op, p, count);
+  for (size_t count : kCounts)
+    for (pstate_dtype_t d : kReducibleDtypes)
+      for (pstate_reduce_op_t op : kAllOps) {
+        // Inputs of ranks 0..8 once; group size p uses the first p, and its expected value is
+        // the running fold over ranks 0..p-1 (then / p for AVG).
+        const auto all = rank_inputs(d, op, kMaxGroup, count);
+        const pstate_reduce_op_t step = op == PSTATE_AVG ? PSTATE_SUM : op;
+        std::vector<uint64_t> acc(count);
+        for (size_t i = 0; i < count; ++i) acc[i] = get_bits(all[0].data(), i, esize_of(d));
+        for (int p = 1; p <= kMaxGroup; ++p) {
+          if (p > 1)
+            for (size_t i = 0; i < count; ++i)
+              acc[i] = reference(d, step, acc[i], get_bits(all[static_cast<size_t>(p - 1)].data(), i, esize_of(d)));
+          Case c{d, op, p, count, {all.begin(), all.begin() + p}, acc};
+          if (op == PSTATE_AVG)
+            for (auto &w : c.want) w = avg_reference(d, w, p);
           for (const Algo *algo : {&kRecursiveDoubling, &kRing}) {
             std::string err = run_case(*algo, c, false);
             if (!err.empty()) fail_msg("%s", err.c_str());
           }
         }
+      }
 }
 static void test_ring_with_tiny_chunks_matches_reference(void **) {
   for (int p = 1; p <= kMaxGroup; ++p)

@@ -444,12 +444,34 @@ void test_tcp_close_on_the_serving_rank_waits_for_the_others_to_leave(void **) {
   auto again = serve(2);
   auto observer = open_tcp(options_for(-1, 0, again->port()));
   auto member = join(*again, 1, 2);
+  std::atomic<bool> closing{false};
   std::thread leaver([&] {
-    wait_until([&] { return again->server()->stats().ranks == 2; });
+    wait_until([&] { return closing.load(); });  // touches only its own store
     member->close(soon());
   });
+  closing = true;
   assert_true(again->close(soon()));
   leaver.join();
+}
+
+void test_tcp_standalone_server_serves_ranks_that_only_connect(void **) {
+  // A launcher can host the store itself (owner_rank -1); rank 0 then only connects.
+  StoreServerOptions so;
+  so.world_size = 2;
+  so.owner_rank = -1;
+  so.job_token = "launcher-token";
+  auto server = TcpStoreServer::start(so, Logger(LogLevel::kNone));
+  StoreOptions o0 = options_for(0, 2, server->port(), "launcher-token");
+  o0.serve = false;
+  auto rank0 = open_tcp(o0);
+  assert_null(rank0->server());
+  auto rank1 = open_tcp(options_for(1, 2, server->port(), "launcher-token"));
+  rank1->set("k", bytes_of("v"), soon());
+  assert_string_equal(text_of(rank0->get("k", soon())).c_str(), "v");
+  expect_error([&] { open_tcp(options_for(-1, 3, server->port(), "launcher-token")); }, PSTATE_ERR_MISMATCH,
+               {"an observer says world_size 3, the store says 2"});
+  server.reset();
+  expect_error([&] { rank0->get("k", soon()); }, PSTATE_ERR_PEER_LOST, {"the process that serves it"});
 }
 
 // ---- failures of the server -------------------------------------------------------------------
@@ -637,6 +659,7 @@ int main(void) {
       cmocka_unit_test(test_tcp_world_size_disagreement_is_mismatch_naming_both_ranks),
       cmocka_unit_test(test_tcp_observer_reads_without_claiming_a_rank),
       cmocka_unit_test(test_tcp_close_on_the_serving_rank_waits_for_the_others_to_leave),
+      cmocka_unit_test(test_tcp_standalone_server_serves_ranks_that_only_connect),
       cmocka_unit_test(test_tcp_killed_server_gives_clients_peer_lost_naming_the_address),
       cmocka_unit_test(test_tcp_client_retries_until_the_server_starts),
       cmocka_unit_test(test_tcp_taken_port_is_a_clear_error),

@@ -1,0 +1,73 @@
+// cuda_context.hpp — CudaDeviceContext: the CUDA side of one pstate_t (see device_comm.hpp).
+//
+// It owns the loaded CUDA runtime and NCCL (each context loads its own handles, so no global
+// state: N ranks as N threads each hold one), knows its device and context stream, and holds
+// graph-capture mode. Its communicators ask it two things on every operation: which stream to
+// enqueue on (stream_for: NULL resolution and the capture-mode single-stream rule) and whether a
+// buffer is device memory of this device (require_device_pointer).
+#pragma once
+
+#include "transport/nccl/cuda_lib.hpp"
+#include "transport/nccl/device_comm.hpp"
+#include "transport/nccl/nccl_lib.hpp"
+
+#include "common/deadline.hpp"
+
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace pstate {
+
+class CudaDeviceContext final : public DeviceContext {
+ public:
+  CudaDeviceContext(const DeviceContextOptions &options, const Logger &log);
+  ~CudaDeviceContext() override;
+
+  int device_ordinal() const override { return device_; }
+  void *stream() const override { return stream_; }
+  std::string describe() const override;
+  MemoryLocation locate(const void *p) const override { return cuda_->locate(p); }
+  void require_device_pointer(const void *p, const char *name, const std::string &where) const override;
+  void synchronize(const std::string &where) override;
+
+  void *begin_capture(void *stream) override;
+  void end_capture() override;
+  bool capturing() const override { return capturing_; }
+  void *capture_stream() const override { return capturing_ ? capture_stream_ : nullptr; }
+
+  // ---- for NcclCommunicator ----
+  const CudaLib &cuda() const { return *cuda_; }
+  // NCCL, loaded now if the context was made without it.
+  const NcclLib &nccl();
+  int64_t timeout_ms() const { return timeout_ms_; }
+  // fp8 reductions: NCCL >= 2.24 on compute capability >= 9.0.
+  bool fp8_reductions_supported();
+  std::string fp8_requirement_text();
+  // The stream an operation enqueues on. requested nullptr: the capture stream while capturing,
+  // else the context stream. While capturing, another stream is INVALID_STATE unless it belongs
+  // to the same CUDA capture sequence as the capture stream (forked from it by an event).
+  cudaStream_t stream_for(void *requested, const std::string &where) const;
+  // Waits until `stream` has no pending work. Between queries calls poll() (which may throw,
+  // e.g. on an NCCL asynchronous error); past the deadline throws TIMEOUT naming `where`.
+  void wait_stream(cudaStream_t stream, const Deadline &deadline, const std::function<void()> &poll,
+                   const std::string &where) const;
+
+ private:
+  Logger log_;
+  std::unique_ptr<CudaLib> cuda_;  // first member: released last
+  std::unique_ptr<NcclLib> nccl_;
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  int64_t timeout_ms_ = 0;
+  int cc_major_ = 0;
+  int cc_minor_ = 0;
+  std::string pci_bus_id_;
+
+  std::unique_ptr<CudaStream> own_capture_stream_;  // made on the first begin_capture(NULL)
+  std::unique_ptr<CudaEvent> order_event_;          // orders the context and capture streams
+  bool capturing_ = false;
+  cudaStream_t capture_stream_ = nullptr;
+};
+
+}  // namespace pstate

@@ -1,0 +1,199 @@
+// device_comm.hpp — what the group layer sees of CUDA and NCCL: three small interfaces, no CUDA.
+//
+// SGLang's GroupCoordinator holds a device communicator (PyNccl) beside its CPU group, and a
+// module-level graph_capture() that switches every group into capture mode. pstate splits that
+// in two objects, both created only for CUDA contexts:
+//
+//   DeviceContext  one per pstate_t: the loaded CUDA runtime and NCCL, the device, the context
+//                  stream, and graph-capture mode (so "every group in capture mode" is one flag
+//                  that every communicator of the context consults).
+//   DeviceComm     one per group: the NCCL communicator, created lazily on first device use
+//                  (SGLang's eager MoE communicators cost ~700 MB each), its unique id broadcast
+//                  from group rank 0 over the group's CPU communicator through a callback, so
+//                  this layer does not depend on the group layer. A group of one needs no NCCL.
+//
+// This header compiles without CUDA or NCCL headers: the implementations live in
+// src/transport/nccl/ (built only when the toolkit headers are found) and, when they are not,
+// src/group/device_comm_none.cpp defines the factories to throw PSTATE_ERR_UNSUPPORTED
+// "this libpstate was built without the CUDA backend". Nothing links against CUDA: the runtime
+// and NCCL are dlopen'ed at run time, so one libpstate runs on hosts with and without GPUs.
+//
+// Errors are pstate::Error (see common/error.hpp) carrying the group name, the call and the fix.
+// Thread rules: as the C API's: one thread at a time per DeviceContext and its communicators,
+// except DeviceComm::abort(), which may run on any thread while no other call runs.
+#pragma once
+
+#include "common/log.hpp"
+
+#include <pstate/pstate.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace pstate {
+
+// ---- what `pstate info` prints --------------------------------------------------------------
+
+struct CudaBackendStatus {
+  bool built = false;        // compiled with the CUDA/NCCL headers
+  bool usable = false;       // CUDA runtime and NCCL load here and at least one device exists
+  int device_count = 0;      // devices the CUDA runtime sees (0 when it cannot say)
+  std::string build;         // "CUDA 13.0, NCCL 2.28.9 headers" or "not built"
+  std::string cuda_runtime;  // "libcudart.so.13 (runtime 13.0, driver 12.8)" or why it failed
+  std::string nccl;          // "libnccl.so.2 (NCCL 2.28.9)" or why it failed
+  std::string summary;       // one line: "usable: 8 CUDA devices" / "not usable: no CUDA device: ..."
+};
+
+// Loads (and then drops) the CUDA runtime and NCCL to report what a CUDA context would get
+// here. Never throws; cheap enough for a CLI command, not for a hot path.
+CudaBackendStatus cuda_backend_status();
+
+// ---- where a pointer lives ------------------------------------------------------------------
+
+struct MemoryLocation {
+  enum class Kind { kHost, kPinnedHost, kDevice, kManaged };
+  Kind kind = Kind::kHost;
+  int device = -1;  // CUDA ordinal for kDevice/kManaged, -1 for host memory
+};
+
+// For CPU contexts: refuses CUDA device memory with INVALID_ARGUMENT ("send is CUDA device
+// memory (device 0) but this context is CPU ..."). It only looks at a libcuda.so.1 that the
+// process has already loaded: a process that never loaded CUDA cannot hold a device pointer, so
+// CPU-only processes pay a scan of the loaded objects (~0.1 us) per call until CUDA appears.
+// Managed and pinned host memory are accepted (the CPU can read them). No-op in builds without
+// the CUDA backend.
+class HostPointerCheck {
+ public:
+  HostPointerCheck() = default;
+  ~HostPointerCheck();
+  HostPointerCheck(const HostPointerCheck &) = delete;
+  HostPointerCheck &operator=(const HostPointerCheck &) = delete;
+
+  // where: "tp:0: all_reduce"; name: "send".
+  void require_host(const void *p, const char *name, const std::string &where);
+
+ private:
+  bool find_driver();
+  void *driver_ = nullptr;          // dlopen handle of the already loaded libcuda.so.1
+  void *get_attribute_ = nullptr;   // cuPointerGetAttribute
+};
+
+// ---- the CUDA side of one pstate_t ----------------------------------------------------------
+
+struct DeviceContextOptions {
+  int device_ordinal = 0;     // made current on the creating thread (cudaSetDevice)
+  bool load_nccl = true;      // false when the world has one rank (no NCCL needed)
+  int64_t timeout_ms = 600000;
+  void *stream = nullptr;     // the context stream; nullptr = CUDA's default (legacy) stream,
+                              // so NULL in the C API orders with the caller's default-stream work
+};
+
+class DeviceContext {
+ public:
+  virtual ~DeviceContext() = default;
+
+  virtual int device_ordinal() const = 0;
+  // The stream used when a call passes NULL (outside capture mode).
+  virtual void *stream() const = 0;
+  // "cuda:0 (sm_90, 0000:1b:00.0), libcudart.so.13 runtime 13.0 driver 13.0, NCCL 2.28.9"
+  virtual std::string describe() const = 0;
+  virtual MemoryLocation locate(const void *p) const = 0;
+  // Throws INVALID_ARGUMENT unless p is device memory of this context's device (or managed).
+  virtual void require_device_pointer(const void *p, const char *name, const std::string &where) const = 0;
+  // Waits until the context stream has drained, up to the timeout (TIMEOUT names `where`).
+  // INVALID_STATE while capturing.
+  virtual void synchronize(const std::string &where) = 0;
+
+  // Graph capture (SGLang's graph_capture()). begin: INVALID_STATE when already capturing;
+  // returns the stream to capture on: `stream` itself, or when nullptr a stream owned by the
+  // context; either way, when it differs from the context stream it first waits (event) on the
+  // context stream, so work enqueued before capture is ordered before the captured work.
+  // While capturing, a collective on any other stream is INVALID_STATE (streams forked into the
+  // same CUDA capture are accepted) and NULL means the capture stream. end: INVALID_STATE when
+  // not capturing or when the capture stream is still capturing (call cudaStreamEndCapture
+  // first); the context stream then waits on the capture stream. The lead's
+  // pstate_graph_capture_begin must call DeviceComm::ensure_ready() on every group first.
+  virtual void *begin_capture(void *stream) = 0;
+  virtual void end_capture() = 0;
+  virtual bool capturing() const = 0;
+  virtual void *capture_stream() const = 0;  // nullptr when not capturing
+};
+
+// Loads the CUDA runtime (and NCCL when options.load_nccl), checks the device and makes it
+// current on this thread. Errors: UNSUPPORTED "CUDA runtime not found (tried ...)", "no CUDA
+// device: cudaGetDeviceCount: insufficient driver ...", "NCCL library not found: ..."; or
+// "this libpstate was built without the CUDA backend"; INVALID_ARGUMENT for an ordinal >= the
+// device count.
+std::unique_ptr<DeviceContext> make_cuda_device_context(const DeviceContextOptions &options, const Logger &log);
+
+// ---- the device communicator of one group ---------------------------------------------------
+
+// Broadcasts n bytes from group rank 0 to every rank of the group (in place), over the group's
+// CPU communicator. Called once per communicator, on every rank, from inside the first device
+// operation (or ensure_ready); it may throw (TIMEOUT, PEER_LOST), which propagates.
+using BroadcastFromRank0 = std::function<void(void *bytes, size_t n)>;
+
+struct DeviceCommOptions {
+  std::string group_name;  // "tp:0", for messages and the NCCL communicator's name
+  int rank = 0;            // rank in group
+  int size = 1;            // group size
+  int64_t timeout_ms = 600000;
+  BroadcastFromRank0 broadcast_from_rank0;  // not called when size == 1
+  // ncclConfig_t.blocking. false (default): NCCL's non-blocking mode, so creation and every
+  // call are bounded by the timeout and a missing peer is a TIMEOUT; but NCCL then launches each
+  // operation from a helper thread it creates per call, which costs host time per call (CUDA
+  // graph replays do not pay it). true: NCCL's blocking mode, the fast eager path; creation then
+  // waits for the peers without a bound (they were alive a moment before: they took part in
+  // the unique-id broadcast). Barriers stay bounded either way.
+  bool nccl_blocking = false;
+};
+
+// Every operation is enqueued on `stream` (cudaStream_t; nullptr = the context stream, or the
+// capture stream while capturing) and returns at once, as NCCL does. Ranks are ranks in the
+// group; count 0 is legal and enqueues nothing. Buffers must be device memory of the context's
+// device (or managed): host memory or another device's memory is INVALID_ARGUMENT. Reductions
+// on fp8 need NCCL >= 2.24 and sm_90 (else UNSUPPORTED). After a fatal NCCL error the
+// communicator is aborted and later calls throw ABORTED.
+class DeviceComm {
+ public:
+  virtual ~DeviceComm() = default;  // graceful: ncclCommFinalize (up to the timeout) + destroy
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  virtual void all_reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype,
+                          pstate_reduce_op_t op, void *stream) = 0;
+  virtual void all_gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype,
+                          void *stream) = 0;
+  virtual void reduce_scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype,
+                              pstate_reduce_op_t op, void *stream) = 0;
+  virtual void broadcast(void *buf, size_t count, pstate_dtype_t dtype, int src, void *stream) = 0;
+  // recv is read only on dst (may be nullptr elsewhere).
+  virtual void gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, int dst,
+                      void *stream) = 0;
+  virtual void all_to_all(const void *send, void *recv, size_t count_per_rank, pstate_dtype_t dtype,
+                          void *stream) = 0;
+  // Point-to-point to another rank of the group (self is INVALID_ARGUMENT: it would never match).
+  virtual void send(const void *buf, size_t count, pstate_dtype_t dtype, int dst, void *stream) = 0;
+  virtual void recv(void *buf, size_t count, pstate_dtype_t dtype, int src, void *stream) = 0;
+  // A 1-element all_reduce on the context stream, then waits for that stream (up to the
+  // timeout, watching NCCL's asynchronous errors). Blocking; INVALID_STATE while capturing.
+  virtual void barrier() = 0;
+
+  // Creates the NCCL communicator now if it does not exist yet (collective over the group).
+  virtual void ensure_ready() = 0;
+  virtual bool ready() const = 0;
+  // ncclCommAbort: local, does not wait for peers; later calls throw ABORTED. Never throws.
+  virtual void abort() noexcept = 0;
+};
+
+// The NCCL device communicator of one group. `context` must outlive it (destroy every
+// DeviceComm before its DeviceContext). No communication happens here: the NCCL communicator is
+// created on first use or by ensure_ready().
+std::unique_ptr<DeviceComm> make_nccl_device_comm(DeviceContext &context, DeviceCommOptions options,
+                                                  const Logger &log);
+
+}  // namespace pstate

@@ -1,0 +1,449 @@
+// nccl_comm.cpp — NcclCommunicator (see nccl_comm.hpp for the lifecycle and the order of checks).
+#include "transport/nccl/nccl_comm.hpp"
+
+#include "common/error.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <thread>
+#include <utility>
+
+namespace pstate {
+
+namespace {
+
+// What rank 0 broadcasts: the id, or that it could not make one (so peers fail at once instead
+// of waiting out their timeout in ncclCommInitRankConfig).
+struct IdMessage {
+  int32_t ok;
+  ncclUniqueId id;
+};
+
+bool is_fp8(pstate_dtype_t dtype) { return dtype == PSTATE_FP8_E4M3 || dtype == PSTATE_FP8_E5M2; }
+
+// Backoff for polling NCCL's state: yield first (init and ops usually settle in microseconds),
+// then sleeps doubling up to 1 ms.
+class Backoff {
+ public:
+  void pause() {
+    if (sleep_.count() == 0) {
+      std::this_thread::yield();
+      sleep_ = std::chrono::microseconds(1);
+      return;
+    }
+    std::this_thread::sleep_for(sleep_);
+    sleep_ = std::min(sleep_ * 2, std::chrono::microseconds(1000));
+  }
+
+ private:
+  std::chrono::microseconds sleep_{0};
+};
+
+}  // namespace
+
+// What every operation holds while it enqueues: the context's device made current and the
+// stream resolved (NULL, capture mode).
+class NcclCommunicator::OpScope {
+ public:
+  OpScope(NcclCommunicator &comm, const char *op, void *stream)
+      : where_(comm.where(op)), guard_(comm.cuda_, comm.context_.device_ordinal(), where_),
+        stream_(comm.context_.stream_for(stream, where_)) {}
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  std::string where_;
+  DeviceGuard guard_;
+  cudaStream_t stream_;
+};
+
+NcclCommunicator::NcclCommunicator(CudaDeviceContext &context, DeviceCommOptions options, const Logger &log)
+    : context_(context), cuda_(context.cuda()), options_(std::move(options)), log_(log),
+      comm_name_("pstate " + options_.group_name) {}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (comm_ == nullptr) {
+    barrier_buffer_.reset();
+    return;
+  }
+  // Graceful: finalize flushes outstanding operations (bounded by the timeout), then destroy.
+  try {
+    DeviceGuard guard(cuda_, context_.device_ordinal(), where("destroy"));
+    ncclResult_t r = settle(nccl_->api().CommFinalize(comm_), "ncclCommFinalize", "destroy");
+    if (r == ncclSuccess) {
+      nccl_->api().CommDestroy(comm_);
+      comm_ = nullptr;
+    } else {
+      log_.warn(where("destroy"), ": ncclCommFinalize: ", nccl_->error_text(r, comm_), "; aborting instead");
+      abort_comm();
+    }
+    barrier_buffer_.reset();
+  } catch (const std::exception &e) {
+    log_.warn(e.what());
+    abort_comm();
+  }
+}
+
+std::string NcclCommunicator::where(const char *op) const { return cat(options_.group_name, ": ", op); }
+
+// ---- argument checks ---------------------------------------------------------------------------
+
+void NcclCommunicator::require_usable(const char *op) const {
+  if (!failure_.empty())
+    throw_error(PSTATE_ERR_ABORTED, where(op), ": the device communicator failed earlier (", failure_,
+                "); only pstate_abort or pstate_finalize can follow");
+}
+
+void NcclCommunicator::require_dtype(pstate_dtype_t dtype, const char *op) const {
+  if (static_cast<int>(dtype) < 0 || static_cast<int>(dtype) >= PSTATE_DTYPE_COUNT)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, where(op), ": dtype ", static_cast<int>(dtype),
+                " is not a pstate_dtype_t (0..", PSTATE_DTYPE_COUNT - 1, ")");
+}
+
+void NcclCommunicator::require_reduction(pstate_dtype_t dtype, pstate_reduce_op_t op, const char *what) {
+  require_dtype(dtype, what);
+  if (static_cast<int>(op) < 0 || static_cast<int>(op) >= PSTATE_REDUCE_OP_COUNT)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, where(what), ": op ", static_cast<int>(op),
+                " is not a pstate_reduce_op_t (0..", PSTATE_REDUCE_OP_COUNT - 1, ")");
+  if (is_fp8(dtype) && !context_.fp8_reductions_supported())
+    throw_error(PSTATE_ERR_UNSUPPORTED, where(what), ": ", pstate_dtype_name(dtype), " ", pstate_reduce_op_name(op),
+                ": ", context_.fp8_requirement_text());
+}
+
+void NcclCommunicator::require_peer(int peer, const char *name, const char *op, bool allow_self) const {
+  if (peer < 0 || peer >= size())
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, where(op), ": ", name, " ", peer, " is not a rank of this group (0..",
+                size() - 1, ")");
+  if (!allow_self && peer == rank())
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, where(op), ": ", name, " ", peer,
+                " is this rank: point-to-point needs another rank of the group (a send to itself would never "
+                "find its receive)");
+}
+
+void NcclCommunicator::require_buffer(const void *p, const char *name, const char *op) const {
+  if (p == nullptr)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, where(op), ": ", name, " is NULL with a count > 0");
+  context_.require_device_pointer(p, name, where(op));
+}
+
+namespace {
+// count * dtype size * blocks in bytes, refusing sizes that do not fit size_t.
+size_t bytes_of(size_t count, pstate_dtype_t dtype, size_t blocks, const std::string &where) {
+  size_t element = pstate_dtype_size(dtype);
+  if (count > SIZE_MAX / element / blocks)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, where, ": ", count, " x ", blocks, " elements of ",
+                pstate_dtype_name(dtype), " overflow size_t");
+  return count * element * blocks;
+}
+}  // namespace
+
+// ---- the NCCL communicator ---------------------------------------------------------------------
+
+ncclComm_t NcclCommunicator::comm(cudaStream_t stream, const char *op) {
+  if (comm_ != nullptr) {
+    check_async(op);
+    return comm_;
+  }
+  // Creating a communicator allocates device memory, which a stream capture forbids.
+  if (cuda_.capture_info(stream, where(op)).status != cudaStreamCaptureStatusNone)
+    throw_error(PSTATE_ERR_INVALID_STATE, where(op),
+                ": this group's NCCL communicator does not exist yet and cannot be created inside a CUDA "
+                "graph capture: enter capture mode with pstate_graph_capture_begin (it creates every "
+                "group's communicator) or run one collective on this group before capturing");
+  create(op);
+  return comm_;
+}
+
+void NcclCommunicator::ensure_ready() {
+  require_usable("communicator init");
+  if (ready()) return;
+  DeviceGuard guard(cuda_, context_.device_ordinal(), where("communicator init"));
+  create("communicator init");
+}
+
+void NcclCommunicator::create(const char *op) {
+  const std::string w = where(op);
+  nccl_ = &context_.nccl();
+  if (!options_.broadcast_from_rank0)
+    throw_error(PSTATE_ERR_INTERNAL, w, ": no broadcast callback to share the NCCL unique id");
+
+  IdMessage message{};
+  std::string rank0_error;
+  pstate_status_t rank0_status = PSTATE_OK;
+  if (rank() == 0) {
+    try {
+      message.id = nccl_->unique_id(w);
+      message.ok = 1;
+    } catch (const Error &e) {
+      rank0_error = e.what();
+      rank0_status = e.status();
+    }
+  }
+  options_.broadcast_from_rank0(&message, sizeof message);
+  if (message.ok != 1) {
+    if (rank() == 0) fail(rank0_status, rank0_error, true);
+    fail(PSTATE_ERR_TRANSPORT, cat(w, ": group rank 0 could not create the NCCL unique id (its error says why)"),
+         true);
+  }
+
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = options_.nccl_blocking ? 1 : 0;  // 0: a missing peer is a TIMEOUT, not a hang
+  config.commName = comm_name_.c_str();
+  auto started = std::chrono::steady_clock::now();
+  ncclComm_t created = nullptr;
+  ncclResult_t r = nccl_->api().CommInitRankConfig(&created, size(), message.id, rank(), &config);
+  comm_ = created;
+  r = settle(r, "ncclCommInitRankConfig", op);
+  if (r != ncclSuccess)
+    fail(status_of(r), cat(w, ": creating the NCCL communicator (rank ", rank(), " of ", size(), ", cuda:",
+                           context_.device_ordinal(), "): ncclCommInitRankConfig: ", nccl_->error_text(r, comm_)),
+         true);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
+  log_.info(w, ": NCCL communicator ready (rank ", rank(), " of ", size(), ", cuda:", context_.device_ordinal(), ", ",
+            nccl_->describe(), options_.nccl_blocking ? ", blocking" : ", non-blocking", ") in ", ms, " ms");
+}
+
+ncclResult_t NcclCommunicator::settle(ncclResult_t r, const char *call, const char *op) {
+  if (r != ncclInProgress || comm_ == nullptr) return r;
+  Deadline deadline = Deadline::after_ms(context_.timeout_ms());
+  Backoff backoff;
+  for (;;) {
+    ncclResult_t state = ncclInProgress;
+    ncclResult_t q = nccl_->api().CommGetAsyncError(comm_, &state);
+    if (q != ncclSuccess) return q;
+    if (state != ncclInProgress) return state;
+    if (deadline.expired())
+      fail(PSTATE_ERR_TIMEOUT,
+           cat(where(op), ": ", call, " did not finish within ", context_.timeout_ms(), " ms (rank ", rank(), " of ",
+               size(), "): a rank of the group has not made the same call (every rank must issue the same device "
+               "operations in the same order), or NCCL could not connect (NCCL_DEBUG=INFO, NCCL_SOCKET_IFNAME)"),
+           true);
+    backoff.pause();
+  }
+}
+
+void NcclCommunicator::complete(ncclResult_t r, const char *call, const char *op) {
+  r = settle(r, call, op);
+  if (r == ncclSuccess) return;
+  fail(status_of(r), cat(where(op), ": ", call, " (rank ", rank(), " of ", size(), "): ", nccl_->error_text(r, comm_)),
+       is_fatal(r));
+}
+
+void NcclCommunicator::check_async(const char *op) {
+  ncclResult_t state = ncclSuccess;
+  ncclResult_t q = nccl_->api().CommGetAsyncError(comm_, &state);
+  complete(q != ncclSuccess ? q : state, "ncclCommGetAsyncError", op);
+}
+
+void NcclCommunicator::fail(pstate_status_t status, const std::string &message, bool fatal) {
+  if (!fatal) throw Error(status, message);
+  failure_ = message;
+  abort_comm();
+  throw Error(status, message + "; the device communicator was aborted: end the context with pstate_abort");
+}
+
+void NcclCommunicator::abort_comm() noexcept {
+  if (comm_ == nullptr) return;
+  nccl_->api().CommAbort(comm_);  // sets its own device; does not wait for peers
+  comm_ = nullptr;
+}
+
+void NcclCommunicator::abort() noexcept {
+  abort_comm();
+  if (failure_.empty()) failure_ = options_.group_name + ": aborted (pstate_abort)";
+}
+
+void NcclCommunicator::copy(void *dst, const void *src, size_t bytes, cudaStream_t stream, const char *op) const {
+  if (dst == src) return;
+  cuda_.check(cuda_.api().MemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync", where(op));
+}
+
+// ---- operations ------------------------------------------------------------------------------
+
+void NcclCommunicator::all_reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype,
+                                  pstate_reduce_op_t op, void *stream) {
+  constexpr const char *kOp = "all_reduce";
+  require_usable(kOp);
+  require_reduction(dtype, op, kOp);
+  if (count == 0) return;
+  require_buffer(send, "send", kOp);
+  require_buffer(recv, "recv", kOp);
+  size_t bytes = bytes_of(count, dtype, 1, where(kOp));
+  OpScope scope(*this, kOp, stream);
+  if (size() == 1) return copy(recv, send, bytes, scope.stream(), kOp);
+  ncclComm_t c = comm(scope.stream(), kOp);
+  complete(nccl_->api().AllReduce(send, recv, count, to_nccl(dtype), to_nccl(op), c, scope.stream()), "ncclAllReduce",
+           kOp);
+}
+
+void NcclCommunicator::all_gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, void *stream) {
+  constexpr const char *kOp = "all_gather";
+  require_usable(kOp);
+  require_dtype(dtype, kOp);
+  if (send_count == 0) return;
+  require_buffer(send, "send", kOp);
+  require_buffer(recv, "recv", kOp);
+  size_t block = bytes_of(send_count, dtype, static_cast<size_t>(size()), where(kOp)) / static_cast<size_t>(size());
+  OpScope scope(*this, kOp, stream);
+  if (size() == 1) return copy(recv, send, block, scope.stream(), kOp);
+  ncclComm_t c = comm(scope.stream(), kOp);
+  complete(nccl_->api().AllGather(send, recv, send_count, to_nccl(dtype), c, scope.stream()), "ncclAllGather", kOp);
+}
+
+void NcclCommunicator::reduce_scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype,
+                                      pstate_reduce_op_t op, void *stream) {
+  constexpr const char *kOp = "reduce_scatter";
+  require_usable(kOp);
+  require_reduction(dtype, op, kOp);
+  if (recv_count == 0) return;
+  require_buffer(send, "send", kOp);
+  require_buffer(recv, "recv", kOp);
+  size_t block = bytes_of(recv_count, dtype, static_cast<size_t>(size()), where(kOp)) / static_cast<size_t>(size());
+  OpScope scope(*this, kOp, stream);
+  if (size() == 1) return copy(recv, send, block, scope.stream(), kOp);
+  ncclComm_t c = comm(scope.stream(), kOp);
+  complete(nccl_->api().ReduceScatter(send, recv, recv_count, to_nccl(dtype), to_nccl(op), c, scope.stream()),
+           "ncclReduceScatter", kOp);
+}
+
+void NcclCommunicator::broadcast(void *buf, size_t count, pstate_dtype_t dtype, int src, void *stream) {
+  constexpr const char *kOp = "broadcast";
+  require_usable(kOp);
+  require_dtype(dtype, kOp);
+  require_peer(src, "src", kOp, true);
+  if (count == 0) return;
+  require_buffer(buf, "buf", kOp);
+  OpScope scope(*this, kOp, stream);
+  if (size() == 1) return;  // the root already holds the data
+  ncclComm_t c = comm(scope.stream(), kOp);
+  complete(nccl_->api().Broadcast(buf, buf, count, to_nccl(dtype), src, c, scope.stream()), "ncclBroadcast", kOp);
+}
+
+void NcclCommunicator::gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, int dst,
+                              void *stream) {
+  constexpr const char *kOp = "gather";
+  require_usable(kOp);
+  require_dtype(dtype, kOp);
+  require_peer(dst, "dst", kOp, true);
+  if (send_count == 0) return;
+  require_buffer(send, "send", kOp);
+  if (rank() == dst) require_buffer(recv, "recv", kOp);
+  size_t block = bytes_of(send_count, dtype, static_cast<size_t>(size()), where(kOp)) / static_cast<size_t>(size());
+  OpScope scope(*this, kOp, stream);
+  if (size() == 1) return copy(recv, send, block, scope.stream(), kOp);
+  ncclComm_t c = comm(scope.stream(), kOp);
+  const auto &api = nccl_->api();
+  complete(api.GroupStart(), "ncclGroupStart", kOp);
+  // The root receives block r from rank r (itself included: NCCL pairs a rank's send and
+  // receive to itself inside a group); every rank sends its block to the root.
+  ncclResult_t first = ncclSuccess;
+  auto keep = [&first](ncclResult_t r) {
+    if (first == ncclSuccess) first = r;
+  };
+  if (rank() == dst) {
+    for (int r = 0; r < size(); ++r)
+      keep(api.Recv(static_cast<char *>(recv) + static_cast<size_t>(r) * block, send_count, to_nccl(dtype), r, c,
+                    scope.stream()));
+  }
+  keep(api.Send(send, send_count, to_nccl(dtype), dst, c, scope.stream()));
+  ncclResult_t end = api.GroupEnd();
+  if (first != ncclSuccess) complete(first, "ncclSend/ncclRecv", kOp);
+  complete(end, "ncclGroupEnd", kOp);
+}
+
+void NcclCommunicator::all_to_all(const void *send, void *recv, size_t count_per_rank, pstate_dtype_t dtype,
+                                  void *stream) {
+  constexpr const char *kOp = "all_to_all";
+  require_usable(kOp);
+  require_dtype(dtype, kOp);
+  if (count_per_rank == 0) return;
+  require_buffer(send, "send", kOp);
+  require_buffer(recv, "recv", kOp);
+  if (send == recv && size() > 1)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, where(kOp), ": send and recv are the same buffer: all_to_all cannot "
+                "run in place");
+  size_t block = bytes_of(count_per_rank, dtype, static_cast<size_t>(size()), where(kOp)) / static_cast<size_t>(size());
+  OpScope scope(*this, kOp, stream);
+  if (size() == 1) return copy(recv, send, block, scope.stream(), kOp);
+  ncclComm_t c = comm(scope.stream(), kOp);
+  const auto &api = nccl_->api();
+  complete(api.GroupStart(), "ncclGroupStart", kOp);
+  // Block j of send goes to rank j; block i of recv comes from rank i (self included).
+  ncclResult_t first = ncclSuccess;
+  for (int r = 0; r < size() && first == ncclSuccess; ++r) {
+    size_t offset = static_cast<size_t>(r) * block;
+    first = api.Send(static_cast<const char *>(send) + offset, count_per_rank, to_nccl(dtype), r, c, scope.stream());
+    if (first == ncclSuccess)
+      first = api.Recv(static_cast<char *>(recv) + offset, count_per_rank, to_nccl(dtype), r, c, scope.stream());
+  }
+  ncclResult_t end = api.GroupEnd();
+  if (first != ncclSuccess) complete(first, "ncclSend/ncclRecv", kOp);
+  complete(end, "ncclGroupEnd", kOp);
+}
+
+void NcclCommunicator::send(const void *buf, size_t count, pstate_dtype_t dtype, int dst, void *stream) {
+  constexpr const char *kOp = "send";
+  require_usable(kOp);
+  require_dtype(dtype, kOp);
+  require_peer(dst, "dst", kOp, false);
+  if (count == 0) return;
+  require_buffer(buf, "buf", kOp);
+  OpScope scope(*this, kOp, stream);
+  ncclComm_t c = comm(scope.stream(), kOp);
+  complete(nccl_->api().Send(buf, count, to_nccl(dtype), dst, c, scope.stream()), "ncclSend", kOp);
+}
+
+void NcclCommunicator::recv(void *buf, size_t count, pstate_dtype_t dtype, int src, void *stream) {
+  constexpr const char *kOp = "recv";
+  require_usable(kOp);
+  require_dtype(dtype, kOp);
+  require_peer(src, "src", kOp, false);
+  if (count == 0) return;
+  require_buffer(buf, "buf", kOp);
+  OpScope scope(*this, kOp, stream);
+  ncclComm_t c = comm(scope.stream(), kOp);
+  complete(nccl_->api().Recv(buf, count, to_nccl(dtype), src, c, scope.stream()), "ncclRecv", kOp);
+}
+
+void NcclCommunicator::barrier() {
+  constexpr const char *kOp = "barrier";
+  require_usable(kOp);
+  const std::string w = where(kOp);
+  if (context_.capturing())
+    throw_error(PSTATE_ERR_INVALID_STATE, w, ": a device barrier waits on the host, which a CUDA graph cannot "
+                "record: call it outside graph-capture mode (or use the group's CPU barrier)");
+  DeviceGuard guard(cuda_, context_.device_ordinal(), w);
+  auto stream = static_cast<cudaStream_t>(context_.stream());
+  Deadline deadline = Deadline::after_ms(context_.timeout_ms());
+  if (size() > 1) {
+    ncclComm_t c = comm(stream, kOp);
+    if (!barrier_buffer_) barrier_buffer_ = std::make_unique<DeviceBuffer>(cuda_, sizeof(int32_t), w);
+    void *one = barrier_buffer_->get();
+    complete(nccl_->api().AllReduce(one, one, 1, ncclInt32, ncclSum, c, stream), "ncclAllReduce", kOp);
+  }
+  try {
+    context_.wait_stream(stream, deadline, [&] { if (comm_ != nullptr) check_async(kOp); }, w);
+  } catch (const Error &e) {
+    if (e.status() != PSTATE_ERR_TIMEOUT || size() == 1 || !failure_.empty()) throw;
+    fail(PSTATE_ERR_TIMEOUT, e.what(), true);  // NCCL kernels would spin forever: abort them
+  }
+}
+
+// ---- factory (declared in device_comm.hpp) ---------------------------------------------------
+
+std::unique_ptr<DeviceComm> make_nccl_device_comm(DeviceContext &context, DeviceCommOptions options,
+                                                  const Logger &log) {
+  auto *cuda = dynamic_cast<CudaDeviceContext *>(&context);
+  if (cuda == nullptr)
+    throw_error(PSTATE_ERR_INTERNAL, options.group_name, ": make_nccl_device_comm needs the context made by "
+                "make_cuda_device_context");
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size)
+    throw_error(PSTATE_ERR_INTERNAL, options.group_name, ": make_nccl_device_comm: rank ", options.rank,
+                " of size ", options.size);
+  if (options.size > 1 && !options.broadcast_from_rank0)
+    throw_error(PSTATE_ERR_INTERNAL, options.group_name, ": make_nccl_device_comm: a group of ", options.size,
+                " needs broadcast_from_rank0");
+  return std::make_unique<NcclCommunicator>(*cuda, std::move(options), log);
+}
+
+}  // namespace pstate

@@ -1,0 +1,107 @@
+// nccl_lib.hpp — NCCL, dlopen'ed at run time: the only code that knows how it is loaded.
+//
+// Opens libnccl.so.2 through the loader's search path, or the file named by PSTATE_NCCL_LIBRARY
+// (like SGLang's SGLANG_NCCL_SO_PATH: a pip wheel's nvidia/nccl/lib/libnccl.so.2, a custom
+// build), resolves every symbol pstate calls with a check, and maps ncclResult_t to
+// pstate_status_t. pstate needs NCCL >= 2.14 (ncclCommInitRankConfig, ncclCommFinalize, the
+// non-blocking config); fp8 types exist from 2.24. Opened RTLD_NODELETE: NCCL's bootstrap and
+// proxy threads must never see their code unmapped.
+#pragma once
+
+#include <pstate/pstate.h>
+
+#include <nccl.h>
+
+#include <memory>
+#include <string>
+
+namespace pstate {
+
+// pstate's dtype and op numbers are NCCL's, so they are passed through unchanged.
+static_assert(PSTATE_INT8 == static_cast<int>(ncclInt8) && PSTATE_UINT8 == static_cast<int>(ncclUint8) &&
+              PSTATE_INT32 == static_cast<int>(ncclInt32) && PSTATE_UINT32 == static_cast<int>(ncclUint32) &&
+              PSTATE_INT64 == static_cast<int>(ncclInt64) && PSTATE_UINT64 == static_cast<int>(ncclUint64) &&
+              PSTATE_FLOAT16 == static_cast<int>(ncclFloat16) && PSTATE_FLOAT32 == static_cast<int>(ncclFloat32) &&
+              PSTATE_FLOAT64 == static_cast<int>(ncclFloat64) && PSTATE_BFLOAT16 == static_cast<int>(ncclBfloat16) &&
+              PSTATE_FP8_E4M3 == static_cast<int>(ncclFloat8e4m3) &&
+              PSTATE_FP8_E5M2 == static_cast<int>(ncclFloat8e5m2) && PSTATE_DTYPE_COUNT == static_cast<int>(ncclNumTypes),
+              "pstate_dtype_t must equal ncclDataType_t");
+static_assert(PSTATE_SUM == static_cast<int>(ncclSum) && PSTATE_PROD == static_cast<int>(ncclProd) &&
+              PSTATE_MAX == static_cast<int>(ncclMax) && PSTATE_MIN == static_cast<int>(ncclMin) &&
+              PSTATE_AVG == static_cast<int>(ncclAvg) && PSTATE_REDUCE_OP_COUNT == static_cast<int>(ncclNumOps),
+              "pstate_reduce_op_t must equal ncclRedOp_t");
+
+inline ncclDataType_t to_nccl(pstate_dtype_t dtype) { return static_cast<ncclDataType_t>(dtype); }
+inline ncclRedOp_t to_nccl(pstate_reduce_op_t op) { return static_cast<ncclRedOp_t>(op); }
+
+// ncclRemoteError (a peer exited or its link broke) → PEER_LOST; ncclInvalidArgument →
+// INVALID_ARGUMENT; ncclInvalidUsage → INVALID_STATE; CUDA, system and NCCL-internal errors →
+// TRANSPORT (they are failures below pstate, not pstate bugs).
+pstate_status_t status_of(ncclResult_t r);
+// "ncclRemoteError"
+const char *nccl_result_name(ncclResult_t r);
+// Whether NCCL says the communicator is unusable after r (everything but argument errors).
+bool is_fatal(ncclResult_t r);
+
+class NcclLib {
+ public:
+  struct Api {
+    decltype(&::ncclGetVersion) GetVersion = nullptr;
+    decltype(&::ncclGetUniqueId) GetUniqueId = nullptr;
+    decltype(&::ncclCommInitRankConfig) CommInitRankConfig = nullptr;
+    decltype(&::ncclCommGetAsyncError) CommGetAsyncError = nullptr;
+    decltype(&::ncclCommAbort) CommAbort = nullptr;
+    decltype(&::ncclCommFinalize) CommFinalize = nullptr;
+    decltype(&::ncclCommDestroy) CommDestroy = nullptr;
+    decltype(&::ncclAllReduce) AllReduce = nullptr;
+    decltype(&::ncclAllGather) AllGather = nullptr;
+    decltype(&::ncclReduceScatter) ReduceScatter = nullptr;
+    decltype(&::ncclBroadcast) Broadcast = nullptr;
+    decltype(&::ncclSend) Send = nullptr;
+    decltype(&::ncclRecv) Recv = nullptr;
+    decltype(&::ncclGroupStart) GroupStart = nullptr;
+    decltype(&::ncclGroupEnd) GroupEnd = nullptr;
+    decltype(&::ncclGetErrorString) GetErrorString = nullptr;
+    decltype(&::ncclGetLastError) GetLastError = nullptr;
+  };
+
+  static constexpr const char *kDefaultLibrary = "libnccl.so.2";
+  static constexpr const char *kPathVariable = "PSTATE_NCCL_LIBRARY";
+  static constexpr int kMinVersion = NCCL_VERSION(2, 14, 0);
+
+  // Opens $PSTATE_NCCL_LIBRARY when set (and not empty), else libnccl.so.2. Throws UNSUPPORTED:
+  // "NCCL library not found: PSTATE_NCCL_LIBRARY=/x: <dlerror>: ..." naming the path and the
+  // variable, "... lacks ncclCommInitRankConfig ..." for a file that is not a usable NCCL, or
+  // "NCCL 2.12.3 is too old ...".
+  static std::unique_ptr<NcclLib> load();
+  // The same with an explicit path (nullptr: libnccl.so.2); from_variable says whether the path
+  // came from PSTATE_NCCL_LIBRARY, for the message.
+  static std::unique_ptr<NcclLib> load_from(const char *path, bool from_variable);
+
+  ~NcclLib();
+  NcclLib(const NcclLib &) = delete;
+  NcclLib &operator=(const NcclLib &) = delete;
+
+  const Api &api() const { return api_; }
+  const std::string &library() const { return library_; }
+  int version() const { return version_; }  // NCCL_VERSION_CODE of the loaded library: 22809
+  std::string version_text() const;          // "2.28.9"
+  std::string describe() const;              // "libnccl.so.2 (NCCL 2.28.9)"
+  bool has_fp8() const { return version_ >= NCCL_VERSION(2, 24, 0); }
+
+  // "ncclRemoteError: remote process exited or there was a network error (NCCL: <last error>)"
+  // comm may be nullptr (then NCCL's last global error is used).
+  std::string error_text(ncclResult_t r, ncclComm_t comm) const;
+  // A fresh unique id (rank 0's job). Throws TRANSPORT with NCCL's reason.
+  ncclUniqueId unique_id(const std::string &where) const;
+
+ private:
+  NcclLib(void *handle, std::string library);
+  const char *resolve();
+  void *handle_;
+  std::string library_;
+  Api api_;
+  int version_ = 0;
+};
+
+}  // namespace pstate

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh — the GPU check of pstate's CUDA backend, for a machine with NVIDIA GPUs.
+#
+# Not part of CI (CI has no GPU). It:
+#   1. finds the CUDA toolkit ($CUDA_HOME, default /usr/local/cuda) and NCCL: the toolkit's
+#      nccl.h, else the Python package nvidia-nccl-cu13 (then PSTATE_NCCL_LIBRARY points pstate
+#      at its libnccl.so.2);
+#   2. builds libpstate with the CUDA backend (-DCMAKE_CUDA_ARCHITECTURES=90; tests off) into
+#      $BUILD_DIR (default build-gpu/);
+#   3. builds the GPU programs of tests/gpu/ with g++ against that build:
+#        device_comm_check  the backend below the C API, N ranks as N threads (always);
+#        gpu_api_check      the public C API, one process per GPU (once libpstate exports
+#                           pstate_init, i.e. once the group layer is integrated);
+#   4. runs each at world 1 and at world = the GPU count when there are several GPUs (threads;
+#      `pstate run -n N` for the API check), and collects the cost tables in $OUT.
+# Every check compares device results with a host reference; see tests/gpu/gpu_check.hpp.
+# Whole run: under 5 minutes on one H200 (each step has its own timeout).
+#
+#   tests/gpu/run.sh                  build and run; exit status 0 when every check passed
+#   tests/gpu/run.sh --compile-only   build only (what a machine without a GPU can do)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+COMPILE_ONLY=0
+[ "${1:-}" = "--compile-only" ] && COMPILE_ONLY=1
+BUILD=$(realpath -m "${BUILD_DIR:-build-gpu}")
+OUT=${OUT:-$BUILD/out}
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+JOBS=${JOBS:-$(nproc)}
+CXX=${CXX:-g++}
+export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}  # NCCL's bootstrap stays on loopback
+mkdir -p "$OUT" "$BUILD/gpu"
+log() { echo "run.sh: $*" >&2; }
+fail() { log "FAILED: $*"; exit 1; }
+
+# ---- 1. CUDA toolkit and NCCL -------------------------------------------------------------------
+[ -f "$CUDA_HOME/include/cuda_runtime_api.h" ] || fail "no CUDA toolkit at CUDA_HOME=$CUDA_HOME"
+CUDA_LIB=$CUDA_HOME/lib64
+[ -d "$CUDA_LIB" ] || CUDA_LIB=$CUDA_HOME/lib
+NCCL_INC=$CUDA_HOME/include
+NCCL_LIB=$CUDA_LIB
+if [ ! -f "$NCCL_INC/nccl.h" ]; then
+  pkg=$(python3 - <<'EOF' 2>/dev/null || true
+import importlib.util
+spec = importlib.util.find_spec("nvidia.nccl")
+print(list(spec.submodule_search_locations)[0] if spec else "")
+EOF
+)
+  [ -n "$pkg" ] && [ -f "$pkg/include/nccl.h" ] || fail "no nccl.h in $CUDA_HOME/include and no Python nvidia-nccl-cu13 (pip install nvidia-nccl-cu13)"
+  NCCL_INC=$pkg/include
+  NCCL_LIB=$pkg/lib
+  export NCCL_HOME=$pkg                               # CMakeLists.txt looks there for nccl.h
+  export PSTATE_NCCL_LIBRARY=$pkg/lib/libnccl.so.2    # and pstate loads this one at run time
+  log "NCCL from the Python package at $pkg"
+fi
+log "CUDA toolkit $CUDA_HOME, NCCL headers $NCCL_INC"
+
+# ---- 2. libpstate with the CUDA backend -----------------------------------------------------------
+# pstate has no CUDA kernels today (NCCL runs them); the architecture is set for any that come.
+# Warnings are not errors here (CI enforces them; a GPU machine's compiler may differ), and the
+# build type is the project's default (GCC 12 at -O3 warns falsely in src/common/log.cpp).
+LIBPSTATE_BUILT=0
+if command -v cmake >/dev/null &&
+   cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES=90 -DPSTATE_BUILD_TESTS=OFF \
+         -DPSTATE_WERROR=OFF \
+         -DCUDAToolkit_ROOT="$CUDA_HOME" >"$BUILD/cmake.log" 2>&1; then
+  grep -q "CUDA/NCCL backend ON" "$BUILD/cmake.log" || fail "CMake did not enable the CUDA backend (see $BUILD/cmake.log)"
+  targets="pstate pstate_internal"
+  grep -q "pstate_cli" "$BUILD/Makefile" 2>/dev/null && targets="$targets pstate_cli"
+  timeout 240 cmake --build "$BUILD" -j "$JOBS" --target $targets >"$BUILD/build.log" 2>&1 ||
+    fail "building libpstate (see $BUILD/build.log)"
+  LIBPSTATE_BUILT=1
+else
+  log "CMake configure failed (see $BUILD/cmake.log; UCX is required for libpstate): building the backend check from sources"
+fi
+
+# ---- 3. the GPU programs --------------------------------------------------------------------------
+FLAGS=(-std=c++20 -O2 -Wall -Wextra -Wno-unused-parameter -Iinclude -Isrc -Itests/gpu -I"$CUDA_HOME/include" -I"$NCCL_INC")
+LIBS=(-L"$CUDA_LIB" -L"$NCCL_LIB" -Wl,-rpath,"$CUDA_LIB" -Wl,-rpath,"$NCCL_LIB" -lcudart -l:libnccl.so.2 -ldl -lpthread)
+if [ "$LIBPSTATE_BUILT" = 1 ]; then
+  backend=("$BUILD/libpstate_internal.a")
+  pkg-config --exists ucx 2>/dev/null && LIBS+=($(pkg-config --libs ucx))
+else
+  # The backend and what it uses, without UCX: enough for device_comm_check.
+  backend=(src/transport/nccl/*.cpp src/common/*.cpp src/api/api_common.cpp)
+fi
+$CXX "${FLAGS[@]}" -DPSTATE_HAVE_CUDA=1 tests/gpu/device_comm_check.cpp "${backend[@]}" "${LIBS[@]}" \
+  -o "$BUILD/gpu/device_comm_check" || fail "compiling device_comm_check"
+log "built $BUILD/gpu/device_comm_check"
+
+API_CHECK=0
+if [ "$LIBPSTATE_BUILT" = 1 ] && nm -D --defined-only "$BUILD/libpstate.so" | grep -q " pstate_init@"; then
+  $CXX "${FLAGS[@]}" tests/gpu/gpu_api_check.cpp -L"$BUILD" -Wl,-rpath,"$BUILD" -lpstate "${LIBS[@]}" \
+    -o "$BUILD/gpu/gpu_api_check" || fail "compiling gpu_api_check"
+  API_CHECK=1
+  log "built $BUILD/gpu/gpu_api_check"
+else
+  $CXX "${FLAGS[@]}" -c tests/gpu/gpu_api_check.cpp -o "$BUILD/gpu/gpu_api_check.o" || fail "compiling gpu_api_check"
+  log "gpu_api_check compiles; not linked: libpstate does not export pstate_init yet (group layer not integrated)"
+fi
+[ "$COMPILE_ONLY" = 1 ] && { log "compile only: done"; exit 0; }
+
+# ---- 4. run -----------------------------------------------------------------------------------------
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+[ "${NGPU:-0}" -ge 1 ] || NGPU=1
+log "$NGPU GPU(s); results in $OUT"
+status=0
+step() {  # step NAME SECONDS COMMAND...: runs with a timeout, output also in $OUT/NAME.log
+  local name=$1 seconds=$2
+  shift 2
+  log "== $name"
+  if timeout --kill-after=10 "$seconds" "$@" 2>&1 | tee "$OUT/$name.log"; then log "ok: $name"; else
+    log "FAILED: $name (status ${PIPESTATUS[0]}, log $OUT/$name.log)"
+    status=1
+  fi
+}
+step device_comm_check_w1 90 "$BUILD/gpu/device_comm_check" 1 "$OUT"
+[ "$NGPU" -gt 1 ] && step "device_comm_check_w$NGPU" 120 "$BUILD/gpu/device_comm_check" "$NGPU" "$OUT"
+if [ "$API_CHECK" = 1 ]; then
+  step gpu_api_check_w1 60 "$BUILD/gpu/gpu_api_check" "$OUT"
+  if [ "$NGPU" -gt 1 ] && [ -x "$BUILD/pstate" ]; then
+    step "gpu_api_check_w$NGPU" 90 "$BUILD/pstate" run -n "$NGPU" "$BUILD/gpu/gpu_api_check" "$OUT"
+  fi
+fi
+
+{
+  echo "# pstate GPU check, $(date -u +%Y-%m-%d), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+  echo
+  for f in "$OUT"/*_bench_w*.md; do [ -f "$f" ] && { cat "$f"; echo; }; done
+} >"$OUT/summary.md"
+cat "$OUT/summary.md"
+[ "$status" = 0 ] && log "all GPU checks passed" || log "some GPU checks FAILED"
+exit $status
