@@ -13,11 +13,14 @@ JOBS=${JOBS:-$(nproc)}
 
 # Debian packages the build and the tests need (one list, so README and CI agree).
 PACKAGES=(cmake g++ make pkg-config libucx-dev ucx-utils libcmocka-dev
-          python3 python3-numpy python3-pytest python3-dev swig golang-go bindgen
+          python3 python3-numpy python3-pytest python3-dev python3-pip python3-setuptools python3-wheel
+          swig golang-go bindgen
           openmpi-bin libopenmpi-dev gnuplot-nox clang iproute2 valgrind)
 
 deps() {
   local missing=()
+  # The Rust binding needs cargo: rustup's (~/.cargo/bin) when present, else Debian's.
+  command -v cargo >/dev/null || [ -x "$HOME/.cargo/bin/cargo" ] || PACKAGES+=(cargo)
   for p in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done

@@ -223,14 +223,18 @@ void Context::close_groups() noexcept {
 void Context::finalize() {
   if (state_ == State::kClosed) return;
   std::string first_error;
+  pstate_status_t first_status = PSTATE_OK;
   if (state_ != State::kFailed && world_) {
     try {
       world_->barrier();  // peers finish their last messages before anyone closes endpoints
     } catch (const Error &e) {
       first_error = e.what();
+      first_status = e.status();
     }
   }
   bool failed = state_ == State::kFailed || !first_error.empty();
+  // The serving rank keeps the store up until every other rank has left it.
+  if (store_ && !failed) store_->close(Deadline::after_ms(std::min<int64_t>(launch_.timeout_ms, 10000)));
   close_groups();
   if (worker_) {
     if (failed) worker_->force_close();
@@ -241,7 +245,7 @@ void Context::finalize() {
   state_ = State::kClosed;
   log_.info("finalize: done");
   if (!first_error.empty())
-    throw_error(PSTATE_ERR_PEER_LOST, "finalize could not reach every peer (", first_error,
+    throw_error(first_status, "finalize could not reach every peer (", first_error,
                 "); resources were released anyway");
 }
 

@@ -1,0 +1,3 @@
+module pstate.dev/pstate
+
+go 1.19

@@ -1,0 +1,341 @@
+package pstate
+
+import (
+	"bytes"
+	"encoding/gob"
+	"fmt"
+
+	"pstate.dev/pstate/internal/capi"
+)
+
+// GroupInfo is pstate_group_info_t: SGLang's GroupCoordinator properties as seen from this rank.
+type GroupInfo struct {
+	Kind        GroupKind
+	Name        string // "<kind>:<index among its kind>", e.g. "tp:0"
+	Rank        int    // global rank
+	RankInGroup int
+	WorldSize   int // ranks in the group
+	LocalRank   int
+	FirstRank   int
+	LastRank    int
+	NextRank    int
+	PrevRank    int
+}
+
+// Group is one group of a PState. Ranks passed to its operations are ranks in the group. It is
+// valid until DestroyModelParallel (model-parallel kinds) or Close/Abort (all kinds); using it
+// afterwards returns ErrInvalidState.
+type Group struct {
+	ps   *PState
+	h    uintptr
+	kind GroupKind
+	gen  int
+	info GroupInfo
+}
+
+// CallOption adjusts one operation.
+type CallOption func(*callOptions)
+
+type callOptions struct{ stream uintptr }
+
+// OnStream enqueues the operation on a cudaStream_t (CUDA contexts; default: the context's).
+func OnStream(stream uintptr) CallOption { return func(o *callOptions) { o.stream = stream } }
+
+func collect(opts []CallOption) callOptions {
+	var o callOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// Info returns the group's facts.
+func (g *Group) Info() GroupInfo { return g.info }
+
+// Kind is the kind the group was asked for as.
+func (g *Group) Kind() GroupKind { return g.kind }
+
+// Name is "<kind>:<index>".
+func (g *Group) Name() string { return g.info.Name }
+
+// RankInGroup is this rank's index in the group.
+func (g *Group) RankInGroup() int { return g.info.RankInGroup }
+
+// WorldSize is the number of ranks in the group.
+func (g *Group) WorldSize() int { return g.info.WorldSize }
+
+// call runs fn on the group's live handle with the PState's lock held.
+func (g *Group) call(op string, fn func(h uintptr) error) error {
+	return g.ps.call(op+" on "+g.info.Name, func(uintptr) error {
+		if g.kind != World && g.gen != g.ps.gen {
+			return &capi.StatusError{Status: int(StatusInvalidState), Message: fmt.Sprintf(
+				"group %s was destroyed by DestroyModelParallel; get it again after InitializeModelParallel", g.info.Name)}
+		}
+		return fn(g.h)
+	})
+}
+
+// Ranks are the global ranks of the group, in group order.
+func (g *Group) Ranks() ([]int, error) {
+	ranks := make([]int32, g.info.WorldSize)
+	var n uint64
+	err := g.call("Ranks", func(h uintptr) error { return capi.Group_ranks(h, ranks, &n) })
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, n)
+	for i := range out {
+		out[i] = int(ranks[i])
+	}
+	return out, nil
+}
+
+// SameNode is SGLang's in_the_same_node_as: for each group rank, whether it shares a host with
+// group rank source. Local, not collective.
+func (g *Group) SameNode(source int) ([]bool, error) {
+	flags := make([]int32, g.info.WorldSize)
+	if err := g.call("SameNode", func(h uintptr) error { return capi.Group_same_node(h, source, flags) }); err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(flags))
+	for i, f := range flags {
+		out[i] = f != 0
+	}
+	return out, nil
+}
+
+// AllReduce: recv[i] = op over the group of send[i]. send and recv may be the same (in place).
+func (g *Group) AllReduce(send, recv Buffer, op ReduceOp, opts ...CallOption) error {
+	o := collect(opts)
+	if err := sameDType("AllReduce", send, recv); err != nil {
+		return err
+	}
+	if err := recv.check("AllReduce", "recv", send.count); err != nil {
+		return err
+	}
+	return g.call("AllReduce", func(h uintptr) error {
+		return capi.All_reduce(h, send.p, recv.p, int64(send.count), int(send.dtype), int(op), o.stream)
+	})
+}
+
+// AllGather: recv (WorldSize * send.Len() elements) = every rank's send in group-rank order.
+func (g *Group) AllGather(send, recv Buffer, opts ...CallOption) error {
+	o := collect(opts)
+	if err := sameDType("AllGather", send, recv); err != nil {
+		return err
+	}
+	if err := recv.check("AllGather", "recv", send.count*g.info.WorldSize); err != nil {
+		return err
+	}
+	return g.call("AllGather", func(h uintptr) error {
+		return capi.All_gather(h, send.p, recv.p, int64(send.count), int(send.dtype), o.stream)
+	})
+}
+
+// ReduceScatter: send holds WorldSize blocks of recv.Len() elements; this rank receives block
+// RankInGroup of their reduction.
+func (g *Group) ReduceScatter(send, recv Buffer, op ReduceOp, opts ...CallOption) error {
+	o := collect(opts)
+	if err := sameDType("ReduceScatter", send, recv); err != nil {
+		return err
+	}
+	if err := send.check("ReduceScatter", "send", recv.count*g.info.WorldSize); err != nil {
+		return err
+	}
+	return g.call("ReduceScatter", func(h uintptr) error {
+		return capi.Reduce_scatter(h, send.p, recv.p, int64(recv.count), int(send.dtype), int(op), o.stream)
+	})
+}
+
+// Broadcast copies buf of group rank src into buf on every rank.
+func (g *Group) Broadcast(buf Buffer, src int, opts ...CallOption) error {
+	o := collect(opts)
+	return g.call("Broadcast", func(h uintptr) error {
+		return capi.Broadcast(h, buf.p, int64(buf.count), int(buf.dtype), src, o.stream)
+	})
+}
+
+// Gather: on group rank dst, recv (WorldSize * send.Len()) = every rank's send in rank order;
+// recv is ignored elsewhere (pass Buffer{}).
+func (g *Group) Gather(send, recv Buffer, dst int, opts ...CallOption) error {
+	o := collect(opts)
+	if g.info.RankInGroup == dst {
+		if err := sameDType("Gather", send, recv); err != nil {
+			return err
+		}
+		if err := recv.check("Gather", "recv", send.count*g.info.WorldSize); err != nil {
+			return err
+		}
+	}
+	return g.call("Gather", func(h uintptr) error {
+		return capi.Gather(h, send.p, recv.p, int64(send.count), int(send.dtype), dst, o.stream)
+	})
+}
+
+// AllToAll: block j of send (send.Len()/WorldSize elements) goes to group rank j; block i of
+// recv comes from rank i.
+func (g *Group) AllToAll(send, recv Buffer, opts ...CallOption) error {
+	o := collect(opts)
+	n := g.info.WorldSize
+	if n == 0 || send.count%n != 0 {
+		return invalid("AllToAll on "+g.info.Name, "send holds %d elements, not a multiple of the group size %d", send.count, n)
+	}
+	if err := sameDType("AllToAll", send, recv); err != nil {
+		return err
+	}
+	if err := recv.check("AllToAll", "recv", send.count); err != nil {
+		return err
+	}
+	return g.call("AllToAll", func(h uintptr) error {
+		return capi.All_to_all(h, send.p, recv.p, int64(send.count/n), int(send.dtype), o.stream)
+	})
+}
+
+// Send sends buf to group rank dst (returns when buf may be reused).
+func (g *Group) Send(buf Buffer, dst int, opts ...CallOption) error {
+	o := collect(opts)
+	return g.call("Send", func(h uintptr) error {
+		return capi.Send(h, buf.p, int64(buf.count), int(buf.dtype), dst, o.stream)
+	})
+}
+
+// Recv receives exactly buf.Len() elements from group rank src (another size is ErrMismatch).
+func (g *Group) Recv(buf Buffer, src int, opts ...CallOption) error {
+	o := collect(opts)
+	return g.call("Recv", func(h uintptr) error {
+		return capi.Recv(h, buf.p, int64(buf.count), int(buf.dtype), src, o.stream)
+	})
+}
+
+// Barrier returns once every rank of the group has entered it.
+func (g *Group) Barrier() error {
+	return g.call("Barrier", func(h uintptr) error { return capi.Barrier(h) })
+}
+
+// BroadcastObject: data of group rank src (any length) on every rank; other ranks' data is ignored.
+func (g *Group) BroadcastObject(data []byte, src int) ([]byte, error) {
+	var out capi.Bytes
+	err := g.call("BroadcastObject", func(h uintptr) error { return capi.Broadcast_object(h, data, src, &out) })
+	if err != nil {
+		return nil, err
+	}
+	return out.Take(), nil
+}
+
+// AllGatherObject: every rank's data, in group-rank order.
+func (g *Group) AllGatherObject(data []byte) ([][]byte, error) {
+	var all capi.Bytes
+	sizes := make([]uint64, g.info.WorldSize)
+	if err := g.call("AllGatherObject", func(h uintptr) error { return capi.All_gather_object(h, data, &all, sizes) }); err != nil {
+		return nil, err
+	}
+	joined := all.Take()
+	out := make([][]byte, len(sizes))
+	off := uint64(0)
+	for i, s := range sizes {
+		out[i] = joined[off : off+s : off+s]
+		off += s
+	}
+	return out, nil
+}
+
+// SendObject sends data to group rank dst; the receiver learns its size.
+func (g *Group) SendObject(data []byte, dst int) error {
+	return g.call("SendObject", func(h uintptr) error { return capi.Send_object(h, data, dst) })
+}
+
+// RecvObject receives the next object from group rank src.
+func (g *Group) RecvObject(src int) ([]byte, error) {
+	var out capi.Bytes
+	if err := g.call("RecvObject", func(h uintptr) error { return capi.Recv_object(h, src, &out) }); err != nil {
+		return nil, err
+	}
+	return out.Take(), nil
+}
+
+// ---- generic helpers over slices ----------------------------------------------------------
+
+// AllReduce reduces buf in place over the group.
+func AllReduce[T Element](g *Group, buf []T, op ReduceOp) error {
+	return g.AllReduce(Slice(buf), Slice(buf), op)
+}
+
+// AllGather returns every rank's send concatenated in group-rank order.
+func AllGather[T Element](g *Group, send []T) ([]T, error) {
+	out := make([]T, len(send)*g.WorldSize())
+	return out, g.AllGather(Slice(send), Slice(out))
+}
+
+// ReduceScatter returns this rank's block of the reduction of send (len(send)/WorldSize elements).
+func ReduceScatter[T Element](g *Group, send []T, op ReduceOp) ([]T, error) {
+	if n := g.WorldSize(); n == 0 || len(send)%n != 0 {
+		return nil, invalid("ReduceScatter on "+g.Name(), "send holds %d elements, not a multiple of the group size %d", len(send), n)
+	}
+	out := make([]T, len(send)/g.WorldSize())
+	return out, g.ReduceScatter(Slice(send), Slice(out), op)
+}
+
+// AllToAll returns the blocks every rank sent to this one, in group-rank order.
+func AllToAll[T Element](g *Group, send []T) ([]T, error) {
+	out := make([]T, len(send))
+	return out, g.AllToAll(Slice(send), Slice(out))
+}
+
+// Broadcast copies buf of group rank src into buf on every rank.
+func Broadcast[T Element](g *Group, buf []T, src int) error { return g.Broadcast(Slice(buf), src) }
+
+// Gather returns every rank's send on group rank dst (nil elsewhere).
+func Gather[T Element](g *Group, send []T, dst int) ([]T, error) {
+	if g.RankInGroup() != dst {
+		return nil, g.Gather(Slice(send), Buffer{}, dst)
+	}
+	out := make([]T, len(send)*g.WorldSize())
+	return out, g.Gather(Slice(send), Slice(out), dst)
+}
+
+// Send sends buf to group rank dst.
+func Send[T Element](g *Group, buf []T, dst int) error { return g.Send(Slice(buf), dst) }
+
+// Recv fills buf from group rank src.
+func Recv[T Element](g *Group, buf []T, src int) error { return g.Recv(Slice(buf), src) }
+
+// BroadcastValue sends v of group rank src to every rank, encoded with encoding/gob (any value
+// gob can encode); other ranks' v is ignored.
+func BroadcastValue[T any](g *Group, v T, src int) (T, error) {
+	var data []byte
+	if g.RankInGroup() == src {
+		var buf bytes.Buffer
+		if err := gob.NewEncoder(&buf).Encode(&v); err != nil {
+			return v, invalid("BroadcastValue on "+g.Name(), "gob: %v", err)
+		}
+		data = buf.Bytes()
+	}
+	got, err := g.BroadcastObject(data, src)
+	if err != nil || g.RankInGroup() == src {
+		return v, err
+	}
+	var out T
+	if err := gob.NewDecoder(bytes.NewReader(got)).Decode(&out); err != nil {
+		return out, invalid("BroadcastValue on "+g.Name(), "gob: %v", err)
+	}
+	return out, nil
+}
+
+// AllGatherValue returns every rank's v (gob-encoded), in group-rank order.
+func AllGatherValue[T any](g *Group, v T) ([]T, error) {
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(&v); err != nil {
+		return nil, invalid("AllGatherValue on "+g.Name(), "gob: %v", err)
+	}
+	parts, err := g.AllGatherObject(buf.Bytes())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]T, len(parts))
+	for i, p := range parts {
+		if err := gob.NewDecoder(bytes.NewReader(p)).Decode(&out[i]); err != nil {
+			return nil, invalid("AllGatherValue on "+g.Name(), "gob: rank %d: %v", i, err)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,112 @@
+package pstate_test
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	"pstate.dev/pstate"
+)
+
+// sglangTPPP is SGLang's TP x PP layout computed independently: TP groups are tp consecutive
+// ranks, PP groups take ranks tp apart.
+func sglangTPPP(world, tp int) (tpGroups, ppGroups [][]int) {
+	for i := 0; i < world/tp; i++ {
+		var g []int
+		for r := i * tp; r < (i+1)*tp; r++ {
+			g = append(g, r)
+		}
+		tpGroups = append(tpGroups, g)
+	}
+	for i := 0; i < tp; i++ {
+		var g []int
+		for r := i; r < world; r += tp {
+			g = append(g, r)
+		}
+		ppGroups = append(ppGroups, g)
+	}
+	return
+}
+
+func TestLayoutTPPPGroupsMatchSGLang(t *testing.T) {
+	for _, c := range []struct{ world, tp, pp int }{{8, 4, 2}, {8, 2, 4}, {4, 2, 2}, {6, 3, 2}, {1, 1, 1}} {
+		l, err := pstate.NewLayout(c.world, pstate.ParallelConfig{TensorParallel: c.tp, PipelineParallel: c.pp})
+		if err != nil {
+			t.Fatalf("%+v: %v", c, err)
+		}
+		wantTP, wantPP := sglangTPPP(c.world, c.tp)
+		gotTP, err := l.Groups(pstate.TP)
+		if err != nil || !reflect.DeepEqual(gotTP, wantTP) {
+			t.Fatalf("%+v: tp %v (%v), want %v", c, gotTP, err, wantTP)
+		}
+		gotPP, err := l.Groups(pstate.PP)
+		if err != nil || !reflect.DeepEqual(gotPP, wantPP) {
+			t.Fatalf("%+v: pp %v (%v), want %v", c, gotPP, err, wantPP)
+		}
+		for r := 0; r < c.world; r++ {
+			idx, err := l.GroupOf(pstate.TP, r)
+			if err != nil || idx != r/c.tp {
+				t.Fatalf("%+v: GroupOf(tp, %d) = %d, %v", c, r, idx, err)
+			}
+		}
+		l.Close()
+	}
+}
+
+func TestLayoutRejectsWorldNotTPTimesPPWithLibraryText(t *testing.T) {
+	_, err := pstate.NewLayout(6, pstate.ParallelConfig{TensorParallel: 4})
+	if !errors.Is(err, pstate.ErrInvalidArgument) {
+		t.Fatalf("err = %v, want ErrInvalidArgument", err)
+	}
+	var pe *pstate.Error
+	if !errors.As(err, &pe) || pe.Detail == "" || pe.Status != pstate.StatusInvalidArgument {
+		t.Fatalf("err = %#v, want *pstate.Error with the library's detail", err)
+	}
+	if errors.Is(err, pstate.ErrTimeout) {
+		t.Fatal("an invalid-argument error matched ErrTimeout")
+	}
+}
+
+func TestLayoutClosedIsInvalidState(t *testing.T) {
+	l, err := pstate.NewLayout(2, pstate.ParallelConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if _, err := l.Groups(pstate.TP); !errors.Is(err, pstate.ErrInvalidState) {
+		t.Fatalf("err = %v, want ErrInvalidState", err)
+	}
+}
+
+type logit float32
+
+func TestDTypeOfEveryElementType(t *testing.T) {
+	cases := []struct {
+		got, want pstate.DType
+	}{
+		{pstate.DTypeOf[int8](), pstate.Int8}, {pstate.DTypeOf[uint8](), pstate.Uint8},
+		{pstate.DTypeOf[int32](), pstate.Int32}, {pstate.DTypeOf[uint32](), pstate.Uint32},
+		{pstate.DTypeOf[int64](), pstate.Int64}, {pstate.DTypeOf[uint64](), pstate.Uint64},
+		{pstate.DTypeOf[int](), pstate.Int64}, {pstate.DTypeOf[uint](), pstate.Uint64},
+		{pstate.DTypeOf[float32](), pstate.Float32}, {pstate.DTypeOf[float64](), pstate.Float64},
+		{pstate.DTypeOf[pstate.Half](), pstate.Float16}, {pstate.DTypeOf[pstate.BHalf](), pstate.BFloat16},
+		{pstate.DTypeOf[logit](), pstate.Float32},
+	}
+	for i, c := range cases {
+		if c.got != c.want {
+			t.Errorf("case %d: %v, want %v", i, c.got, c.want)
+		}
+	}
+	if pstate.Float32.String() != "float32" || pstate.BFloat16.Size() != 2 || pstate.TP.String() != "tp" {
+		t.Fatalf("names/sizes: %s %d %s", pstate.Float32, pstate.BFloat16.Size(), pstate.TP)
+	}
+}
+
+func TestStatusNamesComeFromTheLibrary(t *testing.T) {
+	if got := pstate.StatusTimeout.String(); got != "PSTATE_ERR_TIMEOUT" {
+		t.Fatalf("StatusTimeout = %q", got)
+	}
+	if pstate.Version() != 100 {
+		t.Fatalf("Version() = %d, want 100 (0.1.0)", pstate.Version())
+	}
+}

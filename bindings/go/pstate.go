@@ -1,0 +1,269 @@
+package pstate
+
+import (
+	"sync"
+	"time"
+
+	"pstate.dev/pstate/internal/capi"
+)
+
+// Option sets one field of pstate_init_params_t; fields not set come from the environment.
+type Option func(p capi.Pstate_init_params_t)
+
+// WithWorldSize sets the number of ranks (default: WORLD_SIZE).
+func WithWorldSize(n int) Option { return func(p capi.Pstate_init_params_t) { p.SetWorld_size(n) } }
+
+// WithRank sets this process's global rank (default: RANK).
+func WithRank(r int) Option { return func(p capi.Pstate_init_params_t) { p.SetRank(r) } }
+
+// WithLocalRank sets the rank on this host (default: LOCAL_RANK).
+func WithLocalRank(r int) Option { return func(p capi.Pstate_init_params_t) { p.SetLocal_rank(r) } }
+
+// WithInitMethod sets "env://" (default), "tcp://HOST:PORT" or "file:///PATH".
+func WithInitMethod(m string) Option {
+	return func(p capi.Pstate_init_params_t) { p.SetInit_method(m) }
+}
+
+// WithDevice selects the device communicator (default CPU).
+func WithDevice(d Device) Option { return func(p capi.Pstate_init_params_t) { p.SetDevice(int(d)) } }
+
+// WithDeviceOrdinal selects the CUDA device (default: the local rank).
+func WithDeviceOrdinal(i int) Option {
+	return func(p capi.Pstate_init_params_t) { p.SetDevice_ordinal(i) }
+}
+
+// WithTimeout sets every blocking call's deadline (default: PSTATE_TIMEOUT_MS or 10 minutes).
+func WithTimeout(d time.Duration) Option {
+	return func(p capi.Pstate_init_params_t) { p.SetTimeout_ms(d.Milliseconds()) }
+}
+
+// WithJobToken sets the job's shared secret (default: PSTATE_JOB_TOKEN).
+func WithJobToken(t string) Option { return func(p capi.Pstate_init_params_t) { p.SetJob_token(t) } }
+
+// WithSocketIfname sets the network interface (default: PSTATE_SOCKET_IFNAME or by address).
+func WithSocketIfname(n string) Option {
+	return func(p capi.Pstate_init_params_t) { p.SetSocket_ifname(n) }
+}
+
+// PState is one rank's parallel state (pstate_t). Close it (finalize) when done, or Abort it
+// after ErrPeerLost/ErrTimeout.
+type PState struct {
+	mu  sync.Mutex // C: one call at a time per pstate_t
+	h   uintptr    // 0 once closed
+	gen int        // bumped by DestroyModelParallel: groups from before are invalid
+}
+
+// Init is init_distributed_environment: rendezvous with the other ranks and return this rank's
+// PState with the world group ready. Collective; blocks up to the timeout.
+func Init(opts ...Option) (*PState, error) {
+	params := capi.NewPstate_init_params_t()
+	defer capi.DeletePstate_init_params_t(params)
+	for _, o := range opts {
+		o(params)
+	}
+	var h uintptr
+	if err := capi.Init(params, &h); err != nil {
+		return nil, wrap(err, "Init")
+	}
+	return &PState{h: h}, nil
+}
+
+// call runs fn on the live handle with the lock held.
+func (ps *PState) call(op string, fn func(h uintptr) error) error {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.h == 0 {
+		return badState(op, "the PState was closed or aborted; call pstate.Init again")
+	}
+	return wrap(fn(ps.h), op)
+}
+
+// Close is pstate_finalize: graceful teardown that waits for peers (up to the timeout). It always
+// frees the state; closing twice is a no-op.
+func (ps *PState) Close() error {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	h := ps.h
+	ps.h = 0
+	if h == 0 {
+		return nil
+	}
+	return wrap(capi.Finalize(h), "Close")
+}
+
+// Abort is pstate_abort: local teardown that never blocks on peers (after ErrPeerLost or
+// ErrTimeout). Aborting a closed PState is a no-op.
+func (ps *PState) Abort() error {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	h := ps.h
+	ps.h = 0
+	if h == 0 {
+		return nil
+	}
+	return wrap(capi.Abort(h), "Abort")
+}
+
+// InitializeModelParallel cuts the world into SGLang's groups (collective over the world).
+func (ps *PState) InitializeModelParallel(cfg ParallelConfig) error {
+	c := cfg.toC()
+	defer capi.DeletePstate_parallel_config_t(c)
+	return ps.call("InitializeModelParallel", func(h uintptr) error { return capi.Initialize_model_parallel(h, c) })
+}
+
+// ModelParallelIsInitialized reports whether model-parallel groups exist.
+func (ps *PState) ModelParallelIsInitialized() bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.h != 0 && capi.Model_parallel_is_initialized(ps.h) != 0
+}
+
+// DestroyModelParallel drops the model-parallel groups (their *Group become invalid); the
+// world group stays.
+func (ps *PState) DestroyModelParallel() error {
+	return ps.call("DestroyModelParallel", func(h uintptr) error {
+		err := capi.Destroy_model_parallel(h)
+		if err == nil {
+			ps.gen++
+		}
+		return err
+	})
+}
+
+// Group is the group of kind that contains this rank. World always exists; other kinds need
+// InitializeModelParallel (ErrInvalidState), DCP and SharedExpertsTP only when configured
+// (ErrUnsupported).
+func (ps *PState) Group(kind GroupKind) (*Group, error) {
+	var g *Group
+	err := ps.call("Group("+kind.String()+")", func(h uintptr) error {
+		var gh uintptr
+		if err := capi.Get_group(h, int(kind), &gh); err != nil {
+			return err
+		}
+		info := capi.NewPstate_group_info_t()
+		defer capi.DeletePstate_group_info_t(info)
+		if err := capi.Group_info(gh, info); err != nil {
+			return err
+		}
+		g = &Group{ps: ps, h: gh, kind: kind, gen: ps.gen, info: GroupInfo{
+			Kind: kind, Name: info.GetName(), Rank: info.GetRank(), RankInGroup: info.GetRank_in_group(),
+			WorldSize: info.GetWorld_size(), LocalRank: info.GetLocal_rank(), FirstRank: info.GetFirst_rank(),
+			LastRank: info.GetLast_rank(), NextRank: info.GetNext_rank(), PrevRank: info.GetPrev_rank(),
+		}}
+		return nil
+	})
+	return g, err
+}
+
+// World is the world group.
+func (ps *PState) World() (*Group, error) { return ps.Group(World) }
+
+// Rank is this rank's global rank (-1 when closed).
+func (ps *PState) Rank() int {
+	if w, err := ps.World(); err == nil {
+		return w.info.Rank
+	}
+	return -1
+}
+
+// WorldSize is the number of ranks (0 when closed).
+func (ps *PState) WorldSize() int {
+	if w, err := ps.World(); err == nil {
+		return w.info.WorldSize
+	}
+	return 0
+}
+
+// TPAllReduce is communication_op.py tensor_model_parallel_all_reduce: in place on the TP group.
+func (ps *PState) TPAllReduce(buf Buffer, op ReduceOp, opts ...CallOption) error {
+	o := collect(opts)
+	if err := buf.check("TPAllReduce", "buf", 0); err != nil {
+		return err
+	}
+	return ps.call("TPAllReduce", func(h uintptr) error {
+		return capi.Tp_allreduce(h, buf.p, int64(buf.count), int(buf.dtype), int(op), o.stream)
+	})
+}
+
+// TPAllGather is tensor_model_parallel_all_gather: recv = every TP rank's send, in rank order.
+func (ps *PState) TPAllGather(send, recv Buffer, opts ...CallOption) error {
+	tp, err := ps.Group(TP)
+	if err != nil {
+		return err
+	}
+	o := collect(opts)
+	if err := sameDType("TPAllGather", send, recv); err != nil {
+		return err
+	}
+	if err := recv.check("TPAllGather", "recv", send.count*tp.info.WorldSize); err != nil {
+		return err
+	}
+	return ps.call("TPAllGather", func(h uintptr) error {
+		return capi.Tp_allgather(h, send.p, recv.p, int64(send.count), int(send.dtype), o.stream)
+	})
+}
+
+// Capture is an open graph capture (SGLang's graph_capture()); End it when the graph is captured.
+type Capture struct {
+	ps     *PState
+	stream uintptr
+}
+
+// Stream is the cudaStream_t to capture on.
+func (c *Capture) Stream() uintptr { return c.stream }
+
+// End leaves capture mode.
+func (c *Capture) End() error {
+	return c.ps.call("GraphCapture.End", func(h uintptr) error { return capi.Graph_capture_end(h) })
+}
+
+// GraphCapture puts every group in capture mode (CUDA contexts only: ErrUnsupported on CPU).
+// stream 0 lets pstate make a stream that waits on the context's stream.
+//
+//	c, err := ps.GraphCapture(0)
+//	if err != nil { ... }
+//	defer c.End()
+func (ps *PState) GraphCapture(stream uintptr) (*Capture, error) {
+	var captured uintptr // a plain word: cgo may not be handed a pointer into a struct holding Go pointers
+	err := ps.call("GraphCapture", func(h uintptr) error { return capi.Graph_capture_begin(h, stream, &captured) })
+	if err != nil {
+		return nil, err
+	}
+	return &Capture{ps: ps, stream: captured}, nil
+}
+
+// ParallelConfig is pstate_parallel_config_t: SGLang's initialize_model_parallel sizes. Zero
+// fields keep the defaults (1; SharedExpertsTensorParallel 0 = none; TensorParallel = world when
+// the whole config is zero).
+type ParallelConfig struct {
+	TensorParallel              int
+	PipelineParallel            int
+	ExpertParallel              int
+	AttentionDataParallel       int
+	AttentionContextParallel    int
+	MoEDataParallel             int
+	DecodeContextParallel       int
+	SharedExpertsTensorParallel int
+}
+
+// toC returns nil (tp = world) for the zero config, else a C struct the caller deletes.
+func (c ParallelConfig) toC() capi.Pstate_parallel_config_t {
+	if c == (ParallelConfig{}) {
+		return nil
+	}
+	p := capi.NewPstate_parallel_config_t()
+	set := func(v int, f func(int)) {
+		if v != 0 {
+			f(v)
+		}
+	}
+	set(c.TensorParallel, p.SetTensor_parallel_size)
+	set(c.PipelineParallel, p.SetPipeline_parallel_size)
+	set(c.ExpertParallel, p.SetExpert_parallel_size)
+	set(c.AttentionDataParallel, p.SetAttention_data_parallel_size)
+	set(c.AttentionContextParallel, p.SetAttention_context_parallel_size)
+	set(c.MoEDataParallel, p.SetMoe_data_parallel_size)
+	set(c.DecodeContextParallel, p.SetDecode_context_parallel_size)
+	set(c.SharedExpertsTensorParallel, p.SetShared_experts_tensor_parallel_size)
+	return p
+}

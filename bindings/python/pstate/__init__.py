@@ -1,0 +1,58 @@
+"""pstate — the parallel state of an LLM serving runtime (SGLang's parallel_state.py), in Python.
+
+    import numpy as np, pstate
+
+    with pstate.init() as ps:                      # RANK, WORLD_SIZE, ... from `pstate run -n N`
+        ps.initialize_model_parallel(tensor_parallel_size=2)
+        x = np.full(4, ps.rank, dtype=np.float32)
+        ps.tp.all_reduce(x)                        # in place, GIL released while it runs
+        cfg = ps.world.broadcast_object({"seed": 1})
+
+Failed calls raise pstate.Error subclasses (pstate.TimeoutError is also a builtin TimeoutError,
+pstate.PeerLostError a ConnectionError, ...) carrying .status and .detail (pstate_last_error()).
+Layout(world_size, ...) computes SGLang's groups without communication.
+"""
+from __future__ import annotations
+
+from . import capi
+from ._buffers import BufferLike
+from ._core import Group, PState, init
+from ._enums import Device, DType, GroupKind, ReduceOp
+from ._errors import (
+    AbortedError,
+    AuthError,
+    Error,
+    InternalError,
+    InvalidArgumentError,
+    InvalidStateError,
+    MismatchError,
+    NoMemoryError,
+    PeerLostError,
+    Status,
+    TimeoutError,
+    TransportError,
+    UnsupportedError,
+    error_class,
+)
+from ._layout import CONFIG_FIELDS, Layout
+
+__all__ = [
+    "AbortedError", "AuthError", "BufferLike", "CONFIG_FIELDS", "Device", "DType", "Error", "Group", "GroupKind",
+    "InternalError", "InvalidArgumentError", "InvalidStateError", "Layout", "MismatchError", "NoMemoryError",
+    "PState", "PeerLostError", "ReduceOp", "Status", "TimeoutError", "TransportError", "UnsupportedError",
+    "error_class", "init", "last_error", "library_version", "__version__",
+]
+
+
+def library_version() -> int:
+    """pstate_version() of the loaded libpstate: MAJOR*10000 + MINOR*100 + PATCH."""
+    return capi.version()
+
+
+def last_error() -> str:
+    """This thread's pstate_last_error() text ("" when it has had no failure)."""
+    return capi.last_error()
+
+
+#: The version of the header these bindings were generated from.
+__version__ = f"{capi.PSTATE_VERSION_MAJOR}.{capi.PSTATE_VERSION_MINOR}.{capi.PSTATE_VERSION_PATCH}"

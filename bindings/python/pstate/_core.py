@@ -1,0 +1,453 @@
+"""PState and Group: one rank's parallel state and its groups, over the raw SWIG module.
+
+The lifecycle is pstate.h's: init() -> initialize_model_parallel() -> collectives ->
+destroy_model_parallel() -> finalize() (abort() after a peer is lost). Python adds what C cannot
+check: a Group remembers the "generation" of the model-parallel groups it came from, so using a
+group after destroy_model_parallel() or finalize() raises InvalidStateError instead of touching a
+freed C object. Buffer arguments are resolved and size-checked in _buffers before any C call;
+the C calls release the GIL (SWIG threads="1").
+
+Thread rules are the C library's: one PState and its groups are driven by one thread at a time;
+different PStates are independent.
+"""
+from __future__ import annotations
+
+import contextlib
+import pickle
+import threading
+import warnings
+from typing import Any, Iterator, List, Optional, Union
+
+from . import capi
+from ._buffers import BufferLike, new_like, require, resolve, same_dtype
+from ._enums import Device, DType, GroupKind, ReduceOp
+from ._errors import InvalidArgumentError, InvalidStateError
+from ._layout import make_config
+
+_PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+
+class Group:
+    """One group of a PState (SGLang's GroupCoordinator), as seen from this rank.
+
+    Ranks passed to operations are ranks in this group (0 .. world_size-1). Host buffers are
+    numpy arrays, bytearrays, memoryviews, ...; the dtype comes from the buffer. Operations with
+    an ``out`` argument allocate the result like the input when out is None.
+    """
+
+    def __init__(self, ps: "PState", handle: Any, kind: GroupKind, generation: int) -> None:
+        self._ps = ps
+        self._handle = handle
+        self._kind = GroupKind(kind)
+        self._generation = generation
+        info = capi.pstate_group_info_t()
+        with ps._lock:
+            capi.group_info(handle, info)
+        self._info = info
+        self._ranks: Optional[List[int]] = None
+
+    # ---- validity --------------------------------------------------------------------------
+    def _call(self, fn: Any, *args: Any) -> Any:
+        """fn(handle, *args) with the PState's lock held (C: one thread at a time per pstate_t)."""
+        with self._ps._lock:
+            return fn(self._h(), *args)
+
+    def _h(self) -> Any:
+        ps = self._ps
+        if ps._handle is None:
+            raise InvalidStateError(f"group {self.name}: its PState was finalized or aborted (step 5 happened)")
+        if self._kind != GroupKind.WORLD and self._generation != ps._generation:
+            raise InvalidStateError(
+                f"group {self.name}: destroyed by destroy_model_parallel(); get it again after "
+                "initialize_model_parallel()"
+            )
+        return self._handle
+
+    # ---- facts (SGLang's GroupCoordinator properties) ---------------------------------------
+    @property
+    def kind(self) -> GroupKind:
+        """The kind this group was asked for as."""
+        return self._kind
+
+    @property
+    def name(self) -> str:
+        """"<kind>:<index of the group among its kind>", e.g. "tp:0"."""
+        return self._info.name
+
+    @property
+    def rank(self) -> int:
+        """This rank's global rank."""
+        return self._info.rank
+
+    @property
+    def rank_in_group(self) -> int:
+        """This rank's index in the group."""
+        return self._info.rank_in_group
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks in the group."""
+        return self._info.world_size
+
+    @property
+    def local_rank(self) -> int:
+        """This process's local rank on its host (its device index)."""
+        return self._info.local_rank
+
+    @property
+    def first_rank(self) -> int:
+        return self._info.first_rank
+
+    @property
+    def last_rank(self) -> int:
+        return self._info.last_rank
+
+    @property
+    def next_rank(self) -> int:
+        """Global rank of group index (rank_in_group + 1) % world_size."""
+        return self._info.next_rank
+
+    @property
+    def prev_rank(self) -> int:
+        """Global rank of group index (rank_in_group - 1) % world_size."""
+        return self._info.prev_rank
+
+    @property
+    def is_first_rank(self) -> bool:
+        return self.rank == self.first_rank
+
+    @property
+    def is_last_rank(self) -> bool:
+        return self.rank == self.last_rank
+
+    @property
+    def ranks(self) -> List[int]:
+        """Global ranks of the group, in group order."""
+        if self._ranks is None:
+            self._ranks = self._call(capi.group_ranks, self.world_size)
+        return list(self._ranks)
+
+    def same_node(self, source: int = 0) -> List[bool]:
+        """SGLang's in_the_same_node_as: for each group rank, whether it shares a host with
+        group rank source. Local, not collective."""
+        return self._call(capi.group_same_node, source, self.world_size)
+
+    def __repr__(self) -> str:
+        return (f"<pstate.Group {self.name} rank_in_group={self.rank_in_group} "
+                f"world_size={self.world_size} ranks={self._ranks if self._ranks is not None else '...'}>")
+
+    # ---- collectives -----------------------------------------------------------------------
+    def all_reduce(self, buf: BufferLike, op: ReduceOp = ReduceOp.SUM, *, out: Optional[BufferLike] = None,
+                   dtype: Optional[DType] = None, count: Optional[int] = None, stream: Optional[int] = None) -> Any:
+        """buf reduced with op over the group. In place when out is None (buf must be
+        writable); else the result goes to out and buf is only read. Returns the result buffer."""
+        src = resolve(buf, "buf", writable=out is None, dtype=dtype, count=count)
+        dst = src if out is None else resolve(out, "out", writable=True, dtype=dtype or src.dtype,
+                                              count=src.count if src.is_device else None)
+        same_dtype(src, dst, "buf/out")
+        require(dst, "out", src.count)
+        self._call(capi.all_reduce, src.obj, dst.obj, src.count, int(src.dtype), int(op), stream)
+        return buf if out is None else out
+
+    def all_gather(self, send: BufferLike, out: Optional[BufferLike] = None, *, dtype: Optional[DType] = None,
+                   count: Optional[int] = None, stream: Optional[int] = None) -> Any:
+        """Every rank's send concatenated in group-rank order (world_size * len(send) elements;
+        numpy results are concatenated along axis 0). Returns out (allocated when None)."""
+        s = resolve(send, "send", writable=False, dtype=dtype, count=count)
+        total = s.count * self.world_size
+        if out is None:
+            out = new_like(s, send, total, leading=(s.shape[0] * self.world_size) if s.shape else None)
+        o = resolve(out, "out", writable=True, dtype=dtype or s.dtype, count=total if s.is_device else None)
+        same_dtype(s, o, "send/out")
+        require(o, "out", total)
+        self._call(capi.all_gather, s.obj, o.obj, s.count, int(s.dtype), stream)
+        return out
+
+    def reduce_scatter(self, send: BufferLike, op: ReduceOp = ReduceOp.SUM, out: Optional[BufferLike] = None, *,
+                       dtype: Optional[DType] = None, count: Optional[int] = None,
+                       stream: Optional[int] = None) -> Any:
+        """send (world_size blocks) reduced with op; this rank gets block rank_in_group.
+        len(send) must be a multiple of world_size. Returns out (allocated when None)."""
+        s = resolve(send, "send", writable=False, dtype=dtype, count=count)
+        if s.count % self.world_size:
+            raise InvalidArgumentError(
+                f"reduce_scatter on {self.name}: send holds {s.count} elements, not a multiple of world_size {self.world_size}")
+        block = s.count // self.world_size
+        if out is None:
+            lead = s.shape[0] // self.world_size if s.shape and s.shape[0] % self.world_size == 0 else None
+            out = new_like(s, send, block, leading=lead)
+        o = resolve(out, "out", writable=True, dtype=dtype or s.dtype, count=block if s.is_device else None)
+        same_dtype(s, o, "send/out")
+        require(o, "out", block)
+        self._call(capi.reduce_scatter, s.obj, o.obj, block, int(s.dtype), int(op), stream)
+        return out
+
+    def broadcast(self, buf: BufferLike, src: int = 0, *, dtype: Optional[DType] = None,
+                  count: Optional[int] = None, stream: Optional[int] = None) -> Any:
+        """buf of group rank src copied into buf on every rank. Returns buf."""
+        b = resolve(buf, "buf", writable=True, dtype=dtype, count=count)
+        self._call(capi.broadcast, b.obj, b.count, int(b.dtype), src, stream)
+        return buf
+
+    def gather(self, send: BufferLike, dst: int = 0, out: Optional[BufferLike] = None, *,
+               dtype: Optional[DType] = None, count: Optional[int] = None,
+               stream: Optional[int] = None) -> Optional[Any]:
+        """Every rank's send, in group-rank order, on group rank dst (like all_gather there).
+        Returns the result on dst and None elsewhere."""
+        s = resolve(send, "send", writable=False, dtype=dtype, count=count)
+        total = s.count * self.world_size
+        if self.rank_in_group != dst:
+            self._call(capi.gather, s.obj, None, s.count, int(s.dtype), dst, stream)
+            return None
+        if out is None:
+            out = new_like(s, send, total, leading=(s.shape[0] * self.world_size) if s.shape else None)
+        o = resolve(out, "out", writable=True, dtype=dtype or s.dtype, count=total if s.is_device else None)
+        same_dtype(s, o, "send/out")
+        require(o, "out", total)
+        self._call(capi.gather, s.obj, o.obj, s.count, int(s.dtype), dst, stream)
+        return out
+
+    def all_to_all(self, send: BufferLike, out: Optional[BufferLike] = None, *, dtype: Optional[DType] = None,
+                   count: Optional[int] = None, stream: Optional[int] = None) -> Any:
+        """Block j of send goes to group rank j; block i of the result came from rank i.
+        len(send) must be a multiple of world_size. Returns out (allocated when None)."""
+        s = resolve(send, "send", writable=False, dtype=dtype, count=count)
+        if s.count % self.world_size:
+            raise InvalidArgumentError(
+                f"all_to_all on {self.name}: send holds {s.count} elements, not a multiple of world_size {self.world_size}")
+        if out is None:
+            out = new_like(s, send, s.count, leading=s.shape[0] if s.shape else None)
+        o = resolve(out, "out", writable=True, dtype=dtype or s.dtype, count=s.count if s.is_device else None)
+        same_dtype(s, o, "send/out")
+        require(o, "out", s.count)
+        self._call(capi.all_to_all, s.obj, o.obj, s.count // self.world_size, int(s.dtype), stream)
+        return out
+
+    def send(self, buf: BufferLike, dst: int, *, dtype: Optional[DType] = None, count: Optional[int] = None,
+             stream: Optional[int] = None) -> None:
+        """Sends buf to group rank dst (returns when buf may be reused)."""
+        b = resolve(buf, "buf", writable=False, dtype=dtype, count=count)
+        self._call(capi.send, b.obj, b.count, int(b.dtype), dst, stream)
+
+    def recv(self, buf: BufferLike, src: int, *, dtype: Optional[DType] = None, count: Optional[int] = None,
+             stream: Optional[int] = None) -> Any:
+        """Receives exactly len(buf) (or count) elements from group rank src into buf; a
+        different size sent is MismatchError. Returns buf."""
+        b = resolve(buf, "buf", writable=True, dtype=dtype, count=count)
+        self._call(capi.recv, b.obj, b.count, int(b.dtype), src, stream)
+        return buf
+
+    def barrier(self) -> None:
+        """Returns once every rank of the group has entered it."""
+        self._call(capi.barrier)
+
+    # ---- objects (pickled here, bytes through C) --------------------------------------------
+    def broadcast_object(self, obj: Any = None, src: int = 0) -> Any:
+        """obj of group rank src (any picklable object) on every rank; other ranks' obj is
+        ignored. Unpickles what peers of the same job sent: trust them as you trust the job."""
+        if self.rank_in_group == src:
+            self._call(capi.broadcast_object, pickle.dumps(obj, protocol=_PICKLE_PROTOCOL), src)
+            return obj
+        return pickle.loads(self._call(capi.broadcast_object, b"", src))
+
+    def all_gather_object(self, obj: Any) -> List[Any]:
+        """Every rank's obj, in group-rank order."""
+        data, sizes = self._call(capi.all_gather_object, pickle.dumps(obj, protocol=_PICKLE_PROTOCOL), self.world_size)
+        out, offset = [], 0
+        view = memoryview(data)
+        for size in sizes:
+            out.append(pickle.loads(view[offset:offset + size]))
+            offset += size
+        return out
+
+    def send_object(self, obj: Any, dst: int) -> None:
+        """Sends a picklable object to group rank dst."""
+        self._call(capi.send_object, pickle.dumps(obj, protocol=_PICKLE_PROTOCOL), dst)
+
+    def recv_object(self, src: int) -> Any:
+        """The next object sent by group rank src."""
+        return pickle.loads(self._call(capi.recv_object, src))
+
+
+def _set_params(**fields: Any) -> "capi.pstate_init_params_t":
+    params = capi.pstate_init_params_t()
+    for key, value in fields.items():
+        if value is None:
+            continue
+        if key in ("init_method", "job_token", "socket_ifname"):
+            if not isinstance(value, str):
+                raise InvalidArgumentError(f"{key} must be a str, got {type(value).__name__}")
+        elif isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidArgumentError(f"{key} must be an int, got {type(value).__name__}")
+        setattr(params, key, int(value) if isinstance(value, int) else value)
+    return params
+
+
+
+class PState:
+    """One rank's parallel state (pstate_t). Create it with pstate.init().
+
+    Use it as a context manager: leaving the block finalizes it, or aborts it (never blocking
+    on peers) when the block raised.
+    """
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+        self._generation = 0  # bumped by destroy_model_parallel: older groups become invalid
+        self._lock = threading.Lock()
+        self._world: Optional[Group] = None
+
+    def _h(self) -> Any:
+        if self._handle is None:
+            raise InvalidStateError("this PState was finalized or aborted; call pstate.init() again")
+        return self._handle
+
+    def _call(self, fn: Any, *args: Any) -> Any:
+        """fn(handle, *args) with the lock held (C: one thread at a time per pstate_t)."""
+        with self._lock:
+            return fn(self._h(), *args)
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def initialize_model_parallel(self, tensor_parallel_size: Optional[int] = None,
+                                  pipeline_parallel_size: Optional[int] = None, **sizes: Optional[int]) -> None:
+        """Cuts the world into SGLang's groups (collective over the world). With no sizes,
+        tp = world. Keyword names are pstate_parallel_config_t's fields:
+        expert_parallel_size, attention_data_parallel_size, attention_context_parallel_size,
+        moe_data_parallel_size, decode_context_parallel_size, shared_experts_tensor_parallel_size."""
+        sizes.update(tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size)
+        given = {k: v for k, v in sizes.items() if v is not None}
+        self._call(capi.initialize_model_parallel, make_config(**given) if given else None)
+
+    @property
+    def model_parallel_is_initialized(self) -> bool:
+        with self._lock:
+            return self._handle is not None and bool(capi.model_parallel_is_initialized(self._handle))
+
+    def destroy_model_parallel(self) -> None:
+        """Drops the model-parallel groups (their Group objects become invalid); world stays."""
+        self._call(capi.destroy_model_parallel)
+        self._generation += 1
+
+    def finalize(self) -> None:
+        """Graceful teardown: waits for peers (up to the timeout), frees the state. Always frees,
+        even when it raises."""
+        with self._lock:
+            handle, self._handle = self._handle, None
+            if handle is not None:
+                capi.finalize(handle)
+
+    def abort(self) -> None:
+        """Local teardown that never blocks on peers (after PeerLostError / TimeoutError)."""
+        with self._lock:
+            handle, self._handle = self._handle, None
+            if handle is not None:
+                capi.abort(handle)
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def __enter__(self) -> "PState":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc is None:
+            self.finalize()
+        else:
+            self.abort()
+
+    def __del__(self) -> None:
+        if getattr(self, "_handle", None) is not None:
+            warnings.warn("pstate.PState garbage collected without finalize(); aborting it", ResourceWarning)
+            try:
+                self.abort()
+            except Exception:
+                pass
+
+    # ---- groups ----------------------------------------------------------------------------
+    def group(self, kind: GroupKind) -> Group:
+        """The group of kind that contains this rank. WORLD always exists; the others need
+        initialize_model_parallel() (InvalidStateError), DCP and SHARED_EXPERTS_TP only when
+        configured (UnsupportedError)."""
+        kind = GroupKind(kind)
+        handle = self._call(capi.get_group, int(kind))
+        return Group(self, handle, kind, self._generation)
+
+    @property
+    def world(self) -> Group:
+        if self._world is None or self._world._ps._handle is None:
+            self._world = self.group(GroupKind.WORLD)
+        return self._world
+
+    @property
+    def tp(self) -> Group:
+        return self.group(GroupKind.TP)
+
+    @property
+    def pp(self) -> Group:
+        return self.group(GroupKind.PP)
+
+    @property
+    def rank(self) -> int:
+        """This rank's global rank."""
+        return self.world.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.world.world_size
+
+    # ---- communication_op.py ---------------------------------------------------------------
+    def tp_all_reduce(self, buf: BufferLike, op: ReduceOp = ReduceOp.SUM, *, dtype: Optional[DType] = None,
+                      count: Optional[int] = None, stream: Optional[int] = None) -> Any:
+        """tensor_model_parallel_all_reduce: in place on the TP group. Returns buf."""
+        b = resolve(buf, "buf", writable=True, dtype=dtype, count=count)
+        self._call(capi.tp_allreduce, b.obj, b.count, int(b.dtype), int(op), stream)
+        return buf
+
+    def tp_all_gather(self, send: BufferLike, out: Optional[BufferLike] = None, *, dtype: Optional[DType] = None,
+                      count: Optional[int] = None, stream: Optional[int] = None) -> Any:
+        """tensor_model_parallel_all_gather on the TP group. Returns out (allocated when None)."""
+        tp = self.tp
+        s = resolve(send, "send", writable=False, dtype=dtype, count=count)
+        total = s.count * tp.world_size
+        if out is None:
+            out = new_like(s, send, total, leading=(s.shape[0] * tp.world_size) if s.shape else None)
+        o = resolve(out, "out", writable=True, dtype=dtype or s.dtype, count=total if s.is_device else None)
+        same_dtype(s, o, "send/out")
+        require(o, "out", total)
+        self._call(capi.tp_allgather, s.obj, o.obj, s.count, int(s.dtype), stream)
+        return out
+
+    # ---- graph capture ---------------------------------------------------------------------
+    @contextlib.contextmanager
+    def graph_capture(self, stream: Optional[int] = None) -> Iterator[int]:
+        """SGLang's graph_capture(): every group in capture mode for the block; yields the
+        cudaStream_t (as an int) to capture on. CUDA contexts only (UnsupportedError on CPU)."""
+        capture_stream = self._call(capi.graph_capture_begin, stream)
+        try:
+            yield capture_stream
+        finally:
+            if self._handle is not None:
+                self._call(capi.graph_capture_end)
+
+
+def init(*, world_size: Optional[int] = None, rank: Optional[int] = None, local_rank: Optional[int] = None,
+         init_method: Optional[str] = None, device: Union[Device, str] = Device.CPU,
+         device_ordinal: Optional[int] = None, timeout_ms: Optional[int] = None, job_token: Optional[str] = None,
+         socket_ifname: Optional[str] = None) -> PState:
+    """init_distributed_environment: rendezvous with the other ranks and return this rank's
+    PState with the world group ready. Collective; blocks up to the timeout.
+
+    Every argument left None comes from the environment (RANK, WORLD_SIZE, LOCAL_RANK,
+    MASTER_ADDR/MASTER_PORT for init_method "env://", PSTATE_TIMEOUT_MS, PSTATE_JOB_TOKEN, ...),
+    which is what ``pstate run -n N -- python3 prog.py`` sets. device is "cpu"/"cuda" or a Device.
+    """
+    if isinstance(device, str):
+        try:
+            device = Device[device.upper()]
+        except KeyError:
+            raise InvalidArgumentError(f"device must be 'cpu' or 'cuda', got {device!r}") from None
+    params = _set_params(world_size=world_size, rank=rank, local_rank=local_rank, init_method=init_method,
+                         device=int(device), device_ordinal=device_ordinal, timeout_ms=timeout_ms,
+                         job_token=job_token, socket_ifname=socket_ifname)
+    return PState(capi.init(params))

@@ -1,0 +1,71 @@
+"""The enumerations of pstate.h as Python IntEnums (the numbers are the C ABI's, never changed).
+
+DType and ReduceOp numbers equal NCCL's ncclDataType_t / ncclRedOp_t. The values are written
+out here (rather than read from the SWIG module) so that the types are visible to type checkers;
+tests/test_enums.py checks every value against the compiled C constants.
+"""
+from __future__ import annotations
+
+import enum
+
+
+class DType(enum.IntEnum):
+    """pstate_dtype_t: element types."""
+
+    INT8 = 0
+    UINT8 = 1
+    INT32 = 2
+    UINT32 = 3
+    INT64 = 4
+    UINT64 = 5
+    FLOAT16 = 6
+    FLOAT32 = 7
+    FLOAT64 = 8
+    BFLOAT16 = 9
+    FP8_E4M3 = 10  #: move-only on CPU: reductions raise UnsupportedError
+    FP8_E5M2 = 11  #: move-only on CPU: reductions raise UnsupportedError
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return _ITEMSIZE[self]
+
+
+_ITEMSIZE = {
+    DType.INT8: 1, DType.UINT8: 1, DType.INT32: 4, DType.UINT32: 4, DType.INT64: 8,
+    DType.UINT64: 8, DType.FLOAT16: 2, DType.FLOAT32: 4, DType.FLOAT64: 8, DType.BFLOAT16: 2,
+    DType.FP8_E4M3: 1, DType.FP8_E5M2: 1,
+}
+
+
+class ReduceOp(enum.IntEnum):
+    """pstate_reduce_op_t. AVG is SUM divided by the group size (truncating for integers)."""
+
+    SUM = 0
+    PROD = 1
+    MAX = 2
+    MIN = 3
+    AVG = 4
+
+
+class Device(enum.IntEnum):
+    """pstate_device_t: where the tensors of the device communicator live."""
+
+    CPU = 0
+    CUDA = 1
+
+
+class GroupKind(enum.IntEnum):
+    """pstate_group_kind_t: the groups of SGLang's parallel_state.py."""
+
+    WORLD = 0
+    TP = 1
+    PP = 2
+    ATTN_TP = 3
+    ATTN_CP = 4
+    MOE_EP = 5
+    MOE_TP = 6
+    MOE_DP = 7
+    DCP = 8
+    SHARED_EXPERTS_TP = 9
+    SELF_PP = 10

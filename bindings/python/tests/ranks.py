@@ -1,0 +1,252 @@
+"""Rank programs for the multi-rank tests: `pstate run -n N -- python3 ranks.py SCENARIO`.
+
+Each scenario runs on every rank, computes what each operation must return with numpy/Python
+(independently of pstate) and raises AssertionError on the first difference, so the launcher
+exits non-zero. Values are small integers so float sums are exact on every rank.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+import numpy as np
+
+import pstate
+from pstate import DType, GroupKind, ReduceOp
+
+TIMEOUT_MS = int(os.environ.get("PSTATE_TIMEOUT_MS", "60000"))
+
+
+def expect_raises(cls, fn, *args, **kw):
+    try:
+        fn(*args, **kw)
+    except cls as e:
+        return e
+    raise AssertionError(f"{fn.__name__} did not raise {cls.__name__}")
+
+
+def lifecycle() -> None:
+    ps = pstate.init(timeout_ms=TIMEOUT_MS)
+    assert ps.world_size == int(os.environ["WORLD_SIZE"]) and ps.rank == int(os.environ["RANK"])
+    assert not ps.model_parallel_is_initialized
+    err = expect_raises(pstate.InvalidStateError, ps.group, GroupKind.TP)
+    assert "initialize_model_parallel" in err.detail, err.detail
+    ps.initialize_model_parallel(tensor_parallel_size=ps.world_size)
+    assert ps.model_parallel_is_initialized
+    expect_raises(pstate.InvalidStateError, ps.initialize_model_parallel)  # twice: destroy first
+    tp = ps.tp
+    tp.barrier()
+    ps.destroy_model_parallel()
+    assert not ps.model_parallel_is_initialized
+    expect_raises(pstate.InvalidStateError, tp.barrier)  # a destroyed group is refused, not used
+    expect_raises(pstate.InvalidStateError, ps.destroy_model_parallel)
+    ps.world.barrier()  # world survives destroy_model_parallel
+    ps.initialize_model_parallel(tensor_parallel_size=1, pipeline_parallel_size=ps.world_size)
+    assert ps.pp.world_size == ps.world_size
+    ps.finalize()
+    assert ps.closed
+    expect_raises(pstate.InvalidStateError, ps.group, GroupKind.WORLD)
+    ps.finalize()  # idempotent
+    # (no second init in this job: it would reuse MASTER_PORT while a peer may still be tearing
+    # down its first store; the other scenarios use the context manager, which finalizes)
+
+
+def groups_tp_pp() -> None:
+    with pstate.init(timeout_ms=TIMEOUT_MS) as ps:
+        world, rank = ps.world_size, ps.rank
+        tp_size, pp_size = 2, world // 2
+        ps.initialize_model_parallel(tensor_parallel_size=tp_size, pipeline_parallel_size=pp_size)
+        # SGLang: TP = tp consecutive ranks; PP = ranks tp apart
+        tp_ranks = list(range(rank // tp_size * tp_size, rank // tp_size * tp_size + tp_size))
+        pp_ranks = list(range(rank % tp_size, world, tp_size))
+        for g, ranks, kind in ((ps.tp, tp_ranks, GroupKind.TP), (ps.pp, pp_ranks, GroupKind.PP)):
+            i = ranks.index(rank)
+            assert g.kind == kind
+            assert g.ranks == ranks, (g.ranks, ranks)
+            assert (g.rank, g.rank_in_group, g.world_size) == (rank, i, len(ranks))
+            assert (g.first_rank, g.last_rank) == (ranks[0], ranks[-1])
+            assert g.next_rank == ranks[(i + 1) % len(ranks)] and g.prev_rank == ranks[(i - 1) % len(ranks)]
+            assert g.is_first_rank == (i == 0) and g.is_last_rank == (i == len(ranks) - 1)
+            assert g.name.startswith(kind.name.lower() + ":"), g.name
+            assert g.same_node(0) == [True] * len(ranks)
+        assert ps.group(GroupKind.ATTN_TP).ranks == tp_ranks  # attn_tp = tp (attn_dp = attn_cp = 1)
+        assert ps.world.ranks == list(range(world))
+
+
+def _ops_on(g: pstate.Group, dtype) -> None:
+    n, r = g.world_size, g.rank_in_group
+    rows = [np.arange(4 * n, dtype=dtype) * (k + 1) + k for k in range(n)]  # rank k's input
+    mine = rows[r].copy()
+    # all_reduce: sum in place, max into out
+    x = mine.copy()
+    g.all_reduce(x)
+    assert np.array_equal(x, sum(rows)), (x, sum(rows))
+    out = np.empty_like(mine)
+    g.all_reduce(mine, ReduceOp.MAX, out=out)
+    assert np.array_equal(out, np.maximum.reduce(rows))
+    # all_gather: concatenation in group-rank order
+    assert np.array_equal(g.all_gather(mine), np.concatenate(rows))
+    # reduce_scatter: block r of the sum
+    block = 4
+    assert np.array_equal(g.reduce_scatter(mine), sum(rows)[r * block:(r + 1) * block])
+    # broadcast from the last rank
+    b = mine.copy()
+    g.broadcast(b, src=n - 1)
+    assert np.array_equal(b, rows[n - 1])
+    # gather on rank 0 only
+    got = g.gather(mine, dst=0)
+    if r == 0:
+        assert np.array_equal(got, np.concatenate(rows))
+    else:
+        assert got is None
+    # all_to_all: block j of rank k goes to rank j
+    expect = np.concatenate([rows[k][r * block:(r + 1) * block] for k in range(n)])
+    assert np.array_equal(g.all_to_all(mine), expect)
+    # send/recv around the ring
+    if n > 1:
+        buf = np.empty_like(mine)
+        if r % 2 == 0:
+            g.send(mine, (r + 1) % n)
+            g.recv(buf, (r - 1) % n)
+        else:
+            g.recv(buf, (r - 1) % n)
+            g.send(mine, (r + 1) % n)
+        assert np.array_equal(buf, rows[(r - 1) % n])
+    g.barrier()
+
+
+def ops() -> None:
+    with pstate.init(timeout_ms=TIMEOUT_MS) as ps:
+        ps.initialize_model_parallel(tensor_parallel_size=2, pipeline_parallel_size=ps.world_size // 2)
+        for dtype in (np.float32, np.int64):
+            for g in (ps.world, ps.tp, ps.pp):
+                _ops_on(g, dtype)
+            # communication_op.py on the TP group
+            tp = ps.tp
+            v = np.full(3, ps.rank + 1, dtype=dtype)
+            ps.tp_all_reduce(v)
+            assert np.array_equal(v, np.full(3, sum(rk + 1 for rk in tp.ranks), dtype=dtype))
+            got = ps.tp_all_gather(np.full(2, ps.rank, dtype=dtype))
+            assert np.array_equal(got, np.repeat(np.array(tp.ranks, dtype=dtype), 2))
+        # bytearray and memoryview work as buffers too
+        w = ps.world
+        ba = bytearray([ps.rank + 1] * 3)
+        w.all_reduce(ba)
+        assert list(ba) == [sum(range(1, ps.world_size + 1))] * 3
+        mv = memoryview(bytearray(8)).cast("i")
+        mv[0], mv[1] = ps.rank, 1
+        w.all_reduce(mv)
+        assert mv.tolist() == [sum(range(ps.world_size)), ps.world_size]
+
+
+class Payload:
+    """A user class: broadcast_object takes anything picklable."""
+
+    def __init__(self, name, shape):
+        self.name, self.shape = name, shape
+
+    def __eq__(self, other):
+        return isinstance(other, Payload) and (self.name, self.shape) == (other.name, other.shape)
+
+
+def objects() -> None:
+    with pstate.init(timeout_ms=TIMEOUT_MS) as ps:
+        w, rank = ps.world, ps.rank
+        src = w.world_size - 1
+        obj = {"step": 7, "tokens": list(range(1000)), "cfg": Payload("llama", (2, 3)), "arr": np.eye(2)}
+        got = w.broadcast_object(obj if rank == src else None, src=src)
+        assert got["step"] == 7 and got["tokens"] == list(range(1000)) and got["cfg"] == Payload("llama", (2, 3))
+        assert np.array_equal(got["arr"], np.eye(2))
+        # empty and large objects
+        assert w.broadcast_object(b"" if rank == 0 else None, src=0) == b""
+        big = "x" * (1 << 20)
+        assert w.broadcast_object(big if rank == 0 else None, src=0) == big
+        gathered = w.all_gather_object(("rank", rank, "p" * rank))
+        assert gathered == [("rank", k, "p" * k) for k in range(w.world_size)]
+        if w.world_size >= 2:
+            if rank == 0:
+                w.send_object({"hello": [1, 2, 3]}, dst=1)
+            elif rank == 1:
+                assert w.recv_object(src=0) == {"hello": [1, 2, 3]}
+        w.barrier()
+
+
+def errors() -> None:
+    with pstate.init(timeout_ms=TIMEOUT_MS) as ps:
+        w = ps.world
+        # wrong dtype: fp8 cannot be reduced on CPU (the library refuses)
+        err = expect_raises(pstate.UnsupportedError, w.all_reduce, np.zeros(4, dtype=np.uint8), dtype=DType.FP8_E4M3)
+        assert err.status == pstate.Status.UNSUPPORTED and err.detail, err
+        # wrong dtype between send and out (the binding refuses before C)
+        expect_raises(pstate.InvalidArgumentError, w.all_reduce, np.zeros(4, np.float32), out=np.zeros(4, np.int32))
+        # out too small
+        expect_raises(pstate.InvalidArgumentError, w.all_gather, np.zeros(4, np.float32), np.zeros(4, np.float32))
+        # bad rank: the library's text names the rank
+        err = expect_raises(pstate.InvalidArgumentError, w.broadcast, np.zeros(2, np.float32), src=w.world_size + 3)
+        assert str(w.world_size + 3) in err.detail, err.detail
+        assert pstate.last_error() == err.detail
+        # out-of-order: TP before initialize_model_parallel
+        expect_raises(pstate.InvalidStateError, ps.group, GroupKind.TP)
+        # graph capture needs a CUDA context
+        try:
+            with ps.graph_capture():
+                raise AssertionError("graph_capture on a CPU context did not raise")
+        except pstate.UnsupportedError:
+            pass
+        # the context is still usable after refused calls
+        x = np.ones(2, np.float64)
+        w.all_reduce(x)
+        assert np.array_equal(x, np.full(2, float(w.world_size)))
+
+
+def gil() -> None:
+    """While one thread is blocked in barrier() (rank 1 enters late), another Python thread
+    keeps running: the C call released the GIL. Rank 1 waits for a file rank 0's main thread
+    writes while its own barrier thread is blocked."""
+    with pstate.init(timeout_ms=TIMEOUT_MS) as ps:
+        flag = os.path.join(os.environ["PSTATE_TEST_TMP"], "gil-flag")
+        if ps.rank == 0:
+            started = threading.Event()
+
+            def blocked():
+                started.set()
+                ps.world.barrier()
+
+            t = threading.Thread(target=blocked)
+            t.start()
+            started.wait()
+            time.sleep(0.2)  # let the thread enter the C call
+            ticks = sum(1 for _ in range(100000))  # Python work while the other thread waits in C
+            with open(flag, "w") as f:
+                f.write(str(ticks))
+            t.join()
+        else:
+            while not os.path.exists(flag):
+                time.sleep(0.01)
+            ps.world.barrier()
+
+
+def peer_killed() -> None:
+    """Rank 1 dies (SIGKILL) while rank 0 is inside all_reduce; rank 0 must get PeerLostError or
+    TimeoutError (short timeout), abort, and report it. Rank 0 ignores the launcher's SIGTERM."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ps = pstate.init(timeout_ms=3000)
+    ps.world.barrier()
+    if ps.rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    x = np.ones(1 << 16, np.float32)
+    try:
+        ps.world.all_reduce(x)
+        print("SURVIVOR: all_reduce returned without error", flush=True)
+        sys.exit(3)
+    except (pstate.PeerLostError, pstate.TimeoutError) as e:
+        print(f"SURVIVOR: {type(e).__name__} status={e.status.name}: {e.detail}", flush=True)
+        ps.abort()
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    globals()[sys.argv[1]]()

@@ -1,0 +1,39 @@
+"""Multi-rank tests: each starts `pstate run -n N -- python3 ranks.py SCENARIO` (see ranks.py for
+what every rank checks) and requires a clean exit of every rank."""
+from __future__ import annotations
+
+import re
+
+from conftest import run_ranks
+
+
+def test_lifecycle_order_and_out_of_order_calls_two_ranks(ranks):
+    ranks(2, "lifecycle")
+
+
+def test_group_info_of_tp2_pp2_matches_sglang_four_ranks(ranks):
+    ranks(4, "groups_tp_pp")
+
+
+def test_every_op_on_float32_and_int64_world_tp_pp_four_ranks(ranks):
+    ranks(4, "ops")
+
+
+def test_broadcast_object_takes_any_picklable_two_ranks(ranks):
+    ranks(2, "objects")
+
+
+def test_errors_map_to_exception_classes_two_ranks(ranks):
+    ranks(2, "errors")
+
+
+def test_gil_is_released_during_a_blocking_call(ranks, tmp_path):
+    ranks(2, "gil", extra_env={"PSTATE_TEST_TMP": str(tmp_path)})
+
+
+def test_peer_killed_mid_op_raises_peer_lost_or_timeout():
+    done = run_ranks(2, "peer_killed", grace_ms=30000, timeout=120)
+    # rank 1 killed itself: the launcher reports it; rank 0 observed the failure and aborted
+    assert done.returncode != 0, done.stdout
+    match = re.search(r"\[0\] SURVIVOR: (PeerLostError|TimeoutError) status=(PEER_LOST|TIMEOUT)", done.stdout)
+    assert match, done.stdout

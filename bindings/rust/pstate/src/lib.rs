@@ -1,0 +1,580 @@
+//! pstate — the parallel state of an LLM serving runtime (SGLang's parallel_state.py as a C
+//! library), safe Rust API over the bindgen-generated `pstate-sys`.
+//!
+//! ```no_run
+//! use pstate::{GroupKind, InitOptions, ParallelConfig, PState, ReduceOp};
+//! # fn main() -> pstate::Result<()> {
+//! let mut ps = PState::init(&InitOptions::default())?; // RANK, WORLD_SIZE, ... from `pstate run`
+//! ps.initialize_model_parallel(&ParallelConfig { tensor_parallel: 2, ..Default::default() })?;
+//! let tp = ps.group(GroupKind::Tp)?;
+//! let mut x = vec![1.0f32, 2.0, 3.0];
+//! tp.all_reduce(&mut x, ReduceOp::Sum)?; // in place
+//! drop(tp);
+//! ps.finalize()
+//! # }
+//! ```
+//!
+//! Ownership mirrors the C lifetimes: a [`Group`] borrows its [`PState`], so it cannot outlive
+//! it, and [`PState::destroy_model_parallel`] / [`PState::finalize`] (which invalidate groups in
+//! C) need the PState exclusively or by value. Dropping a PState finalizes it (aborts it while
+//! panicking). Thread rules are C's: a PState is `Send` (a rank may move to another thread) but
+//! not `Sync`, and groups are neither, so one thread at a time drives a PState and its groups.
+//! The compiler enforces all of this:
+//!
+//! ```compile_fail,E0277
+//! // a Group cannot be sent to another thread
+//! fn needs_send<T: Send>(_: T) {}
+//! fn f(ps: &pstate::PState) { needs_send(ps.world().unwrap()); }
+//! ```
+//! ```compile_fail,E0277
+//! // a PState cannot be shared between threads
+//! fn needs_sync<T: Sync>(_: &T) {}
+//! fn f(ps: &pstate::PState) { needs_sync(ps); }
+//! ```
+//! ```compile_fail,E0502
+//! // destroy_model_parallel while a group is alive
+//! fn f(mut ps: pstate::PState) {
+//!     let tp = ps.group(pstate::GroupKind::Tp).unwrap();
+//!     ps.destroy_model_parallel().unwrap();
+//!     tp.barrier().unwrap();
+//! }
+//! ```
+//! ```compile_fail,E0515
+//! // a group outliving its PState
+//! fn f(ps: pstate::PState) -> pstate::Group<'static> { ps.world().unwrap() }
+//! ```
+mod error;
+mod types;
+
+pub use error::{Error, Result, Status};
+pub use types::{Bf16, DType, Device, Element, GroupKind, ReduceOp, F16};
+
+use error::check;
+use pstate_sys as sys;
+use std::ffi::{c_void, CStr, CString};
+use std::marker::PhantomData;
+use std::ptr::{self, NonNull};
+use std::time::Duration;
+
+/// pstate_version() of the loaded library: MAJOR*10000 + MINOR*100 + PATCH.
+pub fn library_version() -> u32 {
+    unsafe { sys::pstate_version() }
+}
+
+fn rank_arg(what: &str, rank: usize) -> Result<i32> {
+    i32::try_from(rank).map_err(|_| Error::new(Status::InvalidArgument, format!("{what} {rank} is not a rank")))
+}
+
+fn cstring(what: &str, s: &Option<String>) -> Result<Option<CString>> {
+    s.as_ref()
+        .map(|v| CString::new(v.as_str()).map_err(|_| Error::new(Status::InvalidArgument, format!("{what} contains a NUL byte"))))
+        .transpose()
+}
+
+/// pstate_init_params_t. `None` fields come from the environment (what `pstate run` sets).
+#[derive(Debug, Clone, Default)]
+pub struct InitOptions {
+    pub world_size: Option<usize>,
+    pub rank: Option<usize>,
+    pub local_rank: Option<usize>,
+    /// "env://" (default), "tcp://HOST:PORT" or "file:///PATH".
+    pub init_method: Option<String>,
+    pub device: Device,
+    pub device_ordinal: Option<usize>,
+    /// Every blocking call's deadline (default: PSTATE_TIMEOUT_MS or 10 minutes).
+    pub timeout: Option<Duration>,
+    pub job_token: Option<String>,
+    pub socket_ifname: Option<String>,
+}
+
+/// pstate_parallel_config_t: SGLang's initialize_model_parallel sizes. Zero keeps the C default
+/// (1; shared_experts_tensor_parallel 0 = none); the all-zero config means tp = world.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ParallelConfig {
+    pub tensor_parallel: usize,
+    pub pipeline_parallel: usize,
+    pub expert_parallel: usize,
+    pub attention_data_parallel: usize,
+    pub attention_context_parallel: usize,
+    pub moe_data_parallel: usize,
+    pub decode_context_parallel: usize,
+    pub shared_experts_tensor_parallel: usize,
+}
+
+impl ParallelConfig {
+    fn to_c(self) -> Result<Option<sys::pstate_parallel_config_t>> {
+        if self == ParallelConfig::default() {
+            return Ok(None);
+        }
+        let mut c = sys::pstate_parallel_config_init();
+        let fields: [(usize, &mut i32); 8] = [
+            (self.tensor_parallel, &mut c.tensor_parallel_size),
+            (self.pipeline_parallel, &mut c.pipeline_parallel_size),
+            (self.expert_parallel, &mut c.expert_parallel_size),
+            (self.attention_data_parallel, &mut c.attention_data_parallel_size),
+            (self.attention_context_parallel, &mut c.attention_context_parallel_size),
+            (self.moe_data_parallel, &mut c.moe_data_parallel_size),
+            (self.decode_context_parallel, &mut c.decode_context_parallel_size),
+            (self.shared_experts_tensor_parallel, &mut c.shared_experts_tensor_parallel_size),
+        ];
+        for (v, f) in fields {
+            if v != 0 {
+                *f = i32::try_from(v).map_err(|_| Error::new(Status::InvalidArgument, format!("parallel size {v} too large")))?;
+            }
+        }
+        Ok(Some(c))
+    }
+}
+
+fn config_ptr(c: &Option<sys::pstate_parallel_config_t>) -> *const sys::pstate_parallel_config_t {
+    c.as_ref().map_or(ptr::null(), |c| c as *const _)
+}
+
+/// One rank's parallel state (pstate_t).
+pub struct PState {
+    raw: NonNull<sys::pstate_t>,
+}
+
+// SAFETY: different pstate_t handles are independent and a handle may be driven from any thread,
+// one at a time. PState is not Sync (raw pointer), so `&PState` (and every Group) stays on one
+// thread.
+unsafe impl Send for PState {}
+
+impl PState {
+    /// init_distributed_environment: rendezvous with the other ranks; the world group is ready
+    /// when it returns. Collective; blocks up to the timeout.
+    pub fn init(opts: &InitOptions) -> Result<PState> {
+        let mut p = sys::pstate_init_params_init();
+        let int = |what: &str, v: Option<usize>| -> Result<i32> {
+            v.map_or(Ok(-1), |v| i32::try_from(v).map_err(|_| Error::new(Status::InvalidArgument, format!("{what} {v} too large"))))
+        };
+        p.world_size = int("world_size", opts.world_size)?;
+        p.rank = int("rank", opts.rank)?;
+        p.local_rank = int("local_rank", opts.local_rank)?;
+        p.device_ordinal = int("device_ordinal", opts.device_ordinal)?;
+        p.device = sys::pstate_device_t(opts.device as u32);
+        if let Some(t) = opts.timeout {
+            p.timeout_ms = i64::try_from(t.as_millis()).unwrap_or(i64::MAX).max(1);
+        }
+        let init_method = cstring("init_method", &opts.init_method)?;
+        let job_token = cstring("job_token", &opts.job_token)?;
+        let ifname = cstring("socket_ifname", &opts.socket_ifname)?;
+        p.init_method = init_method.as_ref().map_or(ptr::null(), |s| s.as_ptr());
+        p.job_token = job_token.as_ref().map_or(ptr::null(), |s| s.as_ptr());
+        p.socket_ifname = ifname.as_ref().map_or(ptr::null(), |s| s.as_ptr());
+        let mut out = ptr::null_mut();
+        check(unsafe { sys::pstate_init(&p, &mut out) })?;
+        NonNull::new(out).map(|raw| PState { raw }).ok_or_else(|| Error::new(Status::Internal, "pstate_init returned NULL"))
+    }
+
+    /// The raw handle, for calls this crate does not wrap.
+    pub fn as_raw(&self) -> *mut sys::pstate_t {
+        self.raw.as_ptr()
+    }
+
+    /// Cuts the world into SGLang's groups (collective over the world).
+    pub fn initialize_model_parallel(&mut self, cfg: &ParallelConfig) -> Result<()> {
+        let c = cfg.to_c()?;
+        check(unsafe { sys::pstate_initialize_model_parallel(self.as_raw(), config_ptr(&c)) })
+    }
+
+    pub fn model_parallel_is_initialized(&self) -> bool {
+        unsafe { sys::pstate_model_parallel_is_initialized(self.as_raw()) != 0 }
+    }
+
+    /// Drops the model-parallel groups (no Group may be alive: they borrow the PState).
+    pub fn destroy_model_parallel(&mut self) -> Result<()> {
+        check(unsafe { sys::pstate_destroy_model_parallel(self.as_raw()) })
+    }
+
+    /// The group of kind containing this rank.
+    pub fn group(&self, kind: GroupKind) -> Result<Group<'_>> {
+        let mut g = ptr::null_mut();
+        check(unsafe { sys::pstate_get_group(self.as_raw(), kind.raw(), &mut g) })?;
+        let raw = NonNull::new(g).ok_or_else(|| Error::new(Status::Internal, "pstate_get_group returned NULL"))?;
+        let mut info = sys::pstate_group_info_init();
+        check(unsafe { sys::pstate_group_info(raw.as_ptr(), &mut info) })?;
+        Ok(Group { raw, info: GroupInfo::from_c(kind, &info), _ps: PhantomData })
+    }
+
+    /// The world group.
+    pub fn world(&self) -> Result<Group<'_>> {
+        self.group(GroupKind::World)
+    }
+
+    /// tensor_model_parallel_all_reduce: in place on the TP group.
+    pub fn tp_all_reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
+        check(unsafe {
+            sys::pstate_tp_allreduce(self.as_raw(), buf.as_mut_ptr().cast(), buf.len(), T::DTYPE.raw(), op.raw(), ptr::null_mut())
+        })
+    }
+
+    /// tensor_model_parallel_all_gather: recv (tp size * send.len()) = every TP rank's send.
+    pub fn tp_all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        let tp = self.group(GroupKind::Tp)?;
+        need("recv", recv.len(), send.len() * tp.world_size())?;
+        check(unsafe {
+            sys::pstate_tp_allgather(self.as_raw(), send.as_ptr().cast(), recv.as_mut_ptr().cast(), send.len(), T::DTYPE.raw(), ptr::null_mut())
+        })
+    }
+
+    /// SGLang's graph_capture(): every group in capture mode until the guard is dropped (or
+    /// ended). CUDA contexts only (Status::Unsupported on CPU). stream null: pstate makes one.
+    pub fn graph_capture(&self, stream: *mut c_void) -> Result<GraphCapture<'_>> {
+        let mut capture_stream = ptr::null_mut();
+        check(unsafe { sys::pstate_graph_capture_begin(self.as_raw(), stream, &mut capture_stream) })?;
+        Ok(GraphCapture { ps: self, stream: capture_stream, ended: false })
+    }
+
+    /// Graceful teardown (waits for peers up to the timeout); always frees the state.
+    pub fn finalize(self) -> Result<()> {
+        let raw = self.raw;
+        std::mem::forget(self);
+        check(unsafe { sys::pstate_finalize(raw.as_ptr()) })
+    }
+
+    /// Local teardown that never blocks on peers (after PeerLost / Timeout).
+    pub fn abort(self) -> Result<()> {
+        let raw = self.raw;
+        std::mem::forget(self);
+        check(unsafe { sys::pstate_abort(raw.as_ptr()) })
+    }
+}
+
+impl Drop for PState {
+    /// Finalizes; aborts instead while the thread is panicking (peers may be gone).
+    fn drop(&mut self) {
+        unsafe {
+            if std::thread::panicking() {
+                sys::pstate_abort(self.raw.as_ptr());
+            } else {
+                sys::pstate_finalize(self.raw.as_ptr());
+            }
+        }
+    }
+}
+
+/// An open graph capture; leaves capture mode when dropped.
+pub struct GraphCapture<'ps> {
+    ps: &'ps PState,
+    stream: *mut c_void,
+    ended: bool,
+}
+
+impl GraphCapture<'_> {
+    /// The cudaStream_t to capture on.
+    pub fn stream(&self) -> *mut c_void {
+        self.stream
+    }
+
+    /// Leaves capture mode, reporting its error (Drop ignores it).
+    pub fn end(mut self) -> Result<()> {
+        self.ended = true;
+        check(unsafe { sys::pstate_graph_capture_end(self.ps.as_raw()) })
+    }
+}
+
+impl Drop for GraphCapture<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            unsafe { sys::pstate_graph_capture_end(self.ps.as_raw()) };
+        }
+    }
+}
+
+/// pstate_group_info_t: SGLang's GroupCoordinator properties as seen from this rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupInfo {
+    pub kind: GroupKind,
+    /// "<kind>:<index among its kind>", e.g. "tp:0"
+    pub name: String,
+    pub rank: usize,
+    pub rank_in_group: usize,
+    pub world_size: usize,
+    pub local_rank: usize,
+    pub first_rank: usize,
+    pub last_rank: usize,
+    pub next_rank: usize,
+    pub prev_rank: usize,
+}
+
+impl GroupInfo {
+    fn from_c(kind: GroupKind, c: &sys::pstate_group_info_t) -> GroupInfo {
+        let u = |v: i32| usize::try_from(v).unwrap_or(usize::MAX);
+        let name = unsafe { CStr::from_ptr(c.name.as_ptr()) }.to_string_lossy().into_owned();
+        GroupInfo {
+            kind,
+            name,
+            rank: u(c.rank),
+            rank_in_group: u(c.rank_in_group),
+            world_size: u(c.world_size),
+            local_rank: u(c.local_rank),
+            first_rank: u(c.first_rank),
+            last_rank: u(c.last_rank),
+            next_rank: u(c.next_rank),
+            prev_rank: u(c.prev_rank),
+        }
+    }
+}
+
+fn need(name: &str, have: usize, want: usize) -> Result<()> {
+    if have < want {
+        return Err(Error::new(Status::InvalidArgument, format!("{name} holds {have} elements, the operation needs {want}")));
+    }
+    Ok(())
+}
+
+/// Bytes an object call returned; freed with pstate_bytes_free.
+struct Bytes(sys::pstate_bytes_t);
+
+impl Bytes {
+    fn new() -> Bytes {
+        Bytes(sys::pstate_bytes_t { data: ptr::null_mut(), size: 0 })
+    }
+    fn as_slice(&self) -> &[u8] {
+        if self.0.data.is_null() {
+            return &[];
+        }
+        unsafe { std::slice::from_raw_parts(self.0.data as *const u8, self.0.size) }
+    }
+}
+
+impl Drop for Bytes {
+    fn drop(&mut self) {
+        unsafe { sys::pstate_bytes_free(&mut self.0) };
+    }
+}
+
+/// One group of a PState; ranks passed to its operations are ranks in the group.
+pub struct Group<'ps> {
+    raw: NonNull<sys::pstate_group_t>,
+    info: GroupInfo,
+    _ps: PhantomData<&'ps PState>,
+}
+
+impl<'ps> Group<'ps> {
+    fn g(&self) -> *mut sys::pstate_group_t {
+        self.raw.as_ptr()
+    }
+
+    pub fn info(&self) -> &GroupInfo {
+        &self.info
+    }
+    pub fn kind(&self) -> GroupKind {
+        self.info.kind
+    }
+    pub fn name(&self) -> &str {
+        &self.info.name
+    }
+    pub fn rank_in_group(&self) -> usize {
+        self.info.rank_in_group
+    }
+    pub fn world_size(&self) -> usize {
+        self.info.world_size
+    }
+
+    /// Global ranks of the group in group order.
+    pub fn ranks(&self) -> Result<Vec<usize>> {
+        let mut ranks = vec![0i32; self.world_size()];
+        let mut n = 0usize;
+        check(unsafe { sys::pstate_group_ranks(self.g(), ranks.as_mut_ptr(), ranks.len(), &mut n) })?;
+        Ok(ranks[..n].iter().map(|&r| r as usize).collect())
+    }
+
+    /// SGLang's in_the_same_node_as: whether each group rank shares a host with `source`.
+    pub fn same_node(&self, source: usize) -> Result<Vec<bool>> {
+        let mut flags = vec![0i32; self.world_size()];
+        check(unsafe { sys::pstate_group_same_node(self.g(), rank_arg("source", source)?, flags.as_mut_ptr(), flags.len()) })?;
+        Ok(flags.into_iter().map(|f| f != 0).collect())
+    }
+
+    /// buf[i] = op over the group of buf[i], in place.
+    pub fn all_reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
+        let p = buf.as_mut_ptr();
+        check(unsafe { sys::pstate_all_reduce(self.g(), p.cast(), p.cast(), buf.len(), T::DTYPE.raw(), op.raw(), ptr::null_mut()) })
+    }
+
+    /// recv[i] = op over the group of send[i].
+    pub fn all_reduce_into<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
+        need("recv", recv.len(), send.len())?;
+        check(unsafe {
+            sys::pstate_all_reduce(self.g(), send.as_ptr().cast(), recv.as_mut_ptr().cast(), send.len(), T::DTYPE.raw(), op.raw(), ptr::null_mut())
+        })
+    }
+
+    /// recv (world_size * send.len()) = every rank's send in group-rank order.
+    pub fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        need("recv", recv.len(), send.len() * self.world_size())?;
+        check(unsafe {
+            sys::pstate_all_gather(self.g(), send.as_ptr().cast(), recv.as_mut_ptr().cast(), send.len(), T::DTYPE.raw(), ptr::null_mut())
+        })
+    }
+
+    /// send holds world_size blocks of recv.len(); this rank receives block rank_in_group of
+    /// their reduction.
+    pub fn reduce_scatter<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
+        need("send", send.len(), recv.len() * self.world_size())?;
+        check(unsafe {
+            sys::pstate_reduce_scatter(self.g(), send.as_ptr().cast(), recv.as_mut_ptr().cast(), recv.len(), T::DTYPE.raw(), op.raw(), ptr::null_mut())
+        })
+    }
+
+    /// buf of group rank src copied into buf on every rank.
+    pub fn broadcast<T: Element>(&self, buf: &mut [T], src: usize) -> Result<()> {
+        check(unsafe {
+            sys::pstate_broadcast(self.g(), buf.as_mut_ptr().cast(), buf.len(), T::DTYPE.raw(), rank_arg("src", src)?, ptr::null_mut())
+        })
+    }
+
+    /// On group rank dst, recv (world_size * send.len()) = every rank's send in rank order;
+    /// recv must be Some there and is ignored elsewhere.
+    pub fn gather<T: Element>(&self, send: &[T], recv: Option<&mut [T]>, dst: usize) -> Result<()> {
+        let dst_i = rank_arg("dst", dst)?;
+        let recv_ptr = match recv {
+            Some(r) => {
+                need("recv", r.len(), send.len() * self.world_size())?;
+                r.as_mut_ptr().cast()
+            }
+            None if self.rank_in_group() == dst => {
+                return Err(Error::new(Status::InvalidArgument, "gather: the destination rank needs a recv buffer"))
+            }
+            None => ptr::null_mut(),
+        };
+        check(unsafe { sys::pstate_gather(self.g(), send.as_ptr().cast(), recv_ptr, send.len(), T::DTYPE.raw(), dst_i, ptr::null_mut()) })
+    }
+
+    /// Block j of send goes to group rank j; block i of recv came from rank i.
+    pub fn all_to_all<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        let n = self.world_size().max(1);
+        if send.len() % n != 0 {
+            return Err(Error::new(Status::InvalidArgument, format!("all_to_all: send holds {} elements, not a multiple of {n}", send.len())));
+        }
+        need("recv", recv.len(), send.len())?;
+        check(unsafe {
+            sys::pstate_all_to_all(self.g(), send.as_ptr().cast(), recv.as_mut_ptr().cast(), send.len() / n, T::DTYPE.raw(), ptr::null_mut())
+        })
+    }
+
+    /// Sends buf to group rank dst.
+    pub fn send<T: Element>(&self, buf: &[T], dst: usize) -> Result<()> {
+        check(unsafe { sys::pstate_send(self.g(), buf.as_ptr().cast(), buf.len(), T::DTYPE.raw(), rank_arg("dst", dst)?, ptr::null_mut()) })
+    }
+
+    /// Receives exactly buf.len() elements from group rank src.
+    pub fn recv<T: Element>(&self, buf: &mut [T], src: usize) -> Result<()> {
+        check(unsafe { sys::pstate_recv(self.g(), buf.as_mut_ptr().cast(), buf.len(), T::DTYPE.raw(), rank_arg("src", src)?, ptr::null_mut()) })
+    }
+
+    /// Returns once every rank of the group has entered it.
+    pub fn barrier(&self) -> Result<()> {
+        check(unsafe { sys::pstate_barrier(self.g()) })
+    }
+
+    /// data of group rank src on every rank (other ranks' data is ignored).
+    pub fn broadcast_object(&self, data: &[u8], src: usize) -> Result<Vec<u8>> {
+        let mut out = Bytes::new();
+        check(unsafe { sys::pstate_broadcast_object(self.g(), data.as_ptr().cast(), data.len(), rank_arg("src", src)?, &mut out.0) })?;
+        Ok(out.as_slice().to_vec())
+    }
+
+    /// Every rank's data, in group-rank order.
+    pub fn all_gather_object(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let mut out = Bytes::new();
+        let mut sizes = vec![0usize; self.world_size()];
+        check(unsafe { sys::pstate_all_gather_object(self.g(), data.as_ptr().cast(), data.len(), &mut out.0, sizes.as_mut_ptr(), sizes.len()) })?;
+        let all = out.as_slice();
+        let mut off = 0;
+        Ok(sizes
+            .iter()
+            .map(|&s| {
+                let part = all[off..off + s].to_vec();
+                off += s;
+                part
+            })
+            .collect())
+    }
+
+    /// Sends data to group rank dst; the receiver learns the size.
+    pub fn send_object(&self, data: &[u8], dst: usize) -> Result<()> {
+        check(unsafe { sys::pstate_send_object(self.g(), data.as_ptr().cast(), data.len(), rank_arg("dst", dst)?) })
+    }
+
+    /// The next object sent by group rank src.
+    pub fn recv_object(&self, src: usize) -> Result<Vec<u8>> {
+        let mut out = Bytes::new();
+        check(unsafe { sys::pstate_recv_object(self.g(), rank_arg("src", src)?, &mut out.0) })?;
+        Ok(out.as_slice().to_vec())
+    }
+
+    /// all_reduce on device memory (CUDA contexts), enqueued on stream (null: the context's).
+    ///
+    /// # Safety
+    /// send and recv must be device allocations of at least count elements of dtype that stay
+    /// valid until the operation completes on stream.
+    pub unsafe fn all_reduce_device(
+        &self,
+        send: *const c_void,
+        recv: *mut c_void,
+        count: usize,
+        dtype: DType,
+        op: ReduceOp,
+        stream: *mut c_void,
+    ) -> Result<()> {
+        check(sys::pstate_all_reduce(self.g(), send, recv, count, dtype.raw(), op.raw(), stream))
+    }
+}
+
+/// SGLang's rank layout for a world, computed locally (no communication). Thread-safe.
+pub struct Layout {
+    raw: NonNull<sys::pstate_layout_t>,
+    world_size: usize,
+}
+
+// SAFETY: the layout functions are thread-safe (pstate.h: functions without a pstate_t handle).
+unsafe impl Send for Layout {}
+unsafe impl Sync for Layout {}
+
+impl Layout {
+    /// The groups SGLang's initialize_model_parallel builds for world_size ranks.
+    pub fn new(world_size: usize, cfg: &ParallelConfig) -> Result<Layout> {
+        let world = i32::try_from(world_size).map_err(|_| Error::new(Status::InvalidArgument, "world_size too large"))?;
+        let c = cfg.to_c()?;
+        let mut out = ptr::null_mut();
+        check(unsafe { sys::pstate_layout_create(world, config_ptr(&c), &mut out) })?;
+        let raw = NonNull::new(out).ok_or_else(|| Error::new(Status::Internal, "pstate_layout_create returned NULL"))?;
+        Ok(Layout { raw, world_size })
+    }
+
+    /// Number of groups of kind (0 when the layout has none).
+    pub fn group_count(&self, kind: GroupKind) -> Result<usize> {
+        let mut n = 0;
+        check(unsafe { sys::pstate_layout_group_count(self.raw.as_ptr(), kind.raw(), &mut n) })?;
+        Ok(n)
+    }
+
+    /// Global ranks of group index of kind, ascending.
+    pub fn group_ranks(&self, kind: GroupKind, index: usize) -> Result<Vec<usize>> {
+        let mut ranks = vec![0i32; self.world_size];
+        let mut n = 0;
+        check(unsafe { sys::pstate_layout_group_ranks(self.raw.as_ptr(), kind.raw(), index, ranks.as_mut_ptr(), ranks.len(), &mut n) })?;
+        Ok(ranks[..n].iter().map(|&r| r as usize).collect())
+    }
+
+    /// Index of the group of kind containing global rank.
+    pub fn group_of(&self, kind: GroupKind, rank: usize) -> Result<usize> {
+        let mut idx = 0;
+        check(unsafe { sys::pstate_layout_group_of(self.raw.as_ptr(), kind.raw(), rank_arg("rank", rank)?, &mut idx) })?;
+        Ok(idx)
+    }
+
+    /// Every group of kind, in SGLang's order.
+    pub fn groups(&self, kind: GroupKind) -> Result<Vec<Vec<usize>>> {
+        (0..self.group_count(kind)?).map(|i| self.group_ranks(kind, i)).collect()
+    }
+}
+
+impl Drop for Layout {
+    fn drop(&mut self) {
+        unsafe { sys::pstate_layout_destroy(self.raw.as_ptr()) };
+    }
+}

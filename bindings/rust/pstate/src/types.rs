@@ -1,0 +1,141 @@
+//! The enumerations of pstate.h and the element types slices may hold.
+use pstate_sys as sys;
+
+/// pstate_dtype_t (values equal NCCL's ncclDataType_t).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    Int8,
+    Uint8,
+    Int32,
+    Uint32,
+    Int64,
+    Uint64,
+    Float16,
+    Float32,
+    Float64,
+    BFloat16,
+    /// move-only on CPU: reductions return Status::Unsupported
+    Fp8E4M3,
+    /// move-only on CPU: reductions return Status::Unsupported
+    Fp8E5M2,
+}
+
+impl DType {
+    pub(crate) fn raw(self) -> sys::pstate_dtype_t {
+        sys::pstate_dtype_t(self as u32)
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        unsafe { sys::pstate_dtype_size(self.raw()) }
+    }
+}
+
+/// pstate_reduce_op_t. Avg is Sum divided by the group size (truncating for integers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    Sum,
+    Prod,
+    Max,
+    Min,
+    Avg,
+}
+
+impl ReduceOp {
+    pub(crate) fn raw(self) -> sys::pstate_reduce_op_t {
+        sys::pstate_reduce_op_t(self as u32)
+    }
+}
+
+/// pstate_device_t.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Device {
+    #[default]
+    Cpu,
+    Cuda,
+}
+
+/// pstate_group_kind_t: the groups of SGLang's parallel_state.py.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GroupKind {
+    World,
+    Tp,
+    Pp,
+    AttnTp,
+    AttnCp,
+    MoeEp,
+    MoeTp,
+    MoeDp,
+    Dcp,
+    SharedExpertsTp,
+    SelfPp,
+}
+
+impl GroupKind {
+    pub(crate) fn raw(self) -> sys::pstate_group_kind_t {
+        sys::pstate_group_kind_t(self as u32)
+    }
+
+    /// Every kind, in pstate.h order.
+    pub const ALL: [GroupKind; 11] = [
+        GroupKind::World,
+        GroupKind::Tp,
+        GroupKind::Pp,
+        GroupKind::AttnTp,
+        GroupKind::AttnCp,
+        GroupKind::MoeEp,
+        GroupKind::MoeTp,
+        GroupKind::MoeDp,
+        GroupKind::Dcp,
+        GroupKind::SharedExpertsTp,
+        GroupKind::SelfPp,
+    ];
+
+    /// The library's name ("tp").
+    pub fn name(self) -> &'static str {
+        let p = unsafe { sys::pstate_group_kind_name(self.raw()) };
+        unsafe { std::ffi::CStr::from_ptr(p) }.to_str().unwrap_or("?")
+    }
+}
+
+/// An IEEE float16 element (bit pattern).
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct F16(pub u16);
+
+/// A bfloat16 element (bit pattern: the high half of an f32).
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Bf16(pub u16);
+
+impl Bf16 {
+    /// Truncating conversion (exact for values with 8 significant bits).
+    pub fn from_f32(v: f32) -> Bf16 {
+        Bf16((v.to_bits() >> 16) as u16)
+    }
+    pub fn to_f32(self) -> f32 {
+        f32::from_bits((self.0 as u32) << 16)
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A type slices passed to collectives may hold. Sealed: implemented for exactly the C dtypes.
+///
+/// # Safety
+/// Implementors are plain data of DTYPE's size with no invalid bit patterns (the library writes
+/// arbitrary bytes of that dtype into them).
+pub unsafe trait Element: Copy + Send + Sync + 'static + sealed::Sealed {
+    const DTYPE: DType;
+}
+
+macro_rules! element {
+    ($($t:ty => $d:ident),* $(,)?) => {$(
+        impl sealed::Sealed for $t {}
+        unsafe impl Element for $t { const DTYPE: DType = DType::$d; }
+    )*};
+}
+element!(i8 => Int8, u8 => Uint8, i32 => Int32, u32 => Uint32, i64 => Int64, u64 => Uint64,
+         f32 => Float32, f64 => Float64, F16 => Float16, Bf16 => BFloat16);

@@ -1,0 +1,58 @@
+//! Layout, enums and error mapping without communication: pstate::Layout against an independent
+//! computation of SGLang's TP x PP formulas.
+use pstate::{DType, GroupKind, Layout, ParallelConfig, Status};
+
+fn sglang_tp_pp(world: usize, tp: usize) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
+    let tp_groups = (0..world / tp).map(|i| (i * tp..(i + 1) * tp).collect()).collect();
+    let pp_groups = (0..tp).map(|i| (i..world).step_by(tp).collect()).collect();
+    (tp_groups, pp_groups)
+}
+
+#[test]
+fn layout_tp_pp_groups_match_sglang() {
+    for (world, tp, pp) in [(8, 4, 2), (8, 2, 4), (4, 2, 2), (6, 3, 2), (1, 1, 1)] {
+        let cfg = ParallelConfig { tensor_parallel: tp, pipeline_parallel: pp, ..Default::default() };
+        let l = Layout::new(world, &cfg).unwrap();
+        let (want_tp, want_pp) = sglang_tp_pp(world, tp);
+        assert_eq!(l.groups(GroupKind::Tp).unwrap(), want_tp, "world {world} tp {tp}");
+        assert_eq!(l.groups(GroupKind::Pp).unwrap(), want_pp, "world {world} tp {tp}");
+        for r in 0..world {
+            assert_eq!(l.group_of(GroupKind::Tp, r).unwrap(), r / tp);
+        }
+    }
+}
+
+#[test]
+fn layout_rejects_world_not_tp_times_pp_with_library_text() {
+    let err = Layout::new(6, &ParallelConfig { tensor_parallel: 4, ..Default::default() }).err().unwrap();
+    assert_eq!(err.status, Status::InvalidArgument);
+    assert!(err.detail.contains("tp x pp"), "{err}");
+    assert!(err.to_string().starts_with("PSTATE_ERR_INVALID_ARGUMENT: "), "{err}");
+}
+
+#[test]
+fn layout_is_shared_across_threads() {
+    let l = std::sync::Arc::new(Layout::new(8, &ParallelConfig { tensor_parallel: 8, expert_parallel: 4, ..Default::default() }).unwrap());
+    let handles: Vec<_> = (0..2)
+        .map(|_| {
+            let l = l.clone();
+            std::thread::spawn(move || l.groups(GroupKind::MoeEp).unwrap())
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().unwrap(), vec![vec![0, 2, 4, 6], vec![1, 3, 5, 7]]);
+    }
+}
+
+#[test]
+fn dtype_sizes_and_names_come_from_the_library() {
+    assert_eq!(DType::Float32.size(), 4);
+    assert_eq!(DType::BFloat16.size(), 2);
+    assert_eq!(DType::Fp8E5M2.size(), 1);
+    assert_eq!(GroupKind::SharedExpertsTp.name(), "shared_experts_tp");
+    assert_eq!(Status::Timeout.name(), "PSTATE_ERR_TIMEOUT");
+    assert_eq!(Status::from_raw(6), Some(Status::PeerLost));
+    assert_eq!(Status::from_raw(0), None);
+    assert_eq!(Status::from_raw(99), Some(Status::Unknown(99)));
+    assert_eq!(pstate::library_version(), 100);
+}

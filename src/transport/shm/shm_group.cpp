@@ -1,0 +1,268 @@
+// shm_group.cpp — ShmGroup set-up, segment layout, step synchronization, argument checks, and
+// the public entry points that pick the protocol by size (algorithms in shm_group_inline.cpp and
+// shm_group_staged.cpp; overview in shm_group.hpp).
+//
+// Segment payload layout (every part page-aligned):
+//   controls: size() blocks of kControlStride bytes (one rank's counters; no two ranks write the
+//             same cache line, and the adjacent-line prefetcher does not pair two ranks' lines)
+//   inline  : size() * inline_depth slots of inline_lines 64-byte lines
+//   areas   : size() * pipeline_depth staging areas of area_bytes_
+#include "transport/shm/shm_group.hpp"
+
+#include "reduce/reduce.hpp"
+#include "transport/shm/shm_group_layout.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace pstate::shm {
+namespace {
+
+constexpr size_t kPage = 4096;
+constexpr uint64_t kLayoutVersion = 2;
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+uint64_t mix(uint64_t h, uint64_t v) { return h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2)); }
+
+}  // namespace
+
+ShmGroup::ShmGroup(const std::string &name, int rank, int size, const Deadline &deadline, ShmGroupOptions options)
+    : rank_(rank),
+      size_(size),
+      options_(std::move(options)),
+      waiter_(resolve_wait_options(options_.wait, size), options_.liveness) {
+  if (size < 1 || rank < 0 || rank >= size)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, options_.label, ": rank ", rank, " out of range for ", size, " ranks");
+  depth_ = std::clamp(options_.pipeline_depth, 2, 64);
+  crowded_ = oversubscribed(size);
+  options_.inline_depth = std::clamp(options_.inline_depth, 2, 256);
+  options_.inline_bytes = std::min<size_t>(options_.inline_bytes, 1 << 20);
+  inline_lines_ = std::max<size_t>(1, (options_.inline_bytes + kLineData - 1) / kLineData);
+  area_bytes_ = round_up(std::max({options_.chunk_bytes, size_t{64} * static_cast<size_t>(size), kPage}), kPage);
+  const auto ranks = static_cast<size_t>(size);
+  const size_t control_bytes = round_up(kControlStride * ranks, kPage);
+  const size_t inline_total = round_up(ranks * options_.inline_depth * inline_lines_ * sizeof(Line), kPage);
+  const size_t area_total = area_bytes_ * static_cast<size_t>(depth_) * ranks;
+
+  ShmSegment::Params params;
+  params.name = name;
+  params.label = options_.label;
+  params.rank = rank;
+  params.size = size;
+  params.creator = 0;
+  params.payload_bytes = control_bytes + inline_total + area_total;
+  params.layout_tag = kLayoutVersion;
+  for (uint64_t v : {uint64_t{area_bytes_}, uint64_t(depth_), uint64_t{options_.small_bytes},
+                     uint64_t{options_.inline_bytes}, uint64_t(options_.inline_depth), uint64_t(size),
+                     uint64_t{options_.stream_bytes}, uint64_t{options_.min_step_bytes}})
+    params.layout_tag = mix(params.layout_tag, v);
+  params.attach_flags = options_.wait.asymmetric_fences && register_for_asymmetric_fences()
+                            ? 0
+                            : ShmSegment::kNoAsymmetricFence;
+  segment_ = std::make_unique<ShmSegment>(params, deadline, waiter_);
+  waiter_.set_light_notify((segment_->group_flags() & ShmSegment::kNoAsymmetricFence) == 0);
+  lay_out(segment_->payload(), control_bytes, inline_total);
+}
+
+ShmGroup::~ShmGroup() = default;
+
+void ShmGroup::lay_out(uint8_t *payload, size_t control_bytes, size_t inline_total) {
+  controls_ = payload;
+  inline_ = controls_ + control_bytes;
+  areas_ = inline_ + inline_total;
+  known_done_.assign(static_cast<size_t>(size_), 0);
+  scratch_.assign(static_cast<size_t>(size_) * options_.inline_bytes, 0);
+}
+
+// Private memory for one reduced slice (at most one area), 64-byte aligned; allocated on first use.
+uint8_t *ShmGroup::fold_buffer() {
+  if (fold_.empty()) fold_.assign(area_bytes_ + 64, 0);
+  auto p = reinterpret_cast<uintptr_t>(fold_.data());
+  return fold_.data() + ((64 - (p & 63)) & 63);
+}
+
+ShmGroup::Control &ShmGroup::control(int rank) const {
+  return *reinterpret_cast<Control *>(controls_ + kControlStride * static_cast<size_t>(rank));
+}
+
+uint8_t *ShmGroup::area(int rank, uint64_t step) const {
+  size_t index = static_cast<size_t>(rank) * static_cast<size_t>(depth_) + static_cast<size_t>(step % depth_);
+  return areas_ + index * area_bytes_;
+}
+
+// Where the data of `step` (footprint bytes, the same on every rank) lies in rank's area: the
+// offset turns each time the area comes round again, so a small step does not rewrite the lines
+// the peers read a few steps ago (they would still hold them, and taking lines back from another
+// core's cache is the slowest store there is) but lines last used long ago.
+uint8_t *ShmGroup::staging(int rank, uint64_t step, size_t footprint) const {
+  const size_t room = area_bytes_ - std::min(area_bytes_, round_up(footprint, 64));
+  const uint64_t turn = step / static_cast<uint64_t>(depth_);
+  const size_t offset = room == 0 ? 0 : (turn * round_up(footprint, 4096)) % (room + 1) / 64 * 64;
+  return area(rank, step) + offset;
+}
+
+ShmGroup::Line *ShmGroup::inline_line(int rank, uint64_t step, size_t index) const {
+  const auto depth = static_cast<size_t>(options_.inline_depth);
+  size_t slot = static_cast<size_t>(rank) * depth + static_cast<size_t>(step % depth);
+  return reinterpret_cast<Line *>(inline_) + slot * inline_lines_ + index;
+}
+
+// ---- synchronization --------------------------------------------------------------------------
+
+void ShmGroup::set_counter(Counter counter, uint64_t step) {
+  Control &mine = control(rank_);
+  (mine.*counter).store(step, std::memory_order_release);
+  waiter_.notify(mine.signal);
+}
+
+void ShmGroup::wait_counter(int peer, Counter counter, uint64_t step, const char *what, const Deadline &deadline) {
+  Control &theirs = control(peer);
+  waiter_.wait(
+      theirs.signal, [&] { return (theirs.*counter).load(std::memory_order_acquire) >= step; }, deadline, [&] {
+        return cat(options_.label, " rank ", rank_, ": ", current_op_, " (step ", step, "): waiting for rank ",
+                   peer, " ", what);
+      });
+}
+
+// Every peer has finished step `step` (it reads none of my memory of that step any more). The
+// last value seen is cached: with deep slots most calls touch no peer cache line at all.
+void ShmGroup::wait_done(uint64_t step, const Deadline &deadline) {
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_ || known_done_[p] >= step) continue;
+    wait_counter(p, &Control::done, step, "to finish reading an earlier step", deadline);
+    known_done_[p] = control(p).done.load(std::memory_order_acquire);
+  }
+}
+
+// I read nothing of step `step` any more; the group's step advances.
+void ShmGroup::finish_step(uint64_t step) {
+  set_counter(&Control::done, step);
+  step_ = step;
+}
+
+template <typename Body>
+void ShmGroup::run_guarded(const char *op, Body &&body) {
+  if (broken_)
+    throw_error(PSTATE_ERR_ABORTED, options_.label, " rank ", rank_, ": ", op,
+                " refused: an earlier shared-memory collective failed, peers are at unknown steps "
+                "(abort or finalize the context)");
+  current_op_ = op;
+  try {
+    body();
+  } catch (...) {
+    broken_ = true;
+    throw;
+  }
+}
+
+// ---- argument checks --------------------------------------------------------------------------
+
+size_t ShmGroup::checked_dtype_size(const char *op, pstate_dtype_t dtype, size_t count, size_t multiple) const {
+  size_t esize = dtype_size(dtype);
+  if (esize == 0)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, options_.label, ": ", op, ": invalid dtype ", static_cast<int>(dtype));
+  if (count > SIZE_MAX / esize / multiple)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, options_.label, ": ", op, ": count ", count, " overflows size_t");
+  return esize;
+}
+
+void ShmGroup::check_reduce(const char *op, pstate_dtype_t dtype, pstate_reduce_op_t op_kind) const {
+  if (op_kind < PSTATE_SUM || op_kind > PSTATE_AVG)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, options_.label, ": ", op, ": invalid reduce op ",
+                static_cast<int>(op_kind));
+  if (!is_reducible(dtype))
+    throw_error(PSTATE_ERR_UNSUPPORTED, options_.label, ": ", op, ": dtype ", static_cast<int>(dtype),
+                " cannot be reduced on CPU (fp8 is move-only; reduce in a wider type)");
+}
+
+void ShmGroup::check_buffers(const char *op, const void *send, const void *recv, size_t count) const {
+  if (count != 0 && (send == nullptr || recv == nullptr))
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, options_.label, ": ", op, ": ", send == nullptr ? "send" : "recv",
+                " is NULL with count ", count);
+}
+
+// ---- entry points: checks, trivial cases, protocol by size -------------------------------------
+
+void ShmGroup::all_reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op,
+                          const Deadline &deadline) {
+  const size_t esize = checked_dtype_size("all_reduce", dtype, count, 1);
+  check_reduce("all_reduce", dtype, op);
+  check_buffers("all_reduce", send, recv, count);
+  if (count == 0) return;
+  auto *in = static_cast<const uint8_t *>(send);
+  auto *out = static_cast<uint8_t *>(recv);
+  const size_t bytes = count * esize;
+  run_guarded("all_reduce", [&] {
+    if (size_ == 1) {
+      if (in != out) std::memmove(out, in, bytes);
+    } else if (bytes <= options_.inline_bytes) {
+      inline_all_reduce(in, out, count, esize, dtype, op, deadline);
+    } else if (bytes <= std::min(options_.small_bytes, area_bytes_)) {
+      staged_all_reduce_whole(in, out, count, esize, dtype, op, deadline);
+    } else {
+      staged_all_reduce(in, out, count, esize, dtype, op, deadline);
+    }
+  });
+}
+
+void ShmGroup::all_gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype,
+                          const Deadline &deadline) {
+  const size_t esize = checked_dtype_size("all_gather", dtype, send_count, static_cast<size_t>(size_));
+  check_buffers("all_gather", send, recv, send_count);
+  if (send_count == 0) return;
+  auto *in = static_cast<const uint8_t *>(send);
+  auto *out = static_cast<uint8_t *>(recv);
+  const size_t bytes = send_count * esize;
+  run_guarded("all_gather", [&] {
+    if (size_ == 1) {
+      if (in != out) std::memmove(out, in, bytes);
+    } else if (bytes <= options_.inline_bytes) {
+      inline_all_gather(in, out, bytes, deadline);
+    } else {
+      staged_all_gather(in, out, send_count, esize, deadline);
+    }
+  });
+}
+
+void ShmGroup::reduce_scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype,
+                              pstate_reduce_op_t op, const Deadline &deadline) {
+  const size_t esize = checked_dtype_size("reduce_scatter", dtype, recv_count, static_cast<size_t>(size_));
+  check_reduce("reduce_scatter", dtype, op);
+  check_buffers("reduce_scatter", send, recv, recv_count);
+  if (recv_count == 0) return;
+  auto *in = static_cast<const uint8_t *>(send);
+  auto *out = static_cast<uint8_t *>(recv);
+  run_guarded("reduce_scatter", [&] {
+    if (size_ == 1) {
+      if (in != out) std::memmove(out, in, recv_count * esize);
+    } else if (recv_count * esize * static_cast<size_t>(size_) <= options_.inline_bytes) {
+      inline_reduce_scatter(in, out, recv_count, esize, dtype, op, deadline);
+    } else {
+      staged_reduce_scatter(in, out, recv_count, esize, dtype, op, deadline);
+    }
+  });
+}
+
+void ShmGroup::broadcast(void *buf, size_t count, pstate_dtype_t dtype, int root, const Deadline &deadline) {
+  const size_t esize = checked_dtype_size("broadcast", dtype, count, 1);
+  check_buffers("broadcast", buf, buf, count);
+  if (root < 0 || root >= size_)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, options_.label, ": broadcast: root ", root, " out of range for ",
+                size_, " ranks");
+  if (count == 0 || size_ == 1) return;
+  auto *data = static_cast<uint8_t *>(buf);
+  run_guarded("broadcast", [&] {
+    if (count * esize <= options_.inline_bytes)
+      inline_broadcast(data, count * esize, root, deadline);
+    else
+      staged_broadcast(data, count, esize, root, deadline);
+  });
+}
+
+void ShmGroup::barrier(const Deadline &deadline) {
+  if (size_ == 1) return;
+  run_guarded("barrier", [&] { inline_barrier(deadline); });
+}
+
+}  // namespace pstate::shm

@@ -1,0 +1,199 @@
+// shm_group.hpp — collectives for a group whose ranks share a host, over one shared segment.
+//
+// Every rank owns, in the group's ShmSegment: a control block (three monotonically increasing
+// step counters: in, out, done; and a futex word), inline slots and staging areas. A collective
+// is a sequence of steps; the group's step counter advances the same way on every rank (every
+// rank makes the same calls). Every counter and flag is written only by its owner (release) and
+// read by peers (acquire): no locks, no shared read-modify-write on the fast path.
+//
+// Two protocols, chosen by size (the same choice on every rank):
+//  * inline (shm_group_inline.cpp), up to inline_bytes: the payload travels in 64-byte lines of
+//    56 data bytes plus the step number, written by the owner data first, step last, so a peer
+//    that sees the step in a line sees its data in the same cache-line transfer (NCCL's LL
+//    protocol, Open MPI's fast boxes). One hand-off per collective; all_reduce is folded by
+//    every rank over all inputs, in rank order 0..size-1, with the same kernels: the same bits
+//    everywhere. Slot s % inline_depth is rewritten only after every peer's done >= s - depth.
+//  * staged (shm_group_staged.cpp), above: steps of at most one staging area, pipelined over
+//    pipeline_depth areas; medium messages are cut into at least 4 steps (not below
+//    min_step_bytes, and not at all when ranks outnumber CPUs) so copy-in and copy-out overlap.
+//    Where in its area a step lands rotates, so stores rarely hit lines a peer still caches
+//    (see staging()). all_reduce is a reduce-scatter + all-gather inside the segment: each rank
+//    reduces one slice of each chunk from all ranks' inputs (in rank order) in private memory,
+//    stages it, and every rank copies all reduced slices out; each slice is reduced by exactly
+//    one rank, so the result has the same bits on every rank. all_reduce between inline_bytes
+//    and small_bytes folds whole inputs from the areas instead (one hand-off, as inline).
+//    Outputs of stream_bytes or more are written with non-temporal stores.
+//
+// Failures: every wait is bounded by the call's Deadline (PSTATE_ERR_TIMEOUT) and calls the
+// liveness check of the options (PSTATE_ERR_PEER_LOST). After any failure the group is broken and
+// every further call throws PSTATE_ERR_ABORTED (peers are at unknown steps). Reductions use
+// src/reduce/reduce.hpp; dtypes that cannot be reduced (fp8) give PSTATE_ERR_UNSUPPORTED.
+//
+// Threads: one thread drives a ShmGroup at a time; different ShmGroups are independent (N ranks
+// may be N threads of one process, each with its own ShmGroup on the same name).
+#pragma once
+
+#include "common/deadline.hpp"
+#include "transport/shm/shm_segment.hpp"
+#include "transport/shm/shm_wait.hpp"
+
+#include <pstate/pstate.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pstate::shm {
+
+struct ShmGroupOptions {
+  std::string label = "shm group";  // names the group in every message ("tp:0")
+  size_t inline_bytes = 2048;       // largest payload of the inline protocol (0 = never inline)
+  int inline_depth = 16;            // inline slots per rank (>= 2)
+  size_t small_bytes = 16 * 1024;   // all_reduce up to this size: fold whole inputs (one hand-off)
+  size_t chunk_bytes = 256 * 1024;  // bytes of one staging area (rounded up to a page)
+  int pipeline_depth = 8;           // staging areas per rank (>= 2)
+  size_t min_step_bytes = 8 * 1024; // medium messages are cut into steps down to this size
+  size_t stream_bytes = 8 << 20;    // staged outputs at least this large are written with
+                                    // non-temporal stores (they cannot stay in cache anyway)
+  size_t stage_stream_bytes = SIZE_MAX;  // copies into staging areas at least this large are
+                                         // non-temporal (measured slower here; see stage_copy)
+  WaitOptions wait;                 // spin/yield/futex policy (-1s resolved per machine)
+  std::function<void()> liveness;   // throws PSTATE_ERR_PEER_LOST when a peer is gone; may be empty
+};
+
+class ShmGroup {
+ public:
+  // Collective over the `size` ranks: rank 0 creates the segment `name` (see shm_segment.hpp for
+  // the protocol and naming rule), the others open it; returns when all attached and the name is
+  // already unlinked. Ranks must pass the same size and the same sizes/depths in options (they
+  // shape the segment; else PSTATE_ERR_MISMATCH); label, wait and liveness are per rank.
+  ShmGroup(const std::string &name, int rank, int size, const Deadline &deadline, ShmGroupOptions options = {});
+  ~ShmGroup();
+  ShmGroup(const ShmGroup &) = delete;
+  ShmGroup &operator=(const ShmGroup &) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string &label() const { return options_.label; }
+  // The pid of a group rank (recorded at attach): for liveness checks (pidfd_open).
+  pid_t peer_pid(int rank) const { return segment_->pid_of(rank); }
+  // Bytes of shared memory this group maps (header, controls, inline slots, staging areas).
+  size_t segment_bytes() const { return segment_->mapped_bytes(); }
+  // How often this rank's waits went past spinning, slept, and were woken by timeout.
+  const WaitStats &wait_stats() const { return waiter_.stats(); }
+  // True once every rank registered for membarrier-based asymmetric fences (see shm_wait.hpp).
+  bool asymmetric_fences() const { return waiter_.light_notify(); }
+  // True after a collective failed: every further call throws PSTATE_ERR_ABORTED.
+  bool broken() const { return broken_; }
+
+  // recv[i] = op over ranks of send[i]; send == recv is allowed (in place). AVG: sum, then one
+  // division by size() (integers truncate).
+  void all_reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op,
+                  const Deadline &deadline);
+  // recv[r * send_count + i] = send of rank r [i]; send may be recv + rank() * send_count.
+  void all_gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, const Deadline &deadline);
+  // recv[i] = op over ranks of their send[rank() * recv_count + i]; recv may be send or
+  // send + rank() * recv_count (the MPI and NCCL in-place forms).
+  void reduce_scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, pstate_reduce_op_t op,
+                      const Deadline &deadline);
+  // buf of every rank = buf of rank root.
+  void broadcast(void *buf, size_t count, pstate_dtype_t dtype, int root, const Deadline &deadline);
+  void barrier(const Deadline &deadline);
+
+  // In-segment layout types (public so their sizes can be checked at compile time).
+  struct Control;  // one rank's step counters and futex word
+  struct Line;     // one inline line: 56 payload bytes and the step that wrote them
+
+ private:
+  struct Span {  // a piece of a buffer, in elements
+    size_t offset;
+    size_t count;
+  };
+  using Counter = std::atomic<uint64_t> Control::*;
+
+  // ---- set-up and layout (shm_group.cpp)
+  void lay_out(uint8_t *payload, size_t control_bytes, size_t inline_total);
+  Control &control(int rank) const;
+  uint8_t *area(int rank, uint64_t step) const;
+  uint8_t *staging(int rank, uint64_t step, size_t footprint) const;
+  Line *inline_line(int rank, uint64_t step, size_t index) const;
+  uint8_t *scratch(int rank) { return scratch_.data() + static_cast<size_t>(rank) * options_.inline_bytes; }
+
+  // ---- synchronization (shm_group.cpp)
+  void set_counter(Counter counter, uint64_t step);
+  void wait_counter(int peer, Counter counter, uint64_t step, const char *what, const Deadline &deadline);
+  void wait_done(uint64_t step, const Deadline &deadline);
+  void finish_step(uint64_t step);
+  template <typename Body>
+  void run_guarded(const char *op, Body &&body);
+  size_t checked_dtype_size(const char *op, pstate_dtype_t dtype, size_t count, size_t multiple) const;
+  void check_reduce(const char *op, pstate_dtype_t dtype, pstate_reduce_op_t op_kind) const;
+  void check_buffers(const char *op, const void *send, const void *recv, size_t count) const;
+
+  // ---- inline protocol (shm_group_inline.cpp)
+  void inline_publish(uint64_t step, const uint8_t *src, size_t bytes, const Deadline &deadline);
+  void inline_fetch(int peer, uint64_t step, size_t offset, size_t bytes, uint8_t *dst, const Deadline &deadline);
+  const uint8_t *inline_input(int peer, uint64_t step, size_t offset, size_t bytes, const Deadline &deadline);
+  void inline_all_reduce(const uint8_t *send, uint8_t *recv, size_t count, size_t esize, pstate_dtype_t dtype,
+                         pstate_reduce_op_t op, const Deadline &deadline);
+  void inline_all_gather(const uint8_t *send, uint8_t *recv, size_t bytes, const Deadline &deadline);
+  void inline_reduce_scatter(const uint8_t *send, uint8_t *recv, size_t recv_count, size_t esize,
+                             pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline);
+  void inline_broadcast(uint8_t *buf, size_t bytes, int root, const Deadline &deadline);
+  void inline_barrier(const Deadline &deadline);
+
+  // ---- staged protocol (shm_group_staged.cpp)
+  size_t slice_elems(size_t count, size_t esize) const;
+  Span slice(size_t count, int j, size_t esize) const;
+  size_t rs_stride(size_t esize) const;
+  size_t step_elems(size_t count, size_t capacity, size_t esize) const;
+  void staged_all_reduce_whole(const uint8_t *send, uint8_t *recv, size_t count, size_t esize, pstate_dtype_t dtype,
+                               pstate_reduce_op_t op, const Deadline &deadline);
+  void staged_all_reduce(const uint8_t *send, uint8_t *recv, size_t count, size_t esize, pstate_dtype_t dtype,
+                         pstate_reduce_op_t op, const Deadline &deadline);
+  void ar_publish(uint64_t step, const uint8_t *send, Span chunk, size_t esize, const Deadline &deadline);
+  void ar_reduce(uint64_t step, const uint8_t *send, uint8_t *recv, Span chunk, size_t esize, pstate_dtype_t dtype,
+                 pstate_reduce_op_t op, const Deadline &deadline);
+  void ar_gather(uint64_t step, uint8_t *recv, Span chunk, size_t esize, const Deadline &deadline);
+  void staged_all_gather(const uint8_t *send, uint8_t *recv, size_t send_count, size_t esize,
+                         const Deadline &deadline);
+  void ag_publish(uint64_t step, const uint8_t *send, Span piece, size_t esize, const Deadline &deadline);
+  void ag_gather(uint64_t step, const uint8_t *send, uint8_t *recv, size_t send_count, Span piece, size_t esize,
+                 const Deadline &deadline);
+  void staged_reduce_scatter(const uint8_t *send, uint8_t *recv, size_t recv_count, size_t esize,
+                             pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline);
+  void rs_publish(uint64_t step, const uint8_t *send, size_t recv_count, Span piece, size_t esize, bool stage_own,
+                  const Deadline &deadline);
+  void rs_reduce(uint64_t step, const uint8_t *send, uint8_t *recv, size_t recv_count, Span piece, size_t esize,
+                 bool own_staged, pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline);
+  void staged_broadcast(uint8_t *buf, size_t count, size_t esize, int root, const Deadline &deadline);
+  void copy_out(uint8_t *dst, const uint8_t *src, size_t bytes) const;
+  void stage_copy(uint8_t *dst, const uint8_t *src, size_t bytes) const;
+  uint8_t *fold_buffer();
+
+  int rank_;
+  int size_;
+  ShmGroupOptions options_;
+  size_t area_bytes_ = 0;
+  int depth_ = 0;
+  size_t inline_lines_ = 0;  // lines of one inline slot
+  bool crowded_ = false;     // more ranks than CPUs: no pipelining split (every hand-off costs a switch)
+  ShmWaiter waiter_;
+  std::unique_ptr<ShmSegment> segment_;
+  uint8_t *controls_ = nullptr;
+  uint8_t *inline_ = nullptr;
+  uint8_t *areas_ = nullptr;
+  std::vector<uint64_t> known_done_;  // the last done value read from each peer (saves misses)
+  std::vector<uint8_t> scratch_;      // size() * inline_bytes: contiguous copies of inline inputs
+  std::vector<uint8_t> fold_;         // private result of one staged all_reduce slice (+ alignment)
+  uint64_t step_ = 0;                 // last step this rank completed; the same on every rank between calls
+  bool broken_ = false;
+  bool stream_out_ = false;  // the current staged collective writes its output non-temporally
+  const char *current_op_ = "";
+};
+
+}  // namespace pstate::shm

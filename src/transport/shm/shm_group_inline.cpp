@@ -1,0 +1,151 @@
+// shm_group_inline.cpp — small collectives in one hand-off: the inline (flagged-line) protocol.
+//
+// The protocol: at step s a rank publishes a payload into its inline slot s % inline_depth, a
+// run of 64-byte lines each holding 56 payload bytes and, stored last with release semantics,
+// the step s. A peer waits for the step in each line it needs (acquire) and then reads that
+// line's bytes: data and flag arrive in the same cache-line transfer, so a collective costs
+// about one cache-miss latency instead of a flag miss plus a data miss per hand-off. Before
+// rewriting slot s % depth at step s, the owner waits until every peer's done >= s - depth
+// (usually known already, see wait_done); every rank stores done = s once it has read
+// everything it needs of step s.
+//
+// The algorithms then need no second phase:
+//   all_reduce     everyone publishes its input; every rank folds all inputs in rank order
+//                  0..size-1 (the same kernels on the same bytes: the same bits on every rank);
+//   all_gather     everyone publishes its block; every rank copies every block out;
+//   reduce_scatter everyone publishes its whole input; rank r folds everyone's block r;
+//   broadcast      the root publishes; the others copy;
+//   barrier        everyone publishes nothing (the step alone); every rank waits for all steps.
+#include "reduce/reduce.hpp"
+#include "transport/shm/shm_group.hpp"
+#include "transport/shm/shm_group_layout.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace pstate::shm {
+namespace {
+
+bool ranges_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
+  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+// dst = input(0) op input(1) op ... op input(n - 1), in that order. dst may alias input(0) or
+// input(1) only (reduce_into allows that); later inputs must not alias it.
+template <typename Input>
+void fold_in_rank_order(uint8_t *dst, int n, Input &&input, size_t count, pstate_dtype_t dtype,
+                        pstate_reduce_op_t op) {
+  const uint8_t *a = input(0);
+  const uint8_t *b = input(1);
+  reduce_into(dst, a, b, count, dtype, op);
+  for (int k = 2; k < n; ++k) reduce_inplace(dst, input(k), count, dtype, op);
+}
+
+}  // namespace
+
+// Writes bytes of src (nothing when bytes == 0: one line carries the step alone) into my slot.
+void ShmGroup::inline_publish(uint64_t step, const uint8_t *src, size_t bytes, const Deadline &deadline) {
+  const auto depth = static_cast<uint64_t>(options_.inline_depth);
+  if (step > depth) wait_done(step - depth, deadline);
+  const size_t lines = std::max<size_t>(1, (bytes + kLineData - 1) / kLineData);
+  for (size_t l = 0; l < lines; ++l) {
+    Line *line = inline_line(rank_, step, l);
+    const size_t offset = l * kLineData;
+    if (offset < bytes) std::memcpy(line->data, src + offset, std::min(kLineData, bytes - offset));
+    line->step.store(step, std::memory_order_release);
+  }
+  waiter_.notify(control(rank_).signal);
+}
+
+// Copies bytes [offset, offset + bytes) of peer's payload of `step` to dst, line by line as each
+// arrives. bytes == 0 just waits for the peer's step.
+void ShmGroup::inline_fetch(int peer, uint64_t step, size_t offset, size_t bytes, uint8_t *dst,
+                            const Deadline &deadline) {
+  const size_t first = offset / kLineData;
+  const size_t last = bytes == 0 ? first : (offset + bytes - 1) / kLineData;
+  for (size_t l = first; l <= last; ++l) {
+    Line *line = inline_line(peer, step, l);
+    waiter_.wait(
+        control(peer).signal, [&] { return line->step.load(std::memory_order_acquire) >= step; }, deadline, [&] {
+          return cat(options_.label, " rank ", rank_, ": ", current_op_, " (step ", step, "): waiting for rank ",
+                     peer, " to publish its data");
+        });
+    const size_t begin = std::max(offset, l * kLineData);
+    const size_t end = std::min(offset + bytes, (l + 1) * kLineData);
+    if (end > begin) std::memcpy(dst + (begin - offset), line->data + (begin - l * kLineData), end - begin);
+  }
+}
+
+// A contiguous view of bytes [offset, offset + bytes) of peer's payload: the line itself when
+// the range lies in one line (no copy), else a copy in the peer's scratch buffer.
+const uint8_t *ShmGroup::inline_input(int peer, uint64_t step, size_t offset, size_t bytes,
+                                      const Deadline &deadline) {
+  const size_t first = offset / kLineData;
+  if (bytes != 0 && (offset + bytes - 1) / kLineData == first) {
+    inline_fetch(peer, step, offset, 0, nullptr, deadline);
+    return inline_line(peer, step, first)->data + (offset - first * kLineData);
+  }
+  inline_fetch(peer, step, offset, bytes, scratch(peer), deadline);
+  return scratch(peer);
+}
+
+void ShmGroup::inline_all_reduce(const uint8_t *send, uint8_t *recv, size_t count, size_t esize,
+                                 pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline) {
+  const uint64_t s = step_ + 1;
+  const size_t bytes = count * esize;
+  inline_publish(s, send, bytes, deadline);
+  // In place, my own input is overwritten by the fold: read it back from my published lines.
+  const bool own_from_lines = ranges_overlap(send, bytes, recv, bytes);
+  fold_in_rank_order(
+      recv, size_,
+      [&](int k) { return k == rank_ && !own_from_lines ? send : inline_input(k, s, 0, bytes, deadline); },
+      count, dtype, op);
+  if (op == PSTATE_AVG) finish_avg(recv, count, dtype, size_);
+  finish_step(s);
+}
+
+void ShmGroup::inline_all_gather(const uint8_t *send, uint8_t *recv, size_t bytes, const Deadline &deadline) {
+  const uint64_t s = step_ + 1;
+  inline_publish(s, send, bytes, deadline);
+  for (int n = 1; n < size_; ++n) {
+    int j = (rank_ + n) % size_;
+    inline_fetch(j, s, 0, bytes, recv + static_cast<size_t>(j) * bytes, deadline);
+  }
+  uint8_t *own = recv + static_cast<size_t>(rank_) * bytes;
+  if (own != send) std::memmove(own, send, bytes);
+  finish_step(s);
+}
+
+void ShmGroup::inline_reduce_scatter(const uint8_t *send, uint8_t *recv, size_t recv_count, size_t esize,
+                                     pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline) {
+  const uint64_t s = step_ + 1;
+  const size_t bytes = recv_count * esize, total = bytes * static_cast<size_t>(size_);
+  const size_t mine = static_cast<size_t>(rank_) * bytes;
+  inline_publish(s, send, total, deadline);
+  const bool own_from_lines = ranges_overlap(send, total, recv, bytes);
+  fold_in_rank_order(
+      recv, size_,
+      [&](int k) { return k == rank_ && !own_from_lines ? send + mine : inline_input(k, s, mine, bytes, deadline); },
+      recv_count, dtype, op);
+  if (op == PSTATE_AVG) finish_avg(recv, recv_count, dtype, size_);
+  finish_step(s);
+}
+
+void ShmGroup::inline_broadcast(uint8_t *buf, size_t bytes, int root, const Deadline &deadline) {
+  const uint64_t s = step_ + 1;
+  if (rank_ == root)
+    inline_publish(s, buf, bytes, deadline);
+  else
+    inline_fetch(root, s, 0, bytes, buf, deadline);
+  finish_step(s);
+}
+
+void ShmGroup::inline_barrier(const Deadline &deadline) {
+  const uint64_t s = step_ + 1;
+  inline_publish(s, nullptr, 0, deadline);
+  for (int n = 1; n < size_; ++n) inline_fetch((rank_ + n) % size_, s, 0, 0, nullptr, deadline);
+  finish_step(s);
+}
+
+}  // namespace pstate::shm

@@ -1,0 +1,308 @@
+// shm_group_staged.cpp — large collectives through staging areas, chunked and pipelined.
+//
+// Each rank owns pipeline_depth areas of area_bytes_; step s uses area s % depth. A rank rewrites
+// its area of step s only after every peer's done >= s - depth (wait_done), so with depth >= 2
+// one step's copies overlap the next step's staging.
+//
+// all_reduce (above small_bytes): the chunk of step s is cut into size() slices of whole cache
+// lines; slice j is reduced by rank j alone.
+//   1. publish: copy my input for every other rank's slice into my area; in[me] = s;
+//   2. reduce : for k = 0..size-1 in that order, wait in[k] >= s and fold rank k's slice-me input
+//               (my own straight from my send buffer) into my area's slice `me`; AVG divides once
+//               there; out[me] = s;
+//   3. gather : for every rank j (me first), wait out[j] >= s and copy its slice j into recv;
+//               done[me] = s.
+// The publish of step s+1 is issued before the gather of step s (software pipelining): while a
+// slow peer finishes its reduction this rank is already staging the next chunk. Each slice is
+// reduced by one rank in the fixed order 0..size-1, so every rank gets the same bits.
+// all_reduce between inline_bytes and small_bytes: everyone stages its whole input, every rank
+// folds all areas in rank order (one hand-off; same kernels, same bits).
+// all_gather: stage my piece, copy every rank's piece out. reduce_scatter: stage my input for
+// every other rank, then fold everyone's piece for me into recv. broadcast: the root stages,
+// the others copy.
+#include "reduce/reduce.hpp"
+#include "transport/shm/shm_group.hpp"
+#include "transport/shm/shm_group_layout.hpp"
+#include "transport/shm/stream_copy.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace pstate::shm {
+namespace {
+
+constexpr size_t kSliceAlign = 64;    // slices start on cache lines
+constexpr size_t kPipelineSplit = 4;  // medium messages take at least this many steps
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+size_t ceil_div(size_t n, size_t d) { return (n + d - 1) / d; }
+
+bool ranges_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
+  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+// dst = input(0) op input(1) op ... op input(n - 1), in that order, waiting for each input just
+// before it is used. No input may alias dst (callers fold from staged copies).
+template <typename Input, typename WaitFor>
+void fold_in_rank_order(void *dst, int n, Input &&input, WaitFor &&wait_for, size_t count, pstate_dtype_t dtype,
+                        pstate_reduce_op_t op) {
+  wait_for(0);
+  wait_for(1);
+  reduce_into(dst, input(0), input(1), count, dtype, op);
+  for (int k = 2; k < n; ++k) {
+    wait_for(k);
+    reduce_inplace(dst, input(k), count, dtype, op);
+  }
+}
+
+}  // namespace
+
+// Elements per slice when a chunk of `count` elements is split over the ranks: a whole number
+// of cache lines, so the last slices may be short or empty.
+size_t ShmGroup::slice_elems(size_t count, size_t esize) const {
+  return round_up(ceil_div(count, static_cast<size_t>(size_)), kSliceAlign / esize);
+}
+
+ShmGroup::Span ShmGroup::slice(size_t count, int j, size_t esize) const {
+  size_t per = slice_elems(count, esize);
+  size_t begin = std::min(count, per * static_cast<size_t>(j));
+  size_t end = std::min(count, begin + per);
+  return {begin, end - begin};
+}
+
+// Elements per step when `count` elements (whose per-step room is `capacity` elements) go
+// through the areas: the whole room for large messages, but at least kPipelineSplit steps for
+// medium ones (down to min_step_bytes a step), so copying in and copying out overlap — unless
+// ranks outnumber CPUs: then nothing runs in parallel and each extra hand-off costs switches.
+size_t ShmGroup::step_elems(size_t count, size_t capacity, size_t esize) const {
+  if (crowded_) return capacity;
+  const size_t align = kSliceAlign / esize;
+  size_t split = round_up(ceil_div(count, kPipelineSplit), align);
+  split = std::max(split, options_.min_step_bytes / esize / align * align);
+  return std::max<size_t>(1, std::min(capacity, split));
+}
+
+// Copies into my staging area, which peers read. Ordinary stores must first take each line back
+// from the peers' caches, one ownership request at a time (on the reference VM 64 KiB of stores
+// into lines a peer had just read took 28 us, 1.2 us into untouched lines, 2 us streamed), so
+// staging() rotates where each step lands; non-temporal stores (from stage_stream_bytes on)
+// avoid the cost too, but make peers read from DRAM: slower here for every size but broadcast.
+void ShmGroup::stage_copy(uint8_t *dst, const uint8_t *src, size_t bytes) const {
+  if (bytes >= options_.stage_stream_bytes)
+    copy_streaming(dst, src, bytes);
+  else
+    std::memcpy(dst, src, bytes);
+}
+
+// Output copies of collectives larger than stream_bytes bypass the cache (stream_copy.hpp).
+void ShmGroup::copy_out(uint8_t *dst, const uint8_t *src, size_t bytes) const {
+  if (stream_out_)
+    copy_streaming(dst, src, bytes);
+  else
+    std::memcpy(dst, src, bytes);
+}
+
+// ---- all_reduce -------------------------------------------------------------------------------
+
+void ShmGroup::staged_all_reduce_whole(const uint8_t *send, uint8_t *recv, size_t count, size_t esize,
+                                       pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline) {
+  const uint64_t s = step_ + 1;
+  if (s > static_cast<uint64_t>(depth_)) wait_done(s - depth_, deadline);
+  const size_t bytes = count * esize;
+  stage_copy(staging(rank_, s, bytes), send, bytes);  // recv may alias send: fold from the areas
+  set_counter(&Control::in, s);
+  fold_in_rank_order(
+      recv, size_, [&](int k) { return staging(k, s, bytes); },
+      [&](int k) {
+        if (k != rank_) wait_counter(k, &Control::in, s, "to stage its input", deadline);
+      },
+      count, dtype, op);
+  if (op == PSTATE_AVG) finish_avg(recv, count, dtype, size_);
+  finish_step(s);
+}
+
+void ShmGroup::staged_all_reduce(const uint8_t *send, uint8_t *recv, size_t count, size_t esize,
+                                 pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline) {
+  const size_t per_step = step_elems(count, area_bytes_ / esize, esize);
+  const size_t steps = ceil_div(count, per_step);
+  const uint64_t first = step_ + 1;
+  auto chunk = [&](size_t i) { return Span{i * per_step, std::min(per_step, count - i * per_step)}; };
+  stream_out_ = count * esize >= options_.stream_bytes;
+  ar_publish(first, send, chunk(0), esize, deadline);
+  for (size_t i = 0; i < steps; ++i) {
+    ar_reduce(first + i, send, recv, chunk(i), esize, dtype, op, deadline);
+    if (i + 1 < steps) ar_publish(first + i + 1, send, chunk(i + 1), esize, deadline);
+    ar_gather(first + i, recv, chunk(i), esize, deadline);
+  }
+}
+
+// Stage my input for every other rank's slice of this chunk in my area.
+void ShmGroup::ar_publish(uint64_t step, const uint8_t *send, Span chunk, size_t esize, const Deadline &deadline) {
+  if (step > static_cast<uint64_t>(depth_)) wait_done(step - depth_, deadline);
+  uint8_t *mine = staging(rank_, step, chunk.count * esize);
+  for (int j = 0; j < size_; ++j) {
+    if (j == rank_) continue;
+    Span sl = slice(chunk.count, j, esize);
+    stage_copy(mine + sl.offset * esize, send + (chunk.offset + sl.offset) * esize, sl.count * esize);
+  }
+  set_counter(&Control::in, step);
+}
+
+// Reduce my slice from every rank's input, in rank order, into private memory; then stage the
+// result in my area's slice `me` for the others and copy it to my recv. (Folding into private
+// memory keeps the reduction's many stores off lines the peers hold, and makes in place safe.)
+void ShmGroup::ar_reduce(uint64_t step, const uint8_t *send, uint8_t *recv, Span chunk, size_t esize,
+                         pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline) {
+  Span mine = slice(chunk.count, rank_, esize);
+  if (mine.count != 0) {
+    uint8_t *result = fold_buffer();
+    const uint8_t *own = send + (chunk.offset + mine.offset) * esize;
+    fold_in_rank_order(
+        result, size_,
+        [&](int k) { return k == rank_ ? own : staging(k, step, chunk.count * esize) + mine.offset * esize; },
+        [&](int k) {
+          if (k != rank_) wait_counter(k, &Control::in, step, "to stage its input", deadline);
+        },
+        mine.count, dtype, op);
+    if (op == PSTATE_AVG) finish_avg(result, mine.count, dtype, size_);
+    stage_copy(staging(rank_, step, chunk.count * esize) + mine.offset * esize, result, mine.count * esize);
+    set_counter(&Control::out, step);
+    copy_out(recv + (chunk.offset + mine.offset) * esize, result, mine.count * esize);
+    return;
+  }
+  set_counter(&Control::out, step);
+}
+
+// Copy every other rank's reduced slice into recv (mine is there already).
+void ShmGroup::ar_gather(uint64_t step, uint8_t *recv, Span chunk, size_t esize, const Deadline &deadline) {
+  for (int n = 1; n < size_; ++n) {
+    int j = (rank_ + n) % size_;
+    Span sl = slice(chunk.count, j, esize);
+    wait_counter(j, &Control::out, step, "to reduce its slice", deadline);
+    copy_out(recv + (chunk.offset + sl.offset) * esize, staging(j, step, chunk.count * esize) + sl.offset * esize,
+             sl.count * esize);
+  }
+  finish_step(step);
+}
+
+// ---- all_gather -------------------------------------------------------------------------------
+
+void ShmGroup::staged_all_gather(const uint8_t *send, uint8_t *recv, size_t send_count, size_t esize,
+                                 const Deadline &deadline) {
+  const size_t per_step = step_elems(send_count, area_bytes_ / esize, esize);
+  const size_t steps = ceil_div(send_count, per_step);
+  const uint64_t first = step_ + 1;
+  auto piece = [&](size_t i) { return Span{i * per_step, std::min(per_step, send_count - i * per_step)}; };
+  stream_out_ = send_count * esize * static_cast<size_t>(size_) >= options_.stream_bytes;
+  ag_publish(first, send, piece(0), esize, deadline);
+  for (size_t i = 0; i < steps; ++i) {
+    if (i + 1 < steps) ag_publish(first + i + 1, send, piece(i + 1), esize, deadline);
+    ag_gather(first + i, send, recv, send_count, piece(i), esize, deadline);
+  }
+}
+
+void ShmGroup::ag_publish(uint64_t step, const uint8_t *send, Span piece, size_t esize, const Deadline &deadline) {
+  if (step > static_cast<uint64_t>(depth_)) wait_done(step - depth_, deadline);
+  stage_copy(staging(rank_, step, piece.count * esize), send + piece.offset * esize, piece.count * esize);
+  set_counter(&Control::in, step);
+}
+
+void ShmGroup::ag_gather(uint64_t step, const uint8_t *send, uint8_t *recv, size_t send_count, Span piece,
+                         size_t esize, const Deadline &deadline) {
+  const size_t bytes = piece.count * esize;
+  for (int n = 0; n < size_; ++n) {
+    int j = (rank_ + n) % size_;
+    uint8_t *dst = recv + (static_cast<size_t>(j) * send_count + piece.offset) * esize;
+    if (j == rank_) {
+      const uint8_t *src = send + piece.offset * esize;
+      if (src != dst) std::memmove(dst, src, bytes);  // in place: already there
+      continue;
+    }
+    wait_counter(j, &Control::in, step, "to stage its input", deadline);
+    copy_out(dst, staging(j, step, bytes), bytes);
+  }
+  finish_step(step);
+}
+
+// ---- reduce_scatter ---------------------------------------------------------------------------
+
+void ShmGroup::staged_reduce_scatter(const uint8_t *send, uint8_t *recv, size_t recv_count, size_t esize,
+                                     pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline) {
+  // Where recv overlaps send, my own contribution is staged too, so writing recv cannot
+  // clobber an input that is still to be read.
+  const bool stage_own = ranges_overlap(recv, recv_count * esize, send, recv_count * esize * size_);
+  const size_t per_step = step_elems(recv_count, rs_stride(esize), esize);
+  const size_t steps = ceil_div(recv_count, per_step);
+  const uint64_t first = step_ + 1;
+  auto piece = [&](size_t i) { return Span{i * per_step, std::min(per_step, recv_count - i * per_step)}; };
+  rs_publish(first, send, recv_count, piece(0), esize, stage_own, deadline);
+  for (size_t i = 0; i < steps; ++i) {
+    if (i + 1 < steps) rs_publish(first + i + 1, send, recv_count, piece(i + 1), esize, stage_own, deadline);
+    rs_reduce(first + i, send, recv, recv_count, piece(i), esize, stage_own, dtype, op, deadline);
+  }
+}
+
+// Elements of one destination's piece per step: the area holds size() of them, cache-aligned.
+size_t ShmGroup::rs_stride(size_t esize) const {
+  size_t align = kSliceAlign / esize;
+  return area_bytes_ / static_cast<size_t>(size_) / esize / align * align;
+}
+
+// The piece of step `step` for rank j lies at j * piece_stride in the staging footprint.
+static size_t piece_stride(size_t piece_bytes) { return round_up(piece_bytes, kSliceAlign); }
+
+void ShmGroup::rs_publish(uint64_t step, const uint8_t *send, size_t recv_count, Span piece, size_t esize,
+                          bool stage_own, const Deadline &deadline) {
+  if (step > static_cast<uint64_t>(depth_)) wait_done(step - depth_, deadline);
+  const size_t stride = piece_stride(piece.count * esize);
+  uint8_t *mine = staging(rank_, step, stride * static_cast<size_t>(size_));
+  for (int j = 0; j < size_; ++j) {
+    if (j == rank_ && !stage_own) continue;
+    stage_copy(mine + static_cast<size_t>(j) * stride,
+               send + (static_cast<size_t>(j) * recv_count + piece.offset) * esize, piece.count * esize);
+  }
+  set_counter(&Control::in, step);
+}
+
+void ShmGroup::rs_reduce(uint64_t step, const uint8_t *send, uint8_t *recv, size_t recv_count, Span piece,
+                         size_t esize, bool own_staged, pstate_dtype_t dtype, pstate_reduce_op_t op,
+                         const Deadline &deadline) {
+  const size_t stride = piece_stride(piece.count * esize);
+  const size_t footprint = stride * static_cast<size_t>(size_);
+  const size_t my_offset = static_cast<size_t>(rank_) * stride;
+  const uint8_t *own = own_staged ? staging(rank_, step, footprint) + my_offset
+                                  : send + (static_cast<size_t>(rank_) * recv_count + piece.offset) * esize;
+  uint8_t *dst = recv + piece.offset * esize;
+  fold_in_rank_order(
+      dst, size_, [&](int k) { return k == rank_ ? own : staging(k, step, footprint) + my_offset; },
+      [&](int k) {
+        if (k != rank_) wait_counter(k, &Control::in, step, "to stage its input", deadline);
+      },
+      piece.count, dtype, op);
+  if (op == PSTATE_AVG) finish_avg(dst, piece.count, dtype, size_);
+  finish_step(step);
+}
+
+// ---- broadcast --------------------------------------------------------------------------------
+
+void ShmGroup::staged_broadcast(uint8_t *buf, size_t count, size_t esize, int root, const Deadline &deadline) {
+  const size_t per_step = step_elems(count, area_bytes_ / esize, esize);
+  const size_t steps = ceil_div(count, per_step);
+  stream_out_ = count * esize >= options_.stream_bytes;
+  for (size_t i = 0; i < steps; ++i) {
+    const uint64_t s = step_ + 1;
+    const size_t offset = i * per_step, bytes = std::min(per_step, count - offset) * esize;
+    if (rank_ == root) {
+      if (s > static_cast<uint64_t>(depth_)) wait_done(s - depth_, deadline);
+      stage_copy(staging(root, s, bytes), buf + offset * esize, bytes);
+      control(rank_).in.store(s, std::memory_order_release);  // finish_step notifies
+    } else {
+      wait_counter(root, &Control::in, s, "(the root) to stage its data", deadline);
+      copy_out(buf + offset * esize, staging(root, s, bytes), bytes);
+    }
+    finish_step(s);
+  }
+}
+
+}  // namespace pstate::shm

@@ -1,0 +1,174 @@
+// shm_wait.hpp — how a rank waits for a flag another process sets in shared memory.
+//
+// Every shared-memory protocol in this folder is "the owner stores a sequence number with release
+// semantics, peers load it with acquire semantics until it reaches the value they need". This file
+// is the waiting half, built so that it is fast when ranks have a core each and still progresses
+// when ranks outnumber cores (4 ranks on 2 cores):
+//
+//   1. spin: poll the predicate with a CPU pause between polls, for up to WaitOptions::spin_ns —
+//      adaptively: the budget halves each time a wait outlasts it (the peer is probably not
+//      running, e.g. it shares our core) and doubles back each time a wait ends within it;
+//   2. yield: poll with sched_yield() between polls, for WaitOptions::yield_ns, so a peer that shares
+//      our core gets to run;
+//   3. sleep: block in futex(FUTEX_WAIT) on the owner's ShmSignal word; after each store the owner
+//      checks for sleepers and, only if there are any, bumps the word and wakes them
+//      (ShmSignal::notify), so no wake-up is lost and a sleeping rank uses no CPU.
+//
+// Every wait is bounded: past the Deadline it throws PSTATE_ERR_TIMEOUT with a message naming what
+// it waited for; while sleeping/yielding it calls the caller's liveness check every
+// liveness_interval_ms (the group layer wires it to pidfds; it throws PSTATE_ERR_PEER_LOST), and once
+// more before reporting a timeout, so a dead peer is reported as PEER_LOST rather than TIMEOUT.
+//
+// Lost wake-ups are excluded by a Dekker-style handshake between the flag and a sleeper count:
+//   waiter: sleepers++ ; FENCE ; v = word ; if (!ready()) futex_wait(word, v) ; sleepers--
+//   owner : <release-store of the flag> ; fence ; if (sleepers) { word++ ; futex_wake(word) }
+// Either the owner sees sleepers != 0 and wakes (futex_wait refuses to sleep once word changed),
+// or the waiter's re-check after its fence sees the flag. The owner's side runs on every store of
+// every collective, so it is made free where the kernel allows: with membarrier(2)'s
+// GLOBAL_EXPEDITED command the waiter's FENCE forces a full barrier on every CPU running a
+// registered process, and the owner needs only a compiler barrier (an asymmetric fence, as in
+// userspace RCU). Every rank registers; if any rank of a group cannot, the whole group uses real
+// fences on both sides (ShmWaiter::set_light_notify(false), the default until agreed).
+#pragma once
+
+#include "common/deadline.hpp"
+#include "common/error.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace pstate::shm {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+// The wake-up word of one flag owner, placed in shared memory next to the flags it guards.
+// Zero-initialized memory is a valid ShmSignal.
+struct ShmSignal {
+  std::atomic<uint32_t> word;
+  std::atomic<uint32_t> sleepers;
+
+  // Call after every release-store a peer may be waiting for. light: the group agreed on
+  // asymmetric fences (see above), so no fence instruction is needed here.
+  void notify(bool light) {
+    if (light)
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+    else
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (sleepers.load(std::memory_order_relaxed) != 0) wake_all();
+  }
+  void wake_all();  // word++ and FUTEX_WAKE
+};
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "futex words must be lock-free");
+static_assert(sizeof(ShmSignal) == 8, "ShmSignal is two futex-compatible 32-bit words");
+
+struct WaitOptions {
+  // -1 = choose: a rank with a core to itself spins, an oversubscribed one yields at once.
+  int64_t spin_ns = -1;
+  int64_t yield_ns = -1;
+  int liveness_interval_ms = 100;
+  // Use membarrier-based asymmetric fences when every rank of the group can register (false:
+  // real fences on both sides; for tests, and kernels where membarrier is slow).
+  bool asymmetric_fences = true;
+};
+
+// Registers this process as a target of membarrier(GLOBAL_EXPEDITED); false where the kernel
+// or a seccomp filter refuses (then the group falls back to real fences).
+bool register_for_asymmetric_fences();
+
+// True when the group has more ranks than the machine has CPUs (the same answer on every rank
+// of a host, so it may shape protocol choices).
+bool oversubscribed(int group_size);
+
+// WaitOptions with the -1s resolved for a group of group_size ranks on this machine (fewer usable
+// CPUs than ranks = oversubscribed: no spinning, a short yield phase, then futex; otherwise spin
+// up to 50 us, yield up to 200 us, then futex).
+WaitOptions resolve_wait_options(WaitOptions requested, int group_size);
+
+// What the slow path did, for logs and tests: a sleep that ended by timeout while the peer was
+// fast would be a lost wake-up.
+struct WaitStats {
+  uint64_t slow_waits = 0;      // waits that outlasted the spin phase
+  uint64_t sleeps = 0;          // futex sleeps
+  uint64_t sleep_timeouts = 0;  // futex sleeps ended by their timeout, not by a wake-up
+};
+
+class ShmWaiter {
+ public:
+  // liveness may be empty; when set it is called periodically while waiting and should throw
+  // pstate::Error(PSTATE_ERR_PEER_LOST, ...) when a peer of the group is gone.
+  ShmWaiter(WaitOptions options, std::function<void()> liveness)
+      : options_(options), liveness_(std::move(liveness)), spin_budget_ns_(options.spin_ns) {}
+
+  // Returns once ready() is true (ready must load the flag with acquire semantics). signal is the
+  // ShmSignal of the rank that will make ready() true. describe() builds the text of the error
+  // ("tp:0 rank 1: all_reduce step 17: waiting for rank 3 to publish its input").
+  template <typename Ready, typename Describe>
+  void wait(ShmSignal &signal, Ready &&ready, const Deadline &deadline, Describe &&describe) {
+    if (ready()) return;
+    if (spin(ready)) return;
+    slow_wait(signal, std::function<bool()>(std::ref(ready)), deadline,
+              std::function<std::string()>(std::ref(describe)));
+  }
+
+  // Waits (sleeping with backoff, no futex) until ready(): for set-up steps where no ShmSignal
+  // exists yet (the segment is not open). Same deadline and liveness rules.
+  void poll_wait(const std::function<bool()> &ready, const Deadline &deadline,
+                 const std::function<std::string()> &describe);
+
+  void check_liveness() const {
+    if (liveness_) liveness_();
+  }
+  const WaitOptions &options() const { return options_; }
+
+  // Notify the waiters of `signal` after storing a flag they may wait for.
+  void notify(ShmSignal &signal) const { signal.notify(light_notify_); }
+  // true once every rank of the group registered for asymmetric fences (see above).
+  void set_light_notify(bool light) { light_notify_ = light; }
+  bool light_notify() const { return light_notify_; }
+  const WaitStats &stats() const { return stats_; }
+
+ private:
+  static constexpr int64_t kMinSpinNs = 1000;  // a few cross-core round trips
+
+  template <typename Ready>
+  bool spin(Ready &ready) {
+    if (options_.spin_ns <= 0) return false;
+    auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(spin_budget_ns_);
+    for (uint32_t i = 1;; ++i) {
+      cpu_relax();
+      if (ready()) {
+        spin_budget_ns_ = std::min(options_.spin_ns, spin_budget_ns_ * 2);
+        return true;
+      }
+      if ((i & 15) == 0 && std::chrono::steady_clock::now() >= until) {
+        spin_budget_ns_ = std::max(std::min(kMinSpinNs, options_.spin_ns), spin_budget_ns_ / 2);
+        return false;
+      }
+    }
+  }
+  void slow_wait(ShmSignal &signal, const std::function<bool()> &ready, const Deadline &deadline,
+                 const std::function<std::string()> &describe);
+  [[noreturn]] void timed_out(const std::function<std::string()> &describe) const;
+
+  WaitOptions options_;
+  std::function<void()> liveness_;
+  bool light_notify_ = false;
+  int64_t spin_budget_ns_;
+  WaitStats stats_;
+};
+
+}  // namespace pstate::shm
