@@ -90,7 +90,7 @@ void Context::rendezvous() {
   std::vector<int> all(static_cast<size_t>(launch_.world_size));
   for (int r = 0; r < launch_.world_size; ++r) all[static_cast<size_t>(r)] = r;
   world_ = make_group(PSTATE_GROUP_WORLD, 0, all, 0);
-  world_->barrier();
+  world_->barrier(/*allow_shm=*/false);
   log_.info("init: world group of ", launch_.world_size, " ranks ready (job ", job_id_, ")");
 }
 

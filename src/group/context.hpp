@@ -67,6 +67,7 @@ class Context {
   bool check_enabled() const { return check_; }
   const std::string &host_id(int world_rank) const { return peers_.at(static_cast<size_t>(world_rank)).host_id; }
   UcxWorker &worker() { return *worker_; }
+  int64_t peer_pid(int world_rank) const { return peers_.at(static_cast<size_t>(world_rank)).pid; }
   const std::string &job_id() const { return job_id_; }
 
   // Failure bookkeeping: the first fatal error poisons the context.

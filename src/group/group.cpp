@@ -5,7 +5,13 @@
 #include "coll/algorithms.hpp"
 #include "group/context.hpp"
 #include "reduce/reduce.hpp"
+#include "transport/shm/message_queue.hpp"
+#include "transport/shm/shm_group.hpp"
+#include "transport/ucx/process_watch.hpp"
 #include "transport/ucx/ucx_channel.hpp"
+
+#include <unistd.h>
+#include <cstdlib>
 
 #include <algorithm>
 #include <cstring>
@@ -72,12 +78,72 @@ pstate_group_s::pstate_group_s(pstate::Context &ctx, pstate_group_kind_t kind, s
   channel_ = std::make_unique<pstate::UcxChannel>(ctx.worker(), ranks_, rank_in_group_, group_id_, name_);
   p2p_sent_.assign(ranks_.size(), 0);
   p2p_received_.assign(ranks_.size(), 0);
+  const char *shm_env = std::getenv("PSTATE_SHM");
+  bool shm_wanted = shm_env == nullptr || std::string(shm_env) != "0";
+  bool one_host = true;
+  for (int r : ranks_) one_host = one_host && ctx.host_id(r) == ctx.host_id(ctx.rank());
+  shm_allowed_ = shm_wanted && one_host && ranks_.size() > 1;
+  if (ranks_.size() > 1)
+    ctx.log().info("group ", name_, ": ",
+                   shm_allowed_ ? "shared memory for all_reduce/all_gather/reduce_scatter/broadcast/barrier, UCX for the rest"
+                   : !one_host  ? "spans hosts: UCX for every operation"
+                                : "UCX for every operation (PSTATE_SHM=0)");
+}
+
+std::string pstate_group_s::shm_name(const char *what) const {
+  // Groups of one kind share a group id (their ranks are disjoint), so the first rank of the
+  // group makes the name unique among them.
+  return pstate::cat("/pstate-", ctx_.job_id(), "-", group_id_, "-", ranks_.front(), "-", what);
+}
+
+void pstate_group_s::check_peers_alive() {
+  if (watches_.empty()) {
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      int64_t pid = ctx_.peer_pid(ranks_[i]);
+      if (static_cast<int>(i) == rank_in_group_ || pid == ::getpid()) continue;
+      watches_.push_back(std::make_unique<pstate::ucx::ProcessWatch>(static_cast<pid_t>(pid)));
+    }
+  }
+  for (auto &w : watches_) {
+    if (!w->exited()) continue;
+    int dead = -1;
+    for (int r : ranks_)
+      if (ctx_.peer_pid(r) == w->pid()) dead = r;
+    pstate::throw_error(PSTATE_ERR_PEER_LOST, name_, ": rank ", dead, " (pid ", w->pid(), ") exited while rank ",
+                        ctx_.rank(), " waited for it in shared memory; the job cannot continue: call pstate_abort");
+  }
+}
+
+pstate::shm::ShmGroup &pstate_group_s::shm() {
+  if (!shm_) {
+    pstate::shm::ShmGroupOptions o;
+    o.label = name_;
+    o.liveness = [this] { check_peers_alive(); };
+    shm_ = std::make_unique<pstate::shm::ShmGroup>(shm_name("coll"), rank_in_group_, size(), ctx_.op_deadline(), o);
+    ctx_.log().info(shm_->describe());
+  }
+  return *shm_;
+}
+
+pstate::shm::ShmMessageQueue &pstate_group_s::message_queue() {
+  if (!mq_) {
+    pstate::shm::ShmMessageQueueOptions o;
+    o.label = name_ + " mq";
+    o.liveness = [this] { check_peers_alive(); };
+    mq_ = std::make_unique<pstate::shm::ShmMessageQueue>(shm_name("mq"), rank_in_group_, size(), 0,
+                                                         ctx_.op_deadline(), o);
+    ctx_.log().info(mq_->describe());
+  }
+  return *mq_;
 }
 
 pstate_group_s::~pstate_group_s() { magic_ = 0; }
 
 void pstate_group_s::retire() noexcept {
   retired_ = true;
+  mq_.reset();
+  shm_.reset();
+  watches_.clear();
   channel_.reset();
 }
 
@@ -131,6 +197,10 @@ void pstate_group_s::all_reduce(const void *send, void *recv, size_t count, psta
   OpDescriptor d{static_cast<uint32_t>(OpKind::kAllReduce), 0, count, dtype, op, -1, 0};
   run(d, [&](uint32_t tag) {
     size_t bytes = count * pstate::dtype_size(dtype);
+    if (use_shm()) {
+      explain("all_reduce", "shared memory", bytes, 0);
+      return shm().all_reduce(send, recv, count, dtype, op, ctx_.op_deadline());
+    }
     auto choice = selector_.allreduce(size(), count, bytes);
     explain("all_reduce", choice.name, bytes, 0);
     choice.fn(*channel_, send, recv, count, dtype, op, tag);
@@ -141,6 +211,10 @@ void pstate_group_s::all_gather(const void *send, void *recv, size_t send_count,
   OpDescriptor d{static_cast<uint32_t>(OpKind::kAllGather), 0, send_count, dtype, -1, -1, 0};
   run(d, [&](uint32_t tag) {
     size_t bytes = send_count * pstate::dtype_size(dtype);
+    if (use_shm()) {
+      explain("all_gather", "shared memory", bytes, 2);
+      return shm().all_gather(send, recv, send_count, dtype, ctx_.op_deadline());
+    }
     auto choice = selector_.allgather(size(), bytes);
     explain("all_gather", choice.name, bytes, 2);
     choice.fn(*channel_, send, recv, send_count, dtype, tag);
@@ -152,6 +226,10 @@ void pstate_group_s::reduce_scatter(const void *send, void *recv, size_t recv_co
   OpDescriptor d{static_cast<uint32_t>(OpKind::kReduceScatter), 0, recv_count, dtype, op, -1, 0};
   run(d, [&](uint32_t tag) {
     size_t bytes = recv_count * pstate::dtype_size(dtype) * static_cast<size_t>(size());
+    if (use_shm()) {
+      explain("reduce_scatter", "shared memory", bytes, 4);
+      return shm().reduce_scatter(send, recv, recv_count, dtype, op, ctx_.op_deadline());
+    }
     auto choice = selector_.reduce_scatter(size(), bytes);
     explain("reduce_scatter", choice.name, bytes, 4);
     choice.fn(*channel_, send, recv, recv_count, dtype, op, tag);
@@ -162,6 +240,10 @@ void pstate_group_s::broadcast(void *buf, size_t count, pstate_dtype_t dtype, in
   OpDescriptor d{static_cast<uint32_t>(OpKind::kBroadcast), 0, count, dtype, -1, src, 0};
   run(d, [&](uint32_t tag) {
     size_t bytes = count * pstate::dtype_size(dtype);
+    if (use_shm()) {
+      explain("broadcast", "shared memory", bytes, 6);
+      return shm().broadcast(buf, count, dtype, src, ctx_.op_deadline());
+    }
     auto choice = selector_.broadcast(size(), bytes);
     explain("broadcast", choice.name, bytes, 6);
     choice.fn(*channel_, buf, count, dtype, src, tag);
@@ -188,9 +270,13 @@ void pstate_group_s::all_to_all(const void *send, void *recv, size_t count_per_r
   });
 }
 
-void pstate_group_s::barrier() {
+void pstate_group_s::barrier(bool allow_shm) {
   OpDescriptor d{static_cast<uint32_t>(OpKind::kBarrier), 0, 0, -1, -1, -1, 0};
   run(d, [&](uint32_t tag) {
+    if (allow_shm && use_shm()) {
+      explain("barrier", "shared memory", 0, 12);
+      return shm().barrier(ctx_.op_deadline());
+    }
     auto choice = selector_.barrier(size());
     explain("barrier", choice.name, 0, 12);
     choice.fn(*channel_, tag);
@@ -200,8 +286,25 @@ void pstate_group_s::barrier() {
 Bytes pstate_group_s::broadcast_object(const void *data, size_t size, int src) {
   OpDescriptor d{static_cast<uint32_t>(OpKind::kBroadcastObject), 0, 0, -1, -1, src, 0};
   Bytes out;
-  run(d, [&](uint32_t tag) { pstate::coll::broadcast_object(*channel_, data, size, src, &out, tag); });
+  run(d, [&](uint32_t tag) {
+    if (use_shm() && src == 0) return broadcast_object_mq(data, size, &out, tag);
+    pstate::coll::broadcast_object(*channel_, data, size, src, &out, tag);
+  });
   return out;
+}
+
+// broadcast_object from group rank 0 inside one host: SGLang's message-queue broadcaster. A
+// payload larger than a ring chunk is announced through the ring and then sent over UCX.
+void pstate_group_s::broadcast_object_mq(const void *data, size_t size, Bytes *out, uint32_t tag) {
+  auto &mq = message_queue();
+  if (rank_in_group_ == 0) {
+    explain("broadcast_object", "message queue", size, 14);
+    if (!mq.enqueue(data, size, ctx_.op_deadline())) pstate::coll::broadcast_object(*channel_, data, size, 0, out, tag);
+    else if (out != nullptr) out->assign(static_cast<const uint8_t *>(data), static_cast<const uint8_t *>(data) + size);
+    return;
+  }
+  auto got = mq.dequeue(out, ctx_.op_deadline());
+  if (got.overflow) pstate::coll::broadcast_object(*channel_, nullptr, 0, 0, out, tag);
 }
 
 Bytes pstate_group_s::all_gather_object(const void *data, size_t size, std::vector<size_t> *sizes) {

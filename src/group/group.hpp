@@ -24,6 +24,13 @@ namespace pstate {
 
 class Context;
 class UcxChannel;
+namespace shm {
+class ShmGroup;
+class ShmMessageQueue;
+}  // namespace shm
+namespace ucx {
+class ProcessWatch;
+}  // namespace ucx
 
 // What PSTATE_CHECK compares across the group, 32 bytes on the wire.
 struct OpDescriptor {
@@ -73,8 +80,10 @@ struct pstate_group_s {
   void all_to_all(const void *send, void *recv, size_t count_per_rank, pstate_dtype_t dtype);
   void send(const void *buf, size_t count, pstate_dtype_t dtype, int dst);
   void recv(void *buf, size_t count, pstate_dtype_t dtype, int src);
-  void barrier();
+  // allow_shm false: over the CPU channel (UCX) even inside a host, e.g. to prove the transport.
+  void barrier(bool allow_shm = true);
   pstate::Bytes broadcast_object(const void *data, size_t size, int src);
+  void broadcast_object_mq(const void *data, size_t size, pstate::Bytes *out, uint32_t tag);
   pstate::Bytes all_gather_object(const void *data, size_t size, std::vector<size_t> *sizes);
   void send_object(const void *data, size_t size, int dst);
   pstate::Bytes recv_object(int src);
@@ -86,6 +95,16 @@ struct pstate_group_s {
   void verify_same_op(const pstate::OpDescriptor &desc);
   // Point-to-point tags live in their own space: one running counter per peer and direction.
   uint32_t p2p_tag(int peer, bool sending);
+  // Shared memory: used for all_reduce, all_gather, reduce_scatter, broadcast and barrier when
+  // every rank of the group is on this host (and PSTATE_SHM is not 0). The segment is created on
+  // the first such call (every rank makes the same calls, so they all create it together).
+  bool use_shm() const { return shm_allowed_; }
+  pstate::shm::ShmGroup &shm();
+  // The message-queue broadcaster (SGLang's shm_broadcast) for broadcast_object from group rank 0.
+  pstate::shm::ShmMessageQueue &message_queue();
+  // Throws PEER_LOST when a same-host peer's process has exited (the shm liveness check).
+  void check_peers_alive();
+  std::string shm_name(const char *what) const;
   // INFO-logs the selector's choice the first time this group makes it.
   void explain(const char *op, const char *algorithm, size_t bytes, int slot);
 
@@ -101,5 +120,9 @@ struct pstate_group_s {
   pstate::coll::AlgorithmSelector selector_;
   uint32_t logged_choices_ = 0;  // bit per (operation, algorithm) already explained at INFO
   std::vector<uint32_t> p2p_sent_, p2p_received_;
+  bool shm_allowed_ = false;
+  std::unique_ptr<pstate::shm::ShmGroup> shm_;
+  std::unique_ptr<pstate::shm::ShmMessageQueue> mq_;
+  std::vector<std::unique_ptr<pstate::ucx::ProcessWatch>> watches_;  // same-host peers in other processes
   bool retired_ = false;
 };

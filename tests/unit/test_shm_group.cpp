@@ -439,6 +439,7 @@ void test_threads_as_ranks_all_reduce_in_one_process(void **) {
 void test_group_of_one_copies_and_leaves_nothing_in_dev_shm(void **) {
   ShmGroup g(unique_name("one"), 0, 1, generous());
   assert_int_equal(leftover_segments(), 0);
+  assert_true(g.describe().find("1 ranks") != std::string::npos);
   std::vector<uint8_t> send = inputs(PSTATE_INT64, 0, 100), recv(send.size(), 0);
   g.all_reduce(send.data(), recv.data(), 100, PSTATE_INT64, PSTATE_AVG, generous());
   assert_memory_equal(send.data(), recv.data(), 800);

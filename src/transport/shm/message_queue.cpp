@@ -72,6 +72,11 @@ ShmMessageQueue::ShmMessageQueue(const std::string &name, int rank, int size, in
 
 ShmMessageQueue::~ShmMessageQueue() = default;
 
+std::string ShmMessageQueue::describe() const {
+  return cat(options_.label, ": shared-memory message queue, writer rank ", writer_, ", ", size_ - 1, " readers, ",
+             n_chunks_, " chunks of ", max_payload_, " B (larger messages: overflow to the CPU communicator)");
+}
+
 ShmMessageQueue::Control &ShmMessageQueue::writer_control() const {
   return *reinterpret_cast<Control *>(controls_);
 }

@@ -69,6 +69,8 @@ class ShmMessageQueue {
   pid_t peer_pid(int rank) const { return segment_->pid_of(rank); }
   bool broken() const { return broken_; }
   const WaitStats &wait_stats() const { return waiter_.stats(); }
+  // One line for PSTATE_DEBUG=INFO: writer, readers, ring shape.
+  std::string describe() const;
 
   // Writer only. Returns true when the message went through the ring; false when bytes >
   // max_payload(): an overflow marker was enqueued and the caller must now send the bytes to the

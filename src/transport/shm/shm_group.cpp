@@ -67,6 +67,15 @@ ShmGroup::ShmGroup(const std::string &name, int rank, int size, const Deadline &
 
 ShmGroup::~ShmGroup() = default;
 
+std::string ShmGroup::describe() const {
+  const WaitOptions &w = waiter_.options();
+  return cat(options_.label, ": shared memory, ", size_, " ranks, ", segment_bytes() >> 10, " KiB segment; inline <= ",
+             options_.inline_bytes, " B, whole-input all_reduce <= ", options_.small_bytes, " B, staged ", depth_,
+             " x ", area_bytes_ >> 10, " KiB areas", crowded_ ? " (ranks > CPUs: no pipelining split)" : "",
+             "; waits spin ", w.spin_ns / 1000, " us, yield ", w.yield_ns / 1000, " us, then futex (",
+             waiter_.light_notify() ? "membarrier" : "fenced", " wake-ups)");
+}
+
 void ShmGroup::lay_out(uint8_t *payload, size_t control_bytes, size_t inline_total) {
   controls_ = payload;
   inline_ = controls_ + control_bytes;

@@ -89,6 +89,8 @@ class ShmGroup {
   bool asymmetric_fences() const { return waiter_.light_notify(); }
   // True after a collective failed: every further call throws PSTATE_ERR_ABORTED.
   bool broken() const { return broken_; }
+  // One line for PSTATE_DEBUG=INFO: ranks, segment size, thresholds, wake-up mode.
+  std::string describe() const;
 
   // recv[i] = op over ranks of send[i]; send == recv is allowed (in place). AVG: sum, then one
   // division by size() (integers truncate).
