@@ -25,6 +25,10 @@ CASES = [
     ("broadcast.2", "broadcast float32, 2 ranks"),
     ("all_to_all.2", "all_to_all float32, 2 ranks"),
     ("send_recv.2", "send_recv (one way) float32, 2 ranks"),
+    ("all_reduce.2.bound", "all_reduce float32 sum, 2 ranks, each bound to its own core (both sides)"),
+    ("all_gather.2.bound", "all_gather float32, 2 ranks, each bound to its own core (both sides)"),
+    ("reduce_scatter.2.bound", "reduce_scatter float32 sum, 2 ranks, each bound to its own core (both sides)"),
+    ("broadcast.2.bound", "broadcast float32, 2 ranks, each bound to its own core (both sides)"),
     ("all_reduce.4", "all_reduce float32 sum, 4 ranks on 2 cores (oversubscribed)"),
     ("broadcast_object.4", "broadcast_object to 3 readers (MPI: MPI_Bcast), 4 ranks on 2 cores"),
 ]
@@ -35,6 +39,10 @@ RATIO_TARGETS = {
     "all_gather.2": ([8, 64 << 10, 16 * MiB], 1.0),
     "reduce_scatter.2": ([8, 64 << 10, 16 * MiB], 1.0),
     "broadcast.2": ([8, 64 << 10, 16 * MiB], 1.0),
+    "all_reduce.2.bound": (None, 0.8),
+    "all_gather.2.bound": ([8, 64 << 10, 16 * MiB], 1.0),
+    "reduce_scatter.2.bound": ([8, 64 << 10, 16 * MiB], 1.0),
+    "broadcast.2.bound": ([8, 64 << 10, 16 * MiB], 1.0),
     "all_reduce.4": ([8, MiB], 1.0),
     "broadcast_object.4": ([1024], 0.8),
 }
@@ -228,7 +236,8 @@ def main():
           f"(the machine is shared: other work may run during the benchmark; quiet at start: "
           f"{machine.get('quiet', '?')})",
           f"- {machine.get('openmpi', 'Open MPI ?')}: `--mca pml ob1 --mca btl self,vader`, "
-          f"`--bind-to {machine.get('mpi_bind', '?')}` (pstate ranks are not bound either)",
+          f"`--bind-to {machine.get('mpi_bind', '?')}` (pstate ranks are not bound either), except in the "
+          "cases marked *bound*, where every rank of both sides is bound to its own core",
           f"- {machine.get('pstate', 'pstate ?')}, commit {machine.get('commit', '?')}, "
           f"{machine.get('build_type', '?')} build",
           f"- single-core memcpy of 64 MiB: {fmt(memcpy and memcpy['bw_gbs'])} GB/s "

@@ -9,6 +9,9 @@
 #   - single-core memcpy bandwidth of 64 MiB (the physical reference)
 #   - 2 ranks: all_reduce 8 B..64 MiB; all_gather, reduce_scatter, broadcast 8 B..16 MiB;
 #     all_to_all and send_recv 8 B..16 MiB (x4 steps)
+#   - the same 2-rank all_reduce, all_gather, reduce_scatter, broadcast with every rank bound to
+#     its own core on both sides (a scheduler that puts both ranks on one core costs pstate's
+#     yielding waits microseconds per hand-off; see bench/analysis.md)
 #   - 4 ranks on the 2 cores (oversubscribed): all_reduce 8 B..1 MiB
 #   - 4 ranks: broadcast_object 64 B..64 KiB from rank 0 to 3 readers vs MPI_Bcast of the bytes
 #   - start-up of 8 ranks to model parallel initialized (tp 4 x pp 2) and finalized, whole
@@ -18,8 +21,8 @@
 #
 # Open MPI runs with its fastest shared-memory path here: --mca pml ob1 --mca btl self,vader;
 # oversubscribed runs add --oversubscribe --mca mpi_yield_when_idle 1. Ranks are not bound to
-# cores on either side (--bind-to none; `pstate run` does not bind), so both get the same
-# scheduler; MPI_BIND=core changes that for MPI. --quick runs a few sizes only (a smoke test of
+# cores on either side in the main cases (--bind-to none; `pstate run` does not bind), so both
+# get the same scheduler; MPI_BIND=core changes that for MPI. The ".bound" cases bind both. --quick runs a few sizes only (a smoke test of
 # this script, not a measurement, written under $BUILD_DIR/bench-quick/). Before measuring it
 # waits up to QUIET_WAIT_S for the load average to drop below QUIET_LOAD. Every command is
 # bounded by `timeout` (CASE_TIMEOUT seconds).
@@ -55,6 +58,7 @@ build() {
 PSTATE="$ROOT/$BUILD_DIR/pstate"
 MPI_BENCH="$RESULTS/bin/mpi_bench"
 MPIRUN=(mpirun --allow-run-as-root --bind-to "$MPI_BIND" --mca pml ob1 --mca btl self,vader)
+MPIRUN_BOUND=(mpirun --allow-run-as-root --bind-to core --mca pml ob1 --mca btl self,vader)
 MPIRUN_OVER=("${MPIRUN[@]}" --oversubscribe --mca mpi_yield_when_idle 1)
 
 # Runs a command under `timeout`, its output appended to the case log; a failure is recorded in
@@ -62,7 +66,7 @@ MPIRUN_OVER=("${MPIRUN[@]}" --oversubscribe --mca mpi_yield_when_idle 1)
 run_case() {
   local name=$1
   shift
-  echo "\$ $*" >>"$RESULTS/logs/$name.log"
+  echo "\$ $(printf '%q ' "$@")" >>"$RESULTS/logs/$name.log"
   if ! timeout --kill-after=10 "$CASE_TIMEOUT" "$@" >>"$RESULTS/logs/$name.log" 2>&1; then
     log "FAILED: $name (see bench/results/logs/$name.log)"
     echo "$name" >>"$RESULTS/failures.txt"
@@ -79,6 +83,17 @@ pair() {
   [ "$over" = 1 ] && mpirun=("${MPIRUN_OVER[@]}")
   run_case "$name.mpi" "${mpirun[@]}" -np "$ranks" "$MPI_BENCH" "$@" --check --json "$RESULTS/$name.mpi.json"
   run_case "$name.pstate" "$PSTATE" run -n "$ranks" -- "$PSTATE" bench "$@" --check \
+    --json "$RESULTS/$name.pstate.json"
+}
+
+# pair_bound NAME RANKS BENCH-ARGS...: like pair, with every rank bound to its own core on both
+# sides (MPI --bind-to core; pstate ranks through bench/bind.sh: core = LOCAL_RANK mod nproc).
+pair_bound() {
+  local name=$1 ranks=$2
+  shift 2
+  run_case "$name.mpi" "${MPIRUN_BOUND[@]}" -np "$ranks" "$MPI_BENCH" "$@" --check \
+    --json "$RESULTS/$name.mpi.json"
+  run_case "$name.pstate" "$PSTATE" run -n "$ranks" -- bench/bind.sh "$PSTATE" bench "$@" --check \
     --json "$RESULTS/$name.pstate.json"
 }
 
@@ -160,6 +175,7 @@ main() {
   run_case memcpy "$RESULTS/bin/memcpy_bw" -s 64M --iters 30 --json "$RESULTS/memcpy.json"
   if [ "$QUICK" = 1 ]; then
     pair all_reduce.2 2 0 --op all_reduce -b 8 -e 64K -f 32
+    pair_bound all_reduce.2.bound 2 --op all_reduce -b 8 -e 64K -f 32
     pair all_reduce.4 4 1 --op all_reduce -b 8 -e 1M -f 128 --iters 50
     pair broadcast_object.4 4 1 --op broadcast_object -b 1K -e 1K --iters 50
   else
@@ -169,6 +185,9 @@ main() {
     done
     for op in all_to_all send_recv; do
       pair "$op.2" 2 0 --op "$op" -b 8 -e 16M -f 4
+    done
+    for op in all_reduce all_gather reduce_scatter broadcast; do
+      pair_bound "$op.2.bound" 2 --op "$op" -b 8 -e "$([ $op = all_reduce ] && echo 64M || echo 16M)" -f 2
     done
     pair all_reduce.4 4 1 --op all_reduce -b 8 -e 1M -f 2 --iters 200 --warmup 20
     pair broadcast_object.4 4 1 --op broadcast_object -b 64 -e 64K -f 4 --iters 200 --warmup 20
