@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -42,6 +43,7 @@ constexpr OptionSpec kOptions[] = {
     {"--master", "HOST:PORT", "rendezvous address (default 127.0.0.1 and a free port; required with --nnodes > 1)"},
     {"--grace-ms", "MS", "after a failure, how long the other ranks get between SIGTERM and SIGKILL (default 3000)"},
     {"--no-prefix", nullptr, "do not prefix output lines with the rank"},
+    {"--bind-cores", nullptr, "pin local rank i to CPU i % (CPUs available), as mpirun --bind-to core does"},
 };
 
 constexpr CommandSpec kSpec = {
@@ -142,8 +144,19 @@ int exit_code_of(int status) {
   return kExitFailure;
 }
 
+// The CPUs this launcher may use, in order (its affinity mask).
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
 pid_t spawn(const std::vector<std::string> &argv, const std::vector<std::pair<std::string, std::string>> &env,
-            int out_w, int err_w, int close_a, int close_b) {
+            int out_w, int err_w, int close_a, int close_b, int cpu) {
   pid_t pid = ::fork();
   if (pid < 0) throw_error(PSTATE_ERR_INTERNAL, "fork: ", std::strerror(errno));
   if (pid > 0) return pid;
@@ -157,6 +170,12 @@ pid_t spawn(const std::vector<std::string> &argv, const std::vector<std::pair<st
   ::close(out_w);
   ::close(err_w);
   for (const auto &[k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+  if (cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    ::sched_setaffinity(0, sizeof set, &set);
+  }
   std::vector<char *> args;
   for (const auto &a : argv) args.push_back(const_cast<char *>(a.c_str()));
   args.push_back(nullptr);
@@ -167,9 +186,12 @@ pid_t spawn(const std::vector<std::string> &argv, const std::vector<std::pair<st
 
 class Launcher {
  public:
-  Launcher(int nproc, int nnodes, int node_rank, std::string addr, int port, int grace_ms, bool prefix)
+  Launcher(int nproc, int nnodes, int node_rank, std::string addr, int port, int grace_ms, bool prefix,
+           bool bind_cores)
       : nproc_(nproc), nnodes_(nnodes), node_rank_(node_rank), addr_(std::move(addr)), port_(port),
-        grace_ms_(grace_ms), prefix_(prefix) {}
+        grace_ms_(grace_ms), prefix_(prefix) {
+    if (bind_cores) cpus_ = allowed_cpus();
+  }
 
   int run(const std::vector<std::string> &program) {
     const char *token_env = std::getenv("PSTATE_JOB_TOKEN");
@@ -189,7 +211,8 @@ class Launcher {
           {"LOCAL_RANK", std::to_string(local)},   {"LOCAL_WORLD_SIZE", std::to_string(nproc_)},
           {"GROUP_RANK", std::to_string(node_rank_)}, {"MASTER_ADDR", addr_},
           {"MASTER_PORT", std::to_string(port_)},  {"PSTATE_JOB_TOKEN", token}};
-      r.pid = spawn(program, env, out[1], err[1], out[0], err[0]);
+      int cpu = cpus_.empty() ? -1 : cpus_[static_cast<size_t>(local) % cpus_.size()];
+      r.pid = spawn(program, env, out[1], err[1], out[0], err[0], cpu);
       ::close(out[1]);
       ::close(err[1]);
       r.out_fd = out[0];
@@ -315,6 +338,7 @@ class Launcher {
   std::string addr_;
   int port_, grace_ms_;
   bool prefix_;
+  std::vector<int> cpus_;  // --bind-cores: local rank i runs on cpus_[i % size]
   std::vector<Rank> ranks_;
 };
 
@@ -351,7 +375,7 @@ int run_run(const ParsedArgs &args) {
   ::sigaction(SIGTERM, &sa, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  Launcher launcher(nproc, nnodes, node_rank, addr, port, grace, !args.flag("--no-prefix"));
+  Launcher launcher(nproc, nnodes, node_rank, addr, port, grace, !args.flag("--no-prefix"), args.flag("--bind-cores"));
   return launcher.run(args.positional());
 }
 
