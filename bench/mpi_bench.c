@@ -96,19 +96,30 @@ static options_t parse_options(int argc, char **argv, int rank) {
 
 static MPI_Datatype mpi_type(int dtype) {
   switch (dtype) {
-    case BENCH_INT8: return MPI_INT8_T;
-    case BENCH_UINT8: return MPI_UINT8_T;
-    case BENCH_INT32: return MPI_INT32_T;
-    case BENCH_UINT32: return MPI_UINT32_T;
-    case BENCH_INT64: return MPI_INT64_T;
-    case BENCH_UINT64: return MPI_UINT64_T;
-    case BENCH_FLOAT32: return MPI_FLOAT;
-    case BENCH_FLOAT64: return MPI_DOUBLE;
-    default: return MPI_DATATYPE_NULL;
+    case BENCH_INT8:
+      return MPI_INT8_T;
+    case BENCH_UINT8:
+      return MPI_UINT8_T;
+    case BENCH_INT32:
+      return MPI_INT32_T;
+    case BENCH_UINT32:
+      return MPI_UINT32_T;
+    case BENCH_INT64:
+      return MPI_INT64_T;
+    case BENCH_UINT64:
+      return MPI_UINT64_T;
+    case BENCH_FLOAT32:
+      return MPI_FLOAT;
+    case BENCH_FLOAT64:
+      return MPI_DOUBLE;
+    default:
+      return MPI_DATATYPE_NULL;
   }
 }
 
-static MPI_Op mpi_op(int redop) { return redop == BENCH_MAX ? MPI_MAX : redop == BENCH_MIN ? MPI_MIN : MPI_SUM; }
+static MPI_Op mpi_op(int redop) {
+  return redop == BENCH_MAX ? MPI_MAX : redop == BENCH_MIN ? MPI_MIN : MPI_SUM;
+}
 
 /* One size: buffers, the crafted inputs, and the call. */
 typedef struct sized_t {
@@ -144,10 +155,18 @@ static void setup(sized_t *s) {
     s->type_count = (int)block;
   }
   switch (o->op) {
-    case BENCH_ALL_GATHER: s->send_bytes = block, s->recv_bytes = block * (size_t)s->n; break;
-    case BENCH_REDUCE_SCATTER: s->send_bytes = block * (size_t)s->n, s->recv_bytes = block; break;
-    case BENCH_ALL_TO_ALL: s->send_bytes = s->recv_bytes = block * (size_t)s->n; break;
-    default: s->send_bytes = s->recv_bytes = block; break;
+    case BENCH_ALL_GATHER:
+      s->send_bytes = block, s->recv_bytes = block * (size_t)s->n;
+      break;
+    case BENCH_REDUCE_SCATTER:
+      s->send_bytes = block * (size_t)s->n, s->recv_bytes = block;
+      break;
+    case BENCH_ALL_TO_ALL:
+      s->send_bytes = s->recv_bytes = block * (size_t)s->n;
+      break;
+    default:
+      s->send_bytes = s->recv_bytes = block;
+      break;
   }
   s->send = (unsigned char *)alloc_or_die(s->send_bytes);
   s->recv = (unsigned char *)alloc_or_die(s->recv_bytes);
@@ -169,14 +188,22 @@ static void run_once(sized_t *s) {
   MPI_Comm w = MPI_COMM_WORLD;
   int peer = s->rank ^ 1;
   switch (o->op) {
-    case BENCH_ALL_REDUCE: MPI_Allreduce(s->send, s->recv, s->type_count, s->type, mpi_op(o->redop), w); break;
-    case BENCH_ALL_GATHER: MPI_Allgather(s->send, s->type_count, s->type, s->recv, s->type_count, s->type, w); break;
+    case BENCH_ALL_REDUCE:
+      MPI_Allreduce(s->send, s->recv, s->type_count, s->type, mpi_op(o->redop), w);
+      break;
+    case BENCH_ALL_GATHER:
+      MPI_Allgather(s->send, s->type_count, s->type, s->recv, s->type_count, s->type, w);
+      break;
     case BENCH_REDUCE_SCATTER:
       MPI_Reduce_scatter_block(s->send, s->recv, s->type_count, s->type, mpi_op(o->redop), w);
       break;
     case BENCH_BROADCAST:
-    case BENCH_BROADCAST_OBJECT: MPI_Bcast(s->recv, s->type_count, s->type, 0, w); break;
-    case BENCH_ALL_TO_ALL: MPI_Alltoall(s->send, s->type_count, s->type, s->recv, s->type_count, s->type, w); break;
+    case BENCH_BROADCAST_OBJECT:
+      MPI_Bcast(s->recv, s->type_count, s->type, 0, w);
+      break;
+    case BENCH_ALL_TO_ALL:
+      MPI_Alltoall(s->send, s->type_count, s->type, s->recv, s->type_count, s->type, w);
+      break;
     case BENCH_SEND_RECV:
       if (peer >= s->n) break; /* odd world: the last rank sits out */
       if (s->rank % 2 == 0) {
@@ -187,7 +214,8 @@ static void run_once(sized_t *s) {
         MPI_Send(s->send, s->type_count, s->type, peer, 0, w);
       }
       break;
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -196,7 +224,8 @@ static long count_wrong(const sized_t *s) {
   const options_t *o = s->o;
   size_t block = s->count * s->elem, j, wrong = 0;
   switch (o->op) {
-    case BENCH_ALL_REDUCE: return (long)bench_count_reduce_wrong(s->recv, s->count, o->dtype, o->redop, s->n, 0);
+    case BENCH_ALL_REDUCE:
+      return (long)bench_count_reduce_wrong(s->recv, s->count, o->dtype, o->redop, s->n, 0);
     case BENCH_REDUCE_SCATTER:
       return (long)bench_count_reduce_wrong(s->recv, s->count, o->dtype, o->redop, s->n, (size_t)s->rank * s->count);
     case BENCH_ALL_GATHER:
@@ -207,10 +236,12 @@ static long count_wrong(const sized_t *s) {
         wrong += bench_count_pattern_wrong(s->recv + j * block, block, (int)j, (size_t)s->rank * block);
       return (long)wrong;
     case BENCH_BROADCAST:
-    case BENCH_BROADCAST_OBJECT: return (long)bench_count_pattern_wrong(s->recv, block, 0, 0);
+    case BENCH_BROADCAST_OBJECT:
+      return (long)bench_count_pattern_wrong(s->recv, block, 0, 0);
     case BENCH_SEND_RECV:
       return (s->rank ^ 1) < s->n ? (long)bench_count_pattern_wrong(s->recv, block, s->rank ^ 1, 0) : 0;
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
@@ -262,8 +293,12 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (o.op == BENCH_SEND_RECV && n < 2) usage_exit(rank, "send_recv needs at least 2 ranks");
-  if (rank == 0) bench_print_header(stdout, "mpi_bench (Open MPI)", o.op, bench_dtype_name(o.dtype),
-                                    o.redop == BENCH_SUM ? "sum" : o.redop == BENCH_MAX ? "max" : "min", n, o.check);
+  if (rank == 0)
+    bench_print_header(stdout, "mpi_bench (Open MPI)", o.op, bench_dtype_name(o.dtype),
+                       o.redop == BENCH_SUM   ? "sum"
+                       : o.redop == BENCH_MAX ? "max"
+                                              : "min",
+                       n, o.check);
   start = bench_now_us();
   for (bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
     bench_result_t r = bench_size(&o, bytes, rank, n);
@@ -276,7 +311,8 @@ int main(int argc, char **argv) {
       }
       results[nresults++] = r;
       bench_print_row(stdout, &r, o.check);
-      if (elapsed_s > 2.0) fprintf(stderr, "# progress: %s %zu B done, %.1f s\n", bench_op_name(o.op), r.bytes, elapsed_s);
+      if (elapsed_s > 2.0)
+        fprintf(stderr, "# progress: %s %zu B done, %.1f s\n", bench_op_name(o.op), r.bytes, elapsed_s);
     }
     if (bytes > ((size_t)-1) / o.factor) break;
   }

@@ -87,13 +87,13 @@ pair() {
 }
 
 # pair_bound NAME RANKS BENCH-ARGS...: like pair, with every rank bound to its own core on both
-# sides (MPI --bind-to core; pstate ranks through bench/bind.sh: core = LOCAL_RANK mod nproc).
+# sides (MPI --bind-to core; pstate run --bind-cores: core = LOCAL_RANK mod nproc).
 pair_bound() {
   local name=$1 ranks=$2
   shift 2
   run_case "$name.mpi" "${MPIRUN_BOUND[@]}" -np "$ranks" "$MPI_BENCH" "$@" --check \
     --json "$RESULTS/$name.mpi.json"
-  run_case "$name.pstate" "$PSTATE" run -n "$ranks" -- bench/bind.sh "$PSTATE" bench "$@" --check \
+  run_case "$name.pstate" "$PSTATE" run --bind-cores -n "$ranks" -- "$PSTATE" bench "$@" --check \
     --json "$RESULTS/$name.pstate.json"
 }
 

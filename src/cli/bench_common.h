@@ -47,7 +47,7 @@ typedef enum bench_op_t {
 } bench_op_t;
 
 static inline const char *bench_op_name(bench_op_t op) {
-  static const char *const names[BENCH_OP_COUNT] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast",
+  static const char *const names[BENCH_OP_COUNT] = {"all_reduce", "all_gather", "reduce_scatter",   "broadcast",
                                                     "all_to_all", "send_recv",  "broadcast_object", "startup"};
   return (int)op >= 0 && op < BENCH_OP_COUNT ? names[op] : NULL;
 }
@@ -61,7 +61,9 @@ static inline int bench_op_from_name(const char *name) {
 }
 
 /* Whether the op reduces (its results depend on the element type and the reduction). */
-static inline int bench_op_reduces(bench_op_t op) { return op == BENCH_ALL_REDUCE || op == BENCH_REDUCE_SCATTER; }
+static inline int bench_op_reduces(bench_op_t op) {
+  return op == BENCH_ALL_REDUCE || op == BENCH_REDUCE_SCATTER;
+}
 
 /* Whether `bytes` is split into one block per rank (so a count is per rank). */
 static inline int bench_op_blocks_per_rank(bench_op_t op) {
@@ -71,11 +73,14 @@ static inline int bench_op_blocks_per_rank(bench_op_t op) {
 /* nccl-tests' busbw / algbw for an op on n ranks. */
 static inline double bench_busbw_factor(bench_op_t op, int n) {
   switch (op) {
-    case BENCH_ALL_REDUCE: return n > 1 ? 2.0 * (n - 1) / n : 0.0;
+    case BENCH_ALL_REDUCE:
+      return n > 1 ? 2.0 * (n - 1) / n : 0.0;
     case BENCH_ALL_GATHER:
     case BENCH_REDUCE_SCATTER:
-    case BENCH_ALL_TO_ALL: return n > 1 ? (double)(n - 1) / n : 0.0;
-    default: return 1.0;
+    case BENCH_ALL_TO_ALL:
+      return n > 1 ? (double)(n - 1) / n : 0.0;
+    default:
+      return 1.0;
   }
 }
 
@@ -84,14 +89,24 @@ static inline double bench_busbw_factor(bench_op_t op, int n) {
 /* ------------------------------------------------------------------------------------------ */
 
 enum {
-  BENCH_INT8 = 0, BENCH_UINT8, BENCH_INT32, BENCH_UINT32, BENCH_INT64, BENCH_UINT64,
-  BENCH_FLOAT16, BENCH_FLOAT32, BENCH_FLOAT64, BENCH_BFLOAT16, BENCH_FP8_E4M3, BENCH_FP8_E5M2,
+  BENCH_INT8 = 0,
+  BENCH_UINT8,
+  BENCH_INT32,
+  BENCH_UINT32,
+  BENCH_INT64,
+  BENCH_UINT64,
+  BENCH_FLOAT16,
+  BENCH_FLOAT32,
+  BENCH_FLOAT64,
+  BENCH_BFLOAT16,
+  BENCH_FP8_E4M3,
+  BENCH_FP8_E5M2,
   BENCH_DTYPE_COUNT
 };
 
 static inline const char *bench_dtype_name(int dtype) {
-  static const char *const names[BENCH_DTYPE_COUNT] = {"int8",    "uint8",   "int32",   "uint32",
-                                                       "int64",   "uint64",  "float16", "float32",
+  static const char *const names[BENCH_DTYPE_COUNT] = {"int8",    "uint8",    "int32",    "uint32",
+                                                       "int64",   "uint64",   "float16",  "float32",
                                                        "float64", "bfloat16", "fp8_e4m3", "fp8_e5m2"};
   return dtype >= 0 && dtype < BENCH_DTYPE_COUNT ? names[dtype] : NULL;
 }
@@ -129,13 +144,28 @@ static inline int bench_parse_size(const char *text, size_t *out) {
   if (text == NULL || *text < '0' || *text > '9') return -1;
   v = strtoull(text, &end, 10);
   switch (*end) {
-    case 'k': case 'K': v <<= 10; ++end; break;
-    case 'm': case 'M': v <<= 20; ++end; break;
-    case 'g': case 'G': v <<= 30; ++end; break;
-    default: break;
+    case 'k':
+    case 'K':
+      v <<= 10;
+      ++end;
+      break;
+    case 'm':
+    case 'M':
+      v <<= 20;
+      ++end;
+      break;
+    case 'g':
+    case 'G':
+      v <<= 30;
+      ++end;
+      break;
+    default:
+      break;
   }
-  if (*end == 'i' && end[1] == 'B') end += 2;
-  else if (*end == 'B') ++end;
+  if (*end == 'i' && end[1] == 'B')
+    end += 2;
+  else if (*end == 'B')
+    ++end;
   if (*end != '\0') return -1;
   *out = (size_t)v;
   return 0;
@@ -162,7 +192,9 @@ static inline int bench_default_iters(size_t bytes) {
   return (int)iters;
 }
 
-static inline int bench_default_warmup(int iters) { return iters / 10 > 2 ? iters / 10 : 2; }
+static inline int bench_default_warmup(int iters) {
+  return iters / 10 > 2 ? iters / 10 : 2;
+}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Timing and statistics                                                                        */
@@ -214,16 +246,21 @@ static inline size_t bench_count_pattern_wrong(const unsigned char *buf, size_t 
 }
 
 /* Rank r's element i of a reduction input. */
-static inline int bench_value(int rank, size_t i) { return 1 + (int)(((size_t)rank + i) % 3); }
+static inline int bench_value(int rank, size_t i) {
+  return 1 + (int)(((size_t)rank + i) % 3);
+}
 
 /* The reduction over ranks 0..n-1 of bench_value(r, i). */
 static inline int bench_expected(int redop, int n, size_t i) {
   int r, acc = bench_value(0, i);
   for (r = 1; r < n; ++r) {
     int v = bench_value(r, i);
-    if (redop == BENCH_SUM) acc += v;
-    else if (redop == BENCH_MAX) acc = v > acc ? v : acc;
-    else acc = v < acc ? v : acc;
+    if (redop == BENCH_SUM)
+      acc += v;
+    else if (redop == BENCH_MAX)
+      acc = v > acc ? v : acc;
+    else
+      acc = v < acc ? v : acc;
   }
   return acc;
 }
@@ -240,15 +277,51 @@ static inline uint16_t bench_half_bits(int v) {
  * a dtype that cannot be reduced (fp8). */
 static inline int bench_encode(int dtype, int v, void *dst) {
   switch (dtype) {
-    case BENCH_INT8: { int8_t x = (int8_t)v; memcpy(dst, &x, 1); return 0; }
-    case BENCH_UINT8: { uint8_t x = (uint8_t)v; memcpy(dst, &x, 1); return 0; }
-    case BENCH_INT32: { int32_t x = v; memcpy(dst, &x, 4); return 0; }
-    case BENCH_UINT32: { uint32_t x = (uint32_t)v; memcpy(dst, &x, 4); return 0; }
-    case BENCH_INT64: { int64_t x = v; memcpy(dst, &x, 8); return 0; }
-    case BENCH_UINT64: { uint64_t x = (uint64_t)v; memcpy(dst, &x, 8); return 0; }
-    case BENCH_FLOAT16: { uint16_t x = bench_half_bits(v); memcpy(dst, &x, 2); return 0; }
-    case BENCH_FLOAT32: { float x = (float)v; memcpy(dst, &x, 4); return 0; }
-    case BENCH_FLOAT64: { double x = v; memcpy(dst, &x, 8); return 0; }
+    case BENCH_INT8: {
+      int8_t x = (int8_t)v;
+      memcpy(dst, &x, 1);
+      return 0;
+    }
+    case BENCH_UINT8: {
+      uint8_t x = (uint8_t)v;
+      memcpy(dst, &x, 1);
+      return 0;
+    }
+    case BENCH_INT32: {
+      int32_t x = v;
+      memcpy(dst, &x, 4);
+      return 0;
+    }
+    case BENCH_UINT32: {
+      uint32_t x = (uint32_t)v;
+      memcpy(dst, &x, 4);
+      return 0;
+    }
+    case BENCH_INT64: {
+      int64_t x = v;
+      memcpy(dst, &x, 8);
+      return 0;
+    }
+    case BENCH_UINT64: {
+      uint64_t x = (uint64_t)v;
+      memcpy(dst, &x, 8);
+      return 0;
+    }
+    case BENCH_FLOAT16: {
+      uint16_t x = bench_half_bits(v);
+      memcpy(dst, &x, 2);
+      return 0;
+    }
+    case BENCH_FLOAT32: {
+      float x = (float)v;
+      memcpy(dst, &x, 4);
+      return 0;
+    }
+    case BENCH_FLOAT64: {
+      double x = v;
+      memcpy(dst, &x, 8);
+      return 0;
+    }
     case BENCH_BFLOAT16: {
       float f = (float)v;
       uint32_t bits;
@@ -258,7 +331,8 @@ static inline int bench_encode(int dtype, int v, void *dst) {
       memcpy(dst, &x, 2);
       return 0;
     }
-    default: return -1;
+    default:
+      return -1;
   }
 }
 
@@ -305,19 +379,19 @@ static inline bench_result_t bench_make_result(bench_op_t op, size_t bytes, size
   return r;
 }
 
-static inline void bench_print_header(FILE *out, const char *who, bench_op_t op, const char *dtype,
-                                      const char *redop, int ranks, int check) {
-  fprintf(out, "# %s: %s %s%s%s, %d ranks, median of the slowest rank per iteration%s\n", who, bench_op_name(op),
-          dtype, bench_op_reduces(op) ? " " : "", bench_op_reduces(op) ? redop : "", ranks,
-          check ? ", --check" : "");
-  fprintf(out, "# %12s %12s %12s %12s %12s %8s\n", "bytes", "count", "time_us", "algbw_GB/s", "busbw_GB/s",
-          "#wrong");
+static inline void bench_print_header(FILE *out, const char *who, bench_op_t op, const char *dtype, const char *redop,
+                                      int ranks, int check) {
+  fprintf(out, "# %s: %s %s%s%s, %d ranks, median of the slowest rank per iteration%s\n", who, bench_op_name(op), dtype,
+          bench_op_reduces(op) ? " " : "", bench_op_reduces(op) ? redop : "", ranks, check ? ", --check" : "");
+  fprintf(out, "# %12s %12s %12s %12s %12s %8s\n", "bytes", "count", "time_us", "algbw_GB/s", "busbw_GB/s", "#wrong");
 }
 
 static inline void bench_print_row(FILE *out, const bench_result_t *r, int check) {
   char wrong[32];
-  if (check) snprintf(wrong, sizeof wrong, "%ld", r->wrong);
-  else snprintf(wrong, sizeof wrong, "-");
+  if (check)
+    snprintf(wrong, sizeof wrong, "%ld", r->wrong);
+  else
+    snprintf(wrong, sizeof wrong, "-");
   fprintf(out, "  %12zu %12zu %12.2f %12.3f %12.3f %8s\n", r->bytes, r->count, r->time_us, r->algbw_gbs, r->busbw_gbs,
           wrong);
   fflush(out);

@@ -8,7 +8,9 @@
 
 namespace pstate::cli {
 namespace {
-constexpr bool same(int a, int b) { return a == b; }
+constexpr bool same(int a, int b) {
+  return a == b;
+}
 static_assert(same(BENCH_FLOAT32, PSTATE_FLOAT32) && same(BENCH_BFLOAT16, PSTATE_BFLOAT16) &&
                   same(BENCH_FP8_E5M2, PSTATE_FP8_E5M2) && same(BENCH_DTYPE_COUNT, PSTATE_DTYPE_COUNT),
               "bench_common.h numbers element types as pstate_dtype_t does");
@@ -24,13 +26,26 @@ AlignedBytes aligned_bytes(size_t bytes) {
 }
 
 OpRun::OpRun(const BenchSpec &spec, pstate_group_t *group, int rank, int size, size_t count)
-    : spec_(spec), group_(group), rank_(rank), size_(size), count_(count),
-      elem_(bench_dtype_size(spec.dtype)), block_(count * bench_dtype_size(spec.dtype)) {
+    : spec_(spec),
+      group_(group),
+      rank_(rank),
+      size_(size),
+      count_(count),
+      elem_(bench_dtype_size(spec.dtype)),
+      block_(count * bench_dtype_size(spec.dtype)) {
   switch (spec_.op) {
-    case BENCH_ALL_GATHER: send_bytes_ = block_, recv_bytes_ = block_ * size_; break;
-    case BENCH_REDUCE_SCATTER: send_bytes_ = block_ * size_, recv_bytes_ = block_; break;
-    case BENCH_ALL_TO_ALL: send_bytes_ = recv_bytes_ = block_ * size_; break;
-    default: send_bytes_ = recv_bytes_ = block_; break;
+    case BENCH_ALL_GATHER:
+      send_bytes_ = block_, recv_bytes_ = block_ * size_;
+      break;
+    case BENCH_REDUCE_SCATTER:
+      send_bytes_ = block_ * size_, recv_bytes_ = block_;
+      break;
+    case BENCH_ALL_TO_ALL:
+      send_bytes_ = recv_bytes_ = block_ * size_;
+      break;
+    default:
+      send_bytes_ = recv_bytes_ = block_;
+      break;
   }
   send_ = aligned_bytes(send_bytes_);
   recv_ = aligned_bytes(recv_bytes_);
@@ -66,13 +81,21 @@ void OpRun::run_once() {
   unsigned char *send = send_.get(), *recv = recv_.get();
   int peer = rank_ ^ 1;
   switch (spec_.op) {
-    case BENCH_ALL_REDUCE: st = pstate_all_reduce(group_, send, recv, count_, spec_.dtype, spec_.redop, nullptr); break;
-    case BENCH_ALL_GATHER: st = pstate_all_gather(group_, send, recv, count_, spec_.dtype, nullptr); break;
+    case BENCH_ALL_REDUCE:
+      st = pstate_all_reduce(group_, send, recv, count_, spec_.dtype, spec_.redop, nullptr);
+      break;
+    case BENCH_ALL_GATHER:
+      st = pstate_all_gather(group_, send, recv, count_, spec_.dtype, nullptr);
+      break;
     case BENCH_REDUCE_SCATTER:
       st = pstate_reduce_scatter(group_, send, recv, count_, spec_.dtype, spec_.redop, nullptr);
       break;
-    case BENCH_BROADCAST: st = pstate_broadcast(group_, recv, count_, spec_.dtype, 0, nullptr); break;
-    case BENCH_ALL_TO_ALL: st = pstate_all_to_all(group_, send, recv, count_, spec_.dtype, nullptr); break;
+    case BENCH_BROADCAST:
+      st = pstate_broadcast(group_, recv, count_, spec_.dtype, 0, nullptr);
+      break;
+    case BENCH_ALL_TO_ALL:
+      st = pstate_all_to_all(group_, send, recv, count_, spec_.dtype, nullptr);
+      break;
     case BENCH_SEND_RECV:
       if (peer >= size_) break;  // odd group: the last rank sits out
       if (rank_ % 2 == 0) {
@@ -88,18 +111,22 @@ void OpRun::run_once() {
       object_ = {nullptr, 0};
       st = pstate_broadcast_object(group_, send, block_, 0, rank_ == 0 ? nullptr : &object_);
       break;
-    default: break;
+    default:
+      break;
   }
   if (st != PSTATE_OK) fail(st);
 }
 
-void OpRun::release_previous() { pstate_bytes_free(&previous_object_); }
+void OpRun::release_previous() {
+  pstate_bytes_free(&previous_object_);
+}
 
 long OpRun::count_wrong() const {
   const unsigned char *recv = recv_.get();
   size_t wrong = 0;
   switch (spec_.op) {
-    case BENCH_ALL_REDUCE: return static_cast<long>(bench_count_reduce_wrong(recv, count_, spec_.dtype, spec_.redop, size_, 0));
+    case BENCH_ALL_REDUCE:
+      return static_cast<long>(bench_count_reduce_wrong(recv, count_, spec_.dtype, spec_.redop, size_, 0));
     case BENCH_REDUCE_SCATTER:
       return static_cast<long>(bench_count_reduce_wrong(recv, count_, spec_.dtype, spec_.redop, size_, rank_ * count_));
     case BENCH_ALL_GATHER:
@@ -108,7 +135,8 @@ long OpRun::count_wrong() const {
     case BENCH_ALL_TO_ALL:  // block j came from rank j, cut at this rank's offset
       for (int j = 0; j < size_; ++j) wrong += bench_count_pattern_wrong(recv + j * block_, block_, j, rank_ * block_);
       return static_cast<long>(wrong);
-    case BENCH_BROADCAST: return static_cast<long>(bench_count_pattern_wrong(recv, block_, 0, 0));
+    case BENCH_BROADCAST:
+      return static_cast<long>(bench_count_pattern_wrong(recv, block_, 0, 0));
     case BENCH_SEND_RECV:
       if ((rank_ ^ 1) >= size_) return 0;
       return static_cast<long>(bench_count_pattern_wrong(recv, block_, rank_ ^ 1, 0));
@@ -119,7 +147,8 @@ long OpRun::count_wrong() const {
       size_t missing = block_ - common + (object_.size - common);  // every byte too few or too many
       return static_cast<long>(missing + (got ? bench_count_pattern_wrong(got, common, 0, 0) : 0));
     }
-    default: return 0;
+    default:
+      return 0;
   }
 }
 

@@ -100,8 +100,10 @@ pstate_group_kind_t group_option(const ParsedArgs &args) {
 BenchOptions parse_options(const ParsedArgs &args) {
   BenchOptions o;
   int op = bench_op_from_name(args.value("--op").value_or("all_reduce").c_str());
-  if (op < 0) throw UsageError("--op must be one of all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, "
-                               "send_recv, broadcast_object, startup");
+  if (op < 0)
+    throw UsageError(
+        "--op must be one of all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, "
+        "send_recv, broadcast_object, startup");
   o.spec.op = static_cast<bench_op_t>(op);
   int dtype = bench_dtype_from_name(args.value("--dtype").value_or("float32").c_str());
   if (dtype < 0) throw UsageError("--dtype must be a pstate dtype name (int8, ..., float32, bfloat16, fp8_e5m2)");
@@ -235,9 +237,10 @@ int run_startup(Session &s, bool leader) {
   double init_ms = s.init_ms(), mp_ms = s.model_parallel_ms();
   double finish_ms = s.finish();
   if (leader)
-    std::printf("# pstate bench startup, %d ranks, rank 0: pstate_init %.1f ms, initialize_model_parallel %.1f ms, "
-                "destroy + finalize %.1f ms\n",
-                world, init_ms, mp_ms, finish_ms);
+    std::printf(
+        "# pstate bench startup, %d ranks, rank 0: pstate_init %.1f ms, initialize_model_parallel %.1f ms, "
+        "destroy + finalize %.1f ms\n",
+        world, init_ms, mp_ms, finish_ms);
   return kExitOk;
 }
 
