@@ -9,6 +9,7 @@ failures.txt (cases that failed or timed out) and logs/ (every command, then its
 issue's targets are judged here, from those numbers only; a hand-written analysis of misses
 (profiles) is taken from bench/analysis.md when it exists. Standard library only.
 """
+import glob
 import json
 import os
 import subprocess
@@ -75,8 +76,36 @@ def human(nbytes):
     return f"{nbytes} B"
 
 
-def by_bytes(doc):
-    return {r["bytes"]: r for r in doc["results"]} if doc else {}
+def busbw_factor(op, n):
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+def combine(docs):
+    """One row per size from the repeats of one side: the median of their times (so the median
+    over repeats of each repeat's median), bandwidths recomputed from it, the largest #wrong."""
+    rows = {}
+    for doc in docs:
+        for r in doc["results"]:
+            rows.setdefault(r["bytes"], []).append(r)
+    out = {}
+    for nbytes, reps in rows.items():
+        times = sorted(r["time_us"] for r in reps)
+        t = times[(len(times) - 1) // 2] if len(times) % 2 else 0.5 * (times[len(times) // 2 - 1] + times[len(times) // 2])
+        algbw = nbytes / (t * 1e3) if t > 0 else 0.0
+        out[nbytes] = {"time_us": t, "algbw_gbs": algbw, "busbw_gbs": algbw * busbw_factor(docs[0]["op"], docs[0]["ranks"]),
+                       "wrong": max(r["wrong"] for r in reps), "runs": len(reps),
+                       "min_us": times[0], "max_us": times[-1]}
+    return out
+
+
+def load_side(results, name, side):
+    paths = sorted(glob.glob(os.path.join(results, f"{name}.{side}.*.json")))
+    docs = [d for d in (load_json(p) for p in paths) if d]
+    return combine(docs) if docs else {}
 
 
 class Case:
@@ -84,8 +113,8 @@ class Case:
 
     def __init__(self, results, name, title):
         self.name, self.title = name, title
-        self.mpi = by_bytes(load_json(os.path.join(results, f"{name}.mpi.json")))
-        self.pstate = by_bytes(load_json(os.path.join(results, f"{name}.pstate.json")))
+        self.mpi = load_side(results, name, "mpi")
+        self.pstate = load_side(results, name, "pstate")
         self.sizes = sorted(set(self.mpi) | set(self.pstate))
 
     def ratio(self, nbytes):
@@ -225,7 +254,8 @@ def main():
           "pstate's CPU collectives against Open MPI on one machine, measured by `bench/run.sh` in one "
           "session (this file is its output; do not edit by hand). Method: nccl-tests' sizes and formulas; "
           "every call is preceded by a barrier and timed alone on each rank; the time of a size is the median "
-          "over calls of the slowest rank's time (`src/cli/bench_common.h`, shared by `pstate bench` and "
+          "over calls of the slowest rank's time, and the median of that over the repeats of the case (MPI and "
+          "pstate runs alternate) (`src/cli/bench_common.h`, shared by `pstate bench` and "
           "`bench/mpi_bench.c`). Inputs are crafted so results are exact, and every result was checked "
           "(`#wrong`).", "",
           "## Machine and run", "",
@@ -238,6 +268,7 @@ def main():
           f"- {machine.get('openmpi', 'Open MPI ?')}: `--mca pml ob1 --mca btl self,vader`, "
           f"`--bind-to {machine.get('mpi_bind', '?')}` (pstate ranks are not bound either), except in the "
           "cases marked *bound*, where every rank of both sides is bound to its own core",
+          f"- every case run {machine.get('repeats', '?')} times per side, alternating MPI and pstate",
           f"- {machine.get('pstate', 'pstate ?')}, commit {machine.get('commit', '?')}, "
           f"{machine.get('build_type', '?')} build",
           f"- single-core memcpy of 64 MiB: {fmt(memcpy and memcpy['bw_gbs'])} GB/s "

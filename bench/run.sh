@@ -4,8 +4,9 @@
 #   bench/run.sh [--quick]
 #
 # Builds what it needs (the `pstate` command in $BUILD_DIR, default build/; bench/mpi_bench.c
-# with mpicc; bench/memcpy_bw.c), then measures, case by case and MPI first then pstate, so
-# both see the same machine load:
+# with mpicc; bench/memcpy_bw.c), then measures each case REPEATS times (default 3), MPI then
+# pstate alternately, so both see the same machine load (report.py takes, per size, the median
+# of the repeats' medians):
 #   - single-core memcpy bandwidth of 64 MiB (the physical reference)
 #   - 2 ranks: all_reduce 8 B..64 MiB; all_gather, reduce_scatter, broadcast 8 B..16 MiB;
 #     all_to_all and send_recv 8 B..16 MiB (x4 steps)
@@ -15,7 +16,8 @@
 #   - 4 ranks on the 2 cores (oversubscribed): all_reduce 8 B..1 MiB
 #   - 4 ranks: broadcast_object 64 B..64 KiB from rank 0 to 3 readers vs MPI_Bcast of the bytes
 #   - start-up of 8 ranks to model parallel initialized (tp 4 x pp 2) and finalized, whole
-#     processes, vs `mpirun -np 8` of MPI_Init + MPI_Finalize (median wall time of 5 runs each)
+#     processes, vs `mpirun -np 8` of MPI_Init + MPI_Finalize (median wall time of 5 runs each,
+#     alternating)
 # and finally runs bench/report.py, which writes BENCHMARKS.md (tables, ratios, targets) and
 # bench/results/time_vs_size.png (gnuplot). Raw JSON and logs stay in bench/results/.
 #
@@ -34,6 +36,7 @@ CASE_TIMEOUT=${CASE_TIMEOUT:-240}
 MPI_BIND=${MPI_BIND:-none}
 QUICK=0
 [ "${1:-}" = "--quick" ] && QUICK=1
+REPEATS=${REPEATS:-$([ "$QUICK" = 1 ] && echo 1 || echo 3)}
 if [ "$QUICK" = 1 ]; then  # a smoke test never overwrites the real results
   RESULTS=${RESULTS:-$ROOT/$BUILD_DIR/bench-quick}
   REPORT=$RESULTS/BENCHMARKS.md
@@ -75,55 +78,52 @@ run_case() {
   log "done: $name"
 }
 
-# pair NAME RANKS OVERSUBSCRIBED BENCH-ARGS...: the MPI run, then the pstate run, same arguments.
+# pair MODE NAME RANKS BENCH-ARGS...: REPEATS times, the MPI run then the pstate run, same
+# arguments. MODE plain: neither side binds; over: oversubscribed (MPI yields when idle);
+# bound: every rank on its own core on both sides (MPI --bind-to core, pstate run --bind-cores).
 pair() {
-  local name=$1 ranks=$2 over=$3
+  local mode=$1 name=$2 ranks=$3 rep
   shift 3
-  local mpirun=("${MPIRUN[@]}")
-  [ "$over" = 1 ] && mpirun=("${MPIRUN_OVER[@]}")
-  run_case "$name.mpi" "${mpirun[@]}" -np "$ranks" "$MPI_BENCH" "$@" --check --json "$RESULTS/$name.mpi.json"
-  run_case "$name.pstate" "$PSTATE" run -n "$ranks" -- "$PSTATE" bench "$@" --check \
-    --json "$RESULTS/$name.pstate.json"
-}
-
-# pair_bound NAME RANKS BENCH-ARGS...: like pair, with every rank bound to its own core on both
-# sides (MPI --bind-to core; pstate run --bind-cores: core = LOCAL_RANK mod nproc).
-pair_bound() {
-  local name=$1 ranks=$2
-  shift 2
-  run_case "$name.mpi" "${MPIRUN_BOUND[@]}" -np "$ranks" "$MPI_BENCH" "$@" --check \
-    --json "$RESULTS/$name.mpi.json"
-  run_case "$name.pstate" "$PSTATE" run --bind-cores -n "$ranks" -- "$PSTATE" bench "$@" --check \
-    --json "$RESULTS/$name.pstate.json"
-}
-
-# Median wall time in ms of 5 runs of a command (whole processes, launcher included).
-wall_median_ms() {
-  local name=$1
-  shift
-  local times=()
-  for i in 1 2 3 4 5; do
-    local t0 t1
-    t0=$(date +%s%N)
-    if ! timeout --kill-after=10 "$CASE_TIMEOUT" "$@" >>"$RESULTS/logs/$name.log" 2>&1; then
-      log "FAILED: $name (see bench/results/logs/$name.log)"
-      echo "$name" >>"$RESULTS/failures.txt"
-      echo "null"
-      return
-    fi
-    t1=$(date +%s%N)
-    times+=($(((t1 - t0) / 1000)))
+  local mpirun=("${MPIRUN[@]}") launcher=("$PSTATE" run)
+  [ "$mode" = over ] && mpirun=("${MPIRUN_OVER[@]}")
+  [ "$mode" = bound ] && mpirun=("${MPIRUN_BOUND[@]}") && launcher=("$PSTATE" run --bind-cores)
+  for rep in $(seq 1 "$REPEATS"); do
+    run_case "$name.mpi" "${mpirun[@]}" -np "$ranks" "$MPI_BENCH" "$@" --check --json "$RESULTS/$name.mpi.$rep.json"
+    run_case "$name.pstate" "${launcher[@]}" -n "$ranks" -- "$PSTATE" bench "$@" --check \
+      --json "$RESULTS/$name.pstate.$rep.json"
   done
-  printf '%s\n' "${times[@]}" | sort -n | sed -n 3p | awk '{printf "%.1f\n", $1 / 1000}'
 }
 
+# Wall time in ms of one run of a command (whole processes, launcher included); "null" when it
+# fails.
+wall_ms() {
+  local t0 t1
+  echo "\$ $(printf '%q ' "$@")" >>"$RESULTS/logs/startup.log"
+  t0=$(date +%s%N)
+  if ! timeout --kill-after=10 "$CASE_TIMEOUT" "$@" >>"$RESULTS/logs/startup.log" 2>&1; then
+    log "FAILED: startup (see bench/results/logs/startup.log)"
+    echo "startup" >>"$RESULTS/failures.txt"
+    echo null
+    return
+  fi
+  t1=$(date +%s%N)
+  echo $(((t1 - t0) / 1000000))
+}
+
+median() { printf '%s\n' "$@" | grep -v null | sort -n | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : "null"}'; }
+
+# Start-up of 8 ranks, 5 times each side, alternating so both see the same load.
 startup() {
-  echo "\$ ${MPIRUN_OVER[*]} -np 8 $MPI_BENCH --op startup" >>"$RESULTS/logs/startup.log"
+  local mpi=() ps=() i
+  for i in 1 2 3 4 5; do
+    mpi+=("$(wall_ms "${MPIRUN_OVER[@]}" -np 8 "$MPI_BENCH" --op startup)")
+    ps+=("$(wall_ms "$PSTATE" run -n 8 -- "$PSTATE" bench --op startup --tp 4 --pp 2)")
+  done
   local mpi_ms pstate_ms
-  mpi_ms=$(wall_median_ms startup "${MPIRUN_OVER[@]}" -np 8 "$MPI_BENCH" --op startup)
-  echo "\$ $PSTATE run -n 8 -- $PSTATE bench --op startup --tp 4 --pp 2" >>"$RESULTS/logs/startup.log"
-  pstate_ms=$(wall_median_ms startup "$PSTATE" run -n 8 -- "$PSTATE" bench --op startup --tp 4 --pp 2)
-  printf '{"ranks": 8, "runs": 5, "mpi_ms": %s, "pstate_ms": %s}\n' "$mpi_ms" "$pstate_ms" >"$RESULTS/startup.json"
+  mpi_ms=$(median "${mpi[@]}")
+  pstate_ms=$(median "${ps[@]}")
+  printf '{"ranks": 8, "runs": 5, "mpi_ms": %s, "pstate_ms": %s, "mpi_runs_ms": [%s], "pstate_runs_ms": [%s]}\n' \
+    "$mpi_ms" "$pstate_ms" "$(IFS=,; echo "${mpi[*]}")" "$(IFS=,; echo "${ps[*]}")" >"$RESULTS/startup.json"
   log "done: startup (MPI $mpi_ms ms, pstate $pstate_ms ms)"
 }
 
@@ -140,13 +140,14 @@ machine() {
     echo "build_type=$(grep -m1 CMAKE_BUILD_TYPE: "$BUILD_DIR/CMakeCache.txt" | cut -d= -f2)"
     echo "mpi_bind=$MPI_BIND"
     echo "quick=$QUICK"
+    echo "repeats=$REPEATS"
   } >"$RESULTS/machine.txt"
 }
 
-# Waits (at most QUIET_WAIT_S, default 120 s) for the 1-minute load average to fall below
+# Waits (at most QUIET_WAIT_S, default 60 s) for the 1-minute load average to fall below
 # QUIET_LOAD (default 1.0): this machine is shared, and a build next door halves anyone's numbers.
 wait_quiet() {
-  local limit=$((SECONDS + ${QUIET_WAIT_S:-120})) load
+  local limit=$((SECONDS + ${QUIET_WAIT_S:-60})) load
   while :; do
     load=$(cut -d' ' -f1 /proc/loadavg)
     if awk -v l="$load" -v q="${QUIET_LOAD:-1.0}" 'BEGIN { exit !(l < q) }'; then
@@ -155,7 +156,7 @@ wait_quiet() {
     fi
     if [ $SECONDS -ge $limit ]; then
       log "machine still busy (load $load); measuring anyway"
-      echo "quiet=no (load $load after waiting ${QUIET_WAIT_S:-120} s)" >>"$RESULTS/machine.txt"
+      echo "quiet=no (load $load after waiting ${QUIET_WAIT_S:-60} s)" >>"$RESULTS/machine.txt"
       return
     fi
     sleep 5
@@ -165,7 +166,7 @@ wait_quiet() {
 main() {
   local t_start=$SECONDS
   build
-  rm -rf "$RESULTS/logs" "$RESULTS"/*.json "$RESULTS/failures.txt"
+  rm -rf "$RESULTS/logs" "$RESULTS"/*.json "$RESULTS/failures.txt" "$RESULTS/plot"
   mkdir -p "$RESULTS/logs"
   machine
   wait_quiet
@@ -174,23 +175,24 @@ main() {
 
   run_case memcpy "$RESULTS/bin/memcpy_bw" -s 64M --iters 30 --json "$RESULTS/memcpy.json"
   if [ "$QUICK" = 1 ]; then
-    pair all_reduce.2 2 0 --op all_reduce -b 8 -e 64K -f 32
-    pair_bound all_reduce.2.bound 2 --op all_reduce -b 8 -e 64K -f 32
-    pair all_reduce.4 4 1 --op all_reduce -b 8 -e 1M -f 128 --iters 50
-    pair broadcast_object.4 4 1 --op broadcast_object -b 1K -e 1K --iters 50
+    pair plain all_reduce.2 2 --op all_reduce -b 8 -e 64K -f 32
+    pair bound all_reduce.2.bound 2 --op all_reduce -b 8 -e 64K -f 32
+    pair over all_reduce.4 4 --op all_reduce -b 8 -e 1M -f 128 --iters 50
+    pair over broadcast_object.4 4 --op broadcast_object -b 1K -e 1K --iters 50
   else
-    pair all_reduce.2 2 0 --op all_reduce -b 8 -e 64M -f 2
+    pair plain all_reduce.2 2 --op all_reduce -b 8 -e 64M -f 2
     for op in all_gather reduce_scatter broadcast; do
-      pair "$op.2" 2 0 --op "$op" -b 8 -e 16M -f 2
+      pair plain "$op.2" 2 --op "$op" -b 8 -e 16M -f 2
     done
     for op in all_to_all send_recv; do
-      pair "$op.2" 2 0 --op "$op" -b 8 -e 16M -f 4
+      pair plain "$op.2" 2 --op "$op" -b 8 -e 16M -f 4
     done
-    for op in all_reduce all_gather reduce_scatter broadcast; do
-      pair_bound "$op.2.bound" 2 --op "$op" -b 8 -e "$([ $op = all_reduce ] && echo 64M || echo 16M)" -f 2
+    pair bound all_reduce.2.bound 2 --op all_reduce -b 8 -e 64M -f 2
+    for op in all_gather reduce_scatter broadcast; do
+      pair bound "$op.2.bound" 2 --op "$op" -b 8 -e 16M -f 2
     done
-    pair all_reduce.4 4 1 --op all_reduce -b 8 -e 1M -f 2 --iters 200 --warmup 20
-    pair broadcast_object.4 4 1 --op broadcast_object -b 64 -e 64K -f 4 --iters 200 --warmup 20
+    pair over all_reduce.4 4 --op all_reduce -b 8 -e 1M -f 2 --iters 200 --warmup 20
+    pair over broadcast_object.4 4 --op broadcast_object -b 64 -e 64K -f 4 --iters 200 --warmup 20
   fi
   startup
   echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$RESULTS/machine.txt"
