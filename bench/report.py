@@ -12,6 +12,7 @@ issue's targets are judged here, from those numbers only; a hand-written analysi
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -207,6 +208,7 @@ def commands(results):
         try:
             with open(os.path.join(logs, f"{name}.log")) as f:
                 for line in f:
+                    line = re.sub(r"\.(mpi|pstate)\.\d+\.json", r".\1.REPEAT.json", line)  # one line per case
                     if line.startswith("$ ") and line not in seen:
                         seen.add(line)
                         out.append(line[2:].rstrip().replace(os.path.dirname(HERE) + "/", ""))
@@ -301,7 +303,7 @@ def main():
                f"| `pstate run -n 8` pstate_init, initialize_model_parallel (tp 4 x pp 2), destroy, finalize "
                f"| {fmt(startup.get('pstate_ms'), 1)} |", ""]
     md += ["## Reproduce", "", "```", "bench/run.sh          # builds, measures, rewrites BENCHMARKS.md", "```", "",
-           f"The commands it ran (raw output in `{rel(results)}/logs/`, JSON in `{rel(results)}/`):", "", "```"]
+           f"The commands it ran, each REPEAT times (REPEAT = 1, 2, ...; raw output in `{rel(results)}/logs/`, JSON in `{rel(results)}/`):", "", "```"]
     md += commands(results)
     md += ["```", ""]
     with open(output, "w") as f:
