@@ -9,6 +9,8 @@
  * bytes copied, not read + written, as algbw counts them). Single thread; the kernel picks the
  * core, as it does for the benchmark ranks.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, posix_memalign under -std=c99 */
+
 #include "bench_common.h"
 
 #include <stdio.h>

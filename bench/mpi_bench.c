@@ -16,6 +16,8 @@
  *
  * Build: mpicc -O2 -I src/cli bench/mpi_bench.c -o mpi_bench (bench/run.sh does it).
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, posix_memalign under -std=c99 */
+
 #include "bench_common.h"
 
 #include <mpi.h>

@@ -30,6 +30,13 @@
 #include <string.h>
 #include <time.h>
 
+/* NULL in C, nullptr in C++ (this header is both). */
+#ifdef __cplusplus
+#define BENCH_NULL nullptr
+#else
+#define BENCH_NULL NULL
+#endif
+
 /* ------------------------------------------------------------------------------------------ */
 /* Operations                                                                                   */
 /* ------------------------------------------------------------------------------------------ */
@@ -49,7 +56,7 @@ typedef enum bench_op_t {
 static inline const char *bench_op_name(bench_op_t op) {
   static const char *const names[BENCH_OP_COUNT] = {"all_reduce", "all_gather", "reduce_scatter",   "broadcast",
                                                     "all_to_all", "send_recv",  "broadcast_object", "startup"};
-  return (int)op >= 0 && op < BENCH_OP_COUNT ? names[op] : NULL;
+  return (int)op >= 0 && op < BENCH_OP_COUNT ? names[op] : BENCH_NULL;
 }
 
 /* Returns the op named `name`, or -1. */
@@ -108,7 +115,7 @@ static inline const char *bench_dtype_name(int dtype) {
   static const char *const names[BENCH_DTYPE_COUNT] = {"int8",    "uint8",    "int32",    "uint32",
                                                        "int64",   "uint64",   "float16",  "float32",
                                                        "float64", "bfloat16", "fp8_e4m3", "fp8_e5m2"};
-  return dtype >= 0 && dtype < BENCH_DTYPE_COUNT ? names[dtype] : NULL;
+  return dtype >= 0 && dtype < BENCH_DTYPE_COUNT ? names[dtype] : BENCH_NULL;
 }
 
 static inline int bench_dtype_from_name(const char *name) {
@@ -139,9 +146,9 @@ static inline int bench_redop_from_name(const char *name) {
 
 /* "8", "64K", "64KiB", "16M", "1G" (powers of 1024) -> *out. Returns 0, or -1 for bad text. */
 static inline int bench_parse_size(const char *text, size_t *out) {
-  char *end = NULL;
+  char *end = BENCH_NULL;
   unsigned long long v;
-  if (text == NULL || *text < '0' || *text > '9') return -1;
+  if (text == BENCH_NULL || *text < '0' || *text > '9') return -1;
   v = strtoull(text, &end, 10);
   switch (*end) {
     case 'k':
@@ -403,7 +410,7 @@ static inline int bench_write_json(const char *path, bench_op_t op, const char *
   size_t i;
   int ok;
   FILE *f = fopen(path, "w");
-  if (f == NULL) return -1;
+  if (f == BENCH_NULL) return -1;
   fprintf(f, "{\"op\": \"%s\", \"dtype\": \"%s\", \"ranks\": %d, \"results\": [", bench_op_name(op), dtype, ranks);
   for (i = 0; i < n; ++i)
     fprintf(f, "%s\n  {\"bytes\": %zu, \"time_us\": %.3f, \"algbw_gbs\": %.4f, \"busbw_gbs\": %.4f, \"wrong\": %ld}",
