@@ -248,25 +248,36 @@ PSTATE_API void pstate_layout_destroy(pstate_layout_t *l);
 /** init_distributed_environment: rendezvous through init_method, connects the transports and
  *  returns with the world group ready. Collective over all world ranks; blocks up to the timeout.
  *  params NULL = all defaults (everything from the environment). *out is NULL on error.
- *  Errors: INVALID_ARGUMENT (bad params or environment), TIMEOUT (peers did not arrive), AUTH
- *  (job token refused), MISMATCH (rank taken, world sizes differ), TRANSPORT, UNSUPPORTED
- *  (device CUDA where CUDA/NCCL cannot be loaded). */
+ *  device = PSTATE_DEVICE_CUDA loads the CUDA runtime (and NCCL when world_size > 1; the file
+ *  named by PSTATE_NCCL_LIBRARY, else libnccl.so.2) and makes device_ordinal (-1: local_rank)
+ *  current on the calling thread, before the rendezvous: a rank that cannot run CUDA fails at
+ *  once, without contacting the store. No NCCL communicator is made here (see the collectives).
+ *  Errors: INVALID_ARGUMENT (bad params or environment, device_ordinal past the device count),
+ *  TIMEOUT (peers did not arrive), AUTH (job token refused), MISMATCH (rank taken, world sizes
+ *  differ), TRANSPORT, UNSUPPORTED (device CUDA where it cannot be had: "no CUDA device: ...",
+ *  "CUDA runtime not found ...", "NCCL library not found ...", or a build without the backend;
+ *  the message names every missing piece). */
 PSTATE_API pstate_status_t pstate_init(const pstate_init_params_t *params, pstate_t **out);
 
 /** initialize_model_parallel: creates every group kind of the layout for cfg (NULL = tp =
- *  world). Collective over the world. INVALID_STATE when already initialized (destroy first). */
+ *  world). Collective over the world. INVALID_STATE when already initialized (destroy first) or
+ *  in graph-capture mode. */
 PSTATE_API pstate_status_t pstate_initialize_model_parallel(pstate_t *ps, const pstate_parallel_config_t *cfg);
 
 /** 1 when model-parallel groups exist, 0 otherwise (also for NULL). */
 PSTATE_API int pstate_model_parallel_is_initialized(const pstate_t *ps);
 
 /** destroy_model_parallel: drops the model-parallel groups (their pstate_group_t become invalid);
- *  the world group stays. Not collective. INVALID_STATE when none exist. */
+ *  the world group stays. Not collective, but in a CUDA context each group's NCCL communicator
+ *  is finalized with its peers (bounded by the timeout), so call it on every rank. INVALID_STATE
+ *  when none exist, or in graph-capture mode. */
 PSTATE_API pstate_status_t pstate_destroy_model_parallel(pstate_t *ps);
 
 /** destroy_distributed_environment: drops every group, closes transports and the store, frees
  *  ps. Waits for peers (up to the timeout) so in-flight messages complete; returns the first
- *  error but always frees. NULL is a no-op returning PSTATE_OK. */
+ *  error but always frees. NULL is a no-op returning PSTATE_OK. One exception: in graph-capture
+ *  mode (CUDA) it returns INVALID_STATE and frees nothing (call pstate_graph_capture_end, then
+ *  finalize again; pstate_abort always frees). */
 PSTATE_API pstate_status_t pstate_finalize(pstate_t *ps);
 
 /** Local teardown that never blocks on peers (use after PEER_LOST/TIMEOUT): frees ps. NULL is a
@@ -302,6 +313,15 @@ PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int s
 /* reduce through float32, rounding to nearest even after every step. Errors common to all:     */
 /* INVALID_ARGUMENT (NULL buffer with count > 0, bad dtype/op/rank), UNSUPPORTED (reduction on  */
 /* fp8), TIMEOUT, PEER_LOST, MISMATCH (PSTATE_CHECK), ABORTED (an earlier failure).            */
+/*                                                                                              */
+/* Memory: in a CPU context every buffer is host memory (CUDA device memory is                  */
+/* INVALID_ARGUMENT; pinned and managed memory are accepted); in a CUDA context every buffer is  */
+/* device memory of the context's device, or managed memory (host memory or another device's    */
+/* is INVALID_ARGUMENT, naming the buffer). In a CUDA context the first device operation on a    */
+/* group creates its NCCL communicator, collectively over the group (a world or group of one     */
+/* needs none): any device collective does, on every rank; point-to-point can only do         */
+/* it in a group of two (INVALID_STATE otherwise, naming the fix). Fatal device errors           */
+/* (TRANSPORT, PEER_LOST, TIMEOUT) fail the context like CPU ones.                              */
 /* ------------------------------------------------------------------------------------------ */
 
 /** recv[i] = op over ranks of send[i], count elements. send == recv is in place. */
@@ -329,7 +349,9 @@ PSTATE_API pstate_status_t pstate_send(pstate_group_t *g, const void *buf, size_
 /** Receives exactly count elements from group rank src; a different size is MISMATCH. */
 PSTATE_API pstate_status_t pstate_recv(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype,
                                        int src, void *stream);
-/** Returns on each rank once every rank of the group has entered it. */
+/** Returns on each rank once every rank of the group has entered it. It always runs on the CPU
+ *  communicator, as SGLang's GroupCoordinator.barrier does (an NCCL barrier is a broadcast with
+ *  a hidden device tensor): in a CUDA context it neither waits for nor enqueues device work. */
 PSTATE_API pstate_status_t pstate_barrier(pstate_group_t *g);
 
 /** communication_op.py tensor_model_parallel_all_reduce: in-place all_reduce on the TP group. */
@@ -361,14 +383,84 @@ PSTATE_API pstate_status_t pstate_recv_object(pstate_group_t *g, int src, pstate
 PSTATE_API void pstate_bytes_free(pstate_bytes_t *b);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Tensor dicts (SGLang's broadcast_tensor_dict / send_tensor_dict / recv_tensor_dict)          */
+/*                                                                                              */
+/* A dict is an array of named tensors. The metadata (names, dtypes, shapes, devices) travels   */
+/* over the CPU communicator with the payload of small CPU tensors; large CPU tensors follow on  */
+/* the CPU communicator, CUDA tensors on the device communicator (NCCL, enqueued on `stream`).   */
+/* Receivers do not know the dict in advance: for each tensor, in dict order, pstate calls the   */
+/* caller's allocation callback, which returns the memory to receive it into.                   */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Most dimensions of one tensor of a dict. */
+#define PSTATE_TENSOR_MAX_NDIM 64
+
+/** One tensor of a dict, as the sender describes it. A plain value type (no struct_size): the
+ *  arrays it points to are only read, during the call. */
+typedef struct pstate_tensor_t {
+  const char *name;       /**< the key: NUL-terminated, not NULL, unique within the dict */
+  pstate_dtype_t dtype;   /**< element type */
+  int ndim;               /**< 0..PSTATE_TENSOR_MAX_NDIM; 0 is a scalar (one element) */
+  const int64_t *shape;   /**< ndim extents, each >= 0; may be NULL when ndim is 0 */
+  const void *data;       /**< the elements, contiguous, row-major; may be NULL when empty */
+  pstate_device_t device; /**< CPU: host memory; CUDA: device memory of the context's device
+                               (CUDA contexts only) */
+} pstate_tensor_t;
+
+#define PSTATE_TENSOR_INIT { NULL, PSTATE_FLOAT32, 0, NULL, NULL, PSTATE_DEVICE_CPU }
+
+/** Allocation callback of the receiving side: returns memory for one received tensor of `bytes`
+ *  bytes on `device` (CPU: host memory; CUDA: device memory of the context's device, usable in
+ *  stream order on the call's stream), or NULL when it cannot (NULL is also fine when bytes is
+ *  0). The memory belongs to the caller, before and after the call, also on error (its contents
+ *  are then unspecified). name and shape are valid only during the callback: copy them. It is
+ *  called on the calling thread, during the call, once per tensor in dict order, and must not
+ *  call pstate on the same context. `user` is the pointer given to the receiving call. */
+typedef void *(*pstate_alloc_fn)(void *user, const char *name, pstate_dtype_t dtype, int ndim, const int64_t *shape,
+                                 size_t bytes, pstate_device_t device);
+
+/** Rank src sends its dict (tensors[0..count)) to every other rank of the group; the others
+ *  receive each tensor into memory from alloc(user, ...), which src never calls. tensors and
+ *  count are read on src only (others may pass NULL, 0); alloc is used on the others only (src
+ *  may pass NULL). Collective over the group; count 0 is an empty dict.
+ *  CPU contexts return when the dict is complete; CUDA contexts return when the CUDA tensors are
+ *  enqueued on stream (NULL: the context stream) and the CPU tensors are complete.
+ *  Errors: INVALID_ARGUMENT on src for a bad dict (NULL name, duplicate name, bad dtype, ndim,
+ *  shape, size overflow, a buffer in the wrong memory, a CUDA tensor in a CPU context): the
+ *  other ranks then fail too, with src's message, instead of waiting. NO_MEMORY when alloc
+ *  returned NULL: for CPU tensors on that rank only (the rest of the dict still moves, no
+ *  further alloc calls are made); when the dict holds CUDA tensors, on every rank and nothing is
+ *  transferred (the ranks agree on it over the CPU communicator before the device transfer,
+ *  one small exchange per call). Plus the errors of the collectives. */
+PSTATE_API pstate_status_t pstate_broadcast_tensor_dict(pstate_group_t *g, const pstate_tensor_t *tensors,
+                                                        size_t count, int src, pstate_alloc_fn alloc, void *user,
+                                                        void *stream);
+/** Sends a dict to group rank dst, which receives it with pstate_recv_tensor_dict. May wait for
+ *  the receiver (always when the dict holds a CUDA tensor: the receiver confirms its memory
+ *  first). Errors as for the broadcast; a dict refused here fails the receiver too. */
+PSTATE_API pstate_status_t pstate_send_tensor_dict(pstate_group_t *g, const pstate_tensor_t *tensors, size_t count,
+                                                   int dst, void *stream);
+/** Receives the next dict from group rank src, each tensor into memory from alloc(user, ...). */
+PSTATE_API pstate_status_t pstate_recv_tensor_dict(pstate_group_t *g, int src, pstate_alloc_fn alloc, void *user,
+                                                   void *stream);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Graph capture (SGLang's graph_capture())                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
 /** Puts every group of ps in capture mode. CUDA contexts only: CPU contexts return UNSUPPORTED.
  *  *capture_stream receives the stream to capture on (stream itself, or when NULL a stream made
- *  by pstate that waits on the context's stream). INVALID_STATE when already capturing. */
+ *  by pstate that waits on the context's stream; it is owned by ps and lives until
+ *  pstate_finalize/abort). Collective over the world: it first creates the NCCL communicator of
+ *  every group that has none (a stream capture cannot), so call it on every rank, before
+ *  cudaStreamBeginCapture. While capturing, tensor operations with stream NULL go to the capture
+ *  stream, a stream outside the capture is INVALID_STATE, and so is pstate_barrier. The caller
+ *  records the graph itself (cudaStreamBeginCapture ... EndCapture on *capture_stream, inside
+ *  begin/end). INVALID_STATE when already capturing. */
 PSTATE_API pstate_status_t pstate_graph_capture_begin(pstate_t *ps, void *stream, void **capture_stream);
-/** Leaves capture mode. INVALID_STATE when not capturing; UNSUPPORTED on CPU contexts. */
+/** Leaves capture mode; later work on the context stream is ordered after the capture stream's.
+ *  INVALID_STATE when not capturing, or while the capture stream still records a CUDA graph (end
+ *  that capture first); UNSUPPORTED on CPU contexts. */
 PSTATE_API pstate_status_t pstate_graph_capture_end(pstate_t *ps);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -423,6 +515,9 @@ struct pstate_api_t {
   void (*bytes_free)(pstate_bytes_t *b);
   pstate_status_t (*graph_capture_begin)(pstate_t *ps, void *stream, void **capture_stream);
   pstate_status_t (*graph_capture_end)(pstate_t *ps);
+  pstate_status_t (*broadcast_tensor_dict)(pstate_group_t *g, const pstate_tensor_t *tensors, size_t count, int src, pstate_alloc_fn alloc, void *user, void *stream);
+  pstate_status_t (*send_tensor_dict)(pstate_group_t *g, const pstate_tensor_t *tensors, size_t count, int dst, void *stream);
+  pstate_status_t (*recv_tensor_dict)(pstate_group_t *g, int src, pstate_alloc_fn alloc, void *user, void *stream);
 };
 
 /** The table for ABI `abi_major` (pass PSTATE_ABI_MAJOR), or NULL when this library does not

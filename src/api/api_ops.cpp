@@ -1,5 +1,11 @@
 // api_ops.cpp — the C entry points of collectives, point-to-point, object operations, the TP
 // shortcuts of communication_op.py and graph capture: validate arguments, then call the group.
+//
+// Where a tensor goes depends on the context, as in SGLang's GroupCoordinator: in a CUDA
+// context to the group's device communicator (NCCL, enqueued on the stream; it checks that the
+// buffers are device memory of the context's device), in a CPU context to the CPU
+// communicator (after checking that no buffer is CUDA device memory, which costs nothing while
+// the process has not loaded CUDA). Object operations always use the CPU communicator.
 #include "api/boundary.hpp"
 #include "api/handles.hpp"
 
@@ -7,6 +13,9 @@
 #include <cstring>
 
 using namespace pstate::api;
+using pstate::DeviceComm;
+using pstate::OpDescriptor;
+using pstate::OpKind;
 
 namespace {
 
@@ -15,6 +24,16 @@ void check_op(const pstate_group_t *g, pstate_dtype_t dtype, void *stream, const
   require_group(g, call);
   require_dtype(dtype);
   require_cpu_stream(g, stream);
+}
+
+// What PSTATE_CHECK compares for a device operation (the CPU operations fill the same fields).
+OpDescriptor describe(OpKind kind, size_t count, int dtype, int op, int root) {
+  return OpDescriptor{static_cast<uint32_t>(kind), 0, count, dtype, op, root, 0};
+}
+
+// A buffer the CPU communicator will read or write must not be CUDA device memory.
+void require_host(pstate_group_t *g, const void *p, const char *name, const char *op) {
+  g->context().require_host_memory(p, name, g->name().c_str(), op);
 }
 
 // Copies bytes into a pstate_bytes_t the caller frees with pstate_bytes_free.
@@ -42,9 +61,15 @@ PSTATE_API pstate_status_t pstate_all_reduce(pstate_group_t *g, const void *send
                                              pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream) {
   return PSTATE_GUARD({
     check_op(g, dtype, stream, "pstate_all_reduce");
-    require_reducible(dtype, op);
+    require_op(op);
     require_buffer(send, count, dtype, 1, "send");
     require_buffer(recv, count, dtype, 1, "recv");
+    if (g->on_device())
+      return g->run_device(describe(OpKind::kAllReduce, count, dtype, op, -1),
+                           [&](DeviceComm &d) { d.all_reduce(send, recv, count, dtype, op, stream); });
+    require_reducible(dtype, op);
+    require_host(g, send, "send", "all_reduce");
+    require_host(g, recv, "recv", "all_reduce");
     g->all_reduce(send, recv, count, dtype, op);
   });
 }
@@ -55,6 +80,11 @@ PSTATE_API pstate_status_t pstate_all_gather(pstate_group_t *g, const void *send
     check_op(g, dtype, stream, "pstate_all_gather");
     require_buffer(send, send_count, dtype, 1, "send");
     require_buffer(recv, send_count, dtype, static_cast<size_t>(g->size()), "recv");
+    if (g->on_device())
+      return g->run_device(describe(OpKind::kAllGather, send_count, dtype, -1, -1),
+                           [&](DeviceComm &d) { d.all_gather(send, recv, send_count, dtype, stream); });
+    require_host(g, send, "send", "all_gather");
+    require_host(g, recv, "recv", "all_gather");
     g->all_gather(send, recv, send_count, dtype);
   });
 }
@@ -63,9 +93,15 @@ PSTATE_API pstate_status_t pstate_reduce_scatter(pstate_group_t *g, const void *
                                                  pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream) {
   return PSTATE_GUARD({
     check_op(g, dtype, stream, "pstate_reduce_scatter");
-    require_reducible(dtype, op);
+    require_op(op);
     require_buffer(send, recv_count, dtype, static_cast<size_t>(g->size()), "send");
     require_buffer(recv, recv_count, dtype, 1, "recv");
+    if (g->on_device())
+      return g->run_device(describe(OpKind::kReduceScatter, recv_count, dtype, op, -1),
+                           [&](DeviceComm &d) { d.reduce_scatter(send, recv, recv_count, dtype, op, stream); });
+    require_reducible(dtype, op);
+    require_host(g, send, "send", "reduce_scatter");
+    require_host(g, recv, "recv", "reduce_scatter");
     g->reduce_scatter(send, recv, recv_count, dtype, op);
   });
 }
@@ -76,6 +112,10 @@ PSTATE_API pstate_status_t pstate_broadcast(pstate_group_t *g, void *buf, size_t
     check_op(g, dtype, stream, "pstate_broadcast");
     require_rank(g, src, "src");
     require_buffer(buf, count, dtype, 1, "buf");
+    if (g->on_device())
+      return g->run_device(describe(OpKind::kBroadcast, count, dtype, -1, src),
+                           [&](DeviceComm &d) { d.broadcast(buf, count, dtype, src, stream); });
+    require_host(g, buf, "buf", "broadcast");
     g->broadcast(buf, count, dtype, src);
   });
 }
@@ -86,7 +126,13 @@ PSTATE_API pstate_status_t pstate_gather(pstate_group_t *g, const void *send, vo
     check_op(g, dtype, stream, "pstate_gather");
     require_rank(g, dst, "dst");
     require_buffer(send, send_count, dtype, 1, "send");
-    if (g->rank_in_group() == dst) require_buffer(recv, send_count, dtype, static_cast<size_t>(g->size()), "recv");
+    bool is_dst = g->rank_in_group() == dst;
+    if (is_dst) require_buffer(recv, send_count, dtype, static_cast<size_t>(g->size()), "recv");
+    if (g->on_device())
+      return g->run_device(describe(OpKind::kGather, send_count, dtype, -1, dst),
+                           [&](DeviceComm &d) { d.gather(send, recv, send_count, dtype, dst, stream); });
+    require_host(g, send, "send", "gather");
+    if (is_dst) require_host(g, recv, "recv", "gather");
     g->gather(send, recv, send_count, dtype, dst);
   });
 }
@@ -97,10 +143,17 @@ PSTATE_API pstate_status_t pstate_all_to_all(pstate_group_t *g, const void *send
     check_op(g, dtype, stream, "pstate_all_to_all");
     require_buffer(send, count_per_rank, dtype, static_cast<size_t>(g->size()), "send");
     require_buffer(recv, count_per_rank, dtype, static_cast<size_t>(g->size()), "recv");
+    if (g->on_device())
+      return g->run_device(describe(OpKind::kAllToAll, count_per_rank, dtype, -1, -1),
+                           [&](DeviceComm &d) { d.all_to_all(send, recv, count_per_rank, dtype, stream); });
+    require_host(g, send, "send", "all_to_all");
+    require_host(g, recv, "recv", "all_to_all");
     g->all_to_all(send, recv, count_per_rank, dtype);
   });
 }
 
+// Point-to-point is not verified under PSTATE_CHECK (it compares collectives only), on the CPU
+// as on the device.
 PSTATE_API pstate_status_t pstate_send(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t dtype, int dst,
                                        void *stream) {
   return PSTATE_GUARD({
@@ -108,6 +161,12 @@ PSTATE_API pstate_status_t pstate_send(pstate_group_t *g, const void *buf, size_
     require_rank(g, dst, "dst");
     require(dst != g->rank_in_group(), "dst is this rank: pstate_send needs another rank of the group");
     require_buffer(buf, count, dtype, 1, "buf");
+    if (g->on_device()) {
+      g->require_device_p2p_ready("pstate_send");
+      return g->run_device(describe(OpKind::kSend, count, dtype, -1, dst),
+                           [&](DeviceComm &d) { d.send(buf, count, dtype, dst, stream); });
+    }
+    require_host(g, buf, "buf", "send");
     g->send(buf, count, dtype, dst);
   });
 }
@@ -119,6 +178,12 @@ PSTATE_API pstate_status_t pstate_recv(pstate_group_t *g, void *buf, size_t coun
     require_rank(g, src, "src");
     require(src != g->rank_in_group(), "src is this rank: pstate_recv needs another rank of the group");
     require_buffer(buf, count, dtype, 1, "buf");
+    if (g->on_device()) {
+      g->require_device_p2p_ready("pstate_recv");
+      return g->run_device(describe(OpKind::kRecv, count, dtype, -1, src),
+                           [&](DeviceComm &d) { d.recv(buf, count, dtype, src, stream); });
+    }
+    require_host(g, buf, "buf", "recv");
     g->recv(buf, count, dtype, src);
   });
 }
@@ -126,7 +191,7 @@ PSTATE_API pstate_status_t pstate_recv(pstate_group_t *g, void *buf, size_t coun
 PSTATE_API pstate_status_t pstate_barrier(pstate_group_t *g) {
   return PSTATE_GUARD({
     require_group(g, "pstate_barrier");
-    g->barrier();
+    g->barrier();  // the CPU communicator in every context (SGLang: cpu_group barrier)
   });
 }
 
@@ -209,23 +274,14 @@ PSTATE_API pstate_status_t pstate_graph_capture_begin(pstate_t *ps, void *stream
     require_context(ps);
     require_nonnull(capture_stream, "capture_stream");
     *capture_stream = nullptr;
-    ps->require_usable("pstate_graph_capture_begin");
-    if (ps->device() == PSTATE_DEVICE_CPU)
-      pstate::throw_error(PSTATE_ERR_UNSUPPORTED,
-                          "graph capture needs a CUDA context (device = PSTATE_DEVICE_CUDA); this context is CPU, "
-                          "where collectives run eagerly and there is no graph to record");
-    pstate::throw_error(PSTATE_ERR_UNSUPPORTED, "graph capture: the CUDA backend is not available in this build");
+    *capture_stream = ps->begin_graph_capture(stream);
   });
 }
 
 PSTATE_API pstate_status_t pstate_graph_capture_end(pstate_t *ps) {
   return PSTATE_GUARD({
     require_context(ps);
-    ps->require_usable("pstate_graph_capture_end");
-    if (ps->device() == PSTATE_DEVICE_CPU)
-      pstate::throw_error(PSTATE_ERR_UNSUPPORTED,
-                          "graph capture needs a CUDA context (device = PSTATE_DEVICE_CUDA); this context is CPU");
-    pstate::throw_error(PSTATE_ERR_UNSUPPORTED, "graph capture: the CUDA backend is not available in this build");
+    ps->end_graph_capture();
   });
 }
 

@@ -52,6 +52,10 @@ PSTATE_API pstate_status_t pstate_destroy_model_parallel(pstate_t *ps) {
 
 PSTATE_API pstate_status_t pstate_finalize(pstate_t *ps) {
   if (ps == nullptr) return PSTATE_OK;
+  // In graph-capture mode nothing is released (the caller's graph may still record into the
+  // communicators): INVALID_STATE, and ps stays valid for pstate_graph_capture_end.
+  if (ps->capturing() && ps->state() != pstate::Context::State::kFailed)
+    return PSTATE_GUARD({ ps->finalize(); });
   std::unique_ptr<pstate_s> owned(ps);
   return PSTATE_GUARD({ owned->finalize(); });
 }

@@ -52,6 +52,9 @@ constexpr pstate_api_t make_table() {
   t.bytes_free = pstate_bytes_free;
   t.graph_capture_begin = pstate_graph_capture_begin;
   t.graph_capture_end = pstate_graph_capture_end;
+  t.broadcast_tensor_dict = pstate_broadcast_tensor_dict;
+  t.send_tensor_dict = pstate_send_tensor_dict;
+  t.recv_tensor_dict = pstate_recv_tensor_dict;
   return t;
 }
 

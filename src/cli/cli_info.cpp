@@ -2,7 +2,8 @@
 //
 // Prints the version and ABI major, the build (type, compiler, options), the UCX library and the
 // UCX transports usable here (the CPU communicator's choices), and the CUDA/NCCL backend: built
-// or not, and whether the driver, runtime and NCCL load here (and why not). Read-only.
+// or not, whether the driver, runtime and NCCL load here, and whether a CUDA context can be made
+// (the backend's cuda_backend_status(), with every reason when not). Read-only.
 #include "cli/cli.hpp"
 #include "cli/probe.hpp"
 
@@ -104,7 +105,7 @@ int run_info(const ParsedArgs &) {
   std::printf("\nCUDA/NCCL backend: %s\n",
               b.cuda_backend ? "built (CUDA and NCCL are loaded at run time)"
                              : "not built (no CUDA toolkit / nccl.h at configure time; CPU only)");
-  print_probes(probe_cuda());
+  print_probes(probe_cuda());  // the last line says whether device = PSTATE_DEVICE_CUDA works here
   return std::fflush(stdout) == 0 ? kExitOk : kExitFailure;
 }
 

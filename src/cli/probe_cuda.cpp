@@ -1,7 +1,10 @@
-// probe_cuda.cpp — can this host load CUDA and NCCL? dlopen each library, ask its version and
-// device count, close it. Mirrors what libpstate does at pstate_init (libraries are loaded at run
-// time, so one build runs with and without GPUs); the reasons are dlerror() or the CUDA error.
+// probe_cuda.cpp — can this host run a CUDA context? The CUDA driver is probed here (dlopen,
+// cuInit, device count: what nvidia-smi would say); the CUDA runtime, NCCL and the verdict come
+// from the backend's own cuda_backend_status(), which loads them exactly as pstate_init does for
+// device = PSTATE_DEVICE_CUDA (the same candidates, PSTATE_NCCL_LIBRARY, the same messages).
 #include "cli/probe.hpp"
+
+#include "transport/nccl/device_comm.hpp"
 
 #include <dlfcn.h>
 
@@ -63,52 +66,18 @@ Probe probe_driver() {
   return p;
 }
 
-Probe probe_runtime() {
-  Probe p{"CUDA runtime", false, ""};
-  std::string loaded;
-  Library lib = open_first({"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"}, &loaded,
-                           &p.detail);
-  if (!lib) return p;
-  auto version = symbol<int (*)(int *)>(lib, "cudaRuntimeGetVersion");
-  auto count = symbol<int (*)(int *)>(lib, "cudaGetDeviceCount");
-  auto error_string = symbol<const char *(*)(int)>(lib, "cudaGetErrorString");
-  if (!version || !count || !error_string) {
-    p.detail = loaded + " lacks cudaRuntimeGetVersion/cudaGetDeviceCount/cudaGetErrorString";
-    return p;
-  }
-  int v = 0, n = 0;
-  version(&v);
-  std::string head = loaded + " (CUDA " + version_text(v, 1000, 10) + ")";
-  if (int rc = count(&n); rc != 0) {
-    p.detail = head + ": cudaGetDeviceCount: " + error_string(rc);
-    return p;
-  }
-  p.usable = n > 0;
-  p.detail = head + ", " + std::to_string(n) + " device(s)";
-  return p;
-}
-
-Probe probe_nccl() {
-  Probe p{"NCCL", false, ""};
-  std::string loaded;
-  Library lib = open_first({"libnccl.so.2", "libnccl.so"}, &loaded, &p.detail);
-  if (!lib) return p;
-  auto version = symbol<int (*)(int *)>(lib, "ncclGetVersion");
-  if (!version) {
-    p.detail = loaded + " lacks ncclGetVersion";
-    return p;
-  }
-  int v = 0;
-  version(&v);
-  // NCCL >= 2.9 encodes MAJOR*10000 + MINOR*100 + PATCH.
-  p.usable = true;
-  p.detail = loaded + ", NCCL " + std::to_string(v / 10000) + "." + std::to_string(v % 10000 / 100) + "." +
-             std::to_string(v % 100);
-  return p;
-}
-
 }  // namespace
 
-std::vector<Probe> probe_cuda() { return {probe_driver(), probe_runtime(), probe_nccl()}; }
+std::vector<Probe> probe_cuda() {
+  std::vector<Probe> out{probe_driver()};
+  CudaBackendStatus s = cuda_backend_status();
+  if (s.built) {
+    out.push_back({"CUDA runtime", s.cuda_runtime_loaded, s.cuda_runtime});
+    out.push_back({"NCCL", s.nccl_loaded, s.nccl});
+  }
+  // The verdict: "usable: N CUDA device(s)" or "not usable: <every reason>".
+  out.push_back({"CUDA context", s.usable, s.usable ? s.summary : s.summary.substr(s.summary.find(':') + 2)});
+  return out;
+}
 
 }  // namespace pstate::cli

@@ -8,6 +8,8 @@
 //   4. store barrier, then read every peer's entry (host awareness, local-rank check);
 //   5. build the world group and run one barrier over UCX: when pstate_init returns, every
 //      rank has finished with the store and the transport has carried a message both ways.
+// A CUDA context loads CUDA (and NCCL when the world has more than one rank) and checks its
+// device before step 2: a host that cannot run it fails at once, before any peer sees it.
 #include "group/context.hpp"
 
 #include "bootstrap/netif.hpp"
@@ -51,10 +53,20 @@ Context::Context(const pstate_init_params_t *params) {
   log_.set_rank(launch_.rank);
   const char *check = std::getenv("PSTATE_CHECK");
   check_ = check != nullptr && check[0] != '\0' && std::string(check) != "0";
-  if (device_ != PSTATE_DEVICE_CPU)
-    throw_error(PSTATE_ERR_UNSUPPORTED, "device ", static_cast<int>(device_),
-                ": CUDA device groups are not available in this build yet; use PSTATE_DEVICE_CPU");
+  if (device_ == PSTATE_DEVICE_CUDA) open_device(p.device_ordinal);  // before the store: fails fast, alone
   rendezvous();
+}
+
+void Context::open_device(int device_ordinal) {
+  DeviceContextOptions o;
+  o.device_ordinal = device_ordinal >= 0 ? device_ordinal : launch_.local_rank;
+  o.load_nccl = launch_.world_size > 1;  // a world of one never makes an NCCL communicator
+  o.timeout_ms = launch_.timeout_ms;
+  try {
+    device_ctx_ = make_cuda_device_context(o, log_);
+  } catch (const Error &e) {
+    throw Error(e.status(), cat("CUDA context of rank ", launch_.rank, " (cuda:", o.device_ordinal, "): ", e.what()));
+  }
 }
 
 Context::~Context() { abort(); }
@@ -139,8 +151,15 @@ std::unique_ptr<Group> Context::make_group(pstate_group_kind_t kind, size_t inde
   return g;
 }
 
+void Context::require_not_capturing(const char *call) const {
+  if (capturing())
+    throw_error(PSTATE_ERR_INVALID_STATE, call, " in graph-capture mode: the groups' NCCL communicators may be "
+                "recorded into the graph; call pstate_graph_capture_end first");
+}
+
 void Context::initialize_model_parallel(const pstate_parallel_config_t *cfg) {
   require_usable("pstate_initialize_model_parallel");
+  require_not_capturing("pstate_initialize_model_parallel");
   if (layout_)
     throw_error(PSTATE_ERR_INVALID_STATE,
                 "model parallel is already initialized: call pstate_destroy_model_parallel first");
@@ -180,6 +199,7 @@ void Context::destroy_model_parallel() {
   if (!layout_)
     throw_error(PSTATE_ERR_INVALID_STATE,
                 "model parallel is not initialized: call pstate_initialize_model_parallel first");
+  require_not_capturing("pstate_destroy_model_parallel");
   for (auto &g : groups_) {
     g->retire();
     retired_.push_back(std::move(g));
@@ -219,6 +239,54 @@ void Context::require_usable(const char *call) const {
   if (state_ == State::kClosed) throw_error(PSTATE_ERR_INVALID_STATE, call, ": the context is finalized");
 }
 
+std::vector<Group *> Context::live_groups() const {
+  std::vector<Group *> all;
+  if (world_) all.push_back(world_.get());
+  for (const auto &g : groups_) all.push_back(g.get());
+  return all;
+}
+
+void Context::require_host_memory(const void *p, const char *name, const char *group, const char *call) {
+  if (p == nullptr) return;
+  if (device_ctx_) {
+    MemoryLocation loc = device_ctx_->locate(p);
+    if (loc.kind != MemoryLocation::Kind::kDevice) return;
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, group, " ", call, ": ", name, " (", p, ") is CUDA device memory (device ",
+                loc.device, ") but this operation moves it over the CPU communicator: pass host memory, or mark the "
+                "tensor PSTATE_DEVICE_CUDA");
+  }
+  if (!host_check_.cuda_loaded()) return;  // a process without CUDA holds no device pointer
+  host_check_.require_host(p, name, cat(group, " ", call));
+}
+
+void *Context::begin_graph_capture(void *stream) {
+  require_usable("pstate_graph_capture_begin");
+  if (!device_ctx_)
+    throw_error(PSTATE_ERR_UNSUPPORTED, "graph capture needs a CUDA context (device = PSTATE_DEVICE_CUDA); this "
+                "context is CPU, where collectives run eagerly and there is no graph to record");
+  if (device_ctx_->capturing())
+    throw_error(PSTATE_ERR_INVALID_STATE, "this context is already in graph-capture mode (pstate_graph_capture_begin "
+                "called twice): call pstate_graph_capture_end first");
+  // A stream capture cannot create an NCCL communicator (it allocates device memory): every
+  // group makes its own now, in the same order on every rank.
+  for (Group *g : live_groups()) g->ensure_device_ready("pstate_graph_capture_begin");
+  return device_ctx_->begin_capture(stream);
+}
+
+void Context::end_graph_capture() {
+  require_usable("pstate_graph_capture_end");
+  if (!device_ctx_)
+    throw_error(PSTATE_ERR_UNSUPPORTED, "graph capture needs a CUDA context (device = PSTATE_DEVICE_CUDA); this "
+                "context is CPU");
+  device_ctx_->end_capture();
+}
+
+void Context::abort_device_comms() noexcept {
+  for (auto &g : groups_) g->abort_device();
+  for (auto &g : retired_) g->abort_device();
+  if (world_) world_->abort_device();
+}
+
 void Context::close_groups() noexcept {
   for (auto &g : groups_) g->retire();
   for (auto &g : retired_) g->retire();
@@ -231,6 +299,10 @@ void Context::close_groups() noexcept {
 
 void Context::finalize() {
   if (state_ == State::kClosed) return;
+  if (capturing() && state_ != State::kFailed)
+    throw_error(PSTATE_ERR_INVALID_STATE, "pstate_finalize in graph-capture mode: nothing was released (the groups' "
+                "NCCL communicators may be recorded into the graph); call pstate_graph_capture_end first, or "
+                "pstate_abort");
   std::string first_error;
   pstate_status_t first_status = PSTATE_OK;
   if (state_ != State::kFailed && world_) {
@@ -244,7 +316,10 @@ void Context::finalize() {
   bool failed = state_ == State::kFailed || !first_error.empty();
   // The serving rank keeps the store up until every other rank has left it.
   if (store_ && !failed) store_->close(Deadline::after_ms(std::min<int64_t>(launch_.timeout_ms, 10000)));
+  // Device communicators: finalized with their peers, unless a peer may be gone.
+  if (failed) abort_device_comms();
   close_groups();
+  device_ctx_.reset();
   if (worker_) {
     if (failed) worker_->force_close();
     else worker_->close(Deadline::after_ms(std::min<int64_t>(launch_.timeout_ms, 10000)));
@@ -260,7 +335,9 @@ void Context::finalize() {
 
 void Context::abort() noexcept {
   if (state_ == State::kClosed) return;
+  abort_device_comms();  // ncclCommAbort: local, waits for no peer
   close_groups();
+  device_ctx_.reset();
   if (worker_) worker_->force_close();
   worker_.reset();
   store_.reset();  // a serving rank 0 stops its server; clients close their socket

@@ -6,6 +6,14 @@
 // group kind (aliased kinds share the object, as in SGLang). Nothing is global, so N contexts in
 // one process (N ranks as N threads) are independent.
 //
+// A CUDA context (device = PSTATE_DEVICE_CUDA) also owns the DeviceContext of
+// src/transport/nccl/device_comm.hpp: the CUDA runtime and NCCL loaded at run time, the device
+// and its context stream, and graph-capture mode. It is made before the store is opened, so a
+// host without a usable GPU fails pstate_init at once and locally (UNSUPPORTED "no CUDA
+// device: ..."), leaving no rendezvous half-done. Each group makes its own device communicator
+// lazily (group_device.cpp); the context only drives them all at capture begin, abort and
+// finalize.
+//
 // Lifecycle states and the calls each allows:
 //   kReady     after pstate_init: world-group ops, initialize_model_parallel, finalize, abort
 //   kParallel  after initialize_model_parallel: every group, destroy_model_parallel
@@ -19,6 +27,7 @@
 #include "common/deadline.hpp"
 #include "common/log.hpp"
 #include "layout/layout.hpp"
+#include "transport/nccl/device_comm.hpp"
 #include "transport/ucx/ucx_worker.hpp"
 
 #include <pstate/pstate.h>
@@ -48,9 +57,10 @@ class Context {
   void initialize_model_parallel(const pstate_parallel_config_t *cfg);
   void destroy_model_parallel();
   bool model_parallel_initialized() const { return layout_.has_value(); }
-  // Graceful: world barrier (skipped when failed), then close transports and store.
+  // Graceful: world barrier (skipped when failed), device communicators finalized, then close
+  // transports and store. INVALID_STATE in graph-capture mode (nothing is released then).
   void finalize();
-  // Local, never blocks on peers.
+  // Local, never blocks on peers: device communicators are aborted (ncclCommAbort).
   void abort() noexcept;
 
   Group *group(pstate_group_kind_t kind);
@@ -70,6 +80,21 @@ class Context {
   int64_t peer_pid(int world_rank) const { return peers_.at(static_cast<size_t>(world_rank)).pid; }
   const std::string &job_id() const { return job_id_; }
 
+  // ---- the device side ----
+  // The CUDA side of a CUDA context; nullptr in a CPU context.
+  DeviceContext *device_context() const { return device_ctx_.get(); }
+  // Refuses device memory where the CPU communicator must read or write p (CPU contexts: only
+  // when the process has loaded CUDA, ~free otherwise; CUDA contexts: by the CUDA runtime).
+  // where: "world:0 all_reduce"; name: "send".
+  void require_host_memory(const void *p, const char *name, const char *group, const char *call);
+  // pstate_graph_capture_begin/end: UNSUPPORTED in CPU contexts. begin creates every group's
+  // device communicator first (collective over the world), then enters capture mode.
+  void *begin_graph_capture(void *stream);
+  void end_graph_capture();
+  bool capturing() const { return device_ctx_ && device_ctx_->capturing(); }
+  // INVALID_STATE naming `call` in graph-capture mode (the lifecycle calls refuse to run then).
+  void require_not_capturing(const char *call) const;
+
   // Failure bookkeeping: the first fatal error poisons the context.
   State state() const { return state_; }
   void fail(const std::string &why);
@@ -87,6 +112,10 @@ class Context {
   std::unique_ptr<Group> make_group(pstate_group_kind_t kind, size_t index, const std::vector<int> &ranks,
                                     uint32_t group_id);
   void close_groups() noexcept;
+  void open_device(int device_ordinal);
+  // world first, then the model-parallel groups in creation order (the same order on every rank)
+  std::vector<Group *> live_groups() const;
+  void abort_device_comms() noexcept;
 
   LaunchEnv launch_;
   pstate_device_t device_ = PSTATE_DEVICE_CPU;
@@ -95,6 +124,8 @@ class Context {
   std::string job_id_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<UcxWorker> worker_;
+  std::unique_ptr<DeviceContext> device_ctx_;  // before the groups: destroyed after them
+  HostPointerCheck host_check_;
   std::vector<PeerEntry> peers_;
   std::unique_ptr<Group> world_;
 

@@ -33,7 +33,10 @@ std::unique_ptr<DeviceComm> make_nccl_device_comm(DeviceContext &, DeviceCommOpt
 }
 
 HostPointerCheck::~HostPointerCheck() = default;
-bool HostPointerCheck::find_driver() { return false; }
+bool HostPointerCheck::find_driver() {
+  (void)scanned_adds_;
+  return false;
+}
 void HostPointerCheck::require_host(const void *, const char *, const std::string &) {}
 
 }  // namespace pstate

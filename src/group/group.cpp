@@ -31,6 +31,7 @@ const char *op_kind_name(OpKind kind) {
     case OpKind::kAllGatherObject: return "all_gather_object";
     case OpKind::kSend: return "send";
     case OpKind::kRecv: return "recv";
+    case OpKind::kDeviceCommInit: return "device communicator init";
   }
   return "?";
 }
@@ -141,6 +142,7 @@ pstate_group_s::~pstate_group_s() { magic_ = 0; }
 
 void pstate_group_s::retire() noexcept {
   retired_ = true;
+  device_comm_.reset();  // graceful (ncclCommFinalize, bounded), or nothing after abort_device()
   mq_.reset();
   shm_.reset();
   watches_.clear();
@@ -382,4 +384,13 @@ Bytes pstate_group_s::recv_object(int src) {
     throw;
   }
   return out;
+}
+
+void pstate_group_s::broadcast_from_rank0(void *bytes, size_t n) {
+  OpDescriptor d{static_cast<uint32_t>(OpKind::kDeviceCommInit), 0, n, -1, -1, 0, 0};
+  run(d, [&](uint32_t tag) { pstate::coll::broadcast_binomial(*channel_, bytes, n, PSTATE_UINT8, 0, tag); });
+}
+
+void pstate_group_s::verify_only(const OpDescriptor &desc) {
+  run(desc, [](uint32_t) {});
 }

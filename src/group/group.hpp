@@ -7,11 +7,17 @@
 // under PSTATE_CHECK=1 first compares every rank's (operation, count, dtype, op, root, seq) and
 // reports a mismatch instead of hanging, sets the deadline, and on a fatal error (TIMEOUT,
 // PEER_LOST, TRANSPORT) poisons the context so every later collective returns ABORTED.
+//
+// In a CUDA context the group also owns a device communicator (DeviceComm: NCCL), made on its
+// first device operation; tensors go there through run_device() (see group_device.cpp), while
+// barriers of the library itself, objects and metadata stay on the CPU communicator.
 #pragma once
 
 #include "bootstrap/store.hpp"
 #include "coll/channel.hpp"
 #include "coll/select.hpp"
+#include "common/error.hpp"
+#include "transport/nccl/device_comm.hpp"
 
 #include <pstate/pstate.h>
 
@@ -45,7 +51,7 @@ struct OpDescriptor {
 
 enum class OpKind : uint32_t {
   kAllReduce = 1, kAllGather, kReduceScatter, kBroadcast, kGather, kAllToAll, kBarrier,
-  kBroadcastObject, kAllGatherObject, kSend, kRecv
+  kBroadcastObject, kAllGatherObject, kSend, kRecv, kDeviceCommInit
 };
 const char *op_kind_name(OpKind kind);
 
@@ -88,7 +94,43 @@ struct pstate_group_s {
   void send_object(const void *data, size_t size, int dst);
   pstate::Bytes recv_object(int src);
 
+  // ---- the device communicator (CUDA contexts; group_device.cpp) ----
+  // Whether tensors of this group go to the device communicator (the context is CUDA).
+  bool on_device() const;
+  // Runs body(DeviceComm &) as the device operation `desc` (count, dtype, op, root as the CPU
+  // operations fill them): refuses a retired group or failed context, verifies the operation
+  // across the group first under PSTATE_CHECK (a numbered CPU exchange), and poisons the
+  // context when the device communicator reports a fatal error. Point-to-point (kSend, kRecv)
+  // is not verified, as on the CPU.
+  template <typename Body>
+  void run_device(const pstate::OpDescriptor &desc, Body &&body) {
+    pstate::DeviceComm &comm = begin_device_op(desc);
+    try {
+      body(comm);
+    } catch (const pstate::Error &e) {
+      device_op_failed(e);
+      throw;
+    }
+  }
+  // Creates the NCCL communicator now if it does not exist (collective over the group).
+  void ensure_device_ready(const char *call);
+  // Point-to-point cannot create the NCCL communicator of a group of more than two ranks (the
+  // others would have to join): INVALID_STATE naming the fix when it does not exist yet.
+  void require_device_p2p_ready(const char *call);
+  // ncclCommAbort, local; later device operations return ABORTED. Never throws.
+  void abort_device() noexcept;
+  // One numbered CPU operation that copies n bytes from group rank 0 to every rank (the NCCL
+  // unique id); called by the device communicator on every rank at its creation.
+  void broadcast_from_rank0(void *bytes, size_t n);
+  // PSTATE_CHECK for an operation that another communicator carries: one numbered operation
+  // whose only content is the cross-rank comparison of desc.
+  void verify_only(const pstate::OpDescriptor &desc);
+
  private:
+  pstate::DeviceComm &begin_device_op(const pstate::OpDescriptor &desc);
+  pstate::DeviceComm &device_comm();
+  void device_op_failed(const pstate::Error &e);
+
   static constexpr uint32_t kMagic = 0x70677270;  // "pgrp"
   template <typename Body>
   void run(const pstate::OpDescriptor &desc, Body &&body);
@@ -124,5 +166,6 @@ struct pstate_group_s {
   std::unique_ptr<pstate::shm::ShmGroup> shm_;
   std::unique_ptr<pstate::shm::ShmMessageQueue> mq_;
   std::vector<std::unique_ptr<pstate::ucx::ProcessWatch>> watches_;  // same-host peers in other processes
+  std::unique_ptr<pstate::DeviceComm> device_comm_;  // CUDA contexts, after the first device op
   bool retired_ = false;
 };

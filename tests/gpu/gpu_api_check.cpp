@@ -4,12 +4,21 @@
 // `pstate run -n N` (or torchrun/mpirun: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT) each
 // rank uses the GPU of its local rank. With a CUDA context and tp = world, it runs the shared
 // checks of gpu_check.hpp on the world group (every op x dtype x reduce op against the host
-// reference, argument errors), the graph-capture errors of the API, a CUDA graph of 100
-// pstate_tp_allreduce calls captured between pstate_graph_capture_begin/end and replayed twice
-// with new inputs, and the per-call cost of pstate_all_reduce against a raw ncclAllReduce (its
-// unique id sent with pstate_broadcast_object). Rank 0 prints the table and writes
-// OUT_DIR/gpu_bench_wN.md (OUT_DIR: the first argument, else $OUT). Exit status 0 when every
-// check passed.
+// reference, argument errors), then what only the integrated API has:
+//   - point-to-point on a group of 3+ ranks whose NCCL communicator does not exist yet is
+//     INVALID_STATE (the TP group, before anything used it);
+//   - tensor dicts: broadcast_tensor_dict and send/recv_tensor_dict of a dict mixing CUDA and
+//     CPU tensors (empty, scalar, inline-sized and large), received through an allocation
+//     callback (cudaMalloc / malloc); a callback that fails on a CUDA tensor fails every rank
+//     with nothing transferred; a CPU-marked tensor in device memory is refused on every rank;
+//   - graph-capture errors (end without begin, begin twice, a collective on another stream,
+//     finalize while capturing, a CPU barrier while capturing), then a CUDA graph of 100 pstate_tp_allreduce calls
+//     captured between pstate_graph_capture_begin/end and replayed twice with new inputs;
+//   - a CPU context in the same process refuses device pointers (the HostPointerCheck);
+//   - the per-call cost of pstate_all_reduce against a raw ncclAllReduce (its unique id sent
+//     with pstate_broadcast_object).
+// Rank 0 prints the table and writes OUT_DIR/gpu_bench_wN.md (OUT_DIR: the first argument,
+// else $OUT). Exit status 0 when every check passed.
 #include "gpu_check.hpp"
 
 #include <unistd.h>
@@ -43,7 +52,9 @@ DeviceOps ops_of(pstate_group_t *g) {
   o.all_to_all = [g](const void *s, void *r, size_t n, pstate_dtype_t t, void *st) {
     ps_check(pstate_all_to_all(g, s, r, n, t, st));
   };
-  o.send = [g](const void *b, size_t n, pstate_dtype_t t, int dst, void *st) { ps_check(pstate_send(g, b, n, t, dst, st)); };
+  o.send = [g](const void *b, size_t n, pstate_dtype_t t, int dst, void *st) {
+    ps_check(pstate_send(g, b, n, t, dst, st));
+  };
   o.recv = [g](void *b, size_t n, pstate_dtype_t t, int src, void *st) { ps_check(pstate_recv(g, b, n, t, src, st)); };
   o.barrier = [g] { ps_check(pstate_barrier(g)); };
   return o;
@@ -60,8 +71,246 @@ void check_capture_errors(Case &k, pstate_t *ps) {
                [&] { ps_check(pstate_graph_capture_begin(ps, nullptr, &again)); });
   expect_error(k, "collective on another stream while capturing", PSTATE_ERR_INVALID_STATE, "capture stream",
                [&] { k.ops.all_reduce(k.send, k.recv, 16, PSTATE_FLOAT32, PSTATE_SUM, k.stream); });
+  run_case(k, "barrier while capturing runs on the CPU communicator", [&] {
+    k.ops.barrier();
+    return std::string();
+  });
+  // Refused without releasing anything: ps stays valid for the end below.
+  expect_error(k, "pstate_finalize while capturing", PSTATE_ERR_INVALID_STATE, "pstate_graph_capture_end",
+               [&] { ps_check(pstate_finalize(ps)); });
   run_case(k, "pstate_graph_capture_end", [&] {
     ps_check(pstate_graph_capture_end(ps));
+    return std::string();
+  });
+}
+
+// ---- point-to-point before a group's NCCL communicator exists -------------------------------------
+
+// The TP group (not the world group object) has no NCCL communicator until its first device
+// operation; point-to-point cannot create it in a group of 3+ ranks, which must be refused
+// locally on every rank (nothing is sent, so the ranks stay in step).
+void check_p2p_before_communicator(Case &k, pstate_t *ps) {
+  if (k.world < 3) return;
+  pstate_group_t *tp = nullptr;
+  ps_check(pstate_get_group(ps, PSTATE_GROUP_TP, &tp));
+  expect_error(k, "send on a fresh group of 3+ ranks", PSTATE_ERR_INVALID_STATE, "no NCCL communicator yet",
+               [&] { ps_check(pstate_send(tp, k.send, 16, PSTATE_FLOAT32, (k.rank + 1) % k.world, k.stream)); });
+}
+
+// ---- tensor dicts ------------------------------------------------------------------------------
+
+struct DictEntry {
+  const char *name;
+  pstate_dtype_t dtype;
+  std::vector<int64_t> shape;
+  pstate_device_t device;
+};
+
+// CUDA and CPU tensors, an empty one, a scalar, a CPU tensor small enough to travel inside the
+// metadata message and one too large for it.
+const std::vector<DictEntry> &dict_entries() {
+  static const std::vector<DictEntry> entries = {
+      {"logits", PSTATE_FLOAT32, {3, 5}, PSTATE_DEVICE_CUDA}, {"empty", PSTATE_INT64, {0, 4}, PSTATE_DEVICE_CUDA},
+      {"seq_lens", PSTATE_INT32, {4}, PSTATE_DEVICE_CPU},     {"big_cpu", PSTATE_UINT8, {100000}, PSTATE_DEVICE_CPU},
+      {"scale", PSTATE_BFLOAT16, {}, PSTATE_DEVICE_CUDA},     {"hidden", PSTATE_FLOAT16, {70000}, PSTATE_DEVICE_CUDA},
+  };
+  return entries;
+}
+
+size_t entry_bytes(const DictEntry &e) {
+  size_t n = pstate_dtype_size(e.dtype);
+  for (int64_t x : e.shape) n *= static_cast<size_t>(x);
+  return n;
+}
+
+uint8_t dict_byte(int sender, size_t tensor, size_t i) {
+  return static_cast<uint8_t>(sender * 29 + static_cast<int>(tensor) * 11 + static_cast<int>(i % 239));
+}
+
+// The sender's side: every tensor's memory filled with its pattern.
+struct SentDict {
+  std::vector<pstate_tensor_t> tensors;
+  std::vector<void *> memory;
+  explicit SentDict(int sender) {
+    const auto &entries = dict_entries();
+    for (size_t t = 0; t < entries.size(); ++t) {
+      const DictEntry &e = entries[t];
+      size_t bytes = entry_bytes(e);
+      std::vector<uint8_t> host(bytes);
+      for (size_t i = 0; i < bytes; ++i) host[i] = dict_byte(sender, t, i);
+      void *p = nullptr;
+      if (bytes > 0 && e.device == PSTATE_DEVICE_CUDA) {
+        CK(cudaMalloc(&p, bytes));
+        CK(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice));
+      } else if (bytes > 0) {
+        p = std::malloc(bytes);
+        std::memcpy(p, host.data(), bytes);
+      }
+      memory.push_back(p);
+      pstate_tensor_t x = PSTATE_TENSOR_INIT;
+      x.name = e.name;
+      x.dtype = e.dtype;
+      x.ndim = static_cast<int>(e.shape.size());
+      x.shape = e.shape.empty() ? nullptr : e.shape.data();
+      x.data = p;
+      x.device = e.device;
+      tensors.push_back(x);
+    }
+  }
+  ~SentDict() {
+    for (size_t t = 0; t < memory.size(); ++t) {
+      if (memory[t] == nullptr) continue;
+      if (tensors[t].device == PSTATE_DEVICE_CUDA)
+        cudaFree(memory[t]);
+      else
+        std::free(memory[t]);
+    }
+  }
+};
+
+// The receiving side: what the allocation callback was asked for, and the memory it gave.
+struct ReceivedDict {
+  struct Tensor {
+    std::string name;
+    pstate_dtype_t dtype;
+    std::vector<int64_t> shape;
+    size_t bytes;
+    pstate_device_t device;
+    void *data;
+  };
+  std::vector<Tensor> got;
+  int fail_at = -1;  // the callback returns NULL for this tensor index
+
+  static void *alloc(void *user, const char *name, pstate_dtype_t dtype, int ndim, const int64_t *shape, size_t bytes,
+                     pstate_device_t device) {
+    auto *self = static_cast<ReceivedDict *>(user);
+    void *p = nullptr;
+    if (static_cast<int>(self->got.size()) != self->fail_at && bytes > 0) {
+      if (device == PSTATE_DEVICE_CUDA)
+        CK(cudaMalloc(&p, bytes));
+      else
+        p = std::malloc(bytes);
+    }
+    self->got.push_back({name, dtype, std::vector<int64_t>(shape, shape + ndim), bytes, device, p});
+    return p;
+  }
+  ~ReceivedDict() {
+    for (const Tensor &t : got) {
+      if (t.data == nullptr) continue;
+      if (t.device == PSTATE_DEVICE_CUDA)
+        cudaFree(t.data);
+      else
+        std::free(t.data);
+    }
+  }
+
+  // "" when this is sender's dict, after the work on `stream` is done.
+  std::string verify(int sender, cudaStream_t stream) const {
+    CK(cudaStreamSynchronize(stream));
+    const auto &entries = dict_entries();
+    if (got.size() != entries.size()) return "received " + std::to_string(got.size()) + " tensors";
+    for (size_t t = 0; t < entries.size(); ++t) {
+      const DictEntry &e = entries[t];
+      const Tensor &g = got[t];
+      if (g.name != e.name || g.dtype != e.dtype || g.shape != e.shape || g.device != e.device ||
+          g.bytes != entry_bytes(e))
+        return "tensor " + std::to_string(t) + " arrived as '" + g.name + "' with another dtype/shape/device/size";
+      std::vector<uint8_t> host(g.bytes);
+      if (g.bytes > 0 && g.device == PSTATE_DEVICE_CUDA)
+        CK(cudaMemcpy(host.data(), g.data, g.bytes, cudaMemcpyDeviceToHost));
+      else if (g.bytes > 0)
+        std::memcpy(host.data(), g.data, g.bytes);
+      for (size_t i = 0; i < g.bytes; ++i)
+        if (host[i] != dict_byte(sender, t, i)) return "tensor '" + g.name + "' byte " + std::to_string(i) + " differs";
+    }
+    return "";
+  }
+};
+
+void check_tensor_dicts(Case &k, pstate_group_t *g) {
+  const int root = k.world - 1;
+  run_case(k, "broadcast_tensor_dict, CUDA and CPU tensors (world " + std::to_string(k.world) + ")", [&] {
+    if (k.rank == root) {
+      SentDict dict(root);
+      ps_check(
+          pstate_broadcast_tensor_dict(g, dict.tensors.data(), dict.tensors.size(), root, nullptr, nullptr, k.stream));
+      CK(cudaStreamSynchronize(k.stream));  // the dict's memory is freed below
+      return std::string();
+    }
+    ReceivedDict got;
+    ps_check(pstate_broadcast_tensor_dict(g, nullptr, 0, root, ReceivedDict::alloc, &got, k.stream));
+    return got.verify(root, k.stream);
+  });
+  if (k.world < 2) return;
+  run_case(k, "send/recv_tensor_dict 0 -> 1", [&] {
+    if (k.rank == 0) {
+      SentDict dict(0);
+      ps_check(pstate_send_tensor_dict(g, dict.tensors.data(), dict.tensors.size(), 1, k.stream));
+      CK(cudaStreamSynchronize(k.stream));
+      return std::string();
+    }
+    if (k.rank != 1) return std::string();
+    ReceivedDict got;
+    ps_check(pstate_recv_tensor_dict(g, 0, ReceivedDict::alloc, &got, k.stream));
+    return got.verify(0, k.stream);
+  });
+  // Rank 1 cannot allocate a CUDA tensor: every rank fails, nothing moves, the group stays in step.
+  expect_error(k, "broadcast_tensor_dict with a failed CUDA allocation on rank 1", PSTATE_ERR_NO_MEMORY, "", [&] {
+    if (k.rank == 0) {
+      SentDict dict(0);
+      ps_check(
+          pstate_broadcast_tensor_dict(g, dict.tensors.data(), dict.tensors.size(), 0, nullptr, nullptr, k.stream));
+      return;
+    }
+    ReceivedDict got;
+    got.fail_at = k.rank == 1 ? 0 : -1;
+    ps_check(pstate_broadcast_tensor_dict(g, nullptr, 0, 0, ReceivedDict::alloc, &got, k.stream));
+  });
+  // A tensor marked CPU whose data is device memory: refused by the sender, on every rank.
+  expect_error(k, "broadcast_tensor_dict of a CPU-marked tensor in device memory", PSTATE_ERR_INVALID_ARGUMENT,
+               k.rank == 0 ? "CUDA device memory" : "refused", [&] {
+                 if (k.rank == 0) {
+                   SentDict dict(0);
+                   dict.tensors[2].data = k.send;
+                   ps_check(pstate_broadcast_tensor_dict(g, dict.tensors.data(), dict.tensors.size(), 0, nullptr,
+                                                         nullptr, k.stream));
+                   return;
+                 }
+                 ReceivedDict got;
+                 ps_check(pstate_broadcast_tensor_dict(g, nullptr, 0, 0, ReceivedDict::alloc, &got, k.stream));
+               });
+  run_case(k, "barrier after failed tensor dicts", [&] {
+    ps_check(pstate_barrier(g));
+    return std::string();
+  });
+}
+
+// ---- a CPU context in the same process refuses device memory ---------------------------------------
+
+void check_cpu_context_refuses_device_memory(Case &k) {
+  pstate_init_params_t params = PSTATE_INIT_PARAMS_INIT;
+  params.world_size = 1;
+  params.rank = 0;
+  params.local_rank = 0;
+  std::string store = "file:///tmp/pstate_gpu_api_check_cpu_" + std::to_string(getpid());
+  params.init_method = store.c_str();
+  pstate_t *cpu = nullptr;
+  run_case(k, "CPU context beside the CUDA one", [&] {
+    ps_check(pstate_init(&params, &cpu));
+    return std::string();
+  });
+  if (cpu == nullptr) return;
+  pstate_group_t *g = nullptr;
+  ps_check(pstate_get_group(cpu, PSTATE_GROUP_WORLD, &g));
+  expect_error(k, "CPU context: device pointer", PSTATE_ERR_INVALID_ARGUMENT, "CUDA device memory",
+               [&] { ps_check(pstate_all_reduce(g, k.send, k.recv, 16, PSTATE_FLOAT32, PSTATE_SUM, nullptr)); });
+  run_case(k, "CPU context: host memory", [&] {
+    std::vector<float> host(16, 1.0f);
+    ps_check(pstate_all_reduce(g, host.data(), host.data(), 16, PSTATE_FLOAT32, PSTATE_SUM, nullptr));
+    return host[15] == 1.0f ? std::string() : "sum over one rank changed the value";
+  });
+  run_case(k, "CPU context finalize", [&] {
+    ps_check(pstate_finalize(cpu));
     return std::string();
   });
 }
@@ -86,8 +335,10 @@ int run(pstate_t *ps, const char *out_dir) {
   CK(cudaMalloc(&k.send, k.world * kCount * 8));
   CK(cudaMalloc(&k.recv, k.world * kCount * 8));
 
+  check_p2p_before_communicator(k, ps);  // first: nothing has used the TP group yet
   check_operations(k);
   check_argument_errors(k);
+  check_tensor_dicts(k, world);
   check_capture_errors(k, ps);
   check_graph(
       k,
@@ -121,6 +372,7 @@ int run(pstate_t *ps, const char *out_dir) {
     write_file(out_dir, "gpu_bench_w" + std::to_string(k.world) + ".md", table);
   }
 
+  check_cpu_context_refuses_device_memory(k);
   CK(cudaFree(k.send));
   CK(cudaFree(k.recv));
   CK(cudaStreamDestroy(k.stream));

@@ -8,9 +8,9 @@
 #   2. builds libpstate with the CUDA backend (-DCMAKE_CUDA_ARCHITECTURES=90; tests off) into
 #      $BUILD_DIR (default build-gpu/);
 #   3. builds the GPU programs of tests/gpu/ with g++ against that build:
-#        device_comm_check  the backend below the C API, N ranks as N threads (always);
-#        gpu_api_check      the public C API, one process per GPU (once libpstate exports
-#                           pstate_init, i.e. once the group layer is integrated);
+#        device_comm_check  the backend below the C API, N ranks as N threads;
+#        gpu_api_check      the public C API with CUDA contexts, one process per GPU (only
+#                           compiled when CMake cannot build libpstate, e.g. without UCX);
 #   4. runs each at world 1 and at world = the GPU count when there are several GPUs (threads;
 #      `pstate run -n N` for the API check), and collects the cost tables in $OUT.
 # Every check compares device results with a host reference; see tests/gpu/gpu_check.hpp.
@@ -96,7 +96,7 @@ if [ "$LIBPSTATE_BUILT" = 1 ] && nm -D --defined-only "$BUILD/libpstate.so" | gr
   log "built $BUILD/gpu/gpu_api_check"
 else
   $CXX "${FLAGS[@]}" -c tests/gpu/gpu_api_check.cpp -o "$BUILD/gpu/gpu_api_check.o" || fail "compiling gpu_api_check"
-  log "gpu_api_check compiles; not linked: libpstate does not export pstate_init yet (group layer not integrated)"
+  log "gpu_api_check compiles; not linked: libpstate was not built (see above)"
 fi
 [ "$COMPILE_ONLY" = 1 ] && { log "compile only: done"; exit 0; }
 

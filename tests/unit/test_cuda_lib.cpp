@@ -107,6 +107,20 @@ void test_host_pointer_check_accepts_host_memory(void **) {
   check.require_host(nullptr, "recv", "world:0: all_reduce");
 }
 
+// The check remembers that no driver was loaded (it rescans only when the loader's count of
+// loaded objects changed), yet notices one loaded afterwards.
+void test_host_pointer_check_notices_a_driver_loaded_later(void **) {
+  pstate::HostPointerCheck check;
+  if (check.cuda_loaded()) skip();  // this process has a driver already
+  assert_false(check.cuda_loaded());  // answered from the cache
+  void *stub = dlopen(PSTATE_CUDA_STUBS_DIR "/libcuda.so", RTLD_NOW | RTLD_LOCAL);
+  if (stub == nullptr) skip();
+  assert_true(check.cuda_loaded());
+  int on_stack = 0;
+  check.require_host(&on_stack, "send", "world:0: all_reduce");
+  dlclose(stub);
+}
+
 // With a libcuda loaded (the toolkit's stub here: its calls all fail), the check looks the
 // pointer up through the driver and still accepts host memory.
 void test_host_pointer_check_with_a_driver_loaded_accepts_host_memory(void **) {
@@ -145,6 +159,7 @@ int main() {
       cmocka_unit_test(test_cuda_context_without_gpu_is_unsupported_no_cuda_device),
       cmocka_unit_test(test_backend_status_says_built_and_why_not_usable),
       cmocka_unit_test(test_host_pointer_check_accepts_host_memory),
+      cmocka_unit_test(test_host_pointer_check_notices_a_driver_loaded_later),
       cmocka_unit_test(test_host_pointer_check_with_a_driver_loaded_accepts_host_memory),
 #else
       cmocka_unit_test(test_cuda_context_in_build_without_backend_is_unsupported),

@@ -18,6 +18,7 @@ CudaBackendStatus cuda_backend_status() {
   std::string why_not;
   try {
     auto cuda = CudaLib::load();
+    s.cuda_runtime_loaded = true;
     s.cuda_runtime = cuda->describe();
     s.device_count = cuda->device_count();
   } catch (const std::exception &e) {
@@ -26,6 +27,7 @@ CudaBackendStatus cuda_backend_status() {
   }
   try {
     s.nccl = NcclLib::load()->describe();
+    s.nccl_loaded = true;
   } catch (const std::exception &e) {
     s.nccl = e.what();
     if (why_not.empty()) why_not = e.what();

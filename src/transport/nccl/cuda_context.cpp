@@ -36,8 +36,21 @@ CudaDeviceContext::CudaDeviceContext(const DeviceContextOptions &options, const 
     : log_(log), device_(options.device_ordinal), stream_(static_cast<cudaStream_t>(options.stream)),
       timeout_ms_(options.timeout_ms) {
   const std::string where = cat("cuda:", device_);
-  cuda_ = CudaLib::load();
-  int count = cuda_->device_count();
+  int count = 0;
+  try {
+    cuda_ = CudaLib::load();
+    count = cuda_->device_count();
+  } catch (const Error &e) {
+    // Name every missing piece at once: a host without a GPU often lacks NCCL too, and a
+    // PSTATE_NCCL_LIBRARY that names no file is worth hearing about before the GPU arrives.
+    if (!options.load_nccl) throw;
+    try {
+      NcclLib::load();
+    } catch (const Error &n) {
+      throw Error(e.status(), cat(e.what(), "; and ", n.what()));
+    }
+    throw;
+  }
   if (device_ < 0 || device_ >= count)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "device_ordinal ", device_, " but this host shows ", count,
                 " CUDA device(s) (ordinals 0..", count - 1,

@@ -40,6 +40,8 @@ namespace pstate {
 struct CudaBackendStatus {
   bool built = false;        // compiled with the CUDA/NCCL headers
   bool usable = false;       // CUDA runtime and NCCL load here and at least one device exists
+  bool cuda_runtime_loaded = false;  // a libcudart loaded (it may still see no device)
+  bool nccl_loaded = false;          // NCCL loaded (PSTATE_NCCL_LIBRARY, else libnccl.so.2)
   int device_count = 0;      // devices the CUDA runtime sees (0 when it cannot say)
   std::string build;         // "CUDA 13.0, NCCL 2.28.9 headers" or "not built"
   std::string cuda_runtime;  // "libcudart.so.13 (runtime 13.0, driver 12.8)" or why it failed
@@ -74,11 +76,16 @@ class HostPointerCheck {
 
   // where: "tp:0: all_reduce"; name: "send".
   void require_host(const void *p, const char *name, const std::string &where);
+  // Whether the process has loaded the CUDA driver (only then can a pointer be device memory):
+  // callers skip building `where` when it has not. After the first scan, only a change in the
+  // loader's count of loaded objects triggers another (one dl_iterate_phdr callback per call).
+  bool cuda_loaded() { return find_driver(); }
 
  private:
   bool find_driver();
   void *driver_ = nullptr;          // dlopen handle of the already loaded libcuda.so.1
   void *get_attribute_ = nullptr;   // cuPointerGetAttribute
+  unsigned long long scanned_adds_ = ~0ull;  // the loader's dlpi_adds at the last full scan
 };
 
 // ---- the CUDA side of one pstate_t ----------------------------------------------------------

@@ -11,6 +11,7 @@ pub const PSTATE_DTYPE_COUNT: u32 = 12;
 pub const PSTATE_REDUCE_OP_COUNT: u32 = 5;
 pub const PSTATE_GROUP_KIND_COUNT: u32 = 11;
 pub const PSTATE_GROUP_NAME_MAX: u32 = 32;
+pub const PSTATE_TENSOR_MAX_NDIM: u32 = 64;
 pub type __uint32_t = ::std::os::raw::c_uint;
 pub type __int64_t = ::std::os::raw::c_long;
 impl pstate_status_t {
@@ -1069,6 +1070,171 @@ extern "C" {
 extern "C" {
     pub fn pstate_bytes_free(b: *mut pstate_bytes_t);
 }
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pstate_tensor_t {
+    pub name: *const ::std::os::raw::c_char,
+    pub dtype: pstate_dtype_t,
+    pub ndim: ::std::os::raw::c_int,
+    pub shape: *const i64,
+    pub data: *const ::std::os::raw::c_void,
+    pub device: pstate_device_t,
+}
+#[test]
+fn bindgen_test_layout_pstate_tensor_t() {
+    assert_eq!(
+        ::std::mem::size_of::<pstate_tensor_t>(),
+        40usize,
+        concat!("Size of: ", stringify!(pstate_tensor_t))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<pstate_tensor_t>(),
+        8usize,
+        concat!("Alignment of ", stringify!(pstate_tensor_t))
+    );
+    fn test_field_name() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_tensor_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).name) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_tensor_t),
+                "::",
+                stringify!(name)
+            )
+        );
+    }
+    test_field_name();
+    fn test_field_dtype() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_tensor_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dtype) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_tensor_t),
+                "::",
+                stringify!(dtype)
+            )
+        );
+    }
+    test_field_dtype();
+    fn test_field_ndim() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_tensor_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).ndim) as usize - ptr as usize
+            },
+            12usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_tensor_t),
+                "::",
+                stringify!(ndim)
+            )
+        );
+    }
+    test_field_ndim();
+    fn test_field_shape() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_tensor_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).shape) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_tensor_t),
+                "::",
+                stringify!(shape)
+            )
+        );
+    }
+    test_field_shape();
+    fn test_field_data() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_tensor_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).data) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_tensor_t),
+                "::",
+                stringify!(data)
+            )
+        );
+    }
+    test_field_data();
+    fn test_field_device() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_tensor_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).device) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_tensor_t),
+                "::",
+                stringify!(device)
+            )
+        );
+    }
+    test_field_device();
+}
+pub type pstate_alloc_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        user: *mut ::std::os::raw::c_void,
+        name: *const ::std::os::raw::c_char,
+        dtype: pstate_dtype_t,
+        ndim: ::std::os::raw::c_int,
+        shape: *const i64,
+        bytes: usize,
+        device: pstate_device_t,
+    ) -> *mut ::std::os::raw::c_void,
+>;
+extern "C" {
+    pub fn pstate_broadcast_tensor_dict(
+        g: *mut pstate_group_t,
+        tensors: *const pstate_tensor_t,
+        count: usize,
+        src: ::std::os::raw::c_int,
+        alloc: pstate_alloc_fn,
+        user: *mut ::std::os::raw::c_void,
+        stream: *mut ::std::os::raw::c_void,
+    ) -> pstate_status_t;
+}
+extern "C" {
+    pub fn pstate_send_tensor_dict(
+        g: *mut pstate_group_t,
+        tensors: *const pstate_tensor_t,
+        count: usize,
+        dst: ::std::os::raw::c_int,
+        stream: *mut ::std::os::raw::c_void,
+    ) -> pstate_status_t;
+}
+extern "C" {
+    pub fn pstate_recv_tensor_dict(
+        g: *mut pstate_group_t,
+        src: ::std::os::raw::c_int,
+        alloc: pstate_alloc_fn,
+        user: *mut ::std::os::raw::c_void,
+        stream: *mut ::std::os::raw::c_void,
+    ) -> pstate_status_t;
+}
 extern "C" {
     pub fn pstate_graph_capture_begin(
         ps: *mut pstate_t,
@@ -1329,12 +1495,41 @@ pub struct pstate_api_t {
     >,
     pub graph_capture_end:
         ::std::option::Option<unsafe extern "C" fn(ps: *mut pstate_t) -> pstate_status_t>,
+    pub broadcast_tensor_dict: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            tensors: *const pstate_tensor_t,
+            count: usize,
+            src: ::std::os::raw::c_int,
+            alloc: pstate_alloc_fn,
+            user: *mut ::std::os::raw::c_void,
+            stream: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
+    pub send_tensor_dict: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            tensors: *const pstate_tensor_t,
+            count: usize,
+            dst: ::std::os::raw::c_int,
+            stream: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
+    pub recv_tensor_dict: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            src: ::std::os::raw::c_int,
+            alloc: pstate_alloc_fn,
+            user: *mut ::std::os::raw::c_void,
+            stream: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
 }
 #[test]
 fn bindgen_test_layout_pstate_api_t() {
     assert_eq!(
         ::std::mem::size_of::<pstate_api_t>(),
-        336usize,
+        360usize,
         concat!("Size of: ", stringify!(pstate_api_t))
     );
     assert_eq!(
@@ -2073,6 +2268,57 @@ fn bindgen_test_layout_pstate_api_t() {
         );
     }
     test_field_graph_capture_end();
+    fn test_field_broadcast_tensor_dict() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).broadcast_tensor_dict) as usize - ptr as usize
+            },
+            336usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(broadcast_tensor_dict)
+            )
+        );
+    }
+    test_field_broadcast_tensor_dict();
+    fn test_field_send_tensor_dict() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).send_tensor_dict) as usize - ptr as usize
+            },
+            344usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(send_tensor_dict)
+            )
+        );
+    }
+    test_field_send_tensor_dict();
+    fn test_field_recv_tensor_dict() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).recv_tensor_dict) as usize - ptr as usize
+            },
+            352usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(recv_tensor_dict)
+            )
+        );
+    }
+    test_field_recv_tensor_dict();
 }
 extern "C" {
     pub fn pstate_get_api(abi_major: u32) -> *const pstate_api_t;

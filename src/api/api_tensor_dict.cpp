@@ -1,0 +1,66 @@
+// api_tensor_dict.cpp — the C entry points of the tensor dicts (SGLang's broadcast_tensor_dict,
+// send_tensor_dict, recv_tensor_dict): handle, rank and callback checks, then the protocol of
+// src/group/tensor_dict.cpp (which checks the dict itself on the sending rank).
+#include "api/boundary.hpp"
+#include "api/handles.hpp"
+#include "group/tensor_dict.hpp"
+
+using namespace pstate::api;
+
+namespace {
+
+void check_dict(const pstate_tensor_t *tensors, size_t count) {
+  if (count > 0 && tensors == nullptr)
+    pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "tensors is NULL with count ", count);
+}
+
+void check_alloc(pstate_alloc_fn alloc) {
+  if (alloc == nullptr)
+    pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT,
+                        "alloc is NULL: a receiving rank needs an allocation callback for the "
+                        "tensors it receives");
+}
+
+}  // namespace
+
+extern "C" {
+
+PSTATE_API pstate_status_t pstate_broadcast_tensor_dict(pstate_group_t *g, const pstate_tensor_t *tensors, size_t count,
+                                                        int src, pstate_alloc_fn alloc, void *user, void *stream) {
+  return PSTATE_GUARD({
+    require_group(g, "pstate_broadcast_tensor_dict");
+    require_rank(g, src, "src");
+    require_cpu_stream(g, stream);
+    if (g->rank_in_group() == src)
+      check_dict(tensors, count);
+    else
+      check_alloc(alloc);
+    pstate::broadcast_tensor_dict(*g, tensors, count, src, pstate::TensorAllocator{alloc, user}, stream);
+  });
+}
+
+PSTATE_API pstate_status_t pstate_send_tensor_dict(pstate_group_t *g, const pstate_tensor_t *tensors, size_t count,
+                                                   int dst, void *stream) {
+  return PSTATE_GUARD({
+    require_group(g, "pstate_send_tensor_dict");
+    require_rank(g, dst, "dst");
+    require(dst != g->rank_in_group(), "dst is this rank: pstate_send_tensor_dict needs another rank of the group");
+    require_cpu_stream(g, stream);
+    check_dict(tensors, count);
+    pstate::send_tensor_dict(*g, tensors, count, dst, stream);
+  });
+}
+
+PSTATE_API pstate_status_t pstate_recv_tensor_dict(pstate_group_t *g, int src, pstate_alloc_fn alloc, void *user,
+                                                   void *stream) {
+  return PSTATE_GUARD({
+    require_group(g, "pstate_recv_tensor_dict");
+    require_rank(g, src, "src");
+    require(src != g->rank_in_group(), "src is this rank: pstate_recv_tensor_dict needs another rank of the group");
+    require_cpu_stream(g, stream);
+    check_alloc(alloc);
+    pstate::recv_tensor_dict(*g, src, pstate::TensorAllocator{alloc, user}, stream);
+  });
+}
+
+}  // extern "C"

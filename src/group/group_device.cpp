@@ -1,0 +1,83 @@
+// group_device.cpp — the device side of a GroupCoordinator: its NCCL communicator in a CUDA
+// context (SGLang's GroupCoordinator.device_communicator / PyNccl).
+//
+// The DeviceComm object is made on the group's first device operation and owns an NCCL
+// communicator that it creates itself on first use (a group that never moves a device tensor
+// costs nothing; SGLang's eager MoE communicators cost ~700 MB each). Creation is collective over
+// the group: group rank 0 makes the NCCL unique id and broadcast_from_rank0 carries it over the
+// group's CPU channel as one numbered operation, so its tag cannot meet another collective's. A
+// group of one never creates an NCCL communicator (its operations are device copies).
+//
+// Failures follow the CPU rules: a fatal device error (TIMEOUT, PEER_LOST, TRANSPORT, an aborted
+// communicator) poisons the context, and every later operation returns ABORTED; pstate_abort
+// aborts every communicator (ncclCommAbort never waits for peers); retire() (destroy_model_parallel,
+// finalize) destroys it gracefully.
+#include "group/context.hpp"
+#include "group/group.hpp"
+
+namespace pstate {
+namespace {
+
+bool is_fatal_device_status(pstate_status_t s) {
+  return s == PSTATE_ERR_TIMEOUT || s == PSTATE_ERR_PEER_LOST || s == PSTATE_ERR_TRANSPORT ||
+         s == PSTATE_ERR_INTERNAL || s == PSTATE_ERR_ABORTED;
+}
+
+}  // namespace
+}  // namespace pstate
+
+bool pstate_group_s::on_device() const {
+  return ctx_.device_context() != nullptr;
+}
+
+pstate::DeviceComm &pstate_group_s::device_comm() {
+  if (device_comm_) return *device_comm_;
+  pstate::DeviceContext *device = ctx_.device_context();
+  if (device == nullptr) pstate::throw_error(PSTATE_ERR_INTERNAL, name_, ": a device operation in a CPU context");
+  pstate::DeviceCommOptions o;
+  o.group_name = name_;
+  o.rank = rank_in_group_;
+  o.size = size();
+  o.timeout_ms = ctx_.timeout_ms();
+  if (size() > 1) o.broadcast_from_rank0 = [this](void *bytes, size_t n) { broadcast_from_rank0(bytes, n); };
+  device_comm_ = pstate::make_nccl_device_comm(*device, std::move(o), ctx_.log());
+  return *device_comm_;
+}
+
+pstate::DeviceComm &pstate_group_s::begin_device_op(const pstate::OpDescriptor &desc) {
+  check_alive(pstate::op_kind_name(static_cast<pstate::OpKind>(desc.op)));
+  // Every rank reaches its first device operation of this group at the same point of the
+  // group's order, so the communicator (and the sequence number its id consumes) stay in step.
+  pstate::DeviceComm &comm = device_comm();
+  auto kind = static_cast<pstate::OpKind>(desc.op);
+  bool point_to_point = kind == pstate::OpKind::kSend || kind == pstate::OpKind::kRecv;
+  if (ctx_.check_enabled() && size() > 1 && !point_to_point) verify_only(desc);
+  return comm;
+}
+
+void pstate_group_s::device_op_failed(const pstate::Error &e) {
+  if (pstate::is_fatal_device_status(e.status())) ctx_.fail(e.what());
+}
+
+void pstate_group_s::ensure_device_ready(const char *call) {
+  check_alive(call);
+  try {
+    device_comm().ensure_ready();
+  } catch (const pstate::Error &e) {
+    device_op_failed(e);
+    throw;
+  }
+}
+
+void pstate_group_s::require_device_p2p_ready(const char *call) {
+  check_alive(call);
+  if (size() <= 2 || (device_comm_ && device_comm_->ready())) return;
+  pstate::throw_error(PSTATE_ERR_INVALID_STATE, call, ": group ", name_, " (", size(),
+                      " ranks) has no NCCL communicator yet, and point-to-point between two of its ranks cannot "
+                      "create it (every rank of the group must take part): run a collective on the group first "
+                      "on every rank (a 1-element all_reduce will do), or pstate_graph_capture_begin");
+}
+
+void pstate_group_s::abort_device() noexcept {
+  if (device_comm_) device_comm_->abort();
+}
