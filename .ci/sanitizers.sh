@@ -21,8 +21,9 @@ ROOT=$PWD
 JOBS=${SAN_JOBS:-$(nproc)}
 export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none
 
-configure() { # configure DIR SANITIZERS
-  cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPSTATE_SANITIZE="$2" -DPSTATE_BUILD_BINDINGS=OFF >/dev/null
+configure() { # configure DIR SANITIZERS [EXTRA_CXX_FLAGS]
+  cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPSTATE_SANITIZE="$2" -DPSTATE_BUILD_BINDINGS=OFF \
+    -DCMAKE_CXX_FLAGS="${3:-}" >/dev/null
 }
 
 asan() {
@@ -49,7 +50,11 @@ tsan() {
   local tests t0=$SECONDS
   mapfile -t tests < <(thread_tests)
   echo "sanitizers: threads-as-ranks tests: ${tests[*]}"
-  configure build-tsan thread
+  # GCC 12 warns (-Wtsan, an error under -Werror) that TSan does not model
+  # std::atomic_thread_fence, which the shared-memory wake-up protocol uses next to its atomics
+  # (src/transport/shm/shm_wait.hpp). The warning is about TSan's blind spot, not a bug: silence
+  # it here so the rest of the build keeps -Werror.
+  configure build-tsan thread -Wno-tsan
   cmake --build build-tsan -j "$JOBS" --target "${tests[@]}"
   echo "sanitizers: TSan build took $((SECONDS - t0)) s"
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$ROOT/.ci/tsan.supp
