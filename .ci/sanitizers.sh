@@ -21,8 +21,11 @@ ROOT=$PWD
 JOBS=${SAN_JOBS:-$(nproc)}
 export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none
 
+# -O1 -g1 (line tables only) compiles ~2.3x faster than RelWithDebInfo's -O2 -g and still gives
+# sanitizer reports with file:line stacks.
 configure() { # configure DIR SANITIZERS [EXTRA_CXX_FLAGS]
   cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPSTATE_SANITIZE="$2" -DPSTATE_BUILD_BINDINGS=OFF \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
     -DCMAKE_CXX_FLAGS="${3:-}" >/dev/null
 }
 
