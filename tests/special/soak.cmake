@@ -1,6 +1,6 @@
 # soak.cmake — the full soak on demand. test_soak (tests/api/test_soak.c) runs in every build in
 # its short form (2,000 mixed operations on 4 processes, 300 on 4 threads); configure with
-# -DPSTATE_SOAK_FULL=ON to add soak_full: 100,000 operations (about 8 minutes here), or run
+# -DPSTATE_SOAK_FULL=ON to add soak_full: 100,000 operations (about 3 minutes here), or run
 #   PSTATE_SOAK_OPS=100000 build/tests/test_soak
 # by hand. PSTATE_SOAK_SEED picks another sequence.
 option(PSTATE_SOAK_FULL "Add the 100,000-operation soak test (soak_full)" OFF)
