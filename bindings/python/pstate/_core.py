@@ -307,7 +307,7 @@ class Group:
             entries = _tensor_dict.encode(tensor_dict, dtypes, where)
         except _tensor_dict.Refused as refused:
             with contextlib.suppress(Error):
-                self._call(fn, _tensor_dict.refusal(refused.key, refused.detail), *args)
+                self._call(fn, _tensor_dict.refusal(refused), *args)
             raise InvalidArgumentError(refused.detail) from None
         self._call(fn, entries, *args)
 

@@ -54,11 +54,13 @@ def numpy() -> Any:
 
 
 class Refused(InvalidArgumentError):
-    """A dict the binding cannot send; key names the tensor (for the refusal the peers get)."""
+    """A dict the binding cannot send: key names the tensor, reason says why (both go into the
+    refusal the peers get); the detail adds where."""
 
-    def __init__(self, key: str, detail: str) -> None:
-        super().__init__(detail)
+    def __init__(self, key: str, reason: str, where: str) -> None:
+        super().__init__(f"{where}: {reason}")
         self.key = key
+        self.reason = reason
 
 
 def _array(np: Any, key: str, value: Any, where: str) -> Any:
@@ -66,11 +68,11 @@ def _array(np: Any, key: str, value: Any, where: str) -> Any:
     if isinstance(value, np.generic):
         value = np.asarray(value)
     if not isinstance(value, np.ndarray):
-        raise Refused(key, f"{where}: tensor '{key}' is a {type(value).__name__}, not a numpy array "
-                           "(send other values with broadcast_object / send_object)")
+        raise Refused(key, f"tensor '{key}' is a {type(value).__name__}, not a numpy array "
+                           "(send other values with broadcast_object / send_object)", where)
     if value.dtype.kind == "b":
-        raise Refused(key, f"{where}: tensor '{key}' is a bool array: pstate has no bool dtype; "
-                           "send value.view(np.uint8)")
+        raise Refused(key, f"tensor '{key}' is a bool array: pstate has no bool dtype; "
+                           "send value.view(np.uint8)", where)
     if not value.dtype.isnative:
         value = value.astype(value.dtype.newbyteorder("="))
     if not value.flags.c_contiguous:
@@ -83,34 +85,33 @@ def encode(tensor_dict: Optional[Mapping[str, Any]], dtypes: Optional[Mapping[st
     InvalidArgumentError) naming the first tensor it cannot send."""
     np = numpy()
     if not isinstance(tensor_dict, Mapping):
-        raise Refused("?", f"{where}: expected a dict of numpy arrays, got {type(tensor_dict).__name__}")
+        raise Refused("?", f"expected a dict of numpy arrays, got {type(tensor_dict).__name__}", where)
     chosen: Dict[str, Any] = dict(getattr(tensor_dict, "dtypes", None) or {})
     chosen.update(dtypes or {})
     for key in dtypes or {}:
         if key not in tensor_dict:
-            raise Refused(str(key), f"{where}: dtypes names '{key}', which is not a key of the dict")
+            raise Refused(str(key), f"dtypes names '{key}', which is not a key of the dict", where)
     entries: List[Entry] = []
     for key, value in tensor_dict.items():
         if not isinstance(key, str):
-            raise Refused(repr(key), f"{where}: key {key!r} is not a str")
+            raise Refused(repr(key), f"key {key!r} is not a str", where)
         arr = _array(np, key, value, where)
         dtype = chosen.get(key)
         try:
-            buf = resolve(arr, f"{where}: tensor '{key}'", writable=False,
-                          dtype=None if dtype is None else DType(dtype))
+            buf = resolve(arr, f"tensor '{key}'", writable=False, dtype=None if dtype is None else DType(dtype))
         except InvalidArgumentError as e:
-            raise Refused(key, e.detail + (" (name bfloat16/fp8 containers with dtypes={key: DType...})"
-                                           if dtype is None else "")) from None
+            hint = " (name bfloat16/fp8 containers with dtypes={key: DType.BFLOAT16, ...})" if dtype is None else ""
+            raise Refused(key, e.detail + hint, where) from None
         except ValueError:
-            raise Refused(key, f"{where}: dtypes['{key}'] = {dtype!r} is not a pstate.DType") from None
+            raise Refused(key, f"dtypes['{key}'] = {dtype!r} is not a pstate.DType", where) from None
         entries.append((key, int(buf.dtype), tuple(arr.shape), arr))
     return entries
 
 
-def refusal(key: str, detail: str) -> List[Entry]:
+def refusal(refused: Refused) -> List[Entry]:
     """A one-tensor dict the library refuses on every rank (dtype -1), named so that the peers'
     error says what this rank's binding refused: the ranks stay in step instead of waiting."""
-    return [(f"{key}: refused by the Python binding: {detail}", -1, (), None)]
+    return [(f"{refused.key}: refused by the sender's Python binding: {refused.reason}", -1, (), None)]
 
 
 def decode(items: List[Tuple[str, int, Tuple[int, ...], Any, int]]) -> TensorDict:
