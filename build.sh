@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # build.sh — the two commands of README.md, on a fresh Debian bookworm machine (as root):
 #
-#   ./build.sh main   installs what is missing, builds, and runs the demo (pstate run -n 4)
-#   ./build.sh test   installs what is missing, builds, and runs every test (ctest)
+build.sh test   installs what is missing, builds, and runs every test (ctest)/build.sh main   installs what is missing, builds, and runs the demo (pstate run -n 4)
+build.sh test   installs what is missing, builds, and runs every test (ctest)/build.sh test   installs what is missing, builds, and runs every test (ctest)
 #
 # Other verbs: deps (install only), build (configure + build), install PREFIX, bench.
 # BUILD_DIR (default build/) and CMAKE_ARGS are honoured.
@@ -49,12 +49,16 @@ case "${1:-}" in
     deps; build
     cd "$BUILD_DIR" && ctest --output-on-failure -j "${CTEST_JOBS:-1}" --timeout 900
     ;;
+  bench)
+    deps; build
+    bench/run.sh
+    ;;
   install)
     deps; build
     cmake --install "$BUILD_DIR" --prefix "${2:-/usr/local}"
     ;;
   *)
-    echo "usage: ./build.sh main|test|deps|build|install [PREFIX]" >&2
+    echo "usage: ./build.sh main|test|deps|build|bench|install [PREFIX]" >&2
     exit 2
     ;;
 esac

@@ -25,5 +25,6 @@ struct Subcommand {
 const Subcommand &layout_subcommand();
 const Subcommand &info_subcommand();
 const Subcommand &run_subcommand();
+const Subcommand &bench_subcommand();
 
 }  // namespace pstate::cli

@@ -43,7 +43,8 @@ constexpr OptionSpec kOptions[] = {
     {"--master", "HOST:PORT", "rendezvous address (default 127.0.0.1 and a free port; required with --nnodes > 1)"},
     {"--grace-ms", "MS", "after a failure, how long the other ranks get between SIGTERM and SIGKILL (default 3000)"},
     {"--no-prefix", nullptr, "do not prefix output lines with the rank"},
-    {"--bind-cores", nullptr, "pin local rank i to CPU i % (CPUs available), as mpirun --bind-to core does"},
+    {"--bind-cores", nullptr, "pin local rank i to CPU i % (CPUs available), even when ranks outnumber CPUs"},
+    {"--no-bind", nullptr, "do not pin ranks (default: pinned one per CPU when they fit, as mpirun does)"},
 };
 
 constexpr CommandSpec kSpec = {
@@ -375,7 +376,13 @@ int run_run(const ParsedArgs &args) {
   ::sigaction(SIGTERM, &sa, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  Launcher launcher(nproc, nnodes, node_rank, addr, port, grace, !args.flag("--no-prefix"), args.flag("--bind-cores"));
+  // Like mpirun's default, ranks that fit on the CPUs get one each: left alone, the scheduler
+  // often stacks two ranks of a shared-memory group on one core, and every hand-off between them
+  // then costs a context switch.
+  if (args.flag("--bind-cores") && args.flag("--no-bind")) throw UsageError("--bind-cores and --no-bind exclude each other");
+  bool bind = args.flag("--bind-cores") ||
+              (!args.flag("--no-bind") && static_cast<size_t>(nproc) <= allowed_cpus().size());
+  Launcher launcher(nproc, nnodes, node_rank, addr, port, grace, !args.flag("--no-prefix"), bind);
   return launcher.run(args.positional());
 }
 

@@ -23,6 +23,7 @@ const Subcommand &(*const kSubcommands[])() = {
     layout_subcommand,
     info_subcommand,
     run_subcommand,
+    bench_subcommand,
 };
 
 void print_main_help(std::FILE *out) {

@@ -34,7 +34,12 @@ echo "$out" | grep -q 'rank 0 was killed by signal 9'; check "the signal is name
 [ $? -eq 2 ]; check "missing -n is a usage error (exit 2)" $?
 
 out=$("$PSTATE" run -n 2 --bind-cores -- sh -c 'grep Cpus_allowed_list /proc/self/status' 2>&1)
-[ "$(echo "$out" | grep -c 'Cpus_allowed_list')" -eq 2 ]; check "--bind-cores runs every rank" $?
+[ "$(echo "$out" | grep -c 'Cpus_allowed_list')" -eq 2 ]; check "--bind-cores pins every rank" $?
+
+out=$("$PSTATE" run -n 1 -- sh -c 'grep Cpus_allowed_list /proc/self/status' 2>&1)
+echo "$out" | grep -q 'Cpus_allowed_list:[[:space:]]*0$'; check "ranks that fit on the CPUs are pinned by default" $?
+out=$("$PSTATE" run -n 1 --no-bind -- sh -c 'grep Cpus_allowed_list /proc/self/status' 2>&1)
+[ "$(echo "$out" | grep -c 'Cpus_allowed_list:[[:space:]]*0$')" -eq 0 ] || [ "$(nproc)" -eq 1 ]; check "--no-bind leaves the affinity alone" $?
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

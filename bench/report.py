@@ -1,0 +1,314 @@
+#!/usr/bin/env python3
+"""bench/report.py — turns the results of bench/run.sh into BENCHMARKS.md and the gnuplot PNG.
+
+    python3 bench/report.py RESULTS_DIR OUTPUT.md
+
+RESULTS_DIR holds what run.sh wrote: machine.txt (key=value lines), memcpy.json, CASE.mpi.json
+and CASE.pstate.json for each case (the `pstate bench` / mpi_bench JSON), startup.json,
+failures.txt (cases that failed or timed out) and logs/ (every command, then its output). The
+issue's targets are judged here, from those numbers only; a hand-written analysis of misses
+(profiles) is taken from bench/analysis.md when it exists. Standard library only.
+"""
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MiB = 1 << 20
+
+# (case, title) in the order of the tables and the plot panels.
+CASES = [
+    ("all_reduce.2", "all_reduce float32 sum, 2 ranks"),
+    ("all_gather.2", "all_gather float32, 2 ranks"),
+    ("reduce_scatter.2", "reduce_scatter float32 sum, 2 ranks"),
+    ("broadcast.2", "broadcast float32, 2 ranks"),
+    ("all_to_all.2", "all_to_all float32, 2 ranks"),
+    ("send_recv.2", "send_recv (one way) float32, 2 ranks"),
+    ("all_reduce.2.bound", "all_reduce float32 sum, 2 ranks, each bound to its own core (both sides)"),
+    ("all_gather.2.bound", "all_gather float32, 2 ranks, each bound to its own core (both sides)"),
+    ("reduce_scatter.2.bound", "reduce_scatter float32 sum, 2 ranks, each bound to its own core (both sides)"),
+    ("broadcast.2.bound", "broadcast float32, 2 ranks, each bound to its own core (both sides)"),
+    ("all_reduce.4", "all_reduce float32 sum, 4 ranks on 2 cores (oversubscribed)"),
+    ("broadcast_object.4", "broadcast_object to 3 readers (MPI: MPI_Bcast), 4 ranks on 2 cores"),
+]
+
+# Ratio targets of the issue: case -> (sizes or None for every size, bar on pstate/MPI time).
+RATIO_TARGETS = {
+    "all_reduce.2": (None, 0.8),
+    "all_gather.2": ([8, 64 << 10, 16 * MiB], 1.0),
+    "reduce_scatter.2": ([8, 64 << 10, 16 * MiB], 1.0),
+    "broadcast.2": ([8, 64 << 10, 16 * MiB], 1.0),
+    "all_reduce.2.bound": (None, 0.8),
+    "all_gather.2.bound": ([8, 64 << 10, 16 * MiB], 1.0),
+    "reduce_scatter.2.bound": ([8, 64 << 10, 16 * MiB], 1.0),
+    "broadcast.2.bound": ([8, 64 << 10, 16 * MiB], 1.0),
+    "all_reduce.4": ([8, MiB], 1.0),
+    "broadcast_object.4": ([1024], 0.8),
+}
+
+
+def load_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def load_machine(results):
+    info = {}
+    try:
+        with open(os.path.join(results, "machine.txt")) as f:
+            for line in f:
+                key, _, value = line.rstrip("\n").partition("=")
+                info[key] = value
+    except OSError:
+        pass
+    return info
+
+
+def human(nbytes):
+    for unit, size in (("GiB", 1 << 30), ("MiB", MiB), ("KiB", 1 << 10)):
+        if nbytes >= size and nbytes % size == 0:
+            return f"{nbytes // size} {unit}"
+    return f"{nbytes} B"
+
+
+def busbw_factor(op, n):
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+def combine(docs):
+    """One row per size from the repeats of one side: the median of their times (so the median
+    over repeats of each repeat's median), bandwidths recomputed from it, the largest #wrong."""
+    rows = {}
+    for doc in docs:
+        for r in doc["results"]:
+            rows.setdefault(r["bytes"], []).append(r)
+    out = {}
+    for nbytes, reps in rows.items():
+        times = sorted(r["time_us"] for r in reps)
+        t = times[(len(times) - 1) // 2] if len(times) % 2 else 0.5 * (times[len(times) // 2 - 1] + times[len(times) // 2])
+        algbw = nbytes / (t * 1e3) if t > 0 else 0.0
+        out[nbytes] = {"time_us": t, "algbw_gbs": algbw, "busbw_gbs": algbw * busbw_factor(docs[0]["op"], docs[0]["ranks"]),
+                       "wrong": max(r["wrong"] for r in reps), "runs": len(reps),
+                       "min_us": times[0], "max_us": times[-1]}
+    return out
+
+
+def load_side(results, name, side):
+    paths = sorted(glob.glob(os.path.join(results, f"{name}.{side}.*.json")))
+    docs = [d for d in (load_json(p) for p in paths) if d]
+    return combine(docs) if docs else {}
+
+
+class Case:
+    """One benchmark case: MPI and pstate rows joined on bytes."""
+
+    def __init__(self, results, name, title):
+        self.name, self.title = name, title
+        self.mpi = load_side(results, name, "mpi")
+        self.pstate = load_side(results, name, "pstate")
+        self.sizes = sorted(set(self.mpi) | set(self.pstate))
+
+    def ratio(self, nbytes):
+        m, p = self.mpi.get(nbytes), self.pstate.get(nbytes)
+        if not m or not p or m["time_us"] <= 0:
+            return None
+        return p["time_us"] / m["time_us"]
+
+    def present(self):
+        return bool(self.mpi or self.pstate)
+
+
+def verdict(value, bar, lower_is_better=True):
+    if value is None:
+        return "not measured"
+    ok = value <= bar if lower_is_better else value >= bar
+    if ok:
+        return "**met**"
+    if lower_is_better:
+        return f"**missed** by {100 * (value / bar - 1):.0f}% ({value / bar:.2f}x the bar)"
+    return f"**missed** by {100 * (1 - value / bar):.0f}% (reaches {value / bar:.2f} of the bar)"
+
+
+def fmt(x, digits=2):
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def target_rows(cases, memcpy, startup):
+    rows = []
+    for name, (sizes, bar) in RATIO_TARGETS.items():
+        case = cases[name]
+        if sizes is None:  # every size: one row with the worst one and the misses
+            ratios = [(case.ratio(b), b) for b in case.sizes]
+            measured = [(r, b) for r, b in ratios if r is not None]
+            if not measured:
+                rows.append((f"{case.title}, every size", f"pstate/MPI time ≤ {bar}", "—", "not measured"))
+                continue
+            worst, at = max(measured)
+            missed = [human(b) for r, b in measured if r > bar]
+            text = f"worst {worst:.2f} at {human(at)}; {len(measured) - len(missed)} of {len(measured)} sizes met"
+            if missed:
+                text += " (missed at " + ", ".join(missed) + ")"
+            rows.append((f"{case.title}, every size {human(case.sizes[0])}..{human(case.sizes[-1])}",
+                         f"pstate/MPI time ≤ {bar}", text, verdict(worst, bar)))
+            continue
+        for nbytes in sizes:
+            r = case.ratio(nbytes)
+            rows.append((f"{case.title}, {human(nbytes)}", f"pstate/MPI time ≤ {bar}", fmt(r), verdict(r, bar)))
+    ar = cases["all_reduce.2"].pstate.get(64 * MiB)
+    bw = memcpy["bw_gbs"] if memcpy else None
+    frac = ar["algbw_gbs"] / bw if ar and bw else None
+    rows.append(("all_reduce 64 MiB, 2 ranks: algbw / single-core memcpy bandwidth", "≥ 0.40",
+                 "—" if frac is None else f"{frac:.2f} ({ar['algbw_gbs']:.2f} / {bw:.2f} GB/s)",
+                 verdict(frac, 0.4, lower_is_better=False)))
+    s = None
+    if startup and startup.get("mpi_ms") and startup.get("pstate_ms"):
+        s = startup["pstate_ms"] / startup["mpi_ms"]
+    rows.append(("start-up of 8 ranks to model parallel (tp 4 x pp 2) and finalize, whole processes",
+                 "pstate/MPI wall time ≤ 0.5",
+                 "—" if s is None else f"{s:.2f} ({startup['pstate_ms']:.0f} / {startup['mpi_ms']:.0f} ms)",
+                 verdict(s, 0.5)))
+    return rows
+
+
+def case_table(case):
+    sizes, bar = RATIO_TARGETS.get(case.name, ([], None))
+    lines = [f"### {case.title}", "",
+             "| bytes | MPI time (µs) | pstate time (µs) | pstate/MPI | MPI busbw (GB/s) | pstate busbw (GB/s) "
+             "| #wrong MPI / pstate | target |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | :---: | --- |"]
+    for nbytes in case.sizes:
+        m, p = case.mpi.get(nbytes), case.pstate.get(nbytes)
+        r = case.ratio(nbytes)
+        target = ""
+        if bar is not None and (sizes is None or nbytes in sizes):
+            target = f"≤ {bar}: " + ("met" if r is not None and r <= bar else "missed" if r is not None else "—")
+        lines.append(
+            f"| {human(nbytes)} | {fmt(m and m['time_us'])} | {fmt(p and p['time_us'])} | {fmt(r)} "
+            f"| {fmt(m and m['busbw_gbs'], 3)} | {fmt(p and p['busbw_gbs'], 3)} "
+            f"| {m['wrong'] if m else '—'} / {p['wrong'] if p else '—'} | {target} |")
+    return lines + [""]
+
+
+def commands(results):
+    """The exact commands run.sh ran, from the logs, in run order."""
+    seen, out = set(), []
+    logs = os.path.join(results, "logs")
+    order = ["memcpy"] + [f"{c}.{side}" for c, _ in CASES for side in ("mpi", "pstate")] + ["startup"]
+    for name in order:
+        try:
+            with open(os.path.join(logs, f"{name}.log")) as f:
+                for line in f:
+                    line = re.sub(r"\.(mpi|pstate)\.\d+\.json", r".\1.REPEAT.json", line)  # one line per case
+                    if line.startswith("$ ") and line not in seen:
+                        seen.add(line)
+                        out.append(line[2:].rstrip().replace(os.path.dirname(HERE) + "/", ""))
+        except OSError:
+            pass
+    return out
+
+
+def write_plot(results, cases):
+    plot_dir = os.path.join(results, "plot")
+    os.makedirs(plot_dir, exist_ok=True)
+    shown = [c for c in cases.values() if c.present()]
+    with open(os.path.join(plot_dir, "cases.txt"), "w") as f:
+        for c in shown:
+            f.write(f"{c.name}|{c.title}\n")
+    for c in shown:
+        with open(os.path.join(plot_dir, f"{c.name}.dat"), "w") as f:
+            f.write("# bytes mpi_time_us pstate_time_us\n")
+            for nbytes in c.sizes:
+                m, p = c.mpi.get(nbytes), c.pstate.get(nbytes)
+                f.write(f"{nbytes} {m['time_us'] if m else 'NaN'} {p['time_us'] if p else 'NaN'}\n")
+    png = os.path.join(results, "time_vs_size.png")
+    subprocess.run(["gnuplot", "-e", f"dir='{plot_dir}'; out='{png}'", os.path.join(HERE, "plot.gp")], check=True)
+    return png
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit("usage: report.py RESULTS_DIR OUTPUT.md")
+    results, output = sys.argv[1], sys.argv[2]
+    machine = load_machine(results)
+    memcpy = load_json(os.path.join(results, "memcpy.json"))
+    startup = load_json(os.path.join(results, "startup.json"))
+    cases = {name: Case(results, name, title) for name, title in CASES}
+    try:
+        with open(os.path.join(results, "failures.txt")) as f:
+            failures = [line.strip() for line in f if line.strip()]
+    except OSError:
+        failures = []
+    png = write_plot(results, cases)
+    out_dir = os.path.dirname(os.path.abspath(output))
+    rel = lambda p: os.path.relpath(p, out_dir)
+
+    md = ["# BENCHMARKS", "",
+          "pstate's CPU collectives against Open MPI on one machine, measured by `bench/run.sh` in one "
+          "session (this file is its output; do not edit by hand). Method: nccl-tests' sizes and formulas; "
+          "every call is preceded by a barrier and timed alone on each rank; the time of a size is the median "
+          "over calls of the slowest rank's time, and the median of that over the repeats of the case (MPI and "
+          "pstate runs alternate) (`src/cli/bench_common.h`, shared by `pstate bench` and "
+          "`bench/mpi_bench.c`). Inputs are crafted so results are exact, and every result was checked "
+          "(`#wrong`).", "",
+          "## Machine and run", "",
+          f"- date: {machine.get('date', '?')}; elapsed {machine.get('elapsed_s', '?')} s",
+          f"- CPU: {machine.get('cpu', '?')}, nproc {machine.get('nproc', '?')}, memory {machine.get('mem', '?')}, "
+          f"kernel {machine.get('kernel', '?')}",
+          f"- load average at start / end: {machine.get('load_start', '?')} / {machine.get('load_end', '?')} "
+          f"(the machine is shared: other work may run during the benchmark; quiet at start: "
+          f"{machine.get('quiet', '?')})",
+          f"- {machine.get('openmpi', 'Open MPI ?')}: `--mca pml ob1 --mca btl self,vader`, "
+          f"`--bind-to {machine.get('mpi_bind', '?')}` (pstate ranks are not bound either), except in the "
+          "cases marked *bound*, where every rank of both sides is bound to its own core",
+          f"- every case run {machine.get('repeats', '?')} times per side, alternating MPI and pstate",
+          f"- {machine.get('pstate', 'pstate ?')}, commit {machine.get('commit', '?')}, "
+          f"{machine.get('build_type', '?')} build",
+          f"- single-core memcpy of 64 MiB: {fmt(memcpy and memcpy['bw_gbs'])} GB/s "
+          f"({fmt(memcpy and memcpy['time_us'], 0)} µs)", ""]
+    if machine.get("quick") == "1":
+        md += ["**Quick run (`bench/run.sh --quick`): a smoke test of the script, not a measurement.**", ""]
+    if failures:
+        md += [f"**Failed or timed out (see `{rel(results)}/logs/`):** " + ", ".join(failures), ""]
+
+    md += ["## Targets of the issue", "", "| what | bar | measured | verdict |", "| --- | --- | --- | --- |"]
+    for row in target_rows(cases, memcpy, startup):
+        md.append("| " + " | ".join(row) + " |")
+    md.append("")
+    analysis = os.path.join(HERE, "analysis.md")
+    if os.path.exists(analysis):
+        with open(analysis) as f:
+            md += ["## Why targets are missed", "", f.read().strip(), ""]
+
+    md += ["## Time vs size", "", f"![time vs size, Open MPI and pstate]({rel(png)})", "", "## Tables", "",
+           "`pstate/MPI` is pstate's time over Open MPI's: below 1 pstate is faster. busbw follows nccl-tests "
+           "(all_reduce 2(n-1)/n x algbw; all_gather, reduce_scatter, all_to_all (n-1)/n; others 1). "
+           "bytes is the whole buffer (all_gather output, reduce_scatter input).", ""]
+    for c in cases.values():
+        if c.present():
+            md += case_table(c)
+    if startup:
+        md += ["### Start-up, 8 ranks (oversubscribed on the 2 cores), whole processes", "",
+               "| | median wall time of 5 runs (ms) |", "| --- | ---: |",
+               f"| `mpirun -np 8` MPI_Init + MPI_Finalize | {fmt(startup.get('mpi_ms'), 1)} |",
+               f"| `pstate run -n 8` pstate_init, initialize_model_parallel (tp 4 x pp 2), destroy, finalize "
+               f"| {fmt(startup.get('pstate_ms'), 1)} |", ""]
+    md += ["## Reproduce", "", "```", "bench/run.sh          # builds, measures, rewrites BENCHMARKS.md", "```", "",
+           f"The commands it ran, each REPEAT times (REPEAT = 1, 2, ...; raw output in `{rel(results)}/logs/`, JSON in `{rel(results)}/`):", "", "```"]
+    md += commands(results)
+    md += ["```", ""]
+    with open(output, "w") as f:
+        f.write("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
