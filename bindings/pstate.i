@@ -4,7 +4,7 @@
  * SWIG reads the public header itself (%include below), so every C entry point is wrapped
  * without a hand-written wrapper per function; what this file adds are typemaps, chosen by
  * parameter *name* (the header names its parameters consistently), that give each language a
- * natural shape for the four kinds of C parameter that need one:
+ * natural shape for the kinds of C parameter that need one:
  *
  *   status codes     pstate_status_t results. Python: raise pstate.Error subclasses carrying the
  *                    status and pstate_last_error() (pstate/_errors.py maps number -> class).
@@ -21,12 +21,19 @@
  *   parameter structs pstate_init_params_t, pstate_parallel_config_t, pstate_group_info_t get
  *                    constructors that apply their PSTATE_*_INIT macro (struct_size included),
  *                    and string members that own a copy.
+ *   tensor dicts     (tensors, count): Python a sequence of (name, dtype, shape, buffer)
+ *                    tuples, Go a TensorArray in C memory. (alloc, user): the allocation callback,
+ *                    written here in C for both languages (pstate_swig_dict: malloc per tensor,
+ *                    no runtime entered while the library calls it); the language takes the
+ *                    tensors after the call (Python: numpy over the malloc'd blocks, no copy; Go:
+ *                    copied into Go memory).
  *
  * The idiomatic packages (bindings/python/pstate, bindings/go) sit on top of this raw module,
  * named `capi` in both languages (Python: pstate.capi + pstate._capi; Go: internal/capi, whose
  * capi.swig is a link to this file so that `go build` runs SWIG itself). C function names lose
  * their `pstate_` prefix (capi.all_reduce, capi.All_reduce); constants keep their C names.
- * The GIL is released around every C call (threads="1").
+ * The GIL is released around every C call (threads="1"), except ReceivedDict.take and
+ * .cuda_tensor, which build Python objects (%nothread).
  */
 %module(package="pstate", threads="1") capi
 

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ._buffers import resolve
 from ._enums import DType
-from ._errors import InvalidArgumentError
+from ._errors import InvalidArgumentError, UnsupportedError
 
 #: The numpy dtype each pstate dtype arrives as (containers for bfloat16 and fp8).
 NUMPY_DTYPE_NAMES: Dict[DType, str] = {
@@ -119,7 +119,11 @@ def decode(items: List[Tuple[str, int, Tuple[int, ...], Any, int]]) -> TensorDic
     np = sys.modules.get("numpy") or numpy()
     out = TensorDict()
     for name, dtype, shape, owner, _device in items:
-        kind = DType(dtype)
+        try:
+            kind = DType(dtype)
+        except ValueError:
+            raise UnsupportedError(f"received tensor '{name}' has dtype {dtype}, which this binding does not know "
+                                   "(a newer library?)") from None
         np_dtype = np.dtype(NUMPY_DTYPE_NAMES[kind])
         if owner is None:  # 0 bytes: nothing was allocated
             arr = np.zeros(shape, dtype=np_dtype)
