@@ -179,6 +179,7 @@ class ShmGroup {
   void staged_broadcast(uint8_t *buf, size_t count, size_t esize, int root, const Deadline &deadline);
   void copy_out(uint8_t *dst, const uint8_t *src, size_t bytes) const;
   void stage_copy(uint8_t *dst, const uint8_t *src, size_t bytes) const;
+  void broadcast_stage(uint8_t *dst, const uint8_t *src, size_t bytes) const;
 
   int rank_;
   int size_;
