@@ -23,7 +23,7 @@
 #
 # Open MPI runs with its fastest shared-memory path here: --mca pml ob1 --mca btl self,vader;
 # oversubscribed runs add --oversubscribe --mca mpi_yield_when_idle 1. Ranks are not bound to
-# cores on either side in the main cases (--bind-to none; `pstate run` does not bind), so both
+# cores on either side in the main cases (--bind-to none; `pstate run --no-bind`), so both
 # get the same scheduler; MPI_BIND=core changes that for MPI. The ".bound" cases bind both. --quick runs a few sizes only (a smoke test of
 # this script, not a measurement, written under $BUILD_DIR/bench-quick/). Before measuring it
 # waits up to QUIET_WAIT_S for the load average to drop below QUIET_LOAD. Every command is
@@ -84,7 +84,7 @@ run_case() {
 pair() {
   local mode=$1 name=$2 ranks=$3 rep
   shift 3
-  local mpirun=("${MPIRUN[@]}") launcher=("$PSTATE" run)
+  local mpirun=("${MPIRUN[@]}") launcher=("$PSTATE" run --no-bind)
   [ "$mode" = over ] && mpirun=("${MPIRUN_OVER[@]}")
   [ "$mode" = bound ] && mpirun=("${MPIRUN_BOUND[@]}") && launcher=("$PSTATE" run --bind-cores)
   for rep in $(seq 1 "$REPEATS"); do

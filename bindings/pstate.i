@@ -4,7 +4,7 @@
  * SWIG reads the public header itself (%include below), so every C entry point is wrapped
  * without a hand-written wrapper per function; what this file adds are typemaps, chosen by
  * parameter *name* (the header names its parameters consistently), that give each language a
- * natural shape for the four kinds of C parameter that need one:
+ * natural shape for the kinds of C parameter that need one:
  *
  *   status codes     pstate_status_t results. Python: raise pstate.Error subclasses carrying the
  *                    status and pstate_last_error() (pstate/_errors.py maps number -> class).
@@ -21,12 +21,19 @@
  *   parameter structs pstate_init_params_t, pstate_parallel_config_t, pstate_group_info_t get
  *                    constructors that apply their PSTATE_*_INIT macro (struct_size included),
  *                    and string members that own a copy.
+ *   tensor dicts     (tensors, count): Python a sequence of (name, dtype, shape, buffer)
+ *                    tuples, Go a TensorArray in C memory. (alloc, user): the allocation callback,
+ *                    written here in C for both languages (pstate_swig_dict: malloc per tensor,
+ *                    no runtime entered while the library calls it); the language takes the
+ *                    tensors after the call (Python: numpy over the malloc'd blocks, no copy; Go:
+ *                    copied into Go memory).
  *
  * The idiomatic packages (bindings/python/pstate, bindings/go) sit on top of this raw module,
  * named `capi` in both languages (Python: pstate.capi + pstate._capi; Go: internal/capi, whose
  * capi.swig is a link to this file so that `go build` runs SWIG itself). C function names lose
  * their `pstate_` prefix (capi.all_reduce, capi.All_reduce); constants keep their C names.
- * The GIL is released around every C call (threads="1").
+ * The GIL is released around every C call (threads="1"), except ReceivedDict.take and
+ * .cuda_tensor, which build Python objects (%nothread).
  */
 %module(package="pstate", threads="1") capi
 
@@ -103,23 +110,134 @@ static char *pstate_swig_strdup(const char *s) {
   ~pstate_group_info_t() { free($self); }
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Tensor dicts: the allocation callback of both languages, in C.
+ *
+ * The receiving calls (pstate_broadcast_tensor_dict on the ranks other than src,
+ * pstate_recv_tensor_dict) ask a pstate_alloc_fn for each tensor's memory while they run: with
+ * the GIL released in Python, on a cgo call's thread in Go. Neither runtime may be entered there
+ * (no Python object without the GIL; no Go pointer kept by C, no Go memory handed back to C), so
+ * the callback is this C collector: pstate_swig_dict_alloc records the tensor's name, dtype,
+ * device and shape in a pstate_swig_dict and returns malloc'd memory for its bytes. After the
+ * call the language side takes the tensors (Python: each block becomes, without a copy, the
+ * buffer of a HostBuffer object that frees it, wrapped into a numpy array; Go: copied into Go
+ * memory) and clears the dict, which frees whatever was not taken (also after a failed call).
+ *
+ * Host memory only: the bindings have no CUDA allocator, so a CUDA tensor gets no memory (NULL:
+ * the call fails with NO_MEMORY on every rank, nothing is transferred); the dict remembers the
+ * first such tensor so that the binding can name the reason (UNSUPPORTED).
+ *
+ * The typemaps below turn `(pstate_alloc_fn alloc, void *user)` into one argument: a
+ * ReceivedDict (this collector) or None/nil (src of a broadcast needs none), and
+ * `(const pstate_tensor_t *tensors, size_t count)` into the language's description of a dict.
+ * ------------------------------------------------------------------------------------------- */
+%{
+/* One received tensor. Layout mirrored in the Go preamble (cgo_comment_typedefs) below. */
+typedef struct pstate_swig_tensor {
+  char *name;                            /* malloc'd copy */
+  int dtype;                             /* pstate_dtype_t */
+  int device;                            /* pstate_device_t */
+  int ndim;                              /* 0..PSTATE_TENSOR_MAX_NDIM */
+  int64_t shape[PSTATE_TENSOR_MAX_NDIM]; /* ndim extents */
+  void *data;                            /* malloc'd, `bytes` long; NULL when bytes is 0 or taken */
+  size_t bytes;
+} pstate_swig_tensor;
+
+/* The tensors of one receiving call, in dict order. */
+typedef struct pstate_swig_dict {
+  pstate_swig_tensor *items;
+  size_t count;
+  size_t capacity;
+  char *cuda_tensor; /* malloc'd name of the first CUDA tensor offered (it got no memory), or NULL */
+} pstate_swig_dict;
+
+/* Frees every tensor still held (names, shapes, data not taken) and empties the dict. */
+void pstate_swig_dict_clear(pstate_swig_dict *d) {
+  if (!d) return;
+  for (size_t i = 0; i < d->count; ++i) {
+    free(d->items[i].name);
+    free(d->items[i].data);
+  }
+  free(d->items);
+  free(d->cuda_tensor);
+  d->items = NULL;
+  d->count = d->capacity = 0;
+  d->cuda_tensor = NULL;
+}
+
+/* The pstate_alloc_fn of the bindings (user = a pstate_swig_dict). Plain C: it runs inside the
+ * library call, without the GIL / on a cgo thread. NULL (the call then fails with NO_MEMORY)
+ * when malloc fails or for a non-empty CUDA tensor; NULL is also the answer for 0 bytes. */
+void *pstate_swig_dict_alloc(void *user, const char *name, pstate_dtype_t dtype, int ndim, const int64_t *shape,
+                             size_t bytes, pstate_device_t device) {
+  pstate_swig_dict *d = (pstate_swig_dict *)user;
+  if (!d || ndim < 0 || ndim > PSTATE_TENSOR_MAX_NDIM) return NULL;
+  if (device != PSTATE_DEVICE_CPU && bytes > 0) {
+    if (!d->cuda_tensor) d->cuda_tensor = pstate_swig_strdup(name ? name : "");
+    return NULL;
+  }
+  if (d->count == d->capacity) {
+    size_t capacity = d->capacity ? 2 * d->capacity : 8;
+    pstate_swig_tensor *items = (pstate_swig_tensor *)realloc(d->items, capacity * sizeof *items);
+    if (!items) return NULL;
+    d->items = items;
+    d->capacity = capacity;
+  }
+  pstate_swig_tensor *t = &d->items[d->count];
+  memset(t, 0, sizeof *t);
+  t->name = pstate_swig_strdup(name ? name : "");
+  t->data = bytes ? malloc(bytes) : NULL;
+  if (!t->name || (bytes && !t->data)) {
+    free(t->name);
+    free(t->data);
+    return NULL;
+  }
+  t->dtype = (int)dtype;
+  t->device = (int)device;
+  t->ndim = ndim;
+  if (ndim > 0) memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+  t->bytes = bytes;
+  d->count++;
+  return t->data;
+}
+%}
+
+/* Handled by the typemaps: no wrappers of their own. */
+%ignore pstate_tensor_t;
+%ignore pstate_alloc_fn;
+
 /* =============================================================================================
  * Python
  * =========================================================================================== */
 #ifdef SWIGPYTHON
 
 %{
+#include <stdarg.h>
+
 /* Raises the pstate.Error subclass for status with this thread's pstate_last_error() text. The
  * mapping lives in Python (pstate/_errors.py: _raise_status) so that the classes, their
  * docstrings and their builtin bases are ordinary Python. Returns with a Python error set. */
-static void pstate_py_raise(pstate_status_t status) {
-  const char *detail = pstate_last_error();
+static void pstate_py_raise_detail(pstate_status_t status, const char *detail) {
   PyObject *errors = PyImport_ImportModule("pstate._errors");
   if (!errors) return;
   PyObject *r = PyObject_CallMethod(errors, "_raise_status", "is", (int)status, detail ? detail : "");
   Py_XDECREF(r);
   Py_DECREF(errors);
   if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "pstate._errors._raise_status did not raise");
+}
+static void pstate_py_raise(pstate_status_t status) {
+  pstate_py_raise_detail(status, pstate_last_error());
+}
+/* An argument the C call must not see: pstate.InvalidArgumentError with a formatted text. */
+static void pstate_py_invalid(const char *format, ...) {
+  va_list args;
+  va_start(args, format);
+  PyObject *text = PyUnicode_FromFormatV(format, args);
+  va_end(args);
+  if (!text) return;
+  const char *utf8 = PyUnicode_AsUTF8(text);
+  if (utf8) pstate_py_raise_detail(PSTATE_ERR_INVALID_ARGUMENT, utf8);
+  Py_DECREF(text);
 }
 
 /* A buffer argument: None -> NULL, int -> that address (device memory), else the buffer
@@ -180,17 +298,17 @@ static int pstate_py_capacity(PyObject *obj, size_t *capacity) {
 }
 
 /* ---- buffers ---- */
-%typemap(in) const void *send (Py_buffer view), const void *buf (Py_buffer view) {
+%typemap(in) const void *send (Py_buffer view = {0}), const void *buf (Py_buffer view = {0}) {
   if (pstate_py_buffer($input, &view, (void **)&$1, 0) != 0) SWIG_fail;
 }
-%typemap(in) void *recv (Py_buffer view), void *buf (Py_buffer view) {
+%typemap(in) void *recv (Py_buffer view = {0}), void *buf (Py_buffer view = {0}) {
   if (pstate_py_buffer($input, &view, &$1, 1) != 0) SWIG_fail;
 }
 %typemap(freearg) const void *send, const void *buf, void *recv, void *buf {
   if (view$argnum.obj) PyBuffer_Release(&view$argnum);
 }
 /* Object payloads: any bytes-like object, read-only. */
-%typemap(in) (const void *data, size_t size) (Py_buffer view) {
+%typemap(in) (const void *data, size_t size) (Py_buffer view = {0}) {
   view.obj = NULL;
   if (PyObject_GetBuffer($input, &view, PyBUF_C_CONTIGUOUS) != 0) {
     view.obj = NULL;
@@ -270,7 +388,7 @@ static int pstate_py_capacity(PyObject *obj, size_t *capacity) {
 }
 
 /* ---- object results: bytes, always released with pstate_bytes_free ---- */
-%typemap(in, numinputs=0) pstate_bytes_t *out (pstate_bytes_t bytes) {
+%typemap(in, numinputs=0) pstate_bytes_t *out (pstate_bytes_t bytes = {0}) {
   bytes.data = NULL;
   bytes.size = 0;
   $1 = &bytes;
@@ -299,6 +417,260 @@ static int pstate_py_capacity(PyObject *obj, size_t *capacity) {
 }
 %typemap(freearg) (size_t *sizes, size_t capacity) {
   free($1);
+}
+
+/* ---- tensor dicts ----
+ * In:  (tensors, count) is a sequence of (name: str, dtype: int, shape: sequence of int, data)
+ *      tuples, data a C-contiguous buffer of exactly prod(shape) * dtype size bytes (None when
+ *      that is 0), or None for no dict (receiving ranks). Names are copied and the buffers held
+ *      until the call returns, so another thread changing the sequence cannot free them.
+ * Out: (alloc, user) is a ReceivedDict (or None on src); after the call ReceivedDict.take()
+ *      returns [(name, dtype, shape, HostBuffer or None, device), ...] in dict order. */
+%{
+/* HostBuffer: owns one malloc'd block received by pstate_swig_dict_alloc and exports it through
+ * the buffer protocol (writable bytes), so numpy.frombuffer wraps it without a copy; the block
+ * is freed when the last view of it goes. */
+typedef struct pstate_py_host_buffer {
+  PyObject_HEAD
+  void *data;
+  Py_ssize_t size;
+} pstate_py_host_buffer;
+
+static void pstate_py_host_buffer_dealloc(PyObject *self) {
+  free(((pstate_py_host_buffer *)self)->data);
+  Py_TYPE(self)->tp_free(self);
+}
+
+static int pstate_py_host_buffer_get(PyObject *self, Py_buffer *view, int flags) {
+  pstate_py_host_buffer *b = (pstate_py_host_buffer *)self;
+  return PyBuffer_FillInfo(view, self, b->data, b->size, 0, flags);
+}
+
+static PyBufferProcs pstate_py_host_buffer_procs = {pstate_py_host_buffer_get, NULL};
+
+static PyTypeObject pstate_py_host_buffer_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pstate._capi.HostBuffer",
+    .tp_basicsize = sizeof(pstate_py_host_buffer),
+    .tp_dealloc = pstate_py_host_buffer_dealloc,
+    .tp_as_buffer = &pstate_py_host_buffer_procs,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Bytes of one received tensor (malloc'd by the binding, freed with the last view).",
+};
+
+/* A HostBuffer that takes ownership of data (freed here on failure too). */
+static PyObject *pstate_py_host_buffer_new(void *data, size_t size) {
+  if (!(pstate_py_host_buffer_type.tp_flags & Py_TPFLAGS_READY) && PyType_Ready(&pstate_py_host_buffer_type) < 0) {
+    free(data);
+    return NULL;
+  }
+  pstate_py_host_buffer *b = PyObject_New(pstate_py_host_buffer, &pstate_py_host_buffer_type);
+  if (!b) {
+    free(data);
+    return NULL;
+  }
+  b->data = data;
+  b->size = (Py_ssize_t)size;
+  return (PyObject *)b;
+}
+
+/* One received tensor as (name, dtype, shape, HostBuffer or None, device); its data moves into
+ * the HostBuffer. */
+static PyObject *pstate_py_received_tensor(pstate_swig_tensor *t) {
+  PyObject *name = PyUnicode_DecodeUTF8(t->name, (Py_ssize_t)strlen(t->name), "surrogateescape");
+  PyObject *shape = PyTuple_New(t->ndim);
+  PyObject *owner = NULL;
+  if (name && shape) {
+    int ok = 1;
+    for (int k = 0; k < t->ndim && ok; ++k) {
+      PyObject *extent = PyLong_FromLongLong((long long)t->shape[k]);
+      if (extent) PyTuple_SET_ITEM(shape, k, extent);
+      else ok = 0;
+    }
+    if (ok && t->data) {
+      owner = pstate_py_host_buffer_new(t->data, t->bytes);
+      t->data = NULL;
+    } else if (ok) {
+      owner = Py_None;
+      Py_INCREF(owner);
+    }
+  }
+  PyObject *item = owner ? Py_BuildValue("(OiOOi)", name, t->dtype, shape, owner, t->device) : NULL;
+  Py_XDECREF(name);
+  Py_XDECREF(shape);
+  Py_XDECREF(owner);
+  return item;
+}
+
+/* ReceivedDict.take(): the received tensors as a list (GIL held: %nothread), then clear. */
+static PyObject *pstate_py_dict_take(pstate_swig_dict *d) {
+  PyObject *list = PyList_New((Py_ssize_t)d->count);
+  for (size_t i = 0; list && i < d->count; ++i) {
+    PyObject *item = pstate_py_received_tensor(&d->items[i]);
+    if (!item) Py_CLEAR(list);
+    else PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+  }
+  pstate_swig_dict_clear(d);
+  return list;
+}
+
+/* A tensor's size in bytes, prod(shape) * dtype size; *ok = 0 (and 0) for an unknown dtype, a
+ * negative extent or an overflow. */
+static size_t pstate_swig_tensor_bytes(int dtype, int ndim, const int64_t *shape, int *ok) {
+  size_t n = pstate_dtype_size((pstate_dtype_t)dtype);
+  *ok = n != 0;
+  for (int i = 0; i < ndim && *ok; ++i) {
+    if (shape[i] < 0 || (shape[i] > 0 && n > SIZE_MAX / (size_t)shape[i])) *ok = 0;
+    else n *= (size_t)shape[i];
+  }
+  return *ok ? n : 0;
+}
+
+/* A dict to send, converted from Python: C arrays plus the buffer views held during the call. */
+typedef struct pstate_py_dict_in {
+  pstate_tensor_t *tensors;
+  int64_t *shapes; /* count * PSTATE_TENSOR_MAX_NDIM */
+  char **names;
+  Py_buffer *views; /* views[i].obj != NULL: held */
+  size_t count;     /* entries set so far (all freed by pstate_py_dict_in_free) */
+} pstate_py_dict_in;
+
+static void pstate_py_dict_in_free(pstate_py_dict_in *d) {
+  for (size_t i = 0; i < d->count; ++i) {
+    if (d->views[i].obj) PyBuffer_Release(&d->views[i]);
+    free(d->names[i]);
+  }
+  free(d->tensors);
+  free(d->shapes);
+  free(d->names);
+  free(d->views);
+  memset(d, 0, sizeof *d);
+}
+
+/* Entry i of the dict from its (name, dtype, shape, data) tuple. */
+static int pstate_py_dict_in_entry(pstate_py_dict_in *d, size_t i, PyObject *item) {
+  pstate_tensor_t *t = &d->tensors[i];
+  int64_t *shape = d->shapes + i * PSTATE_TENSOR_MAX_NDIM;
+  if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 4) {
+    pstate_py_invalid("tensors[%zu]: expected a (name, dtype, shape, data) tuple", i);
+    return -1;
+  }
+  Py_ssize_t len = 0;
+  const char *name = PyUnicode_Check(PyTuple_GET_ITEM(item, 0)) ? PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(item, 0), &len) : NULL;
+  if (!name || (size_t)len != strlen(name)) {
+    PyErr_Clear();
+    pstate_py_invalid("tensors[%zu]: the name must be a str without NUL characters", i);
+    return -1;
+  }
+  d->names[i] = pstate_swig_strdup(name);
+  if (!d->names[i]) return PyErr_NoMemory(), -1;
+  t->name = d->names[i];
+  long dtype = PyLong_AsLong(PyTuple_GET_ITEM(item, 1));
+  if (dtype == -1 && PyErr_Occurred()) return -1;
+  t->dtype = (pstate_dtype_t)dtype;
+  PyObject *dims = PySequence_Fast(PyTuple_GET_ITEM(item, 2), "shape must be a sequence of ints");
+  if (!dims) return -1;
+  Py_ssize_t ndim = PySequence_Fast_GET_SIZE(dims);
+  if (ndim > PSTATE_TENSOR_MAX_NDIM) {
+    Py_DECREF(dims);
+    pstate_py_invalid("tensor '%s': %zd dimensions, at most %d", name, ndim, PSTATE_TENSOR_MAX_NDIM);
+    return -1;
+  }
+  for (Py_ssize_t k = 0; k < ndim; ++k) {
+    shape[k] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(dims, k));
+    if (shape[k] == -1 && PyErr_Occurred()) return Py_DECREF(dims), -1;
+  }
+  Py_DECREF(dims);
+  t->ndim = (int)ndim;
+  t->shape = shape;
+  t->device = PSTATE_DEVICE_CPU;
+  /* A size the library will refuse (bad dtype, negative extent, overflow) is left to it, so
+   * that every rank fails with its message; no data is read then. */
+  int ok = 0;
+  size_t bytes = pstate_swig_tensor_bytes(t->dtype, t->ndim, shape, &ok);
+  PyObject *data = PyTuple_GET_ITEM(item, 3);
+  if (data == Py_None) {
+    if (ok && bytes) {
+      pstate_py_invalid("tensor '%s': data is None but the tensor has %zu bytes", name, bytes);
+      return -1;
+    }
+    return 0;
+  }
+  if (PyObject_GetBuffer(data, &d->views[i], PyBUF_C_CONTIGUOUS) != 0) {
+    d->views[i].obj = NULL;
+    return -1;
+  }
+  if (ok && (size_t)d->views[i].len != bytes) {
+    pstate_py_invalid("tensor '%s': the buffer holds %zd bytes, its dtype and shape need %zu", name, d->views[i].len,
+                      bytes);
+    return -1;
+  }
+  t->data = d->views[i].buf;
+  return 0;
+}
+
+/* The whole dict; None is an empty one. -1 with a Python error set. */
+static int pstate_py_dict_in_fill(PyObject *obj, pstate_py_dict_in *d) {
+  if (obj == Py_None) return 0;
+  PyObject *seq = PySequence_Fast(obj, "tensors: expected a sequence of (name, dtype, shape, data) tuples or None");
+  if (!seq) return -1;
+  size_t n = (size_t)PySequence_Fast_GET_SIZE(seq);
+  size_t slots = n ? n : 1;
+  d->tensors = (pstate_tensor_t *)calloc(slots, sizeof *d->tensors);
+  d->shapes = (int64_t *)calloc(slots * PSTATE_TENSOR_MAX_NDIM, sizeof *d->shapes);
+  d->names = (char **)calloc(slots, sizeof *d->names);
+  d->views = (Py_buffer *)calloc(slots, sizeof *d->views);
+  if (!d->tensors || !d->shapes || !d->names || !d->views) {
+    Py_DECREF(seq);
+    PyErr_NoMemory();
+    return -1;
+  }
+  int rc = 0;
+  for (size_t i = 0; i < n && rc == 0; ++i) {
+    d->count = i + 1;
+    rc = pstate_py_dict_in_entry(d, i, PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i));
+  }
+  Py_DECREF(seq);
+  return rc;
+}
+%}
+
+%typemap(in) (const pstate_tensor_t *tensors, size_t count) (pstate_py_dict_in dict = {0}) {
+  if (pstate_py_dict_in_fill($input, &dict) != 0) SWIG_fail;
+  $1 = dict.tensors;
+  $2 = dict.count;
+}
+%typemap(freearg) (const pstate_tensor_t *tensors, size_t count) {
+  pstate_py_dict_in_free(&dict$argnum);
+}
+%typemap(in) (pstate_alloc_fn alloc, void *user) {
+  $1 = NULL;
+  $2 = NULL;
+  if ($input != Py_None) {
+    if (!SWIG_IsOK(SWIG_ConvertPtr($input, &$2, $descriptor(pstate_swig_dict *), 0))) {
+      PyErr_SetString(PyExc_TypeError, "expected a pstate.capi.ReceivedDict or None");
+      SWIG_fail;
+    }
+    $1 = pstate_swig_dict_alloc;
+  }
+}
+
+/* The collector, as Python sees it: ReceivedDict() / take() / cuda_tensor(). */
+%rename(ReceivedDict) pstate_swig_dict;
+%nothread pstate_swig_dict::take;
+%nothread pstate_swig_dict::cuda_tensor;
+typedef struct pstate_swig_dict {
+} pstate_swig_dict;
+%extend pstate_swig_dict {
+  pstate_swig_dict() { return (pstate_swig_dict *)calloc(1, sizeof(pstate_swig_dict)); }
+  ~pstate_swig_dict() {
+    pstate_swig_dict_clear($self);
+    free($self);
+  }
+  /** [(name, dtype, shape, HostBuffer or None, device), ...] in dict order; empties the dict. */
+  PyObject *take() { return pstate_py_dict_take($self); }
+  /** The name of the first CUDA tensor offered (the binding gave it no memory), or None. */
+  const char *cuda_tensor() { return $self->cuda_tensor; }
 }
 
 #endif /* SWIGPYTHON */
@@ -445,6 +817,245 @@ func (b *Bytes) Take() []byte {
 %typemap(imtype) pstate_bytes_t *out "unsafe.Pointer"
 %typemap(goin) pstate_bytes_t *out %{ $result = unsafe.Pointer($input) %}
 %typemap(in) pstate_bytes_t *out %{ $1 = (pstate_bytes_t *)$input; %}
+
+/* ---- tensor dicts ----
+ * Go memory may not hold the data pointers of a pstate_tensor_t array that C reads (Go 1.19
+ * cannot pin, and cgo forbids Go pointers stored in memory passed to C), so a dict to send is
+ * built in C memory: a TensorArray (names, shapes and data copied in; Go's Tensor data is copied
+ * once). A receiving call takes a ReceivedDict, the C collector of the common section; Take
+ * copies its tensors into Go memory and frees the C copies. No Go pointer is kept by C: the only
+ * Go memory C sees is the argument of pstate_swig_tensors_set, copied during that call. */
+%insert(cgo_comment_typedefs) %{
+// Tensor dicts. The two collector structs mirror those of pstate.i's common C section, which
+// defines them for the wrapper: keep both in step.
+typedef struct pstate_swig_tensor {
+  char *name;
+  int dtype;
+  int device;
+  int ndim;
+  int64_t shape[PSTATE_TENSOR_MAX_NDIM];
+  void *data;
+  size_t bytes;
+} pstate_swig_tensor;
+typedef struct pstate_swig_dict {
+  pstate_swig_tensor *items;
+  size_t count;
+  size_t capacity;
+  char *cuda_tensor;
+} pstate_swig_dict;
+void pstate_swig_dict_clear(pstate_swig_dict *d);
+// A dict to send, in C memory (see pstate_swig_tensors_new in pstate.i).
+typedef struct pstate_swig_tensors pstate_swig_tensors;
+pstate_swig_tensors *pstate_swig_tensors_new(size_t count);
+int pstate_swig_tensors_set(pstate_swig_tensors *a, size_t i, const char *name, size_t name_len, int dtype, int ndim,
+                            const int64_t *shape, const void *data, size_t bytes);
+void pstate_swig_tensors_free(pstate_swig_tensors *a);
+%}
+
+%{
+/* A dict to send, in C memory: count tensors, each name, shape and data owned here. */
+typedef struct pstate_swig_tensors {
+  pstate_tensor_t *tensors;
+  int64_t *shapes; /* count * PSTATE_TENSOR_MAX_NDIM */
+  size_t count;
+} pstate_swig_tensors;
+
+/* NULL when out of memory. Entries start as empty float32 scalars without a name. */
+pstate_swig_tensors *pstate_swig_tensors_new(size_t count) {
+  pstate_swig_tensors *a = (pstate_swig_tensors *)calloc(1, sizeof *a);
+  if (!a) return NULL;
+  size_t slots = count ? count : 1;
+  a->tensors = (pstate_tensor_t *)calloc(slots, sizeof *a->tensors);
+  a->shapes = (int64_t *)calloc(slots * PSTATE_TENSOR_MAX_NDIM, sizeof *a->shapes);
+  if (!a->tensors || !a->shapes) {
+    free(a->tensors);
+    free(a->shapes);
+    free(a);
+    return NULL;
+  }
+  a->count = count;
+  return a;
+}
+
+/* Entry i: copies name (name_len bytes), shape (ndim, at most PSTATE_TENSOR_MAX_NDIM) and data
+ * (bytes) into C memory; the caller's memory is not kept. 0, or -1 out of memory/range. */
+int pstate_swig_tensors_set(pstate_swig_tensors *a, size_t i, const char *name, size_t name_len, int dtype, int ndim,
+                            const int64_t *shape, const void *data, size_t bytes) {
+  if (!a || i >= a->count || ndim < 0 || ndim > PSTATE_TENSOR_MAX_NDIM) return -1;
+  pstate_tensor_t *t = &a->tensors[i];
+  char *copy = (char *)malloc(name_len + 1);
+  void *payload = bytes ? malloc(bytes) : NULL;
+  if (!copy || (bytes && !payload)) {
+    free(copy);
+    free(payload);
+    return -1;
+  }
+  if (name_len) memcpy(copy, name, name_len);
+  copy[name_len] = '\0';
+  if (bytes) memcpy(payload, data, bytes);
+  int64_t *dims = a->shapes + i * PSTATE_TENSOR_MAX_NDIM;
+  if (ndim) memcpy(dims, shape, (size_t)ndim * sizeof *dims);
+  free((char *)t->name);
+  free((void *)t->data);
+  t->name = copy;
+  t->dtype = (pstate_dtype_t)dtype;
+  t->ndim = ndim;
+  t->shape = dims;
+  t->data = payload;
+  t->device = PSTATE_DEVICE_CPU;
+  return 0;
+}
+
+void pstate_swig_tensors_free(pstate_swig_tensors *a) {
+  if (!a) return;
+  for (size_t i = 0; i < a->count; ++i) {
+    free((char *)a->tensors[i].name);
+    free((void *)a->tensors[i].data);
+  }
+  free(a->tensors);
+  free(a->shapes);
+  free(a);
+}
+%}
+
+%insert(go_wrapper) %{
+// TensorArray is a tensor dict to send, held in C memory (cgo forbids C reading Go pointers out
+// of Go memory). Set copies each tensor in; Free releases it. The zero count is an empty dict.
+type TensorArray struct {
+	c *C.pstate_swig_tensors
+	n int
+}
+
+// NewTensorArray makes room for n tensors; nil when C memory is exhausted.
+func NewTensorArray(n int) *TensorArray {
+	c := C.pstate_swig_tensors_new(C.size_t(n))
+	if c == nil {
+		return nil
+	}
+	return &TensorArray{c: c, n: n}
+}
+
+// Set copies tensor i in: its name, dtype, shape and bytes (row-major). False when out of memory
+// or i/len(shape) out of range. The caller checks len(data) against shape and dtype.
+func (a *TensorArray) Set(i int, name string, dtype int, shape []int64, data []byte) bool {
+	if i < 0 || i >= a.n {
+		return false
+	}
+	nameBytes := []byte(name)
+	var namePtr *C.char
+	if len(nameBytes) > 0 {
+		namePtr = (*C.char)(unsafe.Pointer(&nameBytes[0]))
+	}
+	var shapePtr *C.int64_t
+	if len(shape) > 0 {
+		shapePtr = (*C.int64_t)(unsafe.Pointer(&shape[0]))
+	}
+	var dataPtr unsafe.Pointer
+	if len(data) > 0 {
+		dataPtr = unsafe.Pointer(&data[0])
+	}
+	rc := C.pstate_swig_tensors_set(a.c, C.size_t(i), namePtr, C.size_t(len(nameBytes)), C.int(dtype), C.int(len(shape)),
+		shapePtr, dataPtr, C.size_t(len(data)))
+	return rc == 0
+}
+
+// Free releases the C copies (idempotent).
+func (a *TensorArray) Free() {
+	if a != nil && a.c != nil {
+		C.pstate_swig_tensors_free(a.c)
+		a.c = nil
+	}
+}
+
+func (a *TensorArray) addr() uintptr {
+	if a == nil {
+		return 0
+	}
+	return uintptr(unsafe.Pointer(a.c))
+}
+
+// ReceivedDict is the C allocation callback's collector for one receiving call: the library
+// asks it for each tensor's memory (malloc'd in C) while the call runs.
+type ReceivedDict struct{ c *C.pstate_swig_dict }
+
+// NewReceivedDict returns an empty collector; nil when C memory is exhausted.
+func NewReceivedDict() *ReceivedDict {
+	c := (*C.pstate_swig_dict)(C.calloc(1, C.sizeof_pstate_swig_dict))
+	if c == nil {
+		return nil
+	}
+	return &ReceivedDict{c: c}
+}
+
+// ReceivedTensor is one received tensor, in Go memory.
+type ReceivedTensor struct {
+	Name   string
+	DType  int
+	Device int
+	Shape  []int64
+	Data   []byte
+}
+
+// Take copies the collected tensors into Go memory, in dict order, and empties the collector.
+func (d *ReceivedDict) Take() []ReceivedTensor {
+	items := unsafe.Slice(d.c.items, int(d.c.count))
+	out := make([]ReceivedTensor, len(items))
+	for i := range items {
+		t := &items[i]
+		shape := make([]int64, int(t.ndim))
+		for k := range shape {
+			shape[k] = int64(t.shape[k])
+		}
+		data := make([]byte, int(t.bytes))
+		if t.bytes > 0 {
+			copy(data, unsafe.Slice((*byte)(t.data), int(t.bytes)))
+		}
+		out[i] = ReceivedTensor{Name: C.GoString(t.name), DType: int(t.dtype), Device: int(t.device), Shape: shape, Data: data}
+	}
+	C.pstate_swig_dict_clear(d.c)
+	return out
+}
+
+// CUDATensor is the name of the first CUDA tensor offered to the collector (it got no memory:
+// the bindings allocate host memory only), or "".
+func (d *ReceivedDict) CUDATensor() string {
+	if d.c.cuda_tensor == nil {
+		return ""
+	}
+	return C.GoString(d.c.cuda_tensor)
+}
+
+// Free releases the collector and any tensor not taken (idempotent).
+func (d *ReceivedDict) Free() {
+	if d != nil && d.c != nil {
+		C.pstate_swig_dict_clear(d.c)
+		C.free(unsafe.Pointer(d.c))
+		d.c = nil
+	}
+}
+
+func (d *ReceivedDict) addr() uintptr {
+	if d == nil {
+		return 0
+	}
+	return uintptr(unsafe.Pointer(d.c))
+}
+%}
+
+%typemap(gotype) (const pstate_tensor_t *tensors, size_t count) "*TensorArray"
+%typemap(imtype) (const pstate_tensor_t *tensors, size_t count) "uintptr"
+%typemap(goin) (const pstate_tensor_t *tensors, size_t count) %{ $result = $input.addr() %}
+%typemap(in) (const pstate_tensor_t *tensors, size_t count) %{
+  $1 = $input ? ((pstate_swig_tensors *)$input)->tensors : NULL;
+  $2 = $input ? ((pstate_swig_tensors *)$input)->count : 0;
+%}
+%typemap(gotype) (pstate_alloc_fn alloc, void *user) "*ReceivedDict"
+%typemap(imtype) (pstate_alloc_fn alloc, void *user) "uintptr"
+%typemap(goin) (pstate_alloc_fn alloc, void *user) %{ $result = $input.addr() %}
+%typemap(in) (pstate_alloc_fn alloc, void *user) %{
+  $1 = $input ? pstate_swig_dict_alloc : NULL;
+  $2 = (void *)(uintptr_t)$input; /* the collector (SWIG types the parameter as the first one) */
+%}
 
 #endif /* SWIGGO */
 

@@ -4,12 +4,12 @@
 #   bindings_python              pytest bindings/python/tests against the build tree's package:
 #                                layout/enums/errors/buffers, then multi-rank scenarios started
 #                                with `pstate run -n 2|4` (lifecycle, TP x PP group info, every op
-#                                on float32 and int64, objects, error mapping, GIL release, a peer
-#                                killed mid-op)
+#                                on float32 and int64, objects, tensor dicts, error mapping, GIL
+#                                release, a peer killed mid-op)
 #   bindings_python_example      docs/bindings.md's example: pstate run -n 2 -- python3 two_ranks.py
 #   bindings_python_pip_install  `pip install --target` of a copy of bindings/python (offline, SWIG
-#                                at build time), then the layout tests and the ops scenario
-#                                against the installed package
+#                                at build time), then the layout tests, the ops scenario and the
+#                                tensor-dict scenario against the installed package
 if(NOT CMAKE_SCRIPT_MODE_FILE)
   if(NOT TARGET pstate_python)
     message(STATUS "bindings_python tests not declared: the Python binding is not built")
@@ -58,6 +58,7 @@ if(NOT rc EQUAL 0)
 endif()
 execute_process(COMMAND ${PYTHON} -m pytest -q -p no:cacheprovider ${SOURCE}/bindings/python/tests/test_layout.py
                         "${SOURCE}/bindings/python/tests/test_multirank.py::test_every_op_on_float32_and_int64_world_tp_pp_four_ranks"
+                        "${SOURCE}/bindings/python/tests/test_tensor_dict.py::test_every_dtype_shape_and_order_arrives_three_ranks"
                 RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "tests against the pip-installed package failed")

@@ -7,6 +7,7 @@
         x = np.full(4, ps.rank, dtype=np.float32)
         ps.tp.all_reduce(x)                        # in place, GIL released while it runs
         cfg = ps.world.broadcast_object({"seed": 1})
+        meta = ps.world.broadcast_tensor_dict({"ids": np.arange(3)} if ps.rank == 0 else None)
 
 Failed calls raise pstate.Error subclasses (pstate.TimeoutError is also a builtin TimeoutError,
 pstate.PeerLostError a ConnectionError, ...) carrying .status and .detail (pstate_last_error()).
@@ -35,11 +36,13 @@ from ._errors import (
     error_class,
 )
 from ._layout import CONFIG_FIELDS, Layout
+from ._tensor_dict import NUMPY_DTYPE_NAMES, TensorDict
 
 __all__ = [
     "AbortedError", "AuthError", "BufferLike", "CONFIG_FIELDS", "Device", "DType", "Error", "Group", "GroupKind",
     "InternalError", "InvalidArgumentError", "InvalidStateError", "Layout", "MismatchError", "NoMemoryError",
-    "PState", "PeerLostError", "ReduceOp", "Status", "TimeoutError", "TransportError", "UnsupportedError",
+    "NUMPY_DTYPE_NAMES", "PState", "PeerLostError", "ReduceOp", "Status", "TensorDict", "TimeoutError",
+    "TransportError", "UnsupportedError",
     "error_class", "init", "last_error", "library_version", "__version__",
 ]
 

@@ -16,12 +16,12 @@ import contextlib
 import pickle
 import threading
 import warnings
-from typing import Any, Iterator, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
 
-from . import capi
+from . import _tensor_dict, capi
 from ._buffers import BufferLike, new_like, require, resolve, same_dtype
 from ._enums import Device, DType, GroupKind, ReduceOp
-from ._errors import InvalidArgumentError, InvalidStateError
+from ._errors import Error, InvalidArgumentError, InvalidStateError, NoMemoryError, UnsupportedError
 from ._layout import make_config
 
 _PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -267,6 +267,64 @@ class Group:
     def recv_object(self, src: int) -> Any:
         """The next object sent by group rank src."""
         return pickle.loads(self._call(capi.recv_object, src))
+
+    # ---- tensor dicts (numpy arrays; see _tensor_dict for dtypes) ----------------------------
+    def broadcast_tensor_dict(self, tensor_dict: Optional[Mapping[str, Any]] = None, src: int = 0, *,
+                              dtypes: Optional[Mapping[str, DType]] = None) -> Dict[str, Any]:
+        """SGLang's broadcast_tensor_dict: the dict of numpy arrays of group rank src on every
+        rank (others pass None; their argument is ignored). Returns tensor_dict itself on src and
+        a TensorDict (a dict in the sender's order, plus .dtypes) elsewhere, shapes kept, 0-d
+        and 0-size arrays included. bfloat16/fp8 travel in uint16/uint8 containers named with
+        dtypes={key: DType.BFLOAT16 | FP8_E4M3 | FP8_E5M2}. A dict src cannot send raises
+        InvalidArgumentError there and on every other rank (nobody waits for it)."""
+        where = f"broadcast_tensor_dict on {self.name}"
+        if self.rank_in_group == src:
+            self._send_dict(capi.broadcast_tensor_dict, tensor_dict, dtypes, where, src, None, None)
+            return tensor_dict  # type: ignore[return-value]
+        return self._receive_dict(capi.broadcast_tensor_dict, where, None, src)
+
+    def send_tensor_dict(self, tensor_dict: Mapping[str, Any], dst: Optional[int] = None, *,
+                         dtypes: Optional[Mapping[str, DType]] = None) -> None:
+        """SGLang's send_tensor_dict: sends a dict of numpy arrays to group rank dst (default:
+        the next rank, (rank_in_group + 1) % world_size), which receives it with
+        recv_tensor_dict. dtypes as for broadcast_tensor_dict; a refused dict fails the
+        receiver too."""
+        if dst is None:
+            dst = (self.rank_in_group + 1) % self.world_size
+        self._send_dict(capi.send_tensor_dict, tensor_dict, dtypes, f"send_tensor_dict on {self.name}", dst, None)
+
+    def recv_tensor_dict(self, src: Optional[int] = None) -> Dict[str, Any]:
+        """SGLang's recv_tensor_dict: the next dict sent by group rank src (default: the
+        previous rank, (rank_in_group - 1) % world_size), as a TensorDict of numpy arrays."""
+        if src is None:
+            src = (self.rank_in_group - 1) % self.world_size
+        return self._receive_dict(capi.recv_tensor_dict, f"recv_tensor_dict on {self.name}", src)
+
+    def _send_dict(self, fn: Any, tensor_dict: Any, dtypes: Any, where: str, *args: Any) -> None:
+        """fn(handle, entries, *args); a dict the binding refuses is sent as one the library
+        refuses, so that the receivers fail with the reason instead of waiting for it."""
+        try:
+            entries = _tensor_dict.encode(tensor_dict, dtypes, where)
+        except _tensor_dict.Refused as refused:
+            with contextlib.suppress(Error):
+                self._call(fn, _tensor_dict.refusal(refused), *args)
+            raise InvalidArgumentError(refused.detail) from None
+        self._call(fn, entries, *args)
+
+    def _receive_dict(self, fn: Any, where: str, *args: Any) -> Dict[str, Any]:
+        """fn(handle, *args, collector, stream=None) into a ReceivedDict (the C allocation
+        callback), then the tensors it collected as numpy arrays."""
+        received = capi.ReceivedDict()
+        try:
+            self._call(fn, *args, received, None)
+        except NoMemoryError as e:
+            cuda = received.cuda_tensor()
+            if cuda is not None:
+                raise UnsupportedError(
+                    f"{where}: tensor '{cuda}' is a CUDA tensor; the Python binding receives host tensors "
+                    f"only (numpy), so it had no memory for it and nothing was transferred ({e.detail})") from e
+            raise
+        return _tensor_dict.decode(received.take())
 
 
 def _set_params(**fields: Any) -> "capi.pstate_init_params_t":

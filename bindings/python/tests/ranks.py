@@ -248,5 +248,132 @@ def peer_killed() -> None:
         sys.exit(0)
 
 
+# ---- tensor dicts --------------------------------------------------------------------------------
+#: dtypes= of the containers in dict_of
+DICT_DTYPES = {"bf16": DType.BFLOAT16, "e4m3": DType.FP8_E4M3, "e5m2": DType.FP8_E5M2}
+_NATIVE = {np.dtype(np.int8): DType.INT8, np.dtype(np.uint8): DType.UINT8, np.dtype(np.int32): DType.INT32,
+           np.dtype(np.uint32): DType.UINT32, np.dtype(np.int64): DType.INT64, np.dtype(np.uint64): DType.UINT64,
+           np.dtype(np.float16): DType.FLOAT16, np.dtype(np.float32): DType.FLOAT32,
+           np.dtype(np.float64): DType.FLOAT64}
+
+
+def dict_of(rank: int) -> dict:
+    """The dict group rank `rank` sends; every rank builds it to check what it receives. Every
+    dtype, a numpy scalar and a 0-d array, a 0-size array, a non-contiguous view, a big-endian
+    array and one tensor above the library's 64 KiB inline limit."""
+    return {
+        "f32": (np.arange(6, dtype=np.float32) + rank).reshape(2, 3),
+        "i64 scalar": np.int64(-7 - rank),
+        "0-d": np.array(2.5 * rank),
+        "empty": np.zeros((0, 4), np.uint8),
+        "i8": np.array([-1, rank, 3, -128], np.int8),
+        "u32": np.array([[rank], [2**32 - 1]], np.uint32),
+        "u64": np.array([rank << 40], np.uint64),
+        "i32": np.array([[[rank, -rank]]], np.int32),
+        "f16": np.array([1.0, 2.0 + rank], np.float16),
+        "bf16": np.array([0x3F80, 0x4000, 0x4040 + rank], np.uint16),
+        "e4m3": np.array([[0x38, 0x40], [rank, 0xFF]], np.uint8),
+        "e5m2": np.array([0x3C, rank, 0x80], np.uint8),
+        "transposed": np.arange(12, dtype=np.int32).reshape(3, 4).T + rank,
+        "big-endian": np.arange(5, dtype=">f4") + rank,
+        "big": (np.arange(20000, dtype=np.float64) + rank * 1e6).reshape(100, 200),
+    }
+
+
+def check_dict(got, want: dict, where: str) -> None:
+    assert isinstance(got, pstate.TensorDict), (where, type(got))
+    assert list(got) == list(want), (where, list(got))  # the sender's order
+    for key, value in want.items():
+        ref = np.asarray(value)
+        arr = got[key]
+        assert isinstance(arr, np.ndarray) and arr.shape == ref.shape, (where, key, arr, ref)
+        assert arr.flags.c_contiguous and arr.flags.writeable, (where, key)
+        assert np.array_equal(arr, ref), (where, key, arr, ref)
+        dtype = DICT_DTYPES[key] if key in DICT_DTYPES else _NATIVE[ref.dtype.newbyteorder("=")]
+        assert got.dtypes[key] == dtype, (where, key, got.dtypes[key])
+        assert arr.dtype == np.dtype(pstate.NUMPY_DTYPE_NAMES[dtype]), (where, key, arr.dtype)
+
+
+def tensor_dicts() -> None:
+    """broadcast from every root, an empty dict, a received dict relayed on (its .dtypes kept),
+    and send/recv around the ring with SGLang's default peers."""
+    with pstate.init(timeout_ms=TIMEOUT_MS) as ps:
+        w = ps.world
+        n, me = w.world_size, w.rank_in_group
+        for root in range(n):
+            mine = dict_of(root) if me == root else None
+            got = w.broadcast_tensor_dict(mine, src=root, dtypes=DICT_DTYPES if me == root else None)
+            if me == root:
+                assert got is mine
+            else:
+                check_dict(got, dict_of(root), f"broadcast from {root}")
+                if root == 0 and me == n - 1:
+                    relayed = got  # sent back to rank 0 below, without dtypes=
+        assert w.broadcast_tensor_dict({} if me == 0 else None, src=0) == {}
+        if me == n - 1:
+            w.send_tensor_dict(relayed, dst=0)
+        elif me == 0:
+            check_dict(w.recv_tensor_dict(src=n - 1), dict_of(0), "relayed")
+        # ring: even ranks send first, odd ranks receive first (no cycle of waiting senders)
+        if me % 2 == 0:
+            w.send_tensor_dict(dict_of(me), dtypes=DICT_DTYPES)
+            got = w.recv_tensor_dict()
+        else:
+            got = w.recv_tensor_dict()
+            w.send_tensor_dict(dict_of(me), dtypes=DICT_DTYPES)
+        check_dict(got, dict_of((me - 1) % n), "ring")
+
+
+def tensor_dict_errors() -> None:
+    """A dict the binding refuses on src fails every rank at once with the reason; bad ranks are
+    refused locally; the group stays in step."""
+    with pstate.init(timeout_ms=TIMEOUT_MS) as ps:
+        w = ps.world
+        src = w.rank_in_group == 0
+        refused = [
+            ({"mask": np.zeros(3, bool)}, None, "bool"),
+            ({"ids": [1, 2, 3]}, None, "not a numpy array"),
+            ({"h": np.zeros(2, np.int16)}, None, "no pstate dtype"),
+            ({"w": np.zeros(2, np.float32)}, {"w": DType.BFLOAT16}, "bfloat16"),
+            ({"w": np.zeros(2, np.uint16)}, {"v": DType.BFLOAT16}, "not a key"),
+            ({3: np.zeros(1)}, None, "not a str"),
+        ]
+        for tensors, dtypes, text in refused:
+            err = expect_raises(pstate.InvalidArgumentError, w.broadcast_tensor_dict,
+                                tensors if src else None, 0, dtypes=dtypes if src else None)
+            assert text in err.detail, (text, err.detail)
+            if not src:
+                assert "refused its dict" in err.detail and "Python binding" in err.detail, err.detail
+        expect_raises(pstate.InvalidArgumentError, w.broadcast_tensor_dict, None, w.world_size + 3)
+        expect_raises(pstate.InvalidArgumentError, w.send_tensor_dict, {}, w.rank_in_group)
+        expect_raises(pstate.InvalidArgumentError, w.recv_tensor_dict, w.rank_in_group)
+        got = w.broadcast_tensor_dict(dict_of(0) if src else None, 0, dtypes=DICT_DTYPES if src else None)
+        if not src:
+            check_dict(got, dict_of(0), "after refusals")
+
+
+def tensor_dict_gil() -> None:
+    """Rank 0 blocks in recv_tensor_dict on a thread while its main thread runs Python (the GIL
+    is released, and the C allocation callback needs no GIL); rank 1 sends once rank 0's main
+    thread has written a file."""
+    with pstate.init(timeout_ms=TIMEOUT_MS) as ps:
+        w = ps.world
+        flag = os.path.join(os.environ["PSTATE_TEST_TMP"], "tensor-dict-flag")
+        if w.rank_in_group == 0:
+            result = {}
+            t = threading.Thread(target=lambda: result.update(got=w.recv_tensor_dict(src=1)))
+            t.start()
+            time.sleep(0.2)  # let the thread enter the C call
+            ticks = sum(1 for _ in range(100000))
+            with open(flag, "w") as f:
+                f.write(str(ticks))
+            t.join()
+            check_dict(result["got"], dict_of(1), "received on a thread")
+        else:
+            while not os.path.exists(flag):
+                time.sleep(0.01)
+            w.send_tensor_dict(dict_of(1), dst=0, dtypes=DICT_DTYPES)
+
+
 if __name__ == "__main__":
     globals()[sys.argv[1]]()

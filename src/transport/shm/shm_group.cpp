@@ -55,7 +55,8 @@ ShmGroup::ShmGroup(const std::string &name, int rank, int size, const Deadline &
   params.layout_tag = kLayoutVersion;
   for (uint64_t v : {uint64_t{area_bytes_}, uint64_t(depth_), uint64_t{options_.small_bytes},
                      uint64_t{options_.inline_bytes}, uint64_t(options_.inline_depth), uint64_t(size),
-                     uint64_t{options_.stream_bytes}, uint64_t{options_.min_step_bytes}})
+                     uint64_t{options_.stream_bytes}, uint64_t{options_.min_step_bytes},
+                     uint64_t{options_.inline_reduce_bytes}})
     params.layout_tag = mix(params.layout_tag, v);
   params.attach_flags = options_.wait.asymmetric_fences && register_for_asymmetric_fences()
                             ? 0
@@ -70,7 +71,8 @@ ShmGroup::~ShmGroup() = default;
 std::string ShmGroup::describe() const {
   const WaitOptions &w = waiter_.options();
   return cat(options_.label, ": shared memory, ", size_, " ranks, ", segment_bytes() >> 10, " KiB segment; inline <= ",
-             options_.inline_bytes, " B, whole-input all_reduce <= ", options_.small_bytes, " B, staged ", depth_,
+             options_.inline_bytes, " B (all_reduce <= ", std::min(options_.inline_bytes, options_.inline_reduce_bytes),
+             " B), whole-input all_reduce <= ", options_.small_bytes, " B, staged ", depth_,
              " x ", area_bytes_ >> 10, " KiB areas", crowded_ ? " (ranks > CPUs: no pipelining split)" : "",
              "; waits spin ", w.spin_ns / 1000, " us, yield ", w.yield_ns / 1000, " us, then futex (",
              waiter_.light_notify() ? "membarrier" : "fenced", " wake-ups)");
@@ -82,13 +84,6 @@ void ShmGroup::lay_out(uint8_t *payload, size_t control_bytes, size_t inline_tot
   areas_ = inline_ + inline_total;
   known_done_.assign(static_cast<size_t>(size_), 0);
   scratch_.assign(static_cast<size_t>(size_) * options_.inline_bytes, 0);
-}
-
-// Private memory for one reduced slice (at most one area), 64-byte aligned; allocated on first use.
-uint8_t *ShmGroup::fold_buffer() {
-  if (fold_.empty()) fold_.assign(area_bytes_ + 64, 0);
-  auto p = reinterpret_cast<uintptr_t>(fold_.data());
-  return fold_.data() + ((64 - (p & 63)) & 63);
 }
 
 ShmGroup::Control &ShmGroup::control(int rank) const {
@@ -205,7 +200,7 @@ void ShmGroup::all_reduce(const void *send, void *recv, size_t count, pstate_dty
   run_guarded("all_reduce", [&] {
     if (size_ == 1) {
       if (in != out) std::memmove(out, in, bytes);
-    } else if (bytes <= options_.inline_bytes) {
+    } else if (bytes <= std::min(options_.inline_bytes, options_.inline_reduce_bytes)) {
       inline_all_reduce(in, out, count, esize, dtype, op, deadline);
     } else if (bytes <= std::min(options_.small_bytes, area_bytes_)) {
       staged_all_reduce_whole(in, out, count, esize, dtype, op, deadline);

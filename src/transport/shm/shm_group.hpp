@@ -7,7 +7,7 @@
 // read by peers (acquire): no locks, no shared read-modify-write on the fast path.
 //
 // Two protocols, chosen by size (the same choice on every rank):
-//  * inline (shm_group_inline.cpp), up to inline_bytes: the payload travels in 64-byte lines of
+//  * inline (shm_group_inline.cpp), up to inline_bytes (all_reduce: inline_reduce_bytes): the payload travels in 64-byte lines of
 //    56 data bytes plus the step number, written by the owner data first, step last, so a peer
 //    that sees the step in a line sees its data in the same cache-line transfer (NCCL's LL
 //    protocol, Open MPI's fast boxes). One hand-off per collective; all_reduce is folded by
@@ -18,10 +18,12 @@
 //    min_step_bytes, and not at all when ranks outnumber CPUs) so copy-in and copy-out overlap.
 //    Where in its area a step lands rotates, so stores rarely hit lines a peer still caches
 //    (see staging()). all_reduce is a reduce-scatter + all-gather inside the segment: each rank
-//    reduces one slice of each chunk from all ranks' inputs (in rank order) in private memory,
-//    stages it, and every rank copies all reduced slices out; each slice is reduced by exactly
-//    one rank, so the result has the same bits on every rank. all_reduce between inline_bytes
-//    and small_bytes folds whole inputs from the areas instead (one hand-off, as inline).
+//    reduces one slice of each chunk from all ranks' inputs (in rank order) straight into its
+//    staging area, where the others read it, and every rank copies all reduced slices out; each
+//    slice is reduced by exactly one rank, so the result has the same bits on every rank.
+//    all_reduce between inline_reduce_bytes and small_bytes folds whole inputs from the areas
+//    instead (one hand-off: one flag, then the peers' inputs read in bulk, which the hardware
+//    prefetcher streams; waiting line by line above 512 B was slower, bench/analysis.md).
 //    Outputs of stream_bytes or more are written with non-temporal stores.
 //
 // Failures: every wait is bounded by the call's Deadline (PSTATE_ERR_TIMEOUT) and calls the
@@ -52,6 +54,8 @@ namespace pstate::shm {
 struct ShmGroupOptions {
   std::string label = "shm group";  // names the group in every message ("tp:0")
   size_t inline_bytes = 2048;       // largest payload of the inline protocol (0 = never inline)
+  size_t inline_reduce_bytes = 512; // all_reduce: inline only up to this (and inline_bytes); above,
+                                    // one flag + bulk copy beats waiting line by line (measured)
   int inline_depth = 16;            // inline slots per rank (>= 2)
   size_t small_bytes = 16 * 1024;   // all_reduce up to this size: fold whole inputs (one hand-off)
   size_t chunk_bytes = 256 * 1024;  // bytes of one staging area (rounded up to a page)
@@ -175,7 +179,7 @@ class ShmGroup {
   void staged_broadcast(uint8_t *buf, size_t count, size_t esize, int root, const Deadline &deadline);
   void copy_out(uint8_t *dst, const uint8_t *src, size_t bytes) const;
   void stage_copy(uint8_t *dst, const uint8_t *src, size_t bytes) const;
-  uint8_t *fold_buffer();
+  void broadcast_stage(uint8_t *dst, const uint8_t *src, size_t bytes) const;
 
   int rank_;
   int size_;
@@ -191,7 +195,6 @@ class ShmGroup {
   uint8_t *areas_ = nullptr;
   std::vector<uint64_t> known_done_;  // the last done value read from each peer (saves misses)
   std::vector<uint8_t> scratch_;      // size() * inline_bytes: contiguous copies of inline inputs
-  std::vector<uint8_t> fold_;         // private result of one staged all_reduce slice (+ alignment)
   uint64_t step_ = 0;                 // last step this rank completed; the same on every rank between calls
   bool broken_ = false;
   bool stream_out_ = false;  // the current staged collective writes its output non-temporally

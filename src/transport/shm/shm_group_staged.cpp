@@ -15,8 +15,8 @@
 // The publish of step s+1 is issued before the gather of step s (software pipelining): while a
 // slow peer finishes its reduction this rank is already staging the next chunk. Each slice is
 // reduced by one rank in the fixed order 0..size-1, so every rank gets the same bits.
-// all_reduce between inline_bytes and small_bytes: everyone stages its whole input, every rank
-// folds all areas in rank order (one hand-off; same kernels, same bits).
+// all_reduce between inline_reduce_bytes and small_bytes: everyone stages its whole input, every
+// rank folds all areas in rank order (one hand-off; same kernels, same bits).
 // all_gather: stage my piece, copy every rank's piece out. reduce_scatter: stage my input for
 // every other rank, then fold everyone's piece for me into recv. broadcast: the root stages,
 // the others copy.
@@ -33,6 +33,7 @@ namespace {
 
 constexpr size_t kSliceAlign = 64;    // slices start on cache lines
 constexpr size_t kPipelineSplit = 4;  // medium messages take at least this many steps
+constexpr size_t kBroadcastStreamBytes = 16 * 1024;  // broadcast steps this large are staged non-temporally
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 size_t ceil_div(size_t n, size_t d) { return (n + d - 1) / d; }
@@ -149,14 +150,15 @@ void ShmGroup::ar_publish(uint64_t step, const uint8_t *send, Span chunk, size_t
   set_counter(&Control::in, step);
 }
 
-// Reduce my slice from every rank's input, in rank order, into private memory; then stage the
-// result in my area's slice `me` for the others and copy it to my recv. (Folding into private
-// memory keeps the reduction's many stores off lines the peers hold, and makes in place safe.)
+// Reduce my slice from every rank's input, in rank order, straight into my area's slice `me`
+// (which the peers read next), then copy it to my recv: one pass fewer than folding into private
+// memory and staging the result. In place is safe: the fold reads my own slice from send and
+// writes only the area; peers read their slices of my input from the area, never from send.
 void ShmGroup::ar_reduce(uint64_t step, const uint8_t *send, uint8_t *recv, Span chunk, size_t esize,
                          pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline) {
   Span mine = slice(chunk.count, rank_, esize);
   if (mine.count != 0) {
-    uint8_t *result = fold_buffer();
+    uint8_t *result = staging(rank_, step, chunk.count * esize) + mine.offset * esize;
     const uint8_t *own = send + (chunk.offset + mine.offset) * esize;
     fold_in_rank_order(
         result, size_,
@@ -166,7 +168,6 @@ void ShmGroup::ar_reduce(uint64_t step, const uint8_t *send, uint8_t *recv, Span
         },
         mine.count, dtype, op);
     if (op == PSTATE_AVG) finish_avg(result, mine.count, dtype, size_);
-    stage_copy(staging(rank_, step, chunk.count * esize) + mine.offset * esize, result, mine.count * esize);
     set_counter(&Control::out, step);
     copy_out(recv + (chunk.offset + mine.offset) * esize, result, mine.count * esize);
     return;
@@ -286,6 +287,18 @@ void ShmGroup::rs_reduce(uint64_t step, const uint8_t *send, uint8_t *recv, size
 
 // ---- broadcast --------------------------------------------------------------------------------
 
+// The root's copy into its area. Ordinary stores must take each line back from the readers'
+// caches, which hold it from the last round (a step that fills the whole area leaves staging()
+// no room to rotate): perf of a 1 MiB broadcast showed the root 90% in memcpy and 8x slower
+// in some runs. Non-temporal stores skip that ownership round trip, and for a broadcast the
+// readers' one pass over the data costs the same from DRAM; small steps stay in cache.
+void ShmGroup::broadcast_stage(uint8_t *dst, const uint8_t *src, size_t bytes) const {
+  if (bytes >= kBroadcastStreamBytes)
+    copy_streaming(dst, src, bytes);
+  else
+    stage_copy(dst, src, bytes);
+}
+
 void ShmGroup::staged_broadcast(uint8_t *buf, size_t count, size_t esize, int root, const Deadline &deadline) {
   const size_t per_step = step_elems(count, area_bytes_ / esize, esize);
   const size_t steps = ceil_div(count, per_step);
@@ -295,7 +308,7 @@ void ShmGroup::staged_broadcast(uint8_t *buf, size_t count, size_t esize, int ro
     const size_t offset = i * per_step, bytes = std::min(per_step, count - offset) * esize;
     if (rank_ == root) {
       if (s > static_cast<uint64_t>(depth_)) wait_done(s - depth_, deadline);
-      stage_copy(staging(root, s, bytes), buf + offset * esize, bytes);
+      broadcast_stage(staging(root, s, bytes), buf + offset * esize, bytes);
       control(rank_).in.store(s, std::memory_order_release);  // finish_step notifies
     } else {
       wait_counter(root, &Control::in, s, "(the root) to stage its data", deadline);

@@ -44,9 +44,11 @@
 //! fn f(ps: pstate::PState) -> pstate::Group<'static> { ps.world().unwrap() }
 //! ```
 mod error;
+mod tensor_dict;
 mod types;
 
 pub use error::{Error, Result, Status};
+pub use tensor_dict::Tensor;
 pub use types::{Bf16, DType, Device, Element, GroupKind, ReduceOp, F16};
 
 use error::check;

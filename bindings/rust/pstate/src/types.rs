@@ -25,6 +25,25 @@ impl DType {
         sys::pstate_dtype_t(self as u32)
     }
 
+    /// The DType of a C value; None for a number this binding does not know.
+    pub(crate) fn from_raw(raw: sys::pstate_dtype_t) -> Option<DType> {
+        const ALL: [DType; 12] = [
+            DType::Int8,
+            DType::Uint8,
+            DType::Int32,
+            DType::Uint32,
+            DType::Int64,
+            DType::Uint64,
+            DType::Float16,
+            DType::Float32,
+            DType::Float64,
+            DType::BFloat16,
+            DType::Fp8E4M3,
+            DType::Fp8E5M2,
+        ];
+        ALL.get(raw.0 as usize).copied()
+    }
+
     /// Bytes per element.
     pub fn size(self) -> usize {
         unsafe { sys::pstate_dtype_size(self.raw()) }
