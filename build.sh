@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # build.sh — the two commands of README.md, on a fresh Debian bookworm machine (as root):
 #
-build.sh test   installs what is missing, builds, and runs every test (ctest)/build.sh main   installs what is missing, builds, and runs the demo (pstate run -n 4)
-build.sh test   installs what is missing, builds, and runs every test (ctest)/build.sh test   installs what is missing, builds, and runs every test (ctest)
+#   ./build.sh main   installs what is missing, builds, and runs the demo (pstate run -n 4)
+#   ./build.sh test   installs what is missing, builds, and runs every test (ctest)
 #
 # Other verbs: deps (install only), build (configure + build), install PREFIX, bench.
 # BUILD_DIR (default build/) and CMAKE_ARGS are honoured.
