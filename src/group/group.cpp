@@ -336,53 +336,36 @@ uint32_t pstate_group_s::p2p_tag(int peer, bool sending) {
   return pstate::kP2PTagBit | (counter++ & 0x7fffffffu);
 }
 
-void pstate_group_s::send(const void *buf, size_t count, pstate_dtype_t dtype, int dst) {
-  check_alive("send");
+// Point-to-point calls do not take a sequence number (only the two ranks take part), but share
+// the rest of run(): liveness, deadline, the operation's name in errors, poisoning on a fatal error.
+template <typename Body>
+void pstate_group_s::run_p2p(const char *op, Body &&body) {
+  check_alive(op);
   channel_->set_deadline(ctx_.op_deadline());
-  channel_->set_op_name(name_ + " send");
+  channel_->set_op_name(name_ + " " + op);
   try {
-    channel_->send(dst, buf, count * pstate::dtype_size(dtype), p2p_tag(dst, true));
+    body();
   } catch (const pstate::Error &e) {
     if (pstate::is_fatal(e.status())) ctx_.fail(e.what());
     throw;
   }
+}
+
+void pstate_group_s::send(const void *buf, size_t count, pstate_dtype_t dtype, int dst) {
+  run_p2p("send", [&] { channel_->send(dst, buf, count * pstate::dtype_size(dtype), p2p_tag(dst, true)); });
 }
 
 void pstate_group_s::recv(void *buf, size_t count, pstate_dtype_t dtype, int src) {
-  check_alive("recv");
-  channel_->set_deadline(ctx_.op_deadline());
-  channel_->set_op_name(name_ + " recv");
-  try {
-    channel_->recv(src, buf, count * pstate::dtype_size(dtype), p2p_tag(src, false));
-  } catch (const pstate::Error &e) {
-    if (pstate::is_fatal(e.status())) ctx_.fail(e.what());
-    throw;
-  }
+  run_p2p("recv", [&] { channel_->recv(src, buf, count * pstate::dtype_size(dtype), p2p_tag(src, false)); });
 }
 
 void pstate_group_s::send_object(const void *data, size_t size, int dst) {
-  check_alive("send_object");
-  channel_->set_deadline(ctx_.op_deadline());
-  channel_->set_op_name(name_ + " send_object");
-  try {
-    pstate::coll::send_object(*channel_, data, size, dst, p2p_tag(dst, true));
-  } catch (const pstate::Error &e) {
-    if (pstate::is_fatal(e.status())) ctx_.fail(e.what());
-    throw;
-  }
+  run_p2p("send_object", [&] { pstate::coll::send_object(*channel_, data, size, dst, p2p_tag(dst, true)); });
 }
 
 Bytes pstate_group_s::recv_object(int src) {
-  check_alive("recv_object");
-  channel_->set_deadline(ctx_.op_deadline());
-  channel_->set_op_name(name_ + " recv_object");
   Bytes out;
-  try {
-    pstate::coll::recv_object(*channel_, src, &out, p2p_tag(src, false));
-  } catch (const pstate::Error &e) {
-    if (pstate::is_fatal(e.status())) ctx_.fail(e.what());
-    throw;
-  }
+  run_p2p("recv_object", [&] { pstate::coll::recv_object(*channel_, src, &out, p2p_tag(src, false)); });
   return out;
 }
 

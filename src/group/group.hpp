@@ -134,6 +134,8 @@ struct pstate_group_s {
   static constexpr uint32_t kMagic = 0x70677270;  // "pgrp"
   template <typename Body>
   void run(const pstate::OpDescriptor &desc, Body &&body);
+  template <typename Body>
+  void run_p2p(const char *op, Body &&body);
   void verify_same_op(const pstate::OpDescriptor &desc);
   // Point-to-point tags live in their own space: one running counter per peer and direction.
   uint32_t p2p_tag(int peer, bool sending);
