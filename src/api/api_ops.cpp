@@ -35,6 +35,9 @@ OpDescriptor describe(OpKind kind, size_t count, int dtype, int op, int root) {
 void require_host(pstate_group_t *g, const void *p, const char *name, const char *op) {
   g->context().require_host_memory(p, name, g->name().c_str(), op);
 }
+void require_host(pstate_group_t *g, const void *send, const void *recv, const char *op) {
+  g->context().require_host_memory(send, "send", recv, "recv", g->name().c_str(), op);
+}
 
 // Copies bytes into a pstate_bytes_t the caller frees with pstate_bytes_free.
 void export_bytes(const pstate::Bytes &in, pstate_bytes_t *out) {
@@ -68,8 +71,7 @@ PSTATE_API pstate_status_t pstate_all_reduce(pstate_group_t *g, const void *send
       return g->run_device(describe(OpKind::kAllReduce, count, dtype, op, -1),
                            [&](DeviceComm &d) { d.all_reduce(send, recv, count, dtype, op, stream); });
     require_reducible(dtype, op);
-    require_host(g, send, "send", "all_reduce");
-    require_host(g, recv, "recv", "all_reduce");
+    require_host(g, send, recv, "all_reduce");
     g->all_reduce(send, recv, count, dtype, op);
   });
 }
@@ -83,8 +85,7 @@ PSTATE_API pstate_status_t pstate_all_gather(pstate_group_t *g, const void *send
     if (g->on_device())
       return g->run_device(describe(OpKind::kAllGather, send_count, dtype, -1, -1),
                            [&](DeviceComm &d) { d.all_gather(send, recv, send_count, dtype, stream); });
-    require_host(g, send, "send", "all_gather");
-    require_host(g, recv, "recv", "all_gather");
+    require_host(g, send, recv, "all_gather");
     g->all_gather(send, recv, send_count, dtype);
   });
 }
@@ -100,8 +101,7 @@ PSTATE_API pstate_status_t pstate_reduce_scatter(pstate_group_t *g, const void *
       return g->run_device(describe(OpKind::kReduceScatter, recv_count, dtype, op, -1),
                            [&](DeviceComm &d) { d.reduce_scatter(send, recv, recv_count, dtype, op, stream); });
     require_reducible(dtype, op);
-    require_host(g, send, "send", "reduce_scatter");
-    require_host(g, recv, "recv", "reduce_scatter");
+    require_host(g, send, recv, "reduce_scatter");
     g->reduce_scatter(send, recv, recv_count, dtype, op);
   });
 }
@@ -146,8 +146,7 @@ PSTATE_API pstate_status_t pstate_all_to_all(pstate_group_t *g, const void *send
     if (g->on_device())
       return g->run_device(describe(OpKind::kAllToAll, count_per_rank, dtype, -1, -1),
                            [&](DeviceComm &d) { d.all_to_all(send, recv, count_per_rank, dtype, stream); });
-    require_host(g, send, "send", "all_to_all");
-    require_host(g, recv, "recv", "all_to_all");
+    require_host(g, send, recv, "all_to_all");
     g->all_to_all(send, recv, count_per_rank, dtype);
   });
 }

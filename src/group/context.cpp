@@ -259,6 +259,14 @@ void Context::require_host_memory(const void *p, const char *name, const char *g
   host_check_.require_host(p, name, cat(group, " ", call));
 }
 
+void Context::require_host_memory(const void *p, const char *name, const void *p2, const char *name2,
+                                  const char *group, const char *call) {
+  if (device_ctx_ || host_check_.cuda_loaded()) {
+    require_host_memory(p, name, group, call);
+    if (p2 != p) require_host_memory(p2, name2, group, call);
+  }
+}
+
 void *Context::begin_graph_capture(void *stream) {
   require_usable("pstate_graph_capture_begin");
   if (!device_ctx_)

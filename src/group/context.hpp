@@ -73,7 +73,9 @@ class Context {
   pstate_device_t device() const { return device_; }
   const Logger &log() const { return log_; }
   int64_t timeout_ms() const { return launch_.timeout_ms; }
-  Deadline op_deadline() const { return Deadline::after_ms(launch_.timeout_ms); }
+  // The deadline of one operation: the context timeout, counted from the operation's first wait
+  // (a call that never waits never reads the clock; see deadline.hpp).
+  Deadline op_deadline() const { return Deadline::after_ms_from_first_wait(launch_.timeout_ms); }
   bool check_enabled() const { return check_; }
   const std::string &host_id(int world_rank) const { return peers_.at(static_cast<size_t>(world_rank)).host_id; }
   UcxWorker &worker() { return *worker_; }
@@ -87,6 +89,10 @@ class Context {
   // when the process has loaded CUDA, ~free otherwise; CUDA contexts: by the CUDA runtime).
   // where: "world:0 all_reduce"; name: "send".
   void require_host_memory(const void *p, const char *name, const char *group, const char *call);
+  // Same for two buffers (send and recv) at the cost of one: the scan for a loaded CUDA driver
+  // runs once per call (p2 may be nullptr).
+  void require_host_memory(const void *p, const char *name, const void *p2, const char *name2, const char *group,
+                           const char *call);
   // pstate_graph_capture_begin/end: UNSUPPORTED in CPU contexts. begin creates every group's
   // device communicator first (collective over the world), then enters capture mode.
   void *begin_graph_capture(void *stream);

@@ -163,7 +163,7 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body) {
   OpDescriptor desc = desc_in;
   desc.seq = seq_++;
   channel_->set_deadline(ctx_.op_deadline());
-  channel_->set_op_name(name_ + " " + pstate::op_kind_name(static_cast<OpKind>(desc.op)));
+  channel_->set_op_name(pstate::op_kind_name(static_cast<OpKind>(desc.op)));
   try {
     if (ctx_.check_enabled() && size() > 1) verify_same_op(desc);
   } catch (const pstate::Error &e) {
@@ -342,7 +342,7 @@ template <typename Body>
 void pstate_group_s::run_p2p(const char *op, Body &&body) {
   check_alive(op);
   channel_->set_deadline(ctx_.op_deadline());
-  channel_->set_op_name(name_ + " " + op);
+  channel_->set_op_name(op);
   try {
     body();
   } catch (const pstate::Error &e) {

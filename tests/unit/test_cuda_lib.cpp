@@ -15,6 +15,7 @@
 #include "transport/nccl/cuda_lib.hpp"
 
 #include <dlfcn.h>
+#include <time.h>
 
 #ifndef PSTATE_CUDA_STUBS_DIR
 #define PSTATE_CUDA_STUBS_DIR "/usr/local/cuda/lib64/stubs"
@@ -108,13 +109,18 @@ void test_host_pointer_check_accepts_host_memory(void **) {
 }
 
 // The check remembers that no driver was loaded (it rescans only when the loader's count of
-// loaded objects changed), yet notices one loaded afterwards.
+// loaded objects changed, and not within one tick of the coarse clock), yet notices one loaded
+// afterwards, from the next tick on.
 void test_host_pointer_check_notices_a_driver_loaded_later(void **) {
   pstate::HostPointerCheck check;
   if (check.cuda_loaded()) skip();  // this process has a driver already
   assert_false(check.cuda_loaded());  // answered from the cache
   void *stub = dlopen(PSTATE_CUDA_STUBS_DIR "/libcuda.so", RTLD_NOW | RTLD_LOCAL);
   if (stub == nullptr) skip();
+  struct timespec tick {};
+  clock_getres(CLOCK_MONOTONIC_COARSE, &tick);
+  tick.tv_nsec = tick.tv_nsec * 2 + 1000000;  // two ticks and a millisecond: the next tick has come
+  nanosleep(&tick, nullptr);
   assert_true(check.cuda_loaded());
   int on_stack = 0;
   check.require_host(&on_stack, "send", "world:0: all_reduce");

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <utility>
 #include <vector>
 
@@ -300,6 +301,11 @@ int find_loaded_libcuda(struct dl_phdr_info *info, size_t size, void *data) {
 
 bool HostPointerCheck::find_driver() {
   if (driver_ != nullptr) return true;
+  struct timespec now {};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  const long long tick = static_cast<long long>(now.tv_sec) * 1000000000LL + now.tv_nsec;
+  if (tick == scanned_tick_) return false;  // scanned in this tick and found no driver
+  scanned_tick_ = tick;
   LibcudaScan scan;
   scan.last_adds = scanned_adds_;
   dl_iterate_phdr(find_loaded_libcuda, &scan);

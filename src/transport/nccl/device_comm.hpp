@@ -64,7 +64,10 @@ struct MemoryLocation {
 // For CPU contexts: refuses CUDA device memory with INVALID_ARGUMENT ("send is CUDA device
 // memory (device 0) but this context is CPU ..."). It only looks at a libcuda.so.1 that the
 // process has already loaded: a process that never loaded CUDA cannot hold a device pointer, so
-// CPU-only processes pay a scan of the loaded objects (~0.1 us) per call until CUDA appears.
+// CPU-only processes pay a scan of the loaded objects (one dl_iterate_phdr callback, ~30 ns with
+// its lock) at most once per tick of the coarse clock (CLOCK_MONOTONIC_COARSE, 1-4 ms; reading it
+// costs ~5 ns) until CUDA appears. Skipping the scan within a tick is safe: a driver loaded since
+// the last scan cannot have produced a device pointer yet (cuInit alone takes far longer).
 // Managed and pinned host memory are accepted (the CPU can read them). No-op in builds without
 // the CUDA backend.
 class HostPointerCheck {
@@ -78,7 +81,8 @@ class HostPointerCheck {
   void require_host(const void *p, const char *name, const std::string &where);
   // Whether the process has loaded the CUDA driver (only then can a pointer be device memory):
   // callers skip building `where` when it has not. After the first scan, only a change in the
-  // loader's count of loaded objects triggers another (one dl_iterate_phdr callback per call).
+  // loader's count of loaded objects triggers another, and none is made within the coarse-clock
+  // tick of the last one.
   bool cuda_loaded() { return find_driver(); }
 
  private:
@@ -86,6 +90,7 @@ class HostPointerCheck {
   void *driver_ = nullptr;          // dlopen handle of the already loaded libcuda.so.1
   void *get_attribute_ = nullptr;   // cuPointerGetAttribute
   unsigned long long scanned_adds_ = ~0ull;  // the loader's dlpi_adds at the last full scan
+  long long scanned_tick_ = -1;              // CLOCK_MONOTONIC_COARSE (ns) of the last scan
 };
 
 // ---- the CUDA side of one pstate_t ----------------------------------------------------------

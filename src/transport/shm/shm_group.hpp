@@ -54,7 +54,7 @@ namespace pstate::shm {
 struct ShmGroupOptions {
   std::string label = "shm group";  // names the group in every message ("tp:0")
   size_t inline_bytes = 2048;       // largest payload of the inline protocol (0 = never inline)
-  size_t inline_reduce_bytes = 512; // all_reduce: inline only up to this (and inline_bytes); above,
+  size_t inline_reduce_bytes = 256; // all_reduce: inline only up to this (and inline_bytes); above,
                                     // one flag + bulk copy beats waiting line by line (measured)
   int inline_depth = 16;            // inline slots per rank (>= 2)
   size_t small_bytes = 16 * 1024;   // all_reduce up to this size: fold whole inputs (one hand-off)

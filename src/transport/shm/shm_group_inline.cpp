@@ -71,6 +71,11 @@ void ShmGroup::inline_fetch(int peer, uint64_t step, size_t offset, size_t bytes
           return cat(options_.label, " rank ", rank_, ": ", current_op_, " (step ", step, "): waiting for rank ",
                      peer, " to publish its data");
         });
+    // The owner stores its lines back to back: once the first has arrived the others have most
+    // likely been written too, so ask for all of them now and let their misses overlap instead
+    // of taking them one after another.
+    if (l == first)
+      for (size_t k = first + 1; k <= last; ++k) __builtin_prefetch(inline_line(peer, step, k), 0, 3);
     const size_t begin = std::max(offset, l * kLineData);
     const size_t end = std::min(offset + bytes, (l + 1) * kLineData);
     if (end > begin) std::memcpy(dst + (begin - offset), line->data + (begin - l * kLineData), end - begin);

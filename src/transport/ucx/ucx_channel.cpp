@@ -16,7 +16,6 @@ UcxChannel::UcxChannel(UcxWorker &worker, std::vector<int> world_ranks, int my_i
       my_index_(my_index),
       group_id_(group_id),
       name_(std::move(name)),
-      op_name_(name_),
       owner_(worker.register_owner()) {
   if (world_ranks_.empty()) throw_error(PSTATE_ERR_INVALID_ARGUMENT, "ucx channel ", name_, ": no ranks");
   if (my_index_ < 0 || my_index_ >= size())
@@ -40,7 +39,7 @@ UcxChannel::~UcxChannel() { worker_.cancel_owner(owner_); }
 
 void UcxChannel::check_peer(int peer, const char *call) const {
   if (peer < 0 || peer >= size())
-    throw_error(PSTATE_ERR_INVALID_ARGUMENT, op_name_, ": ", call, " to/from group rank ", peer,
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, op_name(), ": ", call, " to/from group rank ", peer,
                 " but the group has ranks 0..", size() - 1);
 }
 
@@ -79,9 +78,10 @@ Channel::Request UcxChannel::irecv_any_size(int peer, std::vector<uint8_t> *out,
 }
 
 void UcxChannel::wait_all(const Request *requests, size_t n) {
+  const std::string what = op_name();  // outlives the wait (scope.what is a view)
   WaitScope scope;
   scope.owner = owner_;
-  scope.what = op_name_;
+  scope.what = what;
   scope.deadline = deadline_ ? *deadline_ : Deadline::after_ms(worker_.default_timeout_ms());
   scope.my_group_rank = my_index_;
   worker_.wait(requests, n, scope);

@@ -41,9 +41,11 @@ class UcxChannel final : public Channel {
 
   // The deadline of the current operation (kept until changed).
   void set_deadline(Deadline deadline) { deadline_ = deadline; }
-  // The operation named in errors, e.g. "tp:0 all_reduce"; the group name when never set.
-  void set_op_name(std::string op) { op_name_ = std::move(op); }
-  const std::string &op_name() const { return op_name_; }
+  // The operation named in errors ("tp:0 all_reduce" = the channel's name, a space, op); op must
+  // outlive the operation (a string literal). Kept until changed; nullptr = the name alone. The
+  // text is only built when needed: this runs before every collective, and most never fail.
+  void set_op_name(const char *op) { op_ = op; }
+  std::string op_name() const { return op_ != nullptr ? name_ + " " + op_ : name_; }
 
   const std::string &name() const { return name_; }
   uint32_t group_id() const { return group_id_; }
@@ -64,7 +66,7 @@ class UcxChannel final : public Channel {
   int my_index_;
   uint32_t group_id_;
   std::string name_;
-  std::string op_name_;
+  const char *op_ = nullptr;
   uint32_t owner_;
   std::optional<Deadline> deadline_;
 };
