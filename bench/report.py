@@ -3,8 +3,9 @@
 
     python3 bench/report.py RESULTS_DIR OUTPUT.md
 
-RESULTS_DIR holds what run.sh wrote: machine.txt (key=value lines), memcpy.json, CASE.mpi.json
-and CASE.pstate.json for each case (the `pstate bench` / mpi_bench JSON), startup.json,
+RESULTS_DIR holds what run.sh wrote: machine.txt (key=value lines), memcpy.json,
+handoff_floor.REPEAT.json, CASE.mpi.REPEAT.json and CASE.pstate.REPEAT.json for each case (the
+`pstate bench` / mpi_bench JSON), startup.json,
 failures.txt (cases that failed or timed out) and logs/ (every command, then its output). The
 issue's targets are judged here, from those numbers only; a hand-written analysis of misses
 (profiles) is taken from bench/analysis.md when it exists. Standard library only.
@@ -103,10 +104,45 @@ def combine(docs):
     return out
 
 
-def load_side(results, name, side):
-    paths = sorted(glob.glob(os.path.join(results, f"{name}.{side}.*.json")))
-    docs = [d for d in (load_json(p) for p in paths) if d]
-    return combine(docs) if docs else {}
+def load_repeats(results, name, side):
+    """{repeat number: JSON document} of one side of a case."""
+    out = {}
+    for path in glob.glob(os.path.join(results, f"{name}.{side}.*.json")):
+        m = re.search(r"\.(\d+)\.json$", path)
+        doc = load_json(path)
+        if m and doc:
+            out[int(m.group(1))] = doc
+    return out
+
+
+def median(values):
+    v = sorted(values)
+    if not v:
+        return None
+    return v[(len(v) - 1) // 2] if len(v) % 2 else 0.5 * (v[len(v) // 2 - 1] + v[len(v) // 2])
+
+
+def paired_ratios(mpi_reps, pstate_reps):
+    """{bytes: median over repeats i of pstate_i / MPI_i}. Repeat i of each side ran back to back
+    (run.sh alternates them), so each quotient compares two runs in the same phase of this shared
+    machine; a quotient of two medians taken over all repeats mixes phases (bench/analysis.md)."""
+    per_size = {}
+    for i in set(mpi_reps) & set(pstate_reps):
+        m = {r["bytes"]: r["time_us"] for r in mpi_reps[i]["results"]}
+        for r in pstate_reps[i]["results"]:
+            if m.get(r["bytes"], 0) > 0:
+                per_size.setdefault(r["bytes"], []).append(r["time_us"] / m[r["bytes"]])
+    return {b: median(q) for b, q in per_size.items()}
+
+
+def load_floor(results):
+    """{bytes: median time_us} of bench/handoff_floor.c over its repeats."""
+    per_size = {}
+    for path in glob.glob(os.path.join(results, "handoff_floor.*.json")):
+        doc = load_json(path)
+        for r in (doc or {}).get("results", []):
+            per_size.setdefault(r["bytes"], []).append(r["time_us"])
+    return {b: median(t) for b, t in per_size.items()}
 
 
 class Case:
@@ -114,15 +150,15 @@ class Case:
 
     def __init__(self, results, name, title):
         self.name, self.title = name, title
-        self.mpi = load_side(results, name, "mpi")
-        self.pstate = load_side(results, name, "pstate")
+        mpi_reps, pstate_reps = load_repeats(results, name, "mpi"), load_repeats(results, name, "pstate")
+        self.mpi = combine(list(mpi_reps.values())) if mpi_reps else {}
+        self.pstate = combine(list(pstate_reps.values())) if pstate_reps else {}
+        self.ratios = paired_ratios(mpi_reps, pstate_reps)
         self.sizes = sorted(set(self.mpi) | set(self.pstate))
 
     def ratio(self, nbytes):
-        m, p = self.mpi.get(nbytes), self.pstate.get(nbytes)
-        if not m or not p or m["time_us"] <= 0:
-            return None
-        return p["time_us"] / m["time_us"]
+        """pstate/MPI: the median of the per-repeat quotients (see paired_ratios)."""
+        return self.ratios.get(nbytes)
 
     def present(self):
         return bool(self.mpi or self.pstate)
@@ -180,12 +216,13 @@ def target_rows(cases, memcpy, startup):
     return rows
 
 
-def case_table(case):
+def case_table(case, floor=None):
     sizes, bar = RATIO_TARGETS.get(case.name, ([], None))
+    extra = "| minimal (µs) " if floor else ""
     lines = [f"### {case.title}", "",
              "| bytes | MPI time (µs) | pstate time (µs) | pstate/MPI | MPI busbw (GB/s) | pstate busbw (GB/s) "
-             "| #wrong MPI / pstate | target |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | :---: | --- |"]
+             f"| #wrong MPI / pstate | target {extra}|",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | :---: | --- |" + (" ---: |" if floor else "")]
     for nbytes in case.sizes:
         m, p = case.mpi.get(nbytes), case.pstate.get(nbytes)
         r = case.ratio(nbytes)
@@ -195,7 +232,12 @@ def case_table(case):
         lines.append(
             f"| {human(nbytes)} | {fmt(m and m['time_us'])} | {fmt(p and p['time_us'])} | {fmt(r)} "
             f"| {fmt(m and m['busbw_gbs'], 3)} | {fmt(p and p['busbw_gbs'], 3)} "
-            f"| {m['wrong'] if m else '—'} / {p['wrong'] if p else '—'} | {target} |")
+            f"| {m['wrong'] if m else '—'} / {p['wrong'] if p else '—'} | {target} |"
+            + (f" {fmt(floor.get(nbytes)) if floor.get(nbytes) is not None else ''} |" if floor else ""))
+    if floor:
+        lines += ["", "*minimal*: `bench/handoff_floor.c`, the same 2-rank sum with nothing but the hand-off in it "
+                  "(one store of the data, one spin on the peer's, no library), timed the same way, ranks bound: "
+                  "about the least time any implementation needs here."]
     return lines + [""]
 
 
@@ -203,7 +245,7 @@ def commands(results):
     """The exact commands run.sh ran, from the logs, in run order."""
     seen, out = set(), []
     logs = os.path.join(results, "logs")
-    order = ["memcpy"] + [f"{c}.{side}" for c, _ in CASES for side in ("mpi", "pstate")] + ["startup"]
+    order = ["memcpy", "handoff_floor"] + [f"{c}.{side}" for c, _ in CASES for side in ("mpi", "pstate")] + ["startup"]
     for name in order:
         try:
             with open(os.path.join(logs, f"{name}.log")) as f:
@@ -241,6 +283,7 @@ def main():
     results, output = sys.argv[1], sys.argv[2]
     machine = load_machine(results)
     memcpy = load_json(os.path.join(results, "memcpy.json"))
+    floor = load_floor(results)
     startup = load_json(os.path.join(results, "startup.json"))
     cases = {name: Case(results, name, title) for name, title in CASES}
     try:
@@ -258,8 +301,10 @@ def main():
           "every call is preceded by a barrier and timed alone on each rank; the time of a size is the median "
           "over calls of the slowest rank's time, and the median of that over the repeats of the case (MPI and "
           "pstate runs alternate) (`src/cli/bench_common.h`, shared by `pstate bench` and "
-          "`bench/mpi_bench.c`). Inputs are crafted so results are exact, and every result was checked "
-          "(`#wrong`).", "",
+          "`bench/mpi_bench.c`). The ratio pstate/MPI of a size is the median over repeats of the quotient "
+          "of the two runs made back to back (so both sides of a quotient saw the same machine phase), "
+          "which can differ from the quotient of the two time columns. Inputs are crafted so results are "
+          "exact, and every result was checked (`#wrong`).", "",
           "## Machine and run", "",
           f"- date: {machine.get('date', '?')}; elapsed {machine.get('elapsed_s', '?')} s",
           f"- CPU: {machine.get('cpu', '?')}, nproc {machine.get('nproc', '?')}, memory {machine.get('mem', '?')}, "
@@ -274,7 +319,10 @@ def main():
           f"- {machine.get('pstate', 'pstate ?')}, commit {machine.get('commit', '?')}, "
           f"{machine.get('build_type', '?')} build",
           f"- single-core memcpy of 64 MiB: {fmt(memcpy and memcpy['bw_gbs'])} GB/s "
-          f"({fmt(memcpy and memcpy['time_us'], 0)} µs)", ""]
+          f"({fmt(memcpy and memcpy['time_us'], 0)} µs)",
+          "- minimal 2-rank all_reduce (`bench/handoff_floor.c`, ranks bound; the least a hand-off costs "
+          "here): " + (", ".join(f"{human(b)} {floor[b]:.2f} µs" for b in sorted(floor)) if floor else "not measured"),
+          ""]
     if machine.get("quick") == "1":
         md += ["**Quick run (`bench/run.sh --quick`): a smoke test of the script, not a measurement.**", ""]
     if failures:
@@ -295,7 +343,7 @@ def main():
            "bytes is the whole buffer (all_gather output, reduce_scatter input).", ""]
     for c in cases.values():
         if c.present():
-            md += case_table(c)
+            md += case_table(c, floor if c.name.startswith("all_reduce.2") else None)
     if startup:
         md += ["### Start-up, 8 ranks (oversubscribed on the 2 cores), whole processes", "",
                "| | median wall time of 5 runs (ms) |", "| --- | ---: |",

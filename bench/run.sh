@@ -4,10 +4,13 @@
 #   bench/run.sh [--quick]
 #
 # Builds what it needs (the `pstate` command in $BUILD_DIR, default build/; bench/mpi_bench.c
-# with mpicc; bench/memcpy_bw.c), then measures each case REPEATS times (default 3), MPI then
-# pstate alternately, so both see the same machine load (report.py takes, per size, the median
-# of the repeats' medians):
-#   - single-core memcpy bandwidth of 64 MiB (the physical reference)
+# with mpicc; bench/memcpy_bw.c; bench/handoff_floor.c), then measures each case REPEATS times
+# (default 5), MPI then pstate alternately, so both see the same machine load (report.py takes,
+# per size, the median of the repeats' medians, and for pstate/MPI the median of the quotients of
+# the runs made back to back):
+#   - single-core memcpy bandwidth of 64 MiB (the physical reference for large sizes)
+#   - the minimal 2-rank all_reduce of 8 B..1 KiB (bench/handoff_floor.c, ranks bound, REPEATS
+#     times: the physical reference for small sizes)
 #   - 2 ranks: all_reduce 8 B..64 MiB; all_gather, reduce_scatter, broadcast 8 B..16 MiB;
 #     all_to_all and send_recv 8 B..16 MiB (x4 steps)
 #   - the same 2-rank all_reduce, all_gather, reduce_scatter, broadcast with every rank bound to
@@ -36,7 +39,7 @@ CASE_TIMEOUT=${CASE_TIMEOUT:-240}
 MPI_BIND=${MPI_BIND:-none}
 QUICK=0
 [ "${1:-}" = "--quick" ] && QUICK=1
-REPEATS=${REPEATS:-$([ "$QUICK" = 1 ] && echo 1 || echo 3)}
+REPEATS=${REPEATS:-$([ "$QUICK" = 1 ] && echo 1 || echo 5)}
 if [ "$QUICK" = 1 ]; then  # a smoke test never overwrites the real results
   RESULTS=${RESULTS:-$ROOT/$BUILD_DIR/bench-quick}
   REPORT=$RESULTS/BENCHMARKS.md
@@ -56,6 +59,7 @@ build() {
   mkdir -p "$RESULTS/bin"
   mpicc -O2 -Wall -Wextra -I src/cli bench/mpi_bench.c -o "$RESULTS/bin/mpi_bench"
   cc -O2 -Wall -Wextra -I src/cli bench/memcpy_bw.c -o "$RESULTS/bin/memcpy_bw"
+  cc -O2 -Wall -Wextra -I src/cli bench/handoff_floor.c -o "$RESULTS/bin/handoff_floor"
 }
 
 PSTATE="$ROOT/$BUILD_DIR/pstate"
@@ -174,6 +178,10 @@ main() {
   export PSTATE_TIMEOUT_MS=${PSTATE_TIMEOUT_MS:-60000}
 
   run_case memcpy "$RESULTS/bin/memcpy_bw" -s 64M --iters 30 --json "$RESULTS/memcpy.json"
+  local rep
+  for rep in $(seq 1 "$REPEATS"); do
+    run_case handoff_floor "$RESULTS/bin/handoff_floor" --bind -b 8 -e 1K --json "$RESULTS/handoff_floor.$rep.json"
+  done
   if [ "$QUICK" = 1 ]; then
     pair plain all_reduce.2 2 --op all_reduce -b 8 -e 64K -f 32
     pair bound all_reduce.2.bound 2 --op all_reduce -b 8 -e 64K -f 32

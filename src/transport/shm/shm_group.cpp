@@ -86,10 +86,6 @@ void ShmGroup::lay_out(uint8_t *payload, size_t control_bytes, size_t inline_tot
   scratch_.assign(static_cast<size_t>(size_) * options_.inline_bytes, 0);
 }
 
-ShmGroup::Control &ShmGroup::control(int rank) const {
-  return *reinterpret_cast<Control *>(controls_ + kControlStride * static_cast<size_t>(rank));
-}
-
 uint8_t *ShmGroup::area(int rank, uint64_t step) const {
   size_t index = static_cast<size_t>(rank) * static_cast<size_t>(depth_) + static_cast<size_t>(step % depth_);
   return areas_ + index * area_bytes_;
@@ -104,12 +100,6 @@ uint8_t *ShmGroup::staging(int rank, uint64_t step, size_t footprint) const {
   const uint64_t turn = step / static_cast<uint64_t>(depth_);
   const size_t offset = room == 0 ? 0 : (turn * round_up(footprint, 4096)) % (room + 1) / 64 * 64;
   return area(rank, step) + offset;
-}
-
-ShmGroup::Line *ShmGroup::inline_line(int rank, uint64_t step, size_t index) const {
-  const auto depth = static_cast<size_t>(options_.inline_depth);
-  size_t slot = static_cast<size_t>(rank) * depth + static_cast<size_t>(step % depth);
-  return reinterpret_cast<Line *>(inline_) + slot * inline_lines_ + index;
 }
 
 // ---- synchronization --------------------------------------------------------------------------

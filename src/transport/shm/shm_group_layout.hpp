@@ -29,4 +29,15 @@ struct ShmGroup::Line {
 };
 static_assert(sizeof(ShmGroup::Line) == 64);
 
+// Defined here, not in shm_group.cpp, so that the inline protocol's per-line loops inline them.
+inline ShmGroup::Control &ShmGroup::control(int rank) const {
+  return *reinterpret_cast<Control *>(controls_ + kControlStride * static_cast<size_t>(rank));
+}
+
+inline ShmGroup::Line *ShmGroup::inline_line(int rank, uint64_t step, size_t index) const {
+  const auto depth = static_cast<size_t>(options_.inline_depth);
+  size_t slot = static_cast<size_t>(rank) * depth + static_cast<size_t>(step % depth);
+  return reinterpret_cast<Line *>(inline_) + slot * inline_lines_ + index;
+}
+
 }  // namespace pstate::shm

@@ -94,8 +94,10 @@ bool register_for_asymmetric_fences();
 bool oversubscribed(int group_size);
 
 // WaitOptions with the -1s resolved for a group of group_size ranks on this machine (fewer usable
-// CPUs than ranks = oversubscribed: no spinning, a short yield phase, then futex; otherwise spin
-// up to 50 us, yield up to 200 us, then futex).
+// CPUs than ranks = oversubscribed: no spinning; otherwise spin up to 50 us; then in both cases
+// yield up to 200 us, then futex). Oversubscribed ranks used to sleep after 20 us of yielding:
+// a futex wake-up costs several microseconds here, and broadcast_object of 1 KiB on 4 ranks on 2
+// cores went from 5.9 to 3.8 us with the longer yield phase (bench/analysis.md).
 WaitOptions resolve_wait_options(WaitOptions requested, int group_size);
 
 // What the slow path did, for logs and tests: a sleep that ended by timeout while the peer was
