@@ -64,7 +64,10 @@ struct ShmGroupOptions {
   size_t stream_bytes = 8 << 20;    // staged outputs at least this large are written with
                                     // non-temporal stores (they cannot stay in cache anyway)
   size_t stage_stream_bytes = SIZE_MAX;  // copies into staging areas at least this large are
-                                         // non-temporal (measured slower here; see stage_copy)
+                                         // always non-temporal (SIZE_MAX: never forced)
+  size_t adaptive_stage_bytes = 32 * 1024;  // copies into staging areas at least this large pick
+                                            // ordinary or non-temporal stores by measured speed
+                                            // (see stage_copy; SIZE_MAX: always ordinary)
   WaitOptions wait;                 // spin/yield/futex policy (-1s resolved per machine)
   std::function<void()> liveness;   // throws PSTATE_ERR_PEER_LOST when a peer is gone; may be empty
 };
@@ -87,6 +90,10 @@ class ShmGroup {
   pid_t peer_pid(int rank) const { return segment_->pid_of(rank); }
   // Bytes of shared memory this group maps (header, controls, inline slots, staging areas).
   size_t segment_bytes() const { return segment_->mapped_bytes(); }
+  // Which stores the adaptive staging copies use now (0 ordinary, 1 non-temporal), and their
+  // measured costs in time-stamp ticks per KiB (0 = not measured yet); see stage_copy.
+  int stage_store_kind() const { return stage_choice_.best; }
+  double stage_cost_per_kib(int kind) const { return stage_choice_.ns_per_kib[kind & 1]; }
   // How often this rank's waits went past spinning, slept, and were woken by timeout.
   const WaitStats &wait_stats() const { return waiter_.stats(); }
   // True once every rank registered for membarrier-based asymmetric fences (see shm_wait.hpp).
@@ -178,8 +185,8 @@ class ShmGroup {
                  bool own_staged, pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline);
   void staged_broadcast(uint8_t *buf, size_t count, size_t esize, int root, const Deadline &deadline);
   void copy_out(uint8_t *dst, const uint8_t *src, size_t bytes) const;
-  void stage_copy(uint8_t *dst, const uint8_t *src, size_t bytes) const;
-  void broadcast_stage(uint8_t *dst, const uint8_t *src, size_t bytes) const;
+  void stage_copy(uint8_t *dst, const uint8_t *src, size_t bytes);
+  void broadcast_stage(uint8_t *dst, const uint8_t *src, size_t bytes);
 
   int rank_;
   int size_;
@@ -198,6 +205,12 @@ class ShmGroup {
   uint64_t step_ = 0;                 // last step this rank completed; the same on every rank between calls
   bool broken_ = false;
   bool stream_out_ = false;  // the current staged collective writes its output non-temporally
+  struct StageChoice {       // stage_copy's measurements (per rank: each rank stages its own data)
+    double ns_per_kib[2] = {0, 0};  // moving average per store kind of time-stamp ticks per KiB:
+                                    // [0] ordinary, [1] non-temporal
+    uint64_t copies = 0;            // adaptive copies so far
+    int best = 0;                   // the kind used outside exploration
+  } stage_choice_;
   const char *current_op_ = "";
 };
 

@@ -26,10 +26,24 @@
 #include "transport/shm/stream_copy.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
 
 namespace pstate::shm {
 namespace {
+
+// A cheap monotonic tick count, for comparing the costs of two ways of copying (not a time).
+uint64_t cycle_count() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __rdtsc();
+#else
+  return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+#endif
+}
 
 constexpr size_t kSliceAlign = 64;    // slices start on cache lines
 constexpr size_t kPipelineSplit = 4;  // medium messages take at least this many steps
@@ -85,15 +99,45 @@ size_t ShmGroup::step_elems(size_t count, size_t capacity, size_t esize) const {
 }
 
 // Copies into my staging area, which peers read. Ordinary stores must first take each line back
-// from the peers' caches, one ownership request at a time (on the reference VM 64 KiB of stores
-// into lines a peer had just read took 28 us, 1.2 us into untouched lines, 2 us streamed), so
-// staging() rotates where each step lands; non-temporal stores (from stage_stream_bytes on)
-// avoid the cost too, but make peers read from DRAM: slower here for every size but broadcast.
-void ShmGroup::stage_copy(uint8_t *dst, const uint8_t *src, size_t bytes) const {
-  if (bytes >= options_.stage_stream_bytes)
+// from the peers' caches (read-for-ownership), and a core can only have a few such requests in
+// flight; staging() rotates where each step lands so small steps hit lines the peers no longer
+// hold, but a step as large as the area has no room to rotate. What that costs depends on how
+// far apart the two cores are, which is not known in advance and, on a VM, changes while the job
+// runs: on the reference VM, with a cross-core hand-off of 0.15 us, all_gather of 1 MiB took 36 us
+// with ordinary stores and 74 us with non-temporal ones (which skip the ownership round trip but
+// make the peers read from DRAM); minutes later, with a hand-off of 0.38 us, 250 us ordinary and
+// 55 us non-temporal (bench/analysis.md). So copies of adaptive_stage_bytes or more measure
+// themselves: a moving average of the cost per KiB of each kind, the faster kind used (the
+// non-temporal one only when it is 1.5x cheaper to copy, as its readers pay more), and every
+// 32nd copy made with the other kind so a change of conditions is noticed. The choice is local:
+// readers do not care how the lines they read were written. Costs are in time-stamp-counter ticks
+// (two rdtsc, ~10 ns each, per copy of >= 32 KiB, i.e. >= 1 us: about 2%; at 8 KiB the
+// measurements were too noisy to choose well).
+void ShmGroup::stage_copy(uint8_t *dst, const uint8_t *src, size_t bytes) {
+  if (bytes >= options_.stage_stream_bytes) {
+    copy_streaming(dst, src, bytes);
+    return;
+  }
+  if (bytes < options_.adaptive_stage_bytes) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  constexpr uint64_t kExploreEvery = 32;
+  constexpr double kStreamingMustBeCheaperBy = 1.5;
+  StageChoice &c = stage_choice_;
+  const uint64_t n = c.copies++;
+  int kind = c.best;
+  if (n % kExploreEvery == kExploreEvery - 1 || (n >= 2 && c.ns_per_kib[1 - kind] == 0)) kind = 1 - kind;
+  const uint64_t t0 = cycle_count();
+  if (kind == 1)
     copy_streaming(dst, src, bytes);
   else
     std::memcpy(dst, src, bytes);
+  const double cost = static_cast<double>(cycle_count() - t0) * 1024.0 / static_cast<double>(bytes);
+  double &avg = c.ns_per_kib[kind];
+  avg = avg == 0 ? cost : 0.75 * avg + 0.25 * cost;
+  if (c.ns_per_kib[0] != 0 && c.ns_per_kib[1] != 0)
+    c.best = c.ns_per_kib[1] * kStreamingMustBeCheaperBy < c.ns_per_kib[0] ? 1 : 0;
 }
 
 // Output copies of collectives larger than stream_bytes bypass the cache (stream_copy.hpp).
@@ -292,7 +336,7 @@ void ShmGroup::rs_reduce(uint64_t step, const uint8_t *send, uint8_t *recv, size
 // no room to rotate): perf of a 1 MiB broadcast showed the root 90% in memcpy and 8x slower
 // in some runs. Non-temporal stores skip that ownership round trip, and for a broadcast the
 // readers' one pass over the data costs the same from DRAM; small steps stay in cache.
-void ShmGroup::broadcast_stage(uint8_t *dst, const uint8_t *src, size_t bytes) const {
+void ShmGroup::broadcast_stage(uint8_t *dst, const uint8_t *src, size_t bytes) {
   if (bytes >= kBroadcastStreamBytes)
     copy_streaming(dst, src, bytes);
   else
