@@ -185,7 +185,9 @@ class ShmGroup {
                  bool own_staged, pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline);
   void staged_broadcast(uint8_t *buf, size_t count, size_t esize, int root, const Deadline &deadline);
   void copy_out(uint8_t *dst, const uint8_t *src, size_t bytes) const;
+  struct StageChoice;
   void stage_copy(uint8_t *dst, const uint8_t *src, size_t bytes);
+  void adaptive_copy(StageChoice &choice, uint8_t *dst, const uint8_t *src, size_t bytes);
   void broadcast_stage(uint8_t *dst, const uint8_t *src, size_t bytes);
 
   int rank_;
@@ -210,7 +212,7 @@ class ShmGroup {
                                     // [0] ordinary, [1] non-temporal
     uint64_t copies = 0;            // adaptive copies so far
     int best = 0;                   // the kind used outside exploration
-  } stage_choice_;
+  } stage_choice_, broadcast_choice_;  // broadcast steps measure apart: one reader pass each
   const char *current_op_ = "";
 };
 

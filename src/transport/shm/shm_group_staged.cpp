@@ -114,17 +114,17 @@ size_t ShmGroup::step_elems(size_t count, size_t capacity, size_t esize) const {
 // (two rdtsc, ~10 ns each, per copy of >= 32 KiB, i.e. >= 1 us: about 2%; at 8 KiB the
 // measurements were too noisy to choose well).
 void ShmGroup::stage_copy(uint8_t *dst, const uint8_t *src, size_t bytes) {
-  if (bytes >= options_.stage_stream_bytes) {
+  if (bytes >= options_.stage_stream_bytes)
     copy_streaming(dst, src, bytes);
-    return;
-  }
-  if (bytes < options_.adaptive_stage_bytes) {
+  else if (bytes < options_.adaptive_stage_bytes)
     std::memcpy(dst, src, bytes);
-    return;
-  }
+  else
+    adaptive_copy(stage_choice_, dst, src, bytes);
+}
+
+void ShmGroup::adaptive_copy(StageChoice &c, uint8_t *dst, const uint8_t *src, size_t bytes) {
   constexpr uint64_t kExploreEvery = 32;
   constexpr double kStreamingMustBeCheaperBy = 1.5;
-  StageChoice &c = stage_choice_;
   const uint64_t n = c.copies++;
   int kind = c.best;
   if (n % kExploreEvery == kExploreEvery - 1 || (n >= 2 && c.ns_per_kib[1 - kind] == 0)) kind = 1 - kind;
@@ -338,7 +338,7 @@ void ShmGroup::rs_reduce(uint64_t step, const uint8_t *send, uint8_t *recv, size
 // readers' one pass over the data costs the same from DRAM; small steps stay in cache.
 void ShmGroup::broadcast_stage(uint8_t *dst, const uint8_t *src, size_t bytes) {
   if (bytes >= kBroadcastStreamBytes)
-    copy_streaming(dst, src, bytes);
+    adaptive_copy(broadcast_choice_, dst, src, bytes);
   else
     stage_copy(dst, src, bytes);
 }
