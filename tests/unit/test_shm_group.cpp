@@ -435,14 +435,16 @@ void test_threads_as_ranks_all_reduce_in_one_process(void **) {
   assert_int_equal(leftover_segments(), 0);
 }
 
-// Staging copies of adaptive_stage_bytes or more pick ordinary or non-temporal stores by their
-// measured cost and try the other kind every 32nd copy: after enough copies both kinds have been
-// measured on every rank, and results are exact whichever kind wrote the lines.
-void test_adaptive_staging_measures_both_store_kinds_and_stays_exact(void **) {
-  const int size = 2;
+// Staging copies of adaptive_stage_bytes or more, and all_reduce's fold of a slice that large,
+// each pick one of two ways (ordinary or non-temporal stores; fold into the area or into recv)
+// by measured cost and try the other way every 32nd time: after enough calls every way has been
+// measured on every rank, and results are exact whichever way was taken. In place with more than
+// 2 ranks the fold never goes into recv (it would overwrite an input it reads later), so only
+// the stores of the staging copies are chosen there.
+void run_adaptive(int size, bool in_place) {
   const size_t count = 64 * 1024;  // 256 KiB of float32: several steps of 64 KiB areas
   std::string name = unique_name("adaptive");
-  std::vector<double> costs(size * 2, 0.0);
+  std::vector<double> costs(static_cast<size_t>(size) * 4, 0.0);
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
   for (int rank = 0; rank < size; ++rank)
@@ -453,21 +455,25 @@ void test_adaptive_staging_measures_both_store_kinds_and_stays_exact(void **) {
         o.chunk_bytes = 64 * 1024;
         o.adaptive_stage_bytes = 4096;
         ShmGroup g(name, rank, size, generous(), o);
-        std::vector<uint8_t> send = inputs(PSTATE_FLOAT32, rank, count);
+        const std::vector<uint8_t> send = inputs(PSTATE_FLOAT32, rank, count);
         std::vector<uint8_t> gathered(size * count * 4 + kGuard, kGuardByte), reduced(count * 4 + kGuard, kGuardByte);
         for (int iter = 0; iter < 40; ++iter) {
           g.all_gather(send.data(), gathered.data(), count, PSTATE_FLOAT32, generous());
           for (int r = 0; r < size; ++r)
             if (std::memcmp(gathered.data() + r * count * 4, inputs(PSTATE_FLOAT32, r, count).data(), count * 4) != 0)
               throw std::runtime_error("all_gather block of rank " + std::to_string(r) + " wrong");
-          g.all_reduce(send.data(), reduced.data(), count, PSTATE_FLOAT32, PSTATE_SUM, generous());
+          if (in_place) std::memcpy(reduced.data(), send.data(), count * 4);
+          g.all_reduce(in_place ? reduced.data() : send.data(), reduced.data(), count, PSTATE_FLOAT32, PSTATE_SUM,
+                       generous());
           if (!check_reduced("all_reduce", PSTATE_FLOAT32, PSTATE_SUM, size, rank, reduced, count))
             throw std::runtime_error("all_reduce result wrong at iteration " + std::to_string(iter));
           if (!guard_intact(gathered, size * count * 4) || !guard_intact(reduced, count * 4))
             throw std::runtime_error("wrote past the result");
         }
-        costs[rank * 2] = g.stage_cost_per_kib(0);
-        costs[rank * 2 + 1] = g.stage_cost_per_kib(1);
+        for (int kind = 0; kind < 2; ++kind) {
+          costs[rank * 4 + kind] = g.stage_cost_per_kib(kind);
+          costs[rank * 4 + 2 + kind] = g.reduce_cost_per_kib(kind);
+        }
       } catch (const std::exception &e) {
         fprintf(stderr, "thread rank %d: %s\n", rank, e.what());
         ++failures;
@@ -475,9 +481,21 @@ void test_adaptive_staging_measures_both_store_kinds_and_stays_exact(void **) {
     });
   for (auto &t : threads) t.join();
   assert_int_equal(failures.load(), 0);
-  for (double c : costs) assert_true(c > 0);
+  const bool fold_chosen = !in_place || size == 2;
+  for (int rank = 0; rank < size; ++rank) {
+    assert_true(costs[rank * 4] > 0 && costs[rank * 4 + 1] > 0);
+    if (fold_chosen)
+      assert_true(costs[rank * 4 + 2] > 0 && costs[rank * 4 + 3] > 0);
+    else
+      assert_true(costs[rank * 4 + 2] == 0 && costs[rank * 4 + 3] == 0);
+  }
   assert_int_equal(leftover_segments(), 0);
 }
+
+void test_adaptive_paths_2_ranks_are_all_measured_and_exact(void **) { run_adaptive(2, false); }
+void test_adaptive_paths_2_ranks_in_place_are_all_measured_and_exact(void **) { run_adaptive(2, true); }
+void test_adaptive_paths_3_ranks_are_all_measured_and_exact(void **) { run_adaptive(3, false); }
+void test_adaptive_paths_3_ranks_in_place_never_fold_into_recv(void **) { run_adaptive(3, true); }
 
 // ---- a group of one, and argument errors -------------------------------------------------------
 
@@ -541,7 +559,10 @@ int main(void) {
       cmocka_unit_test(test_barrier_lets_no_rank_pass_before_all_arrive),
       cmocka_unit_test(test_mixed_operation_sequence_keeps_ranks_in_step),
       cmocka_unit_test(test_threads_as_ranks_all_reduce_in_one_process),
-    cmocka_unit_test(test_adaptive_staging_measures_both_store_kinds_and_stays_exact),
+    cmocka_unit_test(test_adaptive_paths_2_ranks_are_all_measured_and_exact),
+    cmocka_unit_test(test_adaptive_paths_2_ranks_in_place_are_all_measured_and_exact),
+    cmocka_unit_test(test_adaptive_paths_3_ranks_are_all_measured_and_exact),
+    cmocka_unit_test(test_adaptive_paths_3_ranks_in_place_never_fold_into_recv),
       cmocka_unit_test(test_sleeping_waiters_are_woken_with_asymmetric_fences),
       cmocka_unit_test(test_sleeping_waiters_are_woken_with_real_fences),
   };

@@ -93,7 +93,11 @@ class ShmGroup {
   // Which stores the adaptive staging copies use now (0 ordinary, 1 non-temporal), and their
   // measured costs in time-stamp ticks per KiB (0 = not measured yet); see stage_copy.
   int stage_store_kind() const { return stage_choice_.best; }
-  double stage_cost_per_kib(int kind) const { return stage_choice_.ns_per_kib[kind & 1]; }
+  double stage_cost_per_kib(int kind) const { return stage_choice_.ticks_per_kib[kind & 1]; }
+  // The same for all_reduce's fold of a slice (0: into the staging area, 1: into recv, then
+  // copied to the area non-temporally; see ar_reduce).
+  int reduce_kind() const { return reduce_choice_.best; }
+  double reduce_cost_per_kib(int kind) const { return reduce_choice_.ticks_per_kib[kind & 1]; }
   // How often this rank's waits went past spinning, slept, and were woken by timeout.
   const WaitStats &wait_stats() const { return waiter_.stats(); }
   // True once every rank registered for membarrier-based asymmetric fences (see shm_wait.hpp).
@@ -188,6 +192,8 @@ class ShmGroup {
   struct StageChoice;
   void stage_copy(uint8_t *dst, const uint8_t *src, size_t bytes);
   void adaptive_copy(StageChoice &choice, uint8_t *dst, const uint8_t *src, size_t bytes);
+  static int next_kind(StageChoice &choice);
+  static void record_cost(StageChoice &choice, int kind, uint64_t ticks, size_t bytes);
   void broadcast_stage(uint8_t *dst, const uint8_t *src, size_t bytes);
 
   int rank_;
@@ -208,11 +214,12 @@ class ShmGroup {
   bool broken_ = false;
   bool stream_out_ = false;  // the current staged collective writes its output non-temporally
   struct StageChoice {       // stage_copy's measurements (per rank: each rank stages its own data)
-    double ns_per_kib[2] = {0, 0};  // moving average per store kind of time-stamp ticks per KiB:
+    double ticks_per_kib[2] = {0, 0};  // moving average per store kind of time-stamp ticks per KiB:
                                     // [0] ordinary, [1] non-temporal
     uint64_t copies = 0;            // adaptive copies so far
     int best = 0;                   // the kind used outside exploration
-  } stage_choice_, broadcast_choice_;  // broadcast steps measure apart: one reader pass each
+  } stage_choice_, broadcast_choice_, reduce_choice_;  // broadcast steps and all_reduce's fold
+                                                      // (ar_reduce) are measured apart
   const char *current_op_ = "";
 };
 
