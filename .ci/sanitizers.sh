@@ -36,7 +36,7 @@ asan() {
   echo "sanitizers: ASan+UBSan build took $((SECONDS - t0)) s"
   export ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:verify_asan_link_order=0:suppressions=$ROOT/.ci/asan.supp
   export LSAN_OPTIONS=suppressions=$ROOT/.ci/lsan.supp:print_suppressions=0
-  export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:suppressions=$ROOT/.ci/ubsan.supp
+  export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
   t0=$SECONDS
   (cd build-asan && ctest --output-on-failure -j "${CTEST_JOBS:-1}" --timeout 900)
   echo "sanitizers: the whole suite passed under ASan+UBSan in $((SECONDS - t0)) s"

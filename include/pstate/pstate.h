@@ -55,8 +55,19 @@ extern "C" {
 /* Enumerations (stable numbers)                                                                */
 /* ------------------------------------------------------------------------------------------ */
 
+/* In C++ (C++11 on) the enumerations get `int` as their fixed underlying type. A C caller may pass
+ * any int where an enum is expected, and the library validates it (PSTATE_ERR_INVALID_ARGUMENT);
+ * without a fixed type, C++ code that merely loads an enum holding a value outside the enum's
+ * range has undefined behaviour. Size (4 bytes) and values are the same as in C, so the ABI does
+ * not change; C sees plain enums. */
+#if defined(__cplusplus) && __cplusplus >= 201103L
+#define PSTATE_ENUM_BASE : int
+#else
+#define PSTATE_ENUM_BASE
+#endif
+
 /** Result of every call. Numbers are stable and never reused; new ones are added at the end. */
-typedef enum pstate_status_t {
+typedef enum pstate_status_t PSTATE_ENUM_BASE {
   PSTATE_OK = 0,
   PSTATE_ERR_INVALID_ARGUMENT = 1, /**< a NULL pointer, a bad enum, a bad size, a bad rank */
   PSTATE_ERR_INVALID_STATE = 2,    /**< call out of lifecycle order; the message names the step */
@@ -72,7 +83,7 @@ typedef enum pstate_status_t {
 } pstate_status_t;
 
 /** Element types. Values equal NCCL's ncclDataType_t. */
-typedef enum pstate_dtype_t {
+typedef enum pstate_dtype_t PSTATE_ENUM_BASE {
   PSTATE_INT8 = 0,
   PSTATE_UINT8 = 1,
   PSTATE_INT32 = 2,
@@ -90,7 +101,7 @@ typedef enum pstate_dtype_t {
 
 /** Reduction operators. Values equal NCCL's ncclRedOp_t. AVG is SUM divided by the group size
  *  (integer division, truncating toward zero, for integer types). */
-typedef enum pstate_reduce_op_t {
+typedef enum pstate_reduce_op_t PSTATE_ENUM_BASE {
   PSTATE_SUM = 0,
   PSTATE_PROD = 1,
   PSTATE_MAX = 2,
@@ -100,13 +111,13 @@ typedef enum pstate_reduce_op_t {
 #define PSTATE_REDUCE_OP_COUNT 5
 
 /** Where the tensors of the device communicator live. */
-typedef enum pstate_device_t {
+typedef enum pstate_device_t PSTATE_ENUM_BASE {
   PSTATE_DEVICE_CPU = 0, /**< host memory; the CPU communicator carries tensors too */
   PSTATE_DEVICE_CUDA = 1 /**< CUDA device memory; NCCL carries tensors */
 } pstate_device_t;
 
 /** The groups of SGLang's parallel_state.py. */
-typedef enum pstate_group_kind_t {
+typedef enum pstate_group_kind_t PSTATE_ENUM_BASE {
   PSTATE_GROUP_WORLD = 0,             /**< every rank */
   PSTATE_GROUP_TP = 1,                /**< tensor parallel: tp consecutive ranks */
   PSTATE_GROUP_PP = 2,                /**< pipeline parallel: ranks tp apart */

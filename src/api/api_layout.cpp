@@ -7,9 +7,7 @@
 #include "layout/layout.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <memory>
-#include <type_traits>
 
 struct pstate_layout_s {
   pstate::layout::Layout layout;
@@ -30,18 +28,11 @@ ParallelConfig config_from(int world_size, const pstate_parallel_config_t *cfg) 
   return ParallelConfig::from_c(*cfg);
 }
 
-// A C caller may pass any number in an enum parameter, but in C++ reading an enum object that
-// holds a value outside the enum's range is undefined (UBSan's -fsanitize=enum reports it). So
-// the kind is read through its bytes and range-checked before it is used as an enum.
-pstate_group_kind_t checked_kind(const pstate_group_kind_t &kind) {
-  std::underlying_type_t<pstate_group_kind_t> raw;
-  static_assert(sizeof raw == sizeof kind);
-  std::memcpy(&raw, &kind, sizeof raw);
-  int value = static_cast<int>(raw);  // a C caller's -1 reads back as -1
-  if (value < 0 || value >= PSTATE_GROUP_KIND_COUNT)
-    pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "group kind ", value, " is not a pstate_group_kind_t (0..",
-                        PSTATE_GROUP_KIND_COUNT - 1, ")");
-  return static_cast<pstate_group_kind_t>(value);
+// A C caller may pass any int as the kind; pstate.h gives the enums int as their underlying type
+// in C++, so holding one is defined and the range check makes it a kind the layout knows.
+pstate_group_kind_t checked_kind(pstate_group_kind_t kind) {
+  pstate::api::require_group_kind(kind);
+  return kind;
 }
 
 const Layout &layout_of(const pstate_layout_t *l) {

@@ -1,10 +1,31 @@
 /*
  * header_check.c — compiled (never run) by tests/special/header_compile.cmake as C99 with
  * -pedantic -Werror and as C++17: pstate.h must be clean in both languages, including the
- * initializer macros users write in declarations.
+ * initializer macros users write in declarations, and its enumerations must be int-sized (with
+ * int as their fixed underlying type in C++).
  */
 #include <pstate/pstate.h>
 #include <pstate/pstate.h> /* the include guard holds */
+
+/* The enumerations are int-sized in both languages (the ABI), and in C++ their underlying type is
+ * fixed to int, so that C++ may hold any int a C caller passes (the library validates it). */
+#define PSTATE_CHECK_INT_SIZED(t) (sizeof(t) == sizeof(int))
+typedef char pstate_enums_are_int_sized[PSTATE_CHECK_INT_SIZED(pstate_status_t) &&
+                                                PSTATE_CHECK_INT_SIZED(pstate_dtype_t) &&
+                                                PSTATE_CHECK_INT_SIZED(pstate_reduce_op_t) &&
+                                                PSTATE_CHECK_INT_SIZED(pstate_device_t) &&
+                                                PSTATE_CHECK_INT_SIZED(pstate_group_kind_t)
+                                            ? 1
+                                            : -1];
+#ifdef __cplusplus
+#include <type_traits>
+static_assert(std::is_same<std::underlying_type<pstate_status_t>::type, int>::value &&
+                  std::is_same<std::underlying_type<pstate_dtype_t>::type, int>::value &&
+                  std::is_same<std::underlying_type<pstate_reduce_op_t>::type, int>::value &&
+                  std::is_same<std::underlying_type<pstate_device_t>::type, int>::value &&
+                  std::is_same<std::underlying_type<pstate_group_kind_t>::type, int>::value,
+              "pstate.h: the enumerations have int as their fixed underlying type in C++");
+#endif
 
 static int uses_every_initializer(void) {
   pstate_init_params_t params = PSTATE_INIT_PARAMS_INIT;
@@ -17,4 +38,6 @@ static int uses_every_initializer(void) {
          (create != NULL) + PSTATE_VERSION + PSTATE_GROUP_KIND_COUNT + PSTATE_DTYPE_COUNT + PSTATE_REDUCE_OP_COUNT;
 }
 
-int main(void) { return uses_every_initializer() == 0; }
+int main(void) {
+  return uses_every_initializer() == 0;
+}

@@ -1,9 +1,14 @@
-// test_host_order.cpp — host awareness as pure functions (src/group/host_order.hpp): renumbering
+// test_host_order.cpp — host awareness (src/group/host_order.hpp, host_identity.hpp): renumbering
 // ranks host by host for PSTATE_ORDER_RANKS_BY_HOST, counting a group's hosts and describing them
-// for the TP-across-hosts warning. References are written out by hand.
+// for the TP-across-hosts warning (pure functions, references written out by hand), and this
+// process's own host identity (reference read from the system with other calls than the code's).
+#include "group/host_identity.hpp"
 #include "group/host_order.hpp"
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -61,6 +66,34 @@ void test_the_environment_switch_is_off_unless_set_to_something_other_than_0(voi
   unsetenv("PSTATE_ORDER_RANKS_BY_HOST");
 }
 
+// The number in a namespace link's target, "pid:[4026531836]" -> "4026531836" (readlink, where
+// the code under test uses stat's inode).
+std::string namespace_number(const char *link) {
+  char target[128] = {0};
+  ssize_t n = readlink(link, target, sizeof(target) - 1);
+  assert_true(n > 0);
+  std::string t(target, static_cast<size_t>(n));
+  size_t open = t.find('['), close = t.find(']');
+  assert_true(open != std::string::npos && close != std::string::npos && close > open + 1);
+  return t.substr(open + 1, close - open - 1);
+}
+
+// Ranks are "on the same host" when they share kernel boot, network and pid namespace: the
+// identity names all four parts, in its documented form, and is stable within a process.
+void test_this_host_identity_names_host_boot_net_and_pid_namespace(void **) {
+  char host[256] = {0};
+  assert_int_equal(gethostname(host, sizeof(host) - 1), 0);
+  std::string boot;
+  std::getline(std::ifstream("/proc/sys/kernel/random/boot_id"), boot);
+  assert_false(boot.empty());
+  std::string net = namespace_number("/proc/self/ns/net"), pid = namespace_number("/proc/self/ns/pid");
+  std::string want = std::string(host) + "|" + boot + "|net:" + net + "|pid:" + pid;
+  std::string got = this_host_identity();
+  assert_string_equal(got.c_str(), want.c_str());
+  assert_string_equal(this_host_identity().c_str(), got.c_str());
+  assert_string_equal(host_identity_name(got).c_str(), (std::string(host) + " (netns " + net + ")").c_str());
+}
+
 }  // namespace
 
 int main() {
@@ -70,6 +103,7 @@ int main() {
       cmocka_unit_test(test_hosts_come_in_order_of_their_lowest_launcher_rank_and_rank_0_stays_0),
       cmocka_unit_test(test_hosts_of_a_group_are_counted_and_named_with_their_ranks),
       cmocka_unit_test(test_the_environment_switch_is_off_unless_set_to_something_other_than_0),
+      cmocka_unit_test(test_this_host_identity_names_host_boot_net_and_pid_namespace),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

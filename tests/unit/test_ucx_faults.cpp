@@ -268,20 +268,11 @@ void test_process_watch_sees_zombie_and_reaped_child(void **) {
   assert_false(me.exited());
 }
 
-// The suggested host id names host, boot and pid namespace, and is stable within a process.
-void test_local_host_id_names_boot_and_pid_namespace(void **) {
-  std::string id = pstate::ucx::local_host_id();
-  std::fprintf(stderr, "local host id: %s\n", id.c_str());
-  assert_true(id.find("pid:[") != std::string::npos);
-  assert_true(id == pstate::ucx::local_host_id());
-}
-
 }  // namespace
 
 int main() {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_process_watch_sees_zombie_and_reaped_child),
-      cmocka_unit_test(test_local_host_id_names_boot_and_pid_namespace),
       cmocka_unit_test(test_peer_sigkilled_mid_wait_is_peer_lost_via_pidfd),
       cmocka_unit_test(test_peer_sigkilled_mid_wait_is_peer_lost_via_proc_fallback),
       cmocka_unit_test(test_peer_on_other_host_sigkilled_is_peer_lost_via_error_callback),

@@ -34,25 +34,6 @@ bool proc_stat_says_exited(pid_t pid) {
   return state == 'Z' || state == 'X' || state == 'x';
 }
 
-std::string local_host_id() {
-  char host[256] = {0};
-  ::gethostname(host, sizeof(host) - 1);
-  std::string id = host;
-  if (FILE *f = std::fopen("/proc/sys/kernel/random/boot_id", "re")) {
-    char boot[64] = {0};
-    if (std::fgets(boot, sizeof(boot), f) != nullptr) {
-      std::string b(boot);
-      while (!b.empty() && (b.back() == '\n' || b.back() == ' ')) b.pop_back();
-      id += "/" + b;
-    }
-    std::fclose(f);
-  }
-  char ns[128] = {0};
-  ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
-  if (n > 0) id += "/" + std::string(ns, static_cast<size_t>(n));
-  return id;
-}
-
 ProcessWatch::ProcessWatch(pid_t pid, bool use_pidfd) : pid_(pid) {
   if (!use_pidfd) return;
   long fd = ::syscall(SYS_pidfd_open, static_cast<long>(pid), 0L);

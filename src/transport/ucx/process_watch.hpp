@@ -11,8 +11,6 @@
 
 #include <sys/types.h>
 
-#include <string>
-
 namespace pstate::ucx {
 
 class ProcessWatch {
@@ -43,10 +41,5 @@ class ProcessWatch {
 
 // /proc/PID/stat says the process is gone or a zombie (exposed for tests of the fallback).
 bool proc_stat_says_exited(pid_t pid);
-
-// An id equal for two processes exactly when one can watch the other by pid: same kernel boot
-// and same pid namespace. "HOSTNAME/BOOT_ID/pid:[INODE]". A suggestion for PeerEntry::host_id
-// (a bare hostname is not enough: two containers on one host may share it but not their pids).
-std::string local_host_id();
 
 }  // namespace pstate::ucx
