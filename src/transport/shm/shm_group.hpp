@@ -190,6 +190,7 @@ class ShmGroup {
   void staged_broadcast(uint8_t *buf, size_t count, size_t esize, int root, const Deadline &deadline);
   void copy_out(uint8_t *dst, const uint8_t *src, size_t bytes) const;
   struct StageChoice;
+  void prepare_staging();
   void stage_copy(uint8_t *dst, const uint8_t *src, size_t bytes);
   void adaptive_copy(StageChoice &choice, uint8_t *dst, const uint8_t *src, size_t bytes);
   static int next_kind(StageChoice &choice);
@@ -212,6 +213,7 @@ class ShmGroup {
   std::vector<uint8_t> scratch_;      // size() * inline_bytes: contiguous copies of inline inputs
   uint64_t step_ = 0;                 // last step this rank completed; the same on every rank between calls
   bool broken_ = false;
+  bool staging_ready_ = false;  // prepare_staging() has mapped every staging page
   bool stream_out_ = false;  // the current staged collective writes its output non-temporally
   struct StageChoice {       // stage_copy's measurements (per rank: each rank stages its own data)
     double ticks_per_kib[2] = {0, 0};  // moving average per store kind of time-stamp ticks per KiB:

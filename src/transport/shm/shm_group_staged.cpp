@@ -25,6 +25,8 @@
 #include "transport/shm/shm_group_layout.hpp"
 #include "transport/shm/stream_copy.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -98,6 +100,23 @@ size_t ShmGroup::step_elems(size_t count, size_t capacity, size_t esize) const {
   return std::max<size_t>(1, std::min(capacity, split));
 }
 
+// Maps every page of the staging areas (all ranks') into this process before the first staged
+// collective. staging() moves each step to fresh lines, so without this the first few hundred
+// steps of a size each take page faults (on the reference VM an all_gather of 16 KiB timed over
+// 300 calls took 9.1 us against 0.67 us over 3,000: ~1,000 faults per process). Done on first use
+// rather than at set-up, so groups that never stage (and the world group's set-up barrier) do
+// not pay for it: ~1 ms per 4 MiB. MADV_POPULATE_WRITE (Linux 5.14) changes no data; older
+// kernels get one read per page instead.
+void ShmGroup::prepare_staging() {
+  if (staging_ready_) return;
+  staging_ready_ = true;
+  const size_t bytes = area_bytes_ * static_cast<size_t>(depth_) * static_cast<size_t>(size_);
+#ifdef MADV_POPULATE_WRITE
+  if (::madvise(areas_, bytes, MADV_POPULATE_WRITE) == 0) return;
+#endif
+  for (size_t off = 0; off < bytes; off += 4096) static_cast<void>(*reinterpret_cast<volatile const uint8_t *>(areas_ + off));
+}
+
 // Copies into my staging area, which peers read. Ordinary stores must first take each line back
 // from the peers' caches (read-for-ownership), and a core can only have a few such requests in
 // flight; staging() rotates where each step lands so small steps hit lines the peers no longer
@@ -165,6 +184,7 @@ void ShmGroup::copy_out(uint8_t *dst, const uint8_t *src, size_t bytes) const {
 
 void ShmGroup::staged_all_reduce_whole(const uint8_t *send, uint8_t *recv, size_t count, size_t esize,
                                        pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline) {
+  prepare_staging();
   const uint64_t s = step_ + 1;
   if (s > static_cast<uint64_t>(depth_)) wait_done(s - depth_, deadline);
   const size_t bytes = count * esize;
@@ -182,6 +202,7 @@ void ShmGroup::staged_all_reduce_whole(const uint8_t *send, uint8_t *recv, size_
 
 void ShmGroup::staged_all_reduce(const uint8_t *send, uint8_t *recv, size_t count, size_t esize,
                                  pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline) {
+  prepare_staging();
   const size_t per_step = step_elems(count, area_bytes_ / esize, esize);
   const size_t steps = ceil_div(count, per_step);
   const uint64_t first = step_ + 1;
@@ -261,6 +282,7 @@ void ShmGroup::ar_gather(uint64_t step, uint8_t *recv, Span chunk, size_t esize,
 
 void ShmGroup::staged_all_gather(const uint8_t *send, uint8_t *recv, size_t send_count, size_t esize,
                                  const Deadline &deadline) {
+  prepare_staging();
   const size_t per_step = step_elems(send_count, area_bytes_ / esize, esize);
   const size_t steps = ceil_div(send_count, per_step);
   const uint64_t first = step_ + 1;
@@ -300,6 +322,7 @@ void ShmGroup::ag_gather(uint64_t step, const uint8_t *send, uint8_t *recv, size
 
 void ShmGroup::staged_reduce_scatter(const uint8_t *send, uint8_t *recv, size_t recv_count, size_t esize,
                                      pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline) {
+  prepare_staging();
   // Where recv overlaps send, my own contribution is staged too, so writing recv cannot
   // clobber an input that is still to be read.
   const bool stage_own = ranges_overlap(recv, recv_count * esize, send, recv_count * esize * size_);
@@ -370,6 +393,7 @@ void ShmGroup::broadcast_stage(uint8_t *dst, const uint8_t *src, size_t bytes) {
 }
 
 void ShmGroup::staged_broadcast(uint8_t *buf, size_t count, size_t esize, int root, const Deadline &deadline) {
+  prepare_staging();
   const size_t per_step = step_elems(count, area_bytes_ / esize, esize);
   const size_t steps = ceil_div(count, per_step);
   stream_out_ = count * esize >= options_.stream_bytes;
