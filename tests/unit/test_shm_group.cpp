@@ -497,6 +497,43 @@ void test_adaptive_paths_2_ranks_in_place_are_all_measured_and_exact(void **) { 
 void test_adaptive_paths_3_ranks_are_all_measured_and_exact(void **) { run_adaptive(3, false); }
 void test_adaptive_paths_3_ranks_in_place_never_fold_into_recv(void **) { run_adaptive(3, true); }
 
+// A medium all_gather (steps shorter than adaptive_stage_bytes) uses the staging stores group
+// rank 0 chose for the group from the time of its whole calls: after 40 calls rank 0 has timed
+// both kinds (so every rank used both: they follow rank 0), no other rank timed anything, and
+// every result was exact (default options: 16 KiB per rank is one step of 16 KiB).
+void test_medium_all_gather_follows_rank_0s_store_choice_and_stays_exact(void **) {
+  const int size = 3;
+  const size_t count = 4096;  // float32: 16 KiB per rank
+  std::string name = unique_name("medium");
+  std::vector<double> costs(size * 2, 0.0);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank)
+    threads.emplace_back([&, rank] {
+      try {
+        ShmGroup g(name, rank, size, generous(), ShmGroupOptions{});
+        const std::vector<uint8_t> send = inputs(PSTATE_FLOAT32, rank, count);
+        std::vector<uint8_t> gathered(size * count * 4 + kGuard, kGuardByte);
+        for (int iter = 0; iter < 40; ++iter) {
+          g.all_gather(send.data(), gathered.data(), count, PSTATE_FLOAT32, generous());
+          for (int r = 0; r < size; ++r)
+            if (std::memcmp(gathered.data() + r * count * 4, inputs(PSTATE_FLOAT32, r, count).data(), count * 4) != 0)
+              throw std::runtime_error("all_gather block of rank " + std::to_string(r) + " wrong");
+          if (!guard_intact(gathered, size * count * 4)) throw std::runtime_error("wrote past the result");
+        }
+        for (int kind = 0; kind < 2; ++kind) costs[rank * 2 + kind] = g.gather_cost_per_kib(kind);
+      } catch (const std::exception &e) {
+        fprintf(stderr, "thread rank %d: %s\n", rank, e.what());
+        ++failures;
+      }
+    });
+  for (auto &t : threads) t.join();
+  assert_int_equal(failures.load(), 0);
+  assert_true(costs[0] > 0 && costs[1] > 0);
+  for (int rank = 1; rank < size; ++rank) assert_true(costs[rank * 2] == 0 && costs[rank * 2 + 1] == 0);
+  assert_int_equal(leftover_segments(), 0);
+}
+
 // ---- a group of one, and argument errors -------------------------------------------------------
 
 void test_group_of_one_copies_and_leaves_nothing_in_dev_shm(void **) {
@@ -563,6 +600,7 @@ int main(void) {
     cmocka_unit_test(test_adaptive_paths_2_ranks_in_place_are_all_measured_and_exact),
     cmocka_unit_test(test_adaptive_paths_3_ranks_are_all_measured_and_exact),
     cmocka_unit_test(test_adaptive_paths_3_ranks_in_place_never_fold_into_recv),
+    cmocka_unit_test(test_medium_all_gather_follows_rank_0s_store_choice_and_stays_exact),
       cmocka_unit_test(test_sleeping_waiters_are_woken_with_asymmetric_fences),
       cmocka_unit_test(test_sleeping_waiters_are_woken_with_real_fences),
   };

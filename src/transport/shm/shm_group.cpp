@@ -19,7 +19,7 @@ namespace pstate::shm {
 namespace {
 
 constexpr size_t kPage = 4096;
-constexpr uint64_t kLayoutVersion = 2;
+constexpr uint64_t kLayoutVersion = 3;
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 

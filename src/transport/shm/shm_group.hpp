@@ -94,6 +94,9 @@ class ShmGroup {
   // measured costs in time-stamp ticks per KiB (0 = not measured yet); see stage_copy.
   int stage_store_kind() const { return stage_choice_.best; }
   double stage_cost_per_kib(int kind) const { return stage_choice_.ticks_per_kib[kind & 1]; }
+  // The same for medium all_gather calls, timed whole by group rank 0, which chooses for the
+  // group (see staged_all_gather; 0 on the other ranks).
+  double gather_cost_per_kib(int kind) const { return gather_choice_.ticks_per_kib[kind & 1]; }
   // The same for all_reduce's fold of a slice (0: into the staging area, 1: into recv, then
   // copied to the area non-temporally; see ar_reduce).
   int reduce_kind() const { return reduce_choice_.best; }
@@ -220,8 +223,10 @@ class ShmGroup {
                                     // [0] ordinary, [1] non-temporal
     uint64_t copies = 0;            // adaptive copies so far
     int best = 0;                   // the kind used outside exploration
-  } stage_choice_, broadcast_choice_, reduce_choice_;  // broadcast steps and all_reduce's fold
-                                                      // (ar_reduce) are measured apart
+  } stage_choice_, broadcast_choice_, reduce_choice_,  // broadcast steps, all_reduce's fold
+      gather_choice_;  // (ar_reduce) and medium all_gather calls (whole calls) are measured apart
+  int call_kind_ = -1;  // >= 0: stage_copy uses this kind for the call in progress (medium all_gather)
+  uint64_t medium_gathers_ = 0;  // medium all_gather calls so far (the same count on every rank)
   const char *current_op_ = "";
 };
 

@@ -20,6 +20,8 @@ struct ShmGroup::Control {
   std::atomic<uint64_t> out;             // last step whose slice this rank reduced (staged all_reduce)
   std::atomic<uint64_t> done;            // last step after which this rank reads no peer's memory
   ShmSignal signal;                      // notified after each store above and each inline publish
+  std::atomic<uint32_t> gather_kind[2];  // rank 0 only: the staging stores of medium all_gather
+                                         // call n, in slot n % 2 (see staged_all_gather)
 };
 static_assert(sizeof(ShmGroup::Control) <= kControlStride);
 

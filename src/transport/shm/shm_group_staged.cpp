@@ -135,7 +135,9 @@ void ShmGroup::prepare_staging() {
 void ShmGroup::stage_copy(uint8_t *dst, const uint8_t *src, size_t bytes) {
   if (bytes >= options_.stage_stream_bytes)
     copy_streaming(dst, src, bytes);
-  else if (bytes < options_.adaptive_stage_bytes)
+  else if (call_kind_ == 1)
+    copy_streaming(dst, src, bytes);
+  else if (call_kind_ == 0 || bytes < options_.adaptive_stage_bytes)
     std::memcpy(dst, src, bytes);
   else
     adaptive_copy(stage_choice_, dst, src, bytes);
@@ -288,11 +290,44 @@ void ShmGroup::staged_all_gather(const uint8_t *send, uint8_t *recv, size_t send
   const uint64_t first = step_ + 1;
   auto piece = [&](size_t i) { return Span{i * per_step, std::min(per_step, send_count - i * per_step)}; };
   stream_out_ = send_count * esize * static_cast<size_t>(size_) >= options_.stream_bytes;
+  // Medium gathers, whose steps are too short for stage_copy to measure one by one (under
+  // adaptive_stage_bytes), use one kind of staging stores for the whole group and call, chosen
+  // by rank 0 from the time of its whole calls, waits and copies out included (a non-temporal
+  // copy returns long before its readers have paid for it, so only the whole call tells; and
+  // only a group-wide choice is measured by it: with each rank choosing alone, each rank's time
+  // is set by its peer's choice and the two settled on the worse kind together). Rank 0 stores
+  // the kind of medium call n + 1 in slot (n + 1) % 2 of its control block before its first
+  // `in` of call n; every rank reads slot n % 2 at the start of call n: it was stored before an
+  // `in` of call n - 1 that it waited for, and rank 0 cannot reach call n + 1 (rewriting that
+  // slot) before every rank staged, so read, its part of call n. On the reference VM, 64 KiB
+  // with the cores far apart: 16-17 us ordinary, 6.4-7.0 us non-temporal (Open MPI 6.3).
+  const size_t bytes = send_count * esize;
+  const bool medium = std::min(per_step, send_count) * esize < options_.adaptive_stage_bytes &&
+                      bytes >= options_.min_step_bytes &&
+                      options_.stage_stream_bytes == SIZE_MAX;
+  struct CallKind {  // stage_copy follows call_kind_ for this call only, even if it throws
+    int &kind;
+    ~CallKind() { kind = -1; }
+  } scope{call_kind_};
+  const uint64_t t0 = medium ? cycle_count() : 0;
+  const uint64_t n = medium_gathers_;
+  if (medium) {
+    Control &leader = control(0);
+    call_kind_ = static_cast<int>(leader.gather_kind[n % 2].load(std::memory_order_acquire) & 1);
+    if (rank_ == 0) {  // stored only when it changes: peers then read the slot from their own cache
+      const auto next = static_cast<uint32_t>(next_kind(gather_choice_));
+      std::atomic<uint32_t> &slot = leader.gather_kind[(n + 1) % 2];
+      if (slot.load(std::memory_order_relaxed) != next) slot.store(next, std::memory_order_release);
+    }
+    ++medium_gathers_;
+  }
+  const int kind = call_kind_;
   ag_publish(first, send, piece(0), esize, deadline);
   for (size_t i = 0; i < steps; ++i) {
     if (i + 1 < steps) ag_publish(first + i + 1, send, piece(i + 1), esize, deadline);
     ag_gather(first + i, send, recv, send_count, piece(i), esize, deadline);
   }
+  if (medium && rank_ == 0) record_cost(gather_choice_, kind, cycle_count() - t0, bytes);
 }
 
 void ShmGroup::ag_publish(uint64_t step, const uint8_t *send, Span piece, size_t esize, const Deadline &deadline) {
