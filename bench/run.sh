@@ -10,7 +10,8 @@
 # the runs made back to back):
 #   - single-core memcpy bandwidth of 64 MiB (the physical reference for large sizes)
 #   - the minimal 2-rank all_reduce of 8 B..1 KiB (bench/handoff_floor.c, ranks bound, REPEATS
-#     times: the physical reference for small sizes)
+#     times, and once more before each repeat of the 2-rank all_reduce cases: the physical
+#     reference for small sizes, in the same minute as the repeat it is compared with)
 #   - 2 ranks: all_reduce 8 B..64 MiB; all_gather, reduce_scatter, broadcast 8 B..16 MiB;
 #     all_to_all and send_recv 8 B..16 MiB (x4 steps)
 #   - the same 2-rank all_reduce, all_gather, reduce_scatter, broadcast with every rank bound to
@@ -92,6 +93,11 @@ pair() {
   [ "$mode" = over ] && mpirun=("${MPIRUN_OVER[@]}")
   [ "$mode" = bound ] && mpirun=("${MPIRUN_BOUND[@]}") && launcher=("$PSTATE" run --bind-cores)
   for rep in $(seq 1 "$REPEATS"); do
+    # The 2-rank all_reduce cases also measure the minimal implementation in the same minute, so
+    # that each repeat can be judged against what the machine allowed right then.
+    case $name in all_reduce.2*)
+      run_case "$name.floor" "$RESULTS/bin/handoff_floor" --bind -b 8 -e 1K --json "$RESULTS/$name.floor.$rep.json" ;;
+    esac
     run_case "$name.mpi" "${mpirun[@]}" -np "$ranks" "$MPI_BENCH" "$@" --check --json "$RESULTS/$name.mpi.$rep.json"
     run_case "$name.pstate" "${launcher[@]}" -n "$ranks" -- "$PSTATE" bench "$@" --check \
       --json "$RESULTS/$name.pstate.$rep.json"
