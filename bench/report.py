@@ -135,12 +135,11 @@ def paired_ratios(mpi_reps, pstate_reps):
     return {b: median(q) for b, q in per_size.items()}
 
 
-def load_floor(results):
-    """{bytes: median time_us} of bench/handoff_floor.c over its repeats."""
+def median_times(docs):
+    """{bytes: median time_us over docs} (e.g. bench/handoff_floor.c over its repeats)."""
     per_size = {}
-    for path in glob.glob(os.path.join(results, "handoff_floor.*.json")):
-        doc = load_json(path)
-        for r in (doc or {}).get("results", []):
+    for doc in docs:
+        for r in doc.get("results", []):
             per_size.setdefault(r["bytes"], []).append(r["time_us"])
     return {b: median(t) for b, t in per_size.items()}
 
@@ -155,11 +154,7 @@ class Case:
         self.pstate = combine(list(pstate_reps.values())) if pstate_reps else {}
         self.ratios = paired_ratios(mpi_reps, pstate_reps)
         floor_reps = load_repeats(results, name, "floor")
-        self.floor = {}  # bytes: median over repeats of the minimal implementation's time
-        for doc in floor_reps.values():
-            for r in doc["results"]:
-                self.floor.setdefault(r["bytes"], []).append(r["time_us"])
-        self.floor = {b: median(t) for b, t in self.floor.items()}
+        self.floor = median_times(floor_reps.values())  # the minimal implementation, over repeats
         self.floor_ratios = paired_ratios(mpi_reps, floor_reps)  # minimal / MPI, same repeats
         self.sizes = sorted(set(self.mpi) | set(self.pstate))
 
@@ -300,7 +295,7 @@ def main():
     results, output = sys.argv[1], sys.argv[2]
     machine = load_machine(results)
     memcpy = load_json(os.path.join(results, "memcpy.json"))
-    floor = load_floor(results)
+    floor = median_times(d for d in map(load_json, glob.glob(os.path.join(results, "handoff_floor.*.json"))) if d)
     startup = load_json(os.path.join(results, "startup.json"))
     cases = {name: Case(results, name, title) for name, title in CASES}
     try:

@@ -65,9 +65,11 @@ struct ShmGroupOptions {
                                     // non-temporal stores (they cannot stay in cache anyway)
   size_t stage_stream_bytes = SIZE_MAX;  // copies into staging areas at least this large are
                                          // always non-temporal (SIZE_MAX: never forced)
-  size_t adaptive_stage_bytes = 32 * 1024;  // copies into staging areas at least this large pick
-                                            // ordinary or non-temporal stores by measured speed
-                                            // (see stage_copy; SIZE_MAX: always ordinary)
+  size_t adaptive_stage_bytes = 32 * 1024;  // copies into staging areas and all_reduce folds at
+                                            // least this large choose their stores by measured
+                                            // speed; all_gather steps below it choose per call,
+                                            // for the group (see stage_copy, ar_reduce,
+                                            // staged_all_gather; SIZE_MAX: always ordinary)
   WaitOptions wait;                 // spin/yield/futex policy (-1s resolved per machine)
   std::function<void()> liveness;   // throws PSTATE_ERR_PEER_LOST when a peer is gone; may be empty
 };
@@ -90,16 +92,14 @@ class ShmGroup {
   pid_t peer_pid(int rank) const { return segment_->pid_of(rank); }
   // Bytes of shared memory this group maps (header, controls, inline slots, staging areas).
   size_t segment_bytes() const { return segment_->mapped_bytes(); }
-  // Which stores the adaptive staging copies use now (0 ordinary, 1 non-temporal), and their
-  // measured costs in time-stamp ticks per KiB (0 = not measured yet); see stage_copy.
-  int stage_store_kind() const { return stage_choice_.best; }
+  // The measured costs of the adaptive staging copies per kind of store (0 ordinary,
+  // 1 non-temporal), in time-stamp ticks per KiB (0 = not measured yet); see stage_copy.
   double stage_cost_per_kib(int kind) const { return stage_choice_.ticks_per_kib[kind & 1]; }
   // The same for medium all_gather calls, timed whole by group rank 0, which chooses for the
   // group (see staged_all_gather; 0 on the other ranks).
   double gather_cost_per_kib(int kind) const { return gather_choice_.ticks_per_kib[kind & 1]; }
   // The same for all_reduce's fold of a slice (0: into the staging area, 1: into recv, then
   // copied to the area non-temporally; see ar_reduce).
-  int reduce_kind() const { return reduce_choice_.best; }
   double reduce_cost_per_kib(int kind) const { return reduce_choice_.ticks_per_kib[kind & 1]; }
   // How often this rank's waits went past spinning, slept, and were woken by timeout.
   const WaitStats &wait_stats() const { return waiter_.stats(); }
@@ -221,7 +221,7 @@ class ShmGroup {
   struct StageChoice {       // stage_copy's measurements (per rank: each rank stages its own data)
     double ticks_per_kib[2] = {0, 0};  // moving average per store kind of time-stamp ticks per KiB:
                                     // [0] ordinary, [1] non-temporal
-    uint64_t copies = 0;            // adaptive copies so far
+    uint64_t copies = 0;            // measured operations so far
     int best = 0;                   // the kind used outside exploration
   } stage_choice_, broadcast_choice_, reduce_choice_,  // broadcast steps, all_reduce's fold
       gather_choice_;  // (ar_reduce) and medium all_gather calls (whole calls) are measured apart

@@ -49,7 +49,7 @@ uint64_t cycle_count() {
 
 constexpr size_t kSliceAlign = 64;    // slices start on cache lines
 constexpr size_t kPipelineSplit = 4;  // medium messages take at least this many steps
-constexpr size_t kBroadcastStreamBytes = 16 * 1024;  // broadcast steps this large are staged non-temporally
+constexpr size_t kBroadcastAdaptiveBytes = 16 * 1024;  // broadcast steps this large choose their stores
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 size_t ceil_div(size_t n, size_t d) { return (n + d - 1) / d; }
@@ -133,9 +133,7 @@ void ShmGroup::prepare_staging() {
 // (two rdtsc, ~10 ns each, per copy of >= 32 KiB, i.e. >= 1 us: about 2%; at 8 KiB the
 // measurements were too noisy to choose well).
 void ShmGroup::stage_copy(uint8_t *dst, const uint8_t *src, size_t bytes) {
-  if (bytes >= options_.stage_stream_bytes)
-    copy_streaming(dst, src, bytes);
-  else if (call_kind_ == 1)
+  if (bytes >= options_.stage_stream_bytes || call_kind_ == 1)
     copy_streaming(dst, src, bytes);
   else if (call_kind_ == 0 || bytes < options_.adaptive_stage_bytes)
     std::memcpy(dst, src, bytes);
@@ -418,11 +416,12 @@ void ShmGroup::rs_reduce(uint64_t step, const uint8_t *send, uint8_t *recv, size
 
 // The root's copy into its area. Ordinary stores must take each line back from the readers'
 // caches, which hold it from the last round (a step that fills the whole area leaves staging()
-// no room to rotate): perf of a 1 MiB broadcast showed the root 90% in memcpy and 8x slower
-// in some runs. Non-temporal stores skip that ownership round trip, and for a broadcast the
-// readers' one pass over the data costs the same from DRAM; small steps stay in cache.
+// no room to rotate): perf of a 1 MiB broadcast showed the root 90% in memcpy and 8x slower in
+// some runs, while non-temporal stores skip that ownership round trip but send the readers to
+// DRAM. Which is faster depends on how far apart the cores are, so steps of 16 KiB and more
+// choose by measured cost (adaptive_copy), apart from the other collectives' copies.
 void ShmGroup::broadcast_stage(uint8_t *dst, const uint8_t *src, size_t bytes) {
-  if (bytes >= kBroadcastStreamBytes)
+  if (bytes >= kBroadcastAdaptiveBytes)
     adaptive_copy(broadcast_choice_, dst, src, bytes);
   else
     stage_copy(dst, src, bytes);
