@@ -315,7 +315,8 @@ void Context::finalize() {
   pstate_status_t first_status = PSTATE_OK;
   if (state_ != State::kFailed && world_) {
     try {
-      world_->barrier();  // peers finish their last messages before anyone closes endpoints
+      world_->barrier(true, OpKind::kFinalize);  // peers finish their last messages first; a peer in
+                                                 // any other collective is a mismatch, not a partner
     } catch (const Error &e) {
       first_error = e.what();
       first_status = e.status();

@@ -18,24 +18,6 @@
 
 namespace pstate {
 
-const char *op_kind_name(OpKind kind) {
-  switch (kind) {
-    case OpKind::kAllReduce: return "all_reduce";
-    case OpKind::kAllGather: return "all_gather";
-    case OpKind::kReduceScatter: return "reduce_scatter";
-    case OpKind::kBroadcast: return "broadcast";
-    case OpKind::kGather: return "gather";
-    case OpKind::kAllToAll: return "all_to_all";
-    case OpKind::kBarrier: return "barrier";
-    case OpKind::kBroadcastObject: return "broadcast_object";
-    case OpKind::kAllGatherObject: return "all_gather_object";
-    case OpKind::kSend: return "send";
-    case OpKind::kRecv: return "recv";
-    case OpKind::kDeviceCommInit: return "device communicator init";
-  }
-  return "?";
-}
-
 namespace {
 
 // Collective tags: bit 31 clear, bits 30..16 the operation's sequence number, bits 15..0 left to
@@ -49,15 +31,6 @@ uint32_t tag_base(uint32_t seq) { return (seq & 0x7fffu) << 16; }
 bool is_fatal(pstate_status_t s) {
   return s == PSTATE_ERR_TIMEOUT || s == PSTATE_ERR_PEER_LOST || s == PSTATE_ERR_TRANSPORT ||
          s == PSTATE_ERR_INTERNAL || s == PSTATE_ERR_MISMATCH;
-}
-
-std::string describe(const OpDescriptor &d) {
-  std::string s = op_kind_name(static_cast<OpKind>(d.op));
-  s += cat(" #", d.seq, " count ", d.count);
-  if (d.dtype >= 0) s += cat(" ", pstate_dtype_name(static_cast<pstate_dtype_t>(d.dtype)));
-  if (d.reduce_op >= 0) s += cat(" ", pstate_reduce_op_name(static_cast<pstate_reduce_op_t>(d.reduce_op)));
-  if (d.root >= 0) s += cat(" root ", d.root);
-  return s;
 }
 
 }  // namespace
@@ -83,7 +56,7 @@ pstate_group_s::pstate_group_s(pstate::Context &ctx, pstate_group_kind_t kind, s
   bool shm_wanted = shm_env == nullptr || std::string(shm_env) != "0";
   bool one_host = true;
   for (int r : ranks_) one_host = one_host && ctx.host_id(r) == ctx.host_id(ctx.rank());
-  shm_allowed_ = shm_wanted && one_host && ranks_.size() > 1;
+  shm_allowed_ = shm_wanted && one_host && ranks_.size() > 1 && size() <= pstate::kMaxCodedRoot + 1;
   if (ranks_.size() > 1)
     ctx.log().info("group ", name_, ": ",
                    shm_allowed_ ? "shared memory for all_reduce/all_gather/reduce_scatter/broadcast/barrier, UCX for the rest"
@@ -120,10 +93,21 @@ pstate::shm::ShmGroup &pstate_group_s::shm() {
     pstate::shm::ShmGroupOptions o;
     o.label = name_;
     o.liveness = [this] { check_peers_alive(); };
+    o.global_ranks = ranks_;
     shm_ = std::make_unique<pstate::shm::ShmGroup>(shm_name("coll"), rank_in_group_, size(), ctx_.op_deadline(), o);
     ctx_.log().info(shm_->describe());
   }
   return *shm_;
+}
+
+pstate::shm::ShmGroup &pstate_group_s::shm_for_call() {
+  auto &s = shm();
+  s.set_seq(seq_ - 1);  // run() numbered this call
+  return s;
+}
+
+void pstate_group_s::arrive_in_shm(const OpDescriptor &desc) {
+  if (use_shm()) shm_for_call().arrive(desc, ctx_.op_deadline());
 }
 
 pstate::shm::ShmMessageQueue &pstate_group_s::message_queue() {
@@ -157,6 +141,12 @@ void pstate_group_s::check_alive(const char *call) const {
   ctx_.require_usable(call);
 }
 
+// Agreement: inside a host the descriptors ride in the shared-memory protocol itself (every
+// operation of a shared-memory group takes part there: the ones UCX carries arrive first, see
+// arrive_in_shm); a group on UCX exchanges them before the operation (verify_same_op), and so
+// does PSTATE_CHECK=1 on every group. A mismatch found by the exchange moved no data and every
+// rank saw it: the context stays usable. One found inside the shared-memory protocol leaves the
+// segment mid-call: the context fails like after a timeout.
 template <typename Body>
 void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body) {
   check_alive(pstate::op_kind_name(static_cast<OpKind>(desc_in.op)));
@@ -165,10 +155,9 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body) {
   channel_->set_deadline(ctx_.op_deadline());
   channel_->set_op_name(pstate::op_kind_name(static_cast<OpKind>(desc.op)));
   try {
-    if (ctx_.check_enabled() && size() > 1) verify_same_op(desc);
+    if (size() > 1 && (!use_shm() || ctx_.check_enabled())) verify_same_op(desc);
   } catch (const pstate::Error &e) {
-    if (e.status() != PSTATE_ERR_MISMATCH || std::string(e.what()).find("(PSTATE_CHECK)") == std::string::npos)
-      ctx_.fail(e.what());
+    if (e.status() != PSTATE_ERR_MISMATCH) ctx_.fail(e.what());
     throw;
   }
   try {
@@ -179,18 +168,21 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body) {
   }
 }
 
-// PSTATE_CHECK=1: every rank gathers every rank's descriptor and compares; all ranks see the same
+// Every rank gathers every rank's descriptor and compares with its own; all ranks see the same
 // table, so all of them report the mismatch (and none of them hangs in the real operation).
 void pstate_group_s::verify_same_op(const OpDescriptor &desc) {
   std::vector<OpDescriptor> all(ranks_.size());
   pstate::coll::allgather_bruck(*channel_, &desc, all.data(), sizeof(OpDescriptor), PSTATE_UINT8,
                                 pstate::tag_base(desc.seq) | pstate::kCheckStepBase);
-  for (size_t r = 0; r < all.size(); ++r) {
-    if (std::memcmp(&all[r], &all[0], sizeof(OpDescriptor)) == 0) continue;
-    pstate::throw_error(PSTATE_ERR_MISMATCH, name_, ": rank ", ranks_[r], " (rank_in_group ", r, ") called ",
-                        pstate::describe(all[r]), " while rank ", ranks_[0], " (rank_in_group 0) called ",
-                        pstate::describe(all[0]), "; this rank is ", ctx_.rank(),
-                        ": every rank of a group must issue the same collectives in the same order (PSTATE_CHECK)");
+  for (size_t n = 1; n < all.size(); ++n) {
+    const size_t r = (static_cast<size_t>(rank_in_group_) + n) % all.size();
+    if (std::memcmp(&all[r], &desc, sizeof(OpDescriptor)) == 0) continue;
+    pstate::throw_error(PSTATE_ERR_MISMATCH, name_, " #", desc.seq, ": rank ", ctx_.rank(), " (group rank ",
+                        rank_in_group_, ") called ", pstate::describe_op(desc, true), ", rank ", ranks_[r],
+                        " (group rank ", r, ") called ", pstate::describe_op(all[r], true),
+                        ": every rank of a group must call the same collectives in the same order, with the same "
+                        "counts, dtypes, reduce ops and roots (",
+                        use_shm() ? "PSTATE_CHECK" : "UCX", " descriptor exchange; the call fails on every rank)");
   }
 }
 
@@ -201,7 +193,7 @@ void pstate_group_s::all_reduce(const void *send, void *recv, size_t count, psta
     size_t bytes = count * pstate::dtype_size(dtype);
     if (use_shm()) {
       explain("all_reduce", "shared memory", bytes, 0);
-      return shm().all_reduce(send, recv, count, dtype, op, ctx_.op_deadline());
+      return shm_for_call().all_reduce(send, recv, count, dtype, op, ctx_.op_deadline());
     }
     auto choice = selector_.allreduce(size(), count, bytes);
     explain("all_reduce", choice.name, bytes, 0);
@@ -215,7 +207,7 @@ void pstate_group_s::all_gather(const void *send, void *recv, size_t send_count,
     size_t bytes = send_count * pstate::dtype_size(dtype);
     if (use_shm()) {
       explain("all_gather", "shared memory", bytes, 2);
-      return shm().all_gather(send, recv, send_count, dtype, ctx_.op_deadline());
+      return shm_for_call().all_gather(send, recv, send_count, dtype, ctx_.op_deadline());
     }
     auto choice = selector_.allgather(size(), bytes);
     explain("all_gather", choice.name, bytes, 2);
@@ -230,7 +222,7 @@ void pstate_group_s::reduce_scatter(const void *send, void *recv, size_t recv_co
     size_t bytes = recv_count * pstate::dtype_size(dtype) * static_cast<size_t>(size());
     if (use_shm()) {
       explain("reduce_scatter", "shared memory", bytes, 4);
-      return shm().reduce_scatter(send, recv, recv_count, dtype, op, ctx_.op_deadline());
+      return shm_for_call().reduce_scatter(send, recv, recv_count, dtype, op, ctx_.op_deadline());
     }
     auto choice = selector_.reduce_scatter(size(), bytes);
     explain("reduce_scatter", choice.name, bytes, 4);
@@ -244,7 +236,7 @@ void pstate_group_s::broadcast(void *buf, size_t count, pstate_dtype_t dtype, in
     size_t bytes = count * pstate::dtype_size(dtype);
     if (use_shm()) {
       explain("broadcast", "shared memory", bytes, 6);
-      return shm().broadcast(buf, count, dtype, src, ctx_.op_deadline());
+      return shm_for_call().broadcast(buf, count, dtype, src, ctx_.op_deadline());
     }
     auto choice = selector_.broadcast(size(), bytes);
     explain("broadcast", choice.name, bytes, 6);
@@ -255,6 +247,7 @@ void pstate_group_s::broadcast(void *buf, size_t count, pstate_dtype_t dtype, in
 void pstate_group_s::gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, int dst) {
   OpDescriptor d{static_cast<uint32_t>(OpKind::kGather), 0, send_count, dtype, -1, dst, 0};
   run(d, [&](uint32_t tag) {
+    arrive_in_shm(d);
     size_t bytes = send_count * pstate::dtype_size(dtype);
     auto choice = selector_.gather(size(), bytes);
     explain("gather", choice.name, bytes, 8);
@@ -265,6 +258,7 @@ void pstate_group_s::gather(const void *send, void *recv, size_t send_count, pst
 void pstate_group_s::all_to_all(const void *send, void *recv, size_t count_per_rank, pstate_dtype_t dtype) {
   OpDescriptor d{static_cast<uint32_t>(OpKind::kAllToAll), 0, count_per_rank, dtype, -1, -1, 0};
   run(d, [&](uint32_t tag) {
+    arrive_in_shm(d);
     size_t bytes = count_per_rank * pstate::dtype_size(dtype);
     auto choice = selector_.alltoall(size(), bytes);
     explain("all_to_all", choice.name, bytes, 10);
@@ -272,12 +266,12 @@ void pstate_group_s::all_to_all(const void *send, void *recv, size_t count_per_r
   });
 }
 
-void pstate_group_s::barrier(bool allow_shm) {
-  OpDescriptor d{static_cast<uint32_t>(OpKind::kBarrier), 0, 0, -1, -1, -1, 0};
+void pstate_group_s::barrier(bool allow_shm, OpKind kind) {
+  OpDescriptor d = pstate::make_op(kind, 0);
   run(d, [&](uint32_t tag) {
     if (allow_shm && use_shm()) {
       explain("barrier", "shared memory", 0, 12);
-      return shm().barrier(ctx_.op_deadline());
+      return shm_for_call().barrier(ctx_.op_deadline(), kind);
     }
     auto choice = selector_.barrier(size());
     explain("barrier", choice.name, 0, 12);
@@ -289,6 +283,7 @@ Bytes pstate_group_s::broadcast_object(const void *data, size_t size, int src) {
   OpDescriptor d{static_cast<uint32_t>(OpKind::kBroadcastObject), 0, 0, -1, -1, src, 0};
   Bytes out;
   run(d, [&](uint32_t tag) {
+    arrive_in_shm(d);
     if (use_shm() && src == 0) return broadcast_object_mq(data, size, &out, tag);
     pstate::coll::broadcast_object(*channel_, data, size, src, &out, tag);
   });
@@ -313,6 +308,7 @@ Bytes pstate_group_s::all_gather_object(const void *data, size_t size, std::vect
   OpDescriptor d{static_cast<uint32_t>(OpKind::kAllGatherObject), 0, 0, -1, -1, -1, 0};
   Bytes out;
   run(d, [&](uint32_t tag) {
+    arrive_in_shm(d);
     pstate::coll::all_gather_object(*channel_, data, size, &out, sizes, tag);
   });
   return out;
@@ -371,7 +367,10 @@ Bytes pstate_group_s::recv_object(int src) {
 
 void pstate_group_s::broadcast_from_rank0(void *bytes, size_t n) {
   OpDescriptor d{static_cast<uint32_t>(OpKind::kDeviceCommInit), 0, n, -1, -1, 0, 0};
-  run(d, [&](uint32_t tag) { pstate::coll::broadcast_binomial(*channel_, bytes, n, PSTATE_UINT8, 0, tag); });
+  run(d, [&](uint32_t tag) {
+    arrive_in_shm(d);
+    pstate::coll::broadcast_binomial(*channel_, bytes, n, PSTATE_UINT8, 0, tag);
+  });
 }
 
 void pstate_group_s::verify_only(const OpDescriptor &desc) {

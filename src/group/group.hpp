@@ -4,9 +4,11 @@
 // communicator: a Channel over UCX (any host) that the algorithms of src/coll/ run on. Every
 // operation goes through run(): it refuses work on a failed context, numbers the operation
 // (the sequence number becomes the tag base, so messages of different operations never mix),
-// under PSTATE_CHECK=1 first compares every rank's (operation, count, dtype, op, root, seq) and
-// reports a mismatch instead of hanging, sets the deadline, and on a fatal error (TIMEOUT,
-// PEER_LOST, TRANSPORT) poisons the context so every later collective returns ABORTED.
+// makes every rank agree on what is being called (kind, count, dtype, op, root: inside a host in
+// the shared-memory protocol, on UCX by a descriptor exchange; PSTATE_CHECK=1 adds the exchange
+// everywhere) and reports a mismatch on every rank instead of a wrong answer or a hang, sets the
+// deadline, and on a fatal error (TIMEOUT, PEER_LOST, TRANSPORT) poisons the context so every
+// later collective returns ABORTED.
 //
 // In a CUDA context the group also owns a device communicator (DeviceComm: NCCL), made on its
 // first device operation; tensors go there through run_device() (see group_device.cpp), while
@@ -17,6 +19,7 @@
 #include "coll/channel.hpp"
 #include "coll/select.hpp"
 #include "common/error.hpp"
+#include "common/op_descriptor.hpp"
 #include "transport/nccl/device_comm.hpp"
 
 #include <pstate/pstate.h>
@@ -38,22 +41,6 @@ namespace ucx {
 class ProcessWatch;
 }  // namespace ucx
 
-// What PSTATE_CHECK compares across the group, 32 bytes on the wire.
-struct OpDescriptor {
-  uint32_t op = 0;  // OpKind
-  uint32_t seq = 0;
-  uint64_t count = 0;
-  int32_t dtype = -1;
-  int32_t reduce_op = -1;
-  int32_t root = -1;
-  int32_t reserved = 0;
-};
-
-enum class OpKind : uint32_t {
-  kAllReduce = 1, kAllGather, kReduceScatter, kBroadcast, kGather, kAllToAll, kBarrier,
-  kBroadcastObject, kAllGatherObject, kSend, kRecv, kDeviceCommInit
-};
-const char *op_kind_name(OpKind kind);
 
 }  // namespace pstate
 
@@ -87,7 +74,8 @@ struct pstate_group_s {
   void send(const void *buf, size_t count, pstate_dtype_t dtype, int dst);
   void recv(void *buf, size_t count, pstate_dtype_t dtype, int src);
   // allow_shm false: over the CPU channel (UCX) even inside a host, e.g. to prove the transport.
-  void barrier(bool allow_shm = true);
+  // kind: kBarrier, or kFinalize / kDestroy for the library's own barriers (named in mismatches).
+  void barrier(bool allow_shm = true, pstate::OpKind kind = pstate::OpKind::kBarrier);
   pstate::Bytes broadcast_object(const void *data, size_t size, int src);
   void broadcast_object_mq(const void *data, size_t size, pstate::Bytes *out, uint32_t tag);
   pstate::Bytes all_gather_object(const void *data, size_t size, std::vector<size_t> *sizes);
@@ -144,6 +132,11 @@ struct pstate_group_s {
   // the first such call (every rank makes the same calls, so they all create it together).
   bool use_shm() const { return shm_allowed_; }
   pstate::shm::ShmGroup &shm();
+  // shm() for the operation run() just numbered (its sequence number goes into messages).
+  pstate::shm::ShmGroup &shm_for_call();
+  // In a shared-memory group, an operation that UCX carries first takes part in the agreement
+  // in shared memory (ShmGroup::arrive), so it meets whatever its peers call there.
+  void arrive_in_shm(const pstate::OpDescriptor &desc);
   // The message-queue broadcaster (SGLang's shm_broadcast) for broadcast_object from group rank 0.
   pstate::shm::ShmMessageQueue &message_queue();
   // Throws PEER_LOST when a same-host peer's process has exited (the shm liveness check).

@@ -19,7 +19,8 @@ namespace pstate::shm {
 namespace {
 
 constexpr size_t kPage = 4096;
-constexpr uint64_t kLayoutVersion = 3;
+constexpr uint64_t kLayoutVersion = 4;  // 4: line words carry the call code
+constexpr size_t kMaxInlineBytes = 72 * kLineData;  // 4032 < kCodedCountLarge
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -34,10 +35,14 @@ ShmGroup::ShmGroup(const std::string &name, int rank, int size, const Deadline &
       waiter_(resolve_wait_options(options_.wait, size), options_.liveness) {
   if (size < 1 || rank < 0 || rank >= size)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, options_.label, ": rank ", rank, " out of range for ", size, " ranks");
+  if (size > kMaxCodedRoot + 1)
+    throw_error(PSTATE_ERR_UNSUPPORTED, options_.label, ": ", size, " ranks exceed the shared-memory protocol's ",
+                kMaxCodedRoot + 1, " (the call codes hold roots up to ", kMaxCodedRoot, "); use UCX (PSTATE_SHM=0)");
   depth_ = std::clamp(options_.pipeline_depth, 2, 64);
   crowded_ = oversubscribed(size);
   options_.inline_depth = std::clamp(options_.inline_depth, 2, 256);
-  options_.inline_bytes = std::min<size_t>(options_.inline_bytes, 1 << 20);
+  // Inline payloads stay below kCodedCountLarge bytes, so their counts are exact in the code.
+  options_.inline_bytes = std::min<size_t>(options_.inline_bytes, kMaxInlineBytes);
   inline_lines_ = std::max<size_t>(1, (options_.inline_bytes + kLineData - 1) / kLineData);
   area_bytes_ = round_up(std::max({options_.chunk_bytes, size_t{64} * static_cast<size_t>(size), kPage}), kPage);
   const auto ranks = static_cast<size_t>(size);
@@ -83,6 +88,7 @@ void ShmGroup::lay_out(uint8_t *payload, size_t control_bytes, size_t inline_tot
   inline_ = controls_ + control_bytes;
   areas_ = inline_ + inline_total;
   known_done_.assign(static_cast<size_t>(size_), 0);
+  verified_.assign(static_cast<size_t>(size_), 0);
   scratch_.assign(static_cast<size_t>(size_) * options_.inline_bytes, 0);
 }
 
@@ -111,6 +117,10 @@ void ShmGroup::set_counter(Counter counter, uint64_t step) {
 }
 
 void ShmGroup::wait_counter(int peer, Counter counter, uint64_t step, const char *what, const Deadline &deadline) {
+  // A peer's first data of a call is read only after its arrival line was checked (waits for
+  // `done` are about earlier steps: they come before this rank's own arrival is published).
+  if (pending_ != 0 && counter != &Control::done && verified_[static_cast<size_t>(peer)] != call_step_)
+    verify_peer(peer, deadline);
   Control &theirs = control(peer);
   waiter_.wait(
       theirs.signal, [&] { return (theirs.*counter).load(std::memory_order_acquire) >= step; }, deadline, [&] {
@@ -129,10 +139,101 @@ void ShmGroup::wait_done(uint64_t step, const Deadline &deadline) {
   }
 }
 
-// I read nothing of step `step` any more; the group's step advances.
+// I read nothing of step `step` any more; the group's step advances. Peers rewrite the arrival
+// line of a call only after my done passed its first step, so every peer is verified first.
 void ShmGroup::finish_step(uint64_t step) {
+  if (pending_ != 0) verify_peers(*call_deadline_);
   set_counter(&Control::done, step);
   step_ = step;
+}
+
+// ---- agreement --------------------------------------------------------------------------------
+
+void ShmGroup::begin_call(const OpDescriptor &desc, bool checked_by_reads, const Deadline &deadline) {
+  call_step_ = step_ + 1;
+  call_desc_ = desc;
+  call_desc_.seq = seq_;
+  call_code_ = pack_call_code(desc);
+  call_deadline_ = &deadline;
+  pending_ = checked_by_reads ? 0 : size_ - 1;
+}
+
+int ShmGroup::global_rank(int group_rank) const {
+  const auto i = static_cast<size_t>(group_rank);
+  return i < options_.global_ranks.size() ? options_.global_ranks[i] : group_rank;
+}
+
+// The arrival line: line 0 of my inline slot of the call's first step, flagged with the call's
+// word, its data the full count (the code holds small counts only) and the sequence number.
+void ShmGroup::publish_arrival(const Deadline &deadline) {
+  const uint64_t s = call_step_;
+  const auto depth = static_cast<uint64_t>(options_.inline_depth);
+  if (s > depth) wait_done(s - depth, deadline);
+  Line *line = inline_line(rank_, s, 0);
+  std::memcpy(line->data, &call_desc_.count, sizeof call_desc_.count);
+  std::memcpy(line->data + 8, &call_desc_.seq, sizeof call_desc_.seq);
+  line->word.store(line_word(s), std::memory_order_release);
+  waiter_.notify(control(rank_).signal);
+}
+
+// Waits for peer's first line of this call and compares. A line flagged with the call's code
+// and a large count is an arrival line: its data holds the count, compared in full.
+void ShmGroup::verify_peer(int peer, const Deadline &deadline) {
+  const uint64_t s = call_step_;
+  Line *line = inline_line(peer, s, 0);
+  uint64_t word = 0;
+  waiter_.wait(
+      control(peer).signal, [&] { return step_reached(word = line->word.load(std::memory_order_acquire), s); },
+      deadline, [&] {
+        return cat(options_.label, " rank ", rank_, ": ", current_op_, " (step ", s, "): waiting for rank ", peer,
+                   " to arrive at this call (", peer_hint(), ")");
+      });
+  check_line_word(peer, line, word, s);
+  if (call_desc_.count >= kCodedCountLarge) {
+    uint64_t count = 0;
+    std::memcpy(&count, line->data, sizeof count);
+    if (count != call_desc_.count) mismatch(peer, line, word);
+  }
+  verified_[static_cast<size_t>(peer)] = s;
+  --pending_;
+}
+
+void ShmGroup::verify_peers(const Deadline &deadline) {
+  for (int n = 1; n < size_ && pending_ != 0; ++n) {
+    const int p = (rank_ + n) % size_;
+    if (verified_[static_cast<size_t>(p)] != call_step_) verify_peer(p, deadline);
+  }
+}
+
+const char *ShmGroup::peer_hint() {
+  return "a rank that never arrives is not in a collective of this group: it may be in another group's "
+         "collective, in point-to-point, computing, or stuck; PSTATE_CHECK=1 also compares sequence numbers and "
+         "CUDA-context collectives";
+}
+
+void ShmGroup::mismatch(int peer, const Line *line, uint64_t word) const {
+  OpDescriptor theirs = unpack_call_code(static_cast<uint32_t>(word >> 32));
+  if (theirs.count == kCodedCountLarge) std::memcpy(&theirs.count, line->data, sizeof theirs.count);
+  const auto their_step = static_cast<uint32_t>(word);
+  const bool other_step = their_step != static_cast<uint32_t>(call_step_);
+  throw_error(PSTATE_ERR_MISMATCH, options_.label, " #", call_desc_.seq, ": rank ", global_rank(rank_),
+              " (group rank ", rank_, ") called ", describe_op(call_desc_), ", rank ", global_rank(peer),
+              " (group rank ", peer, ") called ", describe_op(theirs),
+              other_step ? cat(" at another step (", their_step, " != ", static_cast<uint32_t>(call_step_), ")") : "",
+              ": every rank of a group must call the same collectives in the same order, with the same counts, "
+              "dtypes, reduce ops and roots (shared memory; the call fails on every rank)");
+}
+
+void ShmGroup::arrive(const OpDescriptor &desc, const Deadline &deadline) {
+  if (size_ == 1) return;
+  run_guarded(op_kind_name(static_cast<OpKind>(desc.op)), [&] { arrive_now(desc, deadline); });
+}
+
+void ShmGroup::arrive_now(const OpDescriptor &desc, const Deadline &deadline) {
+  begin_call(desc, false, deadline);
+  publish_arrival(deadline);
+  verify_peers(deadline);
+  finish_step(call_step_);
 }
 
 template <typename Body>
@@ -183,19 +284,25 @@ void ShmGroup::all_reduce(const void *send, void *recv, size_t count, pstate_dty
   const size_t esize = checked_dtype_size("all_reduce", dtype, count, 1);
   check_reduce("all_reduce", dtype, op);
   check_buffers("all_reduce", send, recv, count);
-  if (count == 0) return;
   auto *in = static_cast<const uint8_t *>(send);
   auto *out = static_cast<uint8_t *>(recv);
   const size_t bytes = count * esize;
+  const OpDescriptor desc = make_op(OpKind::kAllReduce, count, dtype, op);
   run_guarded("all_reduce", [&] {
     if (size_ == 1) {
-      if (in != out) std::memmove(out, in, bytes);
+      if (in != out && bytes != 0) std::memmove(out, in, bytes);
+    } else if (count == 0) {
+      arrive_now(desc, deadline);
     } else if (bytes <= std::min(options_.inline_bytes, options_.inline_reduce_bytes)) {
+      begin_call(desc, true, deadline);
       inline_all_reduce(in, out, count, esize, dtype, op, deadline);
-    } else if (bytes <= std::min(options_.small_bytes, area_bytes_)) {
-      staged_all_reduce_whole(in, out, count, esize, dtype, op, deadline);
     } else {
-      staged_all_reduce(in, out, count, esize, dtype, op, deadline);
+      begin_call(desc, false, deadline);
+      publish_arrival(deadline);
+      if (bytes <= std::min(options_.small_bytes, area_bytes_))
+        staged_all_reduce_whole(in, out, count, esize, dtype, op, deadline);
+      else
+        staged_all_reduce(in, out, count, esize, dtype, op, deadline);
     }
   });
 }
@@ -204,16 +311,21 @@ void ShmGroup::all_gather(const void *send, void *recv, size_t send_count, pstat
                           const Deadline &deadline) {
   const size_t esize = checked_dtype_size("all_gather", dtype, send_count, static_cast<size_t>(size_));
   check_buffers("all_gather", send, recv, send_count);
-  if (send_count == 0) return;
   auto *in = static_cast<const uint8_t *>(send);
   auto *out = static_cast<uint8_t *>(recv);
   const size_t bytes = send_count * esize;
+  const OpDescriptor desc = make_op(OpKind::kAllGather, send_count, dtype);
   run_guarded("all_gather", [&] {
     if (size_ == 1) {
-      if (in != out) std::memmove(out, in, bytes);
+      if (in != out && bytes != 0) std::memmove(out, in, bytes);
+    } else if (send_count == 0) {
+      arrive_now(desc, deadline);
     } else if (bytes <= options_.inline_bytes) {
+      begin_call(desc, true, deadline);
       inline_all_gather(in, out, bytes, deadline);
     } else {
+      begin_call(desc, false, deadline);
+      publish_arrival(deadline);
       staged_all_gather(in, out, send_count, esize, deadline);
     }
   });
@@ -224,15 +336,20 @@ void ShmGroup::reduce_scatter(const void *send, void *recv, size_t recv_count, p
   const size_t esize = checked_dtype_size("reduce_scatter", dtype, recv_count, static_cast<size_t>(size_));
   check_reduce("reduce_scatter", dtype, op);
   check_buffers("reduce_scatter", send, recv, recv_count);
-  if (recv_count == 0) return;
   auto *in = static_cast<const uint8_t *>(send);
   auto *out = static_cast<uint8_t *>(recv);
+  const OpDescriptor desc = make_op(OpKind::kReduceScatter, recv_count, dtype, op);
   run_guarded("reduce_scatter", [&] {
     if (size_ == 1) {
-      if (in != out) std::memmove(out, in, recv_count * esize);
+      if (in != out && recv_count != 0) std::memmove(out, in, recv_count * esize);
+    } else if (recv_count == 0) {
+      arrive_now(desc, deadline);
     } else if (recv_count * esize * static_cast<size_t>(size_) <= options_.inline_bytes) {
+      begin_call(desc, true, deadline);
       inline_reduce_scatter(in, out, recv_count, esize, dtype, op, deadline);
     } else {
+      begin_call(desc, false, deadline);
+      publish_arrival(deadline);
       staged_reduce_scatter(in, out, recv_count, esize, dtype, op, deadline);
     }
   });
@@ -244,19 +361,29 @@ void ShmGroup::broadcast(void *buf, size_t count, pstate_dtype_t dtype, int root
   if (root < 0 || root >= size_)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, options_.label, ": broadcast: root ", root, " out of range for ",
                 size_, " ranks");
-  if (count == 0 || size_ == 1) return;
+  if (size_ == 1) return;
   auto *data = static_cast<uint8_t *>(buf);
+  const OpDescriptor desc = make_op(OpKind::kBroadcast, count, dtype, -1, root);
   run_guarded("broadcast", [&] {
-    if (count * esize <= options_.inline_bytes)
+    if (count == 0) {
+      arrive_now(desc, deadline);
+    } else if (count * esize <= options_.inline_bytes) {
+      begin_call(desc, false, deadline);
       inline_broadcast(data, count * esize, root, deadline);
-    else
+    } else {
+      begin_call(desc, false, deadline);
+      publish_arrival(deadline);
       staged_broadcast(data, count, esize, root, deadline);
+    }
   });
 }
 
-void ShmGroup::barrier(const Deadline &deadline) {
+void ShmGroup::barrier(const Deadline &deadline, OpKind kind) {
   if (size_ == 1) return;
-  run_guarded("barrier", [&] { inline_barrier(deadline); });
+  run_guarded(op_kind_name(kind), [&] {
+    begin_call(make_op(kind, 0), true, deadline);
+    inline_barrier(deadline);
+  });
 }
 
 }  // namespace pstate::shm

@@ -26,6 +26,20 @@
 //    prefetcher streams; waiting line by line above 512 B was slower, bench/analysis.md).
 //    Outputs of stream_bytes or more are written with non-temporal stores.
 //
+// Agreement (always on): every call first names what it is doing. Its descriptor (kind, count,
+// dtype, reduce op, root) is packed into a 32-bit code (common/op_descriptor.hpp) that rides in
+// the upper half of the word each inline line is flagged with: word = code << 32 | step (the step
+// compared modulo 2^32). A reader that sees a peer's step in a line compares the code in the same
+// load, so agreement costs no extra cache line on the inline path. Calls that do not publish
+// inline lines (staged calls, calls carried by UCX, count 0) publish an arrival line instead:
+// line 0 of the inline slot of the call's first step, with the code and, in its data, the full
+// count (codes hold counts below kCodedCountLarge exactly). Every rank checks every peer's code of
+// the call before it returns and before its done counter passes the call's first step (so the
+// peer cannot have rewritten the line yet): if any two ranks disagree, every rank finds a peer that
+// disagrees with it, and every rank throws PSTATE_ERR_MISMATCH naming both sides. Inline
+// all_reduce, all_gather, reduce_scatter and barrier read every peer's lines by construction;
+// broadcast and the staged protocol check the peers they did not read (verify_peers).
+//
 // Failures: every wait is bounded by the call's Deadline (PSTATE_ERR_TIMEOUT) and calls the
 // liveness check of the options (PSTATE_ERR_PEER_LOST). After any failure the group is broken and
 // every further call throws PSTATE_ERR_ABORTED (peers are at unknown steps). Reductions use
@@ -36,6 +50,7 @@
 #pragma once
 
 #include "common/deadline.hpp"
+#include "common/op_descriptor.hpp"
 #include "transport/shm/shm_segment.hpp"
 #include "transport/shm/shm_wait.hpp"
 
@@ -72,6 +87,7 @@ struct ShmGroupOptions {
                                             // staged_all_gather; SIZE_MAX: always ordinary)
   WaitOptions wait;                 // spin/yield/futex policy (-1s resolved per machine)
   std::function<void()> liveness;   // throws PSTATE_ERR_PEER_LOST when a peer is gone; may be empty
+  std::vector<int> global_ranks;    // the world rank of each group rank, for messages (may be empty)
 };
 
 class ShmGroup {
@@ -122,7 +138,14 @@ class ShmGroup {
                       const Deadline &deadline);
   // buf of every rank = buf of rank root.
   void broadcast(void *buf, size_t count, pstate_dtype_t dtype, int root, const Deadline &deadline);
-  void barrier(const Deadline &deadline);
+  // kind names the barrier in a mismatch (kBarrier, or kFinalize / kDestroy for the library's own).
+  void barrier(const Deadline &deadline, OpKind kind = OpKind::kBarrier);
+  // The agreement step alone, for an operation another transport carries (gather over UCX,
+  // objects, ...): every rank publishes desc and checks every peer's; MISMATCH on disagreement.
+  void arrive(const OpDescriptor &desc, const Deadline &deadline);
+  // The group's sequence number of the next call, for messages only (ranks agree on the order of
+  // calls through the steps themselves).
+  void set_seq(uint32_t seq) { seq_ = seq; }
 
   // In-segment layout types (public so their sizes can be checked at compile time).
   struct Control;  // one rank's step counters and futex word
@@ -153,6 +176,27 @@ class ShmGroup {
   size_t checked_dtype_size(const char *op, pstate_dtype_t dtype, size_t count, size_t multiple) const;
   void check_reduce(const char *op, pstate_dtype_t dtype, pstate_reduce_op_t op_kind) const;
   void check_buffers(const char *op, const void *send, const void *recv, size_t count) const;
+
+  // ---- agreement (shm_group.cpp; see "Agreement" above)
+  // Starts a call whose first step is step_ + 1. checked_by_reads: the protocol reads a line of
+  // every peer at that step (inline all_reduce, all_gather, reduce_scatter, barrier), so no peer
+  // is left to verify.
+  void begin_call(const OpDescriptor &desc, bool checked_by_reads, const Deadline &deadline);
+  uint64_t line_word(uint64_t step) const { return uint64_t{call_code_} << 32 | static_cast<uint32_t>(step); }
+  static bool step_reached(uint64_t word, uint64_t step) {
+    return static_cast<int32_t>(static_cast<uint32_t>(word) - static_cast<uint32_t>(step)) >= 0;
+  }
+  // After a line's step was reached: MISMATCH unless it is exactly this call's step and code.
+  void check_line_word(int peer, const Line *line, uint64_t word, uint64_t step) const {
+    if (word != line_word(step)) mismatch(peer, line, word);
+  }
+  [[noreturn]] void mismatch(int peer, const Line *line, uint64_t word) const;
+  void publish_arrival(const Deadline &deadline);  // line 0 of slot call_step_, count in its data
+  void verify_peer(int peer, const Deadline &deadline);
+  void verify_peers(const Deadline &deadline);     // every peer not verified in this call
+  void arrive_now(const OpDescriptor &desc, const Deadline &deadline);
+  static const char *peer_hint();                  // what a peer that never arrives may be doing
+  int global_rank(int group_rank) const;
 
   // ---- inline protocol (shm_group_inline.cpp)
   void inline_publish(uint64_t step, const uint8_t *src, size_t bytes, const Deadline &deadline);
@@ -228,6 +272,15 @@ class ShmGroup {
   int call_kind_ = -1;  // >= 0: stage_copy uses this kind for the call in progress (medium all_gather)
   uint64_t medium_gathers_ = 0;  // medium all_gather calls so far (the same count on every rank)
   const char *current_op_ = "";
+  // The call in progress (agreement): its first step, code, descriptor, and which peers were
+  // verified (verified_[p] == call_step_); pending_ counts those not yet verified.
+  uint64_t call_step_ = 0;
+  uint32_t call_code_ = 0;
+  OpDescriptor call_desc_;
+  std::vector<uint64_t> verified_;
+  int pending_ = 0;
+  const Deadline *call_deadline_ = nullptr;
+  uint32_t seq_ = 0;
 };
 
 }  // namespace pstate::shm

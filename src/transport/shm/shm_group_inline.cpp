@@ -2,9 +2,11 @@
 //
 // The protocol: at step s a rank publishes a payload into its inline slot s % inline_depth, a
 // run of 64-byte lines each holding 56 payload bytes and, stored last with release semantics,
-// the step s. A peer waits for the step in each line it needs (acquire) and then reads that
-// line's bytes: data and flag arrive in the same cache-line transfer, so a collective costs
-// about one cache-miss latency instead of a flag miss plus a data miss per hand-off. Before
+// the word code << 32 | s (code: the call's descriptor, see "Agreement" in shm_group.hpp). A
+// peer waits for the step in each line it needs (acquire), checks that the code is its own
+// (else PSTATE_ERR_MISMATCH), and then reads that line's bytes: data, flag and descriptor arrive
+// in the same cache-line transfer, so a collective costs about one cache-miss latency instead
+// of a flag miss plus a data miss per hand-off. Before
 // rewriting slot s % depth at step s, the owner waits until every peer's done >= s - depth
 // (usually known already, see wait_done); every rank stores done = s once it has read
 // everything it needs of step s.
@@ -14,7 +16,8 @@
 //                  0..size-1 (the same kernels on the same bytes: the same bits on every rank);
 //   all_gather     everyone publishes its block; every rank copies every block out;
 //   reduce_scatter everyone publishes its whole input; rank r folds everyone's block r;
-//   broadcast      the root publishes; the others copy;
+//   broadcast      the root publishes; the others publish an empty line (their arrival) and
+//                  copy; everyone then checks the lines of the peers it did not read;
 //   barrier        everyone publishes nothing (the step alone); every rank waits for all steps.
 #include "reduce/reduce.hpp"
 #include "transport/shm/shm_group.hpp"
@@ -56,7 +59,7 @@ void ShmGroup::inline_publish(uint64_t step, const uint8_t *src, size_t bytes, c
       std::memcpy(line->data, src + offset, kLineData);  // a whole line: a few inlined vector moves
     else if (offset < bytes)
       std::memcpy(line->data, src + offset, bytes - offset);
-    line->step.store(step, std::memory_order_release);
+    line->word.store(line_word(step), std::memory_order_release);
   }
   waiter_.notify(control(rank_).signal);
 }
@@ -67,13 +70,19 @@ void ShmGroup::inline_fetch(int peer, uint64_t step, size_t offset, size_t bytes
                             const Deadline &deadline) {
   const size_t first = offset / kLineData;
   const size_t last = bytes == 0 ? first : (offset + bytes - 1) / kLineData;
+  // A peer that disagrees about the count may never write the lines past its payload: its
+  // first line, which every call writes, is checked before any later one is waited for.
+  if (first != 0) inline_fetch(peer, step, 0, 0, nullptr, deadline);
   for (size_t l = first; l <= last; ++l) {
     Line *line = inline_line(peer, step, l);
+    uint64_t word = 0;
     waiter_.wait(
-        control(peer).signal, [&] { return line->step.load(std::memory_order_acquire) >= step; }, deadline, [&] {
+        control(peer).signal,
+        [&] { return step_reached(word = line->word.load(std::memory_order_acquire), step); }, deadline, [&] {
           return cat(options_.label, " rank ", rank_, ": ", current_op_, " (step ", step, "): waiting for rank ",
-                     peer, " to publish its data");
+                     peer, " to publish its data (", peer_hint(), ")");
         });
+    check_line_word(peer, line, word, step);
     // The owner stores its lines back to back: once the first has arrived the others have most
     // likely been written too, so ask for all of them now and let their misses overlap instead
     // of taking them one after another.
@@ -145,11 +154,13 @@ void ShmGroup::inline_reduce_scatter(const uint8_t *send, uint8_t *recv, size_t 
 
 void ShmGroup::inline_broadcast(uint8_t *buf, size_t bytes, int root, const Deadline &deadline) {
   const uint64_t s = step_ + 1;
-  if (rank_ == root)
+  if (rank_ == root) {
     inline_publish(s, buf, bytes, deadline);
-  else
+  } else {
+    inline_publish(s, nullptr, 0, deadline);
     inline_fetch(root, s, 0, bytes, buf, deadline);
-  finish_step(s);
+  }
+  finish_step(s);  // checks the peers not read (verify_peers)
 }
 
 void ShmGroup::inline_barrier(const Deadline &deadline) {

@@ -1,7 +1,9 @@
 // shm_group_layout.hpp — the in-segment structures of ShmGroup, shared by its .cpp files only.
 //
 // Control: one rank's step counters and futex word, alone on a 128-byte block. Line: one line of
-// the inline protocol, 56 payload bytes then the step that wrote them (stored last, release).
+// the inline protocol, 56 payload bytes then the word that flags them (stored last, release):
+// the call's code in the upper 32 bits, the step (modulo 2^32) in the lower (see "Agreement" in
+// shm_group.hpp).
 #pragma once
 
 #include "transport/shm/shm_group.hpp"
@@ -27,7 +29,7 @@ static_assert(sizeof(ShmGroup::Control) <= kControlStride);
 
 struct ShmGroup::Line {
   alignas(64) uint8_t data[kLineData];
-  std::atomic<uint64_t> step;  // stored (release) after data
+  std::atomic<uint64_t> word;  // code << 32 | step, stored (release) after data
 };
 static_assert(sizeof(ShmGroup::Line) == 64);
 
