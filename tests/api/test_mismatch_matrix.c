@@ -17,14 +17,18 @@
  * and exits while the others call the collective). Rank 0 is always the odd one out.
  *
  * Each case is a fresh job (ranks.h: fresh processes, a free port): the ranks init, agree on one
- * barrier, make the disagreeing call (timed), record what it returned in a shared page, call
- * pstate_abort and exit. A rank that does not return is SIGKILLed by the harness and counts as
+ * barrier, make the disagreeing call (timed), record what it returned in a shared page, wait
+ * until every rank has returned (bounded), call pstate_abort and exit. A rank that does not return is SIGKILLed by the harness and counts as
  * "did not return MISMATCH". Controls (every rank makes the same call) must return OK everywhere,
  * so an error-always library cannot pass.
  *
  * Knobs: PSTATE_MATRIX_FILTER=a,b  run the cases whose name contains a or b
  *        PSTATE_MATRIX_TIMEOUT_MS  pstate timeout of every rank (default 3000)
  *        PSTATE_MATRIX_VERBOSE=1   one line per case, passing ones too
+ *        PSTATE_MATRIX_LIST=1      print the selected cases' names, run nothing
+ *        PSTATE_MATRIX_NO_HOLD=1   a rank leaves as soon as its call returns (default: it waits
+ *                                  until every rank has returned, so an early exit cannot turn a
+ *                                  peer's MISMATCH into PEER_LOST)
  *        PSTATE_MATRIX_CHECK=1     set PSTATE_CHECK=1 in the ranks (validates this harness against
  *                                  the opt-in check; not what CI runs)
  */
@@ -140,6 +144,8 @@ typedef struct rank_result_t {
 typedef struct shared_t {
   case_t c;
   int64_t timeout_ms;
+  int hold;     /* ranks wait for every rank's return before pstate_abort (see matrix_rank) */
+  int returned; /* ranks done with their call (atomic) */
   rank_result_t r[MAX_RANKS];
 } shared_t;
 
@@ -262,6 +268,7 @@ static int matrix_rank(const pstate_test_rank_t *self) {
     res->setup_fail = 1;
     res->status = s;
     snprintf(res->msg, sizeof res->msg, "setup: %s", pstate_last_error());
+    __atomic_add_fetch(&g_shared->returned, 1, __ATOMIC_SEQ_CST);
     pstate_abort(ps);
     return 0;
   }
@@ -273,6 +280,14 @@ static int matrix_rank(const pstate_test_rank_t *self) {
   snprintf(res->msg, sizeof res->msg, "%s", s == PSTATE_OK ? "" : pstate_last_error());
   res->msg_ok = s != PSTATE_ERR_MISMATCH || c->what == D_NONE || message_names_both_sides(c, info.name, res->msg);
   res->returned = 1;
+  __atomic_add_fetch(&g_shared->returned, 1, __ATOMIC_SEQ_CST);
+  /* Hold: a rank that detected the disagreement first must not make its peers' answer PEER_LOST
+   * by exiting before they have theirs; what is measured is agreement, not a race with exit. So
+   * every rank but the finalizer (which leaves at once, as the case says) waits for every other
+   * rank's return, or for the bound, before pstate_abort. PSTATE_MATRIX_NO_HOLD=1: leave at once. */
+  while (g_shared->hold && ps != NULL && __atomic_load_n(&g_shared->returned, __ATOMIC_SEQ_CST) < c->world &&
+         pstate_test_now_ms() - t0 < (double)g_shared->timeout_ms + SLACK_MS)
+    usleep(1000);
   if (ps != NULL) pstate_abort(ps);
   free(send);
   free(recv);
@@ -318,30 +333,30 @@ static size_t build_matrix(case_t *cases, size_t cap) {
     if (e->counted) {
       other = e->base;
       other.mult = 2;
-      add_case(cases, &n, cap, op, "count", D_COUNT, e->base, other);
+      add_case(cases, &n, cap, op, kDisagreeName[D_COUNT], D_COUNT, e->base, other);
     }
     if (e->alt_dtype != NO_DT) {
       other = e->base;
       other.dtype = e->alt_dtype;
-      add_case(cases, &n, cap, op, "dtype", D_DTYPE, e->base, other);
+      add_case(cases, &n, cap, op, kDisagreeName[D_DTYPE], D_DTYPE, e->base, other);
     }
     if (e->reduces) {
       other = e->base;
       other.rop = PSTATE_MAX;
-      add_case(cases, &n, cap, op, "op", D_ROP, e->base, other);
+      add_case(cases, &n, cap, op, kDisagreeName[D_ROP], D_ROP, e->base, other);
     }
     if (e->rooted) {
       other = e->base;
       other.root = 1;
-      add_case(cases, &n, cap, op, "root", D_ROOT, e->base, other);
+      add_case(cases, &n, cap, op, kDisagreeName[D_ROOT], D_ROOT, e->base, other);
     }
     for (int k = 0; k < e->n_partners; ++k) {
       const call_t *p = &e->partners[k];
       char what[48];
-      snprintf(what, sizeof what, "kind-%s%s", kOpName[p->op], p->mult == 2 ? "-2N" : "");
+      snprintf(what, sizeof what, "%s-%s%s", kDisagreeName[D_KIND], kOpName[p->op], p->mult == 2 ? "-2N" : "");
       add_case(cases, &n, cap, op, what, D_KIND, e->base, *p);
     }
-    add_case(cases, &n, cap, op, "finalized", D_FINALIZED, e->base, e->base);
+    add_case(cases, &n, cap, op, kDisagreeName[D_FINALIZED], D_FINALIZED, e->base, e->base);
   }
   return n;
 }
@@ -349,7 +364,7 @@ static size_t build_matrix(case_t *cases, size_t cap) {
 static size_t build_controls(case_t *cases, size_t cap) {
   size_t n = 0;
   for (size_t i = 0; i < N_OPS; ++i)
-    add_cases(cases, &n, cap, kOpName[kOps[i].base.op], "agree", D_NONE, kOps[i].base, kOps[i].base, 1); /* 3 ranks */
+    add_cases(cases, &n, cap, kOpName[kOps[i].base.op], kDisagreeName[D_NONE], D_NONE, kOps[i].base, kOps[i].base, 1); /* 3 ranks */
   return n;
 }
 
@@ -434,9 +449,14 @@ static tally_t run_cases(const case_t *cases, size_t n) {
   double start = pstate_test_now_ms();
   for (size_t i = 0; i < n; ++i) {
     if (!selected(cases[i].name)) continue;
+    if (getenv("PSTATE_MATRIX_LIST") != NULL) {
+      printf("%s\n", cases[i].name);
+      continue;
+    }
     memset(g_shared, 0, sizeof *g_shared);
     g_shared->c = cases[i];
     g_shared->timeout_ms = tmo;
+    g_shared->hold = getenv("PSTATE_MATRIX_NO_HOLD") == NULL;
     int statuses[MAX_RANKS];
     pstate_test_run_processes(cases[i].world, kill_s, matrix_rank, NULL, statuses);
     verdict_t v = judge(g_shared);
