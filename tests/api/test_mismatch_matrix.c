@@ -22,7 +22,8 @@
  * "did not return MISMATCH". Controls (every rank makes the same call) must return OK everywhere,
  * so an error-always library cannot pass.
  *
- * Knobs: PSTATE_MATRIX_FILTER=a,b  run the cases whose name contains a or b
+ * Knobs: PSTATE_MATRIX_FILTER=a,b  run the cases whose name contains a or b (^a: starts with a);
+ *                                  names are op/disagreement/path/nSIZE/wRANKS
  *        PSTATE_MATRIX_TIMEOUT_MS  pstate timeout of every rank (default 3000)
  *        PSTATE_MATRIX_VERBOSE=1   one line per case, passing ones too
  *        PSTATE_MATRIX_LIST=1      print the selected cases' names, run nothing
@@ -374,7 +375,7 @@ static int selected(const char *name) {
   char buf[256];
   snprintf(buf, sizeof buf, "%s", f);
   for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save))
-    if (*tok != '\0' && strstr(name, tok) != NULL) return 1;
+    if (tok[0] == '^' ? strncmp(name, tok + 1, strlen(tok + 1)) == 0 : strstr(name, tok) != NULL) return 1;
   return 0;
 }
 
