@@ -18,9 +18,9 @@
  *
  * Each case is a fresh job (ranks.h: fresh processes, a free port): the ranks init, agree on one
  * barrier, make the disagreeing call (timed), record what it returned in a shared page, wait
- * until every rank has returned (bounded), call pstate_abort and exit. A rank that does not return is SIGKILLed by the harness and counts as
- * "did not return MISMATCH". Controls (every rank makes the same call) must return OK everywhere,
- * so an error-always library cannot pass.
+ * until every rank has returned (bounded), call pstate_abort and exit. A rank that does not
+ * return is SIGKILLed by the harness and counts as "did not return MISMATCH". Controls (every
+ * rank makes the same call) must return OK everywhere, so an error-always library cannot pass.
  *
  * Knobs: PSTATE_MATRIX_FILTER=a,b  run the cases whose name contains a or b (^a: starts with a);
  *                                  names are op/disagreement/path/nSIZE/wRANKS
@@ -38,7 +38,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+/* clang-format off: cmocka.h needs the four above first */
 #include <cmocka.h>
+/* clang-format on */
 
 #include <ctype.h>
 #include <stdio.h>
@@ -67,9 +69,8 @@ typedef enum op_t {
   OP_FINALIZE, /* not a collective: what the finalized peer does */
 } op_t;
 
-static const char *const kOpName[] = {"all_reduce", "all_gather", "reduce_scatter",   "broadcast", "gather",
-                                      "all_to_all", "barrier",    "broadcast_object", "all_gather_object",
-                                      "finalize"};
+static const char *const kOpName[] = {"all_reduce", "all_gather", "reduce_scatter",   "broadcast",         "gather",
+                                      "all_to_all", "barrier",    "broadcast_object", "all_gather_object", "finalize"};
 
 /* One rank's call. mult: count in units of the case's N (0 = no count: barrier, finalize). */
 typedef struct call_t {
@@ -93,12 +94,18 @@ typedef struct op_entry_t {
 
 #define NO_DT ((pstate_dtype_t)-1)
 #define NO_OP ((pstate_reduce_op_t)-1)
-#define AR(m, dt) {OP_ALL_REDUCE, m, dt, PSTATE_SUM, -1}
-#define AG(m, dt) {OP_ALL_GATHER, m, dt, NO_OP, -1}
-#define BC(m, dt) {OP_BROADCAST, m, dt, NO_OP, 0}
-#define BAR {OP_BARRIER, 0, NO_DT, NO_OP, -1}
-#define BCO {OP_BROADCAST_OBJECT, 1, PSTATE_INT8, NO_OP, 0}
-#define AGO {OP_ALL_GATHER_OBJECT, 1, PSTATE_INT8, NO_OP, -1}
+#define AR(m, dt) \
+  { OP_ALL_REDUCE, m, dt, PSTATE_SUM, -1 }
+#define AG(m, dt) \
+  { OP_ALL_GATHER, m, dt, NO_OP, -1 }
+#define BC(m, dt) \
+  { OP_BROADCAST, m, dt, NO_OP, 0 }
+#define BAR \
+  { OP_BARRIER, 0, NO_DT, NO_OP, -1 }
+#define BCO \
+  { OP_BROADCAST_OBJECT, 1, PSTATE_INT8, NO_OP, 0 }
+#define AGO \
+  { OP_ALL_GATHER_OBJECT, 1, PSTATE_INT8, NO_OP, -1 }
 
 static const op_entry_t kOps[] = {
     {AR(1, PSTATE_FLOAT32), PSTATE_INT32, 1, 0, 1, {AG(1, PSTATE_FLOAT32), BAR}, 2},
@@ -134,11 +141,11 @@ typedef struct case_t {
 /* ---- what the ranks report (a page shared across fork) --------------------------------------- */
 
 typedef struct rank_result_t {
-  int returned;    /* the call came back (else: killed, crashed, or failed before it) */
-  int setup_fail;  /* init or the warm-up barrier failed */
+  int returned;   /* the call came back (else: killed, crashed, or failed before it) */
+  int setup_fail; /* init or the warm-up barrier failed */
   int status;
   double elapsed_ms;
-  int msg_ok;      /* MISMATCH message names the group and both sides */
+  int msg_ok; /* MISMATCH message names the group and both sides */
   char msg[400];
 } rank_result_t;
 
@@ -154,7 +161,9 @@ static shared_t *g_shared;
 
 /* ---- a rank ---------------------------------------------------------------------------------- */
 
-static const char *dtype_name(pstate_dtype_t d) { return pstate_dtype_name(d) ? pstate_dtype_name(d) : "?"; }
+static const char *dtype_name(pstate_dtype_t d) {
+  return pstate_dtype_name(d) ? pstate_dtype_name(d) : "?";
+}
 
 static void describe_call(const call_t *c, size_t n, char *out, size_t cap) {
   int k = snprintf(out, cap, "%s", kOpName[c->op]);
@@ -164,7 +173,9 @@ static void describe_call(const call_t *c, size_t n, char *out, size_t cap) {
   if (c->mult > 0) snprintf(out + k, cap - (size_t)k, ")");
 }
 
-static int is_word(char ch) { return isalnum((unsigned char)ch) || ch == '_'; }
+static int is_word(char ch) {
+  return isalnum((unsigned char)ch) || ch == '_';
+}
 
 /* needle occurs in hay as a whole word ("broadcast" does not match inside "broadcast_object"). */
 static int has_word(const char *hay, const char *needle) {
@@ -200,13 +211,18 @@ static int message_names_both_sides(const case_t *c, const char *group, const ch
   if (strstr(msg, group) == NULL) return 0;
   if (!has_word(msg, kOpName[c->first.op])) return 0;
   switch (c->what) {
-    case D_COUNT: return has_number(msg, c->n * (size_t)c->first.mult) && has_number(msg, c->n * (size_t)c->others.mult);
-    case D_DTYPE: return has_word(msg, dtype_name(c->first.dtype)) && has_word(msg, dtype_name(c->others.dtype));
+    case D_COUNT:
+      return has_number(msg, c->n * (size_t)c->first.mult) && has_number(msg, c->n * (size_t)c->others.mult);
+    case D_DTYPE:
+      return has_word(msg, dtype_name(c->first.dtype)) && has_word(msg, dtype_name(c->others.dtype));
     case D_ROP:
       return has_word(msg, pstate_reduce_op_name(c->first.rop)) && has_word(msg, pstate_reduce_op_name(c->others.rop));
-    case D_ROOT: return has_root(msg, c->first.root) && has_root(msg, c->others.root);
-    case D_KIND: return has_word(msg, kOpName[c->others.op]);
-    default: return 1; /* finalized: the other side is a teardown; naming the collective is enough */
+    case D_ROOT:
+      return has_root(msg, c->first.root) && has_root(msg, c->others.root);
+    case D_KIND:
+      return has_word(msg, kOpName[c->others.op]);
+    default:
+      return 1; /* finalized: the other side is a teardown; naming the collective is enough */
   }
 }
 
@@ -214,13 +230,20 @@ static pstate_status_t issue(pstate_t **ps, pstate_group_t *g, const call_t *c, 
                              char *recv) {
   size_t count = n * (size_t)c->mult;
   switch (c->op) {
-    case OP_ALL_REDUCE: return pstate_all_reduce(g, send, recv, count, c->dtype, c->rop, NULL);
-    case OP_ALL_GATHER: return pstate_all_gather(g, send, recv, count, c->dtype, NULL);
-    case OP_REDUCE_SCATTER: return pstate_reduce_scatter(g, send, recv, count, c->dtype, c->rop, NULL);
-    case OP_BROADCAST: return pstate_broadcast(g, rank == c->root ? send : recv, count, c->dtype, c->root, NULL);
-    case OP_GATHER: return pstate_gather(g, send, recv, count, c->dtype, c->root, NULL);
-    case OP_ALL_TO_ALL: return pstate_all_to_all(g, send, recv, count, c->dtype, NULL);
-    case OP_BARRIER: return pstate_barrier(g);
+    case OP_ALL_REDUCE:
+      return pstate_all_reduce(g, send, recv, count, c->dtype, c->rop, NULL);
+    case OP_ALL_GATHER:
+      return pstate_all_gather(g, send, recv, count, c->dtype, NULL);
+    case OP_REDUCE_SCATTER:
+      return pstate_reduce_scatter(g, send, recv, count, c->dtype, c->rop, NULL);
+    case OP_BROADCAST:
+      return pstate_broadcast(g, rank == c->root ? send : recv, count, c->dtype, c->root, NULL);
+    case OP_GATHER:
+      return pstate_gather(g, send, recv, count, c->dtype, c->root, NULL);
+    case OP_ALL_TO_ALL:
+      return pstate_all_to_all(g, send, recv, count, c->dtype, NULL);
+    case OP_BARRIER:
+      return pstate_barrier(g);
     case OP_BROADCAST_OBJECT: {
       pstate_bytes_t out = {NULL, 0};
       pstate_status_t s = pstate_broadcast_object(g, send, count, c->root, &out);
@@ -365,7 +388,8 @@ static size_t build_matrix(case_t *cases, size_t cap) {
 static size_t build_controls(case_t *cases, size_t cap) {
   size_t n = 0;
   for (size_t i = 0; i < N_OPS; ++i)
-    add_cases(cases, &n, cap, kOpName[kOps[i].base.op], kDisagreeName[D_NONE], D_NONE, kOps[i].base, kOps[i].base, 1); /* 3 ranks */
+    add_cases(cases, &n, cap, kOpName[kOps[i].base.op], kDisagreeName[D_NONE], D_NONE, kOps[i].base, kOps[i].base,
+              1); /* 3 ranks */
   return n;
 }
 
@@ -429,8 +453,10 @@ static void print_case(const shared_t *sh, verdict_t v, int failed) {
          v.not_all_error ? " not-all-error" : "", v.bad_message ? " message-misses-a-side" : "");
   for (int r = 0; r < c->world; ++r) {
     const rank_result_t *res = &sh->r[r];
-    if (res->setup_fail) printf("    rank %d: setup failed: %s: %s\n", r, pstate_status_string(res->status), res->msg);
-    else if (!res->returned) printf("    rank %d: did not return (killed by the harness or crashed)\n", r);
+    if (res->setup_fail)
+      printf("    rank %d: setup failed: %s: %s\n", r, pstate_status_string(res->status), res->msg);
+    else if (!res->returned)
+      printf("    rank %d: did not return (killed by the harness or crashed)\n", r);
     else
       printf("    rank %d: %s in %.0f ms%s%s\n", r, pstate_status_string(res->status), res->elapsed_ms,
              res->msg[0] ? ": " : "", res->msg);
@@ -482,9 +508,10 @@ static void test_disagreeing_ranks_all_get_mismatch_never_ok(void **state) {
   static case_t cases[MAX_CASES];
   size_t n = build_matrix(cases, MAX_CASES);
   tally_t t = run_cases(cases, n);
-  printf("matrix: %d cases, %d with an OK among mismatched calls, %d where some rank did not return "
-         "MISMATCH/PEER_LOST\n",
-         t.cases, t.with_ok, t.not_all_error);
+  printf(
+      "matrix: %d cases, %d with an OK among mismatched calls, %d where some rank did not return "
+      "MISMATCH/PEER_LOST\n",
+      t.cases, t.with_ok, t.not_all_error);
   printf("matrix: %d with a MISMATCH message that misses the group or a side; timeout %lld ms; %.1f s%s\n",
          t.bad_message, (long long)timeout_ms(), t.wall_ms / 1e3,
          getenv("PSTATE_CHECK") ? " (PSTATE_CHECK=1: harness validation, not the always-on agreement)" : "");
@@ -510,9 +537,11 @@ int main(void) {
   g_shared = mmap(NULL, sizeof(shared_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (g_shared == MAP_FAILED) return 1;
   const char *check = getenv("PSTATE_MATRIX_CHECK");
-  if (check != NULL && strcmp(check, "1") == 0) setenv("PSTATE_CHECK", "1", 1);
-  else unsetenv("PSTATE_CHECK"); /* the agreement under test is the always-on one */
-  unsetenv("PSTATE_SHM");        /* each case picks its path */
+  if (check != NULL && strcmp(check, "1") == 0)
+    setenv("PSTATE_CHECK", "1", 1);
+  else
+    unsetenv("PSTATE_CHECK"); /* the agreement under test is the always-on one */
+  unsetenv("PSTATE_SHM");     /* each case picks its path */
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_agreeing_ranks_all_get_ok),
       cmocka_unit_test(test_disagreeing_ranks_all_get_mismatch_never_ok),
