@@ -155,7 +155,11 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body) {
   channel_->set_deadline(ctx_.op_deadline());
   channel_->set_op_name(pstate::op_kind_name(static_cast<OpKind>(desc.op)));
   try {
+#ifndef PSTATE_NO_AGREEMENT
     if (size() > 1 && (!use_shm() || ctx_.check_enabled())) verify_same_op(desc);
+#else
+    if (size() > 1 && ctx_.check_enabled()) verify_same_op(desc);
+#endif
   } catch (const pstate::Error &e) {
     if (e.status() != PSTATE_ERR_MISMATCH) ctx_.fail(e.what());
     throw;
@@ -182,7 +186,7 @@ void pstate_group_s::verify_same_op(const OpDescriptor &desc) {
                         " (group rank ", r, ") called ", pstate::describe_op(all[r], true),
                         ": every rank of a group must call the same collectives in the same order, with the same "
                         "counts, dtypes, reduce ops and roots (",
-                        use_shm() ? "PSTATE_CHECK" : "UCX", " descriptor exchange; the call fails on every rank)");
+                        ctx_.check_enabled() ? "PSTATE_CHECK" : "UCX", " descriptor exchange; the call fails on every rank)");
   }
 }
 

@@ -156,6 +156,9 @@ void ShmGroup::begin_call(const OpDescriptor &desc, bool checked_by_reads, const
   call_code_ = pack_call_code(desc);
   call_deadline_ = &deadline;
   pending_ = checked_by_reads ? 0 : size_ - 1;
+#ifdef PSTATE_NO_AGREEMENT
+  pending_ = 0;  // for measuring the agreement's cost only (CMake PSTATE_AGREEMENT=OFF)
+#endif
 }
 
 int ShmGroup::global_rank(int group_rank) const {
@@ -186,7 +189,7 @@ void ShmGroup::verify_peer(int peer, const Deadline &deadline) {
       control(peer).signal, [&] { return step_reached(word = line->word.load(std::memory_order_acquire), s); },
       deadline, [&] {
         return cat(options_.label, " rank ", rank_, ": ", current_op_, " (step ", s, "): waiting for rank ", peer,
-                   " to arrive at this call (", peer_hint(), ")");
+                   " to arrive at this call");
       });
   check_line_word(peer, line, word, s);
   if (call_desc_.count >= kCodedCountLarge) {
@@ -203,12 +206,6 @@ void ShmGroup::verify_peers(const Deadline &deadline) {
     const int p = (rank_ + n) % size_;
     if (verified_[static_cast<size_t>(p)] != call_step_) verify_peer(p, deadline);
   }
-}
-
-const char *ShmGroup::peer_hint() {
-  return "a rank that never arrives is not in a collective of this group: it may be in another group's "
-         "collective, in point-to-point, computing, or stuck; PSTATE_CHECK=1 also compares sequence numbers and "
-         "CUDA-context collectives";
 }
 
 void ShmGroup::mismatch(int peer, const Line *line, uint64_t word) const {

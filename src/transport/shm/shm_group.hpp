@@ -188,14 +188,17 @@ class ShmGroup {
   }
   // After a line's step was reached: MISMATCH unless it is exactly this call's step and code.
   void check_line_word(int peer, const Line *line, uint64_t word, uint64_t step) const {
+#ifndef PSTATE_NO_AGREEMENT
     if (word != line_word(step)) mismatch(peer, line, word);
+#else
+    static_cast<void>(peer), static_cast<void>(line), static_cast<void>(word), static_cast<void>(step);
+#endif
   }
   [[noreturn]] void mismatch(int peer, const Line *line, uint64_t word) const;
   void publish_arrival(const Deadline &deadline);  // line 0 of slot call_step_, count in its data
   void verify_peer(int peer, const Deadline &deadline);
   void verify_peers(const Deadline &deadline);     // every peer not verified in this call
   void arrive_now(const OpDescriptor &desc, const Deadline &deadline);
-  static const char *peer_hint();                  // what a peer that never arrives may be doing
   int global_rank(int group_rank) const;
 
   // ---- inline protocol (shm_group_inline.cpp)

@@ -80,7 +80,7 @@ void ShmGroup::inline_fetch(int peer, uint64_t step, size_t offset, size_t bytes
         control(peer).signal,
         [&] { return step_reached(word = line->word.load(std::memory_order_acquire), step); }, deadline, [&] {
           return cat(options_.label, " rank ", rank_, ": ", current_op_, " (step ", step, "): waiting for rank ",
-                     peer, " to publish its data (", peer_hint(), ")");
+                     peer, " to publish its data");
         });
     check_line_word(peer, line, word, step);
     // The owner stores its lines back to back: once the first has arrived the others have most

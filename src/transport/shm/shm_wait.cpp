@@ -123,7 +123,10 @@ void ShmWaiter::poll_wait(const std::function<bool()> &ready, const Deadline &de
 void ShmWaiter::timed_out(const std::function<std::string()> &describe) const {
   check_liveness();  // a dead peer is the better explanation than a timeout
   throw_error(PSTATE_ERR_TIMEOUT, describe(),
-              ": timed out (is that rank alive and making the same call? raise PSTATE_TIMEOUT_MS if it is just slow)");
+              ": timed out (is that rank alive? A rank in another collective of this group would have been a "
+              "MISMATCH, so it is elsewhere: in another group's collective, in point-to-point, computing, or "
+              "stuck; PSTATE_CHECK=1 also compares sequence numbers and CUDA-context collectives; raise "
+              "PSTATE_TIMEOUT_MS if it is just slow)");
 }
 
 }  // namespace pstate::shm

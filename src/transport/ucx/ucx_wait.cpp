@@ -237,7 +237,8 @@ void UcxWorker::throw_timeout(const OpId *ops, size_t n, const WaitScope &scope)
               p.same_process ? "a thread of this process" : (p.same_host ? "alive" : "on another host"), " (",
               describe_op(*first), "; ", pending, " of ", n,
               " requests pending); the peer may be stuck or not in this operation — or slower than the "
-              "timeout (timeout_ms / PSTATE_TIMEOUT_MS)");
+              "timeout (timeout_ms / PSTATE_TIMEOUT_MS); PSTATE_CHECK=1 also compares sequence numbers and "
+              "CUDA-context collectives");
 }
 
 }  // namespace pstate
