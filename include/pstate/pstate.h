@@ -384,7 +384,9 @@ PSTATE_API pstate_status_t pstate_all_reduce(pstate_group_t *g, const void *send
 PSTATE_API pstate_status_t pstate_all_gather(pstate_group_t *g, const void *send, void *recv, size_t send_count,
                                              pstate_dtype_t dtype, void *stream);
 /** send holds world_size * recv_count elements; rank r receives block r of the reduction.
- *  In place: recv == send + rank_in_group * recv_count; in a CPU context also recv == send. */
+ *  In place: recv == send + rank_in_group * recv_count; in a CPU context also recv == send
+ *  (pstate reduces into block rank_in_group of the buffer, then copies it to the front: that
+ *  block is scratch, as the rest of send is in any in-place call). */
 PSTATE_API pstate_status_t pstate_reduce_scatter(pstate_group_t *g, const void *send, void *recv, size_t recv_count,
                                                  pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream);
 /** buf on rank `src` is copied into buf on every other rank. */

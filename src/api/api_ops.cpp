@@ -82,8 +82,7 @@ PSTATE_API pstate_status_t pstate_all_reduce(pstate_group_t *g, const void *send
     check_op(g, dtype, stream, "pstate_all_reduce");
     ContextEntry entry(g->context(), "pstate_all_reduce");
     require_op(op);
-    require_buffer(send, count, dtype, 1, "send");
-    size_t bytes = require_fits(count, dtype, 1, "recv");
+    size_t bytes = require_buffer(send, count, dtype, 1, "send");
     require_buffer(recv, count, dtype, 1, "recv");
     require_disjoint(g, "pstate_all_reduce", send, bytes, recv, bytes, send == recv, "send == recv");
     if (g->on_device())
@@ -100,10 +99,8 @@ PSTATE_API pstate_status_t pstate_all_gather(pstate_group_t *g, const void *send
   return PSTATE_GUARD({
     check_op(g, dtype, stream, "pstate_all_gather");
     ContextEntry entry(g->context(), "pstate_all_gather");
-    size_t block = require_fits(send_count, dtype, 1, "send");
-    size_t total = require_fits(send_count, dtype, static_cast<size_t>(g->size()), "recv");
-    require_buffer(send, send_count, dtype, 1, "send");
-    require_buffer(recv, send_count, dtype, static_cast<size_t>(g->size()), "recv");
+    size_t block = require_buffer(send, send_count, dtype, 1, "send");
+    size_t total = require_buffer(recv, send_count, dtype, static_cast<size_t>(g->size()), "recv");
     const int r = g->rank_in_group();
     const bool nccl_in_place = send == at(recv, static_cast<size_t>(r) * block);
     if (g->on_device()) {
@@ -125,10 +122,8 @@ PSTATE_API pstate_status_t pstate_reduce_scatter(pstate_group_t *g, const void *
     check_op(g, dtype, stream, "pstate_reduce_scatter");
     ContextEntry entry(g->context(), "pstate_reduce_scatter");
     require_op(op);
-    size_t total = require_fits(recv_count, dtype, static_cast<size_t>(g->size()), "send");
-    size_t block = require_fits(recv_count, dtype, 1, "recv");
-    require_buffer(send, recv_count, dtype, static_cast<size_t>(g->size()), "send");
-    require_buffer(recv, recv_count, dtype, 1, "recv");
+    size_t total = require_buffer(send, recv_count, dtype, static_cast<size_t>(g->size()), "send");
+    size_t block = require_buffer(recv, recv_count, dtype, 1, "recv");
     const bool nccl_in_place = recv == at(send, static_cast<size_t>(g->rank_in_group()) * block);
     if (g->on_device()) {
       require_disjoint(g, "pstate_reduce_scatter", send, total, recv, block, nccl_in_place,
@@ -141,6 +136,17 @@ PSTATE_API pstate_status_t pstate_reduce_scatter(pstate_group_t *g, const void *
                      "recv == send + rank_in_group * recv_count, or recv == send");
     require_reducible(dtype, op);
     require_host(g, send, recv, "reduce_scatter");
+    // recv == send on a rank r >= 1: block 0 of this rank's send is still being read by the
+    // others while the result would land on it (shared memory reads it in place). Reduce into
+    // block r instead (the in-place form: only this rank reads it) and move the result to the
+    // front, which is what the caller asked for; block r of the buffer is scratch then.
+    const int r = g->rank_in_group();
+    if (recv == send && r != 0 && block != 0) {
+      uint8_t *own = static_cast<uint8_t *>(recv) + static_cast<size_t>(r) * block;
+      g->reduce_scatter(send, own, recv_count, dtype, op);
+      std::memcpy(recv, own, block);
+      return;
+    }
     g->reduce_scatter(send, recv, recv_count, dtype, op);
   });
 }
@@ -166,11 +172,10 @@ PSTATE_API pstate_status_t pstate_gather(pstate_group_t *g, const void *send, vo
     check_op(g, dtype, stream, "pstate_gather");
     ContextEntry entry(g->context(), "pstate_gather");
     require_rank(g, dst, "dst");
-    size_t block = require_fits(send_count, dtype, 1, "send");
+    size_t block = require_buffer(send, send_count, dtype, 1, "send");
     // recv's size is checked on every rank, not only on dst: a count whose gather cannot exist
     // fails the call everywhere, so no rank waits for a root that refused it.
     size_t total = require_fits(send_count, dtype, static_cast<size_t>(g->size()), "recv");
-    require_buffer(send, send_count, dtype, 1, "send");
     bool is_dst = g->rank_in_group() == dst;
     bool nccl_in_place = false;
     if (is_dst) {
@@ -200,8 +205,7 @@ PSTATE_API pstate_status_t pstate_all_to_all(pstate_group_t *g, const void *send
   return PSTATE_GUARD({
     check_op(g, dtype, stream, "pstate_all_to_all");
     ContextEntry entry(g->context(), "pstate_all_to_all");
-    size_t total = require_fits(count_per_rank, dtype, static_cast<size_t>(g->size()), "send");
-    require_buffer(send, count_per_rank, dtype, static_cast<size_t>(g->size()), "send");
+    size_t total = require_buffer(send, count_per_rank, dtype, static_cast<size_t>(g->size()), "send");
     require_buffer(recv, count_per_rank, dtype, static_cast<size_t>(g->size()), "recv");
     if (g->on_device()) {
       // NCCL has no in-place all_to_all: the device communicator refuses send == recv itself.

@@ -48,24 +48,25 @@ inline constexpr size_t kMaxBufferBytes = size_t{1} << 47;
 // or exceeds kMaxBufferBytes. Checked on every rank (a gather's recv size too), so a bad count
 // fails the call everywhere, locally, before any message.
 inline size_t require_fits(size_t count, pstate_dtype_t dtype, size_t blocks, const char *name) {
-  size_t esize = pstate_dtype_size(dtype);
-  size_t n = blocks ? blocks : 1;
-  if (count != 0 && count > std::numeric_limits<size_t>::max() / esize / n)
+  size_t elements = 0, bytes = 0;  // multiplications with overflow flags: no division on the fast path
+  if (__builtin_mul_overflow(count, blocks, &elements) ||
+      __builtin_mul_overflow(elements, pstate_dtype_size(dtype), &bytes)) [[unlikely]]
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, name, ": count ", count, " x ", blocks, " elements of ",
                 pstate_dtype_name(dtype), " overflows size_t");
-  size_t bytes = count * esize * n;
-  if (bytes > kMaxBufferBytes)
+  if (bytes > kMaxBufferBytes) [[unlikely]]
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, name, ": count ", count, " x ", blocks, " elements of ",
                 pstate_dtype_name(dtype), " = ", bytes, " bytes, more than 2^47 bytes (128 TiB, the most one "
                 "operation accepts): no address space holds it; is the count right?");
-  return count * esize * blocks;
+  return bytes;
 }
 
 // count elements of dtype times `blocks` must fit (require_fits); buf may be NULL only when empty.
-inline void require_buffer(const void *buf, size_t count, pstate_dtype_t dtype, size_t blocks, const char *name) {
-  require_fits(count, dtype, blocks, name);
-  if (count != 0 && blocks != 0 && buf == nullptr)
+// Returns the buffer's size in bytes.
+inline size_t require_buffer(const void *buf, size_t count, pstate_dtype_t dtype, size_t blocks, const char *name) {
+  size_t bytes = require_fits(count, dtype, blocks, name);
+  if (bytes != 0 && buf == nullptr)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, name, " is NULL with count ", count);
+  return bytes;
 }
 
 // Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte (no pointer arithmetic that could wrap).
