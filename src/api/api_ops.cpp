@@ -83,7 +83,7 @@ PSTATE_API pstate_status_t pstate_all_reduce(pstate_group_t *g, const void *send
     ContextEntry entry(g->context(), "pstate_all_reduce");
     require_op(op);
     size_t bytes = require_buffer(send, count, dtype, 1, "send");
-    require_buffer(recv, count, dtype, 1, "recv");
+    require_present(recv, bytes, count, "recv");
     require_disjoint(g, "pstate_all_reduce", send, bytes, recv, bytes, send == recv, "send == recv");
     if (g->on_device())
       return g->run_device(describe(OpKind::kAllReduce, count, dtype, op, -1),

@@ -47,10 +47,17 @@ inline constexpr size_t kMaxBufferBytes = size_t{1} << 47;
 // The bytes of count elements of dtype times `blocks`: INVALID_ARGUMENT when that overflows size_t
 // or exceeds kMaxBufferBytes. Checked on every rank (a gather's recv size too), so a bad count
 // fails the call everywhere, locally, before any message.
+// Element sizes, inline: the exported pstate_dtype_size is a call through the PLT on every use.
+inline size_t element_size(pstate_dtype_t dtype) {
+  constexpr size_t kSizes[PSTATE_DTYPE_COUNT] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+  auto i = static_cast<unsigned>(dtype);
+  return i < PSTATE_DTYPE_COUNT ? kSizes[i] : 0;
+}
+
 inline size_t require_fits(size_t count, pstate_dtype_t dtype, size_t blocks, const char *name) {
   size_t elements = 0, bytes = 0;  // multiplications with overflow flags: no division on the fast path
   if (__builtin_mul_overflow(count, blocks, &elements) ||
-      __builtin_mul_overflow(elements, pstate_dtype_size(dtype), &bytes)) [[unlikely]]
+      __builtin_mul_overflow(elements, element_size(dtype), &bytes)) [[unlikely]]
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, name, ": count ", count, " x ", blocks, " elements of ",
                 pstate_dtype_name(dtype), " overflows size_t");
   if (bytes > kMaxBufferBytes) [[unlikely]]
@@ -62,10 +69,13 @@ inline size_t require_fits(size_t count, pstate_dtype_t dtype, size_t blocks, co
 
 // count elements of dtype times `blocks` must fit (require_fits); buf may be NULL only when empty.
 // Returns the buffer's size in bytes.
+inline void require_present(const void *buf, size_t bytes, size_t count, const char *name) {
+  if (bytes != 0 && buf == nullptr) [[unlikely]]
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, name, " is NULL with count ", count);
+}
 inline size_t require_buffer(const void *buf, size_t count, pstate_dtype_t dtype, size_t blocks, const char *name) {
   size_t bytes = require_fits(count, dtype, blocks, name);
-  if (bytes != 0 && buf == nullptr)
-    throw_error(PSTATE_ERR_INVALID_ARGUMENT, name, " is NULL with count ", count);
+  require_present(buf, bytes, count, name);
   return bytes;
 }
 
