@@ -14,6 +14,9 @@
  * Teardown: while one thread is blocked in a barrier, another thread's all_reduce, pstate_abort
  * and pstate_finalize return INVALID_STATE and free nothing; the context finalizes normally once
  * the barrier returns.
+ *
+ * Re-entry: a pstate call on the same context from inside a pstate_alloc_fn callback is
+ * INVALID_STATE too (the header forbids it), and the dict still arrives.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -197,11 +200,62 @@ static void test_finalize_and_abort_while_another_thread_is_inside_a_call_free_n
   assert_int_equal(pstate_test_run_processes(2, 120, teardown_rank, NULL, NULL), 0);
 }
 
+/* ---- re-entry from an allocation callback -------------------------------------------------- */
+
+typedef struct reentry_t {
+  pstate_group_t *g;
+  pstate_status_t inner;
+  char inner_error[512];
+  float storage[16];
+} reentry_t;
+
+static void *reentrant_alloc(void *user, const char *name, pstate_dtype_t dtype, int ndim, const int64_t *shape,
+                             size_t bytes, pstate_device_t device) {
+  (void)name, (void)dtype, (void)ndim, (void)shape, (void)device;
+  reentry_t *r = user;
+  r->inner = pstate_barrier(r->g); /* the callback's own context: refused, the dict goes on */
+  snprintf(r->inner_error, sizeof r->inner_error, "%s", pstate_last_error());
+  return bytes <= sizeof r->storage ? r->storage : NULL;
+}
+
+static int reentry_rank(const pstate_test_rank_t *self) {
+  pstate_t *ps = NULL;
+  RANK_OK(self, pstate_test_init(self, 30000, &ps));
+  pstate_group_t *g = NULL;
+  RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &g));
+  float data[4] = {1, 2, 3, 4};
+  int64_t shape[1] = {4};
+  pstate_tensor_t t = PSTATE_TENSOR_INIT;
+  t.name = "x";
+  t.ndim = 1;
+  t.shape = shape;
+  t.data = data;
+  reentry_t r;
+  memset(&r, 0, sizeof r);
+  r.g = g;
+  r.inner = PSTATE_OK;
+  RANK_OK(self, pstate_broadcast_tensor_dict(g, &t, 1, 0, reentrant_alloc, &r, NULL));
+  if (self->rank == 1) {
+    RANK_CHECK(self, r.inner == PSTATE_ERR_INVALID_STATE && strstr(r.inner_error, kRule), "barrier from alloc: %s %s",
+               pstate_status_string(r.inner), r.inner_error);
+    RANK_CHECK(self, memcmp(r.storage, data, sizeof data) == 0, "the dict arrived");
+  }
+  RANK_OK(self, pstate_barrier(g)); /* the context is intact */
+  RANK_OK(self, pstate_finalize(ps));
+  return 0;
+}
+
+static void test_a_call_from_an_alloc_callback_on_its_own_context_is_invalid_state(void **state) {
+  (void)state;
+  assert_int_equal(pstate_test_run_processes(2, 120, reentry_rank, NULL, NULL), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_two_threads_on_one_context_get_ok_or_invalid_state_never_wrong_data_shm),
       cmocka_unit_test(test_two_threads_on_one_context_get_ok_or_invalid_state_never_wrong_data_ucx),
       cmocka_unit_test(test_finalize_and_abort_while_another_thread_is_inside_a_call_free_nothing),
+      cmocka_unit_test(test_a_call_from_an_alloc_callback_on_its_own_context_is_invalid_state),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
