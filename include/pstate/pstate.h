@@ -17,8 +17,24 @@
  *
  * Thread rules, unless a declaration says otherwise: different pstate_t handles are independent
  * and may be driven from different threads at once (N ranks as N threads in one process works);
- * one pstate_t and its groups are driven by one thread at a time. pstate_last_error() is
- * thread-local. Functions without a handle (layout, strings, version) are thread-safe.
+ * one thread at a time drives a pstate_t and its groups. The rule is enforced, not only stated:
+ * a call on a pstate_t or one of its groups made while another thread is inside a call on the
+ * same pstate_t returns PSTATE_ERR_INVALID_STATE at once ("one thread at a time drives a
+ * pstate_t ...") and touches nothing; so does a call from inside a pstate_alloc_fn callback on
+ * the callback's own context (one atomic exchange per call). pstate_group_info, pstate_group_ranks
+ * and pstate_group_same_node only read facts fixed when the group was made and are exempt.
+ * pstate_last_error() is thread-local. Functions without a handle (layout, strings, version) are
+ * thread-safe.
+ *
+ * Handles after teardown: pstate_finalize and pstate_abort free the pstate_t and every group of
+ * it. Using either afterwards (a second finalize, a group call, pstate_model_parallel_is_initialized)
+ * is undefined behaviour, as an NCCL communicator after ncclCommDestroy: pstate cannot tell a
+ * stale pointer from a live one without reading freed memory, so it does not try. Groups dropped
+ * by pstate_destroy_model_parallel are different: they stay allocated until finalize/abort,
+ * every operation on them returns PSTATE_ERR_INVALID_STATE ("destroyed"), also after a new
+ * pstate_initialize_model_parallel, and pstate_group_info/ranks/same_node still answer from the
+ * facts they had. pstate_finalize(NULL) and
+ * pstate_abort(NULL) are no-ops returning PSTATE_OK.
  *
  * ABI: versions with the same PSTATE_VERSION_MAJOR are ABI compatible; the SONAME is
  * libpstate.so.<MAJOR>. Status, dtype, op, device and group-kind numbers are never renumbered.
@@ -138,8 +154,10 @@ typedef enum pstate_group_kind_t PSTATE_ENUM_BASE {
 
 /** One rank's parallel state. Created by pstate_init, freed by pstate_finalize/pstate_abort. */
 typedef struct pstate_s pstate_t;
-/** One group of a pstate_t. Borrowed: owned by its pstate_t; valid until
- *  pstate_destroy_model_parallel (model-parallel groups) or pstate_finalize/abort (all). */
+/** One group of a pstate_t. Borrowed: owned by its pstate_t. A model-parallel group is usable
+ *  until pstate_destroy_model_parallel; after it, it stays allocated and answers
+ *  PSTATE_ERR_INVALID_STATE. Every group is freed by pstate_finalize/abort: using it after that
+ *  is undefined behaviour (see "Handles after teardown" above). */
 typedef struct pstate_group_s pstate_group_t;
 /** A computed rank layout (no communication). Freed by pstate_layout_destroy. */
 typedef struct pstate_layout_s pstate_layout_t;
@@ -271,14 +289,18 @@ PSTATE_API void pstate_layout_destroy(pstate_layout_t *l);
 PSTATE_API pstate_status_t pstate_init(const pstate_init_params_t *params, pstate_t **out);
 
 /** initialize_model_parallel: creates every group kind of the layout for cfg (NULL = tp =
- *  world). Collective over the world. INVALID_STATE when already initialized (destroy first) or
- *  in graph-capture mode. */
+ *  world). Collective over the world. The ranks first compare their configs (one all-gather of
+ *  the eight sizes over the world group): when any two differ every rank returns MISMATCH
+ *  naming both ("rank 0 tp 1 pp 2, rank 1 tp 2 pp 1"), nothing is created and the context is
+ *  unchanged (call it again with agreeing configs, or finalize). INVALID_STATE when already
+ *  initialized (destroy first) or in graph-capture mode. */
 PSTATE_API pstate_status_t pstate_initialize_model_parallel(pstate_t *ps, const pstate_parallel_config_t *cfg);
 
 /** 1 when model-parallel groups exist, 0 otherwise (also for NULL). */
 PSTATE_API int pstate_model_parallel_is_initialized(const pstate_t *ps);
 
-/** destroy_model_parallel: drops the model-parallel groups (their pstate_group_t become invalid);
+/** destroy_model_parallel: drops the model-parallel groups (their pstate_group_t stay allocated
+ *  until finalize and answer INVALID_STATE);
  *  the world group stays. Not collective, but in a CUDA context each group's NCCL communicator
  *  is finalized with its peers (bounded by the timeout), so call it on every rank. INVALID_STATE
  *  when none exist, or in graph-capture mode. */
@@ -292,7 +314,8 @@ PSTATE_API pstate_status_t pstate_destroy_model_parallel(pstate_t *ps);
 PSTATE_API pstate_status_t pstate_finalize(pstate_t *ps);
 
 /** Local teardown that never blocks on peers (use after PEER_LOST/TIMEOUT): frees ps. NULL is a
- *  no-op. Any thread may call it, but no other call on ps may run at the same time. */
+ *  no-op. Any thread may call it, but no other call on ps may run at the same time: while one
+ *  does, pstate_abort (like pstate_finalize) frees nothing and returns INVALID_STATE. */
 PSTATE_API pstate_status_t pstate_abort(pstate_t *ps);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -320,10 +343,26 @@ PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int s
 /* CUDA contexts: the operation is enqueued on `stream` (cudaStream_t; NULL = the context's     */
 /* stream) and the call returns at once, as in NCCL. Every rank of the group must call the same */
 /* collectives in the same order with the same count, dtype and op (PSTATE_CHECK=1 verifies).  */
-/* count 0 is legal. Reductions give bit-identical results on every rank; float16/bfloat16     */
-/* reduce through float32, rounding to nearest even after every step. Errors common to all:     */
-/* INVALID_ARGUMENT (NULL buffer with count > 0, bad dtype/op/rank), UNSUPPORTED (reduction on  */
-/* fp8), TIMEOUT, PEER_LOST, MISMATCH (PSTATE_CHECK), ABORTED (an earlier failure).            */
+/* count 0 is legal; a buffer of more than 2^47 bytes (128 TiB: count x element size x blocks, */
+/* on every rank) is INVALID_ARGUMENT, as no address space holds it.                            */
+/* Reductions give bit-identical results on every rank of one call; float16/bfloat16 reduce     */
+/* through float32, rounding to nearest even after every step, in an order that depends on the  */
+/* path: the shared-memory path (one host) and the UCX path (PSTATE_SHM=0, or across hosts) may */
+/* round differently, so fp16/bf16 bits may differ between the two paths (never between ranks). */
+/* AVG on integer dtypes sums in the dtype (wrapping on overflow, as unsigned arithmetic does)  */
+/* and then divides by the group size (toward zero): use a wider dtype when the sum can wrap.   */
+/*                                                                                              */
+/* Buffers: send and recv must not overlap except in the in-place forms each call names:       */
+/* all_reduce send == recv; all_gather send == recv + rank_in_group * send_count, or (CPU)      */
+/* send == recv; reduce_scatter recv == send + rank_in_group * recv_count, or (CPU) recv ==     */
+/* send; gather on dst send == recv + dst * send_count, or (CPU) send == recv; all_to_all (CPU) */
+/* send == recv. Any other overlap is INVALID_ARGUMENT naming both ranges and the forms (the    */
+/* check is local and costs two comparisons). In a CUDA context only NCCL's forms are accepted. */
+/*                                                                                              */
+/* Errors common to all: INVALID_ARGUMENT (NULL buffer with count > 0, bad dtype/op/rank,       */
+/* overlapping buffers, a count too large), INVALID_STATE (another thread is inside a call on   */
+/* the same pstate_t, a destroyed group), UNSUPPORTED (reduction on fp8), TIMEOUT, PEER_LOST,    */
+/* MISMATCH (PSTATE_CHECK), ABORTED (an earlier failure).                                       */
 /*                                                                                              */
 /* Memory: in a CPU context every buffer is host memory (CUDA device memory is                  */
 /* INVALID_ARGUMENT; pinned and managed memory are accepted); in a CUDA context every buffer is  */
@@ -338,20 +377,29 @@ PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int s
 /** recv[i] = op over ranks of send[i], count elements. send == recv is in place. */
 PSTATE_API pstate_status_t pstate_all_reduce(pstate_group_t *g, const void *send, void *recv, size_t count,
                                              pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream);
-/** recv (world_size * send_count elements) = concatenation of every rank's send, in rank order. */
+/** recv (world_size * send_count elements) = concatenation of every rank's send, in rank order.
+ *  In place: send == recv + rank_in_group * send_count; in a CPU context also send == recv on
+ *  every rank (pstate first copies the own block into place: one local copy of send_count
+ *  elements, every path and size). */
 PSTATE_API pstate_status_t pstate_all_gather(pstate_group_t *g, const void *send, void *recv, size_t send_count,
                                              pstate_dtype_t dtype, void *stream);
-/** send holds world_size * recv_count elements; rank r receives block r of the reduction. */
+/** send holds world_size * recv_count elements; rank r receives block r of the reduction.
+ *  In place: recv == send + rank_in_group * recv_count; in a CPU context also recv == send
+ *  (pstate reduces into block rank_in_group of the buffer, then copies it to the front: that
+ *  block is scratch, as the rest of send is in any in-place call). */
 PSTATE_API pstate_status_t pstate_reduce_scatter(pstate_group_t *g, const void *send, void *recv, size_t recv_count,
                                                  pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream);
 /** buf on rank `src` is copied into buf on every other rank. */
 PSTATE_API pstate_status_t pstate_broadcast(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype,
                                             int src, void *stream);
 /** recv on rank `dst` (world_size * send_count elements) = every rank's send in rank order;
- *  recv is ignored (may be NULL) on other ranks. */
+ *  recv is ignored (may be NULL) on other ranks, but world_size * send_count must fit on every
+ *  rank (INVALID_ARGUMENT everywhere otherwise). In place on dst: send == recv + dst *
+ *  send_count; in a CPU context also send == recv. */
 PSTATE_API pstate_status_t pstate_gather(pstate_group_t *g, const void *send, void *recv, size_t send_count,
                                          pstate_dtype_t dtype, int dst, void *stream);
-/** Block j of send (count_per_rank elements) goes to rank j; block i of recv comes from rank i. */
+/** Block j of send (count_per_rank elements) goes to rank j; block i of recv comes from rank i.
+ *  In place (CPU contexts only): send == recv. */
 PSTATE_API pstate_status_t pstate_all_to_all(pstate_group_t *g, const void *send, void *recv,
                                              size_t count_per_rank, pstate_dtype_t dtype, void *stream);
 /** Sends count elements to group rank dst (returns when the buffer may be reused). */
@@ -379,7 +427,8 @@ PSTATE_API pstate_status_t pstate_tp_allgather(pstate_t *ps, const void *send, v
 
 /** Rank src sends size bytes of data; every other rank receives them into *out (allocated by
  *  pstate, free with pstate_bytes_free). On src, data is read and out may be NULL (when given,
- *  it receives a copy). */
+ *  it receives a copy). A size over 2^47 bytes is INVALID_ARGUMENT on src, before anything is
+ *  sent (the other ranks are not told: they wait, as for any call src does not make). */
 PSTATE_API pstate_status_t pstate_broadcast_object(pstate_group_t *g, const void *data, size_t size, int src,
                                                    pstate_bytes_t *out);
 /** Every rank contributes size bytes; *out = the concatenation in group-rank order and

@@ -26,6 +26,21 @@ void check_op(const pstate_group_t *g, pstate_dtype_t dtype, void *stream, const
   require_cpu_stream(g, stream);
 }
 
+const uint8_t *at(const void *p, size_t offset) { return static_cast<const uint8_t *>(p) + offset; }
+
+// all_gather / gather with send == recv on a rank r >= 1: send is recv's block 0, which the
+// algorithms overwrite with rank 0's data before (shared memory: while) they read send. Copying
+// it to recv's block r (disjoint from block 0 when r >= 1) turns the call into the in-place form
+// send == recv + r * block that every path supports, at the cost of one local copy and no
+// allocation. Returns the send pointer to use. CUDA contexts keep NCCL's in-place forms only
+// (the caller refuses send == recv there).
+const void *own_block_in_place(const void *send, void *recv, int r, size_t block_bytes) {
+  if (send != recv || r == 0 || block_bytes == 0) return send;
+  uint8_t *own = static_cast<uint8_t *>(recv) + static_cast<size_t>(r) * block_bytes;
+  std::memcpy(own, send, block_bytes);
+  return own;
+}
+
 // What PSTATE_CHECK compares for a device operation (the CPU operations fill the same fields).
 OpDescriptor describe(OpKind kind, size_t count, int dtype, int op, int root) {
   return OpDescriptor{static_cast<uint32_t>(kind), 0, count, dtype, op, root, 0};
@@ -51,8 +66,9 @@ void export_bytes(const pstate::Bytes &in, pstate_bytes_t *out) {
   out->size = in.size();
 }
 
-pstate_group_t *tp_group(pstate_t *ps) {
+pstate_group_t *tp_group(pstate_t *ps, const char *call) {
   require_context(ps);
+  ContextEntry entry(*ps, call);
   return ps->group(PSTATE_GROUP_TP);
 }
 
@@ -64,9 +80,11 @@ PSTATE_API pstate_status_t pstate_all_reduce(pstate_group_t *g, const void *send
                                              pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream) {
   return PSTATE_GUARD({
     check_op(g, dtype, stream, "pstate_all_reduce");
+    ContextEntry entry(g->context(), "pstate_all_reduce");
     require_op(op);
-    require_buffer(send, count, dtype, 1, "send");
-    require_buffer(recv, count, dtype, 1, "recv");
+    size_t bytes = require_buffer(send, count, dtype, 1, "send");
+    require_present(recv, bytes, count, "recv");
+    require_disjoint(g, "pstate_all_reduce", send, bytes, recv, bytes, send == recv, "send == recv");
     if (g->on_device())
       return g->run_device(describe(OpKind::kAllReduce, count, dtype, op, -1),
                            [&](DeviceComm &d) { d.all_reduce(send, recv, count, dtype, op, stream); });
@@ -80,28 +98,55 @@ PSTATE_API pstate_status_t pstate_all_gather(pstate_group_t *g, const void *send
                                              pstate_dtype_t dtype, void *stream) {
   return PSTATE_GUARD({
     check_op(g, dtype, stream, "pstate_all_gather");
-    require_buffer(send, send_count, dtype, 1, "send");
-    require_buffer(recv, send_count, dtype, static_cast<size_t>(g->size()), "recv");
-    if (g->on_device())
+    ContextEntry entry(g->context(), "pstate_all_gather");
+    size_t block = require_buffer(send, send_count, dtype, 1, "send");
+    size_t total = require_buffer(recv, send_count, dtype, static_cast<size_t>(g->size()), "recv");
+    const int r = g->rank_in_group();
+    const bool nccl_in_place = send == at(recv, static_cast<size_t>(r) * block);
+    if (g->on_device()) {
+      require_disjoint(g, "pstate_all_gather", send, block, recv, total, nccl_in_place,
+                       "send == recv + rank_in_group * send_count (NCCL's; in a CUDA context send == recv works "
+                       "on rank_in_group 0 only)");
       return g->run_device(describe(OpKind::kAllGather, send_count, dtype, -1, -1),
                            [&](DeviceComm &d) { d.all_gather(send, recv, send_count, dtype, stream); });
+    }
+    require_disjoint(g, "pstate_all_gather", send, block, recv, total, nccl_in_place || send == recv,
+                     "send == recv + rank_in_group * send_count, or send == recv");
     require_host(g, send, recv, "all_gather");
-    g->all_gather(send, recv, send_count, dtype);
+    g->all_gather(own_block_in_place(send, recv, r, block), recv, send_count, dtype);
   });
 }
-
 PSTATE_API pstate_status_t pstate_reduce_scatter(pstate_group_t *g, const void *send, void *recv, size_t recv_count,
                                                  pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream) {
   return PSTATE_GUARD({
     check_op(g, dtype, stream, "pstate_reduce_scatter");
+    ContextEntry entry(g->context(), "pstate_reduce_scatter");
     require_op(op);
-    require_buffer(send, recv_count, dtype, static_cast<size_t>(g->size()), "send");
-    require_buffer(recv, recv_count, dtype, 1, "recv");
-    if (g->on_device())
+    size_t total = require_buffer(send, recv_count, dtype, static_cast<size_t>(g->size()), "send");
+    size_t block = require_buffer(recv, recv_count, dtype, 1, "recv");
+    const bool nccl_in_place = recv == at(send, static_cast<size_t>(g->rank_in_group()) * block);
+    if (g->on_device()) {
+      require_disjoint(g, "pstate_reduce_scatter", send, total, recv, block, nccl_in_place,
+                       "recv == send + rank_in_group * recv_count (NCCL's; in a CUDA context recv == send works "
+                       "on rank_in_group 0 only)");
       return g->run_device(describe(OpKind::kReduceScatter, recv_count, dtype, op, -1),
                            [&](DeviceComm &d) { d.reduce_scatter(send, recv, recv_count, dtype, op, stream); });
+    }
+    require_disjoint(g, "pstate_reduce_scatter", send, total, recv, block, nccl_in_place || recv == send,
+                     "recv == send + rank_in_group * recv_count, or recv == send");
     require_reducible(dtype, op);
     require_host(g, send, recv, "reduce_scatter");
+    // recv == send on a rank r >= 1: block 0 of this rank's send is still being read by the
+    // others while the result would land on it (shared memory reads it in place). Reduce into
+    // block r instead (the in-place form: only this rank reads it) and move the result to the
+    // front, which is what the caller asked for; block r of the buffer is scratch then.
+    const int r = g->rank_in_group();
+    if (recv == send && r != 0 && block != 0) {
+      uint8_t *own = static_cast<uint8_t *>(recv) + static_cast<size_t>(r) * block;
+      g->reduce_scatter(send, own, recv_count, dtype, op);
+      std::memcpy(recv, own, block);
+      return;
+    }
     g->reduce_scatter(send, recv, recv_count, dtype, op);
   });
 }
@@ -110,6 +155,7 @@ PSTATE_API pstate_status_t pstate_broadcast(pstate_group_t *g, void *buf, size_t
                                             void *stream) {
   return PSTATE_GUARD({
     check_op(g, dtype, stream, "pstate_broadcast");
+    ContextEntry entry(g->context(), "pstate_broadcast");
     require_rank(g, src, "src");
     require_buffer(buf, count, dtype, 1, "buf");
     if (g->on_device())
@@ -124,15 +170,32 @@ PSTATE_API pstate_status_t pstate_gather(pstate_group_t *g, const void *send, vo
                                          pstate_dtype_t dtype, int dst, void *stream) {
   return PSTATE_GUARD({
     check_op(g, dtype, stream, "pstate_gather");
+    ContextEntry entry(g->context(), "pstate_gather");
     require_rank(g, dst, "dst");
-    require_buffer(send, send_count, dtype, 1, "send");
+    size_t block = require_buffer(send, send_count, dtype, 1, "send");
+    // recv's size is checked on every rank, not only on dst: a count whose gather cannot exist
+    // fails the call everywhere, so no rank waits for a root that refused it.
+    size_t total = require_fits(send_count, dtype, static_cast<size_t>(g->size()), "recv");
     bool is_dst = g->rank_in_group() == dst;
-    if (is_dst) require_buffer(recv, send_count, dtype, static_cast<size_t>(g->size()), "recv");
-    if (g->on_device())
+    bool nccl_in_place = false;
+    if (is_dst) {
+      require_buffer(recv, send_count, dtype, static_cast<size_t>(g->size()), "recv");
+      nccl_in_place = send == at(recv, static_cast<size_t>(dst) * block);
+    }
+    if (g->on_device()) {
+      if (is_dst)
+        require_disjoint(g, "pstate_gather", send, block, recv, total, nccl_in_place,
+                         "send == recv + dst * send_count on dst (in a CUDA context send == recv works for dst 0 only)");
       return g->run_device(describe(OpKind::kGather, send_count, dtype, -1, dst),
                            [&](DeviceComm &d) { d.gather(send, recv, send_count, dtype, dst, stream); });
+    }
     require_host(g, send, "send", "gather");
-    if (is_dst) require_host(g, recv, "recv", "gather");
+    if (is_dst) {
+      require_disjoint(g, "pstate_gather", send, block, recv, total, nccl_in_place || send == recv,
+                       "send == recv + dst * send_count on dst, or send == recv");
+      require_host(g, recv, "recv", "gather");
+      send = own_block_in_place(send, recv, dst, block);
+    }
     g->gather(send, recv, send_count, dtype, dst);
   });
 }
@@ -141,11 +204,17 @@ PSTATE_API pstate_status_t pstate_all_to_all(pstate_group_t *g, const void *send
                                              pstate_dtype_t dtype, void *stream) {
   return PSTATE_GUARD({
     check_op(g, dtype, stream, "pstate_all_to_all");
-    require_buffer(send, count_per_rank, dtype, static_cast<size_t>(g->size()), "send");
+    ContextEntry entry(g->context(), "pstate_all_to_all");
+    size_t total = require_buffer(send, count_per_rank, dtype, static_cast<size_t>(g->size()), "send");
     require_buffer(recv, count_per_rank, dtype, static_cast<size_t>(g->size()), "recv");
-    if (g->on_device())
+    if (g->on_device()) {
+      // NCCL has no in-place all_to_all: the device communicator refuses send == recv itself.
+      require_disjoint(g, "pstate_all_to_all", send, total, recv, total, send == recv,
+                       "none in a CUDA context (send == recv is refused too)");
       return g->run_device(describe(OpKind::kAllToAll, count_per_rank, dtype, -1, -1),
                            [&](DeviceComm &d) { d.all_to_all(send, recv, count_per_rank, dtype, stream); });
+    }
+    require_disjoint(g, "pstate_all_to_all", send, total, recv, total, send == recv, "send == recv");
     require_host(g, send, recv, "all_to_all");
     g->all_to_all(send, recv, count_per_rank, dtype);
   });
@@ -157,6 +226,7 @@ PSTATE_API pstate_status_t pstate_send(pstate_group_t *g, const void *buf, size_
                                        void *stream) {
   return PSTATE_GUARD({
     check_op(g, dtype, stream, "pstate_send");
+    ContextEntry entry(g->context(), "pstate_send");
     require_rank(g, dst, "dst");
     require(dst != g->rank_in_group(), "dst is this rank: pstate_send needs another rank of the group");
     require_buffer(buf, count, dtype, 1, "buf");
@@ -174,6 +244,7 @@ PSTATE_API pstate_status_t pstate_recv(pstate_group_t *g, void *buf, size_t coun
                                        void *stream) {
   return PSTATE_GUARD({
     check_op(g, dtype, stream, "pstate_recv");
+    ContextEntry entry(g->context(), "pstate_recv");
     require_rank(g, src, "src");
     require(src != g->rank_in_group(), "src is this rank: pstate_recv needs another rank of the group");
     require_buffer(buf, count, dtype, 1, "buf");
@@ -190,6 +261,7 @@ PSTATE_API pstate_status_t pstate_recv(pstate_group_t *g, void *buf, size_t coun
 PSTATE_API pstate_status_t pstate_barrier(pstate_group_t *g) {
   return PSTATE_GUARD({
     require_group(g, "pstate_barrier");
+    ContextEntry entry(g->context(), "pstate_barrier");
     g->barrier();  // the CPU communicator in every context (SGLang: cpu_group barrier)
   });
 }
@@ -197,14 +269,14 @@ PSTATE_API pstate_status_t pstate_barrier(pstate_group_t *g) {
 PSTATE_API pstate_status_t pstate_tp_allreduce(pstate_t *ps, void *buf, size_t count, pstate_dtype_t dtype,
                                                pstate_reduce_op_t op, void *stream) {
   pstate_group_t *g = nullptr;
-  pstate_status_t s = PSTATE_GUARD({ g = tp_group(ps); });
+  pstate_status_t s = PSTATE_GUARD({ g = tp_group(ps, "pstate_tp_allreduce"); });
   return s != PSTATE_OK ? s : pstate_all_reduce(g, buf, buf, count, dtype, op, stream);
 }
 
 PSTATE_API pstate_status_t pstate_tp_allgather(pstate_t *ps, const void *send, void *recv, size_t send_count,
                                                pstate_dtype_t dtype, void *stream) {
   pstate_group_t *g = nullptr;
-  pstate_status_t s = PSTATE_GUARD({ g = tp_group(ps); });
+  pstate_status_t s = PSTATE_GUARD({ g = tp_group(ps, "pstate_tp_allgather"); });
   return s != PSTATE_OK ? s : pstate_all_gather(g, send, recv, send_count, dtype, stream);
 }
 
@@ -212,9 +284,11 @@ PSTATE_API pstate_status_t pstate_broadcast_object(pstate_group_t *g, const void
                                                    pstate_bytes_t *out) {
   return PSTATE_GUARD({
     require_group(g, "pstate_broadcast_object");
+    ContextEntry entry(g->context(), "pstate_broadcast_object");
     require_rank(g, src, "src");
     bool is_src = g->rank_in_group() == src;
     if (is_src) require(data != nullptr || size == 0, "data is NULL with size > 0");
+    if (is_src) require_fits(size, PSTATE_UINT8, 1, "size");
     else require_nonnull(out, "out");
     if (out != nullptr) *out = pstate_bytes_t{nullptr, 0};
     pstate::Bytes got = g->broadcast_object(data, size, src);
@@ -226,7 +300,9 @@ PSTATE_API pstate_status_t pstate_all_gather_object(pstate_group_t *g, const voi
                                                     pstate_bytes_t *out, size_t *sizes, size_t capacity) {
   return PSTATE_GUARD({
     require_group(g, "pstate_all_gather_object");
+    ContextEntry entry(g->context(), "pstate_all_gather_object");
     require(data != nullptr || size == 0, "data is NULL with size > 0");
+    require_fits(size, PSTATE_UINT8, 1, "size");
     require_nonnull(out, "out");
     require_nonnull(sizes, "sizes");
     if (capacity < static_cast<size_t>(g->size()))
@@ -243,9 +319,11 @@ PSTATE_API pstate_status_t pstate_all_gather_object(pstate_group_t *g, const voi
 PSTATE_API pstate_status_t pstate_send_object(pstate_group_t *g, const void *data, size_t size, int dst) {
   return PSTATE_GUARD({
     require_group(g, "pstate_send_object");
+    ContextEntry entry(g->context(), "pstate_send_object");
     require_rank(g, dst, "dst");
     require(dst != g->rank_in_group(), "dst is this rank: pstate_send_object needs another rank of the group");
     require(data != nullptr || size == 0, "data is NULL with size > 0");
+    require_fits(size, PSTATE_UINT8, 1, "size");
     g->send_object(data, size, dst);
   });
 }
@@ -253,6 +331,7 @@ PSTATE_API pstate_status_t pstate_send_object(pstate_group_t *g, const void *dat
 PSTATE_API pstate_status_t pstate_recv_object(pstate_group_t *g, int src, pstate_bytes_t *out) {
   return PSTATE_GUARD({
     require_group(g, "pstate_recv_object");
+    ContextEntry entry(g->context(), "pstate_recv_object");
     require_rank(g, src, "src");
     require(src != g->rank_in_group(), "src is this rank: pstate_recv_object needs another rank of the group");
     require_nonnull(out, "out");
@@ -271,6 +350,7 @@ PSTATE_API void pstate_bytes_free(pstate_bytes_t *b) {
 PSTATE_API pstate_status_t pstate_graph_capture_begin(pstate_t *ps, void *stream, void **capture_stream) {
   return PSTATE_GUARD({
     require_context(ps);
+    ContextEntry entry(*ps, "pstate_graph_capture_begin");
     require_nonnull(capture_stream, "capture_stream");
     *capture_stream = nullptr;
     *capture_stream = ps->begin_graph_capture(stream);
@@ -280,6 +360,7 @@ PSTATE_API pstate_status_t pstate_graph_capture_begin(pstate_t *ps, void *stream
 PSTATE_API pstate_status_t pstate_graph_capture_end(pstate_t *ps) {
   return PSTATE_GUARD({
     require_context(ps);
+    ContextEntry entry(*ps, "pstate_graph_capture_end");
     ps->end_graph_capture();
   });
 }

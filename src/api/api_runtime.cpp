@@ -32,6 +32,7 @@ PSTATE_API pstate_status_t pstate_init(const pstate_init_params_t *params, pstat
 PSTATE_API pstate_status_t pstate_initialize_model_parallel(pstate_t *ps, const pstate_parallel_config_t *cfg) {
   return PSTATE_GUARD({
     pstate::api::require_context(ps);
+    pstate::api::ContextEntry entry(*ps, "pstate_initialize_model_parallel");
     if (cfg != nullptr)
       pstate::api::require_struct(cfg->struct_size, sizeof(pstate_parallel_config_t), sizeof(pstate_parallel_config_t),
                                   "cfg", "PSTATE_PARALLEL_CONFIG_INIT");
@@ -46,22 +47,31 @@ PSTATE_API int pstate_model_parallel_is_initialized(const pstate_t *ps) {
 PSTATE_API pstate_status_t pstate_destroy_model_parallel(pstate_t *ps) {
   return PSTATE_GUARD({
     pstate::api::require_context(ps);
+    pstate::api::ContextEntry entry(*ps, "pstate_destroy_model_parallel");
     ps->destroy_model_parallel();
   });
 }
 
+// finalize and abort free ps, so they take the context's busy flag without giving it back: while
+// another thread is inside a call on ps they free nothing and answer INVALID_STATE (freeing the
+// context under that call would crash it).
 PSTATE_API pstate_status_t pstate_finalize(pstate_t *ps) {
   if (ps == nullptr) return PSTATE_OK;
+  if (!ps->try_enter()) return PSTATE_GUARD({ pstate::api::throw_context_busy(*ps, "pstate_finalize (nothing freed)"); });
   // In graph-capture mode nothing is released (the caller's graph may still record into the
   // communicators): INVALID_STATE, and ps stays valid for pstate_graph_capture_end.
-  if (ps->capturing() && ps->state() != pstate::Context::State::kFailed)
-    return PSTATE_GUARD({ ps->finalize(); });
+  if (ps->capturing() && ps->state() != pstate::Context::State::kFailed) {
+    pstate_status_t s = PSTATE_GUARD({ ps->finalize(); });
+    ps->leave();
+    return s;
+  }
   std::unique_ptr<pstate_s> owned(ps);
   return PSTATE_GUARD({ owned->finalize(); });
 }
 
 PSTATE_API pstate_status_t pstate_abort(pstate_t *ps) {
   if (ps == nullptr) return PSTATE_OK;
+  if (!ps->try_enter()) return PSTATE_GUARD({ pstate::api::throw_context_busy(*ps, "pstate_abort (nothing freed)"); });
   std::unique_ptr<pstate_s> owned(ps);
   return PSTATE_GUARD({ owned->abort(); });
 }
@@ -71,6 +81,7 @@ PSTATE_API pstate_status_t pstate_get_group(pstate_t *ps, pstate_group_kind_t ki
     require_nonnull(out, "out");
     *out = nullptr;
     pstate::api::require_context(ps);
+    pstate::api::ContextEntry entry(*ps, "pstate_get_group");
     pstate::api::require_group_kind(kind);
     *out = ps->group(kind);
   });

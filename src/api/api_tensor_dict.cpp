@@ -29,6 +29,7 @@ PSTATE_API pstate_status_t pstate_broadcast_tensor_dict(pstate_group_t *g, const
                                                         int src, pstate_alloc_fn alloc, void *user, void *stream) {
   return PSTATE_GUARD({
     require_group(g, "pstate_broadcast_tensor_dict");
+    ContextEntry entry(g->context(), "pstate_broadcast_tensor_dict");
     require_rank(g, src, "src");
     require_cpu_stream(g, stream);
     if (g->rank_in_group() == src)
@@ -43,6 +44,7 @@ PSTATE_API pstate_status_t pstate_send_tensor_dict(pstate_group_t *g, const psta
                                                    int dst, void *stream) {
   return PSTATE_GUARD({
     require_group(g, "pstate_send_tensor_dict");
+    ContextEntry entry(g->context(), "pstate_send_tensor_dict");
     require_rank(g, dst, "dst");
     require(dst != g->rank_in_group(), "dst is this rank: pstate_send_tensor_dict needs another rank of the group");
     require_cpu_stream(g, stream);
@@ -55,6 +57,7 @@ PSTATE_API pstate_status_t pstate_recv_tensor_dict(pstate_group_t *g, int src, p
                                                    void *stream) {
   return PSTATE_GUARD({
     require_group(g, "pstate_recv_tensor_dict");
+    ContextEntry entry(g->context(), "pstate_recv_tensor_dict");
     require_rank(g, src, "src");
     require(src != g->rank_in_group(), "src is this rank: pstate_recv_tensor_dict needs another rank of the group");
     require_cpu_stream(g, stream);

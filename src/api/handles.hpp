@@ -1,4 +1,13 @@
 // handles.hpp — checks of the opaque handles and of the arguments every group call shares.
+//
+// Handles: a pstate_t or pstate_group_t used after pstate_finalize/abort freed it is undefined
+// behaviour (as an NCCL communicator after ncclCommDestroy); nothing here tries to detect it, since
+// any such test would read freed memory. A group after pstate_destroy_model_parallel is retired,
+// not freed: it stays readable and its calls answer INVALID_STATE (Group::check_alive).
+//
+// Threads: one thread at a time drives a pstate_t and its groups. ContextEntry enforces it with
+// one atomic exchange per call on the context's busy flag: a second thread that enters while a
+// call runs gets INVALID_STATE at once instead of corrupting the transports.
 #pragma once
 
 #include "api/boundary.hpp"
@@ -6,18 +15,21 @@
 #include "group/group.hpp"
 #include "reduce/reduce.hpp"
 
+#include <cstdint>
 #include <limits>
 
 namespace pstate::api {
 
 inline void require_context(const pstate_t *ps) { require_nonnull(ps, "ps"); }
 
-// A group handle: non-NULL and still one of ours (a destroyed group answers INVALID_STATE from
-// its own check_alive; freed memory cannot be detected in general).
+// A group handle: non-NULL and carrying a group's magic number, which catches another kind of
+// pointer passed as g (a pstate_t, a tensor). A retired group (after destroy_model_parallel)
+// passes and answers INVALID_STATE from its own check_alive. A group of a finalized or aborted
+// context is freed memory: undefined behaviour, not detected (see the top of this file).
 inline void require_group(const pstate_group_t *g, const char *call) {
   require_nonnull(g, "g");
   if (!g->valid_magic())
-    throw_error(PSTATE_ERR_INVALID_ARGUMENT, call, ": g is not a live pstate_group_t (finalized context?)");
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, call, ": g is not a pstate_group_t (pass a group from pstate_get_group)");
 }
 
 inline void require_rank(const pstate_group_t *g, int rank, const char *name) {
@@ -26,15 +38,86 @@ inline void require_rank(const pstate_group_t *g, int rank, const char *name) {
                 g->size() - 1, "): ranks are ranks in the group (rank_in_group), not global ranks");
 }
 
-// count elements of dtype times `blocks` must fit in size_t; buf may be NULL only when empty.
-inline void require_buffer(const void *buf, size_t count, pstate_dtype_t dtype, size_t blocks, const char *name) {
-  size_t esize = pstate_dtype_size(dtype);
-  if (count != 0 && (count > std::numeric_limits<size_t>::max() / esize / (blocks ? blocks : 1)))
+// The largest buffer one operation accepts: 2^47 bytes (128 TiB), the user address space of
+// x86-64 and AArch64 with 4-level page tables. A larger count is a caller's bug (a negative
+// length cast to size_t, a count in bytes times the element size) that would otherwise crash in
+// a transport or ask for a scratch buffer of that size.
+inline constexpr size_t kMaxBufferBytes = size_t{1} << 47;
+
+// The bytes of count elements of dtype times `blocks`: INVALID_ARGUMENT when that overflows size_t
+// or exceeds kMaxBufferBytes. Checked on every rank (a gather's recv size too), so a bad count
+// fails the call everywhere, locally, before any message.
+// Element sizes, inline: the exported pstate_dtype_size is a call through the PLT on every use.
+inline size_t element_size(pstate_dtype_t dtype) {
+  constexpr size_t kSizes[PSTATE_DTYPE_COUNT] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+  auto i = static_cast<unsigned>(dtype);
+  return i < PSTATE_DTYPE_COUNT ? kSizes[i] : 0;
+}
+
+inline size_t require_fits(size_t count, pstate_dtype_t dtype, size_t blocks, const char *name) {
+  size_t elements = 0, bytes = 0;  // multiplications with overflow flags: no division on the fast path
+  if (__builtin_mul_overflow(count, blocks, &elements) ||
+      __builtin_mul_overflow(elements, element_size(dtype), &bytes)) [[unlikely]]
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, name, ": count ", count, " x ", blocks, " elements of ",
                 pstate_dtype_name(dtype), " overflows size_t");
-  if (count != 0 && blocks != 0 && buf == nullptr)
+  if (bytes > kMaxBufferBytes) [[unlikely]]
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, name, ": count ", count, " x ", blocks, " elements of ",
+                pstate_dtype_name(dtype), " = ", bytes, " bytes, more than 2^47 bytes (128 TiB, the most one "
+                "operation accepts): no address space holds it; is the count right?");
+  return bytes;
+}
+
+// count elements of dtype times `blocks` must fit (require_fits); buf may be NULL only when empty.
+// Returns the buffer's size in bytes.
+inline void require_present(const void *buf, size_t bytes, size_t count, const char *name) {
+  if (bytes != 0 && buf == nullptr) [[unlikely]]
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, name, " is NULL with count ", count);
 }
+inline size_t require_buffer(const void *buf, size_t count, pstate_dtype_t dtype, size_t blocks, const char *name) {
+  size_t bytes = require_fits(count, dtype, blocks, name);
+  require_present(buf, bytes, count, name);
+  return bytes;
+}
+
+// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte (no pointer arithmetic that could wrap).
+inline bool ranges_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
+  if (a_bytes == 0 || b_bytes == 0) return false;
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x >= y ? x - y < b_bytes : y - x < a_bytes;
+}
+
+// The send and recv buffers of one call must be disjoint unless `in_place` (the caller computed
+// whether send and recv form one of the call's in-place forms, which `forms` spells out for the
+// message). Anything else that overlaps is INVALID_ARGUMENT: the algorithms would read elements
+// they already overwrote and return wrong data with PSTATE_OK.
+inline void require_disjoint(const pstate_group_t *g, const char *call, const void *send, size_t send_bytes,
+                             const void *recv, size_t recv_bytes, bool in_place, const char *forms) {
+  if (in_place || !ranges_overlap(send, send_bytes, recv, recv_bytes)) return;
+  throw_error(PSTATE_ERR_INVALID_ARGUMENT, "group ", g->name(), " rank_in_group ", g->rank_in_group(), " ", call,
+              ": send [", send, ", +", send_bytes, " B) and recv [", recv, ", +", recv_bytes,
+              " B) overlap; the in-place forms are ", forms, "; otherwise pass disjoint buffers");
+}
+
+// One thread at a time per context: the busy flag is taken at entry (one atomic exchange) and
+// released at exit. A second thread gets INVALID_STATE naming the rule; nothing else is touched.
+[[noreturn]] inline void throw_context_busy(const pstate::Context &ctx, const char *call) {
+  throw_error(PSTATE_ERR_INVALID_STATE, call, " on rank ", ctx.rank(), ": another thread is inside a call on "
+              "this pstate_t right now; one thread at a time drives a pstate_t and its groups (pstate.h, thread "
+              "rules): serialize the calls (a mutex around them), or give each thread its own pstate_t");
+}
+
+class ContextEntry {
+ public:
+  ContextEntry(pstate::Context &ctx, const char *call) : ctx_(ctx) {
+    if (!ctx_.try_enter()) throw_context_busy(ctx_, call);
+  }
+  ~ContextEntry() { ctx_.leave(); }
+  ContextEntry(const ContextEntry &) = delete;
+  ContextEntry &operator=(const ContextEntry &) = delete;
+
+ private:
+  pstate::Context &ctx_;
+};
 
 inline void require_reducible(pstate_dtype_t dtype, pstate_reduce_op_t op) {
   require_op(op);

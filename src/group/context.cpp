@@ -157,6 +157,47 @@ void Context::require_not_capturing(const char *call) const {
                 "recorded into the graph; call pstate_graph_capture_end first");
 }
 
+namespace {
+
+constexpr size_t kConfigFields = 8;
+using ConfigWire = std::array<int32_t, kConfigFields>;
+constexpr std::array<const char *, kConfigFields> kConfigNames = {"tp", "pp", "ep", "attn_dp", "attn_cp", "moe_dp",
+                                                                 "dcp", "shared_experts_tp"};
+
+ConfigWire to_wire(const layout::ParallelConfig &c) {
+  return {c.tp, c.pp, c.ep, c.attn_dp, c.attn_cp, c.moe_dp, c.dcp, c.shared_experts_tp};
+}
+
+// "rank 0 tp 1 pp 2, rank 1 tp 2 pp 1": tp and pp always, the other sizes where the two differ.
+std::string describe_config_pair(int ra, const ConfigWire &a, int rb, const ConfigWire &b) {
+  std::string sa = cat("rank ", ra), sb = cat("rank ", rb);
+  for (size_t i = 0; i < kConfigFields; ++i) {
+    if (i >= 2 && a[i] == b[i]) continue;
+    sa += cat(" ", kConfigNames[i], " ", a[i]);
+    sb += cat(" ", kConfigNames[i], " ", b[i]);
+  }
+  return sa + ", " + sb;
+}
+
+}  // namespace
+
+// One all_gather of the eight sizes over the world group: every rank sees every rank's config
+// and so every rank throws the same MISMATCH when any two differ (a rank that went on alone would
+// build groups its peers never join, and its first TP collective would hang or mix data).
+// The context stays as it was (kReady): finalize, abort or a second, agreeing call all work.
+void Context::require_same_parallel_config(const layout::ParallelConfig &pc) {
+  ConfigWire mine = to_wire(pc);
+  std::vector<ConfigWire> all(static_cast<size_t>(launch_.world_size));
+  world_->all_gather(mine.data(), all.data(), kConfigFields, PSTATE_INT32);
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    throw_error(PSTATE_ERR_MISMATCH, "pstate_initialize_model_parallel: the ranks disagree about the parallel config (",
+                describe_config_pair(0, all[0], static_cast<int>(r), all[r]), "; this is rank ", launch_.rank,
+                "): every rank must pass the same pstate_parallel_config_t; nothing was created, the context is "
+                "still usable");
+  }
+}
+
 void Context::initialize_model_parallel(const pstate_parallel_config_t *cfg) {
   require_usable("pstate_initialize_model_parallel");
   require_not_capturing("pstate_initialize_model_parallel");
@@ -165,6 +206,7 @@ void Context::initialize_model_parallel(const pstate_parallel_config_t *cfg) {
                 "model parallel is already initialized: call pstate_destroy_model_parallel first");
   layout::ParallelConfig pc = cfg != nullptr ? layout::ParallelConfig::from_c(*cfg)
                                              : layout::ParallelConfig::tensor_parallel_only(launch_.world_size);
+  require_same_parallel_config(pc);  // before validating it: a rank with a bad config fails with the others
   layout::Layout lay(launch_.world_size, pc);
   ++generation_;
   std::map<pstate_group_kind_t, Group *> canonical_groups;

@@ -33,6 +33,7 @@
 #include <pstate/pstate.h>
 
 #include <array>
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -101,6 +102,12 @@ class Context {
   // INVALID_STATE naming `call` in graph-capture mode (the lifecycle calls refuse to run then).
   void require_not_capturing(const char *call) const;
 
+  // One thread at a time: every C entry point that uses the context or its groups takes this flag
+  // at entry and gives it back at exit (api::ContextEntry); false from try_enter means another
+  // thread is inside a call now.
+  bool try_enter() noexcept { return !busy_.exchange(true, std::memory_order_acquire); }
+  void leave() noexcept { busy_.store(false, std::memory_order_release); }
+
   // Failure bookkeeping: the first fatal error poisons the context.
   State state() const { return state_; }
   void fail(const std::string &why);
@@ -110,6 +117,8 @@ class Context {
  private:
   void rendezvous();
   void exchange_peers();
+  // initialize_model_parallel: MISMATCH on every rank unless every rank passed the same sizes.
+  void require_same_parallel_config(const layout::ParallelConfig &pc);
   void check_local_ranks();
   // Host awareness (host_order.cpp): PSTATE_ORDER_RANKS_BY_HOST=1 renumbers launch_.rank host by
   // host during rendezvous; a TP group spanning hosts is logged as a warning.
@@ -143,6 +152,7 @@ class Context {
                                                          // INVALID_STATE instead of a crash
   State state_ = State::kReady;
   std::string failure_;
+  std::atomic<bool> busy_{false};
 };
 
 }  // namespace pstate

@@ -1,0 +1,178 @@
+/*
+ * test_buffer_overlap.c — send and recv of one call: the in-place forms work on every path and
+ * size, every other overlap is refused.
+ *
+ * The in-place forms (pstate.h, "Buffers"): all_reduce send == recv; all_gather send == recv +
+ * rank_in_group * send_count and send == recv; reduce_scatter recv == send + rank_in_group *
+ * recv_count and recv == send; gather on dst send == recv + dst * send_count and send == recv;
+ * all_to_all send == recv. Each is checked for the right data on 2 and 3 ranks, at 8 and 65536
+ * elements, over shared memory (PSTATE_SHM unset) and over UCX (PSTATE_SHM=0). Partly
+ * overlapping buffers (recv = send +- 1 element, all_gather send = recv + N/2, ...) must return
+ * INVALID_ARGUMENT on the rank that passed them, before any message (so the ranks stay in step),
+ * with a message naming the call, both ranges and the in-place forms.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ranks.h"
+
+typedef struct overlap_case_t {
+  int ucx; /* 1: PSTATE_SHM=0 */
+} overlap_case_t;
+
+static uint32_t val(int rank, size_t i) { return (uint32_t)rank * 7919u + (uint32_t)i * 3u + 1u; }
+static uint32_t sum_of(int world, size_t i) {
+  uint32_t s = 0;
+  for (int q = 0; q < world; ++q) s += val(q, i);
+  return s;
+}
+
+#define RANK_REFUSED(self, call, name)                                                                   \
+  do {                                                                                                   \
+    pstate_status_t s_ = (call);                                                                         \
+    const char *m_ = pstate_last_error();                                                                \
+    RANK_CHECK(self, s_ == PSTATE_ERR_INVALID_ARGUMENT, "%s returned %s (%s)", #call, pstate_status_string(s_), m_); \
+    RANK_CHECK(self, strstr(m_, name) && strstr(m_, "send [0x") && strstr(m_, "recv [0x") &&             \
+                         strstr(m_, "overlap") && strstr(m_, "in-place forms"),                          \
+               "%s: message lacks the call, the ranges or the forms: %s", #call, m_);                    \
+  } while (0)
+
+/* Every in-place form gives the out-of-place answer. */
+static int in_place_forms_work(const pstate_test_rank_t *self, pstate_group_t *g, size_t n) {
+  const int p = self->world_size, r = self->rank;
+  const size_t total = n * (size_t)p;
+  uint32_t *buf = malloc(total * sizeof(uint32_t));
+  RANK_CHECK(self, buf != NULL, "malloc");
+
+  /* all_reduce send == recv */
+  for (size_t i = 0; i < n; ++i) buf[i] = val(r, i);
+  RANK_OK(self, pstate_all_reduce(g, buf, buf, n, PSTATE_UINT32, PSTATE_SUM, NULL));
+  for (size_t i = 0; i < n; ++i) RANK_CHECK(self, buf[i] == sum_of(p, i), "all_reduce in place [%zu] = %u", i, buf[i]);
+
+  /* all_gather send == recv + r * n, and send == recv */
+  for (int form = 0; form < 2; ++form) {
+    memset(buf, 0xee, total * sizeof(uint32_t));
+    uint32_t *send = form == 0 ? buf + (size_t)r * n : buf;
+    for (size_t i = 0; i < n; ++i) send[i] = val(r, i);
+    RANK_OK(self, pstate_all_gather(g, send, buf, n, PSTATE_UINT32, NULL));
+    for (int q = 0; q < p; ++q)
+      for (size_t i = 0; i < n; ++i)
+        RANK_CHECK(self, buf[(size_t)q * n + i] == val(q, i), "all_gather %s n %zu: block %d [%zu] = %u, want %u",
+                   form == 0 ? "send == recv + r*n" : "send == recv", n, q, i, buf[(size_t)q * n + i], val(q, i));
+  }
+
+  /* reduce_scatter recv == send + r * n, and recv == send */
+  for (int form = 0; form < 2; ++form) {
+    for (int q = 0; q < p; ++q)
+      for (size_t i = 0; i < n; ++i) buf[(size_t)q * n + i] = val(r, (size_t)q * n + i);
+    uint32_t *recv = form == 0 ? buf + (size_t)r * n : buf;
+    RANK_OK(self, pstate_reduce_scatter(g, buf, recv, n, PSTATE_UINT32, PSTATE_SUM, NULL));
+    for (size_t i = 0; i < n; ++i)
+      RANK_CHECK(self, recv[i] == sum_of(p, (size_t)r * n + i), "reduce_scatter %s n %zu: [%zu] = %u, want %u",
+                 form == 0 ? "recv == send + r*n" : "recv == send", n, i, recv[i], sum_of(p, (size_t)r * n + i));
+  }
+
+  /* gather to the last rank (dst >= 1): send == recv + dst * n, and send == recv */
+  const int dst = p - 1;
+  for (int form = 0; form < 2; ++form) {
+    uint32_t *send = buf; /* the other ranks send from buf */
+    if (r == dst) {
+      memset(buf, 0xee, total * sizeof(uint32_t));
+      send = form == 0 ? buf + (size_t)dst * n : buf;
+    }
+    for (size_t i = 0; i < n; ++i) send[i] = val(r, i);
+    RANK_OK(self, pstate_gather(g, send, r == dst ? buf : NULL, n, PSTATE_UINT32, dst, NULL));
+    if (r == dst)
+      for (int q = 0; q < p; ++q)
+        for (size_t i = 0; i < n; ++i)
+          RANK_CHECK(self, buf[(size_t)q * n + i] == val(q, i), "gather %s n %zu: block %d [%zu] = %u",
+                     form == 0 ? "send == recv + dst*n" : "send == recv", n, q, i, buf[(size_t)q * n + i]);
+  }
+
+  /* all_to_all send == recv: block j of rank q holds val(q, j * n + i) */
+  for (int q = 0; q < p; ++q)
+    for (size_t i = 0; i < n; ++i) buf[(size_t)q * n + i] = val(r, (size_t)q * n + i);
+  RANK_OK(self, pstate_all_to_all(g, buf, buf, n, PSTATE_UINT32, NULL));
+  for (int q = 0; q < p; ++q)
+    for (size_t i = 0; i < n; ++i)
+      RANK_CHECK(self, buf[(size_t)q * n + i] == val(q, (size_t)r * n + i), "all_to_all in place: block %d [%zu]", q, i);
+  free(buf);
+  return 0;
+}
+
+/* Partial overlaps: refused locally on every rank (no rank waits, so the next call still pairs). */
+static int partial_overlaps_are_refused(const pstate_test_rank_t *self, pstate_group_t *g, size_t n) {
+  const int p = self->world_size, r = self->rank;
+  const size_t total = n * (size_t)p;
+  uint32_t *buf = calloc(total + n + 2, sizeof(uint32_t));
+  RANK_CHECK(self, buf != NULL, "calloc");
+  uint32_t *mid = buf + 1;
+
+  RANK_REFUSED(self, pstate_all_reduce(g, mid, mid + 1, n, PSTATE_UINT32, PSTATE_SUM, NULL), "pstate_all_reduce");
+  RANK_REFUSED(self, pstate_all_reduce(g, mid, mid - 1, n, PSTATE_UINT32, PSTATE_SUM, NULL), "pstate_all_reduce");
+  RANK_CHECK(self, strstr(pstate_last_error(), "send == recv") != NULL, "all_reduce form: %s", pstate_last_error());
+  /* all_gather: send in the middle of recv's first blocks, one element off the own block */
+  RANK_REFUSED(self, pstate_all_gather(g, mid + n / 2, mid, n, PSTATE_UINT32, NULL), "pstate_all_gather");
+  RANK_CHECK(self, strstr(pstate_last_error(), "rank_in_group * send_count") != NULL, "all_gather form: %s",
+             pstate_last_error());
+  RANK_REFUSED(self, pstate_all_gather(g, mid + (size_t)r * n + 1, mid, n, PSTATE_UINT32, NULL), "pstate_all_gather");
+  RANK_REFUSED(self, pstate_reduce_scatter(g, mid, mid + 1, n, PSTATE_UINT32, PSTATE_SUM, NULL),
+               "pstate_reduce_scatter");
+  RANK_REFUSED(self, pstate_reduce_scatter(g, mid + 1, mid, n, PSTATE_UINT32, PSTATE_SUM, NULL),
+               "pstate_reduce_scatter");
+  RANK_REFUSED(self, pstate_all_to_all(g, mid, mid + 1, n, PSTATE_UINT32, NULL), "pstate_all_to_all");
+  RANK_REFUSED(self, pstate_all_to_all(g, mid + 1, mid, n, PSTATE_UINT32, NULL), "pstate_all_to_all");
+  /* gather: checked on the root only (recv is ignored elsewhere), so only the root calls */
+  if (r == 0) RANK_REFUSED(self, pstate_gather(g, mid + 1, mid, n, PSTATE_UINT32, 0, NULL), "pstate_gather");
+  /* adjacent buffers touch but do not overlap: fine */
+  uint32_t *a = buf, *b = buf + n;
+  for (size_t i = 0; i < n; ++i) a[i] = val(r, i);
+  RANK_OK(self, pstate_all_reduce(g, a, b, n, PSTATE_UINT32, PSTATE_SUM, NULL));
+  for (size_t i = 0; i < n; ++i) RANK_CHECK(self, b[i] == sum_of(p, i), "adjacent all_reduce [%zu]", i);
+  free(buf);
+  return 0;
+}
+
+static int overlap_rank(const pstate_test_rank_t *self) {
+  const overlap_case_t *c = self->arg;
+  if (c->ucx) setenv("PSTATE_SHM", "0", 1);
+  else unsetenv("PSTATE_SHM");
+  pstate_t *ps = NULL;
+  RANK_OK(self, pstate_test_init(self, 30000, &ps));
+  pstate_group_t *g = NULL;
+  RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &g));
+  const size_t sizes[] = {8, 65536};
+  for (size_t k = 0; k < 2; ++k) {
+    if (in_place_forms_work(self, g, sizes[k])) return 1;
+    if (partial_overlaps_are_refused(self, g, sizes[k])) return 1;
+  }
+  RANK_OK(self, pstate_finalize(ps));
+  return 0;
+}
+
+static void run_case(int world, int ucx) {
+  overlap_case_t c = {ucx};
+  assert_int_equal(pstate_test_run_processes(world, 120, overlap_rank, &c, NULL), 0);
+}
+
+static void test_in_place_forms_work_and_partial_overlaps_are_refused_2_ranks_shm(void **s) { (void)s; run_case(2, 0); }
+static void test_in_place_forms_work_and_partial_overlaps_are_refused_3_ranks_shm(void **s) { (void)s; run_case(3, 0); }
+static void test_in_place_forms_work_and_partial_overlaps_are_refused_2_ranks_ucx(void **s) { (void)s; run_case(2, 1); }
+static void test_in_place_forms_work_and_partial_overlaps_are_refused_3_ranks_ucx(void **s) { (void)s; run_case(3, 1); }
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_in_place_forms_work_and_partial_overlaps_are_refused_2_ranks_shm),
+      cmocka_unit_test(test_in_place_forms_work_and_partial_overlaps_are_refused_3_ranks_shm),
+      cmocka_unit_test(test_in_place_forms_work_and_partial_overlaps_are_refused_2_ranks_ucx),
+      cmocka_unit_test(test_in_place_forms_work_and_partial_overlaps_are_refused_3_ranks_ucx),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
