@@ -108,10 +108,14 @@ inline void require_disjoint(const pstate_group_t *g, const char *call, const vo
 
 class ContextEntry {
  public:
+#ifndef PSTATE_NO_AGREEMENT
   ContextEntry(pstate::Context &ctx, const char *call) : ctx_(ctx) {
     if (!ctx_.try_enter()) throw_context_busy(ctx_, call);
   }
   ~ContextEntry() { ctx_.leave(); }
+#else  // compiled out with the agreement, to measure both (bench/agreement_cost.sh)
+  ContextEntry(pstate::Context &ctx, const char *) : ctx_(ctx) {}
+#endif
   ContextEntry(const ContextEntry &) = delete;
   ContextEntry &operator=(const ContextEntry &) = delete;
 
