@@ -244,24 +244,17 @@ class Group:
         ignored. Unpickles what peers of the same job sent: trust them as you trust the job.
         An obj src cannot pickle raises its pickling error on src and ObjectRefusedError (with
         src's reason) on every other rank; the group stays in step."""
-        where = f"broadcast_object on {self.name}"
         if self.rank_in_group == src:
             self._send_framed(capi.broadcast_object, obj, src)
             return obj
-        return _objects.decode(self._call(capi.broadcast_object, b"", src), src, where)
+        return _objects.decode(self._call(capi.broadcast_object, b"", src), src, f"broadcast_object on {self.name}")
 
     def all_gather_object(self, obj: Any) -> List[Any]:
         """Every rank's obj, in group-rank order. A rank that cannot pickle its obj raises its
         pickling error (after taking part in the call); every other rank raises
         ObjectRefusedError naming the ranks that refused."""
         where = f"all_gather_object on {self.name}"
-        try:
-            frame, failure = _objects.encode(obj), None
-        except Exception as e:  # noqa: BLE001 - any pickling failure becomes a refusal
-            frame, failure = _objects.refusal(e), e
-        data, sizes = self._call(capi.all_gather_object, frame, self.world_size)
-        if failure is not None:
-            raise failure
+        data, sizes = self._send_framed(capi.all_gather_object, obj, self.world_size)
         parts, offset, view = [], 0, memoryview(data)
         for rank, size in enumerate(sizes):
             parts.append(_objects.parse(view[offset:offset + size], rank, where))
@@ -281,17 +274,17 @@ class Group:
         it, ObjectFrameError when src sent bytes that are not an object frame)."""
         return _objects.decode(self._call(capi.recv_object, src), src, f"recv_object on {self.name}")
 
-    def _send_framed(self, fn: Any, obj: Any, *args: Any) -> None:
-        """fn(handle, frame of obj, *args); an obj that cannot be pickled is sent as a refusal,
-        so that the receivers fail with the reason instead of waiting, then its pickling error
-        is raised here."""
+    def _send_framed(self, fn: Any, obj: Any, *args: Any) -> Any:
+        """fn(handle, frame of obj, *args) and its result; an obj that cannot be pickled is
+        sent as a refusal, so that the receivers fail with the reason instead of waiting (or
+        taking the next call's object for this one), then its pickling error is raised here."""
         try:
             frame = _objects.encode(obj)
         except Exception as e:  # noqa: BLE001 - any pickling failure becomes a refusal
             with contextlib.suppress(Error):
                 self._call(fn, _objects.refusal(e), *args)
             raise
-        self._call(fn, frame, *args)
+        return self._call(fn, frame, *args)
 
     # ---- tensor dicts (numpy arrays; see _tensor_dict for dtypes) ----------------------------
     def broadcast_tensor_dict(self, tensor_dict: Optional[Mapping[str, Any]] = None, src: int = 0, *,
