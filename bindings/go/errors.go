@@ -35,7 +35,11 @@ type Error struct {
 	Status Status
 	Op     string // the binding's operation, e.g. "AllReduce on tp:0"
 	Detail string
+	Cause  error // what the binding found, when it found the failure itself (ErrRefused, gob's error, ...); may be nil
 }
+
+// Unwrap returns Cause, so errors.Is(err, pstate.ErrRefused) and errors.As reach it.
+func (e *Error) Unwrap() error { return e.Cause }
 
 func (e *Error) Error() string {
 	switch {

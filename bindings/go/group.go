@@ -1,8 +1,6 @@
 package pstate
 
 import (
-	"bytes"
-	"encoding/gob"
 	"fmt"
 
 	"pstate.dev/pstate/internal/capi"
@@ -298,44 +296,3 @@ func Send[T Element](g *Group, buf []T, dst int) error { return g.Send(Slice(buf
 
 // Recv fills buf from group rank src.
 func Recv[T Element](g *Group, buf []T, src int) error { return g.Recv(Slice(buf), src) }
-
-// BroadcastValue sends v of group rank src to every rank, encoded with encoding/gob (any value
-// gob can encode); other ranks' v is ignored.
-func BroadcastValue[T any](g *Group, v T, src int) (T, error) {
-	var data []byte
-	if g.RankInGroup() == src {
-		var buf bytes.Buffer
-		if err := gob.NewEncoder(&buf).Encode(&v); err != nil {
-			return v, invalid("BroadcastValue on "+g.Name(), "gob: %v", err)
-		}
-		data = buf.Bytes()
-	}
-	got, err := g.BroadcastObject(data, src)
-	if err != nil || g.RankInGroup() == src {
-		return v, err
-	}
-	var out T
-	if err := gob.NewDecoder(bytes.NewReader(got)).Decode(&out); err != nil {
-		return out, invalid("BroadcastValue on "+g.Name(), "gob: %v", err)
-	}
-	return out, nil
-}
-
-// AllGatherValue returns every rank's v (gob-encoded), in group-rank order.
-func AllGatherValue[T any](g *Group, v T) ([]T, error) {
-	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(&v); err != nil {
-		return nil, invalid("AllGatherValue on "+g.Name(), "gob: %v", err)
-	}
-	parts, err := g.AllGatherObject(buf.Bytes())
-	if err != nil {
-		return nil, err
-	}
-	out := make([]T, len(parts))
-	for i, p := range parts {
-		if err := gob.NewDecoder(bytes.NewReader(p)).Decode(&out[i]); err != nil {
-			return nil, invalid("AllGatherValue on "+g.Name(), "gob: rank %d: %v", i, err)
-		}
-	}
-	return out, nil
-}

@@ -36,12 +36,14 @@ from ._errors import (
     error_class,
 )
 from ._layout import CONFIG_FIELDS, Layout
+from ._objects import ObjectFrameError, ObjectRefusedError
 from ._tensor_dict import NUMPY_DTYPE_NAMES, TensorDict
 
 __all__ = [
     "AbortedError", "AuthError", "BufferLike", "CONFIG_FIELDS", "Device", "DType", "Error", "Group", "GroupKind",
     "InternalError", "InvalidArgumentError", "InvalidStateError", "Layout", "MismatchError", "NoMemoryError",
-    "NUMPY_DTYPE_NAMES", "PState", "PeerLostError", "ReduceOp", "Status", "TensorDict", "TimeoutError",
+    "NUMPY_DTYPE_NAMES", "ObjectFrameError", "ObjectRefusedError", "PState", "PeerLostError", "ReduceOp", "Status",
+    "TensorDict", "TimeoutError",
     "TransportError", "UnsupportedError",
     "error_class", "init", "last_error", "library_version", "__version__",
 ]

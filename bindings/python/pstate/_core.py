@@ -13,18 +13,15 @@ different PStates are independent.
 from __future__ import annotations
 
 import contextlib
-import pickle
 import threading
 import warnings
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
 
-from . import _tensor_dict, capi
+from . import _objects, _tensor_dict, capi
 from ._buffers import BufferLike, new_like, require, resolve, same_dtype
 from ._enums import Device, DType, GroupKind, ReduceOp
 from ._errors import Error, InvalidArgumentError, InvalidStateError, NoMemoryError, UnsupportedError
 from ._layout import make_config
-
-_PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 
 class Group:
@@ -241,32 +238,53 @@ class Group:
         """Returns once every rank of the group has entered it."""
         self._call(capi.barrier)
 
-    # ---- objects (pickled here, bytes through C) --------------------------------------------
+    # ---- objects (pickled here into frames, bytes through C; see _objects) ---------------------
     def broadcast_object(self, obj: Any = None, src: int = 0) -> Any:
         """obj of group rank src (any picklable object) on every rank; other ranks' obj is
-        ignored. Unpickles what peers of the same job sent: trust them as you trust the job."""
+        ignored. Unpickles what peers of the same job sent: trust them as you trust the job.
+        An obj src cannot pickle raises its pickling error on src and ObjectRefusedError (with
+        src's reason) on every other rank; the group stays in step."""
         if self.rank_in_group == src:
-            self._call(capi.broadcast_object, pickle.dumps(obj, protocol=_PICKLE_PROTOCOL), src)
+            self._send_framed(capi.broadcast_object, obj, src)
             return obj
-        return pickle.loads(self._call(capi.broadcast_object, b"", src))
+        return _objects.decode(self._call(capi.broadcast_object, b"", src), src, f"broadcast_object on {self.name}")
 
     def all_gather_object(self, obj: Any) -> List[Any]:
-        """Every rank's obj, in group-rank order."""
-        data, sizes = self._call(capi.all_gather_object, pickle.dumps(obj, protocol=_PICKLE_PROTOCOL), self.world_size)
-        out, offset = [], 0
-        view = memoryview(data)
-        for size in sizes:
-            out.append(pickle.loads(view[offset:offset + size]))
+        """Every rank's obj, in group-rank order. A rank that cannot pickle its obj raises its
+        pickling error (after taking part in the call); every other rank raises
+        ObjectRefusedError naming the ranks that refused."""
+        where = f"all_gather_object on {self.name}"
+        data, sizes = self._send_framed(capi.all_gather_object, obj, self.world_size)
+        parts, offset, view = [], 0, memoryview(data)
+        for rank, size in enumerate(sizes):
+            parts.append(_objects.parse(view[offset:offset + size], rank, where))
             offset += size
-        return out
+        reasons = {rank: _objects.reason(body) for rank, (kind, body) in enumerate(parts) if kind == _objects.REFUSAL}
+        if reasons:
+            raise _objects.refused(reasons, where)
+        return [_objects.load(kind, body, rank, where) for rank, (kind, body) in enumerate(parts)]
 
     def send_object(self, obj: Any, dst: int) -> None:
-        """Sends a picklable object to group rank dst."""
-        self._call(capi.send_object, pickle.dumps(obj, protocol=_PICKLE_PROTOCOL), dst)
+        """Sends a picklable object to group rank dst. One that cannot be pickled raises its
+        pickling error here and ObjectRefusedError in dst's recv_object."""
+        self._send_framed(capi.send_object, obj, dst)
 
     def recv_object(self, src: int) -> Any:
-        """The next object sent by group rank src."""
-        return pickle.loads(self._call(capi.recv_object, src))
+        """The next object sent by group rank src (ObjectRefusedError when src could not pickle
+        it, ObjectFrameError when src sent bytes that are not an object frame)."""
+        return _objects.decode(self._call(capi.recv_object, src), src, f"recv_object on {self.name}")
+
+    def _send_framed(self, fn: Any, obj: Any, *args: Any) -> Any:
+        """fn(handle, frame of obj, *args) and its result; an obj that cannot be pickled is
+        sent as a refusal, so that the receivers fail with the reason instead of waiting (or
+        taking the next call's object for this one), then its pickling error is raised here."""
+        try:
+            frame = _objects.encode(obj)
+        except Exception as e:  # noqa: BLE001 - any pickling failure becomes a refusal
+            with contextlib.suppress(Error):
+                self._call(fn, _objects.refusal(e), *args)
+            raise
+        return self._call(fn, frame, *args)
 
     # ---- tensor dicts (numpy arrays; see _tensor_dict for dtypes) ----------------------------
     def broadcast_tensor_dict(self, tensor_dict: Optional[Mapping[str, Any]] = None, src: int = 0, *,

@@ -7,6 +7,7 @@ exits non-zero. Values are small integers so float sums are exact on every rank.
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -172,6 +173,99 @@ def objects() -> None:
             elif rank == 1:
                 assert w.recv_object(src=0) == {"hello": [1, 2, 3]}
         w.barrier()
+
+
+def _unpicklable(kind: str):
+    """An object pickle refuses: a lambda (PicklingError/AttributeError) or a socket (TypeError)."""
+    if kind == "lambda":
+        return lambda x: x + 1
+    import socket
+    return socket.socket()
+
+
+PICKLING_ERRORS = (pickle.PicklingError, AttributeError, TypeError)
+
+
+def expect_refused(fn, *args, rank: int, text: str):
+    err = expect_raises(pstate.ObjectRefusedError, fn, *args)
+    assert isinstance(err, pstate.InvalidArgumentError) and isinstance(err, ValueError)
+    assert err.rank == rank and text in err.reason and "Python binding" in err.reason, (err.rank, err.reason)
+    assert "group rank" in err.detail and f"rank {rank}" in err.detail and "refusal" in err.detail, err.detail
+    return err
+
+
+def object_refusals() -> None:
+    """An object its sender cannot pickle fails the sender with its pickling error and every
+    receiver with ObjectRefusedError (its rank and reason), at once; the next object call on
+    the group gets the right object everywhere (no shift by one). 3 ranks."""
+    with pstate.init(timeout_ms=TIMEOUT_MS) as ps:
+        w, me, n = ps.world, ps.world.rank_in_group, ps.world.world_size
+        for src, kind in ((0, "lambda"), (n - 1, "socket")):
+            bad = _unpicklable(kind)
+            if me == src:
+                expect_raises(PICKLING_ERRORS, w.broadcast_object, bad, src)
+            else:
+                expect_refused(w.broadcast_object, None, src, rank=src, text=kind)
+            if kind == "socket":
+                bad.close()
+            assert w.broadcast_object({"next": src} if me == src else None, src=src) == {"next": src}
+        # send_object / recv_object: the refusal reaches dst, the next object is the right one
+        if me == 0:
+            expect_raises(PICKLING_ERRORS, w.send_object, _unpicklable("lambda"), 1)
+            w.send_object(("after", 1), dst=1)
+        elif me == 1:
+            expect_refused(w.recv_object, 0, rank=0, text="lambda")
+            assert w.recv_object(src=0) == ("after", 1)
+        # all_gather_object: every rank encodes; one refusing rank fails every rank
+        if me == 1:
+            expect_raises(PICKLING_ERRORS, w.all_gather_object, _unpicklable("lambda"))
+        else:
+            expect_refused(w.all_gather_object, ("ok", me), rank=1, text="lambda")
+        # two refusing ranks: the others name both
+        if me >= 1:
+            expect_raises(PICKLING_ERRORS, w.all_gather_object, _unpicklable("lambda"))
+        else:
+            err = expect_refused(w.all_gather_object, ("ok", me), rank=1, text="lambda")
+            assert sorted(err.reasons) == list(range(1, n)), err.reasons
+        assert w.all_gather_object(("ok", me)) == [("ok", k) for k in range(n)]
+        assert w.broadcast_object("last" if me == 0 else None, src=0) == "last"
+
+
+def object_garbage() -> None:
+    """Bytes that are not an object frame (a raw capi call on the sender) are ObjectFrameError
+    on the receivers, never unpickled; the group stays in step. 3 ranks."""
+    with pstate.init(timeout_ms=TIMEOUT_MS) as ps:
+        w, me, n = ps.world, ps.world.rank_in_group, ps.world.world_size
+        payloads = [
+            (b"garbage!", "not a pstate object frame"),
+            (b"", "not a pstate object frame"),
+            (b"PSOB", "not a pstate object frame"),            # magic, no version/kind
+            (pickle.dumps({"old": 1}), "not a pstate object frame"),  # an unframed pickle
+            (b"PSOB\x09p" + pickle.dumps(1), "version 9"),
+            (b"PSOB\x01g\x03\x04", "gob value (Go binding)"),
+            (b"PSOB\x01?", "unknown kind"),
+        ]
+        for raw, text in payloads:
+            if me == 0:
+                w._call(pstate.capi.broadcast_object, raw, 0)  # the raw C-level call
+            else:
+                err = expect_raises(pstate.ObjectFrameError, w.broadcast_object, None, 0)
+                assert isinstance(err, pstate.InvalidArgumentError)
+                assert err.rank == 0 and text in err.detail, (text, err.detail)
+        assert w.broadcast_object({"good": 1} if me == 0 else None, src=0) == {"good": 1}
+        if me == 0:
+            w._call(pstate.capi.send_object, b"\x80\x05junk", 1)
+            w.send_object("fine", dst=1)
+        elif me == 1:
+            err = expect_raises(pstate.ObjectFrameError, w.recv_object, 0)
+            assert err.rank == 0, err.detail
+            assert w.recv_object(0) == "fine"
+        if me == n - 1:
+            w._call(pstate.capi.all_gather_object, b"junk", n)
+        else:
+            err = expect_raises(pstate.ObjectFrameError, w.all_gather_object, me)
+            assert err.rank == n - 1, err.detail
+        assert w.all_gather_object(me * 10) == [k * 10 for k in range(n)]
 
 
 def errors() -> None:

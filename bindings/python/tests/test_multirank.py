@@ -23,6 +23,14 @@ def test_broadcast_object_takes_any_picklable_two_ranks(ranks):
     ranks(2, "objects")
 
 
+def test_unpicklable_object_is_refused_on_every_rank_and_the_next_call_is_not_shifted_three_ranks(ranks):
+    ranks(3, "object_refusals", extra_env={"PSTATE_TIMEOUT_MS": "20000"})
+
+
+def test_bytes_that_are_not_an_object_frame_are_a_clean_error_three_ranks(ranks):
+    ranks(3, "object_garbage", extra_env={"PSTATE_TIMEOUT_MS": "20000"})
+
+
 def test_errors_map_to_exception_classes_two_ranks(ranks):
     ranks(2, "errors")
 
