@@ -92,7 +92,7 @@ typedef enum pstate_status_t PSTATE_ENUM_BASE {
   PSTATE_ERR_TIMEOUT = 5,          /**< a blocking call passed the context timeout */
   PSTATE_ERR_PEER_LOST = 6,        /**< a peer is known to be gone (process died, link closed) */
   PSTATE_ERR_TRANSPORT = 7,        /**< UCX, sockets, NCCL or CUDA reported an error */
-  PSTATE_ERR_MISMATCH = 8,         /**< ranks disagree (world size, rank taken, PSTATE_CHECK) */
+  PSTATE_ERR_MISMATCH = 8,         /**< ranks disagree (world size, rank taken, config, a collective) */
   PSTATE_ERR_AUTH = 9,             /**< job token refused by the rendezvous store */
   PSTATE_ERR_ABORTED = 10,         /**< context failed earlier; only abort/finalize are allowed */
   PSTATE_ERR_INTERNAL = 11         /**< a bug in pstate; the message says where */
@@ -342,7 +342,15 @@ PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int s
 /* CPU contexts: the call returns when the operation is complete; `stream` must be NULL.        */
 /* CUDA contexts: the operation is enqueued on `stream` (cudaStream_t; NULL = the context's     */
 /* stream) and the call returns at once, as in NCCL. Every rank of the group must call the same */
-/* collectives in the same order with the same count, dtype and op (PSTATE_CHECK=1 verifies).  */
+/* collectives in the same order with the same count, dtype, op and root. CPU contexts check it */
+/* on every call, always: ranks that disagree about a collective (kind, count, dtype, reduce op, */
+/* root; the library's own finalize barrier counts as a call of its own) get MISMATCH on every  */
+/* rank of the call, naming both sides, and no rank returns OK; inside a host the descriptor    */
+/* rides in the shared-memory protocol's flag words (no extra hand-off), on UCX groups ranks    */
+/* exchange descriptors first. A mismatch found inside the shared-memory protocol fails the     */
+/* context (later calls: ABORTED); one found by an exchange leaves it usable. PSTATE_CHECK=1    */
+/* adds the exchange everywhere: sequence numbers, and CUDA-context collectives (which are not  */
+/* checked otherwise: a check would cost a host round trip per stream-ordered call).            */
 /* count 0 is legal; a buffer of more than 2^47 bytes (128 TiB: count x element size x blocks, */
 /* on every rank) is INVALID_ARGUMENT, as no address space holds it.                            */
 /* Reductions give bit-identical results on every rank of one call; float16/bfloat16 reduce     */
@@ -362,7 +370,7 @@ PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int s
 /* Errors common to all: INVALID_ARGUMENT (NULL buffer with count > 0, bad dtype/op/rank,       */
 /* overlapping buffers, a count too large), INVALID_STATE (another thread is inside a call on   */
 /* the same pstate_t, a destroyed group), UNSUPPORTED (reduction on fp8), TIMEOUT, PEER_LOST,    */
-/* MISMATCH (PSTATE_CHECK), ABORTED (an earlier failure).                                       */
+/* MISMATCH (ranks disagree about the call), ABORTED (an earlier failure).                      */
 /*                                                                                              */
 /* Memory: in a CPU context every buffer is host memory (CUDA device memory is                  */
 /* INVALID_ARGUMENT; pinned and managed memory are accepted); in a CUDA context every buffer is  */

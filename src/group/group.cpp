@@ -136,7 +136,7 @@ void pstate_group_s::retire() noexcept {
 void pstate_group_s::check_alive(const char *call) const {
   if (retired_)
     pstate::throw_error(PSTATE_ERR_INVALID_STATE, call, ": group ", name_,
-                        " was destroyed by pstate_destroy_model_parallel (or the context was finalized); get "
+                        " was destroyed by pstate_destroy_model_parallel; get "
                         "the group again after pstate_initialize_model_parallel");
   ctx_.require_usable(call);
 }
