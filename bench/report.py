@@ -344,6 +344,10 @@ def main():
     for row in target_rows(cases, memcpy, startup):
         md.append("| " + " | ".join(row) + " |")
     md.append("")
+    agreement = os.path.join(HERE, "results", "agreement", "agreement.md")
+    if os.path.exists(agreement):  # bench/agreement_cost.sh, run on its own
+        with open(agreement) as f:
+            md += ["## What the agreement of collectives costs", "", f.read().strip(), ""]
     analysis = os.path.join(HERE, "analysis.md")
     if os.path.exists(analysis):
         with open(analysis) as f:
