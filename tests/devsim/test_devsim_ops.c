@@ -237,7 +237,7 @@ static int rank_main(const pstate_test_rank_t *self) {
 }
 
 static void run(int world, int tp, int pp, int threads) {
-  config_t cfg = {tp, pp, world <= 2};
+  config_t cfg = {tp, pp, 1};
   int failed = threads ? pstate_test_run_threads(world, 120, rank_main, &cfg)
                        : pstate_test_run_processes(world, 120, rank_main, &cfg, NULL);
   assert_int_equal(failed, 0);
