@@ -190,11 +190,6 @@ PSTATE_API pstate_status_t pstate_recv(pstate_group_t *g, void *buf, size_t coun
 PSTATE_API pstate_status_t pstate_barrier(pstate_group_t *g) {
   return PSTATE_GUARD({
     require_group(g, "pstate_barrier");
-    // pstate.h: INVALID_STATE in graph-capture mode (a host wait among captured device work).
-    if (g->context().capturing())
-      pstate::throw_error(PSTATE_ERR_INVALID_STATE, "pstate_barrier on ", g->name(), " in graph-capture mode: a "
-                          "barrier waits on the host, which a CUDA graph cannot record; call it before "
-                          "pstate_graph_capture_begin or after pstate_graph_capture_end");
     g->barrier();  // the CPU communicator in every context (SGLang: cpu_group barrier)
   });
 }

@@ -345,30 +345,45 @@ bool range_ok_locked(const void *p, size_t n, bool device_side) {
   return it->second.kind != 2;
 }
 
+// Copies between device memory and pageable host memory are synchronous with respect to the host,
+// as CUDA's are: the stream's earlier work finishes first, the pageable buffer is read (or
+// written) before the call returns, so the caller may reuse it at once. Everything else is
+// enqueued.
 cudaError_t copy_async(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t handle) {
   if (n == 0) return cudaSuccess;
   if (dst == nullptr || src == nullptr) return ret(cudaErrorInvalidValue);
-  std::lock_guard<std::mutex> lock(g->mu);
-  Stream *s = resolve_locked(handle);
-  if (s == nullptr) return ret(cudaErrorInvalidResourceHandle);
-  bool dst_device = false, src_device = false, check = true;
-  switch (kind) {
-    case cudaMemcpyHostToHost: break;
-    case cudaMemcpyHostToDevice: dst_device = true; break;
-    case cudaMemcpyDeviceToHost: src_device = true; break;
-    case cudaMemcpyDeviceToDevice: dst_device = src_device = true; break;
-    default: check = false; break;  // cudaMemcpyDefault: any registered or host memory
-  }
-  if (check && (!range_ok_locked(dst, n, dst_device) || !range_ok_locked(src, n, src_device)))
-    return ret(cudaErrorInvalidValue);
-  if (!check) {
-    for (const void *p : {static_cast<const void *>(dst), src}) {
-      auto it = find_locked(p);
-      if (it != g->allocations.end() && reinterpret_cast<uintptr_t>(p) + n > it->first + it->second.size)
-        return ret(cudaErrorInvalidValue);
+  Stream *s;
+  uint64_t seq;
+  {
+    std::lock_guard<std::mutex> lock(g->mu);
+    s = resolve_locked(handle);
+    if (s == nullptr) return ret(cudaErrorInvalidResourceHandle);
+    bool dst_device = false, src_device = false, check = true;
+    switch (kind) {
+      case cudaMemcpyHostToHost: break;
+      case cudaMemcpyHostToDevice: dst_device = true; break;
+      case cudaMemcpyDeviceToHost: src_device = true; break;
+      case cudaMemcpyDeviceToDevice: dst_device = src_device = true; break;
+      default: check = false; break;  // cudaMemcpyDefault: any registered or host memory
     }
+    if (check && (!range_ok_locked(dst, n, dst_device) || !range_ok_locked(src, n, src_device)))
+      return ret(cudaErrorInvalidValue);
+    auto kind_of = [](const void *p, size_t len, int *k) {
+      auto it = find_locked(p);
+      *k = it == g->allocations.end() ? 0 : it->second.kind;
+      return it == g->allocations.end() || reinterpret_cast<uintptr_t>(p) + len <= it->first + it->second.size;
+    };
+    int dk = 0, sk = 0;
+    if (!kind_of(dst, n, &dk) || !kind_of(src, n, &sk)) return ret(cudaErrorInvalidValue);
+    bool pageable = (dk == 0 && (sk == 2 || sk == 3)) || (sk == 0 && (dk == 2 || dk == 3));
+    if (!pageable || s->capture != nullptr)
+      return ret(enqueue_locked(s, make_task([dst, src, n] { std::memmove(dst, src, n); })));
+    if (capture_forbids_locked()) return ret(cudaErrorStreamCaptureUnsupported);
+    seq = tail(s);
   }
-  return ret(enqueue_locked(s, make_task([dst, src, n] { std::memmove(dst, src, n); })));
+  wait_for(s, seq);
+  std::memmove(dst, src, n);
+  return cudaSuccess;
 }
 
 // Enqueues a marker on s and waits for it (synchronous calls on the legacy stream).

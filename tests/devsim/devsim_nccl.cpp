@@ -26,6 +26,7 @@
 #include "devsim.h"
 
 #include <cuda_runtime_api.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <nccl.h>
 #include <signal.h>
@@ -357,6 +358,41 @@ bool process_gone(int pid) {
   const char *close = std::strrchr(buf, ')');
   return close != nullptr && (close[2] == 'Z' || close[2] == 'X');
 }
+
+// ---- segments nobody will unlink -------------------------------------------------------------
+//
+// A segment's name goes when its last rank joins, or when a rank aborts or destroys a
+// communicator that never completed. Two more cases would leave one behind: a process that
+// exits normally with such a communicator (atexit below unlinks the names it opened), and a
+// process killed then (the next ncclGetUniqueId on the host removes segments whose creator, the
+// pid in the name, is gone).
+
+std::mutex g_names_mu;
+std::vector<std::string> *g_open_names = new std::vector<std::string>;
+
+void remember_name(const std::string &name) {
+  std::lock_guard<std::mutex> lock(g_names_mu);
+  g_open_names->push_back(name);
+}
+
+void unlink_open_names() {
+  std::lock_guard<std::mutex> lock(g_names_mu);
+  for (const std::string &n : *g_open_names) shm_unlink(n.c_str());  // ENOENT when already gone
+}
+
+void sweep_stale_segments() {
+  DIR *dir = opendir("/dev/shm");
+  if (dir == nullptr) return;
+  const char *prefix = "pstate-devsim-nccl-";
+  for (struct dirent *e; (e = readdir(dir)) != nullptr;) {
+    if (std::strncmp(e->d_name, prefix, std::strlen(prefix)) != 0) continue;
+    int pid = std::atoi(e->d_name + std::strlen(prefix));
+    if (pid > 0 && process_gone(pid)) shm_unlink((std::string("/") + e->d_name).c_str());
+  }
+  closedir(dir);
+}
+
+__attribute__((constructor)) void register_exit_cleanup() { std::atexit(unlink_open_names); }
 
 struct CommState {
   int rank = 0;
@@ -825,6 +861,7 @@ ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank, n
               cudaGetErrorName(ce));
     return ncclUnhandledCudaError;
   }
+  remember_name(name);
   int fd = shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
   c->bytes = segment_bytes(nranks);
   if (fd < 0 || ftruncate(fd, static_cast<off_t>(c->bytes)) != 0) {
@@ -896,6 +933,7 @@ DEVSIM_API ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
     set_error("devsim NCCL: ncclGetUniqueId: injected %s (DEVSIM_NCCL_FAIL)", result_name(injected));
     return injected;
   }
+  sweep_stale_segments();
   static std::atomic<unsigned> counter{0};
   std::random_device rd;
   std::memset(id->internal, 0, sizeof id->internal);

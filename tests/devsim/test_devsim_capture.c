@@ -5,7 +5,8 @@
  *   stream NULL, which capture mode resolves to it) are recorded, not run, and every replay of the
  *   graph with new inputs gives the exact sums; processes in global capture mode, threads in
  *   thread-local mode (a global capture would forbid the other ranks' cudaMalloc, as CUDA does);
- * - every documented capture misuse returns its documented status and leaves the context usable;
+ * - every documented capture misuse returns its documented status and leaves the context usable
+ *   (pstate_barrier is not one: it runs on the CPU communicator);
  *   a stream forked into the capture by an event is accepted;
  * - NCCL communicators are made lazily, and by pstate_graph_capture_begin, never inside a capture
  *   (the stand-in's ncclCommInitRank calls cudaMalloc, which a capture refuses).
@@ -129,7 +130,7 @@ static int capture_misuse(const pstate_test_rank_t *self) {
   RANK_STATUS(self, pstate_graph_capture_begin(ps, NULL, &again), PSTATE_ERR_INVALID_STATE, "already in graph-capture mode");
   RANK_STATUS(self, pstate_all_reduce(world, d, d, COUNT, PSTATE_FLOAT32, PSTATE_SUM, other), PSTATE_ERR_INVALID_STATE,
               "not the capture stream");
-  RANK_STATUS(self, pstate_barrier(world), PSTATE_ERR_INVALID_STATE, "capture");
+  RANK_OK(self, pstate_barrier(world)); /* the CPU communicator's: legal, records nothing */
   pstate_parallel_config_t pc = PSTATE_PARALLEL_CONFIG_INIT;
   RANK_STATUS(self, pstate_initialize_model_parallel(ps, &pc), PSTATE_ERR_INVALID_STATE, "graph-capture mode");
   RANK_STATUS(self, pstate_finalize(ps), PSTATE_ERR_INVALID_STATE, "graph-capture mode"); /* frees nothing */
@@ -215,6 +216,42 @@ static int lazy_communicators(const pstate_test_rank_t *self) {
   return 0;
 }
 
+/* Point-to-point as a group's first device operation: a group of two makes its communicator from
+ * it (both ranks take part); in a group of three or more it cannot (INVALID_STATE naming the fix,
+ * on every rank that tried, and nothing hangs). */
+static int p2p_first(const pstate_test_rank_t *self) {
+  pstate_t *ps = NULL;
+  RANK_OK(self, devsim_init(self, 60000, &ps));
+  pstate_group_t *world = NULL;
+  RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &world));
+  float h[COUNT];
+  for (size_t i = 0; i < COUNT; ++i) h[i] = (float)(i + 1);
+  void *d = devsim_device_copy(self->rank == 0 ? h : NULL, sizeof h);
+  if (self->world_size == 2) {
+    if (self->rank == 0) RANK_OK(self, pstate_send(world, d, COUNT, PSTATE_FLOAT32, 1, NULL));
+    else RANK_OK(self, pstate_recv(world, d, COUNT, PSTATE_FLOAT32, 0, NULL));
+    RANK_CHECK(self, devsim_to_host(h, d, sizeof h, NULL) == 0, "copy back");
+    for (size_t i = 0; i < COUNT; ++i) RANK_CHECK(self, h[i] == (float)(i + 1), "element %zu: %g", i, h[i]);
+  } else if (self->rank < 2) {
+    pstate_status_t s = self->rank == 0 ? pstate_send(world, d, COUNT, PSTATE_FLOAT32, 1, NULL)
+                                        : pstate_recv(world, d, COUNT, PSTATE_FLOAT32, 0, NULL);
+    RANK_CHECK(self, s == PSTATE_ERR_INVALID_STATE && strstr(pstate_last_error(), "run a collective"), "%s: %s",
+               pstate_status_string(s), pstate_last_error());
+  }
+  cudaFree(d);
+  RANK_OK(self, pstate_finalize(ps));
+  return 0;
+}
+
+static void test_p2p_first_makes_the_communicator_of_a_group_of_two(void **state) {
+  (void)state;
+  assert_int_equal(pstate_test_run_processes(2, 60, p2p_first, NULL, NULL), 0);
+}
+static void test_p2p_first_in_a_group_of_three_is_invalid_state(void **state) {
+  (void)state;
+  assert_int_equal(pstate_test_run_processes(3, 60, p2p_first, NULL, NULL), 0);
+}
+
 static void test_capture_100_tp_allreduce_replayed_2_processes(void **state) {
   (void)state;
   assert_int_equal(pstate_test_run_processes(2, 120, capture_replay, NULL, NULL), 0);
@@ -247,6 +284,8 @@ int main(void) {
       cmocka_unit_test(test_capture_100_tp_allreduce_replayed_3_processes),
       cmocka_unit_test(test_capture_misuse_statuses_2_processes),
       cmocka_unit_test(test_communicators_lazy_and_never_inside_capture_3_processes),
+      cmocka_unit_test(test_p2p_first_makes_the_communicator_of_a_group_of_two),
+      cmocka_unit_test(test_p2p_first_in_a_group_of_three_is_invalid_state),
       cmocka_unit_test(test_capture_100_tp_allreduce_replayed_4_threads_thread_local),
       cmocka_unit_test(test_capture_misuse_statuses_2_threads),
   };
