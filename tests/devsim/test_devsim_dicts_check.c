@@ -213,6 +213,39 @@ static int check_rank(const pstate_test_rank_t *self) {
   return 0;
 }
 
+/* On a GPU below compute capability 9.0 fp8 reductions are UNSUPPORTED (naming the need) and fp8
+ * moves work. */
+static int fp8_sm80_rank(const pstate_test_rank_t *self) {
+  setenv("DEVSIM_COMPUTE_CAPABILITY", "8.0", 1);
+  pstate_t *ps = NULL;
+  RANK_OK(self, devsim_init(self, 60000, &ps));
+  pstate_group_t *world = NULL;
+  RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &world));
+  unsigned char h[32];
+  for (size_t i = 0; i < sizeof h; ++i) h[i] = (unsigned char)(self->rank * 32 + (int)i);
+  void *d = devsim_device_copy(h, sizeof h);
+  void *all = devsim_device_copy(NULL, sizeof h * (size_t)self->world_size);
+  pstate_status_t s = pstate_all_reduce(world, d, d, sizeof h, PSTATE_FP8_E4M3, PSTATE_SUM, NULL);
+  RANK_CHECK(self, s == PSTATE_ERR_UNSUPPORTED && strstr(pstate_last_error(), "compute capability"), "%s: %s",
+             pstate_status_string(s), pstate_last_error());
+  s = pstate_reduce_scatter(world, all, d, sizeof h, PSTATE_FP8_E5M2, PSTATE_MAX, NULL);
+  RANK_CHECK(self, s == PSTATE_ERR_UNSUPPORTED, "%s", pstate_status_string(s));
+  RANK_OK(self, pstate_all_gather(world, d, all, sizeof h, PSTATE_FP8_E5M2, NULL));
+  unsigned char got[32 * 4];
+  RANK_CHECK(self, devsim_to_host(got, all, sizeof h * (size_t)self->world_size, NULL) == 0, "copy back");
+  for (size_t i = 0; i < sizeof h * (size_t)self->world_size; ++i)
+    RANK_CHECK(self, got[i] == (unsigned char)i, "byte %zu: %u", i, got[i]);
+  cudaFree(d);
+  cudaFree(all);
+  RANK_OK(self, pstate_finalize(ps));
+  return 0;
+}
+
+static void test_fp8_reductions_unsupported_below_sm90_moves_work(void **state) {
+  (void)state;
+  assert_int_equal(pstate_test_run_processes(2, 60, fp8_sm80_rank, NULL, NULL), 0);
+}
+
 static void test_tensor_dicts_cuda_and_cpu_3_processes(void **state) {
   (void)state;
   assert_int_equal(pstate_test_run_processes(3, 120, dict_rank, NULL, NULL), 0);
@@ -235,6 +268,7 @@ int main(void) {
       cmocka_unit_test(test_tensor_dicts_cuda_and_cpu_3_processes),
       cmocka_unit_test(test_tensor_dicts_cuda_and_cpu_1_process),
       cmocka_unit_test(test_check_mismatch_in_cuda_context_2_processes),
+      cmocka_unit_test(test_fp8_reductions_unsupported_below_sm90_moves_work),
       cmocka_unit_test(test_tensor_dicts_cuda_and_cpu_2_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
