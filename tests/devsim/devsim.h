@@ -27,8 +27,7 @@ int devsim_pointer_info(const void *p, int *kind, int *device, uintptr_t *base, 
  * again, once per launch; *recorded is then 1). release(arg) runs when the last queue or graph
  * holding it is gone (also when the call fails). Returns a cudaError_t
  * (cudaErrorStreamCaptureInvalidated, cudaErrorInvalidResourceHandle, ...). */
-int devsim_stream_enqueue(void *stream, void (*fn)(void *arg), void *arg, void (*release)(void *arg),
-                          int *recorded);
+int devsim_stream_enqueue(void *stream, void (*fn)(void *arg), void *arg, void (*release)(void *arg), int *recorded);
 
 /* 1 when work enqueued on `stream` now would be recorded into a capture, else 0. */
 int devsim_stream_capturing(void *stream);

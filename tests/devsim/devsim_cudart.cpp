@@ -57,8 +57,10 @@ struct Body {
     if (release != nullptr) release(arg);
   }
   void run() {
-    if (fn != nullptr) fn(arg);
-    else if (local) local();
+    if (fn != nullptr)
+      fn(arg);
+    else if (local)
+      local();
   }
 };
 using Task = std::shared_ptr<Body>;
@@ -218,7 +220,9 @@ Task wait_task(Stream *s, uint64_t seq) {
   return make_task([s, seq] { wait_for(s, seq); });
 }
 
-void invalidate(Capture *c) { c->invalid = true; }
+void invalidate(Capture *c) {
+  c->invalid = true;
+}
 
 // A call that is illegal during capture in this thread's view: invalidates every capture it
 // concerns and returns true. g->mu held.
@@ -360,11 +364,20 @@ cudaError_t copy_async(void *dst, const void *src, size_t n, cudaMemcpyKind kind
     if (s == nullptr) return ret(cudaErrorInvalidResourceHandle);
     bool dst_device = false, src_device = false, check = true;
     switch (kind) {
-      case cudaMemcpyHostToHost: break;
-      case cudaMemcpyHostToDevice: dst_device = true; break;
-      case cudaMemcpyDeviceToHost: src_device = true; break;
-      case cudaMemcpyDeviceToDevice: dst_device = src_device = true; break;
-      default: check = false; break;  // cudaMemcpyDefault: any registered or host memory
+      case cudaMemcpyHostToHost:
+        break;
+      case cudaMemcpyHostToDevice:
+        dst_device = true;
+        break;
+      case cudaMemcpyDeviceToHost:
+        src_device = true;
+        break;
+      case cudaMemcpyDeviceToDevice:
+        dst_device = src_device = true;
+        break;
+      default:
+        check = false;
+        break;  // cudaMemcpyDefault: any registered or host memory
     }
     if (check && (!range_ok_locked(dst, n, dst_device) || !range_ok_locked(src, n, src_device)))
       return ret(cudaErrorInvalidValue);
@@ -404,8 +417,12 @@ cudaError_t enqueue_and_wait(cudaStream_t handle, std::function<void()> f) {
 
 // After fork the child has none of the parent's worker threads: start afresh (the parent's
 // streams are gone in the child, as with CUDA, which does not survive fork at all).
-void lock_for_fork() { g->mu.lock(); }
-void unlock_after_fork_parent() { g->mu.unlock(); }
+void lock_for_fork() {
+  g->mu.lock();
+}
+void unlock_after_fork_parent() {
+  g->mu.unlock();
+}
 void reset_after_fork_child() {
   State *old = g;
   g = new State;
@@ -449,10 +466,11 @@ const ErrorText kErrors[] = {
      "operation not permitted when stream is capturing"},
     {cudaErrorStreamCaptureInvalidated, "cudaErrorStreamCaptureInvalidated",
      "operation failed due to a previous error during capture"},
-    {cudaErrorStreamCaptureMerge, "cudaErrorStreamCaptureMerge", "operation would result in a merge of separate capture sequences"},
-    {cudaErrorStreamCaptureUnmatched, "cudaErrorStreamCaptureUnmatched", "capture was not ended in the same stream as it began"},
-    {cudaErrorStreamCaptureUnjoined, "cudaErrorStreamCaptureUnjoined",
-     "capturing stream has unjoined work"},
+    {cudaErrorStreamCaptureMerge, "cudaErrorStreamCaptureMerge",
+     "operation would result in a merge of separate capture sequences"},
+    {cudaErrorStreamCaptureUnmatched, "cudaErrorStreamCaptureUnmatched",
+     "capture was not ended in the same stream as it began"},
+    {cudaErrorStreamCaptureUnjoined, "cudaErrorStreamCaptureUnjoined", "capturing stream has unjoined work"},
     {cudaErrorStreamCaptureIsolation, "cudaErrorStreamCaptureIsolation",
      "dependency created on uncaptured work in another stream"},
     {cudaErrorStreamCaptureImplicit, "cudaErrorStreamCaptureImplicit",
@@ -483,8 +501,7 @@ DEVSIM_API int devsim_pointer_info(const void *p, int *kind, int *device, uintpt
   return 0;
 }
 
-DEVSIM_API int devsim_stream_enqueue(void *stream, void (*fn)(void *), void *arg, void (*rel)(void *),
-                                     int *recorded) {
+DEVSIM_API int devsim_stream_enqueue(void *stream, void (*fn)(void *), void *arg, void (*rel)(void *), int *recorded) {
   auto t = std::make_shared<Body>();
   t->fn = fn;
   t->arg = arg;
@@ -540,13 +557,27 @@ DEVSIM_API cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, i
   if (value == nullptr) return ret(cudaErrorInvalidValue);
   if (device < 0 || device >= device_count()) return ret(cudaErrorInvalidDevice);
   switch (attr) {
-    case cudaDevAttrComputeCapabilityMajor: *value = compute_capability(true); break;
-    case cudaDevAttrComputeCapabilityMinor: *value = compute_capability(false); break;
-    case cudaDevAttrMultiProcessorCount: *value = 132; break;
-    case cudaDevAttrPciBusId: *value = 0x10 + device; break;
-    case cudaDevAttrPciDeviceId: *value = 0; break;
-    case cudaDevAttrPciDomainId: *value = 0; break;
-    default: *value = 0; break;
+    case cudaDevAttrComputeCapabilityMajor:
+      *value = compute_capability(true);
+      break;
+    case cudaDevAttrComputeCapabilityMinor:
+      *value = compute_capability(false);
+      break;
+    case cudaDevAttrMultiProcessorCount:
+      *value = 132;
+      break;
+    case cudaDevAttrPciBusId:
+      *value = 0x10 + device;
+      break;
+    case cudaDevAttrPciDeviceId:
+      *value = 0;
+      break;
+    case cudaDevAttrPciDomainId:
+      *value = 0;
+      break;
+    default:
+      *value = 0;
+      break;
   }
   return cudaSuccess;
 }
@@ -602,7 +633,9 @@ DEVSIM_API cudaError_t cudaGetLastError(void) {
   return e;
 }
 
-DEVSIM_API cudaError_t cudaPeekAtLastError(void) { return t_last_error; }
+DEVSIM_API cudaError_t cudaPeekAtLastError(void) {
+  return t_last_error;
+}
 
 DEVSIM_API cudaError_t cudaDeviceSynchronize(void) {
   {
@@ -615,12 +648,24 @@ DEVSIM_API cudaError_t cudaDeviceSynchronize(void) {
 
 // ---- memory ----------------------------------------------------------------------------------
 
-DEVSIM_API cudaError_t cudaMalloc(void **ptr, size_t size) { return allocate(ptr, size, 2, true); }
-DEVSIM_API cudaError_t cudaMallocHost(void **ptr, size_t size) { return allocate(ptr, size, 1, false); }
-DEVSIM_API cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int) { return allocate(ptr, size, 1, false); }
-DEVSIM_API cudaError_t cudaMallocManaged(void **ptr, size_t size, unsigned int) { return allocate(ptr, size, 3, false); }
-DEVSIM_API cudaError_t cudaFree(void *p) { return release(p, 2); }
-DEVSIM_API cudaError_t cudaFreeHost(void *p) { return release(p, 1); }
+DEVSIM_API cudaError_t cudaMalloc(void **ptr, size_t size) {
+  return allocate(ptr, size, 2, true);
+}
+DEVSIM_API cudaError_t cudaMallocHost(void **ptr, size_t size) {
+  return allocate(ptr, size, 1, false);
+}
+DEVSIM_API cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int) {
+  return allocate(ptr, size, 1, false);
+}
+DEVSIM_API cudaError_t cudaMallocManaged(void **ptr, size_t size, unsigned int) {
+  return allocate(ptr, size, 3, false);
+}
+DEVSIM_API cudaError_t cudaFree(void *p) {
+  return release(p, 2);
+}
+DEVSIM_API cudaError_t cudaFreeHost(void *p) {
+  return release(p, 1);
+}
 
 DEVSIM_API cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *attr, const void *p) {
   if (attr == nullptr) return ret(cudaErrorInvalidValue);
@@ -684,7 +729,9 @@ DEVSIM_API cudaError_t cudaStreamCreateWithFlags(cudaStream_t *out, unsigned int
   return cudaSuccess;
 }
 
-DEVSIM_API cudaError_t cudaStreamCreate(cudaStream_t *out) { return cudaStreamCreateWithFlags(out, cudaStreamDefault); }
+DEVSIM_API cudaError_t cudaStreamCreate(cudaStream_t *out) {
+  return cudaStreamCreateWithFlags(out, cudaStreamDefault);
+}
 
 DEVSIM_API cudaError_t cudaStreamDestroy(cudaStream_t handle) {
   std::lock_guard<std::mutex> lock(g->mu);
@@ -744,8 +791,8 @@ DEVSIM_API cudaError_t cudaStreamIsCapturing(cudaStream_t handle, cudaStreamCapt
       }
   }
   *status = s->capture == nullptr ? cudaStreamCaptureStatusNone
-                                  : s->capture->invalid ? cudaStreamCaptureStatusInvalidated
-                                                        : cudaStreamCaptureStatusActive;
+            : s->capture->invalid ? cudaStreamCaptureStatusInvalidated
+                                  : cudaStreamCaptureStatusActive;
   return cudaSuccess;
 }
 
@@ -797,8 +844,10 @@ DEVSIM_API cudaError_t cudaStreamEndCapture(cudaStream_t handle, cudaGraph_t *gr
   if (c->mode == cudaStreamCaptureModeThreadLocal && c->thread != std::this_thread::get_id())
     return ret(cudaErrorStreamCaptureWrongThread);
   cudaError_t e = cudaSuccess;
-  if (c->invalid) e = cudaErrorStreamCaptureInvalidated;
-  else if (!c->unjoined.empty()) e = cudaErrorStreamCaptureUnjoined;
+  if (c->invalid)
+    e = cudaErrorStreamCaptureInvalidated;
+  else if (!c->unjoined.empty())
+    e = cudaErrorStreamCaptureUnjoined;
   for (Stream *m : c->members) m->capture = nullptr;
   g->captures.erase(c);
   if (e == cudaSuccess) {
@@ -820,7 +869,9 @@ DEVSIM_API cudaError_t cudaEventCreateWithFlags(cudaEvent_t *out, unsigned int f
   return cudaSuccess;
 }
 
-DEVSIM_API cudaError_t cudaEventCreate(cudaEvent_t *out) { return cudaEventCreateWithFlags(out, cudaEventDefault); }
+DEVSIM_API cudaError_t cudaEventCreate(cudaEvent_t *out) {
+  return cudaEventCreateWithFlags(out, cudaEventDefault);
+}
 
 DEVSIM_API cudaError_t cudaEventDestroy(cudaEvent_t handle) {
   if (handle == nullptr) return ret(cudaErrorInvalidResourceHandle);
@@ -936,8 +987,8 @@ DEVSIM_API cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream
   if (s == nullptr) return ret(cudaErrorInvalidResourceHandle);
   std::vector<Task> tasks = graph->tasks;
   return ret(enqueue_locked(s, make_task([tasks] {
-    for (const Task &t : tasks) t->run();
-  })));
+                              for (const Task &t : tasks) t->run();
+                            })));
 }
 
 DEVSIM_API cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {

@@ -10,7 +10,9 @@
 
 #define DEVSIM_API extern "C" __attribute__((visibility("default")))
 
-DEVSIM_API CUresult cuInit(unsigned int) { return CUDA_SUCCESS; }
+DEVSIM_API CUresult cuInit(unsigned int) {
+  return CUDA_SUCCESS;
+}
 
 DEVSIM_API CUresult cuDriverGetVersion(int *v) {
   if (v == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -48,6 +50,7 @@ DEVSIM_API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attrib
       std::memcpy(data, &ordinal, sizeof ordinal);
       return CUDA_SUCCESS;
     }
-    default: return CUDA_ERROR_NOT_SUPPORTED;
+    default:
+      return CUDA_ERROR_NOT_SUPPORTED;
   }
 }

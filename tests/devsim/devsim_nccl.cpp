@@ -100,15 +100,24 @@ void set_error(const char *fmt, A... a) {
 
 const char *result_name(ncclResult_t r) {
   switch (r) {
-    case ncclSuccess: return "ncclSuccess";
-    case ncclUnhandledCudaError: return "ncclUnhandledCudaError";
-    case ncclSystemError: return "ncclSystemError";
-    case ncclInternalError: return "ncclInternalError";
-    case ncclInvalidArgument: return "ncclInvalidArgument";
-    case ncclInvalidUsage: return "ncclInvalidUsage";
-    case ncclRemoteError: return "ncclRemoteError";
-    case ncclInProgress: return "ncclInProgress";
-    default: return "ncclUnknownResult";
+    case ncclSuccess:
+      return "ncclSuccess";
+    case ncclUnhandledCudaError:
+      return "ncclUnhandledCudaError";
+    case ncclSystemError:
+      return "ncclSystemError";
+    case ncclInternalError:
+      return "ncclInternalError";
+    case ncclInvalidArgument:
+      return "ncclInvalidArgument";
+    case ncclInvalidUsage:
+      return "ncclInvalidUsage";
+    case ncclRemoteError:
+      return "ncclRemoteError";
+    case ncclInProgress:
+      return "ncclInProgress";
+    default:
+      return "ncclUnknownResult";
   }
 }
 
@@ -126,8 +135,8 @@ ncclResult_t parse_result(const std::string &s) {
 
 struct FaultCounters {
   std::mutex mu;
-  std::map<std::string, std::string> value;           // variable -> value the counts belong to
-  std::map<std::string, unsigned long long> counts;   // variable|entry -> calls seen
+  std::map<std::string, std::string> value;          // variable -> value the counts belong to
+  std::map<std::string, unsigned long long> counts;  // variable|entry -> calls seen
 };
 FaultCounters *g_faults = new FaultCounters;
 
@@ -174,11 +183,24 @@ bool fault_hit(const char *var, const char *func, int rank, ncclResult_t *result
 
 size_t dtype_size(ncclDataType_t t) {
   switch (t) {
-    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
-    default: return 0;
+    case ncclInt8:
+    case ncclUint8:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2:
+      return 1;
+    case ncclFloat16:
+    case ncclBfloat16:
+      return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+      return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -215,7 +237,8 @@ double mini_decode(const MiniFloat &f, uint32_t bits) {
 
 double mini_max(const MiniFloat &f) {
   int bias = (1 << (f.ebits - 1)) - 1;
-  if (f.fn) return std::ldexp(1.0 + std::ldexp(static_cast<double>((1 << f.mbits) - 2), -f.mbits), (1 << f.ebits) - 1 - bias);
+  if (f.fn)
+    return std::ldexp(1.0 + std::ldexp(static_cast<double>((1 << f.mbits) - 2), -f.mbits), (1 << f.ebits) - 1 - bias);
   return std::ldexp(2.0 - std::ldexp(1.0, -f.mbits), (1 << f.ebits) - 2 - bias);
 }
 
@@ -230,12 +253,14 @@ uint32_t mini_encode(const MiniFloat &f, double v) {
   if (a == 0.0) return sign;
   int exp;
   std::frexp(a, &exp);
-  int e = std::max(exp - 1, 1 - bias);           // exponent of the value's binade (subnormals: 1-bias)
+  int e = std::max(exp - 1, 1 - bias);  // exponent of the value's binade (subnormals: 1-bias)
   double quantum = std::ldexp(1.0, e - f.mbits);
   double r = std::nearbyint(a / quantum) * quantum;  // round to nearest even (default mode)
   if (r > max || std::isinf(a)) {
-    if (f.saturate || f.fn) r = max;
-    else return sign | (all_e << f.mbits);  // infinity
+    if (f.saturate || f.fn)
+      r = max;
+    else
+      return sign | (all_e << f.mbits);  // infinity
   }
   if (r < std::ldexp(1.0, 1 - bias)) return sign | static_cast<uint32_t>(r / std::ldexp(1.0, 1 - bias - f.mbits));
   std::frexp(r, &exp);
@@ -251,51 +276,119 @@ bool is_float(ncclDataType_t t) {
 
 double load_float(ncclDataType_t t, const char *p) {
   switch (t) {
-    case ncclFloat16: { uint16_t b; std::memcpy(&b, p, 2); return mini_decode(kHalf, b); }
-    case ncclBfloat16: { uint16_t b; std::memcpy(&b, p, 2); uint32_t w = static_cast<uint32_t>(b) << 16; float f; std::memcpy(&f, &w, 4); return f; }
-    case ncclFloat8e4m3: return mini_decode(kE4m3, static_cast<uint8_t>(*p));
-    case ncclFloat8e5m2: return mini_decode(kE5m2, static_cast<uint8_t>(*p));
-    case ncclFloat32: { float f; std::memcpy(&f, p, 4); return f; }
-    default: { double d; std::memcpy(&d, p, 8); return d; }
+    case ncclFloat16: {
+      uint16_t b;
+      std::memcpy(&b, p, 2);
+      return mini_decode(kHalf, b);
+    }
+    case ncclBfloat16: {
+      uint16_t b;
+      std::memcpy(&b, p, 2);
+      uint32_t w = static_cast<uint32_t>(b) << 16;
+      float f;
+      std::memcpy(&f, &w, 4);
+      return f;
+    }
+    case ncclFloat8e4m3:
+      return mini_decode(kE4m3, static_cast<uint8_t>(*p));
+    case ncclFloat8e5m2:
+      return mini_decode(kE5m2, static_cast<uint8_t>(*p));
+    case ncclFloat32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    default: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return d;
+    }
   }
 }
 
 void store_float(ncclDataType_t t, char *p, double v) {
   switch (t) {
-    case ncclFloat16: { auto b = static_cast<uint16_t>(mini_encode(kHalf, v)); std::memcpy(p, &b, 2); return; }
-    case ncclBfloat16: { auto b = static_cast<uint16_t>(mini_encode(kBf16, v)); std::memcpy(p, &b, 2); return; }
-    case ncclFloat8e4m3: *p = static_cast<char>(mini_encode(kE4m3, v)); return;
-    case ncclFloat8e5m2: *p = static_cast<char>(mini_encode(kE5m2, v)); return;
-    case ncclFloat32: { auto f = static_cast<float>(v); std::memcpy(p, &f, 4); return; }
-    default: std::memcpy(p, &v, 8); return;
+    case ncclFloat16: {
+      auto b = static_cast<uint16_t>(mini_encode(kHalf, v));
+      std::memcpy(p, &b, 2);
+      return;
+    }
+    case ncclBfloat16: {
+      auto b = static_cast<uint16_t>(mini_encode(kBf16, v));
+      std::memcpy(p, &b, 2);
+      return;
+    }
+    case ncclFloat8e4m3:
+      *p = static_cast<char>(mini_encode(kE4m3, v));
+      return;
+    case ncclFloat8e5m2:
+      *p = static_cast<char>(mini_encode(kE5m2, v));
+      return;
+    case ncclFloat32: {
+      auto f = static_cast<float>(v);
+      std::memcpy(p, &f, 4);
+      return;
+    }
+    default:
+      std::memcpy(p, &v, 8);
+      return;
   }
 }
 
 // Integers as 64-bit patterns: signed values sign-extended, arithmetic modulo 2^64, stored back
 // truncated to the dtype (wrapping, as CUDA integer arithmetic does).
-bool is_signed(ncclDataType_t t) { return t == ncclInt8 || t == ncclInt32 || t == ncclInt64; }
+bool is_signed(ncclDataType_t t) {
+  return t == ncclInt8 || t == ncclInt32 || t == ncclInt64;
+}
 
 uint64_t load_int(ncclDataType_t t, const char *p) {
   switch (t) {
-    case ncclInt8: { int8_t x; std::memcpy(&x, p, 1); return static_cast<uint64_t>(static_cast<int64_t>(x)); }
-    case ncclUint8: { uint8_t x; std::memcpy(&x, p, 1); return x; }
-    case ncclInt32: { int32_t x; std::memcpy(&x, p, 4); return static_cast<uint64_t>(static_cast<int64_t>(x)); }
-    case ncclUint32: { uint32_t x; std::memcpy(&x, p, 4); return x; }
-    default: { uint64_t x; std::memcpy(&x, p, 8); return x; }
+    case ncclInt8: {
+      int8_t x;
+      std::memcpy(&x, p, 1);
+      return static_cast<uint64_t>(static_cast<int64_t>(x));
+    }
+    case ncclUint8: {
+      uint8_t x;
+      std::memcpy(&x, p, 1);
+      return x;
+    }
+    case ncclInt32: {
+      int32_t x;
+      std::memcpy(&x, p, 4);
+      return static_cast<uint64_t>(static_cast<int64_t>(x));
+    }
+    case ncclUint32: {
+      uint32_t x;
+      std::memcpy(&x, p, 4);
+      return x;
+    }
+    default: {
+      uint64_t x;
+      std::memcpy(&x, p, 8);
+      return x;
+    }
   }
 }
 
 uint64_t wrap_int(ncclDataType_t t, uint64_t v) {  // the value the dtype holds, re-extended
   switch (t) {
-    case ncclInt8: return static_cast<uint64_t>(static_cast<int64_t>(static_cast<int8_t>(v)));
-    case ncclUint8: return static_cast<uint8_t>(v);
-    case ncclInt32: return static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(v)));
-    case ncclUint32: return static_cast<uint32_t>(v);
-    default: return v;
+    case ncclInt8:
+      return static_cast<uint64_t>(static_cast<int64_t>(static_cast<int8_t>(v)));
+    case ncclUint8:
+      return static_cast<uint8_t>(v);
+    case ncclInt32:
+      return static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(v)));
+    case ncclUint32:
+      return static_cast<uint32_t>(v);
+    default:
+      return v;
   }
 }
 
-void store_int(ncclDataType_t t, char *p, uint64_t v) { std::memcpy(p, &v, dtype_size(t)); }  // little endian
+void store_int(ncclDataType_t t, char *p, uint64_t v) {
+  std::memcpy(p, &v, dtype_size(t));
+}  // little endian
 
 // dst[i] = reduction over ranks 0..n-1 of src[r][i], rank 0 first.
 void reduce(ncclDataType_t t, ncclRedOp_t op, int n, const std::vector<const char *> &src, char *dst, size_t count) {
@@ -314,11 +407,21 @@ void reduce(ncclDataType_t t, ncclRedOp_t op, int n, const std::vector<const cha
       for (int r = 1; r < n; ++r) {
         double v = load_float(t, src[static_cast<size_t>(r)] + o);
         switch (op) {
-          case ncclSum: acc = round(acc + v); break;
-          case ncclProd: acc = round(acc * v); break;
-          case ncclMax: acc = std::max(acc, v); break;
-          case ncclMin: acc = std::min(acc, v); break;
-          default: acc = round(acc + round(v * scale)); break;  // ncclAvg
+          case ncclSum:
+            acc = round(acc + v);
+            break;
+          case ncclProd:
+            acc = round(acc * v);
+            break;
+          case ncclMax:
+            acc = std::max(acc, v);
+            break;
+          case ncclMin:
+            acc = std::min(acc, v);
+            break;
+          default:
+            acc = round(acc + round(v * scale));
+            break;  // ncclAvg
         }
       }
       store_float(t, dst + o, acc);
@@ -328,10 +431,18 @@ void reduce(ncclDataType_t t, ncclRedOp_t op, int n, const std::vector<const cha
         uint64_t v = load_int(t, src[static_cast<size_t>(r)] + o);
         bool less = is_signed(t) ? static_cast<int64_t>(v) < static_cast<int64_t>(acc) : v < acc;
         switch (op) {
-          case ncclProd: acc = wrap_int(t, acc * v); break;
-          case ncclMax: if (!less && v != acc) acc = v; break;
-          case ncclMin: if (less) acc = v; break;
-          default: acc = wrap_int(t, acc + v); break;  // ncclSum, ncclAvg
+          case ncclProd:
+            acc = wrap_int(t, acc * v);
+            break;
+          case ncclMax:
+            if (!less && v != acc) acc = v;
+            break;
+          case ncclMin:
+            if (less) acc = v;
+            break;
+          default:
+            acc = wrap_int(t, acc + v);
+            break;  // ncclSum, ncclAvg
         }
       }
       if (op == ncclAvg) {
@@ -392,15 +503,17 @@ void sweep_stale_segments() {
   closedir(dir);
 }
 
-__attribute__((constructor)) void register_exit_cleanup() { std::atexit(unlink_open_names); }
+__attribute__((constructor)) void register_exit_cleanup() {
+  std::atexit(unlink_open_names);
+}
 
 struct CommState {
   int rank = 0;
   int nranks = 1;
   int device = 0;
   bool blocking = true;
-  std::string name;     // shm name
-  std::string label;    // commName
+  std::string name;   // shm name
+  std::string label;  // commName
   Header *hdr = nullptr;
   size_t bytes = 0;
   std::atomic<bool> aborted{false};
@@ -536,8 +649,8 @@ void run_collective(CommState &c, const Op &op) {
       for (size_t off = 0; off < op.count; off += chunk) {
         size_t m = std::min(chunk, op.count - off);
         for (int b = 0; b < n; ++b)  // block b of my send, this chunk
-          std::memcpy(c.slot(me) + static_cast<size_t>(b) * m * es, op.send + (static_cast<size_t>(b) * op.count + off) * es,
-                      m * es);
+          std::memcpy(c.slot(me) + static_cast<size_t>(b) * m * es,
+                      op.send + (static_cast<size_t>(b) * op.count + off) * es, m * es);
         if (!phase_barrier(c)) return;
         std::vector<const char *> mine;
         for (int r = 0; r < n; ++r) mine.push_back(c.slot(r) + static_cast<size_t>(me) * m * es);
@@ -557,7 +670,8 @@ void run_collective(CommState &c, const Op &op) {
       }
       return;
     }
-    default: return;
+    default:
+      return;
   }
 }
 
@@ -636,21 +750,25 @@ void run_batch(void *arg) {
   }
   std::vector<Op> p2p;
   for (const Op &op : b->ops) {
-    if (op.kind == Kind::kSend || op.kind == Kind::kRecv) p2p.push_back(op);
-    else run_collective(c, op);
+    if (op.kind == Kind::kSend || op.kind == Kind::kRecv)
+      p2p.push_back(op);
+    else
+      run_collective(c, op);
     if (c.aborted.load()) return;
   }
   if (!p2p.empty()) run_p2p(c, p2p);
 }
 
-void release_batch(void *arg) { delete static_cast<Batch *>(arg); }
+void release_batch(void *arg) {
+  delete static_cast<Batch *>(arg);
+}
 
 // Puts a batch on its stream; counts it unless the stream records it into a graph.
 ncclResult_t enqueue(const std::shared_ptr<CommState> &c, std::vector<Op> ops, cudaStream_t stream) {
   // A batch recorded into a graph runs once per launch and is not counted as outstanding.
   int recorded = devsim_stream_capturing(stream);
   auto *b = new Batch{c, std::move(ops), recorded};
-  if (recorded == 0) c->outstanding.fetch_add(1);  // before it can run
+  if (recorded == 0) c->outstanding.fetch_add(1);                               // before it can run
   int e = devsim_stream_enqueue(stream, run_batch, b, release_batch, nullptr);  // on failure b is released
   if (e != cudaSuccess) {
     if (recorded == 0) c->outstanding.fetch_sub(1);
@@ -705,7 +823,9 @@ void launcher_main(CommState *c) {
   }
 }
 
-CommState *state(ncclComm_t comm) { return comm != nullptr ? comm->st.get() : nullptr; }
+CommState *state(ncclComm_t comm) {
+  return comm != nullptr ? comm->st.get() : nullptr;
+}
 
 // Common checks of every call on a communicator: usable, not busy, no injected failure.
 ncclResult_t precheck(ncclComm_t comm, const char *func) {
@@ -719,8 +839,10 @@ ncclResult_t precheck(ncclComm_t comm, const char *func) {
     return ncclInvalidUsage;
   }
   if (c->pending.load() != 0) {
-    set_error("devsim NCCL: %s on rank %d: the previous non-blocking call has not completed "
-              "(wait until ncclCommGetAsyncError stops returning ncclInProgress)", func, c->rank);
+    set_error(
+        "devsim NCCL: %s on rank %d: the previous non-blocking call has not completed "
+        "(wait until ncclCommGetAsyncError stops returning ncclInProgress)",
+        func, c->rank);
     return ncclInvalidUsage;
   }
   ncclResult_t r = ncclSuccess;
@@ -784,7 +906,8 @@ ncclResult_t submit(ncclComm_t comm, Op op, cudaStream_t stream) {
   auto st = comm->st;
   bool hang = op.hang && !c.blocking;
   if (hang) op.hang = false;  // non-blocking: the launch itself never finishes
-  return launch(st, [st, op, stream] { return enqueue(st, {op}, stream); }, hang);
+  return launch(
+      st, [st, op, stream] { return enqueue(st, {op}, stream); }, hang);
 }
 
 ncclResult_t coll(const char *func, Kind kind, const void *send, void *recv, size_t count, size_t send_bytes,
@@ -975,10 +1098,13 @@ DEVSIM_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   if (r != ncclSuccess) return r;
   auto st = comm->st;
   bool hang = fault_hit("DEVSIM_NCCL_HANG", "ncclCommFinalize", st->rank, nullptr);
-  return launch(st, [st]() -> ncclResult_t {
-    if (!wait_until(*st, [&] { return st->outstanding.load() == 0; })) return ncclInternalError;
-    return static_cast<ncclResult_t>(st->async_error.load());
-  }, hang);
+  return launch(
+      st,
+      [st]() -> ncclResult_t {
+        if (!wait_until(*st, [&] { return st->outstanding.load() == 0; })) return ncclInternalError;
+        return static_cast<ncclResult_t>(st->async_error.load());
+      },
+      hang);
 }
 
 DEVSIM_API ncclResult_t ncclCommDestroy(ncclComm_t comm) {
@@ -986,7 +1112,8 @@ DEVSIM_API ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (c == nullptr) return ncclSuccess;
   ncclResult_t injected = ncclSuccess;
   if (fault_hit("DEVSIM_NCCL_FAIL", "ncclCommDestroy", c->rank, &injected)) {
-    set_error("devsim NCCL: ncclCommDestroy on rank %d: injected %s (DEVSIM_NCCL_FAIL)", c->rank, result_name(injected));
+    set_error("devsim NCCL: ncclCommDestroy on rank %d: injected %s (DEVSIM_NCCL_FAIL)", c->rank,
+              result_name(injected));
     return injected;
   }
   // Outstanding operations complete first (ncclCommDestroy waits for them, as NCCL does).
@@ -1104,7 +1231,8 @@ DEVSIM_API ncclResult_t ncclGroupEnd(void) {
     bool launch_hangs = hang && !comm->blocking;
     if (launch_hangs)
       for (auto &o : batch) o.hang = false;
-    ncclResult_t r = launch(comm, [comm, batch, stream] { return enqueue(comm, batch, stream); }, launch_hangs);
+    ncclResult_t r = launch(
+        comm, [comm, batch, stream] { return enqueue(comm, batch, stream); }, launch_hangs);
     if (r != ncclSuccess && result == ncclSuccess) result = r;
   }
   return result;
@@ -1112,15 +1240,24 @@ DEVSIM_API ncclResult_t ncclGroupEnd(void) {
 
 DEVSIM_API const char *ncclGetErrorString(ncclResult_t r) {
   switch (r) {
-    case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
-    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
-    default: return "unknown result code";
+    case ncclSuccess:
+      return "no error";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+      return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+      return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument:
+      return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+      return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+      return "remote process exited or there was a network error";
+    case ncclInProgress:
+      return "NCCL operation in progress";
+    default:
+      return "unknown result code";
   }
 }
 

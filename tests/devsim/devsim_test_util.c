@@ -19,7 +19,9 @@ pstate_status_t devsim_init(const pstate_test_rank_t *self, int64_t timeout_ms, 
   return pstate_init(&p, out);
 }
 
-static int is_fp8(pstate_dtype_t t) { return t == PSTATE_FP8_E4M3 || t == PSTATE_FP8_E5M2; }
+static int is_fp8(pstate_dtype_t t) {
+  return t == PSTATE_FP8_E4M3 || t == PSTATE_FP8_E5M2;
+}
 
 double devsim_input(pstate_reduce_op_t op, int rank, size_t i, pstate_dtype_t t) {
   if (op == PSTATE_PROD) return 1.0 + (double)(((size_t)rank + i) % 2);
@@ -32,10 +34,18 @@ double devsim_reduced(pstate_reduce_op_t op, int n, size_t i, pstate_dtype_t t) 
   for (int r = 1; r < n; ++r) {
     double v = devsim_input(op, r, i, t);
     switch (op) {
-      case PSTATE_PROD: acc *= v; break;
-      case PSTATE_MAX: acc = v > acc ? v : acc; break;
-      case PSTATE_MIN: acc = v < acc ? v : acc; break;
-      default: acc += v; break;
+      case PSTATE_PROD:
+        acc *= v;
+        break;
+      case PSTATE_MAX:
+        acc = v > acc ? v : acc;
+        break;
+      case PSTATE_MIN:
+        acc = v < acc ? v : acc;
+        break;
+      default:
+        acc += v;
+        break;
     }
   }
   if (op == PSTATE_AVG) acc = pstate_test_is_float(t) || is_fp8(t) ? acc / n : trunc(acc / n);
@@ -46,12 +56,24 @@ int devsim_close(pstate_dtype_t t, pstate_reduce_op_t op, double got, double wan
   if (op != PSTATE_AVG || !(pstate_test_is_float(t) || is_fp8(t))) return got == want;
   double a = fabs(want), tol;
   switch (t) {
-    case PSTATE_FLOAT16: tol = 4e-3 * a + 4e-3; break;
-    case PSTATE_BFLOAT16: tol = 3e-2 * a + 3e-2; break;
-    case PSTATE_FLOAT32: tol = 1e-5 * a + 1e-6; break;
-    case PSTATE_FLOAT64: tol = 1e-12 * a + 1e-12; break;
-    case PSTATE_FP8_E4M3: tol = 0.13 * a + 0.1; break;
-    default: tol = 0.26 * a + 0.1; break; /* e5m2 */
+    case PSTATE_FLOAT16:
+      tol = 4e-3 * a + 4e-3;
+      break;
+    case PSTATE_BFLOAT16:
+      tol = 3e-2 * a + 3e-2;
+      break;
+    case PSTATE_FLOAT32:
+      tol = 1e-5 * a + 1e-6;
+      break;
+    case PSTATE_FLOAT64:
+      tol = 1e-12 * a + 1e-12;
+      break;
+    case PSTATE_FP8_E4M3:
+      tol = 0.13 * a + 0.1;
+      break;
+    default:
+      tol = 0.26 * a + 0.1;
+      break; /* e5m2 */
   }
   return fabs(got - want) <= tol;
 }
@@ -64,8 +86,10 @@ static double fp8_decode(pstate_dtype_t t, uint8_t b) {
   double v;
   if (t == PSTATE_FP8_E4M3 && e == 15 && m == 7) return NAN;
   if (t == PSTATE_FP8_E5M2 && e == 31) return m ? NAN : (s ? -INFINITY : INFINITY);
-  if (e == 0) v = ldexp((double)m, 1 - bias - mbits);
-  else v = ldexp(1.0 + ldexp((double)m, -mbits), e - bias);
+  if (e == 0)
+    v = ldexp((double)m, 1 - bias - mbits);
+  else
+    v = ldexp(1.0 + ldexp((double)m, -mbits), e - bias);
   return s ? -v : v;
 }
 
@@ -84,15 +108,19 @@ double devsim_load(pstate_dtype_t t, const void *buf, size_t i) {
 }
 
 void devsim_store(pstate_dtype_t t, void *buf, size_t i, double v) {
-  if (is_fp8(t)) ((uint8_t *)buf)[i] = fp8_encode(t, v);
-  else pstate_test_store(t, buf, i, v);
+  if (is_fp8(t))
+    ((uint8_t *)buf)[i] = fp8_encode(t, v);
+  else
+    pstate_test_store(t, buf, i, v);
 }
 
 void *devsim_device_copy(const void *host, size_t n) {
   void *d = NULL;
   if (cudaMalloc(&d, n == 0 ? 1 : n) != cudaSuccess) return NULL;
-  if (host != NULL) cudaMemcpy(d, host, n, cudaMemcpyHostToDevice);
-  else cudaMemset(d, 0xEE, n);
+  if (host != NULL)
+    cudaMemcpy(d, host, n, cudaMemcpyHostToDevice);
+  else
+    cudaMemset(d, 0xEE, n);
   return d;
 }
 

@@ -30,14 +30,17 @@
 #define K 100
 #define COUNT 64
 
-#define RANK_STATUS(self, call, want, needle)                                                            \
-  do {                                                                                                   \
-    pstate_status_t s_ = (call);                                                                         \
-    RANK_CHECK(self, s_ == (want) && strstr(pstate_last_error(), (needle)) != NULL, "%s -> %s (%s), expected %s with \"%s\"", \
-               #call, pstate_status_string(s_), pstate_last_error(), pstate_status_string(want), needle); \
+#define RANK_STATUS(self, call, want, needle)                                                                  \
+  do {                                                                                                         \
+    pstate_status_t s_ = (call);                                                                               \
+    RANK_CHECK(self, s_ == (want) && strstr(pstate_last_error(), (needle)) != NULL,                            \
+               "%s -> %s (%s), expected %s with \"%s\"", #call, pstate_status_string(s_), pstate_last_error(), \
+               pstate_status_string(want), needle);                                                            \
   } while (0)
 
-static float value(int rank, int k, size_t i, int replay) { return (float)((rank + k + (int)i % 5 + replay * 3) % 11); }
+static float value(int rank, int k, size_t i, int replay) {
+  return (float)((rank + k + (int)i % 5 + replay * 3) % 11);
+}
 
 /* (threads are ranks too: no static buffers) */
 static float h_buf[8][K * COUNT];
@@ -56,8 +59,8 @@ static int expect_sums(const pstate_test_rank_t *self, const float *d, int world
     for (size_t i = 0; i < COUNT; ++i) {
       float want = 0;
       for (int r = 0; r < world; ++r) want += value(r, k, i, replay);
-      RANK_CHECK(self, h[k * COUNT + i] == want, "replay %d, all_reduce %d, element %zu: %g, expected %g", replay, k,
-                 i, h[k * COUNT + i], want);
+      RANK_CHECK(self, h[k * COUNT + i] == want, "replay %d, all_reduce %d, element %zu: %g, expected %g", replay, k, i,
+                 h[k * COUNT + i], want);
     }
   return 0;
 }
@@ -80,8 +83,8 @@ static int capture_replay(const pstate_test_rank_t *self) {
   cudaStream_t cs = (cudaStream_t)capture;
   RANK_CHECK(self, cs != NULL, "capture stream");
   RANK_CHECK(self,
-             cudaStreamBeginCapture(cs, thread_local_mode ? cudaStreamCaptureModeThreadLocal
-                                                          : cudaStreamCaptureModeGlobal) == cudaSuccess,
+             cudaStreamBeginCapture(
+                 cs, thread_local_mode ? cudaStreamCaptureModeThreadLocal : cudaStreamCaptureModeGlobal) == cudaSuccess,
              "cudaStreamBeginCapture");
   for (int k = 0; k < K; ++k)
     RANK_OK(self, pstate_tp_allreduce(ps, d + k * COUNT, COUNT, PSTATE_FLOAT32, PSTATE_SUM, k % 2 ? NULL : capture));
@@ -127,7 +130,8 @@ static int capture_misuse(const pstate_test_rank_t *self) {
   RANK_OK(self, pstate_graph_capture_begin(ps, NULL, &capture));
   cudaStream_t cs = (cudaStream_t)capture;
   void *again = NULL;
-  RANK_STATUS(self, pstate_graph_capture_begin(ps, NULL, &again), PSTATE_ERR_INVALID_STATE, "already in graph-capture mode");
+  RANK_STATUS(self, pstate_graph_capture_begin(ps, NULL, &again), PSTATE_ERR_INVALID_STATE,
+              "already in graph-capture mode");
   RANK_STATUS(self, pstate_all_reduce(world, d, d, COUNT, PSTATE_FLOAT32, PSTATE_SUM, other), PSTATE_ERR_INVALID_STATE,
               "not the capture stream");
   RANK_OK(self, pstate_barrier(world)); /* the CPU communicator's: legal, records nothing */
@@ -228,8 +232,10 @@ static int p2p_first(const pstate_test_rank_t *self) {
   for (size_t i = 0; i < COUNT; ++i) h[i] = (float)(i + 1);
   void *d = devsim_device_copy(self->rank == 0 ? h : NULL, sizeof h);
   if (self->world_size == 2) {
-    if (self->rank == 0) RANK_OK(self, pstate_send(world, d, COUNT, PSTATE_FLOAT32, 1, NULL));
-    else RANK_OK(self, pstate_recv(world, d, COUNT, PSTATE_FLOAT32, 0, NULL));
+    if (self->rank == 0)
+      RANK_OK(self, pstate_send(world, d, COUNT, PSTATE_FLOAT32, 1, NULL));
+    else
+      RANK_OK(self, pstate_recv(world, d, COUNT, PSTATE_FLOAT32, 0, NULL));
     RANK_CHECK(self, devsim_to_host(h, d, sizeof h, NULL) == 0, "copy back");
     for (size_t i = 0; i < COUNT; ++i) RANK_CHECK(self, h[i] == (float)(i + 1), "element %zu: %g", i, h[i]);
   } else if (self->rank < 2) {

@@ -28,8 +28,8 @@
 
 #define NT 6
 static const char *kNames[NT] = {"cuda_big", "cpu_small", "cuda_empty", "cpu_scalar", "cpu_large", "cuda_scalar"};
-static const pstate_dtype_t kTypes[NT] = {PSTATE_FLOAT32, PSTATE_INT32,   PSTATE_BFLOAT16,
-                                          PSTATE_FLOAT64, PSTATE_UINT8,   PSTATE_INT64};
+static const pstate_dtype_t kTypes[NT] = {PSTATE_FLOAT32, PSTATE_INT32, PSTATE_BFLOAT16,
+                                          PSTATE_FLOAT64, PSTATE_UINT8, PSTATE_INT64};
 static const pstate_device_t kDevs[NT] = {PSTATE_DEVICE_CUDA, PSTATE_DEVICE_CPU, PSTATE_DEVICE_CUDA,
                                           PSTATE_DEVICE_CPU,  PSTATE_DEVICE_CPU, PSTATE_DEVICE_CUDA};
 static const int kNdim[NT] = {2, 1, 2, 0, 1, 0};
@@ -40,8 +40,12 @@ static size_t elements(int t) {
   for (int d = 0; d < kNdim[t]; ++d) n *= (size_t)kShapes[t][d];
   return n;
 }
-static size_t bytes_of(int t) { return elements(t) * pstate_dtype_size(kTypes[t]); }
-static unsigned char byte_at(int t, size_t i, int seed) { return (unsigned char)(t * 31 + i * 7 + (size_t)seed * 13); }
+static size_t bytes_of(int t) {
+  return elements(t) * pstate_dtype_size(kTypes[t]);
+}
+static unsigned char byte_at(int t, size_t i, int seed) {
+  return (unsigned char)(t * 31 + i * 7 + (size_t)seed * 13);
+}
 
 typedef struct {
   void *ptr[NT];
@@ -50,8 +54,8 @@ typedef struct {
   int fail_cuda; /* 1: set DEVSIM_CUDA_MALLOC_FAIL so this rank's cudaMalloc fails */
 } received_t;
 
-static void *alloc_cb(void *user, const char *name, pstate_dtype_t dtype, int ndim, const int64_t *shape,
-                      size_t bytes, pstate_device_t device) {
+static void *alloc_cb(void *user, const char *name, pstate_dtype_t dtype, int ndim, const int64_t *shape, size_t bytes,
+                      pstate_device_t device) {
   received_t *r = user;
   int t = -1;
   for (int i = 0; i < NT; ++i)
@@ -98,8 +102,10 @@ static void make_dict(pstate_tensor_t *ts, void **mem, int seed) {
 
 static void free_dict(void **mem) {
   for (int t = 0; t < NT; ++t) {
-    if (kDevs[t] == PSTATE_DEVICE_CUDA) cudaFree(mem[t]);
-    else free(mem[t]);
+    if (kDevs[t] == PSTATE_DEVICE_CUDA)
+      cudaFree(mem[t]);
+    else
+      free(mem[t]);
   }
 }
 
@@ -109,14 +115,18 @@ static int expect_received(const pstate_test_rank_t *self, received_t *r, int se
   for (int t = 0; t < NT; ++t) {
     size_t b = bytes_of(t);
     unsigned char *h = malloc(b + 1);
-    if (kDevs[t] == PSTATE_DEVICE_CUDA) RANK_CHECK(self, devsim_to_host(h, r->ptr[t], b, stream) == 0, "copy back");
-    else memcpy(h, r->ptr[t], b);
+    if (kDevs[t] == PSTATE_DEVICE_CUDA)
+      RANK_CHECK(self, devsim_to_host(h, r->ptr[t], b, stream) == 0, "copy back");
+    else
+      memcpy(h, r->ptr[t], b);
     for (size_t i = 0; i < b; ++i)
       RANK_CHECK(self, h[i] == byte_at(t, i, seed), "%s byte %zu: %u, expected %u", kNames[t], i, h[i],
                  byte_at(t, i, seed));
     free(h);
-    if (kDevs[t] == PSTATE_DEVICE_CUDA) cudaFree(r->ptr[t]);
-    else free(r->ptr[t]);
+    if (kDevs[t] == PSTATE_DEVICE_CUDA)
+      cudaFree(r->ptr[t]);
+    else
+      free(r->ptr[t]);
   }
   memset(r, 0, sizeof *r);
   return 0;
@@ -168,13 +178,14 @@ static int dict_rank(const pstate_test_rank_t *self) {
     } else {
       got.fail_cuda = self->rank == (src + 1) % self->world_size;
       pstate_status_t st = pstate_broadcast_tensor_dict(world, NULL, 0, src, alloc_cb, &got, s);
-      RANK_CHECK(self, st == PSTATE_ERR_NO_MEMORY, "receiver: %s (%s)", pstate_status_string(st),
-                 pstate_last_error());
+      RANK_CHECK(self, st == PSTATE_ERR_NO_MEMORY, "receiver: %s (%s)", pstate_status_string(st), pstate_last_error());
       cudaStreamSynchronize(s);
       for (int t = 0; t < NT; ++t) {
         if (got.ptr[t] == NULL) continue;
-        if (kDevs[t] == PSTATE_DEVICE_CUDA) cudaFree(got.ptr[t]);
-        else free(got.ptr[t]);
+        if (kDevs[t] == PSTATE_DEVICE_CUDA)
+          cudaFree(got.ptr[t]);
+        else
+          free(got.ptr[t]);
       }
       memset(&got, 0, sizeof got);
     }

@@ -39,11 +39,11 @@
 #define HAS(msg, needle) (strstr((msg), (needle)) != NULL)
 
 typedef struct {
-  const char *var;   /* environment variable set on every rank before init */
+  const char *var; /* environment variable set on every rank before init */
   const char *value;
-  int fail_rank;     /* the rank whose call fails (-1: every rank) */
+  int fail_rank; /* the rank whose call fails (-1: every rank) */
   pstate_status_t want;
-  const char *call;  /* in the message */
+  const char *call; /* in the message */
   int fatal;
 } inject_t;
 
@@ -123,8 +123,8 @@ static void test_nccl_invalid_argument_is_invalid_argument_and_not_fatal(void **
 static void test_nccl_async_error_is_reported_by_the_next_call(void **state) {
   (void)state;
   /* all_reduce 1 sets it when it runs; call 2 reads it first (ncclCommGetAsyncError) */
-  run_injected("DEVSIM_NCCL_ASYNC", "ncclAllReduce:1:1:ncclRemoteError", 1, PSTATE_ERR_PEER_LOST,
-               "DEVSIM_NCCL_ASYNC", 1);
+  run_injected("DEVSIM_NCCL_ASYNC", "ncclAllReduce:1:1:ncclRemoteError", 1, PSTATE_ERR_PEER_LOST, "DEVSIM_NCCL_ASYNC",
+               1);
 }
 
 /* Communicator creation fails on one rank (injected, or its cudaMalloc fails): that rank gets the
@@ -144,8 +144,9 @@ static int init_fault_rank(const pstate_test_rank_t *self) {
   RANK_CHECK(self, ps != NULL, "init");
   pstate_status_t s = pstate_all_reduce(world, d, d, N, PSTATE_FLOAT32, PSTATE_SUM, NULL);
   if (self->rank == 1) {
-    RANK_CHECK(self, s == f->want && HAS(pstate_last_error(), "ncclCommInitRankConfig") &&
-                         HAS(pstate_last_error(), f->needle) && HAS(pstate_last_error(), "world:0"),
+    RANK_CHECK(self,
+               s == f->want && HAS(pstate_last_error(), "ncclCommInitRankConfig") &&
+                   HAS(pstate_last_error(), f->needle) && HAS(pstate_last_error(), "world:0"),
                "%s -> %s: %s", f->value, pstate_status_string(s), pstate_last_error());
   } else {
     /* rank 0 either made its communicator (the peer then never arrives: TIMEOUT) or not */
@@ -208,8 +209,9 @@ static int hang_rank(const pstate_test_rank_t *self) {
   if (self->rank == 0) {
     RANK_CHECK(self, s == PSTATE_ERR_TIMEOUT, "%s: %s", pstate_status_string(s), pstate_last_error());
     RANK_CHECK(self, took >= TIMEOUT_MS - 50 && took <= TIMEOUT_MS + SLACK_MS, "TIMEOUT after %.0f ms", took);
-    RANK_CHECK(self, HAS(pstate_last_error(), "world:0") && HAS(pstate_last_error(), "rank 0 of 2") &&
-                         HAS(pstate_last_error(), "pstate_abort"),
+    RANK_CHECK(self,
+               HAS(pstate_last_error(), "world:0") && HAS(pstate_last_error(), "rank 0 of 2") &&
+                   HAS(pstate_last_error(), "pstate_abort"),
                "%s", pstate_last_error());
     fprintf(stderr, "rank 0: TIMEOUT after %.0f ms (timeout %d ms)\n", took, TIMEOUT_MS);
   } else {

@@ -45,15 +45,17 @@ static pstate_status_t init_one(pstate_device_t device, int world, int rank, int
 }
 
 /* Sets var to value for one call, then restores it. */
-#define WITH_ENV(var, value, stmt)                   \
-  do {                                               \
-    char *old_ = getenv(var);                        \
-    char saved_[1024] = {0};                         \
+#define WITH_ENV(var, value, stmt)                                 \
+  do {                                                             \
+    char *old_ = getenv(var);                                      \
+    char saved_[1024] = {0};                                       \
     if (old_ != NULL) snprintf(saved_, sizeof saved_, "%s", old_); \
-    setenv(var, value, 1);                           \
-    stmt;                                            \
-    if (old_ != NULL) setenv(var, saved_, 1);        \
-    else unsetenv(var);                              \
+    setenv(var, value, 1);                                         \
+    stmt;                                                          \
+    if (old_ != NULL)                                              \
+      setenv(var, saved_, 1);                                      \
+    else                                                           \
+      unsetenv(var);                                               \
   } while (0)
 
 static void test_runtime_variable_naming_a_missing_file_is_unsupported(void **state) {

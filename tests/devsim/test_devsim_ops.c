@@ -24,8 +24,8 @@
 #include "devsim_test_util.h"
 #include "ranks.h"
 
-static const pstate_dtype_t kDtypes[] = {PSTATE_INT8,    PSTATE_UINT8,   PSTATE_INT32,    PSTATE_UINT32,
-                                         PSTATE_INT64,   PSTATE_UINT64,  PSTATE_FLOAT16,  PSTATE_FLOAT32,
+static const pstate_dtype_t kDtypes[] = {PSTATE_INT8,    PSTATE_UINT8,    PSTATE_INT32,    PSTATE_UINT32,
+                                         PSTATE_INT64,   PSTATE_UINT64,   PSTATE_FLOAT16,  PSTATE_FLOAT32,
                                          PSTATE_FLOAT64, PSTATE_BFLOAT16, PSTATE_FP8_E4M3, PSTATE_FP8_E5M2};
 static const pstate_reduce_op_t kOps[] = {PSTATE_SUM, PSTATE_PROD, PSTATE_MAX, PSTATE_MIN, PSTATE_AVG};
 #define NDTYPES (sizeof kDtypes / sizeof kDtypes[0])
@@ -52,14 +52,14 @@ static void *input(pstate_dtype_t t, pstate_reduce_op_t op, int rank, size_t fir
 }
 
 /* Compares got[i] with want(i) for i < count; prints the first difference. */
-#define EXPECT_ELEMENTS(c, what, t, op, got, count, want_expr)                                               \
-  do {                                                                                                      \
-    for (size_t i_ = 0; i_ < (count); ++i_) {                                                               \
-      size_t i = i_;                                                                                        \
-      double want_ = (want_expr), got_ = devsim_load((t), (got), i_);                                      \
+#define EXPECT_ELEMENTS(c, what, t, op, got, count, want_expr)                                                   \
+  do {                                                                                                           \
+    for (size_t i_ = 0; i_ < (count); ++i_) {                                                                    \
+      size_t i = i_;                                                                                             \
+      double want_ = (want_expr), got_ = devsim_load((t), (got), i_);                                            \
       RANK_CHECK((c)->self, devsim_close((t), (op), got_, want_), "%s %s %s %s: element %zu is %g, expected %g", \
-                 (c)->name, what, pstate_dtype_name(t), pstate_reduce_op_name(op), i_, got_, want_);         \
-    }                                                                                                       \
+                 (c)->name, what, pstate_dtype_name(t), pstate_reduce_op_name(op), i_, got_, want_);             \
+    }                                                                                                            \
   } while (0)
 
 static int check_all_reduce(const ctx_t *c, pstate_dtype_t t, pstate_reduce_op_t op, size_t count, int in_place) {
@@ -147,8 +147,10 @@ static int check_send_recv(const ctx_t *c, pstate_dtype_t t, size_t count) {
   void *dsend = devsim_device_copy(h, count * es);
   void *drecv = devsim_device_copy(NULL, count * es);
   for (int step = 0; step < 2; ++step) {
-    if ((step == 0) == (c->r % 2 == 0)) RANK_OK(c->self, pstate_send(c->g, dsend, count, t, next, c->stream));
-    else RANK_OK(c->self, pstate_recv(c->g, drecv, count, t, prev, c->stream));
+    if ((step == 0) == (c->r % 2 == 0))
+      RANK_OK(c->self, pstate_send(c->g, dsend, count, t, next, c->stream));
+    else
+      RANK_OK(c->self, pstate_recv(c->g, drecv, count, t, prev, c->stream));
   }
   RANK_CHECK(c->self, devsim_to_host(h, drecv, count * es, c->stream) == 0, "copy back");
   EXPECT_ELEMENTS(c, "send/recv", t, PSTATE_SUM, h, count, devsim_input(PSTATE_SUM, prev, i, t));
@@ -201,7 +203,11 @@ static int rank_main(const pstate_test_rank_t *self) {
     seen[nseen++] = g;
     pstate_group_info_t info = PSTATE_GROUP_INFO_INIT;
     RANK_OK(self, pstate_group_info(g, &info));
-    ctx_t c = {self, g, info.world_size, info.rank_in_group, k == PSTATE_GROUP_WORLD ? NULL : stream,
+    ctx_t c = {self,
+               g,
+               info.world_size,
+               info.rank_in_group,
+               k == PSTATE_GROUP_WORLD ? NULL : stream,
                pstate_group_kind_name((pstate_group_kind_t)k)};
     if (check_group(&c, cfg->full || k == PSTATE_GROUP_WORLD)) return 1;
   }
@@ -243,13 +249,34 @@ static void run(int world, int tp, int pp, int threads) {
   assert_int_equal(failed, 0);
 }
 
-static void test_device_ops_1_process(void **state) { (void)state; run(1, 1, 1, 0); }
-static void test_device_ops_2_processes_tp2(void **state) { (void)state; run(2, 2, 1, 0); }
-static void test_device_ops_3_processes_pp3(void **state) { (void)state; run(3, 1, 3, 0); }
-static void test_device_ops_4_processes_tp2_pp2(void **state) { (void)state; run(4, 2, 2, 0); }
-static void test_device_ops_2_threads_pp2(void **state) { (void)state; run(2, 1, 2, 1); }
-static void test_device_ops_3_threads_tp3(void **state) { (void)state; run(3, 3, 1, 1); }
-static void test_device_ops_4_threads_tp4(void **state) { (void)state; run(4, 4, 1, 1); }
+static void test_device_ops_1_process(void **state) {
+  (void)state;
+  run(1, 1, 1, 0);
+}
+static void test_device_ops_2_processes_tp2(void **state) {
+  (void)state;
+  run(2, 2, 1, 0);
+}
+static void test_device_ops_3_processes_pp3(void **state) {
+  (void)state;
+  run(3, 1, 3, 0);
+}
+static void test_device_ops_4_processes_tp2_pp2(void **state) {
+  (void)state;
+  run(4, 2, 2, 0);
+}
+static void test_device_ops_2_threads_pp2(void **state) {
+  (void)state;
+  run(2, 1, 2, 1);
+}
+static void test_device_ops_3_threads_tp3(void **state) {
+  (void)state;
+  run(3, 3, 1, 1);
+}
+static void test_device_ops_4_threads_tp4(void **state) {
+  (void)state;
+  run(4, 4, 1, 1);
+}
 
 int main(void) {
   const struct CMUnitTest tests[] = {
