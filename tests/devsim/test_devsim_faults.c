@@ -322,6 +322,7 @@ static int leak_rank(const pstate_test_rank_t *self) {
   RANK_CHECK(self, fds2 == fds, "fds %d after one cycle, %d after three", fds, fds2);
   char prefix[64];
   snprintf(prefix, sizeof prefix, "pstate-devsim-nccl-%d-", (int)getpid());
+  /* names carry the creating (group rank 0) pid: only ours are counted, so ctest -j is safe */
   RANK_CHECK(self, count_dir("/dev/shm", prefix) == 0, "a shared segment %s* is left in /dev/shm", prefix);
   return 0;
 }
@@ -330,7 +331,6 @@ static void test_nothing_left_behind_after_failures_and_abort(void **state) {
   (void)state;
   int ports[3] = {pstate_test_free_port(), pstate_test_free_port(), pstate_test_free_port()};
   assert_int_equal(pstate_test_run_processes(2, 60, leak_rank, ports, NULL), 0);
-  assert_int_equal(count_dir("/dev/shm", "pstate-devsim-nccl-"), 0);
 }
 
 int main(void) {
