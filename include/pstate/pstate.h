@@ -522,7 +522,8 @@ PSTATE_API pstate_status_t pstate_recv_tensor_dict(pstate_group_t *g, int src, p
  *  pstate_finalize/abort). Collective over the world: it first creates the NCCL communicator of
  *  every group that has none (a stream capture cannot), so call it on every rank, before
  *  cudaStreamBeginCapture. While capturing, tensor operations with stream NULL go to the capture
- *  stream, a stream outside the capture is INVALID_STATE, and so is pstate_barrier. The caller
+ *  stream and a stream outside the capture is INVALID_STATE; pstate_barrier still runs (on the
+ *  CPU communicator: it waits on the host and records nothing into the graph). The caller
  *  records the graph itself (cudaStreamBeginCapture ... EndCapture on *capture_stream, inside
  *  begin/end). INVALID_STATE when already capturing. */
 PSTATE_API pstate_status_t pstate_graph_capture_begin(pstate_t *ps, void *stream, void **capture_stream);

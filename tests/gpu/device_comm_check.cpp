@@ -176,6 +176,7 @@ void run_rank(int rank, int world, Bus &bus, Tally *tally, std::vector<BenchRow>
       rows[1] = measured_blocking;
     }
 
+    k.free_deferred();
     CK(cudaFree(k.send));
     CK(cudaFree(k.recv));
     CK(cudaStreamDestroy(k.stream));

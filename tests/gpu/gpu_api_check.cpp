@@ -373,6 +373,7 @@ int run(pstate_t *ps, const char *out_dir) {
   }
 
   check_cpu_context_refuses_device_memory(k);
+  k.free_deferred();
   CK(cudaFree(k.send));
   CK(cudaFree(k.recv));
   CK(cudaStreamDestroy(k.stream));

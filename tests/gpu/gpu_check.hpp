@@ -212,6 +212,15 @@ struct Case {
   void *recv = nullptr;
   bool fp8_reduce = false;  // the GPU can reduce fp8 (compute capability >= 9.0)
   Tally tally;
+  // Memory of another device, freed by free_deferred() once this rank enqueued its last
+  // collective: cudaFree synchronizes the memory's device, and with ranks as threads that device
+  // may hold a peer's collective that waits for this rank (NCCL's known cudaFree deadlock; found
+  // by the devsim stand-ins).
+  std::vector<void *> deferred;
+  void free_deferred() {
+    for (void *p : deferred) CK(cudaFree(p));
+    deferred.clear();
+  }
   std::string name(const char *op, pstate_dtype_t t, const char *rop = nullptr) const {
     return std::string(op) + " " + pstate_dtype_name(t) + (rop ? std::string(" ") + rop : "") + " (world " +
            std::to_string(world) + ")";
@@ -375,7 +384,7 @@ inline void check_argument_errors(Case &k) {
     CK(cudaSetDevice(current));
     expect_error(k, "pointer on another device", PSTATE_ERR_INVALID_ARGUMENT, "is on CUDA device",
                  [&] { k.ops.broadcast(elsewhere, 16, f32, 0, k.stream); });
-    CK(cudaFree(elsewhere));
+    k.deferred.push_back(elsewhere);  // not now: see Case::deferred
   }
   expect_error(k, "NULL buffer with count > 0", PSTATE_ERR_INVALID_ARGUMENT, "NULL",
                [&] { k.ops.all_reduce(nullptr, k.recv, 16, f32, PSTATE_SUM, k.stream); });
@@ -472,13 +481,24 @@ struct BenchRow {
 // float32 SUM all_reduce at 8 B, 1 MiB and 256 MiB through `pstate_call(send, recv, count)` and
 // through ncclAllReduce on `raw`, both on k.stream: median of 200 calls (after 5 warm-ups) of
 // the GPU time between CUDA events around the call and of the host time of the call itself.
+// GPU_CHECK_BENCH_MAX_BYTES and GPU_CHECK_BENCH_ITERS shrink it (run.sh --devsim: the stand-ins
+// measure nothing, and 256 MiB host copies would only take time).
+inline int bench_iters() {
+  const char *v = std::getenv("GPU_CHECK_BENCH_ITERS");
+  return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : 200;
+}
+
 inline std::vector<BenchRow> bench(Case &k, ncclComm_t raw, const std::function<void(void *, void *, size_t)> &pstate_call) {
-  constexpr int kIters = 200, kWarmup = 5;
-  const size_t sizes[] = {8, size_t{1} << 20, size_t{256} << 20};
+  const int kIters = bench_iters(), kWarmup = 5;
+  const char *max_env = std::getenv("GPU_CHECK_BENCH_MAX_BYTES");
+  const size_t max_bytes = max_env != nullptr ? std::strtoull(max_env, nullptr, 10) : size_t{256} << 20;
+  std::vector<size_t> sizes;
+  for (size_t s : {size_t{8}, size_t{1} << 20, size_t{256} << 20})
+    if (s <= max_bytes || s == 8) sizes.push_back(s);
   void *a = nullptr, *b = nullptr;
-  CK(cudaMalloc(&a, sizes[2]));
-  CK(cudaMalloc(&b, sizes[2]));
-  CK(cudaMemset(a, 0, sizes[2]));
+  CK(cudaMalloc(&a, sizes.back()));
+  CK(cudaMalloc(&b, sizes.back()));
+  CK(cudaMemset(a, 0, sizes.back()));
   cudaEvent_t start, stop;
   CK(cudaEventCreate(&start));
   CK(cudaEventCreate(&stop));
@@ -526,8 +546,8 @@ inline std::string bench_table(const char *what, int world, const std::vector<Be
   NCK(ncclGetVersion(&nccl_version));
   char line[512];
   std::string text;
-  std::snprintf(line, sizeof line, "%s vs raw ncclAllReduce, float32 sum, world %d, %s, NCCL %d, median of 200\n\n",
-                what, world, prop.name, nccl_version);
+  std::snprintf(line, sizeof line, "%s vs raw ncclAllReduce, float32 sum, world %d, %s, NCCL %d, median of %d\n\n",
+                what, world, prop.name, nccl_version, bench_iters());
   text += line;
   text += "| size | pstate GPU us | NCCL GPU us | pstate call us | NCCL call us | call overhead us |\n";
   text += "| ---: | ---: | ---: | ---: | ---: | ---: |\n";

@@ -18,12 +18,22 @@
 #
 #   tests/gpu/run.sh                  build and run; exit status 0 when every check passed
 #   tests/gpu/run.sh --compile-only   build only (what a machine without a GPU can do)
+#   tests/gpu/run.sh --devsim         build and run the same programs on the host-memory CUDA
+#                                     runtime and NCCL stand-ins of tests/devsim/ (no GPU needed;
+#                                     proves the script and the checks end to end, never speed)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 COMPILE_ONLY=0
-[ "${1:-}" = "--compile-only" ] && COMPILE_ONLY=1
-BUILD=$(realpath -m "${BUILD_DIR:-build-gpu}")
+DEVSIM=0
+for arg in "$@"; do
+  case "$arg" in
+    --compile-only) COMPILE_ONLY=1 ;;
+    --devsim) DEVSIM=1 ;;
+    *) echo "usage: tests/gpu/run.sh [--compile-only] [--devsim]" >&2; exit 2 ;;
+  esac
+done
+BUILD=$(realpath -m "${BUILD_DIR:-$([ "$DEVSIM" = 1 ] && echo build-devsim || echo build-gpu)}")
 OUT=${OUT:-$BUILD/out}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 JOBS=${JOBS:-$(nproc)}
@@ -67,7 +77,7 @@ if command -v cmake >/dev/null &&
   grep -q "CUDA/NCCL backend ON" "$BUILD/cmake.log" || fail "CMake did not enable the CUDA backend (see $BUILD/cmake.log)"
   targets="pstate pstate_internal"
   grep -q "pstate_cli" "$BUILD/Makefile" 2>/dev/null && targets="$targets pstate_cli"
-  timeout 240 cmake --build "$BUILD" -j "$JOBS" --target $targets >"$BUILD/build.log" 2>&1 ||
+  timeout "${BUILD_TIMEOUT:-$([ "$DEVSIM" = 1 ] && echo 1200 || echo 240)}" cmake --build "$BUILD" -j "$JOBS" --target $targets >"$BUILD/build.log" 2>&1 ||
     fail "building libpstate (see $BUILD/build.log)"
   LIBPSTATE_BUILT=1
 else
@@ -77,6 +87,26 @@ fi
 # ---- 3. the GPU programs --------------------------------------------------------------------------
 FLAGS=(-std=c++20 -O2 -Wall -Wextra -Wno-unused-parameter -Iinclude -Isrc -Itests/gpu -I"$CUDA_HOME/include" -I"$NCCL_INC")
 LIBS=(-L"$CUDA_LIB" -L"$NCCL_LIB" -Wl,-rpath,"$CUDA_LIB" -Wl,-rpath,"$NCCL_LIB" -lcudart -l:libnccl.so.2 -ldl -lpthread)
+if [ "$DEVSIM" = 1 ]; then
+  # The stand-ins, built from tests/devsim/ (as ctest builds them), replace libcudart and NCCL:
+  # the programs link them, and libpstate finds them through its documented overrides.
+  DEVSIM_DIR=$BUILD/devsim
+  mkdir -p "$DEVSIM_DIR"
+  DS_FLAGS=(-std=c++20 -O2 -fPIC -shared -fvisibility=hidden -Wall -Wextra -Itests/devsim -I"$CUDA_HOME/include" -I"$NCCL_INC")
+  $CXX "${DS_FLAGS[@]}" tests/devsim/devsim_cudart.cpp -Wl,-soname,libpstate_devsim_cudart.so -ldl -lpthread \
+    -o "$DEVSIM_DIR/libpstate_devsim_cudart.so" || fail "building the CUDA runtime stand-in"
+  $CXX "${DS_FLAGS[@]}" tests/devsim/devsim_driver.cpp -L"$DEVSIM_DIR" -Wl,-rpath,'$ORIGIN' -lpstate_devsim_cudart \
+    -o "$DEVSIM_DIR/libcuda.so.1" || fail "building the driver stand-in"
+  $CXX "${DS_FLAGS[@]}" tests/devsim/devsim_nccl.cpp -Wl,-soname,libpstate_devsim_nccl.so -L"$DEVSIM_DIR" \
+    -Wl,-rpath,'$ORIGIN' -lpstate_devsim_cudart -lpthread -lrt -o "$DEVSIM_DIR/libpstate_devsim_nccl.so" ||
+    fail "building the NCCL stand-in"
+  export PSTATE_CUDA_RUNTIME_LIBRARY=$DEVSIM_DIR/libpstate_devsim_cudart.so
+  export PSTATE_NCCL_LIBRARY=$DEVSIM_DIR/libpstate_devsim_nccl.so
+  LIBS=(-L"$DEVSIM_DIR" -Wl,-rpath,"$DEVSIM_DIR" -lpstate_devsim_cudart -lpstate_devsim_nccl -ldl -lpthread)
+  # The stand-ins time nothing that matters: a short bench (8 B and 1 MiB, 10 calls) keeps the run short.
+  export GPU_CHECK_BENCH_MAX_BYTES=${GPU_CHECK_BENCH_MAX_BYTES:-1048576} GPU_CHECK_BENCH_ITERS=${GPU_CHECK_BENCH_ITERS:-10}
+  log "devsim: stand-ins in $DEVSIM_DIR (PSTATE_CUDA_RUNTIME_LIBRARY, PSTATE_NCCL_LIBRARY)"
+fi
 if [ "$LIBPSTATE_BUILT" = 1 ]; then
   backend=("$BUILD/libpstate_internal.a")
   pkg-config --exists ucx 2>/dev/null && LIBS+=($(pkg-config --libs ucx))
@@ -103,6 +133,7 @@ fi
 # ---- 4. run -----------------------------------------------------------------------------------------
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 [ "${NGPU:-0}" -ge 1 ] || NGPU=1
+[ "$DEVSIM" = 1 ] && NGPU=${DEVSIM_RANKS:-4}  # the stand-in shows 8 devices; 4 ranks fit 2 cores
 log "$NGPU GPU(s); results in $OUT"
 status=0
 step() {  # step NAME SECONDS COMMAND...: runs with a timeout, output also in $OUT/NAME.log
@@ -124,7 +155,13 @@ if [ "$API_CHECK" = 1 ]; then
 fi
 
 {
-  echo "# pstate GPU check, $(date -u +%Y-%m-%d), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+  if [ "$DEVSIM" = 1 ]; then
+    echo "# pstate GPU check on the devsim stand-ins (no GPU), $(date -u +%Y-%m-%d)"
+    echo
+    echo "Host-memory stand-ins of the CUDA runtime and NCCL: the timings below measure nothing about GPUs."
+  else
+    echo "# pstate GPU check, $(date -u +%Y-%m-%d), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+  fi
   echo
   for f in "$OUT"/*_bench_w*.md; do [ -f "$f" ] && { cat "$f"; echo; }; done
 } >"$OUT/summary.md"

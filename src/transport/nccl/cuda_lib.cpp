@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <utility>
@@ -120,6 +121,20 @@ std::unique_ptr<CudaLib> CudaLib::load() {
     }
     return lib;
   };
+
+  // An explicit file named by the user wins over every search, and is the only one tried.
+  const char *path = std::getenv(kPathVariable);
+  if (path != nullptr && path[0] != '\0') {
+    std::string origin = cat(kPathVariable, "=", path);
+    void *h = dlopen(path, kOpenFlags);
+    if (h == nullptr)
+      throw_error(PSTATE_ERR_UNSUPPORTED, "CUDA runtime not found: ", origin, ": ", dl_error_text(), ": fix or unset ",
+                  kPathVariable, " (it must name a libcudart.so file)");
+    if (auto lib = consider(h, path)) return lib;
+    if (fallback) return fallback;  // device_count() will say the driver is insufficient
+    throw_error(PSTATE_ERR_UNSUPPORTED, "CUDA runtime not usable: ", origin, ": ", tried.empty() ? "" : tried.back(),
+                ": point ", kPathVariable, " at a libcudart.so of CUDA 12 or 13, or unset it");
+  }
 
   // A runtime the process already uses first, so pstate and its caller share it.
   for (const char *name : kCandidates) {

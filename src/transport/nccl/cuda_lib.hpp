@@ -6,8 +6,9 @@
 // Why the runtime API (libcudart) and not the driver API (libcuda): the C API hands us
 // cudaStream_t values and pointers from the caller's runtime (torch, a CUDA C++ program), NCCL
 // itself is a runtime client, and the calls we need (pointer attributes, stream capture status,
-// events) are the runtime's. A runtime already loaded in the process is preferred, so pstate and
-// its caller share one; else libcudart.so.13, .12, .so in that order. When a runtime says the
+// events) are the runtime's. PSTATE_CUDA_RUNTIME_LIBRARY, when set, names the only file tried.
+// Else a runtime already loaded in the process is preferred, so pstate and its caller share one;
+// else libcudart.so.13, .12, .so in that order. When a runtime says the
 // driver is too old for it, the next candidate is tried (a CUDA 12 driver with both runtimes
 // installed). The primary context is shared through the driver either way.
 //
@@ -66,8 +67,13 @@ class CudaLib {
 
   // The library names tried, in order, after any of them already loaded in the process.
   static constexpr const char *kCandidates[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so"};
+  // Names the one runtime file to load instead (like PSTATE_NCCL_LIBRARY for NCCL): a runtime
+  // outside the loader's path, or a stand-in; nothing else is tried when it is set.
+  static constexpr const char *kPathVariable = "PSTATE_CUDA_RUNTIME_LIBRARY";
 
-  // Throws UNSUPPORTED "CUDA runtime not found (tried libcudart.so.13: <why>; ...)". Loading does
+  // Opens $PSTATE_CUDA_RUNTIME_LIBRARY when set (and not empty): UNSUPPORTED "CUDA runtime not
+  // found: PSTATE_CUDA_RUNTIME_LIBRARY=/x: <dlerror>: fix or unset ..." when it cannot be opened.
+  // Otherwise throws UNSUPPORTED "CUDA runtime not found (tried libcudart.so.13: <why>; ...)". Loading does
   // not need a device: device_count() says whether there is one.
   static std::unique_ptr<CudaLib> load();
 

@@ -1,0 +1,42 @@
+/*
+ * devsim.h — what the devsim stand-ins export to each other (and to nothing else).
+ *
+ * libpstate_devsim_cudart.so is the CUDA runtime stand-in; libpstate_devsim_nccl.so (the NCCL
+ * stand-in) and libcuda.so.1 (the driver entry pstate's CPU contexts look up) call it through
+ * these few functions, so that NCCL work runs on the runtime's stream workers and every library
+ * agrees on what memory is "device" memory. libpstate never calls them: it sees only the CUDA
+ * runtime and NCCL symbols.
+ */
+#ifndef PSTATE_DEVSIM_H
+#define PSTATE_DEVSIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What the runtime knows of an address: kind 0 = unknown (pageable host), 1 = pinned host
+ * (cudaMallocHost), 2 = device (cudaMalloc), 3 = managed (cudaMallocManaged). For known
+ * addresses, *base and *size are the allocation's and *device its ordinal (-1 for pinned host). */
+int devsim_pointer_info(const void *p, int *kind, int *device, uintptr_t *base, size_t *size);
+
+/* Enqueues fn(arg) on `stream` (NULL: the legacy stream of the current device) in stream order,
+ * or records it into the capture when the stream is capturing (a graph launch then runs it
+ * again, once per launch; *recorded is then 1). release(arg) runs when the last queue or graph
+ * holding it is gone (also when the call fails). Returns a cudaError_t
+ * (cudaErrorStreamCaptureInvalidated, cudaErrorInvalidResourceHandle, ...). */
+int devsim_stream_enqueue(void *stream, void (*fn)(void *arg), void *arg, void (*release)(void *arg), int *recorded);
+
+/* 1 when work enqueued on `stream` now would be recorded into a capture, else 0. */
+int devsim_stream_capturing(void *stream);
+
+/* The device ordinal a stream belongs to (the current device for NULL), or -1 for a bad handle. */
+int devsim_stream_device(void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
