@@ -519,6 +519,7 @@ struct CommState {
   std::atomic<bool> aborted{false};
   std::atomic<bool> unlinked{false};
   std::atomic<int> async_error{ncclSuccess};
+  std::mutex async_mu;  // set_async_error: one first error, text before code
   std::atomic<int> pending{0};      // non-blocking launches not finished
   std::atomic<int> outstanding{0};  // enqueued (not captured) operations not yet run
   std::mutex exec_mu;               // one operation of this communicator runs at a time
@@ -550,6 +551,15 @@ struct CommState {
   void unlink_name() {
     if (!unlinked.exchange(true)) shm_unlink(name.c_str());
   }
+  // Publishes the first asynchronous error, its text first: whoever sees the error
+  // (ncclCommGetAsyncError, the next call's check) finds the text in ncclGetLastError.
+  template <class... A>
+  void set_async_error(int r, const char *fmt, A... a) {
+    std::lock_guard<std::mutex> lock(async_mu);
+    if (async_error.load() != ncclSuccess) return;
+    set_error(fmt, a...);
+    async_error.store(r);
+  }
 };
 
 }  // namespace
@@ -580,10 +590,9 @@ bool wait_until(CommState &c, F ready) {
       for (int r = 0; r < c.nranks; ++r) {
         const RankSlot &s = c.hdr->ranks[r];
         if (r == c.rank || s.present.load() == 0 || !process_gone(s.pid)) continue;
-        int expected = ncclSuccess;
-        if (c.async_error.compare_exchange_strong(expected, ncclRemoteError))
-          set_error("devsim NCCL: rank %d (pid %d) of communicator %s is gone: remote process exited", r, s.pid,
-                    c.label.c_str());
+        c.set_async_error(ncclRemoteError,
+                          "devsim NCCL: rank %d (pid %d) of communicator %s is gone: remote process exited", r, s.pid,
+                          c.label.c_str());
       }
     }
   }
@@ -737,12 +746,9 @@ void run_batch(void *arg) {
   if (c.aborted.load()) return;
   std::lock_guard<std::mutex> lock(c.exec_mu);
   for (const Op &op : b->ops) {
-    if (op.async != ncclSuccess) {
-      int expected = ncclSuccess;
-      if (c.async_error.compare_exchange_strong(expected, op.async))
-        set_error("devsim NCCL: %s on rank %d of %s: injected asynchronous error %s (DEVSIM_NCCL_ASYNC)", op.func,
-                  c.rank, c.label.c_str(), result_name(op.async));
-    }
+    if (op.async != ncclSuccess)
+      c.set_async_error(op.async, "devsim NCCL: %s on rank %d of %s: injected asynchronous error %s (DEVSIM_NCCL_ASYNC)",
+                        op.func, c.rank, c.label.c_str(), result_name(op.async));
     if (op.hang) {
       wait_until(c, [] { return false; });  // never completes (until ncclCommAbort)
       return;
