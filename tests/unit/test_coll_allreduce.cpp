@@ -2,7 +2,8 @@
 // harness (tests/unit/support/thread_channel.hpp): every group size 1..9 × counts {0, 1, 7,
 // 1000, 30011} × every reducible dtype × every op against an independent reference, in place and
 // out of place, deep pipelines (tiny chunks), and with random floats: the documented reduction
-// order reproduced bit for bit, hence the same bits on every rank.
+// order reproduced bit for bit, hence the same bits on every rank. Under TSan the sweeps take
+// fewer dtypes, ops and counts (support/coll_cases.hpp, kSweep*).
 #include "coll/algorithms.hpp"
 #include "coll/select.hpp"
 #include "support/coll_cases.hpp"
@@ -85,7 +86,7 @@ std::string run_case(const Algo &algo, int p, size_t count, pstate_dtype_t d, ps
 void check_in_place(const Algo &algo) {
   for (int p = 1; p <= kMaxGroup; ++p)
     for (size_t count : {size_t{7}, size_t{1000}})
-      for (pstate_dtype_t d : kReducibleDtypes)
+      for (pstate_dtype_t d : kSweepDtypes)
         for (pstate_reduce_op_t op : {PSTATE_SUM, PSTATE_MAX, PSTATE_AVG}) {
           std::string err = run_case(algo, p, count, d, op, true);
           if (!err.empty()) fail_msg("%s", err.c_str());
@@ -171,9 +172,9 @@ void check_documented_order(const Algo &algo, OrderFn order) {
 // Both algorithms on the same inputs: group sizes 1..9 × counts {0, 1, 7, 1000, 30011} × every
 // reducible dtype × every op, out of place.
 static void test_every_allreduce_matches_reference_for_every_group_count_dtype_op(void **) {
-  for (size_t count : kCounts)
-    for (pstate_dtype_t d : kReducibleDtypes)
-      for (pstate_reduce_op_t op : kAllOps) {
+  for (size_t count : kSweepCounts)
+    for (pstate_dtype_t d : kSweepDtypes)
+      for (pstate_reduce_op_t op : kSweepOps) {
         // Inputs of ranks 0..8 once; group size p uses the first p, and its expected value is
         // the running fold over ranks 0..p-1 (then / p for AVG).
         const auto all = rank_inputs(d, op, kMaxGroup, count);
@@ -198,7 +199,7 @@ static void test_ring_with_tiny_chunks_matches_reference(void **) {
   for (int p = 1; p <= kMaxGroup; ++p)
     for (size_t count : {size_t{7}, size_t{1000}, size_t{4099}})
       for (pstate_dtype_t d : {PSTATE_INT8, PSTATE_FLOAT16, PSTATE_FLOAT32, PSTATE_UINT64})
-        for (pstate_reduce_op_t op : kAllOps) {
+        for (pstate_reduce_op_t op : kSweepOps) {
           std::string err = run_case(kRingTinyChunks, p, count, d, op, p % 2 == 0);
           if (!err.empty()) fail_msg("%s", err.c_str());
         }
