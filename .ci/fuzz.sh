@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # .ci/fuzz.sh — CI's fuzzing job: builds the libFuzzer targets with clang (ASan+UBSan), replays
 # the committed corpus (tests/fuzz/corpus/), then fuzzes each target for FUZZ_SECONDS (default
-# 60), two at a time. A crash fails the job and leaves the input in build-fuzz/crashes/; add it to
-# tests/fuzz/corpus/<target>/ with the fix. See tests/fuzz/fuzz.sh and TESTING.md.
+# 30; the long runs are in TESTING.md), two at a time. A crash fails the job and leaves the input
+# in build-fuzz/crashes/; add it to tests/fuzz/corpus/<target>/ with the fix. See tests/fuzz/fuzz.sh and TESTING.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export FUZZ_SECONDS=${FUZZ_SECONDS:-60} FUZZ_PARALLEL=${FUZZ_PARALLEL:-2} FUZZ_NICE=${FUZZ_NICE:-0}
+export FUZZ_SECONDS=${FUZZ_SECONDS:-30} FUZZ_PARALLEL=${FUZZ_PARALLEL:-2} FUZZ_NICE=${FUZZ_NICE:-0}
 exec tests/fuzz/fuzz.sh ci

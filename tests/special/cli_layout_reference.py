@@ -6,8 +6,9 @@ writes them (nested loops over tp groups, range() with strides, the same aliasin
 in Python, without pstate. The modes, one ctest each (tests/special/cli_layout.cmake):
 
   json     `pstate layout --json` equals the reference for SGLang's docstring cases, DESIGN.md's
-           worked layouts, alias corner cases and a fixed-seed sample of every valid
-           configuration with world <= 48; the output is exactly one JSON object.
+           worked layouts, alias corner cases and a fixed-seed sample (300, or
+           PSTATE_CLI_LAYOUT_SAMPLE) of every valid configuration with world <= 48; the output
+           is exactly one JSON object.
   errors   invalid configurations and bad options exit 2 with the reason on stderr, nothing on
            stdout.
   help     `pstate --help`, `--version`, and `--help` of every subcommand exit 0; `pstate info`
@@ -16,6 +17,7 @@ in Python, without pstate. The modes, one ctest each (tests/special/cli_layout.c
 usage: cli_layout_reference.py PATH/TO/pstate MODE
 """
 import json
+import os
 import random
 import subprocess
 import sys
@@ -123,7 +125,10 @@ CURATED = [
 
 
 def check_json(pstate):
-    sample = random.Random(20240611).sample(list(all_valid_configs(48)), 300)
+    # PSTATE_CLI_LAYOUT_SAMPLE: how many (default 300; CI's ASan job takes 60, since every
+    # sanitized process start costs ~0.2 s and the layout code itself is under ASan in test_layout)
+    size = int(os.environ.get("PSTATE_CLI_LAYOUT_SAMPLE", "300"))
+    sample = random.Random(20240611).sample(list(all_valid_configs(48)), size)
     failures = 0
     for world, cfg in CURATED + sample:
         r = run(pstate, *layout_args(world, **cfg), "--json")

@@ -29,19 +29,24 @@ inline constexpr pstate_reduce_op_t kAllOps[] = {PSTATE_SUM, PSTATE_PROD, PSTATE
 inline constexpr size_t kCounts[] = {0, 1, 7, 1000, 30011};  // 30011: odd, prime, > most block sizes
 inline constexpr int kMaxGroup = 9;
 
-// What the threads-as-ranks sweeps iterate. The plain and ASan builds run all of the above. Under
-// ThreadSanitizer (CI's tsan job) they keep every group size, root, algorithm and in-place form,
-// but fewer dtypes and ops and a largest count of 4099: a race is about which thread touches which
-// buffer when, not about the element type or how many elements follow, and TSan's check of every
-// element made the full sweeps 6 of that job's 7 minutes. Multi-chunk paths under TSan keep their
-// own tests (tiny chunks, a buffer spanning many default chunks).
-#if defined(__SANITIZE_THREAD__)
+// What the threads-as-ranks sweeps iterate. The plain build runs all of the above: it is the one
+// that checks every dtype × op result. The sanitizer builds (CI's asan and tsan jobs) keep every
+// group size, root, algorithm and in-place form, one dtype per element size (1, 2, 4, 8 bytes,
+// integer and float kernels) and three ops (SUM, MAX, AVG and its division pass): a buffer overrun
+// or a race is about which thread touches which bytes when, and the kernels of every dtype × op
+// are under ASan in test_reduce. TSan also stops the counts at 4099 (its check of every element
+// made the full sweeps 6 of its job's 7 minutes); multi-chunk paths keep their own tests there
+// (tiny chunks, a buffer spanning many default chunks).
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 inline constexpr pstate_dtype_t kSweepDtypes[] = {PSTATE_INT8, PSTATE_FLOAT16, PSTATE_FLOAT32, PSTATE_UINT64};
 inline constexpr pstate_reduce_op_t kSweepOps[] = {PSTATE_SUM, PSTATE_MAX, PSTATE_AVG};
-inline constexpr size_t kSweepCounts[] = {0, 1, 7, 1000, 4099};
 #else
 inline constexpr const auto &kSweepDtypes = kReducibleDtypes;
 inline constexpr const auto &kSweepOps = kAllOps;
+#endif
+#if defined(__SANITIZE_THREAD__)
+inline constexpr size_t kSweepCounts[] = {0, 1, 7, 1000, 4099};
+#else
 inline constexpr const auto &kSweepCounts = kCounts;
 #endif
 
