@@ -36,16 +36,30 @@ sources_of() {
 
 dict_of() { [ -f "$ROOT/tests/fuzz/$1.dict" ] && echo "-dict=$ROOT/tests/fuzz/$1.dict" || true; }
 
+build_one() {
+  local t=$1
+  # shellcheck disable=SC2046
+  (cd "$ROOT" && "${NICE[@]}" "$CXX" -std=c++20 -O1 -g -fno-omit-frame-pointer \
+    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+    -Iinclude -Isrc -Itests/fuzz "tests/fuzz/fuzz_$t.cpp" $(sources_of "$t") -o "$FUZZ_DIR/fuzz_$t") &&
+    echo "fuzz.sh: built $FUZZ_DIR/fuzz_$t"
+}
+
+# FUZZ_PARALLEL targets are compiled at a time, as they are fuzzed.
 build() {
   command -v "$CXX" >/dev/null || { echo "fuzz.sh: $CXX not found (apt-get install clang)" >&2; exit 2; }
   mkdir -p "$FUZZ_DIR"
+  local parallel=${FUZZ_PARALLEL:-1} failed=0 pids=()
   for t in "${TARGETS[@]}"; do
-    # shellcheck disable=SC2046
-    (cd "$ROOT" && "${NICE[@]}" "$CXX" -std=c++20 -O1 -g -fno-omit-frame-pointer \
-      -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-      -Iinclude -Isrc -Itests/fuzz "tests/fuzz/fuzz_$t.cpp" $(sources_of "$t") -o "$FUZZ_DIR/fuzz_$t")
-    echo "fuzz.sh: built $FUZZ_DIR/fuzz_$t"
+    build_one "$t" &
+    pids+=($!)
+    if [ ${#pids[@]} -ge "$parallel" ]; then
+      wait "${pids[0]}" || failed=1
+      pids=("${pids[@]:1}")
+    fi
   done
+  for p in "${pids[@]}"; do wait "$p" || failed=1; done
+  return $failed
 }
 
 replay() {
