@@ -71,6 +71,9 @@ static int injected_rank(const pstate_test_rank_t *self) {
   /* An asynchronous error set by call 1's work may already surface while call 1 settles. */
   if (!async || s == PSTATE_OK) {
     RANK_OK(self, s);
+    /* the error appears when call 1's work runs on the stream, as with NCCL's kernels: wait for it,
+     * or call 2 may be checked before it exists */
+    if (async) RANK_CHECK(self, cudaStreamSynchronize(NULL) == cudaSuccess, "sync after call 1");
     s = pstate_all_reduce(world, d, d, N, PSTATE_FLOAT32, PSTATE_SUM, NULL); /* call 2 */
   }
   int fails = in->fail_rank < 0 || in->fail_rank == self->rank;
