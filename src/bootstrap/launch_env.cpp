@@ -111,7 +111,7 @@ Ranks resolve_ranks(const pstate_init_params_t &p, const EnvLookup &env) {
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "rank ", r.rank.value, " is out of range for world_size ", r.world.value,
                 " (ranks are 0..", r.world.value - 1, "; ", r.rank.shown(), ", ", r.world.shown(), ")");
 
-  r.local_rank = {0, "the default local rank"};
+  r.local_rank = {0, "derived"};  // until a parameter or variable says otherwise
   if (p.local_rank != -1) {
     r.local_rank = {p.local_rank, "the local_rank parameter"};
   } else if (l != nullptr) {
@@ -207,6 +207,7 @@ LaunchEnv resolve_launch_env(const pstate_init_params_t &params, const EnvLookup
   out.world_size = ranks.world.value;
   out.rank = ranks.rank.value;
   out.local_rank = ranks.local_rank.value;
+  out.local_rank_given = ranks.local_rank.origin != "derived";
   out.local_world_size = ranks.local_world.value;
   out.launcher = ranks.launcher;
 
@@ -230,8 +231,9 @@ LaunchEnv resolve_launch_env(const pstate_init_params_t &params, const EnvLookup
 }
 
 std::string LaunchEnv::describe() const {
-  std::string local = local_world_size >= 0 ? cat("local ", local_rank, " of ", local_world_size)
-                                            : cat("local rank ", local_rank);
+  std::string local = !local_rank_given        ? std::string("local rank from the host's ranks")
+                      : local_world_size >= 0 ? cat("local ", local_rank, " of ", local_world_size)
+                                              : cat("local rank ", local_rank);
   return cat("rank ", rank, " of ", world_size, " (", local, ", from ", launcher, "), store ", store.url(), ", timeout ",
              timeout_ms, " ms, ", job_token.empty() ? "no job token" : "job token set",
              socket_ifname.empty() ? std::string() : ", interface " + socket_ifname);

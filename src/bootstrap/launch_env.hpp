@@ -46,7 +46,9 @@ EnvLookup fixed_environment(std::map<std::string, std::string> vars);
 struct LaunchEnv {
   int world_size = 1;
   int rank = 0;
-  int local_rank = 0;         // LOCAL_RANK & co., else 0
+  int local_rank = 0;         // LOCAL_RANK & co., or the local_rank parameter
+  bool local_rank_given = true;  // false: nothing gave it; the rendezvous derives it (the rank's
+                                 // index among the ranks of its host, in rank order)
   int local_world_size = -1;  // -1 = unknown (srun, or world_size given as a parameter)
   InitMethod store;           // kTcp or kFile; env:// is already resolved to tcp://MASTER_ADDR:MASTER_PORT
   int64_t timeout_ms = 600000;

@@ -4,19 +4,24 @@
 //   1. resolve this rank's launch facts from the parameters and the environment;
 //   2. open the store (rank 0 serves a tcp:// store; the store claims the rank, checks the job
 //      token and the world size);
-//   3. start the UCX worker and publish "pstate/peer/<rank>" = {worker address, pid, host id};
-//   4. store barrier, then read every peer's entry (host awareness, local-rank check);
+//   3. start the UCX worker and publish "pstate/peer/<rank>" = {local rank given, worker address,
+//      pid, host id}; rank 0 gathers them into "pstate/peers", which every rank reads
+//      (rank_records.hpp); local ranks nobody gave are derived from the hosts, duplicates refused;
+//      a CUDA context whose device ordinal was not known opens its device now;
 //   5. build the world group and run one barrier over UCX: when pstate_init returns, every
 //      rank has finished with the store and the transport has carried a message both ways.
 // A CUDA context loads CUDA (and NCCL when the world has more than one rank) and checks its
-// device before step 2: a host that cannot run it fails at once, before any peer sees it.
+// device before step 2 when it knows the ordinal (device_ordinal or LOCAL_RANK): a host that
+// cannot run it fails at once, before any peer sees it.
 #include "group/context.hpp"
 
 #include "bootstrap/netif.hpp"
 #include "group/group.hpp"
 #include "group/host_identity.hpp"
 #include "group/host_order.hpp"
+#include "group/rank_records.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <random>
@@ -53,7 +58,10 @@ Context::Context(const pstate_init_params_t *params) {
   log_.set_rank(launch_.rank);
   const char *check = std::getenv("PSTATE_CHECK");
   check_ = check != nullptr && check[0] != '\0' && std::string(check) != "0";
-  if (device_ == PSTATE_DEVICE_CUDA) open_device(p.device_ordinal);  // before the store: fails fast, alone
+  device_ordinal_param_ = p.device_ordinal;
+  // Before the store, so it fails fast and alone, unless the ordinal is the local rank that the
+  // rendezvous has yet to derive.
+  if (device_ == PSTATE_DEVICE_CUDA && (p.device_ordinal >= 0 || launch_.local_rank_given)) open_device(p.device_ordinal);
   rendezvous();
 }
 
@@ -94,17 +102,9 @@ void Context::rendezvous() {
   worker_ = std::make_unique<UcxWorker>(std::move(wo));
   log_.info("init: UCX worker up: ", worker_->describe_transports());
 
-  if (launch_.rank == 0) {
-    job_id_ = random_job_id();
-    store_->set("pstate/job", Bytes(job_id_.begin(), job_id_.end()), deadline);
-  }
-  store_->set(peer_key(launch_.rank), encode_peer_entry(worker_->self_entry()), deadline);
-  exchange_peers();
-  if (launch_.rank != 0) {
-    Bytes id = store_->get("pstate/job", deadline);
-    job_id_.assign(id.begin(), id.end());
-  }
-  check_local_ranks();
+  exchange_peers(deadline);
+  settle_local_ranks();
+  if (device_ == PSTATE_DEVICE_CUDA && !device_ctx_) open_device(device_ordinal_param_);  // its ordinal is known now
   worker_->set_directory([this](int r) { return peers_.at(static_cast<size_t>(r)); });
 
   std::vector<int> all(static_cast<size_t>(launch_.world_size));
@@ -114,33 +114,80 @@ void Context::rendezvous() {
   log_.info("init: world group of ", launch_.world_size, " ranks ready (job ", job_id_, ")");
 }
 
-void Context::exchange_peers() {
-  Deadline deadline = Deadline::after_ms(launch_.timeout_ms);
+// Every rank publishes its record; after a store barrier rank 0 reads each and publishes the
+// directory (job id and every record) that the others read in one get (rank_records.hpp: O(world)
+// store messages).
+void Context::exchange_peers(Deadline deadline) {
+  RankRecord mine{launch_.local_rank_given ? launch_.local_rank : -1, worker_->self_entry()};
+  store_->set(peer_key(launch_.rank), encode_rank_record(mine), deadline);
+  // The barrier also refuses an old job's keys (a reused file:// directory): more arrivals than ranks.
   store_barrier(*store_, "pstate/init", launch_.world_size, deadline);
-  peers_.resize(static_cast<size_t>(launch_.world_size));
-  for (int r = 0; r < launch_.world_size; ++r) peers_[static_cast<size_t>(r)] = decode_peer_entry(store_->get(peer_key(r), deadline));
+  Bytes directory;
+  if (launch_.rank == 0) {
+    std::vector<Bytes> records(static_cast<size_t>(launch_.world_size));
+    size_t total = 0;
+    for (int r = 0; r < launch_.world_size; ++r) {
+      records[static_cast<size_t>(r)] = store_->get(peer_key(r), deadline);
+      total += records[static_cast<size_t>(r)].size() + 4;
+    }
+    if (total > kStoreMaxValueBytes)
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, "init: the rank directory of ", launch_.world_size, " ranks takes ",
+                  total, " bytes, over the store's value limit of ", kStoreMaxValueBytes, " bytes");
+    directory = encode_rank_directory(random_job_id(), records);
+    store_->set("pstate/peers", directory, deadline);
+  } else {
+    directory = store_->get("pstate/peers", deadline);
+  }
+  RankDirectory d = decode_rank_directory(directory);
+  if (d.ranks.size() != static_cast<size_t>(launch_.world_size))
+    throw_error(PSTATE_ERR_MISMATCH, "init: the rank directory on the store lists ", d.ranks.size(), " ranks, not ",
+                launch_.world_size, " (a store of another job?)");
+  job_id_ = d.job_id;
+  peers_.clear();
+  given_local_ranks_.clear();
+  for (RankRecord &rec : d.ranks) {
+    given_local_ranks_.push_back(rec.local_rank);
+    peers_.push_back(std::move(rec.peer));
+  }
 }
 
-// Every rank reports its local rank in its peer entry's host; two ranks of one host with the same
-// local rank, or a local rank past the number of ranks on the host, is a launcher error that
-// would later put two ranks on one GPU: MISMATCH naming both.
-void Context::check_local_ranks() {
-  Deadline deadline = Deadline::after_ms(launch_.timeout_ms);
-  std::string mine = std::to_string(launch_.local_rank);
-  store_->set("pstate/local_rank/" + std::to_string(launch_.rank), Bytes(mine.begin(), mine.end()), deadline);
+// Every rank's local rank: what its launcher gave or, where nothing did, its index among the ranks
+// of its host in rank order (logged at INFO). Two ranks of one host ending with the same local
+// rank would share a GPU: MISMATCH on every rank of that host, naming both and where each value
+// came from. Reads only the directory: no store traffic.
+void Context::settle_local_ranks() {
   const std::string &my_host = peers_[static_cast<size_t>(launch_.rank)].host_id;
-  int on_host = 0;
-  for (int r = 0; r < launch_.world_size; ++r) {
-    if (peers_[static_cast<size_t>(r)].host_id != my_host) continue;
-    ++on_host;
-    if (r == launch_.rank) continue;
-    Bytes v = store_->get("pstate/local_rank/" + std::to_string(r), deadline);
-    if (std::string(v.begin(), v.end()) == mine)
-      throw_error(PSTATE_ERR_MISMATCH, "ranks ", r, " and ", launch_.rank, " on host ", host_identity_name(my_host),
-                  " both have local_rank ", mine, ": give each rank of a host its own LOCAL_RANK");
+  std::vector<int> on_host;  // the host's ranks, in rank order
+  for (int r = 0; r < launch_.world_size; ++r)
+    if (peers_[static_cast<size_t>(r)].host_id == my_host) on_host.push_back(r);
+  auto origin = [&](int r, int value) {
+    return given_local_ranks_[static_cast<size_t>(r)] >= 0 ? cat("rank ", r, " has LOCAL_RANK ", value)
+                                                           : cat("rank ", r, " has none (derived ", value, ")");
+  };
+  std::map<int, int> holder;  // local rank -> the rank of this host that has it
+  for (size_t i = 0; i < on_host.size(); ++i) {
+    int r = on_host[i], given = given_local_ranks_[static_cast<size_t>(r)];
+    int value = given >= 0 ? given : static_cast<int>(i);
+    auto [it, added] = holder.emplace(value, r);
+    if (!added) {
+      int other = it->second;
+      if (given_local_ranks_[static_cast<size_t>(other)] >= 0 && given >= 0)
+        throw_error(PSTATE_ERR_MISMATCH, "ranks ", other, " and ", r, " on host ", host_identity_name(my_host),
+                    " both have local_rank ", value, ": give each rank of a host its own LOCAL_RANK");
+      throw_error(PSTATE_ERR_MISMATCH, "ranks ", other, " and ", r, " on host ", host_identity_name(my_host),
+                  " would both have local_rank ", value, " (", origin(other, value), ", ", origin(r, value),
+                  "): set LOCAL_RANK on every rank of a host, or on none (pstate then numbers them in rank order)");
+    }
   }
-  if (launch_.local_rank >= on_host)
-    log_.warn("init: local_rank ", launch_.local_rank, " but only ", on_host, " ranks run on host ",
+  if (!launch_.local_rank_given) {
+    auto at = std::find(on_host.begin(), on_host.end(), launch_.rank);
+    launch_.local_rank = static_cast<int>(at - on_host.begin());
+    if (launch_.local_world_size < 0) launch_.local_world_size = static_cast<int>(on_host.size());
+    log_.info("init: local rank ", launch_.local_rank, " of ", on_host.size(), " on host ", host_identity_name(my_host),
+              " (no LOCAL_RANK or local_rank parameter: the rank's place among the host's ranks, in rank order)");
+  }
+  if (launch_.local_rank >= static_cast<int>(on_host.size()))
+    log_.warn("init: local_rank ", launch_.local_rank, " but only ", on_host.size(), " ranks run on host ",
               host_identity_name(my_host), " (is LOCAL_RANK right?)");
 }
 

@@ -116,10 +116,10 @@ class Context {
 
  private:
   void rendezvous();
-  void exchange_peers();
+  void exchange_peers(Deadline deadline);
   // initialize_model_parallel: MISMATCH on every rank unless every rank passed the same sizes.
   void require_same_parallel_config(const layout::ParallelConfig &pc);
-  void check_local_ranks();
+  void settle_local_ranks();
   // Host awareness (host_order.cpp): PSTATE_ORDER_RANKS_BY_HOST=1 renumbers launch_.rank host by
   // host during rendezvous; a TP group spanning hosts is logged as a warning.
   void order_ranks_by_host(Deadline deadline);
@@ -137,6 +137,8 @@ class Context {
   Logger log_;
   bool check_ = false;
   std::string job_id_;
+  int device_ordinal_param_ = -1;
+  std::vector<int> given_local_ranks_;  // per world rank, from the rank directory; -1: derived
   std::unique_ptr<Store> store_;
   std::unique_ptr<UcxWorker> worker_;
   std::unique_ptr<DeviceContext> device_ctx_;  // before the groups: destroyed after them

@@ -125,10 +125,15 @@ void test_world_size_parameter_with_rank_from_environment(void **) {
   assert_int_equal(e.world_size, 8);
 }
 
-void test_local_rank_defaults_to_zero(void **) {
+void test_local_rank_missing_is_left_to_the_rendezvous(void **) {
   LaunchEnv e = resolve(without(without(kTorchrun, "LOCAL_RANK"), "LOCAL_WORLD_SIZE"));
-  assert_int_equal(e.local_rank, 0);
+  assert_false(e.local_rank_given);
   assert_int_equal(e.local_world_size, -1);
+  assert_non_null(std::strstr(e.describe().c_str(), "local rank from the host's ranks"));
+  assert_true(resolve(kTorchrun).local_rank_given);
+  pstate_init_params_t p = defaults();
+  p.local_rank = 2;
+  assert_true(resolve(without(kTorchrun, "LOCAL_RANK"), p).local_rank_given);
 }
 
 void test_empty_variables_count_as_unset(void **) {
@@ -339,7 +344,7 @@ int main(void) {
       cmocka_unit_test(test_torchrun_wins_over_slurm_and_open_mpi),
       cmocka_unit_test(test_parameters_override_the_environment),
       cmocka_unit_test(test_world_size_parameter_with_rank_from_environment),
-      cmocka_unit_test(test_local_rank_defaults_to_zero),
+      cmocka_unit_test(test_local_rank_missing_is_left_to_the_rendezvous),
       cmocka_unit_test(test_empty_variables_count_as_unset),
       cmocka_unit_test(test_non_numeric_rank_is_refused),
       cmocka_unit_test(test_too_large_world_size_is_refused),

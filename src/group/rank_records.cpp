@@ -1,0 +1,101 @@
+// rank_records.cpp — RankRecord and RankDirectory to bytes and back (format in the header).
+#include "group/rank_records.hpp"
+
+#include "common/error.hpp"
+
+#include <cstring>
+
+namespace pstate {
+
+namespace {
+
+constexpr char kRecordMagic[4] = {'P', 'S', 'R', '1'};
+constexpr char kDirectoryMagic[4] = {'P', 'S', 'D', '1'};
+
+void put_u32(std::vector<uint8_t> &out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+
+class Reader {
+ public:
+  Reader(const std::vector<uint8_t> &b, const char *what) : b_(b), what_(what) {}
+  const uint8_t *take(size_t n) {
+    if (n > b_.size() - pos_)
+      throw_error(PSTATE_ERR_MISMATCH, "rendezvous: ", what_, " of ", b_.size(), " bytes is truncated at byte ", pos_,
+                  " (written by another pstate version?)");
+    const uint8_t *p = b_.data() + pos_;
+    pos_ += n;
+    return p;
+  }
+  uint32_t u32() {
+    const uint8_t *p = take(4);
+    return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+  }
+  void magic(const char (&m)[4]) {
+    if (std::memcmp(take(4), m, 4) != 0)
+      throw_error(PSTATE_ERR_MISMATCH, "rendezvous: ", what_, " does not start with ", std::string(m, 4),
+                  " (written by another pstate version, or not by pstate?)");
+  }
+  std::vector<uint8_t> rest() { return {b_.begin() + static_cast<std::ptrdiff_t>(pos_), b_.end()}; }
+  bool at_end() const { return pos_ == b_.size(); }
+
+ private:
+  const std::vector<uint8_t> &b_;
+  const char *what_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+std::vector<uint8_t> encode_rank_record(const RankRecord &record) {
+  std::vector<uint8_t> out(kRecordMagic, kRecordMagic + 4);
+  put_u32(out, static_cast<uint32_t>(record.local_rank));
+  std::vector<uint8_t> peer = encode_peer_entry(record.peer);
+  out.insert(out.end(), peer.begin(), peer.end());
+  return out;
+}
+
+RankRecord decode_rank_record(const std::vector<uint8_t> &bytes) {
+  Reader r(bytes, "rank record");
+  r.magic(kRecordMagic);
+  RankRecord rec;
+  rec.local_rank = static_cast<int32_t>(r.u32());
+  if (rec.local_rank < -1) throw_error(PSTATE_ERR_MISMATCH, "rendezvous: rank record has local rank ", rec.local_rank);
+  rec.peer = decode_peer_entry(r.rest());
+  return rec;
+}
+
+std::vector<uint8_t> encode_rank_directory(const std::string &job_id, const std::vector<std::vector<uint8_t>> &records) {
+  std::vector<uint8_t> out(kDirectoryMagic, kDirectoryMagic + 4);
+  put_u32(out, static_cast<uint32_t>(job_id.size()));
+  out.insert(out.end(), job_id.begin(), job_id.end());
+  put_u32(out, static_cast<uint32_t>(records.size()));
+  for (const auto &rec : records) {
+    put_u32(out, static_cast<uint32_t>(rec.size()));
+    out.insert(out.end(), rec.begin(), rec.end());
+  }
+  return out;
+}
+
+RankDirectory decode_rank_directory(const std::vector<uint8_t> &bytes) {
+  Reader r(bytes, "rank directory");
+  r.magic(kDirectoryMagic);
+  RankDirectory d;
+  uint32_t n = r.u32();
+  const uint8_t *id = r.take(n);
+  d.job_id.assign(reinterpret_cast<const char *>(id), n);
+  uint32_t count = r.u32();
+  if (count > bytes.size() / 4)  // every record takes at least its length field
+    throw_error(PSTATE_ERR_MISMATCH, "rendezvous: rank directory claims ", count, " records in ", bytes.size(),
+                " bytes");
+  d.ranks.reserve(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    uint32_t len = r.u32();
+    const uint8_t *p = r.take(len);
+    d.ranks.push_back(decode_rank_record(std::vector<uint8_t>(p, p + len)));
+  }
+  if (!r.at_end()) throw_error(PSTATE_ERR_MISMATCH, "rendezvous: rank directory has trailing bytes");
+  return d;
+}
+
+}  // namespace pstate
