@@ -186,8 +186,37 @@ static void test_failing_nccl_finalize_aborts_instead(void **state) {
   assert_int_equal(pstate_test_run_processes(2, 60, finalize_fails_rank, NULL, NULL), 0);
 }
 
+/* No LOCAL_RANK and device_ordinal -1 (a plain launcher): the device is the local rank derived at
+ * the rendezvous, opened after it; a device all_reduce then works on it. */
+static int derived_ordinal_rank(const pstate_test_rank_t *self) {
+  unsetenv("LOCAL_RANK");
+  unsetenv("LOCAL_WORLD_SIZE");
+  pstate_init_params_t p = PSTATE_INIT_PARAMS_INIT;
+  p.timeout_ms = 20000;
+  p.device = PSTATE_DEVICE_CUDA;
+  pstate_t *ps = NULL;
+  RANK_OK(self, pstate_init(&p, &ps));
+  int dev = -1;
+  RANK_CHECK(self, cudaGetDevice(&dev) == cudaSuccess && dev == self->rank, "device %d, want %d", dev, self->rank);
+  pstate_group_t *world = NULL;
+  RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &world));
+  float one = 1.0f, got = 0.0f;
+  void *d = devsim_device_copy(&one, sizeof one);
+  RANK_OK(self, pstate_all_reduce(world, d, d, 1, PSTATE_FLOAT32, PSTATE_SUM, NULL));
+  RANK_CHECK(self, devsim_to_host(&got, d, sizeof got, NULL) == 0 && got == 2.0f, "sum %g", got);
+  RANK_OK(self, pstate_finalize(ps));
+  cudaFree(d);
+  return 0;
+}
+
+static void test_cuda_context_without_local_rank_uses_the_derived_local_rank(void **state) {
+  (void)state;
+  assert_int_equal(pstate_test_run_processes(2, 60, derived_ordinal_rank, NULL, NULL), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_cuda_context_without_local_rank_uses_the_derived_local_rank),
       cmocka_unit_test(test_failing_nccl_finalize_aborts_instead),
       cmocka_unit_test(test_runtime_variable_naming_a_missing_file_is_unsupported),
       cmocka_unit_test(test_runtime_variable_naming_a_non_runtime_is_unsupported),
