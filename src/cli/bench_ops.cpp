@@ -21,7 +21,7 @@ static_assert(same(BENCH_SUM, PSTATE_SUM) && same(BENCH_MAX, PSTATE_MAX) && same
 AlignedBytes aligned_bytes(size_t bytes) {
   void *p = nullptr;
   if (::posix_memalign(&p, 4096, bytes > 0 ? bytes : 1) != 0)
-    throw_error(PSTATE_ERR_NO_MEMORY, "pstate bench: cannot allocate ", bytes, " bytes");
+    throw_error(PSTATE_ERR_NO_MEMORY, "cannot allocate ", bytes, " bytes");
   return AlignedBytes(static_cast<unsigned char *>(p));
 }
 
@@ -72,7 +72,7 @@ void OpRun::fill_inputs() {
 }
 
 void OpRun::fail(pstate_status_t st) const {
-  throw_error(st, "pstate bench: ", bench_op_name(spec_.op), " of ", count_, " x ", bench_dtype_name(spec_.dtype),
+  throw_error(st, bench_op_name(spec_.op), " of ", count_, " x ", bench_dtype_name(spec_.dtype),
               " on group rank ", rank_, " failed: ", pstate_status_string(st), ": ", pstate_last_error());
 }
 

@@ -130,7 +130,7 @@ BenchOptions parse_options(const ParsedArgs &args) {
 
 void check_call(pstate_status_t st, const char *what) {
   if (st != PSTATE_OK)
-    throw_error(st, "pstate bench: ", what, " failed: ", pstate_status_string(st), ": ", pstate_last_error());
+    throw_error(st, what, " failed: ", pstate_status_string(st), ": ", pstate_last_error());
 }
 
 // One rank's pstate, from pstate_init to pstate_finalize; pstate_abort when left by an error so a
@@ -255,7 +255,7 @@ int run_bench(const ParsedArgs &args) {
   if (leader && !o.json.empty() &&
       bench_write_json(o.json.c_str(), o.spec.op, pstate_dtype_name(o.spec.dtype), ranks, results.data(),
                        results.size()) != 0)
-    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "pstate bench: cannot write --json ", o.json);
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "cannot write --json ", o.json);
   long wrong = 0;
   for (const bench_result_t &r : results) wrong += r.wrong;
   if (wrong != 0) {

@@ -1,3 +1,8 @@
-# cli_run.cmake — `pstate run`: environment, prefixes, failure propagation, exit statuses.
+# cli_run.cmake — `pstate run`: environment, prefixes, failure propagation, exit statuses; and a
+# small /dev/shm seen through it.
 add_test(NAME cli_run_launcher COMMAND ${PROJECT_SOURCE_DIR}/tests/cli/test_run.sh $<TARGET_FILE:pstate_cli>)
 set_tests_properties(cli_run_launcher PROPERTIES TIMEOUT 300)
+# A 1 MiB /dev/shm (a container's): the cause and the fixes named, no SIGBUS, the advice works.
+# Root only (mount namespace); skipped otherwise.
+add_test(NAME cli_small_dev_shm COMMAND ${PROJECT_SOURCE_DIR}/tests/cli/test_small_dev_shm.sh $<TARGET_FILE:pstate_cli>)
+set_tests_properties(cli_small_dev_shm PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)

@@ -3,6 +3,8 @@
 // caller's payload follows at a page boundary.
 #include "transport/shm/shm_segment.hpp"
 
+#include "common/dev_shm.hpp"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -96,6 +98,16 @@ void ShmSegment::create() {
     close(fd);
     errno = err;
     throw_syscall(params_.label, "ftruncate", params_.name);
+  }
+  // Back every page now: a /dev/shm too small for the segment (a container's) fails here, with
+  // the cause named, instead of a SIGBUS at the first write to a page it cannot back.
+  if (int err = posix_fallocate(fd, 0, static_cast<off_t>(total_bytes())); err != 0) {
+    close(fd);
+    if (err == ENOSPC || err == ENOMEM)
+      throw_error(PSTATE_ERR_NO_MEMORY, params_.label, ": shared segment ", params_.name, ": ",
+                  dev_shm_advice(dev_shm_space(), cat("this segment needs ", human_bytes(total_bytes()))));
+    errno = err;
+    throw_syscall(params_.label, "posix_fallocate", params_.name);
   }
   map(fd, total_bytes());
   close(fd);

@@ -3,13 +3,18 @@
 // then block, failure detection) lives in ucx_wait.cpp.
 #include "transport/ucx/ucx_worker.hpp"
 
+#include "common/dev_shm.hpp"
 #include "transport/ucx/ucx_tag.hpp"
+
+#include <ucs/config/global_opts.h>
 
 #include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
+#include <mutex>
 #include <new>
 
 namespace pstate {
@@ -19,6 +24,24 @@ namespace {
 [[noreturn]] void throw_ucx(const char *call, ucs_status_t status, const std::string &context) {
   throw_error(PSTATE_ERR_TRANSPORT, "ucx: ", call, " failed", context.empty() ? "" : " (", context,
               context.empty() ? "" : ")", ": ", ucs_status_string(status));
+}
+
+// UCX prints its own ERROR and WARN lines on stderr, which repeat or garble what pstate reports
+// (a failure is said once, by pstate): they show only at PSTATE_DEBUG=TRACE, or when the user set
+// UCX_LOG_LEVEL. UCX's log level is one per process, so it is set once per process.
+void quiet_ucx_log(const Logger &logger) {
+  static std::once_flag once;
+  if (std::getenv("UCX_LOG_LEVEL") != nullptr || logger.enabled(LogLevel::kTrace)) return;
+  std::call_once(once, [] { ucs_global_opts_set_value("LOG_LEVEL", "fatal"); });
+}
+
+// ucp_worker_create's NO_RESOURCE / NO_MEMORY with a nearly full /dev/shm: UCX's posix transport
+// could not map its receive pool (about 4 MiB per worker).
+std::string worker_create_hint(ucs_status_t st) {
+  if (st != UCS_ERR_NO_RESOURCE && st != UCS_ERR_NO_MEMORY) return "";
+  DevShmSpace space = dev_shm_space();
+  if (space.known && space.free_bytes >= (uint64_t{16} << 20)) return "";
+  return dev_shm_advice(space, "UCX's shared-memory transport (posix) needs about 4 MiB per rank");
 }
 
 // RAII for a ucp_config_t (read from the environment, then modified).
@@ -65,6 +88,7 @@ UcxWorker::UcxWorker(UcxWorkerOptions options) : options_(std::move(options)) {
 UcxWorker::~UcxWorker() { force_close(); }
 
 void UcxWorker::init_context() {
+  quiet_ucx_log(options_.logger);
   ConfigHolder cfg;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg.config);
   if (st != UCS_OK) throw_ucx("ucp_config_read", st, "check the UCX_* environment variables");
@@ -93,7 +117,11 @@ void UcxWorker::init_worker() {
   params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   params.thread_mode = UCS_THREAD_MODE_SINGLE;
   ucs_status_t st = ucp_worker_create(context_, &params, &worker_);
-  if (st != UCS_OK) throw_ucx("ucp_worker_create", st, "");
+  if (st != UCS_OK) {
+    std::string hint = worker_create_hint(st);
+    if (hint.empty()) throw_ucx("ucp_worker_create", st, "");
+    throw_error(PSTATE_ERR_NO_MEMORY, "ucx: ucp_worker_create failed: ", ucs_status_string(st), ": ", hint);
+  }
   st = ucp_worker_get_efd(worker_, &efd_);
   if (st != UCS_OK) throw_ucx("ucp_worker_get_efd", st, "the transports cannot wake a sleeping rank");
   ucp_address_t *addr = nullptr;

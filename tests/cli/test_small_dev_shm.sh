@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# test_small_dev_shm.sh PSTATE — a container's small /dev/shm (issue 16), as root in a private
+# mount namespace whose /dev/shm is a 1 MiB tmpfs (the rest of the machine is untouched):
+#   1. defaults: every rank's pstate_init fails at once with PSTATE_ERR_NO_MEMORY naming /dev/shm's
+#      space and the fixes (--shm-size, PSTATE_SHM=0, UCX_TLS), and none of UCX's own log lines;
+#   2. UCX kept off /dev/shm but pstate's segments on (UCX_TLS=^posix): NO_MEMORY from the segment
+#      that does not fit, naming its size — never a SIGBUS;
+#   3. the advice followed (PSTATE_SHM=0 UCX_TLS=^posix): a checked all_reduce works.
+# Exits 77 (ctest: skipped) when not root.
+set -uo pipefail
+PSTATE=${1:?usage: test_small_dev_shm.sh PATH/TO/pstate}
+[ "$(id -u)" -eq 0 ] || { echo "test_small_dev_shm.sh: needs root (mount namespace): skipped"; exit 77; }
+fail() { echo "test_small_dev_shm.sh: FAIL: $*" >&2; exit 1; }
+
+# run ENV... : 2 ranks of a checked all_reduce in the small-/dev/shm namespace; output in $out
+run() {
+  out=$(unshare --mount --fork env "$@" PSTATE_TIMEOUT_MS=20000 bash -c '
+    mount --make-rprivate / && mount -t tmpfs -o size=1m tmpfs /dev/shm || exit 99
+    timeout 60 "$0" run -n 2 -- "$0" bench --op all_reduce -b 8 -e 64K -f 8 --iters 5 --check' "$PSTATE" 2>&1)
+  rc=$?
+  [ $rc -ne 99 ] || fail "cannot mount a small /dev/shm here"
+}
+
+t0=$(date +%s%N)
+run X=1
+ms=$((($(date +%s%N) - t0) / 1000000))
+echo "$out" | sed 's/^/  1| /'
+[ $rc -ne 0 ] || fail "1: the job succeeded in a 1 MiB /dev/shm"
+for r in 0 1; do
+  line=$(grep "^\[$r\] .*pstate_init failed" <<<"$out") || fail "1: rank $r did not report pstate_init's failure"
+  for want in PSTATE_ERR_NO_MEMORY "/dev/shm has 1.0 MiB free of 1.0 MiB" "--shm-size" "PSTATE_SHM=0 UCX_TLS=^posix"; do
+    grep -qF -- "$want" <<<"$line" || fail "1: rank $r's message lacks '$want': $line"
+  done
+done
+! grep -q "UCX  ERROR\|UCX  WARN" <<<"$out" || fail "1: UCX's own log lines in the default output"
+[ $ms -lt 15000 ] || fail "1: took $ms ms (a timeout, not the cause)"
+echo "test_small_dev_shm.sh: 1 ok (${ms} ms)"
+
+run UCX_TLS=^posix
+echo "$out" | sed 's/^/  2| /'
+[ $rc -ne 0 ] || fail "2: the job succeeded"
+grep -q "Bus error\|signal 7" <<<"$out" && fail "2: a rank died of SIGBUS"
+grep -q "PSTATE_ERR_NO_MEMORY: .*shared segment .*/dev/shm has .* free of 1.0 MiB; this segment needs" <<<"$out" ||
+  fail "2: no NO_MEMORY naming the segment and /dev/shm"
+echo "test_small_dev_shm.sh: 2 ok"
+
+run PSTATE_SHM=0 UCX_TLS=^posix
+echo "$out" | sed 's/^/  3| /'
+[ $rc -eq 0 ] || fail "3: the advised settings did not work (exit $rc)"
+grep -q "#wrong" <<<"$out" || fail "3: no bench table"
+echo "test_small_dev_shm.sh: 3 ok"
