@@ -5,10 +5,10 @@
 # them and checks exit codes and INFO logs; it needs root and `ip netns` and is reported as
 # skipped (exit 77) without them. They run one at a time (RUN_SERIAL): each spawns up to 8 ranks.
 add_executable(mh_rank ${PROJECT_SOURCE_DIR}/tests/multihost/mh_rank.c)
-target_compile_options(mh_rank PRIVATE -Wall -Wextra -Werror)
+target_compile_options(mh_rank PRIVATE ${PSTATE_C_WARNINGS})
 target_link_libraries(mh_rank PRIVATE pstate pstate_test_support Threads::Threads)
 add_executable(mh_linkemu ${PROJECT_SOURCE_DIR}/tests/multihost/linkemu.c)
-target_compile_options(mh_linkemu PRIVATE -Wall -Wextra -Werror)
+target_compile_options(mh_linkemu PRIVATE ${PSTATE_C_WARNINGS})
 
 set(PSTATE_MH_ENV ${PSTATE_TEST_ENV} "MH_RANK=$<TARGET_FILE:mh_rank>" "MH_LINKEMU=$<TARGET_FILE:mh_linkemu>"
     "PSTATE_CLI=$<TARGET_FILE:pstate_cli>")

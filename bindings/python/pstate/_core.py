@@ -19,7 +19,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
 
 from . import _objects, _tensor_dict, capi
 from ._buffers import BufferLike, new_like, require, resolve, same_dtype
-from ._enums import Device, DType, GroupKind, ReduceOp
+from ._enums import Device, DType, GroupKind, ReduceOp, coerce
 from ._errors import Error, InvalidArgumentError, InvalidStateError, NoMemoryError, UnsupportedError
 from ._layout import make_config
 
@@ -441,11 +441,11 @@ class PState:
                 pass
 
     # ---- groups ----------------------------------------------------------------------------
-    def group(self, kind: GroupKind) -> Group:
-        """The group of kind that contains this rank. WORLD always exists; the others need
-        initialize_model_parallel() (InvalidStateError), DCP and SHARED_EXPERTS_TP only when
-        configured (UnsupportedError)."""
-        kind = GroupKind(kind)
+    def group(self, kind: Union[GroupKind, str]) -> Group:
+        """The group of kind (a GroupKind or its name: "world", "tp", "attn_tp", ...) that
+        contains this rank. WORLD always exists; the others need initialize_model_parallel()
+        (InvalidStateError), DCP and SHARED_EXPERTS_TP only when configured (UnsupportedError)."""
+        kind = coerce(GroupKind, kind, "group kind")
         handle = self._call(capi.get_group, int(kind))
         return Group(self, handle, kind, self._generation)
 

@@ -7,6 +7,7 @@ tests/test_enums.py checks every value against the compiled C constants.
 from __future__ import annotations
 
 import enum
+from typing import Any, Type, TypeVar
 
 
 class DType(enum.IntEnum):
@@ -69,3 +70,27 @@ class GroupKind(enum.IntEnum):
     DCP = 8
     SHARED_EXPERTS_TP = 9
     SELF_PP = 10
+
+
+_E = TypeVar("_E", bound=enum.IntEnum)
+
+
+def coerce(cls: Type[_E], value: Any, what: str) -> _E:
+    """value as a member of cls: a member, its name in any case ("tp", "Sum"), or its number;
+    anything else (a member of another enumeration, a bool, a float, an unknown name or number)
+    raises InvalidArgumentError naming `what` and the accepted names."""
+    from ._errors import InvalidArgumentError  # _errors does not import this module
+
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, str):
+        member = cls.__members__.get(value.strip().upper())
+        if member is not None:
+            return member
+    elif isinstance(value, int) and not isinstance(value, (bool, enum.Enum)):
+        try:
+            return cls(value)
+        except ValueError:
+            pass
+    names = ", ".join(f'"{m.name.lower()}"' for m in cls)
+    raise InvalidArgumentError(f"{what} {value!r} is not a {cls.__name__}: use {cls.__name__}.<NAME> or one of {names}")

@@ -1,0 +1,10 @@
+# packages — the .deb round trip (tests/packages/test_deb.sh): cpack builds libpstate0,
+# libpstate-dev, pstate and python3-pstate from this build tree; they are installed with apt-get in
+# a throwaway root (overlay over /, private mount namespace), used, purged. Needs root (skipped
+# otherwise) and the Python binding (python3-pstate is one of the four).
+if(NOT TARGET pstate_python)
+  message(STATUS "pstate tests: packages_deb skipped (no Python binding to package)")
+  return()
+endif()
+add_test(NAME packages_deb COMMAND ${CMAKE_CURRENT_LIST_DIR}/../packages/test_deb.sh ${PROJECT_BINARY_DIR})
+set_tests_properties(packages_deb PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 RUN_SERIAL ON)
