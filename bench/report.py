@@ -5,10 +5,17 @@
 
 RESULTS_DIR holds what run.sh wrote: machine.txt (key=value lines), memcpy.json,
 handoff_floor.REPEAT.json, CASE.mpi.REPEAT.json and CASE.pstate.REPEAT.json for each case (the
-`pstate bench` / mpi_bench JSON), startup.json,
-failures.txt (cases that failed or timed out) and logs/ (every command, then its output). The
-issue's targets are judged here, from those numbers only; a hand-written analysis of misses
-(profiles) is taken from bench/analysis.md when it exists. Standard library only.
+`pstate bench` / mpi_bench JSON), CASE.gloo.REPEAT.json for the cases gloo joins (bench/gloo_bench.cc,
+same JSON; absent in older results, and then the tables and plot are MPI and pstate only),
+startup.json, failures.txt (cases that failed or timed out) and logs/ (every command, then its
+output). The issue's targets are judged here, from those numbers only; a hand-written analysis of
+misses (profiles) is taken from bench/analysis.md when it exists.
+
+Start-up as the job grows comes from bench/startup_curve.sh, run on its own: startup_curve.json
+(and, to compare with a start-up change, startup_curve_before.json in the same format, shown as
+"before"), looked for in RESULTS_DIR, then in bench/results/ (both from the same folder); the section and
+RESULTS_DIR/startup_curve.png (bench/startup_curve.gp) are left out when it is absent.
+Standard library only (and gnuplot).
 """
 import glob
 import json
@@ -145,22 +152,29 @@ def median_times(docs):
 
 
 class Case:
-    """One benchmark case: MPI and pstate rows joined on bytes."""
+    """One benchmark case: MPI, pstate (and gloo, where run.sh ran it) rows joined on bytes."""
 
     def __init__(self, results, name, title):
         self.name, self.title = name, title
         mpi_reps, pstate_reps = load_repeats(results, name, "mpi"), load_repeats(results, name, "pstate")
+        gloo_reps = load_repeats(results, name, "gloo")
         self.mpi = combine(list(mpi_reps.values())) if mpi_reps else {}
         self.pstate = combine(list(pstate_reps.values())) if pstate_reps else {}
+        self.gloo = combine(list(gloo_reps.values())) if gloo_reps else {}
         self.ratios = paired_ratios(mpi_reps, pstate_reps)
+        self.gloo_ratios = paired_ratios(gloo_reps, pstate_reps)  # pstate/gloo, repeat i of each
         floor_reps = load_repeats(results, name, "floor")
         self.floor = median_times(floor_reps.values())  # the minimal implementation, over repeats
         self.floor_ratios = paired_ratios(mpi_reps, floor_reps)  # minimal / MPI, same repeats
-        self.sizes = sorted(set(self.mpi) | set(self.pstate))
+        self.sizes = sorted(set(self.mpi) | set(self.pstate) | set(self.gloo))
 
     def ratio(self, nbytes):
         """pstate/MPI: the median of the per-repeat quotients (see paired_ratios)."""
         return self.ratios.get(nbytes)
+
+    def gloo_ratio(self, nbytes):
+        """pstate/gloo, the same way (gloo ran right after pstate in each repeat)."""
+        return self.gloo_ratios.get(nbytes)
 
     def present(self):
         return bool(self.mpi or self.pstate)
@@ -179,6 +193,11 @@ def verdict(value, bar, lower_is_better=True):
 
 def fmt(x, digits=2):
     return "—" if x is None else f"{x:.{digits}f}"
+
+
+def sig(x, digits=3):
+    """x with `digits` significant digits (ratios far below 1, such as pstate/gloo)."""
+    return "—" if x is None else f"{x:.{digits}g}"
 
 
 def target_rows(cases, memcpy, startup):
@@ -224,22 +243,29 @@ def target_rows(cases, memcpy, startup):
 
 def case_table(case):
     sizes, bar = RATIO_TARGETS.get(case.name, ([], None))
-    floor = case.floor
+    floor, gloo = case.floor, case.gloo
     extra = "| minimal (µs) | minimal/MPI " if floor else ""
+    # gloo, where it ran: its time next to MPI's, pstate/gloo next to pstate/MPI, its #wrong in the middle
     lines = [f"### {case.title}", "",
-             "| bytes | MPI time (µs) | pstate time (µs) | pstate/MPI | MPI busbw (GB/s) | pstate busbw (GB/s) "
-             f"| #wrong MPI / pstate | target {extra}|",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | :---: | --- |" + (" ---: | ---: |" if floor else "")]
+             "| bytes | MPI time (µs) " + ("| gloo time (µs) " if gloo else "") + "| pstate time (µs) | pstate/MPI "
+             + ("| pstate/gloo " if gloo else "") + "| MPI busbw (GB/s) | pstate busbw (GB/s) "
+             + f"| #wrong MPI / {'gloo / ' if gloo else ''}pstate | target {extra}|",
+             "| ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if gloo else "") + " ---: | ---: | :---: | --- |"
+             + (" ---: | ---: |" if floor else "")]
     for nbytes in case.sizes:
-        m, p = case.mpi.get(nbytes), case.pstate.get(nbytes)
+        m, p, g = case.mpi.get(nbytes), case.pstate.get(nbytes), gloo.get(nbytes)
         r = case.ratio(nbytes)
         target = ""
         if bar is not None and (sizes is None or nbytes in sizes):
             target = f"≤ {bar}: " + ("met" if r is not None and r <= bar else "missed" if r is not None else "—")
         lines.append(
-            f"| {human(nbytes)} | {fmt(m and m['time_us'])} | {fmt(p and p['time_us'])} | {fmt(r)} "
-            f"| {fmt(m and m['busbw_gbs'], 3)} | {fmt(p and p['busbw_gbs'], 3)} "
-            f"| {m['wrong'] if m else '—'} / {p['wrong'] if p else '—'} | {target} |"
+            f"| {human(nbytes)} | {fmt(m and m['time_us'])} "
+            + (f"| {fmt(g and g['time_us'])} " if gloo else "")
+            + f"| {fmt(p and p['time_us'])} | {fmt(r)} "
+            + (f"| {sig(case.gloo_ratio(nbytes))} " if gloo else "")
+            + f"| {fmt(m and m['busbw_gbs'], 3)} | {fmt(p and p['busbw_gbs'], 3)} "
+            f"| {m['wrong'] if m else '—'} / " + (f"{g['wrong'] if g else '—'} / " if gloo else "")
+            + f"{p['wrong'] if p else '—'} | {target} |"
             + (f" {fmt(floor.get(nbytes)) if floor.get(nbytes) is not None else ''} "
                f"| {fmt(case.floor_ratios.get(nbytes)) if case.floor_ratios.get(nbytes) is not None else ''} |"
                if floor else ""))
@@ -248,6 +274,11 @@ def case_table(case):
                   "(one store of the data, one spin on the peer's, no library), timed the same way, ranks bound, "
                   "run just before each repeat: about the least time any implementation needed in that minute; "
                   "*minimal/MPI* is its paired ratio, the best ratio the bar could be met with."]
+    if gloo:
+        lines += ["", "*gloo*: `bench/gloo_bench.cc` (gloo's TCP transport on 127.0.0.1, as torch's CPU process "
+                  "groups use it), run right after pstate in each repeat; its timed calls per size are capped by "
+                  "wall time (`--budget-ms`, at least 10 calls), so its large sizes rest on fewer calls. "
+                  "*pstate/gloo* is the paired ratio, as pstate/MPI (three significant digits)."]
     return lines + [""]
 
 
@@ -255,13 +286,13 @@ def commands(results):
     """The exact commands run.sh ran, from the logs, in run order."""
     seen, out = set(), []
     logs = os.path.join(results, "logs")
-    order = (["memcpy", "handoff_floor"] + [f"{c}.{side}" for c, _ in CASES for side in ("floor", "mpi", "pstate")]
-             + ["startup"])
+    order = (["memcpy", "handoff_floor"]
+             + [f"{c}.{side}" for c, _ in CASES for side in ("floor", "mpi", "pstate", "gloo")] + ["startup"])
     for name in order:
         try:
             with open(os.path.join(logs, f"{name}.log")) as f:
                 for line in f:
-                    line = re.sub(r"\.(mpi|pstate|floor)\.\d+\.json", r".\1.REPEAT.json", line)  # one line per case
+                    line = re.sub(r"\.(mpi|pstate|floor|gloo)\.\d+\.json", r".\1.REPEAT.json", line)  # one line per case
                     line = re.sub(r"handoff_floor\.\d+\.json", "handoff_floor.REPEAT.json", line)
                     if line.startswith("$ ") and line not in seen:
                         seen.add(line)
@@ -277,16 +308,101 @@ def write_plot(results, cases):
     shown = [c for c in cases.values() if c.present()]
     with open(os.path.join(plot_dir, "cases.txt"), "w") as f:
         for c in shown:
-            f.write(f"{c.name}|{c.title}\n")
+            f.write(f"{c.name}|{c.title}|{1 if c.gloo else 0}\n")
     for c in shown:
         with open(os.path.join(plot_dir, f"{c.name}.dat"), "w") as f:
-            f.write("# bytes mpi_time_us pstate_time_us\n")
+            f.write("# bytes mpi_time_us pstate_time_us gloo_time_us\n")
             for nbytes in c.sizes:
-                m, p = c.mpi.get(nbytes), c.pstate.get(nbytes)
-                f.write(f"{nbytes} {m['time_us'] if m else 'NaN'} {p['time_us'] if p else 'NaN'}\n")
+                m, p, g = c.mpi.get(nbytes), c.pstate.get(nbytes), c.gloo.get(nbytes)
+                f.write(f"{nbytes} {m['time_us'] if m else 'NaN'} {p['time_us'] if p else 'NaN'} "
+                        f"{g['time_us'] if g else 'NaN'}\n")
     png = os.path.join(results, "time_vs_size.png")
     subprocess.run(["gnuplot", "-e", f"dir='{plot_dir}'; out='{png}'", os.path.join(HERE, "plot.gp")], check=True)
     return png
+
+
+def load_startup_curve(path):
+    """bench/startup_curve.sh's JSON, its rows keyed by ranks (a value the script could not measure
+    is null); None when absent or unreadable."""
+    doc = load_json(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("sizes"), list):
+        return None
+    doc["rows"] = {r["ranks"]: r for r in doc["sizes"] if isinstance(r, dict) and isinstance(r.get("ranks"), int)}
+    return doc
+
+
+def load_startup_curves(results):
+    """(curve, before): startup_curve.json from RESULTS_DIR or else bench/results/, and
+    startup_curve_before.json from the same folder (None where absent)."""
+    for d in (results, os.path.join(HERE, "results")):
+        curve = load_startup_curve(os.path.join(d, "startup_curve.json"))
+        if curve:
+            return curve, load_startup_curve(os.path.join(d, "startup_curve_before.json"))
+    return None, None
+
+
+def write_startup_plot(results, curve, before):
+    """RESULTS_DIR/startup_curve.png (bench/startup_curve.gp), or None when nothing can be drawn."""
+    plot_dir = os.path.join(results, "plot")
+    os.makedirs(plot_dir, exist_ok=True)
+    prev = before["rows"] if before else {}
+    ranks = sorted(set(curve["rows"]) | set(prev))
+    value = lambda rows, n, key: rows.get(n, {}).get(key)
+    columns = {"mpi": [value(curve["rows"], n, "mpi_ms") for n in ranks],
+               "pstate": [value(curve["rows"], n, "pstate_ms") for n in ranks],
+               "before": [value(prev, n, "pstate_ms") for n in ranks]}
+    drawn = {k: int(any(v is not None for v in vs)) for k, vs in columns.items()}
+    if not any(drawn.values()):
+        return None
+    dat = os.path.join(plot_dir, "startup_curve.dat")
+    with open(dat, "w") as f:
+        f.write("# ranks mpi_ms pstate_ms pstate_before_ms\n")
+        for i, n in enumerate(ranks):
+            f.write(f"{n} " + " ".join("NaN" if columns[k][i] is None else str(columns[k][i])
+                                       for k in ("mpi", "pstate", "before")) + "\n")
+    png = os.path.join(results, "startup_curve.png")
+    flags = "; ".join(f"{k}={v}" for k, v in drawn.items())
+    subprocess.run(["gnuplot", "-e", f"dat='{dat}'; out='{png}'; {flags}", os.path.join(HERE, "startup_curve.gp")],
+                   check=True)
+    return png
+
+
+def startup_curve_section(curve, before, png, rel):
+    """The section "Start-up as the job grows": its plot and table."""
+    prev = before["rows"] if before else {}
+    desc = lambda doc: (f"{doc.get('date', '?')}, commit {doc.get('commit', '?')}, nproc {doc.get('nproc', '?')}, "
+                        f"median of {doc.get('repeats', '?')} runs per size")
+    md = ["## Start-up as the job grows", "",
+          f"Measured by `bench/startup_curve.sh` on its own ({desc(curve)}), not in the session above. Whole "
+          "processes, oversubscribed on this machine's cores: `pstate run -n N` of pstate_init, "
+          "initialize_model_parallel (tp min(N, 8) x pp N/tp), destroy and finalize, against `mpirun -np N` of "
+          "MPI_Init + MPI_Barrier + MPI_Finalize, alternating. *pstate_init* and *initialize_model_parallel* are "
+          "rank 0's own times within the pstate run. — means not measured (failed or timed out)."]
+    if before:
+        md[-1] += (f" With *before* (`startup_curve_before.json`: {desc(before)}), the same measurement before the "
+                   "start-up change, every cell reads *now / before*; each pstate/MPI is against the MPI runs of its "
+                   "own session.")
+    md.append("")
+    if png:
+        md += [f"![start-up vs ranks, pstate and Open MPI]({rel(png)})", ""]
+    both = " now / before" if before else ""
+    md += [f"| ranks | tp x pp | pstate (ms){both} | pstate_init on rank 0 (ms){both} "
+           f"| initialize_model_parallel (ms){both} | Open MPI (ms){both} | pstate/MPI{both} |",
+           "| ---: | :---: | ---: | ---: | ---: | ---: | ---: |"]
+
+    def ratio(row):
+        p, m = row.get("pstate_ms"), row.get("mpi_ms")
+        return p / m if p is not None and m else None
+
+    for n in sorted(set(curve["rows"]) | set(prev)):
+        r, b = curve["rows"].get(n, {}), prev.get(n, {})
+        tp, pp = r.get("tp", b.get("tp")), r.get("pp", b.get("pp"))
+        cell = lambda get, digits=0: fmt(get(r), digits) + (f" / {fmt(get(b), digits)}" if before else "")
+        md.append(f"| {n} | {tp if tp is not None else '?'} x {pp if pp is not None else '?'} "
+                  + "".join(f"| {cell(lambda row, k=k: row.get(k))} "
+                            for k in ("pstate_ms", "pstate_init_ms", "model_parallel_ms", "mpi_ms"))
+                  + f"| {cell(ratio, 2)} |")
+    return md + [""]
 
 
 def main():
@@ -304,11 +420,14 @@ def main():
     except OSError:
         failures = []
     png = write_plot(results, cases)
+    curve, before = load_startup_curves(results)
+    curve_png = write_startup_plot(results, curve, before) if curve else None
     out_dir = os.path.dirname(os.path.abspath(output))
     rel = lambda p: os.path.relpath(p, out_dir)
 
     md = ["# BENCHMARKS", "",
-          "pstate's CPU collectives against Open MPI on one machine, measured by `bench/run.sh` in one "
+          "pstate's CPU collectives against Open MPI (and, for three 2-rank cases, gloo, torch's CPU backend) "
+          "on one machine, measured by `bench/run.sh` in one "
           "session (this file is its output; do not edit by hand). Method: nccl-tests' sizes and formulas; "
           "every call is preceded by a barrier and timed alone on each rank; the time of a size is the median "
           "over calls of the slowest rank's time, and the median of that over the repeats of the case (MPI and "
@@ -328,6 +447,10 @@ def main():
           f"`--bind-to {machine.get('mpi_bind', '?')}` (pstate ranks are not bound either), except in the "
           "cases marked *bound*, where every rank of both sides is bound to its own core",
           f"- every case run {machine.get('repeats', '?')} times per side, alternating MPI and pstate",
+          *([f"- gloo ({machine['gloo']}, TCP on 127.0.0.1): `bench/gloo_bench.cc`, 2 ranks forked by the program, for the "
+             "plain 2-rank all_reduce, all_gather and broadcast, run right after pstate in each repeat, timed "
+             f"calls per size capped at {machine.get('gloo_budget_ms', '?')} ms of wall time (at least 10)"]
+            if machine.get("gloo") else []),
           f"- {machine.get('pstate', 'pstate ?')}, commit {machine.get('commit', '?')}, "
           f"{machine.get('build_type', '?')} build",
           f"- single-core memcpy of 64 MiB: {fmt(memcpy and memcpy['bw_gbs'])} GB/s "
@@ -353,8 +476,9 @@ def main():
         with open(analysis) as f:
             md += ["## Why targets are missed", "", f.read().strip(), ""]
 
-    md += ["## Time vs size", "", f"![time vs size, Open MPI and pstate]({rel(png)})", "", "## Tables", "",
-           "`pstate/MPI` is pstate's time over Open MPI's: below 1 pstate is faster. busbw follows nccl-tests "
+    md += ["## Time vs size", "", f"![time vs size, Open MPI, gloo and pstate]({rel(png)})", "", "## Tables", "",
+           "`pstate/MPI` is pstate's time over Open MPI's: below 1 pstate is faster (`pstate/gloo` the same "
+           "against gloo, where it ran). busbw follows nccl-tests "
            "(all_reduce 2(n-1)/n x algbw; all_gather, reduce_scatter, all_to_all (n-1)/n; others 1). "
            "bytes is the whole buffer (all_gather output, reduce_scatter input).", ""]
     for c in cases.values():
@@ -363,10 +487,15 @@ def main():
     if startup:
         md += ["### Start-up, 8 ranks (oversubscribed on the 2 cores), whole processes", "",
                "| | median wall time of 5 runs (ms) |", "| --- | ---: |",
-               f"| `mpirun -np 8` MPI_Init + MPI_Finalize | {fmt(startup.get('mpi_ms'), 1)} |",
+               f"| `mpirun -np 8` MPI_Init + MPI_Barrier + MPI_Finalize | {fmt(startup.get('mpi_ms'), 1)} |",
                f"| `pstate run -n 8` pstate_init, initialize_model_parallel (tp 4 x pp 2), destroy, finalize "
                f"| {fmt(startup.get('pstate_ms'), 1)} |", ""]
-    md += ["## Reproduce", "", "```", "bench/run.sh          # builds, measures, rewrites BENCHMARKS.md", "```", "",
+    if curve:
+        md += startup_curve_section(curve, before, curve_png, rel)
+    md += ["## Reproduce", "", "```", "bench/run.sh          # builds, measures, rewrites BENCHMARKS.md"]
+    if curve:
+        md += ["bench/startup_curve.sh  # start-up as the job grows, on its own (startup_curve.json)"]
+    md += ["```", "",
            f"The commands it ran, each REPEAT times (REPEAT = 1, 2, ...; raw output in `{rel(results)}/logs/`, JSON in `{rel(results)}/`):", "", "```"]
     md += commands(results)
     md += ["```", ""]

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# bench/run.sh — pstate against Open MPI on this machine, in one session, and BENCHMARKS.md.
+# bench/run.sh — pstate against Open MPI (and gloo) on this machine, in one session, and BENCHMARKS.md.
 #
 #   bench/run.sh [--quick]
 #
 # Builds what it needs (the `pstate` command in $BUILD_DIR, default build/; bench/mpi_bench.c
-# with mpicc; bench/memcpy_bw.c; bench/handoff_floor.c), then measures each case REPEATS times
+# with mpicc; bench/gloo_bench.cc with g++ and Debian's libgloo-dev, skipped with a warning where
+# it does not build; bench/memcpy_bw.c; bench/handoff_floor.c), then measures each case REPEATS times
 # (default 5), MPI then pstate alternately, so both see the same machine load (report.py takes,
 # per size, the median of the repeats' medians, and for pstate/MPI the median of the quotients of
 # the runs made back to back):
@@ -13,14 +14,20 @@
 #     times, and once more before each repeat of the 2-rank all_reduce cases: the physical
 #     reference for small sizes, in the same minute as the repeat it is compared with)
 #   - 2 ranks: all_reduce 8 B..64 MiB; all_gather, reduce_scatter, broadcast 8 B..16 MiB;
-#     all_to_all and send_recv 8 B..16 MiB (x4 steps)
+#     all_to_all and send_recv 8 B..16 MiB (x4 steps). all_reduce, all_gather and broadcast also
+#     run gloo (torch's CPU backend, what SGLang's CPU groups use) right after pstate in each
+#     repeat: `gloo_bench -n 2`, which forks its 2 ranks itself (TCP on 127.0.0.1, file-store
+#     rendezvous; see its head comment). gloo takes ~200 us at 8 B and ~19 ms at 16 MiB here, so
+#     its timed calls per size are capped at GLOO_BUDGET_MS (default 150 ms) of wall time, at
+#     least 10 calls (the same median rule, fewer calls): 5 s (all_gather, broadcast) to 10 s
+#     (all_reduce to 64 MiB) per gloo run, about 1.6 min added to the whole bench
 #   - the same 2-rank all_reduce, all_gather, reduce_scatter, broadcast with every rank bound to
 #     its own core on both sides (a scheduler that puts both ranks on one core costs pstate's
 #     yielding waits microseconds per hand-off; see bench/analysis.md)
 #   - 4 ranks on the 2 cores (oversubscribed): all_reduce 8 B..1 MiB
 #   - 4 ranks: broadcast_object 64 B..64 KiB from rank 0 to 3 readers vs MPI_Bcast of the bytes
 #   - start-up of 8 ranks to model parallel initialized (tp 4 x pp 2) and finalized, whole
-#     processes, vs `mpirun -np 8` of MPI_Init + MPI_Finalize (median wall time of 5 runs each,
+#     processes, vs `mpirun -np 8` of MPI_Init + MPI_Barrier + MPI_Finalize (median wall time of 5 runs each,
 #     alternating)
 # and finally runs bench/report.py, which writes BENCHMARKS.md (tables, ratios, targets) and
 # bench/results/time_vs_size.png (gnuplot). Raw JSON and logs stay in bench/results/.
@@ -61,10 +68,17 @@ build() {
   mpicc -O2 -Wall -Wextra -I src/cli bench/mpi_bench.c -o "$RESULTS/bin/mpi_bench"
   cc -O2 -Wall -Wextra -I src/cli bench/memcpy_bw.c -o "$RESULTS/bin/memcpy_bw"
   cc -O2 -Wall -Wextra -I src/cli bench/handoff_floor.c -o "$RESULTS/bin/handoff_floor"
+  if ! g++ -O2 -std=c++17 -Wall -Wextra -I src/cli bench/gloo_bench.cc -o "$GLOO_BENCH" -lgloo -lpthread; then
+    log "bench/gloo_bench.cc does not build (libgloo-dev missing?): no gloo runs"
+    rm -f "$GLOO_BENCH"
+  fi
 }
 
 PSTATE="$ROOT/$BUILD_DIR/pstate"
 MPI_BENCH="$RESULTS/bin/mpi_bench"
+GLOO_BENCH="$RESULTS/bin/gloo_bench"
+GLOO_CASES=" all_reduce.2 all_gather.2 broadcast.2 "  # the plain 2-rank cases gloo joins
+GLOO_BUDGET_MS=${GLOO_BUDGET_MS:-150}
 MPIRUN=(mpirun --allow-run-as-root --bind-to "$MPI_BIND" --mca pml ob1 --mca btl self,vader)
 MPIRUN_BOUND=(mpirun --allow-run-as-root --bind-to core --mca pml ob1 --mca btl self,vader)
 MPIRUN_OVER=("${MPIRUN[@]}" --oversubscribe --mca mpi_yield_when_idle 1)
@@ -84,8 +98,10 @@ run_case() {
 }
 
 # pair MODE NAME RANKS BENCH-ARGS...: REPEATS times, the MPI run then the pstate run, same
-# arguments. MODE plain: neither side binds; over: oversubscribed (MPI yields when idle);
-# bound: every rank on its own core on both sides (MPI --bind-to core, pstate run --bind-cores).
+# arguments, then for the cases in GLOO_CASES the gloo run (after pstate, so that MPI and pstate
+# stay back to back and pstate/gloo are too). MODE plain: neither side binds; over:
+# oversubscribed (MPI yields when idle); bound: every rank on its own core on both sides (MPI
+# --bind-to core, pstate run --bind-cores).
 pair() {
   local mode=$1 name=$2 ranks=$3 rep
   shift 3
@@ -101,6 +117,10 @@ pair() {
     run_case "$name.mpi" "${mpirun[@]}" -np "$ranks" "$MPI_BENCH" "$@" --check --json "$RESULTS/$name.mpi.$rep.json"
     run_case "$name.pstate" "${launcher[@]}" -n "$ranks" -- "$PSTATE" bench "$@" --check \
       --json "$RESULTS/$name.pstate.$rep.json"
+    if [ -x "$GLOO_BENCH" ] && [[ $GLOO_CASES == *" $name "* ]]; then
+      run_case "$name.gloo" "$GLOO_BENCH" -n "$ranks" "$@" --budget-ms "$GLOO_BUDGET_MS" --check \
+        --json "$RESULTS/$name.gloo.$rep.json"
+    fi
   done
 }
 
@@ -145,6 +165,10 @@ machine() {
     echo "kernel=$(uname -r)"
     echo "mem=$(free -g | awk '/Mem:/ {print $2 " GiB"}')"
     echo "openmpi=$(mpirun --version 2>/dev/null | head -1)"
+    if [ -x "$GLOO_BENCH" ]; then
+      echo "gloo=libgloo $(dpkg-query -W -f '${Version}' libgloo-dev 2>/dev/null || echo '?')"
+      echo "gloo_budget_ms=$GLOO_BUDGET_MS"
+    fi
     echo "pstate=$("$PSTATE" --version)"
     echo "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo '+dirty')"
     echo "build_type=$(grep -m1 CMAKE_BUILD_TYPE: "$BUILD_DIR/CMakeCache.txt" | cut -d= -f2)"
@@ -176,7 +200,9 @@ wait_quiet() {
 main() {
   local t_start=$SECONDS
   build
-  rm -rf "$RESULTS/logs" "$RESULTS"/*.json "$RESULTS/failures.txt" "$RESULTS/plot"
+  # startup_curve*.json come from bench/startup_curve.sh, run on its own: kept
+  find "$RESULTS" -maxdepth 1 -name '*.json' ! -name 'startup_curve*.json' -delete
+  rm -rf "$RESULTS/logs" "$RESULTS/failures.txt" "$RESULTS/plot"
   mkdir -p "$RESULTS/logs"
   machine
   wait_quiet
