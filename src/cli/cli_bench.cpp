@@ -141,11 +141,17 @@ class Session {
     double t0 = bench_now_us();
     check_call(pstate_init(nullptr, &ps_), "pstate_init");
     double t1 = bench_now_us();
-    pstate_parallel_config_t cfg = PSTATE_PARALLEL_CONFIG_INIT;
-    cfg.pipeline_parallel_size = o.pp;
-    cfg.tensor_parallel_size = o.tp > 0 ? o.tp : info(PSTATE_GROUP_WORLD).world_size / o.pp;
-    cfg.expert_parallel_size = o.ep;
-    check_call(pstate_initialize_model_parallel(ps_, &cfg), "pstate_initialize_model_parallel");
+    try {
+      pstate_parallel_config_t cfg = PSTATE_PARALLEL_CONFIG_INIT;
+      cfg.pipeline_parallel_size = o.pp;
+      cfg.tensor_parallel_size = o.tp > 0 ? o.tp : info(PSTATE_GROUP_WORLD).world_size / o.pp;
+      cfg.expert_parallel_size = o.ep;
+      check_call(pstate_initialize_model_parallel(ps_, &cfg), "pstate_initialize_model_parallel");
+    } catch (...) {  // a constructor that throws runs no destructor: abort here
+      pstate_abort(ps_);
+      ps_ = nullptr;
+      throw;
+    }
     init_ms_ = (t1 - t0) / 1e3;
     model_parallel_ms_ = (bench_now_us() - t1) / 1e3;
   }

@@ -12,24 +12,43 @@ PSTATE=${1:?usage: test_small_dev_shm.sh PATH/TO/pstate}
 [ "$(id -u)" -eq 0 ] || { echo "test_small_dev_shm.sh: needs root (mount namespace): skipped"; exit 77; }
 fail() { echo "test_small_dev_shm.sh: FAIL: $*" >&2; exit 1; }
 
-# run ENV... : 2 ranks of a checked all_reduce in the small-/dev/shm namespace; output in $out
+# run ENV... : 2 ranks of a checked all_reduce in the small-/dev/shm namespace, started by hand
+# (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; not under `pstate run`, which stops the other ranks
+# as soon as one fails) and both waited for; output in $out ("[R] " before each line of rank R),
+# rc = 0 when both ranks exited 0.
 run() {
-  out=$(unshare --mount --fork env "$@" PSTATE_TIMEOUT_MS=20000 bash -c '
+  local port
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  out=$(unshare --mount --fork env "$@" PSTATE_TIMEOUT_MS=20000 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+          MASTER_PORT="$port" bash -c '
     mount --make-rprivate / && mount -t tmpfs -o size=1m tmpfs /dev/shm || exit 99
-    timeout 60 "$0" run -n 2 -- "$0" bench --op all_reduce -b 8 -e 64K -f 8 --iters 5 --check' "$PSTATE" 2>&1)
+    logs=$(mktemp -d) pids=() rc=0
+    for r in 0 1; do
+      RANK=$r timeout 60 "$0" bench --op all_reduce -b 8 -e 64K -f 8 --iters 5 --check >"$logs/$r" 2>&1 &
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    for r in 0 1; do sed "s/^/[$r] /" "$logs/$r"; done
+    rm -rf "$logs"
+    exit $rc' "$PSTATE" 2>&1)
   rc=$?
   [ $rc -ne 99 ] || fail "cannot mount a small /dev/shm here"
 }
 
 t0=$(date +%s%N)
-run X=1
+# Under CI's ASan job: UCX 1.13 itself leaks 2.4 KB (4 ucs_calloc'ed objects) when
+# ucp_worker_create fails (pstate still cleans up its UCX context), so LeakSanitizer stays off here.
+leak_opts=()
+[ -z "${ASAN_OPTIONS:-}" ] || leak_opts=("ASAN_OPTIONS=$ASAN_OPTIONS:detect_leaks=0")
+run "${leak_opts[@]}" X=1
 ms=$((($(date +%s%N) - t0) / 1000000))
 echo "$out" | sed 's/^/  1| /'
 [ $rc -ne 0 ] || fail "1: the job succeeded in a 1 MiB /dev/shm"
 for r in 0 1; do
   line=$(grep "^\[$r\] .*pstate_init failed" <<<"$out") || fail "1: rank $r did not report pstate_init's failure"
-  for want in PSTATE_ERR_NO_MEMORY "/dev/shm has 1.0 MiB free of 1.0 MiB" "--shm-size" "PSTATE_SHM=0 UCX_TLS=^posix"; do
-    grep -qF -- "$want" <<<"$line" || fail "1: rank $r's message lacks '$want': $line"
+  # the free space is what the other rank left (it may have mapped part of /dev/shm already)
+  for want in 'PSTATE_ERR_NO_MEMORY' '/dev/shm has [0-9.]+ [KM]iB free of 1\.0 MiB' '--shm-size' 'PSTATE_SHM=0 UCX_TLS=\^posix'; do
+    grep -qE -- "$want" <<<"$line" || fail "1: rank $r's message lacks '$want': $line"
   done
 done
 ! grep -q "UCX  ERROR\|UCX  WARN" <<<"$out" || fail "1: UCX's own log lines in the default output"
