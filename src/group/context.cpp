@@ -62,7 +62,16 @@ Context::Context(const pstate_init_params_t *params) {
   // Before the store, so it fails fast and alone, unless the ordinal is the local rank that the
   // rendezvous has yet to derive.
   if (device_ == PSTATE_DEVICE_CUDA && (p.device_ordinal >= 0 || launch_.local_rank_given)) open_device(p.device_ordinal);
-  rendezvous();
+  try {
+    rendezvous();
+  } catch (const Error &) {
+    // Once the rank directory is on the store every rank checks the same records and most errors
+    // from here on (duplicate local ranks, say) are thrown by every rank: the serving rank keeps
+    // the store up, for a short grace, until the others have read the directory and left, so they
+    // report that error and not PEER_LOST for a store that vanished under their get.
+    if (store_ && directory_published_) store_->close(Deadline::after_ms(std::min<int64_t>(launch_.timeout_ms, 5000)));
+    throw;
+  }
 }
 
 void Context::open_device(int device_ordinal) {
@@ -135,6 +144,7 @@ void Context::exchange_peers(Deadline deadline) {
                   total, " bytes, over the store's value limit of ", kStoreMaxValueBytes, " bytes");
     directory = encode_rank_directory(random_job_id(), records);
     store_->set("pstate/peers", directory, deadline);
+    directory_published_ = true;
   } else {
     directory = store_->get("pstate/peers", deadline);
   }

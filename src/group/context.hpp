@@ -140,6 +140,7 @@ class Context {
   int device_ordinal_param_ = -1;
   std::vector<int> given_local_ranks_;  // per world rank, from the rank directory; -1: derived
   std::unique_ptr<Store> store_;
+  bool directory_published_ = false;  // rank 0 set "pstate/peers" (init failing after that lingers: see the constructor)
   std::unique_ptr<UcxWorker> worker_;
   std::unique_ptr<DeviceContext> device_ctx_;  // before the groups: destroyed after them
   HostPointerCheck host_check_;
