@@ -101,11 +101,14 @@ std::string record_of_this_process() {
 }
 
 // "pid 123 on host h1", for messages.
-std::string this_process() { return cat("pid ", ::getpid(), " on host ", this_host()); }
+std::string this_process() {
+  return cat("pid ", ::getpid(), " on host ", this_host());
+}
 
 bool parse_record(const std::string &text, ProcessRecord *r) {
   char host[256] = {}, boot[64] = {};
-  int n = std::sscanf(text.c_str(), "pid %lld on host %255s (boot %63[^,], start %llu)", &r->pid, host, boot, &r->start);
+  int n =
+      std::sscanf(text.c_str(), "pid %lld on host %255s (boot %63[^,], start %llu)", &r->pid, host, boot, &r->start);
   if (n < 2) return false;
   r->host = host;
   if (n >= 3) r->boot = boot;
@@ -150,9 +153,13 @@ bool write_all(int fd, const uint8_t *data, size_t n) {
   return true;
 }
 
-std::string text_of(const Bytes &b) { return std::string(b.begin(), b.end()); }
+std::string text_of(const Bytes &b) {
+  return std::string(b.begin(), b.end());
+}
 
-std::string hex_of(const std::string &s) { return s.empty() ? "-" : crypto::to_hex(crypto::as_bytes(s)); }
+std::string hex_of(const std::string &s) {
+  return s.empty() ? "-" : crypto::to_hex(crypto::as_bytes(s));
+}
 
 std::string unhex(const std::string &h) {
   if (h == "-") return "";
@@ -213,11 +220,16 @@ struct FileStore::Meta {
       if (space == std::string::npos) continue;
       std::string name = line.substr(0, space), value = line.substr(space + 1);
       try {
-        if (name == "world_size") world_size = std::stoi(value), ++fields;
-        else if (name == "token") token = value, ++fields;
-        else if (name == "job_id") job_id = unhex(value);
-        else if (name == "created_by_rank") created_by_rank = std::stoi(value), ++fields;
-        else if (name == "created_by") creator = value;
+        if (name == "world_size")
+          world_size = std::stoi(value), ++fields;
+        else if (name == "token")
+          token = value, ++fields;
+        else if (name == "job_id")
+          job_id = unhex(value);
+        else if (name == "created_by_rank")
+          created_by_rank = std::stoi(value), ++fields;
+        else if (name == "created_by")
+          creator = value;
       } catch (const std::exception &) {
         return false;
       }
@@ -317,7 +329,8 @@ net::Fd FileStore::lock_for_open(Deadline deadline) {
   while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK && errno != EINTR) fail_fs("cannot lock", path, errno);
     if (deadline.expired())
-      throw_error(PSTATE_ERR_TIMEOUT, "store ", url_, ": ", path, " stayed locked (a process stuck opening the store?)");
+      throw_error(PSTATE_ERR_TIMEOUT, "store ", url_, ": ", path,
+                  " stayed locked (a process stuck opening the store?)");
     net::sleep_until_at_most(backoff, deadline);
     backoff = std::min(backoff * 2, kMaxBackoffMs);
   }
@@ -365,7 +378,8 @@ void FileStore::check_meta() {
   struct stat st {};
   if (::stat(meta_path.c_str(), &st) == 0) meta_time_ = st.st_mtim;
   if (meta.token != token_fingerprint(options_.job_token))
-    throw_error(PSTATE_ERR_AUTH, "job token refused by the store at ", url_, ": set PSTATE_JOB_TOKEN to the job's token",
+    throw_error(PSTATE_ERR_AUTH, "job token refused by the store at ", url_,
+                ": set PSTATE_JOB_TOKEN to the job's token",
                 " (or the directory holds another job's store: use a fresh directory per job)");
   if (meta.job_id != options_.job_id)
     throw_error(PSTATE_ERR_MISMATCH, "store ", url_, ": ",
@@ -455,8 +469,8 @@ void FileStore::refuse(pstate_status_t status, const std::string &why, bool memb
     for (int r = 0; r < options_.world_size && complete; ++r)
       complete = ::access(cat(dir_, "/joined/", r).c_str(), F_OK) == 0;
     if (!complete) {
-      std::string text = cat("status ", static_cast<int>(status), "\n", std::string(wire::kJobFailedPrefix), "the store refused rank ",
-                             options_.rank, " (", this_process(), "): ", why);
+      std::string text = cat("status ", static_cast<int>(status), "\n", std::string(wire::kJobFailedPrefix),
+                             "the store refused rank ", options_.rank, " (", this_process(), "): ", why);
       try {
         write_atomically(dir_ + "/failed", Bytes(text.begin(), text.end()));
       } catch (const Error &) {
@@ -520,7 +534,8 @@ std::string FileStore::absent_ranks(std::string *waiting_for, size_t *absent_cou
   std::string of = cat(" of 0..", options_.world_size - 1);
   std::string text;
   if (never_n) text = ranks_phrase(never, never_n) + of + " never connected";
-  if (left_n) text += (text.empty() ? ranks_phrase(left, left_n) + of : "; " + ranks_phrase(left, left_n)) + " joined and left";
+  if (left_n)
+    text += (text.empty() ? ranks_phrase(left, left_n) + of : "; " + ranks_phrase(left, left_n)) + " joined and left";
   return text + "; last seen: " + (seen.empty() ? std::string("none") : seen);
 }
 
@@ -540,8 +555,8 @@ bool FileStore::poll_until(Deadline deadline, const std::string &what, const std
       size_t absent_n = 0;
       if (logger_.enabled(LogLevel::kInfo)) absent = absent_ranks(&waiting_for, &absent_n);
       if (!absent.empty())
-        logger_.info("store: ", what, " waiting ", ms_since(start) / 1000, " s: ",
-                     static_cast<size_t>(options_.world_size) - absent_n, " of ", options_.world_size,
+        logger_.info("store: ", what, " waiting ", ms_since(start) / 1000,
+                     " s: ", static_cast<size_t>(options_.world_size) - absent_n, " of ", options_.world_size,
                      " ranks joined; waiting for ", waiting_for, " (", absent, ")");
     }
     net::sleep_until_at_most(backoff, deadline);
@@ -653,8 +668,8 @@ void FileStore::wait(const std::vector<std::string> &keys, Deadline deadline) {
     std::string waiting_for;
     size_t absent_n = 0;
     std::string absent = absent_ranks(&waiting_for, &absent_n);
-    throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, " timed out after ", ms_since(start), " ms: ",
-                absent.empty() ? std::string() : absent + " (", missing.size(), " of ", keys.size(),
+    throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, " timed out after ", ms_since(start),
+                " ms: ", absent.empty() ? std::string() : absent + " (", missing.size(), " of ", keys.size(),
                 " keys never set: ", quote_keys(missing, missing.size()), absent.empty() ? "" : ")");
   }
 }
@@ -670,7 +685,8 @@ bool FileStore::close(Deadline deadline) {
     try {
       last = add("pstate/store/closed", 1, deadline) == options_.world_size;
     } catch (const Error &e) {
-      logger_.warn("store ", url_, ": could not count this rank out (", e.what(), "); the store stays for the next job to reclaim");
+      logger_.warn("store ", url_, ": could not count this rank out (", e.what(),
+                   "); the store stays for the next job to reclaim");
     }
   }
   claim_.reset();

@@ -94,7 +94,7 @@ class FileStore final : public Store {
   std::string dir_;
   std::string url_;
   Logger logger_;
-  net::Fd claim_;          // holds the flock on ranks/R
+  net::Fd claim_;  // holds the flock on ranks/R
   bool closed_ = false;
   bool made_dir_ = false;  // this process's mkdir created dir_
   timespec meta_time_{};   // meta's mtime: a PATH.refused older than this is an earlier job's

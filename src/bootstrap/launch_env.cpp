@@ -110,8 +110,8 @@ Ranks resolve_ranks(const pstate_init_params_t &p, const EnvLookup &env, std::st
   if (r.world.value < 1)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, r.world.shown(), ": the world size must be at least 1");
   if (r.rank.value >= r.world.value) {
-    std::string problem = cat("rank ", r.rank.value, " is out of range for world_size ", r.world.value, " (ranks are 0..",
-                              r.world.value - 1, "; ", r.rank.shown(), ", ", r.world.shown(), ")");
+    std::string problem = cat("rank ", r.rank.value, " is out of range for world_size ", r.world.value,
+                              " (ranks are 0..", r.world.value - 1, "; ", r.rank.shown(), ", ", r.world.shown(), ")");
     if (rank_out_of_range == nullptr) throw_error(PSTATE_ERR_INVALID_ARGUMENT, problem);
     *rank_out_of_range = problem;
   }
@@ -258,7 +258,8 @@ LaunchEnv resolve_launch_env(const pstate_init_params_t &params, const EnvLookup
                 " bytes; at most ", kMaxJobTokenBytes);
   out.job_id = lookup(env, "PSTATE_JOB_ID").value_or("");
   if (out.job_id.size() > wire::kMaxJobIdBytes)
-    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "PSTATE_JOB_ID is ", out.job_id.size(), " bytes; at most ", wire::kMaxJobIdBytes);
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "PSTATE_JOB_ID is ", out.job_id.size(), " bytes; at most ",
+                wire::kMaxJobIdBytes);
   for (char ch : out.job_id)
     if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f)
       throw_error(PSTATE_ERR_INVALID_ARGUMENT, "PSTATE_JOB_ID has a control character; use printable text");
@@ -271,8 +272,9 @@ std::string LaunchEnv::describe() const {
   std::string local = !local_rank_given        ? std::string("local rank from the host's ranks")
                       : local_world_size >= 0 ? cat("local ", local_rank, " of ", local_world_size)
                                               : cat("local rank ", local_rank);
-  return cat("rank ", rank, " of ", world_size, " (", local, ", from ", launcher, "), store ", store.url(), ", timeout ",
-             timeout_ms, " ms (rendezvous ", init_timeout_ms, " ms), ", job_token.empty() ? "no job token" : "job token set",
+  return cat("rank ", rank, " of ", world_size, " (", local, ", from ", launcher, "), store ", store.url(),
+             ", timeout ", timeout_ms, " ms (rendezvous ", init_timeout_ms, " ms), ",
+             job_token.empty() ? "no job token" : "job token set",
              job_id.empty() ? std::string() : ", job '" + job_id + "'",
              socket_ifname.empty() ? std::string() : ", interface " + socket_ifname);
 }

@@ -95,7 +95,9 @@ std::vector<InterfaceAddress> select_interfaces(std::string_view spec, const std
   return out;
 }
 
-std::vector<InterfaceAddress> select_interfaces(std::string_view spec) { return select_interfaces(spec, ipv4_interfaces()); }
+std::vector<InterfaceAddress> select_interfaces(std::string_view spec) {
+  return select_interfaces(spec, ipv4_interfaces());
+}
 
 namespace {
 
@@ -142,6 +144,8 @@ std::string route_hint(const std::string &host) {
   return "";
 }
 
-bool is_loopback_ipv4(const std::string &ipv4) { return ipv4.rfind("127.", 0) == 0; }
+bool is_loopback_ipv4(const std::string &ipv4) {
+  return ipv4.rfind("127.", 0) == 0;
+}
 
 }  // namespace pstate

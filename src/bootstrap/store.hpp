@@ -71,7 +71,7 @@ struct StoreOptions {
   int world_size = 1;       // with rank -1, 0 = unknown (not checked)
   std::string job_token;    // empty = no token
   std::string job_id;       // PSTATE_JOB_ID: the store refuses a process of another job by name
-  std::string socket_ifname;  // PSTATE_SOCKET_IFNAME rule (netif.hpp); empty = by the address alone
+  std::string socket_ifname;    // PSTATE_SOCKET_IFNAME rule (netif.hpp); empty = by the address alone
   int64_t timeout_ms = 600000;  // bounds open_store (connect, handshake); calls take a Deadline
   bool serve = true;        // tcp:// only: rank 0 starts the server (false: someone else serves)
 };

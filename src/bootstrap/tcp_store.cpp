@@ -87,7 +87,8 @@ void TcpStore::join_port_holder(Deadline deadline) {
       throw_error(PSTATE_ERR_TRANSPORT, "cannot serve the store on port ", method_.port,
                   ": it is held by another job's pstate store (", e.what(),
                   "): choose another MASTER_PORT / init_method port");
-    throw Error(e.status(), cat(e.what(), " (this process, RANK=0, found port ", method_.port, " in use and asked its holder)"));
+    throw Error(e.status(),
+                cat(e.what(), " (this process, RANK=0, found port ", method_.port, " in use and asked its holder)"));
   }
   logger_.info("store: port ", method_.port, " is served by another process that admitted rank 0; using its store");
 }
@@ -155,10 +156,11 @@ void TcpStore::connect(Deadline deadline) {
         // fault, not rank 0's: say so, at once when it is certain (EINVAL: a loopback source for
         // an outside address).
         if (source != nullptr && (err == EINVAL || err == ENETUNREACH || err == EHOSTUNREACH || err == EADDRNOTAVAIL)) {
-          last_problem = cat("interface ", source_name_, " has no route to ", method_.host, " (connect: ",
-                             std::strerror(err), "): check PSTATE_SOCKET_IFNAME=", options_.socket_ifname,
-                             route_hint(method_.host));
-          if (err == EINVAL) throw_error(PSTATE_ERR_INVALID_ARGUMENT, "cannot reach the store at ", url_, ": ", last_problem);
+          last_problem =
+              cat("interface ", source_name_, " has no route to ", method_.host, " (connect: ", std::strerror(err),
+                  "): check PSTATE_SOCKET_IFNAME=", options_.socket_ifname, route_hint(method_.host));
+          if (err == EINVAL)
+            throw_error(PSTATE_ERR_INVALID_ARGUMENT, "cannot reach the store at ", url_, ": ", last_problem);
         }
         continue;
       }
@@ -170,8 +172,8 @@ void TcpStore::connect(Deadline deadline) {
       }
     }
     if (deadline.expired())
-      throw_error(PSTATE_ERR_TIMEOUT, "could not reach the store at ", url_, " within ", ms_since(start), " ms: ",
-                  last_problem,
+      throw_error(PSTATE_ERR_TIMEOUT, "could not reach the store at ", url_, " within ", ms_since(start),
+                  " ms: ", last_problem,
                   last_problem.rfind("interface ", 0) == 0
                       ? ""
                       : " (is rank 0 running, and do MASTER_ADDR/MASTER_PORT or init_method name its host and port?)");
@@ -261,10 +263,11 @@ bool TcpStore::read_server_preamble(net::Fd &fd, Deadline deadline, std::string 
       throw_error(PSTATE_ERR_MISMATCH, "the store at ", url_, " speaks another pstate store protocol ('", said,
                   "'; this rank speaks '", printable(Bytes(want.begin(), want.end())),
                   "'): run the same pstate version on every rank");
-    throw_error(PSTATE_ERR_TRANSPORT, "the service at ", peer, " (", url_, ") is not a pstate store: it answered '",
-                said, "' to the store's greeting",
-                said.rfind("HTTP/", 0) == 0 || said.find("<html") != std::string::npos ? " (an HTTP server)" : "",
-                ": is MASTER_PORT / the init_method port another service's port? Choose a free port for rank 0's store");
+    throw_error(
+        PSTATE_ERR_TRANSPORT, "the service at ", peer, " (", url_, ") is not a pstate store: it answered '", said,
+        "' to the store's greeting",
+        said.rfind("HTTP/", 0) == 0 || said.find("<html") != std::string::npos ? " (an HTTP server)" : "",
+        ": is MASTER_PORT / the init_method port another service's port? Choose a free port for rank 0's store");
   };
   while (got.size() < want.size()) {
     uint8_t buf[64];
@@ -411,7 +414,8 @@ wire::Message TcpStore::wait_in_slices(const std::string &what, Deadline deadlin
 void TcpStore::fail_waiting(const wire::TimedOut &t, const std::string &what, int64_t waited_ms,
                             const std::string &keys_text) {
   if (t.absent.empty())
-    throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, " timed out after ", waited_ms, " ms: ", keys_text);
+    throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, " timed out after ", waited_ms,
+                " ms: ", keys_text);
   throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, " timed out after ", waited_ms, " ms: ", t.absent,
               " (", keys_text, ")");
 }
@@ -448,8 +452,9 @@ void TcpStore::wait(const std::vector<std::string> &keys, Deadline deadline) {
   });
   if (std::holds_alternative<wire::Ok>(reply)) return;
   if (auto *t = std::get_if<wire::TimedOut>(&reply))
-    fail_waiting(*t, what, ms_since(start),
-                 cat(t->missing_count, " of ", keys.size(), " keys never set: ", quote_keys(t->missing, t->missing_count)));
+    fail_waiting(
+        *t, what, ms_since(start),
+        cat(t->missing_count, " of ", keys.size(), " keys never set: ", quote_keys(t->missing, t->missing_count)));
   fail_from_reply(reply, what);
 }
 

@@ -79,7 +79,7 @@ class TcpStore final : public Store {
   std::optional<net::SocketAddress> source_;  // from socket_ifname
   std::string source_name_;                   // "lo (127.0.0.1)", for messages
   int world_size_ = 0;
-  std::optional<Error> port_in_use_;          // rank 0 could not serve: the port is taken
+  std::optional<Error> port_in_use_;  // rank 0 could not serve: the port is taken
 
   std::mutex mutex_;  // one request at a time on the connection
   net::Fd fd_;

@@ -127,11 +127,11 @@ struct TcpStoreServer::Impl {
   // ---- owned by the serving thread ----
   std::map<uint64_t, Connection> connections;
   // the rendezvous watch
-  std::vector<bool> ever_joined;     // index = rank
-  size_t ever_joined_count = 0;      // == world size: the world is complete
-  std::map<int, RankNote> notes;     // absent ranks: last refusal or departure
+  std::vector<bool> ever_joined;  // index = rank
+  size_t ever_joined_count = 0;   // == world size: the world is complete
+  std::map<int, RankNote> notes;  // absent ranks: last refusal or departure
   std::optional<wire::Fail> job_failure;
-  uint64_t rank_claims = 0;          // processes of this job (by token and job id) that claimed a rank
+  uint64_t rank_claims = 0;  // processes of this job (by token and job id) that claimed a rank
   bool warned_extra_claims = false;
   std::unordered_map<int, uint64_t> rank_holders;  // rank -> connection id
   std::unordered_map<std::string, std::shared_ptr<const Bytes>> values;
@@ -400,8 +400,9 @@ std::optional<std::string> TcpStoreServer::Impl::job_id_problem(const wire::Hell
     return cat("this store has no job id and you are job '", h.job_id,
                "': another job (without PSTATE_JOB_ID) uses this port; give each job its own MASTER_PORT");
   if (h.job_id.empty())
-    return cat("this store belongs to job '", options.job_id,
-               "' and you have no PSTATE_JOB_ID: set the job's PSTATE_JOB_ID on every rank, or use another MASTER_PORT");
+    return cat(
+        "this store belongs to job '", options.job_id,
+        "' and you have no PSTATE_JOB_ID: set the job's PSTATE_JOB_ID on every rank, or use another MASTER_PORT");
   return cat("this store belongs to job '", options.job_id, "', you are job '", h.job_id,
              "': two jobs use one port; give each its own MASTER_PORT");
 }
@@ -520,7 +521,8 @@ void TcpStoreServer::Impl::count_claim(Connection &c) {
   if (rank_claims <= static_cast<uint64_t>(options.world_size) || warned_extra_claims) return;
   warned_extra_claims = true;
   logger.warn("store: ", rank_claims, " processes claimed ranks of this world of ", options.world_size,
-              " (the latest: rank ", c.rank(), ", ", c.origin(), "): another job may be using this port and merging "
+              " (the latest: rank ", c.rank(), ", ", c.origin(),
+              "): another job may be using this port and merging "
               "with this one; give each job its own PSTATE_JOB_ID (or job token) and MASTER_PORT");
 }
 
@@ -597,7 +599,8 @@ void TcpStoreServer::Impl::on_request(Connection &c, wire::Message &&m) {
     pstate_status_t status = abandon->status > PSTATE_OK && abandon->status <= PSTATE_ERR_INTERNAL
                                  ? static_cast<pstate_status_t>(abandon->status)
                                  : PSTATE_ERR_INTERNAL;
-    fail_job(status, cat(c.rank() >= 0 ? cat("rank ", c.rank()) : std::string("an observer"), " gave up: ", abandon->text));
+    fail_job(status,
+             cat(c.rank() >= 0 ? cat("rank ", c.rank()) : std::string("an observer"), " gave up: ", abandon->text));
     return reply(c, wire::Ok{});
   }
   stat_dropped.fetch_add(1);
@@ -774,8 +777,8 @@ void TcpStoreServer::Impl::drop(Connection &c, const std::string &why, LogLevel 
     auto it = rank_holders.find(c.rank());
     if (it != rank_holders.end() && it->second == c.id) {
       rank_holders.erase(it);
-      notes[c.rank()] = RankNote{Clock::now(), "left",
-                                 cat(c.origin(), ": its connection closed: it exited, was killed or finished")};
+      notes[c.rank()] =
+          RankNote{Clock::now(), "left", cat(c.origin(), ": its connection closed: it exited, was killed or finished")};
     }
     c.claims_rank = false;
     publish_ranks();
@@ -820,8 +823,7 @@ bool is_loopback(const net::SocketAddress &a) {
     return (ntohl(reinterpret_cast<const sockaddr_in *>(&a.storage)->sin_addr.s_addr) >> 24) == 127;
   if (a.family() == AF_INET6) {
     const in6_addr &v6 = reinterpret_cast<const sockaddr_in6 *>(&a.storage)->sin6_addr;
-    return IN6_IS_ADDR_LOOPBACK(&v6) ||
-           (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+    return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
   }
   return false;
 }
@@ -844,7 +846,7 @@ bool is_loopback(const net::SocketAddress &a) {
 }  // namespace
 
 std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const StoreServerOptions &options, const Logger &logger,
-                                                     int *bind_errno) {
+                                                      int *bind_errno) {
   if (bind_errno != nullptr) *bind_errno = 0;
   if (options.world_size < 1)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "store server: world_size ", options.world_size, " must be >= 1");
@@ -891,13 +893,14 @@ std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const StoreServerOptions &
   if (!impl->wake.valid()) throw_error(PSTATE_ERR_TRANSPORT, "store server: eventfd: ", std::strerror(errno));
   Impl *raw = impl.get();
   impl->thread = std::thread([raw] { raw->run(); });
-  std::string url = cat("tcp://", options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host,
-                        ":", port);
+  std::string url =
+      cat("tcp://", options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host, ":", port);
   logger.info("store: serving ", url, " for ", options.world_size, " ranks",
               options.job_token.empty() ? " (no job token)" : " (job token required)",
               options.job_id.empty() ? std::string() : cat(", job '", options.job_id, "'"));
   if (options.job_token.empty() && reachable_from_elsewhere)
-    logger.warn("store: serving ", url, " without a job token: any process that reaches this port can join this job, "
+    logger.warn("store: serving ", url,
+                " without a job token: any process that reaches this port can join this job, "
                 "and a second job started on the same port would merge with it; set PSTATE_JOB_TOKEN on every rank "
                 "(pstate run does), and PSTATE_JOB_ID to tell jobs apart");
   return std::unique_ptr<TcpStoreServer>(new TcpStoreServer(std::move(impl)));

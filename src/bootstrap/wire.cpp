@@ -321,7 +321,13 @@ Message decode_body(Op op, Cursor &c) {
 bool known_op(uint8_t v) {
   switch (static_cast<Op>(v)) {
     case Op::kHello: case Op::kChallenge: case Op::kProof: case Op::kWelcome: case Op::kSet:
-    case Op::kGet: case Op::kAdd: case Op::kWait: case Op::kCheck: case Op::kErase: case Op::kAbandon: case Op::kOk:
+    case Op::kGet:
+    case Op::kAdd:
+    case Op::kWait:
+    case Op::kCheck:
+    case Op::kErase:
+    case Op::kAbandon:
+    case Op::kOk:
     case Op::kValue: case Op::kInt: case Op::kBool: case Op::kTimedOut: case Op::kFail:
       return true;
   }
@@ -338,9 +344,9 @@ Decoded malformed(std::string why) {
 }  // namespace
 
 Op op_of(const Message &m) {
-  static constexpr Op kOps[] = {Op::kHello, Op::kChallenge, Op::kProof, Op::kWelcome, Op::kSet, Op::kGet,
-                                Op::kAdd,   Op::kWait,      Op::kCheck, Op::kErase,   Op::kAbandon, Op::kOk,  Op::kValue,
-                                Op::kInt,   Op::kBool,      Op::kTimedOut, Op::kFail};
+  static constexpr Op kOps[] = {Op::kHello, Op::kChallenge, Op::kProof, Op::kWelcome,  Op::kSet,     Op::kGet,
+                                Op::kAdd,   Op::kWait,      Op::kCheck, Op::kErase,    Op::kAbandon, Op::kOk,
+                                Op::kValue, Op::kInt,       Op::kBool,  Op::kTimedOut, Op::kFail};
   static_assert(std::size(kOps) == std::variant_size_v<Message>);
   return kOps[m.index()];
 }
@@ -357,7 +363,8 @@ const char *op_name(Op op) {
     case Op::kWait: return "wait";
     case Op::kCheck: return "check";
     case Op::kErase: return "erase";
-    case Op::kAbandon: return "abandon";
+    case Op::kAbandon:
+      return "abandon";
     case Op::kOk: return "ok";
     case Op::kValue: return "value";
     case Op::kInt: return "int";

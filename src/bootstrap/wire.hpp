@@ -13,7 +13,8 @@
 //   another job id, another version); Proof{mac} → Welcome{mac, world_size} or Fail{status,
 //   text}; then requests Set/Get/Add/Wait/Check/Erase/Abandon, each answered by Ok/Value/Int/
 //   Bool/TimedOut/Fail. Abandon{status, text}: this rank gives up on the job (its pstate_init
-//   failed); the server fails the job with that reason, so the ranks that wait hear it at once. Opcodes are unique across both directions, so one decoder serves both ends.
+//   failed); the server fails the job with that reason, so the ranks that wait hear it at once. Opcodes are unique
+//   across both directions, so one decoder serves both ends.
 // The preambles are one line of text each way, before any frame: the client speaks first, so a
 // service that is not a pstate store (an HTTP server on MASTER_PORT) answers the line with its
 // own words, which the client names at once instead of waiting for a reply that never parses;
@@ -88,8 +89,8 @@ struct Hello {
   int32_t rank = 0;             // -1: an observer that claims no rank
   int32_t world_size = 0;       // 0 with rank -1: observer that does not know the world size
   Nonce client_nonce{};
-  int64_t pid = 0;              // the client's process id (named in messages about it)
-  std::string job_id;           // PSTATE_JOB_ID; empty = none
+  int64_t pid = 0;     // the client's process id (named in messages about it)
+  std::string job_id;  // PSTATE_JOB_ID; empty = none
 };
 struct Challenge {
   uint16_t version = kVersion;
@@ -145,9 +146,9 @@ struct TimedOut {
   uint32_t missing_count = 0;          // how many keys were missing
   std::vector<std::string> missing;    // the first few of them (at most kMaxTimedOutKeys)
   // What the server knows about the world while the job is incomplete (empty texts otherwise):
-  uint32_t joined = 0;                 // ranks connected now
-  std::string waiting_for;             // the absent ranks, short: "2, 5" or "8-15, 20 and 3 more"
-  std::string absent;                  // in full: "ranks 2 and 5 of 0..7 never connected; last seen: none"
+  uint32_t joined = 0;      // ranks connected now
+  std::string waiting_for;  // the absent ranks, short: "2, 5" or "8-15, 20 and 3 more"
+  std::string absent;       // in full: "ranks 2 and 5 of 0..7 never connected; last seen: none"
 };
 struct Fail {
   uint32_t status = 0;  // a pstate_status_t

@@ -57,7 +57,8 @@ constexpr OptionSpec kOptions[] = {
      "after a rank fails, how long the others get to report and exit on their own before SIGTERM, and again "
      "before SIGKILL (default 3000)"},
     {"--max-wait", "S", "once a rank has exited 0, stop the ranks still running after S more seconds (exit 124)"},
-    {"--status-every", "S", "while some ranks exited 0 and others run, name the running ones every S seconds (default 10)"},
+    {"--status-every", "S",
+     "while some ranks exited 0 and others run, name the running ones every S seconds (default 10)"},
     {"--no-prefix", nullptr, "do not prefix output lines with the rank"},
     {"--bind-cores", nullptr, "pin local rank i to CPU i % (CPUs available), even when ranks outnumber CPUs"},
     {"--no-bind", nullptr, "do not pin ranks (default: pinned one per CPU when they fit, as mpirun does)"},
@@ -165,7 +166,9 @@ std::string describe_status(int status) {
   return "stopped";
 }
 
-bool failed_status(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
+bool failed_status(int status) {
+  return !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+}
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -227,8 +230,15 @@ class Launcher {
  public:
   Launcher(int nproc, int nnodes, int node_rank, std::string addr, int port, int grace_ms, int max_wait_s,
            int status_every_s, bool prefix, bool bind_cores)
-      : nproc_(nproc), nnodes_(nnodes), node_rank_(node_rank), addr_(std::move(addr)), port_(port),
-        grace_ms_(grace_ms), max_wait_s_(max_wait_s), status_every_s_(status_every_s), prefix_(prefix) {
+      : nproc_(nproc),
+        nnodes_(nnodes),
+        node_rank_(node_rank),
+        addr_(std::move(addr)),
+        port_(port),
+        grace_ms_(grace_ms),
+        max_wait_s_(max_wait_s),
+        status_every_s_(status_every_s),
+        prefix_(prefix) {
     if (bind_cores) cpus_ = allowed_cpus();
   }
 
@@ -251,12 +261,15 @@ class Launcher {
         throw_error(PSTATE_ERR_INTERNAL, "pipe: ", std::strerror(errno));
       Rank r;
       r.rank = node_rank_ * nproc_ + local;
-      std::vector<std::pair<std::string, std::string>> env = {
-          {"RANK", std::to_string(r.rank)},        {"WORLD_SIZE", std::to_string(world)},
-          {"LOCAL_RANK", std::to_string(local)},   {"LOCAL_WORLD_SIZE", std::to_string(nproc_)},
-          {"GROUP_RANK", std::to_string(node_rank_)}, {"MASTER_ADDR", addr_},
-          {"MASTER_PORT", std::to_string(port_)},  {"PSTATE_JOB_TOKEN", token},
-          {"PSTATE_JOB_ID", job_id}};
+      std::vector<std::pair<std::string, std::string>> env = {{"RANK", std::to_string(r.rank)},
+                                                              {"WORLD_SIZE", std::to_string(world)},
+                                                              {"LOCAL_RANK", std::to_string(local)},
+                                                              {"LOCAL_WORLD_SIZE", std::to_string(nproc_)},
+                                                              {"GROUP_RANK", std::to_string(node_rank_)},
+                                                              {"MASTER_ADDR", addr_},
+                                                              {"MASTER_PORT", std::to_string(port_)},
+                                                              {"PSTATE_JOB_TOKEN", token},
+                                                              {"PSTATE_JOB_ID", job_id}};
       int cpu = cpus_.empty() ? -1 : cpus_[static_cast<size_t>(local) % cpus_.size()];
       r.pid = spawn(program, env, out[1], err[1], out[0], err[0], cpu);
       ::close(out[1]);
@@ -408,7 +421,8 @@ class Launcher {
       if (r->stopped)
         out += cat("rank ", r->rank, " was stopped by pstate run (it ", describe_status(r->status), ")");
       else
-        out += cat("rank ", r->rank, " ", describe_status(r->status), " at ", seconds_text(seconds_between(start_, r->ended)));
+        out += cat("rank ", r->rank, " ", describe_status(r->status), " at ",
+                   seconds_text(seconds_between(start_, r->ended)));
     }
     return out;
   }
@@ -417,12 +431,14 @@ class Launcher {
   int on_failure(const Rank &root) {
     std::string why = describe_status(root.status);
     say(cat("rank ", root.rank, " ", why, " at ", seconds_text(seconds_between(start_, root.ended)),
-            all_exited() ? std::string() : cat("; the other ranks have ", grace_ms_, " ms (--grace-ms) to report and exit")));
+            all_exited() ? std::string()
+                         : cat("; the other ranks have ", grace_ms_, " ms (--grace-ms) to report and exit")));
     let_run(grace_ms_);
     if (!all_exited()) stop_all();
     drain();
     const Rank *first = root_cause();  // the same, unless a rank that ended meanwhile ended first
-    say(cat("failed: rank ", first->rank, " ", describe_status(first->status), " first; then ", how_the_others_ended(first)));
+    say(cat("failed: rank ", first->rank, " ", describe_status(first->status), " first; then ",
+            how_the_others_ended(first)));
     int code = exit_code_of(first->status);
     return code == 0 ? kExitFailure : code;
   }
@@ -453,8 +469,8 @@ class Launcher {
       return 124;
     }
     if (now >= next_status) {
-      say(cat("still waiting for ", running, "; ranks ", done, " exited 0 (", static_cast<long>(waited), " s ago at the first)",
-              max_wait_s_ > 0 ? std::string() : "; --max-wait S would end the job"));
+      say(cat("still waiting for ", running, "; ranks ", done, " exited 0 (", static_cast<long>(waited),
+              " s ago at the first)", max_wait_s_ > 0 ? std::string() : "; --max-wait S would end the job"));
       next_status = now + std::chrono::seconds(status_every_s_);
     }
     return -1;
@@ -538,7 +554,8 @@ int run_run(const ParsedArgs &args) {
   if (args.flag("--bind-cores") && args.flag("--no-bind")) throw UsageError("--bind-cores and --no-bind exclude each other");
   bool bind = args.flag("--bind-cores") ||
               (!args.flag("--no-bind") && static_cast<size_t>(nproc) <= allowed_cpus().size());
-  Launcher launcher(nproc, nnodes, node_rank, addr, port, grace, max_wait, status_every, !args.flag("--no-prefix"), bind);
+  Launcher launcher(nproc, nnodes, node_rank, addr, port, grace, max_wait, status_every, !args.flag("--no-prefix"),
+                    bind);
   return launcher.run(args.positional());
 }
 

@@ -116,9 +116,10 @@ void Context::rendezvous() {
       InterfaceAddress store_if = launch_.store.kind == InitMethod::Kind::kTcp
                                       ? interface_toward(launch_.socket_ifname, launch_.store.host)
                                       : select_interfaces(launch_.socket_ifname).front();
-      log_.info("init: interface ", store_if.name, " address ", store_if.ipv4, " carries the store connection; UCX TCP uses ",
-                describe_interfaces(select_interfaces(launch_.socket_ifname)), " (PSTATE_SOCKET_IFNAME=",
-                launch_.socket_ifname, ")");
+      log_.info("init: interface ", store_if.name, " address ", store_if.ipv4,
+                " carries the store connection; UCX TCP uses ",
+                describe_interfaces(select_interfaces(launch_.socket_ifname)),
+                " (PSTATE_SOCKET_IFNAME=", launch_.socket_ifname, ")");
     }
     rendezvous_with_store(deadline);
   } catch (const Error &e) {
@@ -162,10 +163,10 @@ void Context::rendezvous_with_store(Deadline deadline) {
 // directory (job id and every record) that the others read in one get (rank_records.hpp: O(world)
 // store messages).
 void Context::exchange_peers(Deadline deadline) {
-  RankRecord mine{launch_.local_rank_given ? launch_.local_rank : -1,
-                  launch_.socket_ifname.empty() ? std::string()
-                                                : describe_interfaces(select_interfaces(launch_.socket_ifname)),
-                  worker_->self_entry()};
+  RankRecord mine{
+      launch_.local_rank_given ? launch_.local_rank : -1,
+      launch_.socket_ifname.empty() ? std::string() : describe_interfaces(select_interfaces(launch_.socket_ifname)),
+      worker_->self_entry()};
   store_->set(peer_key(launch_.rank), encode_rank_record(mine), deadline);
   // The barrier also refuses an old job's keys (a reused file:// directory): more arrivals than ranks.
   store_barrier(*store_, "pstate/init", launch_.world_size, deadline);
@@ -229,7 +230,8 @@ void Context::check_interfaces_reach() const {
     for (int b = 0; b < launch_.world_size; ++b) {
       if (peers_[static_cast<size_t>(b)].host_id == peers_[static_cast<size_t>(a)].host_id) continue;
       const std::string &ib = interfaces_[static_cast<size_t>(b)];
-      throw_error(PSTATE_ERR_TRANSPORT, "rank ", a, " (host ", host_identity_name(peers_[static_cast<size_t>(a)].host_id),
+      throw_error(PSTATE_ERR_TRANSPORT, "rank ", a, " (host ",
+                  host_identity_name(peers_[static_cast<size_t>(a)].host_id),
                   ") limits its sockets to loopback interfaces (", ia, "), which rank ", b, " (host ",
                   host_identity_name(peers_[static_cast<size_t>(b)].host_id), ", ",
                   ib.empty() ? std::string("no interface named") : "interfaces " + ib,

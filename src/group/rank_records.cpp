@@ -65,7 +65,8 @@ RankRecord decode_rank_record(const std::vector<uint8_t> &bytes) {
   rec.local_rank = static_cast<int32_t>(r.u32());
   if (rec.local_rank < -1) throw_error(PSTATE_ERR_MISMATCH, "rendezvous: rank record has local rank ", rec.local_rank);
   uint32_t n = r.u32();
-  if (n > kMaxInterfacesText) throw_error(PSTATE_ERR_MISMATCH, "rendezvous: rank record names ", n, " bytes of interfaces");
+  if (n > kMaxInterfacesText)
+    throw_error(PSTATE_ERR_MISMATCH, "rendezvous: rank record names ", n, " bytes of interfaces");
   const uint8_t *text = r.take(n);
   rec.interfaces.assign(reinterpret_cast<const char *>(text), n);
   rec.peer = decode_peer_entry(r.rest());

@@ -227,7 +227,8 @@ static int socket_ifname_rank(const pstate_test_rank_t *self) {
   RANK_OK(self, devsim_init(self, 20000, &ps));
   const char *nccl = getenv("NCCL_SOCKET_IFNAME");
   const char *want = self->rank == 1 ? "^docker" : "=lo";
-  RANK_CHECK(self, nccl != NULL && strcmp(nccl, want) == 0, "NCCL_SOCKET_IFNAME=%s, want %s", nccl ? nccl : "(unset)", want);
+  RANK_CHECK(self, nccl != NULL && strcmp(nccl, want) == 0, "NCCL_SOCKET_IFNAME=%s, want %s", nccl ? nccl : "(unset)",
+             want);
   pstate_group_t *world = NULL;
   RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &world));
   float one = 1.0f, got = 0.0f;

@@ -97,7 +97,8 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[i], "--after") == 0 && i + 1 < argc) {
       after = argv[++i];
     } else {
-      fprintf(stderr, "usage: startup_rank [--init-method URL] [--after finalize|abort|exit|hang|fault] | --free-port\n");
+      fprintf(stderr,
+              "usage: startup_rank [--init-method URL] [--after finalize|abort|exit|hang|fault] | --free-port\n");
       return 2;
     }
   }

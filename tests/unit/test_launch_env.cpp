@@ -344,13 +344,15 @@ void test_init_timeout_is_its_own_default_120_s_or_what_is_given(void **) {
   assert_int_equal(both.store_options().timeout_ms, 2000);  // it bounds opening the store too
   expect_invalid(with(kTorchrun, {{"PSTATE_INIT_TIMEOUT_MS", "2m"}}),
                  {"PSTATE_INIT_TIMEOUT_MS='2m' is not a number of milliseconds"});
-  expect_invalid(with(kTorchrun, {{"PSTATE_INIT_TIMEOUT_MS", "0"}}), {"PSTATE_INIT_TIMEOUT_MS=0: the timeout must be at least 1 ms"});
+  expect_invalid(with(kTorchrun, {{"PSTATE_INIT_TIMEOUT_MS", "0"}}),
+                 {"PSTATE_INIT_TIMEOUT_MS=0: the timeout must be at least 1 ms"});
 }
 
 void test_job_id_from_environment_and_its_limits(void **) {
   assert_string_equal(resolve(with(kTorchrun, {{"PSTATE_JOB_ID", "llama-70b #3"}})).job_id.c_str(), "llama-70b #3");
   assert_string_equal(resolve(with(kTorchrun, {{"PSTATE_JOB_ID", "j"}})).store_options().job_id.c_str(), "j");
-  expect_invalid(with(kTorchrun, {{"PSTATE_JOB_ID", std::string(300, 'j')}}), {"PSTATE_JOB_ID is 300 bytes; at most 256"});
+  expect_invalid(with(kTorchrun, {{"PSTATE_JOB_ID", std::string(300, 'j')}}),
+                 {"PSTATE_JOB_ID is 300 bytes; at most 256"});
   expect_invalid(with(kTorchrun, {{"PSTATE_JOB_ID", "a\nb"}}), {"PSTATE_JOB_ID has a control character"});
 }
 
@@ -373,19 +375,20 @@ std::vector<std::string> names_of(const std::vector<InterfaceAddress> &list) {
 }
 
 void test_interface_rules_have_nccl_syntax(void **) {
-  const std::vector<InterfaceAddress> host = {{"lo", "127.0.0.1"},      {"eth0", "10.0.0.2"}, {"eth1", "10.1.0.2"},
-                                              {"docker0", "172.17.0.1"}, {"ib0", "10.2.0.2"}};
+  const std::vector<InterfaceAddress> host = {
+      {"lo", "127.0.0.1"}, {"eth0", "10.0.0.2"}, {"eth1", "10.1.0.2"}, {"docker0", "172.17.0.1"}, {"ib0", "10.2.0.2"}};
   using V = std::vector<std::string>;
-  assert_true(names_of(select_interfaces("eth", host)) == (V{"eth0", "eth1"}));           // prefix
+  assert_true(names_of(select_interfaces("eth", host)) == (V{"eth0", "eth1"}));  // prefix
   assert_true(names_of(select_interfaces("eth1", host)) == (V{"eth1"}));
-  assert_true(names_of(select_interfaces("=eth0", host)) == (V{"eth0"}));                 // exact
-  assert_true(names_of(select_interfaces("eth0,ib", host)) == (V{"eth0", "ib0"}));        // a list
+  assert_true(names_of(select_interfaces("=eth0", host)) == (V{"eth0"}));                      // exact
+  assert_true(names_of(select_interfaces("eth0,ib", host)) == (V{"eth0", "ib0"}));             // a list
   assert_true(names_of(select_interfaces("^lo,docker", host)) == (V{"eth0", "eth1", "ib0"}));  // exclusions
   assert_true(names_of(select_interfaces("^=eth0", host)) == (V{"lo", "eth1", "docker0", "ib0"}));
   expect_error([&] { select_interfaces("=eth", host); }, PSTATE_ERR_INVALID_ARGUMENT,
                {"socket interface '=eth'", "matches no interface", "eth0 10.0.0.2"});
   for (const char *bad : {"^", "eth0,,eth1", "=", "eth 0", "a-very-long-ifname"})
-    expect_error([&] { parse_interface_rule(bad); }, PSTATE_ERR_INVALID_ARGUMENT, {"PSTATE_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"});
+    expect_error([&] { parse_interface_rule(bad); }, PSTATE_ERR_INVALID_ARGUMENT,
+                 {"PSTATE_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"});
   assert_string_equal(resolve(with(kTorchrun, {{"PSTATE_SOCKET_IFNAME", "^lo,docker0"}})).socket_ifname.c_str(),
                       "^lo,docker0");
 }

@@ -266,12 +266,14 @@ void test_file_leftover_from_another_host_is_named(void **) {
   TempDir tmp;
   FILE *f = std::fopen((tmp.path() + "/meta").c_str(), "w");
   assert_non_null(f);
-  std::fputs("pstate-file-store 2\nworld_size 2\ntoken none\njob_id -\ncreated_by_rank 0\n"
-             "created_by pid 4242 on host some-other-host (boot b, start 1)\n",
-             f);
+  std::fputs(
+      "pstate-file-store 2\nworld_size 2\ntoken none\njob_id -\ncreated_by_rank 0\n"
+      "created_by pid 4242 on host some-other-host (boot b, start 1)\n",
+      f);
   std::fclose(f);
-  expect_error([&] { open_file(tmp.path(), 0, 2); }, PSTATE_ERR_MISMATCH,
-               {"holds the store of an earlier job (pids 4242 on host some-other-host", "delete it or use a new directory"});
+  expect_error(
+      [&] { open_file(tmp.path(), 0, 2); }, PSTATE_ERR_MISMATCH,
+      {"holds the store of an earlier job (pids 4242 on host some-other-host", "delete it or use a new directory"});
 }
 
 // A process of the job refused for its claim before every rank joined ends the job: the ranks

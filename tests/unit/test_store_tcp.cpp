@@ -638,8 +638,8 @@ void test_tcp_timeout_names_the_absent_ranks_and_what_the_store_saw(void **) {
   auto rank0 = serve(3, "right");
   expect_error([&] { join(*rank0, 1, 3, "wrong"); }, PSTATE_ERR_AUTH, {"job token refused"});
   expect_error([&] { rank0->wait({"pstate/init/done"}, Deadline::after_ms(200)); }, PSTATE_ERR_TIMEOUT,
-               {"rank 2 of 0..2 never connected; rank 1 never joined; last seen: rank 1 refused",
-                "job token refused", "1 of 1 keys never set"});
+               {"rank 2 of 0..2 never connected; rank 1 never joined; last seen: rank 1 refused", "job token refused",
+                "1 of 1 keys never set"});
 }
 
 void test_tcp_job_id_names_the_other_job(void **) {
