@@ -268,7 +268,7 @@ void FileStore::refuse_permission(const std::string &what, const std::string &pa
     owner = cat(": ", dir_, " belongs to ", user_name(st.st_uid), ", mode ", mode, ", and this process runs as ",
                 user_name(::getuid()));
   }
-  std::string why = cat(what, " ", path, ": permission denied (", std::strerror(err), ")", owner,
+  std::string why = cat(what, " ", path, ": ", err == EACCES ? "permission denied" : std::strerror(err), owner,
                         ": run every rank of the job as the same user (the store's directory is private to its user)");
   if (options_.rank >= 0) {
     std::string note = cat("status ", static_cast<int>(PSTATE_ERR_TRANSPORT), "\n", std::string(wire::kJobFailedPrefix),

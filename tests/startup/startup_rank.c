@@ -14,8 +14,9 @@
  *        startup_rank --free-port
  * After a successful pstate_init: finalize (default), abort, exit without either, hang (sleep
  * for an hour: a rank stuck in user code), or fault: all-reduce in a loop; the rank named by
- * STARTUP_VICTIM SIGKILLs itself after 20 all-reduces, the others report the error they get
- * after STARTUP_REPORT_DELAY_MS (a survivor that takes a while to write its report) and exit 1.
+ * STARTUP_VICTIM SIGKILLs itself after 20 all-reduces (or, with STARTUP_VICTIM_FILE, once that
+ * file exists), the others report the error they get after STARTUP_REPORT_DELAY_MS (a survivor
+ * that takes a while to write its report) and exit 1.
  * Exit status: 0 when everything asked for worked, 10 + the status of pstate_init otherwise.
  */
 #define _GNU_SOURCE
@@ -66,13 +67,15 @@ static int free_port(void) {
 static int fault_loop(pstate_t *ps) {
   const char *victim = getenv("STARTUP_VICTIM");
   const char *delay = getenv("STARTUP_REPORT_DELAY_MS");
+  const char *trigger = getenv("STARTUP_VICTIM_FILE");
   int me = atoi(rank_name());
   pstate_group_t *world = NULL;
   if (pstate_get_group(ps, PSTATE_GROUP_WORLD, &world) != PSTATE_OK) return 1;
   float x[64];
   pstate_status_t s = PSTATE_OK;
   for (long iter = 0; s == PSTATE_OK; ++iter) {
-    if (victim != NULL && atoi(victim) == me && iter == 20) raise(SIGKILL);
+    if (victim != NULL && atoi(victim) == me && (trigger != NULL ? access(trigger, F_OK) == 0 : iter == 20))
+      raise(SIGKILL);
     for (int i = 0; i < 64; ++i) x[i] = 1.0f;
     s = pstate_all_reduce(world, x, x, 64, PSTATE_FLOAT32, PSTATE_SUM, NULL);
   }
