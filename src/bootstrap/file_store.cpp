@@ -1,10 +1,15 @@
-// file_store.cpp — the shared-filesystem store (see file_store.hpp for the directory layout).
+// file_store.cpp — the shared-filesystem store (see file_store.hpp for the directory layout, the
+// start-up failures it passes on and how it treats an earlier job's leftovers).
 #include "bootstrap/file_store.hpp"
 
 #include "bootstrap/hmac_sha256.hpp"
+#include "bootstrap/wire.hpp"
 #include "common/error.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <pwd.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,8 +17,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <sstream>
 
 namespace pstate {
 namespace {
@@ -22,22 +30,11 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kFirstBackoffMs = 1;
 constexpr int kMaxBackoffMs = 64;
+constexpr int kProgressEveryMs = 3000;  // a waiting rank logs who is missing this often (INFO)
 constexpr size_t kMaxEscapedName = 200;
 
 int64_t ms_since(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
-}
-
-// Calls ready() until it returns true or the deadline passes, sleeping 1, 2, 4 ... 64 ms between
-// tries. Returns false when the deadline passed first.
-bool poll_until(Deadline deadline, const std::function<bool()> &ready) {
-  int backoff = kFirstBackoffMs;
-  for (;;) {
-    if (ready()) return true;
-    if (deadline.expired()) return false;
-    net::sleep_until_at_most(backoff, deadline);
-    backoff = std::min(backoff * 2, kMaxBackoffMs);
-  }
 }
 
 // A file name for a key: safe bytes kept, others %XX; a hash when the result would be too long.
@@ -68,6 +65,67 @@ std::string this_host() {
   return host;
 }
 
+std::string boot_id() {
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(f, id);
+  return id.empty() ? "?" : id;
+}
+
+// A process's start time (clock ticks after boot, /proc/PID/stat field 22): with the pid, it
+// tells a process from a later one that got the same pid. 0 when unknown.
+unsigned long long start_time_of(long long pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(f, stat);
+  size_t paren = stat.rfind(')');  // the command name may hold spaces and parentheses
+  if (paren == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(paren + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i)
+    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
+  return 0;
+}
+
+// Which process holds (or held) something: "pid 123 on host h1 (boot 9f0c..., start 4711)".
+struct ProcessRecord {
+  long long pid = 0;
+  std::string host;
+  std::string boot;  // empty: not recorded (an older pstate)
+  unsigned long long start = 0;
+};
+
+std::string record_of_this_process() {
+  long long pid = ::getpid();
+  return cat("pid ", pid, " on host ", this_host(), " (boot ", boot_id(), ", start ", start_time_of(pid), ")");
+}
+
+// "pid 123 on host h1", for messages.
+std::string this_process() {
+  return cat("pid ", ::getpid(), " on host ", this_host());
+}
+
+bool parse_record(const std::string &text, ProcessRecord *r) {
+  char host[256] = {}, boot[64] = {};
+  int n =
+      std::sscanf(text.c_str(), "pid %lld on host %255s (boot %63[^,], start %llu)", &r->pid, host, boot, &r->start);
+  if (n < 2) return false;
+  r->host = host;
+  if (n >= 3) r->boot = boot;
+  return true;
+}
+
+enum class Liveness { kGone, kAlive, kUnknown };
+
+// kGone only when certain: this host, and another boot, or no such pid, or a pid reused since.
+Liveness liveness(const ProcessRecord &r) {
+  if (r.host != this_host()) return Liveness::kUnknown;
+  if (!r.boot.empty() && r.boot != boot_id()) return Liveness::kGone;
+  if (::kill(static_cast<pid_t>(r.pid), 0) != 0 && errno == ESRCH) return Liveness::kGone;
+  if (r.start != 0 && start_time_of(r.pid) != r.start) return Liveness::kGone;
+  return Liveness::kAlive;
+}
+
 bool read_all(int fd, Bytes *out) {
   out->clear();
   uint8_t chunk[65536];
@@ -95,34 +153,95 @@ bool write_all(int fd, const uint8_t *data, size_t n) {
   return true;
 }
 
-struct Meta {
-  int world_size = 0;
-  std::string token;
-  int created_by = -1;
-};
-
-std::string meta_text(const Meta &m) {
-  return cat("pstate-file-store 1\nworld_size ", m.world_size, "\ntoken ", m.token, "\ncreated_by_rank ", m.created_by,
-             "\n");
+std::string text_of(const Bytes &b) {
+  return std::string(b.begin(), b.end());
 }
 
-bool parse_meta(const Bytes &bytes, Meta *m) {
-  std::string text(bytes.begin(), bytes.end());
-  char token[129] = {};
-  int n = std::sscanf(text.c_str(), "pstate-file-store 1\nworld_size %d\ntoken %128s\ncreated_by_rank %d\n",
-                      &m->world_size, token, &m->created_by);
-  m->token = token;
-  return n == 3;
+std::string hex_of(const std::string &s) {
+  return s.empty() ? "-" : crypto::to_hex(crypto::as_bytes(s));
+}
+
+std::string unhex(const std::string &h) {
+  if (h == "-") return "";
+  std::string out;
+  for (size_t i = 0; i + 1 < h.size(); i += 2) out += static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16));
+  return out;
+}
+
+// Entries of a directory (no . and ..); empty when it cannot be read.
+std::vector<std::string> entries_of(const std::string &dir) {
+  std::vector<std::string> out;
+  DIR *d = ::opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (dirent *e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (name != "." && name != "..") out.push_back(name);
+  }
+  ::closedir(d);
+  return out;
+}
+
+// True when some process holds the flock of path (a rank file of a live rank).
+bool locked_by_someone(const std::string &path) {
+  net::Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return false;
+  if (::flock(fd.get(), LOCK_SH | LOCK_NB) == 0) return false;  // closing fd drops it
+  return errno == EWOULDBLOCK;
+}
+
+std::string user_name(uid_t uid) {
+  passwd *pw = ::getpwuid(uid);
+  return pw != nullptr ? cat("uid ", uid, " (", pw->pw_name, ")") : cat("uid ", uid);
 }
 
 }  // namespace
 
+// The meta file: one "name value" line each.
+struct FileStore::Meta {
+  int version = 0;
+  int world_size = 0;
+  std::string token;  // fingerprint, "none" without a token
+  std::string job_id;
+  int created_by_rank = -1;
+  std::string creator;  // a process record; empty in version 1
+
+  std::string text() const {
+    return cat("pstate-file-store 2\nworld_size ", world_size, "\ntoken ", token, "\njob_id ", hex_of(job_id),
+               "\ncreated_by_rank ", created_by_rank, "\ncreated_by ", creator, "\n");
+  }
+  bool parse(const Bytes &bytes) {
+    std::istringstream in(text_of(bytes));
+    std::string line;
+    if (!std::getline(in, line) || (line != "pstate-file-store 1" && line != "pstate-file-store 2")) return false;
+    version = line.back() - '0';
+    int fields = 0;
+    while (std::getline(in, line)) {
+      size_t space = line.find(' ');
+      if (space == std::string::npos) continue;
+      std::string name = line.substr(0, space), value = line.substr(space + 1);
+      try {
+        if (name == "world_size")
+          world_size = std::stoi(value), ++fields;
+        else if (name == "token")
+          token = value, ++fields;
+        else if (name == "job_id")
+          job_id = unhex(value);
+        else if (name == "created_by_rank")
+          created_by_rank = std::stoi(value), ++fields;
+        else if (name == "created_by")
+          creator = value;
+      } catch (const std::exception &) {
+        return false;
+      }
+    }
+    return fields == 3;
+  }
+};
+
 std::unique_ptr<FileStore> FileStore::open(const StoreOptions &options, const std::string &dir, const Logger &logger) {
-  if (options.rank >= 0 && options.rank >= options.world_size)
-    throw_error(PSTATE_ERR_MISMATCH, "store file://", dir, ": rank ", options.rank, " is out of range for world_size ",
-                options.world_size, " (ranks are 0..", options.world_size - 1, ")");
   std::unique_ptr<FileStore> store(new FileStore(options, dir, logger));
   store->create_tree();
+  net::Fd open_lock = store->lock_for_open(Deadline::after_ms(options.timeout_ms));
   store->check_meta();
   store->claim_rank();
   logger.info("store: rank ", options.rank, " opened ", store->url_);
@@ -138,51 +257,184 @@ void FileStore::fail_fs(const std::string &what, const std::string &path, int er
   throw_error(PSTATE_ERR_TRANSPORT, "store ", url_, ": ", what, " ", path, ": ", std::strerror(err));
 }
 
+// This process may not use the directory (another user's, 0700). Nothing inside can be written,
+// so the news for the waiting ranks goes next to it, in PATH.refused, when the parent allows.
+void FileStore::refuse_permission(const std::string &what, const std::string &path, int err) {
+  struct stat st {};
+  std::string owner;
+  if (::stat(dir_.c_str(), &st) == 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    owner = cat(": ", dir_, " belongs to ", user_name(st.st_uid), ", mode ", mode, ", and this process runs as ",
+                user_name(::getuid()));
+  }
+  std::string why = cat(what, " ", path, ": ", err == EACCES ? "permission denied" : std::strerror(err), owner,
+                        ": run every rank of the job as the same user (the store's directory is private to its user)");
+  if (options_.rank >= 0) {
+    std::string note = cat("status ", static_cast<int>(PSTATE_ERR_TRANSPORT), "\n", std::string(wire::kJobFailedPrefix),
+                           "rank ", options_.rank, " (", this_process(), ") cannot use the store: ", why);
+    std::string tmp = cat(dir_, ".refused.", ::getpid());
+    net::Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (fd.valid() && write_all(fd.get(), reinterpret_cast<const uint8_t *>(note.data()), note.size()) &&
+        ::rename(tmp.c_str(), (dir_ + ".refused").c_str()) == 0) {
+      why += "; the other ranks were told (" + dir_ + ".refused)";
+    } else {
+      ::unlink(tmp.c_str());
+    }
+  }
+  throw_error(PSTATE_ERR_TRANSPORT, "store ", url_, ": ", why);
+}
+
 void FileStore::create_tree() {
-  // mkdir -p of dir_ and its four subdirectories.
+  // mkdir -p of dir_ and its subdirectories.
   for (size_t slash = 1; slash <= dir_.size(); ++slash) {
     if (slash != dir_.size() && dir_[slash] != '/') continue;
     std::string prefix = dir_.substr(0, slash);
-    if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) fail_fs("cannot create", prefix, errno);
+    if (::mkdir(prefix.c_str(), 0700) == 0) {
+      if (slash == dir_.size()) made_dir_ = true;
+    } else if (errno == EACCES && slash == dir_.size()) {
+      refuse_permission("cannot create", prefix, errno);
+    } else if (errno != EEXIST) {
+      fail_fs("cannot create", prefix, errno);
+    }
   }
   struct stat st {};
   if (::stat(dir_.c_str(), &st) != 0) fail_fs("cannot open", dir_, errno);
   if (!S_ISDIR(st.st_mode))
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "init_method ", url_,
                 ": that path is not a directory; the file store needs a directory (it will be created)");
-  for (const char *sub : {"/keys", "/locks", "/ranks", "/tmp"}) {
-    std::string path = dir_ + sub;
-    if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) fail_fs("cannot create", path, errno);
+  if (::access(dir_.c_str(), R_OK | W_OK | X_OK) != 0) {
+    if (errno == EACCES) refuse_permission("cannot use", dir_, errno);
+    fail_fs("cannot use", dir_, errno);
   }
+  if (made_dir_) {
+    net::Fd marker(::open((dir_ + "/made-by-pstate").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+  }
+  for (const char *sub : {"/keys", "/locks", "/ranks", "/joined", "/tmp"}) {
+    std::string path = dir_ + sub;
+    if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+      if (errno == EACCES) refuse_permission("cannot create", path, errno);
+      fail_fs("cannot create", path, errno);
+    }
+  }
+}
+
+// Opening (claim, meta, reclaim) is one process at a time, so two ranks never both take a
+// leftover for theirs.
+net::Fd FileStore::lock_for_open(Deadline deadline) {
+  std::string path = dir_ + "/open.lock";
+  net::Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!fd.valid()) fail_fs("cannot open", path, errno);
+  int backoff = kFirstBackoffMs;
+  while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) fail_fs("cannot lock", path, errno);
+    if (deadline.expired())
+      throw_error(PSTATE_ERR_TIMEOUT, "store ", url_, ": ", path,
+                  " stayed locked (a process stuck opening the store?)");
+    net::sleep_until_at_most(backoff, deadline);
+    backoff = std::min(backoff * 2, kMaxBackoffMs);
+  }
+  return fd;
 }
 
 void FileStore::check_meta() {
   std::string meta_path = dir_ + "/meta";
   bool observer = options_.rank == -1 && options_.world_size == 0;
-  if (!observer) {
+  bool in_range = options_.rank < options_.world_size;
+  std::string me = record_of_this_process();
+  std::optional<Bytes> bytes = read_if_exists(meta_path);
+  Meta meta;
+  if (bytes && !meta.parse(*bytes))
+    throw_error(PSTATE_ERR_MISMATCH, "store ", url_, ": ", meta_path,
+                " is not a pstate file store's meta file: delete the directory or use a new one");
+  if (bytes && !observer && meta.creator != me && reclaim_if_leftover(meta)) bytes.reset();
+  if (!bytes && !observer && in_range) {
     // Publish our view unless someone did first: link() of a complete file fails with EEXIST then.
-    Meta mine{options_.world_size, token_fingerprint(options_.job_token), options_.rank};
-    std::string text = meta_text(mine);
+    Meta mine;
+    mine.world_size = options_.world_size;
+    mine.token = token_fingerprint(options_.job_token);
+    mine.job_id = options_.job_id;
+    mine.created_by_rank = options_.rank;
+    mine.creator = me;
+    std::string text = mine.text();
     std::string tmp = write_temporary(Bytes(text.begin(), text.end()));
     int rc = ::link(tmp.c_str(), meta_path.c_str());
     int err = errno;
     ::unlink(tmp.c_str());
     if (rc != 0 && err != EEXIST) fail_fs("cannot create", meta_path, err);
+    bytes = read_if_exists(meta_path);
+    if (bytes && !meta.parse(*bytes))
+      throw_error(PSTATE_ERR_MISMATCH, "store ", url_, ": ", meta_path, " is not a pstate file store's meta file");
   }
-  std::optional<Bytes> bytes = read_if_exists(meta_path);
+  if (!in_range && !observer) {
+    std::string why = cat("rank ", options_.rank, " is out of range for world_size ", options_.world_size,
+                          " (ranks are 0..", options_.world_size - 1, ")");
+    if (bytes && meta.token == token_fingerprint(options_.job_token) && meta.job_id == options_.job_id &&
+        meta.world_size == options_.world_size)
+      refuse(PSTATE_ERR_MISMATCH, why, true);
+    throw_error(PSTATE_ERR_MISMATCH, "store ", url_, ": ", why);
+  }
   if (!bytes) return;  // an observer before anyone arrived
-  Meta meta;
-  if (!parse_meta(*bytes, &meta))
-    throw_error(PSTATE_ERR_MISMATCH, "store ", url_, ": ", meta_path,
-                " is not a pstate file store's meta file: use a fresh directory per job");
+  struct stat st {};
+  if (::stat(meta_path.c_str(), &st) == 0) meta_time_ = st.st_mtim;
   if (meta.token != token_fingerprint(options_.job_token))
-    throw_error(PSTATE_ERR_AUTH, "job token refused by the store at ", url_, ": set PSTATE_JOB_TOKEN to the job's token",
-                " (or the directory holds an earlier job's store: use a fresh directory per job)");
+    throw_error(PSTATE_ERR_AUTH, "job token refused by the store at ", url_,
+                ": set PSTATE_JOB_TOKEN to the job's token",
+                " (or the directory holds another job's store: use a fresh directory per job)");
+  if (meta.job_id != options_.job_id)
+    throw_error(PSTATE_ERR_MISMATCH, "store ", url_, ": ",
+                meta.job_id.empty() ? std::string("this store has no job id")
+                                    : cat("this store belongs to job '", meta.job_id, "'"),
+                options_.job_id.empty() ? std::string(" and you have no PSTATE_JOB_ID")
+                                        : cat(", you are job '", options_.job_id, "'"),
+                ": give each job its own directory");
   if (observer) return;
   if (meta.world_size != options_.world_size)
-    throw_error(PSTATE_ERR_MISMATCH, "store ", url_, ": rank ", options_.rank, " says world_size ", options_.world_size,
-                ", rank ", meta.created_by, " says ", meta.world_size,
-                " (or the directory holds an earlier job's store: use a fresh directory per job)");
+    refuse(PSTATE_ERR_MISMATCH,
+           cat("rank ", options_.rank, " says world_size ", options_.world_size, ", rank ", meta.created_by_rank,
+               " says ", meta.world_size),
+           true);
+}
+
+// meta is not ours. When no rank of its job holds its lock and every process it names is gone,
+// the directory is an earlier job's leftover: emptied (true). When a process of it is alive,
+// it is a job in progress (false: join it). When some ran on other hosts, pstate cannot tell:
+// MISMATCH naming them.
+bool FileStore::reclaim_if_leftover(const Meta &meta) {
+  std::string ranks_dir = dir_ + "/ranks";
+  std::vector<std::string> rank_files = entries_of(ranks_dir);
+  for (const auto &name : rank_files)
+    if (locked_by_someone(ranks_dir + "/" + name)) return false;  // a live rank: a job in progress
+  std::vector<ProcessRecord> records;
+  ProcessRecord r;
+  if (!meta.creator.empty() && parse_record(meta.creator, &r)) records.push_back(r);
+  for (const auto &name : rank_files) {
+    auto bytes = read_if_exists(ranks_dir + "/" + name);
+    if (bytes && parse_record(text_of(*bytes), &r)) records.push_back(r);
+  }
+  std::string gone, elsewhere;
+  for (const auto &rec : records) {
+    Liveness l = liveness(rec);
+    if (l == Liveness::kAlive) return false;
+    std::string &list = l == Liveness::kGone ? gone : elsewhere;
+    list += cat(list.empty() ? "" : ", ", rec.pid, rec.host == this_host() ? std::string() : " on host " + rec.host);
+  }
+  if (records.empty() || !elsewhere.empty())
+    throw_error(PSTATE_ERR_MISMATCH, "store ", url_, ": ", dir_, " holds the store of an earlier job (",
+                records.empty() ? std::string("no process of it recorded") : "pids " + elsewhere,
+                gone.empty() ? std::string() : ", and " + gone + " here, not running",
+                "; none holds its rank's lock, but pstate cannot tell from this host that they are gone): delete it "
+                "or use a new directory");
+  for (const char *sub : {"/keys", "/locks", "/joined", "/tmp"})
+    for (const auto &name : entries_of(dir_ + sub)) ::unlink((dir_ + sub + "/" + name).c_str());
+  std::string mine = options_.rank >= 0 ? std::to_string(options_.rank) : std::string();
+  for (const auto &name : rank_files)
+    if (name != mine) ::unlink((ranks_dir + "/" + name).c_str());
+  ::unlink((dir_ + "/failed").c_str());
+  ::unlink((dir_ + "/meta").c_str());
+  logger_.warn("store ", url_, ": reclaimed the store of an earlier job (pids ", gone,
+               ", not running; it did not finish cleanly)");
+  return true;
 }
 
 void FileStore::claim_rank() {
@@ -195,14 +447,121 @@ void FileStore::claim_rank() {
     if (errno != EWOULDBLOCK) fail_fs("cannot lock", path, errno);
     Bytes holder;
     read_all(fd.get(), &holder);
-    std::string who(holder.begin(), holder.end());
-    throw_error(PSTATE_ERR_MISMATCH, "store ", url_, ": rank ", rank, " is already taken by another process (",
-                who.empty() ? std::string("unknown") : who, ")");
+    std::string who = text_of(holder);
+    refuse(PSTATE_ERR_MISMATCH,
+           cat("rank ", rank, " is already taken by another process (", who.empty() ? std::string("unknown") : who,
+               "): start exactly one process with RANK=", rank),
+           true);
   }
-  std::string me = cat("pid ", getpid(), " on host ", this_host());
+  std::string me = record_of_this_process();
   if (::ftruncate(fd.get(), 0) != 0 || ::pwrite(fd.get(), me.data(), me.size(), 0) != static_cast<ssize_t>(me.size()))
     fail_fs("cannot write", path, errno);
   claim_ = std::move(fd);
+  net::Fd joined(::open(cat(dir_, "/joined/", rank).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+}
+
+// Refuses this process. A process of this job (member) refused before every rank joined means
+// the world can never be complete: `failed` tells the waiting ranks, which throw at their next
+// poll.
+void FileStore::refuse(pstate_status_t status, const std::string &why, bool member) {
+  if (member) {
+    bool complete = true;
+    for (int r = 0; r < options_.world_size && complete; ++r)
+      complete = ::access(cat(dir_, "/joined/", r).c_str(), F_OK) == 0;
+    if (!complete) {
+      std::string text = cat("status ", static_cast<int>(status), "\n", std::string(wire::kJobFailedPrefix),
+                             "the store refused rank ", options_.rank, " (", this_process(), "): ", why);
+      try {
+        write_atomically(dir_ + "/failed", Bytes(text.begin(), text.end()));
+      } catch (const Error &) {
+        // the refusal below still says it; the others will time out naming this rank
+      }
+    }
+  }
+  throw_error(status, "store ", url_, ": ", why);
+}
+
+// Throws the job's failure when a refused rank left one (failed, or PATH.refused newer than this
+// store's meta).
+void FileStore::check_job_failed() {
+  auto throw_from = [&](const Bytes &bytes, const std::string &where) {
+    std::string text = text_of(bytes);
+    int status = PSTATE_ERR_MISMATCH;
+    size_t nl = text.find('\n');
+    if (text.rfind("status ", 0) == 0 && nl != std::string::npos) {
+      status = std::atoi(text.c_str() + 7);
+      text = text.substr(nl + 1);
+    }
+    if (status <= PSTATE_OK || status > PSTATE_ERR_INTERNAL) status = PSTATE_ERR_MISMATCH;
+    throw_error(static_cast<pstate_status_t>(status), text, " (told by the store at ", url_, " in ", where, ")");
+  };
+  if (::access((dir_ + "/failed").c_str(), F_OK) == 0)
+    if (auto bytes = read_if_exists(dir_ + "/failed")) throw_from(*bytes, "failed");
+  std::string note = dir_ + ".refused";
+  struct stat st {};
+  if (::stat(note.c_str(), &st) != 0) return;
+  bool fresh = st.st_mtim.tv_sec > meta_time_.tv_sec ||
+               (st.st_mtim.tv_sec == meta_time_.tv_sec && st.st_mtim.tv_nsec >= meta_time_.tv_nsec);
+  if (!fresh) return;
+  if (auto bytes = read_if_exists(note)) throw_from(*bytes, note);
+}
+
+// Who is absent now: ranks whose lock nobody holds. "rank 1 of 0..1 never connected; last seen:
+// none"; *waiting_for gets the short list ("1"). Empty when every rank is here.
+std::string FileStore::absent_ranks(std::string *waiting_for, size_t *absent_count) const {
+  std::vector<int> never, left, all;
+  size_t never_n = 0, left_n = 0;
+  std::string seen;
+  size_t seen_n = 0;
+  for (int r = 0; r < options_.world_size; ++r) {
+    if (r == options_.rank) continue;
+    std::string rank_file = cat(dir_, "/ranks/", r);
+    if (locked_by_someone(rank_file)) continue;
+    bool joined = ::access(cat(dir_, "/joined/", r).c_str(), F_OK) == 0;
+    (joined ? left : never).push_back(r);
+    ++(joined ? left_n : never_n);
+    all.push_back(r);
+    if (joined && seen_n < 4) {
+      std::ifstream f(rank_file);
+      std::string who;
+      std::getline(f, who);
+      seen += cat(seen_n++ ? "; " : "", "rank ", r, " left (", who, ")");
+    }
+  }
+  *absent_count = all.size();
+  if (all.empty()) return "";
+  *waiting_for = rank_list(all, all.size());
+  std::string of = cat(" of 0..", options_.world_size - 1);
+  std::string text;
+  if (never_n) text = ranks_phrase(never, never_n) + of + " never connected";
+  if (left_n)
+    text += (text.empty() ? ranks_phrase(left, left_n) + of : "; " + ranks_phrase(left, left_n)) + " joined and left";
+  return text + "; last seen: " + (seen.empty() ? std::string("none") : seen);
+}
+
+// Calls ready() until it returns true or the deadline passes, sleeping 1, 2, 4 ... 64 ms between
+// tries; between tries, a job failure left by a refused rank is thrown, and every few seconds the
+// absent ranks are logged (INFO). False when the deadline passed first.
+bool FileStore::poll_until(Deadline deadline, const std::string &what, const std::function<bool()> &ready) {
+  int backoff = kFirstBackoffMs;
+  auto start = Clock::now(), next_report = start + std::chrono::milliseconds(kProgressEveryMs);
+  for (;;) {
+    if (ready()) return true;
+    check_job_failed();
+    if (deadline.expired()) return false;
+    if (Clock::now() >= next_report) {
+      next_report += std::chrono::milliseconds(kProgressEveryMs);
+      std::string waiting_for, absent;
+      size_t absent_n = 0;
+      if (logger_.enabled(LogLevel::kInfo)) absent = absent_ranks(&waiting_for, &absent_n);
+      if (!absent.empty())
+        logger_.info("store: ", what, " waiting ", ms_since(start) / 1000,
+                     " s: ", static_cast<size_t>(options_.world_size) - absent_n, " of ", options_.world_size,
+                     " ranks joined; waiting for ", waiting_for, " (", absent, ")");
+    }
+    net::sleep_until_at_most(backoff, deadline);
+    backoff = std::min(backoff * 2, kMaxBackoffMs);
+  }
 }
 
 std::string FileStore::key_path(const std::string &key) const { return dir_ + "/keys/" + file_name_of(key); }
@@ -255,12 +614,16 @@ Bytes FileStore::get(const std::string &key, Deadline deadline) {
   require_open("get");
   validate_key(key);
   auto start = Clock::now();
-  std::string path = key_path(key);
+  std::string path = key_path(key), what = cat("get(", quote_key(key), ")");
   std::optional<Bytes> value;
-  if (!poll_until(deadline, [&] { return (value = read_if_exists(path)).has_value(); }))
-    throw_error(PSTATE_ERR_TIMEOUT, "get(", quote_key(key), ") on the store at ", url_, " timed out after ",
-                ms_since(start), " ms waiting for key ", quote_key(key),
-                " (did the rank that sets it fail or not start?)");
+  if (!poll_until(deadline, what, [&] { return (value = read_if_exists(path)).has_value(); })) {
+    std::string waiting_for;
+    size_t absent_n = 0;
+    std::string absent = absent_ranks(&waiting_for, &absent_n);
+    throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, " timed out after ", ms_since(start), " ms",
+                absent.empty() ? std::string() : ": " + absent, " (waiting for key ", quote_key(key),
+                ": did the rank that sets it fail or not start?)");
+  }
   return std::move(*value);
 }
 
@@ -271,7 +634,7 @@ int64_t FileStore::add(const std::string &key, int64_t delta, Deadline deadline)
   std::string path = lock_path(key);
   net::Fd lock(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!lock.valid()) fail_fs("cannot open", path, errno);
-  bool locked = poll_until(deadline, [&] {
+  bool locked = poll_until(deadline, cat("add(", quote_key(key), ")"), [&] {
     if (::flock(lock.get(), LOCK_EX | LOCK_NB) == 0) return true;
     if (errno != EWOULDBLOCK && errno != EINTR) fail_fs("cannot lock", path, errno);
     return false;
@@ -300,16 +663,60 @@ void FileStore::wait(const std::vector<std::string> &keys, Deadline deadline) {
     std::erase_if(missing, [&](const std::string &k) { return ::access(key_path(k).c_str(), F_OK) == 0; });
     return missing.empty();
   };
-  if (!poll_until(deadline, all_there))
-    throw_error(PSTATE_ERR_TIMEOUT, "wait(", quote_keys(keys, keys.size(), 3), ") on the store at ", url_,
-                " timed out after ", ms_since(start), " ms: ", missing.size(), " of ", keys.size(),
-                " keys never set: ", quote_keys(missing, missing.size()));
+  std::string what = cat("wait(", quote_keys(keys, keys.size(), 3), ")");
+  if (!poll_until(deadline, what, all_there)) {
+    std::string waiting_for;
+    size_t absent_n = 0;
+    std::string absent = absent_ranks(&waiting_for, &absent_n);
+    throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, " timed out after ", ms_since(start),
+                " ms: ", absent.empty() ? std::string() : absent + " (", missing.size(), " of ", keys.size(),
+                " keys never set: ", quote_keys(missing, missing.size()), absent.empty() ? "" : ")");
+  }
 }
 
-bool FileStore::close(Deadline) {
+// The last rank of the world to leave cleanly removes the store: what it created, and the
+// directory when the store made it. "Last" is counted with add(), which every rank of the world
+// calls once here; a rank that never gets here (killed, failed) leaves the store for the next
+// job to reclaim.
+bool FileStore::close(Deadline deadline) {
+  if (closed_) return true;
+  bool last = false;
+  if (options_.rank >= 0) {
+    try {
+      last = add("pstate/store/closed", 1, deadline) == options_.world_size;
+    } catch (const Error &e) {
+      logger_.warn("store ", url_, ": could not count this rank out (", e.what(),
+                   "); the store stays for the next job to reclaim");
+    }
+  }
   claim_.reset();
   closed_ = true;
+  if (last) remove_store();
   return true;
+}
+
+void FileStore::remove_store() {
+  for (const char *sub : {"/keys", "/locks", "/ranks", "/joined", "/tmp"}) {
+    for (const auto &name : entries_of(dir_ + sub)) ::unlink((dir_ + sub + "/" + name).c_str());
+    ::rmdir((dir_ + sub).c_str());
+  }
+  for (const char *file : {"/meta", "/failed", "/open.lock"}) ::unlink((dir_ + file).c_str());
+  bool made = ::access((dir_ + "/made-by-pstate").c_str(), F_OK) == 0;
+  ::unlink((dir_ + "/made-by-pstate").c_str());
+  if (made && ::rmdir(dir_.c_str()) != 0)
+    logger_.info("store ", url_, ": left ", dir_, " in place (", std::strerror(errno), ")");
+  logger_.info("store ", url_, ": the last rank out removed the store");
+}
+
+void FileStore::abandon(pstate_status_t status, const std::string &why) noexcept {
+  try {
+    if (::access((dir_ + "/failed").c_str(), F_OK) == 0) return;  // the job failed already
+    std::string text = cat("status ", static_cast<int>(status), "\n", wire::kJobFailedPrefix, "rank ", options_.rank,
+                           " gave up: ", why);
+    write_atomically(dir_ + "/failed", Bytes(text.begin(), text.end()));
+  } catch (const std::exception &) {
+    // the others will time out, naming this rank
+  }
 }
 
 void FileStore::require_open(const char *call) const {

@@ -2,6 +2,8 @@
 // header for the precedence rules and the launchers recognized).
 #include "bootstrap/launch_env.hpp"
 
+#include "bootstrap/netif.hpp"
+#include "bootstrap/wire.hpp"
 #include "common/error.hpp"
 
 #include <cstdlib>
@@ -81,7 +83,7 @@ struct Ranks {
   std::string launcher;
 };
 
-Ranks resolve_ranks(const pstate_init_params_t &p, const EnvLookup &env) {
+Ranks resolve_ranks(const pstate_init_params_t &p, const EnvLookup &env, std::string *rank_out_of_range) {
   check_param(p.world_size, "world_size");
   check_param(p.rank, "rank");
   check_param(p.local_rank, "local_rank");
@@ -107,9 +109,12 @@ Ranks resolve_ranks(const pstate_init_params_t &p, const EnvLookup &env) {
   r.launcher = p.world_size != -1 && p.rank != -1 ? "parameters" : l->name;
   if (r.world.value < 1)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, r.world.shown(), ": the world size must be at least 1");
-  if (r.rank.value >= r.world.value)
-    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "rank ", r.rank.value, " is out of range for world_size ", r.world.value,
-                " (ranks are 0..", r.world.value - 1, "; ", r.rank.shown(), ", ", r.world.shown(), ")");
+  if (r.rank.value >= r.world.value) {
+    std::string problem = cat("rank ", r.rank.value, " is out of range for world_size ", r.world.value,
+                              " (ranks are 0..", r.world.value - 1, "; ", r.rank.shown(), ", ", r.world.shown(), ")");
+    if (rank_out_of_range == nullptr) throw_error(PSTATE_ERR_INVALID_ARGUMENT, problem);
+    *rank_out_of_range = problem;
+  }
 
   r.local_rank = {0, "derived"};  // until a parameter or variable says otherwise
   if (p.local_rank != -1) {
@@ -133,7 +138,7 @@ Ranks resolve_ranks(const pstate_init_params_t &p, const EnvLookup &env) {
                   " is out of range for local world size ", r.local_world.value, " (", r.local_rank.shown(), ", ",
                   r.local_world.shown(), ")");
   }
-  if (r.local_rank.value >= r.world.value)
+  if (r.local_rank.value >= r.world.value && (rank_out_of_range == nullptr || rank_out_of_range->empty()))
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "local rank ", r.local_rank.value, " is out of range for world_size ",
                 r.world.value, " (", r.local_rank.shown(), ")");
   return r;
@@ -159,6 +164,34 @@ InitMethod resolve_env_store(const EnvLookup &env) {
   m.host = host;
   m.port = parse_port(*port, "MASTER_PORT");
   return m;
+}
+
+// Milliseconds from a variable: digits only, at least 1.
+int64_t parse_ms_variable(const std::string &name, const std::string &text) {
+  if (text.find_first_not_of("0123456789") != std::string::npos || text.size() > 15)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, name, "='", text,
+                "' is not a number of milliseconds (e.g. 120000 for 2 minutes)");
+  int64_t ms = std::strtoll(text.c_str(), nullptr, 10);
+  if (ms < 1) throw_error(PSTATE_ERR_INVALID_ARGUMENT, name, "=", text, ": the timeout must be at least 1 ms");
+  return ms;
+}
+
+// The rendezvous' deadline (see the header): PSTATE_INIT_TIMEOUT_MS, the timeout_ms parameter,
+// or 120 s (PSTATE_TIMEOUT_MS when shorter).
+void resolve_init_timeout(const pstate_init_params_t &p, const EnvLookup &env, LaunchEnv &out) {
+  if (std::optional<std::string> text = lookup(env, "PSTATE_INIT_TIMEOUT_MS")) {
+    out.init_timeout_ms = parse_ms_variable("PSTATE_INIT_TIMEOUT_MS", *text);
+    out.init_timeout_origin = "PSTATE_INIT_TIMEOUT_MS";
+  } else if (p.timeout_ms > 0) {
+    out.init_timeout_ms = p.timeout_ms;
+    out.init_timeout_origin = "the timeout_ms parameter; PSTATE_INIT_TIMEOUT_MS overrides it";
+  } else if (out.timeout_ms < kDefaultInitTimeoutMs) {
+    out.init_timeout_ms = out.timeout_ms;
+    out.init_timeout_origin = "PSTATE_TIMEOUT_MS; PSTATE_INIT_TIMEOUT_MS overrides it";
+  } else {
+    out.init_timeout_ms = kDefaultInitTimeoutMs;
+    out.init_timeout_origin = "the default; set PSTATE_INIT_TIMEOUT_MS to change it";
+  }
 }
 
 int64_t resolve_timeout(const pstate_init_params_t &p, const EnvLookup &env) {
@@ -201,9 +234,9 @@ EnvLookup fixed_environment(std::map<std::string, std::string> vars) {
   };
 }
 
-LaunchEnv resolve_launch_env(const pstate_init_params_t &params, const EnvLookup &env) {
-  Ranks ranks = resolve_ranks(params, env);
+LaunchEnv resolve_launch_env(const pstate_init_params_t &params, const EnvLookup &env, bool defer_rank_range) {
   LaunchEnv out;
+  Ranks ranks = resolve_ranks(params, env, defer_rank_range ? &out.rank_out_of_range : nullptr);
   out.world_size = ranks.world.value;
   out.rank = ranks.rank.value;
   out.local_rank = ranks.local_rank.value;
@@ -218,15 +251,20 @@ LaunchEnv resolve_launch_env(const pstate_init_params_t &params, const EnvLookup
                 ") only works for world_size 1: every rank must know rank 0's port");
 
   out.timeout_ms = resolve_timeout(params, env);
+  resolve_init_timeout(params, env, out);
   out.job_token = resolve_text(params.job_token, env, "PSTATE_JOB_TOKEN");
   if (out.job_token.size() > kMaxJobTokenBytes)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "the job token (job_token / PSTATE_JOB_TOKEN) is ", out.job_token.size(),
                 " bytes; at most ", kMaxJobTokenBytes);
+  out.job_id = lookup(env, "PSTATE_JOB_ID").value_or("");
+  if (out.job_id.size() > wire::kMaxJobIdBytes)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "PSTATE_JOB_ID is ", out.job_id.size(), " bytes; at most ",
+                wire::kMaxJobIdBytes);
+  for (char ch : out.job_id)
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f)
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, "PSTATE_JOB_ID has a control character; use printable text");
   out.socket_ifname = resolve_text(params.socket_ifname, env, "PSTATE_SOCKET_IFNAME");
-  if (out.socket_ifname.size() > 15 || out.socket_ifname.find_first_of("/ \t\n") != std::string::npos)
-    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "socket interface '", out.socket_ifname,
-                "' (socket_ifname / PSTATE_SOCKET_IFNAME) is not an interface name (at most 15 characters, no "
-                "'/' or spaces; e.g. eth0)");
+  if (!out.socket_ifname.empty()) parse_interface_rule(out.socket_ifname);  // its syntax, now
   return out;
 }
 
@@ -234,8 +272,10 @@ std::string LaunchEnv::describe() const {
   std::string local = !local_rank_given        ? std::string("local rank from the host's ranks")
                       : local_world_size >= 0 ? cat("local ", local_rank, " of ", local_world_size)
                                               : cat("local rank ", local_rank);
-  return cat("rank ", rank, " of ", world_size, " (", local, ", from ", launcher, "), store ", store.url(), ", timeout ",
-             timeout_ms, " ms, ", job_token.empty() ? "no job token" : "job token set",
+  return cat("rank ", rank, " of ", world_size, " (", local, ", from ", launcher, "), store ", store.url(),
+             ", timeout ", timeout_ms, " ms (rendezvous ", init_timeout_ms, " ms), ",
+             job_token.empty() ? "no job token" : "job token set",
+             job_id.empty() ? std::string() : ", job '" + job_id + "'",
              socket_ifname.empty() ? std::string() : ", interface " + socket_ifname);
 }
 
@@ -245,8 +285,9 @@ StoreOptions LaunchEnv::store_options() const {
   o.rank = rank;
   o.world_size = world_size;
   o.job_token = job_token;
+  o.job_id = job_id;
   o.socket_ifname = socket_ifname;
-  o.timeout_ms = timeout_ms;
+  o.timeout_ms = init_timeout_ms;
   return o;
 }
 

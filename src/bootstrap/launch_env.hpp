@@ -16,7 +16,12 @@
 // `scontrol show hostnames "$SLURM_JOB_NODELIST"`; MASTER_PORT = a free port agreed by the job,
 // e.g. 29500) or pass init_method; pstate does not guess them, since a guess that is wrong on one
 // node is a 10-minute hang instead of a clear error.
-// Own knobs: PSTATE_TIMEOUT_MS (default 600000), PSTATE_JOB_TOKEN, PSTATE_SOCKET_IFNAME.
+// Own knobs: PSTATE_TIMEOUT_MS (default 600000), PSTATE_INIT_TIMEOUT_MS, PSTATE_JOB_TOKEN,
+// PSTATE_JOB_ID, PSTATE_SOCKET_IFNAME (a rule in NCCL_SOCKET_IFNAME's syntax: netif.hpp).
+// The rendezvous has its own deadline, shorter than a collective's (a slow peer in a collective
+// is normal; a rank missing at start-up is a deployment mistake to report soon):
+// PSTATE_INIT_TIMEOUT_MS when set, else the timeout_ms parameter when given (the caller's word
+// for this call), else 120000 ms or PSTATE_TIMEOUT_MS when that is shorter.
 //
 // Every problem is PSTATE_ERR_INVALID_ARGUMENT with one message per cause that names the
 // variable or parameter, its value and the fix. The environment is passed in as a lookup
@@ -52,8 +57,15 @@ struct LaunchEnv {
   int local_world_size = -1;  // -1 = unknown (srun, or world_size given as a parameter)
   InitMethod store;           // kTcp or kFile; env:// is already resolved to tcp://MASTER_ADDR:MASTER_PORT
   int64_t timeout_ms = 600000;
+  int64_t init_timeout_ms = 120000;  // the rendezvous' deadline (see above)
+  std::string init_timeout_origin;   // "PSTATE_INIT_TIMEOUT_MS", "the timeout_ms parameter", ...
   std::string job_token;      // empty = none
-  std::string socket_ifname;  // empty = none
+  std::string job_id;         // PSTATE_JOB_ID; empty = none
+  std::string socket_ifname;  // an interface rule (netif.hpp); empty = none
+  // With resolve_launch_env(..., defer_rank_range = true): the error of a rank outside the world
+  // (rank >= world size), kept so the caller can tell the store before failing; rank and world
+  // size are then as given.
+  std::string rank_out_of_range;
   std::string launcher;       // where rank and world size came from: "torchrun", "mpirun", "srun", "parameters"
 
   // One line for INFO logs: "rank 3 of 8 (local 1 of 4, from torchrun), store tcp://10.0.0.1:29500,
@@ -64,10 +76,11 @@ struct LaunchEnv {
 };
 
 inline constexpr int64_t kDefaultTimeoutMs = 600000;
+inline constexpr int64_t kDefaultInitTimeoutMs = 120000;
 inline constexpr size_t kMaxJobTokenBytes = 4096;
 
 // Resolves params (a complete struct: the caller copies an older, shorter caller's struct into a
 // PSTATE_INIT_PARAMS_INIT-filled one first) against env. Throws INVALID_ARGUMENT.
-LaunchEnv resolve_launch_env(const pstate_init_params_t &params, const EnvLookup &env);
+LaunchEnv resolve_launch_env(const pstate_init_params_t &params, const EnvLookup &env, bool defer_rank_range = false);
 
 }  // namespace pstate

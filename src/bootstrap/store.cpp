@@ -91,6 +91,34 @@ std::string quote_keys(const std::vector<std::string> &keys, size_t total, size_
   return out;
 }
 
+std::string rank_list(const std::vector<int> &ranks, size_t total, size_t limit) {
+  std::string out;
+  size_t items = 0, shown = 0;
+  for (size_t i = 0; i < ranks.size() && items < limit;) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (j > i + 1) {
+      out += cat(items ? ", " : "", ranks[i], "-", ranks[j]);
+    } else {
+      j = i;  // a pair is two items: "2, 3"
+      out += cat(items ? ", " : "", ranks[i]);
+    }
+    shown += j - i + 1;
+    ++items;
+    i = j + 1;
+  }
+  if (total > shown) out += cat(" and ", total - shown, " more");
+  return out;
+}
+
+std::string ranks_phrase(const std::vector<int> &ranks, size_t total) {
+  if (total == 1 && !ranks.empty()) return cat("rank ", ranks.front());
+  std::string list = rank_list(ranks, total);
+  size_t comma = list.rfind(", ");
+  if (comma != std::string::npos && list.find(" more") == std::string::npos) list.replace(comma, 2, " and ");
+  return "ranks " + list;
+}
+
 Bytes counter_to_bytes(int64_t value) {
   std::string text = std::to_string(value);
   return Bytes(text.begin(), text.end());

@@ -9,6 +9,12 @@
 // Opening a store also claims this rank: a second live process claiming the same rank, a rank
 // outside the world, or a world size that disagrees with the store's is PSTATE_ERR_MISMATCH. One
 // Store object may be used from several threads (calls are serialized inside it).
+//
+// Start-up failures reach every rank (issue 19): a process of the job refused for its rank claim
+// before the world is complete fails the whole job, so the ranks waiting in get()/wait() get that
+// refusal's status and reason at once ("the job cannot start: ..."); a wait that times out names
+// the ranks that never arrived and what the store last saw of them; and while a get()/wait()
+// waits longer than a few seconds it logs at INFO how many ranks joined and which it waits for.
 #pragma once
 
 #include "common/deadline.hpp"
@@ -46,6 +52,10 @@ class Store {
   virtual bool check(const std::string &key, Deadline deadline) = 0;
   // Removes key; true when it existed.
   virtual bool erase(const std::string &key, Deadline deadline) = 0;
+  // This rank gives up on the job (its pstate_init failed with `status`, `why`): the store fails
+  // the job with that reason, so the ranks waiting in it hear at once ("the job cannot start: rank
+  // 0 gave up: ..."). Best effort and bounded (about a second); never throws.
+  virtual void abandon(pstate_status_t status, const std::string &why) noexcept = 0;
   // Human-readable address for logs and errors ("tcp://127.0.0.1:29500").
   virtual std::string describe() const = 0;
   // Leaves the store gracefully: the rank that serves a TCP store first waits, until deadline,
@@ -60,7 +70,8 @@ struct StoreOptions {
   int rank = 0;             // rank 0 serves a TcpStore; -1 = observer (claims no rank)
   int world_size = 1;       // with rank -1, 0 = unknown (not checked)
   std::string job_token;    // empty = no token
-  std::string socket_ifname;  // empty = bind/connect by the address alone
+  std::string job_id;       // PSTATE_JOB_ID: the store refuses a process of another job by name
+  std::string socket_ifname;    // PSTATE_SOCKET_IFNAME rule (netif.hpp); empty = by the address alone
   int64_t timeout_ms = 600000;  // bounds open_store (connect, handshake); calls take a Deadline
   bool serve = true;        // tcp:// only: rank 0 starts the server (false: someone else serves)
 };
@@ -84,6 +95,12 @@ void validate_value(const std::string &key, const Bytes &value);
 std::string quote_key(std::string_view key);
 // Up to `limit` keys quoted and joined with ", ", plus "and N more".
 std::string quote_keys(const std::vector<std::string> &keys, size_t total, size_t limit = 8);
+
+// Ranks for messages: rank_list "2, 5" or "8-15, 20 and 3 more" (up to `limit` items, a run of
+// consecutive ranks is one; `total` counts the ranks not passed too); ranks_phrase "rank 2",
+// "ranks 2 and 5", "ranks 8-15".
+std::string rank_list(const std::vector<int> &ranks, size_t total, size_t limit = 12);
+std::string ranks_phrase(const std::vector<int> &ranks, size_t total);
 
 // Decimal text of an add() counter, and its parse (false when the bytes are not one).
 Bytes counter_to_bytes(int64_t value);

@@ -7,6 +7,9 @@
 #include "common/error.hpp"
 
 #include <arpa/inet.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -22,6 +25,34 @@ using Clock = std::chrono::steady_clock;
 constexpr int kReplyGraceMs = 2000;
 // Longest single connect attempt; later attempts retry until the open deadline.
 constexpr int kConnectAttemptMs = 5000;
+// How long a fresh connection may stay silent after the client's preamble before the attempt is
+// given up (and retried): a pstate store answers at once; a foreign line-based service too, with
+// its own words.
+constexpr int kPreambleReplyMs = 5000;
+// A get or wait is sent in slices this long; each timed-out slice is a progress report.
+constexpr int kProgressEveryMs = 3000;
+// A rank 0 that finds its port taken looks at the holder this long at most.
+constexpr int kPortHolderProbeMs = 2000;
+
+// Up to 100 bytes of what a foreign service said, printable: "HTTP/1.0 400 Bad request ...".
+std::string printable(const Bytes &b) {
+  std::string out;
+  for (size_t i = 0; i < b.size() && out.size() < 100; ++i) {
+    unsigned char c = b[i];
+    if (c == '\r' || c == '\n') {
+      if (!out.empty() && out.back() != ' ') out += ' ';
+    } else if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      static const char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
 
 int64_t ms_since(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
@@ -33,8 +64,33 @@ Deadline earlier(Deadline a, Deadline b) { return a.at() < b.at() ? a : b; }
 
 std::unique_ptr<TcpStore> TcpStore::open(const StoreOptions &options, const InitMethod &method, const Logger &logger) {
   std::unique_ptr<TcpStore> store(new TcpStore(options, method, logger));
-  store->connect(Deadline::after_ms(options.timeout_ms));
+  if (store->port_in_use_)
+    store->join_port_holder(Deadline::after_ms(options.timeout_ms));
+  else
+    store->connect(Deadline::after_ms(options.timeout_ms));
   return store;
+}
+
+// This rank was to serve, but the port is taken. Whatever holds it is asked, as rank 0 would ask
+// its own store: a store of this job answers that rank 0 is taken (and, being this job's, tells
+// its waiting ranks); another job's store refuses the token or job id; a foreign service is named.
+// A store that admits rank 0 (one served by no rank) is simply used.
+void TcpStore::join_port_holder(Deadline deadline) {
+  const Error &bind_error = *port_in_use_;
+  try {
+    connect(earlier(deadline, Deadline::after_ms(kPortHolderProbeMs)));
+  } catch (const Error &e) {
+    if (e.status() == PSTATE_ERR_TIMEOUT)  // nothing there answers as a store: the original cause
+      throw Error(bind_error.status(), cat(bind_error.what(), " (its holder did not answer as a pstate store within ",
+                                           kPortHolderProbeMs, " ms)"));
+    if (e.status() == PSTATE_ERR_AUTH)
+      throw_error(PSTATE_ERR_TRANSPORT, "cannot serve the store on port ", method_.port,
+                  ": it is held by another job's pstate store (", e.what(),
+                  "): choose another MASTER_PORT / init_method port");
+    throw Error(e.status(),
+                cat(e.what(), " (this process, RANK=0, found port ", method_.port, " in use and asked its holder)"));
+  }
+  logger_.info("store: port ", method_.port, " is served by another process that admitted rank 0; using its store");
 }
 
 TcpStore::TcpStore(const StoreOptions &options, const InitMethod &method, const Logger &logger)
@@ -48,9 +104,16 @@ TcpStore::TcpStore(const StoreOptions &options, const InitMethod &method, const 
     so.port = method.port;
     so.world_size = options.world_size;
     so.job_token = options.job_token;
+    so.job_id = options.job_id;
     so.owner_rank = 0;
-    server_ = TcpStoreServer::start(so, logger);
-    port_ = server_->port();
+    int bind_errno = 0;
+    try {
+      server_ = TcpStoreServer::start(so, logger, &bind_errno);
+      port_ = server_->port();
+    } catch (const Error &e) {
+      if (bind_errno != EADDRINUSE || method.port == 0) throw;
+      port_in_use_ = e;
+    }
   }
   if (port_ == 0)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "init_method ", method.url(),
@@ -60,12 +123,14 @@ TcpStore::TcpStore(const StoreOptions &options, const InitMethod &method, const 
   actual.port = port_;
   url_ = actual.url();
   if (!options.socket_ifname.empty()) {
+    InterfaceAddress chosen = interface_toward(options.socket_ifname, method.host);
     net::SocketAddress src;
     auto *in = reinterpret_cast<sockaddr_in *>(&src.storage);
     in->sin_family = AF_INET;
-    inet_pton(AF_INET, ipv4_address_of(options.socket_ifname).c_str(), &in->sin_addr);
+    inet_pton(AF_INET, chosen.ipv4.c_str(), &in->sin_addr);
     src.length = sizeof(sockaddr_in);
     source_ = src;
+    source_name_ = cat(chosen.name, " (", chosen.ipv4, ")");
   }
 }
 
@@ -87,6 +152,16 @@ void TcpStore::connect(Deadline deadline) {
       net::Fd fd = net::connect_to(address, source, earlier(deadline, Deadline::after_ms(kConnectAttemptMs)), &err);
       if (!fd.valid()) {
         last_problem = cat(address.text(), ": ", std::strerror(err));
+        // With an interface named, a refusal of the kernel to connect from it is the interface's
+        // fault, not rank 0's: say so, at once when it is certain (EINVAL: a loopback source for
+        // an outside address).
+        if (source != nullptr && (err == EINVAL || err == ENETUNREACH || err == EHOSTUNREACH || err == EADDRNOTAVAIL)) {
+          last_problem =
+              cat("interface ", source_name_, " has no route to ", method_.host, " (connect: ", std::strerror(err),
+                  "): check PSTATE_SOCKET_IFNAME=", options_.socket_ifname, route_hint(method_.host));
+          if (err == EINVAL)
+            throw_error(PSTATE_ERR_INVALID_ARGUMENT, "cannot reach the store at ", url_, ": ", last_problem);
+        }
         continue;
       }
       if (handshake(fd, deadline, &last_problem)) {
@@ -97,9 +172,11 @@ void TcpStore::connect(Deadline deadline) {
       }
     }
     if (deadline.expired())
-      throw_error(PSTATE_ERR_TIMEOUT, "could not reach the store at ", url_, " within ", ms_since(start), " ms: ",
-                  last_problem, " (is rank 0 running, and do MASTER_ADDR/MASTER_PORT or init_method name its "
-                  "host and port?)");
+      throw_error(PSTATE_ERR_TIMEOUT, "could not reach the store at ", url_, " within ", ms_since(start),
+                  " ms: ", last_problem,
+                  last_problem.rfind("interface ", 0) == 0
+                      ? ""
+                      : " (is rank 0 running, and do MASTER_ADDR/MASTER_PORT or init_method name its host and port?)");
     net::sleep_until_at_most(backoff_ms, deadline);
     backoff_ms = std::min(backoff_ms * 2, 1000);
   }
@@ -119,10 +196,16 @@ bool TcpStore::handshake(net::Fd &fd, Deadline deadline, std::string *retry_reas
     hello.rank = hs.rank;
     hello.world_size = hs.world_size;
     hello.client_nonce = hs.client_nonce;
-    Bytes frame = wire::encode(hello);
+    hello.pid = static_cast<int64_t>(::getpid());
+    hello.job_id = options_.job_id;
+    // The preamble and the Hello leave together: the client speaks first.
+    Bytes frame(wire::kClientPreamble.begin(), wire::kClientPreamble.end());
+    Bytes hello_frame = wire::encode(hello);
+    frame.insert(frame.end(), hello_frame.begin(), hello_frame.end());
     int err = 0;
     if (net::send_all(fd.get(), frame.data(), frame.size(), deadline, &err) != net::IoResult::kDone)
       throw_error(PSTATE_ERR_PEER_LOST, "sending hello failed");
+    if (!read_server_preamble(fd, deadline, retry_reason)) return false;
     wire::Message m = read_reply(fd, deadline, limit, what, true);
     auto *challenge = std::get_if<wire::Challenge>(&m);
     if (challenge == nullptr) fail_from_reply(m, what);
@@ -152,6 +235,66 @@ bool TcpStore::handshake(net::Fd &fd, Deadline deadline, std::string *retry_reas
     *retry_reason = cat("the store closed the connection during the handshake (", e.what(), ")");
     return false;
   }
+}
+
+// Reads the server's line. True when it is the store's; false (with the reason) when the peer
+// said nothing in time or closed the connection first, which is worth a retry; throws when the
+// peer answered with anything else: it is not a pstate store (or another version of one).
+bool TcpStore::read_server_preamble(net::Fd &fd, Deadline deadline, std::string *retry_reason) {
+  const std::string_view want = wire::kServerPreamble;
+  std::string peer = net::peer_address(fd.get()).text();
+  Deadline attempt = earlier(deadline, Deadline::after_ms(kPreambleReplyMs));
+  Bytes got;
+  auto foreign = [&] {
+    // What else did it say? A moment more, for the message.
+    Deadline more = Deadline::after_ms(100);
+    uint8_t buf[128];
+    while (got.size() < 200) {
+      pollfd p{fd.get(), POLLIN, 0};
+      if (::poll(&p, 1, more.remaining_ms()) <= 0) break;
+      ssize_t n = ::recv(fd.get(), buf, sizeof buf, MSG_DONTWAIT);
+      if (n <= 0) break;
+      got.insert(got.end(), buf, buf + n);
+    }
+    fd.reset();
+    std::string said = printable(got);
+    std::string stem(wire::kPreambleStem);
+    if (said.rfind(stem, 0) == 0)
+      throw_error(PSTATE_ERR_MISMATCH, "the store at ", url_, " speaks another pstate store protocol ('", said,
+                  "'; this rank speaks '", printable(Bytes(want.begin(), want.end())),
+                  "'): run the same pstate version on every rank");
+    throw_error(
+        PSTATE_ERR_TRANSPORT, "the service at ", peer, " (", url_, ") is not a pstate store: it answered '", said,
+        "' to the store's greeting",
+        said.rfind("HTTP/", 0) == 0 || said.find("<html") != std::string::npos ? " (an HTTP server)" : "",
+        ": is MASTER_PORT / the init_method port another service's port? Choose a free port for rank 0's store");
+  };
+  while (got.size() < want.size()) {
+    uint8_t buf[64];
+    ssize_t n = ::recv(fd.get(), buf, std::min(sizeof buf, want.size() - got.size()), MSG_DONTWAIT);
+    if (n > 0) {
+      got.insert(got.end(), buf, buf + n);
+      if (std::memcmp(got.data(), want.data(), got.size()) != 0) foreign();
+      continue;
+    }
+    if (n == 0) {
+      *retry_reason = got.empty() ? cat(peer, " closed the connection without a word (a busy or closing store?)")
+                                  : cat(peer, " closed the connection in the middle of the store's greeting");
+      return false;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      *retry_reason = cat(peer, ": ", std::strerror(errno));
+      return false;
+    }
+    pollfd p{fd.get(), POLLIN, 0};
+    if (::poll(&p, 1, attempt.remaining_ms()) == 0 && attempt.expired()) {
+      *retry_reason = cat(peer, " accepted the connection but said nothing for ", kPreambleReplyMs,
+                          " ms: a pstate store answers at once (is it a pstate store, or is rank 0 stuck?)");
+      return false;
+    }
+  }
+  return true;
 }
 
 // ---- requests -------------------------------------------------------------------------------
@@ -233,6 +376,9 @@ void TcpStore::fail_from_reply(const wire::Message &reply, const std::string &wh
   if (auto *fail = std::get_if<wire::Fail>(&reply)) {
     auto status = static_cast<pstate_status_t>(fail->status);
     if (fail->status > PSTATE_ERR_INTERNAL || fail->status == PSTATE_OK) status = PSTATE_ERR_TRANSPORT;
+    // The whole job failed (another rank was refused): that is the news, this call is context.
+    if (fail->text.rfind(wire::kJobFailedPrefix, 0) == 0)
+      throw_error(status, fail->text, " (told by the store at ", url_, " in ", what, ")");
     throw_error(status, what, ": the store at ", url_, " refused: ", fail->text);
   }
   fd_.reset();
@@ -248,15 +394,43 @@ void TcpStore::set(const std::string &key, const Bytes &value, Deadline deadline
   if (!std::holds_alternative<wire::Ok>(reply)) fail_from_reply(reply, what);
 }
 
+// Sends request(slice) until it is answered with anything but TimedOut or the deadline passes;
+// each timed-out slice is logged (INFO) when the store says ranks are missing. Returns the last
+// reply (a TimedOut when the deadline passed).
+wire::Message TcpStore::wait_in_slices(const std::string &what, Deadline deadline,
+                                       const std::function<wire::Message(uint32_t wait_ms)> &request) {
+  auto start = Clock::now();
+  for (;;) {
+    Deadline slice = earlier(deadline, Deadline::after_ms(kProgressEveryMs));
+    wire::Message reply = request(wait_ms_for(slice));
+    auto *t = std::get_if<wire::TimedOut>(&reply);
+    if (t == nullptr || deadline.expired()) return reply;
+    if (!t->waiting_for.empty())
+      logger_.info("store: ", what, " waiting ", ms_since(start) / 1000, " s: ", t->joined, " of ", world_size_,
+                   " ranks joined; waiting for ", t->waiting_for, " (", t->absent, ")");
+  }
+}
+
+void TcpStore::fail_waiting(const wire::TimedOut &t, const std::string &what, int64_t waited_ms,
+                            const std::string &keys_text) {
+  if (t.absent.empty())
+    throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, " timed out after ", waited_ms,
+                " ms: ", keys_text);
+  throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, " timed out after ", waited_ms, " ms: ", t.absent,
+              " (", keys_text, ")");
+}
+
 Bytes TcpStore::get(const std::string &key, Deadline deadline) {
   validate_key(key);
   std::string what = cat("get(", quote_key(key), ")");
   auto start = Clock::now();
-  wire::Message reply = call(wire::Get{key, wait_ms_for(deadline)}, deadline, what);
+  wire::Message reply = wait_in_slices(what, deadline, [&](uint32_t wait_ms) {
+    return call(wire::Get{key, wait_ms}, Deadline::after_ms(wait_ms), what);
+  });
   if (auto *v = std::get_if<wire::Value>(&reply)) return std::move(v->value);
-  if (std::holds_alternative<wire::TimedOut>(reply))
-    throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, " timed out after ", ms_since(start),
-                " ms waiting for key ", quote_key(key), " (did the rank that sets it fail or not start?)");
+  if (auto *t = std::get_if<wire::TimedOut>(&reply))
+    fail_waiting(*t, what, ms_since(start),
+                 cat("waiting for key ", quote_key(key), " (did the rank that sets it fail or not start?)"));
   fail_from_reply(reply, what);
 }
 
@@ -273,11 +447,14 @@ void TcpStore::wait(const std::vector<std::string> &keys, Deadline deadline) {
   for (const auto &k : keys) validate_key(k);
   std::string what = cat("wait(", quote_keys(keys, keys.size(), 3), ")");
   auto start = Clock::now();
-  wire::Message reply = call(wire::Wait{keys, wait_ms_for(deadline)}, deadline, what);
+  wire::Message reply = wait_in_slices(what, deadline, [&](uint32_t wait_ms) {
+    return call(wire::Wait{keys, wait_ms}, Deadline::after_ms(wait_ms), what);
+  });
   if (std::holds_alternative<wire::Ok>(reply)) return;
   if (auto *t = std::get_if<wire::TimedOut>(&reply))
-    throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, " timed out after ", ms_since(start), " ms: ",
-                t->missing_count, " of ", keys.size(), " keys never set: ", quote_keys(t->missing, t->missing_count));
+    fail_waiting(
+        *t, what, ms_since(start),
+        cat(t->missing_count, " of ", keys.size(), " keys never set: ", quote_keys(t->missing, t->missing_count)));
   fail_from_reply(reply, what);
 }
 
@@ -303,6 +480,17 @@ bool TcpStore::close(Deadline deadline) {
   closed_ = true;
   server_.reset();
   return everyone_left;
+}
+
+void TcpStore::abandon(pstate_status_t status, const std::string &why) noexcept {
+  try {
+    // The server answers the ranks that wait before it answers this; the serving rank may then
+    // close the server at once.
+    call(wire::Abandon{static_cast<uint32_t>(status), why.substr(0, wire::kMaxTextBytes)}, Deadline::after_ms(1000),
+         "abandon");
+  } catch (const std::exception &) {
+    // the store is gone or stuck: the others will time out, naming this rank
+  }
 }
 
 bool TcpStore::erase(const std::string &key, Deadline deadline) {

@@ -2,12 +2,18 @@
 // serving rank.
 //
 // Opening connects (retrying until the open deadline, since rank 0's server may start later) and
-// runs the handshake: Hello, Challenge, Proof (HMAC of the job token), Welcome. Each call then
+// runs the handshake: the preambles (the client's line, then the server's: anything else back is
+// a foreign service, named at once with what it answered), Hello, Challenge, Proof (HMAC of the
+// job token), Welcome. A rank 0 that cannot serve because the port is taken joins whatever holds
+// it as rank 0, and so learns what it is: a store of this job whose rank 0 is taken, another
+// job's store (token, job id), a foreign service. Each call then
 // sends one request frame and reads one reply frame, bounded by the call's Deadline; a get or
 // wait tells the server how long to hold it, so waiting costs no CPU on either side. When the
 // server goes away every call fails with PSTATE_ERR_PEER_LOST naming the store's address; when a
 // reply does not arrive in time the call fails with PSTATE_ERR_TIMEOUT and the next call opens a
-// fresh connection (the old one may still carry the late reply).
+// fresh connection (the old one may still carry the late reply). A get or wait is sent in slices
+// of a few seconds: each timed-out slice brings the server's picture of the world (who joined,
+// who is absent and why), logged at INFO while waiting and named in the final TIMEOUT.
 #pragma once
 
 #include "bootstrap/init_method.hpp"
@@ -17,6 +23,7 @@
 #include "bootstrap/wire.hpp"
 #include "common/log.hpp"
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -37,6 +44,7 @@ class TcpStore final : public Store {
   void wait(const std::vector<std::string> &keys, Deadline deadline) override;
   bool check(const std::string &key, Deadline deadline) override;
   bool erase(const std::string &key, Deadline deadline) override;
+  void abandon(pstate_status_t status, const std::string &why) noexcept override;
   std::string describe() const override { return url_; }
   bool close(Deadline deadline) override;
 
@@ -49,7 +57,13 @@ class TcpStore final : public Store {
  private:
   TcpStore(const StoreOptions &options, const InitMethod &method, const Logger &logger);
   void connect(Deadline deadline);
+  void join_port_holder(Deadline deadline);
   bool handshake(net::Fd &fd, Deadline deadline, std::string *retry_reason);
+  bool read_server_preamble(net::Fd &fd, Deadline deadline, std::string *retry_reason);
+  wire::Message wait_in_slices(const std::string &what, Deadline deadline,
+                               const std::function<wire::Message(uint32_t wait_ms)> &request);
+  [[noreturn]] void fail_waiting(const wire::TimedOut &t, const std::string &what, int64_t waited_ms,
+                                 const std::string &keys_text);
   wire::Message call(const wire::Message &request, Deadline deadline, const std::string &what);
   wire::Message read_reply(net::Fd &fd, Deadline deadline, size_t limit, const std::string &what, bool handshaking);
   [[noreturn]] void fail_lost(const std::string &what, const std::string &detail);
@@ -63,7 +77,9 @@ class TcpStore final : public Store {
   int port_ = 0;
   std::string url_;
   std::optional<net::SocketAddress> source_;  // from socket_ifname
+  std::string source_name_;                   // "lo (127.0.0.1)", for messages
   int world_size_ = 0;
+  std::optional<Error> port_in_use_;  // rank 0 could not serve: the port is taken
 
   std::mutex mutex_;  // one request at a time on the connection
   net::Fd fd_;

@@ -1,5 +1,10 @@
 // tcp_store_server.cpp — the TCP store's server: one thread, one poll() loop (see the header).
 //
+// The rendezvous watch (see the header): every rank's first join, refusals and departures are
+// noted; a refusal of a proven member before the world is complete fails the job (fail_job); a
+// wait's TimedOut carries absent_ranks(). Job failure and notes never change what a healthy job
+// sees.
+//
 // The loop, per turn:
 //   1. poll() the wake-up eventfd, the listening sockets and every connection (a connection asks
 //      for POLLIN when it can take a request, POLLOUT while a reply is queued, only POLLRDHUP
@@ -19,6 +24,8 @@
 #include "bootstrap/wire.hpp"
 #include "common/error.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -28,6 +35,7 @@
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -66,12 +74,12 @@ struct Parked {
 };
 
 struct Connection {
-  enum class Phase { kHello, kProof, kMember };
+  enum class Phase { kPreamble, kHello, kProof, kMember };
 
   uint64_t id = 0;
   net::Fd fd;
   std::string peer;  // "127.0.0.1:40112"
-  Phase phase = Phase::kHello;
+  Phase phase = Phase::kPreamble;
   Clock::time_point handshake_until;
   Bytes in;  // received, not yet decoded bytes start at in_start
   size_t in_start = 0;
@@ -79,6 +87,7 @@ struct Connection {
   bool close_after_reply = false;
   bool dead = false;
   HandshakeInputs hs;  // rank, world size, nonces announced in the handshake
+  int64_t pid = 0;     // the client's pid, as its Hello says
   bool claims_rank = false;
   std::optional<Parked> parked;
 
@@ -86,7 +95,23 @@ struct Connection {
   std::string who() const {
     return hs.rank >= 0 && phase == Phase::kMember ? cat("rank ", hs.rank, " (", peer, ")") : peer;
   }
+  // "pid 77 from 127.0.0.1:40112" (the pid once the Hello said it)
+  std::string origin() const { return pid > 0 ? cat("pid ", pid, " from ", peer) : cat("from ", peer); }
 };
+
+// Why a rank is absent: its last refusal or its departure, and when.
+struct RankNote {
+  Clock::time_point when;
+  const char *what;    // "refused", "left"
+  std::string detail;  // "pid 77 from 127.0.0.1:40112: job token refused"
+};
+
+std::string seconds_ago(Clock::time_point t) {
+  double s = std::chrono::duration<double>(Clock::now() - t).count();
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s ago", s);
+  return buf;
+}
 
 }  // namespace
 
@@ -101,6 +126,13 @@ struct TcpStoreServer::Impl {
 
   // ---- owned by the serving thread ----
   std::map<uint64_t, Connection> connections;
+  // the rendezvous watch
+  std::vector<bool> ever_joined;  // index = rank
+  size_t ever_joined_count = 0;   // == world size: the world is complete
+  std::map<int, RankNote> notes;  // absent ranks: last refusal or departure
+  std::optional<wire::Fail> job_failure;
+  uint64_t rank_claims = 0;  // processes of this job (by token and job id) that claimed a rank
+  bool warned_extra_claims = false;
   std::unordered_map<int, uint64_t> rank_holders;  // rank -> connection id
   std::unordered_map<std::string, std::shared_ptr<const Bytes>> values;
   size_t total_bytes = 0;
@@ -123,9 +155,16 @@ struct TcpStoreServer::Impl {
   void read_input(Connection &c);
   void process_input(Connection &c);
   void dispatch(Connection &c, wire::Message &&m);
+  void on_preamble(Connection &c);
   void on_hello(Connection &c, const wire::Hello &h);
   void on_proof(Connection &c, const wire::Proof &p);
   std::optional<std::string> membership_problem(Connection &c);
+  std::optional<std::string> job_id_problem(const wire::Hello &h) const;
+  bool complete() const { return ever_joined_count == static_cast<size_t>(options.world_size); }
+  void note_refusal(Connection &c, pstate_status_t status, const std::string &why, bool member);
+  void count_claim(Connection &c);
+  void fail_job(pstate_status_t status, const std::string &why);
+  void absent_ranks(wire::TimedOut &t) const;
   void on_request(Connection &c, wire::Message &&m);
   void on_set(Connection &c, wire::Set &&m);
   void on_get(Connection &c, const wire::Get &m);
@@ -270,6 +309,7 @@ void TcpStoreServer::Impl::on_events(Connection &c, short revents) {
 
 void TcpStoreServer::Impl::read_input(Connection &c) {
   size_t limit = c.phase == Connection::Phase::kMember ? wire::kMaxFrameBytes : wire::kMaxHandshakeFrameBytes;
+  if (c.phase == Connection::Phase::kPreamble) limit = wire::kClientPreamble.size();
   size_t cap = wire::kHeaderBytes + limit;
   constexpr size_t kChunk = 64 * 1024;
   for (;;) {
@@ -293,7 +333,8 @@ void TcpStoreServer::Impl::read_input(Connection &c) {
 }
 
 void TcpStoreServer::Impl::process_input(Connection &c) {
-  while (!c.dead && !c.close_after_reply && !c.parked && c.out.empty()) {
+  if (c.phase == Connection::Phase::kPreamble) on_preamble(c);
+  while (!c.dead && !c.close_after_reply && !c.parked && c.out.empty() && c.phase != Connection::Phase::kPreamble) {
     size_t limit = c.phase == Connection::Phase::kMember ? wire::kMaxFrameBytes : wire::kMaxHandshakeFrameBytes;
     std::span<const uint8_t> pending(c.in.data() + c.in_start, c.in.size() - c.in_start);
     wire::Decoded d = wire::decode_frame(pending, limit);
@@ -320,6 +361,8 @@ void TcpStoreServer::Impl::process_input(Connection &c) {
 
 void TcpStoreServer::Impl::dispatch(Connection &c, wire::Message &&m) {
   switch (c.phase) {
+    case Connection::Phase::kPreamble:
+      break;  // never: process_input reads the preamble first
     case Connection::Phase::kHello:
       if (auto *h = std::get_if<wire::Hello>(&m)) return on_hello(c, *h);
       break;
@@ -335,14 +378,49 @@ void TcpStoreServer::Impl::dispatch(Connection &c, wire::Message &&m) {
 
 // ---- handshake ------------------------------------------------------------------------------
 
+// The client's line, byte for byte, or the connection is dropped (a stranger gets no answer);
+// then the server's line goes out, ahead of the Challenge.
+void TcpStoreServer::Impl::on_preamble(Connection &c) {
+  const std::string_view want = wire::kClientPreamble;
+  size_t have = std::min(c.in.size() - c.in_start, want.size());
+  if (std::memcmp(c.in.data() + c.in_start, want.data(), have) != 0) {
+    stat_dropped.fetch_add(1);
+    return drop(c, "not a pstate store client (its first bytes are not the store's preamble)");
+  }
+  if (have < want.size()) return;
+  c.in_start += want.size();
+  c.phase = Connection::Phase::kHello;
+  c.out.push_back(OutChunk{Bytes(wire::kServerPreamble.begin(), wire::kServerPreamble.end()), nullptr, 0});
+  write_some(c);
+}
+
+std::optional<std::string> TcpStoreServer::Impl::job_id_problem(const wire::Hello &h) const {
+  if (h.job_id == options.job_id) return std::nullopt;
+  if (options.job_id.empty())
+    return cat("this store has no job id and you are job '", h.job_id,
+               "': another job (without PSTATE_JOB_ID) uses this port; give each job its own MASTER_PORT");
+  if (h.job_id.empty())
+    return cat(
+        "this store belongs to job '", options.job_id,
+        "' and you have no PSTATE_JOB_ID: set the job's PSTATE_JOB_ID on every rank, or use another MASTER_PORT");
+  return cat("this store belongs to job '", options.job_id, "', you are job '", h.job_id,
+             "': two jobs use one port; give each its own MASTER_PORT");
+}
+
 void TcpStoreServer::Impl::on_hello(Connection &c, const wire::Hello &h) {
   c.hs.rank = h.rank;
   c.hs.world_size = h.world_size;
   c.hs.client_nonce = h.client_nonce;
+  c.pid = h.pid;
   if (h.version != wire::kVersion)
     return refuse(c, PSTATE_ERR_MISMATCH,
                   cat("the store speaks protocol version ", wire::kVersion, " but rank ", h.rank, " speaks version ",
                       h.version, ": run the same pstate version on every rank"));
+  if (auto problem = job_id_problem(h)) {
+    logger.warn("store: refused ", c.origin(), " (says rank ", c.rank(), "): ", *problem);
+    note_refusal(c, PSTATE_ERR_MISMATCH, *problem, false);
+    return refuse(c, PSTATE_ERR_MISMATCH, *problem);
+  }
   crypto::fill_random(c.hs.server_nonce.data(), c.hs.server_nonce.size());
   wire::Challenge challenge;
   challenge.token_required = !options.job_token.empty();
@@ -354,17 +432,27 @@ void TcpStoreServer::Impl::on_hello(Connection &c, const wire::Hello &h) {
 void TcpStoreServer::Impl::on_proof(Connection &c, const wire::Proof &p) {
   wire::Mac expected = client_proof(options.job_token, c.hs);
   if (!crypto::constant_time_equal(expected, p.mac)) {
-    logger.warn("store: refused ", c.peer, " (says rank ", c.rank(), "): wrong or missing job token");
+    logger.warn("store: refused ", c.origin(), " (says rank ", c.rank(), "): wrong or missing job token");
+    note_refusal(c, PSTATE_ERR_AUTH, "job token refused", false);
     return refuse(c, PSTATE_ERR_AUTH, "job token refused");
   }
+  // From here on the process has shown it belongs to this job (token and job id).
   if (auto problem = membership_problem(c)) {
-    logger.warn("store: refused ", c.peer, ": ", *problem);
+    logger.warn("store: refused ", c.origin(), ": ", *problem);
+    note_refusal(c, PSTATE_ERR_MISMATCH, *problem, true);
     return refuse(c, PSTATE_ERR_MISMATCH, *problem);
   }
+  if (job_failure) return refuse(c, static_cast<pstate_status_t>(job_failure->status), job_failure->text);
   if (c.rank() >= 0) {
     rank_holders[c.rank()] = c.id;
     c.claims_rank = true;
     publish_ranks();
+    count_claim(c);
+    notes.erase(c.rank());
+    if (!ever_joined[static_cast<size_t>(c.rank())]) {
+      ever_joined[static_cast<size_t>(c.rank())] = true;
+      ++ever_joined_count;
+    }
   }
   c.phase = Connection::Phase::kMember;
   logger.info("store: ", c.rank() >= 0 ? cat("rank ", c.rank()) : std::string("an observer"), " joined from ", c.peer);
@@ -386,9 +474,13 @@ std::optional<std::string> TcpStoreServer::Impl::membership_problem(Connection &
     return cat("rank ", rank, " is out of range for world_size ", world, " (ranks are 0..", world - 1, ")");
   if (rank >= 0) {
     auto holder = rank_holders.find(rank);
-    if (holder != rank_holders.end() && holder_is_alive(holder->second))
-      return cat("rank ", rank, " is already taken by another process (connected from ",
-                 connections.at(holder->second).peer, ")");
+    if (holder != rank_holders.end() && holder_is_alive(holder->second)) {
+      const Connection &h = connections.at(holder->second);
+      return cat("rank ", rank, " is already taken by another process (connected from ", h.peer,
+                 h.pid > 0 ? cat(", pid ", h.pid) : std::string(),
+                 rank == options.owner_rank ? ", the process that serves this store" : "",
+                 "): start exactly one process with RANK=", rank);
+    }
   }
   return std::nullopt;
 }
@@ -407,15 +499,110 @@ bool TcpStoreServer::Impl::holder_is_alive(uint64_t id) {
   return true;
 }
 
+// ---- the rendezvous watch ---------------------------------------------------------------------
+
+// Notes why the rank c claimed is absent; a member refused before the world is complete fails
+// the job (its rank, or the rank it displaced, will never be there).
+void TcpStoreServer::Impl::note_refusal(Connection &c, pstate_status_t status, const std::string &why, bool member) {
+  int rank = c.rank();
+  bool valid = rank >= 0 && rank < options.world_size;
+  if (valid && rank_holders.find(rank) == rank_holders.end())
+    notes[rank] = RankNote{Clock::now(), "refused", cat(c.origin(), ": ", why)};
+  if (!member) return;
+  count_claim(c);
+  if (!complete())
+    fail_job(status, cat("the store refused ", rank >= 0 ? cat("rank ", rank) : std::string("an observer"), " (",
+                         c.origin(), "): ", why));
+}
+
+void TcpStoreServer::Impl::count_claim(Connection &c) {
+  if (c.rank() < 0) return;
+  ++rank_claims;
+  if (rank_claims <= static_cast<uint64_t>(options.world_size) || warned_extra_claims) return;
+  warned_extra_claims = true;
+  logger.warn("store: ", rank_claims, " processes claimed ranks of this world of ", options.world_size,
+              " (the latest: rank ", c.rank(), ", ", c.origin(),
+              "): another job may be using this port and merging "
+              "with this one; give each job its own PSTATE_JOB_ID (or job token) and MASTER_PORT");
+}
+
+// The job cannot start: answer every parked request now, and every later one, with why.
+void TcpStoreServer::Impl::fail_job(pstate_status_t status, const std::string &why) {
+  if (job_failure) return;
+  job_failure = wire::Fail{static_cast<uint32_t>(status), std::string(wire::kJobFailedPrefix) + why};
+  logger.warn("store: ", job_failure->text);
+  for (auto &[id, other] : connections) {
+    if (other.dead || !other.parked) continue;
+    other.parked.reset();
+    reply(other, *job_failure);
+    runnable.push_back(id);
+  }
+}
+
+// Fills t's picture of the world: who is connected, who is absent and why.
+void TcpStoreServer::Impl::absent_ranks(wire::TimedOut &t) const {
+  t.joined = static_cast<uint32_t>(rank_holders.size());
+  size_t world = static_cast<size_t>(options.world_size);
+  if (rank_holders.size() >= world) return;
+  std::vector<int> never, refused, left, all;
+  size_t never_n = 0, refused_n = 0, left_n = 0;
+  constexpr size_t kListed = 64;
+  for (int r = 0; r < options.world_size; ++r) {
+    if (rank_holders.count(r)) continue;
+    auto note = notes.find(r);
+    bool joined_once = ever_joined[static_cast<size_t>(r)];
+    auto &list = joined_once ? left : note != notes.end() ? refused : never;
+    size_t &n = joined_once ? left_n : note != notes.end() ? refused_n : never_n;
+    if (list.size() < kListed) list.push_back(r);
+    if (all.size() < kListed) all.push_back(r);
+    ++n;
+  }
+  size_t absent = never_n + refused_n + left_n;
+  t.waiting_for = rank_list(all, absent);
+  std::string of = cat(" of 0..", world - 1);
+  std::string text;
+  auto add = [&](const std::vector<int> &list, size_t n, const char *what) {
+    if (n == 0) return;
+    text += (text.empty() ? "" : "; ") + ranks_phrase(list, n) + (text.empty() ? of : "") + what;
+  };
+  add(never, never_n, " never connected");
+  add(refused, refused_n, " never joined");
+  add(left, left_n, " joined and left");
+  std::string seen;
+  size_t shown = 0;
+  for (const auto *list : {&refused, &left}) {
+    for (int r : *list) {
+      auto note = notes.find(r);
+      if (note == notes.end() || shown == 4) continue;
+      seen += cat(shown ? "; " : "", "rank ", r, " ", note->second.what, " ", seconds_ago(note->second.when), " (",
+                  note->second.detail, ")");
+      ++shown;
+    }
+  }
+  text += "; last seen: " + (seen.empty() ? std::string("none") : seen);
+  t.absent = text.substr(0, wire::kMaxTextBytes);
+  t.waiting_for = t.waiting_for.substr(0, wire::kMaxTextBytes);
+}
+
 // ---- requests -------------------------------------------------------------------------------
 
 void TcpStoreServer::Impl::on_request(Connection &c, wire::Message &&m) {
+  if (job_failure)
+    return reply(c, std::holds_alternative<wire::Abandon>(m) ? wire::Message(wire::Ok{}) : wire::Message(*job_failure));
   if (auto *set = std::get_if<wire::Set>(&m)) return on_set(c, std::move(*set));
   if (auto *get = std::get_if<wire::Get>(&m)) return on_get(c, *get);
   if (auto *add = std::get_if<wire::Add>(&m)) return on_add(c, *add);
   if (auto *wait = std::get_if<wire::Wait>(&m)) return on_wait(c, *wait);
   if (auto *check = std::get_if<wire::Check>(&m)) return reply(c, wire::Bool{missing_keys(check->keys).empty()});
   if (auto *erase = std::get_if<wire::Erase>(&m)) return on_erase(c, *erase);
+  if (auto *abandon = std::get_if<wire::Abandon>(&m)) {
+    pstate_status_t status = abandon->status > PSTATE_OK && abandon->status <= PSTATE_ERR_INTERNAL
+                                 ? static_cast<pstate_status_t>(abandon->status)
+                                 : PSTATE_ERR_INTERNAL;
+    fail_job(status,
+             cat(c.rank() >= 0 ? cat("rank ", c.rank()) : std::string("an observer"), " gave up: ", abandon->text));
+    return reply(c, wire::Ok{});
+  }
   stat_dropped.fetch_add(1);
   drop(c, cat("protocol violation: '", wire::op_name(wire::op_of(m)), "' is not a request"));
 }
@@ -515,6 +702,7 @@ void TcpStoreServer::Impl::finish_parked(Connection &c) {
     t.missing_count = static_cast<uint32_t>(missing.size());
     missing.resize(std::min(missing.size(), wire::kMaxTimedOutKeys));
     t.missing = std::move(missing);
+    absent_ranks(t);
     reply(c, t);
   }
   runnable.push_back(c.id);
@@ -587,7 +775,11 @@ void TcpStoreServer::Impl::drop(Connection &c, const std::string &why, LogLevel 
     logger.info("store: closing the connection of ", c.who(), ": ", why);
   if (c.claims_rank) {
     auto it = rank_holders.find(c.rank());
-    if (it != rank_holders.end() && it->second == c.id) rank_holders.erase(it);
+    if (it != rank_holders.end() && it->second == c.id) {
+      rank_holders.erase(it);
+      notes[c.rank()] =
+          RankNote{Clock::now(), "left", cat(c.origin(), ": its connection closed: it exited, was killed or finished")};
+    }
     c.claims_rank = false;
     publish_ranks();
   }
@@ -626,6 +818,16 @@ void TcpStoreServer::Impl::publish_stats() {
 
 namespace {
 
+bool is_loopback(const net::SocketAddress &a) {
+  if (a.family() == AF_INET)
+    return (ntohl(reinterpret_cast<const sockaddr_in *>(&a.storage)->sin_addr.s_addr) >> 24) == 127;
+  if (a.family() == AF_INET6) {
+    const in6_addr &v6 = reinterpret_cast<const sockaddr_in6 *>(&a.storage)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+  }
+  return false;
+}
+
 [[noreturn]] void throw_bind_error(const StoreServerOptions &o, const net::SocketAddress &a, int err) {
   std::string where = cat(o.host, " (", a.text(), ")");
   if (err == EADDRINUSE)
@@ -643,10 +845,13 @@ namespace {
 
 }  // namespace
 
-std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const StoreServerOptions &options, const Logger &logger) {
+std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const StoreServerOptions &options, const Logger &logger,
+                                                      int *bind_errno) {
+  if (bind_errno != nullptr) *bind_errno = 0;
   if (options.world_size < 1)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "store server: world_size ", options.world_size, " must be >= 1");
   auto impl = std::make_unique<Impl>();
+  impl->ever_joined.assign(static_cast<size_t>(options.world_size), false);
   impl->options = options;
   if (impl->options.max_connections == 0)
     impl->options.max_connections = 2 * static_cast<size_t>(options.world_size) + 256;
@@ -661,6 +866,7 @@ std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const StoreServerOptions &
   // lacks (no IPv6) is skipped as long as another address works.
   int port = options.port;
   int first_error = 0;
+  bool reachable_from_elsewhere = false;
   const net::SocketAddress *first_failed = nullptr;
   for (const net::SocketAddress &resolved : addresses) {
     net::SocketAddress a = resolved;
@@ -668,6 +874,7 @@ std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const StoreServerOptions &
     int err = 0;
     net::Fd fd = net::listen_on(a, 1024, &err);
     if (!fd.valid()) {
+      if (bind_errno != nullptr) *bind_errno = err;
       if (err != EADDRNOTAVAIL && err != EAFNOSUPPORT) throw_bind_error(options, a, err);
       if (first_failed == nullptr) {
         first_failed = &resolved;
@@ -676,16 +883,26 @@ std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const StoreServerOptions &
       continue;
     }
     if (port == 0) port = net::local_address(fd.get()).port();
+    reachable_from_elsewhere = reachable_from_elsewhere || !is_loopback(a);
     impl->listeners.push_back(std::move(fd));
   }
+  if (bind_errno != nullptr) *bind_errno = 0;
   if (impl->listeners.empty()) throw_bind_error(options, *first_failed, first_error);
   impl->port = port;
   impl->wake = net::Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!impl->wake.valid()) throw_error(PSTATE_ERR_TRANSPORT, "store server: eventfd: ", std::strerror(errno));
   Impl *raw = impl.get();
   impl->thread = std::thread([raw] { raw->run(); });
-  logger.info("store: serving ", cat("tcp://", options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host, ":", port),
-              " for ", options.world_size, " ranks", options.job_token.empty() ? " (no job token)" : " (job token required)");
+  std::string url =
+      cat("tcp://", options.host.find(':') != std::string::npos ? "[" + options.host + "]" : options.host, ":", port);
+  logger.info("store: serving ", url, " for ", options.world_size, " ranks",
+              options.job_token.empty() ? " (no job token)" : " (job token required)",
+              options.job_id.empty() ? std::string() : cat(", job '", options.job_id, "'"));
+  if (options.job_token.empty() && reachable_from_elsewhere)
+    logger.warn("store: serving ", url,
+                " without a job token: any process that reaches this port can join this job, "
+                "and a second job started on the same port would merge with it; set PSTATE_JOB_TOKEN on every rank "
+                "(pstate run does), and PSTATE_JOB_ID to tell jobs apart");
   return std::unique_ptr<TcpStoreServer>(new TcpStoreServer(std::move(impl)));
 }
 

@@ -3,10 +3,24 @@
 // One background thread serves every client with a poll() loop over non-blocking sockets: no
 // thread per client, no busy loop (it sleeps in poll until a socket or a timer needs it). A get or
 // wait on missing keys is parked server-side until a set/add provides them or its wait time
-// passes, so waiting clients cost nothing. Each connection must first pass the handshake (token
-// proof, rank claim, world size); a malformed or oversized frame, an unknown opcode, or a request
-// before the handshake closes that connection only. Limits: frame sizes (wire.hpp), number of
-// keys, total bytes, number of connections, time to complete the handshake.
+// passes, so waiting clients cost nothing. Each connection must first pass the handshake
+// (preamble, job id, token proof, rank claim, world size); a malformed or oversized frame, an
+// unknown opcode, or a request before the handshake closes that connection only. Limits: frame
+// sizes (wire.hpp), number of keys, total bytes, number of connections, time to complete the
+// handshake.
+//
+// The server also watches the rendezvous, since it is the one place that sees every rank arrive:
+//   - which ranks joined, which left, and why a rank was refused; a wait that times out is
+//     answered with that ("ranks 2 and 5 of 0..7 never connected; last seen: none"), which the
+//     waiting ranks log while they wait and name when they give up;
+//   - a refusal that makes the job impossible: a process that proved it belongs to this job (its
+//     token and job id match) refused for its rank claim (world size, range, a rank taken) before
+//     every rank of the world has joined. The job then fails at once: every parked request, every
+//     later request and every later handshake is answered Fail{that status, "the job cannot
+//     start: ..."} with the refused process's reason. A wrong token or job id is not such a
+//     refusal (a stranger must not be able to end a job); it is named in the waits' answers;
+//   - warnings, once: serving without a job token on an address other hosts can reach, and more
+//     processes claiming ranks than the world holds (two jobs on one port).
 #pragma once
 
 #include "bootstrap/store.hpp"
@@ -24,6 +38,7 @@ struct StoreServerOptions {
   int port = 0;                    // 0 = any free port (see TcpStoreServer::port())
   int world_size = 1;
   std::string job_token;           // empty = clients must have no token either
+  std::string job_id;              // PSTATE_JOB_ID; clients must say the same (empty = none)
   int owner_rank = 0;              // rank whose process serves, named in errors; -1 = not a rank
   size_t max_keys = kStoreMaxKeys;
   size_t max_total_bytes = size_t{4} << 30;  // keys + values
@@ -45,8 +60,10 @@ struct StoreServerStats {
 class TcpStoreServer {
  public:
   // Binds and listens (throws PSTATE_ERR_TRANSPORT with the cause: port taken, address not on
-  // this host, ...) and starts the serving thread.
-  static std::unique_ptr<TcpStoreServer> start(const StoreServerOptions &options, const Logger &logger);
+  // this host, ...) and starts the serving thread. *bind_errno (may be null) receives the errno of
+  // a failed bind (EADDRINUSE: someone holds the port), 0 otherwise.
+  static std::unique_ptr<TcpStoreServer> start(const StoreServerOptions &options, const Logger &logger,
+                                               int *bind_errno = nullptr);
   // Stops the thread and closes every connection (their clients then see PEER_LOST).
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer &) = delete;

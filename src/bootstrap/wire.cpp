@@ -33,6 +33,12 @@ class Writer {
                   kMaxKeyBytes, " bytes");
     bytes(reinterpret_cast<const uint8_t *>(k.data()), k.size());
   }
+  // A string of at most limit bytes (longer is refused: the caller cuts it first).
+  void text(const std::string &t, size_t limit, const char *what) {
+    if (t.size() > limit)
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, "store message: ", what, " of ", t.size(), " bytes; at most ", limit);
+    bytes(reinterpret_cast<const uint8_t *>(t.data()), t.size());
+  }
   void keys(const std::vector<std::string> &ks) {
     if (ks.size() > kMaxKeysPerRequest)
       throw_error(PSTATE_ERR_INVALID_ARGUMENT, "a store request of ", ks.size(), " keys: at most ",
@@ -64,6 +70,8 @@ void encode_body(Writer &w, const Hello &m) {
   w.i32(m.rank);
   w.i32(m.world_size);
   w.raw(m.client_nonce.data(), m.client_nonce.size());
+  w.i64(m.pid);
+  w.text(m.job_id, kMaxJobIdBytes, "job id");
 }
 void encode_body(Writer &w, const Challenge &m) {
   w.u32(kMagic);
@@ -97,6 +105,11 @@ void encode_body(Writer &w, const Wait &m) {
 }
 void encode_body(Writer &w, const Check &m) { w.keys(m.keys); }
 void encode_body(Writer &w, const Erase &m) { w.key(m.key); }
+void encode_body(Writer &w, const Abandon &m) {
+  std::string text = m.text.substr(0, kMaxTextBytes);
+  w.u32(m.status);
+  w.bytes(reinterpret_cast<const uint8_t *>(text.data()), text.size());
+}
 void encode_body(Writer &, const Ok &) {}
 void encode_body(Writer &w, const Value &m) {
   if (m.value.size() > kMaxValueBytes)
@@ -111,6 +124,9 @@ void encode_body(Writer &w, const TimedOut &m) {
                 kMaxTimedOutKeys);
   w.u32(m.missing_count);
   w.keys(m.missing);
+  w.u32(m.joined);
+  w.text(m.waiting_for, kMaxTextBytes, "waiting_for");
+  w.text(m.absent, kMaxTextBytes, "absent");
 }
 void encode_body(Writer &w, const Fail &m) {
   std::string text = m.text.substr(0, kMaxTextBytes);
@@ -220,6 +236,8 @@ Message decode_body(Op op, Cursor &c) {
       m.rank = c.i32();
       m.world_size = c.i32();
       m.client_nonce = c.fixed<kNonceBytes>("nonce");
+      m.pid = c.i64();
+      m.job_id = c.text(kMaxJobIdBytes, "job id");
       return m;
     }
     case Op::kChallenge: {
@@ -266,6 +284,12 @@ Message decode_body(Op op, Cursor &c) {
       return Check{c.keys(kMaxKeysPerRequest)};
     case Op::kErase:
       return Erase{c.key()};
+    case Op::kAbandon: {
+      Abandon m;
+      m.status = c.u32();
+      m.text = c.text(kMaxTextBytes, "text");
+      return m;
+    }
     case Op::kOk:
       return Ok{};
     case Op::kValue:
@@ -278,6 +302,9 @@ Message decode_body(Op op, Cursor &c) {
       TimedOut m;
       m.missing_count = c.u32();
       m.missing = c.keys(kMaxTimedOutKeys);
+      m.joined = c.u32();
+      m.waiting_for = c.text(kMaxTextBytes, "waiting_for");
+      m.absent = c.text(kMaxTextBytes, "absent");
       return m;
     }
     case Op::kFail: {
@@ -294,7 +321,13 @@ Message decode_body(Op op, Cursor &c) {
 bool known_op(uint8_t v) {
   switch (static_cast<Op>(v)) {
     case Op::kHello: case Op::kChallenge: case Op::kProof: case Op::kWelcome: case Op::kSet:
-    case Op::kGet: case Op::kAdd: case Op::kWait: case Op::kCheck: case Op::kErase: case Op::kOk:
+    case Op::kGet:
+    case Op::kAdd:
+    case Op::kWait:
+    case Op::kCheck:
+    case Op::kErase:
+    case Op::kAbandon:
+    case Op::kOk:
     case Op::kValue: case Op::kInt: case Op::kBool: case Op::kTimedOut: case Op::kFail:
       return true;
   }
@@ -311,9 +344,9 @@ Decoded malformed(std::string why) {
 }  // namespace
 
 Op op_of(const Message &m) {
-  static constexpr Op kOps[] = {Op::kHello, Op::kChallenge, Op::kProof, Op::kWelcome, Op::kSet, Op::kGet,
-                                Op::kAdd,   Op::kWait,      Op::kCheck, Op::kErase,   Op::kOk,  Op::kValue,
-                                Op::kInt,   Op::kBool,      Op::kTimedOut, Op::kFail};
+  static constexpr Op kOps[] = {Op::kHello, Op::kChallenge, Op::kProof, Op::kWelcome,  Op::kSet,     Op::kGet,
+                                Op::kAdd,   Op::kWait,      Op::kCheck, Op::kErase,    Op::kAbandon, Op::kOk,
+                                Op::kValue, Op::kInt,       Op::kBool,  Op::kTimedOut, Op::kFail};
   static_assert(std::size(kOps) == std::variant_size_v<Message>);
   return kOps[m.index()];
 }
@@ -330,6 +363,8 @@ const char *op_name(Op op) {
     case Op::kWait: return "wait";
     case Op::kCheck: return "check";
     case Op::kErase: return "erase";
+    case Op::kAbandon:
+      return "abandon";
     case Op::kOk: return "ok";
     case Op::kValue: return "value";
     case Op::kInt: return "int";

@@ -8,10 +8,17 @@
 // bytes. It is the one entry point a fuzzer needs (tests/fuzz feed it arbitrary bytes).
 //
 // Conversation (client → server, server → client):
-//   Hello{magic, version, rank, world_size, client_nonce} → Challenge{magic, version,
-//   token_required, server_nonce}; Proof{mac} → Welcome{mac, world_size} or Fail{status, text};
-//   then requests Set/Get/Add/Wait/Check/Erase, each answered by Ok/Value/Int/Bool/TimedOut/Fail.
-//   Opcodes are unique across both directions, so one decoder serves both ends.
+//   the client's preamble and Hello{magic, version, rank, world_size, client_nonce, pid, job_id}
+//   → the server's preamble and Challenge{magic, version, token_required, server_nonce} (or Fail:
+//   another job id, another version); Proof{mac} → Welcome{mac, world_size} or Fail{status,
+//   text}; then requests Set/Get/Add/Wait/Check/Erase/Abandon, each answered by Ok/Value/Int/
+//   Bool/TimedOut/Fail. Abandon{status, text}: this rank gives up on the job (its pstate_init
+//   failed); the server fails the job with that reason, so the ranks that wait hear it at once. Opcodes are unique
+//   across both directions, so one decoder serves both ends.
+// The preambles are one line of text each way, before any frame: the client speaks first, so a
+// service that is not a pstate store (an HTTP server on MASTER_PORT) answers the line with its
+// own words, which the client names at once instead of waiting for a reply that never parses;
+// and a pstate server drops a connection whose first bytes are not the client's line.
 #pragma once
 
 #include "bootstrap/store.hpp"
@@ -21,13 +28,25 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
 namespace pstate::wire {
 
 inline constexpr uint32_t kMagic = 0x53545350;  // the bytes "PSTS" on the wire
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;
+// The first bytes each way (see above). The client's is shaped like an HTTP/1.0 request with
+// an unknown method and ends in a blank line, so an HTTP server answers it at once with a status
+// line ("HTTP/1.0 501 ..."), and other line-based services with their own error; the server's
+// differs, so an echo service is not taken for a store.
+inline constexpr std::string_view kPreambleStem = "PSTATE-STORE/";  // then the version
+inline constexpr std::string_view kClientPreamble = "PSTATE-STORE/2 CLIENT HTTP/1.0\r\n\r\n";
+inline constexpr std::string_view kServerPreamble = "PSTATE-STORE/2 SERVER\r\n\r\n";
+inline constexpr size_t kMaxJobIdBytes = 256;  // PSTATE_JOB_ID
+// How a Fail that ends the whole job (not just this request) starts: a rank of the job was
+// refused in a way that means the world can never be complete (tcp_store_server.hpp).
+inline constexpr std::string_view kJobFailedPrefix = "the job cannot start: ";
 inline constexpr size_t kHeaderBytes = 4;
 inline constexpr size_t kNonceBytes = 32;
 inline constexpr size_t kMacBytes = 32;
@@ -39,7 +58,7 @@ inline constexpr size_t kMaxTimedOutKeys = 16;  // TimedOut lists at most this m
 // Largest body of any frame (a Set with the largest key and value, plus its field headers).
 inline constexpr size_t kMaxFrameBytes = kMaxValueBytes + kMaxKeyBytes + 64;
 // Largest body before the handshake completes: strangers cannot make the server allocate more.
-inline constexpr size_t kMaxHandshakeFrameBytes = 128;
+inline constexpr size_t kMaxHandshakeFrameBytes = 512;
 
 using Nonce = std::array<uint8_t, kNonceBytes>;
 using Mac = std::array<uint8_t, kMacBytes>;
@@ -55,6 +74,7 @@ enum class Op : uint8_t {
   kWait = 13,
   kCheck = 14,
   kErase = 15,
+  kAbandon = 16,
   kOk = 32,
   kValue = 33,
   kInt = 34,
@@ -69,6 +89,8 @@ struct Hello {
   int32_t rank = 0;             // -1: an observer that claims no rank
   int32_t world_size = 0;       // 0 with rank -1: observer that does not know the world size
   Nonce client_nonce{};
+  int64_t pid = 0;     // the client's process id (named in messages about it)
+  std::string job_id;  // PSTATE_JOB_ID; empty = none
 };
 struct Challenge {
   uint16_t version = kVersion;
@@ -105,6 +127,10 @@ struct Check {
 struct Erase {
   std::string key;
 };
+struct Abandon {
+  uint32_t status = 0;  // a pstate_status_t: why this rank gives up
+  std::string text;
+};
 // --- replies ---
 struct Ok {};
 struct Value {
@@ -119,13 +145,17 @@ struct Bool {
 struct TimedOut {
   uint32_t missing_count = 0;          // how many keys were missing
   std::vector<std::string> missing;    // the first few of them (at most kMaxTimedOutKeys)
+  // What the server knows about the world while the job is incomplete (empty texts otherwise):
+  uint32_t joined = 0;      // ranks connected now
+  std::string waiting_for;  // the absent ranks, short: "2, 5" or "8-15, 20 and 3 more"
+  std::string absent;       // in full: "ranks 2 and 5 of 0..7 never connected; last seen: none"
 };
 struct Fail {
   uint32_t status = 0;  // a pstate_status_t
   std::string text;
 };
 
-using Message = std::variant<Hello, Challenge, Proof, Welcome, Set, Get, Add, Wait, Check, Erase, Ok, Value,
+using Message = std::variant<Hello, Challenge, Proof, Welcome, Set, Get, Add, Wait, Check, Erase, Abandon, Ok, Value,
                              Int, Bool, TimedOut, Fail>;
 
 // The opcode of a message, and a short name for logs ("set", "timed_out").

@@ -3,12 +3,22 @@
 //   pstate run -n N [--nnodes M --node-rank K --master HOST:PORT] [--] PROGRAM [ARGS...]
 //
 // Starts N copies of PROGRAM with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
-// MASTER_ADDR, MASTER_PORT (a free loopback port, or --master) and PSTATE_JOB_TOKEN (kept from
-// the environment when set, else fresh random bytes) set, so pstate_init(env://) needs nothing
-// else. Every line a rank prints is prefixed "[RANK] " (stdout to stdout, stderr to stderr). When
-// a rank exits non-zero or dies of a signal, the others get SIGTERM, then SIGKILL after a grace
-// period, and the launcher exits with that rank's status (128 + signal for a signal), naming the
-// rank. SIGINT/SIGTERM to the launcher stop every rank the same way.
+// MASTER_ADDR, MASTER_PORT (a free loopback port, or --master), PSTATE_JOB_TOKEN (kept from the
+// environment when set, else fresh random bytes) and PSTATE_JOB_ID (kept when set, else derived
+// from the token, so every node of a job agrees) set, so pstate_init(env://) needs nothing else.
+// Every line a rank prints is prefixed "[RANK] " (stdout to stdout, stderr to stderr).
+//
+// When a rank exits non-zero or dies of a signal, the launcher names that rank first — the
+// earliest to end badly, and how (signal or exit status): a rank that ends in the same instant
+// after a killed one is its consequence, so a death by signal ranks before an exit status then —
+// and lets the others finish reporting what they saw (they usually fail at once with PEER_LOST):
+// they get --grace-ms to exit on their own, then SIGTERM, then SIGKILL --grace-ms later. It exits
+// with the first rank's status (128 + signal for a signal) and sums up how every rank ended.
+// When some ranks exited 0 and others still run (one hung in user code), it says every
+// --status-every seconds which ranks it waits for (pid, time since their last output); with
+// --max-wait S it stops them S seconds after the first rank exited 0 and exits 124, naming them.
+// SIGINT/SIGTERM to the launcher stop every rank at once (SIGTERM, then SIGKILL).
+#include "bootstrap/hmac_sha256.hpp"
 #include "cli/cli.hpp"
 #include "common/error.hpp"
 
@@ -23,6 +33,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
@@ -42,7 +53,12 @@ constexpr OptionSpec kOptions[] = {
     {"--nnodes", "M", "nodes in the job (default 1); global ranks are node-major"},
     {"--node-rank", "K", "this node's index, 0..M-1 (default 0)"},
     {"--master", "HOST:PORT", "rendezvous address (default 127.0.0.1 and a free port; required with --nnodes > 1)"},
-    {"--grace-ms", "MS", "after a failure, how long the other ranks get between SIGTERM and SIGKILL (default 3000)"},
+    {"--grace-ms", "MS",
+     "after a rank fails, how long the others get to report and exit on their own before SIGTERM, and again "
+     "before SIGKILL (default 3000)"},
+    {"--max-wait", "S", "once a rank has exited 0, stop the ranks still running after S more seconds (exit 124)"},
+    {"--status-every", "S",
+     "while some ranks exited 0 and others run, name the running ones every S seconds (default 10)"},
     {"--no-prefix", nullptr, "do not prefix output lines with the rank"},
     {"--bind-cores", nullptr, "pin local rank i to CPU i % (CPUs available), even when ranks outnumber CPUs"},
     {"--no-bind", nullptr, "do not pin ranks (default: pinned one per CPU when they fit, as mpirun does)"},
@@ -53,9 +69,11 @@ constexpr CommandSpec kSpec = {
     "start N ranks of a program with the torchrun environment",
     "-n N [--nnodes M --node-rank K --master HOST:PORT] [--] PROGRAM [ARGS...]",
     "Starts N processes of PROGRAM with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,\n"
-    "MASTER_ADDR, MASTER_PORT and PSTATE_JOB_TOKEN set for pstate_init(env://). Output lines are\n"
-    "prefixed with the rank. If a rank fails or dies, the others are stopped and pstate run exits\n"
-    "with that rank's status (128+signal when killed), naming it. Ctrl-C stops every rank.",
+    "MASTER_ADDR, MASTER_PORT, PSTATE_JOB_TOKEN and PSTATE_JOB_ID set for pstate_init(env://). Output\n"
+    "lines are prefixed with the rank. If a rank fails or dies, pstate run names it first (the\n"
+    "earliest, and how), gives the others --grace-ms to report and exit, then stops them, and exits\n"
+    "with that rank's status (128+signal when killed). A rank still running after the others exited\n"
+    "is named every --status-every seconds; --max-wait ends such a job. Ctrl-C stops every rank.",
     kOptions,
     true,
     true,
@@ -64,9 +82,15 @@ constexpr CommandSpec kSpec = {
 volatile sig_atomic_t g_stop_signal = 0;  // set by the signal handler only (async-signal-safe)
 extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
 
+using Clock = std::chrono::steady_clock;
+
 struct Rank {
   int rank = 0;
   pid_t pid = -1;
+  Clock::time_point last_output;  // start, or the last byte it wrote
+  Clock::time_point ended;        // when the launcher saw it end
+  int end_order = -1;             // 0 = the first rank seen to end, ...
+  bool stopped = false;           // pstate run sent it SIGTERM/SIGKILL
   int pid_fd = -1;  // pidfd_open(pid): readable once the rank exits, so the launcher's poll wakes
                     // then (and not up to one poll timeout later); -1 where the kernel has none
   int out_fd = -1, err_fd = -1;
@@ -142,6 +166,20 @@ std::string describe_status(int status) {
   return "stopped";
 }
 
+bool failed_status(int status) {
+  return !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+}
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f s", s);
+  return buf;
+}
+
 int exit_code_of(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
@@ -190,16 +228,29 @@ pid_t spawn(const std::vector<std::string> &argv, const std::vector<std::pair<st
 
 class Launcher {
  public:
-  Launcher(int nproc, int nnodes, int node_rank, std::string addr, int port, int grace_ms, bool prefix,
-           bool bind_cores)
-      : nproc_(nproc), nnodes_(nnodes), node_rank_(node_rank), addr_(std::move(addr)), port_(port),
-        grace_ms_(grace_ms), prefix_(prefix) {
+  Launcher(int nproc, int nnodes, int node_rank, std::string addr, int port, int grace_ms, int max_wait_s,
+           int status_every_s, bool prefix, bool bind_cores)
+      : nproc_(nproc),
+        nnodes_(nnodes),
+        node_rank_(node_rank),
+        addr_(std::move(addr)),
+        port_(port),
+        grace_ms_(grace_ms),
+        max_wait_s_(max_wait_s),
+        status_every_s_(status_every_s),
+        prefix_(prefix) {
     if (bind_cores) cpus_ = allowed_cpus();
   }
 
   int run(const std::vector<std::string> &program) {
     const char *token_env = std::getenv("PSTATE_JOB_TOKEN");
     std::string token = token_env != nullptr && *token_env ? token_env : random_token();
+    // The job id names this job in the store's refusals ("this store belongs to job ..."); derived
+    // from the token, so the nodes of one job agree without being told, and the token stays secret.
+    const char *job_id_env = std::getenv("PSTATE_JOB_ID");
+    std::string job_id = job_id_env != nullptr && *job_id_env
+                             ? job_id_env
+                             : "run-" + crypto::to_hex(crypto::sha256(crypto::as_bytes(token))).substr(0, 12);
     if (nnodes_ > 1 && (token_env == nullptr || !*token_env))
       std::fprintf(stderr, "pstate run: warning: PSTATE_JOB_TOKEN is not set; with --nnodes > 1 every node must "
                            "export the same token, or the store will refuse the other nodes\n");
@@ -210,11 +261,15 @@ class Launcher {
         throw_error(PSTATE_ERR_INTERNAL, "pipe: ", std::strerror(errno));
       Rank r;
       r.rank = node_rank_ * nproc_ + local;
-      std::vector<std::pair<std::string, std::string>> env = {
-          {"RANK", std::to_string(r.rank)},        {"WORLD_SIZE", std::to_string(world)},
-          {"LOCAL_RANK", std::to_string(local)},   {"LOCAL_WORLD_SIZE", std::to_string(nproc_)},
-          {"GROUP_RANK", std::to_string(node_rank_)}, {"MASTER_ADDR", addr_},
-          {"MASTER_PORT", std::to_string(port_)},  {"PSTATE_JOB_TOKEN", token}};
+      std::vector<std::pair<std::string, std::string>> env = {{"RANK", std::to_string(r.rank)},
+                                                              {"WORLD_SIZE", std::to_string(world)},
+                                                              {"LOCAL_RANK", std::to_string(local)},
+                                                              {"LOCAL_WORLD_SIZE", std::to_string(nproc_)},
+                                                              {"GROUP_RANK", std::to_string(node_rank_)},
+                                                              {"MASTER_ADDR", addr_},
+                                                              {"MASTER_PORT", std::to_string(port_)},
+                                                              {"PSTATE_JOB_TOKEN", token},
+                                                              {"PSTATE_JOB_ID", job_id}};
       int cpu = cpus_.empty() ? -1 : cpus_[static_cast<size_t>(local) % cpus_.size()];
       r.pid = spawn(program, env, out[1], err[1], out[0], err[0], cpu);
       ::close(out[1]);
@@ -222,8 +277,10 @@ class Launcher {
       r.out_fd = out[0];
       r.err_fd = err[0];
       r.pid_fd = static_cast<int>(::syscall(SYS_pidfd_open, r.pid, 0));
+      r.last_output = Clock::now();
       ranks_.push_back(std::move(r));
     }
+    start_ = Clock::now();
     return supervise();
   }
 
@@ -257,6 +314,7 @@ class Launcher {
       std::string &acc = is_err ? r->err_buf : r->out_buf;
       ssize_t n = ::read(fd, buf, sizeof buf);
       if (n > 0) {
+        r->last_output = Clock::now();
         acc.append(buf, static_cast<size_t>(n));
         emit_lines(acc, prefix_of(*r), is_err ? STDERR_FILENO : STDOUT_FILENO, false);
       } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
@@ -267,9 +325,11 @@ class Launcher {
     }
   }
 
-  // Reaps exited ranks; returns the first that failed (or nullptr).
-  Rank *reap() {
-    Rank *failed = nullptr;
+  // Reaps the ranks that ended and numbers them in the order they ended. Ranks seen ending in the
+  // same pass are ordered death by signal first (nothing but the signal made it end; a rank that
+  // exits with an error then was usually reacting to a peer that died), then by rank.
+  void reap() {
+    std::vector<Rank *> now;
     for (auto &r : ranks_) {
       if (r.exited) continue;
       int status = 0;
@@ -277,12 +337,24 @@ class Launcher {
       if (p == r.pid) {
         r.exited = true;
         r.status = status;
+        r.ended = Clock::now();
         if (r.pid_fd >= 0) ::close(r.pid_fd);
         r.pid_fd = -1;
-        if ((!WIFEXITED(status) || WEXITSTATUS(status) != 0) && failed == nullptr) failed = &r;
+        now.push_back(&r);
       }
     }
-    return failed;
+    std::stable_sort(now.begin(), now.end(),
+                     [](const Rank *a, const Rank *b) { return WIFSIGNALED(a->status) && !WIFSIGNALED(b->status); });
+    for (Rank *r : now) r->end_order = ended_++;
+  }
+
+  // The first rank, in end order, that failed (exit status != 0 or a signal), or nullptr.
+  const Rank *root_cause() const {
+    const Rank *first = nullptr;
+    for (const auto &r : ranks_)
+      if (r.exited && !r.stopped && failed_status(r.status) && (first == nullptr || r.end_order < first->end_order))
+        first = &r;
+    return first;
   }
 
   bool all_exited() const {
@@ -293,7 +365,19 @@ class Launcher {
 
   void signal_all(int sig) {
     for (auto &r : ranks_)
-      if (!r.exited) ::kill(r.pid, sig);
+      if (!r.exited) {
+        ::kill(r.pid, sig);
+        r.stopped = true;
+      }
+  }
+
+  // Forwards output and reaps until every rank ended or `ms` passed.
+  void let_run(int ms) {
+    auto until = Clock::now() + std::chrono::milliseconds(ms);
+    while (!all_exited() && Clock::now() < until && g_stop_signal == 0) {
+      pump_output(20);
+      reap();
+    }
   }
 
   // SIGTERM, grace period (still pumping output), then SIGKILL.
@@ -323,7 +407,78 @@ class Launcher {
     }
   }
 
+  void say(const std::string &line) const { write_all(STDERR_FILENO, "pstate run: " + line + "\n"); }
+
+  // "rank 2 exited with status 1 at 0.45 s, rank 1 was stopped by pstate run (killed by signal 15)"
+  std::string how_the_others_ended(const Rank *root) const {
+    std::vector<const Rank *> rest;
+    for (const auto &r : ranks_)
+      if (&r != root) rest.push_back(&r);
+    std::sort(rest.begin(), rest.end(), [](const Rank *a, const Rank *b) { return a->end_order < b->end_order; });
+    std::string out;
+    for (const Rank *r : rest) {
+      out += out.empty() ? "" : ", ";
+      if (r->stopped)
+        out += cat("rank ", r->rank, " was stopped by pstate run (it ", describe_status(r->status), ")");
+      else
+        out += cat("rank ", r->rank, " ", describe_status(r->status), " at ",
+                   seconds_text(seconds_between(start_, r->ended)));
+    }
+    return out;
+  }
+
+  // A rank failed: name it, let the others report, then stop them; the job's exit status.
+  int on_failure(const Rank &root) {
+    std::string why = describe_status(root.status);
+    say(cat("rank ", root.rank, " ", why, " at ", seconds_text(seconds_between(start_, root.ended)),
+            all_exited() ? std::string()
+                         : cat("; the other ranks have ", grace_ms_, " ms (--grace-ms) to report and exit")));
+    let_run(grace_ms_);
+    if (!all_exited()) stop_all();
+    drain();
+    const Rank *first = root_cause();  // the same, unless a rank that ended meanwhile ended first
+    say(cat("failed: rank ", first->rank, " ", describe_status(first->status), " first; then ",
+            how_the_others_ended(first)));
+    int code = exit_code_of(first->status);
+    return code == 0 ? kExitFailure : code;
+  }
+
+  // Some ranks exited 0, others still run: say which, every --status-every seconds; end the job
+  // --max-wait seconds after the first clean exit. Returns -1 to go on, else the exit status.
+  int watch_stragglers(Clock::time_point &next_status) {
+    const Rank *first_done = nullptr;
+    for (const auto &r : ranks_)
+      if (r.exited && (first_done == nullptr || r.end_order < first_done->end_order)) first_done = &r;
+    if (first_done == nullptr) return -1;
+    auto now = Clock::now();
+    std::string running, done;
+    for (const auto &r : ranks_) {
+      if (r.exited) {
+        done += cat(done.empty() ? "" : ", ", r.rank);
+      } else {
+        running += cat(running.empty() ? "" : ", ", "rank ", r.rank, " (pid ", r.pid, ", last output ",
+                       static_cast<long>(seconds_between(r.last_output, now)), " s ago)");
+      }
+    }
+    double waited = seconds_between(first_done->ended, now);
+    if (max_wait_s_ > 0 && waited >= max_wait_s_) {
+      say(cat("--max-wait ", max_wait_s_, " s passed since rank ", first_done->rank, " exited 0: stopping ", running));
+      stop_all();
+      drain();
+      say(cat("failed: ", running, " did not finish within --max-wait ", max_wait_s_, " s of rank ", first_done->rank));
+      return 124;
+    }
+    if (now >= next_status) {
+      say(cat("still waiting for ", running, "; ranks ", done, " exited 0 (", static_cast<long>(waited),
+              " s ago at the first)", max_wait_s_ > 0 ? std::string() : "; --max-wait S would end the job"));
+      next_status = now + std::chrono::seconds(status_every_s_);
+    }
+    return -1;
+  }
+
   int supervise() {
+    Clock::time_point next_status{};
+    bool someone_done = false;
     while (true) {
       pump_output(50);
       if (g_stop_signal != 0) {
@@ -331,26 +486,26 @@ class Launcher {
         stop_all();
         return 128 + g_stop_signal;
       }
-      if (Rank *failed = reap()) {
-        int code = exit_code_of(failed->status);
-        std::string why = describe_status(failed->status);
-        int rank = failed->rank;
-        drain();
-        std::fprintf(stderr, "pstate run: rank %d %s; stopping the other ranks\n", rank, why.c_str());
-        stop_all();
-        std::fprintf(stderr, "pstate run: failed: rank %d %s\n", rank, why.c_str());
-        return code == 0 ? kExitFailure : code;
-      }
+      reap();
+      if (const Rank *root = root_cause()) return on_failure(*root);
       if (all_exited()) {
         drain();
         return kExitOk;
       }
+      if (!someone_done && ended_ > 0) {  // the first clean exit: the first status line in --status-every s
+        someone_done = true;
+        next_status = Clock::now() + std::chrono::seconds(status_every_s_);
+      }
+      if (someone_done)
+        if (int code = watch_stragglers(next_status); code >= 0) return code;
     }
   }
 
   int nproc_, nnodes_, node_rank_;
   std::string addr_;
-  int port_, grace_ms_;
+  int port_, grace_ms_, max_wait_s_, status_every_s_;
+  int ended_ = 0;  // ranks seen ending so far
+  Clock::time_point start_;
   bool prefix_;
   std::vector<int> cpus_;  // --bind-cores: local rank i runs on cpus_[i % size]
   std::vector<Rank> ranks_;
@@ -365,6 +520,10 @@ int run_run(const ParsedArgs &args) {
   if (node_rank < 0 || node_rank >= nnodes) throw UsageError("--node-rank must be in 0..nnodes-1");
   int grace = args.int_value("--grace-ms", 3000);
   if (grace < 0) throw UsageError("--grace-ms must be >= 0");
+  int max_wait = args.int_value("--max-wait", 0);
+  if (max_wait < 0) throw UsageError("--max-wait must be >= 0 seconds (0: wait for ever)");
+  int status_every = args.int_value("--status-every", 10);
+  if (status_every < 1) throw UsageError("--status-every must be >= 1 second");
   if (args.positional().empty()) throw UsageError("PROGRAM is missing: pstate run -n N -- PROGRAM [ARGS...]");
 
   std::string addr = "127.0.0.1";
@@ -395,7 +554,8 @@ int run_run(const ParsedArgs &args) {
   if (args.flag("--bind-cores") && args.flag("--no-bind")) throw UsageError("--bind-cores and --no-bind exclude each other");
   bool bind = args.flag("--bind-cores") ||
               (!args.flag("--no-bind") && static_cast<size_t>(nproc) <= allowed_cpus().size());
-  Launcher launcher(nproc, nnodes, node_rank, addr, port, grace, !args.flag("--no-prefix"), bind);
+  Launcher launcher(nproc, nnodes, node_rank, addr, port, grace, max_wait, status_every, !args.flag("--no-prefix"),
+                    bind);
   return launcher.run(args.positional());
 }
 

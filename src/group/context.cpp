@@ -1,13 +1,16 @@
 // context.cpp — init_distributed_environment, initialize_model_parallel, destroy_*, abort.
 //
-// Rendezvous (collective over the world, bounded by the context timeout):
-//   1. resolve this rank's launch facts from the parameters and the environment;
+// Rendezvous (collective over the world, bounded by its own deadline: PSTATE_INIT_TIMEOUT_MS,
+// default 120 s, see launch_env.hpp):
+//   1. resolve this rank's launch facts from the parameters and the environment (a rank outside
+//      the world still tells the store, so the ranks that wait learn it at once, then fails);
 //   2. open the store (rank 0 serves a tcp:// store; the store claims the rank, checks the job
 //      token and the world size);
-//   3. start the UCX worker and publish "pstate/peer/<rank>" = {local rank given, worker address,
-//      pid, host id}; rank 0 gathers them into "pstate/peers", which every rank reads
+//   3. start the UCX worker and publish "pstate/peer/<rank>" = {local rank given, interfaces named,
+//      worker address, pid, host id}; rank 0 gathers them into "pstate/peers", which every rank reads
 //      (rank_records.hpp); local ranks nobody gave are derived from the hosts, duplicates refused;
-//      a CUDA context whose device ordinal was not known opens its device now;
+//      a CUDA context whose device ordinal was not known opens its device now; ranks of different
+//      hosts that limited UCX to loopback interfaces are refused on every rank, naming both;
 //   5. build the world group and run one barrier over UCX: when pstate_init returns, every
 //      rank has finished with the store and the transport has carried a message both ways.
 // A CUDA context loads CUDA (and NCCL when the world has more than one rank) and checks its
@@ -16,6 +19,7 @@
 #include "group/context.hpp"
 
 #include "bootstrap/netif.hpp"
+#include "bootstrap/wire.hpp"
 #include "group/group.hpp"
 #include "group/host_identity.hpp"
 #include "group/host_order.hpp"
@@ -53,9 +57,10 @@ uint32_t group_id_for(uint32_t generation, pstate_group_kind_t kind) {
 Context::Context(const pstate_init_params_t *params) {
   pstate_init_params_t defaults = PSTATE_INIT_PARAMS_INIT;
   const pstate_init_params_t &p = params != nullptr ? *params : defaults;
-  launch_ = resolve_launch_env(p, process_environment());
+  launch_ = resolve_launch_env(p, process_environment(), /*defer_rank_range=*/true);
   device_ = p.device;
   log_.set_rank(launch_.rank);
+  if (!launch_.rank_out_of_range.empty()) refuse_rank_out_of_range();
   const char *check = std::getenv("PSTATE_CHECK");
   check_ = check != nullptr && check[0] != '\0' && std::string(check) != "0";
   device_ordinal_param_ = p.device_ordinal;
@@ -79,6 +84,7 @@ void Context::open_device(int device_ordinal) {
   o.device_ordinal = device_ordinal >= 0 ? device_ordinal : launch_.local_rank;
   o.load_nccl = launch_.world_size > 1;  // a world of one never makes an NCCL communicator
   o.timeout_ms = launch_.timeout_ms;
+  o.socket_ifname = launch_.socket_ifname;
   try {
     device_ctx_ = make_cuda_device_context(o, log_);
   } catch (const Error &e) {
@@ -88,18 +94,56 @@ void Context::open_device(int device_ordinal) {
 
 Context::~Context() { abort(); }
 
-void Context::rendezvous() {
-  Deadline deadline = Deadline::after_ms(launch_.timeout_ms);
-  log_.info("init: ", launch_.describe());
-  store_ = open_store(launch_.store_options());
-  log_.info("init: store ", store_->describe(), " open");
-  // Host awareness, opt-in: renumber ranks host by host before anything uses the rank (the
-  // store claim above keeps the launcher's rank; launcher rank 0 stays rank 0).
-  if (order_ranks_by_host_from_env()) order_ranks_by_host(deadline);
-  if (!launch_.socket_ifname.empty())  // multi-host runs: say which network the job uses
-    log_.info("init: interface ", launch_.socket_ifname, " address ", ipv4_address_of(launch_.socket_ifname),
-              " carries the store connection and UCX TCP (PSTATE_SOCKET_IFNAME / socket_ifname)");
+// This process was started as a rank of the job with a rank the world does not have. The other
+// ranks would wait for the rank that is missing because of it until their deadline: the store
+// hears of it first (its refusal of this claim fails the job at once), then this rank fails.
+void Context::refuse_rank_out_of_range() {
+  bool told = false;
+  try {
+    StoreOptions o = launch_.store_options();
+    o.serve = false;
+    o.timeout_ms = std::min<int64_t>(o.timeout_ms, 2000);
+    Logger quiet(LogLevel::kNone);
+    open_store(o, quiet);
+  } catch (const Error &e) {
+    told = e.status() == PSTATE_ERR_MISMATCH;
+  }
+  throw_error(PSTATE_ERR_INVALID_ARGUMENT, launch_.rank_out_of_range,
+              told ? "; the store was told, so the other ranks stop waiting" : "");
+}
 
+void Context::rendezvous() {
+  Deadline deadline = Deadline::after_ms(launch_.init_timeout_ms);
+  log_.info("init: ", launch_.describe());
+  try {
+    store_ = open_store(launch_.store_options(), log_);
+    log_.info("init: store ", store_->describe(), " open");
+    // Host awareness, opt-in: renumber ranks host by host before anything uses the rank (the
+    // store claim above keeps the launcher's rank; launcher rank 0 stays rank 0).
+    if (order_ranks_by_host_from_env()) order_ranks_by_host(deadline);
+    if (!launch_.socket_ifname.empty()) {  // multi-host runs: say which network the job uses
+      InterfaceAddress store_if = launch_.store.kind == InitMethod::Kind::kTcp
+                                      ? interface_toward(launch_.socket_ifname, launch_.store.host)
+                                      : select_interfaces(launch_.socket_ifname).front();
+      log_.info("init: interface ", store_if.name, " address ", store_if.ipv4,
+                " carries the store connection; UCX TCP uses ",
+                describe_interfaces(select_interfaces(launch_.socket_ifname)),
+                " (PSTATE_SOCKET_IFNAME=", launch_.socket_ifname, ")");
+    }
+    rendezvous_with_store(deadline);
+  } catch (const Error &e) {
+    bool told = std::string_view(e.what()).rfind(wire::kJobFailedPrefix, 0) == 0;  // by another rank: said already
+    Error out = e.status() != PSTATE_ERR_TIMEOUT || told
+                    ? e
+                    : Error(e.status(), cat(e.what(), " [the rendezvous' deadline: ", launch_.init_timeout_ms,
+                                            " ms, from ", launch_.init_timeout_origin, "]"));
+    // The ranks that wait for this one hear why it gave up, at once, instead of at their deadline.
+    if (store_) store_->abandon(out.status(), out.what());
+    throw out;
+  }
+}
+
+void Context::rendezvous_with_store(Deadline deadline) {
   UcxWorkerOptions wo;
   wo.world_rank = launch_.rank;
   wo.world_size = launch_.world_size;
@@ -112,6 +156,7 @@ void Context::rendezvous() {
   log_.info("init: UCX worker up: ", worker_->describe_transports());
 
   exchange_peers(deadline);
+  check_interfaces_reach();
   settle_local_ranks();
   if (device_ == PSTATE_DEVICE_CUDA && !device_ctx_) open_device(device_ordinal_param_);  // its ordinal is known now
   worker_->set_directory([this](int r) { return peers_.at(static_cast<size_t>(r)); });
@@ -127,7 +172,10 @@ void Context::rendezvous() {
 // directory (job id and every record) that the others read in one get (rank_records.hpp: O(world)
 // store messages).
 void Context::exchange_peers(Deadline deadline) {
-  RankRecord mine{launch_.local_rank_given ? launch_.local_rank : -1, worker_->self_entry()};
+  RankRecord mine{
+      launch_.local_rank_given ? launch_.local_rank : -1,
+      launch_.socket_ifname.empty() ? std::string() : describe_interfaces(select_interfaces(launch_.socket_ifname)),
+      worker_->self_entry()};
   store_->set(peer_key(launch_.rank), encode_rank_record(mine), deadline);
   // The barrier also refuses an old job's keys (a reused file:// directory): more arrivals than ranks.
   store_barrier(*store_, "pstate/init", launch_.world_size, deadline);
@@ -155,9 +203,51 @@ void Context::exchange_peers(Deadline deadline) {
   job_id_ = d.job_id;
   peers_.clear();
   given_local_ranks_.clear();
+  interfaces_.clear();
   for (RankRecord &rec : d.ranks) {
     given_local_ranks_.push_back(rec.local_rank);
+    interfaces_.push_back(std::move(rec.interfaces));
     peers_.push_back(std::move(rec.peer));
+  }
+}
+
+namespace {
+
+// "lo 127.0.0.1" or "lo 127.0.0.1, lo2 127.0.0.2": every address is loopback.
+bool only_loopback(const std::string &interfaces) {
+  if (interfaces.empty()) return false;
+  size_t at = 0;
+  while (at < interfaces.size()) {
+    size_t end = interfaces.find(", ", at);
+    std::string item = interfaces.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    size_t space = item.rfind(' ');
+    if (space == std::string::npos || !is_loopback_ipv4(item.substr(space + 1))) return false;
+    if (end == std::string::npos) break;
+    at = end + 2;
+  }
+  return true;
+}
+
+}  // namespace
+
+// A rank whose named interfaces are all loopback advertises UCX addresses no other host can
+// reach; UCX would fail later with "Destination is unreachable" on whichever rank tried first.
+// Every rank sees the same directory, so every rank reports the same pair, at once.
+void Context::check_interfaces_reach() const {
+  for (int a = 0; a < launch_.world_size; ++a) {
+    const std::string &ia = interfaces_[static_cast<size_t>(a)];
+    if (!only_loopback(ia)) continue;
+    for (int b = 0; b < launch_.world_size; ++b) {
+      if (peers_[static_cast<size_t>(b)].host_id == peers_[static_cast<size_t>(a)].host_id) continue;
+      const std::string &ib = interfaces_[static_cast<size_t>(b)];
+      throw_error(PSTATE_ERR_TRANSPORT, "rank ", a, " (host ",
+                  host_identity_name(peers_[static_cast<size_t>(a)].host_id),
+                  ") limits its sockets to loopback interfaces (", ia, "), which rank ", b, " (host ",
+                  host_identity_name(peers_[static_cast<size_t>(b)].host_id), ", ",
+                  ib.empty() ? std::string("no interface named") : "interfaces " + ib,
+                  ") cannot reach: set PSTATE_SOCKET_IFNAME on every rank to the interfaces of the network between "
+                  "the hosts (e.g. eth0, or ^lo for all but loopback)");
+    }
   }
 }
 

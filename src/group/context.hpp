@@ -116,7 +116,12 @@ class Context {
 
  private:
   void rendezvous();
+  void rendezvous_with_store(Deadline deadline);
+  [[noreturn]] void refuse_rank_out_of_range();
   void exchange_peers(Deadline deadline);
+  // Ranks of different hosts that limited UCX to loopback interfaces cannot reach each other:
+  // TRANSPORT on every rank, naming both ranks' interfaces, before UCX tries.
+  void check_interfaces_reach() const;
   // initialize_model_parallel: MISMATCH on every rank unless every rank passed the same sizes.
   void require_same_parallel_config(const layout::ParallelConfig &pc);
   void settle_local_ranks();
@@ -139,6 +144,7 @@ class Context {
   std::string job_id_;
   int device_ordinal_param_ = -1;
   std::vector<int> given_local_ranks_;  // per world rank, from the rank directory; -1: derived
+  std::vector<std::string> interfaces_;  // per world rank: the interfaces it named ("" = none)
   std::unique_ptr<Store> store_;
   bool directory_published_ = false;  // rank 0 set "pstate/peers" (init failing after that lingers: see the constructor)
   std::unique_ptr<UcxWorker> worker_;

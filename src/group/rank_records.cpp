@@ -9,7 +9,8 @@ namespace pstate {
 
 namespace {
 
-constexpr char kRecordMagic[4] = {'P', 'S', 'R', '1'};
+constexpr char kRecordMagic[4] = {'P', 'S', 'R', '2'};
+constexpr uint32_t kMaxInterfacesText = 4096;
 constexpr char kDirectoryMagic[4] = {'P', 'S', 'D', '1'};
 
 void put_u32(std::vector<uint8_t> &out, uint32_t v) {
@@ -50,6 +51,8 @@ class Reader {
 std::vector<uint8_t> encode_rank_record(const RankRecord &record) {
   std::vector<uint8_t> out(kRecordMagic, kRecordMagic + 4);
   put_u32(out, static_cast<uint32_t>(record.local_rank));
+  put_u32(out, static_cast<uint32_t>(record.interfaces.size()));
+  out.insert(out.end(), record.interfaces.begin(), record.interfaces.end());
   std::vector<uint8_t> peer = encode_peer_entry(record.peer);
   out.insert(out.end(), peer.begin(), peer.end());
   return out;
@@ -61,6 +64,11 @@ RankRecord decode_rank_record(const std::vector<uint8_t> &bytes) {
   RankRecord rec;
   rec.local_rank = static_cast<int32_t>(r.u32());
   if (rec.local_rank < -1) throw_error(PSTATE_ERR_MISMATCH, "rendezvous: rank record has local rank ", rec.local_rank);
+  uint32_t n = r.u32();
+  if (n > kMaxInterfacesText)
+    throw_error(PSTATE_ERR_MISMATCH, "rendezvous: rank record names ", n, " bytes of interfaces");
+  const uint8_t *text = r.take(n);
+  rec.interfaces.assign(reinterpret_cast<const char *>(text), n);
   rec.peer = decode_peer_entry(r.rest());
   return rec;
 }

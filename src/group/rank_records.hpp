@@ -1,12 +1,14 @@
 // rank_records.hpp — what each rank publishes at rendezvous, and the one value that gathers them.
 //
 // Each rank sets "pstate/peer/<rank>" to its RankRecord: the local rank its launcher gave (-1:
-// none, derived from the hosts) and its UCX PeerEntry (worker address, pid, host id). Rank 0 reads
+// none, derived from the hosts), the interfaces PSTATE_SOCKET_IFNAME selected on it ("eth0
+// 10.0.0.2"; empty: none named), and its UCX PeerEntry (worker address, pid, host id). Rank 0 reads
 // every record and sets "pstate/peers" to a RankDirectory: the job id and all records in rank
 // order; every other rank reads that one value. So the store carries O(world) messages in all —
 // each rank reading every record itself was O(world^2) and dominated start-up past 64 ranks.
 //
-// Bytes (little-endian): record = "PSR1", i32 local rank, then encode_peer_entry(); directory =
+// Bytes (little-endian): record = "PSR2", i32 local rank, u32 interfaces length, interfaces, then
+// encode_peer_entry(); directory =
 // "PSD1", u32 job id length, job id, u32 record count, then each record as u32 length + bytes.
 // decode_* throw PSTATE_ERR_MISMATCH on anything malformed (another pstate version, a foreign
 // writer), never read out of bounds.
@@ -22,6 +24,7 @@ namespace pstate {
 
 struct RankRecord {
   int local_rank = -1;  // -1: no LOCAL_RANK / local_rank parameter on that rank
+  std::string interfaces;  // "eth0 10.0.0.2, eth1 10.1.0.2" (netif.hpp); empty: none named
   PeerEntry peer;
 };
 

@@ -11,7 +11,8 @@
  * - a CPU context in a process that loaded CUDA refuses device memory (through the driver entry
  *   cuPointerGetAttribute) and accepts pinned and managed memory;
  * - a failing ncclCommFinalize at pstate_finalize aborts the communicator instead (and finalize
- *   still frees everything).
+ *   still frees everything);
+ * - PSTATE_SOCKET_IFNAME becomes NCCL_SOCKET_IFNAME unless the user set that.
  */
 /* cmocka.h needs these first */
 // clang-format off
@@ -214,9 +215,40 @@ static void test_cuda_context_without_local_rank_uses_the_derived_local_rank(voi
   assert_int_equal(pstate_test_run_processes(2, 60, derived_ordinal_rank, NULL, NULL), 0);
 }
 
+/* One interface rule for every socket: PSTATE_SOCKET_IFNAME reaches NCCL as NCCL_SOCKET_IFNAME
+ * (same syntax) when pstate loads it, unless the user set NCCL_SOCKET_IFNAME (rank 1 here). */
+static int socket_ifname_rank(const pstate_test_rank_t *self) {
+  setenv("PSTATE_SOCKET_IFNAME", "=lo", 1);
+  if (self->rank == 1)
+    setenv("NCCL_SOCKET_IFNAME", "^docker", 1);
+  else
+    unsetenv("NCCL_SOCKET_IFNAME");
+  pstate_t *ps = NULL;
+  RANK_OK(self, devsim_init(self, 20000, &ps));
+  const char *nccl = getenv("NCCL_SOCKET_IFNAME");
+  const char *want = self->rank == 1 ? "^docker" : "=lo";
+  RANK_CHECK(self, nccl != NULL && strcmp(nccl, want) == 0, "NCCL_SOCKET_IFNAME=%s, want %s", nccl ? nccl : "(unset)",
+             want);
+  pstate_group_t *world = NULL;
+  RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &world));
+  float one = 1.0f, got = 0.0f;
+  void *d = devsim_device_copy(&one, sizeof one);
+  RANK_OK(self, pstate_all_reduce(world, d, d, 1, PSTATE_FLOAT32, PSTATE_SUM, NULL));
+  RANK_CHECK(self, devsim_to_host(&got, d, sizeof got, NULL) == 0 && got == 2.0f, "sum %g", got);
+  RANK_OK(self, pstate_finalize(ps));
+  cudaFree(d);
+  return 0;
+}
+
+static void test_nccl_socket_ifname_follows_pstate_socket_ifname_unless_set(void **state) {
+  (void)state;
+  assert_int_equal(pstate_test_run_processes(2, 60, socket_ifname_rank, NULL, NULL), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cuda_context_without_local_rank_uses_the_derived_local_rank),
+      cmocka_unit_test(test_nccl_socket_ifname_follows_pstate_socket_ifname_unless_set),
       cmocka_unit_test(test_failing_nccl_finalize_aborts_instead),
       cmocka_unit_test(test_runtime_variable_naming_a_missing_file_is_unsupported),
       cmocka_unit_test(test_runtime_variable_naming_a_non_runtime_is_unsupported),

@@ -12,6 +12,7 @@
 // local_world_size <= world_size when known, timeout >= 1, a tcp:// or file:// store (env://
 // resolved), an interface name of at most 15 bytes; describe() does not depend on the token.
 #include "bootstrap/launch_env.hpp"
+#include "bootstrap/netif.hpp"
 #include "fuzz_check.hpp"
 
 #include <cstddef>
@@ -66,7 +67,10 @@ void check(const LaunchEnv &l) {
                "local %d of %d (world %d)", l.local_rank, l.local_world_size, l.world_size);
   FUZZ_CHECK(l.timeout_ms >= 1, "timeout %lld", static_cast<long long>(l.timeout_ms));
   FUZZ_CHECK(l.store.kind != InitMethod::Kind::kEnv, "env:// left unresolved");
-  FUZZ_CHECK(l.socket_ifname.size() <= 15, "interface name of %zu bytes", l.socket_ifname.size());
+  FUZZ_CHECK(l.socket_ifname.size() <= 255, "interface rule of %zu bytes", l.socket_ifname.size());
+  FUZZ_CHECK(l.init_timeout_ms >= 1, "init timeout %lld", static_cast<long long>(l.init_timeout_ms));
+  FUZZ_CHECK(l.socket_ifname.empty() || fuzz::accepts([&] { parse_interface_rule(l.socket_ifname); }),
+             "an accepted interface rule does not parse again");
   FUZZ_CHECK(l.job_token.size() <= kMaxJobTokenBytes, "token of %zu bytes", l.job_token.size());
   FUZZ_CHECK(!l.launcher.empty(), "no launcher named");
   // describe() may say whether a token is set, never what it is: the line must not change when
@@ -77,6 +81,7 @@ void check(const LaunchEnv &l) {
   other.job_token.assign(l.job_token.size(), l.job_token.empty() ? '\0' : static_cast<char>(l.job_token[0] ^ 1));
   FUZZ_CHECK(other.describe() == line, "describe() depends on the token's bytes");
   StoreOptions o = l.store_options();
+  FUZZ_CHECK(o.timeout_ms == l.init_timeout_ms, "the store is opened with another deadline than the rendezvous'");
   FUZZ_CHECK(o.rank == l.rank && o.world_size == l.world_size && o.job_token == l.job_token,
              "store options disagree with the launch");
 }

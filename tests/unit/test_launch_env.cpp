@@ -326,12 +326,81 @@ void test_store_options_mirror_the_launch_settings(void **) {
   assert_true(o.serve);
 }
 
-// ---- interfaces ---------------------------------------------------------------------------------
+// ---- the rendezvous' deadline, job id, deferred rank range ----------------------------------
 
-void test_loopback_interface_has_127_0_0_1(void **) {
-  assert_string_equal(ipv4_address_of("lo").c_str(), "127.0.0.1");
-  expect_error([] { ipv4_address_of("nosuchif0"); }, PSTATE_ERR_INVALID_ARGUMENT,
-               {"'nosuchif0'", "does not exist or has no IPv4 address", "lo 127.0.0.1"});
+void test_init_timeout_is_its_own_default_120_s_or_what_is_given(void **) {
+  LaunchEnv e = resolve(kTorchrun);
+  assert_int_equal(e.init_timeout_ms, 120000);  // collectives keep 600 s
+  assert_int_equal(e.timeout_ms, 600000);
+  assert_int_equal(resolve(with(kTorchrun, {{"PSTATE_TIMEOUT_MS", "5000"}})).init_timeout_ms, 5000);  // shorter wins
+  assert_int_equal(resolve(with(kTorchrun, {{"PSTATE_TIMEOUT_MS", "900000"}})).init_timeout_ms, 120000);
+  assert_int_equal(resolve(with(kTorchrun, {{"PSTATE_INIT_TIMEOUT_MS", "300000"}})).init_timeout_ms, 300000);
+  pstate_init_params_t p = defaults();
+  p.timeout_ms = 3000;  // the caller's word for this call
+  assert_int_equal(resolve(kTorchrun, p).init_timeout_ms, 3000);
+  LaunchEnv both = resolve(with(kTorchrun, {{"PSTATE_INIT_TIMEOUT_MS", "2000"}}), p);
+  assert_int_equal(both.init_timeout_ms, 2000);
+  assert_string_equal(both.init_timeout_origin.c_str(), "PSTATE_INIT_TIMEOUT_MS");
+  assert_int_equal(both.store_options().timeout_ms, 2000);  // it bounds opening the store too
+  expect_invalid(with(kTorchrun, {{"PSTATE_INIT_TIMEOUT_MS", "2m"}}),
+                 {"PSTATE_INIT_TIMEOUT_MS='2m' is not a number of milliseconds"});
+  expect_invalid(with(kTorchrun, {{"PSTATE_INIT_TIMEOUT_MS", "0"}}),
+                 {"PSTATE_INIT_TIMEOUT_MS=0: the timeout must be at least 1 ms"});
+}
+
+void test_job_id_from_environment_and_its_limits(void **) {
+  assert_string_equal(resolve(with(kTorchrun, {{"PSTATE_JOB_ID", "llama-70b #3"}})).job_id.c_str(), "llama-70b #3");
+  assert_string_equal(resolve(with(kTorchrun, {{"PSTATE_JOB_ID", "j"}})).store_options().job_id.c_str(), "j");
+  expect_invalid(with(kTorchrun, {{"PSTATE_JOB_ID", std::string(300, 'j')}}),
+                 {"PSTATE_JOB_ID is 300 bytes; at most 256"});
+  expect_invalid(with(kTorchrun, {{"PSTATE_JOB_ID", "a\nb"}}), {"PSTATE_JOB_ID has a control character"});
+}
+
+void test_rank_out_of_range_can_be_deferred_to_tell_the_store(void **) {
+  auto env = with(kTorchrun, {{"RANK", "8"}, {"LOCAL_RANK", "0"}});
+  expect_invalid(env, {"rank 8 is out of range for world_size 8"});
+  pstate_init_params_t p = defaults();
+  LaunchEnv e = resolve_launch_env(p, fixed_environment(env), /*defer_rank_range=*/true);
+  assert_int_equal(e.rank, 8);
+  assert_non_null(std::strstr(e.rank_out_of_range.c_str(), "rank 8 is out of range for world_size 8 (ranks are 0..7"));
+  assert_string_equal(e.store_options().init_method.c_str(), "tcp://10.0.0.1:29500");
+}
+
+// ---- interfaces: NCCL_SOCKET_IFNAME's syntax ----------------------------------------------------
+
+std::vector<std::string> names_of(const std::vector<InterfaceAddress> &list) {
+  std::vector<std::string> out;
+  for (const auto &i : list) out.push_back(i.name);
+  return out;
+}
+
+void test_interface_rules_have_nccl_syntax(void **) {
+  const std::vector<InterfaceAddress> host = {
+      {"lo", "127.0.0.1"}, {"eth0", "10.0.0.2"}, {"eth1", "10.1.0.2"}, {"docker0", "172.17.0.1"}, {"ib0", "10.2.0.2"}};
+  using V = std::vector<std::string>;
+  assert_true(names_of(select_interfaces("eth", host)) == (V{"eth0", "eth1"}));  // prefix
+  assert_true(names_of(select_interfaces("eth1", host)) == (V{"eth1"}));
+  assert_true(names_of(select_interfaces("=eth0", host)) == (V{"eth0"}));                      // exact
+  assert_true(names_of(select_interfaces("eth0,ib", host)) == (V{"eth0", "ib0"}));             // a list
+  assert_true(names_of(select_interfaces("^lo,docker", host)) == (V{"eth0", "eth1", "ib0"}));  // exclusions
+  assert_true(names_of(select_interfaces("^=eth0", host)) == (V{"lo", "eth1", "docker0", "ib0"}));
+  expect_error([&] { select_interfaces("=eth", host); }, PSTATE_ERR_INVALID_ARGUMENT,
+               {"socket interface '=eth'", "matches no interface", "eth0 10.0.0.2"});
+  for (const char *bad : {"^", "eth0,,eth1", "=", "eth 0", "a-very-long-ifname"})
+    expect_error([&] { parse_interface_rule(bad); }, PSTATE_ERR_INVALID_ARGUMENT,
+                 {"PSTATE_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"});
+  assert_string_equal(resolve(with(kTorchrun, {{"PSTATE_SOCKET_IFNAME", "^lo,docker0"}})).socket_ifname.c_str(),
+                      "^lo,docker0");
+}
+
+void test_loopback_interface_of_this_host(void **) {
+  auto lo = select_interfaces("=lo");
+  assert_int_equal(lo.size(), 1);
+  assert_string_equal(lo[0].ipv4.c_str(), "127.0.0.1");
+  assert_string_equal(interface_toward("lo", "127.0.0.1").ipv4.c_str(), "127.0.0.1");
+  assert_true(is_loopback_ipv4("127.0.0.1") && !is_loopback_ipv4("10.0.0.1"));
+  expect_error([] { select_interfaces("nosuchif0"); }, PSTATE_ERR_INVALID_ARGUMENT,
+               {"'nosuchif0'", "matches no interface with an IPv4 address", "lo 127.0.0.1"});
 }
 
 }  // namespace
@@ -369,7 +438,11 @@ int main(void) {
       cmocka_unit_test(test_socket_ifname_from_environment_and_its_errors),
       cmocka_unit_test(test_describe_never_prints_the_token),
       cmocka_unit_test(test_store_options_mirror_the_launch_settings),
-      cmocka_unit_test(test_loopback_interface_has_127_0_0_1),
+      cmocka_unit_test(test_init_timeout_is_its_own_default_120_s_or_what_is_given),
+      cmocka_unit_test(test_job_id_from_environment_and_its_limits),
+      cmocka_unit_test(test_rank_out_of_range_can_be_deferred_to_tell_the_store),
+      cmocka_unit_test(test_interface_rules_have_nccl_syntax),
+      cmocka_unit_test(test_loopback_interface_of_this_host),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

@@ -9,6 +9,10 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 #include "store_test_util.hpp"  // last: it brings cmocka
 
 using namespace pstate;
@@ -216,6 +220,96 @@ void test_file_path_that_is_a_file_is_invalid_argument(void **) {
   expect_error([&] { open_file(file, 0, 1); }, PSTATE_ERR_INVALID_ARGUMENT, {"not a directory"});
 }
 
+// ---- start-up deployed wrongly (issue 19) ------------------------------------------------------
+
+// The last rank of the world to close cleanly removes what the store created: the directory too,
+// when the store made it.
+void test_file_last_rank_out_removes_the_store(void **) {
+  TempDir tmp;
+  std::string dir = tmp.path() + "/store";
+  auto r0 = open_file(dir, 0, 2);
+  auto r1 = open_file(dir, 1, 2);
+  r0->set("k", bytes_of("v"), soon());
+  assert_true(r0->close(soon()));
+  assert_int_equal(::access(dir.c_str(), F_OK), 0);  // rank 1 is still in
+  assert_true(r1->close(soon()));
+  assert_int_not_equal(::access(dir.c_str(), F_OK), 0);
+  // A directory the store did not make stays, empty of the store's files.
+  auto only = open_file(tmp.path(), 0, 1);
+  assert_true(only->close(soon()));
+  assert_int_equal(::access(tmp.path().c_str(), F_OK), 0);
+  assert_int_not_equal(::access((tmp.path() + "/meta").c_str(), F_OK), 0);
+}
+
+// A job whose processes died (here: killed with the store open) leaves its directory; the next
+// job finds nobody holding it and its processes gone, and reclaims it.
+void test_file_leftover_of_dead_processes_is_reclaimed(void **) {
+  TempDir tmp;
+  std::string dir = tmp.path() + "/store";
+  ChildBody killed = [&](int) -> int {
+    auto store = open_file(dir, 0, 2, "old-token");
+    store_barrier(*store, "never-complete", 1, soon());
+    store->set("old/key", bytes_of("old"), soon());
+    ::raise(SIGKILL);
+    return 0;
+  };
+  pid_t child = pstest::fork_child(killed, 0);
+  assert_int_equal(pst_wait(child, kLongMs), 128 + SIGKILL);
+  auto r0 = open_file(dir, 0, 3, "new-token");  // another token and world size: no AUTH, no MISMATCH
+  assert_false(r0->check("old/key", soon()));
+  auto r1 = open_file(dir, 1, 3, "new-token");
+  store_barrier(*r0, "init", 1, soon());
+}
+
+// The same leftover from processes of another host cannot be proven dead: it is named.
+void test_file_leftover_from_another_host_is_named(void **) {
+  TempDir tmp;
+  FILE *f = std::fopen((tmp.path() + "/meta").c_str(), "w");
+  assert_non_null(f);
+  std::fputs(
+      "pstate-file-store 2\nworld_size 2\ntoken none\njob_id -\ncreated_by_rank 0\n"
+      "created_by pid 4242 on host some-other-host (boot b, start 1)\n",
+      f);
+  std::fclose(f);
+  expect_error(
+      [&] { open_file(tmp.path(), 0, 2); }, PSTATE_ERR_MISMATCH,
+      {"holds the store of an earlier job (pids 4242 on host some-other-host", "delete it or use a new directory"});
+}
+
+// A process of the job refused for its claim before every rank joined ends the job: the ranks
+// that wait read it at their next poll.
+void test_file_refused_member_fails_the_waiting_ranks_at_once(void **) {
+  TempDir tmp;
+  auto r0 = open_file(tmp.path(), 0, 3);
+  std::atomic<int> status{-1};
+  std::string text;
+  std::thread waiter([&] {
+    try {
+      r0->wait({"pstate/init/done"}, Deadline::after_ms(20000));
+      status = PSTATE_OK;
+    } catch (const Error &e) {
+      text = e.what();
+      status = e.status();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto t0 = std::chrono::steady_clock::now();
+  expect_error([&] { open_file(tmp.path(), 2, 4); }, PSTATE_ERR_MISMATCH, {"rank 2 says world_size 4, rank 0 says 3"});
+  waiter.join();
+  assert_true(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
+  assert_int_equal(status.load(), PSTATE_ERR_MISMATCH);
+  assert_non_null(std::strstr(text.c_str(), "the job cannot start: the store refused rank 2"));
+}
+
+// A wait that times out names the ranks that never joined.
+void test_file_timeout_names_the_absent_ranks(void **) {
+  TempDir tmp;
+  auto r0 = open_file(tmp.path(), 0, 3);
+  auto r2 = open_file(tmp.path(), 2, 3);
+  expect_error([&] { r0->wait({"pstate/init/done"}, Deadline::after_ms(100)); }, PSTATE_ERR_TIMEOUT,
+               {"rank 1 of 0..2 never connected; last seen: none", "1 of 1 keys never set"});
+}
+
 }  // namespace
 
 int main(void) {
@@ -234,6 +328,11 @@ int main(void) {
       cmocka_unit_test(test_file_keys_with_slashes_binary_and_long_names_stay_distinct),
       cmocka_unit_test(test_file_erase_check_and_add_on_non_integer),
       cmocka_unit_test(test_file_path_that_is_a_file_is_invalid_argument),
+      cmocka_unit_test(test_file_last_rank_out_removes_the_store),
+      cmocka_unit_test(test_file_leftover_of_dead_processes_is_reclaimed),
+      cmocka_unit_test(test_file_leftover_from_another_host_is_named),
+      cmocka_unit_test(test_file_refused_member_fails_the_waiting_ranks_at_once),
+      cmocka_unit_test(test_file_timeout_names_the_absent_ranks),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

@@ -72,13 +72,23 @@ void wait_until(Cond cond) {
 
 // ---- a raw client, to speak the protocol wrong on purpose ----------------------------------
 
-net::Fd raw_connect(int port) {
+// Connects; with `greet`, exchanges the preambles first (the client's line, the server's line), as
+// every pstate client does, so what follows is frames.
+net::Fd raw_connect(int port, bool greet = true) {
   std::string error;
   auto addrs = net::resolve("127.0.0.1", port, &error);
   assert_false(addrs.empty());
   int err = 0;
   net::Fd fd = net::connect_to(addrs.front(), nullptr, soon(), &err);
   assert_true(fd.valid());
+  if (!greet) return fd;
+  Bytes line(wire::kClientPreamble.begin(), wire::kClientPreamble.end());
+  assert_int_equal(static_cast<int>(net::send_all(fd.get(), line.data(), line.size(), soon(), &err)),
+                   static_cast<int>(net::IoResult::kDone));
+  Bytes answer(wire::kServerPreamble.size());
+  assert_int_equal(static_cast<int>(net::recv_exact(fd.get(), answer.data(), answer.size(), soon(), &err)),
+                   static_cast<int>(net::IoResult::kDone));
+  assert_true(std::string(answer.begin(), answer.end()) == wire::kServerPreamble);
   return fd;
 }
 
@@ -294,7 +304,7 @@ void test_tcp_unreachable_store_times_out_naming_the_address(void **) {
 
 void test_tcp_garbage_bytes_close_only_that_connection(void **) {
   auto rank0 = serve(2);
-  net::Fd stranger = raw_connect(rank0->port());
+  net::Fd stranger = raw_connect(rank0->port(), /*greet=*/false);
   raw_send(stranger.get(), bytes_of("GET / HTTP/1.1\r\nHost: x\r\n\r\n"));
   assert_true(closed_by_server(stranger.get()));
   // The store still serves its members and admits new ones.
@@ -555,6 +565,101 @@ void test_tcp_taken_port_is_a_clear_error(void **) {
                {"cannot serve the store on 127.0.0.1", std::to_string(port), "already in use", "MASTER_PORT"});
 }
 
+// ---- start-up deployed wrongly (issue 19) ------------------------------------------------------
+
+double ms_now() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// An HTTP server's answer to the client's greeting is named at once, with what it said.
+void test_tcp_foreign_service_is_named_at_once(void **) {
+  std::string error;
+  net::SocketAddress any = net::resolve("127.0.0.1", 0, &error).front();
+  int err = 0;
+  net::Fd listener = net::listen_on(any, 16, &err);
+  assert_true(listener.valid());
+  int port = net::local_address(listener.get()).port();
+  std::thread http([&] {
+    pollfd p{listener.get(), POLLIN, 0};
+    if (::poll(&p, 1, kLongMs) != 1) return;
+    net::Fd c(::accept(listener.get(), nullptr, nullptr));
+    char buf[256];
+    (void)!::recv(c.get(), buf, sizeof buf, 0);  // the greeting line
+    const char answer[] = "HTTP/1.0 501 Unsupported method ('PSTATE-STORE/2')\r\nServer: test\r\n\r\n";
+    (void)!::send(c.get(), answer, sizeof answer - 1, MSG_NOSIGNAL);
+    ::usleep(200000);
+  });
+  double t0 = ms_now();
+  expect_error([&] { open_tcp(options_for(1, 2, port)); }, PSTATE_ERR_TRANSPORT,
+               {"is not a pstate store", "it answered 'HTTP/1.0 501 Unsupported method", "(an HTTP server)"});
+  assert_true(ms_now() - t0 < 1500);
+  http.join();
+}
+
+// A process of the job refused for its claim (here: another world size) before the world is
+// complete ends the job: the ranks waiting in the store hear it at once, with its reason.
+void test_tcp_refused_member_fails_the_waiting_ranks_at_once(void **) {
+  auto rank0 = serve(3);
+  auto rank1 = join(*rank0, 1, 3);
+  std::atomic<int> status{-1};
+  std::string text;
+  std::thread waiter([&] {
+    try {
+      rank1->wait({"pstate/init/done"}, Deadline::after_ms(20000));
+      status = PSTATE_OK;
+    } catch (const Error &e) {
+      text = e.what();
+      status = e.status();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  double t0 = ms_now();
+  expect_error([&] { join(*rank0, 2, 4); }, PSTATE_ERR_MISMATCH, {"rank 2 says world_size 4, rank 0 says 3"});
+  waiter.join();
+  assert_true(ms_now() - t0 < 2000);
+  assert_int_equal(status.load(), PSTATE_ERR_MISMATCH);
+  assert_non_null(std::strstr(text.c_str(), "the job cannot start: the store refused rank 2"));
+  assert_non_null(std::strstr(text.c_str(), "rank 2 says world_size 4, rank 0 says 3"));
+  // ...and so does every later request and every later member.
+  expect_error([&] { rank0->get("x", soon()); }, PSTATE_ERR_MISMATCH, {"the job cannot start"});
+}
+
+// Once every rank has joined, a refusal ends nothing (a late duplicate is a stranger now).
+void test_tcp_refusal_after_the_world_is_complete_ends_nothing(void **) {
+  auto rank0 = serve(2);
+  auto rank1 = join(*rank0, 1, 2);
+  expect_error([&] { join(*rank0, 1, 2); }, PSTATE_ERR_MISMATCH, {"rank 1 is already taken"});
+  rank1->set("k", bytes_of("v"), soon());
+  assert_string_equal(text_of(rank0->get("k", soon())).c_str(), "v");
+}
+
+// A wrong token ends nothing, but a wait that times out names the rank and the refusal.
+void test_tcp_timeout_names_the_absent_ranks_and_what_the_store_saw(void **) {
+  auto rank0 = serve(3, "right");
+  expect_error([&] { join(*rank0, 1, 3, "wrong"); }, PSTATE_ERR_AUTH, {"job token refused"});
+  expect_error([&] { rank0->wait({"pstate/init/done"}, Deadline::after_ms(200)); }, PSTATE_ERR_TIMEOUT,
+               {"rank 2 of 0..2 never connected; rank 1 never joined; last seen: rank 1 refused", "job token refused",
+                "1 of 1 keys never set"});
+}
+
+void test_tcp_job_id_names_the_other_job(void **) {
+  StoreOptions a = options_for(0, 2, 0);
+  a.job_id = "job-A";
+  auto rank0 = open_tcp(a);
+  StoreOptions b = options_for(1, 2, rank0->port());
+  b.job_id = "job-B";
+  expect_error([&] { open_tcp(b); }, PSTATE_ERR_MISMATCH, {"this store belongs to job 'job-A', you are job 'job-B'"});
+  b.job_id = "job-A";
+  assert_non_null(open_tcp(b).get());
+}
+
+// A second rank 0 finds the port taken, asks its holder, and is told rank 0 is taken.
+void test_tcp_second_rank_0_is_told_rank_0_is_taken(void **) {
+  auto rank0 = serve(2, "t");
+  expect_error([&] { open_tcp(options_for(0, 2, rank0->port(), "t")); }, PSTATE_ERR_MISMATCH,
+               {"rank 0 is already taken by another process", "the process that serves this store"});
+}
+
 // ---- addresses, values, operations ------------------------------------------------------------
 
 void test_tcp_ipv6_loopback_works(void **) {
@@ -663,6 +768,12 @@ int main(void) {
       cmocka_unit_test(test_tcp_killed_server_gives_clients_peer_lost_naming_the_address),
       cmocka_unit_test(test_tcp_client_retries_until_the_server_starts),
       cmocka_unit_test(test_tcp_taken_port_is_a_clear_error),
+      cmocka_unit_test(test_tcp_foreign_service_is_named_at_once),
+      cmocka_unit_test(test_tcp_refused_member_fails_the_waiting_ranks_at_once),
+      cmocka_unit_test(test_tcp_refusal_after_the_world_is_complete_ends_nothing),
+      cmocka_unit_test(test_tcp_timeout_names_the_absent_ranks_and_what_the_store_saw),
+      cmocka_unit_test(test_tcp_job_id_names_the_other_job),
+      cmocka_unit_test(test_tcp_second_rank_0_is_told_rank_0_is_taken),
       cmocka_unit_test(test_tcp_ipv6_loopback_works),
       cmocka_unit_test(test_tcp_socket_ifname_binds_the_client_to_that_interface),
       cmocka_unit_test(test_tcp_large_value_round_trips_and_oversize_is_refused),

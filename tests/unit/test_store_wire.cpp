@@ -34,6 +34,8 @@ std::vector<Message> one_of_each() {
   hello.rank = 3;
   hello.world_size = 8;
   hello.client_nonce.fill(0xab);
+  hello.pid = 123456;
+  hello.job_id = "job-A";
   Challenge challenge;
   challenge.token_required = true;
   challenge.server_nonce.fill(0x11);
@@ -52,11 +54,12 @@ std::vector<Message> one_of_each() {
           Wait{{"a", "b", "c"}, 42},
           Check{{"a"}},
           Erase{"gone"},
+          Abandon{PSTATE_ERR_TIMEOUT, "rank 2 of 0..2 never connected"},
           Ok{},
           Value{Bytes(1000, 7)},
           Int{INT64_MIN},
           Bool{true},
-          TimedOut{5, {"x", "y"}},
+          TimedOut{5, {"x", "y"}, 6, "2, 5", "ranks 2 and 5 of 0..7 never connected; last seen: none"},
           Fail{PSTATE_ERR_MISMATCH, "rank 2 is already taken"}};
 }
 

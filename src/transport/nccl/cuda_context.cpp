@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 #include <utility>
 
@@ -65,7 +66,23 @@ CudaDeviceContext::CudaDeviceContext(const DeviceContextOptions &options, const 
   if (cuda_->api().DeviceGetPCIBusId(bus, sizeof bus, device_) == cudaSuccess) pci_bus_id_ = bus;
   cuda_->api().GetLastError();
   if (options.load_nccl) nccl_ = NcclLib::load();
+  share_interface_rule(options.socket_ifname);  // before any NCCL communicator reads it
   log_.info("cuda: ", describe());
+}
+
+// One interface rule for every socket of the job: NCCL reads NCCL_SOCKET_IFNAME (the same
+// syntax) when it makes its first communicator, after this. A value the user set is theirs.
+void CudaDeviceContext::share_interface_rule(const std::string &rule) const {
+  if (rule.empty()) return;
+  const char *user = std::getenv("NCCL_SOCKET_IFNAME");
+  if (user != nullptr) {
+    if (rule != user)
+      log_.info("cuda: NCCL_SOCKET_IFNAME=", user, " is kept as set; PSTATE_SOCKET_IFNAME=", rule,
+                " applies to the store and UCX");
+    return;
+  }
+  ::setenv("NCCL_SOCKET_IFNAME", rule.c_str(), 0);
+  log_.info("cuda: NCCL_SOCKET_IFNAME=", rule, " (from PSTATE_SOCKET_IFNAME)");
 }
 
 CudaDeviceContext::~CudaDeviceContext() {

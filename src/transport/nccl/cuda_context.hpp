@@ -54,6 +54,8 @@ class CudaDeviceContext final : public DeviceContext {
                    const std::string &where) const;
 
  private:
+  void share_interface_rule(const std::string &rule) const;
+
   Logger log_;
   std::unique_ptr<CudaLib> cuda_;  // first member: released last
   std::unique_ptr<NcclLib> nccl_;

@@ -99,6 +99,8 @@ struct DeviceContextOptions {
   int device_ordinal = 0;     // made current on the creating thread (cudaSetDevice)
   bool load_nccl = true;      // false when the world has one rank (no NCCL needed)
   int64_t timeout_ms = 600000;
+  std::string socket_ifname;  // PSTATE_SOCKET_IFNAME's rule: NCCL gets it as NCCL_SOCKET_IFNAME
+                              // (same syntax) unless the user set that variable
   void *stream = nullptr;     // the context stream; nullptr = CUDA's default (legacy) stream,
                               // so NULL in the C API orders with the caller's default-stream work
 };

@@ -3,6 +3,7 @@
 // then block, failure detection) lives in ucx_wait.cpp.
 #include "transport/ucx/ucx_worker.hpp"
 
+#include "bootstrap/netif.hpp"
 #include "common/dev_shm.hpp"
 #include "transport/ucx/ucx_tag.hpp"
 
@@ -93,9 +94,13 @@ void UcxWorker::init_context() {
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &cfg.config);
   if (st != UCS_OK) throw_ucx("ucp_config_read", st, "check the UCX_* environment variables");
   if (!options_.socket_ifname.empty()) {
-    st = ucp_config_modify(cfg.config, "NET_DEVICES", options_.socket_ifname.c_str());
+    // The rule (NCCL's syntax: prefixes, =exact, ^exclusions) picks this host's interfaces; UCX
+    // takes their names.
+    std::string devices;
+    for (const auto &i : select_interfaces(options_.socket_ifname)) devices += (devices.empty() ? "" : ",") + i.name;
+    st = ucp_config_modify(cfg.config, "NET_DEVICES", devices.c_str());
     if (st != UCS_OK) throw_ucx("ucp_config_modify(NET_DEVICES)", st, "PSTATE_SOCKET_IFNAME=" + options_.socket_ifname);
-    options_.logger.info("ucx: UCX_NET_DEVICES=", options_.socket_ifname, " (from PSTATE_SOCKET_IFNAME)");
+    options_.logger.info("ucx: UCX_NET_DEVICES=", devices, " (from PSTATE_SOCKET_IFNAME=", options_.socket_ifname, ")");
   }
   for (const auto &[name, value] : options_.ucx_config) {
     st = ucp_config_modify(cfg.config, name.c_str(), value.c_str());
@@ -138,10 +143,13 @@ void UcxWorker::init_worker() {
 void UcxWorker::check_socket_ifname() const {
   if (options_.socket_ifname.empty()) return;
   auto resources = transport_resources();
-  std::string suffix = "/" + options_.socket_ifname;
-  bool found = std::any_of(resources.begin(), resources.end(), [&](const std::string &r) {
-    return r.size() >= suffix.size() && r.compare(r.size() - suffix.size(), suffix.size(), suffix) == 0;
-  });
+  bool found = false;
+  for (const auto &i : select_interfaces(options_.socket_ifname)) {
+    std::string suffix = "/" + i.name;
+    found = found || std::any_of(resources.begin(), resources.end(), [&](const std::string &r) {
+              return r.size() >= suffix.size() && r.compare(r.size() - suffix.size(), suffix.size(), suffix) == 0;
+            });
+  }
   if (!found)
     options_.logger.warn("ucx: PSTATE_SOCKET_IFNAME=", options_.socket_ifname,
                          " names no network device UCX can use (", describe_transports(),

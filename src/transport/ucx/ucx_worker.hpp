@@ -86,7 +86,7 @@ struct UcxWorkerOptions {
   int world_rank = 0;
   int world_size = 1;
   std::string host_id;        // this rank's host id (compared with PeerEntry::host_id)
-  std::string socket_ifname;  // PSTATE_SOCKET_IFNAME: becomes UCX_NET_DEVICES when non-empty
+  std::string socket_ifname;  // PSTATE_SOCKET_IFNAME rule (netif.hpp): its interfaces become UCX_NET_DEVICES
   // Extra UCX settings applied with ucp_config_modify (name without "UCX_", e.g. {"TLS","tcp"});
   // the process environment (UCX_*) is read first, so these win.
   std::vector<std::pair<std::string, std::string>> ucx_config;
