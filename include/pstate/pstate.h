@@ -424,8 +424,8 @@ PSTATE_API pstate_status_t pstate_reduce(pstate_group_t *g, const void *send, vo
  *  in a CUDA context grouped ncclSend/ncclRecv, as vLLM's PyNccl does). send is ignored on the
  *  other ranks (it may be NULL there), but world_size * recv_count must fit on every rank
  *  (INVALID_ARGUMENT everywhere otherwise, as for gather). In place on root: recv == send +
- *  root * recv_count; in a CPU context also recv == send (pstate moves the root's block to the
- *  front once the other blocks have left: the rest of send is then unspecified). */
+ *  root * recv_count; in a CPU context also recv == send (pstate copies the root's block to the
+ *  front once every other block has left; the rest of send is left as it was). */
 PSTATE_API pstate_status_t pstate_scatter(pstate_group_t *g, const void *send, void *recv, size_t recv_count,
                                           pstate_dtype_t dtype, int root, void *stream);
 /** Sends count elements to group rank dst (returns when the buffer may be reused). */
