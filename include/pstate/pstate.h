@@ -364,8 +364,11 @@ PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int s
 /* all_reduce send == recv; all_gather send == recv + rank_in_group * send_count, or (CPU)      */
 /* send == recv; reduce_scatter recv == send + rank_in_group * recv_count, or (CPU) recv ==     */
 /* send; gather on dst send == recv + dst * send_count, or (CPU) send == recv; all_to_all (CPU) */
-/* send == recv. Any other overlap is INVALID_ARGUMENT naming both ranges and the forms (the    */
-/* check is local and costs two comparisons). In a CUDA context only NCCL's forms are accepted. */
+/* send == recv; reduce on root send == recv; scatter on root recv == send + root * recv_count, */
+/* or (CPU) recv == send. Any other overlap is INVALID_ARGUMENT naming both ranges and the forms */
+/* (the check is local and costs two comparisons). In a CUDA context only NCCL's forms are      */
+/* accepted. Rooted calls check only the buffers the rank uses: recv of reduce and send of      */
+/* scatter are ignored (may be NULL) on the ranks other than root.                              */
 /*                                                                                              */
 /* Errors common to all: INVALID_ARGUMENT (NULL buffer with count > 0, bad dtype/op/rank,       */
 /* overlapping buffers, a count too large), INVALID_STATE (another thread is inside a call on   */
@@ -410,6 +413,21 @@ PSTATE_API pstate_status_t pstate_gather(pstate_group_t *g, const void *send, vo
  *  In place (CPU contexts only): send == recv. */
 PSTATE_API pstate_status_t pstate_all_to_all(pstate_group_t *g, const void *send, void *recv,
                                              size_t count_per_rank, pstate_dtype_t dtype, void *stream);
+/** recv on group rank `root` (count elements) = op over the ranks of send[i] (MPI_Reduce,
+ *  ncclReduce, torch.distributed.reduce). recv is ignored on the other ranks: it may be NULL
+ *  there and is never written. In place on root: send == recv. AVG divides by the group size,
+ *  as all_reduce does; the notes on reductions above apply. */
+PSTATE_API pstate_status_t pstate_reduce(pstate_group_t *g, const void *send, void *recv, size_t count,
+                                         pstate_dtype_t dtype, pstate_reduce_op_t op, int root, void *stream);
+/** send on group rank `root` holds world_size blocks of recv_count elements; block r lands in
+ *  recv of group rank r, the root's own block included (MPI_Scatter, torch.distributed.scatter;
+ *  in a CUDA context grouped ncclSend/ncclRecv, as vLLM's PyNccl does). send is ignored on the
+ *  other ranks (it may be NULL there), but world_size * recv_count must fit on every rank
+ *  (INVALID_ARGUMENT everywhere otherwise, as for gather). In place on root: recv == send +
+ *  root * recv_count; in a CPU context also recv == send (pstate copies the root's block to the
+ *  front once every other block has left; the rest of send is left as it was). */
+PSTATE_API pstate_status_t pstate_scatter(pstate_group_t *g, const void *send, void *recv, size_t recv_count,
+                                          pstate_dtype_t dtype, int root, void *stream);
 /** Sends count elements to group rank dst (returns when the buffer may be reused). */
 PSTATE_API pstate_status_t pstate_send(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t dtype,
                                        int dst, void *stream);
@@ -587,6 +605,8 @@ struct pstate_api_t {
   pstate_status_t (*broadcast_tensor_dict)(pstate_group_t *g, const pstate_tensor_t *tensors, size_t count, int src, pstate_alloc_fn alloc, void *user, void *stream);
   pstate_status_t (*send_tensor_dict)(pstate_group_t *g, const pstate_tensor_t *tensors, size_t count, int dst, void *stream);
   pstate_status_t (*recv_tensor_dict)(pstate_group_t *g, int src, pstate_alloc_fn alloc, void *user, void *stream);
+  pstate_status_t (*reduce)(pstate_group_t *g, const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op, int root, void *stream);
+  pstate_status_t (*scatter)(pstate_group_t *g, const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, int root, void *stream);
 };
 
 /** The table for ABI `abi_major` (pass PSTATE_ABI_MAJOR), or NULL when this library does not

@@ -220,6 +220,76 @@ PSTATE_API pstate_status_t pstate_all_to_all(pstate_group_t *g, const void *send
   });
 }
 
+// reduce: recv matters on root only. The other ranks' recv is neither checked nor passed on
+// (the group and the device get NULL there), so it is never written, whatever the caller gave.
+PSTATE_API pstate_status_t pstate_reduce(pstate_group_t *g, const void *send, void *recv, size_t count,
+                                         pstate_dtype_t dtype, pstate_reduce_op_t op, int root, void *stream) {
+  return PSTATE_GUARD({
+    check_op(g, dtype, stream, "pstate_reduce");
+    ContextEntry entry(g->context(), "pstate_reduce");
+    require_op(op);
+    require_rank(g, root, "root");
+    const size_t bytes = require_buffer(send, count, dtype, 1, "send");
+    const bool is_root = g->rank_in_group() == root;
+    void *out = is_root ? recv : nullptr;
+    if (is_root) {
+      require_present(recv, bytes, count, "recv");
+      require_disjoint(g, "pstate_reduce", send, bytes, recv, bytes, send == recv, "send == recv on root");
+    }
+    if (g->on_device())
+      return g->run_device(describe(OpKind::kReduce, count, dtype, op, root),
+                           [&](DeviceComm &d) { d.reduce(send, out, count, dtype, op, root, stream); });
+    require_reducible(dtype, op);
+    require_host(g, send, "send", "reduce");
+    if (is_root) require_host(g, recv, "recv", "reduce");
+    g->reduce(send, out, count, dtype, op, root);
+  });
+}
+
+// scatter: send matters on root only, but its size (world_size * recv_count) is checked on
+// every rank, as gather's recv is, so a count no root could send fails the call everywhere.
+PSTATE_API pstate_status_t pstate_scatter(pstate_group_t *g, const void *send, void *recv, size_t recv_count,
+                                          pstate_dtype_t dtype, int root, void *stream) {
+  return PSTATE_GUARD({
+    check_op(g, dtype, stream, "pstate_scatter");
+    ContextEntry entry(g->context(), "pstate_scatter");
+    require_rank(g, root, "root");
+    const size_t total = require_fits(recv_count, dtype, static_cast<size_t>(g->size()), "send");
+    const size_t block = require_buffer(recv, recv_count, dtype, 1, "recv");
+    const bool is_root = g->rank_in_group() == root;
+    const void *in = is_root ? send : nullptr;
+    bool nccl_in_place = false;
+    if (is_root) {
+      require_present(send, total, recv_count, "send");
+      nccl_in_place = recv == at(send, static_cast<size_t>(root) * block);
+    }
+    if (g->on_device()) {
+      if (is_root)
+        require_disjoint(g, "pstate_scatter", send, total, recv, block, nccl_in_place,
+                         "recv == send + root * recv_count on root (in a CUDA context recv == send works for root 0 "
+                         "only)");
+      return g->run_device(describe(OpKind::kScatter, recv_count, dtype, -1, root),
+                           [&](DeviceComm &d) { d.scatter(in, recv, recv_count, dtype, root, stream); });
+    }
+    require_host(g, recv, "recv", "scatter");
+    if (is_root) {
+      require_disjoint(g, "pstate_scatter", send, total, recv, block, nccl_in_place || recv == send,
+                       "recv == send + root * recv_count on root, or recv == send");
+      require_host(g, send, "send", "scatter");
+      // recv == send on a root r >= 1: recv's front is block 0 of send, which still has to
+      // reach rank 0. Scatter into block r (the in-place form: nothing is copied for the root)
+      // and move it to the front once the call has returned, when every block has left.
+      if (recv == send && root != 0 && block != 0) {
+        uint8_t *own = static_cast<uint8_t *>(recv) + static_cast<size_t>(root) * block;
+        g->scatter(send, own, recv_count, dtype, root);
+        std::memcpy(recv, own, block);
+        return;
+      }
+    }
+    g->scatter(in, recv, recv_count, dtype, root);
+  });
+}
+
 // Point-to-point is not verified under PSTATE_CHECK (it compares collectives only), on the CPU
 // as on the device.
 PSTATE_API pstate_status_t pstate_send(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t dtype, int dst,

@@ -20,9 +20,10 @@
 // pair with the same tag are delivered in order (Channel contract), and every algorithm posts its
 // receives in the order the peer sends, so reusing a tag within one operation is safe.
 //
-// In place: send == recv for allreduce and alltoall; for allgather and gather, send ==
-// recv + rank * send_count * dtype_size (MPI/NCCL's in-place convention); for reduce_scatter,
-// recv == send + rank * recv_count * dtype_size. Other partial overlaps are not supported.
+// In place: send == recv for allreduce, alltoall and (on the root) reduce; for allgather and
+// gather, send == recv + rank * send_count * dtype_size (MPI/NCCL's in-place convention); for
+// reduce_scatter, recv == send + rank * recv_count * dtype_size, and for scatter (on the root)
+// recv == send + root * recv_count * dtype_size. Other partial overlaps are not supported.
 #pragma once
 
 #include "coll/channel.hpp"
@@ -50,6 +51,12 @@ void allreduce_ring(Channel &ch, const void *send, void *recv, size_t count, pst
 // send holds size() * recv_count elements; rank r's recv gets the reduction of block r.
 void reduce_scatter_ring(Channel &ch, const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype,
                          pstate_reduce_op_t op, uint32_t tag_base);
+// On root, recv[i] = op over ranks of send[i], count elements (send == recv: in place); recv is
+// not used on the other ranks (may be nullptr) and never written there.
+void reduce_binomial(Channel &ch, const void *send, void *recv, size_t count, pstate_dtype_t dtype,
+                     pstate_reduce_op_t op, int root, uint32_t tag_base);
+void reduce_ring(Channel &ch, const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op,
+                 int root, uint32_t tag_base);
 
 // ---- data movement ----------------------------------------------------------------------------
 // recv (size() * send_count elements) = every rank's send, in group-rank order.
@@ -65,6 +72,10 @@ void broadcast_pipelined_chain(Channel &ch, void *buf, size_t count, pstate_dtyp
 // used on other ranks (may be nullptr).
 void gather_linear(Channel &ch, const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, int root,
                    uint32_t tag_base);
+// Block r of root's send (size() * recv_count elements) goes to rank r's recv; send is not used
+// on other ranks (may be nullptr).
+void scatter_linear(Channel &ch, const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, int root,
+                    uint32_t tag_base);
 // Block j of send (count_per_rank elements) goes to rank j; block i of recv comes from rank i.
 void alltoall_pairwise(Channel &ch, const void *send, void *recv, size_t count_per_rank, pstate_dtype_t dtype,
                        uint32_t tag_base);
@@ -90,6 +101,8 @@ void allreduce_ring_chunked(Channel &ch, const void *send, void *recv, size_t co
                             pstate_reduce_op_t op, uint32_t tag_base, size_t chunk_bytes);
 void reduce_scatter_ring_chunked(Channel &ch, const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype,
                                  pstate_reduce_op_t op, uint32_t tag_base, size_t chunk_bytes);
+void reduce_ring_chunked(Channel &ch, const void *send, void *recv, size_t count, pstate_dtype_t dtype,
+                         pstate_reduce_op_t op, int root, uint32_t tag_base, size_t chunk_bytes);
 void broadcast_pipelined_chain_chunked(Channel &ch, void *buf, size_t count, pstate_dtype_t dtype, int root,
                                        uint32_t tag_base, size_t chunk_bytes);
 

@@ -18,6 +18,8 @@ constexpr Choice<AllgatherFn> kAllgather[] = {{"bruck", &allgather_bruck}, {"rin
 constexpr Choice<BroadcastFn> kBroadcast[] = {{"binomial", &broadcast_binomial},
                                               {"pipelined_chain", &broadcast_pipelined_chain}};
 constexpr Choice<GatherFn> kGather[] = {{"linear", &gather_linear}};
+constexpr Choice<ReduceFn> kReduce[] = {{"binomial", &reduce_binomial}, {"ring", &reduce_ring}};
+constexpr Choice<ScatterFn> kScatter[] = {{"linear", &scatter_linear}};
 constexpr Choice<AlltoallFn> kAlltoall[] = {{"pairwise", &alltoall_pairwise}};
 constexpr Choice<BarrierFn> kBarrier[] = {{"dissemination", &barrier_dissemination}};
 
@@ -51,7 +53,9 @@ AlgorithmSelector::AlgorithmSelector(const Lookup &lookup)
       broadcast_(parse_override(lookup, "PSTATE_ALGO_BROADCAST", kBroadcast)),
       gather_(parse_override(lookup, "PSTATE_ALGO_GATHER", kGather)),
       alltoall_(parse_override(lookup, "PSTATE_ALGO_ALLTOALL", kAlltoall)),
-      barrier_(parse_override(lookup, "PSTATE_ALGO_BARRIER", kBarrier)) {}
+      barrier_(parse_override(lookup, "PSTATE_ALGO_BARRIER", kBarrier)),
+      reduce_(parse_override(lookup, "PSTATE_ALGO_REDUCE", kReduce)),
+      scatter_(parse_override(lookup, "PSTATE_ALGO_SCATTER", kScatter)) {}
 
 Choice<AllreduceFn> AlgorithmSelector::allreduce(int group_size, size_t count, size_t bytes) const {
   const bool small = bytes <= kAllreduceRingMinBytes || count < static_cast<size_t>(group_size);
@@ -71,6 +75,13 @@ Choice<BroadcastFn> AlgorithmSelector::broadcast(int group_size, size_t bytes) c
 }
 
 Choice<GatherFn> AlgorithmSelector::gather(int, size_t) const { return pick(gather_, 0, kGather); }
+
+Choice<ReduceFn> AlgorithmSelector::reduce(int group_size, size_t count, size_t bytes) const {
+  const bool small = bytes <= kReduceRingMinBytes || count < static_cast<size_t>(group_size);
+  return pick(reduce_, small ? 0 : 1, kReduce);
+}
+
+Choice<ScatterFn> AlgorithmSelector::scatter(int, size_t) const { return pick(scatter_, 0, kScatter); }
 
 Choice<AlltoallFn> AlgorithmSelector::alltoall(int, size_t) const { return pick(alltoall_, 0, kAlltoall); }
 

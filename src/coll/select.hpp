@@ -10,6 +10,8 @@
 //   PSTATE_ALGO_REDUCE_SCATTER  ring
 //   PSTATE_ALGO_BROADCAST       binomial | pipelined_chain
 //   PSTATE_ALGO_GATHER          linear
+//   PSTATE_ALGO_REDUCE          binomial | ring
+//   PSTATE_ALGO_SCATTER         linear
 //   PSTATE_ALGO_ALLTOALL        pairwise
 //   PSTATE_ALGO_BARRIER         dissemination
 // An unknown value is PSTATE_ERR_INVALID_ARGUMENT from the constructor, naming the variable and
@@ -33,6 +35,10 @@ inline constexpr size_t kAllgatherRingMinBytes = 64 * 1024;
 // broadcast: binomial tree up to this many bytes, pipelined chain above (groups of 3 or more;
 // for 2 ranks both are one send).
 inline constexpr size_t kBroadcastChainMinBytes = 256 * 1024;
+// reduce: binomial tree (log2 P rounds of the whole buffer) up to this many bytes, ring
+// reduce-scatter + blocks to the root above; binomial too when count < P (most ring blocks would
+// be empty). The same crossover as allreduce: the ring half of each moves the same bytes.
+inline constexpr size_t kReduceRingMinBytes = 64 * 1024;
 
 // ---- the algorithm families (one signature each) -----------------------------------------
 using AllreduceFn = void (*)(Channel &, const void *send, void *recv, size_t count, pstate_dtype_t,
@@ -44,6 +50,10 @@ using AllgatherFn = void (*)(Channel &, const void *send, void *recv, size_t sen
 using BroadcastFn = void (*)(Channel &, void *buf, size_t count, pstate_dtype_t, int root, uint32_t tag_base);
 using GatherFn = void (*)(Channel &, const void *send, void *recv, size_t send_count, pstate_dtype_t, int root,
                           uint32_t tag_base);
+using ReduceFn = void (*)(Channel &, const void *send, void *recv, size_t count, pstate_dtype_t, pstate_reduce_op_t,
+                          int root, uint32_t tag_base);
+using ScatterFn = void (*)(Channel &, const void *send, void *recv, size_t recv_count, pstate_dtype_t, int root,
+                           uint32_t tag_base);
 using AlltoallFn = void (*)(Channel &, const void *send, void *recv, size_t count_per_rank, pstate_dtype_t,
                             uint32_t tag_base);
 using BarrierFn = void (*)(Channel &, uint32_t tag_base);
@@ -68,13 +78,16 @@ class AlgorithmSelector {
   Choice<AllgatherFn> allgather(int group_size, size_t bytes) const;
   Choice<BroadcastFn> broadcast(int group_size, size_t bytes) const;
   Choice<GatherFn> gather(int group_size, size_t bytes) const;
+  Choice<ReduceFn> reduce(int group_size, size_t count, size_t bytes) const;
+  // bytes: one rank's block (recv_count * dtype size).
+  Choice<ScatterFn> scatter(int group_size, size_t bytes) const;
   Choice<AlltoallFn> alltoall(int group_size, size_t bytes) const;
   Choice<BarrierFn> barrier(int group_size) const;
 
  private:
   // -1 = auto, else the index of the forced algorithm in that family's table.
   int allreduce_ = -1, reduce_scatter_ = -1, allgather_ = -1, broadcast_ = -1, gather_ = -1, alltoall_ = -1,
-      barrier_ = -1;
+      barrier_ = -1, reduce_ = -1, scatter_ = -1;
 };
 
 }  // namespace pstate::coll

@@ -21,6 +21,8 @@ const char *op_kind_name(OpKind kind) {
     case OpKind::kDeviceCommInit: return "device communicator init";
     case OpKind::kFinalize: return "pstate_finalize";
     case OpKind::kDestroy: return "pstate_destroy_model_parallel";
+    case OpKind::kReduce: return "reduce";
+    case OpKind::kScatter: return "scatter";
   }
   return "an unknown operation";
 }

@@ -20,7 +20,11 @@ enum class OpKind : uint32_t {
   kBroadcastObject, kAllGatherObject, kSend, kRecv, kDeviceCommInit,
   kFinalize,  // the barrier of pstate_finalize: a finalizing peer is never a partner
   kDestroy,   // the barrier of pstate_destroy_model_parallel
+  kReduce,    // 15
+  kScatter,   // 16: the last kind the 4-bit code can hold (see pack_call_code)
 };
+static_assert(static_cast<uint32_t>(OpKind::kScatter) == 16,
+              "pack_call_code holds 16 kinds (4 bits): widen the code before adding another");
 const char *op_kind_name(OpKind kind);
 
 // 32 bytes on the wire (PSTATE_CHECK's exchange sends it as raw bytes).
@@ -43,7 +47,7 @@ inline OpDescriptor make_op(OpKind kind, uint64_t count, int dtype = -1, int red
 std::string describe_op(const OpDescriptor &d, bool with_seq = false);
 
 // The descriptor packed into 32 bits, exactly where it can be:
-//   bits  0..3   kind (1..14)
+//   bits  0..3   kind - 1 (kinds 1..16)
 //   bits  4..7   dtype + 1 (0: none)
 //   bits  8..10  reduce op + 1 (0: none)
 //   bits 11..19  root + 1 (0: none; roots up to kMaxCodedRoot)
@@ -57,7 +61,7 @@ inline constexpr int kMaxCodedRoot = 510;
 
 inline uint32_t pack_call_code(const OpDescriptor &d) {
   const uint32_t count = d.count >= kCodedCountLarge ? kCodedCountLarge : static_cast<uint32_t>(d.count);
-  return (d.op & 0xfu) | (static_cast<uint32_t>(d.dtype + 1) & 0xfu) << 4 |
+  return ((d.op - 1) & 0xfu) | (static_cast<uint32_t>(d.dtype + 1) & 0xfu) << 4 |
          (static_cast<uint32_t>(d.reduce_op + 1) & 0x7u) << 8 | (static_cast<uint32_t>(d.root + 1) & 0x1ffu) << 11 |
          count << 20;
 }
@@ -65,7 +69,7 @@ inline uint32_t pack_call_code(const OpDescriptor &d) {
 // The descriptor a code stands for (count: kCodedCountLarge when it did not fit; seq 0).
 inline OpDescriptor unpack_call_code(uint32_t code) {
   OpDescriptor d;
-  d.op = code & 0xfu;
+  d.op = (code & 0xfu) + 1;
   d.dtype = static_cast<int32_t>((code >> 4) & 0xfu) - 1;
   d.reduce_op = static_cast<int32_t>((code >> 8) & 0x7u) - 1;
   d.root = static_cast<int32_t>((code >> 11) & 0x1ffu) - 1;

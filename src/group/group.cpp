@@ -59,7 +59,8 @@ pstate_group_s::pstate_group_s(pstate::Context &ctx, pstate_group_kind_t kind, s
   shm_allowed_ = shm_wanted && one_host && ranks_.size() > 1 && size() <= pstate::kMaxCodedRoot + 1;
   if (ranks_.size() > 1)
     ctx.log().info("group ", name_, ": ",
-                   shm_allowed_ ? "shared memory for all_reduce/all_gather/reduce_scatter/broadcast/barrier, UCX for the rest"
+                   shm_allowed_ ? "shared memory for all_reduce/all_gather/reduce_scatter/broadcast/reduce/scatter/barrier, "
+                                   "UCX for the rest"
                    : !one_host  ? "spans hosts: UCX for every operation"
                                 : "UCX for every operation (PSTATE_SHM=0)");
 }
@@ -267,6 +268,35 @@ void pstate_group_s::all_to_all(const void *send, void *recv, size_t count_per_r
     auto choice = selector_.alltoall(size(), bytes);
     explain("all_to_all", choice.name, bytes, 10);
     choice.fn(*channel_, send, recv, count_per_rank, dtype, tag);
+  });
+}
+
+void pstate_group_s::reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op,
+                            int root) {
+  OpDescriptor d{static_cast<uint32_t>(OpKind::kReduce), 0, count, dtype, op, root, 0};
+  run(d, [&](uint32_t tag) {
+    size_t bytes = count * pstate::dtype_size(dtype);
+    if (use_shm()) {
+      explain("reduce", "shared memory", bytes, 16);
+      return shm_for_call().reduce(send, recv, count, dtype, op, root, ctx_.op_deadline());
+    }
+    auto choice = selector_.reduce(size(), count, bytes);
+    explain("reduce", choice.name, bytes, 16);
+    choice.fn(*channel_, send, recv, count, dtype, op, root, tag);
+  });
+}
+
+void pstate_group_s::scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, int root) {
+  OpDescriptor d{static_cast<uint32_t>(OpKind::kScatter), 0, recv_count, dtype, -1, root, 0};
+  run(d, [&](uint32_t tag) {
+    size_t bytes = recv_count * pstate::dtype_size(dtype);
+    if (use_shm()) {
+      explain("scatter", "shared memory", bytes, 18);
+      return shm_for_call().scatter(send, recv, recv_count, dtype, root, ctx_.op_deadline());
+    }
+    auto choice = selector_.scatter(size(), bytes);
+    explain("scatter", choice.name, bytes, 18);
+    choice.fn(*channel_, send, recv, recv_count, dtype, root, tag);
   });
 }
 

@@ -71,6 +71,9 @@ struct pstate_group_s {
   void broadcast(void *buf, size_t count, pstate_dtype_t dtype, int src);
   void gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, int dst);
   void all_to_all(const void *send, void *recv, size_t count_per_rank, pstate_dtype_t dtype);
+  // recv is nullptr on every rank but root; send is nullptr on every rank but root.
+  void reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op, int root);
+  void scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, int root);
   void send(const void *buf, size_t count, pstate_dtype_t dtype, int dst);
   void recv(void *buf, size_t count, pstate_dtype_t dtype, int src);
   // allow_shm false: over the CPU channel (UCX) even inside a host, e.g. to prove the transport.
@@ -127,7 +130,8 @@ struct pstate_group_s {
   void verify_same_op(const pstate::OpDescriptor &desc);
   // Point-to-point tags live in their own space: one running counter per peer and direction.
   uint32_t p2p_tag(int peer, bool sending);
-  // Shared memory: used for all_reduce, all_gather, reduce_scatter, broadcast and barrier when
+  // Shared memory: used for all_reduce, all_gather, reduce_scatter, broadcast, reduce, scatter
+  // and barrier when
   // every rank of the group is on this host (and PSTATE_SHM is not 0). The segment is created on
   // the first such call (every rank makes the same calls, so they all create it together).
   bool use_shm() const { return shm_allowed_; }

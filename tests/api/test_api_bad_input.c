@@ -3,7 +3,10 @@
  * wrong struct_size, out-of-range enums, huge sizes, indices and ranks. Each must return the
  * documented status (or the documented sentinel for functions without one) with a non-empty
  * pstate_last_error(), and nothing may crash. Runtime entry points (pstate_init, groups,
- * collectives) get their own bad-input tests with their implementations.
+ * collectives) get their own bad-input tests with their implementations; pstate_reduce and
+ * pstate_scatter are checked here, on a world of one in this process (NULL and foreign group
+ * handles, bad dtype/op/root, NULL buffers, a stream in a CPU context, fp8 reductions), and the
+ * context must still work after every refusal.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,10 +16,12 @@
 #include <cmocka.h>
 
 #include "expect_error.h"
+#include "ranks.h"
 
 #include <limits.h>
 #include <pstate/pstate.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #define BAD_KIND_COUNT 4
@@ -172,6 +177,91 @@ static void test_group_of_rejects_null_bad_kind_and_bad_rank(void **state) {
                       PSTATE_ERR_INVALID_ARGUMENT, "shared_experts_tensor_parallel_size");
 }
 
+/* ---- pstate_reduce / pstate_scatter on a world of one ------------------------------------- */
+
+static int setup_world_of_one(void **state) {
+  char method[64];
+  snprintf(method, sizeof method, "tcp://127.0.0.1:%d", pstate_test_free_port());
+  pstate_init_params_t p = PSTATE_INIT_PARAMS_INIT;
+  p.init_method = method;
+  p.rank = 0;
+  p.world_size = 1;
+  p.local_rank = 0;
+  p.timeout_ms = 20000;
+  pstate_t *ps = NULL;
+  if (pstate_init(&p, &ps) != PSTATE_OK) {
+    fprintf(stderr, "pstate_init: %s\n", pstate_last_error());
+    return 1;
+  }
+  *state = ps;
+  return 0;
+}
+static int teardown_world_of_one(void **state) { return pstate_finalize((pstate_t *)*state) != PSTATE_OK; }
+
+static void test_reduce_rejects_bad_handles_enums_roots_buffers_and_streams(void **state) {
+  pstate_group_t *g = NULL;
+  PSTATE_EXPECT_OK(pstate_get_group((pstate_t *)*state, PSTATE_GROUP_WORLD, &g));
+  float a[4] = {1, 2, 3, 4}, b[4] = {0};
+  unsigned char not_a_group[512];
+  int stream = 0;
+  size_t i;
+  const int bad_roots[] = {-1, 1, INT_MIN, INT_MAX};
+  memset(not_a_group, 0, sizeof not_a_group);
+  PSTATE_EXPECT_ERROR(pstate_reduce(NULL, a, b, 4, PSTATE_FLOAT32, PSTATE_SUM, 0, NULL), PSTATE_ERR_INVALID_ARGUMENT,
+                      "g is NULL");
+  PSTATE_EXPECT_ERROR(pstate_reduce((pstate_group_t *)not_a_group, a, b, 4, PSTATE_FLOAT32, PSTATE_SUM, 0, NULL),
+                      PSTATE_ERR_INVALID_ARGUMENT, "not a pstate_group_t");
+  PSTATE_EXPECT_ERROR(pstate_reduce(g, a, b, 4, (pstate_dtype_t)-1, PSTATE_SUM, 0, NULL), PSTATE_ERR_INVALID_ARGUMENT,
+                      "dtype");
+  PSTATE_EXPECT_ERROR(pstate_reduce(g, a, b, 4, (pstate_dtype_t)PSTATE_DTYPE_COUNT, PSTATE_SUM, 0, NULL),
+                      PSTATE_ERR_INVALID_ARGUMENT, "dtype");
+  PSTATE_EXPECT_ERROR(pstate_reduce(g, a, b, 4, PSTATE_FLOAT32, (pstate_reduce_op_t)-1, 0, NULL),
+                      PSTATE_ERR_INVALID_ARGUMENT, "op");
+  PSTATE_EXPECT_ERROR(pstate_reduce(g, a, b, 4, PSTATE_FLOAT32, (pstate_reduce_op_t)PSTATE_REDUCE_OP_COUNT, 0, NULL),
+                      PSTATE_ERR_INVALID_ARGUMENT, "op");
+  for (i = 0; i < sizeof bad_roots / sizeof bad_roots[0]; ++i)
+    PSTATE_EXPECT_ERROR(pstate_reduce(g, a, b, 4, PSTATE_FLOAT32, PSTATE_SUM, bad_roots[i], NULL),
+                        PSTATE_ERR_INVALID_ARGUMENT, "root");
+  PSTATE_EXPECT_ERROR(pstate_reduce(g, NULL, b, 4, PSTATE_FLOAT32, PSTATE_SUM, 0, NULL), PSTATE_ERR_INVALID_ARGUMENT,
+                      "send is NULL");
+  PSTATE_EXPECT_ERROR(pstate_reduce(g, a, NULL, 4, PSTATE_FLOAT32, PSTATE_SUM, 0, NULL), PSTATE_ERR_INVALID_ARGUMENT,
+                      "recv is NULL");
+  PSTATE_EXPECT_ERROR(pstate_reduce(g, a, b, 4, PSTATE_FLOAT32, PSTATE_SUM, 0, &stream), PSTATE_ERR_INVALID_ARGUMENT,
+                      "stream must be NULL");
+  PSTATE_EXPECT_ERROR(pstate_reduce(g, a, b, 4, PSTATE_FP8_E4M3, PSTATE_MAX, 0, NULL), PSTATE_ERR_UNSUPPORTED, "fp8");
+  assert_true(b[0] == 0 && b[3] == 0); /* nothing was written by a refused call */
+  /* count 0 with NULL buffers is legal, and the context still works after every refusal */
+  PSTATE_EXPECT_OK(pstate_reduce(g, NULL, NULL, 0, PSTATE_FLOAT32, PSTATE_SUM, 0, NULL));
+  PSTATE_EXPECT_OK(pstate_reduce(g, a, b, 4, PSTATE_FLOAT32, PSTATE_AVG, 0, NULL));
+  assert_memory_equal(a, b, sizeof a);
+}
+
+static void test_scatter_rejects_bad_handles_enums_roots_buffers_and_streams(void **state) {
+  pstate_group_t *g = NULL;
+  PSTATE_EXPECT_OK(pstate_get_group((pstate_t *)*state, PSTATE_GROUP_WORLD, &g));
+  int64_t a[3] = {7, 8, 9}, b[3] = {0};
+  int stream = 0;
+  size_t i;
+  const int bad_roots[] = {-1, 1, INT_MIN, INT_MAX};
+  PSTATE_EXPECT_ERROR(pstate_scatter(NULL, a, b, 3, PSTATE_INT64, 0, NULL), PSTATE_ERR_INVALID_ARGUMENT, "g is NULL");
+  PSTATE_EXPECT_ERROR(pstate_scatter(g, a, b, 3, (pstate_dtype_t)-7, 0, NULL), PSTATE_ERR_INVALID_ARGUMENT, "dtype");
+  for (i = 0; i < sizeof bad_roots / sizeof bad_roots[0]; ++i)
+    PSTATE_EXPECT_ERROR(pstate_scatter(g, a, b, 3, PSTATE_INT64, bad_roots[i], NULL), PSTATE_ERR_INVALID_ARGUMENT,
+                        "root");
+  PSTATE_EXPECT_ERROR(pstate_scatter(g, NULL, b, 3, PSTATE_INT64, 0, NULL), PSTATE_ERR_INVALID_ARGUMENT,
+                      "send is NULL");
+  PSTATE_EXPECT_ERROR(pstate_scatter(g, a, NULL, 3, PSTATE_INT64, 0, NULL), PSTATE_ERR_INVALID_ARGUMENT,
+                      "recv is NULL");
+  PSTATE_EXPECT_ERROR(pstate_scatter(g, a, b, 3, PSTATE_INT64, 0, &stream), PSTATE_ERR_INVALID_ARGUMENT,
+                      "stream must be NULL");
+  PSTATE_EXPECT_ERROR(pstate_scatter(g, a, a + 1, 2, PSTATE_INT64, 0, NULL), PSTATE_ERR_INVALID_ARGUMENT, "overlap");
+  assert_true(b[0] == 0 && b[2] == 0);
+  PSTATE_EXPECT_OK(pstate_scatter(g, NULL, NULL, 0, PSTATE_INT64, 0, NULL));
+  PSTATE_EXPECT_OK(pstate_scatter(g, a, b, 3, PSTATE_INT64, 0, NULL));
+  assert_memory_equal(a, b, sizeof a);
+  PSTATE_EXPECT_OK(pstate_scatter(g, a, a, 3, PSTATE_INT64, 0, NULL)); /* in place on the root */
+}
+
 /* ---- utilities: sentinels for values outside the enums ------------------------------------ */
 
 static void test_names_of_out_of_range_values_are_null(void **state) {
@@ -232,6 +322,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_group_ranks_with_huge_capacity_writes_only_the_group, setup_layout,
                                       teardown_layout),
       cmocka_unit_test_setup_teardown(test_group_of_rejects_null_bad_kind_and_bad_rank, setup_layout, teardown_layout),
+      cmocka_unit_test_setup_teardown(test_reduce_rejects_bad_handles_enums_roots_buffers_and_streams,
+                                      setup_world_of_one, teardown_world_of_one),
+      cmocka_unit_test_setup_teardown(test_scatter_rejects_bad_handles_enums_roots_buffers_and_streams,
+                                      setup_world_of_one, teardown_world_of_one),
       cmocka_unit_test(test_names_of_out_of_range_values_are_null),
       cmocka_unit_test(test_status_string_of_unknown_status_is_unknown),
       cmocka_unit_test(test_get_api_of_unknown_major_is_null_with_message),

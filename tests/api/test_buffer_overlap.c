@@ -5,11 +5,13 @@
  * The in-place forms (pstate.h, "Buffers"): all_reduce send == recv; all_gather send == recv +
  * rank_in_group * send_count and send == recv; reduce_scatter recv == send + rank_in_group *
  * recv_count and recv == send; gather on dst send == recv + dst * send_count and send == recv;
- * all_to_all send == recv. Each is checked for the right data on 2 and 3 ranks, at 8 and 65536
- * elements, over shared memory (PSTATE_SHM unset) and over UCX (PSTATE_SHM=0). Partly
+ * all_to_all send == recv; reduce on root send == recv; scatter on root recv == send + root *
+ * recv_count and recv == send. Each is checked for the right data on 2 and 3 ranks, at 8 and
+ * 65536 elements, over shared memory (PSTATE_SHM unset) and over UCX (PSTATE_SHM=0). Partly
  * overlapping buffers (recv = send +- 1 element, all_gather send = recv + N/2, ...) must return
  * INVALID_ARGUMENT on the rank that passed them, before any message (so the ranks stay in step),
- * with a message naming the call, both ranges and the in-place forms.
+ * with a message naming the call, both ranges and the in-place forms. Off the root, reduce's
+ * recv and scatter's send are ignored, so buffers that overlap there are no error.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -48,7 +50,8 @@ static uint32_t sum_of(int world, size_t i) {
 static int in_place_forms_work(const pstate_test_rank_t *self, pstate_group_t *g, size_t n) {
   const int p = self->world_size, r = self->rank;
   const size_t total = n * (size_t)p;
-  uint32_t *buf = malloc(total * sizeof(uint32_t));
+  /* calloc: at n == 0 GCC 12 (-O1, ASan) warns that malloc'd memory may be read uninitialized */
+  uint32_t *buf = calloc(total, sizeof(uint32_t));
   RANK_CHECK(self, buf != NULL, "malloc");
 
   /* all_reduce send == recv */
@@ -96,6 +99,27 @@ static int in_place_forms_work(const pstate_test_rank_t *self, pstate_group_t *g
                      form == 0 ? "send == recv + dst*n" : "send == recv", n, q, i, buf[(size_t)q * n + i]);
   }
 
+  /* reduce to the last rank: send == recv there (NULL recv elsewhere) */
+  const int root = p - 1;
+  for (size_t i = 0; i < n; ++i) buf[i] = val(r, i);
+  RANK_OK(self, pstate_reduce(g, buf, r == root ? buf : NULL, n, PSTATE_UINT32, PSTATE_SUM, root, NULL));
+  if (r == root)
+    for (size_t i = 0; i < n; ++i) RANK_CHECK(self, buf[i] == sum_of(p, i), "reduce in place [%zu] = %u", i, buf[i]);
+
+  /* scatter from the last rank: recv == send + root * n, and recv == send (block q is val(q, i)) */
+  for (int form = 0; form < 2; ++form) {
+    if (r == root)
+      for (int q = 0; q < p; ++q)
+        for (size_t i = 0; i < n; ++i) buf[(size_t)q * n + i] = val(q, i);
+    else
+      memset(buf, 0xee, n * sizeof(uint32_t));
+    uint32_t *recv = r == root && form == 0 ? buf + (size_t)root * n : buf;
+    RANK_OK(self, pstate_scatter(g, r == root ? buf : NULL, recv, n, PSTATE_UINT32, root, NULL));
+    for (size_t i = 0; i < n; ++i)
+      RANK_CHECK(self, recv[i] == val(r, i), "scatter %s n %zu: [%zu] = %u, want %u",
+                 form == 0 ? "recv == send + root*n" : "recv == send", n, i, recv[i], val(r, i));
+  }
+
   /* all_to_all send == recv: block j of rank q holds val(q, j * n + i) */
   for (int q = 0; q < p; ++q)
     for (size_t i = 0; i < n; ++i) buf[(size_t)q * n + i] = val(r, (size_t)q * n + i);
@@ -129,8 +153,28 @@ static int partial_overlaps_are_refused(const pstate_test_rank_t *self, pstate_g
                "pstate_reduce_scatter");
   RANK_REFUSED(self, pstate_all_to_all(g, mid, mid + 1, n, PSTATE_UINT32, NULL), "pstate_all_to_all");
   RANK_REFUSED(self, pstate_all_to_all(g, mid + 1, mid, n, PSTATE_UINT32, NULL), "pstate_all_to_all");
-  /* gather: checked on the root only (recv is ignored elsewhere), so only the root calls */
+  /* gather, reduce, scatter: checked on the root only (the other side is ignored elsewhere), so
+   * only the root calls */
   if (r == 0) RANK_REFUSED(self, pstate_gather(g, mid + 1, mid, n, PSTATE_UINT32, 0, NULL), "pstate_gather");
+  if (r == 0) {
+    RANK_REFUSED(self, pstate_reduce(g, mid, mid + 1, n, PSTATE_UINT32, PSTATE_SUM, 0, NULL), "pstate_reduce");
+    RANK_CHECK(self, strstr(pstate_last_error(), "send == recv on root") != NULL, "reduce form: %s", pstate_last_error());
+    RANK_REFUSED(self, pstate_reduce(g, mid + 1, mid, n, PSTATE_UINT32, PSTATE_MAX, 0, NULL), "pstate_reduce");
+    RANK_REFUSED(self, pstate_scatter(g, mid, mid + 1, n, PSTATE_UINT32, 0, NULL), "pstate_scatter");
+    RANK_CHECK(self, strstr(pstate_last_error(), "root * recv_count") != NULL, "scatter form: %s", pstate_last_error());
+    RANK_REFUSED(self, pstate_scatter(g, mid + n / 2, mid, n, PSTATE_UINT32, 0, NULL), "pstate_scatter");
+  }
+  /* off the root the ignored buffer may overlap: every rank calls, only the root's are disjoint */
+  uint32_t *own = buf + total; /* n + 2 elements after the first total */
+  for (size_t i = 0; i < n; ++i) mid[i] = val(r, i);
+  RANK_OK(self, pstate_reduce(g, mid, r == 0 ? own : mid + 1, n, PSTATE_UINT32, PSTATE_SUM, 0, NULL));
+  if (r == 0)
+    for (size_t i = 0; i < n; ++i) RANK_CHECK(self, own[i] == sum_of(p, i), "reduce beside overlaps [%zu]", i);
+  if (r == 0)
+    for (int q = 0; q < p; ++q)
+      for (size_t i = 0; i < n; ++i) buf[(size_t)q * n + i] = val(q, i);
+  RANK_OK(self, pstate_scatter(g, r == 0 ? buf : own + 1, own, n, PSTATE_UINT32, 0, NULL));
+  for (size_t i = 0; i < n; ++i) RANK_CHECK(self, own[i] == val(r, i), "scatter beside overlaps [%zu]", i);
   /* adjacent buffers touch but do not overlap: fine */
   uint32_t *a = buf, *b = buf + n;
   for (size_t i = 0; i < n; ++i) a[i] = val(r, i);

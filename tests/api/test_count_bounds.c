@@ -5,7 +5,8 @@
  * The bound (pstate.h): one operation's buffer is at most 2^47 bytes (count x element size x
  * blocks). Covered: every tensor operation with count SIZE_MAX and just past the bound; a gather
  * whose recv (count x group size) is past the bound, refused on every rank and not only on the
- * root; broadcast_object of size SIZE_MAX from its source (the other ranks do not take part in a
+ * root, and likewise a scatter whose send (count x group size) is past the bound;
+ * broadcast_object of size SIZE_MAX from its source (the other ranks do not take part in a
  * call their source refused; the next broadcast_object pairs normally), on the message-queue
  * path (src 0, shared memory) and over UCX.
  */
@@ -52,6 +53,8 @@ static int counts_rank(const pstate_test_rank_t *self) {
     RANK_TOO_BIG(self, pstate_broadcast(g, a, n, t, 0, NULL));
     RANK_TOO_BIG(self, pstate_gather(g, a, b, n, t, 0, NULL));
     RANK_TOO_BIG(self, pstate_all_to_all(g, a, b, n, t, NULL));
+    RANK_TOO_BIG(self, pstate_reduce(g, a, b, n, t, PSTATE_SUM, 0, NULL));
+    RANK_TOO_BIG(self, pstate_scatter(g, a, b, n, t, 1, NULL));
     int peer = 1 - self->rank;
     RANK_TOO_BIG(self, pstate_send(g, a, n, t, peer, NULL));
     RANK_TOO_BIG(self, pstate_recv(g, a, n, t, peer, NULL));
@@ -65,6 +68,11 @@ static int counts_rank(const pstate_test_rank_t *self) {
   s = pstate_gather(g, a, self->rank == 1 ? b : NULL, half, PSTATE_UINT8, 1, NULL);
   RANK_CHECK(self, s == PSTATE_ERR_INVALID_ARGUMENT && strstr(pstate_last_error(), "recv"), "gather recv bound: %s (%s)",
              pstate_status_string(s), pstate_last_error());
+  /* scatter: recv fits, send (2 x that, plus one) does not; refused on every rank, the root (1)
+   * as well as the other, which would otherwise wait for a block from a root that refused */
+  s = pstate_scatter(g, self->rank == 1 ? a : NULL, b, half, PSTATE_UINT8, 1, NULL);
+  RANK_CHECK(self, s == PSTATE_ERR_INVALID_ARGUMENT && strstr(pstate_last_error(), "send"),
+             "scatter send bound: %s (%s)", pstate_status_string(s), pstate_last_error());
   /* the ranks are still in step */
   uint32_t x = 1;
   RANK_OK(self, pstate_all_reduce(g, &x, &x, 1, PSTATE_UINT32, PSTATE_SUM, NULL));

@@ -13,8 +13,10 @@
  * Disagreements: count (N on group rank 0, 2N elsewhere), dtype (float32 vs int32 for
  * reductions, int32 vs int8 for data movement, int32 vs int64 for broadcast), reduce op (SUM on
  * rank 0, MAX elsewhere), root (root 0 on rank 0, root 1 elsewhere), kind (this collective on
- * rank 0, another one on the others: kOps[].partners), and finalized (rank 1 calls pstate_finalize
- * and exits while the others call the collective). Rank 0 is always the odd one out.
+ * rank 0, another one on the others: kOps[].partners; reduce against all_reduce and scatter
+ * against gather with the same count, dtype and root, so only the kind differs), and finalized
+ * (rank 1 calls pstate_finalize and exits while the others call the collective). Rank 0 is
+ * always the odd one out.
  *
  * Each case is a fresh job (ranks.h: fresh processes, a free port): the ranks init, agree on one
  * barrier, make the disagreeing call (timed), record what it returned in a shared page, wait
@@ -66,11 +68,14 @@ typedef enum op_t {
   OP_BARRIER,
   OP_BROADCAST_OBJECT,
   OP_ALL_GATHER_OBJECT,
+  OP_REDUCE,
+  OP_SCATTER,
   OP_FINALIZE, /* not a collective: what the finalized peer does */
 } op_t;
 
-static const char *const kOpName[] = {"all_reduce", "all_gather", "reduce_scatter",   "broadcast",         "gather",
-                                      "all_to_all", "barrier",    "broadcast_object", "all_gather_object", "finalize"};
+static const char *const kOpName[] = {"all_reduce", "all_gather",        "reduce_scatter", "broadcast",
+                                      "gather",     "all_to_all",        "barrier",        "broadcast_object",
+                                      "all_gather_object", "reduce",     "scatter",        "finalize"};
 
 /* One rank's call. mult: count in units of the case's N (0 = no count: barrier, finalize). */
 typedef struct call_t {
@@ -118,6 +123,9 @@ static const op_entry_t kOps[] = {
     /* objects: sizes are not agreed in advance (no count disagreement); N int8 = N bytes */
     {BCO, NO_DT, 0, 1, 0, {AGO, BC(1, PSTATE_INT8)}, 2},
     {AGO, NO_DT, 0, 0, 0, {BCO, AG(1, PSTATE_INT8)}, 2},
+    /* rooted: the partner differs in nothing but the kind (all_reduce has no root: -1) */
+    {{OP_REDUCE, 1, PSTATE_FLOAT32, PSTATE_SUM, 0}, PSTATE_INT32, 1, 1, 1, {AR(1, PSTATE_FLOAT32)}, 1},
+    {{OP_SCATTER, 1, PSTATE_INT32, NO_OP, 0}, PSTATE_INT8, 0, 1, 1, {{OP_GATHER, 1, PSTATE_INT32, NO_OP, 0}}, 1},
 };
 #define N_OPS (sizeof kOps / sizeof kOps[0])
 
@@ -257,6 +265,10 @@ static pstate_status_t issue(pstate_t **ps, pstate_group_t *g, const call_t *c, 
       pstate_bytes_free(&out);
       return s;
     }
+    case OP_REDUCE:
+      return pstate_reduce(g, send, recv, count, c->dtype, c->rop, c->root, NULL);
+    case OP_SCATTER:
+      return pstate_scatter(g, send, recv, count, c->dtype, c->root, NULL);
     case OP_FINALIZE: {
       pstate_status_t s = pstate_finalize(*ps);
       *ps = NULL;

@@ -4,8 +4,9 @@
  *
  * The ranks initialize model parallel (tp 2 x pp 2) and draw, from one seeded generator that
  * every rank runs identically, a sequence of operations: the group (world, tp or pp), the
- * operation (all_reduce, all_gather, reduce_scatter, broadcast, gather, all_to_all, a send/recv
- * exchange, barrier, broadcast_object, all_gather_object), the dtype, the reduce op, the root and
+ * operation (all_reduce, all_gather, reduce_scatter, broadcast, gather, all_to_all, reduce,
+ * scatter, a send/recv exchange, barrier, broadcast_object, all_gather_object), the dtype, the
+ * reduce op, the root and
  * the size (log-uniform, each rank's largest buffer at most 1 MiB, 0 included). Each rank's input
  * is a hash of (seed, operation number, global rank, element), so every rank can rebuild every
  * other rank's input and compute the expected output alone. Reductions draw their inputs from
@@ -42,14 +43,14 @@ enum { G_WORLD, G_TP, G_PP, G_COUNT };
 static const pstate_group_kind_t kGroupKinds[G_COUNT] = {PSTATE_GROUP_WORLD, PSTATE_GROUP_TP, PSTATE_GROUP_PP};
 
 typedef enum op_t {
-  OP_ALL_REDUCE, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_BROADCAST, OP_GATHER, OP_ALL_TO_ALL, OP_SEND_RECV,
-  OP_BARRIER, OP_BROADCAST_OBJECT, OP_ALL_GATHER_OBJECT, OP_COUNT
+  OP_ALL_REDUCE, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_BROADCAST, OP_GATHER, OP_ALL_TO_ALL, OP_REDUCE,
+  OP_SCATTER, OP_SEND_RECV, OP_BARRIER, OP_BROADCAST_OBJECT, OP_ALL_GATHER_OBJECT, OP_COUNT
 } op_t;
-static const char *const kOpNames[OP_COUNT] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast",
-                                               "gather", "all_to_all", "send_recv", "barrier",
-                                               "broadcast_object", "all_gather_object"};
+static const char *const kOpNames[OP_COUNT] = {"all_reduce", "all_gather", "reduce_scatter",   "broadcast",
+                                               "gather",     "all_to_all", "reduce",           "scatter",
+                                               "send_recv",  "barrier",    "broadcast_object", "all_gather_object"};
 /* Cumulative weights out of 100. */
-static const int kOpWeights[OP_COUNT] = {30, 42, 54, 64, 72, 82, 90, 93, 97, 100};
+static const int kOpWeights[OP_COUNT] = {27, 38, 49, 58, 65, 74, 80, 86, 92, 94, 97, 100};
 
 /* ---- deterministic randomness ------------------------------------------------------------------ */
 
@@ -81,7 +82,9 @@ typedef struct plan_t {
 } plan_t;
 
 static size_t blocks_of(op_t op, int size) {
-  return op == OP_ALL_GATHER || op == OP_REDUCE_SCATTER || op == OP_GATHER || op == OP_ALL_TO_ALL ? (size_t)size : 1;
+  return op == OP_ALL_GATHER || op == OP_REDUCE_SCATTER || op == OP_GATHER || op == OP_ALL_TO_ALL || op == OP_SCATTER
+             ? (size_t)size
+             : 1;
 }
 
 static void draw(rng_t *rng, long index, const int *group_sizes, plan_t *p) {
@@ -93,7 +96,7 @@ static void draw(rng_t *rng, long index, const int *group_sizes, plan_t *p) {
   while (w >= kOpWeights[p->op]) p->op = (op_t)(p->op + 1);
   p->dtype = (pstate_dtype_t)below(rng, PSTATE_DTYPE_COUNT);
   p->rop = (pstate_reduce_op_t)below(rng, PSTATE_REDUCE_OP_COUNT);
-  int reduces = p->op == OP_ALL_REDUCE || p->op == OP_REDUCE_SCATTER;
+  int reduces = p->op == OP_ALL_REDUCE || p->op == OP_REDUCE_SCATTER || p->op == OP_REDUCE;
   if (reduces && (p->dtype == PSTATE_FP8_E4M3 || p->dtype == PSTATE_FP8_E5M2)) {
     if (below(rng, 10) == 0) p->expect_unsupported = 1;
     else p->dtype = PSTATE_FLOAT32;
@@ -249,8 +252,9 @@ static int run_reduction(soak_t *s, const plan_t *p) {
   size_t es = pstate_dtype_size(p->dtype), total = p->count * (p->op == OP_REDUCE_SCATTER ? (size_t)n : 1);
   for (size_t i = 0; i < total; ++i) store_reduce_input(s, p, s->rank, s->a, i);
   if (p->expect_unsupported) {
-    pstate_status_t st = p->op == OP_ALL_REDUCE
-                             ? pstate_all_reduce(g, s->a, s->b, p->count, p->dtype, p->rop, NULL)
+    pstate_status_t st = p->op == OP_ALL_REDUCE ? pstate_all_reduce(g, s->a, s->b, p->count, p->dtype, p->rop, NULL)
+                         : p->op == OP_REDUCE
+                             ? pstate_reduce(g, s->a, s->b, p->count, p->dtype, p->rop, p->root, NULL)
                              : pstate_reduce_scatter(g, s->a, s->b, p->count, p->dtype, p->rop, NULL);
     if (st == PSTATE_ERR_UNSUPPORTED) return 0;
     fprintf(stderr, "rank %d: soak op #%ld: %s of %s gave %s, expected PSTATE_ERR_UNSUPPORTED\n", s->rank, p->index,
@@ -260,6 +264,15 @@ static int run_reduction(soak_t *s, const plan_t *p) {
   if (p->op == OP_ALL_REDUCE) {
     int in_place = (int)(p->index & 1);
     SOAK_OK(s, p, pstate_all_reduce(g, s->a, in_place ? s->a : s->b, p->count, p->dtype, p->rop, NULL));
+    if (in_place) memcpy(s->b, s->a, p->count * es);
+    for (size_t i = 0; i < p->count; ++i) store_reduced(s, p, ranks, n, s->c, i);
+    return memcmp(s->b, s->c, p->count * es) ? mismatch(s, p, s->b, s->c, p->count * es) : 0;
+  }
+  if (p->op == OP_REDUCE) { /* recv on the root only (in place every other time), NULL elsewhere */
+    int in_place = (int)(p->index & 1);
+    void *recv = me != p->root ? NULL : in_place ? s->a : s->b;
+    SOAK_OK(s, p, pstate_reduce(g, s->a, recv, p->count, p->dtype, p->rop, p->root, NULL));
+    if (me != p->root) return 0;
     if (in_place) memcpy(s->b, s->a, p->count * es);
     for (size_t i = 0; i < p->count; ++i) store_reduced(s, p, ranks, n, s->c, i);
     return memcmp(s->b, s->c, p->count * es) ? mismatch(s, p, s->b, s->c, p->count * es) : 0;
@@ -297,6 +310,12 @@ static int run_move(soak_t *s, const plan_t *p) {
       SOAK_OK(s, p, pstate_all_to_all(g, s->a, s->b, p->count, p->dtype, NULL));
       for (int r = 0; r < n; ++r) fill_bytes(s, p, ranks[r], me, s->c + (size_t)r * bytes, bytes);
       return memcmp(s->b, s->c, bytes * (size_t)n) ? mismatch(s, p, s->b, s->c, bytes * (size_t)n) : 0;
+    case OP_SCATTER: /* block j of the root's send goes to group rank j; send NULL elsewhere */
+      if (me == p->root)
+        for (int j = 0; j < n; ++j) fill_bytes(s, p, s->rank, j, s->a + (size_t)j * bytes, bytes);
+      SOAK_OK(s, p, pstate_scatter(g, me == p->root ? s->a : NULL, s->b, p->count, p->dtype, p->root, NULL));
+      fill_bytes(s, p, ranks[p->root], me, s->c, bytes);
+      return memcmp(s->b, s->c, bytes) ? mismatch(s, p, s->b, s->c, bytes) : 0;
     case OP_SEND_RECV: { /* pairs (0,1), (2,3): the even one sends first */
       int partner = me ^ 1;
       if (partner >= n) return 0;
@@ -350,6 +369,7 @@ static int run_plan(soak_t *s, const plan_t *p) {
   s->done[p->op]++;
   switch (p->op) {
     case OP_ALL_REDUCE:
+    case OP_REDUCE:
     case OP_REDUCE_SCATTER: return run_reduction(s, p);
     case OP_BARRIER: SOAK_OK(s, p, pstate_barrier(s->groups[p->group])); return 0;
     case OP_BROADCAST_OBJECT:

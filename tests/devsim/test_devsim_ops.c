@@ -1,6 +1,8 @@
 /*
  * test_devsim_ops.c — every device operation × dtype × reduce op in CUDA contexts, on every group
- * kind, at 1, 2, 3 and 4 ranks as processes and as threads, against host references.
+ * kind, at 1, 2, 3 and 4 ranks as processes and as threads, against host references (reduce
+ * and scatter with the root moving over the group's ranks, in place and not, NULL for the buffer
+ * a rank other than the root does not use).
  *
  * Runs on the devsim stand-ins (PSTATE_CUDA_RUNTIME_LIBRARY, PSTATE_NCCL_LIBRARY set by ctest):
  * buffers come from the stand-in's cudaMalloc, operations are enqueued on a non-blocking stream
@@ -92,6 +94,46 @@ static int check_reduce_scatter(const ctx_t *c, pstate_dtype_t t, pstate_reduce_
   return 0;
 }
 
+/* reduce to root; recv only there (NULL elsewhere), in place there when asked */
+static int check_reduce(const ctx_t *c, pstate_dtype_t t, pstate_reduce_op_t op, size_t count, int root,
+                        int in_place) {
+  size_t es = pstate_dtype_size(t), bytes = count * es;
+  void *h = input(t, op, c->r, 0, count);
+  void *dsend = devsim_device_copy(h, bytes);
+  void *drecv = c->r != root ? NULL : in_place ? dsend : devsim_device_copy(NULL, bytes);
+  RANK_CHECK(c->self, dsend != NULL && (c->r != root || drecv != NULL), "cudaMalloc");
+  RANK_OK(c->self, pstate_reduce(c->g, dsend, drecv, count, t, op, root, c->stream));
+  if (c->r == root) {
+    RANK_CHECK(c->self, devsim_to_host(h, drecv, bytes, c->stream) == 0, "copy back");
+    EXPECT_ELEMENTS(c, "reduce", t, op, h, count, devsim_reduced(op, c->n, i, t));
+  } else {
+    RANK_CHECK(c->self, devsim_to_host(h, dsend, bytes, c->stream) == 0, "copy back");
+    EXPECT_ELEMENTS(c, "reduce (send untouched)", t, op, h, count, devsim_input(op, c->r, i, t));
+  }
+  cudaFree(dsend);
+  if (c->r == root && !in_place) cudaFree(drecv);
+  free(h);
+  return 0;
+}
+
+/* scatter from root: block q of the root's send is rank q's input; send only there (NULL
+ * elsewhere); in place there (recv == send + root * count) when asked */
+static int check_scatter(const ctx_t *c, pstate_dtype_t t, size_t count, int root, int in_place) {
+  size_t es = pstate_dtype_size(t), n = (size_t)c->n;
+  void *all = malloc(n * count * es + 1);
+  for (size_t j = 0; j < n * count; ++j)
+    devsim_store(t, all, j, devsim_input(PSTATE_SUM, (int)(j / (count ? count : 1)), j % (count ? count : 1), t));
+  void *dsend = c->r == root ? devsim_device_copy(all, n * count * es) : NULL;
+  void *drecv = c->r == root && in_place ? (char *)dsend + (size_t)root * count * es : devsim_device_copy(NULL, count * es);
+  RANK_OK(c->self, pstate_scatter(c->g, dsend, drecv, count, t, root, c->stream));
+  RANK_CHECK(c->self, devsim_to_host(all, drecv, count * es, c->stream) == 0, "copy back");
+  EXPECT_ELEMENTS(c, "scatter", t, PSTATE_SUM, all, count, devsim_input(PSTATE_SUM, c->r, i, t));
+  if (dsend != NULL) cudaFree(dsend);
+  if (!(c->r == root && in_place)) cudaFree(drecv);
+  free(all);
+  return 0;
+}
+
 static int check_moves(const ctx_t *c, pstate_dtype_t t, int variant, size_t count) {
   size_t es = pstate_dtype_size(t), n = (size_t)c->n;
   const pstate_reduce_op_t sum = PSTATE_SUM;
@@ -168,14 +210,18 @@ static int check_group(ctx_t *c, int every_dtype) {
     for (size_t o = 0; o < NOPS; ++o) {
       if (check_all_reduce(c, t, kOps[o], count, (int)(o % 2))) return 1;
       if (check_reduce_scatter(c, t, kOps[o], count)) return 1;
+      if (check_reduce(c, t, kOps[o], count, (int)(d + o) % c->n, (int)(o % 2))) return 1;
     }
     if (check_moves(c, t, (int)d, count)) return 1;
+    if (check_scatter(c, t, count, (int)(d + 2) % c->n, (int)(d % 2))) return 1;
     if (check_send_recv(c, t, count)) return 1;
   }
   /* larger than one chunk of the stand-in's transport (256 KiB per rank, 64 KiB rings) */
   if (check_all_reduce(c, PSTATE_FLOAT64, PSTATE_SUM, 40000, 0)) return 1;
   if (check_reduce_scatter(c, PSTATE_INT32, PSTATE_MAX, 20000)) return 1;
   if (check_moves(c, PSTATE_FLOAT32, 3, 20000)) return 1;
+  if (check_reduce(c, PSTATE_FLOAT64, PSTATE_AVG, 40000, c->n - 1, 0)) return 1;
+  if (check_scatter(c, PSTATE_INT32, 20000, c->n / 2, 1)) return 1;
   if (check_send_recv(c, PSTATE_UINT8, 200000)) return 1;
   return 0;
 }

@@ -71,6 +71,12 @@ DeviceOps ops_of(pstate::DeviceComm &c) {
   o.all_to_all = [&c](const void *s, void *r, size_t n, pstate_dtype_t t, void *st) {
     call([&] { c.all_to_all(s, r, n, t, st); });
   };
+  o.reduce = [&c](const void *s, void *r, size_t n, pstate_dtype_t t, pstate_reduce_op_t op, int root, void *st) {
+    call([&] { c.reduce(s, r, n, t, op, root, st); });
+  };
+  o.scatter = [&c](const void *s, void *r, size_t n, pstate_dtype_t t, int root, void *st) {
+    call([&] { c.scatter(s, r, n, t, root, st); });
+  };
   o.send = [&c](const void *b, size_t n, pstate_dtype_t t, int dst, void *st) { call([&] { c.send(b, n, t, dst, st); }); };
   o.recv = [&c](void *b, size_t n, pstate_dtype_t t, int src, void *st) { call([&] { c.recv(b, n, t, src, st); }); };
   o.barrier = [&c] { call([&] { c.barrier(); }); };

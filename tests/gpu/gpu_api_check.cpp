@@ -52,6 +52,12 @@ DeviceOps ops_of(pstate_group_t *g) {
   o.all_to_all = [g](const void *s, void *r, size_t n, pstate_dtype_t t, void *st) {
     ps_check(pstate_all_to_all(g, s, r, n, t, st));
   };
+  o.reduce = [g](const void *s, void *r, size_t n, pstate_dtype_t t, pstate_reduce_op_t op, int root, void *st) {
+    ps_check(pstate_reduce(g, s, r, n, t, op, root, st));
+  };
+  o.scatter = [g](const void *s, void *r, size_t n, pstate_dtype_t t, int root, void *st) {
+    ps_check(pstate_scatter(g, s, r, n, t, root, st));
+  };
   o.send = [g](const void *b, size_t n, pstate_dtype_t t, int dst, void *st) {
     ps_check(pstate_send(g, b, n, t, dst, st));
   };

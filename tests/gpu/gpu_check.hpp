@@ -195,6 +195,8 @@ struct DeviceOps {
   std::function<void(void *, size_t, pstate_dtype_t, int, void *)> broadcast;
   std::function<void(const void *, void *, size_t, pstate_dtype_t, int, void *)> gather;
   std::function<void(const void *, void *, size_t, pstate_dtype_t, void *)> all_to_all;
+  std::function<void(const void *, void *, size_t, pstate_dtype_t, pstate_reduce_op_t, int, void *)> reduce;
+  std::function<void(const void *, void *, size_t, pstate_dtype_t, int, void *)> scatter;
   std::function<void(const void *, size_t, pstate_dtype_t, int, void *)> send;
   std::function<void(void *, size_t, pstate_dtype_t, int, void *)> recv;
   std::function<void()> barrier;
@@ -305,6 +307,29 @@ inline std::string check_gather(Case &k, pstate_dtype_t t) {
                  [&](size_t j) { return gathered_value(j, t); });
 }
 
+// reduce to the last rank; recv is given there only.
+inline std::string check_reduce(Case &k, pstate_dtype_t t, pstate_reduce_op_t op) {
+  const int root = k.world - 1;
+  upload(k, k.send, make_bytes(t, kCount, [&](size_t i) { return input_value(op, k.rank, i, t); }));
+  k.ops.reduce(k.send, k.rank == root ? k.recv : nullptr, kCount, t, op, root, k.stream);
+  if (k.rank != root) {
+    CK(cudaStreamSynchronize(k.stream));
+    return "";
+  }
+  return compare(t, download(k, k.recv, kCount * size_of(t)), kCount,
+                 [&](size_t i) { return reduced_value(op, k.world, i, t); });
+}
+
+// scatter from rank 0 (the root's send holds block q for rank q); send is given there only.
+inline std::string check_scatter(Case &k, pstate_dtype_t t) {
+  const int root = 0;
+  if (k.rank == root)
+    upload(k, k.send, make_bytes(t, k.world * kCount, [&](size_t j) { return gathered_value(j, t); }));
+  k.ops.scatter(k.rank == root ? k.send : nullptr, k.recv, kCount, t, root, k.stream);
+  return compare(t, download(k, k.recv, kCount * size_of(t)), kCount,
+                 [&](size_t i) { return input_value(PSTATE_SUM, k.rank, i, t); });
+}
+
 inline std::string check_all_to_all(Case &k, pstate_dtype_t t) {
   // Block j of rank q's send holds input_value(q, j * kCount + i); block q of rank r's recv
   // must then hold input_value(q, r * kCount + i).
@@ -343,11 +368,13 @@ inline void check_operations(Case &k) {
       }
       run_case(k, k.name("all_reduce", t, rop), [&] { return check_reduction(k, false, t, op); });
       run_case(k, k.name("reduce_scatter", t, rop), [&] { return check_reduction(k, true, t, op); });
+      run_case(k, k.name("reduce", t, rop), [&] { return check_reduce(k, t, op); });
     }
     run_case(k, k.name("all_gather", t), [&] { return check_all_gather(k, t); });
     run_case(k, k.name("broadcast", t), [&] { return check_broadcast(k, t); });
     run_case(k, k.name("gather", t), [&] { return check_gather(k, t); });
     run_case(k, k.name("all_to_all", t), [&] { return check_all_to_all(k, t); });
+    run_case(k, k.name("scatter", t), [&] { return check_scatter(k, t); });
     if (k.world > 1) run_case(k, k.name("send/recv ring", t), [&] { return check_send_recv_ring(k, t); });
   }
   run_case(k, "all_reduce float32 sum in place", [&] {

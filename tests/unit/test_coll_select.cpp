@@ -59,10 +59,26 @@ static void test_broadcast_uses_chain_for_large_buffers_on_three_or_more_ranks(v
   assert_ptr_equal(s.broadcast(3, size_t{1} << 30).fn, &broadcast_pipelined_chain);
 }
 
+static void test_reduce_uses_binomial_up_to_threshold_then_ring(void **) {
+  const AlgorithmSelector s = with({});
+  auto at = s.reduce(8, kReduceRingMinBytes / 4, kReduceRingMinBytes);
+  assert_string_equal(at.name, "binomial");
+  assert_ptr_equal(at.fn, &reduce_binomial);
+  auto above = s.reduce(8, kReduceRingMinBytes / 4 + 1, kReduceRingMinBytes + 4);
+  assert_string_equal(above.name, "ring");
+  assert_ptr_equal(above.fn, &reduce_ring);
+  // Fewer elements than ranks: ring blocks would be mostly empty.
+  assert_string_equal(s.reduce(1 << 20, (1 << 20) - 1, 1 << 24).name, "binomial");
+  assert_string_equal(with({{"PSTATE_ALGO_REDUCE", "ring"}}).reduce(2, 1, 4).name, "ring");
+  assert_string_equal(with({{"PSTATE_ALGO_REDUCE", "binomial"}}).reduce(8, 1 << 24, 1 << 26).name, "binomial");
+}
+
 static void test_single_algorithm_collectives_report_their_names(void **) {
   const AlgorithmSelector s = with({});
   assert_string_equal(s.reduce_scatter(4, 100).name, "ring");
   assert_string_equal(s.gather(4, 100).name, "linear");
+  assert_string_equal(s.scatter(4, 100).name, "linear");
+  assert_ptr_equal(s.scatter(4, 1 << 30).fn, &scatter_linear);
   assert_string_equal(s.alltoall(4, 100).name, "pairwise");
   assert_string_equal(s.barrier(4).name, "dissemination");
   assert_ptr_equal(s.barrier(4).fn, &barrier_dissemination);
@@ -91,6 +107,13 @@ static void test_unknown_override_is_refused_naming_variable_and_choices(void **
     assert_true(msg.find("PSTATE_ALGO_ALLREDUCE=rign") != std::string::npos);
     assert_true(msg.find("recursive_doubling") != std::string::npos);
   }
+  try {
+    with({{"PSTATE_ALGO_REDUCE", "tree"}});
+    fail_msg("an unknown reduce algorithm was accepted");
+  } catch (const pstate::Error &e) {
+    assert_int_equal(e.status(), PSTATE_ERR_INVALID_ARGUMENT);
+    assert_true(std::string(e.what()).find("binomial, ring") != std::string::npos);
+  }
 }
 
 static void test_default_selector_reads_the_environment(void **) {
@@ -106,6 +129,7 @@ int main(void) {
       cmocka_unit_test(test_allreduce_uses_recursive_doubling_up_to_threshold_then_ring),
       cmocka_unit_test(test_allgather_uses_bruck_while_the_result_is_small),
       cmocka_unit_test(test_broadcast_uses_chain_for_large_buffers_on_three_or_more_ranks),
+      cmocka_unit_test(test_reduce_uses_binomial_up_to_threshold_then_ring),
       cmocka_unit_test(test_single_algorithm_collectives_report_their_names),
       cmocka_unit_test(test_overrides_force_an_algorithm_at_every_size),
       cmocka_unit_test(test_unknown_override_is_refused_naming_variable_and_choices),

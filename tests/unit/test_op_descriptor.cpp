@@ -1,7 +1,8 @@
 // test_op_descriptor.cpp — the 32-bit call codes the shared-memory agreement compares
 // (src/common/op_descriptor.hpp): two descriptors get the same code exactly when they are the
 // same call (for counts below kCodedCountLarge and roots up to kMaxCodedRoot), every field comes
-// back out of the code, and larger counts are flagged for the full comparison.
+// back out of the code (every kind up to kScatter, the 16th), and larger counts are flagged for
+// the full comparison.
 #include "common/op_descriptor.hpp"
 
 #include <set>
@@ -20,7 +21,7 @@ using namespace pstate;
 namespace {
 
 void test_codes_of_different_calls_differ_and_unpack_to_their_fields(void **) {
-  const int kinds[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 14};
+  const int kinds[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 14, 15, 16};  // 16: kScatter, the last
   const uint64_t counts[] = {0, 1, 2, 4, 8, 255, 256, 2047, 2048, 4032, 4094};
   const int roots[] = {-1, 0, 1, 2, 255, 510};
   std::set<uint32_t> seen;
@@ -63,6 +64,9 @@ void test_descriptions_name_every_field_that_applies(void **) {
   f.seq = 17;
   assert_string_equal(describe_op(f, true).c_str(), "pstate_finalize #17");
   assert_string_equal(describe_op(make_op(OpKind::kBroadcastObject, 0, -1, -1, 0)).c_str(), "broadcast_object root 0");
+  assert_string_equal(describe_op(make_op(OpKind::kReduce, 5, PSTATE_BFLOAT16, PSTATE_MAX, 2)).c_str(),
+                      "reduce count 5 bfloat16 max root 2");
+  assert_string_equal(describe_op(make_op(OpKind::kScatter, 9, PSTATE_INT8, -1, 0)).c_str(), "scatter count 9 int8 root 0");
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// test_shm_group.cpp — ShmGroup collectives give the reference result, bit-identical on every rank.
+// test_shm_group.cpp — ShmGroup collectives give the reference result, bit-identical on every rank
+// (reduce: on its root, bit-identical with all_reduce; scatter: every block where it belongs).
 //
 // Ranks are real forked processes (2, 3, 4 and 8 of them) on one real shared segment. Every
 // expected value is computed here, element by element, from the inputs' formula (fold in rank
@@ -274,6 +275,117 @@ void test_broadcast_from_every_root_2_ranks(void **) { run_broadcast(2); }
 void test_broadcast_from_every_root_3_ranks(void **) { run_broadcast(3); }
 void test_broadcast_from_every_root_8_ranks(void **) { run_broadcast(8); }
 
+// ---- reduce ------------------------------------------------------------------------------------
+
+// Every root, dtype and op, counts through the inline, whole-input and staged paths; the ranks
+// other than the root pass recv = nullptr (a write there would crash); half of the root's calls
+// in place. The root's result must be the reference and bit for bit what all_reduce gives on the
+// same inputs (the same protocol, so the same folding order).
+int reduce_rank(int rank, int size, const std::string &name, Board *board, const std::vector<pstate_dtype_t> &dtypes) {
+  PeerWatch watch(board, size, rank);
+  ShmGroup g(name, rank, size, generous(), small_chunk_options(&watch));
+  bool in_place = false;
+  for (int root = 0; root < size; ++root)
+    for (pstate_dtype_t t : dtypes)
+      for (pstate_reduce_op_t op : kOps)
+        for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{60}, size_t{1000}, size_t{5003}}) {
+          size_t n = esize_of(t);
+          std::vector<uint8_t> send = inputs(t, rank, count);
+          std::vector<uint8_t> recv(count * n + kGuard, kGuardByte), all(count * n + kGuard, kGuardByte);
+          g.all_reduce(send.data(), all.data(), count, t, op, generous());
+          const bool mine = rank == root;
+          in_place = mine ? !in_place : in_place;
+          if (mine && in_place) recv = send;
+          g.reduce(mine && in_place ? recv.data() : send.data(), mine ? recv.data() : nullptr, count, t, op, root,
+                   generous());
+          if (!mine) continue;
+          if (!check_reduced("reduce", t, op, size, rank, recv, count)) return 1;
+          if (std::memcmp(recv.data(), all.data(), count * n) != 0) {
+            fprintf(stderr, "rank %d: reduce %s %s count %zu root %d: not all_reduce's bits\n", rank, dtype_name(t),
+                    op_name(op), count, root);
+            return 2;
+          }
+        }
+  return 0;
+}
+
+void run_reduce(int size, const std::vector<pstate_dtype_t> &dtypes) {
+  Board *board = shared_array<Board>(1);
+  std::string name = unique_name("reduce");
+  auto statuses = run_ranks(size, board, [&](int r) { return reduce_rank(r, size, name, board, dtypes); });
+  expect_all_ranks_ok_and_identical(statuses, board, size, false);
+  free_shared(board, 1);
+}
+
+void test_reduce_3_ranks_every_root_dtype_and_op_matches_reference(void **) { run_reduce(3, kAllReducible); }
+void test_reduce_2_4_8_ranks_every_root_float32_int64_bfloat16_match_reference(void **) {
+  for (int size : {2, 4, 8}) run_reduce(size, {PSTATE_FLOAT32, PSTATE_INT64, PSTATE_BFLOAT16});
+}
+
+// Default options: 16 MiB + 7 float32 AVG in place to the last of 4 ranks, 64 pipelined steps.
+void test_reduce_odd_16MiB_float32_avg_in_place_to_the_last_of_4_ranks(void **) {
+  const int size = 4, root = 3;
+  const size_t count = (16u << 20) / 4 + 7;
+  Board *board = shared_array<Board>(1);
+  std::string name = unique_name("reduce-large");
+  auto statuses = run_ranks(size, board, [&](int rank) {
+    PeerWatch watch(board, size, rank);
+    ShmGroupOptions o;
+    o.label = "large";
+    o.liveness = [&watch] { watch(); };
+    ShmGroup g(name, rank, size, generous(), o);
+    std::vector<uint8_t> buf = inputs(PSTATE_FLOAT32, rank, count);
+    g.reduce(buf.data(), rank == root ? buf.data() : nullptr, count, PSTATE_FLOAT32, PSTATE_AVG, root, generous());
+    if (rank == root && !check_reduced("reduce", PSTATE_FLOAT32, PSTATE_AVG, size, rank, buf, count)) return 1;
+    if (rank != root && buf != inputs(PSTATE_FLOAT32, rank, count)) return 2;  // send is only read
+    return 0;
+  });
+  expect_all_ranks_ok_and_identical(statuses, board, size, false);
+  free_shared(board, 1);
+}
+
+// ---- scatter -----------------------------------------------------------------------------------
+
+// The root's send is inputs(root, size * count): rank r must receive elements [r * count, (r+1) *
+// count) of it. The other ranks pass send = nullptr; half of the root's calls in place.
+int scatter_rank(int rank, int size, const std::string &name, Board *board) {
+  PeerWatch watch(board, size, rank);
+  ShmGroup g(name, rank, size, generous(), small_chunk_options(&watch));
+  bool in_place = false;
+  for (int root = 0; root < size; ++root)
+    for (pstate_dtype_t t : {PSTATE_INT8, PSTATE_BFLOAT16, PSTATE_FLOAT32, PSTATE_FP8_E5M2, PSTATE_FLOAT64})
+      for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{60}, size_t{3001}}) {
+        size_t n = esize_of(t);
+        const bool mine = rank == root;
+        std::vector<uint8_t> send = inputs(t, root, size * count);
+        std::vector<uint8_t> recv(count * n + kGuard, kGuardByte);
+        in_place = mine ? !in_place : in_place;
+        uint8_t *dst = mine && in_place ? send.data() + rank * count * n : recv.data();
+        g.scatter(mine ? send.data() : nullptr, dst, count, t, root, generous());
+        if (dst != recv.data()) std::memcpy(recv.data(), dst, count * n);
+        std::vector<uint8_t> want = inputs(t, root, count, rank * count);
+        if (std::memcmp(recv.data(), want.data(), count * n) != 0 || !guard_intact(recv, count * n)) {
+          fprintf(stderr, "rank %d: scatter from %d %s count %zu%s wrong\n", rank, root, dtype_name(t), count,
+                  in_place && mine ? " in place" : "");
+          return 1;
+        }
+        if (mine && send != inputs(t, root, size * count)) return 2;  // send is only read
+      }
+  return 0;
+}
+
+void run_scatter(int size) {
+  Board *board = shared_array<Board>(1);
+  std::string name = unique_name("scatter");
+  auto statuses = run_ranks(size, board, [&](int r) { return scatter_rank(r, size, name, board); });
+  expect_all_ranks_ok_and_identical(statuses, board, size, false);
+  free_shared(board, 1);
+}
+
+void test_scatter_from_every_root_2_ranks(void **) { run_scatter(2); }
+void test_scatter_from_every_root_3_ranks(void **) { run_scatter(3); }
+void test_scatter_from_every_root_8_ranks(void **) { run_scatter(8); }
+
 // ---- barrier -----------------------------------------------------------------------------------
 
 // Before barrier k every rank writes k on the board; after it, every rank must see k from all.
@@ -299,8 +411,9 @@ void test_barrier_lets_no_rank_pass_before_all_arrive(void **) {
 
 // ---- mixed sequences: step counters and area reuse across operations ----------------------------
 
-// The same pseudo-random program of 400 operations on every rank, sizes from 1 element to many
-// steps, so area reuse (depth 2) is crossed at every possible phase of every algorithm.
+// The same pseudo-random program of 400 operations on every rank (reduce and scatter from random
+// roots among them), sizes from 1 element to many steps, so area reuse (depth 2) is crossed at
+// every possible phase of every algorithm.
 void test_mixed_operation_sequence_keeps_ranks_in_step(void **) {
   const int size = 3;
   Board *board = shared_array<Board>(1);
@@ -312,7 +425,7 @@ void test_mixed_operation_sequence_keeps_ranks_in_step(void **) {
     for (int i = 0; i < 400; ++i) {
       size_t count = 1 + program() % 3000;
       const pstate_dtype_t t = PSTATE_INT32;
-      switch (program() % 5) {
+      switch (program() % 7) {
         case 0: {
           std::vector<uint8_t> send = inputs(t, rank, count), recv(send.size(), kGuardByte);
           g.all_reduce(send.data(), recv.data(), count, t, PSTATE_SUM, generous());
@@ -343,6 +456,20 @@ void test_mixed_operation_sequence_keeps_ranks_in_step(void **) {
             fprintf(stderr, "rank %d: op %d broadcast from %d count %zu: byte %zu differs\n", rank, i, root, count, k);
             return 4;
           }
+          break;
+        }
+        case 4: {
+          int root = static_cast<int>(program() % size);
+          std::vector<uint8_t> send = inputs(t, rank, count), recv(send.size(), kGuardByte);
+          g.reduce(send.data(), rank == root ? recv.data() : nullptr, count, t, PSTATE_SUM, root, generous());
+          if (rank == root && !check_reduced("reduce", t, PSTATE_SUM, size, rank, recv, count)) return 5;
+          break;
+        }
+        case 5: {
+          int root = static_cast<int>(program() % size);
+          std::vector<uint8_t> send = inputs(t, root, size * count), recv(count * 4 + kGuard, kGuardByte);
+          g.scatter(rank == root ? send.data() : nullptr, recv.data(), count, t, root, generous());
+          if (std::memcmp(recv.data(), inputs(t, root, count, rank * count).data(), count * 4) != 0) return 6;
           break;
         }
         default: g.barrier(generous());
@@ -543,6 +670,11 @@ void test_group_of_one_copies_and_leaves_nothing_in_dev_shm(void **) {
   std::vector<uint8_t> send = inputs(PSTATE_INT64, 0, 100), recv(send.size(), 0);
   g.all_reduce(send.data(), recv.data(), 100, PSTATE_INT64, PSTATE_AVG, generous());
   assert_memory_equal(send.data(), recv.data(), 800);
+  std::vector<uint8_t> reduced(send.size(), 0), scattered(send.size(), 0);
+  g.reduce(send.data(), reduced.data(), 100, PSTATE_INT64, PSTATE_PROD, 0, generous());
+  assert_memory_equal(send.data(), reduced.data(), 800);
+  g.scatter(send.data(), scattered.data(), 100, PSTATE_INT64, 0, generous());
+  assert_memory_equal(send.data(), scattered.data(), 800);
   g.barrier(generous());
 }
 
@@ -552,6 +684,8 @@ void test_fp8_reduction_is_unsupported(void **) {
   assert_int_equal(status_of([&] { g.all_reduce(buf, buf, 4, PSTATE_FP8_E4M3, PSTATE_SUM, generous()); }),
                    PSTATE_ERR_UNSUPPORTED);
   assert_int_equal(status_of([&] { g.reduce_scatter(buf, buf, 4, PSTATE_FP8_E5M2, PSTATE_MAX, generous()); }),
+                   PSTATE_ERR_UNSUPPORTED);
+  assert_int_equal(status_of([&] { g.reduce(buf, buf, 4, PSTATE_FP8_E4M3, PSTATE_MIN, 0, generous()); }),
                    PSTATE_ERR_UNSUPPORTED);
   assert_false(g.broken());  // refusing a call does not break the group
 }
@@ -567,6 +701,12 @@ void test_bad_arguments_are_invalid_argument(void **) {
   assert_int_equal(status_of([&] { g.all_reduce(buf, buf, 2, PSTATE_INT32, static_cast<pstate_reduce_op_t>(7), generous()); }),
                    PSTATE_ERR_INVALID_ARGUMENT);
   assert_int_equal(status_of([&] { g.broadcast(buf, 2, PSTATE_INT32, 1, generous()); }), PSTATE_ERR_INVALID_ARGUMENT);
+  assert_int_equal(status_of([&] { g.reduce(buf, buf, 2, PSTATE_INT32, PSTATE_SUM, 1, generous()); }),
+                   PSTATE_ERR_INVALID_ARGUMENT);
+  assert_int_equal(status_of([&] { g.scatter(buf, buf, 2, PSTATE_INT32, -1, generous()); }),
+                   PSTATE_ERR_INVALID_ARGUMENT);
+  assert_int_equal(status_of([&] { g.scatter(buf, nullptr, 2, PSTATE_INT32, 0, generous()); }),
+                   PSTATE_ERR_INVALID_ARGUMENT);
   assert_int_equal(status_of([] { ShmGroup bad("no-slash", 0, 1, generous()); }), PSTATE_ERR_INVALID_ARGUMENT);
   assert_int_equal(status_of([] { ShmGroup bad(unique_name("rank"), 2, 2, generous()); }), PSTATE_ERR_INVALID_ARGUMENT);
   assert_int_equal(leftover_segments(), 0);
@@ -593,6 +733,12 @@ int main(void) {
       cmocka_unit_test(test_broadcast_from_every_root_2_ranks),
       cmocka_unit_test(test_broadcast_from_every_root_3_ranks),
       cmocka_unit_test(test_broadcast_from_every_root_8_ranks),
+      cmocka_unit_test(test_reduce_3_ranks_every_root_dtype_and_op_matches_reference),
+      cmocka_unit_test(test_reduce_2_4_8_ranks_every_root_float32_int64_bfloat16_match_reference),
+      cmocka_unit_test(test_reduce_odd_16MiB_float32_avg_in_place_to_the_last_of_4_ranks),
+      cmocka_unit_test(test_scatter_from_every_root_2_ranks),
+      cmocka_unit_test(test_scatter_from_every_root_3_ranks),
+      cmocka_unit_test(test_scatter_from_every_root_8_ranks),
       cmocka_unit_test(test_barrier_lets_no_rank_pass_before_all_arrive),
       cmocka_unit_test(test_mixed_operation_sequence_keeps_ranks_in_step),
       cmocka_unit_test(test_threads_as_ranks_all_reduce_in_one_process),

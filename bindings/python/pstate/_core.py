@@ -204,6 +204,44 @@ class Group:
         self._call(capi.gather, s.obj, o.obj, s.count, int(s.dtype), dst, stream)
         return out
 
+    def reduce(self, buf: BufferLike, dst: int = 0, op: ReduceOp = ReduceOp.SUM, *,
+               out: Optional[BufferLike] = None, dtype: Optional[DType] = None, count: Optional[int] = None,
+               stream: Optional[int] = None) -> Optional[Any]:
+        """torch.distributed.reduce: buf reduced with op over the group, on group rank dst only.
+        On dst the result goes to out, or into buf itself when out is None (buf must then be
+        writable), and is returned; every other rank only reads buf (out is ignored there) and
+        gets None."""
+        is_dst = self.rank_in_group == dst
+        src = resolve(buf, "buf", writable=is_dst and out is None, dtype=dtype, count=count)
+        if not is_dst:
+            self._call(capi.reduce, src.obj, None, src.count, int(src.dtype), int(op), dst, stream)
+            return None
+        res = src if out is None else resolve(out, "out", writable=True, dtype=dtype or src.dtype,
+                                              count=src.count if src.is_device else None)
+        same_dtype(src, res, "buf/out")
+        require(res, "out", src.count)
+        self._call(capi.reduce, src.obj, res.obj, src.count, int(src.dtype), int(op), dst, stream)
+        return buf if out is None else out
+
+    def scatter(self, out: BufferLike, send: Optional[BufferLike] = None, src: int = 0, *,
+                dtype: Optional[DType] = None, count: Optional[int] = None, stream: Optional[int] = None) -> Any:
+        """torch.distributed.scatter: send of group rank src holds world_size blocks of len(out)
+        elements; block r lands in out on group rank r. send is needed on src only (ignored
+        elsewhere); out may be send's own block there (a view: nothing is copied). Returns out."""
+        o = resolve(out, "out", writable=True, dtype=dtype, count=count)
+        if self.rank_in_group != src:
+            self._call(capi.scatter, None, o.obj, o.count, int(o.dtype), src, stream)
+            return out
+        total = o.count * self.world_size
+        if send is None:
+            raise InvalidArgumentError(f"scatter on {self.name}: group rank {src} is the source and needs send "
+                                       f"({total} elements)")
+        s = resolve(send, "send", writable=False, dtype=dtype or o.dtype, count=total if o.is_device else None)
+        same_dtype(s, o, "send/out")
+        require(s, "send", total)
+        self._call(capi.scatter, s.obj, o.obj, o.count, int(o.dtype), src, stream)
+        return out
+
     def all_to_all(self, send: BufferLike, out: Optional[BufferLike] = None, *, dtype: Optional[DType] = None,
                    count: Optional[int] = None, stream: Optional[int] = None) -> Any:
         """Block j of send goes to group rank j; block i of the result came from rank i.

@@ -143,6 +143,54 @@ def ops() -> None:
         assert mv.tolist() == [sum(range(ps.world_size)), ps.world_size]
 
 
+def reduce_and_scatter() -> None:
+    """reduce and scatter from every root of the world and the TP group: reduce in place on dst
+    (buf only read elsewhere) and into out; scatter into out, and into a view of send's own
+    block on src. Then the binding's own argument errors, on each rank's group of one (SELF_PP:
+    every rank is the root there, so no peer waits for a refused call), and a root that is not a
+    rank of the group, refused by C on every rank alike."""
+    with pstate.init(timeout_ms=TIMEOUT_MS) as ps:
+        ps.initialize_model_parallel(tensor_parallel_size=ps.world_size)
+        for g in (ps.world, ps.tp):
+            n, r = g.world_size, g.rank_in_group
+            for dtype in (np.float32, np.int64, np.uint8):
+                rows = [(np.arange(10) * (k + 1) + k).astype(dtype) for k in range(n)]
+                for root in range(n):
+                    x = rows[r].copy()
+                    got = g.reduce(x, root)
+                    if r == root:
+                        assert got is x and np.array_equal(x, sum(rows)), (x, sum(rows))
+                    else:
+                        assert got is None and np.array_equal(x, rows[r]), x
+                    out = np.full_like(rows[r], 99)
+                    got = g.reduce(rows[r], root, ReduceOp.MAX, out=out)
+                    assert (got is out and np.array_equal(out, np.maximum.reduce(rows))) if r == root else got is None
+                    mine = np.zeros(10, dtype)
+                    got = g.scatter(mine, np.concatenate(rows) if r == root else None, src=root)
+                    assert got is mine and np.array_equal(mine, rows[r]), (mine, rows[r])
+                    if r == root:
+                        send = np.concatenate(rows)
+                        assert np.array_equal(g.scatter(send[root * 10:(root + 1) * 10], send, src=root), rows[r])
+                    else:
+                        g.scatter(np.zeros(10, dtype), src=root)
+        ba = bytearray([ps.rank + 1] * 4)
+        ps.world.reduce(ba, 0)
+        if ps.rank == 0:
+            assert list(ba) == [sum(range(1, ps.world_size + 1))] * 4, list(ba)
+        solo = ps.group(GroupKind.SELF_PP)
+        a = np.arange(6, dtype=np.float32)
+        for call in (lambda: solo.scatter(np.zeros(3, np.float32)),                      # no send on src
+                     lambda: solo.scatter(np.zeros(3, np.float32), a[:2]),               # send too short
+                     lambda: solo.scatter(np.zeros(3, np.int32), a),                     # dtypes differ
+                     lambda: solo.reduce(a, 0, out=np.zeros(2, np.float32)),             # out too short
+                     lambda: solo.reduce(np.arange(3, dtype=np.float32).view(np.uint8).reshape(3, 4)[:, 0], 0)):
+            expect_raises(pstate.InvalidArgumentError, call)
+        for call in (lambda: ps.world.reduce(a, ps.world_size), lambda: ps.world.scatter(a, a, src=-1)):
+            err = expect_raises(pstate.InvalidArgumentError, call)
+            assert "root" in err.detail, err.detail
+        ps.world.barrier()  # still in step
+
+
 class Payload:
     """A user class: broadcast_object takes anything picklable."""
 

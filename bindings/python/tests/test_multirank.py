@@ -19,6 +19,10 @@ def test_every_op_on_float32_and_int64_world_tp_pp_four_ranks(ranks):
     ranks(4, "ops")
 
 
+def test_reduce_and_scatter_from_every_root_three_ranks(ranks):
+    ranks(3, "reduce_and_scatter")
+
+
 def test_broadcast_object_takes_any_picklable_two_ranks(ranks):
     ranks(2, "objects")
 

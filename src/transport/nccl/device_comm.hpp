@@ -190,6 +190,13 @@ class DeviceComm {
                       void *stream) = 0;
   virtual void all_to_all(const void *send, void *recv, size_t count_per_rank, pstate_dtype_t dtype,
                           void *stream) = 0;
+  // ncclReduce; recv is read only on root (may be nullptr elsewhere).
+  virtual void reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op,
+                      int root, void *stream) = 0;
+  // Block r of root's send (size() * recv_count elements) to rank r's recv; send is read only on
+  // root (may be nullptr elsewhere).
+  virtual void scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, int root,
+                       void *stream) = 0;
   // Point-to-point to another rank of the group (self is INVALID_ARGUMENT: it would never match).
   virtual void send(const void *buf, size_t count, pstate_dtype_t dtype, int dst, void *stream) = 0;
   virtual void recv(void *buf, size_t count, pstate_dtype_t dtype, int src, void *stream) = 0;

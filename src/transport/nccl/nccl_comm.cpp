@@ -351,6 +351,57 @@ void NcclCommunicator::gather(const void *send, void *recv, size_t send_count, p
   complete(end, "ncclGroupEnd", kOp);
 }
 
+void NcclCommunicator::reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op,
+                              int root, void *stream) {
+  constexpr const char *kOp = "reduce";
+  require_usable(kOp);
+  require_reduction(dtype, op, kOp);
+  require_peer(root, "root", kOp, true);
+  if (count == 0) return;
+  require_buffer(send, "send", kOp);
+  if (rank() == root) require_buffer(recv, "recv", kOp);
+  size_t bytes = bytes_of(count, dtype, 1, where(kOp));
+  OpScope scope(*this, kOp, stream);
+  if (size() == 1) return copy(recv, send, bytes, scope.stream(), kOp);
+  ncclComm_t c = comm(scope.stream(), kOp);
+  complete(nccl_->api().Reduce(send, recv, count, to_nccl(dtype), to_nccl(op), root, c, scope.stream()), "ncclReduce",
+           kOp);
+}
+
+void NcclCommunicator::scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, int root,
+                               void *stream) {
+  constexpr const char *kOp = "scatter";
+  require_usable(kOp);
+  require_dtype(dtype, kOp);
+  require_peer(root, "root", kOp, true);
+  if (recv_count == 0) return;
+  if (rank() == root) require_buffer(send, "send", kOp);
+  require_buffer(recv, "recv", kOp);
+  size_t block = bytes_of(recv_count, dtype, static_cast<size_t>(size()), where(kOp)) / static_cast<size_t>(size());
+  OpScope scope(*this, kOp, stream);
+  const char *own = rank() == root ? static_cast<const char *>(send) + static_cast<size_t>(root) * block : nullptr;
+  if (size() == 1) return copy(recv, own, block, scope.stream(), kOp);
+  ncclComm_t c = comm(scope.stream(), kOp);
+  const auto &api = nccl_->api();
+  // vLLM's PyNccl scatter: the root sends block r to every rank r, every other rank receives its
+  // block, all in one group. The root's own block is a device copy on the same stream instead of
+  // a send to itself (none at all in place: recv == send + root * recv_count).
+  complete(api.GroupStart(), "ncclGroupStart", kOp);
+  ncclResult_t first = ncclSuccess;
+  if (rank() == root) {
+    for (int r = 0; r < size() && first == ncclSuccess; ++r)
+      if (r != root)
+        first = api.Send(static_cast<const char *>(send) + static_cast<size_t>(r) * block, recv_count, to_nccl(dtype),
+                         r, c, scope.stream());
+  } else {
+    first = api.Recv(recv, recv_count, to_nccl(dtype), root, c, scope.stream());
+  }
+  ncclResult_t end = api.GroupEnd();
+  if (first != ncclSuccess) complete(first, "ncclSend/ncclRecv", kOp);
+  complete(end, "ncclGroupEnd", kOp);
+  if (own != nullptr) copy(recv, own, block, scope.stream(), kOp);
+}
+
 void NcclCommunicator::all_to_all(const void *send, void *recv, size_t count_per_rank, pstate_dtype_t dtype,
                                   void *stream) {
   constexpr const char *kOp = "all_to_all";

@@ -18,8 +18,9 @@
 // Operations check, in order: the communicator is usable (else ABORTED with the first failure),
 // the arguments (dtype, op, ranks, then each buffer's memory: host memory or another device's is
 // INVALID_ARGUMENT), the stream (context/capture rules, see CudaDeviceContext::stream_for); then
-// make the context's device current (DeviceGuard) and enqueue. gather and all_to_all are grouped
-// ncclSend/ncclRecv (so any NCCL >= 2.14 serves); barrier is a 1-element all_reduce on the
+// make the context's device current (DeviceGuard) and enqueue. reduce is ncclReduce; gather,
+// scatter and all_to_all are grouped ncclSend/ncclRecv (so any NCCL >= 2.14 serves; scatter as
+// vLLM's PyNccl does it); barrier is a 1-element all_reduce on the
 // context stream, waited for with the deadline while watching NCCL's asynchronous errors.
 #pragma once
 
@@ -47,6 +48,9 @@ class NcclCommunicator final : public DeviceComm {
   void broadcast(void *buf, size_t count, pstate_dtype_t dtype, int src, void *stream) override;
   void gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, int dst, void *stream) override;
   void all_to_all(const void *send, void *recv, size_t count_per_rank, pstate_dtype_t dtype, void *stream) override;
+  void reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op, int root,
+              void *stream) override;
+  void scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, int root, void *stream) override;
   void send(const void *buf, size_t count, pstate_dtype_t dtype, int dst, void *stream) override;
   void recv(void *buf, size_t count, pstate_dtype_t dtype, int src, void *stream) override;
   void barrier() override;

@@ -51,6 +51,7 @@ const char *NcclLib::resolve() {
   PSTATE_NCCL_RESOLVE(AllGather)
   PSTATE_NCCL_RESOLVE(ReduceScatter)
   PSTATE_NCCL_RESOLVE(Broadcast)
+  PSTATE_NCCL_RESOLVE(Reduce)
   PSTATE_NCCL_RESOLVE(Send)
   PSTATE_NCCL_RESOLVE(Recv)
   PSTATE_NCCL_RESOLVE(GroupStart)

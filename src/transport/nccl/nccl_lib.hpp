@@ -57,6 +57,7 @@ class NcclLib {
     decltype(&::ncclAllGather) AllGather = nullptr;
     decltype(&::ncclReduceScatter) ReduceScatter = nullptr;
     decltype(&::ncclBroadcast) Broadcast = nullptr;
+    decltype(&::ncclReduce) Reduce = nullptr;
     decltype(&::ncclSend) Send = nullptr;
     decltype(&::ncclRecv) Recv = nullptr;
     decltype(&::ncclGroupStart) GroupStart = nullptr;

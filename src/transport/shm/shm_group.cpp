@@ -19,7 +19,7 @@ namespace pstate::shm {
 namespace {
 
 constexpr size_t kPage = 4096;
-constexpr uint64_t kLayoutVersion = 4;  // 4: line words carry the call code
+constexpr uint64_t kLayoutVersion = 5;  // 4: line words carry the call code; 5: kind - 1 in it (16 kinds)
 constexpr size_t kMaxInlineBytes = 72 * kLineData;  // 4032 < kCodedCountLarge
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -274,6 +274,12 @@ void ShmGroup::check_buffers(const char *op, const void *send, const void *recv,
                 " is NULL with count ", count);
 }
 
+void ShmGroup::check_root(const char *op, int root) const {
+  if (root < 0 || root >= size_)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, options_.label, ": ", op, ": root ", root, " out of range for ", size_,
+                " ranks");
+}
+
 // ---- entry points: checks, trivial cases, protocol by size -------------------------------------
 
 void ShmGroup::all_reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op,
@@ -371,6 +377,62 @@ void ShmGroup::broadcast(void *buf, size_t count, pstate_dtype_t dtype, int root
       begin_call(desc, false, deadline);
       publish_arrival(deadline);
       staged_broadcast(data, count, esize, root, deadline);
+    }
+  });
+}
+
+void ShmGroup::reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op,
+                      int root, const Deadline &deadline) {
+  const size_t esize = checked_dtype_size("reduce", dtype, count, 1);
+  check_reduce("reduce", dtype, op);
+  check_root("reduce", root);
+  const bool is_root = rank_ == root;
+  check_buffers("reduce", send, is_root ? recv : send, count);
+  auto *in = static_cast<const uint8_t *>(send);
+  uint8_t *out = is_root ? static_cast<uint8_t *>(recv) : nullptr;  // nullptr: contribute only
+  const size_t bytes = count * esize;
+  const OpDescriptor desc = make_op(OpKind::kReduce, count, dtype, op, root);
+  run_guarded("reduce", [&] {
+    if (size_ == 1) {
+      if (in != out && bytes != 0) std::memmove(out, in, bytes);
+    } else if (count == 0) {
+      arrive_now(desc, deadline);
+    } else if (bytes <= std::min(options_.inline_bytes, options_.inline_reduce_bytes)) {
+      begin_call(desc, is_root, deadline);  // the root reads every peer's lines; the others none
+      inline_all_reduce(in, out, count, esize, dtype, op, deadline);
+    } else {
+      begin_call(desc, false, deadline);
+      publish_arrival(deadline);
+      if (bytes <= std::min(options_.small_bytes, area_bytes_))
+        staged_all_reduce_whole(in, out, count, esize, dtype, op, deadline);
+      else
+        staged_all_reduce(in, out, count, esize, dtype, op, deadline);
+    }
+  });
+}
+
+void ShmGroup::scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, int root,
+                       const Deadline &deadline) {
+  const size_t esize = checked_dtype_size("scatter", dtype, recv_count, static_cast<size_t>(size_));
+  check_root("scatter", root);
+  const bool is_root = rank_ == root;
+  check_buffers("scatter", is_root ? send : recv, recv, recv_count);
+  auto *in = is_root ? static_cast<const uint8_t *>(send) : nullptr;
+  auto *out = static_cast<uint8_t *>(recv);
+  const size_t bytes = recv_count * esize;
+  const OpDescriptor desc = make_op(OpKind::kScatter, recv_count, dtype, -1, root);
+  run_guarded("scatter", [&] {
+    if (size_ == 1) {
+      if (in != out && bytes != 0) std::memmove(out, in, bytes);
+    } else if (recv_count == 0) {
+      arrive_now(desc, deadline);
+    } else if (bytes * static_cast<size_t>(size_) <= options_.inline_bytes) {
+      begin_call(desc, false, deadline);
+      inline_scatter(in, out, bytes, root, deadline);
+    } else {
+      begin_call(desc, false, deadline);
+      publish_arrival(deadline);
+      staged_scatter(in, out, recv_count, esize, root, deadline);
     }
   });
 }

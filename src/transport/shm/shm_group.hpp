@@ -25,6 +25,12 @@
 //    instead (one hand-off: one flag, then the peers' inputs read in bulk, which the hardware
 //    prefetcher streams; waiting line by line above 512 B was slower, bench/analysis.md).
 //    Outputs of stream_bytes or more are written with non-temporal stores.
+//  reduce runs all_reduce's three protocols with a root: every rank publishes or stages its
+//    input, but only the root folds (inline, whole inputs) or copies the reduced slices out
+//    (staged; every rank still reduces its slice, in parallel); the others finish the step as
+//    soon as their part is published. scatter is broadcast's shape with one block per rank: the
+//    root publishes (inline) or stages, per step, a piece of every other rank's block, and each
+//    rank copies its own piece out.
 //
 // Agreement (always on): every call first names what it is doing. Its descriptor (kind, count,
 // dtype, reduce op, root) is packed into a 32-bit code (common/op_descriptor.hpp) that rides in
@@ -37,8 +43,9 @@
 // the call before it returns and before its done counter passes the call's first step (so the
 // peer cannot have rewritten the line yet): if any two ranks disagree, every rank finds a peer that
 // disagrees with it, and every rank throws PSTATE_ERR_MISMATCH naming both sides. Inline
-// all_reduce, all_gather, reduce_scatter and barrier read every peer's lines by construction;
-// broadcast and the staged protocol check the peers they did not read (verify_peers).
+// all_reduce, all_gather, reduce_scatter and barrier, and inline reduce on its root, read every
+// peer's lines by construction; broadcast, scatter, the other ranks of a reduce and the staged
+// protocol check the peers they did not read (verify_peers).
 //
 // Failures: every wait is bounded by the call's Deadline (PSTATE_ERR_TIMEOUT) and calls the
 // liveness check of the options (PSTATE_ERR_PEER_LOST). After any failure the group is broken and
@@ -138,6 +145,16 @@ class ShmGroup {
                       const Deadline &deadline);
   // buf of every rank = buf of rank root.
   void broadcast(void *buf, size_t count, pstate_dtype_t dtype, int root, const Deadline &deadline);
+  // recv of rank root[i] = op over ranks of send[i]; send == recv is allowed on root. recv is not
+  // used on the other ranks (may be nullptr; never written). all_reduce's protocols with only
+  // the root folding (inline, whole-input) or copying the reduced slices out (staged): the root
+  // gets the bits all_reduce gives.
+  void reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op, int root,
+              const Deadline &deadline);
+  // recv of rank r = block r of root's send (size() blocks of recv_count); recv may be send +
+  // root * recv_count on root. send is not used on the other ranks (may be nullptr).
+  void scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, int root,
+               const Deadline &deadline);
   // kind names the barrier in a mismatch (kBarrier, or kFinalize / kDestroy for the library's own).
   void barrier(const Deadline &deadline, OpKind kind = OpKind::kBarrier);
   // The agreement step alone, for an operation another transport carries (gather over UCX,
@@ -176,6 +193,7 @@ class ShmGroup {
   size_t checked_dtype_size(const char *op, pstate_dtype_t dtype, size_t count, size_t multiple) const;
   void check_reduce(const char *op, pstate_dtype_t dtype, pstate_reduce_op_t op_kind) const;
   void check_buffers(const char *op, const void *send, const void *recv, size_t count) const;
+  void check_root(const char *op, int root) const;
 
   // ---- agreement (shm_group.cpp; see "Agreement" above)
   // Starts a call whose first step is step_ + 1. checked_by_reads: the protocol reads a line of
@@ -211,6 +229,7 @@ class ShmGroup {
   void inline_reduce_scatter(const uint8_t *send, uint8_t *recv, size_t recv_count, size_t esize,
                              pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline);
   void inline_broadcast(uint8_t *buf, size_t bytes, int root, const Deadline &deadline);
+  void inline_scatter(const uint8_t *send, uint8_t *recv, size_t bytes, int root, const Deadline &deadline);
   void inline_barrier(const Deadline &deadline);
 
   // ---- staged protocol (shm_group_staged.cpp)
@@ -238,6 +257,8 @@ class ShmGroup {
   void rs_reduce(uint64_t step, const uint8_t *send, uint8_t *recv, size_t recv_count, Span piece, size_t esize,
                  bool own_staged, pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline);
   void staged_broadcast(uint8_t *buf, size_t count, size_t esize, int root, const Deadline &deadline);
+  void staged_scatter(const uint8_t *send, uint8_t *recv, size_t recv_count, size_t esize, int root,
+                      const Deadline &deadline);
   void copy_out(uint8_t *dst, const uint8_t *src, size_t bytes) const;
   struct StageChoice;
   void prepare_staging();

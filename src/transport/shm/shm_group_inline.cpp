@@ -18,6 +18,9 @@
 //   reduce_scatter everyone publishes its whole input; rank r folds everyone's block r;
 //   broadcast      the root publishes; the others publish an empty line (their arrival) and
 //                  copy; everyone then checks the lines of the peers it did not read;
+//   reduce         all_reduce's, but only the root folds (the others publish, then check);
+//   scatter        the root publishes every block; rank r publishes an empty line and copies
+//                  block r out of the root's lines; everyone checks the peers it did not read;
 //   barrier        everyone publishes nothing (the step alone); every rank waits for all steps.
 #include "reduce/reduce.hpp"
 #include "transport/shm/shm_group.hpp"
@@ -115,14 +118,16 @@ void ShmGroup::inline_all_reduce(const uint8_t *send, uint8_t *recv, size_t coun
   const uint64_t s = step_ + 1;
   const size_t bytes = count * esize;
   inline_publish(s, send, bytes, deadline);
-  // In place, my own input is overwritten by the fold: read it back from my published lines.
-  const bool own_from_lines = ranges_overlap(send, bytes, recv, bytes);
-  fold_in_rank_order(
-      recv, size_,
-      [&](int k) { return k == rank_ && !own_from_lines ? send : inline_input(k, s, 0, bytes, deadline); },
-      count, dtype, op);
-  if (op == PSTATE_AVG) finish_avg(recv, count, dtype, size_);
-  finish_step(s);
+  if (recv != nullptr) {  // reduce: the ranks other than the root only publish (recv nullptr)
+    // In place, my own input is overwritten by the fold: read it back from my published lines.
+    const bool own_from_lines = ranges_overlap(send, bytes, recv, bytes);
+    fold_in_rank_order(
+        recv, size_,
+        [&](int k) { return k == rank_ && !own_from_lines ? send : inline_input(k, s, 0, bytes, deadline); },
+        count, dtype, op);
+    if (op == PSTATE_AVG) finish_avg(recv, count, dtype, size_);
+  }
+  finish_step(s);  // reduce off the root: checks the peers not read (verify_peers)
 }
 
 void ShmGroup::inline_all_gather(const uint8_t *send, uint8_t *recv, size_t bytes, const Deadline &deadline) {
@@ -159,6 +164,21 @@ void ShmGroup::inline_broadcast(uint8_t *buf, size_t bytes, int root, const Dead
   } else {
     inline_publish(s, nullptr, 0, deadline);
     inline_fetch(root, s, 0, bytes, buf, deadline);
+  }
+  finish_step(s);  // checks the peers not read (verify_peers)
+}
+
+// The root publishes all blocks (its own too: one run of lines) and copies its own block out; the
+// others publish an empty line (their arrival) and fetch their block from the root's lines.
+void ShmGroup::inline_scatter(const uint8_t *send, uint8_t *recv, size_t bytes, int root, const Deadline &deadline) {
+  const uint64_t s = step_ + 1;
+  if (rank_ == root) {
+    inline_publish(s, send, bytes * static_cast<size_t>(size_), deadline);
+    const uint8_t *own = send + static_cast<size_t>(root) * bytes;
+    if (own != recv) std::memmove(recv, own, bytes);
+  } else {
+    inline_publish(s, nullptr, 0, deadline);
+    inline_fetch(root, s, static_cast<size_t>(rank_) * bytes, bytes, recv, deadline);
   }
   finish_step(s);  // checks the peers not read (verify_peers)
 }

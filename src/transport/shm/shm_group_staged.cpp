@@ -19,7 +19,9 @@
 // rank folds all areas in rank order (one hand-off; same kernels, same bits).
 // all_gather: stage my piece, copy every rank's piece out. reduce_scatter: stage my input for
 // every other rank, then fold everyone's piece for me into recv. broadcast: the root stages,
-// the others copy.
+// the others copy. reduce: all_reduce's two forms with recv nullptr off the root (no fold of whole
+// inputs there; its slice reduced into its area only, and no gather). scatter: the root stages a
+// piece of every other rank's block per step, each rank copies its own piece.
 #include "reduce/reduce.hpp"
 #include "transport/shm/shm_group.hpp"
 #include "transport/shm/shm_group_layout.hpp"
@@ -190,13 +192,15 @@ void ShmGroup::staged_all_reduce_whole(const uint8_t *send, uint8_t *recv, size_
   const size_t bytes = count * esize;
   stage_copy(staging(rank_, s, bytes), send, bytes);  // recv may alias send: fold from the areas
   set_counter(&Control::in, s);
-  fold_in_rank_order(
-      recv, size_, [&](int k) { return staging(k, s, bytes); },
-      [&](int k) {
-        if (k != rank_) wait_counter(k, &Control::in, s, "to stage its input", deadline);
-      },
-      count, dtype, op);
-  if (op == PSTATE_AVG) finish_avg(recv, count, dtype, size_);
+  if (recv != nullptr) {  // reduce: only the root folds (the others' recv is nullptr)
+    fold_in_rank_order(
+        recv, size_, [&](int k) { return staging(k, s, bytes); },
+        [&](int k) {
+          if (k != rank_) wait_counter(k, &Control::in, s, "to stage its input", deadline);
+        },
+        count, dtype, op);
+    if (op == PSTATE_AVG) finish_avg(recv, count, dtype, size_);
+  }
   finish_step(s);
 }
 
@@ -250,11 +254,13 @@ void ShmGroup::ar_reduce(uint64_t step, const uint8_t *send, uint8_t *recv, Span
   const size_t bytes = mine.count * esize;
   uint8_t *area_slice = staging(rank_, step, chunk.count * esize) + mine.offset * esize;
   const uint8_t *own = send + (chunk.offset + mine.offset) * esize;
-  uint8_t *out = recv + (chunk.offset + mine.offset) * esize;
+  // reduce off the root (recv nullptr): the slice is reduced into the area for the root alone
+  uint8_t *out = recv == nullptr ? nullptr : recv + (chunk.offset + mine.offset) * esize;
   for (int k = 0; k < size_; ++k)
     if (k != rank_) wait_counter(k, &Control::in, step, "to stage its input", deadline);
   auto input = [&](int k) { return k == rank_ ? own : staging(k, step, chunk.count * esize) + mine.offset * esize; };
-  const bool may_fold_into_recv = (own == out && size_ == 2) || !ranges_overlap(own, bytes, out, bytes);
+  const bool may_fold_into_recv =
+      out != nullptr && ((own == out && size_ == 2) || !ranges_overlap(own, bytes, out, bytes));
   const bool measured = may_fold_into_recv && bytes >= options_.adaptive_stage_bytes;
   const int kind = measured ? next_kind(reduce_choice_) : 0;
   const uint64_t t0 = measured ? cycle_count() : 0;
@@ -263,13 +269,15 @@ void ShmGroup::ar_reduce(uint64_t step, const uint8_t *send, uint8_t *recv, Span
   if (op == PSTATE_AVG) finish_avg(result, mine.count, dtype, size_);
   if (kind == 1) copy_streaming(area_slice, out, bytes);
   set_counter(&Control::out, step);
-  if (kind == 0) copy_out(out, area_slice, bytes);
+  if (kind == 0 && out != nullptr) copy_out(out, area_slice, bytes);
   if (measured) record_cost(reduce_choice_, kind, cycle_count() - t0, bytes);
 }
 
-// Copy every other rank's reduced slice into recv (mine is there already).
+// Copy every other rank's reduced slice into recv (mine is there already). reduce: only the root
+// has a recv; the others just finish the step (the root's done guards their areas until it has
+// read them).
 void ShmGroup::ar_gather(uint64_t step, uint8_t *recv, Span chunk, size_t esize, const Deadline &deadline) {
-  for (int n = 1; n < size_; ++n) {
+  for (int n = 1; n < size_ && recv != nullptr; ++n) {
     int j = (rank_ + n) % size_;
     Span sl = slice(chunk.count, j, esize);
     wait_counter(j, &Control::out, step, "to reduce its slice", deadline);
@@ -410,6 +418,43 @@ void ShmGroup::rs_reduce(uint64_t step, const uint8_t *send, uint8_t *recv, size
       piece.count, dtype, op);
   if (op == PSTATE_AVG) finish_avg(dst, piece.count, dtype, size_);
   finish_step(step);
+}
+
+// ---- scatter ----------------------------------------------------------------------------------
+
+// Per step, the root stages a piece of every other rank's block (reduce_scatter's layout: the
+// piece for rank j at j * stride), so every rank copies in every step and the pipeline stays
+// full; rank j copies its piece out. The root's own block goes straight from send to recv.
+void ShmGroup::staged_scatter(const uint8_t *send, uint8_t *recv, size_t recv_count, size_t esize, int root,
+                              const Deadline &deadline) {
+  prepare_staging();
+  const size_t per_step = step_elems(recv_count, rs_stride(esize), esize);
+  const size_t steps = ceil_div(recv_count, per_step);
+  stream_out_ = recv_count * esize >= options_.stream_bytes;
+  if (rank_ == root) {
+    const uint8_t *own = send + static_cast<size_t>(root) * recv_count * esize;
+    if (own != recv) std::memmove(recv, own, recv_count * esize);  // in place: already there
+  }
+  for (size_t i = 0; i < steps; ++i) {
+    const uint64_t s = step_ + 1;
+    const Span piece{i * per_step, std::min(per_step, recv_count - i * per_step)};
+    const size_t stride = piece_stride(piece.count * esize);
+    const size_t footprint = stride * static_cast<size_t>(size_);
+    if (rank_ == root) {
+      if (s > static_cast<uint64_t>(depth_)) wait_done(s - depth_, deadline);
+      uint8_t *pieces = staging(root, s, footprint);
+      for (int j = 0; j < size_; ++j)
+        if (j != root)
+          stage_copy(pieces + static_cast<size_t>(j) * stride,
+                     send + (static_cast<size_t>(j) * recv_count + piece.offset) * esize, piece.count * esize);
+      control(rank_).in.store(s, std::memory_order_release);  // finish_step notifies
+    } else {
+      wait_counter(root, &Control::in, s, "(the root) to stage its data", deadline);
+      copy_out(recv + piece.offset * esize, staging(root, s, footprint) + static_cast<size_t>(rank_) * stride,
+               piece.count * esize);
+    }
+    finish_step(s);
+  }
 }
 
 // ---- broadcast --------------------------------------------------------------------------------

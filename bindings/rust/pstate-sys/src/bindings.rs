@@ -991,6 +991,29 @@ extern "C" {
     ) -> pstate_status_t;
 }
 extern "C" {
+    pub fn pstate_reduce(
+        g: *mut pstate_group_t,
+        send: *const ::std::os::raw::c_void,
+        recv: *mut ::std::os::raw::c_void,
+        count: usize,
+        dtype: pstate_dtype_t,
+        op: pstate_reduce_op_t,
+        root: ::std::os::raw::c_int,
+        stream: *mut ::std::os::raw::c_void,
+    ) -> pstate_status_t;
+}
+extern "C" {
+    pub fn pstate_scatter(
+        g: *mut pstate_group_t,
+        send: *const ::std::os::raw::c_void,
+        recv: *mut ::std::os::raw::c_void,
+        recv_count: usize,
+        dtype: pstate_dtype_t,
+        root: ::std::os::raw::c_int,
+        stream: *mut ::std::os::raw::c_void,
+    ) -> pstate_status_t;
+}
+extern "C" {
     pub fn pstate_send(
         g: *mut pstate_group_t,
         buf: *const ::std::os::raw::c_void,
@@ -1524,12 +1547,35 @@ pub struct pstate_api_t {
             stream: *mut ::std::os::raw::c_void,
         ) -> pstate_status_t,
     >,
+    pub reduce: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            send: *const ::std::os::raw::c_void,
+            recv: *mut ::std::os::raw::c_void,
+            count: usize,
+            dtype: pstate_dtype_t,
+            op: pstate_reduce_op_t,
+            root: ::std::os::raw::c_int,
+            stream: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
+    pub scatter: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            send: *const ::std::os::raw::c_void,
+            recv: *mut ::std::os::raw::c_void,
+            recv_count: usize,
+            dtype: pstate_dtype_t,
+            root: ::std::os::raw::c_int,
+            stream: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
 }
 #[test]
 fn bindgen_test_layout_pstate_api_t() {
     assert_eq!(
         ::std::mem::size_of::<pstate_api_t>(),
-        360usize,
+        376usize,
         concat!("Size of: ", stringify!(pstate_api_t))
     );
     assert_eq!(
@@ -2319,6 +2365,40 @@ fn bindgen_test_layout_pstate_api_t() {
         );
     }
     test_field_recv_tensor_dict();
+    fn test_field_reduce() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reduce) as usize - ptr as usize
+            },
+            360usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(reduce)
+            )
+        );
+    }
+    test_field_reduce();
+    fn test_field_scatter() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).scatter) as usize - ptr as usize
+            },
+            368usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(scatter)
+            )
+        );
+    }
+    test_field_scatter();
 }
 extern "C" {
     pub fn pstate_get_api(abi_major: u32) -> *const pstate_api_t;

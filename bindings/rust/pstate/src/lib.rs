@@ -44,6 +44,7 @@
 //! fn f(ps: pstate::PState) -> pstate::Group<'static> { ps.world().unwrap() }
 //! ```
 mod error;
+mod rooted;
 mod tensor_dict;
 mod types;
 
