@@ -55,6 +55,7 @@ constexpr pstate_api_t make_table() {
   t.broadcast_tensor_dict = pstate_broadcast_tensor_dict;
   t.send_tensor_dict = pstate_send_tensor_dict;
   t.recv_tensor_dict = pstate_recv_tensor_dict;
+  t.set_interrupt_check = pstate_set_interrupt_check;
   return t;
 }
 
