@@ -11,6 +11,8 @@
 
 Failed calls raise pstate.Error subclasses (pstate.TimeoutError is also a builtin TimeoutError,
 pstate.PeerLostError a ConnectionError, ...) carrying .status and .detail (pstate_last_error()).
+Ctrl-C reaches a call blocked in the library within ~0.1 s: KeyboardInterrupt is raised there and
+the context is failed (the ``with`` block aborts it; otherwise call ps.abort()).
 Layout(world_size, ...) computes SGLang's groups without communication.
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ._errors import (
     AuthError,
     Error,
     InternalError,
+    InterruptedError,
     InvalidArgumentError,
     InvalidStateError,
     MismatchError,
@@ -41,7 +44,7 @@ from ._tensor_dict import NUMPY_DTYPE_NAMES, TensorDict
 
 __all__ = [
     "AbortedError", "AuthError", "BufferLike", "CONFIG_FIELDS", "Device", "DType", "Error", "Group", "GroupKind",
-    "InternalError", "InvalidArgumentError", "InvalidStateError", "Layout", "MismatchError", "NoMemoryError",
+    "InternalError", "InterruptedError", "InvalidArgumentError", "InvalidStateError", "Layout", "MismatchError", "NoMemoryError",
     "NUMPY_DTYPE_NAMES", "ObjectFrameError", "ObjectRefusedError", "PState", "PeerLostError", "ReduceOp", "Status",
     "TensorDict", "TimeoutError",
     "TransportError", "UnsupportedError",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from conftest import run_ranks
 
 
@@ -45,3 +47,12 @@ def test_peer_killed_mid_op_raises_peer_lost_or_timeout():
     assert done.returncode != 0, done.stdout
     match = re.search(r"\[0\] SURVIVOR: (PeerLostError|TimeoutError) status=(PEER_LOST|TIMEOUT)", done.stdout)
     assert match, done.stdout
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "recv"])
+def test_ctrl_c_interrupts_a_call_blocked_on_a_peer_that_never_comes(ranks, tmp_path, op):
+    """SIGINT to a rank blocked in a collective (shared memory) or a recv (UCX): KeyboardInterrupt
+    within a second (ranks.py: interrupted), then the documented state (failed: abort next)."""
+    out = ranks(2, "interrupted", extra_env={"PSTATE_TEST_TMP": str(tmp_path), "PSTATE_TEST_OP": op,
+                                             "PSTATE_TIMEOUT_MS": "20000"}, timeout=60)
+    assert f"INTERRUPTED {op} after" in out, out
