@@ -38,6 +38,7 @@ from ._errors import (
     UnsupportedError,
     error_class,
 )
+from ._errors import pythonic as _pythonic
 from ._layout import CONFIG_FIELDS, Layout
 from ._objects import ObjectFrameError, ObjectRefusedError
 from ._tensor_dict import NUMPY_DTYPE_NAMES, TensorDict
@@ -58,8 +59,9 @@ def library_version() -> int:
 
 
 def last_error() -> str:
-    """This thread's pstate_last_error() text ("" when it has had no failure)."""
-    return capi.last_error()
+    """This thread's pstate_last_error() text ("" when it has had no failure), in Python's names
+    as the exceptions' .detail says it."""
+    return _pythonic(capi.last_error())
 
 
 #: The version of the header these bindings were generated from.
