@@ -338,10 +338,13 @@ typedef int (*pstate_interrupt_fn)(void *user);
  *  handles signals itself uses it so that Ctrl-C reaches a rank blocked in pstate: the Python
  *  binding's check runs PyErr_CheckSignals under the GIL, Go's and Rust's read a flag that
  *  another goroutine/thread or a signal handler sets.
- *  When: every blocking wait of a call on ps (or on its groups) that has to wait calls fn on the
- *  calling thread at least every ~100 ms while it waits, and at once when a signal interrupts its
- *  sleep (poll/futex EINTR); a call that never waits never calls it. Not during pstate_init (there
- *  is no ps yet), pstate_abort (it never waits) or the CUDA stream work enqueued on a stream.
+ *  When: every wait on the CPU communicator (UCX and shared memory: collectives, point-to-point,
+ *  objects, tensor-dict metadata, barriers, the finalize barrier) of a call on ps or its groups
+ *  calls fn on the calling thread at least every ~100 ms while it waits, and at once when a signal
+ *  interrupts its sleep (poll/futex EINTR); a call that never waits never calls it. Not during
+ *  pstate_init (there is no ps yet), pstate_abort (it never waits), NCCL's own waits (communicator
+ *  creation, a device call that does not complete: bounded by the timeout) or work enqueued on a
+ *  CUDA stream.
  *  Nonzero: the call fails with PSTATE_ERR_INTERRUPTED ("interrupted while waiting for ...") and
  *  the context is failed, as after PEER_LOST: the peers were left inside the operation, so later
  *  calls return ABORTED; call pstate_abort (never blocks) or pstate_finalize (skips the world
