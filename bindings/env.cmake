@@ -5,7 +5,7 @@
 #   PSTATE_GO        go >= 1.18 (generics), or empty; Debian's golang-go may live in /usr/lib/go-1.19/bin
 #   PSTATE_CARGO     cargo, or empty (rustup's ~/.cargo/bin is searched too)
 #   PSTATE_BINDGEN   bindgen (Debian's `bindgen` package), or empty: needed only by the drift test
-#   PSTATE_GO_ENV    VAR=value list for `cmake -E env`: link the built libpstate (with rpath), offline
+#   PSTATE_GO_ENV    VAR=value list for `cmake -E env`: pkg-config finds the built libpstate, offline
 #   PSTATE_RUST_ENV  VAR=value list for `cmake -E env`: PSTATE_LIB_DIR, target dir in the build tree
 option(PSTATE_BUILD_BINDINGS "Build the Python/Go/Rust bindings whose toolchains are found" ON)
 
@@ -42,12 +42,13 @@ if(PSTATE_BINDGEN_EXE)
   set(PSTATE_BINDGEN ${PSTATE_BINDGEN_EXE})
 endif()
 
-# The go tool needs gcc and swig on PATH; the cgo link finds libpstate in the build tree.
+# The go tool needs gcc and pkg-config on PATH; `pkg-config pstate` finds the build tree's
+# pstate.pc (header from the sources, libpstate here, with an rpath).
 get_filename_component(_go_bin ${PSTATE_GO_EXE} DIRECTORY)
 set(PSTATE_GO_ENV
     "PATH=${_go_bin}:$ENV{PATH}"
     "CGO_ENABLED=1"
-    "CGO_LDFLAGS=-L$<TARGET_FILE_DIR:pstate> -Wl,-rpath,$<TARGET_FILE_DIR:pstate>"
+    "PKG_CONFIG_PATH=${PROJECT_BINARY_DIR}/pkgconfig"
     "GOFLAGS=-mod=mod"
     "GOPROXY=off"
     "GOTOOLCHAIN=local")

@@ -205,6 +205,7 @@ void *pstate_swig_dict_alloc(void *user, const char *name, pstate_dtype_t dtype,
 /* Handled by the typemaps: no wrappers of their own. */
 %ignore pstate_tensor_t;
 %ignore pstate_alloc_fn;
+%ignore pstate_interrupt_fn;
 
 /* =============================================================================================
  * Python
@@ -286,15 +287,56 @@ static int pstate_py_capacity(PyObject *obj, size_t *capacity) {
   *capacity = v;
   return 0;
 }
+
+/* The interrupt check pstate.init() installs on every PState (pstate_set_interrupt_check): runs
+ * inside a blocked call, on its thread, while the GIL is released. It takes the GIL and lets
+ * Python run its signal handlers (PyErr_CheckSignals: main thread only, a no-op elsewhere); when
+ * one raised (SIGINT: KeyboardInterrupt) the exception stays pending on this thread, the wait
+ * stops with PSTATE_ERR_INTERRUPTED and the status typemap raises that exception. */
+static int pstate_py_interrupt_check(void *user) {
+  (void)user;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  int stop = PyErr_CheckSignals() != 0;
+  PyGILState_Release(gil);
+  return stop;
+}
+
+/* The pending exception of an interrupted call (a signal handler's) gets the library's text as a
+ * note (pstate._errors._note_interrupt) and stays the one raised. */
+static void pstate_py_note_interrupt(void) {
+  PyObject *type = NULL, *value = NULL, *tb = NULL;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  PyObject *errors = PyImport_ImportModule("pstate._errors");
+  if (errors) {
+    PyObject *r = PyObject_CallMethod(errors, "_note_interrupt", "Os", value ? value : Py_None, pstate_last_error());
+    Py_XDECREF(r);
+    Py_DECREF(errors);
+  }
+  PyErr_Clear();
+  PyErr_Restore(type, value, tb);
+}
 %}
 
-/* ---- status: raise on failure, return None (plus any out-values) on success ---- */
+/* ---- status: raise on failure, return None (plus any out-values) on success; an interrupted
+ * call raises what the signal handler raised (KeyboardInterrupt) ---- */
 %typemap(out) pstate_status_t {
   if ($1 != PSTATE_OK) {
-    pstate_py_raise($1);
+    if ($1 == PSTATE_ERR_INTERRUPTED && PyErr_Occurred())
+      pstate_py_note_interrupt();
+    else
+      pstate_py_raise($1);
     SWIG_fail;
   }
   $result = SWIG_Py_Void();
+}
+
+/* ---- the interrupt check: True installs pstate_py_interrupt_check, False/None removes it ---- */
+%typemap(in) (pstate_interrupt_fn fn, void *user) {
+  int on = PyObject_IsTrue($input);
+  if (on < 0) SWIG_fail;
+  $1 = on ? pstate_py_interrupt_check : NULL;
+  $2 = NULL;
 }
 
 /* ---- buffers ---- */
@@ -797,6 +839,41 @@ func swigPstateFailure(addr int64) error {
 %typemap(in) (size_t *sizes, size_t capacity) %{
   $1 = (size_t *)$input.array;
   $2 = (size_t)$input.len;
+%}
+
+/* ---- the interrupt check: a flag in C memory (Go memory may not be kept by C) that
+ * PState.Interrupt raises from any goroutine; Set_interrupt_check(h, flag) installs the check
+ * that reads it (flag 0 removes it) ---- */
+%insert(cgo_comment_typedefs) %{
+// The interrupt flag of a PState (see pstate_go_interrupt_check in pstate.i).
+uintptr_t pstate_go_flag_new(void);
+void pstate_go_flag_raise(uintptr_t flag);
+void pstate_go_flag_free(uintptr_t flag);
+%}
+%{
+static int pstate_go_interrupt_check(void *flag) { return __atomic_load_n((int *)flag, __ATOMIC_ACQUIRE); }
+uintptr_t pstate_go_flag_new(void) { return (uintptr_t)calloc(1, sizeof(int)); }
+void pstate_go_flag_raise(uintptr_t flag) {
+  if (flag) __atomic_store_n((int *)flag, 1, __ATOMIC_RELEASE);
+}
+void pstate_go_flag_free(uintptr_t flag) { free((void *)flag); }
+%}
+%insert(go_wrapper) %{
+// NewInterruptFlag allocates a lowered interrupt flag in C memory (0 when out of memory).
+func NewInterruptFlag() uintptr { return uintptr(C.pstate_go_flag_new()) }
+
+// RaiseInterruptFlag raises it: the next check of a wait on the context that reads it stops
+// the wait (PSTATE_ERR_INTERRUPTED). Safe from any goroutine.
+func RaiseInterruptFlag(flag uintptr) { C.pstate_go_flag_raise(C.uintptr_t(flag)) }
+
+// FreeInterruptFlag releases it (after the context that reads it is freed).
+func FreeInterruptFlag(flag uintptr) { C.pstate_go_flag_free(C.uintptr_t(flag)) }
+%}
+%typemap(gotype) (pstate_interrupt_fn fn, void *user) "uintptr"
+%typemap(imtype) (pstate_interrupt_fn fn, void *user) "uintptr"
+%typemap(in) (pstate_interrupt_fn fn, void *user) %{
+  $1 = $input ? pstate_go_interrupt_check : NULL;
+  $2 = (void *)(uintptr_t)$input; /* the flag */
 %}
 
 /* ---- object results: a Go-side pstate_bytes_t that C fills; Take copies and frees ---- */

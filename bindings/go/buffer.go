@@ -36,8 +36,15 @@ func (b Buffer) DType() DType { return b.dtype }
 // IsDevice reports whether the buffer is a device address.
 func (b Buffer) IsDevice() bool { return b.device }
 
-// valid reports an INVALID_ARGUMENT for a nil buffer with elements or a negative count.
+// check reports an INVALID_ARGUMENT for a dtype outside the enumeration (a DeviceBuffer's), a
+// buffer shorter than need, or a nil buffer with elements.
 func (b Buffer) check(op, name string, need int) error {
+	if !b.dtype.Valid() {
+		return invalid(op, "%s: DType(%d) is not a pstate.DType (%s)", name, int(b.dtype), dtypeNames)
+	}
+	if b.count < 0 {
+		return invalid(op, "%s: count %d is negative", name, b.count)
+	}
 	if b.count < need {
 		return invalid(op, "%s holds %d elements, the operation needs %d", name, b.count, need)
 	}

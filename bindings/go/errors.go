@@ -3,6 +3,8 @@ package pstate
 import (
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 
 	"pstate.dev/pstate/internal/capi"
 )
@@ -24,6 +26,7 @@ const (
 	StatusAuth            Status = 9
 	StatusAborted         Status = 10
 	StatusInternal        Status = 11
+	StatusInterrupted     Status = 12 // PState.Interrupt stopped a wait
 )
 
 // String is the C name of the status ("PSTATE_ERR_TIMEOUT").
@@ -75,18 +78,99 @@ var (
 	ErrAuth            = &Error{Status: StatusAuth}
 	ErrAborted         = &Error{Status: StatusAborted}
 	ErrInternal        = &Error{Status: StatusInternal}
+	ErrInterrupted     = &Error{Status: StatusInterrupted}
 )
 
-// wrap turns the raw layer's error (a *capi.StatusError with the C detail) into an *Error.
+// wrap turns the raw layer's error (a *capi.StatusError with the C detail) into an *Error whose
+// detail says the library's C names the Go way (goNames).
 func wrap(err error, op string) error {
 	if err == nil {
 		return nil
 	}
 	var se *capi.StatusError
 	if errors.As(err, &se) {
-		return &Error{Status: Status(se.Status), Op: op, Detail: se.Message}
+		return &Error{Status: Status(se.Status), Op: op, Detail: goNames(se.Message)}
 	}
 	return &Error{Status: StatusInternal, Op: op, Detail: err.Error()}
+}
+
+// The C names of pstate_last_error() texts as a Go user writes them (whole words only).
+var goCalls = map[string]string{
+	"pstate_init":                      "pstate.Init",
+	"pstate_abort":                     "ps.Abort()",
+	"pstate_finalize":                  "ps.Close()",
+	"pstate_initialize_model_parallel": "ps.InitializeModelParallel",
+	"pstate_destroy_model_parallel":    "ps.DestroyModelParallel",
+	"pstate_get_group":                 "ps.Group",
+	"pstate_graph_capture_begin":       "ps.GraphCapture",
+	"pstate_graph_capture_end":         "Capture.End",
+	"pstate_tp_allreduce":              "ps.TPAllReduce",
+	"pstate_tp_allgather":              "ps.TPAllGather",
+	"pstate_set_interrupt_check":       "ps.Interrupt",
+	"pstate_t":                         "*pstate.PState",
+	"pstate_group_t":                   "*pstate.Group",
+	"pstate_dtype_t":                   "pstate.DType",
+	"pstate_reduce_op_t":               "pstate.ReduceOp",
+	"pstate_group_kind_t":              "pstate.GroupKind",
+	"pstate_device_t":                  "pstate.Device",
+	"pstate_parallel_config_t":         "pstate.ParallelConfig",
+	"pstate_tensor_t":                  "pstate.Tensor",
+	"PSTATE_DEVICE_CPU":                "WithDevice(pstate.CPU)",
+	"PSTATE_DEVICE_CUDA":               "WithDevice(pstate.CUDA)",
+}
+
+// The Init options of pstate_init_params_t's fields.
+var goOptions = map[string]string{
+	"world_size": "WithWorldSize", "rank": "WithRank", "local_rank": "WithLocalRank", "init_method": "WithInitMethod",
+	"device": "WithDevice", "device_ordinal": "WithDeviceOrdinal", "timeout_ms": "WithTimeout",
+	"job_token": "WithJobToken", "socket_ifname": "WithSocketIfname",
+}
+
+var (
+	cName       = regexp.MustCompile(`\b(?:pstate_init_params_t\.|params->)(\w+)|\b(pstate_[a-z0-9_]+|PSTATE_DEVICE_[A-Z]+)\b`)
+	cCallPrefix = regexp.MustCompile(`^pstate_[a-z0-9_]+: `)
+	cDeviceArg  = regexp.MustCompile(`device = PSTATE_DEVICE_(CPU|CUDA)`)
+	// A dict another rank's binding refused arrives as the library's refusal of the stand-in dict
+	// that binding sent (one tensor of dtype -1 named with the reason): keep only the reason.
+	bindingRefusal = regexp.MustCompile(`(?s)(?:\S+ \w+: )?tensor 0 \('.*?refused by the sender's (\w+) binding: (.*)'\): dtype -1 is not a pstate_dtype_t`)
+)
+
+// goNames is a pstate_last_error() text with its C names said the Go way ("call pstate_abort"
+// -> "call ps.Abort()", "set pstate_init_params_t.world_size" -> "set WithWorldSize"), without
+// the C function's name in front (Error.Op names the call), and a dict another rank's binding
+// refused reduced to that binding's reason.
+func goNames(detail string) string {
+	detail = bindingRefusal.ReplaceAllString(detail, "$2 (its $1 binding refused it)")
+	detail = cCallPrefix.ReplaceAllString(detail, "")
+	detail = strings.ReplaceAll(detail, "call pstate_graph_capture_end first", "call Capture.End first")
+	detail = cDeviceArg.ReplaceAllString(detail, "WithDevice(pstate.$1)")
+	return cName.ReplaceAllStringFunc(detail, func(m string) string {
+		sub := cName.FindStringSubmatch(m)
+		if sub[1] != "" {
+			if opt, ok := goOptions[sub[1]]; ok {
+				return opt
+			}
+			return sub[1]
+		}
+		if name, ok := goCalls[sub[2]]; ok {
+			return name
+		}
+		if strings.HasPrefix(sub[2], "pstate_") {
+			return camel(strings.TrimPrefix(sub[2], "pstate_"))
+		}
+		return sub[2]
+	})
+}
+
+// camel is all_reduce -> AllReduce.
+func camel(snake string) string {
+	parts := strings.Split(snake, "_")
+	for i, p := range parts {
+		if p != "" {
+			parts[i] = strings.ToUpper(p[:1]) + p[1:]
+		}
+	}
+	return strings.Join(parts, "")
 }
 
 // invalid is an INVALID_ARGUMENT the binding finds before calling C.

@@ -1,3 +1,3 @@
 module pstate.dev/pstate
 
-go 1.19
+go 1.18

@@ -105,6 +105,12 @@ func (g *Group) SameNode(source int) ([]bool, error) {
 // AllReduce: recv[i] = op over the group of send[i]. send and recv may be the same (in place).
 func (g *Group) AllReduce(send, recv Buffer, op ReduceOp, opts ...CallOption) error {
 	o := collect(opts)
+	if err := checkOp("AllReduce", op); err != nil {
+		return err
+	}
+	if err := send.check("AllReduce", "send", 0); err != nil {
+		return err
+	}
 	if err := sameDType("AllReduce", send, recv); err != nil {
 		return err
 	}
@@ -119,6 +125,9 @@ func (g *Group) AllReduce(send, recv Buffer, op ReduceOp, opts ...CallOption) er
 // AllGather: recv (WorldSize * send.Len() elements) = every rank's send in group-rank order.
 func (g *Group) AllGather(send, recv Buffer, opts ...CallOption) error {
 	o := collect(opts)
+	if err := send.check("AllGather", "send", 0); err != nil {
+		return err
+	}
 	if err := sameDType("AllGather", send, recv); err != nil {
 		return err
 	}
@@ -134,6 +143,12 @@ func (g *Group) AllGather(send, recv Buffer, opts ...CallOption) error {
 // RankInGroup of their reduction.
 func (g *Group) ReduceScatter(send, recv Buffer, op ReduceOp, opts ...CallOption) error {
 	o := collect(opts)
+	if err := checkOp("ReduceScatter", op); err != nil {
+		return err
+	}
+	if err := recv.check("ReduceScatter", "recv", 0); err != nil {
+		return err
+	}
 	if err := sameDType("ReduceScatter", send, recv); err != nil {
 		return err
 	}
@@ -148,6 +163,9 @@ func (g *Group) ReduceScatter(send, recv Buffer, op ReduceOp, opts ...CallOption
 // Broadcast copies buf of group rank src into buf on every rank.
 func (g *Group) Broadcast(buf Buffer, src int, opts ...CallOption) error {
 	o := collect(opts)
+	if err := buf.check("Broadcast", "buf", 0); err != nil {
+		return err
+	}
 	return g.call("Broadcast", func(h uintptr) error {
 		return capi.Broadcast(h, buf.p, int64(buf.count), int(buf.dtype), src, o.stream)
 	})
@@ -157,6 +175,9 @@ func (g *Group) Broadcast(buf Buffer, src int, opts ...CallOption) error {
 // recv is ignored elsewhere (pass Buffer{}).
 func (g *Group) Gather(send, recv Buffer, dst int, opts ...CallOption) error {
 	o := collect(opts)
+	if err := send.check("Gather", "send", 0); err != nil {
+		return err
+	}
 	if g.info.RankInGroup == dst {
 		if err := sameDType("Gather", send, recv); err != nil {
 			return err
@@ -174,6 +195,9 @@ func (g *Group) Gather(send, recv Buffer, dst int, opts ...CallOption) error {
 // recv comes from rank i.
 func (g *Group) AllToAll(send, recv Buffer, opts ...CallOption) error {
 	o := collect(opts)
+	if err := send.check("AllToAll", "send", 0); err != nil {
+		return err
+	}
 	n := g.info.WorldSize
 	if n == 0 || send.count%n != 0 {
 		return invalid("AllToAll on "+g.info.Name, "send holds %d elements, not a multiple of the group size %d", send.count, n)
@@ -192,6 +216,9 @@ func (g *Group) AllToAll(send, recv Buffer, opts ...CallOption) error {
 // Send sends buf to group rank dst (returns when buf may be reused).
 func (g *Group) Send(buf Buffer, dst int, opts ...CallOption) error {
 	o := collect(opts)
+	if err := buf.check("Send", "buf", 0); err != nil {
+		return err
+	}
 	return g.call("Send", func(h uintptr) error {
 		return capi.Send(h, buf.p, int64(buf.count), int(buf.dtype), dst, o.stream)
 	})
@@ -200,6 +227,9 @@ func (g *Group) Send(buf Buffer, dst int, opts ...CallOption) error {
 // Recv receives exactly buf.Len() elements from group rank src (another size is ErrMismatch).
 func (g *Group) Recv(buf Buffer, src int, opts ...CallOption) error {
 	o := collect(opts)
+	if err := buf.check("Recv", "buf", 0); err != nil {
+		return err
+	}
 	return g.call("Recv", func(h uintptr) error {
 		return capi.Recv(h, buf.p, int64(buf.count), int(buf.dtype), src, o.stream)
 	})

@@ -13,9 +13,16 @@ type Layout struct {
 	worldSize int
 }
 
-// NewLayout computes the groups SGLang's initialize_model_parallel builds for worldSize ranks
-// (the zero ParallelConfig: tp = worldSize).
+// NewLayout computes the groups SGLang's initialize_model_parallel builds for worldSize ranks;
+// zero sizes are the defaults (ParallelConfig{PipelineParallel: 2} on 4 ranks: TP 2 x PP 2; the
+// zero config: TP = worldSize).
 func NewLayout(worldSize int, cfg ParallelConfig) (*Layout, error) {
+	if err := cfg.check("NewLayout"); err != nil {
+		return nil, err
+	}
+	if worldSize != int(int32(worldSize)) {
+		return nil, invalid("NewLayout", "world size %d does not fit a C int", worldSize)
+	}
 	c := cfg.toC()
 	defer capi.DeletePstate_parallel_config_t(c)
 	var h uintptr
@@ -45,6 +52,9 @@ func (l *Layout) live(op string) error {
 
 // GroupCount is the number of groups of kind (0 for kinds this layout does not have).
 func (l *Layout) GroupCount(kind GroupKind) (int, error) {
+	if err := checkKind("GroupCount", kind); err != nil {
+		return 0, err
+	}
 	if err := l.live("GroupCount"); err != nil {
 		return 0, err
 	}
@@ -56,6 +66,9 @@ func (l *Layout) GroupCount(kind GroupKind) (int, error) {
 
 // GroupRanks are the global ranks of group index of kind, ascending.
 func (l *Layout) GroupRanks(kind GroupKind, index int) ([]int, error) {
+	if err := checkKind("GroupRanks", kind); err != nil {
+		return nil, err
+	}
 	if err := l.live("GroupRanks"); err != nil {
 		return nil, err
 	}
@@ -75,6 +88,9 @@ func (l *Layout) GroupRanks(kind GroupKind, index int) ([]int, error) {
 
 // GroupOf is the index of the group of kind that contains global rank.
 func (l *Layout) GroupOf(kind GroupKind, rank int) (int, error) {
+	if err := checkKind("GroupOf", kind); err != nil {
+		return 0, err
+	}
 	if err := l.live("GroupOf"); err != nil {
 		return 0, err
 	}

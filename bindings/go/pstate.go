@@ -46,11 +46,14 @@ func WithSocketIfname(n string) Option {
 }
 
 // PState is one rank's parallel state (pstate_t). Close it (finalize) when done, or Abort it
-// after ErrPeerLost/ErrTimeout.
+// after ErrPeerLost/ErrTimeout/ErrInterrupted.
 type PState struct {
 	mu  sync.Mutex // C: one call at a time per pstate_t
 	h   uintptr    // 0 once closed
 	gen int        // bumped by DestroyModelParallel: groups from before are invalid
+
+	flagMu sync.Mutex // guards flag, which Interrupt uses without mu (a call may hold mu)
+	flag   uintptr    // the interrupt flag in C memory (pstate_set_interrupt_check); 0 once freed
 }
 
 // Init is init_distributed_environment: rendezvous with the other ranks and return this rank's
@@ -61,11 +64,53 @@ func Init(opts ...Option) (*PState, error) {
 	for _, o := range opts {
 		o(params)
 	}
+	if d := Device(params.GetDevice()); !d.Valid() {
+		return nil, invalid("Init", "WithDevice(Device(%d)): not a pstate.Device (%s)", int(d), deviceNames)
+	}
 	var h uintptr
 	if err := capi.Init(params, &h); err != nil {
 		return nil, wrap(err, "Init")
 	}
-	return &PState{h: h}, nil
+	ps := &PState{h: h, flag: capi.NewInterruptFlag()}
+	if ps.flag == 0 {
+		_ = capi.Abort(h)
+		return nil, &Error{Status: StatusNoMemory, Op: "Init", Detail: "no C memory for the interrupt flag"}
+	}
+	if err := capi.Set_interrupt_check(h, ps.flag); err != nil {
+		_ = capi.Abort(h)
+		capi.FreeInterruptFlag(ps.flag)
+		return nil, wrap(err, "Init")
+	}
+	return ps, nil
+}
+
+// Interrupt stops the call that is blocked on ps now (another goroutine's Recv from a peer that
+// never sends, a collective a peer never joins): it returns an error wrapping ErrInterrupted
+// within ~100 ms. The call's peers were left inside the operation, so the PState is failed:
+// later calls return ErrAborted; Abort it next. Interrupt may be called from any goroutine at
+// any time, also while a call runs (it is the one method that does not wait for the call lock),
+// e.g. from a signal.Notify loop:
+//
+//	sigs := make(chan os.Signal, 1)
+//	signal.Notify(sigs, os.Interrupt)
+//	go func() { <-sigs; ps.Interrupt() }()
+//
+// A call that never has to wait is not stopped; the interrupt stays raised for the next wait.
+// After Close or Abort it does nothing.
+func (ps *PState) Interrupt() {
+	ps.flagMu.Lock()
+	defer ps.flagMu.Unlock()
+	if ps.flag != 0 {
+		capi.RaiseInterruptFlag(ps.flag)
+	}
+}
+
+// freeFlag releases the interrupt flag once the C context that read it is gone.
+func (ps *PState) freeFlag() {
+	ps.flagMu.Lock()
+	defer ps.flagMu.Unlock()
+	capi.FreeInterruptFlag(ps.flag)
+	ps.flag = 0
 }
 
 // call runs fn on the live handle with the lock held.
@@ -88,7 +133,9 @@ func (ps *PState) Close() error {
 	if h == 0 {
 		return nil
 	}
-	return wrap(capi.Finalize(h), "Close")
+	err := wrap(capi.Finalize(h), "Close")
+	ps.freeFlag()
+	return err
 }
 
 // Abort is pstate_abort: local teardown that never blocks on peers (after ErrPeerLost or
@@ -101,11 +148,17 @@ func (ps *PState) Abort() error {
 	if h == 0 {
 		return nil
 	}
-	return wrap(capi.Abort(h), "Abort")
+	err := wrap(capi.Abort(h), "Abort")
+	ps.freeFlag()
+	return err
 }
 
-// InitializeModelParallel cuts the world into SGLang's groups (collective over the world).
+// InitializeModelParallel cuts the world into SGLang's groups (collective over the world); zero
+// sizes are the defaults (see ParallelConfig).
 func (ps *PState) InitializeModelParallel(cfg ParallelConfig) error {
+	if err := cfg.check("InitializeModelParallel"); err != nil {
+		return err
+	}
 	c := cfg.toC()
 	defer capi.DeletePstate_parallel_config_t(c)
 	return ps.call("InitializeModelParallel", func(h uintptr) error { return capi.Initialize_model_parallel(h, c) })
@@ -134,6 +187,9 @@ func (ps *PState) DestroyModelParallel() error {
 // InitializeModelParallel (ErrInvalidState), DCP and SharedExpertsTP only when configured
 // (ErrUnsupported).
 func (ps *PState) Group(kind GroupKind) (*Group, error) {
+	if err := checkKind("Group", kind); err != nil {
+		return nil, err
+	}
 	var g *Group
 	err := ps.call("Group("+kind.String()+")", func(h uintptr) error {
 		var gh uintptr
@@ -177,6 +233,9 @@ func (ps *PState) WorldSize() int {
 // TPAllReduce is communication_op.py tensor_model_parallel_all_reduce: in place on the TP group.
 func (ps *PState) TPAllReduce(buf Buffer, op ReduceOp, opts ...CallOption) error {
 	o := collect(opts)
+	if err := checkOp("TPAllReduce", op); err != nil {
+		return err
+	}
 	if err := buf.check("TPAllReduce", "buf", 0); err != nil {
 		return err
 	}
@@ -232,9 +291,11 @@ func (ps *PState) GraphCapture(stream uintptr) (*Capture, error) {
 	return &Capture{ps: ps, stream: captured}, nil
 }
 
-// ParallelConfig is pstate_parallel_config_t: SGLang's initialize_model_parallel sizes. Zero
-// fields keep the defaults (1; SharedExpertsTensorParallel 0 = none; TensorParallel = world when
-// the whole config is zero).
+// ParallelConfig is pstate_parallel_config_t: SGLang's initialize_model_parallel sizes. A zero
+// field is its default (pstate.h's rule, the same in C, `pstate layout`, Python and Rust):
+// TensorParallel = world size / PipelineParallel, the others 1 (SharedExpertsTensorParallel: no
+// group). So ParallelConfig{PipelineParallel: 2} on 4 ranks is TP 2 x PP 2, and the zero config
+// is TP = world. Negative sizes are ErrInvalidArgument.
 type ParallelConfig struct {
 	TensorParallel              int
 	PipelineParallel            int
@@ -246,24 +307,28 @@ type ParallelConfig struct {
 	SharedExpertsTensorParallel int
 }
 
-// toC returns nil (tp = world) for the zero config, else a C struct the caller deletes.
-func (c ParallelConfig) toC() capi.Pstate_parallel_config_t {
-	if c == (ParallelConfig{}) {
-		return nil
-	}
-	p := capi.NewPstate_parallel_config_t()
-	set := func(v int, f func(int)) {
-		if v != 0 {
-			f(v)
+// check refuses sizes a C int cannot hold (they would arrive truncated).
+func (c ParallelConfig) check(op string) error {
+	for _, v := range []int{c.TensorParallel, c.PipelineParallel, c.ExpertParallel, c.AttentionDataParallel,
+		c.AttentionContextParallel, c.MoEDataParallel, c.DecodeContextParallel, c.SharedExpertsTensorParallel} {
+		if v != int(int32(v)) {
+			return invalid(op, "parallel size %d does not fit a C int", v)
 		}
 	}
-	set(c.TensorParallel, p.SetTensor_parallel_size)
-	set(c.PipelineParallel, p.SetPipeline_parallel_size)
-	set(c.ExpertParallel, p.SetExpert_parallel_size)
-	set(c.AttentionDataParallel, p.SetAttention_data_parallel_size)
-	set(c.AttentionContextParallel, p.SetAttention_context_parallel_size)
-	set(c.MoEDataParallel, p.SetMoe_data_parallel_size)
-	set(c.DecodeContextParallel, p.SetDecode_context_parallel_size)
-	set(c.SharedExpertsTensorParallel, p.SetShared_experts_tensor_parallel_size)
+	return nil
+}
+
+// toC is the C struct (which the caller deletes) holding every field as it is: 0s are the
+// library's defaults.
+func (c ParallelConfig) toC() capi.Pstate_parallel_config_t {
+	p := capi.NewPstate_parallel_config_t()
+	p.SetTensor_parallel_size(c.TensorParallel)
+	p.SetPipeline_parallel_size(c.PipelineParallel)
+	p.SetExpert_parallel_size(c.ExpertParallel)
+	p.SetAttention_data_parallel_size(c.AttentionDataParallel)
+	p.SetAttention_context_parallel_size(c.AttentionContextParallel)
+	p.SetMoe_data_parallel_size(c.MoEDataParallel)
+	p.SetDecode_context_parallel_size(c.DecodeContextParallel)
+	p.SetShared_experts_tensor_parallel_size(c.SharedExpertsTensorParallel)
 	return p
 }

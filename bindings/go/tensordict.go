@@ -96,12 +96,14 @@ func checkTensor(t Tensor, op string) error {
 }
 
 // tensorArray copies tensors into C memory. A dict the binding refuses becomes a one-tensor dict
-// the library refuses on every rank (dtype -1, named with the reason), so that the receivers fail
-// with it instead of waiting; refused is then the binding's own error.
+// the library refuses on every rank (dtype -1, named "refused by the sender's Go binding: " and
+// the reason, which every binding's error text reduces to the reason), so that the receivers
+// fail with it instead of waiting; refused is then the binding's own error.
 func tensorArray(tensors []Tensor, op string) (arr *capi.TensorArray, refused error) {
 	for _, t := range tensors {
 		if refused = checkTensor(t, op); refused != nil {
-			tensors = []Tensor{{Name: fmt.Sprintf("%s: refused by the sender's Go binding: %s", strings.ReplaceAll(t.Name, "\x00", "\\0"), refused.(*Error).Detail), DType: -1}}
+			reason := strings.ReplaceAll(refused.(*Error).Detail, "\x00", "\\0")
+			tensors = []Tensor{{Name: "refused by the sender's Go binding: " + reason, DType: -1}}
 			break
 		}
 	}

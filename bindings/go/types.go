@@ -1,6 +1,7 @@
 package pstate
 
 import (
+	"fmt"
 	"reflect"
 	"unsafe"
 
@@ -26,11 +27,14 @@ const (
 	FP8E5M2  DType = 11 // move-only on CPU: reductions return ErrUnsupported
 )
 
-// String is the library's name ("float32").
-func (d DType) String() string { return capi.Dtype_name(int(d)) }
+// String is the library's name ("float32"); "DType(42)" for a value outside the enumeration.
+func (d DType) String() string { return named(capi.Dtype_name(int(d)), "DType", int(d)) }
 
 // Size is the bytes per element (0 for an unknown dtype).
 func (d DType) Size() int { return int(capi.Dtype_size(int(d))) }
+
+// Valid reports whether d is one of the constants above.
+func (d DType) Valid() bool { return d >= Int8 && d <= FP8E5M2 }
 
 // ReduceOp is pstate_reduce_op_t. Avg is Sum divided by the group size (truncating for integers).
 type ReduceOp int
@@ -44,7 +48,11 @@ const (
 	Avg  ReduceOp = 4
 )
 
-func (o ReduceOp) String() string { return capi.Reduce_op_name(int(o)) }
+// String is the library's name ("sum"); "ReduceOp(7)" for a value outside the enumeration.
+func (o ReduceOp) String() string { return named(capi.Reduce_op_name(int(o)), "ReduceOp", int(o)) }
+
+// Valid reports whether o is one of the constants above.
+func (o ReduceOp) Valid() bool { return o >= Sum && o <= Avg }
 
 // Device is pstate_device_t: where the device communicator's tensors live.
 type Device int
@@ -54,6 +62,20 @@ const (
 	CPU  Device = 0
 	CUDA Device = 1
 )
+
+// String is "cpu" or "cuda"; "Device(5)" for a value outside the enumeration.
+func (d Device) String() string {
+	switch d {
+	case CPU:
+		return "cpu"
+	case CUDA:
+		return "cuda"
+	}
+	return named("", "Device", int(d))
+}
+
+// Valid reports whether d is CPU or CUDA.
+func (d Device) Valid() bool { return d == CPU || d == CUDA }
 
 // GroupKind is pstate_group_kind_t: the groups of SGLang's parallel_state.py.
 type GroupKind int
@@ -73,7 +95,44 @@ const (
 	SelfPP          GroupKind = 10
 )
 
-func (k GroupKind) String() string { return capi.Group_kind_name(int(k)) }
+// String is the library's name ("tp"); "GroupKind(99)" for a value outside the enumeration.
+func (k GroupKind) String() string { return named(capi.Group_kind_name(int(k)), "GroupKind", int(k)) }
+
+// Valid reports whether k is one of the constants above.
+func (k GroupKind) Valid() bool { return k >= World && k <= SelfPP }
+
+// named is the library's name of an enumeration value, or "Type(n)" when it has none (a typed
+// constant out of range: the C library would refuse it).
+func named(name, typ string, v int) string {
+	if name != "" {
+		return name
+	}
+	return fmt.Sprintf("%s(%d)", typ, v)
+}
+
+// The Go names of each enumeration's constants, for the errors that refuse other values.
+const (
+	dtypeNames     = "Int8, Uint8, Int32, Uint32, Int64, Uint64, Float16, Float32, Float64, BFloat16, FP8E4M3, FP8E5M2"
+	reduceOpNames  = "Sum, Prod, Max, Min, Avg"
+	deviceNames    = "CPU, CUDA"
+	groupKindNames = "World, TP, PP, AttnTP, AttnCP, MoEEP, MoETP, MoEDP, DCP, SharedExpertsTP, SelfPP"
+)
+
+// checkOp refuses a ReduceOp outside the enumeration before C sees it.
+func checkOp(op string, o ReduceOp) error {
+	if !o.Valid() {
+		return invalid(op, "ReduceOp(%d) is not a pstate.ReduceOp (%s)", int(o), reduceOpNames)
+	}
+	return nil
+}
+
+// checkKind refuses a GroupKind outside the enumeration before C sees it.
+func checkKind(op string, k GroupKind) error {
+	if !k.Valid() {
+		return invalid(op, "GroupKind(%d) is not a pstate.GroupKind (%s)", int(k), groupKindNames)
+	}
+	return nil
+}
 
 // Half is an IEEE float16 element, BHalf a bfloat16 element (bit patterns; Go has no such types).
 type (

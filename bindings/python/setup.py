@@ -8,13 +8,20 @@ Environment: PSTATE_LIB_DIR (where libpstate.so is; else `pkg-config pstate`, el
 library path), PSTATE_INCLUDE_DIR (where pstate/pstate.h is; default ../../include, else
 pkg-config), SWIG (the swig executable; default swig4.0/swig on PATH).
 
+Nothing is written into the source folder (a read-only checkout works): the build folders
+(build/, *.egg-info) go to a fresh temporary folder, PSTATE_BUILD_TMP when set. The version is
+the one pstate.h declares, as pstate.__version__ says.
+
 There is deliberately no pyproject.toml [build-system]: pip would then build in an isolated
 environment and try to download setuptools, which fails offline. pip uses the setuptools and
 wheel of the interpreter instead (Debian: python3-setuptools, python3-wheel).
 """
+import atexit
 import os
+import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -22,6 +29,18 @@ from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
 INTERFACE = HERE.parent / "pstate.i"
+
+
+def header_version(include_dirs) -> str:
+    """MAJOR.MINOR.PATCH of the pstate.h the module is built from (pstate.__version__)."""
+    for d in include_dirs:
+        header = Path(d) / "pstate" / "pstate.h"
+        if header.exists():
+            text = header.read_text()
+            parts = [re.search(rf"#define PSTATE_VERSION_{p} (\d+)", text) for p in ("MAJOR", "MINOR", "PATCH")]
+            if all(parts):
+                return ".".join(m.group(1) for m in parts)
+    raise RuntimeError("pstate/pstate.h not found: set PSTATE_INCLUDE_DIR or install libpstate-dev")
 
 
 def pkg_config(flag: str):
@@ -68,9 +87,14 @@ class BuildWithSwig(build_ext):
 
 
 libs = library_dirs()
+includes = include_dirs()
+# Out of the source folder: pip builds local folders in place, which fails on a read-only checkout
+# and leaves build/ and pstate.egg-info behind otherwise.
+scratch = tempfile.mkdtemp(prefix="pstate-build-", dir=os.environ.get("PSTATE_BUILD_TMP") or None)
+atexit.register(shutil.rmtree, scratch, True)  # pip has taken the wheel and metadata by then
 setup(
     name="pstate",
-    version="0.1.0",
+    version=header_version(includes),
     description="Parallel state of an LLM serving runtime (SGLang's parallel_state.py): groups and collectives",
     long_description=(HERE.parent.parent / "docs" / "bindings.md").read_text()
     if (HERE.parent.parent / "docs" / "bindings.md").exists() else "",
@@ -82,12 +106,13 @@ setup(
     ext_modules=[Extension(
         "pstate._capi",
         sources=[str(INTERFACE)],  # replaced by the SWIG output in BuildWithSwig
-        include_dirs=include_dirs(),
+        include_dirs=includes,
         library_dirs=libs,
         runtime_library_dirs=libs,
         libraries=["pstate"],
         extra_compile_args=["-fno-strict-aliasing"],
     )],
     cmdclass={"build_ext": BuildWithSwig},
+    options={"build": {"build_base": os.path.join(scratch, "build")}, "egg_info": {"egg_base": scratch}},
     zip_safe=False,
 )

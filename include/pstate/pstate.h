@@ -95,7 +95,8 @@ typedef enum pstate_status_t PSTATE_ENUM_BASE {
   PSTATE_ERR_MISMATCH = 8,         /**< ranks disagree (world size, rank taken, config, a collective) */
   PSTATE_ERR_AUTH = 9,             /**< job token refused by the rendezvous store */
   PSTATE_ERR_ABORTED = 10,         /**< context failed earlier; only abort/finalize are allowed */
-  PSTATE_ERR_INTERNAL = 11         /**< a bug in pstate; the message says where */
+  PSTATE_ERR_INTERNAL = 11,        /**< a bug in pstate; the message says where */
+  PSTATE_ERR_INTERRUPTED = 12      /**< the interrupt check stopped a wait (pstate_set_interrupt_check) */
 } pstate_status_t;
 
 /** Element types. Values equal NCCL's ncclDataType_t. */
@@ -186,16 +187,26 @@ typedef struct pstate_init_params_t {
   { sizeof(pstate_init_params_t), -1, -1, -1, NULL, PSTATE_DEVICE_CPU, -1, 0, NULL, NULL }
 
 /** Sizes of the model-parallel layout (SGLang's initialize_model_parallel arguments).
- *  world_size must equal tensor_parallel_size * pipeline_parallel_size. */
+ *  world_size must equal tensor_parallel_size * pipeline_parallel_size.
+ *
+ *  Defaults, one rule for every front end (C, `pstate layout`/`bench`, Python, Go, Rust): a size
+ *  of 0 means "the default": tensor_parallel_size 0 is world_size / pipeline_parallel_size (the
+ *  whole world when pipeline_parallel_size is 0 or 1; INVALID_ARGUMENT when pp does not divide
+ *  the world), every other size 0 is 1, and shared_experts_tensor_parallel_size 0 is "no group".
+ *  A negative size is INVALID_ARGUMENT. The bindings' "not given" (None, a zero field) and the
+ *  CLI's omitted option are 0, so `pipeline_parallel_size = 2` alone on 4 ranks is tp 2 x pp 2
+ *  everywhere. PSTATE_PARALLEL_CONFIG_INIT sets 1s and 0 (pstate's contract): in C, set
+ *  tensor_parallel_size to 0 to get world / pp. A NULL config is the all-0 config (tp = world).
+ *  Ranks compare the sizes after applying the defaults (tp 0 and tp 2 agree on 4 ranks, pp 2). */
 typedef struct pstate_parallel_config_t {
   size_t struct_size;                    /**< sizeof(pstate_parallel_config_t) */
-  int tensor_parallel_size;              /**< tp, >= 1 */
-  int pipeline_parallel_size;            /**< pp, >= 1 */
-  int expert_parallel_size;              /**< ep, divides tp / moe_dp */
-  int attention_data_parallel_size;      /**< attn_dp */
-  int attention_context_parallel_size;   /**< attn_cp; attn_tp = tp / attn_dp / attn_cp */
-  int moe_data_parallel_size;            /**< moe_dp; moe_tp = tp / ep / moe_dp */
-  int decode_context_parallel_size;      /**< dcp; divides tp; a DCP group exists when > 1 */
+  int tensor_parallel_size;              /**< tp, >= 1; 0: world_size / pipeline_parallel_size */
+  int pipeline_parallel_size;            /**< pp, >= 1; 0: 1 */
+  int expert_parallel_size;              /**< ep, divides tp / moe_dp; 0: 1 */
+  int attention_data_parallel_size;      /**< attn_dp; 0: 1 */
+  int attention_context_parallel_size;   /**< attn_cp; attn_tp = tp / attn_dp / attn_cp; 0: 1 */
+  int moe_data_parallel_size;            /**< moe_dp; moe_tp = tp / ep / moe_dp; 0: 1 */
+  int decode_context_parallel_size;      /**< dcp; divides tp; a DCP group exists when > 1; 0: 1 */
   int shared_experts_tensor_parallel_size; /**< 0 = none; else divides attn_tp */
 } pstate_parallel_config_t;
 
@@ -251,9 +262,10 @@ PSTATE_API size_t pstate_dtype_size(pstate_dtype_t dtype);
 /* Layout: pure rank math, no communication (for launchers, planners and tests)                 */
 /* ------------------------------------------------------------------------------------------ */
 
-/** Computes SGLang's groups for world_size ranks. cfg NULL = all sizes 1 except tp = world_size.
+/** Computes SGLang's groups for world_size ranks. cfg NULL = all sizes 1 except tp = world_size;
+ *  a size of 0 in cfg is its default (see pstate_parallel_config_t).
  *  Errors: PSTATE_ERR_INVALID_ARGUMENT with one message per cause (world != tp*pp, a size that
- *  does not divide, a size < 1, world_size > 1048576). *out is NULL on error. */
+ *  does not divide, a size < 0, world_size > 1048576). *out is NULL on error. */
 PSTATE_API pstate_status_t pstate_layout_create(int world_size, const pstate_parallel_config_t *cfg,
                                                 pstate_layout_t **out);
 /** Number of groups of `kind`; 0 for kinds that do not exist in this layout (dcp == 1). */
@@ -289,7 +301,7 @@ PSTATE_API void pstate_layout_destroy(pstate_layout_t *l);
 PSTATE_API pstate_status_t pstate_init(const pstate_init_params_t *params, pstate_t **out);
 
 /** initialize_model_parallel: creates every group kind of the layout for cfg (NULL = tp =
- *  world). Collective over the world. The ranks first compare their configs (one all-gather of
+ *  world; a size of 0 is its default, see pstate_parallel_config_t). Collective over the world. The ranks first compare their configs (one all-gather of
  *  the eight sizes over the world group): when any two differ every rank returns MISMATCH
  *  naming both ("rank 0 tp 1 pp 2, rank 1 tp 2 pp 1"), nothing is created and the context is
  *  unchanged (call it again with agreeing configs, or finalize). INVALID_STATE when already
@@ -317,6 +329,29 @@ PSTATE_API pstate_status_t pstate_finalize(pstate_t *ps);
  *  no-op. Any thread may call it, but no other call on ps may run at the same time: while one
  *  does, pstate_abort (like pstate_finalize) frees nothing and returns INVALID_STATE. */
 PSTATE_API pstate_status_t pstate_abort(pstate_t *ps);
+
+/** An interrupt check (pstate_set_interrupt_check): returns nonzero to stop the wait it is
+ *  called from, 0 to let it go on. */
+typedef int (*pstate_interrupt_fn)(void *user);
+
+/** Registers fn(user) as the interrupt check of ps (fn NULL removes it). A language runtime that
+ *  handles signals itself uses it so that Ctrl-C reaches a rank blocked in pstate: the Python
+ *  binding's check runs PyErr_CheckSignals under the GIL, Go's and Rust's read a flag that
+ *  another goroutine/thread or a signal handler sets.
+ *  When: every wait on the CPU communicator (UCX and shared memory: collectives, point-to-point,
+ *  objects, tensor-dict metadata, barriers, the finalize barrier) of a call on ps or its groups
+ *  calls fn on the calling thread at least every ~100 ms while it waits, and at once when a signal
+ *  interrupts its sleep (poll/futex EINTR); a call that never waits never calls it. Not during
+ *  pstate_init (there is no ps yet), pstate_abort (it never waits), NCCL's own waits (communicator
+ *  creation, a device call that does not complete: bounded by the timeout) or work enqueued on a
+ *  CUDA stream.
+ *  Nonzero: the call fails with PSTATE_ERR_INTERRUPTED ("interrupted while waiting for ...") and
+ *  the context is failed, as after PEER_LOST: the peers were left inside the operation, so later
+ *  calls return ABORTED; call pstate_abort (never blocks) or pstate_finalize (skips the world
+ *  barrier of a failed context) next. fn must not call pstate on ps (INVALID_STATE: the call it
+ *  interrupts still holds the context) and should return quickly. Not collective; a check is
+ *  per context (ranks as threads each register their own). */
+PSTATE_API pstate_status_t pstate_set_interrupt_check(pstate_t *ps, pstate_interrupt_fn fn, void *user);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Groups                                                                                       */
@@ -607,6 +642,7 @@ struct pstate_api_t {
   pstate_status_t (*recv_tensor_dict)(pstate_group_t *g, int src, pstate_alloc_fn alloc, void *user, void *stream);
   pstate_status_t (*reduce)(pstate_group_t *g, const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op, int root, void *stream);
   pstate_status_t (*scatter)(pstate_group_t *g, const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, int root, void *stream);
+  pstate_status_t (*set_interrupt_check)(pstate_t *ps, pstate_interrupt_fn fn, void *user);
 };
 
 /** The table for ABI `abi_major` (pass PSTATE_ABI_MAJOR), or NULL when this library does not

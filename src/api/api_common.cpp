@@ -46,6 +46,7 @@ PSTATE_API const char *pstate_status_string(pstate_status_t s) {
     case PSTATE_ERR_AUTH: return "PSTATE_ERR_AUTH";
     case PSTATE_ERR_ABORTED: return "PSTATE_ERR_ABORTED";
     case PSTATE_ERR_INTERNAL: return "PSTATE_ERR_INTERNAL";
+    case PSTATE_ERR_INTERRUPTED: return "PSTATE_ERR_INTERRUPTED";
   }
   return "PSTATE_UNKNOWN_STATUS";
 }

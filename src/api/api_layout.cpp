@@ -25,7 +25,7 @@ ParallelConfig config_from(int world_size, const pstate_parallel_config_t *cfg) 
   if (cfg == nullptr) return ParallelConfig::tensor_parallel_only(world_size);
   pstate::api::require_struct(cfg->struct_size, kOldestParallelConfigSize, sizeof(pstate_parallel_config_t), "cfg",
                               "PSTATE_PARALLEL_CONFIG_INIT");
-  return ParallelConfig::from_c(*cfg);
+  return ParallelConfig::from_c(*cfg, world_size);
 }
 
 // A C caller may pass any int as the kind; pstate.h gives the enums int as their underlying type

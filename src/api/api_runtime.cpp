@@ -1,6 +1,6 @@
 // api_runtime.cpp — the C entry points of the lifecycle and of the groups (pstate_init ...
-// pstate_abort, pstate_get_group, pstate_group_info/ranks/same_node): argument and handle checks,
-// then the Context / group objects of src/group/ do the work.
+// pstate_abort, pstate_set_interrupt_check, pstate_get_group, pstate_group_info/ranks/same_node):
+// argument and handle checks, then the Context / group objects of src/group/ do the work.
 #include "api/boundary.hpp"
 #include "api/handles.hpp"
 #include "group/context.hpp"
@@ -74,6 +74,14 @@ PSTATE_API pstate_status_t pstate_abort(pstate_t *ps) {
   if (!ps->try_enter()) return PSTATE_GUARD({ pstate::api::throw_context_busy(*ps, "pstate_abort (nothing freed)"); });
   std::unique_ptr<pstate_s> owned(ps);
   return PSTATE_GUARD({ owned->abort(); });
+}
+
+PSTATE_API pstate_status_t pstate_set_interrupt_check(pstate_t *ps, pstate_interrupt_fn fn, void *user) {
+  return PSTATE_GUARD({
+    pstate::api::require_context(ps);
+    pstate::api::ContextEntry entry(*ps, "pstate_set_interrupt_check");
+    ps->set_interrupt_check(fn, user);
+  });
 }
 
 PSTATE_API pstate_status_t pstate_get_group(pstate_t *ps, pstate_group_kind_t kind, pstate_group_t **out) {

@@ -57,6 +57,7 @@ constexpr pstate_api_t make_table() {
   t.recv_tensor_dict = pstate_recv_tensor_dict;
   t.reduce = pstate_reduce;
   t.scatter = pstate_scatter;
+  t.set_interrupt_check = pstate_set_interrupt_check;
   return t;
 }
 

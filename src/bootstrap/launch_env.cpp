@@ -28,7 +28,8 @@ constexpr Launcher kLaunchers[] = {
 };
 
 constexpr std::string_view kLaunchHint =
-    "set pstate_init_params_t.world_size and .rank, or start the program with torchrun (or `pstate run`), "
+    "set pstate_init_params_t.world_size and pstate_init_params_t.rank, or start the program with torchrun (or "
+    "`pstate run`), "
     "mpirun or srun";
 
 // An environment lookup that treats an empty value as unset.

@@ -41,9 +41,9 @@ constexpr OptionSpec kOptions[] = {
     {"--iters", "N", "timed calls per size (default: 256 MiB / size, within 20..1000)"},
     {"--warmup", "N", "untimed calls per size first (default: iters / 10, at least 2)"},
     {"--group", "KIND", "group the op runs on: tp (default), world, pp, attn_tp, moe_ep, ..."},
-    {"--tp", "N", "tensor-parallel size (default world / pp)"},
-    {"--pp", "N", "pipeline-parallel size (default 1)"},
-    {"--ep", "N", "expert-parallel size (default 1)"},
+    {"--tp", "N", "tensor-parallel size (omitted or 0: world / pp)"},
+    {"--pp", "N", "pipeline-parallel size (omitted or 0: 1)"},
+    {"--ep", "N", "expert-parallel size (omitted or 0: 1)"},
     {"--check", nullptr, "count wrong results (exact by construction); exit 1 if any"},
     {"--json", "FILE", "rank 0 writes the results as JSON to FILE"},
 };
@@ -68,7 +68,7 @@ struct BenchOptions {
   size_t min_bytes = 8, max_bytes = size_t{64} << 20, factor = 2;
   int iters = 0, warmup = 0;  // 0: the size's default
   pstate_group_kind_t group = PSTATE_GROUP_TP;
-  int tp = 0, pp = 1, ep = 1;  // tp 0: world / pp
+  int tp = 0, pp = 0, ep = 0;  // 0: the default (pstate.h): tp = world / pp, pp = ep = 1
   bool check = false;
   std::string json;
 };
@@ -120,9 +120,9 @@ BenchOptions parse_options(const ParsedArgs &args) {
   o.iters = positive_option(args, "--iters", 0, 1);
   o.warmup = positive_option(args, "--warmup", 0, 0);
   o.group = group_option(args);
-  o.tp = positive_option(args, "--tp", 0, 1);
-  o.pp = positive_option(args, "--pp", 1, 1);
-  o.ep = positive_option(args, "--ep", 1, 1);
+  o.tp = positive_option(args, "--tp", 0, 0);  // 0 (omitted): pstate.h's default, world / pp
+  o.pp = positive_option(args, "--pp", 0, 0);
+  o.ep = positive_option(args, "--ep", 0, 0);
   o.check = args.flag("--check");
   o.json = args.value("--json").value_or("");
   return o;
@@ -143,8 +143,8 @@ class Session {
     double t1 = bench_now_us();
     try {
       pstate_parallel_config_t cfg = PSTATE_PARALLEL_CONFIG_INIT;
-      cfg.pipeline_parallel_size = o.pp;
-      cfg.tensor_parallel_size = o.tp > 0 ? o.tp : info(PSTATE_GROUP_WORLD).world_size / o.pp;
+      cfg.pipeline_parallel_size = o.pp;  // 0s are the defaults (pstate.h): tp = world / pp, pp = ep = 1
+      cfg.tensor_parallel_size = o.tp;
       cfg.expert_parallel_size = o.ep;
       check_call(pstate_initialize_model_parallel(ps_, &cfg), "pstate_initialize_model_parallel");
     } catch (...) {  // a constructor that throws runs no destructor: abort here

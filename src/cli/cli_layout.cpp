@@ -21,14 +21,14 @@ using layout::ParallelConfig;
 
 constexpr OptionSpec kOptions[] = {
     {"--world", "N", "number of ranks (required)"},
-    {"--tp", "N", "tensor parallel size (default: world / pp)"},
-    {"--pp", "N", "pipeline parallel size (default 1)"},
-    {"--ep", "N", "MoE expert parallel size (default 1)"},
-    {"--moe-dp", "N", "MoE data parallel size (default 1)"},
-    {"--attn-dp", "N", "attention data parallel size (default 1)"},
-    {"--attn-cp", "N", "attention context parallel size (default 1)"},
-    {"--dcp", "N", "decode context parallel size (default 1: no dcp group)"},
-    {"--shared-experts-tp", "N", "shared-experts TP size (default 0: no group)"},
+    {"--tp", "N", "tensor parallel size (omitted or 0: world / pp)"},
+    {"--pp", "N", "pipeline parallel size (omitted or 0: 1)"},
+    {"--ep", "N", "MoE expert parallel size (omitted or 0: 1)"},
+    {"--moe-dp", "N", "MoE data parallel size (omitted or 0: 1)"},
+    {"--attn-dp", "N", "attention data parallel size (omitted or 0: 1)"},
+    {"--attn-cp", "N", "attention context parallel size (omitted or 0: 1)"},
+    {"--dcp", "N", "decode context parallel size (omitted or 0: 1, no dcp group)"},
+    {"--shared-experts-tp", "N", "shared-experts TP size (omitted or 0: no group)"},
     {"--json", nullptr, "print one JSON object instead of tables"},
 };
 
@@ -40,23 +40,27 @@ constexpr CommandSpec kSpec{
     "Computes the groups of SGLang's initialize_model_parallel: world, tp, pp, attn_tp, attn_cp,\n"
     "moe_ep, moe_tp, moe_dp, dcp (when dcp > 1), shared_experts_tp (when > 1) and self_pp, with\n"
     "attn_tp = tp / attn_dp / attn_cp and moe_tp = tp / ep / moe_dp. The world must be tp x pp.\n"
+    "A size omitted or 0 is its default (pstate.h): tp = world / pp, the others 1.\n"
     "A kind marked 'shares' is the same group object as another kind (SGLang's aliasing).\n"
     "Exit status 2 and the reason on stderr for an invalid configuration.\n\n"
     "example: pstate layout --world 8 --tp 8 --attn-cp 2 --ep 4 --moe-dp 2",
     kOptions,
 };
 
+// An omitted option is 0, which pstate.h's rule (ParallelConfig::with_defaults, shared with the
+// library and the bindings) turns into the default: tp = world / pp, the others 1 (none for
+// shared_experts_tp).
 ParallelConfig config_from(const ParsedArgs &args, int world) {
   ParallelConfig cfg;
-  cfg.pp = args.int_value("--pp", 1);
-  cfg.tp = args.int_value("--tp", cfg.pp >= 1 && world % cfg.pp == 0 ? world / cfg.pp : world);
-  cfg.ep = args.int_value("--ep", 1);
-  cfg.moe_dp = args.int_value("--moe-dp", 1);
-  cfg.attn_dp = args.int_value("--attn-dp", 1);
-  cfg.attn_cp = args.int_value("--attn-cp", 1);
-  cfg.dcp = args.int_value("--dcp", 1);
+  cfg.pp = args.int_value("--pp", 0);
+  cfg.tp = args.int_value("--tp", 0);
+  cfg.ep = args.int_value("--ep", 0);
+  cfg.moe_dp = args.int_value("--moe-dp", 0);
+  cfg.attn_dp = args.int_value("--attn-dp", 0);
+  cfg.attn_cp = args.int_value("--attn-cp", 0);
+  cfg.dcp = args.int_value("--dcp", 0);
   cfg.shared_experts_tp = args.int_value("--shared-experts-tp", 0);
-  return cfg;
+  return cfg.with_defaults(world);
 }
 
 // The kinds that exist in this layout, in pstate_group_kind_t order.

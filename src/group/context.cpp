@@ -351,9 +351,19 @@ void Context::initialize_model_parallel(const pstate_parallel_config_t *cfg) {
   if (layout_)
     throw_error(PSTATE_ERR_INVALID_STATE,
                 "model parallel is already initialized: call pstate_destroy_model_parallel first");
-  layout::ParallelConfig pc = cfg != nullptr ? layout::ParallelConfig::from_c(*cfg)
+  // The sizes with pstate.h's defaults applied (0 = default), so that ranks compare what they
+  // mean: tp 0 and tp 2 agree on 4 ranks with pp 2. A default that cannot be applied (tp 0 with a
+  // pp that does not divide the world) takes part in the agreement as given, then fails.
+  layout::ParallelConfig pc = cfg != nullptr ? layout::ParallelConfig::fields_of(*cfg)
                                              : layout::ParallelConfig::tensor_parallel_only(launch_.world_size);
+  std::optional<Error> no_default;
+  try {
+    pc = pc.with_defaults(launch_.world_size);
+  } catch (const Error &e) {
+    no_default = e;
+  }
   require_same_parallel_config(pc);  // before validating it: a rank with a bad config fails with the others
+  if (no_default) throw *no_default;
   layout::Layout lay(launch_.world_size, pc);
   ++generation_;
   std::map<pstate_group_kind_t, Group *> canonical_groups;
@@ -414,11 +424,19 @@ Group *Context::group(pstate_group_kind_t kind) {
   return g;
 }
 
+// The failure itself reaches the caller as the failing call's error, so it is said once, there;
+// the log repeats it only at INFO (PSTATE_DEBUG=INFO), for the trail of lifecycle events.
 void Context::fail(const std::string &why) {
   if (state_ == State::kFailed || state_ == State::kClosed) return;
   state_ = State::kFailed;
   failure_ = why;
-  log_.warn("context failed: ", why, " — further collectives return PSTATE_ERR_ABORTED; call pstate_abort");
+  log_.info("context failed: ", why, " — further collectives return PSTATE_ERR_ABORTED; call pstate_abort");
+}
+
+void Context::set_interrupt_check(pstate_interrupt_fn fn, void *user) {
+  interrupt_fn_ = fn;
+  interrupt_user_ = fn != nullptr ? user : nullptr;
+  if (worker_) worker_->set_interrupt_check(fn != nullptr ? std::function<bool()>([this] { return interrupted(); }) : nullptr);
 }
 
 void Context::require_usable(const char *call) const {

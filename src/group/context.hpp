@@ -17,8 +17,8 @@
 // Lifecycle states and the calls each allows:
 //   kReady     after pstate_init: world-group ops, initialize_model_parallel, finalize, abort
 //   kParallel  after initialize_model_parallel: every group, destroy_model_parallel
-//   kFailed    a blocking call failed (TIMEOUT, PEER_LOST, TRANSPORT): every collective returns
-//              ABORTED naming the first failure; only finalize/abort make progress
+//   kFailed    a blocking call failed (TIMEOUT, PEER_LOST, TRANSPORT, INTERRUPTED): every collective
+//              returns ABORTED naming the first failure; only finalize/abort make progress
 // Calls out of order throw INVALID_STATE naming the expected step.
 #pragma once
 
@@ -108,6 +108,12 @@ class Context {
   bool try_enter() noexcept { return !busy_.exchange(true, std::memory_order_acquire); }
   void leave() noexcept { busy_.store(false, std::memory_order_release); }
 
+  // The interrupt check of pstate_set_interrupt_check (fn NULL: none). interrupted() asks it: true
+  // when it returned nonzero; the waits of the worker and of the groups' shared memory ask it at
+  // their liveness checks (about every 100 ms of a wait) and throw PSTATE_ERR_INTERRUPTED.
+  void set_interrupt_check(pstate_interrupt_fn fn, void *user);
+  bool interrupted() const { return interrupt_fn_ != nullptr && interrupt_fn_(interrupt_user_) != 0; }
+
   // Failure bookkeeping: the first fatal error poisons the context.
   State state() const { return state_; }
   void fail(const std::string &why);
@@ -161,6 +167,8 @@ class Context {
                                                          // INVALID_STATE instead of a crash
   State state_ = State::kReady;
   std::string failure_;
+  pstate_interrupt_fn interrupt_fn_ = nullptr;
+  void *interrupt_user_ = nullptr;
   std::atomic<bool> busy_{false};
 };
 

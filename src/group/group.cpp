@@ -30,7 +30,7 @@ uint32_t tag_base(uint32_t seq) { return (seq & 0x7fffu) << 16; }
 
 bool is_fatal(pstate_status_t s) {
   return s == PSTATE_ERR_TIMEOUT || s == PSTATE_ERR_PEER_LOST || s == PSTATE_ERR_TRANSPORT ||
-         s == PSTATE_ERR_INTERNAL || s == PSTATE_ERR_MISMATCH;
+         s == PSTATE_ERR_INTERNAL || s == PSTATE_ERR_MISMATCH || s == PSTATE_ERR_INTERRUPTED;
 }
 
 }  // namespace
@@ -89,11 +89,19 @@ void pstate_group_s::check_peers_alive() {
   }
 }
 
+void pstate_group_s::check_waiting() {
+  check_peers_alive();
+  if (ctx_.interrupted())
+    pstate::throw_error(PSTATE_ERR_INTERRUPTED, name_, ": interrupted while rank ", ctx_.rank(),
+                        " waited for its peers in shared memory (the interrupt check asked to stop, e.g. Ctrl-C); "
+                        "the peers were left inside the operation, so the context is failed: call pstate_abort");
+}
+
 pstate::shm::ShmGroup &pstate_group_s::shm() {
   if (!shm_) {
     pstate::shm::ShmGroupOptions o;
     o.label = name_;
-    o.liveness = [this] { check_peers_alive(); };
+    o.liveness = [this] { check_waiting(); };
     o.global_ranks = ranks_;
     shm_ = std::make_unique<pstate::shm::ShmGroup>(shm_name("coll"), rank_in_group_, size(), ctx_.op_deadline(), o);
     ctx_.log().info(shm_->describe());
@@ -115,7 +123,7 @@ pstate::shm::ShmMessageQueue &pstate_group_s::message_queue() {
   if (!mq_) {
     pstate::shm::ShmMessageQueueOptions o;
     o.label = name_ + " mq";
-    o.liveness = [this] { check_peers_alive(); };
+    o.liveness = [this] { check_waiting(); };
     mq_ = std::make_unique<pstate::shm::ShmMessageQueue>(shm_name("mq"), rank_in_group_, size(), 0,
                                                          ctx_.op_deadline(), o);
     ctx_.log().info(mq_->describe());

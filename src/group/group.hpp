@@ -145,6 +145,9 @@ struct pstate_group_s {
   pstate::shm::ShmMessageQueue &message_queue();
   // Throws PEER_LOST when a same-host peer's process has exited (the shm liveness check).
   void check_peers_alive();
+  // The shm waits' periodic check: check_peers_alive, then INTERRUPTED when the context's
+  // interrupt check (pstate_set_interrupt_check) asks to stop.
+  void check_waiting();
   std::string shm_name(const char *what) const;
   // INFO-logs the selector's choice the first time this group makes it.
   void explain(const char *op, const char *algorithm, size_t bytes, int slot);

@@ -59,7 +59,7 @@ const char *kind_name(pstate_group_kind_t kind) {
   return name;
 }
 
-ParallelConfig ParallelConfig::from_c(const pstate_parallel_config_t &c) {
+ParallelConfig ParallelConfig::fields_of(const pstate_parallel_config_t &c) {
   ParallelConfig cfg;
   cfg.tp = c.tensor_parallel_size;
   cfg.pp = c.pipeline_parallel_size;
@@ -69,6 +69,22 @@ ParallelConfig ParallelConfig::from_c(const pstate_parallel_config_t &c) {
   cfg.moe_dp = c.moe_data_parallel_size;
   cfg.dcp = c.decode_context_parallel_size;
   cfg.shared_experts_tp = c.shared_experts_tensor_parallel_size;
+  return cfg;
+}
+
+// pstate.h's rule, one place for every front end: 0 is the default.
+ParallelConfig ParallelConfig::with_defaults(int world_size) const {
+  ParallelConfig cfg = *this;
+  for (int *size : {&cfg.pp, &cfg.ep, &cfg.attn_dp, &cfg.attn_cp, &cfg.moe_dp, &cfg.dcp})
+    if (*size == 0) *size = 1;
+  if (cfg.tp == 0) {
+    if (world_size >= 1 && cfg.pp >= 1 && world_size % cfg.pp != 0)
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, "tensor_parallel_size 0 means world_size / pipeline_parallel_size, "
+                  "but world_size ", world_size, " is not divisible by pipeline_parallel_size ", cfg.pp,
+                  ": the world must be exactly tp x pp ranks");
+    // (with a bad world or pp, validate() names that one: tp takes a value it does not report)
+    cfg.tp = world_size >= 1 && cfg.pp >= 1 ? world_size / cfg.pp : world_size;
+  }
   return cfg;
 }
 

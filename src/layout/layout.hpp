@@ -47,14 +47,25 @@ struct ParallelConfig {
   int dcp = 1;                // decode_context_parallel_size; a DCP group exists when > 1
   int shared_experts_tp = 0;  // 0 (SGLang's None) or 1: no group; > 1: a group of that width
 
-  // The C struct's fields (the caller checked struct_size).
-  static ParallelConfig from_c(const pstate_parallel_config_t &c);
-  // What a NULL config means: everything 1 except tp = world_size.
+  // The C struct's fields (the caller checked struct_size) with pstate.h's defaults applied: a
+  // size of 0 is its default (tp: world_size / pp, every other size 1, shared_experts_tp none).
+  // Throws INVALID_ARGUMENT when tp is 0 and pp does not divide world_size. Every front end
+  // (pstate_layout_create, pstate_initialize_model_parallel, `pstate layout`) goes through it.
+  static ParallelConfig from_c(const pstate_parallel_config_t &c, int world_size) {
+    return fields_of(c).with_defaults(world_size);
+  }
+  // The C struct's fields as they are (0s kept).
+  static ParallelConfig fields_of(const pstate_parallel_config_t &c);
+  // What a NULL config means: everything 1 except tp = world_size (the all-0 config).
   static ParallelConfig tensor_parallel_only(int world_size);
+  // The defaults applied to this config's 0 sizes (see from_c); negative sizes are kept for
+  // validate() to refuse.
+  ParallelConfig with_defaults(int world_size) const;
 };
 
-// Throws pstate::Error(PSTATE_ERR_INVALID_ARGUMENT) naming the first broken rule: world_size or
-// a size < 1 (shared_experts_tp < 0), world_size over kMaxWorldSize, a product that overflows
+// Throws pstate::Error(PSTATE_ERR_INVALID_ARGUMENT) naming the first broken rule (for a config
+// whose defaults were applied, so 0 is refused here): world_size or a size < 1 (shared_experts_tp
+// < 0), world_size over kMaxWorldSize, a product that overflows
 // int, world_size != tp * pp, tp not divisible by attn_dp * attn_cp, by ep * moe_dp or by dcp,
 // shared_experts_tp (when > 1) not dividing attn_tp. Returns normally for a valid layout.
 void validate(int world_size, const ParallelConfig &cfg);

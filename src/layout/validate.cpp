@@ -21,7 +21,8 @@ struct NamedSize {
 
 void require_positive(NamedSize s) {
   if (s.value < 1)
-    throw_error(PSTATE_ERR_INVALID_ARGUMENT, s.name, " is ", s.value, "; every parallel size must be >= 1");
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, s.name, " is ", s.value,
+                "; every parallel size must be >= 1 (or 0 for its default)");
 }
 
 // a * b as an int; throws when it does not fit (two sizes whose product SGLang would compute).
@@ -61,7 +62,8 @@ void validate(int world_size, const ParallelConfig &cfg) {
   if (tp_pp != world_size)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "world_size ", world_size, " != tensor_parallel_size ", cfg.tp,
                 " x pipeline_parallel_size ", cfg.pp, " (= ", tp_pp,
-                "): the world must be exactly tp x pp ranks");
+                "): the world must be exactly tp x pp ranks (tensor_parallel_size 0 means world_size / "
+                "pipeline_parallel_size)");
 
   int attn_split = checked_product(attn_dp, attn_cp);
   require_divides(tp, {"attention_data_parallel_size x attention_context_parallel_size", attn_split},

@@ -85,11 +85,41 @@ static void test_same_invalid_config_is_invalid_argument_on_every_rank(void **st
   assert_int_equal(pstate_test_run_processes(2, 120, same_invalid_rank, NULL, NULL), 0);
 }
 
+/* pstate.h's defaults are applied before the comparison: tp 0 (= world / pp) on rank 0 and tp 2
+ * on rank 1 mean the same layout of a world of 2 and agree. A default that cannot be applied (tp
+ * 0 with pp 3) takes part as given: its peers get MISMATCH at once instead of waiting. */
+static int defaults_rank(const pstate_test_rank_t *self) {
+  pstate_t *ps = NULL;
+  RANK_OK(self, pstate_test_init(self, 20000, &ps));
+  pstate_parallel_config_t cfg = PSTATE_PARALLEL_CONFIG_INIT;
+  cfg.tensor_parallel_size = self->rank == 0 ? 0 : 2;
+  cfg.expert_parallel_size = self->rank == 0 ? 0 : 1;
+  RANK_OK(self, pstate_initialize_model_parallel(ps, &cfg));
+  float x = 1.0f;
+  RANK_OK(self, pstate_tp_allreduce(ps, &x, 1, PSTATE_FLOAT32, PSTATE_SUM, NULL));
+  RANK_CHECK(self, x == 2.0f, "tp all_reduce: %g", x);
+  RANK_OK(self, pstate_destroy_model_parallel(ps));
+  cfg.pipeline_parallel_size = self->rank == 0 ? 3 : 1;
+  double t0 = pstate_test_now_ms();
+  pstate_status_t s = pstate_initialize_model_parallel(ps, &cfg);
+  const char *m = pstate_last_error();
+  RANK_CHECK(self, s == PSTATE_ERR_MISMATCH, "tp 0 pp 3 vs tp 2 pp 1 -> %s (%s)", pstate_status_string(s), m);
+  RANK_CHECK(self, pstate_test_now_ms() - t0 < 10000, "took %.0f ms", pstate_test_now_ms() - t0);
+  RANK_OK(self, pstate_finalize(ps));
+  return 0;
+}
+
+static void test_zero_sizes_compare_as_their_defaults(void **state) {
+  (void)state;
+  assert_int_equal(pstate_test_run_processes(2, 120, defaults_rank, NULL, NULL), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ranks_with_different_configs_all_get_mismatch_then_agree_and_finalize),
       cmocka_unit_test(test_ranks_with_different_configs_all_get_mismatch_then_abort),
       cmocka_unit_test(test_same_invalid_config_is_invalid_argument_on_every_rank),
+      cmocka_unit_test(test_zero_sizes_compare_as_their_defaults),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -134,6 +134,55 @@ static void test_invalid_config_leaves_out_null_and_names_the_cause(void **state
   assert_non_null(strstr(pstate_last_error(), "pstate_layout_create"));
 }
 
+/* pstate.h's one rule for every front end: a size of 0 is its default (tp: world / pp, the
+ * others 1, shared experts none). Before it, 0 was "every parallel size must be >= 1". */
+static void test_zero_sizes_are_the_defaults(void **state) {
+  static const int kinds_n = PSTATE_GROUP_KIND_COUNT;
+  pstate_parallel_config_t explicit_cfg = PSTATE_PARALLEL_CONFIG_INIT, zeros = PSTATE_PARALLEL_CONFIG_INIT;
+  pstate_layout_t *a = NULL, *b = NULL;
+  int k;
+  explicit_cfg.tensor_parallel_size = 2;
+  explicit_cfg.pipeline_parallel_size = 2;
+  zeros.tensor_parallel_size = 0;
+  zeros.pipeline_parallel_size = 2;
+  zeros.expert_parallel_size = 0;
+  zeros.attention_data_parallel_size = 0;
+  zeros.attention_context_parallel_size = 0;
+  zeros.moe_data_parallel_size = 0;
+  zeros.decode_context_parallel_size = 0;
+  PSTATE_EXPECT_OK(pstate_layout_create(4, &explicit_cfg, &a));
+  PSTATE_EXPECT_OK(pstate_layout_create(4, &zeros, &b));
+  for (k = 0; k < kinds_n; ++k) {
+    size_t na = 0, nb = 0, i;
+    PSTATE_EXPECT_OK(pstate_layout_group_count(a, (pstate_group_kind_t)k, &na));
+    PSTATE_EXPECT_OK(pstate_layout_group_count(b, (pstate_group_kind_t)k, &nb));
+    assert_int_equal(na, nb);
+    for (i = 0; i < na; ++i) {
+      int ra[4], rb[4];
+      size_t ca = 0, cb = 0;
+      PSTATE_EXPECT_OK(pstate_layout_group_ranks(a, (pstate_group_kind_t)k, i, ra, 4, &ca));
+      PSTATE_EXPECT_OK(pstate_layout_group_ranks(b, (pstate_group_kind_t)k, i, rb, 4, &cb));
+      assert_int_equal(ca, cb);
+      assert_memory_equal(ra, rb, ca * sizeof(int));
+    }
+  }
+  pstate_layout_destroy(a);
+  pstate_layout_destroy(b);
+  /* tp 0 and pp 0: the whole world is one TP group */
+  zeros.pipeline_parallel_size = 0;
+  {
+    static const int all[] = {0, 1, 2, 3, 4, 5};
+    PSTATE_EXPECT_OK(pstate_layout_create(6, &zeros, &b));
+    expect_group(b, PSTATE_GROUP_TP, 0, all, 6);
+    pstate_layout_destroy(b);
+  }
+  /* tp 0 cannot be derived when pp does not divide the world */
+  zeros.pipeline_parallel_size = 4;
+  PSTATE_EXPECT_ERROR(pstate_layout_create(6, &zeros, &b), PSTATE_ERR_INVALID_ARGUMENT,
+                      "world_size 6 is not divisible by pipeline_parallel_size 4");
+  assert_null(b);
+}
+
 static void test_destroy_null_is_a_no_op(void **state) { pstate_layout_destroy(NULL); }
 
 static void test_api_table_reaches_the_layout_functions(void **state) {
@@ -146,6 +195,9 @@ static void test_api_table_reaches_the_layout_functions(void **state) {
   assert_int_equal(api->library_version, pstate_version());
   assert_true(api->layout_create == pstate_layout_create);
   assert_true(api->status_string == pstate_status_string);
+  assert_true(offsetof(pstate_api_t, set_interrupt_check) < api->struct_size);
+  assert_true(api->set_interrupt_check == pstate_set_interrupt_check);
+  assert_string_equal(api->status_string(PSTATE_ERR_INTERRUPTED), "PSTATE_ERR_INTERRUPTED");
   assert_int_equal(api->layout_create(4, NULL, &l), PSTATE_OK);
   assert_int_equal(api->layout_group_count(l, PSTATE_GROUP_SELF_PP, &count), PSTATE_OK);
   assert_int_equal(count, 4);
@@ -167,6 +219,7 @@ int main(void) {
       cmocka_unit_test(test_absent_kinds_have_zero_groups),
       cmocka_unit_test(test_dcp_and_shared_experts_groups_exist_when_configured),
       cmocka_unit_test(test_invalid_config_leaves_out_null_and_names_the_cause),
+      cmocka_unit_test(test_zero_sizes_are_the_defaults),
       cmocka_unit_test(test_destroy_null_is_a_no_op),
       cmocka_unit_test(test_api_table_reaches_the_layout_functions),
       cmocka_unit_test(test_api_table_for_another_major_is_null_with_a_reason),

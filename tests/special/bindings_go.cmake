@@ -1,9 +1,15 @@
-# bindings_go — the Go binding (bindings/go; the go tool runs SWIG on pstate.i):
+# bindings_go — the Go binding (bindings/go; SWIG's output for pstate.i is committed in
+# internal/capi, the header and library come from `pkg-config pstate`):
 #
 #   bindings_go_vet   gofmt -l is empty and `go vet -a ./...` is clean, SWIG's generated code
-#                     included (-a: the go tool's cache otherwise hides the generated file from vet)
-#   bindings_go_test  `go test ./...` with GODEBUG=cgocheck=2: layout, dtypes, errors.Is, and
-#                     multi-rank tests that relaunch the test binary with `pstate run -n 2|4`
+#                     included
+#   bindings_go_drift internal/capi/regenerate.sh into a temporary folder gives the committed
+#                     capi.go and capi_wrap.c (else: pstate.i or pstate.h changed without them)
+#   bindings_go_test  `go test ./...` with GODEBUG=cgocheck=2: layout, dtypes, errors.Is, argument
+#                     checks, Interrupt, and multi-rank tests that relaunch the test binary with
+#                     `pstate run -n 2|4`
+#   bindings_go_outside_tree  a copy of bindings/go used through `replace` by a module outside
+#                     this tree, built without SWIG and run (bindings_go_outside.cmake)
 #   bindings_go_example docs/bindings.md's example: pstate run -n 2 -- tworanks
 include(${PROJECT_SOURCE_DIR}/bindings/env.cmake)
 if(NOT TARGET pstate_go)
@@ -22,3 +28,15 @@ add_test(NAME bindings_go_test
          WORKING_DIRECTORY ${_go_dir})
 add_test(NAME bindings_go_example COMMAND $<TARGET_FILE:pstate_cli> run -n 2 -- ${PROJECT_BINARY_DIR}/bindings/go/tworanks)
 set_tests_properties(bindings_go_vet bindings_go_test bindings_go_example PROPERTIES TIMEOUT 600)
+if(PSTATE_SWIG)
+  add_test(NAME bindings_go_drift
+           COMMAND ${CMAKE_COMMAND} -E env SWIG=${PSTATE_SWIG} GOFMT=${_gofmt_dir}/gofmt
+                   sh -c "d=$(mktemp -d) && ./regenerate.sh $d && cmp capi.go $d/capi.go && cmp capi_wrap.c $d/capi_wrap.c; rc=$?; rm -rf $d; [ $rc = 0 ] || echo 'bindings/go/internal/capi is stale: pstate.i or pstate.h changed without it; run bindings/go/internal/capi/regenerate.sh and commit'; exit $rc"
+           WORKING_DIRECTORY ${_go_dir}/internal/capi)
+  set_tests_properties(bindings_go_drift PROPERTIES TIMEOUT 120)
+endif()
+add_test(NAME bindings_go_outside_tree
+         COMMAND ${CMAKE_COMMAND} -DGO=${PSTATE_GO} -DSOURCE=${PROJECT_SOURCE_DIR}
+                 -DWORK=${PROJECT_BINARY_DIR}/bindings/go_outside -DPKG_CONFIG_DIR=${PROJECT_BINARY_DIR}/pkgconfig
+                 -P ${CMAKE_CURRENT_LIST_DIR}/bindings_go_outside.cmake)
+set_tests_properties(bindings_go_outside_tree PROPERTIES TIMEOUT 600)

@@ -3,7 +3,11 @@
 #               (regenerates src/bindings.rs with Debian's bindgen and compares)
 #   pstate:     layout/errors, compile_fail doctests (Send/Sync/lifetime rules), and multi-rank
 #               tests that relaunch the test binary with `pstate run -n 2|4`
-#   bindings_rust_example: docs/bindings.md's example, pstate run -n 2 -- two_ranks
+#   bindings_rust_example: docs/bindings.md's example, pstate run -n 2 -- two_ranks, printing the
+#               lines the docs show
+#   bindings_rust_consumer: a crate outside the tree with a plain `pstate = { path = ... }`
+#               dependency builds and its binary runs without LD_LIBRARY_PATH
+#               (bindings_rust_consumer.cmake)
 include(${PROJECT_SOURCE_DIR}/bindings/env.cmake)
 if(NOT TARGET pstate_rust)
   message(STATUS "bindings_rust tests not declared: the Rust binding is not built")
@@ -14,7 +18,15 @@ add_test(NAME bindings_rust
          COMMAND ${CMAKE_COMMAND} -E env ${PSTATE_RUST_ENV} "PATH=${_cargo_dir}:$ENV{PATH}"
                  "PSTATE_CLI=$<TARGET_FILE:pstate_cli>" ${PSTATE_CARGO} test --offline
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}/bindings/rust)
+# prints (exit 0) the line docs/bindings.md shows for rank 0; docs_listings checks the code listing
+set(_rust_line "[0] rank 0/2 tp tp:0 ranks [0, 1]: all_reduce -> [3.0, 3.0, 3.0, 3.0], config model=llama max_tokens=128")
 add_test(NAME bindings_rust_example
-         COMMAND $<TARGET_FILE:pstate_cli> run -n 2 -- ${PROJECT_BINARY_DIR}/bindings/rust/target/debug/examples/two_ranks)
+         COMMAND sh -c "out=$(\"$0\" run -n 2 -- \"$1\" 2>&1); rc=$?; echo \"$out\"; [ $rc = 0 ] && echo \"$out\" | grep -qxF \"$2\""
+                 $<TARGET_FILE:pstate_cli> ${PROJECT_BINARY_DIR}/bindings/rust/target/debug/examples/two_ranks "${_rust_line}")
 set_tests_properties(bindings_rust PROPERTIES TIMEOUT 900)
 set_tests_properties(bindings_rust_example PROPERTIES TIMEOUT 300)
+add_test(NAME bindings_rust_consumer
+         COMMAND ${CMAKE_COMMAND} -DCARGO=${PSTATE_CARGO} -DSOURCE=${PROJECT_SOURCE_DIR}
+                 -DWORK=${PROJECT_BINARY_DIR}/bindings/rust_consumer -DLIB_DIR=$<TARGET_FILE_DIR:pstate>
+                 -P ${CMAKE_CURRENT_LIST_DIR}/bindings_rust_consumer.cmake)
+set_tests_properties(bindings_rust_consumer PROPERTIES TIMEOUT 600)

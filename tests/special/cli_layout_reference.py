@@ -7,8 +7,9 @@ in Python, without pstate. The modes, one ctest each (tests/special/cli_layout.c
 
   json     `pstate layout --json` equals the reference for SGLang's docstring cases, DESIGN.md's
            worked layouts, alias corner cases and a fixed-seed sample (300, or
-           PSTATE_CLI_LAYOUT_SAMPLE) of every valid configuration with world <= 48; the output
-           is exactly one JSON object.
+           PSTATE_CLI_LAYOUT_SAMPLE) of every valid configuration with world <= 48, and for
+           options omitted or 0 the reference of the defaults they mean (pstate.h: tp = world /
+           pp, the others 1); the output is exactly one JSON object.
   errors   invalid configurations and bad options exit 2 with the reason on stderr, nothing on
            stdout.
   help     `pstate --help`, `--version`, and `--help` of every subcommand exit 0; `pstate info`
@@ -124,15 +125,27 @@ CURATED = [
 ]
 
 
+# pstate.h's defaults: an omitted size or 0 is the default (tp = world / pp, the others 1, no
+# shared-experts group); (world, options given, the explicit config they mean).
+DEFAULTS = [
+    (4, dict(pp=2), dict(tp=2, pp=2)),
+    (4, dict(tp=0, pp=2, ep=0, attn_dp=0, attn_cp=0, moe_dp=0, dcp=0, shared=0), dict(tp=2, pp=2)),
+    (8, dict(pp=0, ep=4), dict(tp=8, ep=4)),
+    (8, dict(), dict(tp=8)),
+    (12, dict(pp=3, attn_dp=2, shared=0), dict(tp=4, pp=3, attn_dp=2)),
+]
+
+
 def check_json(pstate):
     # PSTATE_CLI_LAYOUT_SAMPLE: how many (default 300; CI's ASan job takes 60, since every
     # sanitized process start costs ~0.2 s and the layout code itself is under ASan in test_layout)
     size = int(os.environ.get("PSTATE_CLI_LAYOUT_SAMPLE", "300"))
     sample = random.Random(20240611).sample(list(all_valid_configs(48)), size)
     failures = 0
-    for world, cfg in CURATED + sample:
+    cases = [(world, cfg, cfg) for world, cfg in CURATED + sample] + DEFAULTS
+    for world, cfg, meant in cases:
         r = run(pstate, *layout_args(world, **cfg), "--json")
-        want = {"world_size": world, "groups": sglang_groups(world, **cfg)}
+        want = {"world_size": world, "groups": sglang_groups(world, **meant)}
         try:
             got = json.loads(r.stdout)  # fails unless stdout is exactly one JSON value
         except json.JSONDecodeError as e:
@@ -141,7 +154,7 @@ def check_json(pstate):
             failures += 1
             print(f"FAIL world {world} {cfg}: exit {r.returncode}, stderr {r.stderr.strip()!r}\n"
                   f"  got  {got}\n  want {want}")
-    print(f"json: {len(CURATED) + len(sample) - failures} of {len(CURATED) + len(sample)} layouts match")
+    print(f"json: {len(cases) - failures} of {len(cases)} layouts match")
     return failures == 0
 
 
@@ -154,7 +167,8 @@ def check_errors(pstate):
         (layout_args(8, tp=8, ep=3), "expert_parallel_size"),
         (layout_args(8, tp=8, dcp=3), "decode_context_parallel_size"),
         (layout_args(8, tp=8, attn_dp=4, shared=4), "shared_experts_tensor_parallel_size"),
-        (layout_args(8, tp=8, ep=0), "expert_parallel_size is 0"),
+        (layout_args(8, tp=8, ep=-1), "expert_parallel_size is -1"),
+        (layout_args(6, pp=4), "world_size 6 is not divisible by pipeline_parallel_size 4"),
         (layout_args(8, tp=65536, pp=65536), "overflows int"),
         (["layout"], "--world is required"),
         (["layout", "--world", "eight"], "whole number"),

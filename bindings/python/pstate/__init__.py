@@ -11,6 +11,8 @@
 
 Failed calls raise pstate.Error subclasses (pstate.TimeoutError is also a builtin TimeoutError,
 pstate.PeerLostError a ConnectionError, ...) carrying .status and .detail (pstate_last_error()).
+Ctrl-C reaches a call blocked in the library within ~0.1 s: KeyboardInterrupt is raised there and
+the context is failed (the ``with`` block aborts it; otherwise call ps.abort()).
 Layout(world_size, ...) computes SGLang's groups without communication.
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ._errors import (
     AuthError,
     Error,
     InternalError,
+    InterruptedError,
     InvalidArgumentError,
     InvalidStateError,
     MismatchError,
@@ -35,13 +38,14 @@ from ._errors import (
     UnsupportedError,
     error_class,
 )
+from ._errors import pythonic as _pythonic
 from ._layout import CONFIG_FIELDS, Layout
 from ._objects import ObjectFrameError, ObjectRefusedError
 from ._tensor_dict import NUMPY_DTYPE_NAMES, TensorDict
 
 __all__ = [
     "AbortedError", "AuthError", "BufferLike", "CONFIG_FIELDS", "Device", "DType", "Error", "Group", "GroupKind",
-    "InternalError", "InvalidArgumentError", "InvalidStateError", "Layout", "MismatchError", "NoMemoryError",
+    "InternalError", "InterruptedError", "InvalidArgumentError", "InvalidStateError", "Layout", "MismatchError", "NoMemoryError",
     "NUMPY_DTYPE_NAMES", "ObjectFrameError", "ObjectRefusedError", "PState", "PeerLostError", "ReduceOp", "Status",
     "TensorDict", "TimeoutError",
     "TransportError", "UnsupportedError",
@@ -55,8 +59,9 @@ def library_version() -> int:
 
 
 def last_error() -> str:
-    """This thread's pstate_last_error() text ("" when it has had no failure)."""
-    return capi.last_error()
+    """This thread's pstate_last_error() text ("" when it has had no failure), in Python's names
+    as the exceptions' .detail says it."""
+    return _pythonic(capi.last_error())
 
 
 #: The version of the header these bindings were generated from.

@@ -12,11 +12,12 @@ A device buffer (CUDA contexts) is an int address; dtype= and count= are then re
 """
 from __future__ import annotations
 
+import array
 import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
-from ._enums import DType
+from ._enums import DType, coerce
 from ._errors import InvalidArgumentError
 
 #: Anything with the buffer protocol, or an int device address.
@@ -80,7 +81,7 @@ def resolve(obj: BufferLike, name: str, *, writable: bool, dtype: Optional[DType
             raise InvalidArgumentError(f"{name}: a device address (int) needs dtype= and count=")
         if count < 0:
             raise InvalidArgumentError(f"{name}: count must be >= 0, got {count}")
-        return Buffer(obj, count, DType(dtype), None, (), is_device=True)
+        return Buffer(obj, count, coerce(DType, dtype, f"{name}: dtype"), None, (), is_device=True)
     try:
         view = memoryview(obj)
     except TypeError:
@@ -102,7 +103,7 @@ def resolve(obj: BufferLike, name: str, *, writable: bool, dtype: Optional[DType
                 )
             chosen = found
         else:
-            chosen = DType(dtype)
+            chosen = coerce(DType, dtype, f"{name}: dtype")
             if chosen != found and fmt not in _CONTAINERS.get(chosen, ""):
                 raise InvalidArgumentError(
                     f"{name}: dtype={chosen.name.lower()} does not match the buffer's format {view.format!r}"
@@ -132,9 +133,11 @@ def same_dtype(a: Buffer, b: Buffer, names: str) -> None:
 
 
 def new_like(template: Buffer, source: Any, count: int, leading: Optional[int] = None) -> Any:
-    """A new zeroed host buffer of count elements of template's type: a numpy array when source
-    is one (shape (leading, *rest) when leading is given and source has a shape), else a
-    memoryview over a bytearray."""
+    """A new zeroed host buffer of count elements of template's type, of the kind source is: a
+    numpy array for a numpy array (shape (leading, *rest) when leading is given and source has a
+    shape), a bytearray for a bytearray or bytes (one byte per element: their format is 'B'), an
+    array.array of the same typecode for an array.array, and a 1-d memoryview of the same format
+    over a new bytearray for anything else (a memoryview, another buffer exporter)."""
     if template.is_device:
         raise InvalidArgumentError("device buffers need an explicit out= buffer")
     np = sys.modules.get("numpy")
@@ -143,4 +146,9 @@ def new_like(template: Buffer, source: Any, count: int, leading: Optional[int] =
         if leading is not None and source.ndim >= 1:
             shape = (leading,) + tuple(source.shape[1:])
         return np.zeros(shape, dtype=source.dtype)
-    return memoryview(bytearray(count * template.dtype.itemsize)).cast(template.fmt or "B")
+    nbytes = count * template.dtype.itemsize
+    if isinstance(source, (bytearray, bytes)):
+        return bytearray(nbytes)
+    if isinstance(source, array.array):
+        return array.array(source.typecode, bytes(nbytes))
+    return memoryview(bytearray(nbytes)).cast(template.fmt or "B")

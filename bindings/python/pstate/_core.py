@@ -35,7 +35,7 @@ class Group:
     def __init__(self, ps: "PState", handle: Any, kind: GroupKind, generation: int) -> None:
         self._ps = ps
         self._handle = handle
-        self._kind = GroupKind(kind)
+        self._kind = coerce(GroupKind, kind, "group kind")
         self._generation = generation
         info = capi.pstate_group_info_t()
         with ps._lock:
@@ -143,7 +143,7 @@ class Group:
                                               count=src.count if src.is_device else None)
         same_dtype(src, dst, "buf/out")
         require(dst, "out", src.count)
-        self._call(capi.all_reduce, src.obj, dst.obj, src.count, int(src.dtype), int(op), stream)
+        self._call(capi.all_reduce, src.obj, dst.obj, src.count, int(src.dtype), int(coerce(ReduceOp, op, "op")), stream)
         return buf if out is None else out
 
     def all_gather(self, send: BufferLike, out: Optional[BufferLike] = None, *, dtype: Optional[DType] = None,
@@ -176,7 +176,7 @@ class Group:
         o = resolve(out, "out", writable=True, dtype=dtype or s.dtype, count=block if s.is_device else None)
         same_dtype(s, o, "send/out")
         require(o, "out", block)
-        self._call(capi.reduce_scatter, s.obj, o.obj, block, int(s.dtype), int(op), stream)
+        self._call(capi.reduce_scatter, s.obj, o.obj, block, int(s.dtype), int(coerce(ReduceOp, op, "op")), stream)
         return out
 
     def broadcast(self, buf: BufferLike, src: int = 0, *, dtype: Optional[DType] = None,
@@ -408,7 +408,7 @@ class PState:
     def __init__(self, handle: Any) -> None:
         self._handle = handle
         self._generation = 0  # bumped by destroy_model_parallel: older groups become invalid
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: a signal handler run inside a wait must not deadlock
         self._world: Optional[Group] = None
 
     def _h(self) -> Any:
@@ -424,13 +424,14 @@ class PState:
     # ---- lifecycle -------------------------------------------------------------------------
     def initialize_model_parallel(self, tensor_parallel_size: Optional[int] = None,
                                   pipeline_parallel_size: Optional[int] = None, **sizes: Optional[int]) -> None:
-        """Cuts the world into SGLang's groups (collective over the world). With no sizes,
-        tp = world. Keyword names are pstate_parallel_config_t's fields:
-        expert_parallel_size, attention_data_parallel_size, attention_context_parallel_size,
-        moe_data_parallel_size, decode_context_parallel_size, shared_experts_tensor_parallel_size."""
+        """Cuts the world into SGLang's groups (collective over the world). Keyword names are
+        pstate_parallel_config_t's fields: expert_parallel_size, attention_data_parallel_size,
+        attention_context_parallel_size, moe_data_parallel_size, decode_context_parallel_size,
+        shared_experts_tensor_parallel_size. A size not given, None or 0 is its default (pstate.h,
+        the same rule in C, `pstate layout`, Go and Rust): tensor_parallel_size = world_size /
+        pipeline_parallel_size, the others 1 (no shared-experts group)."""
         sizes.update(tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size)
-        given = {k: v for k, v in sizes.items() if v is not None}
-        self._call(capi.initialize_model_parallel, make_config(**given) if given else None)
+        self._call(capi.initialize_model_parallel, make_config(**sizes))
 
     @property
     def model_parallel_is_initialized(self) -> bool:
@@ -515,7 +516,7 @@ class PState:
                       count: Optional[int] = None, stream: Optional[int] = None) -> Any:
         """tensor_model_parallel_all_reduce: in place on the TP group. Returns buf."""
         b = resolve(buf, "buf", writable=True, dtype=dtype, count=count)
-        self._call(capi.tp_allreduce, b.obj, b.count, int(b.dtype), int(op), stream)
+        self._call(capi.tp_allreduce, b.obj, b.count, int(b.dtype), int(coerce(ReduceOp, op, "op")), stream)
         return buf
 
     def tp_all_gather(self, send: BufferLike, out: Optional[BufferLike] = None, *, dtype: Optional[DType] = None,
@@ -552,16 +553,24 @@ def init(*, world_size: Optional[int] = None, rank: Optional[int] = None, local_
     """init_distributed_environment: rendezvous with the other ranks and return this rank's
     PState with the world group ready. Collective; blocks up to the timeout.
 
+    Signals: a call on the PState that blocks (a collective whose peers are late, recv, ...) runs
+    Python's signal handlers about every 100 ms, so Ctrl-C raises KeyboardInterrupt there within
+    ~0.1-0.2 s (main thread; the GIL stays released while it waits). The call's peers were left
+    inside the operation, so the PState is failed: later calls raise AbortedError; abort() it (the
+    ``with`` block does). A signal handler must not call pstate itself. (init itself is not
+    interrupted: it has no PState yet; bound it with timeout_ms.)
+
     Every argument left None comes from the environment (RANK, WORLD_SIZE, LOCAL_RANK,
     MASTER_ADDR/MASTER_PORT for init_method "env://", PSTATE_TIMEOUT_MS, PSTATE_JOB_TOKEN, ...),
-    which is what ``pstate run -n N -- python3 prog.py`` sets. device is "cpu"/"cuda" or a Device.
+    which is what ``pstate run -n N -- python3 prog.py`` sets. device is "cpu"/"cuda" (any case)
+    or a Device.
     """
-    if isinstance(device, str):
-        try:
-            device = Device[device.upper()]
-        except KeyError:
-            raise InvalidArgumentError(f"device must be 'cpu' or 'cuda', got {device!r}") from None
+    device = coerce(Device, device, "device")
     params = _set_params(world_size=world_size, rank=rank, local_rank=local_rank, init_method=init_method,
                          device=int(device), device_ordinal=device_ordinal, timeout_ms=timeout_ms,
                          job_token=job_token, socket_ifname=socket_ifname)
-    return PState(capi.init(params))
+    ps = PState(capi.init(params))
+    # Ctrl-C: every wait of a call on ps runs Python's signal handlers about every 100 ms (the
+    # GIL stays released in between); a handler that raises stops the call with its exception.
+    ps._call(capi.set_interrupt_check, True)
+    return ps

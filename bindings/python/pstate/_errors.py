@@ -2,14 +2,22 @@
 
 Every C call that returns a status other than PSTATE_OK raises the class for that status (the
 SWIG typemap in bindings/pstate.i calls _raise_status); the exception carries the status and the
-text pstate_last_error() gave on the failing thread. Each class also derives from the builtin
-exception a Python programmer would catch for that kind of failure, so
-``except TimeoutError`` and ``except pstate.TimeoutError`` both work.
+text pstate_last_error() gave on the failing thread, with the C names in it said the Python way
+(pythonic: "call pstate_abort" -> "call ps.abort()", "PSTATE_DEVICE_CPU" -> 'device="cpu"',
+"pstate_init_params_t.world_size" -> "pstate.init(world_size=...)") and a tensor dict another
+rank's binding refused reduced to that binding's reason. Each class also derives from the builtin
+exception a Python programmer would catch for that kind of failure, so ``except TimeoutError``
+and ``except pstate.TimeoutError`` both work.
+
+A wait interrupted by a signal (Ctrl-C) raises what the Python signal handler raised
+(KeyboardInterrupt), not a pstate.Error; InterruptedError is the status's class for the rare case
+where no Python exception is pending.
 """
 from __future__ import annotations
 
 import builtins
 import enum
+import re
 from typing import Dict, Type
 
 
@@ -28,6 +36,7 @@ class Status(enum.IntEnum):
     AUTH = 9
     ABORTED = 10
     INTERNAL = 11
+    INTERRUPTED = 12
 
 
 class Error(Exception):
@@ -124,6 +133,14 @@ class InternalError(Error, RuntimeError):
     status = Status.INTERNAL
 
 
+class InterruptedError(Error, builtins.InterruptedError):  # noqa: A001 - deliberately shadows the builtin
+    """PSTATE_ERR_INTERRUPTED: a wait was stopped by the context's interrupt check (a signal).
+    The context is failed: abort() (or leave the ``with`` block) next. Ctrl-C normally raises the
+    signal handler's KeyboardInterrupt instead of this class."""
+
+    status = Status.INTERRUPTED
+
+
 _BY_STATUS: Dict[int, Type[Error]] = {
     cls.status.value: cls
     for cls in (
@@ -138,6 +155,7 @@ _BY_STATUS: Dict[int, Type[Error]] = {
         AuthError,
         AbortedError,
         InternalError,
+        InterruptedError,
     )
 }
 
@@ -147,9 +165,68 @@ def error_class(status: int) -> Type[Error]:
     return _BY_STATUS.get(int(status), Error)
 
 
+# The C names of pstate_last_error() texts, as a Python user writes them (whole words only).
+_CALLS = {
+    "pstate_init": "pstate.init()",
+    "pstate_abort": "ps.abort()",
+    "pstate_finalize": "ps.finalize()",
+    "pstate_initialize_model_parallel": "ps.initialize_model_parallel()",
+    "pstate_destroy_model_parallel": "ps.destroy_model_parallel()",
+    "pstate_get_group": "ps.group()",
+    "pstate_graph_capture_begin": "ps.graph_capture()",
+    "pstate_graph_capture_end": "the end of the ps.graph_capture() block",
+    "pstate_tp_allreduce": "ps.tp_all_reduce()",
+    "pstate_tp_allgather": "ps.tp_all_gather()",
+    "pstate_set_interrupt_check": "the Ctrl-C check",
+    "pstate_t": "pstate.PState",
+    "pstate_group_t": "pstate.Group",
+    "pstate_dtype_t": "pstate.DType",
+    "pstate_reduce_op_t": "pstate.ReduceOp",
+    "pstate_group_kind_t": "pstate.GroupKind",
+    "pstate_device_t": "pstate.Device",
+    "pstate_parallel_config_t": "set of initialize_model_parallel() sizes",
+    "pstate_tensor_t": "tensor",
+    "PSTATE_DEVICE_CPU": 'device="cpu"',
+    "PSTATE_DEVICE_CUDA": 'device="cuda"',
+}
+_C_NAME = re.compile(r"\b(?:pstate_init_params_t\.|params->)(\w+)|\b(pstate_[a-z0-9_]+|PSTATE_DEVICE_[A-Z]+)\b")
+# A dict another rank's binding refused reaches this rank as the library's refusal of the
+# stand-in dict that binding sent (bindings/pstate.i: one tensor of dtype -1 named with the
+# reason); only the reason is worth reading.
+_BINDING_REFUSAL = re.compile(
+    r"(?:\S+ \w+: )?tensor 0 \('.*?refused by the sender's (\w+) binding: (.*)'\): "
+    r"dtype -1 is not a pstate_dtype_t", re.S)
+
+
+def _python_name(match: "re.Match[str]") -> str:
+    field, name = match.group(1), match.group(2)
+    if field is not None:
+        return f"pstate.init({field}=...)"
+    if name in _CALLS:
+        return _CALLS[name]
+    return f"{name[len('pstate_'):]}()" if name.startswith("pstate_") else name
+
+
+def pythonic(detail: str) -> str:
+    """detail (pstate_last_error() text) with C names said the Python way, and a dict refused by
+    another rank's binding reduced to its reason."""
+    detail = _BINDING_REFUSAL.sub(lambda m: f"{m.group(2)} (its {m.group(1)} binding refused it)", detail)
+    detail = detail.replace("call pstate_graph_capture_end first", "leave the ps.graph_capture() block first")
+    return _C_NAME.sub(_python_name, detail)
+
+
+def _note_interrupt(exc: BaseException, detail: str) -> None:
+    """Called by the status typemap for a call a signal handler interrupted: exc (what the
+    handler raised, e.g. KeyboardInterrupt) is raised as it is, with the library's text as a
+    note (Python >= 3.11) saying where the rank was waiting and that the context is failed."""
+    add_note = getattr(exc, "add_note", None)
+    if add_note is not None:
+        add_note(f"pstate: {pythonic(detail)}")
+
+
 def _raise_status(status: int, detail: str) -> None:
     """Called by the SWIG status typemap with the failing call's status and last_error text."""
     cls = error_class(status)
     if cls is Error:
-        raise Error(f"unknown status {status}: {detail}", Status.INTERNAL)
-    raise cls(detail)
+        raise Error(f"unknown status {status}: {pythonic(detail)}", Status.INTERNAL)
+    raise cls(pythonic(detail))

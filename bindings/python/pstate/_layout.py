@@ -5,10 +5,10 @@ takes, from keyword arguments named like the C fields (and SGLang's initialize_m
 """
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Union
 
 from . import capi
-from ._enums import GroupKind
+from ._enums import GroupKind, coerce
 from ._errors import InvalidArgumentError
 
 #: The keyword arguments of a parallel config, named like pstate_parallel_config_t's fields.
@@ -25,9 +25,14 @@ CONFIG_FIELDS = (
 
 
 def make_config(**sizes: Optional[int]) -> "capi.pstate_parallel_config_t":
-    """A pstate_parallel_config_t from PSTATE_PARALLEL_CONFIG_INIT plus the sizes given (None
-    keeps the default: 1, or 0 for shared_experts_tensor_parallel_size)."""
+    """A pstate_parallel_config_t holding the sizes given and 0 for every other one: pstate.h's
+    rule for every front end is that a size of 0 is its default (tensor_parallel_size: world_size
+    / pipeline_parallel_size; the others 1; shared_experts_tensor_parallel_size: no group), so a
+    size not given (or None) means what the C library, `pstate layout` and the Go and Rust
+    bindings mean by it."""
     cfg = capi.pstate_parallel_config_t()
+    for key in CONFIG_FIELDS:
+        setattr(cfg, key, 0)
     for key, value in sizes.items():
         if key not in CONFIG_FIELDS:
             raise InvalidArgumentError(f"unknown parallel size {key!r}; expected one of {', '.join(CONFIG_FIELDS)}")
@@ -46,16 +51,17 @@ class Layout:
     >>> lay.groups(GroupKind.PP)
     [[0, 4], [1, 5], [2, 6], [3, 7]]
 
-    Sizes not given default to 1 (tensor_parallel_size: world_size / pipeline_parallel_size
-    when neither tp nor pp is given it is the whole world). Invalid sizes raise
-    InvalidArgumentError with the library's explanation.
+    A size not given, None or 0 is its default (pstate.h, the same rule as the C library and
+    `pstate layout`): tensor_parallel_size is world_size / pipeline_parallel_size, the others 1.
+    Invalid sizes raise InvalidArgumentError with the library's explanation.
     """
 
     def __init__(self, world_size: int, **sizes: Optional[int]) -> None:
         self._handle = None
-        self.world_size = int(world_size)
-        cfg = make_config(**sizes) if sizes else None
-        self._handle = capi.layout_create(self.world_size, cfg)
+        if isinstance(world_size, bool) or not isinstance(world_size, int):
+            raise InvalidArgumentError(f"world_size must be an int, got {type(world_size).__name__}")
+        self.world_size = world_size
+        self._handle = capi.layout_create(self.world_size, make_config(**sizes))
 
     def close(self) -> None:
         """Frees the layout (also done when it is garbage collected)."""
@@ -80,18 +86,19 @@ class Layout:
             raise InvalidArgumentError("this Layout was closed")
         return self._handle
 
-    def group_count(self, kind: GroupKind) -> int:
-        """Number of groups of kind (0 for kinds this layout does not have)."""
-        return capi.layout_group_count(self._live(), int(kind))
+    def group_count(self, kind: Union[GroupKind, str]) -> int:
+        """Number of groups of kind (a GroupKind or its name; 0 for kinds this layout does not have)."""
+        return capi.layout_group_count(self._live(), int(coerce(GroupKind, kind, "group kind")))
 
-    def group_ranks(self, kind: GroupKind, index: int) -> List[int]:
+    def group_ranks(self, kind: Union[GroupKind, str], index: int) -> List[int]:
         """Global ranks of group index of kind, ascending."""
-        return capi.layout_group_ranks(self._live(), int(kind), index, self.world_size)
+        return capi.layout_group_ranks(self._live(), int(coerce(GroupKind, kind, "group kind")), index,
+                                       self.world_size)
 
-    def group_of(self, kind: GroupKind, rank: int) -> int:
+    def group_of(self, kind: Union[GroupKind, str], rank: int) -> int:
         """Index of the group of kind that contains global rank."""
-        return capi.layout_group_of(self._live(), int(kind), rank)
+        return capi.layout_group_of(self._live(), int(coerce(GroupKind, kind, "group kind")), rank)
 
-    def groups(self, kind: GroupKind) -> List[List[int]]:
+    def groups(self, kind: Union[GroupKind, str]) -> List[List[int]]:
         """Every group of kind, in SGLang's order."""
         return [self.group_ranks(kind, i) for i in range(self.group_count(kind))]

@@ -21,7 +21,7 @@ import sys
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ._buffers import resolve
-from ._enums import DType
+from ._enums import DType, coerce
 from ._errors import InvalidArgumentError, UnsupportedError
 
 #: The numpy dtype each pstate dtype arrives as (containers for bfloat16 and fp8).
@@ -98,20 +98,23 @@ def encode(tensor_dict: Optional[Mapping[str, Any]], dtypes: Optional[Mapping[st
         arr = _array(np, key, value, where)
         dtype = chosen.get(key)
         try:
-            buf = resolve(arr, f"tensor '{key}'", writable=False, dtype=None if dtype is None else DType(dtype))
+            if dtype is not None:
+                dtype = coerce(DType, dtype, f"dtypes['{key}']")
+            buf = resolve(arr, f"tensor '{key}'", writable=False, dtype=dtype)
         except InvalidArgumentError as e:
             hint = " (name bfloat16/fp8 containers with dtypes={key: DType.BFLOAT16, ...})" if dtype is None else ""
             raise Refused(key, e.detail + hint, where) from None
-        except ValueError:
-            raise Refused(key, f"dtypes['{key}'] = {dtype!r} is not a pstate.DType", where) from None
         entries.append((key, int(buf.dtype), tuple(arr.shape), arr))
     return entries
 
 
 def refusal(refused: Refused) -> List[Entry]:
     """A one-tensor dict the library refuses on every rank (dtype -1), named so that the peers'
-    error says what this rank's binding refused: the ranks stay in step instead of waiting."""
-    return [(f"{refused.key}: refused by the sender's Python binding: {refused.reason}", -1, (), None)]
+    error says what this rank's binding refused: the ranks stay in step instead of waiting. The
+    name starts with "refused by the sender's Python binding: ", which every binding's error
+    text reduces to the reason alone on the receivers (pstate._errors.pythonic, Go's and Rust's
+    counterparts)."""
+    return [(f"refused by the sender's Python binding: {refused.reason}", -1, (), None)]
 
 
 def decode(items: List[Tuple[str, int, Tuple[int, ...], Any, int]]) -> TensorDict:

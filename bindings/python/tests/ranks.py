@@ -485,7 +485,9 @@ def tensor_dict_errors() -> None:
                                 tensors if src else None, 0, dtypes=dtypes if src else None)
             assert text in err.detail, (text, err.detail)
             if not src:
-                assert "refused its dict" in err.detail and "Python binding" in err.detail, err.detail
+                # the sender's reason, clean: not the library's refusal of the stand-in dict
+                assert "refused its dict" in err.detail and "its Python binding refused it" in err.detail, err.detail
+                assert "dtype -1" not in err.detail and "pstate_dtype_t" not in err.detail, err.detail
         expect_raises(pstate.InvalidArgumentError, w.broadcast_tensor_dict, None, w.world_size + 3)
         expect_raises(pstate.InvalidArgumentError, w.send_tensor_dict, {}, w.rank_in_group)
         expect_raises(pstate.InvalidArgumentError, w.recv_tensor_dict, w.rank_in_group)
@@ -515,6 +517,54 @@ def tensor_dict_gil() -> None:
             while not os.path.exists(flag):
                 time.sleep(0.01)
             w.send_tensor_dict(dict_of(1), dst=0, dtypes=DICT_DTYPES)
+
+
+def interrupted() -> None:
+    """Ctrl-C reaches a blocked call: rank 0 blocks in PSTATE_TEST_OP ("all_reduce": a world
+    collective, shared memory; "recv": UCX) that rank 1 never joins, and sends itself SIGINT
+    0.5 s in. KeyboardInterrupt must come out of the call within a second (printed: the measured
+    delay), carrying the library's text as a note (Python >= 3.11); the PState is then failed
+    (AbortedError naming the interruption and ps.abort()) and abort() frees it. Rank 1 waits for
+    rank 0's verdict (a file), then aborts too."""
+    op = os.environ["PSTATE_TEST_OP"]
+    flag = os.path.join(os.environ["PSTATE_TEST_TMP"], "interrupt-done")
+    ps = pstate.init(timeout_ms=TIMEOUT_MS)
+    w = ps.world
+    if w.rank_in_group == 1:
+        deadline = time.monotonic() + TIMEOUT_MS / 1000
+        while not os.path.exists(flag) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        ps.abort()
+        assert os.path.exists(flag), "rank 0 gave no verdict"
+        return
+    sent = []
+
+    def ctrl_c() -> None:
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Timer(0.5, ctrl_c)
+    timer.start()
+    x = np.ones(4, dtype=np.float32)
+    try:
+        if op == "all_reduce":
+            w.all_reduce(x)
+        else:
+            w.recv(x, 1)
+    except KeyboardInterrupt as e:
+        took = time.monotonic() - sent[0]
+        notes = " ".join(getattr(e, "__notes__", []))
+    else:
+        raise AssertionError(f"{op} returned although rank 1 never joined")
+    print(f"INTERRUPTED {op} after {took * 1000:.0f} ms")
+    assert took < 1.0, f"KeyboardInterrupt came {took:.2f} s after SIGINT"
+    if sys.version_info >= (3, 11):
+        assert "interrupted" in notes and "ps.abort()" in notes, notes
+    err = expect_raises(pstate.AbortedError, w.barrier)
+    assert "interrupted" in err.detail and "ps.abort()" in err.detail, err.detail
+    ps.abort()
+    with open(flag, "w") as f:
+        f.write(f"{took:.3f}")
 
 
 if __name__ == "__main__":

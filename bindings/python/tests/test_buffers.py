@@ -73,5 +73,18 @@ def test_outputs_are_allocated_like_numpy_inputs():
     src = np.arange(6, dtype=np.int64).reshape(3, 2)
     out = new_like(resolve(src, "s", writable=False), src, 12, leading=6)
     assert out.shape == (6, 2) and out.dtype == np.int64
-    mv = new_like(resolve(bytearray(3), "s", writable=False), bytearray(3), 6)
-    assert isinstance(mv, memoryview) and mv.nbytes == 6
+
+
+
+@pytest.mark.parametrize("source, kind, nbytes", [
+    (bytearray(3), bytearray, 6),
+    (b"abc", bytearray, 6),
+    (array.array("f", [1.0, 2.0, 3.0]), array.array, 24),
+    (memoryview(array.array("q", [1, 2, 3])), memoryview, 48),
+])
+def test_outputs_are_allocated_as_the_kind_of_buffer_given(source, kind, nbytes):
+    """all_gather of a bytearray returns a bytearray (not a memoryview), of an array.array an
+    array.array of its typecode; other exporters get a memoryview of their format."""
+    out = new_like(resolve(source, "s", writable=False), source, 2 * len(memoryview(source)))
+    assert type(out) is kind and memoryview(out).nbytes == nbytes
+    assert memoryview(out).format == memoryview(source).format

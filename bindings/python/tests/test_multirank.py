@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from conftest import run_ranks
 
 
@@ -43,9 +45,25 @@ def test_gil_is_released_during_a_blocking_call(ranks, tmp_path):
     ranks(2, "gil", extra_env={"PSTATE_TEST_TMP": str(tmp_path)})
 
 
-def test_peer_killed_mid_op_raises_peer_lost_or_timeout():
-    done = run_ranks(2, "peer_killed", grace_ms=30000, timeout=120)
+@pytest.mark.parametrize("shm", ["1", "0"])
+def test_peer_killed_mid_op_raises_peer_lost_or_timeout(shm):
+    done = run_ranks(2, "peer_killed", grace_ms=30000, timeout=120, extra_env={"PSTATE_SHM": shm})
     # rank 1 killed itself: the launcher reports it; rank 0 observed the failure and aborted
     assert done.returncode != 0, done.stdout
     match = re.search(r"\[0\] SURVIVOR: (PeerLostError|TimeoutError) status=(PEER_LOST|TIMEOUT)", done.stdout)
     assert match, done.stdout
+    # said once, by pstate, in Python's names: no "WARN context failed" repeating the exception,
+    # no UCX log line (UCX logs only at PSTATE_DEBUG=TRACE), no C name
+    assert "pstate_" not in done.stdout, done.stdout
+    assert match.group(2) != "PEER_LOST" or "call ps.abort()" in done.stdout, done.stdout
+    assert "context failed" not in done.stdout, done.stdout
+    assert not re.search(r"UCX +(WARN|ERROR|DIAG)|mpool|unexpected tag-receive", done.stdout), done.stdout
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "recv"])
+def test_ctrl_c_interrupts_a_call_blocked_on_a_peer_that_never_comes(ranks, tmp_path, op):
+    """SIGINT to a rank blocked in a collective (shared memory) or a recv (UCX): KeyboardInterrupt
+    within a second (ranks.py: interrupted), then the documented state (failed: abort next)."""
+    out = ranks(2, "interrupted", extra_env={"PSTATE_TEST_TMP": str(tmp_path), "PSTATE_TEST_OP": op,
+                                             "PSTATE_TIMEOUT_MS": "20000"}, timeout=60)
+    assert f"INTERRUPTED {op} after" in out, out

@@ -7,7 +7,9 @@
 //   3. a peer of a pending request dead? (process watch or PEER-mode error callback) — throw
 //      PEER_LOST once it has been dead for WaitPolicy::peer_lost_grace_ms while we kept
 //      progressing, so messages it sent before dying are still delivered;
-//   4. deadline passed? — throw TIMEOUT;
+//   4. deadline passed? — throw TIMEOUT; the interrupt check (pstate_set_interrupt_check) asked
+//      to stop, at the liveness checks of step 3 (every 50 ms, and after a signal woke poll)? —
+//      throw INTERRUPTED;
 //   5. within the spin budget (WaitPolicy::spin_us after the wait began or after a wake-up)?
 //      — go round again; otherwise arm the worker (ucp_worker_arm; BUSY means events are
 //      pending: go round) and sleep in poll() on the UCX wake-up fd plus the pidfds of the
@@ -82,6 +84,7 @@ void UcxWorker::run_wait_loop(const OpId *ops, size_t n, const WaitScope &scope)
     if (woke || grace_left_ms < INT32_MAX || now - last_liveness_check_ >= kLivenessInterval) {
       grace_left_ms = check_peers(ops, n, scope);
       last_liveness_check_ = now;
+      if (interrupt_check_ && interrupt_check_()) throw_interrupted(ops, n, scope);
     }
     if (scope.deadline.expired()) throw_timeout(ops, n, scope);
     woke = false;
@@ -239,6 +242,19 @@ void UcxWorker::throw_timeout(const OpId *ops, size_t n, const WaitScope &scope)
               " requests pending); the peer may be stuck or not in this operation — or slower than the "
               "timeout (timeout_ms / PSTATE_TIMEOUT_MS); PSTATE_CHECK=1 also compares sequence numbers and "
               "CUDA-context collectives");
+}
+
+void UcxWorker::throw_interrupted(const OpId *ops, size_t n, const WaitScope &scope) {
+  const Op *first = nullptr;
+  for (size_t i = 0; i < n && first == nullptr; ++i)
+    if (const Op *op = find_op(ops[i]); op->state != OpState::kDone) first = op;
+  std::string waiting = first != nullptr ? cat(" for ", describe_peer(peer(first->target.peer_world), *first), " (",
+                                               describe_op(*first), ")")
+                                         : std::string();
+  throw_error(PSTATE_ERR_INTERRUPTED, scope.what, ": interrupted after ", ms_since(wait_start_), " ms while ",
+              describe_self(scope), " waited", waiting,
+              " (the interrupt check asked to stop, e.g. Ctrl-C); the peers were left inside the operation, so "
+              "the context is failed: call pstate_abort");
 }
 
 }  // namespace pstate

@@ -156,6 +156,10 @@ class UcxWorker {
   // Waits for all ops (spin, then block); releases them. On failure throws pstate::Error and
   // cancels + frees every outstanding op of scope.owner.
   void wait(const OpId *ops, size_t n, const WaitScope &scope);
+  // The interrupt check of the context (pstate_set_interrupt_check; empty: none): wait() asks it
+  // with its liveness checks (every ~50 ms of a wait, and after a signal woke its poll) and throws
+  // PSTATE_ERR_INTERRUPTED when it returns true.
+  void set_interrupt_check(std::function<bool()> check) { interrupt_check_ = std::move(check); }
   // Cancels and frees every outstanding op of owner (no-op when none). Never blocks.
   void cancel_owner(uint32_t owner) noexcept;
   // Outstanding ops of owner (0 = all owners); for tests and leak checks.
@@ -232,12 +236,14 @@ class UcxWorker {
   [[noreturn]] void throw_peer_lost(const Peer &p, const Op &op, const WaitScope &scope);
   [[noreturn]] void throw_failed_op(const Op &op, const WaitScope &scope);
   [[noreturn]] void throw_timeout(const OpId *ops, size_t n, const WaitScope &scope);
+  [[noreturn]] void throw_interrupted(const OpId *ops, size_t n, const WaitScope &scope);
 
   void close_endpoint(Peer &p, bool force) noexcept;
   void destroy_all() noexcept;
 
   UcxWorkerOptions options_;
   PeerDirectory directory_;
+  std::function<bool()> interrupt_check_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;

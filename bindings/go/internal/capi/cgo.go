@@ -1,18 +1,12 @@
-// Package capi is the raw layer of the Go binding: SWIG generates it from bindings/pstate.i
-// (capi.swig is a link to it) whenever the go tool builds this package. Use package pstate.
+// Package capi is the raw layer of the Go binding: capi.go and capi_wrap.c are SWIG's output for
+// bindings/pstate.i, made by regenerate.sh and committed, so the module builds from a copy or a
+// `replace` path with no SWIG (the drift test bindings_go_drift keeps them in step with
+// pstate.i and pstate.h). Use package pstate.
 //
-// Linking: -lpstate from the default library path, or from CGO_LDFLAGS
-// ("-L/path/to/lib -Wl,-rpath,/path/to/lib") for a build tree or a non-standard prefix.
+// Header and library come from `pkg-config pstate`: an installed libpstate-dev (/usr, or
+// /usr/local after `./build.sh install /usr/local`), or a build tree with
+// PKG_CONFIG_PATH=<build>/pkgconfig (its pstate.pc adds an rpath to the build tree).
 package capi
 
-// #cgo CFLAGS: -I${SRCDIR}/../../../../include
-// #cgo LDFLAGS: -lpstate
+// #cgo pkg-config: pstate
 import "C"
-
-// The go tool learns a package's imports from its .go files only; the SWIG-generated file
-// uses these too (strings.Clone copies C strings), so they are named here for `go vet`.
-import (
-	_ "strings"
-	_ "sync"
-	_ "unsafe"
-)

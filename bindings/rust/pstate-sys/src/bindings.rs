@@ -50,6 +50,9 @@ impl pstate_status_t {
 impl pstate_status_t {
     pub const PSTATE_ERR_INTERNAL: pstate_status_t = pstate_status_t(11);
 }
+impl pstate_status_t {
+    pub const PSTATE_ERR_INTERRUPTED: pstate_status_t = pstate_status_t(12);
+}
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct pstate_status_t(pub ::std::os::raw::c_uint);
@@ -818,281 +821,9 @@ fn bindgen_test_layout_pstate_bytes_t() {
     }
     test_field_size();
 }
-extern "C" {
-    pub fn pstate_status_string(s: pstate_status_t) -> *const ::std::os::raw::c_char;
-}
-extern "C" {
-    pub fn pstate_last_error() -> *const ::std::os::raw::c_char;
-}
-extern "C" {
-    pub fn pstate_version() -> u32;
-}
-extern "C" {
-    pub fn pstate_dtype_name(dtype: pstate_dtype_t) -> *const ::std::os::raw::c_char;
-}
-extern "C" {
-    pub fn pstate_reduce_op_name(op: pstate_reduce_op_t) -> *const ::std::os::raw::c_char;
-}
-extern "C" {
-    pub fn pstate_group_kind_name(kind: pstate_group_kind_t) -> *const ::std::os::raw::c_char;
-}
-extern "C" {
-    pub fn pstate_dtype_size(dtype: pstate_dtype_t) -> usize;
-}
-extern "C" {
-    pub fn pstate_layout_create(
-        world_size: ::std::os::raw::c_int,
-        cfg: *const pstate_parallel_config_t,
-        out: *mut *mut pstate_layout_t,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_layout_group_count(
-        l: *const pstate_layout_t,
-        kind: pstate_group_kind_t,
-        count: *mut usize,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_layout_group_ranks(
-        l: *const pstate_layout_t,
-        kind: pstate_group_kind_t,
-        index: usize,
-        ranks: *mut ::std::os::raw::c_int,
-        capacity: usize,
-        count: *mut usize,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_layout_group_of(
-        l: *const pstate_layout_t,
-        kind: pstate_group_kind_t,
-        rank: ::std::os::raw::c_int,
-        index: *mut usize,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_layout_destroy(l: *mut pstate_layout_t);
-}
-extern "C" {
-    pub fn pstate_init(
-        params: *const pstate_init_params_t,
-        out: *mut *mut pstate_t,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_initialize_model_parallel(
-        ps: *mut pstate_t,
-        cfg: *const pstate_parallel_config_t,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_model_parallel_is_initialized(ps: *const pstate_t) -> ::std::os::raw::c_int;
-}
-extern "C" {
-    pub fn pstate_destroy_model_parallel(ps: *mut pstate_t) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_finalize(ps: *mut pstate_t) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_abort(ps: *mut pstate_t) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_get_group(
-        ps: *mut pstate_t,
-        kind: pstate_group_kind_t,
-        out: *mut *mut pstate_group_t,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_group_info(
-        g: *const pstate_group_t,
-        out: *mut pstate_group_info_t,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_group_ranks(
-        g: *const pstate_group_t,
-        ranks: *mut ::std::os::raw::c_int,
-        capacity: usize,
-        count: *mut usize,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_group_same_node(
-        g: *const pstate_group_t,
-        source: ::std::os::raw::c_int,
-        same_node: *mut ::std::os::raw::c_int,
-        capacity: usize,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_all_reduce(
-        g: *mut pstate_group_t,
-        send: *const ::std::os::raw::c_void,
-        recv: *mut ::std::os::raw::c_void,
-        count: usize,
-        dtype: pstate_dtype_t,
-        op: pstate_reduce_op_t,
-        stream: *mut ::std::os::raw::c_void,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_all_gather(
-        g: *mut pstate_group_t,
-        send: *const ::std::os::raw::c_void,
-        recv: *mut ::std::os::raw::c_void,
-        send_count: usize,
-        dtype: pstate_dtype_t,
-        stream: *mut ::std::os::raw::c_void,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_reduce_scatter(
-        g: *mut pstate_group_t,
-        send: *const ::std::os::raw::c_void,
-        recv: *mut ::std::os::raw::c_void,
-        recv_count: usize,
-        dtype: pstate_dtype_t,
-        op: pstate_reduce_op_t,
-        stream: *mut ::std::os::raw::c_void,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_broadcast(
-        g: *mut pstate_group_t,
-        buf: *mut ::std::os::raw::c_void,
-        count: usize,
-        dtype: pstate_dtype_t,
-        src: ::std::os::raw::c_int,
-        stream: *mut ::std::os::raw::c_void,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_gather(
-        g: *mut pstate_group_t,
-        send: *const ::std::os::raw::c_void,
-        recv: *mut ::std::os::raw::c_void,
-        send_count: usize,
-        dtype: pstate_dtype_t,
-        dst: ::std::os::raw::c_int,
-        stream: *mut ::std::os::raw::c_void,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_all_to_all(
-        g: *mut pstate_group_t,
-        send: *const ::std::os::raw::c_void,
-        recv: *mut ::std::os::raw::c_void,
-        count_per_rank: usize,
-        dtype: pstate_dtype_t,
-        stream: *mut ::std::os::raw::c_void,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_reduce(
-        g: *mut pstate_group_t,
-        send: *const ::std::os::raw::c_void,
-        recv: *mut ::std::os::raw::c_void,
-        count: usize,
-        dtype: pstate_dtype_t,
-        op: pstate_reduce_op_t,
-        root: ::std::os::raw::c_int,
-        stream: *mut ::std::os::raw::c_void,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_scatter(
-        g: *mut pstate_group_t,
-        send: *const ::std::os::raw::c_void,
-        recv: *mut ::std::os::raw::c_void,
-        recv_count: usize,
-        dtype: pstate_dtype_t,
-        root: ::std::os::raw::c_int,
-        stream: *mut ::std::os::raw::c_void,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_send(
-        g: *mut pstate_group_t,
-        buf: *const ::std::os::raw::c_void,
-        count: usize,
-        dtype: pstate_dtype_t,
-        dst: ::std::os::raw::c_int,
-        stream: *mut ::std::os::raw::c_void,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_recv(
-        g: *mut pstate_group_t,
-        buf: *mut ::std::os::raw::c_void,
-        count: usize,
-        dtype: pstate_dtype_t,
-        src: ::std::os::raw::c_int,
-        stream: *mut ::std::os::raw::c_void,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_barrier(g: *mut pstate_group_t) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_tp_allreduce(
-        ps: *mut pstate_t,
-        buf: *mut ::std::os::raw::c_void,
-        count: usize,
-        dtype: pstate_dtype_t,
-        op: pstate_reduce_op_t,
-        stream: *mut ::std::os::raw::c_void,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_tp_allgather(
-        ps: *mut pstate_t,
-        send: *const ::std::os::raw::c_void,
-        recv: *mut ::std::os::raw::c_void,
-        send_count: usize,
-        dtype: pstate_dtype_t,
-        stream: *mut ::std::os::raw::c_void,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_broadcast_object(
-        g: *mut pstate_group_t,
-        data: *const ::std::os::raw::c_void,
-        size: usize,
-        src: ::std::os::raw::c_int,
-        out: *mut pstate_bytes_t,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_all_gather_object(
-        g: *mut pstate_group_t,
-        data: *const ::std::os::raw::c_void,
-        size: usize,
-        out: *mut pstate_bytes_t,
-        sizes: *mut usize,
-        capacity: usize,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_send_object(
-        g: *mut pstate_group_t,
-        data: *const ::std::os::raw::c_void,
-        size: usize,
-        dst: ::std::os::raw::c_int,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_recv_object(
-        g: *mut pstate_group_t,
-        src: ::std::os::raw::c_int,
-        out: *mut pstate_bytes_t,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_bytes_free(b: *mut pstate_bytes_t);
-}
+pub type pstate_interrupt_fn = ::std::option::Option<
+    unsafe extern "C" fn(user: *mut ::std::os::raw::c_void) -> ::std::os::raw::c_int,
+>;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pstate_tensor_t {
@@ -1229,45 +960,6 @@ pub type pstate_alloc_fn = ::std::option::Option<
         device: pstate_device_t,
     ) -> *mut ::std::os::raw::c_void,
 >;
-extern "C" {
-    pub fn pstate_broadcast_tensor_dict(
-        g: *mut pstate_group_t,
-        tensors: *const pstate_tensor_t,
-        count: usize,
-        src: ::std::os::raw::c_int,
-        alloc: pstate_alloc_fn,
-        user: *mut ::std::os::raw::c_void,
-        stream: *mut ::std::os::raw::c_void,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_send_tensor_dict(
-        g: *mut pstate_group_t,
-        tensors: *const pstate_tensor_t,
-        count: usize,
-        dst: ::std::os::raw::c_int,
-        stream: *mut ::std::os::raw::c_void,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_recv_tensor_dict(
-        g: *mut pstate_group_t,
-        src: ::std::os::raw::c_int,
-        alloc: pstate_alloc_fn,
-        user: *mut ::std::os::raw::c_void,
-        stream: *mut ::std::os::raw::c_void,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_graph_capture_begin(
-        ps: *mut pstate_t,
-        stream: *mut ::std::os::raw::c_void,
-        capture_stream: *mut *mut ::std::os::raw::c_void,
-    ) -> pstate_status_t;
-}
-extern "C" {
-    pub fn pstate_graph_capture_end(ps: *mut pstate_t) -> pstate_status_t;
-}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pstate_api_t {
@@ -1570,12 +1262,19 @@ pub struct pstate_api_t {
             stream: *mut ::std::os::raw::c_void,
         ) -> pstate_status_t,
     >,
+    pub set_interrupt_check: ::std::option::Option<
+        unsafe extern "C" fn(
+            ps: *mut pstate_t,
+            fn_: pstate_interrupt_fn,
+            user: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
 }
 #[test]
 fn bindgen_test_layout_pstate_api_t() {
     assert_eq!(
         ::std::mem::size_of::<pstate_api_t>(),
-        376usize,
+        384usize,
         concat!("Size of: ", stringify!(pstate_api_t))
     );
     assert_eq!(
@@ -2399,7 +2098,21 @@ fn bindgen_test_layout_pstate_api_t() {
         );
     }
     test_field_scatter();
-}
-extern "C" {
-    pub fn pstate_get_api(abi_major: u32) -> *const pstate_api_t;
+    fn test_field_set_interrupt_check() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).set_interrupt_check) as usize - ptr as usize
+            },
+            376usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(set_interrupt_check)
+            )
+        );
+    }
+    test_field_set_interrupt_check();
 }

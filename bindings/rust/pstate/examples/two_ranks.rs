@@ -11,17 +11,11 @@ fn main() -> pstate::Result<()> {
     ps.initialize_model_parallel(&ParallelConfig { tensor_parallel: 2, ..Default::default() })?;
     {
         let tp = ps.group(GroupKind::Tp)?; // borrows ps: cannot outlive it
-        let rank = tp.info().rank;
-        let mut x = vec![(rank + 1) as f32; 4];
+        let mut x = vec![(ps.rank() + 1) as f32; 4];
         tp.all_reduce(&mut x, ReduceOp::Sum)?;
         let cfg = tp.broadcast_object(b"model=llama max_tokens=128", 0)?;
-        println!(
-            "rank {rank}/{} tp {} ranks {:?}: all_reduce -> {x:?}, config {}",
-            ps.world()?.world_size(),
-            tp.name(),
-            tp.ranks()?,
-            String::from_utf8_lossy(&cfg)
-        );
+        let (rank, world, name, ranks) = (ps.rank(), ps.world_size(), tp.name(), tp.ranks()?);
+        println!("rank {rank}/{world} tp {name} ranks {ranks:?}: all_reduce -> {x:?}, config {}", String::from_utf8_lossy(&cfg));
         assert_eq!(x, vec![3.0; 4]);
     }
     ps.finalize()

@@ -55,8 +55,12 @@ pub use types::{Bf16, DType, Device, Element, GroupKind, ReduceOp, F16};
 use error::check;
 use pstate_sys as sys;
 use std::ffi::{c_void, CStr, CString};
+use std::os::raw::c_int;
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// pstate_version() of the loaded library: MAJOR*10000 + MINOR*100 + PATCH.
@@ -90,8 +94,11 @@ pub struct InitOptions {
     pub socket_ifname: Option<String>,
 }
 
-/// pstate_parallel_config_t: SGLang's initialize_model_parallel sizes. Zero keeps the C default
-/// (1; shared_experts_tensor_parallel 0 = none); the all-zero config means tp = world.
+/// pstate_parallel_config_t: SGLang's initialize_model_parallel sizes. A zero size is its default
+/// (pstate.h's rule, the same in C, `pstate layout`, Python and Go): tensor_parallel = world size /
+/// pipeline_parallel, the others 1 (shared_experts_tensor_parallel: no group). So
+/// `ParallelConfig { pipeline_parallel: 2, ..Default::default() }` on 4 ranks is TP 2 x PP 2, and
+/// the default config is TP = world.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ParallelConfig {
     pub tensor_parallel: usize,
@@ -105,10 +112,8 @@ pub struct ParallelConfig {
 }
 
 impl ParallelConfig {
+    /// The C struct holding every size as it is (0s are the library's defaults).
     fn to_c(self) -> Result<Option<sys::pstate_parallel_config_t>> {
-        if self == ParallelConfig::default() {
-            return Ok(None);
-        }
         let mut c = sys::pstate_parallel_config_init();
         let fields: [(usize, &mut i32); 8] = [
             (self.tensor_parallel, &mut c.tensor_parallel_size),
@@ -121,9 +126,7 @@ impl ParallelConfig {
             (self.shared_experts_tensor_parallel, &mut c.shared_experts_tensor_parallel_size),
         ];
         for (v, f) in fields {
-            if v != 0 {
-                *f = i32::try_from(v).map_err(|_| Error::new(Status::InvalidArgument, format!("parallel size {v} too large")))?;
-            }
+            *f = i32::try_from(v).map_err(|_| Error::new(Status::InvalidArgument, format!("parallel size {v} too large")))?;
         }
         Ok(Some(c))
     }
@@ -136,6 +139,31 @@ fn config_ptr(c: &Option<sys::pstate_parallel_config_t>) -> *const sys::pstate_p
 /// One rank's parallel state (pstate_t).
 pub struct PState {
     raw: NonNull<sys::pstate_t>,
+    rank: usize,
+    world_size: usize,
+    /// Read by the C interrupt check (interrupt_check below); outlives the C context.
+    interrupt: Arc<AtomicI32>,
+}
+
+/// Stops the call blocked on its [`PState`] from another thread: the call returns
+/// `Status::Interrupted` within ~100 ms. The call's peers were left inside the operation, so the
+/// PState is failed afterwards (later calls: `Status::Aborted`): [`PState::abort`] it next.
+/// Cloneable, `Send + Sync`, usable after the PState is gone (then it does nothing); `interrupt`
+/// is one atomic store, so a signal handler (e.g. Ctrl-C through the `ctrlc` crate) may call it.
+/// A call that never has to wait is not stopped; the interrupt stays raised for the next wait.
+#[derive(Debug, Clone)]
+pub struct InterruptHandle(Arc<AtomicI32>);
+
+impl InterruptHandle {
+    pub fn interrupt(&self) {
+        self.0.store(1, Ordering::Release);
+    }
+}
+
+/// The C interrupt check of every PState: `user` is its `interrupt` flag.
+extern "C" fn interrupt_check(user: *mut c_void) -> c_int {
+    // SAFETY: user is Arc::as_ptr of the PState's flag, alive as long as the C context.
+    unsafe { &*(user as *const AtomicI32) }.load(Ordering::Acquire)
 }
 
 // SAFETY: different pstate_t handles are independent and a handle may be driven from any thread,
@@ -167,7 +195,29 @@ impl PState {
         p.socket_ifname = ifname.as_ref().map_or(ptr::null(), |s| s.as_ptr());
         let mut out = ptr::null_mut();
         check(unsafe { sys::pstate_init(&p, &mut out) })?;
-        NonNull::new(out).map(|raw| PState { raw }).ok_or_else(|| Error::new(Status::Internal, "pstate_init returned NULL"))
+        let raw = NonNull::new(out).ok_or_else(|| Error::new(Status::Internal, "pstate_init returned NULL"))?;
+        let mut ps = PState { raw, rank: 0, world_size: 0, interrupt: Arc::new(AtomicI32::new(0)) };
+        let flag = Arc::as_ptr(&ps.interrupt) as *mut c_void;
+        check(unsafe { sys::pstate_set_interrupt_check(ps.as_raw(), Some(interrupt_check), flag) })?; // (Drop finalizes on error)
+        let info = ps.world()?.info().clone();
+        (ps.rank, ps.world_size) = (info.rank, info.world_size);
+        Ok(ps)
+    }
+
+    /// This rank's global rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of ranks in the world.
+    pub fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    /// A handle that stops the call blocked on this PState from another thread (see
+    /// [`InterruptHandle`]).
+    pub fn interrupt_handle(&self) -> InterruptHandle {
+        InterruptHandle(Arc::clone(&self.interrupt))
     }
 
     /// The raw handle, for calls this crate does not wrap.
@@ -231,16 +281,20 @@ impl PState {
 
     /// Graceful teardown (waits for peers up to the timeout); always frees the state.
     pub fn finalize(self) -> Result<()> {
-        let raw = self.raw;
-        std::mem::forget(self);
-        check(unsafe { sys::pstate_finalize(raw.as_ptr()) })
+        let me = ManuallyDrop::new(self);
+        let result = check(unsafe { sys::pstate_finalize(me.raw.as_ptr()) });
+        // SAFETY: me is never used again; the flag goes after the C context that read it.
+        drop(unsafe { ptr::read(&me.interrupt) });
+        result
     }
 
-    /// Local teardown that never blocks on peers (after PeerLost / Timeout).
+    /// Local teardown that never blocks on peers (after PeerLost / Timeout / Interrupted).
     pub fn abort(self) -> Result<()> {
-        let raw = self.raw;
-        std::mem::forget(self);
-        check(unsafe { sys::pstate_abort(raw.as_ptr()) })
+        let me = ManuallyDrop::new(self);
+        let result = check(unsafe { sys::pstate_abort(me.raw.as_ptr()) });
+        // SAFETY: as in finalize.
+        drop(unsafe { ptr::read(&me.interrupt) });
+        result
     }
 }
 

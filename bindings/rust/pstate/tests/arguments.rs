@@ -1,0 +1,102 @@
+//! What a new user meets: zero parallel sizes are the defaults (pstate.h's rule for every front
+//! end), `PState::rank()` / `world_size()`, the library's messages in Rust names, and an
+//! `InterruptHandle` that stops a blocked call.
+mod common;
+
+use common::on_ranks;
+use pstate::{GroupKind, InitOptions, Layout, PState, ParallelConfig, Status};
+use std::time::{Duration, Instant};
+
+fn one_rank(dir: &std::path::Path) -> PState {
+    PState::init(&InitOptions {
+        world_size: Some(1),
+        rank: Some(0),
+        init_method: Some(format!("file://{}", dir.join("store").display())),
+        timeout: Some(Duration::from_secs(10)),
+        ..Default::default()
+    })
+    .expect("init a world of one")
+}
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("pstate-rs-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn zero_parallel_sizes_are_the_defaults() {
+    let explicit = Layout::new(4, &ParallelConfig { tensor_parallel: 2, pipeline_parallel: 2, ..Default::default() }).unwrap();
+    // before: "world_size 4 != tensor_parallel_size 1 x pipeline_parallel_size 2"
+    let given = Layout::new(4, &ParallelConfig { pipeline_parallel: 2, ..Default::default() }).unwrap();
+    for kind in GroupKind::ALL {
+        assert_eq!(given.groups(kind).unwrap(), explicit.groups(kind).unwrap(), "{kind:?}");
+    }
+    assert_eq!(Layout::new(8, &ParallelConfig::default()).unwrap().groups(GroupKind::Tp).unwrap(), vec![(0..8).collect::<Vec<_>>()]);
+    let err = Layout::new(6, &ParallelConfig { pipeline_parallel: 4, ..Default::default() }).err().unwrap();
+    assert!(err.detail.contains("world_size 6 is not divisible by pipeline_parallel_size 4"), "{err}");
+}
+
+#[test]
+fn rank_and_world_size_of_a_pstate() {
+    let dir = temp_dir("rank");
+    let ps = one_rank(&dir);
+    assert_eq!((ps.rank(), ps.world_size()), (0, 1));
+    ps.finalize().unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn messages_name_rust_calls() {
+    let dir = temp_dir("messages");
+    let ps = one_rank(&dir);
+    let err = ps.group(GroupKind::Tp).err().unwrap();
+    assert_eq!(err.status, Status::InvalidState);
+    assert!(err.detail.contains("call PState::initialize_model_parallel first"), "{err}");
+    assert!(!err.detail.contains("pstate_"), "{err}");
+    ps.finalize().unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Rank 0 blocks in recv from rank 1, which never sends; a thread interrupts it 0.5 s in. recv
+/// returns Status::Interrupted within a second, the PState is failed (Aborted naming the
+/// interruption and PState::abort), abort frees it. Rank 1 waits for rank 0's verdict, then aborts.
+#[test]
+fn interrupt_handle_stops_a_blocked_call_two_ranks() {
+    on_ranks("interrupt_handle_stops_a_blocked_call_two_ranks", 2, || {
+        let ps = PState::init(&InitOptions { timeout: Some(Duration::from_secs(60)), ..Default::default() }).unwrap();
+        let verdict = std::env::temp_dir().join(format!("pstate-rs-interrupt-{}", std::env::var("MASTER_PORT").unwrap()));
+        if ps.rank() == 1 {
+            let end = Instant::now() + Duration::from_secs(30);
+            while !verdict.exists() && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            ps.abort().unwrap();
+            assert!(verdict.exists(), "rank 0 gave no verdict");
+            let _ = std::fs::remove_file(&verdict);
+            return;
+        }
+        let handle = ps.interrupt_handle();
+        let interrupter = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(500));
+            handle.interrupt();
+            Instant::now()
+        });
+        let mut buf = [0f32; 4];
+        let world = ps.world().unwrap();
+        let err = world.recv(&mut buf, 1).err().expect("recv returned although rank 1 never sent");
+        let took = interrupter.join().unwrap().elapsed();
+        println!("INTERRUPTED recv after {} ms", took.as_millis());
+        assert_eq!(err.status, Status::Interrupted, "{err}");
+        assert!(err.detail.contains("interrupted") && err.detail.contains("PState::abort"), "{err}");
+        assert!(took < Duration::from_secs(1), "recv returned {took:?} after interrupt()");
+        let after = world.barrier().err().unwrap();
+        assert_eq!(after.status, Status::Aborted, "{after}");
+        assert!(after.detail.contains("interrupted") && after.detail.contains("PState::abort"), "{after}");
+        drop(world);
+        let late = ps.interrupt_handle();
+        ps.abort().unwrap();
+        late.interrupt(); // after abort: nothing to stop, and no crash
+        std::fs::write(&verdict, format!("{took:?}")).unwrap();
+    });
+}

@@ -1,0 +1,10 @@
+# docs_listings — the example listings of docs/bindings.md are the example files (issue 18: the
+# Rust listing showed code that does not print the output shown under it). For each listing that
+# starts with a comment naming an example file, its lines must equal that file's without the
+# file's head comment (Python docstring, Rust //! lines). The printed lines are checked by the
+# bindings_*_example tests.
+find_program(PSTATE_PYTHON3 python3 PATHS /usr/bin NO_DEFAULT_PATH)
+if(PSTATE_PYTHON3)
+  add_test(NAME docs_listings COMMAND ${PSTATE_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/docs_listings.py ${PROJECT_SOURCE_DIR})
+  set_tests_properties(docs_listings PROPERTIES TIMEOUT 60)
+endif()
