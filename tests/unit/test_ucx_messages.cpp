@@ -213,7 +213,7 @@ void test_socket_ifname_limits_network_devices(void **) {
   auto o = test_options(0, 1);
   o.socket_ifname = "^lo";
   bool has_other = false;
-  for (const auto &i : ipv4_interfaces()) has_other = has_other || i.name != "lo";
+  for (const auto &i : pstate::ipv4_interfaces()) has_other = has_other || i.name != "lo";
   if (has_other) {
     UcxWorker others(o);
     for (const auto &r : others.transport_resources()) assert_true(r != "tcp/lo");
@@ -228,7 +228,7 @@ void test_socket_ifname_limits_network_devices(void **) {
   bool refused = false;
   try {
     UcxWorker none(o);
-  } catch (const Error &e) {
+  } catch (const pstate::Error &e) {
     refused = e.status() == PSTATE_ERR_INVALID_ARGUMENT && std::strstr(e.what(), "'nosuch0'") != nullptr &&
               std::strstr(e.what(), "lo 127.0.0.1") != nullptr;
   }
