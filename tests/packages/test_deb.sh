@@ -96,7 +96,7 @@ ldconfig
 print("after cmake --install --prefix /usr/local: import pstate from", pstate.__file__)') || fail "import after install"
 EOF
 
-unshare --mount --fork bash -s "$WORK" "$BUILD" <<'EOF'
+unshare --mount --fork bash -s "$WORK" "$BUILD" "$SRC" <<'EOF'
 set -euo pipefail
 W=$1
 mount --make-rprivate /
@@ -107,6 +107,9 @@ mount -t overlay overlay -o "lowerdir=/,upperdir=$W/ovl/upper,workdir=$W/ovl/wor
 mount --rbind /dev "$W/ovl/root/dev"
 mount -t proc proc "$W/ovl/root/proc"
 mount -t tmpfs tmpfs "$W/ovl/root/tmp"
+# The build and source trees at their own paths (cmake --install reads both; a clone under /tmp
+# would be hidden by the tmpfs above).
+for d in "$2" "$3"; do mkdir -p "$W/ovl/root$d" && mount --rbind "$d" "$W/ovl/root$d"; done
 mkdir -p "$W/ovl/root/pstate-debs"
 cp -r "$W/debs/." "$W/ovl/root/pstate-debs/"
 chroot "$W/ovl/root" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
