@@ -39,7 +39,7 @@ asan() {
   export LSAN_OPTIONS=suppressions=$ROOT/.ci/lsan.supp:print_suppressions=0
   export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
   # Trimmed where ASan adds nothing the plain run does not, to keep CI within 30 minutes:
-  # - 60 of the 300 sampled CLI layouts (each sanitized process start costs ~0.2 s; the layout code
+  # - 20 of the 300 sampled CLI layouts (each sanitized process start costs ~0.2 s; the layout code
   #   is under ASan in test_layout);
   # - the multi-host tests (label multihost): what they add is the network between namespaces;
   #   their code (UCX over TCP, the TCP store, faults) is under ASan in test_collectives_ucx_path,
@@ -51,7 +51,7 @@ asan() {
   # - the start-up scenarios that only wait out a deadline or drive `pstate run`
   #   (startup_wrong_token, _missing_rank, _init_timeout, _run_max_wait, _run_root_cause): the
   #   store code they reach runs under ASan in the other startup_* scenarios and test_store_tcp.
-  export PSTATE_CLI_LAYOUT_SAMPLE=${PSTATE_CLI_LAYOUT_SAMPLE:-60}
+  export PSTATE_CLI_LAYOUT_SAMPLE=${PSTATE_CLI_LAYOUT_SAMPLE:-20}
   export PSTATE_MATRIX_FILTER=${PSTATE_MATRIX_FILTER:-/w3}
   t0=$SECONDS
   (cd build-asan && ctest --output-on-failure -j "${CTEST_JOBS:-1}" --timeout 900 -LE multihost \

@@ -137,7 +137,7 @@ DEFAULTS = [
 
 
 def check_json(pstate):
-    # PSTATE_CLI_LAYOUT_SAMPLE: how many (default 300; CI's ASan job takes 60, since every
+    # PSTATE_CLI_LAYOUT_SAMPLE: how many (default 300; CI's ASan job takes 20, since every
     # sanitized process start costs ~0.2 s and the layout code itself is under ASan in test_layout)
     size = int(os.environ.get("PSTATE_CLI_LAYOUT_SAMPLE", "300"))
     sample = random.Random(20240611).sample(list(all_valid_configs(48)), size)
