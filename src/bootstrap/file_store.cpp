@@ -347,8 +347,10 @@ void FileStore::check_meta() {
   if (bytes && !meta.parse(*bytes))
     throw_error(PSTATE_ERR_MISMATCH, "store ", url_, ": ", meta_path,
                 " is not a pstate file store's meta file: delete the directory or use a new one");
+  bool had_meta = bytes.has_value();
   if (bytes && !observer && meta.creator != me && reclaim_if_leftover(meta)) bytes.reset();
   if (!bytes && !observer && in_range) {
+    if (!had_meta) refuse_foreign_entries();
     // Publish our view unless someone did first: link() of a complete file fails with EEXIST then.
     Meta mine;
     mine.world_size = options_.world_size;
@@ -394,6 +396,20 @@ void FileStore::check_meta() {
            cat("rank ", options_.rank, " says world_size ", options_.world_size, ", rank ", meta.created_by_rank,
                " says ", meta.world_size),
            true);
+}
+
+// No meta yet (checked under the open lock, so no rank of this job has written anything): the
+// store's subdirectories must be empty, or they hold someone else's files (a directory such as a
+// home folder with its own tmp/) that the last rank out would delete with the store's.
+void FileStore::refuse_foreign_entries() const {
+  for (const char *sub : {"/keys", "/locks", "/ranks", "/joined", "/tmp"}) {
+    std::vector<std::string> names = entries_of(dir_ + sub);
+    if (!names.empty())
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, "store ", url_, ": ", dir_, sub, " holds ", names.size(),
+                  " files ('", names.front(), "'", names.size() > 1 ? ", ..." : "",
+                  ") that no pstate job wrote (the directory has no store meta file): give the file store an "
+                  "empty or new directory; pstate removes what it creates there when the job ends");
+  }
 }
 
 // meta is not ours. When no rank of its job holds its lock and every process it names is gone,

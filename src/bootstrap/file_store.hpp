@@ -75,6 +75,7 @@ class FileStore final : public Store {
   [[noreturn]] void refuse_permission(const std::string &what, const std::string &path, int err);
   net::Fd lock_for_open(Deadline deadline);
   void check_meta();
+  void refuse_foreign_entries() const;
   bool reclaim_if_leftover(const Meta &meta);
   void claim_rank();
   [[noreturn]] void refuse(pstate_status_t status, const std::string &why, bool member);

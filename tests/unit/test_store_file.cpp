@@ -241,6 +241,21 @@ void test_file_last_rank_out_removes_the_store(void **) {
   assert_int_not_equal(::access((tmp.path() + "/meta").c_str(), F_OK), 0);
 }
 
+// A directory that already holds files where the store keeps its own (a home folder with a tmp/)
+// is refused before anything is written, and its files stay: the last rank out would delete them.
+void test_file_foreign_files_in_the_store_tree_are_refused_and_kept(void **) {
+  TempDir tmp;
+  std::string mine = tmp.path() + "/tmp";
+  assert_int_equal(::mkdir(mine.c_str(), 0700), 0);
+  FILE *f = std::fopen((mine + "/notes.txt").c_str(), "w");
+  assert_non_null(f);
+  std::fclose(f);
+  expect_error([&] { open_file(tmp.path(), 0, 1); }, PSTATE_ERR_INVALID_ARGUMENT,
+               {"/tmp holds 1 files ('notes.txt')", "empty or new directory"});
+  assert_int_equal(::access((mine + "/notes.txt").c_str(), F_OK), 0);
+  assert_int_not_equal(::access((tmp.path() + "/meta").c_str(), F_OK), 0);
+}
+
 // A job whose processes died (here: killed with the store open) leaves its directory; the next
 // job finds nobody holding it and its processes gone, and reclaims it.
 void test_file_leftover_of_dead_processes_is_reclaimed(void **) {
@@ -329,6 +344,7 @@ int main(void) {
       cmocka_unit_test(test_file_erase_check_and_add_on_non_integer),
       cmocka_unit_test(test_file_path_that_is_a_file_is_invalid_argument),
       cmocka_unit_test(test_file_last_rank_out_removes_the_store),
+      cmocka_unit_test(test_file_foreign_files_in_the_store_tree_are_refused_and_kept),
       cmocka_unit_test(test_file_leftover_of_dead_processes_is_reclaimed),
       cmocka_unit_test(test_file_leftover_from_another_host_is_named),
       cmocka_unit_test(test_file_refused_member_fails_the_waiting_ranks_at_once),
