@@ -101,21 +101,10 @@ uint64_t random_float_bits(std::mt19937_64 &rng, pstate_dtype_t d) {
   return encode(d, v);
 }
 
-// allreduce_ring.cpp: block b = ((x[b] op x[b+1]) op ...) op x[b-1].
+// allreduce_ring.cpp: block b = ((x[b] op x[b+1]) op ...) op x[b-1] (coll_cases.hpp).
 uint64_t ring_order(const std::vector<std::vector<uint64_t>> &x, pstate_dtype_t d, pstate_reduce_op_t op, size_t i,
                     size_t count) {
-  const int p = static_cast<int>(x.size());
-  const size_t base = count / static_cast<size_t>(p), extra = count % static_cast<size_t>(p);
-  int b = 0;  // the block holding element i
-  for (size_t start = 0;; ++b) {
-    const size_t len = base + (static_cast<size_t>(b) < extra ? 1 : 0);
-    if (i < start + len) break;
-    start += len;
-  }
-  const pstate_reduce_op_t step = op == PSTATE_AVG ? PSTATE_SUM : op;
-  uint64_t acc = x[static_cast<size_t>(b)][i];
-  for (int j = 1; j < p; ++j) acc = reference(d, step, acc, x[static_cast<size_t>((b + j) % p)][i]);
-  return op == PSTATE_AVG ? avg_reference(d, acc, p) : acc;
+  return ring_order_reference(x, d, op, i, count);
 }
 
 // allreduce_recursive_doubling.cpp: fold pairs, then a balanced tree, lower op higher.

@@ -130,18 +130,7 @@ uint64_t binomial_order(const std::vector<std::vector<uint64_t>> &x, pstate_dtyp
 // reduce_ring.cpp (allreduce_ring's): block b = ((x[b] op x[b+1]) op ...) op x[b-1].
 uint64_t ring_order(const std::vector<std::vector<uint64_t>> &x, pstate_dtype_t d, pstate_reduce_op_t op, size_t i,
                     size_t count, int) {
-  const int p = static_cast<int>(x.size());
-  const size_t base = count / static_cast<size_t>(p), extra = count % static_cast<size_t>(p);
-  int b = 0;  // the block holding element i
-  for (size_t start = 0;; ++b) {
-    const size_t len = base + (static_cast<size_t>(b) < extra ? 1 : 0);
-    if (i < start + len) break;
-    start += len;
-  }
-  const pstate_reduce_op_t step = op == PSTATE_AVG ? PSTATE_SUM : op;
-  uint64_t acc = x[static_cast<size_t>(b)][i];
-  for (int j = 1; j < p; ++j) acc = reference(d, step, acc, x[static_cast<size_t>((b + j) % p)][i]);
-  return op == PSTATE_AVG ? avg_reference(d, acc, p) : acc;
+  return ring_order_reference(x, d, op, i, count);
 }
 
 using OrderFn = uint64_t (*)(const std::vector<std::vector<uint64_t>> &, pstate_dtype_t, pstate_reduce_op_t, size_t,

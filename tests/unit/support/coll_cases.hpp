@@ -152,4 +152,23 @@ inline std::string mismatch(const std::string &what, int rank, size_t i, uint64_
   return what + s;
 }
 
+// Element i of a ring reduction of the ranks' raw values x[rank][i] (allreduce_ring.cpp's and
+// reduce_ring.cpp's order): the count is cut into p blocks (the first count % p one longer), and
+// block b is ((x[b] op x[b+1]) op ...) op x[b-1]; AVG sums, then divides once.
+inline uint64_t ring_order_reference(const std::vector<std::vector<uint64_t>> &x, pstate_dtype_t d,
+                                     pstate_reduce_op_t op, size_t i, size_t count) {
+  const int p = static_cast<int>(x.size());
+  const size_t base = count / static_cast<size_t>(p), extra = count % static_cast<size_t>(p);
+  int b = 0;  // the block holding element i
+  for (size_t start = 0;; ++b) {
+    const size_t len = base + (static_cast<size_t>(b) < extra ? 1 : 0);
+    if (i < start + len) break;
+    start += len;
+  }
+  const pstate_reduce_op_t step = op == PSTATE_AVG ? PSTATE_SUM : op;
+  uint64_t acc = x[static_cast<size_t>(b)][i];
+  for (int j = 1; j < p; ++j) acc = reference(d, step, acc, x[static_cast<size_t>((b + j) % p)][i]);
+  return op == PSTATE_AVG ? avg_reference(d, acc, p) : acc;
+}
+
 }  // namespace pstate_test
