@@ -353,6 +353,17 @@ typedef int (*pstate_interrupt_fn)(void *user);
  *  per context (ranks as threads each register their own). */
 PSTATE_API pstate_status_t pstate_set_interrupt_check(pstate_t *ps, pstate_interrupt_fn fn, void *user);
 
+/** Writes this rank's flight-recorder dump now (docs/trace-format.md): the last
+ *  PSTATE_TRACE_ENTRIES operations of every group with their state, read by `pstate doctor`.
+ *  path NULL: $PSTATE_TRACE_DIR/rank<R>.pstate-trace (default folder: pstate-trace under the
+ *  working directory); an existing directory: rank<R>.pstate-trace in it; else the file itself.
+ *  Written atomically (a temporary file renamed over path). Local, never blocks on peers, and may
+ *  be called from any thread, also while another thread is inside a call on ps (that is what it
+ *  is for). Dumps are also written on their own when a call fails with TIMEOUT, PEER_LOST,
+ *  MISMATCH or ABORTED, and on SIGUSR1. INVALID_STATE when the recorder is off
+ *  (PSTATE_TRACE_ENTRIES=0); INVALID_ARGUMENT naming the path when it cannot be written. */
+PSTATE_API pstate_status_t pstate_trace_dump(pstate_t *ps, const char *path);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Groups                                                                                       */
 /* ------------------------------------------------------------------------------------------ */
@@ -643,6 +654,7 @@ struct pstate_api_t {
   pstate_status_t (*reduce)(pstate_group_t *g, const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op, int root, void *stream);
   pstate_status_t (*scatter)(pstate_group_t *g, const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, int root, void *stream);
   pstate_status_t (*set_interrupt_check)(pstate_t *ps, pstate_interrupt_fn fn, void *user);
+  pstate_status_t (*trace_dump)(pstate_t *ps, const char *path);
 };
 
 /** The table for ABI `abi_major` (pass PSTATE_ABI_MAJOR), or NULL when this library does not

@@ -84,6 +84,15 @@ PSTATE_API pstate_status_t pstate_set_interrupt_check(pstate_t *ps, pstate_inter
   });
 }
 
+// No ContextEntry: a dump is what a second thread takes while the first is blocked in a call; the
+// recorder serializes dumps itself and reads the ring without stopping the writer.
+PSTATE_API pstate_status_t pstate_trace_dump(pstate_t *ps, const char *path) {
+  return PSTATE_GUARD({
+    pstate::api::require_context(ps);
+    ps->trace_dump(path);
+  });
+}
+
 PSTATE_API pstate_status_t pstate_get_group(pstate_t *ps, pstate_group_kind_t kind, pstate_group_t **out) {
   return PSTATE_GUARD({
     require_nonnull(out, "out");

@@ -58,6 +58,7 @@ constexpr pstate_api_t make_table() {
   t.reduce = pstate_reduce;
   t.scatter = pstate_scatter;
   t.set_interrupt_check = pstate_set_interrupt_check;
+  t.trace_dump = pstate_trace_dump;
   return t;
 }
 

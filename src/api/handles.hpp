@@ -111,8 +111,12 @@ class ContextEntry {
 #ifndef PSTATE_NO_AGREEMENT
   ContextEntry(pstate::Context &ctx, const char *call) : ctx_(ctx) {
     if (!ctx_.try_enter()) throw_context_busy(ctx_, call);
+    ctx_.trace_enter(call);  // a dump names the call a blocked rank is in
   }
-  ~ContextEntry() { ctx_.leave(); }
+  ~ContextEntry() {
+    ctx_.trace_leave();
+    ctx_.leave();
+  }
 #else  // compiled out with the agreement, to measure both (bench/agreement_cost.sh)
   ContextEntry(pstate::Context &ctx, const char *) : ctx_(ctx) {}
 #endif

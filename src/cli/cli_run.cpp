@@ -18,6 +18,9 @@
 // --status-every seconds which ranks it waits for (pid, time since their last output); with
 // --max-wait S it stops them S seconds after the first rank exited 0 and exits 124, naming them.
 // SIGINT/SIGTERM to the launcher stop every rank at once (SIGTERM, then SIGKILL).
+// Before it stops ranks (a rank failed, --max-wait, SIGINT/SIGTERM) it asks every live rank for its
+// flight-recorder dump (SIGUSR1, src/common/trace_signal.cpp), waits up to 2 s for them, and says
+// where the job's dumps are and the `pstate doctor` command that reads them (issue 14).
 #include "bootstrap/hmac_sha256.hpp"
 #include "cli/cli.hpp"
 #include "common/error.hpp"
@@ -29,6 +32,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,6 +45,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -243,6 +248,7 @@ class Launcher {
   }
 
   int run(const std::vector<std::string> &program) {
+    job_started_ns_ = wall_ns() - 1000000;  // before any rank can dump
     const char *token_env = std::getenv("PSTATE_JOB_TOKEN");
     std::string token = token_env != nullptr && *token_env ? token_env : random_token();
     // The job id names this job in the store's refusals ("this store belongs to job ..."); derived
@@ -371,6 +377,70 @@ class Launcher {
       }
   }
 
+  // The flight recorder's folder as the ranks see it (they inherit our working directory and
+  // environment); empty when PSTATE_TRACE_ENTRIES=0 turned the recorder off.
+  static std::string trace_dir() {
+    const char *entries = std::getenv("PSTATE_TRACE_ENTRIES");
+    if (entries != nullptr && std::strcmp(entries, "0") == 0) return "";
+    const char *dir = std::getenv("PSTATE_TRACE_DIR");
+    std::string d = dir != nullptr && *dir != '\0' ? dir : "pstate-trace";
+    if (d.front() != '/') {
+      char cwd[4096];
+      if (::getcwd(cwd, sizeof cwd) != nullptr) d = cat(cwd, "/", d);
+    }
+    return d;
+  }
+
+  // When rank r's dump was last written (0: none).
+  static int64_t dump_mtime_ns(const std::string &dir, int rank) {
+    struct stat st;
+    if (::stat(cat(dir, "/rank", rank, ".pstate-trace").c_str(), &st) != 0) return 0;
+    return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  }
+
+  static int64_t wall_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  }
+
+  // Asks every live rank for a dump (SIGUSR1) and waits until each has written one or ended, at
+  // most 2 s (a stopped or wedged rank cannot answer). Once per job.
+  void request_dumps() {
+    const std::string dir = trace_dir();
+    if (dir.empty() || dumps_requested_) return;
+    dumps_requested_ = true;
+    const int64_t asked = wall_ns() - 1000000;  // file systems with coarse timestamps
+    std::vector<Rank *> asked_ranks;
+    for (auto &r : ranks_)
+      if (!r.exited) {
+        ::kill(r.pid, SIGUSR1);
+        asked_ranks.push_back(&r);
+      }
+    auto until = Clock::now() + std::chrono::milliseconds(2000);
+    while (Clock::now() < until) {
+      bool all = true;
+      for (Rank *r : asked_ranks) all = all && (r->exited || dump_mtime_ns(dir, r->rank) >= asked);
+      if (all) break;
+      pump_output(20);
+      reap();
+    }
+  }
+
+  // "flight-recorder dumps of ranks 0, 1, 3 in DIR: pstate doctor DIR" for the dumps this job wrote.
+  void report_dumps() const {
+    const std::string dir = trace_dir();
+    if (dir.empty()) return;
+    std::string with, without;
+    for (const auto &r : ranks_) {
+      std::string &list = dump_mtime_ns(dir, r.rank) >= job_started_ns_ ? with : without;
+      list += cat(list.empty() ? "" : ", ", r.rank);
+    }
+    if (with.empty()) return;
+    say(cat("flight-recorder dumps of ranks ", with, without.empty() ? std::string() : cat(" (none from ", without, ")"),
+            " are in ", dir, ": `pstate doctor ", dir, "` says which rank is stuck and why"));
+  }
+
   // Forwards output and reaps until every rank ended or `ms` passed.
   void let_run(int ms) {
     auto until = Clock::now() + std::chrono::milliseconds(ms);
@@ -433,12 +503,14 @@ class Launcher {
     say(cat("rank ", root.rank, " ", why, " at ", seconds_text(seconds_between(start_, root.ended)),
             all_exited() ? std::string()
                          : cat("; the other ranks have ", grace_ms_, " ms (--grace-ms) to report and exit")));
+    request_dumps();
     let_run(grace_ms_);
     if (!all_exited()) stop_all();
     drain();
     const Rank *first = root_cause();  // the same, unless a rank that ended meanwhile ended first
     say(cat("failed: rank ", first->rank, " ", describe_status(first->status), " first; then ",
             how_the_others_ended(first)));
+    report_dumps();
     int code = exit_code_of(first->status);
     return code == 0 ? kExitFailure : code;
   }
@@ -463,9 +535,11 @@ class Launcher {
     double waited = seconds_between(first_done->ended, now);
     if (max_wait_s_ > 0 && waited >= max_wait_s_) {
       say(cat("--max-wait ", max_wait_s_, " s passed since rank ", first_done->rank, " exited 0: stopping ", running));
+      request_dumps();
       stop_all();
       drain();
       say(cat("failed: ", running, " did not finish within --max-wait ", max_wait_s_, " s of rank ", first_done->rank));
+      report_dumps();
       return 124;
     }
     if (now >= next_status) {
@@ -483,7 +557,9 @@ class Launcher {
       pump_output(50);
       if (g_stop_signal != 0) {
         std::fprintf(stderr, "pstate run: got signal %d, stopping all ranks\n", static_cast<int>(g_stop_signal));
+        request_dumps();
         stop_all();
+        report_dumps();
         return 128 + g_stop_signal;
       }
       reap();
@@ -505,6 +581,8 @@ class Launcher {
   std::string addr_;
   int port_, grace_ms_, max_wait_s_, status_every_s_;
   int ended_ = 0;  // ranks seen ending so far
+  bool dumps_requested_ = false;
+  int64_t job_started_ns_ = 0;  // wall clock: dumps older than this are another job's
   Clock::time_point start_;
   bool prefix_;
   std::vector<int> cpus_;  // --bind-cores: local rank i runs on cpus_[i % size]

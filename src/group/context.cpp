@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <type_traits>
 #include <random>
 #include <set>
 
@@ -61,6 +62,9 @@ Context::Context(const pstate_init_params_t *params) {
   device_ = p.device;
   log_.set_rank(launch_.rank);
   if (!launch_.rank_out_of_range.empty()) refuse_rank_out_of_range();
+  trace_ = make_trace_recorder();
+  if (trace_) trace_->set_facts({"-", launch_.rank, launch_.world_size, device_ == PSTATE_DEVICE_CUDA ? "cuda" : "cpu"});
+  const uint64_t life = trace_life(TraceOp::kInit);
   const char *check = std::getenv("PSTATE_CHECK");
   check_ = check != nullptr && check[0] != '\0' && std::string(check) != "0";
   device_ordinal_param_ = p.device_ordinal;
@@ -69,7 +73,8 @@ Context::Context(const pstate_init_params_t *params) {
   if (device_ == PSTATE_DEVICE_CUDA && (p.device_ordinal >= 0 || launch_.local_rank_given)) open_device(p.device_ordinal);
   try {
     rendezvous();
-  } catch (const Error &) {
+  } catch (const Error &e) {
+    trace_life_end(life, e.status());
     // Once the rank directory is on the store every rank checks the same records and most errors
     // from here on (duplicate local ranks, say) are thrown by every rank: the serving rank keeps
     // the store up, for a short grace, until the others have read the directory and left, so they
@@ -77,6 +82,79 @@ Context::Context(const pstate_init_params_t *params) {
     if (store_ && directory_published_) store_->close(Deadline::after_ms(std::min<int64_t>(launch_.timeout_ms, 5000)));
     throw;
   }
+  if (trace_) trace_->set_facts({job_id_, launch_.rank, launch_.world_size, device_ == PSTATE_DEVICE_CUDA ? "cuda" : "cpu"});
+  trace_life_end(life, PSTATE_OK);
+}
+
+// ---- the flight recorder's lifecycle steps and dumps ----
+
+uint64_t Context::trace_life(TraceOp op) {
+  if (!trace_) return 0;
+  return trace_->begin(TraceClass::kLife, op, world_ ? trace_->world_group() : nullptr, UINT64_MAX, UINT64_MAX, -1, -1,
+                       -1, -1, TracePath::kNone);
+}
+
+void Context::trace_life_end(uint64_t id, pstate_status_t status) {
+  if (!trace_ || id == 0) return;
+  if (status == PSTATE_OK) trace_->completed(id);
+  else trace_->failed(id, status);
+}
+
+template <typename F>
+auto Context::traced_life(TraceOp op, F &&f) -> decltype(f()) {
+  const uint64_t id = trace_life(op);
+  try {
+    if constexpr (std::is_void_v<decltype(f())>) {
+      f();
+      trace_life_end(id, PSTATE_OK);
+    } else {
+      auto out = f();
+      trace_life_end(id, PSTATE_OK);
+      return out;
+    }
+  } catch (const Error &e) {
+    trace_life_end(id, e.status());
+    throw;
+  } catch (...) {
+    trace_life_end(id, PSTATE_ERR_INTERNAL);
+    throw;
+  }
+}
+
+void Context::trace_call_failed(uint64_t id, const Error &e) noexcept {
+  if (!trace_) return;
+  const pstate_status_t s = e.status();
+  if (id != 0) trace_->failed(id, s);
+  const bool dumpable = s == PSTATE_ERR_TIMEOUT || s == PSTATE_ERR_PEER_LOST || s == PSTATE_ERR_MISMATCH ||
+                        s == PSTATE_ERR_ABORTED;
+  if (!dumpable || (s == PSTATE_ERR_ABORTED && dumped_since_failure_)) return;
+  if (state_ == State::kFailed) dumped_since_failure_ = true;
+  std::string error;
+  std::string file = trace_->dump_noexcept(cat("a call failed: ", e.what()), &error);
+  if (file.empty()) log_.warn("flight recorder: the dump after this failure could not be written: ", error);
+  else log_.info("flight recorder: dump written to ", file, " (read the job's dumps with: pstate doctor ", trace_->dir(), ")");
+}
+
+std::string Context::trace_dump(const char *path) {
+  if (!trace_)
+    throw_error(PSTATE_ERR_INVALID_STATE, "pstate_trace_dump: the flight recorder is off (PSTATE_TRACE_ENTRIES=0)");
+  return trace_->dump("pstate_trace_dump", path != nullptr ? path : "");
+}
+
+void Context::initialize_model_parallel(const pstate_parallel_config_t *cfg) {
+  traced_life(TraceOp::kInitializeModelParallel, [&] { initialize_model_parallel_now(cfg); });
+}
+void Context::destroy_model_parallel() {
+  traced_life(TraceOp::kDestroyModelParallel, [&] { destroy_model_parallel_now(); });
+}
+void Context::finalize() {
+  traced_life(TraceOp::kFinalize, [&] { finalize_now(); });
+}
+void *Context::begin_graph_capture(void *stream) {
+  return traced_life(TraceOp::kGraphCaptureBegin, [&] { return begin_graph_capture_now(stream); });
+}
+void Context::end_graph_capture() {
+  traced_life(TraceOp::kGraphCaptureEnd, [&] { end_graph_capture_now(); });
 }
 
 void Context::open_device(int device_ordinal) {
@@ -345,7 +423,7 @@ void Context::require_same_parallel_config(const layout::ParallelConfig &pc) {
   }
 }
 
-void Context::initialize_model_parallel(const pstate_parallel_config_t *cfg) {
+void Context::initialize_model_parallel_now(const pstate_parallel_config_t *cfg) {
   require_usable("pstate_initialize_model_parallel");
   require_not_capturing("pstate_initialize_model_parallel");
   if (layout_)
@@ -393,7 +471,7 @@ void Context::initialize_model_parallel(const pstate_parallel_config_t *cfg) {
             " groups created");
 }
 
-void Context::destroy_model_parallel() {
+void Context::destroy_model_parallel_now() {
   if (state_ == State::kClosed) throw_error(PSTATE_ERR_INVALID_STATE, "the context is finalized");
   if (!layout_)
     throw_error(PSTATE_ERR_INVALID_STATE,
@@ -430,6 +508,8 @@ void Context::fail(const std::string &why) {
   if (state_ == State::kFailed || state_ == State::kClosed) return;
   state_ = State::kFailed;
   failure_ = why;
+  dumped_since_failure_ = false;
+  if (trace_) trace_->set_failure(why);
   log_.info("context failed: ", why, " — further collectives return PSTATE_ERR_ABORTED; call pstate_abort");
 }
 
@@ -474,7 +554,7 @@ void Context::require_host_memory(const void *p, const char *name, const void *p
   }
 }
 
-void *Context::begin_graph_capture(void *stream) {
+void *Context::begin_graph_capture_now(void *stream) {
   require_usable("pstate_graph_capture_begin");
   if (!device_ctx_)
     throw_error(PSTATE_ERR_UNSUPPORTED, "graph capture needs a CUDA context (device = PSTATE_DEVICE_CUDA); this "
@@ -488,7 +568,7 @@ void *Context::begin_graph_capture(void *stream) {
   return device_ctx_->begin_capture(stream);
 }
 
-void Context::end_graph_capture() {
+void Context::end_graph_capture_now() {
   require_usable("pstate_graph_capture_end");
   if (!device_ctx_)
     throw_error(PSTATE_ERR_UNSUPPORTED, "graph capture needs a CUDA context (device = PSTATE_DEVICE_CUDA); this "
@@ -512,7 +592,7 @@ void Context::close_groups() noexcept {
   by_kind_.fill(nullptr);
 }
 
-void Context::finalize() {
+void Context::finalize_now() {
   if (state_ == State::kClosed) return;
   if (capturing() && state_ != State::kFailed)
     throw_error(PSTATE_ERR_INVALID_STATE, "pstate_finalize in graph-capture mode: nothing was released (the groups' "
@@ -551,6 +631,7 @@ void Context::finalize() {
 
 void Context::abort() noexcept {
   if (state_ == State::kClosed) return;
+  if (trace_) trace_life_end(trace_life(TraceOp::kAbort), PSTATE_OK);
   abort_device_comms();  // ncclCommAbort: local, waits for no peer
   close_groups();
   device_ctx_.reset();

@@ -26,6 +26,7 @@
 #include "bootstrap/store.hpp"
 #include "common/deadline.hpp"
 #include "common/log.hpp"
+#include "common/trace.hpp"
 #include "layout/layout.hpp"
 #include "transport/nccl/device_comm.hpp"
 #include "transport/ucx/ucx_worker.hpp"
@@ -114,6 +115,24 @@ class Context {
   void set_interrupt_check(pstate_interrupt_fn fn, void *user);
   bool interrupted() const { return interrupt_fn_ != nullptr && interrupt_fn_(interrupt_user_) != 0; }
 
+  // ---- the flight recorder (common/trace.hpp); nullptr when PSTATE_TRACE_ENTRIES=0 ----
+  TraceRecorder *trace() const { return trace_.get(); }
+  // The C entry point a thread is inside now (api::ContextEntry), for dumps.
+  void trace_enter(const char *call) {
+    if (trace_) trace_->enter_call(call);
+  }
+  void trace_leave() {
+    if (trace_) trace_->leave_call();
+  }
+  // A lifecycle step begins / ends (id 0: recorder off).
+  uint64_t trace_life(TraceOp op);
+  void trace_life_end(uint64_t id, pstate_status_t status);
+  // A recorded call failed with e (after fail() when it was fatal): marks the entry and writes the
+  // automatic dump for TIMEOUT, PEER_LOST, MISMATCH and ABORTED (ABORTED: once per failure).
+  void trace_call_failed(uint64_t id, const Error &e) noexcept;
+  // pstate_trace_dump: the file written.
+  std::string trace_dump(const char *path);
+
   // Failure bookkeeping: the first fatal error poisons the context.
   State state() const { return state_; }
   void fail(const std::string &why);
@@ -135,6 +154,14 @@ class Context {
   // host during rendezvous; a TP group spanning hosts is logged as a warning.
   void order_ranks_by_host(Deadline deadline);
   void warn_tensor_parallel_across_hosts() const;
+  // The steps behind the public lifecycle calls, which record them (trace_life) around these.
+  void initialize_model_parallel_now(const pstate_parallel_config_t *cfg);
+  void destroy_model_parallel_now();
+  void finalize_now();
+  void *begin_graph_capture_now(void *stream);
+  void end_graph_capture_now();
+  template <typename F>
+  auto traced_life(TraceOp op, F &&f) -> decltype(f());
   std::unique_ptr<Group> make_group(pstate_group_kind_t kind, size_t index, const std::vector<int> &ranks,
                                     uint32_t group_id);
   void close_groups() noexcept;
@@ -143,6 +170,8 @@ class Context {
   std::vector<Group *> live_groups() const;
   void abort_device_comms() noexcept;
 
+  TracePtr trace_;  // first: destroyed last (the groups point into it)
+  bool dumped_since_failure_ = false;
   LaunchEnv launch_;
   pstate_device_t device_ = PSTATE_DEVICE_CPU;
   Logger log_;

@@ -52,6 +52,7 @@ pstate_group_s::pstate_group_s(pstate::Context &ctx, pstate_group_kind_t kind, s
   channel_ = std::make_unique<pstate::UcxChannel>(ctx.worker(), ranks_, rank_in_group_, group_id_, name_);
   p2p_sent_.assign(ranks_.size(), 0);
   p2p_received_.assign(ranks_.size(), 0);
+  if (pstate::TraceRecorder *tr = ctx.trace()) trace_group_ = tr->add_group(name_, ranks_, rank_in_group_);
   const char *shm_env = std::getenv("PSTATE_SHM");
   bool shm_wanted = shm_env == nullptr || std::string(shm_env) != "0";
   bool one_host = true;
@@ -116,7 +117,9 @@ pstate::shm::ShmGroup &pstate_group_s::shm_for_call() {
 }
 
 void pstate_group_s::arrive_in_shm(const OpDescriptor &desc) {
-  if (use_shm()) shm_for_call().arrive(desc, ctx_.op_deadline());
+  if (!use_shm()) return;
+  if (trace_current_ != 0 && ctx_.trace() != nullptr) ctx_.trace()->set_path(trace_current_, pstate::TracePath::kUcx);
+  shm_for_call().arrive(desc, ctx_.op_deadline());
 }
 
 pstate::shm::ShmMessageQueue &pstate_group_s::message_queue() {
@@ -158,27 +161,44 @@ void pstate_group_s::check_alive(const char *call) const {
 // segment mid-call: the context fails like after a timeout.
 template <typename Body>
 void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body) {
-  check_alive(pstate::op_kind_name(static_cast<OpKind>(desc_in.op)));
+  pstate::TraceRecorder *tr = ctx_.trace();
+  const char *op_name = pstate::op_kind_name(static_cast<OpKind>(desc_in.op));
+  try {
+    check_alive(op_name);
+  } catch (const pstate::Error &e) {  // refused before it was numbered: recorded without a seq
+    ctx_.trace_call_failed(tr ? trace_begin(*tr, desc_in, false) : 0, e);
+    throw;
+  }
+  const uint64_t tid = tr ? trace_begin(*tr, desc_in, true) : 0;
+  trace_current_ = tid;
   OpDescriptor desc = desc_in;
   desc.seq = seq_++;
   channel_->set_deadline(ctx_.op_deadline());
-  channel_->set_op_name(pstate::op_kind_name(static_cast<OpKind>(desc.op)));
+  channel_->set_op_name(op_name);
+  bool agreeing = true;
   try {
 #ifndef PSTATE_NO_AGREEMENT
     if (size() > 1 && (!use_shm() || ctx_.check_enabled())) verify_same_op(desc);
 #else
     if (size() > 1 && ctx_.check_enabled()) verify_same_op(desc);
 #endif
-  } catch (const pstate::Error &e) {
-    if (e.status() != PSTATE_ERR_MISMATCH) ctx_.fail(e.what());
-    throw;
-  }
-  try {
+    agreeing = false;
+    if (tid != 0) tr->started(tid);
     body(pstate::tag_base(desc.seq));
   } catch (const pstate::Error &e) {
-    if (pstate::is_fatal(e.status())) ctx_.fail(e.what());
+    if (agreeing ? e.status() != PSTATE_ERR_MISMATCH : pstate::is_fatal(e.status())) ctx_.fail(e.what());
+    ctx_.trace_call_failed(tid, e);
     throw;
   }
+  if (tid != 0) tr->completed(tid);
+}
+
+uint64_t pstate_group_s::trace_begin(pstate::TraceRecorder &tr, const OpDescriptor &d, bool numbered) {
+  using pstate::TracePath;
+  const TracePath path = size() == 1 ? TracePath::kLocal : use_shm() ? TracePath::kShm : TracePath::kUcx;
+  return tr.begin(pstate::TraceClass::kColl, static_cast<pstate::TraceOp>(d.op), trace_group_,
+                  numbered ? pstate::TraceRecorder::next_coll(trace_group_) : UINT64_MAX, d.count, d.dtype,
+                  d.reduce_op, d.root, -1, path);
 }
 
 // Every rank gathers every rank's descriptor and compares with its own; all ranks see the same
@@ -315,6 +335,7 @@ void pstate_group_s::barrier(bool allow_shm, OpKind kind) {
       explain("barrier", "shared memory", 0, 12);
       return shm_for_call().barrier(ctx_.op_deadline(), kind);
     }
+    if (trace_current_ != 0 && use_shm()) ctx_.trace()->set_path(trace_current_, pstate::TracePath::kUcx);
     auto choice = selector_.barrier(size());
     explain("barrier", choice.name, 0, 12);
     choice.fn(*channel_, tag);
@@ -376,34 +397,55 @@ uint32_t pstate_group_s::p2p_tag(int peer, bool sending) {
 
 // Point-to-point calls do not take a sequence number (only the two ranks take part), but share
 // the rest of run(): liveness, deadline, the operation's name in errors, poisoning on a fatal error.
+// The flight recorder numbers them per peer and direction (its seq of a p2p entry).
 template <typename Body>
-void pstate_group_s::run_p2p(const char *op, Body &&body) {
-  check_alive(op);
+void pstate_group_s::run_p2p(pstate::TraceOp top, int peer, uint64_t count, int dtype, Body &&body) {
+  const char *op = pstate::trace_op_name(top);
+  const bool sending = top == pstate::TraceOp::kSend || top == pstate::TraceOp::kSendObject;
+  pstate::TraceRecorder *tr = ctx_.trace();
+  uint64_t tid = 0;
+  try {
+    check_alive(op);
+  } catch (const pstate::Error &e) {
+    if (tr) tid = tr->begin(pstate::TraceClass::kP2P, top, trace_group_, UINT64_MAX, count, dtype, -1, -1, peer,
+                            pstate::TracePath::kUcx);
+    ctx_.trace_call_failed(tid, e);
+    throw;
+  }
+  if (tr)
+    tid = tr->begin(pstate::TraceClass::kP2P, top, trace_group_, pstate::TraceRecorder::next_p2p(trace_group_, peer, sending),
+                    count, dtype, -1, -1, peer, pstate::TracePath::kUcx);
   channel_->set_deadline(ctx_.op_deadline());
   channel_->set_op_name(op);
   try {
     body();
   } catch (const pstate::Error &e) {
     if (pstate::is_fatal(e.status())) ctx_.fail(e.what());
+    ctx_.trace_call_failed(tid, e);
     throw;
   }
+  if (tid != 0) tr->completed(tid);
 }
 
 void pstate_group_s::send(const void *buf, size_t count, pstate_dtype_t dtype, int dst) {
-  run_p2p("send", [&] { channel_->send(dst, buf, count * pstate::dtype_size(dtype), p2p_tag(dst, true)); });
+  run_p2p(pstate::TraceOp::kSend, dst, count, dtype,
+          [&] { channel_->send(dst, buf, count * pstate::dtype_size(dtype), p2p_tag(dst, true)); });
 }
 
 void pstate_group_s::recv(void *buf, size_t count, pstate_dtype_t dtype, int src) {
-  run_p2p("recv", [&] { channel_->recv(src, buf, count * pstate::dtype_size(dtype), p2p_tag(src, false)); });
+  run_p2p(pstate::TraceOp::kRecv, src, count, dtype,
+          [&] { channel_->recv(src, buf, count * pstate::dtype_size(dtype), p2p_tag(src, false)); });
 }
 
 void pstate_group_s::send_object(const void *data, size_t size, int dst) {
-  run_p2p("send_object", [&] { pstate::coll::send_object(*channel_, data, size, dst, p2p_tag(dst, true)); });
+  run_p2p(pstate::TraceOp::kSendObject, dst, size, -1,
+          [&] { pstate::coll::send_object(*channel_, data, size, dst, p2p_tag(dst, true)); });
 }
 
 Bytes pstate_group_s::recv_object(int src) {
   Bytes out;
-  run_p2p("recv_object", [&] { pstate::coll::recv_object(*channel_, src, &out, p2p_tag(src, false)); });
+  run_p2p(pstate::TraceOp::kRecvObject, src, UINT64_MAX, -1,
+          [&] { pstate::coll::recv_object(*channel_, src, &out, p2p_tag(src, false)); });
   return out;
 }
 

@@ -20,6 +20,7 @@
 #include "coll/select.hpp"
 #include "common/error.hpp"
 #include "common/op_descriptor.hpp"
+#include "common/trace.hpp"
 #include "transport/nccl/device_comm.hpp"
 
 #include <pstate/pstate.h>
@@ -95,13 +96,15 @@ struct pstate_group_s {
   // is not verified, as on the CPU.
   template <typename Body>
   void run_device(const pstate::OpDescriptor &desc, Body &&body) {
-    pstate::DeviceComm &comm = begin_device_op(desc);
+    uint64_t tid = 0;  // its flight-recorder entry
+    pstate::DeviceComm &comm = begin_device_op(desc, &tid);
     try {
       body(comm);
     } catch (const pstate::Error &e) {
-      device_op_failed(e);
+      device_op_failed(e, tid);
       throw;
     }
+    device_op_enqueued(tid);
   }
   // Creates the NCCL communicator now if it does not exist (collective over the group).
   void ensure_device_ready(const char *call);
@@ -118,15 +121,19 @@ struct pstate_group_s {
   void verify_only(const pstate::OpDescriptor &desc);
 
  private:
-  pstate::DeviceComm &begin_device_op(const pstate::OpDescriptor &desc);
+  pstate::DeviceComm &begin_device_op(const pstate::OpDescriptor &desc, uint64_t *tid);
   pstate::DeviceComm &device_comm();
-  void device_op_failed(const pstate::Error &e);
+  // A device operation (tid: its flight-recorder entry, 0 = none) failed / is on the stream.
+  void device_op_failed(const pstate::Error &e, uint64_t tid = 0);
+  void device_op_enqueued(uint64_t tid);
 
   static constexpr uint32_t kMagic = 0x70677270;  // "pgrp"
   template <typename Body>
   void run(const pstate::OpDescriptor &desc, Body &&body);
   template <typename Body>
-  void run_p2p(const char *op, Body &&body);
+  void run_p2p(pstate::TraceOp op, int peer, uint64_t count, int dtype, Body &&body);
+  // A flight-recorder entry for a collective (numbered: it takes the group's next trace seq).
+  uint64_t trace_begin(pstate::TraceRecorder &tr, const pstate::OpDescriptor &d, bool numbered);
   void verify_same_op(const pstate::OpDescriptor &desc);
   // Point-to-point tags live in their own space: one running counter per peer and direction.
   uint32_t p2p_tag(int peer, bool sending);
@@ -170,4 +177,6 @@ struct pstate_group_s {
   std::vector<std::unique_ptr<pstate::ucx::ProcessWatch>> watches_;  // same-host peers in other processes
   std::unique_ptr<pstate::DeviceComm> device_comm_;  // CUDA contexts, after the first device op
   bool retired_ = false;
+  pstate::TraceGroup *trace_group_ = nullptr;  // this group's record in the context's flight recorder
+  uint64_t trace_current_ = 0;                 // the entry of the collective run() is running
 };

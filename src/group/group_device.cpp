@@ -44,19 +44,49 @@ pstate::DeviceComm &pstate_group_s::device_comm() {
   return *device_comm_;
 }
 
-pstate::DeviceComm &pstate_group_s::begin_device_op(const pstate::OpDescriptor &desc) {
-  check_alive(pstate::op_kind_name(static_cast<pstate::OpKind>(desc.op)));
-  // Every rank reaches its first device operation of this group at the same point of the
-  // group's order, so the communicator (and the sequence number its id consumes) stay in step.
-  pstate::DeviceComm &comm = device_comm();
+pstate::DeviceComm &pstate_group_s::begin_device_op(const pstate::OpDescriptor &desc, uint64_t *tid) {
   auto kind = static_cast<pstate::OpKind>(desc.op);
   bool point_to_point = kind == pstate::OpKind::kSend || kind == pstate::OpKind::kRecv;
-  if (ctx_.check_enabled() && size() > 1 && !point_to_point) verify_only(desc);
-  return comm;
+  pstate::TraceRecorder *tr = ctx_.trace();
+  auto record = [&](bool numbered) -> uint64_t {
+    if (tr == nullptr) return 0;
+    const auto path = size() == 1 ? pstate::TracePath::kLocal : pstate::TracePath::kNccl;
+    const auto op = static_cast<pstate::TraceOp>(desc.op);
+    if (point_to_point)
+      return tr->begin(pstate::TraceClass::kP2P, op, trace_group_,
+                       numbered ? pstate::TraceRecorder::next_p2p(trace_group_, desc.root, kind == pstate::OpKind::kSend)
+                                : UINT64_MAX,
+                       desc.count, desc.dtype, -1, -1, desc.root, path);
+    return tr->begin(pstate::TraceClass::kColl, op, trace_group_,
+                     numbered ? pstate::TraceRecorder::next_coll(trace_group_) : UINT64_MAX, desc.count, desc.dtype,
+                     desc.reduce_op, desc.root, -1, path);
+  };
+  try {
+    check_alive(pstate::op_kind_name(kind));
+  } catch (const pstate::Error &e) {
+    ctx_.trace_call_failed(record(false), e);
+    throw;
+  }
+  *tid = record(true);
+  try {
+    // Every rank reaches its first device operation of this group at the same point of the
+    // group's order, so the communicator (and the sequence number its id consumes) stay in step.
+    pstate::DeviceComm &comm = device_comm();
+    if (ctx_.check_enabled() && size() > 1 && !point_to_point) verify_only(desc);
+    return comm;
+  } catch (const pstate::Error &e) {
+    device_op_failed(e, *tid);
+    throw;
+  }
 }
 
-void pstate_group_s::device_op_failed(const pstate::Error &e) {
+void pstate_group_s::device_op_failed(const pstate::Error &e, uint64_t tid) {
   if (pstate::is_fatal_device_status(e.status())) ctx_.fail(e.what());
+  ctx_.trace_call_failed(tid, e);
+}
+
+void pstate_group_s::device_op_enqueued(uint64_t tid) {
+  if (tid != 0) ctx_.trace()->enqueued(tid);
 }
 
 void pstate_group_s::ensure_device_ready(const char *call) {

@@ -88,9 +88,9 @@ typedef _gostring_ swig_type_17;
 typedef long long swig_type_18;
 typedef long long swig_type_19;
 typedef _goslice_ swig_type_20;
-typedef _goslice_ swig_type_21;
+typedef _gostring_ swig_type_21;
 typedef _goslice_ swig_type_22;
-typedef long long swig_type_23;
+typedef _goslice_ swig_type_23;
 typedef long long swig_type_24;
 typedef long long swig_type_25;
 typedef long long swig_type_26;
@@ -102,10 +102,11 @@ typedef long long swig_type_31;
 typedef long long swig_type_32;
 typedef long long swig_type_33;
 typedef long long swig_type_34;
-typedef _goslice_ swig_type_35;
+typedef long long swig_type_35;
 typedef _goslice_ swig_type_36;
 typedef _goslice_ swig_type_37;
 typedef _goslice_ swig_type_38;
+typedef _goslice_ swig_type_39;
 extern void _wrap_Swig_free_capi_424e6738b6a199ae(uintptr_t arg1);
 extern uintptr_t _wrap_Swig_malloc_capi_424e6738b6a199ae(swig_intgo arg1);
 extern swig_intgo _wrap_PSTATE_VERSION_capi_424e6738b6a199ae(void);
@@ -233,26 +234,27 @@ extern swig_intgo _wrap_destroy_model_parallel_capi_424e6738b6a199ae(uintptr_t a
 extern swig_intgo _wrap_finalize_capi_424e6738b6a199ae(uintptr_t arg1);
 extern swig_intgo _wrap_abort_capi_424e6738b6a199ae(uintptr_t arg1);
 extern swig_intgo _wrap_set_interrupt_check_capi_424e6738b6a199ae(uintptr_t arg1, uintptr_t arg2);
+extern swig_intgo _wrap_trace_dump_capi_424e6738b6a199ae(uintptr_t arg1, swig_type_21 arg2);
 extern swig_intgo _wrap_get_group_capi_424e6738b6a199ae(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
 extern swig_intgo _wrap_group_info_capi_424e6738b6a199ae(uintptr_t arg1, uintptr_t arg2);
-extern swig_intgo _wrap_group_ranks_capi_424e6738b6a199ae(uintptr_t arg1, swig_type_21 arg2, swig_voidp arg3);
-extern swig_intgo _wrap_group_same_node_capi_424e6738b6a199ae(uintptr_t arg1, swig_intgo arg2, swig_type_22 arg3);
-extern swig_intgo _wrap_all_reduce_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_23 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_all_gather_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_24 arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_reduce_scatter_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_25 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_broadcast_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_type_26 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_gather_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_27 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_all_to_all_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_28 arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_reduce_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_29 arg4, swig_intgo arg5, swig_intgo arg6, swig_intgo arg7, uintptr_t arg8);
-extern swig_intgo _wrap_scatter_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_30 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_send_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_type_31 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_recv_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_type_32 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_group_ranks_capi_424e6738b6a199ae(uintptr_t arg1, swig_type_22 arg2, swig_voidp arg3);
+extern swig_intgo _wrap_group_same_node_capi_424e6738b6a199ae(uintptr_t arg1, swig_intgo arg2, swig_type_23 arg3);
+extern swig_intgo _wrap_all_reduce_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_24 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_all_gather_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_25 arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_reduce_scatter_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_26 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_broadcast_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_type_27 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_gather_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_28 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_all_to_all_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_29 arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_reduce_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_30 arg4, swig_intgo arg5, swig_intgo arg6, swig_intgo arg7, uintptr_t arg8);
+extern swig_intgo _wrap_scatter_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_31 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_send_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_type_32 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_recv_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_type_33 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
 extern swig_intgo _wrap_barrier_capi_424e6738b6a199ae(uintptr_t arg1);
-extern swig_intgo _wrap_tp_allreduce_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_type_33 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_tp_allgather_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_34 arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_broadcast_object_capi_424e6738b6a199ae(uintptr_t arg1, swig_type_35 arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_intgo _wrap_all_gather_object_capi_424e6738b6a199ae(uintptr_t arg1, swig_type_36 arg2, swig_voidp arg3, swig_type_37 arg4);
-extern swig_intgo _wrap_send_object_capi_424e6738b6a199ae(uintptr_t arg1, swig_type_38 arg2, swig_intgo arg3);
+extern swig_intgo _wrap_tp_allreduce_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_type_34 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_tp_allgather_capi_424e6738b6a199ae(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_35 arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_broadcast_object_capi_424e6738b6a199ae(uintptr_t arg1, swig_type_36 arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_intgo _wrap_all_gather_object_capi_424e6738b6a199ae(uintptr_t arg1, swig_type_37 arg2, swig_voidp arg3, swig_type_38 arg4);
+extern swig_intgo _wrap_send_object_capi_424e6738b6a199ae(uintptr_t arg1, swig_type_39 arg2, swig_intgo arg3);
 extern swig_intgo _wrap_recv_object_capi_424e6738b6a199ae(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
 extern swig_intgo _wrap_broadcast_tensor_dict_capi_424e6738b6a199ae(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, uintptr_t arg4, uintptr_t arg5);
 extern swig_intgo _wrap_send_tensor_dict_capi_424e6738b6a199ae(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, uintptr_t arg4);
@@ -1538,6 +1540,19 @@ func Set_interrupt_check(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	return swig_r_1
 }
 
+func Trace_dump(arg1 uintptr, arg2 string) (_swig_ret error) {
+	var swig_r int64
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r = (int64)(C._wrap_trace_dump_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), *(*C.swig_type_21)(unsafe.Pointer(&_swig_i_1))))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	var swig_r_1 error
+	swig_r_1 = swigPstateFailure(swig_r)
+	return swig_r_1
+}
+
 func Get_group(arg1 uintptr, arg2 int, arg3 *uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
@@ -1564,7 +1579,7 @@ func Group_ranks(arg1 uintptr, arg2 []int32, arg3 *uint64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_group_ranks_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), *(*C.swig_type_21)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_group_ranks_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), *(*C.swig_type_22)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1578,7 +1593,7 @@ func Group_same_node(arg1 uintptr, arg2 int, arg3 []int32) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_group_same_node_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), *(*C.swig_type_22)(unsafe.Pointer(&_swig_i_2))))
+	swig_r = (int64)(C._wrap_group_same_node_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), *(*C.swig_type_23)(unsafe.Pointer(&_swig_i_2))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg3
 	}
@@ -1596,7 +1611,7 @@ func All_reduce(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_all_reduce_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_23(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_all_reduce_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_24(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1610,7 +1625,7 @@ func All_gather(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_all_gather_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_24(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_all_gather_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_25(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1625,7 +1640,7 @@ func Reduce_scatter(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_reduce_scatter_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_25(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_reduce_scatter_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_26(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1639,7 +1654,7 @@ func Broadcast(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_broadcast_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_26(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_broadcast_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_27(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1654,7 +1669,7 @@ func Gather(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int64, 
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_gather_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_27(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_gather_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_28(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1668,7 +1683,7 @@ func All_to_all(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_all_to_all_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_28(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_all_to_all_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_29(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1684,7 +1699,7 @@ func Reduce(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int64, 
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
 	_swig_i_7 := arg8
-	swig_r = (int64)(C._wrap_reduce_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_29(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.swig_intgo(_swig_i_6), C.uintptr_t(_swig_i_7)))
+	swig_r = (int64)(C._wrap_reduce_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_30(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.swig_intgo(_swig_i_6), C.uintptr_t(_swig_i_7)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1699,7 +1714,7 @@ func Scatter(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int64,
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_scatter_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_30(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_scatter_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_31(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1713,7 +1728,7 @@ func Send(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, arg
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_send_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_31(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_send_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_32(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1727,7 +1742,7 @@ func Recv(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, arg
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_recv_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_32(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_recv_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_33(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1750,7 +1765,7 @@ func Tp_allreduce(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_tp_allreduce_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_33(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_tp_allreduce_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_34(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1764,7 +1779,7 @@ func Tp_allgather(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 i
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_tp_allgather_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_34(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_tp_allgather_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_35(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1777,7 +1792,7 @@ func Broadcast_object(arg1 uintptr, arg2 []byte, arg3 int, arg4 *Bytes) (_swig_r
 	_swig_i_2 := arg3
 	var _swig_i_3 unsafe.Pointer
 	_swig_i_3 = unsafe.Pointer(arg4)
-	swig_r = (int64)(C._wrap_broadcast_object_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), *(*C.swig_type_35)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3)))
+	swig_r = (int64)(C._wrap_broadcast_object_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), *(*C.swig_type_36)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1793,7 +1808,7 @@ func All_gather_object(arg1 uintptr, arg2 []byte, arg3 *Bytes, arg4 []uint64) (_
 	var _swig_i_2 unsafe.Pointer
 	_swig_i_2 = unsafe.Pointer(arg3)
 	_swig_i_3 := arg4
-	swig_r = (int64)(C._wrap_all_gather_object_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), *(*C.swig_type_36)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_3))))
+	swig_r = (int64)(C._wrap_all_gather_object_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2), *(*C.swig_type_38)(unsafe.Pointer(&_swig_i_3))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1810,7 +1825,7 @@ func Send_object(arg1 uintptr, arg2 []byte, arg3 int) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_send_object_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), *(*C.swig_type_38)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2)))
+	swig_r = (int64)(C._wrap_send_object_capi_424e6738b6a199ae(C.uintptr_t(_swig_i_0), *(*C.swig_type_39)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}

@@ -2025,6 +2025,26 @@ intgo _wrap_set_interrupt_check_capi_424e6738b6a199ae(pstate_t *_swig_go_0, psta
 }
 
 
+intgo _wrap_trace_dump_capi_424e6738b6a199ae(pstate_t *_swig_go_0, _gostring_ _swig_go_1) {
+  pstate_t *arg1 = (pstate_t *) 0 ;
+  char *arg2 = (char *) 0 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_t *)_swig_go_0; 
+  
+  arg2 = (char *)malloc(_swig_go_1.n + 1);
+  memcpy(arg2, _swig_go_1.p, _swig_go_1.n);
+  arg2[_swig_go_1.n] = '\0';
+  
+  
+  result = (pstate_status_t)pstate_trace_dump(arg1,(char const *)arg2);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  free(arg2); 
+  return _swig_go_result;
+}
+
+
 intgo _wrap_get_group_capi_424e6738b6a199ae(pstate_t *_swig_go_0, intgo _swig_go_1, pstate_group_t **_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_group_kind_t arg2 ;

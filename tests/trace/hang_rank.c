@@ -1,0 +1,96 @@
+/*
+ * hang_rank.c — one rank of a job that goes wrong on purpose, for the flight-recorder scenarios
+ * (tests/trace/scenarios.sh, issue 14). Public API only; started by `pstate run -n 4`.
+ *
+ * usage: hang_rank SCENARIO
+ *
+ * Every rank initializes tp = world size, then calls ITERS (10) all_reduces of 8 floats on tp;
+ * at iteration 5 the rank named by HANG_CULPRIT (default 3) does something else:
+ *   skip      skips that all_reduce, then goes on (so it finishes its loop one call early and
+ *             calls the barrier on world that ends the loop while the others wait on tp)
+ *   kind      calls all_gather (8 floats) instead
+ *   count     calls all_reduce with 16 floats instead of 8
+ *   sigstop   the loop is on world with broadcasts: the culprit stops itself (SIGSTOP) instead
+ *   usercode  sleeps in user code (60 s) instead of calling anything
+ *   dies      SIGKILLs itself instead
+ *   good      nothing: every rank completes and writes its dump by pstate_trace_dump (the control)
+ * After the loop every rank calls pstate_barrier(world) and pstate_finalize. A rank whose call
+ * fails prints the status and pstate_last_error() on stderr and exits 1 without finalize (its
+ * dump was written by the failing call). Exit 0 when everything it called returned OK.
+ */
+#define _GNU_SOURCE
+#include <pstate/pstate.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define ITERS 10
+#define FAULT_AT 5
+
+static void die_on(pstate_status_t s, int rank, const char *what) {
+  if (s == PSTATE_OK) return;
+  fprintf(stderr, "hang_rank %d: %s: %s: %s\n", rank, what, pstate_status_string(s), pstate_last_error());
+  exit(1);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: hang_rank skip|kind|count|sigstop|usercode|dies|good\n");
+    return 2;
+  }
+  const char *scenario = argv[1];
+  const char *c = getenv("HANG_CULPRIT");
+  const int culprit = c != NULL ? atoi(c) : 3;
+
+  pstate_t *ps = NULL;
+  pstate_init_params_t params = PSTATE_INIT_PARAMS_INIT;
+  pstate_status_t s = pstate_init(&params, &ps);
+  if (s != PSTATE_OK) {
+    fprintf(stderr, "hang_rank: pstate_init: %s: %s\n", pstate_status_string(s), pstate_last_error());
+    return 1;
+  }
+  pstate_group_t *world = NULL, *tp = NULL;
+  die_on(pstate_get_group(ps, PSTATE_GROUP_WORLD, &world), -1, "get world");
+  pstate_group_info_t info = PSTATE_GROUP_INFO_INIT;
+  die_on(pstate_group_info(world, &info), -1, "group info");
+  const int rank = info.rank;
+  pstate_parallel_config_t cfg = PSTATE_PARALLEL_CONFIG_INIT;
+  cfg.tensor_parallel_size = info.world_size;
+  die_on(pstate_initialize_model_parallel(ps, &cfg), rank, "initialize_model_parallel");
+  die_on(pstate_get_group(ps, PSTATE_GROUP_TP, &tp), rank, "get tp");
+
+  float a[16], b[16 * 64];
+  for (int i = 0; i < 16; ++i) a[i] = (float)(rank + i);
+  const int on_world = strcmp(scenario, "sigstop") == 0;
+  for (int it = 0; it < ITERS; ++it) {
+    if (it == FAULT_AT && rank == culprit) {
+      if (strcmp(scenario, "skip") == 0) continue;
+      if (strcmp(scenario, "kind") == 0) {
+        die_on(pstate_all_gather(tp, a, b, 8, PSTATE_FLOAT32, NULL), rank, "all_gather");
+        continue;
+      }
+      if (strcmp(scenario, "count") == 0) {
+        die_on(pstate_all_reduce(tp, a, b, 16, PSTATE_FLOAT32, PSTATE_SUM, NULL), rank, "all_reduce");
+        continue;
+      }
+      if (strcmp(scenario, "sigstop") == 0) raise(SIGSTOP);
+      if (strcmp(scenario, "usercode") == 0) {  /* busy in its own code: a signal does not end it */
+        unsigned left = 60;
+        while ((left = sleep(left)) > 0) {
+        }
+      }
+      if (strcmp(scenario, "dies") == 0) raise(SIGKILL);
+    }
+    if (on_world)
+      die_on(pstate_broadcast(world, a, 8, PSTATE_FLOAT32, 0, NULL), rank, "broadcast");
+    else
+      die_on(pstate_all_reduce(tp, a, b, 8, PSTATE_FLOAT32, PSTATE_SUM, NULL), rank, "all_reduce");
+  }
+  die_on(pstate_barrier(world), rank, "barrier");
+  if (strcmp(scenario, "good") == 0) die_on(pstate_trace_dump(ps, NULL), rank, "trace_dump");
+  die_on(pstate_finalize(ps), rank, "finalize");
+  return 0;
+}
