@@ -152,3 +152,18 @@ func TestInterruptStopsABlockedCallTwoRanks(t *testing.T) {
 		must(t, os.WriteFile(verdict, []byte(took.String()), 0o600))
 	})
 }
+
+func TestTraceDumpWritesThisRanksFlightRecorder(t *testing.T) {
+	ps := oneRank(t)
+	defer ps.Close()
+	file := filepath.Join(t.TempDir(), "dump.txt")
+	must(t, ps.TraceDump(file))
+	data, err := os.ReadFile(file)
+	must(t, err)
+	text := string(data)
+	if !strings.HasPrefix(text, "pstate-trace 1\n") || !strings.HasSuffix(text, "\nend\n") ||
+		!strings.Contains(text, "\nreason pstate_trace_dump\n") || !strings.Contains(text, "\ngroup 0 world:0 1 0 0 ") {
+		t.Fatalf("dump:\n%s", text)
+	}
+	expectDetail(t, ps.TraceDump("/proc/no-such-dir/x"), pstate.ErrInvalidArgument, "/proc/no-such-dir/x")
+}

@@ -443,6 +443,14 @@ class PState:
         self._call(capi.destroy_model_parallel)
         self._generation += 1
 
+    def trace_dump(self, path: Optional[str] = None) -> None:
+        """Writes this rank's flight-recorder dump now (pstate_trace_dump; read by `pstate doctor`).
+        path None: $PSTATE_TRACE_DIR/rank<R>.pstate-trace; a directory: that file in it; else the
+        file itself. Dumps are also written on their own when a call fails with a timeout, a lost
+        peer, a mismatch or ABORTED, and on SIGUSR1."""
+        with self._lock:
+            capi.trace_dump(self._h(), None if path is None else str(path))
+
     def finalize(self) -> None:
         """Graceful teardown: waits for peers (up to the timeout), frees the state. Always frees,
         even when it raises."""

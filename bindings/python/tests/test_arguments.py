@@ -165,3 +165,23 @@ def test_lifecycle_messages_name_the_python_calls(one_rank):
         one_rank.group("tp")
     assert "call ps.initialize_model_parallel() first" in err.value.detail, err.value.detail
     assert "pstate_" not in err.value.detail, err.value.detail
+
+
+# ---- the flight recorder ----------------------------------------------------------------------
+
+def test_trace_dump_writes_this_ranks_flight_recorder(one_rank, tmp_path):
+    ps = one_rank
+    world = ps.group("world")
+    x = np.arange(4, dtype=np.float32)
+    world.all_reduce(x)
+    target = tmp_path / "dump.txt"
+    ps.trace_dump(target)
+    lines = target.read_text().splitlines()
+    assert lines[0] == "pstate-trace 1" and lines[-1] == "end"
+    assert "rank 0" in lines and "reason pstate_trace_dump" in lines
+    assert any(l.startswith("group 0 world:0 1 0 0 ") for l in lines)
+    assert any(" all_reduce 4 float32 sum " in l and l.startswith("e ") for l in lines)
+    ps.trace_dump(tmp_path)  # a directory: rank0.pstate-trace in it
+    assert (tmp_path / "rank0.pstate-trace").read_text().startswith("pstate-trace 1\n")
+    with pytest.raises(pstate.InvalidArgumentError, match="no-such-dir"):
+        ps.trace_dump("/proc/no-such-dir/x")

@@ -1269,12 +1269,18 @@ pub struct pstate_api_t {
             user: *mut ::std::os::raw::c_void,
         ) -> pstate_status_t,
     >,
+    pub trace_dump: ::std::option::Option<
+        unsafe extern "C" fn(
+            ps: *mut pstate_t,
+            path: *const ::std::os::raw::c_char,
+        ) -> pstate_status_t,
+    >,
 }
 #[test]
 fn bindgen_test_layout_pstate_api_t() {
     assert_eq!(
         ::std::mem::size_of::<pstate_api_t>(),
-        384usize,
+        392usize,
         concat!("Size of: ", stringify!(pstate_api_t))
     );
     assert_eq!(
@@ -2115,4 +2121,21 @@ fn bindgen_test_layout_pstate_api_t() {
         );
     }
     test_field_set_interrupt_check();
+    fn test_field_trace_dump() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).trace_dump) as usize - ptr as usize
+            },
+            384usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(trace_dump)
+            )
+        );
+    }
+    test_field_trace_dump();
 }

@@ -240,6 +240,17 @@ impl PState {
         check(unsafe { sys::pstate_destroy_model_parallel(self.as_raw()) })
     }
 
+    /// Writes this rank's flight-recorder dump now (`pstate_trace_dump`, read by `pstate doctor`):
+    /// `None` = `$PSTATE_TRACE_DIR/rank<R>.pstate-trace`, a directory = that file in it, else the
+    /// file itself. Dumps are also written on their own when a call fails with `Timeout`,
+    /// `PeerLost`, `Mismatch` or `Aborted`, and on SIGUSR1.
+    pub fn trace_dump(&self, path: Option<&str>) -> Result<()> {
+        let path = path
+            .map(|p| CString::new(p).map_err(|_| Error::new(Status::InvalidArgument, "trace_dump: path holds a NUL byte")))
+            .transpose()?;
+        check(unsafe { sys::pstate_trace_dump(self.as_raw(), path.as_ref().map_or(ptr::null(), |p| p.as_ptr())) })
+    }
+
     /// The group of kind containing this rank.
     pub fn group(&self, kind: GroupKind) -> Result<Group<'_>> {
         let mut g = ptr::null_mut();

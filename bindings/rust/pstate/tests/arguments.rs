@@ -100,3 +100,19 @@ fn interrupt_handle_stops_a_blocked_call_two_ranks() {
         std::fs::write(&verdict, format!("{took:?}")).unwrap();
     });
 }
+
+#[test]
+fn trace_dump_writes_this_ranks_flight_recorder() {
+    let dir = temp_dir("trace");
+    let ps = one_rank(&dir);
+    let file = dir.join("dump.txt");
+    ps.trace_dump(Some(file.to_str().unwrap())).unwrap();
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.starts_with("pstate-trace 1\n") && text.ends_with("\nend\n"), "{text}");
+    assert!(text.contains("\nreason pstate_trace_dump\n") && text.contains("\ngroup 0 world:0 1 0 0 "), "{text}");
+    let err = ps.trace_dump(Some("/proc/no-such-dir/x")).err().unwrap();
+    assert_eq!(err.status, Status::InvalidArgument);
+    assert!(err.detail.contains("/proc/no-such-dir/x"), "{err}");
+    ps.finalize().unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+}
