@@ -536,8 +536,8 @@ class Analysis {
     what += paren(op_details(e));
     std::string via = e.path != "-" ? " via " + e.path : "";
     if (e.pending())
-      return "waits in " + what + " (" + e.state + via + ", posted " + seconds(d.dumped_ns - e.posted_ns) +
-             " before its dump)";
+      return "waits in " + what + " since " + seconds(d.dumped_ns - e.posted_ns) + " before its dump (" + e.state + via +
+             ")";
     std::string ended = e.ended_ns != kNone ? ", returned " + seconds(d.dumped_ns - e.ended_ns) + " before its dump" : "";
     return "last " + what + ": " + e.state + " " + e.status + via + ended;
   }
