@@ -73,9 +73,10 @@ bool list_dumps(const std::string &dir, std::vector<std::string> *files, std::st
 // A file named rank<R>.pstate-trace must hold rank R's dump.
 void check_file_name(const TraceDump &d) {
   std::string name = fs::path(d.file).filename().string();
-  std::string digits = name.substr(4, name.size() - 4 - 13);
-  if (name.rfind("rank", 0) != 0 || digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos)
-    return;
+  constexpr size_t kPrefix = 4, kSuffix = 13;  // "rank", ".pstate-trace"
+  if (name.rfind("rank", 0) != 0 || name.size() <= kPrefix + kSuffix) return;
+  std::string digits = name.substr(kPrefix, name.size() - kPrefix - kSuffix);
+  if (digits.find_first_not_of("0123456789") != std::string::npos) return;
   if (digits != std::to_string(d.rank))
     throw TraceFormatError(d.file, 0, "the file name says rank " + digits + ", the dump says rank " + std::to_string(d.rank));
 }

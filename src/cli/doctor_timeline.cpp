@@ -70,8 +70,8 @@ int64_t start_of_time(const JobDumps &job) {
 
 // When an entry's bar ends: when it returned; a pending one at its rank's dump.
 int64_t end_of(const TraceDump &d, const TraceEntry &e) {
-  if (e.ended_ns != kNone) return e.ended_ns;
-  return e.pending() ? d.dumped_ns : e.posted_ns;
+  int64_t end = e.ended_ns != kNone ? e.ended_ns : e.pending() ? d.dumped_ns : e.posted_ns;
+  return std::max(end, e.posted_ns);  // never before it began, whatever the clocks said
 }
 
 std::string entry_name(const TraceEntry &e) {
