@@ -436,8 +436,9 @@ class Analysis {
     f.waiting_ranks = s.waiter_ranks();
     const TraceEntry &e = *s.waiters.begin()->second;
     f.text = ranks_phrase(f.waiting_ranks) + " of " + f.group + " " + (f.waiting_ranks.size() == 1 ? "is" : "are") +
-             " stuck in " + stall_op(s, true) + " although every rank involved called it (state " + e.state +
-             ", status " + e.status + ", path " + e.path + "): the transfer did not finish, not a rank stayed away";
+             " stuck in " + stall_op(s, true) + " although every rank involved called it (" + e.state +
+             (e.status != "-" ? " " + e.status : "") + (e.path != "-" ? " via " + e.path : "") +
+             "): the transfer did not finish, no rank stayed away";
     return f;
   }
 
@@ -466,26 +467,35 @@ class Analysis {
              std::make_tuple(tier(*b), -static_cast<long>(b->waiters.size()), b->first_posted);
     });
 
+    // The findings in verdict order: mismatches, stalls some rank stayed away from, missing ranks
+    // no one waited for, other failures, stalls every rank called. The first kind found names the
+    // culprits.
     std::vector<Finding> findings;
     std::vector<int> culprits;
+    auto first_of_kind = [&](size_t before) { return before == 0 && !findings.empty(); };
+
     for (const auto &m : mismatches_) findings.push_back(m.second);
-    if (!mismatches_.empty()) culprits = mismatches_.front().second.ranks;
+    if (!findings.empty()) culprits = findings.front().ranks;
 
     std::set<int> explained_missing;
+    std::vector<const Stall *> stuck;
+    size_t before = findings.size();
     for (const Stall *s : order) {
+      if (s->blockers().empty()) {
+        stuck.push_back(s);
+        continue;
+      }
       if (!s->behind.empty()) findings.push_back(behind_finding(*s));
       if (!s->missing.empty()) findings.push_back(missing_finding(*s));
-      if (s->blockers().empty()) findings.push_back(stuck_finding(*s));
       explained_missing.insert(s->missing.begin(), s->missing.end());
     }
-    if (mismatches_.empty() && !order.empty()) {
+    if (first_of_kind(before)) {
       const Stall &s = *order.front();
-      int t = tier(s);
-      culprits = t < 2 ? sinks_of(s) : t == 2 ? s.blockers() : std::vector<int>{};
-      if (t == 2) findings.front().text += "; a cycle: the ranks call collectives on these groups in different orders";
+      culprits = tier(s) < 2 ? sinks_of(s) : s.blockers();
+      if (tier(s) == 2) findings.front().text += "; a cycle: the ranks call collectives on these groups in different orders";
     }
 
-    bool nothing_yet = findings.empty();
+    before = findings.size();
     for (int m : diag_.missing)
       if (!explained_missing.count(m)) {
         Finding f;
@@ -493,10 +503,11 @@ class Analysis {
         f.ranks = {m};
         f.text = "rank " + std::to_string(m) + " left no dump, and no dump shows a rank waiting for it" +
                  " (was its file not copied, or did it exit before the others dumped?)";
-        if (nothing_yet) culprits.push_back(m);
+        if (before == 0) culprits.push_back(m);
         findings.push_back(f);
       }
 
+    before = findings.size();
     for (const TraceDump &d : job_.dumps)
       for (const TraceEntry &e : d.entries) {
         if (!e.failed() || is_waiting(e) || e.cls == "life") continue;
@@ -510,9 +521,11 @@ class Analysis {
         f.ranks = {d.rank};
         f.text = "rank " + std::to_string(d.rank) + "'s " + where(g, e.seq, e) + " failed with " + e.status +
                  (d.failure != "-" ? " (" + d.failure + ")" : "");
-        if (findings.empty()) culprits = {d.rank};
         findings.push_back(f);
       }
+    if (first_of_kind(before)) culprits = findings.front().ranks;
+
+    for (const Stall *s : stuck) findings.push_back(stuck_finding(*s));  // no culprit rank
 
     diag_.findings = findings;
     diag_.culprits = culprits;

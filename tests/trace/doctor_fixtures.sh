@@ -85,6 +85,9 @@ expect cycle 1 "pstate doctor: rank 3 is behind on world: ranks 0, 1, 2 wait in 
 expect missing-dead 1 "pstate doctor: rank 3 left no dump: its peers lost it (PEER_LOST in all_reduce #7 on tp:0): it died or was killed"
 expect missing-stopped 1 "pstate doctor: rank 3 left no dump and never arrived at broadcast #3 of world where ranks 0, 1, 2 waited (TIMEOUT): it is stopped, hung or dead"
 expect p2p-send-without-recv 1 "pstate doctor: rank 1 is behind on pp:0: rank 0 waits in send #4 to rank 1 (count 1024 bfloat16) that rank 1 never received (it is idle outside pstate, last call returned 2.5 s earlier)"
+# rank 1's all_reduce #9 failed with TRANSPORT; 0, 2, 3 called it too and still wait: the failure
+# is the verdict, the others are "stuck" (no rank stayed away).
+expect transport-failed 1 "pstate doctor: rank 1's all_reduce #9 of tp:0 failed with TRANSPORT (TRANSPORT: tp:0 all_reduce #9: shm ring: peer 2 wrote a bad sequence number)"
 expect all-good 0 "pstate doctor: no problem found in 2 dumps of job j-good"
 # j-new (ranks 0, 1, world 2) dumped after j-old (ranks 2, 3 of world 4): j-new is analysed, two
 # ranks that disagree are both named.
@@ -100,6 +103,7 @@ expect_json cycle 1 "assert d['culprit_ranks'] == [3] and (f['kind'], f['group']
 expect_json missing-dead 1 "assert d['culprit_ranks'] == [3] and d['missing_ranks'] == [3] and (f['kind'], f['group'], f['seq'], f['op'], f['waiting_ranks']) == ('missing', 'tp:0', 7, 'all_reduce', [0, 1, 2])"
 expect_json missing-stopped 1 "assert d['culprit_ranks'] == [3] and d['missing_ranks'] == [3] and (f['kind'], f['group'], f['seq'], f['op']) == ('missing', 'world', 3, 'broadcast')"
 expect_json p2p-send-without-recv 1 "assert d['culprit_ranks'] == [1] and (f['kind'], f['group'], f['seq'], f['op'], f['waiting_ranks']) == ('behind', 'pp:0', 4, 'send', [0])"
+expect_json transport-failed 1 "assert d['culprit_ranks'] == [1] and (f['kind'], f['group'], f['seq'], f['op']) == ('failed', 'tp:0', 9, 'all_reduce') and [(x['kind'], x['waiting_ranks']) for x in d['findings'][1:]] == [('stuck', [0, 2, 3])]"
 expect_json all-good 0 "assert d['culprit_ranks'] == [] and d['findings'] == [] and d['exit_status'] == 0 and d['dumps'] == 2"
 expect_json two-jobs 1 "assert d['job'] == 'j-new' and d['ignored_dumps'] == 2 and d['culprit_ranks'] == [0, 1] and (f['kind'], f['group'], f['seq']) == ('mismatch', 'world', 2)"
 
