@@ -19,10 +19,11 @@
 // 5. The culprit: each waiter waits for the stall's blockers. Blockers that are not waiting
 //    themselves (idle, in a call nobody blocks, or missing) are the roots ("sinks"). The verdict
 //    stall is chosen in tiers: blockers all sinks, then some sinks, then (no sink: a cycle, the
-//    ranks call collectives in different orders) any stall with blockers, then stuck stalls;
-//    within a tier, the one with the most waiting ranks, ties by the earliest posted time.
-//    Mismatches come before stalls (a mismatch makes the others wait); then missing ranks no one
-//    waited for; then other failures (TRANSPORT, ...). Nothing of these: exit status 0.
+//    ranks call collectives in different orders) any stall with blockers; within a tier, the one
+//    with the most waiting ranks, ties by the earliest posted time.
+//    The verdict order: mismatches (a mismatch makes the others wait), stalls with blockers,
+//    missing ranks no one waited for, other failures (TRANSPORT, ...: the likely reason the
+//    others are stuck), stuck stalls (no culprit rank). Nothing of these: exit status 0.
 // 6. What a behind rank does instead: inside another pstate call (in_call, and its waiting entry)
 //    or idle outside pstate, with the time since its last call returned, measured against the
 //    earliest dump of the ranks that waited for it.
