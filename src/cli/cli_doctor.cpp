@@ -78,7 +78,8 @@ void check_file_name(const TraceDump &d) {
   std::string digits = name.substr(kPrefix, name.size() - kPrefix - kSuffix);
   if (digits.find_first_not_of("0123456789") != std::string::npos) return;
   if (digits != std::to_string(d.rank))
-    throw TraceFormatError(d.file, 0, "the file name says rank " + digits + ", the dump says rank " + std::to_string(d.rank));
+    throw TraceFormatError(d.file, 0,
+                           "the file name says rank " + digits + ", the dump says rank " + std::to_string(d.rank));
 }
 
 void print_text(const Diagnosis &d) {
@@ -113,8 +114,10 @@ int run_doctor(const ParsedArgs &args) {
   }
 
   Diagnosis d = diagnose(job);
-  if (args.flag("--json")) std::fputs(diagnosis_json(job, d).c_str(), stdout);
-  else print_text(d);
+  if (args.flag("--json"))
+    std::fputs(diagnosis_json(job, d).c_str(), stdout);
+  else
+    print_text(d);
   std::fflush(stdout);
 
   if (timeline) {

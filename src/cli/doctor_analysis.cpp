@@ -80,8 +80,9 @@ JobDumps select_job(std::vector<TraceDump> all) {
                                  " say world " + std::to_string(job.world));
     for (const TraceDump &prev : job.dumps)
       if (prev.rank == d.rank)
-        throw TraceFormatError(d.file, 0, "a second dump of rank " + std::to_string(d.rank) + " of job " + job.job +
-                                              " (the other is " + prev.file + ")");
+        throw TraceFormatError(d.file, 0,
+                               "a second dump of rank " + std::to_string(d.rank) + " of job " + job.job +
+                                   " (the other is " + prev.file + ")");
     job.dumps.push_back(std::move(d));
   }
   job.ignored_jobs.assign(others.begin(), others.end());
@@ -120,7 +121,9 @@ std::string op_details(const TraceEntry &e) {
   return out;
 }
 
-std::string paren(const std::string &s) { return s.empty() ? "" : " (" + s + ")"; }
+std::string paren(const std::string &s) {
+  return s.empty() ? "" : " (" + s + ")";
+}
 
 // ---- the job, indexed once --------------------------------------------------------------------
 
@@ -222,13 +225,17 @@ class Analysis {
     for (const auto &[key, entries] : coll_) {
       if (entries.size() < 2) continue;
       std::vector<std::pair<const TraceEntry *, std::vector<int>>> sets;  // agreeing ranks
-      for (const auto &[rank, e] : entries) {
-        auto it = std::find_if(sets.begin(), sets.end(), [&](const auto &s) { return agree(*s.first, *e); });
-        if (it == sets.end()) sets.push_back({e, {rank}});
-        else it->second.push_back(rank);
+      for (const auto &[rank, entry] : entries) {
+        const TraceEntry *e = entry;  // a lambda may not capture a structured binding before C++20
+        auto it = std::find_if(sets.begin(), sets.end(), [e](const auto &s) { return agree(*s.first, *e); });
+        if (it == sets.end())
+          sets.push_back({e, {rank}});
+        else
+          it->second.push_back(rank);
       }
       if (sets.size() < 2) continue;
-      std::stable_sort(sets.begin(), sets.end(), [](const auto &a, const auto &b) { return a.second.size() > b.second.size(); });
+      std::stable_sort(sets.begin(), sets.end(),
+                       [](const auto &a, const auto &b) { return a.second.size() > b.second.size(); });
       bool majority = sets[0].second.size() > sets[1].second.size();
       const auto &[g, seq] = key;
       Finding f;
@@ -255,7 +262,8 @@ class Analysis {
       mismatches_.push_back({first, f});
       mismatched_.insert(key);
     }
-    std::stable_sort(mismatches_.begin(), mismatches_.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
+    std::stable_sort(mismatches_.begin(), mismatches_.end(),
+                     [](const auto &a, const auto &b) { return a.first < b.first; });
   }
 
   // ---- stalls -----------------------------------------------------------------------------------
@@ -272,8 +280,10 @@ class Analysis {
         }
       if (s.waiters.empty()) continue;
       for (int m : group(s.group).members) {
-        if (!dump(m)) s.missing.push_back(m);
-        else if (!entries.count(m) && progress(s.group, m) <= s.seq) s.behind.push_back(m);
+        if (!dump(m))
+          s.missing.push_back(m);
+        else if (!entries.count(m) && progress(s.group, m) <= s.seq)
+          s.behind.push_back(m);
       }
       stalls_.push_back(s);
     }
@@ -309,8 +319,10 @@ class Analysis {
           s.p2p = true;
           s.sender = sender;
           s.receiver = receiver;
-          if (!dump(peer)) s.missing.push_back(peer);
-          else if (!p2p_match(peer, g, sender, receiver, e.seq)) s.behind.push_back(peer);
+          if (!dump(peer))
+            s.missing.push_back(peer);
+          else if (!p2p_match(peer, g, sender, receiver, e.seq))
+            s.behind.push_back(peer);
           it = seen.emplace(key, stalls_.size()).first;
           stalls_.push_back(s);
         }
@@ -416,15 +428,15 @@ class Analysis {
     std::set<std::string> statuses = waiter_statuses(s);
     if (statuses.count("PEER_LOST")) {
       f.text = ranks_phrase(s.missing) + " left no dump: " + (one ? "its peers lost it" : "their peers lost them") +
-               " (PEER_LOST in " + stall_op(s, false) + " on " + f.group + "): " +
-               (one ? "it died or was killed" : "they died or were killed");
+               " (PEER_LOST in " + stall_op(s, false) + " on " + f.group +
+               "): " + (one ? "it died or was killed" : "they died or were killed");
       return f;
     }
     std::string list;
     for (const std::string &st : statuses) list += (list.empty() ? "" : ", ") + st;
     f.text = ranks_phrase(s.missing) + " left no dump and never arrived at " + stall_op(s, false) + " of " + f.group +
-             " where " + ranks_phrase(f.waiting_ranks) + " waited (" + list + "): " +
-             (one ? "it is stopped, hung or dead" : "they are stopped, hung or dead");
+             " where " + ranks_phrase(f.waiting_ranks) + " waited (" + list +
+             "): " + (one ? "it is stopped, hung or dead" : "they are stopped, hung or dead");
     return f;
   }
 
@@ -493,7 +505,8 @@ class Analysis {
     if (first_of_kind(before)) {
       const Stall &s = *order.front();
       culprits = tier(s) < 2 ? sinks_of(s) : s.blockers();
-      if (tier(s) == 2) findings.front().text += "; a cycle: the ranks call collectives on these groups in different orders";
+      if (tier(s) == 2)
+        findings.front().text += "; a cycle: the ranks call collectives on these groups in different orders";
     }
 
     before = findings.size();
@@ -532,7 +545,8 @@ class Analysis {
     diag_.culprits = culprits;
     if (findings.empty()) {
       diag_.exit_status = 0;
-      diag_.verdict = "pstate doctor: no problem found in " + std::to_string(job_.dumps.size()) + " dumps of job " + job_.job;
+      diag_.verdict =
+          "pstate doctor: no problem found in " + std::to_string(job_.dumps.size()) + " dumps of job " + job_.job;
     } else {
       diag_.exit_status = 1;
       diag_.verdict = "pstate doctor: " + findings.front().text;
@@ -550,9 +564,10 @@ class Analysis {
     what += paren(op_details(e));
     std::string via = e.path != "-" ? " via " + e.path : "";
     if (e.pending())
-      return "waits in " + what + " since " + seconds(d.dumped_ns - e.posted_ns) + " before its dump (" + e.state + via +
-             ")";
-    std::string ended = e.ended_ns != kNone ? ", returned " + seconds(d.dumped_ns - e.ended_ns) + " before its dump" : "";
+      return "waits in " + what + " since " + seconds(d.dumped_ns - e.posted_ns) + " before its dump (" + e.state +
+             via + ")";
+    std::string ended =
+        e.ended_ns != kNone ? ", returned " + seconds(d.dumped_ns - e.ended_ns) + " before its dump" : "";
     return "last " + what + ": " + e.state + " " + e.status + via + ended;
   }
 
@@ -582,20 +597,21 @@ class Analysis {
       }
     }
     for (const TraceDump &d : job_.dumps) {
-      std::string state = d.in_call == "-" ? "idle outside pstate"
-                                           : "inside " + d.in_call +
-                                                 (d.in_call_since_ns != kNone
-                                                      ? " for " + seconds(d.dumped_ns - d.in_call_since_ns)
-                                                      : std::string());
+      std::string state =
+          d.in_call == "-"
+              ? "idle outside pstate"
+              : "inside " + d.in_call +
+                    (d.in_call_since_ns != kNone ? " for " + seconds(d.dumped_ns - d.in_call_since_ns) : std::string());
       ev.push_back("rank " + std::to_string(d.rank) + " (" + d.host + ", pid " + std::to_string(d.pid) + ", " + d.file +
                    "): dumped for " + d.reason + "; " + state + (d.failure != "-" ? "; failure: " + d.failure : ""));
     }
-    if (!diag_.missing.empty()) ev.push_back("no dump from " + ranks_phrase(diag_.missing) + " of world " + std::to_string(job_.world));
+    if (!diag_.missing.empty())
+      ev.push_back("no dump from " + ranks_phrase(diag_.missing) + " of world " + std::to_string(job_.world));
     if (job_.ignored_dumps > 0) {
       std::string jobs;
       for (const std::string &j : job_.ignored_jobs) jobs += (jobs.empty() ? "" : ", ") + j;
-      ev.push_back("ignored " + std::to_string(job_.ignored_dumps) + " dumps of other jobs (" + jobs +
-                   "): job " + job_.job + " dumped last");
+      ev.push_back("ignored " + std::to_string(job_.ignored_dumps) + " dumps of other jobs (" + jobs + "): job " +
+                   job_.job + " dumped last");
     }
   }
 
@@ -618,12 +634,15 @@ std::string int_array(const std::vector<int> &v) {
 
 }  // namespace
 
-Diagnosis diagnose(const JobDumps &job) { return Analysis(job).run(); }
+Diagnosis diagnose(const JobDumps &job) {
+  return Analysis(job).run();
+}
 
 std::string diagnosis_json(const JobDumps &job, const Diagnosis &d) {
   std::string out = "{\"verdict\": " + json_string(d.verdict) + ", \"exit_status\": " + std::to_string(d.exit_status);
   out += ", \"job\": " + json_string(job.job) + ", \"world\": " + std::to_string(job.world);
-  out += ", \"dumps\": " + std::to_string(job.dumps.size()) + ", \"ignored_dumps\": " + std::to_string(job.ignored_dumps);
+  out +=
+      ", \"dumps\": " + std::to_string(job.dumps.size()) + ", \"ignored_dumps\": " + std::to_string(job.ignored_dumps);
   out += ", \"culprit_ranks\": " + int_array(d.culprits) + ", \"missing_ranks\": " + int_array(d.missing);
   out += ", \"findings\": [";
   for (size_t i = 0; i < d.findings.size(); ++i) {
@@ -652,7 +671,8 @@ std::string diagnosis_json(const JobDumps &job, const Diagnosis &d) {
     const TraceDump &r = job.dumps[i];
     out += std::string(i ? ", " : "") + "{\"rank\": " + std::to_string(r.rank) + ", \"host\": " + json_string(r.host) +
            ", \"pid\": " + std::to_string(r.pid) + ", \"file\": " + json_string(r.file) +
-           ", \"reason\": " + json_string(r.reason) + ", \"in_call\": " + (r.in_call == "-" ? "null" : json_string(r.in_call)) +
+           ", \"reason\": " + json_string(r.reason) +
+           ", \"in_call\": " + (r.in_call == "-" ? "null" : json_string(r.in_call)) +
            ", \"dumped_unix_ns\": " + std::to_string(r.dumped_ns) + "}";
   }
   return out + "]}\n";

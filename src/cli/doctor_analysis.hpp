@@ -17,8 +17,8 @@ namespace pstate::cli {
 struct JobDumps {
   std::string job;
   int world = 0;
-  std::vector<TraceDump> dumps;      // one per rank, sorted by rank
-  int ignored_dumps = 0;             // dumps of other jobs in the same folder
+  std::vector<TraceDump> dumps;  // one per rank, sorted by rank
+  int ignored_dumps = 0;         // dumps of other jobs in the same folder
   std::vector<std::string> ignored_jobs;
 };
 
@@ -27,13 +27,13 @@ struct JobDumps {
 JobDumps select_job(std::vector<TraceDump> all);
 
 struct Finding {
-  std::string kind;                  // "mismatch", "behind", "missing", "stuck", "failed"
-  std::string group;                 // group name, "" when none
-  int64_t seq = kNone;               // the collective's (or p2p transfer's) number, kNone when none
-  std::string op;                    // "" when none
-  std::vector<int> ranks;            // the ranks the finding names (odd, behind, missing)
-  std::vector<int> waiting_ranks;    // the ranks that waited for them
-  std::string text;                  // one sentence
+  std::string kind;                // "mismatch", "behind", "missing", "stuck", "failed"
+  std::string group;               // group name, "" when none
+  int64_t seq = kNone;             // the collective's (or p2p transfer's) number, kNone when none
+  std::string op;                  // "" when none
+  std::vector<int> ranks;          // the ranks the finding names (odd, behind, missing)
+  std::vector<int> waiting_ranks;  // the ranks that waited for them
+  std::string text;                // one sentence
 };
 
 struct GroupProgress {
@@ -43,13 +43,13 @@ struct GroupProgress {
 };
 
 struct Diagnosis {
-  std::string verdict;               // the first line, starting "pstate doctor: "
-  int exit_status = 0;               // 0 nothing wrong, 1 a culprit or problem named
+  std::string verdict;  // the first line, starting "pstate doctor: "
+  int exit_status = 0;  // 0 nothing wrong, 1 a culprit or problem named
   std::vector<int> culprits;
-  std::vector<int> missing;          // ranks 0..world-1 without a dump
-  std::vector<Finding> findings;     // the verdict's finding first
+  std::vector<int> missing;       // ranks 0..world-1 without a dump
+  std::vector<Finding> findings;  // the verdict's finding first
   std::vector<GroupProgress> groups;
-  std::vector<std::string> evidence; // the lines printed under the verdict
+  std::vector<std::string> evidence;  // the lines printed under the verdict
 };
 
 Diagnosis diagnose(const JobDumps &job);

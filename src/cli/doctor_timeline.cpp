@@ -34,7 +34,9 @@ bool ends_with(const std::string &s, const std::string &tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-std::string tmp_name(const std::string &path) { return path + ".tmp." + std::to_string(::getpid()); }
+std::string tmp_name(const std::string &path) {
+  return path + ".tmp." + std::to_string(::getpid());
+}
 
 void write_file(const std::string &path, const std::string &text) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
@@ -76,8 +78,10 @@ int64_t end_of(const TraceDump &d, const TraceEntry &e) {
 
 std::string entry_name(const TraceEntry &e) {
   std::string name = e.op + (e.seq != kNone ? " #" + std::to_string(e.seq) : "");
-  if (e.pending()) name += " (stuck)";
-  else if (e.failed()) name += " (" + e.status + ")";
+  if (e.pending())
+    name += " (stuck)";
+  else if (e.failed())
+    name += " (" + e.status + ")";
   return name;
 }
 
@@ -97,7 +101,8 @@ std::string timeline_json(const JobDumps &job, const Diagnosis &diag) {
                      ", \"tid\": " + std::to_string(tid) + ", \"args\": {\"name\": " + json_string(name) + "}}");
   };
   for (const TraceDump &d : job.dumps) {
-    meta("process_name", d.rank, 0, "rank " + std::to_string(d.rank) + " (" + d.host + ", pid " + std::to_string(d.pid) + ")");
+    meta("process_name", d.rank, 0,
+         "rank " + std::to_string(d.rank) + " (" + d.host + ", pid " + std::to_string(d.pid) + ")");
     events.push_back("{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": " + std::to_string(d.rank) +
                      ", \"tid\": 0, \"args\": {\"sort_index\": " + std::to_string(d.rank) + "}}");
     meta("thread_name", d.rank, 0, "lifecycle");
@@ -116,8 +121,8 @@ std::string timeline_json(const JobDumps &job, const Diagnosis &diag) {
                        ", \"ts\": " + micros(e.posted_ns - t0) + ", \"dur\": " + micros(end_of(d, e) - e.posted_ns) +
                        ", \"args\": {" + args + "}}");
     }
-    events.push_back("{\"ph\": \"i\", \"s\": \"p\", \"name\": " + json_string("dump: " + d.reason) +
-                     ", \"pid\": " + std::to_string(d.rank) + ", \"tid\": 0, \"ts\": " + micros(d.dumped_ns - t0) + "}");
+    events.push_back("{\"ph\": \"i\", \"s\": \"p\", \"name\": " + json_string("dump: " + d.reason) + ", \"pid\": " +
+                     std::to_string(d.rank) + ", \"tid\": 0, \"ts\": " + micros(d.dumped_ns - t0) + "}");
   }
   std::string out = "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"job\": " + json_string(job.job) +
                     ", \"verdict\": " + json_string(diag.verdict) + "}, \"traceEvents\": [\n";
@@ -163,8 +168,9 @@ std::string run_gnuplot(const std::string &gnuplot, const std::string &script, c
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
   std::ifstream err(err_file);
   std::string text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
-  return "gnuplot failed (" + (WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status)) : std::string("killed")) +
-         ")" + (text.empty() ? "" : ":\n" + text);
+  return "gnuplot failed (" +
+         (WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status)) : std::string("killed")) + ")" +
+         (text.empty() ? "" : ":\n" + text);
 }
 
 const char *const kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b",
@@ -191,7 +197,8 @@ std::string gnuplot_script(const JobDumps &job, const Diagnosis &diag, const std
   }
   gp << ")\n";
   gp << "set grid xtics\nset key outside right top\nset style fill solid 0.85 border -1\n";
-  gp << "plot " << gp_quote(data) << " using (($2+$3)/2):1:(($3-$2)/2):(0.35):4 with boxxyerror lc rgb variable notitle";
+  gp << "plot " << gp_quote(data)
+     << " using (($2+$3)/2):1:(($3-$2)/2):(0.35):4 with boxxyerror lc rgb variable notitle";
   for (const auto &[op, colour] : op_colour)
     gp << ", NaN with boxes lc rgb " << gp_quote(kPalette[colour % 10]) << " title " << gp_quote(op);
   gp << ", NaN with boxes lc rgb " << gp_quote(kRed) << " title 'stuck or failed'\n";
@@ -201,8 +208,9 @@ std::string gnuplot_script(const JobDumps &job, const Diagnosis &diag, const std
 void write_png(const JobDumps &job, const Diagnosis &diag, const std::string &path) {
   std::string gnuplot = find_on_path("gnuplot");
   if (gnuplot.empty())
-    throw std::runtime_error("gnuplot is not on PATH: install it (Debian: apt-get install gnuplot-nox) or write "
-                             "the timeline as JSON (--timeline FILE.json)");
+    throw std::runtime_error(
+        "gnuplot is not on PATH: install it (Debian: apt-get install gnuplot-nox) or write "
+        "the timeline as JSON (--timeline FILE.json)");
   char dir_template[] = "/tmp/pstate-doctor.XXXXXX";
   const char *tmp_dir = ::mkdtemp(dir_template);
   if (!tmp_dir) throw std::runtime_error(std::string("mkdtemp: ") + std::strerror(errno));
@@ -217,7 +225,8 @@ void write_png(const JobDumps &job, const Diagnosis &diag, const std::string &pa
       auto it = op_colour.emplace(e.op, static_cast<int>(op_colour.size())).first;
       std::string colour = e.pending() || e.failed() ? kRed : kPalette[it->second % 10];
       double start = static_cast<double>(e.posted_ns - t0) / 1e9;
-      double end = std::max(static_cast<double>(end_of(d, e) - t0) / 1e9, start + 0.004 * static_cast<double>(span) / 1e9);
+      double end =
+          std::max(static_cast<double>(end_of(d, e) - t0) / 1e9, start + 0.004 * static_cast<double>(span) / 1e9);
       rows << d.rank << " " << start << " " << end << " " << std::stol(colour.substr(1), nullptr, 16) << "\n";
     }
   write_file(data, rows.str());
@@ -238,7 +247,9 @@ void write_png(const JobDumps &job, const Diagnosis &diag, const std::string &pa
 
 }  // namespace
 
-bool timeline_format_known(const std::string &path) { return ends_with(path, ".json") || ends_with(path, ".png"); }
+bool timeline_format_known(const std::string &path) {
+  return ends_with(path, ".json") || ends_with(path, ".png");
+}
 
 void write_timeline(const JobDumps &job, const Diagnosis &d, const std::string &path) {
   if (ends_with(path, ".png")) {

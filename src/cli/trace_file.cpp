@@ -29,13 +29,17 @@ namespace {
 
 const std::set<std::string> kClasses = {"coll", "p2p", "life"};
 const std::set<std::string> kStates = {"posted", "started", "enqueued", "completed", "failed"};
-const std::set<std::string> kDtypes = {"int8",    "uint8",    "int32",    "uint32",  "int64", "uint64",
+const std::set<std::string> kDtypes = {"int8",    "uint8",    "int32",   "uint32",  "int64", "uint64",
                                        "float16", "bfloat16", "float32", "float64", "-"};
 const std::set<std::string> kRedops = {"sum", "prod", "min", "max", "avg", "-"};
 // The header keys of version 1, all required; others are skipped.
-const std::vector<std::string> kHeaderKeys = {
-    "job",    "host",           "pid",     "rank",                  "world",   "device",   "reason",
-    "dumped_unix_ns", "in_call", "in_call_since_unix_ns", "failure", "capacity", "recorded", "dropped"};
+const std::vector<std::string> kHeaderKeys = {"job",      "host",
+                                              "pid",      "rank",
+                                              "world",    "device",
+                                              "reason",   "dumped_unix_ns",
+                                              "in_call",  "in_call_since_unix_ns",
+                                              "failure",  "capacity",
+                                              "recorded", "dropped"};
 
 // "abc..." for a line quoted in a message.
 std::string quoted(const std::string &s) {
@@ -91,7 +95,8 @@ class Reader {
       if (dash_ok) return kNone;
       fail(std::string(what) + " is '-', a number is required here");
     }
-    if (tok.empty() || tok.size() > 19 || !std::all_of(tok.begin(), tok.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    if (tok.empty() || tok.size() > 19 ||
+        !std::all_of(tok.begin(), tok.end(), [](char c) { return c >= '0' && c <= '9'; }))
       fail(std::string(what) + " is not a number: " + quoted(tok));
     return std::stoll(tok);
   }
@@ -128,25 +133,40 @@ void read_header(Reader &in, TraceDump &d) {
     std::string key = line.substr(0, sp);
     std::string rest = sp == std::string::npos ? std::string() : line.substr(sp + 1);
     if (key.empty()) in.fail("malformed header line: " + quoted(line));
-    if (std::find(kHeaderKeys.begin(), kHeaderKeys.end(), key) == kHeaderKeys.end()) continue;  // a later minor addition
+    if (std::find(kHeaderKeys.begin(), kHeaderKeys.end(), key) == kHeaderKeys.end())
+      continue;  // a later minor addition
     if (!seen.insert(key).second) in.fail("header key '" + key + "' appears twice");
     bool free_text = key == "reason" || key == "failure";
     if (rest.empty() || (!free_text && rest.find(' ') != std::string::npos))
       in.fail("malformed header line: " + quoted(line));
-    if (key == "job") d.job = rest;
-    else if (key == "host") d.host = rest;
-    else if (key == "pid") d.pid = in.number(rest, "pid");
-    else if (key == "rank") d.rank = static_cast<int>(in.number(rest, "rank"));
-    else if (key == "world") d.world = static_cast<int>(in.number(rest, "world"));
-    else if (key == "device") d.device = rest;
-    else if (key == "reason") d.reason = rest;
-    else if (key == "dumped_unix_ns") d.dumped_ns = in.number(rest, "dumped_unix_ns");
-    else if (key == "in_call") d.in_call = rest;
-    else if (key == "in_call_since_unix_ns") d.in_call_since_ns = in.number(rest, "in_call_since_unix_ns", true);
-    else if (key == "failure") d.failure = rest;
-    else if (key == "capacity") d.capacity = in.number(rest, "capacity");
-    else if (key == "recorded") d.recorded = in.number(rest, "recorded");
-    else if (key == "dropped") d.dropped = in.number(rest, "dropped");
+    if (key == "job")
+      d.job = rest;
+    else if (key == "host")
+      d.host = rest;
+    else if (key == "pid")
+      d.pid = in.number(rest, "pid");
+    else if (key == "rank")
+      d.rank = static_cast<int>(in.number(rest, "rank"));
+    else if (key == "world")
+      d.world = static_cast<int>(in.number(rest, "world"));
+    else if (key == "device")
+      d.device = rest;
+    else if (key == "reason")
+      d.reason = rest;
+    else if (key == "dumped_unix_ns")
+      d.dumped_ns = in.number(rest, "dumped_unix_ns");
+    else if (key == "in_call")
+      d.in_call = rest;
+    else if (key == "in_call_since_unix_ns")
+      d.in_call_since_ns = in.number(rest, "in_call_since_unix_ns", true);
+    else if (key == "failure")
+      d.failure = rest;
+    else if (key == "capacity")
+      d.capacity = in.number(rest, "capacity");
+    else if (key == "recorded")
+      d.recorded = in.number(rest, "recorded");
+    else if (key == "dropped")
+      d.dropped = in.number(rest, "dropped");
   }
   if (in.at_end() || in.peek() == "end") {
     in.take();
@@ -262,9 +282,8 @@ void read_entries(Reader &in, TraceDump &d) {
   }
   if (in.at_end() || in.peek() != "end") {
     const std::string &line = in.take();
-    in.fail(line.rfind("e ", 0) == 0
-                ? "more e lines than the 'entries " + std::to_string(announced) + "' announced"
-                : "expected 'end', found " + quoted(line));
+    in.fail(line.rfind("e ", 0) == 0 ? "more e lines than the 'entries " + std::to_string(announced) + "' announced"
+                                     : "expected 'end', found " + quoted(line));
   }
   in.take();
   while (!in.at_end())

@@ -31,26 +31,26 @@ class TraceFormatError : public std::runtime_error {
 };
 
 struct TraceGroup {
-  int gid = 0;                // number in this dump only (0 = world)
-  std::string name;           // "world", "tp:0", ...
+  int gid = 0;       // number in this dump only (0 = world)
+  std::string name;  // "world", "tp:0", ...
   int size = 0;
   int rank_in_group = 0;
-  std::vector<int> members;   // global ranks in group order
-  int64_t collectives = 0;    // collectives this rank started on the group (the next seq)
+  std::vector<int> members;  // global ranks in group order
+  int64_t collectives = 0;   // collectives this rank started on the group (the next seq)
 };
 
 struct TraceEntry {
   int64_t id = 0;
-  std::string cls;            // "coll", "p2p", "life"
-  int gid = -1;               // -1: `-`
+  std::string cls;  // "coll", "p2p", "life"
+  int gid = -1;     // -1: `-`
   int64_t seq = kNone;
   std::string op;
   int64_t count = kNone;
-  std::string dtype, redop;   // "-" when none
-  int root = -1, peer = -1;   // group ranks, -1 when none
+  std::string dtype, redop;  // "-" when none
+  int root = -1, peer = -1;  // group ranks, -1 when none
   std::string path, state, status;
   int64_t posted_ns = kNone, ended_ns = kNone, dev_start_ns = kNone, dev_end_ns = kNone;
-  int line = 0;               // line number in the file, for messages
+  int line = 0;  // line number in the file, for messages
 
   bool pending() const { return state == "posted" || state == "started"; }
   bool failed() const { return state == "failed"; }
@@ -58,15 +58,15 @@ struct TraceEntry {
 };
 
 struct TraceDump {
-  std::string file;           // as given to the reader
+  std::string file;  // as given to the reader
   std::string job, host;
   int64_t pid = 0;
   int rank = 0, world = 0;
   std::string device, reason;
   int64_t dumped_ns = 0;
-  std::string in_call;        // "-" when idle outside pstate
+  std::string in_call;  // "-" when idle outside pstate
   int64_t in_call_since_ns = kNone;
-  std::string failure;        // "-" when none
+  std::string failure;  // "-" when none
   int64_t capacity = 0, recorded = 0, dropped = 0;
   std::vector<TraceGroup> groups;
   std::vector<TraceEntry> entries;
