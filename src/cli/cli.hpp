@@ -26,5 +26,6 @@ const Subcommand &layout_subcommand();
 const Subcommand &info_subcommand();
 const Subcommand &run_subcommand();
 const Subcommand &bench_subcommand();
+const Subcommand &doctor_subcommand();
 
 }  // namespace pstate::cli

@@ -24,6 +24,7 @@ const Subcommand &(*const kSubcommands[])() = {
     info_subcommand,
     run_subcommand,
     bench_subcommand,
+    doctor_subcommand,
 };
 
 void print_main_help(std::FILE *out) {
