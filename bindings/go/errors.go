@@ -107,6 +107,7 @@ var goCalls = map[string]string{
 	"pstate_tp_allreduce":              "ps.TPAllReduce",
 	"pstate_tp_allgather":              "ps.TPAllGather",
 	"pstate_set_interrupt_check":       "ps.Interrupt",
+	"pstate_trace_dump":                "ps.TraceDump",
 	"pstate_t":                         "*pstate.PState",
 	"pstate_group_t":                   "*pstate.Group",
 	"pstate_dtype_t":                   "pstate.DType",

@@ -14,6 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <utility>
+#include <vector>
+
 namespace pstate {
 namespace {
 
@@ -214,8 +217,9 @@ std::string TraceRecorder::dump(const std::string &reason, const std::string &pa
   // Entries: oldest kept first.
   const uint64_t newest = recorded_.load(std::memory_order_acquire);
   const uint64_t oldest = newest > capacity_ ? newest - capacity_ + 1 : 1;
-  std::string lines;
-  size_t kept = 0;
+  // Entry lines by id; an entry the writer rewrote while this loop read it is left out, and so is
+  // everything older than such a gap (the format promises ids without gaps, oldest first).
+  std::vector<std::pair<uint64_t, std::string>> kept_lines;
   const char *call = in_call_.load(std::memory_order_relaxed);
   std::string call_since = "-";
   for (uint64_t id = oldest; id <= newest; ++id) {
@@ -229,7 +233,10 @@ std::string TraceRecorder::dump(const std::string &reason, const std::string &pa
     const uint64_t posted = s.posted.load(std::memory_order_relaxed);
     const uint64_t ended = s.ended.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (id1 != id || s.id.load(std::memory_order_relaxed) != id) continue;  // rewritten meanwhile
+    if (id1 != id || s.id.load(std::memory_order_relaxed) != id) {  // rewritten meanwhile
+      kept_lines.clear();
+      continue;
+    }
     const auto op = static_cast<TraceOp>(meta & 0xff);
     const auto cls = static_cast<TraceClass>((meta >> 8) & 0xf);
     const auto path = static_cast<TracePath>((meta >> 12) & 0xf);
@@ -245,13 +252,16 @@ std::string TraceRecorder::dump(const std::string &reason, const std::string &pa
     auto small = [](int v) { return v < 0 ? std::string("-") : std::to_string(v); };
     const char *dtn = dtype >= 0 ? pstate_dtype_name(static_cast<pstate_dtype_t>(dtype)) : nullptr;
     const char *opn = redop >= 0 ? pstate_reduce_op_name(static_cast<pstate_reduce_op_t>(redop)) : nullptr;
-    lines += cat("e ", id, ' ', class_word(cls), ' ', small(gid), ' ', num(seq), ' ', trace_op_name(op), ' ', num(count),
+    kept_lines.emplace_back(id, std::string());
+    kept_lines.back().second = cat("e ", id, ' ', class_word(cls), ' ', small(gid), ' ', num(seq), ' ', trace_op_name(op), ' ', num(count),
                  ' ', dtn != nullptr ? dtn : "-", ' ', opn != nullptr ? opn : "-", ' ', small(root), ' ', small(peer),
                  ' ', path_word(path), ' ', state_word(state), ' ', done ? status_word(status) : std::string("-"),
                  ' ', to_unix(posted), ' ', done ? to_unix(ended) : std::string("-"), " - -\n");
-    ++kept;
     if (call != nullptr && !done) call_since = to_unix(posted);
   }
+  std::string lines;
+  for (const auto &kl : kept_lines) lines += kl.second;
+  const size_t kept = kept_lines.size();
 
   std::string out = cat("pstate-trace 1\njob ", one_line(facts_.job), "\nhost ", one_line(host), "\npid ",
                         static_cast<long>(::getpid()), "\nrank ", facts_.rank, "\nworld ", facts_.world, "\ndevice ",

@@ -178,6 +178,7 @@ _CALLS = {
     "pstate_tp_allreduce": "ps.tp_all_reduce()",
     "pstate_tp_allgather": "ps.tp_all_gather()",
     "pstate_set_interrupt_check": "the Ctrl-C check",
+    "pstate_trace_dump": "ps.trace_dump()",
     "pstate_t": "pstate.PState",
     "pstate_group_t": "pstate.Group",
     "pstate_dtype_t": "pstate.DType",

@@ -144,6 +144,7 @@ fn rust_name(c: &str) -> Option<String> {
         "pstate_tp_allreduce" => "PState::tp_all_reduce",
         "pstate_tp_allgather" => "PState::tp_all_gather",
         "pstate_set_interrupt_check" => "InterruptHandle",
+        "pstate_trace_dump" => "PState::trace_dump",
         "pstate_t" => "PState",
         "pstate_group_t" => "Group",
         "pstate_dtype_t" => "DType",
