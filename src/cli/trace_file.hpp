@@ -52,7 +52,12 @@ struct TraceEntry {
   int64_t posted_ns = kNone, ended_ns = kNone, dev_start_ns = kNone, dev_end_ns = kNone;
   int line = 0;  // line number in the file, for messages
 
-  bool pending() const { return state == "posted" || state == "started"; }
+  // Called and not finished: still in the call, or (CUDA, PSTATE_TRACE_CUDA_EVENTS=1) enqueued
+  // and started on the stream but not ended there.
+  bool pending() const {
+    return state == "posted" || state == "started" ||
+           (state == "enqueued" && dev_start_ns != kNone && dev_end_ns == kNone);
+  }
   bool failed() const { return state == "failed"; }
   bool is_send() const { return cls == "p2p" && op.rfind("send", 0) == 0; }
 };

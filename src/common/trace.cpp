@@ -143,6 +143,11 @@ void TraceRecorder::set_facts(const TraceFacts &f) {
   if (facts_.job.empty()) facts_.job = "-";
 }
 
+void TraceRecorder::set_device_times(DeviceTimes fn) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  device_times_ = std::move(fn);
+}
+
 void TraceRecorder::set_failure(const std::string &why) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (failure_ == "-") failure_ = one_line(why);
@@ -194,6 +199,12 @@ std::string TraceRecorder::dump(const std::string &reason, const std::string &pa
   else
     ns_per_tick = 1.0 / 2.5;  // a guess only for dumps in the first millisecond (ticks at ~2.5 GHz)
 #endif
+  // "dev_start dev_end" of a CUDA entry from its timing events, "- -" otherwise.
+  auto device_times = [&](uint64_t id, TracePath path) -> std::string {
+    int64_t start = -1, end = -1;
+    if (path != TracePath::kNccl || !device_times_ || !device_times_(id, &start, &end)) return "- -";
+    return cat(start >= 0 ? std::to_string(start) : "-", ' ', end >= 0 ? std::to_string(end) : "-");
+  };
   auto to_unix = [&](uint64_t ticks) -> std::string {
     if (ticks == 0) return "-";
     const double delta = (static_cast<double>(ticks) - static_cast<double>(ticks0_)) * ns_per_tick;
@@ -256,7 +267,7 @@ std::string TraceRecorder::dump(const std::string &reason, const std::string &pa
     kept_lines.back().second = cat("e ", id, ' ', class_word(cls), ' ', small(gid), ' ', num(seq), ' ', trace_op_name(op), ' ', num(count),
                  ' ', dtn != nullptr ? dtn : "-", ' ', opn != nullptr ? opn : "-", ' ', small(root), ' ', small(peer),
                  ' ', path_word(path), ' ', state_word(state), ' ', done ? status_word(status) : std::string("-"),
-                 ' ', to_unix(posted), ' ', done ? to_unix(ended) : std::string("-"), " - -\n");
+                 ' ', to_unix(posted), ' ', done ? to_unix(ended) : std::string("-"), ' ', device_times(id, path), '\n');
     if (call != nullptr && !done) call_since = to_unix(posted);
   }
   std::string lines;

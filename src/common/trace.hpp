@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -97,6 +98,10 @@ class TraceRecorder {
   static std::unique_ptr<TraceRecorder> from_env();
 
   void set_facts(const TraceFacts &f);
+  // Where a dump gets device times of CUDA entries (DeviceContext::trace_times); nullptr: none.
+  // Cleared before the device context goes away.
+  using DeviceTimes = std::function<bool(uint64_t id, int64_t *start_unix_ns, int64_t *end_unix_ns)>;
+  void set_device_times(DeviceTimes fn);
   void set_failure(const std::string &why);
   // The group's record; gid = its position in the dump. Stable address until the recorder dies.
   TraceGroup *add_group(const std::string &name, const std::vector<int> &members, int rank_in_group);
@@ -196,6 +201,7 @@ class TraceRecorder {
 
   mutable std::mutex mutex_;  // facts, failure, groups (registration and dump), one dump at a time
   TraceFacts facts_;
+  DeviceTimes device_times_;
   std::string failure_ = "-";
   std::deque<TraceGroup> groups_;
 };

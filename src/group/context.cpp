@@ -165,6 +165,12 @@ void Context::open_device(int device_ordinal) {
   o.socket_ifname = launch_.socket_ifname;
   try {
     device_ctx_ = make_cuda_device_context(o, log_);
+    const char *events = std::getenv("PSTATE_TRACE_CUDA_EVENTS");
+    if (trace_ && events != nullptr && std::string(events) == "1") {
+      device_ctx_->enable_trace_events();
+      DeviceContext *dc = device_ctx_.get();
+      trace_->set_device_times([dc](uint64_t id, int64_t *s, int64_t *e) { return dc->trace_times(id, s, e); });
+    }
   } catch (const Error &e) {
     throw Error(e.status(), cat("CUDA context of rank ", launch_.rank, " (cuda:", o.device_ordinal, "): ", e.what()));
   }
@@ -615,6 +621,7 @@ void Context::finalize_now() {
   // Device communicators: finalized with their peers, unless a peer may be gone.
   if (failed) abort_device_comms();
   close_groups();
+  if (trace_) trace_->set_device_times(nullptr);
   device_ctx_.reset();
   if (worker_) {
     if (failed) worker_->force_close();
@@ -634,6 +641,7 @@ void Context::abort() noexcept {
   if (trace_) trace_life_end(trace_life(TraceOp::kAbort), PSTATE_OK);
   abort_device_comms();  // ncclCommAbort: local, waits for no peer
   close_groups();
+  if (trace_) trace_->set_device_times(nullptr);
   device_ctx_.reset();
   if (worker_) worker_->force_close();
   worker_.reset();

@@ -68,6 +68,7 @@ pstate::DeviceComm &pstate_group_s::begin_device_op(const pstate::OpDescriptor &
     throw;
   }
   *tid = record(true);
+  if (*tid != 0) ctx_.device_context()->trace_op(*tid);
   try {
     // Every rank reaches its first device operation of this group at the same point of the
     // group's order, so the communicator (and the sequence number its id consumes) stay in step.
@@ -81,12 +82,15 @@ pstate::DeviceComm &pstate_group_s::begin_device_op(const pstate::OpDescriptor &
 }
 
 void pstate_group_s::device_op_failed(const pstate::Error &e, uint64_t tid) {
+  if (tid != 0) ctx_.device_context()->trace_op(0);
   if (pstate::is_fatal_device_status(e.status())) ctx_.fail(e.what());
   ctx_.trace_call_failed(tid, e);
 }
 
 void pstate_group_s::device_op_enqueued(uint64_t tid) {
-  if (tid != 0) ctx_.trace()->enqueued(tid);
+  if (tid == 0) return;
+  ctx_.device_context()->trace_op(0);
+  ctx_.trace()->enqueued(tid);
 }
 
 void pstate_group_s::ensure_device_ready(const char *call) {

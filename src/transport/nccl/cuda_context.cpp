@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <ctime>
 #include <thread>
 #include <utility>
 
@@ -226,6 +227,55 @@ void CudaDeviceContext::end_capture() {
 
 std::unique_ptr<DeviceContext> make_cuda_device_context(const DeviceContextOptions &options, const Logger &log) {
   return std::make_unique<CudaDeviceContext>(options, log);
+}
+
+}  // namespace pstate
+
+// ---- the flight recorder's device times (PSTATE_TRACE_CUDA_EVENTS=1) ----
+namespace pstate {
+
+void CudaDeviceContext::trace_bracket(bool end, void *stream) {
+  if (!trace_events_on_ || trace_op_ == 0 || capturing_) return;  // events in a graph time nothing
+  const std::string where = "flight recorder events";
+  std::lock_guard<std::mutex> lock(trace_mutex_);
+  if (!trace_ref_) {
+    trace_ref_ = std::make_unique<CudaEvent>(*cuda_, cudaEventDefault, where);
+    trace_ref_->record(stream_, where);
+    trace_ref_->synchronize(where);
+    timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    trace_ref_unix_ns_ = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+    trace_events_.resize(kTraceEventPairs);
+  }
+  TraceEvents &e = trace_events_[trace_op_ % kTraceEventPairs];
+  if (!end) {
+    if (!e.start) {
+      e.start = std::make_unique<CudaEvent>(*cuda_, cudaEventDefault, where);
+      e.end = std::make_unique<CudaEvent>(*cuda_, cudaEventDefault, where);
+    }
+    e.id = trace_op_;
+    e.ended = false;
+    e.start->record(static_cast<cudaStream_t>(stream), where);
+  } else if (e.id == trace_op_ && e.start) {
+    e.end->record(static_cast<cudaStream_t>(stream), where);
+    e.ended = true;
+  }
+}
+
+bool CudaDeviceContext::trace_times(uint64_t id, int64_t *start_unix_ns, int64_t *end_unix_ns) {
+  std::lock_guard<std::mutex> lock(trace_mutex_);
+  if (!trace_ref_ || id == 0) return false;
+  TraceEvents &e = trace_events_[id % kTraceEventPairs];
+  if (e.id != id || !e.start) return false;
+  auto when = [&](const CudaEvent &ev) -> int64_t {
+    if (cuda_->api().EventQuery(ev.get()) != cudaSuccess) return -1;  // not reached yet (or an error)
+    float ms = 0.0f;
+    if (cuda_->api().EventElapsedTime(&ms, trace_ref_->get(), ev.get()) != cudaSuccess) return -1;
+    return trace_ref_unix_ns_ + static_cast<int64_t>(static_cast<double>(ms) * 1e6);
+  };
+  *start_unix_ns = when(*e.start);
+  *end_unix_ns = e.ended ? when(*e.end) : -1;
+  return true;
 }
 
 }  // namespace pstate

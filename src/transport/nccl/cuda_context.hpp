@@ -15,6 +15,8 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <vector>
 #include <string>
 
 namespace pstate {
@@ -34,6 +36,10 @@ class CudaDeviceContext final : public DeviceContext {
   void *begin_capture(void *stream) override;
   void end_capture() override;
   bool capturing() const override { return capturing_; }
+  void enable_trace_events() override { trace_events_on_ = true; }
+  void trace_op(uint64_t id) override { trace_op_ = id; }
+  void trace_bracket(bool end, void *stream) override;
+  bool trace_times(uint64_t id, int64_t *start_unix_ns, int64_t *end_unix_ns) override;
   void *capture_stream() const override { return capturing_ ? capture_stream_ : nullptr; }
 
   // ---- for NcclCommunicator ----
@@ -70,6 +76,21 @@ class CudaDeviceContext final : public DeviceContext {
   std::unique_ptr<CudaEvent> order_event_;          // orders the context and capture streams
   bool capturing_ = false;
   cudaStream_t capture_stream_ = nullptr;
+
+  // Flight-recorder events: a ring of pairs indexed by entry id; the reference event, recorded on
+  // the context stream and waited for once, ties device time to the wall clock.
+  struct TraceEvents {
+    uint64_t id = 0;
+    bool ended = false;
+    std::unique_ptr<CudaEvent> start, end;
+  };
+  static constexpr size_t kTraceEventPairs = 256;
+  bool trace_events_on_ = false;
+  uint64_t trace_op_ = 0;
+  std::mutex trace_mutex_;  // the owner thread records, a dumping thread queries
+  std::vector<TraceEvents> trace_events_;
+  std::unique_ptr<CudaEvent> trace_ref_;
+  int64_t trace_ref_unix_ns_ = 0;
 };
 
 }  // namespace pstate

@@ -83,6 +83,7 @@ const char *CudaLib::resolve() {
   PSTATE_CUDA_RESOLVE(EventRecord)
   PSTATE_CUDA_RESOLVE(EventSynchronize)
   PSTATE_CUDA_RESOLVE(EventElapsedTime)
+  PSTATE_CUDA_RESOLVE(EventQuery)
   PSTATE_CUDA_RESOLVE(MemcpyAsync)
   PSTATE_CUDA_RESOLVE(Malloc)
   PSTATE_CUDA_RESOLVE(Free)

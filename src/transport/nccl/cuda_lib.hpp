@@ -60,6 +60,7 @@ class CudaLib {
     decltype(&::cudaEventRecord) EventRecord = nullptr;
     decltype(&::cudaEventSynchronize) EventSynchronize = nullptr;
     decltype(&::cudaEventElapsedTime) EventElapsedTime = nullptr;
+    decltype(&::cudaEventQuery) EventQuery = nullptr;
     decltype(&::cudaMemcpyAsync) MemcpyAsync = nullptr;
     decltype(&::cudaMalloc) Malloc = nullptr;
     decltype(&::cudaFree) Free = nullptr;

@@ -134,6 +134,16 @@ class DeviceContext {
   virtual void end_capture() = 0;
   virtual bool capturing() const = 0;
   virtual void *capture_stream() const = 0;  // nullptr when not capturing
+
+  // The flight recorder's device times (PSTATE_TRACE_CUDA_EVENTS=1, common/trace.hpp):
+  // trace_op(id) names the recorder entry of the operation about to enqueue (0: none); each
+  // communicator brackets what it enqueues for it with timing events (trace_bracket); trace_times
+  // answers, from any thread, when the stream ran entry id (wall clock, ns; -1 while the stream
+  // has not got there; false when there are no events for it: off, capturing, or overwritten).
+  virtual void enable_trace_events() {}
+  virtual void trace_op(uint64_t) {}
+  virtual void trace_bracket(bool /*end*/, void * /*cuda stream*/) {}
+  virtual bool trace_times(uint64_t, int64_t *, int64_t *) { return false; }
 };
 
 // Loads the CUDA runtime (and NCCL when options.load_nccl), checks the device and makes it

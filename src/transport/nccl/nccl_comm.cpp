@@ -47,11 +47,22 @@ class Backoff {
 class NcclCommunicator::OpScope {
  public:
   OpScope(NcclCommunicator &comm, const char *op, void *stream)
-      : where_(comm.where(op)), guard_(comm.cuda_, comm.context_.device_ordinal(), where_),
-        stream_(comm.context_.stream_for(stream, where_)) {}
+      : context_(comm.context_), where_(comm.where(op)), guard_(comm.cuda_, comm.context_.device_ordinal(), where_),
+        stream_(comm.context_.stream_for(stream, where_)) {
+    context_.trace_bracket(false, stream_);  // PSTATE_TRACE_CUDA_EVENTS: when the stream starts it
+  }
+  ~OpScope() {
+    try {
+      context_.trace_bracket(true, stream_);
+    } catch (const std::exception &) {  // a timing event that cannot be recorded times nothing
+    }
+  }
+  OpScope(const OpScope &) = delete;
+  OpScope &operator=(const OpScope &) = delete;
   cudaStream_t stream() const { return stream_; }
 
  private:
+  CudaDeviceContext &context_;
   std::string where_;
   DeviceGuard guard_;
   cudaStream_t stream_;
