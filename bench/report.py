@@ -471,6 +471,10 @@ def main():
     if os.path.exists(agreement):  # bench/agreement_cost.sh, run on its own
         with open(agreement) as f:
             md += ["## What the agreement of collectives costs", "", f.read().strip(), ""]
+    trace = os.path.join(HERE, "results", "trace", "trace.md")
+    if os.path.exists(trace):  # bench/trace_cost.sh, run on its own
+        with open(trace) as f:
+            md += ["## What the flight recorder costs", "", f.read().strip(), ""]
     analysis = os.path.join(HERE, "analysis.md")
     if os.path.exists(analysis):
         with open(analysis) as f:

@@ -113,9 +113,8 @@ const char *trace_op_name(TraceOp op) {
 
 TraceRecorder::TraceRecorder(size_t entries, std::string dir)
     : capacity_(round_up_pow2(entries)), mask_(capacity_ - 1), ring_(new Slot[capacity_]), dir_(std::move(dir)) {
-  ticks0_ = trace_ticks();
-  unix_ns0_ = clock_ns(CLOCK_REALTIME);
-  mono_ns0_ = clock_ns(CLOCK_MONOTONIC);
+  ticks0_ = trace_coarse_now();
+  unix_ns0_ = clock_ns(CLOCK_REALTIME_COARSE);  // the same tick as ticks0_
 }
 
 TraceRecorder::~TraceRecorder() = default;
@@ -188,28 +187,17 @@ std::string TraceRecorder::default_file() const {
 
 std::string TraceRecorder::dump(const std::string &reason, const std::string &path_in) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const int64_t mono_now = clock_ns(CLOCK_MONOTONIC);
-  const uint64_t ticks_now = trace_ticks();
-  // ns per tick from the two anchors; a dump within 1 ms of the creation has too short a base,
-  // so it takes the nominal rate of the fallback clock (1) or keeps the estimate it has.
-  double ns_per_tick = 1.0;
-  if (ticks_now > ticks0_ && mono_now - mono_ns0_ > 1000000)
-    ns_per_tick = static_cast<double>(mono_now - mono_ns0_) / static_cast<double>(ticks_now - ticks0_);
-#if defined(__x86_64__) || defined(__i386__)
-  else
-    ns_per_tick = 1.0 / 2.5;  // a guess only for dumps in the first millisecond (ticks at ~2.5 GHz)
-#endif
+  const uint64_t ticks_now = trace_coarse_now();
   // "dev_start dev_end" of a CUDA entry from its timing events, "- -" otherwise.
   auto device_times = [&](uint64_t id, TracePath path) -> std::string {
     int64_t start = -1, end = -1;
     if (path != TracePath::kNccl || !device_times_ || !device_times_(id, &start, &end)) return "- -";
     return cat(start >= 0 ? std::to_string(start) : "-", ' ', end >= 0 ? std::to_string(end) : "-");
   };
-  auto to_unix = [&](uint64_t ticks) -> std::string {
-    if (ticks == 0) return "-";
-    const double delta = (static_cast<double>(ticks) - static_cast<double>(ticks0_)) * ns_per_tick;
-    return std::to_string(unix_ns0_ + static_cast<int64_t>(delta));
+  auto unix_of = [&](uint64_t ticks) -> int64_t {
+    return unix_ns0_ + (static_cast<int64_t>(ticks) - static_cast<int64_t>(ticks0_));
   };
+  auto to_unix = [&](uint64_t ticks) -> std::string { return ticks == 0 ? "-" : std::to_string(unix_of(ticks)); };
 
   std::string file;
   if (path_in.empty()) {
@@ -277,7 +265,7 @@ std::string TraceRecorder::dump(const std::string &reason, const std::string &pa
   std::string out = cat("pstate-trace 1\njob ", one_line(facts_.job), "\nhost ", one_line(host), "\npid ",
                         static_cast<long>(::getpid()), "\nrank ", facts_.rank, "\nworld ", facts_.world, "\ndevice ",
                         facts_.device, "\nreason ", one_line(reason), "\ndumped_unix_ns ",
-                        unix_ns0_ + (mono_now - mono_ns0_), "\nin_call ", call != nullptr ? call : "-",
+                        unix_of(ticks_now), "\nin_call ", call != nullptr ? call : "-",
                         "\nin_call_since_unix_ns ", call_since, "\nfailure ", failure_, "\ncapacity ", capacity_,
                         "\nrecorded ", newest, "\ndropped ", newest - kept, "\ngroups ", groups_.size(), "\n");
   for (const TraceGroup &g : groups_) {

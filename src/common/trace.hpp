@@ -12,14 +12,15 @@
 // of docs/trace-format.md, which `pstate doctor` reads.
 //
 // Cost: one entry is eight 64-bit words written with relaxed atomic stores (plain moves on x86)
-// plus two reads of the time-stamp counter; completing it is two more stores. The owning thread
+// plus a load of the cached clock; completing it is two more stores and another load. The owning thread
 // writes (one thread at a time drives a context); a dumping thread reads concurrently: each entry
 // carries its id, set to 0 while the entry is rewritten and to the new id after (with release),
 // and the reader keeps an entry only when it read the same nonzero id before and after the other
 // words (a seqlock whose words are atomics, so the race is defined and TSan-clean).
 //
-// Times are taken as time-stamp-counter ticks and turned into wall-clock nanoseconds when a dump
-// is written, from two anchors (the recorder's creation and the dump) where both clocks were read.
+// Times are taken on the recorder's clock (trace_ticks: the coarse monotonic clock, cached) and
+// turned into wall-clock nanoseconds when a dump is written, from the anchor where both clocks
+// were read at the recorder's creation.
 #pragma once
 
 #include <atomic>
@@ -31,24 +32,27 @@
 #include <string>
 #include <vector>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <x86intrin.h>
-#endif
 #include <time.h>
 
 namespace pstate {
 
-// The cheapest monotonic clock of the machine: the TSC on x86 (~10 ns here, against ~30 ns for
-// clock_gettime under kvm-clock), CLOCK_MONOTONIC elsewhere (ticks are then nanoseconds).
-inline uint64_t trace_ticks() {
-#if defined(__x86_64__) || defined(__i386__)
-  return __rdtsc();
-#else
+// The flight recorder's clock: CLOCK_MONOTONIC_COARSE in ns, as the process's watchdog thread
+// (trace_signal.cpp) last read it; it refreshes it every 2 ms while any recorder lives. Reading
+// it is one load of a line that changes every 2 ms (~1 ns), where clock_gettime costs ~4 ns
+// (coarse), ~10 ns (TSC) or ~30 ns (kvm-clock) here, and two reads per operation must stay within
+// 2% of a 0.45 us all_reduce (bench/trace_cost.sh). Its resolution (2-4 ms) is plenty to tell which
+// rank waits since when in a hang (seconds). Device times (PSTATE_TRACE_CUDA_EVENTS=1) come from
+// CUDA events.
+struct alignas(64) TraceClock {
+  std::atomic<uint64_t> ns{0};
+};
+inline TraceClock g_trace_clock;
+inline uint64_t trace_coarse_now() {
   timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-#endif
 }
+inline uint64_t trace_ticks() { return g_trace_clock.ns.load(std::memory_order_relaxed); }
 
 enum class TraceClass : uint8_t { kColl = 0, kP2P = 1, kLife = 2 };
 enum class TracePath : uint8_t { kNone = 0, kShm, kUcx, kNccl, kLocal };
@@ -145,7 +149,11 @@ class TraceRecorder {
   void set_count(uint64_t id, uint64_t count);
 
   // Collective sequence and p2p numbering of a group (owner thread).
-  static uint64_t next_coll(TraceGroup *g) { return g->collectives.fetch_add(1, std::memory_order_relaxed); }
+  static uint64_t next_coll(TraceGroup *g) {  // one writer: no locked read-modify-write
+    const uint64_t n = g->collectives.load(std::memory_order_relaxed);
+    g->collectives.store(n + 1, std::memory_order_relaxed);
+    return n;
+  }
   static uint64_t next_p2p(TraceGroup *g, int peer, bool sending);
 
   // Writes the dump (any thread; concurrent dumps are serialized). path: "" = the default file
@@ -180,8 +188,8 @@ class TraceRecorder {
     return &ring_[(id - 1) & mask_];
   }
   void set_state(uint64_t id, TraceState st, int status, bool end) {
-    Slot *s = slot_of(id);
-    if (s == nullptr) return;
+    Slot *s = &ring_[(id - 1) & mask_];  // the owner thread alone rewrites ids: one load checks it
+    if (id == 0 || s->id.load(std::memory_order_relaxed) != id) return;
     if (end) s->ended.store(trace_ticks(), std::memory_order_relaxed);
     s->state.store(static_cast<uint64_t>(st) | static_cast<uint64_t>(static_cast<uint8_t>(status)) << 8,
                    std::memory_order_release);
@@ -194,10 +202,9 @@ class TraceRecorder {
   std::atomic<uint64_t> recorded_{0};
   std::atomic<const char *> in_call_{nullptr};
   std::string dir_;
-  // Anchors for ticks -> wall clock (see the top of this file).
+  // Anchor for ticks -> wall clock (see the top of this file).
   uint64_t ticks0_ = 0;
   int64_t unix_ns0_ = 0;
-  int64_t mono_ns0_ = 0;
 
   mutable std::mutex mutex_;  // facts, failure, groups (registration and dump), one dump at a time
   TraceFacts facts_;
@@ -214,10 +221,10 @@ using TracePtr = std::unique_ptr<TraceRecorder, TraceRecorderDeleter>;
 // TraceRecorder::from_env(), registered (nullptr when the recorder is off).
 TracePtr make_trace_recorder();
 
-// The process-wide SIGUSR1 route (trace_signal.cpp): recorders register while their context
-// lives; the first registration installs the handler (only over SIG_DFL, and not when
-// PSTATE_TRACE_SIGNAL=0) and starts the watchdog thread that dumps every registered recorder when
-// the signal arrives; the last unregistration stops the thread.
+// The process-wide watchdog (trace_signal.cpp): recorders register while their context lives; the
+// first registration starts the watchdog thread, which refreshes the clock every 2 ms and dumps
+// every registered recorder when SIGUSR1 arrives, and installs the SIGUSR1 handler (only over
+// SIG_DFL, and not when PSTATE_TRACE_SIGNAL=0); the last unregistration stops the thread.
 void trace_register(TraceRecorder *r);
 void trace_unregister(TraceRecorder *r);
 

@@ -1,5 +1,6 @@
-// trace_signal.cpp — SIGUSR1 asks every context of the process for a flight-recorder dump, also
-// while its rank is blocked inside a pstate call or idle outside one (issue 14).
+// trace_signal.cpp — the flight recorder's watchdog thread: it keeps the recorder's cached clock
+// (trace.hpp) fresh, and SIGUSR1 asks it for a dump of every context of the process, also while
+// the rank is blocked inside a pstate call or idle outside one (issue 14).
 //
 // A signal handler may not allocate or take locks, so it only writes one byte to a pipe; a
 // watchdog thread blocked on the pipe's other end does the dumps (trace.cpp) of every recorder
@@ -8,7 +9,8 @@
 // so Go programs dump on failures and pstate_trace_dump only), unless PSTATE_TRACE_SIGNAL=0. It
 // stays installed (the pipe too) after the last context is gone, so a late SIGUSR1 from
 // `pstate run` never kills a rank that has finalized; the library's unloading restores the
-// previous action. The watchdog thread runs while at least one context lives.
+// previous action. The watchdog thread runs while at least one context lives: it wakes every
+// 2 ms (poll's timeout) to store the coarse clock, which costs the process ~0.1% of a core.
 #include "common/trace.hpp"
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <poll.h>
 #include <thread>
 #include <unistd.h>
 
@@ -59,10 +62,14 @@ void on_sigusr1(int) {
 
 void watchdog_loop() {
   for (;;) {
+    g_trace_clock.ns.store(trace_coarse_now(), std::memory_order_relaxed);
+    pollfd p{g_pipe[0], POLLIN, 0};
+    int n = ::poll(&p, 1, 2);  // the clock's refresh period, ms
+    if (n <= 0) continue;      // timeout, or EINTR
     char b = 0;
-    ssize_t n = ::read(g_pipe[0], &b, 1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0 || b == 'q') return;
+    ssize_t got = ::read(g_pipe[0], &b, 1);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (got <= 0 || b == 'q') return;
     std::lock_guard<std::mutex> lock(route().registry);
     for (TraceRecorder *r : route().recorders) {
       std::string error;
@@ -88,15 +95,19 @@ void trace_register(TraceRecorder *r) {
     first = s.recorders.empty();
     s.recorders.push_back(r);
   }
-  if (!first || !signal_wanted()) return;
+  if (!first) return;
+  g_trace_clock.ns.store(trace_coarse_now(), std::memory_order_relaxed);
   if (g_pipe[0] < 0) {
     int p[2];
-    if (::pipe2(p, O_CLOEXEC) != 0) return;  // no dumps on SIGUSR1; failures still dump
-    ::fcntl(p[1], F_SETFL, O_NONBLOCK);
+    if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) {
+      std::fprintf(stderr, "[pstate] WARN flight recorder: pipe2: %s: no watchdog thread (its times stand still, "
+                   "no SIGUSR1 dumps)\n", std::strerror(errno));
+      return;
+    }
     g_pipe[0] = p[0];
     g_pipe[1] = p[1];
   }
-  if (!s.installed) {
+  if (!s.installed && signal_wanted()) {
     struct sigaction current {};
     ::sigaction(SIGUSR1, nullptr, &current);
     if (current.sa_handler == SIG_DFL && !(current.sa_flags & SA_SIGINFO)) {
@@ -107,7 +118,7 @@ void trace_register(TraceRecorder *r) {
       if (::sigaction(SIGUSR1, &sa, &s.previous) == 0) s.installed = true;
     }
   }
-  if (s.installed && !s.watchdog.joinable()) s.watchdog = std::thread(watchdog_loop);
+  if (!s.watchdog.joinable()) s.watchdog = std::thread(watchdog_loop);
 }
 
 void trace_unregister(TraceRecorder *r) {

@@ -178,12 +178,15 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body) {
   bool agreeing = true;
   try {
 #ifndef PSTATE_NO_AGREEMENT
-    if (size() > 1 && (!use_shm() || ctx_.check_enabled())) verify_same_op(desc);
+    const bool exchange = size() > 1 && (!use_shm() || ctx_.check_enabled());
 #else
-    if (size() > 1 && ctx_.check_enabled()) verify_same_op(desc);
+    const bool exchange = size() > 1 && ctx_.check_enabled();
 #endif
+    if (exchange) {
+      verify_same_op(desc);
+      if (tid != 0) tr->started(tid);  // agreed; in shared memory the agreement is part of the call
+    }
     agreeing = false;
-    if (tid != 0) tr->started(tid);
     body(pstate::tag_base(desc.seq));
   } catch (const pstate::Error &e) {
     if (agreeing ? e.status() != PSTATE_ERR_MISMATCH : pstate::is_fatal(e.status())) ctx_.fail(e.what());
