@@ -14,12 +14,14 @@
 #include "common/trace.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <thread>
 #include <unistd.h>
 
@@ -27,19 +29,54 @@ namespace pstate {
 namespace {
 
 // Never destroyed: a process may exit with contexts never finalized, their watchdog still
-// running (a joinable std::thread destroyed at exit would terminate the process).
+// running. The thread is a plain pthread so that a forked child (which has none of the parent's
+// threads) can forget it: the atfork handlers hold both mutexes across fork() and the child
+// starts with no recorders and no thread (a context it makes starts its own).
 struct SignalRoute {
   std::mutex lifecycle;  // start/stop of the thread (held while joining)
   std::mutex registry;   // the recorders (held while dumping)
   std::vector<TraceRecorder *> recorders;
-  std::thread watchdog;
+  pthread_t watchdog{};
+  bool running = false;
   bool installed = false;
   struct sigaction previous {};
 };
 
+// read end, write end (nonblocking); closed only in a forked child (which makes its own)
+// (atomics: the signal handler reads the write end; a lock-free atomic is async-signal-safe)
+std::atomic<int> g_pipe_r{-1}, g_pipe_w{-1};
+
+void fork_prepare();
+void fork_parent();
+void fork_child();
+
 SignalRoute &route() {
-  static SignalRoute *r = new SignalRoute;
+  static SignalRoute *r = [] {
+    auto *route = new SignalRoute;
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    return route;
+  }();
   return *r;
+}
+
+void fork_prepare() {
+  route().lifecycle.lock();
+  route().registry.lock();
+}
+void fork_parent() {
+  route().registry.unlock();
+  route().lifecycle.unlock();
+}
+void fork_child() {
+  SignalRoute &s = route();
+  s.recorders.clear();
+  s.running = false;
+  // The pipe is the parent's: its watchdog would read the child's bytes. The child makes its own.
+  const int r = g_pipe_r.exchange(-1), w = g_pipe_w.exchange(-1);
+  if (r >= 0) ::close(r);
+  if (w >= 0) ::close(w);
+  s.registry.unlock();
+  s.lifecycle.unlock();
 }
 
 // The library's unloading (dlclose) gives SIGUSR1 back to its previous action, so the handler
@@ -51,25 +88,25 @@ struct RestoreAtUnload {
   }
 } g_restore_at_unload;
 
-int g_pipe[2] = {-1, -1};  // read end, write end (nonblocking); never closed once made
 
 void on_sigusr1(int) {
   const int saved = errno;
   const char b = 'u';
-  if (g_pipe[1] >= 0) (void)!::write(g_pipe[1], &b, 1);
+  const int w = g_pipe_w.load(std::memory_order_relaxed);
+  if (w >= 0) (void)!::write(w, &b, 1);
   errno = saved;
 }
 
-void watchdog_loop() {
+void *watchdog_loop(void *) {
   for (;;) {
     g_trace_clock.ns.store(trace_coarse_now(), std::memory_order_relaxed);
-    pollfd p{g_pipe[0], POLLIN, 0};
+    pollfd p{g_pipe_r.load(std::memory_order_relaxed), POLLIN, 0};
     int n = ::poll(&p, 1, 2);  // the clock's refresh period, ms
     if (n <= 0) continue;      // timeout, or EINTR
     char b = 0;
-    ssize_t got = ::read(g_pipe[0], &b, 1);
+    ssize_t got = ::read(p.fd, &b, 1);
     if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (got <= 0 || b == 'q') return;
+    if (got <= 0 || b == 'q') return nullptr;
     std::lock_guard<std::mutex> lock(route().registry);
     for (TraceRecorder *r : route().recorders) {
       std::string error;
@@ -97,15 +134,15 @@ void trace_register(TraceRecorder *r) {
   }
   if (!first) return;
   g_trace_clock.ns.store(trace_coarse_now(), std::memory_order_relaxed);
-  if (g_pipe[0] < 0) {
+  if (g_pipe_r.load() < 0) {
     int p[2];
     if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) {
       std::fprintf(stderr, "[pstate] WARN flight recorder: pipe2: %s: no watchdog thread (its times stand still, "
                    "no SIGUSR1 dumps)\n", std::strerror(errno));
       return;
     }
-    g_pipe[0] = p[0];
-    g_pipe[1] = p[1];
+    g_pipe_r.store(p[0]);
+    g_pipe_w.store(p[1]);
   }
   if (!s.installed && signal_wanted()) {
     struct sigaction current {};
@@ -118,7 +155,16 @@ void trace_register(TraceRecorder *r) {
       if (::sigaction(SIGUSR1, &sa, &s.previous) == 0) s.installed = true;
     }
   }
-  if (!s.watchdog.joinable()) s.watchdog = std::thread(watchdog_loop);
+  if (!s.running) {
+    // All signals blocked in the thread, so a process-directed signal (SIGUSR1 included) is taken
+    // by a thread of the program, as it would be without pstate.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    s.running = pthread_create(&s.watchdog, nullptr, watchdog_loop, nullptr) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (!s.running) std::fprintf(stderr, "[pstate] WARN flight recorder: no watchdog thread (pthread_create failed)\n");
+  }
 }
 
 void trace_unregister(TraceRecorder *r) {
@@ -130,12 +176,13 @@ void trace_unregister(TraceRecorder *r) {
     s.recorders.erase(std::remove(s.recorders.begin(), s.recorders.end(), r), s.recorders.end());
     last = s.recorders.empty();
   }
-  if (!last || !s.watchdog.joinable()) return;
+  if (!last || !s.running) return;
   const char q = 'q';
   // The pipe may be full of unanswered 'u's (nonblocking write end): the thread drains them
   // (each dumps nothing now) until it reads the 'q'.
-  while (::write(g_pipe[1], &q, 1) < 0 && (errno == EINTR || errno == EAGAIN)) std::this_thread::yield();
-  s.watchdog.join();
+  while (::write(g_pipe_w.load(), &q, 1) < 0 && (errno == EINTR || errno == EAGAIN)) std::this_thread::yield();
+  pthread_join(s.watchdog, nullptr);
+  s.running = false;
 }
 
 void TraceRecorderDeleter::operator()(TraceRecorder *r) const {
