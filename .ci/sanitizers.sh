@@ -51,11 +51,14 @@ asan() {
   # - the start-up scenarios that only wait out a deadline or drive `pstate run`
   #   (startup_wrong_token, _missing_rank, _init_timeout, _run_max_wait, _run_root_cause): the
   #   store code they reach runs under ASan in the other startup_* scenarios and test_store_tcp.
+  # - the flight-recorder scenarios that wait out a timeout (trace_skip, _sigstop, _usercode):
+  #   the recorder, its dumps and `pstate doctor` run under ASan in test_trace,
+  #   test_devsim_trace, doctor_fixtures and trace_kind / _count / _dies / _good.
   export PSTATE_CLI_LAYOUT_SAMPLE=${PSTATE_CLI_LAYOUT_SAMPLE:-20}
   export PSTATE_MATRIX_FILTER=${PSTATE_MATRIX_FILTER:-/w3}
   t0=$SECONDS
   (cd build-asan && ctest --output-on-failure -j "${CTEST_JOBS:-1}" --timeout 900 -LE multihost \
-     -E '^(test_collectives_ucx_(ring_chain|doubling_bruck)|startup_(wrong_token|missing_rank|init_timeout|run_max_wait|run_root_cause))$')
+     -E '^(test_collectives_ucx_(ring_chain|doubling_bruck)|startup_(wrong_token|missing_rank|init_timeout|run_max_wait|run_root_cause)|trace_(skip|sigstop|usercode))$')
   echo "sanitizers: the whole suite passed under ASan+UBSan in $((SECONDS - t0)) s"
 }
 

@@ -36,7 +36,9 @@ PSTATE_API pstate_status_t pstate_broadcast_tensor_dict(pstate_group_t *g, const
       check_dict(tensors, count);
     else
       check_alloc(alloc);
-    pstate::broadcast_tensor_dict(*g, tensors, count, src, pstate::TensorAllocator{alloc, user}, stream);
+    g->traced(pstate::TraceOp::kBroadcastTensorDict, src, [&] {
+      pstate::broadcast_tensor_dict(*g, tensors, count, src, pstate::TensorAllocator{alloc, user}, stream);
+    });
   });
 }
 
@@ -49,7 +51,7 @@ PSTATE_API pstate_status_t pstate_send_tensor_dict(pstate_group_t *g, const psta
     require(dst != g->rank_in_group(), "dst is this rank: pstate_send_tensor_dict needs another rank of the group");
     require_cpu_stream(g, stream);
     check_dict(tensors, count);
-    pstate::send_tensor_dict(*g, tensors, count, dst, stream);
+    g->traced(pstate::TraceOp::kSendTensorDict, dst, [&] { pstate::send_tensor_dict(*g, tensors, count, dst, stream); });
   });
 }
 
@@ -62,7 +64,9 @@ PSTATE_API pstate_status_t pstate_recv_tensor_dict(pstate_group_t *g, int src, p
     require(src != g->rank_in_group(), "src is this rank: pstate_recv_tensor_dict needs another rank of the group");
     require_cpu_stream(g, stream);
     check_alloc(alloc);
-    pstate::recv_tensor_dict(*g, src, pstate::TensorAllocator{alloc, user}, stream);
+    g->traced(pstate::TraceOp::kRecvTensorDict, src, [&] {
+      pstate::recv_tensor_dict(*g, src, pstate::TensorAllocator{alloc, user}, stream);
+    });
   });
 }
 

@@ -196,6 +196,27 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body) {
   if (tid != 0) tr->completed(tid);
 }
 
+uint64_t pstate_group_s::trace_outer_begin(pstate::TraceOp op, int rank) {
+  pstate::TraceRecorder *tr = ctx_.trace();
+  if (tr == nullptr || retired_) return 0;
+  using pstate::TraceOp;
+  const auto path = on_device() ? pstate::TracePath::kNccl : size() == 1 ? pstate::TracePath::kLocal
+                                : use_shm()   ? pstate::TracePath::kShm
+                                              : pstate::TracePath::kUcx;
+  if (op == TraceOp::kBroadcastTensorDict)
+    return tr->begin(pstate::TraceClass::kColl, op, trace_group_, pstate::TraceRecorder::next_coll(trace_group_),
+                     UINT64_MAX, -1, -1, rank, -1, path);
+  return tr->begin(pstate::TraceClass::kP2P, op, trace_group_,
+                   pstate::TraceRecorder::next_p2p(trace_group_, rank, op == TraceOp::kSendTensorDict), UINT64_MAX, -1,
+                   -1, -1, rank, path);
+}
+
+void pstate_group_s::trace_outer_end(uint64_t id, const pstate::Error *e) {
+  if (id == 0) return;
+  if (e == nullptr) ctx_.trace()->completed(id);
+  else ctx_.trace()->failed(id, e->status());  // the inner operation that failed wrote the dump
+}
+
 uint64_t pstate_group_s::trace_begin(pstate::TraceRecorder &tr, const OpDescriptor &d, bool numbered) {
   using pstate::TracePath;
   const TracePath path = size() == 1 ? TracePath::kLocal : use_shm() ? TracePath::kShm : TracePath::kUcx;

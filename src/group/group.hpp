@@ -86,6 +86,21 @@ struct pstate_group_s {
   void send_object(const void *data, size_t size, int dst);
   pstate::Bytes recv_object(int src);
 
+  // A call made of several operations of this group (a tensor dict: its metadata object, then
+  // its tensors), recorded by the flight recorder as one entry around theirs: kBroadcastTensorDict
+  // (collective, root `rank`) or kSendTensorDict / kRecvTensorDict (point-to-point with `rank`).
+  template <typename Body>
+  void traced(pstate::TraceOp op, int rank, Body &&body) {
+    const uint64_t id = trace_outer_begin(op, rank);
+    try {
+      body();
+    } catch (const pstate::Error &e) {
+      trace_outer_end(id, &e);
+      throw;
+    }
+    trace_outer_end(id, nullptr);
+  }
+
   // ---- the device communicator (CUDA contexts; group_device.cpp) ----
   // Whether tensors of this group go to the device communicator (the context is CUDA).
   bool on_device() const;
@@ -132,6 +147,8 @@ struct pstate_group_s {
   void run(const pstate::OpDescriptor &desc, Body &&body);
   template <typename Body>
   void run_p2p(pstate::TraceOp op, int peer, uint64_t count, int dtype, Body &&body);
+  uint64_t trace_outer_begin(pstate::TraceOp op, int rank);
+  void trace_outer_end(uint64_t id, const pstate::Error *e);
   // A flight-recorder entry for a collective (numbered: it takes the group's next trace seq).
   uint64_t trace_begin(pstate::TraceRecorder &tr, const pstate::OpDescriptor &d, bool numbered);
   void verify_same_op(const pstate::OpDescriptor &desc);

@@ -4,7 +4,8 @@
  * (in_call -); pstate_trace_dump writes where it is told, atomically, in the documented format
  * (docs/trace-format.md); the ring keeps the newest entries when it wraps and counts the dropped
  * ones; the recorder's settings are checked (PSTATE_TRACE_ENTRIES=0 turns it off, a bad value
- * fails pstate_init); a failing call writes its dump by itself (TIMEOUT here).
+ * fails pstate_init); a failing call writes its dump by itself (TIMEOUT here); a tensor dict is
+ * one entry (send_tensor_dict / recv_tensor_dict) around its own operations.
  */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -103,6 +104,12 @@ static char *wait_dump(int r, const char *key, const char *want) {
   return NULL;
 }
 
+static void *into_got(void *user, const char *name, pstate_dtype_t dtype, int ndim, const int64_t *shape, size_t bytes,
+                      pstate_device_t device) {
+  (void)name, (void)dtype, (void)ndim, (void)shape, (void)bytes, (void)device;
+  return user;
+}
+
 static int signal_rank(const pstate_test_rank_t *self) {
   pstate_t *ps = NULL;
   pstate_group_t *world = NULL;
@@ -140,6 +147,31 @@ static int signal_rank(const pstate_test_rank_t *self) {
     RANK_CHECK(self, strstr(idle, "\nend\n") != NULL, "no end line");
     free(idle);
   }
+  /* a tensor dict is one entry around its own operations, on both sides */
+  static float data[3] = {1, 2, 3};
+  static float got[3];
+  const int64_t shape[1] = {3};
+  pstate_tensor_t t = PSTATE_TENSOR_INIT;
+  t.name = "w";
+  t.ndim = 1;
+  t.shape = shape;
+  t.data = data;
+  if (self->rank == 0) {
+    RANK_OK(self, pstate_send_tensor_dict(world, &t, 1, 1, NULL));
+  } else {
+    RANK_OK(self, pstate_recv_tensor_dict(world, 0, into_got, got, NULL));
+  }
+  char path[400], e[512];
+  snprintf(path, sizeof path, "%s/dict-rank%d.txt", g_dir, self->rank);
+  RANK_OK(self, pstate_trace_dump(ps, path));
+  char *dump = slurp(path);
+  RANK_CHECK(self, dump != NULL, "no dump %s", path);
+  const char *want = self->rank == 0 ? " p2p 0 0 send_tensor_dict - - - - 1 shm completed OK "
+                                     : " p2p 0 0 recv_tensor_dict - - - - 0 shm completed OK ";
+  RANK_CHECK(self, strstr(dump, want) != NULL, "no '%s' entry", want);
+  RANK_CHECK(self, last_entry(dump, e, sizeof e) && strstr(e, self->rank == 0 ? " send_tensor_dict " : " recv_tensor_dict ") == NULL,
+             "the dict's own operations come after its entry: %s", e);
+  free(dump);
   RANK_OK(self, pstate_finalize(ps));
   return 0;
 }
