@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "files.h"
 #include "ranks.h"
 
 static char g_dir[256];
@@ -40,18 +41,6 @@ static void remove_dir(void) {
 }
 
 /* The whole file (caller frees), or NULL. */
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (f == NULL) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)n + 1);
-  size_t got = fread(buf, 1, (size_t)n, f);
-  buf[got] = '\0';
-  fclose(f);
-  return buf;
-}
 
 /* The value of header line "key ..." (the rest of the line, into out), 0 when absent. */
 static int header(const char *text, const char *key, char *out, size_t cap) {
@@ -96,7 +85,7 @@ static char *wait_dump(int r, const char *key, const char *want) {
   char path[400], v[256];
   snprintf(path, sizeof path, "%s/rank%d.pstate-trace", g_dir, r);
   for (int i = 0; i < 300; ++i) {
-    char *t = slurp(path);
+    char *t = pstate_test_slurp(path);
     if (t != NULL && header(t, key, v, sizeof v) && strcmp(v, want) == 0) return t;
     free(t);
     usleep(10000);
@@ -164,7 +153,7 @@ static int signal_rank(const pstate_test_rank_t *self) {
   char path[400], e[512];
   snprintf(path, sizeof path, "%s/dict-rank%d.txt", g_dir, self->rank);
   RANK_OK(self, pstate_trace_dump(ps, path));
-  char *dump = slurp(path);
+  char *dump = pstate_test_slurp(path);
   RANK_CHECK(self, dump != NULL, "no dump %s", path);
   const char *want = self->rank == 0 ? " p2p 0 0 send_tensor_dict - - - - 1 shm completed OK "
                                      : " p2p 0 0 recv_tensor_dict - - - - 0 shm completed OK ";
@@ -195,7 +184,7 @@ static int wrap_rank(const pstate_test_rank_t *self) {
   char file[400];
   snprintf(file, sizeof file, "%s/mine.txt", g_dir);
   RANK_OK(self, pstate_trace_dump(ps, file));
-  char *t = slurp(file);
+  char *t = pstate_test_slurp(file);
   RANK_CHECK(self, t != NULL, "no file %s", file);
   RANK_CHECK(self, strncmp(t, "pstate-trace 1\n", 15) == 0, "first line");
   char v[256], e[512];
@@ -295,7 +284,7 @@ static int timeout_rank(const pstate_test_rank_t *self) {
   RANK_CHECK(self, s == PSTATE_ERR_TIMEOUT, "broadcast: %s", pstate_status_string(s));
   char path[400];
   snprintf(path, sizeof path, "%s/rank0.pstate-trace", g_dir);
-  char *t = slurp(path);
+  char *t = pstate_test_slurp(path);
   RANK_CHECK(self, t != NULL, "no dump after TIMEOUT in %s", g_dir);
   char v[512], e[512];
   RANK_CHECK(self, header(t, "reason", v, sizeof v) && strstr(v, "a call failed") != NULL && strstr(v, "timed out") != NULL,

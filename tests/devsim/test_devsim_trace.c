@@ -23,24 +23,13 @@
 #include <unistd.h>
 
 #include "devsim_test_util.h"
+#include "files.h"
 #include "ranks.h"
 
 #define N 64
 
 static char g_dir[256];
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (f == NULL) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)n + 1);
-  size_t got = fread(buf, 1, (size_t)n, f);
-  buf[got] = '\0';
-  fclose(f);
-  return buf;
-}
 
 /* Copies the k-th (0-based) entry line containing `needle` into out. */
 static int find_entry(const char *text, const char *needle, int k, char *out, size_t cap) {
@@ -92,7 +81,7 @@ static int timed_rank(const pstate_test_rank_t *self) {
   RANK_OK(self, pstate_trace_dump(ps, NULL));
   char path[400], e[1024];
   snprintf(path, sizeof path, "%s/rank%d.pstate-trace", g_dir, self->rank);
-  char *t = slurp(path);
+  char *t = pstate_test_slurp(path);
   RANK_CHECK(self, t != NULL && strstr(t, "\ndevice cuda\n") != NULL, "no CUDA dump in %s", g_dir);
   RANK_CHECK(self, find_entry(t, " device_comm_init ", 0, e, sizeof e), "no device_comm_init entry");
   for (int i = 0; i < 3; ++i) {
@@ -140,7 +129,7 @@ static int stuck_rank(const pstate_test_rank_t *self) {
   RANK_OK(self, pstate_trace_dump(ps, NULL));
   char path[400], e[1024];
   snprintf(path, sizeof path, "%s/rank0.pstate-trace", g_dir);
-  char *t = slurp(path);
+  char *t = pstate_test_slurp(path);
   RANK_CHECK(self, t != NULL, "no dump");
   RANK_CHECK(self, find_entry(t, " all_reduce 64 float32 sum - - nccl enqueued OK ", 1, e, sizeof e), "2nd all_reduce");
   long long ended, ds, de;
@@ -151,7 +140,7 @@ static int stuck_rank(const pstate_test_rank_t *self) {
   /* a device barrier waits for the stream: TIMEOUT, and the dump is written by itself */
   pstate_status_t s = pstate_barrier(world);
   RANK_CHECK(self, s == PSTATE_ERR_TIMEOUT || s == PSTATE_ERR_PEER_LOST, "barrier: %s", pstate_status_string(s));
-  t = slurp(path);
+  t = pstate_test_slurp(path);
   RANK_CHECK(self, t != NULL && strstr(t, "\nreason a call failed: ") != NULL, "no dump after %s", pstate_status_string(s));
   free(t);
   pstate_abort(ps);
