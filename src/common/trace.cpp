@@ -6,13 +6,13 @@
 
 #include <pstate/pstate.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <utility>
 #include <vector>
@@ -42,31 +42,44 @@ std::string status_word(int status) {
 
 const char *path_word(TracePath p) {
   switch (p) {
-    case TracePath::kShm: return "shm";
-    case TracePath::kUcx: return "ucx";
-    case TracePath::kNccl: return "nccl";
-    case TracePath::kLocal: return "local";
-    case TracePath::kNone: break;
+    case TracePath::kShm:
+      return "shm";
+    case TracePath::kUcx:
+      return "ucx";
+    case TracePath::kNccl:
+      return "nccl";
+    case TracePath::kLocal:
+      return "local";
+    case TracePath::kNone:
+      break;
   }
   return "-";
 }
 
 const char *state_word(TraceState s) {
   switch (s) {
-    case TraceState::kPosted: return "posted";
-    case TraceState::kStarted: return "started";
-    case TraceState::kEnqueued: return "enqueued";
-    case TraceState::kCompleted: return "completed";
-    case TraceState::kFailed: return "failed";
+    case TraceState::kPosted:
+      return "posted";
+    case TraceState::kStarted:
+      return "started";
+    case TraceState::kEnqueued:
+      return "enqueued";
+    case TraceState::kCompleted:
+      return "completed";
+    case TraceState::kFailed:
+      return "failed";
   }
   return "posted";
 }
 
 const char *class_word(TraceClass c) {
   switch (c) {
-    case TraceClass::kColl: return "coll";
-    case TraceClass::kP2P: return "p2p";
-    case TraceClass::kLife: return "life";
+    case TraceClass::kColl:
+      return "coll";
+    case TraceClass::kP2P:
+      return "p2p";
+    case TraceClass::kLife:
+      return "life";
   }
   return "coll";
 }
@@ -100,12 +113,35 @@ bool is_directory(const std::string &p) {
 }  // namespace
 
 const char *trace_op_name(TraceOp op) {
-  static const char *const kNames[] = {
-      "-", "all_reduce", "all_gather", "reduce_scatter", "broadcast", "gather", "all_to_all", "barrier",
-      "broadcast_object", "all_gather_object", "send", "recv", "device_comm_init", "finalize_barrier",
-      "destroy_barrier", "reduce", "scatter", "send_object", "recv_object", "send_tensor_dict",
-      "recv_tensor_dict", "broadcast_tensor_dict", "init", "initialize_model_parallel",
-      "destroy_model_parallel", "finalize", "abort", "graph_capture_begin", "graph_capture_end"};
+  static const char *const kNames[] = {"-",
+                                       "all_reduce",
+                                       "all_gather",
+                                       "reduce_scatter",
+                                       "broadcast",
+                                       "gather",
+                                       "all_to_all",
+                                       "barrier",
+                                       "broadcast_object",
+                                       "all_gather_object",
+                                       "send",
+                                       "recv",
+                                       "device_comm_init",
+                                       "finalize_barrier",
+                                       "destroy_barrier",
+                                       "reduce",
+                                       "scatter",
+                                       "send_object",
+                                       "recv_object",
+                                       "send_tensor_dict",
+                                       "recv_tensor_dict",
+                                       "broadcast_tensor_dict",
+                                       "init",
+                                       "initialize_model_parallel",
+                                       "destroy_model_parallel",
+                                       "finalize",
+                                       "abort",
+                                       "graph_capture_begin",
+                                       "graph_capture_end"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(TraceOp::kCount));
   const auto i = static_cast<size_t>(op);
   return i < static_cast<size_t>(TraceOp::kCount) ? kNames[i] : "-";
@@ -252,22 +288,23 @@ std::string TraceRecorder::dump(const std::string &reason, const std::string &pa
     const char *dtn = dtype >= 0 ? pstate_dtype_name(static_cast<pstate_dtype_t>(dtype)) : nullptr;
     const char *opn = redop >= 0 ? pstate_reduce_op_name(static_cast<pstate_reduce_op_t>(redop)) : nullptr;
     kept_lines.emplace_back(id, std::string());
-    kept_lines.back().second = cat("e ", id, ' ', class_word(cls), ' ', small(gid), ' ', num(seq), ' ', trace_op_name(op), ' ', num(count),
-                 ' ', dtn != nullptr ? dtn : "-", ' ', opn != nullptr ? opn : "-", ' ', small(root), ' ', small(peer),
-                 ' ', path_word(path), ' ', state_word(state), ' ', done ? status_word(status) : std::string("-"),
-                 ' ', to_unix(posted), ' ', done ? to_unix(ended) : std::string("-"), ' ', device_times(id, path), '\n');
+    kept_lines.back().second =
+        cat("e ", id, ' ', class_word(cls), ' ', small(gid), ' ', num(seq), ' ', trace_op_name(op), ' ', num(count),
+            ' ', dtn != nullptr ? dtn : "-", ' ', opn != nullptr ? opn : "-", ' ', small(root), ' ', small(peer), ' ',
+            path_word(path), ' ', state_word(state), ' ', done ? status_word(status) : std::string("-"), ' ',
+            to_unix(posted), ' ', done ? to_unix(ended) : std::string("-"), ' ', device_times(id, path), '\n');
     if (call != nullptr && !done) call_since = to_unix(posted);
   }
   std::string lines;
   for (const auto &kl : kept_lines) lines += kl.second;
   const size_t kept = kept_lines.size();
 
-  std::string out = cat("pstate-trace 1\njob ", one_line(facts_.job), "\nhost ", one_line(host), "\npid ",
-                        static_cast<long>(::getpid()), "\nrank ", facts_.rank, "\nworld ", facts_.world, "\ndevice ",
-                        facts_.device, "\nreason ", one_line(reason), "\ndumped_unix_ns ",
-                        unix_of(ticks_now), "\nin_call ", call != nullptr ? call : "-",
-                        "\nin_call_since_unix_ns ", call_since, "\nfailure ", failure_, "\ncapacity ", capacity_,
-                        "\nrecorded ", newest, "\ndropped ", newest - kept, "\ngroups ", groups_.size(), "\n");
+  std::string out =
+      cat("pstate-trace 1\njob ", one_line(facts_.job), "\nhost ", one_line(host), "\npid ",
+          static_cast<long>(::getpid()), "\nrank ", facts_.rank, "\nworld ", facts_.world, "\ndevice ", facts_.device,
+          "\nreason ", one_line(reason), "\ndumped_unix_ns ", unix_of(ticks_now), "\nin_call ",
+          call != nullptr ? call : "-", "\nin_call_since_unix_ns ", call_since, "\nfailure ", failure_, "\ncapacity ",
+          capacity_, "\nrecorded ", newest, "\ndropped ", newest - kept, "\ngroups ", groups_.size(), "\n");
   for (const TraceGroup &g : groups_) {
     std::string members;
     for (size_t i = 0; i < g.members.size(); ++i) members += cat(i ? "," : "", g.members[i]);

@@ -52,7 +52,9 @@ inline uint64_t trace_coarse_now() {
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
-inline uint64_t trace_ticks() { return g_trace_clock.ns.load(std::memory_order_relaxed); }
+inline uint64_t trace_ticks() {
+  return g_trace_clock.ns.load(std::memory_order_relaxed);
+}
 
 enum class TraceClass : uint8_t { kColl = 0, kP2P = 1, kLife = 2 };
 enum class TracePath : uint8_t { kNone = 0, kShm, kUcx, kNccl, kLocal };
@@ -62,11 +64,33 @@ enum class TraceState : uint8_t { kPosted = 0, kStarted, kEnqueued, kCompleted, 
 // order of OpKind so that a kind converts by value.
 enum class TraceOp : uint8_t {
   kNone = 0,
-  kAllReduce, kAllGather, kReduceScatter, kBroadcast, kGather, kAllToAll, kBarrier,
-  kBroadcastObject, kAllGatherObject, kSend, kRecv, kDeviceCommInit, kFinalizeBarrier, kDestroyBarrier,
-  kReduce, kScatter,  // = OpKind 1..16
-  kSendObject, kRecvObject, kSendTensorDict, kRecvTensorDict, kBroadcastTensorDict,
-  kInit, kInitializeModelParallel, kDestroyModelParallel, kFinalize, kAbort, kGraphCaptureBegin,
+  kAllReduce,
+  kAllGather,
+  kReduceScatter,
+  kBroadcast,
+  kGather,
+  kAllToAll,
+  kBarrier,
+  kBroadcastObject,
+  kAllGatherObject,
+  kSend,
+  kRecv,
+  kDeviceCommInit,
+  kFinalizeBarrier,
+  kDestroyBarrier,
+  kReduce,
+  kScatter,  // = OpKind 1..16
+  kSendObject,
+  kRecvObject,
+  kSendTensorDict,
+  kRecvTensorDict,
+  kBroadcastTensorDict,
+  kInit,
+  kInitializeModelParallel,
+  kDestroyModelParallel,
+  kFinalize,
+  kAbort,
+  kGraphCaptureBegin,
   kGraphCaptureEnd,
   kCount
 };
@@ -78,8 +102,8 @@ struct TraceGroup {
   std::string name;
   std::vector<int> members;  // global ranks in group order
   int rank_in_group = -1;
-  std::atomic<uint64_t> collectives{0};          // the next collective's seq
-  std::vector<uint32_t> sent, received;          // p2p seq per peer (owner thread only)
+  std::atomic<uint64_t> collectives{0};  // the next collective's seq
+  std::vector<uint32_t> sent, received;  // p2p seq per peer (owner thread only)
 };
 
 // What a dump says besides the entries: facts of the context, set as they become known.
@@ -92,7 +116,8 @@ struct TraceFacts {
 
 class TraceRecorder {
  public:
-  // entries: ring capacity (> 0; rounded up to a power of two). dir: where dumps go ("" = PSTATE_TRACE_DIR or ./pstate-trace).
+  // entries: ring capacity (> 0; rounded up to a power of two). dir: where dumps go ("" = PSTATE_TRACE_DIR or
+  // ./pstate-trace).
   TraceRecorder(size_t entries, std::string dir);
   ~TraceRecorder();
   TraceRecorder(const TraceRecorder &) = delete;
@@ -173,8 +198,8 @@ class TraceRecorder {
  private:
   struct alignas(64) Slot {
     std::atomic<uint64_t> id{0};
-    std::atomic<uint64_t> meta{0};    // op | class << 8 | path << 12 | dtype+1 << 16 | redop+1 << 24 | gid+1 << 32
-    std::atomic<uint64_t> state{0};   // state | (uint8)status << 8
+    std::atomic<uint64_t> meta{0};   // op | class << 8 | path << 12 | dtype+1 << 16 | redop+1 << 24 | gid+1 << 32
+    std::atomic<uint64_t> state{0};  // state | (uint8)status << 8
     std::atomic<uint64_t> seq{0};
     std::atomic<uint64_t> count{0};
     std::atomic<uint64_t> ends{0};    // root+1 | peer+1 << 32

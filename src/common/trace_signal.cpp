@@ -13,17 +13,17 @@
 // 2 ms (poll's timeout) to store the coarse clock, which costs the process ~0.1% of a core.
 #include "common/trace.hpp"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <unistd.h>
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <fcntl.h>
-#include <poll.h>
-#include <pthread.h>
 #include <thread>
-#include <unistd.h>
 
 namespace pstate {
 namespace {
@@ -88,7 +88,6 @@ struct RestoreAtUnload {
   }
 } g_restore_at_unload;
 
-
 void on_sigusr1(int) {
   const int saved = errno;
   const char b = 'u';
@@ -137,8 +136,10 @@ void trace_register(TraceRecorder *r) {
   if (g_pipe_r.load() < 0) {
     int p[2];
     if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) {
-      std::fprintf(stderr, "[pstate] WARN flight recorder: pipe2: %s: no watchdog thread (its times stand still, "
-                   "no SIGUSR1 dumps)\n", std::strerror(errno));
+      std::fprintf(stderr,
+                   "[pstate] WARN flight recorder: pipe2: %s: no watchdog thread (its times stand still, "
+                   "no SIGUSR1 dumps)\n",
+                   std::strerror(errno));
       return;
     }
     g_pipe_r.store(p[0]);
