@@ -571,11 +571,29 @@ class Analysis {
     return "last " + what + ": " + e.state + " " + e.status + via + ended;
   }
 
+  // No member started a collective on it and no dump kept an entry of it (a singleton group of a
+  // layout the job never used, say).
+  bool unused_group(const GroupProgress &gp, int g) const {
+    for (int m : gp.members) {
+      auto it = gp.collectives.find(m);
+      if (it != gp.collectives.end() && it->second != 0) return false;
+      if (const TraceDump *d = dump(m))
+        for (const TraceEntry &e : d->entries)
+          if (e.gid != kNone && group_of(*d, static_cast<int>(e.gid)) == g) return false;
+    }
+    return true;
+  }
+
   void write_evidence() {
     auto &ev = diag_.evidence;
     for (size_t i = 1; i < diag_.findings.size(); ++i) ev.push_back("also: " + diag_.findings[i].text);
+    std::string unused;  // groups nobody used: one line for all of them
     for (size_t g = 0; g < groups_.size(); ++g) {
       const GroupProgress &gp = groups_[g];
+      if (unused_group(gp, static_cast<int>(g))) {
+        unused += (unused.empty() ? "" : ", ") + gp.name;
+        continue;
+      }
       std::string members, progress;
       for (int m : gp.members) {
         members += (members.empty() ? "" : ",") + std::to_string(m);
@@ -596,6 +614,7 @@ class Analysis {
         ev.push_back("  rank " + std::to_string(m) + ": " + (last ? entry_line(*d, *last) : "no entry kept"));
       }
     }
+    if (!unused.empty()) ev.push_back("groups with no operation recorded: " + unused);
     for (const TraceDump &d : job_.dumps) {
       std::string state =
           d.in_call == "-"

@@ -13,6 +13,8 @@
 #             `pstate run` asks it for a dump (SIGUSR1) while it is idle outside pstate
 #   dies      rank 1 SIGKILLs itself before all_reduce #5: the others get PEER_LOST
 #   good      the control: nothing goes wrong, doctor exits 0
+#   ctrlc     usercode with a 60 s timeout, and Ctrl-C (SIGINT) to `pstate run` after 2 s: it asks
+#             every rank for a dump before it stops them, the three in all_reduce still waiting
 #
 # Env: PSTATE_CLI (the pstate command), HANG_RANK (tests/trace/hang_rank). The timeout is 2 s,
 # so each scenario takes 1-8 s.
@@ -32,11 +34,20 @@ case $scenario in
   usercode) culprit=3 group=tp:0 op=all_reduce ;;
   dies)     culprit=1 group=tp:0 op=all_reduce; export HANG_CULPRIT=1 ;;
   good)     culprit= group= op= ;;
+  ctrlc)    culprit=3 group=tp:0 op=all_reduce ;;
   *) echo "unknown scenario $scenario"; exit 2 ;;
 esac
 
 set +e
-"$PSTATE_CLI" run -n 4 --grace-ms 500 -- "$HANG_RANK" "$scenario" >"$work/run.out" 2>"$work/run.err"
+if [ "$scenario" = ctrlc ]; then
+  PSTATE_TIMEOUT_MS=60000 "$PSTATE_CLI" run -n 4 --grace-ms 500 -- "$HANG_RANK" usercode >"$work/run.out" 2>"$work/run.err" &
+  launcher=$!
+  sleep 2
+  kill -INT "$launcher"
+  wait "$launcher"
+else
+  "$PSTATE_CLI" run -n 4 --grace-ms 500 -- "$HANG_RANK" "$scenario" >"$work/run.out" 2>"$work/run.err"
+fi
 run_rc=$?
 set -e
 echo "--- pstate run (exit $run_rc), its own lines:"
@@ -66,6 +77,10 @@ grep -qw "rank $culprit" <<<"$first" || fail "the verdict does not name rank $cu
 grep -qF "$group" <<<"$first" || fail "the verdict does not name group $group: $first"
 grep -qw "$op" <<<"$first" || fail "the verdict does not name $op: $first"
 case $scenario in
+  ctrlc)    [ "$run_rc" = 130 ] || fail "pstate run exited $run_rc after SIGINT, expected 130"
+            grep -qi "outside pstate" <<<"$first" || fail "the verdict does not say rank 3 is outside pstate: $first"
+            for r in 0 1 2; do grep -q '^in_call pstate_all_reduce$' "$PSTATE_TRACE_DIR/rank$r.pstate-trace" ||
+              fail "rank $r's dump does not show it blocked in pstate_all_reduce"; done ;;
   usercode) grep -qi "outside pstate" <<<"$first" || fail "the verdict does not say rank 3 is outside pstate: $first"
             grep -q '^in_call -$' "$PSTATE_TRACE_DIR/rank3.pstate-trace" || fail "rank 3's SIGUSR1 dump is not idle" ;;
   sigstop)  [ ! -e "$PSTATE_TRACE_DIR/rank2.pstate-trace" ] || fail "the stopped rank 2 left a dump"
