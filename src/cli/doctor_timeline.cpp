@@ -149,6 +149,33 @@ std::string gp_quote(const std::string &s) {
   return out + "'";
 }
 
+// A title of several lines (at most `width` characters each, broken at spaces) as a gnuplot
+// double-quoted string, where \n is a line break.
+std::string gp_title(const std::string &s, size_t width = 120) {
+  std::string out = "\"";
+  size_t line = 0;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t end = s.find(' ', i);
+    if (end == std::string::npos) end = s.size();
+    const std::string word = s.substr(i, end - i);
+    if (line > 0 && line + 1 + word.size() > width) {
+      out += "\\n";
+      line = 0;
+    } else if (line > 0) {
+      out += ' ';
+      ++line;
+    }
+    for (char c : word) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    line += word.size();
+    i = end + 1;
+  }
+  return out + "\"";
+}
+
 // Runs `gnuplot script`; returns "" or what went wrong (its stderr).
 std::string run_gnuplot(const std::string &gnuplot, const std::string &script, const std::string &err_file) {
   pid_t pid = ::fork();
@@ -185,7 +212,7 @@ std::string gnuplot_script(const JobDumps &job, const Diagnosis &diag, const std
   gp << "set terminal " << terminal << " size 1200," << 160 + 40 * rows << "\n";
   gp << "set termoption noenhanced\n";
   gp << "set output " << gp_quote(output) << "\n";
-  gp << "set title " << gp_quote(diag.verdict) << " font ',9'\n";
+  gp << "set title " << gp_title(diag.verdict) << " font ',9'\n";
   gp << "set xlabel 'seconds since the first recorded call'\n";
   gp << "set yrange [" << rows - 0.5 << ":-0.5]\n";
   gp << "set ytics (";
