@@ -50,11 +50,13 @@ void fork_prepare();
 void fork_parent();
 void fork_child();
 
+SignalRoute *g_route = nullptr;  // made by the first registration, freed at unload when idle
+
 SignalRoute &route() {
   static SignalRoute *r = [] {
-    auto *route = new SignalRoute;
+    g_route = new SignalRoute;
     pthread_atfork(fork_prepare, fork_parent, fork_child);
-    return route;
+    return g_route;
   }();
   return *r;
 }
@@ -79,12 +81,18 @@ void fork_child() {
   s.lifecycle.unlock();
 }
 
-// The library's unloading (dlclose) gives SIGUSR1 back to its previous action, so the handler
-// never points into unloaded code.
+// The library's unloading (dlclose, or the end of the process) gives SIGUSR1 back to its previous
+// action, so the handler never points into unloaded code, and frees the route unless a watchdog
+// still runs (a context never finalized: the thread may still use it).
 struct RestoreAtUnload {
   ~RestoreAtUnload() {
-    SignalRoute &s = route();
-    if (s.installed) ::sigaction(SIGUSR1, &s.previous, nullptr);
+    SignalRoute *s = g_route;
+    if (s == nullptr) return;  // never used: nothing to undo (and nothing made now)
+    if (s->installed) ::sigaction(SIGUSR1, &s->previous, nullptr);
+    if (!s->running) {
+      g_route = nullptr;
+      delete s;
+    }
   }
 } g_restore_at_unload;
 
