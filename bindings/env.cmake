@@ -51,7 +51,9 @@ set(PSTATE_GO_ENV
     "PKG_CONFIG_PATH=${PROJECT_BINARY_DIR}/pkgconfig"
     "GOFLAGS=-mod=mod"
     "GOPROXY=off"
-    "GOTOOLCHAIN=local")
+    "GOTOOLCHAIN=local"
+    # the tests' failing ranks write flight-recorder dumps: into the build tree, not the sources
+    "PSTATE_TRACE_DIR=${PROJECT_BINARY_DIR}/bindings/go/pstate-trace")
 # Without HOME (some CI environments) the go tool has no default cache or GOPATH.
 if(NOT DEFINED ENV{HOME} OR "$ENV{HOME}" STREQUAL "")
   list(APPEND PSTATE_GO_ENV "GOCACHE=${PROJECT_BINARY_DIR}/bindings/go/cache" "GOPATH=${PROJECT_BINARY_DIR}/bindings/go/path")
@@ -59,4 +61,5 @@ endif()
 set(PSTATE_RUST_ENV
     "PSTATE_LIB_DIR=$<TARGET_FILE_DIR:pstate>"
     "CARGO_TARGET_DIR=${PROJECT_BINARY_DIR}/bindings/rust/target"
-    "CARGO_NET_OFFLINE=true")
+    "CARGO_NET_OFFLINE=true"
+    "PSTATE_TRACE_DIR=${PROJECT_BINARY_DIR}/bindings/rust/pstate-trace")

@@ -18,6 +18,7 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
     return()
   endif()
   set(_env "PYTHONPATH=${PSTATE_PYTHON_DIR}" "PSTATE_CLI=$<TARGET_FILE:pstate_cli>" "PYTHONDONTWRITEBYTECODE=1"
+           "PSTATE_TRACE_DIR=${PROJECT_BINARY_DIR}/bindings/python/pstate-trace"
            "PSTATE_BUILD_DIR=${PROJECT_BINARY_DIR}")
   add_test(NAME bindings_python
            COMMAND ${PSTATE_PYTHON_EXECUTABLE} -m pytest -q -p no:cacheprovider ${PROJECT_SOURCE_DIR}/bindings/python/tests)
