@@ -113,10 +113,7 @@ class ContextEntry {
     if (!ctx_.try_enter()) throw_context_busy(ctx_, call);
     ctx_.trace_enter(call);  // a dump names the call a blocked rank is in
   }
-  ~ContextEntry() {
-    ctx_.trace_leave();
-    ctx_.leave();
-  }
+  ~ContextEntry() { ctx_.leave(); }
 #else  // compiled out with the agreement, to measure both (bench/agreement_cost.sh)
   ContextEntry(pstate::Context &ctx, const char *) : ctx_(ctx) {}
 #endif

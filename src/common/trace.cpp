@@ -255,7 +255,8 @@ std::string TraceRecorder::dump(const std::string &reason, const std::string &pa
   // Entry lines by id; an entry the writer rewrote while this loop read it is left out, and so is
   // everything older than such a gap (the format promises ids without gaps, oldest first).
   std::vector<std::pair<uint64_t, std::string>> kept_lines;
-  const char *call = in_call_.load(std::memory_order_relaxed);
+  const char *call = busy_ != nullptr && busy_->load(std::memory_order_acquire) ? in_call_.load(std::memory_order_relaxed)
+                                                                               : nullptr;
   std::string call_since = "-";
   for (uint64_t id = oldest; id <= newest; ++id) {
     Slot &s = ring_[(id - 1) & mask_];

@@ -135,9 +135,11 @@ class TraceRecorder {
   // The group's record; gid = its position in the dump. Stable address until the recorder dies.
   TraceGroup *add_group(const std::string &name, const std::vector<int> &members, int rank_in_group);
 
-  // The C entry point this rank is inside now (nullptr: none); a static string.
+  // The C entry point a thread entered last (a static string), and the context's flag that says
+  // whether a thread is inside a call now (Context::try_enter): a dump shows the call while the
+  // flag is set, so leaving a call costs the recorder nothing.
   void enter_call(const char *call) { in_call_.store(call, std::memory_order_relaxed); }
-  void leave_call() { in_call_.store(nullptr, std::memory_order_relaxed); }
+  void set_busy_flag(const std::atomic<bool> *busy) { busy_ = busy; }
 
   // Records a new entry (state posted) and returns its handle for the updates below. gid -1:
   // none. seq UINT64_MAX / count UINT64_MAX / dtype, redop, root, peer -1: none.
@@ -158,10 +160,12 @@ class TraceRecorder {
     s.ends.store(static_cast<uint64_t>(static_cast<uint32_t>(root + 1)) |
                      static_cast<uint64_t>(static_cast<uint32_t>(peer + 1)) << 32,
                  std::memory_order_relaxed);
-    s.posted.store(trace_ticks(), std::memory_order_relaxed);
-    s.ended.store(0, std::memory_order_relaxed);
+    s.posted.store(trace_ticks(), std::memory_order_relaxed);  // `ended` is read only once ended
     s.id.store(id, std::memory_order_release);
     recorded_.store(id, std::memory_order_release);
+    // The next entry's line, fetched for writing now: its miss (the ring is larger than L1) is
+    // paid while this call runs, not by the next call, whose first fence would wait for it.
+    __builtin_prefetch(&ring_[id & mask_], 1, 3);
     return id;
   }
   // Agreed with the peers: data is moving (CPU), or on the stream (CUDA: kEnqueued, ends it).
@@ -226,6 +230,7 @@ class TraceRecorder {
   std::unique_ptr<Slot[]> ring_;
   std::atomic<uint64_t> recorded_{0};
   std::atomic<const char *> in_call_{nullptr};
+  const std::atomic<bool> *busy_ = nullptr;
   std::string dir_;
   // Anchor for ticks -> wall clock (see the top of this file).
   uint64_t ticks0_ = 0;

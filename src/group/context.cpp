@@ -63,6 +63,7 @@ Context::Context(const pstate_init_params_t *params) {
   log_.set_rank(launch_.rank);
   if (!launch_.rank_out_of_range.empty()) refuse_rank_out_of_range();
   trace_ = make_trace_recorder();
+  if (trace_) trace_->set_busy_flag(&busy_);
   if (trace_) trace_->set_facts({"-", launch_.rank, launch_.world_size, device_ == PSTATE_DEVICE_CUDA ? "cuda" : "cpu"});
   const uint64_t life = trace_life(TraceOp::kInit);
   const char *check = std::getenv("PSTATE_CHECK");

@@ -121,9 +121,6 @@ class Context {
   void trace_enter(const char *call) {
     if (trace_) trace_->enter_call(call);
   }
-  void trace_leave() {
-    if (trace_) trace_->leave_call();
-  }
   // A lifecycle step begins / ends (id 0: recorder off).
   uint64_t trace_life(TraceOp op);
   void trace_life_end(uint64_t id, pstate_status_t status);

@@ -118,7 +118,8 @@ pstate::shm::ShmGroup &pstate_group_s::shm_for_call() {
 
 void pstate_group_s::arrive_in_shm(const OpDescriptor &desc) {
   if (!use_shm()) return;
-  if (trace_current_ != 0 && ctx_.trace() != nullptr) ctx_.trace()->set_path(trace_current_, pstate::TracePath::kUcx);
+  // run() recorded this call last: the recorder's newest entry is this call's
+  if (pstate::TraceRecorder *tr = ctx_.trace()) tr->set_path(tr->recorded(), pstate::TracePath::kUcx);
   shm_for_call().arrive(desc, ctx_.op_deadline());
 }
 
@@ -170,7 +171,6 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body) {
     throw;
   }
   const uint64_t tid = tr ? trace_begin(*tr, desc_in, true) : 0;
-  trace_current_ = tid;
   OpDescriptor desc = desc_in;
   desc.seq = seq_++;
   channel_->set_deadline(ctx_.op_deadline());
@@ -359,7 +359,8 @@ void pstate_group_s::barrier(bool allow_shm, OpKind kind) {
       explain("barrier", "shared memory", 0, 12);
       return shm_for_call().barrier(ctx_.op_deadline(), kind);
     }
-    if (trace_current_ != 0 && use_shm()) ctx_.trace()->set_path(trace_current_, pstate::TracePath::kUcx);
+    if (pstate::TraceRecorder *tr = ctx_.trace(); tr != nullptr && use_shm())
+      tr->set_path(tr->recorded(), pstate::TracePath::kUcx);  // run() recorded this call last
     auto choice = selector_.barrier(size());
     explain("barrier", choice.name, 0, 12);
     choice.fn(*channel_, tag);

@@ -195,5 +195,4 @@ struct pstate_group_s {
   std::unique_ptr<pstate::DeviceComm> device_comm_;  // CUDA contexts, after the first device op
   bool retired_ = false;
   pstate::TraceGroup *trace_group_ = nullptr;  // this group's record in the context's flight recorder
-  uint64_t trace_current_ = 0;                 // the entry of the collective run() is running
 };
