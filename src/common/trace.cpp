@@ -213,10 +213,6 @@ void TraceRecorder::set_path(uint64_t id, TracePath path) {
   s->meta.store((m & ~(uint64_t{0xf} << 12)) | static_cast<uint64_t>(path) << 12, std::memory_order_relaxed);
 }
 
-void TraceRecorder::set_count(uint64_t id, uint64_t count) {
-  if (Slot *s = slot_of(id)) s->count.store(count, std::memory_order_relaxed);
-}
-
 std::string TraceRecorder::default_file() const {
   return cat(dir_, "/rank", facts_.rank, ".pstate-trace");
 }

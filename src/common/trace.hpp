@@ -175,7 +175,6 @@ class TraceRecorder {
   void failed(uint64_t id, int status) { set_state(id, TraceState::kFailed, status, true); }
   // A call's path known only once it runs (shared memory or UCX inside a shm group).
   void set_path(uint64_t id, TracePath path);
-  void set_count(uint64_t id, uint64_t count);
 
   // Collective sequence and p2p numbering of a group (owner thread).
   static uint64_t next_coll(TraceGroup *g) {  // one writer: no locked read-modify-write
