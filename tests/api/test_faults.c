@@ -97,8 +97,37 @@ static void test_rank_claiming_a_taken_rank_is_refused(void **state) {
 }
 
 /* A stranger at the store port: raw garbage, then a pstate_init with the wrong job token. The
- * stranger is refused (AUTH) and the job keeps working. */
+ * stranger is refused (AUTH) and the job keeps working.
+ * The stranger is forked before rank 0's pstate_init, while rank 0 has one thread: a child forked
+ * from a process with pstate's threads (store server, UCX, flight-recorder watchdog) may inherit a
+ * lock one of them held, such as the sanitizer allocator's, and hang in its first malloc. It waits
+ * on a pipe until rank 0 has sent the garbage. */
+static int stranger_after(int go_fd) {
+  char b = 0;
+  if (read(go_fd, &b, 1) != 1 || b != 'g') _exit(2); /* rank 0 gave up before the garbage */
+  setenv("PSTATE_JOB_TOKEN", "not-the-token", 1);
+  setenv("RANK", "1", 1);
+  pstate_t *intruder = NULL;
+  pstate_init_params_t p = PSTATE_INIT_PARAMS_INIT;
+  p.timeout_ms = 3000;
+  pstate_status_t s = pstate_init(&p, &intruder);
+  fprintf(stderr, "stranger: %s: %s\n", pstate_status_string(s), pstate_last_error());
+  _exit(s == PSTATE_ERR_AUTH ? 0 : 1);
+}
+
 static int stranger_job(const pstate_test_rank_t *self) {
+  int go[2] = {-1, -1};
+  pid_t pid = -1;
+  if (self->rank == 0) {
+    RANK_CHECK(self, pipe(go) == 0, "pipe");
+    pid = fork();
+    RANK_CHECK(self, pid >= 0, "fork the stranger");
+    if (pid == 0) {
+      close(go[1]);
+      stranger_after(go[0]);
+    }
+    close(go[0]);
+  }
   pstate_t *ps = NULL;
   RANK_OK(self, pstate_test_init(self, 20000, &ps));
   pstate_group_t *world = NULL;
@@ -114,17 +143,8 @@ static int stranger_job(const pstate_test_rank_t *self) {
     const char garbage[] = "GET / HTTP/1.1\r\n\xff\xff\xff\xff\xff\xff\xff\xff garbage garbage";
     RANK_CHECK(self, write(fd, garbage, sizeof garbage) > 0, "write garbage");
     close(fd);
-    pid_t pid = fork();
-    if (pid == 0) {
-      setenv("PSTATE_JOB_TOKEN", "not-the-token", 1);
-      setenv("RANK", "1", 1);
-      pstate_t *intruder = NULL;
-      pstate_init_params_t p = PSTATE_INIT_PARAMS_INIT;
-      p.timeout_ms = 3000;
-      pstate_status_t s = pstate_init(&p, &intruder);
-      fprintf(stderr, "stranger: %s: %s\n", pstate_status_string(s), pstate_last_error());
-      _exit(s == PSTATE_ERR_AUTH ? 0 : 1);
-    }
+    RANK_CHECK(self, write(go[1], "g", 1) == 1, "start the stranger");
+    close(go[1]);
     int status = 0;
     waitpid(pid, &status, 0);
     RANK_CHECK(self, WIFEXITED(status) && WEXITSTATUS(status) == 0, "the stranger was refused with AUTH");

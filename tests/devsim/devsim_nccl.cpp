@@ -746,9 +746,6 @@ void run_batch(void *arg) {
   if (c.aborted.load()) return;
   std::lock_guard<std::mutex> lock(c.exec_mu);
   for (const Op &op : b->ops) {
-    if (op.async != ncclSuccess)
-      c.set_async_error(op.async, "devsim NCCL: %s on rank %d of %s: injected asynchronous error %s (DEVSIM_NCCL_ASYNC)",
-                        op.func, c.rank, c.label.c_str(), result_name(op.async));
     if (op.hang) {
       wait_until(c, [] { return false; });  // never completes (until ncclCommAbort)
       return;
@@ -763,6 +760,13 @@ void run_batch(void *arg) {
     if (c.aborted.load()) return;
   }
   if (!p2p.empty()) run_p2p(c, p2p);
+  // An injected asynchronous error appears once the operation's work has run on every rank: set
+  // before, the failing rank could see it, abort and exit while its peers' work still waits for
+  // its part of the same operation (a hang of theirs that the test did not ask for).
+  for (const Op &op : b->ops)
+    if (op.async != ncclSuccess && !c.aborted.load())
+      c.set_async_error(op.async, "devsim NCCL: %s on rank %d of %s: injected asynchronous error %s (DEVSIM_NCCL_ASYNC)",
+                        op.func, c.rank, c.label.c_str(), result_name(op.async));
 }
 
 void release_batch(void *arg) {
