@@ -333,8 +333,10 @@ PSTATE_API pstate_status_t pstate_all_gatherv(pstate_group_t *g, const void *sen
                      "send == recv + (counts[0] + ... + counts[rank_in_group - 1]) elements (this rank's part of "
                      "recv)");
     if (g->on_device())
-      return g->run_device(pstate::make_v_op(OpKind::kAllGatherV, counts, static_cast<size_t>(g->size()), v.total, dtype),
-                           [&](DeviceComm &d) { d.all_gatherv(send, recv, counts, dtype, stream); });
+      return g->naming_counts_on_mismatch(counts, [&] {
+        g->run_device(pstate::make_v_op(OpKind::kAllGatherV, counts, static_cast<size_t>(g->size()), v.total, dtype),
+                      [&](DeviceComm &d) { d.all_gatherv(send, recv, counts, dtype, stream); });
+      });
     require_host(g, send, recv, "all_gatherv");
     g->all_gatherv(send, recv, counts, v.total, dtype);
   });
@@ -355,9 +357,11 @@ PSTATE_API pstate_status_t pstate_reduce_scatterv(pstate_group_t *g, const void 
                      "recv == send + (counts[0] + ... + counts[rank_in_group - 1]) elements (this rank's part of "
                      "send)");
     if (g->on_device())
-      return g->run_device(
-          pstate::make_v_op(OpKind::kReduceScatterV, counts, static_cast<size_t>(g->size()), v.total, dtype, op),
-          [&](DeviceComm &d) { d.reduce_scatterv(send, recv, counts, dtype, op, stream); });
+      return g->naming_counts_on_mismatch(counts, [&] {
+        g->run_device(
+            pstate::make_v_op(OpKind::kReduceScatterV, counts, static_cast<size_t>(g->size()), v.total, dtype, op),
+            [&](DeviceComm &d) { d.reduce_scatterv(send, recv, counts, dtype, op, stream); });
+      });
     require_reducible(dtype, op);
     require_host(g, send, recv, "reduce_scatterv");
     g->reduce_scatterv(send, recv, counts, v.total, dtype, op);

@@ -42,6 +42,13 @@ uint32_t counts_hash(const size_t *counts, size_t n) {
   return folded != 0 ? folded : 1;
 }
 
+std::string counts_text(const size_t *counts, size_t n) {
+  std::string s = "[";
+  for (size_t i = 0; i < n && i < 16; ++i) s += cat(i ? ", " : "", counts[i]);
+  if (n > 16) s += cat(", ... (", n, " entries)");
+  return s + "]";
+}
+
 std::string describe_op(const OpDescriptor &d, bool with_seq) {
   std::string s = op_kind_name(static_cast<OpKind>(d.op));
   if (with_seq) s += cat(" #", d.seq);

@@ -41,6 +41,8 @@ inline bool carries_counts_hash(uint32_t kind) {
 // the 64-bit counts and n, folded to 32 bits; never 0). Two ranks that pass different arrays with
 // the same total differ here except with probability ~2^-32.
 uint32_t counts_hash(const size_t *counts, size_t n);
+// "[3, 0, 5]": a counts array for messages (the first 16 entries, then how many there are).
+std::string counts_text(const size_t *counts, size_t n);
 
 // 32 bytes on the wire (PSTATE_CHECK's exchange sends it as raw bytes).
 struct OpDescriptor {

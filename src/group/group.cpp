@@ -358,20 +358,24 @@ void pstate_group_s::scatter(const void *send, void *recv, size_t recv_count, ps
 void pstate_group_s::all_gatherv(const void *send, void *recv, const size_t *counts, size_t total,
                                  pstate_dtype_t dtype) {
   const OpDescriptor d = pstate::make_v_op(OpKind::kAllGatherV, counts, ranks_.size(), total, dtype);
-  run(d, [&](uint32_t tag) {
-    arrive_in_shm(d);
-    explain("all_gatherv", "ring", total * pstate::dtype_size(dtype), 20);
-    pstate::coll::allgatherv_ring(*channel_, send, recv, counts, dtype, tag);
+  naming_counts_on_mismatch(counts, [&] {
+    run(d, [&](uint32_t tag) {
+      arrive_in_shm(d);
+      explain("all_gatherv", "ring", total * pstate::dtype_size(dtype), 20);
+      pstate::coll::allgatherv_ring(*channel_, send, recv, counts, dtype, tag);
+    });
   });
 }
 
 void pstate_group_s::reduce_scatterv(const void *send, void *recv, const size_t *counts, size_t total,
                                      pstate_dtype_t dtype, pstate_reduce_op_t op) {
   const OpDescriptor d = pstate::make_v_op(OpKind::kReduceScatterV, counts, ranks_.size(), total, dtype, op);
-  run(d, [&](uint32_t tag) {
-    arrive_in_shm(d);
-    explain("reduce_scatterv", "ring", total * pstate::dtype_size(dtype), 22);
-    pstate::coll::reduce_scatterv_ring(*channel_, send, recv, counts, dtype, op, tag);
+  naming_counts_on_mismatch(counts, [&] {
+    run(d, [&](uint32_t tag) {
+      arrive_in_shm(d);
+      explain("reduce_scatterv", "ring", total * pstate::dtype_size(dtype), 22);
+      pstate::coll::reduce_scatterv_ring(*channel_, send, recv, counts, dtype, op, tag);
+    });
   });
 }
 

@@ -93,6 +93,20 @@ struct pstate_group_s {
   void send_object(const void *data, size_t size, int dst);
   pstate::Bytes recv_object(int src);
 
+  // Runs body; a MISMATCH it throws (of a v-collective: the descriptors name only the counts
+  // hashes) gets this rank's counts array appended, so the ranks' messages together show every
+  // array that was passed.
+  template <typename Body>
+  void naming_counts_on_mismatch(const size_t *counts, Body &&body) {
+    try {
+      body();
+    } catch (const pstate::Error &e) {
+      if (e.status() != PSTATE_ERR_MISMATCH) throw;
+      throw pstate::Error(e.status(), pstate::cat(e.what(), "; this rank's counts: ",
+                                                  pstate::counts_text(counts, ranks_.size())));
+    }
+  }
+
   // A call made of several operations of this group (a tensor dict: its metadata object, then
   // its tensors), recorded by the flight recorder as one entry around theirs: kBroadcastTensorDict
   // (collective, root `rank`) or kSendTensorDict / kRecvTensorDict (point-to-point with `rank`).

@@ -368,7 +368,8 @@ static int mismatch_rank(const pstate_test_rank_t *self) {
       pstate_status_t s = pstate_all_gatherv(g, in + off, out, counts, PSTATE_FLOAT32, NULL);
       const char *m = pstate_last_error();
       /* Both sides are named: this rank's descriptor and the other one, each with "counts <hash>". */
-      if (s != PSTATE_ERR_MISMATCH || occurrences(m, "called all_gatherv") != 2 || occurrences(m, " counts ") != 2) {
+      if (s != PSTATE_ERR_MISMATCH || occurrences(m, "called all_gatherv") != 2 || occurrences(m, " counts ") != 2 ||
+          !strstr(m, self->rank == 0 ? "this rank's counts: [1, 2" : "this rank's counts: [")) {
         fprintf(stderr, "rank %d: all_gatherv with counts variant %d -> %s: %s\n", self->rank, v, pstate_status_string(s), m);
         failed = 1;
       }

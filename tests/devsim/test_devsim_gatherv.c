@@ -195,7 +195,8 @@ static int mismatch_rank(const pstate_test_rank_t *self) {
   char *dsend = devsim_device_copy(h, total * sizeof(float)), *drecv = devsim_device_copy(NULL, total * sizeof(float));
   const size_t off = offset_of(counts, self->rank) * sizeof(float);
   pstate_status_t s = pstate_all_gatherv(g, dsend + off, drecv, counts, PSTATE_FLOAT32, NULL);
-  RANK_CHECK(self, s == PSTATE_ERR_MISMATCH && occurrences(pstate_last_error(), "called all_gatherv") == 2,
+  RANK_CHECK(self, s == PSTATE_ERR_MISMATCH && occurrences(pstate_last_error(), "called all_gatherv") == 2 &&
+                       strstr(pstate_last_error(), self->rank == 0 ? "this rank's counts: [1, 2]" : "this rank's counts: [2, 1]"),
              "all_gatherv with different counts -> %s: %s", pstate_status_string(s), pstate_last_error());
   s = pstate_reduce_scatterv(g, dsend, drecv, counts, PSTATE_FLOAT32, PSTATE_MAX, NULL);
   RANK_CHECK(self, s == PSTATE_ERR_MISMATCH && occurrences(pstate_last_error(), "called reduce_scatterv") == 2 &&
