@@ -85,8 +85,8 @@ VarCounts require_counts(const pstate_group_t *g, const size_t *counts, pstate_d
       v.mine = c;
     }
     if (__builtin_add_overflow(v.total, c, &v.total))
-      pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "counts: counts[0] + ... + counts[", i, "] overflows size_t (counts[",
-                          i, "] = ", c, ") on group ", g->name(),
+      pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "counts: counts[0] + ... + counts[", i,
+                          "] overflows size_t (counts[", i, "] = ", c, ") on group ", g->name(),
                           ": counts are element counts, one per group rank; is one a negative length cast to size_t?");
   }
   require_fits(v.total, dtype, 1, "counts (their sum)");
@@ -342,9 +342,8 @@ PSTATE_API pstate_status_t pstate_all_gatherv(pstate_group_t *g, const void *sen
   });
 }
 
-PSTATE_API pstate_status_t pstate_reduce_scatterv(pstate_group_t *g, const void *send, void *recv,
-                                                  const size_t *counts, pstate_dtype_t dtype, pstate_reduce_op_t op,
-                                                  void *stream) {
+PSTATE_API pstate_status_t pstate_reduce_scatterv(pstate_group_t *g, const void *send, void *recv, const size_t *counts,
+                                                  pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream) {
   return PSTATE_GUARD({
     check_op(g, dtype, stream, "pstate_reduce_scatterv");
     ContextEntry entry(g->context(), "pstate_reduce_scatterv");

@@ -111,8 +111,8 @@ void allreduce_ring_chunked(Channel &ch, const void *send, void *recv, size_t co
                             pstate_reduce_op_t op, uint32_t tag_base, size_t chunk_bytes);
 void reduce_scatter_ring_chunked(Channel &ch, const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype,
                                  pstate_reduce_op_t op, uint32_t tag_base, size_t chunk_bytes);
-void reduce_scatterv_ring_chunked(Channel &ch, const void *send, void *recv, const size_t *counts,
-                                  pstate_dtype_t dtype, pstate_reduce_op_t op, uint32_t tag_base, size_t chunk_bytes);
+void reduce_scatterv_ring_chunked(Channel &ch, const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype,
+                                  pstate_reduce_op_t op, uint32_t tag_base, size_t chunk_bytes);
 void reduce_ring_chunked(Channel &ch, const void *send, void *recv, size_t count, pstate_dtype_t dtype,
                          pstate_reduce_op_t op, int root, uint32_t tag_base, size_t chunk_bytes);
 void broadcast_pipelined_chain_chunked(Channel &ch, void *buf, size_t count, pstate_dtype_t dtype, int root,

@@ -36,8 +36,8 @@ using detail::bytes;
 using detail::mod;
 using detail::step_tag;
 
-void reduce_scatterv_ring_chunked(Channel &ch, const void *send, void *recv, const size_t *counts,
-                                  pstate_dtype_t dtype, pstate_reduce_op_t op, uint32_t tag_base, size_t chunk_bytes) {
+void reduce_scatterv_ring_chunked(Channel &ch, const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype,
+                                  pstate_reduce_op_t op, uint32_t tag_base, size_t chunk_bytes) {
   detail::require_reduction(dtype, op, "reduce_scatterv_ring");
   const size_t esize = dtype_size(dtype);
   const int p = ch.size(), r = ch.rank();
@@ -72,8 +72,8 @@ void reduce_scatterv_ring_chunked(Channel &ch, const void *send, void *recv, con
   for (int s = 0; s < p - 1; ++s) {
     const int recv_block = mod(r - s - 2, p);
     uint8_t *target = partial(s, recv_block);
-    detail::RingReduceStep step{ch, mod(r + 1, p), mod(r - 1, p), esize, chunk_elems,
-                                dtype, op, step_tag(tag_base, static_cast<uint32_t>(s)), scratch};
+    const uint32_t tag = step_tag(tag_base, static_cast<uint32_t>(s));
+    detail::RingReduceStep step{ch, mod(r + 1, p), mod(r - 1, p), esize, chunk_elems, dtype, op, tag, scratch};
     step.run(outgoing, elems(outgoing_block), target, block(recv_block), elems(recv_block));
     outgoing = target;
     outgoing_block = recv_block;

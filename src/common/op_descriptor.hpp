@@ -5,9 +5,10 @@
 // op and root; the variable-size collectives (all_gatherv, reduce_scatterv) put the total of
 // their counts array in count and a hash of the array in detail, so ranks that pass different
 // arrays with the same total disagree too. Ranks that disagree about any of them get
-// PSTATE_ERR_MISMATCH on every rank of the call. How the descriptors travel depends on the transport: inside a host they ride in the
-// flag words of the shared-memory protocol (src/transport/shm/, packed by pack_call_code), over
-// UCX they are exchanged before the operation (src/group/group.cpp).
+// PSTATE_ERR_MISMATCH on every rank of the call. How the descriptors travel depends on the
+// transport: inside a host they ride in the flag words of the shared-memory protocol
+// (src/transport/shm/, packed by pack_call_code; the counts hash beside the code), over UCX they
+// are exchanged before the operation (src/group/group.cpp).
 #pragma once
 
 #include <pstate/pstate.h>

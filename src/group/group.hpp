@@ -102,8 +102,8 @@ struct pstate_group_s {
       body();
     } catch (const pstate::Error &e) {
       if (e.status() != PSTATE_ERR_MISMATCH) throw;
-      throw pstate::Error(e.status(), pstate::cat(e.what(), "; this rank's counts: ",
-                                                  pstate::counts_text(counts, ranks_.size())));
+      throw pstate::Error(e.status(),
+                          pstate::cat(e.what(), "; this rank's counts: ", pstate::counts_text(counts, ranks_.size())));
     }
   }
 

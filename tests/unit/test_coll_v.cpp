@@ -98,7 +98,8 @@ std::string run_allgatherv(const std::vector<size_t> &counts, pstate_dtype_t d, 
   const size_t total = off.back();
   // part of rank r: byte j = r * 31 + j (mod 251): every part and position distinct.
   auto byte_of = [](size_t r, size_t j) { return static_cast<uint8_t>((r * 31 + j) % 251); };
-  std::vector<std::vector<uint8_t>> send(counts.size()), recv(counts.size(), std::vector<uint8_t>(total * es + 8, 0xEE));
+  std::vector<std::vector<uint8_t>> send(counts.size()),
+      recv(counts.size(), std::vector<uint8_t>(total * es + 8, 0xEE));
   for (size_t r = 0; r < counts.size(); ++r) {
     send[r].resize(counts[r] * es);
     for (size_t j = 0; j < send[r].size(); ++j) send[r][j] = byte_of(r, j);

@@ -212,8 +212,7 @@ class DeviceComm {
   // rank b into recv + offset(b) (all_gatherv; send is counts[rank()] elements), or of an
   // ncclReduce of send + offset(b) to every rank b (reduce_scatterv; recv is counts[rank()]
   // elements). Empty parts are skipped; buffers of an empty part are not read and may be nullptr.
-  virtual void all_gatherv(const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype,
-                           void *stream) = 0;
+  virtual void all_gatherv(const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype, void *stream) = 0;
   virtual void reduce_scatterv(const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype,
                                pstate_reduce_op_t op, void *stream) = 0;
   // Point-to-point to another rank of the group (self is INVALID_ARGUMENT: it would never match).

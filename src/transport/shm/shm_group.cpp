@@ -19,8 +19,9 @@ namespace pstate::shm {
 namespace {
 
 constexpr size_t kPage = 4096;
-constexpr uint64_t kLayoutVersion = 6;  // 4: line words carry the call code; 5: kind - 1 in it (16 kinds);
-                                        // 6: 5 bits of kind (32), 8 of root; counts hash in arrival lines
+// 4: line words carry the call code; 5: kind - 1 in it (16 kinds); 6: 5 bits of kind (32 kinds)
+// and 8 of root, the counts hash in arrival lines.
+constexpr uint64_t kLayoutVersion = 6;
 constexpr size_t kMaxInlineBytes = 72 * kLineData;  // 4032 < kCodedCountLarge
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
