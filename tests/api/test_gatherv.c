@@ -22,7 +22,8 @@
  * MISMATCH on every rank naming the call and both sides: under PSTATE_CHECK=1 (shared memory and
  * UCX; the context stays usable and the next call works), over UCX without it (the descriptor
  * exchange), and in shared memory without it (the always-on agreement there, which fails the
- * context), where an all_gatherv against an all_gather is a MISMATCH too.
+ * context), where an all_gatherv against an all_gather is a MISMATCH too. The flight recorder's
+ * dump of rank 0 names the failed calls all_gatherv / reduce_scatterv with their totals.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -38,6 +39,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "files.h"
 #include "ranks.h"
 #include "values.h"
 
@@ -400,11 +402,16 @@ static int mismatch_rank(const pstate_test_rank_t *self) {
   return 0;
 }
 
+/* The failed calls' flight-recorder dumps (written on MISMATCH) go to a fresh folder; rank 0's must
+ * name them by their own op names, with the total as the count. */
 static void run_mismatch(int world, int ucx, int check, int kind_vs_all_gather) {
   if (ucx) setenv("PSTATE_SHM", "0", 1);
   else unsetenv("PSTATE_SHM");
   if (check) setenv("PSTATE_CHECK", "1", 1);
   else unsetenv("PSTATE_CHECK");
+  char dir[64] = "/tmp/pstate-test-gatherv.XXXXXX", path[128], cmd[128];
+  assert_non_null(mkdtemp(dir));
+  setenv("PSTATE_TRACE_DIR", dir, 1);
   atomic_int *returned = mmap(NULL, sizeof *returned, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   assert_true(returned != MAP_FAILED);
   atomic_init(returned, 0);
@@ -413,7 +420,22 @@ static void run_mismatch(int world, int ucx, int check, int kind_vs_all_gather) 
   munmap(returned, sizeof *returned);
   unsetenv("PSTATE_SHM");
   unsetenv("PSTATE_CHECK");
+  unsetenv("PSTATE_TRACE_DIR");
+  snprintf(path, sizeof path, "%s/rank0.pstate-trace", dir);
+  char *dump = pstate_test_slurp(path);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
   assert_int_equal(failed, 0);
+  assert_non_null(dump);
+  char want[64];
+  snprintf(want, sizeof want, " all_gatherv %d float32 - - - ", kind_vs_all_gather ? 2 * world : world * (world + 1) / 2);
+  assert_non_null(strstr(dump, want));
+  assert_non_null(strstr(dump, " failed MISMATCH "));
+  if (!kind_vs_all_gather && !job.context_fails) {
+    snprintf(want, sizeof want, " reduce_scatterv %d float32 sum - - ", world * (world + 1) / 2);
+    assert_non_null(strstr(dump, want));
+  }
+  free(dump);
 }
 
 static void test_different_counts_are_mismatch_under_check_shm(void **s) { (void)s; run_mismatch(3, 0, 1, 0); }
