@@ -215,9 +215,15 @@ static int mismatch_rank(const pstate_test_rank_t *self) {
 
 static void test_different_counts_are_mismatch_under_check(void **s) {
   (void)s;
+  char dir[64] = "/tmp/pstate-test-devsim-gatherv.XXXXXX", cmd[128];
+  assert_non_null(mkdtemp(dir));
+  setenv("PSTATE_TRACE_DIR", dir, 1); /* the MISMATCH dumps, not into the working directory */
   setenv("PSTATE_CHECK", "1", 1);
   int failed = pstate_test_run_processes(2, 60, mismatch_rank, NULL, NULL);
   unsetenv("PSTATE_CHECK");
+  unsetenv("PSTATE_TRACE_DIR");
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
   assert_int_equal(failed, 0);
 }
 
