@@ -411,7 +411,9 @@ PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int s
 /* send == recv; reduce_scatter recv == send + rank_in_group * recv_count, or (CPU) recv ==     */
 /* send; gather on dst send == recv + dst * send_count, or (CPU) send == recv; all_to_all (CPU) */
 /* send == recv; reduce on root send == recv; scatter on root recv == send + root * recv_count, */
-/* or (CPU) recv == send. Any other overlap is INVALID_ARGUMENT naming both ranges and the forms */
+/* or (CPU) recv == send; all_gatherv send == recv + this rank's offset; reduce_scatterv recv == */
+/* send + this rank's offset (offset = counts[0] + ... + counts[rank_in_group - 1] elements).   */
+/* Any other overlap is INVALID_ARGUMENT naming both ranges and the forms                       */
 /* (the check is local and costs two comparisons). In a CUDA context only NCCL's forms are      */
 /* accepted. Rooted calls check only the buffers the rank uses: recv of reduce and send of      */
 /* scatter are ignored (may be NULL) on the ranks other than root.                              */
@@ -474,6 +476,29 @@ PSTATE_API pstate_status_t pstate_reduce(pstate_group_t *g, const void *send, vo
  *  front once every other block has left; the rest of send is left as it was). */
 PSTATE_API pstate_status_t pstate_scatter(pstate_group_t *g, const void *send, void *recv, size_t recv_count,
                                           pstate_dtype_t dtype, int root, void *stream);
+/** Variable counts (SGLang's all_gatherv with sizes=, MPI_Allgatherv): counts[i] = group rank
+ *  i's element count (world_size entries, read during the call only; zeros are fine, all zeros
+ *  too); send holds counts[rank_in_group] elements; recv (sum(counts) elements) receives every
+ *  rank's part packed in group-rank order, part i at offset counts[0] + ... + counts[i-1].
+ *  Every rank must pass the same counts: ranks whose arrays differ (their sum or any entry) get
+ *  MISMATCH on every rank, naming both sides (CPU contexts: always; CUDA contexts: under
+ *  PSTATE_CHECK=1). counts NULL, a sum that overflows size_t, or a sum of more than 2^47 bytes is
+ *  INVALID_ARGUMENT. In place: send == recv + counts[0] + ... + counts[rank_in_group - 1]
+ *  elements (this rank's part already in recv). CPU: a ring over the CPU communicator; CUDA: one
+ *  NCCL group of an ncclBroadcast from every rank with a non-empty part (as SGLang's PyNccl). */
+PSTATE_API pstate_status_t pstate_all_gatherv(pstate_group_t *g, const void *send, void *recv, const size_t *counts,
+                                              pstate_dtype_t dtype, void *stream);
+/** Variable counts (SGLang's reduce_scatterv with sizes=, MPI_Reduce_scatter): send holds
+ *  sum(counts) elements; group rank i receives in recv counts[i] elements: the reduction over the
+ *  group of the part at offset counts[0] + ... + counts[i-1]. counts, agreement and errors as for
+ *  pstate_all_gatherv; the notes on reductions above apply (AVG divides by the group size). A
+ *  rank whose count is 0 may pass recv NULL. In place: recv == send + counts[0] + ... +
+ *  counts[rank_in_group - 1] elements (only that part of send is written).
+ *  CPU: a ring over the CPU communicator; CUDA: one NCCL group of an ncclReduce to every rank
+ *  with a non-empty part (as SGLang's PyNccl). */
+PSTATE_API pstate_status_t pstate_reduce_scatterv(pstate_group_t *g, const void *send, void *recv,
+                                                  const size_t *counts, pstate_dtype_t dtype, pstate_reduce_op_t op,
+                                                  void *stream);
 /** Sends count elements to group rank dst (returns when the buffer may be reused). */
 PSTATE_API pstate_status_t pstate_send(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t dtype,
                                        int dst, void *stream);
@@ -655,6 +680,8 @@ struct pstate_api_t {
   pstate_status_t (*scatter)(pstate_group_t *g, const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, int root, void *stream);
   pstate_status_t (*set_interrupt_check)(pstate_t *ps, pstate_interrupt_fn fn, void *user);
   pstate_status_t (*trace_dump)(pstate_t *ps, const char *path);
+  pstate_status_t (*all_gatherv)(pstate_group_t *g, const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype, void *stream);
+  pstate_status_t (*reduce_scatterv)(pstate_group_t *g, const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream);
 };
 
 /** The table for ABI `abi_major` (pass PSTATE_ABI_MAJOR), or NULL when this library does not

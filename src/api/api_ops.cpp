@@ -66,6 +66,33 @@ void export_bytes(const pstate::Bytes &in, pstate_bytes_t *out) {
   out->size = in.size();
 }
 
+// The counts array of a v-collective: one element count per group rank, whose sum (and that
+// sum's bytes) must fit; checked the same way on every rank before any message, so a bad array
+// fails the call everywhere alike. total: the sum; offset: the elements before this rank's part.
+struct VarCounts {
+  size_t total = 0, offset = 0, mine = 0;
+};
+VarCounts require_counts(const pstate_group_t *g, const size_t *counts, pstate_dtype_t dtype, const char *call) {
+  if (counts == nullptr)
+    pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "counts is NULL: ", call, " on group ", g->name(),
+                        " needs one element count per group rank (", g->size(),
+                        " entries, counts[i] = group rank i's part; zeros are fine)");
+  VarCounts v;
+  for (int i = 0; i < g->size(); ++i) {
+    const size_t c = counts[static_cast<size_t>(i)];
+    if (i == g->rank_in_group()) {
+      v.offset = v.total;
+      v.mine = c;
+    }
+    if (__builtin_add_overflow(v.total, c, &v.total))
+      pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "counts: counts[0] + ... + counts[", i,
+                          "] overflows size_t (counts[", i, "] = ", c, ") on group ", g->name(),
+                          ": counts are element counts, one per group rank; is one a negative length cast to size_t?");
+  }
+  require_fits(v.total, dtype, 1, "counts (their sum)");
+  return v;
+}
+
 pstate_group_t *tp_group(pstate_t *ps, const char *call) {
   require_context(ps);
   ContextEntry entry(*ps, call);
@@ -287,6 +314,56 @@ PSTATE_API pstate_status_t pstate_scatter(pstate_group_t *g, const void *send, v
       }
     }
     g->scatter(in, recv, recv_count, dtype, root);
+  });
+}
+
+// The variable-size collectives. The descriptor every path compares carries the total of counts
+// and a hash of the array (make_v_op), so ranks that pass different arrays get MISMATCH (CPU:
+// always; CUDA: under PSTATE_CHECK=1, like every device collective).
+PSTATE_API pstate_status_t pstate_all_gatherv(pstate_group_t *g, const void *send, void *recv, const size_t *counts,
+                                              pstate_dtype_t dtype, void *stream) {
+  return PSTATE_GUARD({
+    check_op(g, dtype, stream, "pstate_all_gatherv");
+    ContextEntry entry(g->context(), "pstate_all_gatherv");
+    const VarCounts v = require_counts(g, counts, dtype, "pstate_all_gatherv");
+    const size_t part = require_buffer(send, v.mine, dtype, 1, "send");
+    const size_t total = require_buffer(recv, v.total, dtype, 1, "recv");
+    const bool in_place = recv != nullptr && send == at(recv, v.offset * element_size(dtype));
+    require_disjoint(g, "pstate_all_gatherv", send, part, recv, total, in_place,
+                     "send == recv + (counts[0] + ... + counts[rank_in_group - 1]) elements (this rank's part of "
+                     "recv)");
+    if (g->on_device())
+      return g->naming_counts_on_mismatch(counts, [&] {
+        g->run_device(pstate::make_v_op(OpKind::kAllGatherV, counts, static_cast<size_t>(g->size()), v.total, dtype),
+                      [&](DeviceComm &d) { d.all_gatherv(send, recv, counts, dtype, stream); });
+      });
+    require_host(g, send, recv, "all_gatherv");
+    g->all_gatherv(send, recv, counts, v.total, dtype);
+  });
+}
+
+PSTATE_API pstate_status_t pstate_reduce_scatterv(pstate_group_t *g, const void *send, void *recv, const size_t *counts,
+                                                  pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream) {
+  return PSTATE_GUARD({
+    check_op(g, dtype, stream, "pstate_reduce_scatterv");
+    ContextEntry entry(g->context(), "pstate_reduce_scatterv");
+    require_op(op);
+    const VarCounts v = require_counts(g, counts, dtype, "pstate_reduce_scatterv");
+    const size_t total = require_buffer(send, v.total, dtype, 1, "send");
+    const size_t part = require_buffer(recv, v.mine, dtype, 1, "recv");
+    const bool in_place = send != nullptr && recv == at(send, v.offset * element_size(dtype));
+    require_disjoint(g, "pstate_reduce_scatterv", send, total, recv, part, in_place,
+                     "recv == send + (counts[0] + ... + counts[rank_in_group - 1]) elements (this rank's part of "
+                     "send)");
+    if (g->on_device())
+      return g->naming_counts_on_mismatch(counts, [&] {
+        g->run_device(
+            pstate::make_v_op(OpKind::kReduceScatterV, counts, static_cast<size_t>(g->size()), v.total, dtype, op),
+            [&](DeviceComm &d) { d.reduce_scatterv(send, recv, counts, dtype, op, stream); });
+      });
+    require_reducible(dtype, op);
+    require_host(g, send, recv, "reduce_scatterv");
+    g->reduce_scatterv(send, recv, counts, v.total, dtype, op);
   });
 }
 

@@ -59,6 +59,8 @@ constexpr pstate_api_t make_table() {
   t.scatter = pstate_scatter;
   t.set_interrupt_check = pstate_set_interrupt_check;
   t.trace_dump = pstate_trace_dump;
+  t.all_gatherv = pstate_all_gatherv;
+  t.reduce_scatterv = pstate_reduce_scatterv;
   return t;
 }
 

@@ -3,7 +3,7 @@
 // One algorithm per .cpp file, each opening with a comment that explains it and its reduction
 // order. All of them:
 //   - take group ranks (Channel::rank()/size()) and are called by every rank of the group with
-//     the same count, dtype, op, root and tag_base;
+//     the same count (or counts array), dtype, op, root and tag_base;
 //   - return when this rank's part is complete, and throw pstate::Error on failure (the Channel's
 //     TIMEOUT/PEER_LOST/TRANSPORT/MISMATCH, or INVALID_ARGUMENT/UNSUPPORTED found before any
 //     message is posted, so every rank fails alike);
@@ -23,7 +23,9 @@
 // In place: send == recv for allreduce, alltoall and (on the root) reduce; for allgather and
 // gather, send == recv + rank * send_count * dtype_size (MPI/NCCL's in-place convention); for
 // reduce_scatter, recv == send + rank * recv_count * dtype_size, and for scatter (on the root)
-// recv == send + root * recv_count * dtype_size. Other partial overlaps are not supported.
+// recv == send + root * recv_count * dtype_size; for the v-collectives the same at the rank's
+// offset: allgatherv send == recv + (counts[0] + ... + counts[rank-1]) * dtype_size,
+// reduce_scatterv recv == send + that offset. Other partial overlaps are not supported.
 #pragma once
 
 #include "coll/channel.hpp"
@@ -51,6 +53,10 @@ void allreduce_ring(Channel &ch, const void *send, void *recv, size_t count, pst
 // send holds size() * recv_count elements; rank r's recv gets the reduction of block r.
 void reduce_scatter_ring(Channel &ch, const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype,
                          pstate_reduce_op_t op, uint32_t tag_base);
+// send holds sum(counts) elements (counts: size() entries); rank r's recv (counts[r] elements)
+// gets the reduction of block r, which starts at counts[0] + ... + counts[r-1].
+void reduce_scatterv_ring(Channel &ch, const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype,
+                          pstate_reduce_op_t op, uint32_t tag_base);
 // On root, recv[i] = op over ranks of send[i], count elements (send == recv: in place); recv is
 // not used on the other ranks (may be nullptr) and never written there.
 void reduce_binomial(Channel &ch, const void *send, void *recv, size_t count, pstate_dtype_t dtype,
@@ -63,6 +69,10 @@ void reduce_ring(Channel &ch, const void *send, void *recv, size_t count, pstate
 void allgather_ring(Channel &ch, const void *send, void *recv, size_t send_count, pstate_dtype_t dtype,
                     uint32_t tag_base);
 void allgather_bruck(Channel &ch, const void *send, void *recv, size_t send_count, pstate_dtype_t dtype,
+                     uint32_t tag_base);
+// recv (sum(counts) elements; counts: size() entries) = every rank's send (counts[rank]
+// elements), packed in group-rank order.
+void allgatherv_ring(Channel &ch, const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype,
                      uint32_t tag_base);
 // buf (count elements) of group rank root is copied to every rank's buf.
 void broadcast_binomial(Channel &ch, void *buf, size_t count, pstate_dtype_t dtype, int root, uint32_t tag_base);
@@ -101,6 +111,8 @@ void allreduce_ring_chunked(Channel &ch, const void *send, void *recv, size_t co
                             pstate_reduce_op_t op, uint32_t tag_base, size_t chunk_bytes);
 void reduce_scatter_ring_chunked(Channel &ch, const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype,
                                  pstate_reduce_op_t op, uint32_t tag_base, size_t chunk_bytes);
+void reduce_scatterv_ring_chunked(Channel &ch, const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype,
+                                  pstate_reduce_op_t op, uint32_t tag_base, size_t chunk_bytes);
 void reduce_ring_chunked(Channel &ch, const void *send, void *recv, size_t count, pstate_dtype_t dtype,
                          pstate_reduce_op_t op, int root, uint32_t tag_base, size_t chunk_bytes);
 void broadcast_pipelined_chain_chunked(Channel &ch, void *buf, size_t count, pstate_dtype_t dtype, int root,

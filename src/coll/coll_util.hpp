@@ -2,7 +2,7 @@
 //
 // Block partitions (how a buffer of `count` elements is cut into one block per rank), rank
 // arithmetic modulo the group size, tag composition, argument checks, and the chunked ring step
-// used by every ring that reduces (allreduce_ring, reduce_scatter_ring).
+// used by every ring that reduces (allreduce_ring, reduce_scatter_ring, reduce_scatterv_ring).
 #pragma once
 
 #include "coll/channel.hpp"
@@ -41,6 +41,23 @@ struct BlockPartition {
     const size_t ub = static_cast<size_t>(b);
     return ub * base + (ub < extra ? ub : extra);
   }
+};
+
+// The blocks of a variable-size collective (allgatherv, reduce_scatterv): block b holds
+// counts[b] elements and starts right after block b-1. Sizes and offsets in bytes; every rank
+// passes the same counts, so sender and receiver agree on every block. The caller has checked
+// that the total fits (src/api/).
+class VarBlocks {
+ public:
+  VarBlocks(const size_t *counts, int parts, size_t esize) : offsets_(static_cast<size_t>(parts) + 1, 0) {
+    for (size_t b = 0; b < static_cast<size_t>(parts); ++b) offsets_[b + 1] = offsets_[b] + counts[b] * esize;
+  }
+  size_t offset(int b) const { return offsets_[static_cast<size_t>(b)]; }
+  size_t size(int b) const { return offsets_[static_cast<size_t>(b) + 1] - offsets_[static_cast<size_t>(b)]; }
+  size_t total_bytes() const { return offsets_.back(); }
+
+ private:
+  std::vector<size_t> offsets_;
 };
 
 inline const uint8_t *bytes(const void *p) { return static_cast<const uint8_t *>(p); }

@@ -2,14 +2,18 @@
 // of a group compares before it reads or reduces anything (issue "no wrong answer").
 //
 // A descriptor names the operation kind, the group's sequence number, the count, dtype, reduce
-// op and root. Ranks that disagree about any of them get PSTATE_ERR_MISMATCH on every rank of
-// the call. How the descriptors travel depends on the transport: inside a host they ride in the
-// flag words of the shared-memory protocol (src/transport/shm/, packed by pack_call_code), over
-// UCX they are exchanged before the operation (src/group/group.cpp).
+// op and root; the variable-size collectives (all_gatherv, reduce_scatterv) put the total of
+// their counts array in count and a hash of the array in detail, so ranks that pass different
+// arrays with the same total disagree too. Ranks that disagree about any of them get
+// PSTATE_ERR_MISMATCH on every rank of the call. How the descriptors travel depends on the
+// transport: inside a host they ride in the flag words of the shared-memory protocol
+// (src/transport/shm/, packed by pack_call_code; the counts hash beside the code), over UCX they
+// are exchanged before the operation (src/group/group.cpp).
 #pragma once
 
 #include <pstate/pstate.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -21,11 +25,25 @@ enum class OpKind : uint32_t {
   kFinalize,  // the barrier of pstate_finalize: a finalizing peer is never a partner
   kDestroy,   // the barrier of pstate_destroy_model_parallel
   kReduce,    // 15
-  kScatter,   // 16: the last kind the 4-bit code can hold (see pack_call_code)
+  kScatter,         // 16
+  kAllGatherV,      // 17: counts array (count = its total, detail = its hash)
+  kReduceScatterV,  // 18: the same
 };
-static_assert(static_cast<uint32_t>(OpKind::kScatter) == 16,
-              "pack_call_code holds 16 kinds (4 bits): widen the code before adding another");
+// pack_call_code holds 32 kinds (5 bits).
+static_assert(static_cast<uint32_t>(OpKind::kReduceScatterV) <= 32,
+              "pack_call_code holds 32 kinds (5 bits): widen the code before adding another");
 const char *op_kind_name(OpKind kind);
+
+// Whether descriptors of this kind carry a counts hash in detail (compared like every field).
+inline bool carries_counts_hash(uint32_t kind) {
+  return kind == static_cast<uint32_t>(OpKind::kAllGatherV) || kind == static_cast<uint32_t>(OpKind::kReduceScatterV);
+}
+// The hash of a counts array of n entries that the v-collectives' descriptors carry (FNV-1a over
+// the 64-bit counts and n, folded to 32 bits; never 0). Two ranks that pass different arrays with
+// the same total differ here except with probability ~2^-32.
+uint32_t counts_hash(const size_t *counts, size_t n);
+// "[3, 0, 5]": a counts array for messages (the first 16 entries, then how many there are).
+std::string counts_text(const size_t *counts, size_t n);
 
 // 32 bytes on the wire (PSTATE_CHECK's exchange sends it as raw bytes).
 struct OpDescriptor {
@@ -35,7 +53,7 @@ struct OpDescriptor {
   int32_t dtype = -1;
   int32_t reduce_op = -1;
   int32_t root = -1;
-  int32_t reserved = 0;
+  uint32_t detail = 0;  // all_gatherv / reduce_scatterv: counts_hash of the counts array; else 0
 };
 static_assert(sizeof(OpDescriptor) == 32);
 
@@ -43,36 +61,48 @@ inline OpDescriptor make_op(OpKind kind, uint64_t count, int dtype = -1, int red
   return OpDescriptor{static_cast<uint32_t>(kind), 0, count, dtype, reduce_op, root, 0};
 }
 
-// "all_reduce count 4 float32 sum" (with_seq: "all_reduce #17 count 4 float32 sum").
+// The descriptor of a v-collective: count = total of counts (n = group size entries), detail =
+// counts_hash(counts, n); dtype and op as for the fixed-size kinds (op -1 for all_gatherv).
+inline OpDescriptor make_v_op(OpKind kind, const size_t *counts, size_t n, uint64_t total, int dtype,
+                              int reduce_op = -1) {
+  OpDescriptor d = make_op(kind, total, dtype, reduce_op, -1);
+  d.detail = counts_hash(counts, n);
+  return d;
+}
+
+// "all_reduce count 4 float32 sum" (with_seq: "all_reduce #17 count 4 float32 sum"; a
+// v-collective: "all_gatherv total 12 int32 counts 5f3a09c1", the array's hash).
 std::string describe_op(const OpDescriptor &d, bool with_seq = false);
 
 // The descriptor packed into 32 bits, exactly where it can be:
-//   bits  0..3   kind - 1 (kinds 1..16)
-//   bits  4..7   dtype + 1 (0: none)
-//   bits  8..10  reduce op + 1 (0: none)
-//   bits 11..19  root + 1 (0: none; roots up to kMaxCodedRoot)
+//   bits  0..4   kind - 1 (kinds 1..32)
+//   bits  5..8   dtype + 1 (0: none)
+//   bits  9..11  reduce op + 1 (0: none)
+//   bits 12..19  root + 1 (0: none; roots up to kMaxCodedRoot)
 //   bits 20..31  count, or kCodedCountLarge for counts of kCodedCountLarge and more (the
 //                shared-memory protocol then carries the full count beside the code)
 // Two descriptors without sequence numbers are equal iff their codes are equal, provided their
-// counts are below kCodedCountLarge (else the full counts must be compared too) and their roots
-// at most kMaxCodedRoot (shared-memory groups are limited to kMaxCodedRoot + 1 ranks).
+// counts are below kCodedCountLarge (else the full counts must be compared too), their roots at
+// most kMaxCodedRoot (shared-memory groups are limited to kMaxCodedRoot + 1 ranks) and, for the
+// kinds that carry one, their counts hashes are equal (the shared-memory protocol carries the
+// hash beside the code too).
 inline constexpr uint32_t kCodedCountLarge = 0xfff;
-inline constexpr int kMaxCodedRoot = 510;
+inline constexpr int kMaxCodedRoot = 254;
 
 inline uint32_t pack_call_code(const OpDescriptor &d) {
   const uint32_t count = d.count >= kCodedCountLarge ? kCodedCountLarge : static_cast<uint32_t>(d.count);
-  return ((d.op - 1) & 0xfu) | (static_cast<uint32_t>(d.dtype + 1) & 0xfu) << 4 |
-         (static_cast<uint32_t>(d.reduce_op + 1) & 0x7u) << 8 | (static_cast<uint32_t>(d.root + 1) & 0x1ffu) << 11 |
+  return ((d.op - 1) & 0x1fu) | (static_cast<uint32_t>(d.dtype + 1) & 0xfu) << 5 |
+         (static_cast<uint32_t>(d.reduce_op + 1) & 0x7u) << 9 | (static_cast<uint32_t>(d.root + 1) & 0xffu) << 12 |
          count << 20;
 }
 
-// The descriptor a code stands for (count: kCodedCountLarge when it did not fit; seq 0).
+// The descriptor a code stands for (count: kCodedCountLarge when it did not fit; seq 0; detail 0).
 inline OpDescriptor unpack_call_code(uint32_t code) {
   OpDescriptor d;
-  d.op = (code & 0xfu) + 1;
-  d.dtype = static_cast<int32_t>((code >> 4) & 0xfu) - 1;
-  d.reduce_op = static_cast<int32_t>((code >> 8) & 0x7u) - 1;
-  d.root = static_cast<int32_t>((code >> 11) & 0x1ffu) - 1;
+  d.op = (code & 0x1fu) + 1;
+  d.dtype = static_cast<int32_t>((code >> 5) & 0xfu) - 1;
+  d.reduce_op = static_cast<int32_t>((code >> 9) & 0x7u) - 1;
+  d.root = static_cast<int32_t>((code >> 12) & 0xffu) - 1;
   d.count = code >> 20;
   return d;
 }

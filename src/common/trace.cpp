@@ -141,7 +141,9 @@ const char *trace_op_name(TraceOp op) {
                                        "finalize",
                                        "abort",
                                        "graph_capture_begin",
-                                       "graph_capture_end"};
+                                       "graph_capture_end",
+                                       "all_gatherv",
+                                       "reduce_scatterv"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(TraceOp::kCount));
   const auto i = static_cast<size_t>(op);
   return i < static_cast<size_t>(TraceOp::kCount) ? kNames[i] : "-";

@@ -23,6 +23,8 @@
 // were read at the recorder's creation.
 #pragma once
 
+#include "common/op_descriptor.hpp"
+
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -60,8 +62,9 @@ enum class TraceClass : uint8_t { kColl = 0, kP2P = 1, kLife = 2 };
 enum class TracePath : uint8_t { kNone = 0, kShm, kUcx, kNccl, kLocal };
 enum class TraceState : uint8_t { kPosted = 0, kStarted, kEnqueued, kCompleted, kFailed };
 
-// Operation names of the dump (docs/trace-format.md "op"); the collective kinds come first in the
-// order of OpKind so that a kind converts by value.
+// Operation names of the dump (docs/trace-format.md "op"); the collective kinds 1..16 come first
+// in the order of OpKind so that they convert by value; later kinds were appended at the end
+// (trace_op_of converts any kind).
 enum class TraceOp : uint8_t {
   kNone = 0,
   kAllReduce,
@@ -92,9 +95,18 @@ enum class TraceOp : uint8_t {
   kAbort,
   kGraphCaptureBegin,
   kGraphCaptureEnd,
+  kAllGatherV,      // OpKind::kAllGatherV
+  kReduceScatterV,  // OpKind::kReduceScatterV
   kCount
 };
 const char *trace_op_name(TraceOp op);
+
+// The trace op of an OpKind (OpDescriptor::op).
+inline TraceOp trace_op_of(uint32_t op_kind) {
+  if (op_kind == static_cast<uint32_t>(OpKind::kAllGatherV)) return TraceOp::kAllGatherV;
+  if (op_kind == static_cast<uint32_t>(OpKind::kReduceScatterV)) return TraceOp::kReduceScatterV;
+  return op_kind <= static_cast<uint32_t>(TraceOp::kScatter) ? static_cast<TraceOp>(op_kind) : TraceOp::kNone;
+}
 
 // One group as the recorder knows it (kept after the group is destroyed: its entries name it).
 struct TraceGroup {

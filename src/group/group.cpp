@@ -220,7 +220,7 @@ void pstate_group_s::trace_outer_end(uint64_t id, const pstate::Error *e) {
 uint64_t pstate_group_s::trace_begin(pstate::TraceRecorder &tr, const OpDescriptor &d, bool numbered) {
   using pstate::TracePath;
   const TracePath path = size() == 1 ? TracePath::kLocal : use_shm() ? TracePath::kShm : TracePath::kUcx;
-  return tr.begin(pstate::TraceClass::kColl, static_cast<pstate::TraceOp>(d.op), trace_group_,
+  return tr.begin(pstate::TraceClass::kColl, pstate::trace_op_of(d.op), trace_group_,
                   numbered ? pstate::TraceRecorder::next_coll(trace_group_) : UINT64_MAX, d.count, d.dtype,
                   d.reduce_op, d.root, -1, path);
 }
@@ -349,6 +349,33 @@ void pstate_group_s::scatter(const void *send, void *recv, size_t recv_count, ps
     auto choice = selector_.scatter(size(), bytes);
     explain("scatter", choice.name, bytes, 18);
     choice.fn(*channel_, send, recv, recv_count, dtype, root, tag);
+  });
+}
+
+// The v-collectives run on the channel (UCX) on every path: in a shared-memory group they first
+// arrive in shared memory, which compares the descriptor (its counts hash included) with what
+// every peer called there.
+void pstate_group_s::all_gatherv(const void *send, void *recv, const size_t *counts, size_t total,
+                                 pstate_dtype_t dtype) {
+  const OpDescriptor d = pstate::make_v_op(OpKind::kAllGatherV, counts, ranks_.size(), total, dtype);
+  naming_counts_on_mismatch(counts, [&] {
+    run(d, [&](uint32_t tag) {
+      arrive_in_shm(d);
+      explain("all_gatherv", "ring", total * pstate::dtype_size(dtype), 20);
+      pstate::coll::allgatherv_ring(*channel_, send, recv, counts, dtype, tag);
+    });
+  });
+}
+
+void pstate_group_s::reduce_scatterv(const void *send, void *recv, const size_t *counts, size_t total,
+                                     pstate_dtype_t dtype, pstate_reduce_op_t op) {
+  const OpDescriptor d = pstate::make_v_op(OpKind::kReduceScatterV, counts, ranks_.size(), total, dtype, op);
+  naming_counts_on_mismatch(counts, [&] {
+    run(d, [&](uint32_t tag) {
+      arrive_in_shm(d);
+      explain("reduce_scatterv", "ring", total * pstate::dtype_size(dtype), 22);
+      pstate::coll::reduce_scatterv_ring(*channel_, send, recv, counts, dtype, op, tag);
+    });
   });
 }
 

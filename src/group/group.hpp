@@ -4,7 +4,8 @@
 // communicator: a Channel over UCX (any host) that the algorithms of src/coll/ run on. Every
 // operation goes through run(): it refuses work on a failed context, numbers the operation
 // (the sequence number becomes the tag base, so messages of different operations never mix),
-// makes every rank agree on what is being called (kind, count, dtype, op, root: inside a host in
+// makes every rank agree on what is being called (kind, count, dtype, op, root, the v-collectives'
+// counts array as its total and hash: inside a host in
 // the shared-memory protocol, on UCX by a descriptor exchange; PSTATE_CHECK=1 adds the exchange
 // everywhere) and reports a mismatch on every rank instead of a wrong answer or a hang, sets the
 // deadline, and on a fatal error (TIMEOUT, PEER_LOST, TRANSPORT) poisons the context so every
@@ -75,6 +76,12 @@ struct pstate_group_s {
   // recv is nullptr on every rank but root; send is nullptr on every rank but root.
   void reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op, int root);
   void scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, int root);
+  // The variable-size collectives: counts has size() entries summing to total (checked by
+  // src/api/); the descriptor carries total and counts_hash(counts), so ranks that pass
+  // different arrays get MISMATCH. UCX carries them (inside a host after arriving in shm).
+  void all_gatherv(const void *send, void *recv, const size_t *counts, size_t total, pstate_dtype_t dtype);
+  void reduce_scatterv(const void *send, void *recv, const size_t *counts, size_t total, pstate_dtype_t dtype,
+                       pstate_reduce_op_t op);
   void send(const void *buf, size_t count, pstate_dtype_t dtype, int dst);
   void recv(void *buf, size_t count, pstate_dtype_t dtype, int src);
   // allow_shm false: over the CPU channel (UCX) even inside a host, e.g. to prove the transport.
@@ -85,6 +92,20 @@ struct pstate_group_s {
   pstate::Bytes all_gather_object(const void *data, size_t size, std::vector<size_t> *sizes);
   void send_object(const void *data, size_t size, int dst);
   pstate::Bytes recv_object(int src);
+
+  // Runs body; a MISMATCH it throws (of a v-collective: the descriptors name only the counts
+  // hashes) gets this rank's counts array appended, so the ranks' messages together show every
+  // array that was passed.
+  template <typename Body>
+  void naming_counts_on_mismatch(const size_t *counts, Body &&body) {
+    try {
+      body();
+    } catch (const pstate::Error &e) {
+      if (e.status() != PSTATE_ERR_MISMATCH) throw;
+      throw pstate::Error(e.status(),
+                          pstate::cat(e.what(), "; this rank's counts: ", pstate::counts_text(counts, ranks_.size())));
+    }
+  }
 
   // A call made of several operations of this group (a tensor dict: its metadata object, then
   // its tensors), recorded by the flight recorder as one entry around theirs: kBroadcastTensorDict

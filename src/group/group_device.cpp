@@ -51,7 +51,7 @@ pstate::DeviceComm &pstate_group_s::begin_device_op(const pstate::OpDescriptor &
   auto record = [&](bool numbered) -> uint64_t {
     if (tr == nullptr) return 0;
     const auto path = size() == 1 ? pstate::TracePath::kLocal : pstate::TracePath::kNccl;
-    const auto op = static_cast<pstate::TraceOp>(desc.op);
+    const auto op = pstate::trace_op_of(desc.op);
     if (point_to_point)
       return tr->begin(pstate::TraceClass::kP2P, op, trace_group_,
                        numbered ? pstate::TraceRecorder::next_p2p(trace_group_, desc.root, kind == pstate::OpKind::kSend)

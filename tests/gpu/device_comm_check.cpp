@@ -77,6 +77,11 @@ DeviceOps ops_of(pstate::DeviceComm &c) {
   o.scatter = [&c](const void *s, void *r, size_t n, pstate_dtype_t t, int root, void *st) {
     call([&] { c.scatter(s, r, n, t, root, st); });
   };
+  o.all_gatherv = [&c](const void *s, void *r, const size_t *counts, pstate_dtype_t t, void *st) {
+    call([&] { c.all_gatherv(s, r, counts, t, st); });
+  };
+  o.reduce_scatterv = [&c](const void *s, void *r, const size_t *counts, pstate_dtype_t t, pstate_reduce_op_t op,
+                           void *st) { call([&] { c.reduce_scatterv(s, r, counts, t, op, st); }); };
   o.send = [&c](const void *b, size_t n, pstate_dtype_t t, int dst, void *st) { call([&] { c.send(b, n, t, dst, st); }); };
   o.recv = [&c](void *b, size_t n, pstate_dtype_t t, int src, void *st) { call([&] { c.recv(b, n, t, src, st); }); };
   o.barrier = [&c] { call([&] { c.barrier(); }); };

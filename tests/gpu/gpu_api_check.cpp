@@ -58,6 +58,11 @@ DeviceOps ops_of(pstate_group_t *g) {
   o.scatter = [g](const void *s, void *r, size_t n, pstate_dtype_t t, int root, void *st) {
     ps_check(pstate_scatter(g, s, r, n, t, root, st));
   };
+  o.all_gatherv = [g](const void *s, void *r, const size_t *counts, pstate_dtype_t t, void *st) {
+    ps_check(pstate_all_gatherv(g, s, r, counts, t, st));
+  };
+  o.reduce_scatterv = [g](const void *s, void *r, const size_t *counts, pstate_dtype_t t, pstate_reduce_op_t op,
+                          void *st) { ps_check(pstate_reduce_scatterv(g, s, r, counts, t, op, st)); };
   o.send = [g](const void *b, size_t n, pstate_dtype_t t, int dst, void *st) {
     ps_check(pstate_send(g, b, n, t, dst, st));
   };

@@ -197,6 +197,8 @@ struct DeviceOps {
   std::function<void(const void *, void *, size_t, pstate_dtype_t, void *)> all_to_all;
   std::function<void(const void *, void *, size_t, pstate_dtype_t, pstate_reduce_op_t, int, void *)> reduce;
   std::function<void(const void *, void *, size_t, pstate_dtype_t, int, void *)> scatter;
+  std::function<void(const void *, void *, const size_t *, pstate_dtype_t, void *)> all_gatherv;
+  std::function<void(const void *, void *, const size_t *, pstate_dtype_t, pstate_reduce_op_t, void *)> reduce_scatterv;
   std::function<void(const void *, size_t, pstate_dtype_t, int, void *)> send;
   std::function<void(void *, size_t, pstate_dtype_t, int, void *)> recv;
   std::function<void()> barrier;
@@ -330,6 +332,48 @@ inline std::string check_scatter(Case &k, pstate_dtype_t t) {
                  [&](size_t i) { return input_value(PSTATE_SUM, k.rank, i, t); });
 }
 
+// The counts of the v-collectives: uneven, every third rank empty (rank 1, 4, ...), so an NCCL
+// group holds broadcasts / reduces of different sizes and skips the empty parts; the sum stays
+// within the world * kCount elements of send and recv.
+inline std::vector<size_t> v_counts(int world) {
+  std::vector<size_t> counts(static_cast<size_t>(world));
+  for (size_t q = 0; q < counts.size(); ++q) counts[q] = q % 3 == 1 ? 0 : kCount - 7 * q;
+  return counts;
+}
+inline size_t v_offset(const std::vector<size_t> &counts, int rank) {
+  size_t off = 0;
+  for (int q = 0; q < rank; ++q) off += counts[static_cast<size_t>(q)];
+  return off;
+}
+
+// all_gatherv: rank q's part is input_value(q, i); recv holds every part packed in rank order.
+inline std::string check_all_gatherv(Case &k, pstate_dtype_t t) {
+  const auto counts = v_counts(k.world);
+  const size_t mine = counts[static_cast<size_t>(k.rank)], total = v_offset(counts, k.world);
+  upload(k, k.send, make_bytes(t, mine, [&](size_t i) { return input_value(PSTATE_SUM, k.rank, i, t); }));
+  k.ops.all_gatherv(mine != 0 ? k.send : nullptr, k.recv, counts.data(), t, k.stream);
+  return compare(t, download(k, k.recv, total * size_of(t)), total, [&](size_t j) {
+    int q = 0;
+    while (j >= v_offset(counts, q + 1)) ++q;
+    return input_value(PSTATE_SUM, q, j - v_offset(counts, q), t);
+  });
+}
+
+// reduce_scatterv: rank r gets the reduction of elements offset(r) .. offset(r) + counts[r] - 1.
+inline std::string check_reduce_scatterv(Case &k, pstate_dtype_t t, pstate_reduce_op_t op) {
+  const auto counts = v_counts(k.world);
+  const size_t mine = counts[static_cast<size_t>(k.rank)], total = v_offset(counts, k.world);
+  const size_t offset = v_offset(counts, k.rank);
+  upload(k, k.send, make_bytes(t, total, [&](size_t i) { return input_value(op, k.rank, i, t); }));
+  k.ops.reduce_scatterv(k.send, mine != 0 ? k.recv : nullptr, counts.data(), t, op, k.stream);
+  if (mine == 0) {
+    CK(cudaStreamSynchronize(k.stream));
+    return "";
+  }
+  return compare(t, download(k, k.recv, mine * size_of(t)), mine,
+                 [&](size_t i) { return reduced_value(op, k.world, offset + i, t); });
+}
+
 inline std::string check_all_to_all(Case &k, pstate_dtype_t t) {
   // Block j of rank q's send holds input_value(q, j * kCount + i); block q of rank r's recv
   // must then hold input_value(q, r * kCount + i).
@@ -369,12 +413,14 @@ inline void check_operations(Case &k) {
       run_case(k, k.name("all_reduce", t, rop), [&] { return check_reduction(k, false, t, op); });
       run_case(k, k.name("reduce_scatter", t, rop), [&] { return check_reduction(k, true, t, op); });
       run_case(k, k.name("reduce", t, rop), [&] { return check_reduce(k, t, op); });
+      run_case(k, k.name("reduce_scatterv", t, rop), [&] { return check_reduce_scatterv(k, t, op); });
     }
     run_case(k, k.name("all_gather", t), [&] { return check_all_gather(k, t); });
     run_case(k, k.name("broadcast", t), [&] { return check_broadcast(k, t); });
     run_case(k, k.name("gather", t), [&] { return check_gather(k, t); });
     run_case(k, k.name("all_to_all", t), [&] { return check_all_to_all(k, t); });
     run_case(k, k.name("scatter", t), [&] { return check_scatter(k, t); });
+    run_case(k, k.name("all_gatherv", t), [&] { return check_all_gatherv(k, t); });
     if (k.world > 1) run_case(k, k.name("send/recv ring", t), [&] { return check_send_recv_ring(k, t); });
   }
   run_case(k, "all_reduce float32 sum in place", [&] {

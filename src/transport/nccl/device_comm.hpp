@@ -207,6 +207,14 @@ class DeviceComm {
   // root (may be nullptr elsewhere).
   virtual void scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, int root,
                        void *stream) = 0;
+  // The variable-size collectives (counts: size() entries; part b at offset counts[0] + ... +
+  // counts[b-1]), as SGLang's PyNccl does them: one NCCL group of an ncclBroadcast from every
+  // rank b into recv + offset(b) (all_gatherv; send is counts[rank()] elements), or of an
+  // ncclReduce of send + offset(b) to every rank b (reduce_scatterv; recv is counts[rank()]
+  // elements). Empty parts are skipped; buffers of an empty part are not read and may be nullptr.
+  virtual void all_gatherv(const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype, void *stream) = 0;
+  virtual void reduce_scatterv(const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype,
+                               pstate_reduce_op_t op, void *stream) = 0;
   // Point-to-point to another rank of the group (self is INVALID_ARGUMENT: it would never match).
   virtual void send(const void *buf, size_t count, pstate_dtype_t dtype, int dst, void *stream) = 0;
   virtual void recv(void *buf, size_t count, pstate_dtype_t dtype, int src, void *stream) = 0;

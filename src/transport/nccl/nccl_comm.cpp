@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <thread>
 #include <utility>
+#include <vector>
 
 namespace pstate {
 
@@ -440,6 +441,80 @@ void NcclCommunicator::all_to_all(const void *send, void *recv, size_t count_per
   }
   ncclResult_t end = api.GroupEnd();
   if (first != ncclSuccess) complete(first, "ncclSend/ncclRecv", kOp);
+  complete(end, "ncclGroupEnd", kOp);
+}
+
+namespace {
+// Byte offsets of the parts of a v-collective (size + 1 entries), refusing totals that do not fit.
+std::vector<size_t> part_offsets(const size_t *counts, int size, pstate_dtype_t dtype, const std::string &where) {
+  std::vector<size_t> offsets(static_cast<size_t>(size) + 1, 0);
+  for (size_t b = 0; b < static_cast<size_t>(size); ++b) {
+    const size_t bytes = bytes_of(counts[b], dtype, 1, where);
+    if (__builtin_add_overflow(offsets[b], bytes, &offsets[b + 1]))
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, where, ": the counts add up to more than size_t holds");
+  }
+  return offsets;
+}
+}  // namespace
+
+void NcclCommunicator::all_gatherv(const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype,
+                                   void *stream) {
+  constexpr const char *kOp = "all_gatherv";
+  require_usable(kOp);
+  require_dtype(dtype, kOp);
+  if (counts == nullptr) throw_error(PSTATE_ERR_INVALID_ARGUMENT, where(kOp), ": counts is NULL");
+  const std::vector<size_t> off = part_offsets(counts, size(), dtype, where(kOp));
+  if (off.back() == 0) return;
+  const auto me = static_cast<size_t>(rank());
+  if (counts[me] != 0) require_buffer(send, "send", kOp);
+  require_buffer(recv, "recv", kOp);
+  OpScope scope(*this, kOp, stream);
+  char *out = static_cast<char *>(recv);
+  if (size() == 1) return copy(out, send, off[1], scope.stream(), kOp);
+  ncclComm_t c = comm(scope.stream(), kOp);
+  const auto &api = nccl_->api();
+  // SGLang's PyNccl all_gatherv: rank b broadcasts its part into recv + offset(b) everywhere
+  // (its own send is the broadcast's source; in place when send == recv + offset(rank)).
+  complete(api.GroupStart(), "ncclGroupStart", kOp);
+  ncclResult_t first = ncclSuccess;
+  for (int b = 0; b < size() && first == ncclSuccess; ++b) {
+    const auto i = static_cast<size_t>(b);
+    if (counts[i] == 0) continue;
+    first = api.Broadcast(b == rank() ? send : nullptr, out + off[i], counts[i], to_nccl(dtype), b, c, scope.stream());
+  }
+  ncclResult_t end = api.GroupEnd();
+  if (first != ncclSuccess) complete(first, "ncclBroadcast", kOp);
+  complete(end, "ncclGroupEnd", kOp);
+}
+
+void NcclCommunicator::reduce_scatterv(const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype,
+                                       pstate_reduce_op_t op, void *stream) {
+  constexpr const char *kOp = "reduce_scatterv";
+  require_usable(kOp);
+  require_reduction(dtype, op, kOp);
+  if (counts == nullptr) throw_error(PSTATE_ERR_INVALID_ARGUMENT, where(kOp), ": counts is NULL");
+  const std::vector<size_t> off = part_offsets(counts, size(), dtype, where(kOp));
+  if (off.back() == 0) return;
+  const auto me = static_cast<size_t>(rank());
+  require_buffer(send, "send", kOp);
+  if (counts[me] != 0) require_buffer(recv, "recv", kOp);
+  OpScope scope(*this, kOp, stream);
+  const char *in = static_cast<const char *>(send);
+  if (size() == 1) return copy(recv, in, off[1], scope.stream(), kOp);
+  ncclComm_t c = comm(scope.stream(), kOp);
+  const auto &api = nccl_->api();
+  // SGLang's PyNccl reduce_scatterv: part b of every rank's send is reduced to rank b's recv (in
+  // place when recv == send + offset(rank)); recv is read only on the root of each reduce.
+  complete(api.GroupStart(), "ncclGroupStart", kOp);
+  ncclResult_t first = ncclSuccess;
+  for (int b = 0; b < size() && first == ncclSuccess; ++b) {
+    const auto i = static_cast<size_t>(b);
+    if (counts[i] == 0) continue;
+    first = api.Reduce(in + off[i], b == rank() ? recv : nullptr, counts[i], to_nccl(dtype), to_nccl(op), b, c,
+                       scope.stream());
+  }
+  ncclResult_t end = api.GroupEnd();
+  if (first != ncclSuccess) complete(first, "ncclReduce", kOp);
   complete(end, "ncclGroupEnd", kOp);
 }
 

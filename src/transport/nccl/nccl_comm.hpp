@@ -20,7 +20,8 @@
 // INVALID_ARGUMENT), the stream (context/capture rules, see CudaDeviceContext::stream_for); then
 // make the context's device current (DeviceGuard) and enqueue. reduce is ncclReduce; gather,
 // scatter and all_to_all are grouped ncclSend/ncclRecv (so any NCCL >= 2.14 serves; scatter as
-// vLLM's PyNccl does it); barrier is a 1-element all_reduce on the
+// vLLM's PyNccl does it); all_gatherv and reduce_scatterv are grouped ncclBroadcast / ncclReduce,
+// one per non-empty part (SGLang's PyNccl); barrier is a 1-element all_reduce on the
 // context stream, waited for with the deadline while watching NCCL's asynchronous errors.
 #pragma once
 
@@ -51,6 +52,9 @@ class NcclCommunicator final : public DeviceComm {
   void reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op, int root,
               void *stream) override;
   void scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, int root, void *stream) override;
+  void all_gatherv(const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype, void *stream) override;
+  void reduce_scatterv(const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype, pstate_reduce_op_t op,
+                       void *stream) override;
   void send(const void *buf, size_t count, pstate_dtype_t dtype, int dst, void *stream) override;
   void recv(void *buf, size_t count, pstate_dtype_t dtype, int src, void *stream) override;
   void barrier() override;

@@ -19,7 +19,9 @@ namespace pstate::shm {
 namespace {
 
 constexpr size_t kPage = 4096;
-constexpr uint64_t kLayoutVersion = 5;  // 4: line words carry the call code; 5: kind - 1 in it (16 kinds)
+// 4: line words carry the call code; 5: kind - 1 in it (16 kinds); 6: 5 bits of kind (32 kinds)
+// and 8 of root, the counts hash in arrival lines.
+constexpr uint64_t kLayoutVersion = 6;
 constexpr size_t kMaxInlineBytes = 72 * kLineData;  // 4032 < kCodedCountLarge
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -167,7 +169,8 @@ int ShmGroup::global_rank(int group_rank) const {
 }
 
 // The arrival line: line 0 of my inline slot of the call's first step, flagged with the call's
-// word, its data the full count (the code holds small counts only) and the sequence number.
+// word, its data the full count (the code holds small counts only), the sequence number and the
+// descriptor's detail (the v-collectives' counts hash; 0 for the other kinds).
 void ShmGroup::publish_arrival(const Deadline &deadline) {
   const uint64_t s = call_step_;
   const auto depth = static_cast<uint64_t>(options_.inline_depth);
@@ -175,12 +178,15 @@ void ShmGroup::publish_arrival(const Deadline &deadline) {
   Line *line = inline_line(rank_, s, 0);
   std::memcpy(line->data, &call_desc_.count, sizeof call_desc_.count);
   std::memcpy(line->data + 8, &call_desc_.seq, sizeof call_desc_.seq);
+  std::memcpy(line->data + 12, &call_desc_.detail, sizeof call_desc_.detail);
   line->word.store(line_word(s), std::memory_order_release);
   waiter_.notify(control(rank_).signal);
 }
 
 // Waits for peer's first line of this call and compares. A line flagged with the call's code
-// and a large count is an arrival line: its data holds the count, compared in full.
+// and a large count, or with the code of a kind that carries a counts hash (those calls always
+// publish arrival lines), is an arrival line: its data holds the count and the hash, compared in
+// full.
 void ShmGroup::verify_peer(int peer, const Deadline &deadline) {
   const uint64_t s = call_step_;
   Line *line = inline_line(peer, s, 0);
@@ -197,6 +203,11 @@ void ShmGroup::verify_peer(int peer, const Deadline &deadline) {
     std::memcpy(&count, line->data, sizeof count);
     if (count != call_desc_.count) mismatch(peer, line, word);
   }
+  if (carries_counts_hash(call_desc_.op)) {
+    uint32_t detail = 0;
+    std::memcpy(&detail, line->data + 12, sizeof detail);
+    if (detail != call_desc_.detail) mismatch(peer, line, word);
+  }
   verified_[static_cast<size_t>(peer)] = s;
   --pending_;
 }
@@ -211,6 +222,7 @@ void ShmGroup::verify_peers(const Deadline &deadline) {
 void ShmGroup::mismatch(int peer, const Line *line, uint64_t word) const {
   OpDescriptor theirs = unpack_call_code(static_cast<uint32_t>(word >> 32));
   if (theirs.count == kCodedCountLarge) std::memcpy(&theirs.count, line->data, sizeof theirs.count);
+  if (carries_counts_hash(theirs.op)) std::memcpy(&theirs.detail, line->data + 12, sizeof theirs.detail);
   const auto their_step = static_cast<uint32_t>(word);
   const bool other_step = their_step != static_cast<uint32_t>(call_step_);
   throw_error(PSTATE_ERR_MISMATCH, options_.label, " #", call_desc_.seq, ": rank ", global_rank(rank_),

@@ -39,8 +39,9 @@
 // load, so agreement costs no extra cache line on the inline path. Calls that do not publish
 // inline lines (staged calls, calls carried by UCX, count 0) publish an arrival line instead:
 // line 0 of the inline slot of the call's first step, with the code and, in its data, the full
-// count (codes hold counts below kCodedCountLarge exactly). Every rank checks every peer's code of
-// the call before it returns and before its done counter passes the call's first step (so the
+// count (codes hold counts below kCodedCountLarge exactly) and the counts hash of all_gatherv and
+// reduce_scatterv (OpDescriptor::detail, compared for those kinds). Every rank checks every peer's
+// code of the call before it returns and before its done counter passes the call's first step (so the
 // peer cannot have rewritten the line yet): if any two ranks disagree, every rank finds a peer that
 // disagrees with it, and every rank throws PSTATE_ERR_MISMATCH naming both sides. Inline
 // all_reduce, all_gather, reduce_scatter and barrier, and inline reduce on its root, read every
