@@ -59,6 +59,12 @@ constexpr pstate_api_t make_table() {
   t.scatter = pstate_scatter;
   t.set_interrupt_check = pstate_set_interrupt_check;
   t.trace_dump = pstate_trace_dump;
+  // non-blocking and batched point-to-point
+  t.isend = pstate_isend;
+  t.irecv = pstate_irecv;
+  t.wait = pstate_wait;
+  t.test = pstate_test;
+  t.p2p_batch = pstate_p2p_batch;
   return t;
 }
 
