@@ -68,6 +68,7 @@ std::shared_ptr<RequestState> pstate_group_s::post_request(TraceOp top, void *bu
   r->trace_op = top;
   r->peer = peer;
   r->trace_id = record(true);
+  r->posted = pstate::Deadline::Clock::now();
   r->test_deadline = pstate::Deadline::after_ms(ctx_.timeout_ms());
   requests_.reserve(requests_.size() + 1);  // no allocation after the post: the state is always held
   try {
@@ -107,7 +108,7 @@ bool pstate_group_s::complete_request(RequestState &r, bool block) {
     if (ctx_.state() == pstate::Context::State::kFailed) {
       // The context failed while the request was pending: what already arrived is kept, the
       // rest is cancelled (its peer may be the one that failed).
-      done = channel_->test_owned(r.owner, r.op, op, r.test_deadline);
+      done = channel_->test_owned(r.owner, r.op, op, r.test_deadline, r.posted);
       if (!done) {
         channel_->cancel_owned(r.owner);
         check_alive(op);  // throws ABORTED naming the first failure
@@ -116,7 +117,7 @@ bool pstate_group_s::complete_request(RequestState &r, bool block) {
       channel_->wait_owned(r.owner, r.op, op, ctx_.op_deadline());
       done = true;
     } else {
-      done = channel_->test_owned(r.owner, r.op, op, r.test_deadline);
+      done = channel_->test_owned(r.owner, r.op, op, r.test_deadline, r.posted);
     }
     if (!done) return false;
   } catch (const pstate::Error &e) {

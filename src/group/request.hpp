@@ -41,6 +41,7 @@ struct RequestState {
   int peer = -1;        // group rank
   uint64_t trace_id = 0;  // its flight-recorder entry (0: none)
   Deadline test_deadline = Deadline::never();  // pstate_test's: the context timeout from the post
+  Deadline::Clock::time_point posted{};
 };
 
 }  // namespace pstate

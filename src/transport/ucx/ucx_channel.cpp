@@ -117,9 +117,12 @@ void UcxChannel::wait_owned(uint32_t owner, Request r, const char *op, Deadline 
   worker_.wait(&r, 1, owned_scope(owner, what, deadline, my_index_));
 }
 
-bool UcxChannel::test_owned(uint32_t owner, Request r, const char *op, Deadline deadline) {
+bool UcxChannel::test_owned(uint32_t owner, Request r, const char *op, Deadline deadline,
+                            Deadline::Clock::time_point posted) {
   const std::string what = name_ + " " + op;
-  return worker_.test(r, owned_scope(owner, what, deadline, my_index_));
+  WaitScope scope = owned_scope(owner, what, deadline, my_index_);
+  scope.since = posted;
+  return worker_.test(r, scope);
 }
 
 }  // namespace pstate

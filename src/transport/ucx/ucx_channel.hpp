@@ -60,7 +60,8 @@ class UcxChannel final : public Channel {
   Request isend_owned(uint32_t owner, int peer, const void *buf, size_t bytes, uint32_t tag);
   Request irecv_owned(uint32_t owner, int peer, void *buf, size_t bytes, uint32_t tag);
   void wait_owned(uint32_t owner, Request r, const char *op, Deadline deadline);
-  bool test_owned(uint32_t owner, Request r, const char *op, Deadline deadline);  // never blocks
+  // Never blocks; `posted` (when the request was posted) dates its timeout message.
+  bool test_owned(uint32_t owner, Request r, const char *op, Deadline deadline, Deadline::Clock::time_point posted);
   void cancel_owned(uint32_t owner) noexcept { worker_.cancel_owner(owner); }
 
   // Requests posted and not yet waited for (leak checks in tests).

@@ -75,7 +75,7 @@ bool UcxWorker::test(OpId id, const WaitScope &scope) {
   try {
     if (find_op(id) == nullptr)
       throw_error(PSTATE_ERR_INTERNAL, scope.what, ": request ", id, " was already waited for or never posted");
-    wait_start_ = Clock::now();
+    wait_start_ = scope.since.value_or(Clock::now());
     progress_until_idle();
     start_probed_recvs();
     if (!all_done(&id, 1, scope)) {

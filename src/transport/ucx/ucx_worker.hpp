@@ -102,6 +102,9 @@ struct WaitScope {
   std::string_view what;  // operation, e.g. "tp:0 all_reduce"
   Deadline deadline = Deadline::never();
   int my_group_rank = -1;  // -1: messages name world ranks only
+  // When the waiting began, for messages ("timed out after N ms"); unset: at this wait() or
+  // test(). A request polled with test() sets its posting time.
+  std::optional<Deadline::Clock::time_point> since;
 };
 
 // One message as seen by the worker: to/from which world rank, with which full tag.
