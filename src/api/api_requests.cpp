@@ -84,8 +84,13 @@ pstate_status_t finish(pstate_request_t *req) {
   std::unique_ptr<pstate_request_s> owned(req);
   owned->magic = 0;
   const RequestState &s = *owned->state;
-  if (s.status != PSTATE_OK) set_last_error(std::string(s.trace_op == pstate::TraceOp::kSend ? "pstate_isend" : "pstate_irecv") +
-                                            " request: " + s.message);
+  if (s.status != PSTATE_OK) {
+    try {
+      set_last_error(std::string(s.trace_op == pstate::TraceOp::kSend ? "pstate_isend" : "pstate_irecv") +
+                     " request: " + s.message);
+    } catch (...) {  // no memory for the text: the status still says what happened
+    }
+  }
   return s.status;
 }
 
