@@ -602,6 +602,81 @@ PSTATE_API pstate_status_t pstate_recv_tensor_dict(pstate_group_t *g, int src, p
                                                    void *stream);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Non-blocking and batched point-to-point (SGLang's P2PWork, vLLM's isend/irecv, torch's        */
+/* batch_isend_irecv)                                                                           */
+/* ------------------------------------------------------------------------------------------ */
+
+/** One pending point-to-point operation, made by pstate_isend / pstate_irecv and freed by the
+ *  pstate_wait or pstate_test that completes it (never free it otherwise).
+ *
+ *  Buffers: the buffer of a pending request belongs to pstate until that wait/test completes it
+ *  (do not read a receive buffer or write a send buffer before).
+ *  Order: isend/irecv take the same per-peer sequence as pstate_send/pstate_recv, so blocking and
+ *  non-blocking calls between two ranks can be mixed: the k-th send (of any kind) from a to b
+ *  matches b's k-th receive (of any kind) from a. Several requests may be pending on one group,
+ *  and any other operation (a collective, blocking p2p, another request's wait) may run on the
+ *  group meanwhile; none cancels a pending request, and the transfer moves whenever pstate drives
+ *  the CPU transport (this request's wait or test, or any other call that waits on UCX).
+ *  Failure: a request that cannot complete fails its wait with TIMEOUT (the context timeout,
+ *  counted from the pstate_wait call; pstate_test never blocks and reports TIMEOUT once the
+ *  timeout has passed since the request was posted) or PEER_LOST (its peer died), never hangs;
+ *  such a fatal error fails the context as a blocking call does. While the context is failed,
+ *  completing a request that has not finished yet returns ABORTED (the transfer is cancelled).
+ *  Teardown: requests still pending at pstate_finalize or pstate_abort are cancelled there:
+ *  pstate stops using their buffers before that call returns, and the request stays valid (it
+ *  does not point into the freed context): pstate_wait / pstate_test on it later returns ABORTED
+ *  and frees it. pstate_destroy_model_parallel refuses (INVALID_STATE, nothing destroyed) while a
+ *  model-parallel group has a pending request: complete it first. A request that is never
+ *  completed is leaked (a few dozen bytes).
+ *  Threads: the request is driven under its context's thread rules (one thread at a time per
+ *  pstate_t, including wait/test; after finalize/abort any thread may complete it). */
+typedef struct pstate_request_s pstate_request_t;
+/** Posts a send of count elements to group rank dst (not this rank) and returns at once with
+ *  *req. CPU contexts: the transfer runs in the background of later pstate calls on the context
+ *  (and of this request's wait/test). CUDA contexts: ncclSend is enqueued on the stream before
+ *  the call returns, and *req is already complete (its wait returns OK at once), as torch's Work
+ *  on NCCL; the stream orders the buffer's use. count 0 is legal (a zero-byte message on CPU).
+ *  Errors return no request (*req = NULL): INVALID_ARGUMENT for a NULL req, bad dst, dtype,
+ *  buffer or stream; the errors of pstate_send. */
+PSTATE_API pstate_status_t pstate_isend(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t dtype,
+                                        int dst, void *stream, pstate_request_t **req);
+/** Posts a receive of exactly count elements from group rank src (not this rank); as
+ *  pstate_isend. A message of another size fails the wait with MISMATCH. */
+PSTATE_API pstate_status_t pstate_irecv(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype, int src,
+                                        void *stream, pstate_request_t **req);
+/** Waits until req completes (at most the context timeout from now), frees it and returns the
+ *  operation's status (pstate_last_error() says why it failed). req NULL or not a request:
+ *  INVALID_ARGUMENT, nothing freed; another thread inside a call on the context: INVALID_STATE,
+ *  nothing freed. After finalize/abort: ABORTED (freed). */
+PSTATE_API pstate_status_t pstate_wait(pstate_request_t *req);
+/** Never blocks: progresses the transport once, then *done = 1 when req completed (it is freed and
+ *  the return value is the operation's status), or *done = 0 and PSTATE_OK while it is pending
+ *  (req stays valid). Errors of the call itself (NULL req or done, busy context) leave *done = 0
+ *  and req valid. */
+PSTATE_API pstate_status_t pstate_test(pstate_request_t *req, int *done);
+
+/** One send or receive of a pstate_p2p_batch. Fill from PSTATE_P2P_OP_INIT, then set is_send
+ *  (nonzero: send buf to peer; 0: receive exactly count elements from peer into buf), buf,
+ *  count, dtype and peer (a group rank other than this one). */
+typedef struct pstate_p2p_op_t {
+  size_t struct_size; /**< sizeof(pstate_p2p_op_t); set by the initializer */
+  int is_send;
+  void *buf;          /**< a send only reads it */
+  size_t count;
+  pstate_dtype_t dtype;
+  int peer;           /**< group rank */
+} pstate_p2p_op_t;
+#define PSTATE_P2P_OP_INIT { sizeof(pstate_p2p_op_t), 0, NULL, 0, PSTATE_FLOAT32, -1 }
+/** Runs n sends and receives with any peers as one batch: every op of the batch completes (CPU:
+ *  all are posted, then waited for together under one deadline, so no listing order can
+ *  deadlock) or is enqueued (CUDA: one NCCL group, ncclGroupStart/End), whatever the order of
+ *  ops on each rank. Sends to one peer match that peer's receives from this rank in list order
+ *  (and in order with blocking and non-blocking p2p). Every op is checked before anything moves:
+ *  INVALID_ARGUMENT naming the op's index for a bad struct_size, peer, dtype, count or buf. n 0 is
+ *  a no-op (ops may then be NULL). Errors otherwise as pstate_send/pstate_recv. */
+PSTATE_API pstate_status_t pstate_p2p_batch(pstate_group_t *g, const pstate_p2p_op_t *ops, size_t n, void *stream);
+
+/* ------------------------------------------------------------------------------------------ */
 /* Graph capture (SGLang's graph_capture())                                                     */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -682,6 +757,12 @@ struct pstate_api_t {
   pstate_status_t (*trace_dump)(pstate_t *ps, const char *path);
   pstate_status_t (*all_gatherv)(pstate_group_t *g, const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype, void *stream);
   pstate_status_t (*reduce_scatterv)(pstate_group_t *g, const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream);
+  /* non-blocking and batched point-to-point */
+  pstate_status_t (*isend)(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t dtype, int dst, void *stream, pstate_request_t **req);
+  pstate_status_t (*irecv)(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype, int src, void *stream, pstate_request_t **req);
+  pstate_status_t (*wait)(pstate_request_t *req);
+  pstate_status_t (*test)(pstate_request_t *req, int *done);
+  pstate_status_t (*p2p_batch)(pstate_group_t *g, const pstate_p2p_op_t *ops, size_t n, void *stream);
 };
 
 /** The table for ABI `abi_major` (pass PSTATE_ABI_MAJOR), or NULL when this library does not

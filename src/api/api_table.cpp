@@ -61,6 +61,12 @@ constexpr pstate_api_t make_table() {
   t.trace_dump = pstate_trace_dump;
   t.all_gatherv = pstate_all_gatherv;
   t.reduce_scatterv = pstate_reduce_scatterv;
+  // non-blocking and batched point-to-point
+  t.isend = pstate_isend;
+  t.irecv = pstate_irecv;
+  t.wait = pstate_wait;
+  t.test = pstate_test;
+  t.p2p_batch = pstate_p2p_batch;
   return t;
 }
 

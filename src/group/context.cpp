@@ -484,6 +484,12 @@ void Context::destroy_model_parallel_now() {
     throw_error(PSTATE_ERR_INVALID_STATE,
                 "model parallel is not initialized: call pstate_initialize_model_parallel first");
   require_not_capturing("pstate_destroy_model_parallel");
+  for (auto &g : groups_)
+    if (size_t n = g->pending_requests(); n != 0)
+      throw_error(PSTATE_ERR_INVALID_STATE, "group ", g->name(), " has ", n, " point-to-point request", n == 1 ? "" : "s",
+                  " pending (pstate_isend/pstate_irecv): complete ", n == 1 ? "it" : "them",
+                  " with pstate_wait or pstate_test first (nothing was destroyed), or end the context with "
+                  "pstate_finalize / pstate_abort, which cancel pending requests");
   for (auto &g : groups_) {
     g->retire();
     retired_.push_back(std::move(g));

@@ -135,9 +135,13 @@ pstate::shm::ShmMessageQueue &pstate_group_s::message_queue() {
   return *mq_;
 }
 
-pstate_group_s::~pstate_group_s() { magic_ = 0; }
+pstate_group_s::~pstate_group_s() {
+  abort_requests();  // a group freed without retire() (a failed init) leaves no request pointing at it
+  magic_ = 0;
+}
 
 void pstate_group_s::retire() noexcept {
+  abort_requests();  // first: the channel and the worker are still there to cancel them
   retired_ = true;
   device_comm_.reset();  // graceful (ncclCommFinalize, bounded), or nothing after abort_device()
   mq_.reset();

@@ -22,6 +22,7 @@
 #include "common/error.hpp"
 #include "common/op_descriptor.hpp"
 #include "common/trace.hpp"
+#include "group/request.hpp"
 #include "transport/nccl/device_comm.hpp"
 
 #include <pstate/pstate.h>
@@ -156,6 +157,26 @@ struct pstate_group_s {
   // whose only content is the cross-rank comparison of desc.
   void verify_only(const pstate::OpDescriptor &desc);
 
+  // ---- non-blocking and batched point-to-point (group_requests.cpp; request.hpp) ----
+  // isend / irecv on the CPU communicator: post under an owner of the request's own (so no other
+  // operation's failure cancels it), take the per-peer tag of send/recv (mixing them keeps order)
+  // and record the entry; the state is pending, and held by the group, until complete_request.
+  std::shared_ptr<pstate::RequestState> isend(const void *buf, size_t count, pstate_dtype_t dtype, int dst);
+  std::shared_ptr<pstate::RequestState> irecv(void *buf, size_t count, pstate_dtype_t dtype, int src);
+  // Drives a pending state of this group: block = wait (until done or the context timeout from
+  // now), else one non-blocking test. True when the state finished (status and message set;
+  // a fatal error has failed the context); never throws pstate::Error.
+  bool complete_request(pstate::RequestState &r, bool block);
+  // retire(): every pending request cancelled in the worker and finished with ABORTED.
+  void abort_requests() noexcept;
+  // Requests posted and not completed yet (pstate_destroy_model_parallel refuses to run then: a
+  // pending send cannot be cancelled without closing the endpoint to its peer for every group).
+  size_t pending_requests() const { return requests_.size(); }
+  // pstate_p2p_batch, ops checked by src/api/: CPU (post all, wait all, one deadline) and CUDA
+  // (one NCCL group on stream).
+  void p2p_batch(const pstate_p2p_op_t *ops, size_t n);
+  void p2p_batch_device(const pstate_p2p_op_t *ops, size_t n, void *stream);
+
  private:
   pstate::DeviceComm &begin_device_op(const pstate::OpDescriptor &desc, uint64_t *tid);
   pstate::DeviceComm &device_comm();
@@ -216,4 +237,10 @@ struct pstate_group_s {
   std::unique_ptr<pstate::DeviceComm> device_comm_;  // CUDA contexts, after the first device op
   bool retired_ = false;
   pstate::TraceGroup *trace_group_ = nullptr;  // this group's record in the context's flight recorder
+
+  // ---- non-blocking point-to-point (group_requests.cpp) ----
+  std::shared_ptr<pstate::RequestState> post_request(pstate::TraceOp op, void *buf, size_t count,
+                                                     pstate_dtype_t dtype, int peer);
+  void finish_request(pstate::RequestState &r, pstate_status_t status, std::string message) noexcept;
+  std::vector<std::shared_ptr<pstate::RequestState>> requests_;  // pending, in posting order
 };

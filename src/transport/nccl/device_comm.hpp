@@ -218,6 +218,9 @@ class DeviceComm {
   // Point-to-point to another rank of the group (self is INVALID_ARGUMENT: it would never match).
   virtual void send(const void *buf, size_t count, pstate_dtype_t dtype, int dst, void *stream) = 0;
   virtual void recv(void *buf, size_t count, pstate_dtype_t dtype, int src, void *stream) = 0;
+  // pstate_p2p_batch: every op (a send or a receive with another rank) in one NCCL group on
+  // stream, so no listing order deadlocks; ops with count 0 enqueue nothing.
+  virtual void p2p_batch(const pstate_p2p_op_t *ops, size_t n, void *stream) = 0;
   // A 1-element all_reduce on the context stream, then waits for that stream (up to the
   // timeout, watching NCCL's asynchronous errors). Blocking; INVALID_STATE while capturing.
   virtual void barrier() = 0;

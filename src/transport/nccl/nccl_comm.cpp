@@ -542,6 +542,34 @@ void NcclCommunicator::recv(void *buf, size_t count, pstate_dtype_t dtype, int s
   complete(nccl_->api().Recv(buf, count, to_nccl(dtype), src, c, scope.stream()), "ncclRecv", kOp);
 }
 
+void NcclCommunicator::p2p_batch(const pstate_p2p_op_t *ops, size_t n, void *stream) {
+  constexpr const char *kOp = "p2p_batch";
+  require_usable(kOp);
+  bool any = false;
+  for (size_t i = 0; i < n; ++i) {
+    require_dtype(ops[i].dtype, kOp);
+    require_peer(ops[i].peer, "peer", kOp, false);
+    if (ops[i].count == 0) continue;
+    require_buffer(ops[i].buf, cat("ops[", i, "].buf").c_str(), kOp);
+    any = true;
+  }
+  if (!any) return;
+  OpScope scope(*this, kOp, stream);
+  ncclComm_t c = comm(scope.stream(), kOp);
+  const auto &api = nccl_->api();
+  complete(api.GroupStart(), "ncclGroupStart", kOp);
+  ncclResult_t first = ncclSuccess;
+  for (size_t i = 0; i < n && first == ncclSuccess; ++i) {
+    const pstate_p2p_op_t &o = ops[i];
+    if (o.count == 0) continue;
+    first = o.is_send != 0 ? api.Send(o.buf, o.count, to_nccl(o.dtype), o.peer, c, scope.stream())
+                           : api.Recv(o.buf, o.count, to_nccl(o.dtype), o.peer, c, scope.stream());
+  }
+  ncclResult_t end = api.GroupEnd();
+  if (first != ncclSuccess) complete(first, "ncclSend/ncclRecv", kOp);
+  complete(end, "ncclGroupEnd", kOp);
+}
+
 void NcclCommunicator::barrier() {
   constexpr const char *kOp = "barrier";
   require_usable(kOp);

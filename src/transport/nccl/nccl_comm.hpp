@@ -57,6 +57,7 @@ class NcclCommunicator final : public DeviceComm {
                        void *stream) override;
   void send(const void *buf, size_t count, pstate_dtype_t dtype, int dst, void *stream) override;
   void recv(void *buf, size_t count, pstate_dtype_t dtype, int src, void *stream) override;
+  void p2p_batch(const pstate_p2p_op_t *ops, size_t n, void *stream) override;
   void barrier() override;
 
   void ensure_ready() override;

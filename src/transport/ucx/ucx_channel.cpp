@@ -87,4 +87,42 @@ void UcxChannel::wait_all(const Request *requests, size_t n) {
   worker_.wait(requests, n, scope);
 }
 
+Channel::Request UcxChannel::isend_owned(uint32_t owner, int peer, const void *buf, size_t bytes, uint32_t tag) {
+  check_peer(peer, "send");
+  OpTarget t = target(peer, ucx::make_tag(group_id_, worker_.world_rank(), tag));
+  t.owner = owner;
+  return worker_.post_send(t, buf, bytes);  // a failed post leaves nothing of owner behind
+}
+
+Channel::Request UcxChannel::irecv_owned(uint32_t owner, int peer, void *buf, size_t bytes, uint32_t tag) {
+  check_peer(peer, "receive");
+  OpTarget t = target(peer, ucx::make_tag(group_id_, world_rank_of(peer), tag));
+  t.owner = owner;
+  return worker_.post_recv(t, buf, bytes);
+}
+
+namespace {
+WaitScope owned_scope(uint32_t owner, const std::string &what, Deadline deadline, int my_index) {
+  WaitScope scope;
+  scope.owner = owner;
+  scope.what = what;
+  scope.deadline = deadline;
+  scope.my_group_rank = my_index;
+  return scope;
+}
+}  // namespace
+
+void UcxChannel::wait_owned(uint32_t owner, Request r, const char *op, Deadline deadline) {
+  const std::string what = name_ + " " + op;
+  worker_.wait(&r, 1, owned_scope(owner, what, deadline, my_index_));
+}
+
+bool UcxChannel::test_owned(uint32_t owner, Request r, const char *op, Deadline deadline,
+                            Deadline::Clock::time_point posted) {
+  const std::string what = name_ + " " + op;
+  WaitScope scope = owned_scope(owner, what, deadline, my_index_);
+  scope.since = posted;
+  return worker_.test(r, scope);
+}
+
 }  // namespace pstate

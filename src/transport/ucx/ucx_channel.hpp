@@ -52,6 +52,18 @@ class UcxChannel final : public Channel {
   const std::vector<int> &world_ranks() const { return world_ranks_; }
   int world_rank_of(int group_rank) const { return world_ranks_.at(static_cast<size_t>(group_rank)); }
   UcxWorker &worker() { return worker_; }
+  // ---- requests that outlive one operation (pstate_isend / pstate_irecv) ----
+  // Each such request has an owner of its own (new_request_owner), not the channel's: a failed
+  // collective or blocking call (which cancels the channel's owner) never cancels it, and its own
+  // failure cancels only itself. `op` names it in errors as set_op_name does (a string literal).
+  uint32_t new_request_owner() { return worker_.register_owner(); }
+  Request isend_owned(uint32_t owner, int peer, const void *buf, size_t bytes, uint32_t tag);
+  Request irecv_owned(uint32_t owner, int peer, void *buf, size_t bytes, uint32_t tag);
+  void wait_owned(uint32_t owner, Request r, const char *op, Deadline deadline);
+  // Never blocks; `posted` (when the request was posted) dates its timeout message.
+  bool test_owned(uint32_t owner, Request r, const char *op, Deadline deadline, Deadline::Clock::time_point posted);
+  void cancel_owned(uint32_t owner) noexcept { worker_.cancel_owner(owner); }
+
   // Requests posted and not yet waited for (leak checks in tests).
   size_t outstanding() const { return worker_.outstanding(owner_); }
 

@@ -69,6 +69,30 @@ void UcxWorker::wait(const OpId *ops, size_t n, const WaitScope &scope) {
     if (Op *op = find_op(ops[i])) release_op(*op);
 }
 
+bool UcxWorker::test(OpId id, const WaitScope &scope) {
+  if (worker_ == nullptr)
+    throw_error(PSTATE_ERR_INVALID_STATE, scope.what, ": rank ", options_.world_rank, " UCX worker is closed");
+  try {
+    if (find_op(id) == nullptr)
+      throw_error(PSTATE_ERR_INTERNAL, scope.what, ": request ", id, " was already waited for or never posted");
+    wait_start_ = scope.since.value_or(Clock::now());
+    progress_until_idle();
+    start_probed_recvs();
+    if (!all_done(&id, 1, scope)) {
+      // A dead peer's grace period runs across calls (Peer::lost_at), so polling ends in PEER_LOST.
+      check_peers(&id, 1, scope);
+      if (interrupt_check_ && interrupt_check_()) throw_interrupted(&id, 1, scope);
+      if (scope.deadline.expired()) throw_timeout(&id, 1, scope);
+      return false;
+    }
+  } catch (...) {
+    cancel_owner(scope.owner);
+    throw;
+  }
+  release_op(*find_op(id));
+  return true;
+}
+
 void UcxWorker::run_wait_loop(const OpId *ops, size_t n, const WaitScope &scope) {
   wait_start_ = Clock::now();
   last_liveness_check_ = wait_start_;

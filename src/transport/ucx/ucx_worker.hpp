@@ -102,6 +102,9 @@ struct WaitScope {
   std::string_view what;  // operation, e.g. "tp:0 all_reduce"
   Deadline deadline = Deadline::never();
   int my_group_rank = -1;  // -1: messages name world ranks only
+  // When the waiting began, for messages ("timed out after N ms"); unset: at this wait() or
+  // test(). A request polled with test() sets its posting time.
+  std::optional<Deadline::Clock::time_point> since;
 };
 
 // One message as seen by the worker: to/from which world rank, with which full tag.
@@ -156,6 +159,11 @@ class UcxWorker {
   // Waits for all ops (spin, then block); releases them. On failure throws pstate::Error and
   // cancels + frees every outstanding op of scope.owner.
   void wait(const OpId *ops, size_t n, const WaitScope &scope);
+  // Never blocks: progresses the worker once, then true when op is done (released, like after
+  // wait()), false while it is pending. Throws as wait() does, cancelling scope.owner's ops: the op
+  // failed, its peer is dead (once the grace period has passed over calls), scope.deadline passed,
+  // or the interrupt check asks to stop. For requests that outlive one call (pstate_test).
+  bool test(OpId op, const WaitScope &scope);
   // The interrupt check of the context (pstate_set_interrupt_check; empty: none): wait() asks it
   // with its liveness checks (every ~50 ms of a wait, and after a signal woke its poll) and throws
   // PSTATE_ERR_INTERRUPTED when it returns true.

@@ -1,0 +1,188 @@
+// api_requests.cpp — the C entry points of non-blocking and batched point-to-point:
+// pstate_isend, pstate_irecv, pstate_wait, pstate_test, pstate_p2p_batch.
+//
+// A request handle (group/request.hpp) holds a shared state and nothing of the context, so it
+// can be completed after its context was finalized or aborted: the state was finished with
+// ABORTED there, and wait/test only read it and free the handle. While the state is pending its
+// group is alive, and wait/test enter the context as every other call does (one thread at a
+// time). In a CUDA context the operation is enqueued by isend/irecv and the handle returned is
+// already complete (torch's Work on NCCL: the stream orders the rest).
+#include "api/boundary.hpp"
+#include "api/handles.hpp"
+
+#include <memory>
+
+using namespace pstate::api;
+using pstate::DeviceComm;
+using pstate::OpDescriptor;
+using pstate::OpKind;
+using pstate::RequestState;
+using pstate::throw_error;
+
+namespace {
+
+pstate_request_t *new_request(std::shared_ptr<RequestState> state) {
+  auto req = std::make_unique<pstate_request_s>();
+  req->state = std::move(state);
+  return req.release();  // owned by the caller until pstate_wait / pstate_test frees it
+}
+
+void require_request(const pstate_request_t *req, const char *call) {
+  require_nonnull(req, "req");
+  if (req->magic != pstate_request_s::kMagic || !req->state)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, call, ": req is not a pending pstate_request_t (pass one from "
+                "pstate_isend / pstate_irecv that no pstate_wait or completed pstate_test has freed yet)");
+}
+
+// The checks of isend / irecv, as pstate_send / pstate_recv make them.
+void check_p2p(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t dtype, int peer, void *stream,
+               pstate_request_t **req, const char *call, const char *peer_name) {
+  require_nonnull(req, "req");
+  *req = nullptr;
+  require_group(g, call);
+  require_dtype(dtype);
+  require_cpu_stream(g, stream);
+  require_rank(g, peer, peer_name);
+  if (peer == g->rank_in_group())
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, peer_name, " is this rank (group ", g->name(), " rank_in_group ", peer,
+                "): ", call, " needs another rank of the group");
+  require_buffer(buf, count, dtype, 1, "buf");
+}
+
+// A request already complete (CUDA: the work is on the stream).
+pstate_request_t *completed_request() {
+  auto state = std::make_shared<RequestState>();
+  state->pending = false;
+  state->status = PSTATE_OK;
+  return new_request(std::move(state));
+}
+
+template <typename Post>
+pstate_request_t *post(pstate_group_t *g, bool sending, const void *buf, size_t count, pstate_dtype_t dtype, int peer,
+                       void *stream, Post &&post_cpu) {
+  if (g->on_device()) {
+    const char *call = sending ? "pstate_isend" : "pstate_irecv";
+    g->require_device_p2p_ready(call);
+    auto done = completed_request();  // allocated first: nothing is enqueued that no request reports
+    std::unique_ptr<pstate_request_s> owned(done);
+    g->run_device(OpDescriptor{static_cast<uint32_t>(sending ? OpKind::kSend : OpKind::kRecv), 0, count, dtype, -1,
+                               peer, 0},
+                  [&](DeviceComm &d) {
+                    if (sending) d.send(buf, count, dtype, peer, stream);
+                    else d.recv(const_cast<void *>(buf), count, dtype, peer, stream);
+                  });
+    return owned.release();
+  }
+  g->context().require_host_memory(buf, "buf", g->name().c_str(), sending ? "isend" : "irecv");
+  auto req = std::make_unique<pstate_request_s>();  // allocated first: a posted message always has its handle
+  req->state = post_cpu();
+  return req.release();
+}
+
+// Finishes req: frees it and returns (with the last error set) the operation's status.
+pstate_status_t finish(pstate_request_t *req) {
+  std::unique_ptr<pstate_request_s> owned(req);
+  owned->magic = 0;
+  const RequestState &s = *owned->state;
+  if (s.status != PSTATE_OK) {
+    try {
+      set_last_error(std::string(s.trace_op == pstate::TraceOp::kSend ? "pstate_isend" : "pstate_irecv") +
+                     " request: " + s.message);
+    } catch (...) {  // no memory for the text: the status still says what happened
+    }
+  }
+  return s.status;
+}
+
+void check_batch(pstate_group_t *g, const pstate_p2p_op_t *ops, size_t n) {
+  if (n != 0) require_nonnull(ops, "ops");
+  for (size_t i = 0; i < n; ++i) {
+    const pstate_p2p_op_t &o = ops[i];
+    auto where = [&] { return pstate::cat("ops[", i, "]"); };
+    if (o.struct_size != sizeof(pstate_p2p_op_t))
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, where(), ".struct_size is ", o.struct_size, " (expected ",
+                  sizeof(pstate_p2p_op_t), "): initialize every op with PSTATE_P2P_OP_INIT; nothing was sent");
+    if (o.peer < 0 || o.peer >= g->size())
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, where(), ".peer ", o.peer, " is not a rank of group ", g->name(), " (0..",
+                  g->size() - 1, "): peers are ranks in the group (rank_in_group), not global ranks; nothing was sent");
+    if (o.peer == g->rank_in_group())
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, where(), ".peer ", o.peer, " is this rank (group ", g->name(),
+                  "): a batch exchanges with the other ranks of the group; nothing was sent");
+    if (static_cast<unsigned>(o.dtype) >= PSTATE_DTYPE_COUNT)
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, where(), ".dtype ", static_cast<int>(o.dtype),
+                  " is not a pstate_dtype_t; nothing was sent");
+    require_buffer(o.buf, o.count, o.dtype, 1, where().c_str());
+    if (!g->on_device())
+      g->context().require_host_memory(o.buf, where().c_str(), g->name().c_str(), "p2p_batch");
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+PSTATE_API pstate_status_t pstate_isend(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t dtype, int dst,
+                                        void *stream, pstate_request_t **req) {
+  return PSTATE_GUARD({
+    check_p2p(g, buf, count, dtype, dst, stream, req, "pstate_isend", "dst");
+    ContextEntry entry(g->context(), "pstate_isend");
+    *req = post(g, true, buf, count, dtype, dst, stream, [&] { return g->isend(buf, count, dtype, dst); });
+  });
+}
+
+PSTATE_API pstate_status_t pstate_irecv(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype, int src,
+                                        void *stream, pstate_request_t **req) {
+  return PSTATE_GUARD({
+    check_p2p(g, buf, count, dtype, src, stream, req, "pstate_irecv", "src");
+    ContextEntry entry(g->context(), "pstate_irecv");
+    *req = post(g, false, buf, count, dtype, src, stream, [&] { return g->irecv(buf, count, dtype, src); });
+  });
+}
+
+PSTATE_API pstate_status_t pstate_wait(pstate_request_t *req) {
+  pstate_status_t s = PSTATE_GUARD({
+    require_request(req, "pstate_wait");
+    RequestState &st = *req->state;
+    if (st.pending) {
+      ContextEntry entry(st.group->context(), "pstate_wait");
+      st.group->complete_request(st, true);
+    }
+  });
+  return s != PSTATE_OK ? s : finish(req);
+}
+
+PSTATE_API pstate_status_t pstate_test(pstate_request_t *req, int *done) {
+  if (done != nullptr) *done = 0;
+  bool finished = false;
+  pstate_status_t s = PSTATE_GUARD({
+    require_request(req, "pstate_test");
+    require_nonnull(done, "done");
+    RequestState &st = *req->state;
+    if (st.pending) {
+      ContextEntry entry(st.group->context(), "pstate_test");
+      finished = st.group->complete_request(st, false);
+    } else {
+      finished = true;
+    }
+  });
+  if (s != PSTATE_OK || !finished) return s;
+  *done = 1;
+  return finish(req);
+}
+
+PSTATE_API pstate_status_t pstate_p2p_batch(pstate_group_t *g, const pstate_p2p_op_t *ops, size_t n, void *stream) {
+  return PSTATE_GUARD({
+    require_group(g, "pstate_p2p_batch");
+    require_cpu_stream(g, stream);
+    ContextEntry entry(g->context(), "pstate_p2p_batch");
+    check_batch(g, ops, n);
+    if (n == 0) return;
+    if (g->on_device()) {
+      g->require_device_p2p_ready("pstate_p2p_batch");
+      return g->p2p_batch_device(ops, n, stream);
+    }
+    g->p2p_batch(ops, n);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,219 @@
+// group_requests.cpp — non-blocking and batched point-to-point of a group (pstate_isend,
+// pstate_irecv, pstate_wait, pstate_test, pstate_p2p_batch).
+//
+// A request is a message posted on the group's channel under a worker owner of its own
+// (UcxChannel::new_request_owner). The channel's owner is cancelled whenever a collective or a
+// blocking call fails; a request must survive that (it belongs to the caller until completed),
+// so it never shares that owner, and its own failure cancels only itself. Its tag is the next
+// per-peer point-to-point tag, the counter pstate_send/pstate_recv take, so the k-th send from a
+// to b matches b's k-th receive from a whichever of the calls made them; point-to-point tags
+// live in their own space (bit 31), apart from every collective's, so collectives run while
+// requests are pending. Any wait on the worker progresses every posted message, so a pending
+// request moves while the caller runs other operations.
+//
+// The group keeps its pending states (request.hpp): retire() at finalize or abort cancels them
+// in the worker and finishes them with ABORTED, so pstate never touches their buffers after that,
+// and a later wait/test frees the handle without following a pointer into the freed context.
+// (destroy_model_parallel refuses while any is pending: UCX cannot cancel a send in flight
+// without closing the endpoint to its peer, which every other group shares.)
+//
+// A batch is one blocking call: every op posted (tags in list order), then one wait for all under
+// one deadline, so no listing order deadlocks; in a CUDA context one NCCL group on the stream.
+#include "group/context.hpp"
+#include "group/group.hpp"
+#include "reduce/reduce.hpp"
+#include "transport/ucx/ucx_channel.hpp"
+
+#include <algorithm>
+
+namespace {
+
+bool is_fatal_p2p(pstate_status_t s) {
+  return s == PSTATE_ERR_TIMEOUT || s == PSTATE_ERR_PEER_LOST || s == PSTATE_ERR_TRANSPORT ||
+         s == PSTATE_ERR_INTERNAL || s == PSTATE_ERR_MISMATCH || s == PSTATE_ERR_INTERRUPTED;  // as blocking p2p
+}
+
+bool sends(pstate::TraceOp op) { return op == pstate::TraceOp::kSend; }
+
+}  // namespace
+
+using pstate::RequestState;
+using pstate::TraceOp;
+
+std::shared_ptr<RequestState> pstate_group_s::isend(const void *buf, size_t count, pstate_dtype_t dtype, int dst) {
+  return post_request(TraceOp::kSend, const_cast<void *>(buf), count, dtype, dst);
+}
+
+std::shared_ptr<RequestState> pstate_group_s::irecv(void *buf, size_t count, pstate_dtype_t dtype, int src) {
+  return post_request(TraceOp::kRecv, buf, count, dtype, src);
+}
+
+std::shared_ptr<RequestState> pstate_group_s::post_request(TraceOp top, void *buf, size_t count, pstate_dtype_t dtype,
+                                                           int peer) {
+  const char *op = sends(top) ? "isend" : "irecv";
+  pstate::TraceRecorder *tr = ctx_.trace();
+  auto record = [&](bool numbered) -> uint64_t {
+    if (tr == nullptr) return 0;
+    return tr->begin(pstate::TraceClass::kP2P, top, trace_group_,
+                     numbered ? pstate::TraceRecorder::next_p2p(trace_group_, peer, sends(top)) : UINT64_MAX, count,
+                     dtype, -1, -1, peer, pstate::TracePath::kUcx);
+  };
+  try {
+    check_alive(op);
+  } catch (const pstate::Error &e) {
+    ctx_.trace_call_failed(record(false), e);
+    throw;
+  }
+  auto r = std::make_shared<RequestState>();
+  r->trace_op = top;
+  r->peer = peer;
+  r->trace_id = record(true);
+  r->posted = pstate::Deadline::Clock::now();
+  r->test_deadline = pstate::Deadline::after_ms(ctx_.timeout_ms());
+  requests_.reserve(requests_.size() + 1);  // no allocation after the post: the state is always held
+  try {
+    const size_t bytes = count * pstate::dtype_size(dtype);
+    r->owner = channel_->new_request_owner();
+    r->op = sends(top) ? channel_->isend_owned(r->owner, peer, buf, bytes, p2p_tag(peer, true))
+                       : channel_->irecv_owned(r->owner, peer, buf, bytes, p2p_tag(peer, false));
+  } catch (const pstate::Error &e) {
+    if (is_fatal_p2p(e.status())) ctx_.fail(e.what());
+    ctx_.trace_call_failed(r->trace_id, e);
+    throw;
+  }
+  r->group = this;
+  requests_.push_back(r);
+  return r;
+}
+
+void pstate_group_s::finish_request(RequestState &r, pstate_status_t status, std::string message) noexcept {
+  auto it = std::find_if(requests_.begin(), requests_.end(), [&](const auto &p) { return p.get() == &r; });
+  std::shared_ptr<RequestState> keep;  // r stays alive until the end of this function
+  if (it != requests_.end()) {
+    keep = std::move(*it);
+    requests_.erase(it);
+  }
+  r.group = nullptr;
+  r.pending = false;
+  r.status = status;
+  r.message = std::move(message);
+}
+
+bool pstate_group_s::complete_request(RequestState &r, bool block) {
+  if (!r.pending) return true;
+  const char *op = sends(r.trace_op) ? "isend" : "irecv";
+  pstate::TraceRecorder *tr = ctx_.trace();
+  try {
+    bool done = false;
+    if (ctx_.state() == pstate::Context::State::kFailed) {
+      // The context failed while the request was pending: what already arrived is kept, the
+      // rest is cancelled (its peer may be the one that failed).
+      done = channel_->test_owned(r.owner, r.op, op, r.test_deadline, r.posted);
+      if (!done) {
+        channel_->cancel_owned(r.owner);
+        check_alive(op);  // throws ABORTED naming the first failure
+      }
+    } else if (block) {
+      channel_->wait_owned(r.owner, r.op, op, ctx_.op_deadline());
+      done = true;
+    } else {
+      done = channel_->test_owned(r.owner, r.op, op, r.test_deadline, r.posted);
+    }
+    if (!done) return false;
+  } catch (const pstate::Error &e) {
+    if (is_fatal_p2p(e.status())) ctx_.fail(e.what());
+    ctx_.trace_call_failed(r.trace_id, e);
+    finish_request(r, e.status(), e.what());
+    return true;
+  }
+  if (tr != nullptr && r.trace_id != 0) tr->completed(r.trace_id);
+  finish_request(r, PSTATE_OK, std::string());
+  return true;
+}
+
+void pstate_group_s::abort_requests() noexcept {
+  while (!requests_.empty()) {
+    RequestState &r = *requests_.back();
+    if (channel_) channel_->cancel_owned(r.owner);
+    if (pstate::TraceRecorder *tr = ctx_.trace(); tr != nullptr && r.trace_id != 0)
+      tr->failed(r.trace_id, PSTATE_ERR_ABORTED);
+    std::string why;
+    try {
+      why = pstate::cat(name_, " ", sends(r.trace_op) ? "isend to" : "irecv from", " group rank ", r.peer,
+                        ": the request was still pending when pstate_finalize or pstate_abort released its "
+                        "group; the transfer was cancelled (the buffer is the caller's "
+                        "again, a receive buffer holds no defined data)");
+    } catch (...) {  // no memory for the text: the status says it
+    }
+    finish_request(r, PSTATE_ERR_ABORTED, std::move(why));
+  }
+}
+
+void pstate_group_s::p2p_batch(const pstate_p2p_op_t *ops, size_t n) {
+  constexpr const char *kOp = "p2p_batch";
+  pstate::TraceRecorder *tr = ctx_.trace();
+  std::vector<uint64_t> tids(n, 0);
+  auto record = [&](size_t i, bool numbered) -> uint64_t {
+    if (tr == nullptr) return 0;
+    const bool s = ops[i].is_send != 0;
+    return tr->begin(pstate::TraceClass::kP2P, s ? TraceOp::kSend : TraceOp::kRecv, trace_group_,
+                     numbered ? pstate::TraceRecorder::next_p2p(trace_group_, ops[i].peer, s) : UINT64_MAX,
+                     ops[i].count, ops[i].dtype, -1, -1, ops[i].peer, pstate::TracePath::kUcx);
+  };
+  try {
+    check_alive(kOp);
+  } catch (const pstate::Error &e) {
+    ctx_.trace_call_failed(record(0, false), e);
+    throw;
+  }
+  channel_->set_deadline(ctx_.op_deadline());
+  channel_->set_op_name(kOp);
+  std::vector<pstate::Channel::Request> posted;
+  posted.reserve(n);
+  try {
+    for (size_t i = 0; i < n; ++i) {
+      const pstate_p2p_op_t &o = ops[i];
+      tids[i] = record(i, true);
+      const size_t bytes = o.count * pstate::dtype_size(o.dtype);
+      posted.push_back(o.is_send != 0 ? channel_->isend(o.peer, o.buf, bytes, p2p_tag(o.peer, true))
+                                      : channel_->irecv(o.peer, o.buf, bytes, p2p_tag(o.peer, false)));
+    }
+    channel_->wait_all(posted.data(), posted.size());
+  } catch (const pstate::Error &e) {
+    if (is_fatal_p2p(e.status())) ctx_.fail(e.what());
+    ctx_.trace_call_failed(tids[0], e);
+    for (size_t i = 1; tr != nullptr && i < n; ++i)
+      if (tids[i] != 0) tr->failed(tids[i], e.status());
+    throw;
+  }
+  for (size_t i = 0; tr != nullptr && i < n; ++i) tr->completed(tids[i]);
+}
+
+void pstate_group_s::p2p_batch_device(const pstate_p2p_op_t *ops, size_t n, void *stream) {
+  constexpr const char *kOp = "p2p_batch";
+  pstate::TraceRecorder *tr = ctx_.trace();
+  std::vector<uint64_t> tids(n, 0);
+  auto record = [&](size_t i, bool numbered) -> uint64_t {
+    if (tr == nullptr) return 0;
+    const bool s = ops[i].is_send != 0;
+    return tr->begin(pstate::TraceClass::kP2P, s ? TraceOp::kSend : TraceOp::kRecv, trace_group_,
+                     numbered ? pstate::TraceRecorder::next_p2p(trace_group_, ops[i].peer, s) : UINT64_MAX,
+                     ops[i].count, ops[i].dtype, -1, -1, ops[i].peer, pstate::TracePath::kNccl);
+  };
+  try {
+    check_alive(kOp);
+  } catch (const pstate::Error &e) {
+    ctx_.trace_call_failed(record(0, false), e);
+    throw;
+  }
+  for (size_t i = 0; i < n; ++i) tids[i] = record(i, true);
+  try {
+    device_comm().p2p_batch(ops, n, stream);
+  } catch (const pstate::Error &e) {
+    device_op_failed(e, tids[0]);
+    for (size_t i = 1; tr != nullptr && i < n; ++i)
+      if (tids[i] != 0) tr->failed(tids[i], e.status());
+    throw;
+  }
+  for (size_t i = 0; tr != nullptr && i < n; ++i) tr->enqueued(tids[i]);
+}

@@ -1,0 +1,53 @@
+// request.hpp — pstate_request_t: one non-blocking point-to-point operation (pstate_isend /
+// pstate_irecv) from its post to the pstate_wait / pstate_test that completes and frees it.
+//
+// Lifetime is the hard part: the user may complete a request after pstate_finalize or
+// pstate_abort freed the context and its groups, or after pstate_destroy_model_parallel retired
+// its group. So the C handle holds nothing of the context but a shared RequestState, which the
+// group also holds while the request is pending. When the group goes away (retire(): finalize,
+// abort; destroy_model_parallel refuses while requests are pending) it cancels the transfer in
+// the worker (pstate stops touching the buffer before that call returns), marks the state
+// ABORTED and forgets the group; a later wait/test finds a finished state and never follows the
+// group pointer. While the state is pending, `group` is valid (the group finishes every pending
+// state before it dies), so wait/test can drive it.
+//
+// Threads: a state is touched by the thread that drives its context (one at a time), or, once
+// finished, by whoever completes the request.
+#pragma once
+
+#include "common/deadline.hpp"
+#include "common/trace.hpp"
+
+#include <pstate/pstate.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+struct pstate_group_s;
+
+namespace pstate {
+
+struct RequestState {
+  // Pending: group is the owning group and `op` a live worker op of `owner`. Finished: status and
+  // (when not OK) message hold the result; group is nullptr.
+  pstate_group_s *group = nullptr;
+  bool pending = true;
+  pstate_status_t status = PSTATE_OK;
+  std::string message;
+  uint32_t owner = 0;  // the worker owner of this request alone (UcxChannel::new_request_owner)
+  uint64_t op = 0;     // UcxWorker::OpId
+  TraceOp trace_op = TraceOp::kSend;
+  int peer = -1;        // group rank
+  uint64_t trace_id = 0;  // its flight-recorder entry (0: none)
+  Deadline test_deadline = Deadline::never();  // pstate_test's: the context timeout from the post
+  Deadline::Clock::time_point posted{};
+};
+
+}  // namespace pstate
+
+struct pstate_request_s {
+  static constexpr uint32_t kMagic = 0x70726571;  // "preq"
+  uint32_t magic = kMagic;
+  std::shared_ptr<pstate::RequestState> state;
+};
