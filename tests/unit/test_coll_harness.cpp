@@ -17,7 +17,7 @@ extern "C" {
 }
 
 using pstate::Channel;
-using pstate_test::run_ranks;
+using ptest::run_ranks;
 
 namespace {
 constexpr auto kShort = std::chrono::milliseconds(300);

@@ -20,7 +20,7 @@ extern "C" {
 #include <cmocka.h>
 }
 
-using namespace pstate_test;
+using namespace ptest;
 using pstate::Channel;
 
 namespace {

@@ -29,12 +29,12 @@ extern "C" {
 
 using pstate::reduce_detail::KernelIsa;
 using pstate::reduce_detail::KernelTable;
-using pstate_test::half_round;
-using pstate_test::half_value;
-using pstate_test::kBf16;
-using pstate_test::kFp16;
-using pstate_test::avg_reference;
-using pstate_test::reference;
+using ptest::half_round;
+using ptest::half_value;
+using ptest::kBf16;
+using ptest::kFp16;
+using ptest::avg_reference;
+using ptest::reference;
 
 namespace {
 

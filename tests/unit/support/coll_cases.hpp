@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace pstate_test {
+namespace ptest {
 
 inline constexpr pstate_dtype_t kReducibleDtypes[] = {PSTATE_INT8,   PSTATE_UINT8,   PSTATE_INT32,  PSTATE_UINT32,
                                                       PSTATE_INT64,  PSTATE_UINT64,  PSTATE_FLOAT16, PSTATE_FLOAT32,
@@ -178,4 +178,4 @@ inline uint64_t ring_order_reference(const std::vector<std::vector<uint64_t>> &x
   return op == PSTATE_AVG ? avg_reference(d, acc, p) : acc;
 }
 
-}  // namespace pstate_test
+}  // namespace ptest

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace pstate_test {
+namespace ptest {
 
 struct Half16Format {
   int mant_bits;      // 10 for fp16, 7 for bf16
@@ -81,4 +81,4 @@ inline uint16_t half_round(const Half16Format &f, double x) {
   return sign | static_cast<uint16_t>(pick);
 }
 
-}  // namespace pstate_test
+}  // namespace ptest

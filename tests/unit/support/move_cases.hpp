@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace pstate_test {
+namespace ptest {
 
 // One dtype per element size (1, 2, 4, 8 bytes); fp8 included since it moves like any other.
 inline constexpr pstate_dtype_t kMoveDtypes[] = {PSTATE_FP8_E4M3, PSTATE_BFLOAT16, PSTATE_INT32, PSTATE_FLOAT64};
@@ -45,4 +45,4 @@ inline std::string move_case(const char *algo, int p, size_t count, pstate_dtype
   return s;
 }
 
-}  // namespace pstate_test
+}  // namespace ptest

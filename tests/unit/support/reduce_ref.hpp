@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace pstate_test {
+namespace ptest {
 
 template <typename T>
 inline uint64_t int_ref(uint64_t xa, uint64_t xb, pstate_reduce_op_t op, size_t esize) {
@@ -95,4 +95,4 @@ inline uint64_t avg_reference(pstate_dtype_t dtype, uint64_t x, int d) {
   }
 }
 
-}  // namespace pstate_test
+}  // namespace ptest

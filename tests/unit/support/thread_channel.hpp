@@ -36,7 +36,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace pstate_test {
+namespace ptest {
 
 class ThreadFabric {
  public:
@@ -240,4 +240,4 @@ inline std::string run_ranks(int size, const std::function<void(pstate::Channel 
   return out;
 }
 
-}  // namespace pstate_test
+}  // namespace ptest
