@@ -145,8 +145,12 @@ typedef enum pstate_group_kind_t PSTATE_ENUM_BASE {
   PSTATE_GROUP_MOE_DP = 7,            /**< MoE data parallel */
   PSTATE_GROUP_DCP = 8,               /**< decode context parallel; exists only when dcp > 1 */
   PSTATE_GROUP_SHARED_EXPERTS_TP = 9, /**< shared-experts TP; exists only when size > 1 */
-  PSTATE_GROUP_SELF_PP = 10           /**< each rank alone: SGLang's per-rank "self" PP group */
+  PSTATE_GROUP_SELF_PP = 10,          /**< each rank alone: SGLang's per-rank "self" PP group */
+  PSTATE_GROUP_CUSTOM = 11            /**< a group of pstate_new_group ("custom:<n>"); not in the
+                                           layout: pstate_get_group and the layout calls refuse it */
 } pstate_group_kind_t;
+/** The kinds of the layout (0..PSTATE_GROUP_KIND_COUNT-1), the ones pstate_get_group and the
+ *  layout calls take; PSTATE_GROUP_CUSTOM follows them. */
 #define PSTATE_GROUP_KIND_COUNT 11
 
 /* ------------------------------------------------------------------------------------------ */
@@ -377,6 +381,25 @@ PSTATE_API pstate_status_t pstate_group_info(const pstate_group_t *g, pstate_gro
 /** Global ranks of the group in group order; *count = group size; capacity too small =>
  *  INVALID_ARGUMENT with *count set. */
 PSTATE_API pstate_status_t pstate_group_ranks(const pstate_group_t *g, int *ranks, size_t capacity, size_t *count);
+/** Custom groups (SGLang's create_custom_parallel_group, vLLM's new_group: speculative decoding,
+ *  EPLB). Collective over the world: every rank calls it, passing the global ranks of the group
+ *  it joins (strictly ascending, itself among them; count ranks at `ranks`), or count 0 to join
+ *  none (*out = NULL). One call may make several groups: they may not overlap, and every rank
+ *  of a group must pass the same list. *out is the new group (kind PSTATE_GROUP_CUSTOM, name
+ *  "custom:<n>", n counting the custom groups of the world in creation order, the groups of one
+ *  call ordered by first rank); every operation works on it, as on a model-parallel group (in a
+ *  CUDA context its NCCL communicator is split from the world's when that exists; a group of one
+ *  makes none). It lives like the model-parallel groups: pstate_destroy_model_parallel retires it
+ *  (the handle stays allocated and answers INVALID_STATE; destroy also works when only custom
+ *  groups exist), pstate_finalize/abort free it. Not in graph-capture mode (INVALID_STATE).
+ *  Every rank sees every rank's list (one all-gather over the world) and checks it the same way,
+ *  so every rank returns the same error naming the offending ranks, nothing is created and the
+ *  world stays usable: INVALID_ARGUMENT for a list that is not ascending, holds a rank outside
+ *  the world, lacks the rank that passed it, is NULL with count > 0, or overlaps another rank's
+ *  different list; MISMATCH when a rank named by a list passed count 0. One thread at a time per
+ *  context; ranks is only read during the call. */
+PSTATE_API pstate_status_t pstate_new_group(pstate_t *ps, const int *ranks, size_t count, pstate_group_t **out);
+
 /** SGLang's in_the_same_node_as: same_node[i] = 1 when group rank i is on the same host as group
  *  rank `source`, else 0. capacity must be >= the group size. Local, not collective. */
 PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int source, int *same_node,
@@ -655,6 +678,8 @@ struct pstate_api_t {
   pstate_status_t (*scatter)(pstate_group_t *g, const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, int root, void *stream);
   pstate_status_t (*set_interrupt_check)(pstate_t *ps, pstate_interrupt_fn fn, void *user);
   pstate_status_t (*trace_dump)(pstate_t *ps, const char *path);
+  /* issue 13, custom groups */
+  pstate_status_t (*new_group)(pstate_t *ps, const int *ranks, size_t count, pstate_group_t **out);
 };
 
 /** The table for ABI `abi_major` (pass PSTATE_ABI_MAJOR), or NULL when this library does not

@@ -59,6 +59,8 @@ constexpr pstate_api_t make_table() {
   t.scatter = pstate_scatter;
   t.set_interrupt_check = pstate_set_interrupt_check;
   t.trace_dump = pstate_trace_dump;
+  // issue 13, custom groups
+  t.new_group = pstate_new_group;
   return t;
 }
 
