@@ -471,6 +471,12 @@ void Context::initialize_model_parallel_now(const pstate_parallel_config_t *cfg)
   }
   layout_.emplace(std::move(lay));
   state_ = State::kParallel;
+  // issue 13: with the world's NCCL communicator in place, every group of more than one rank
+  // gets its own by splitting it, kind by kind in creation order (the same on every rank; the
+  // groups of one kind have one size), instead of a bootstrap each on first use.
+  if (split_from_world())
+    for (const auto &g : groups_)
+      if (g->size() > 1) split_from_world_into(g.get());
   warn_tensor_parallel_across_hosts();  // host awareness: allowed, but said (host_order.cpp)
   // Every rank leaves together, so the first collective on any group finds its peers ready.
   world_->barrier();
@@ -647,6 +653,23 @@ void Context::finalize_now() {
   if (!first_error.empty())
     throw_error(first_status, "finalize could not reach every peer (", first_error,
                 "); resources were released anyway");
+}
+
+// ---- issue 13: device communicators split from the world's ----
+
+bool Context::split_from_world() const {
+  if (!device_ctx_ || launch_.world_size < 2 || !world_ || !world_->device_splittable()) return false;
+  const char *env = std::getenv("PSTATE_NCCL_SPLIT");
+  return env == nullptr || std::string(env) != "0";
+}
+
+void Context::split_from_world_into(Group *child) {
+  try {
+    world_->split_device_into(child);
+  } catch (const Error &e) {
+    fail(e.what());  // the world's communicator took part in a failed collective
+    throw;
+  }
 }
 
 void Context::abort() noexcept {

@@ -74,6 +74,13 @@ class Context {
   // kinds use the lower half, see context.cpp group_id_for), one id per call, cycling.
   static constexpr uint32_t kFirstCustomGroupId = 2048;
   static constexpr uint32_t kCustomGroupIds = 2048;
+  // Device communicators by splitting (issue 13): true when new groups' NCCL communicators are
+  // split from the world's (a CUDA context of more than one rank whose world communicator exists,
+  // an NCCL with ncclCommSplit, PSTATE_NCCL_SPLIT not 0). The same answer on every rank.
+  bool split_from_world() const;
+  // Collective over the world: child (this rank's group of one creation step, or nullptr) gets its
+  // communicator by ncclCommSplit from the world's.
+  void split_from_world_into(Group *child);
   Group *world() { return world_.get(); }
 
   // Facts.

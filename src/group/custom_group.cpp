@@ -190,6 +190,11 @@ Group *Context::new_group(const int *ranks, size_t count) {
   custom_groups_made_ = index;
   ++custom_id_cursor_;
   ++custom_calls_live_;
+  // Device communicators (CUDA contexts): split from the world's when it exists, one split for the
+  // whole call (every rank takes part, those in no group or in a group of one with no colour).
+  bool any_shared = false;
+  for (const auto &[first, l] : by_first) any_shared = any_shared || l->size() > 1;
+  if (any_shared && split_from_world()) split_from_world_into(made);
   log_.info("new_group: ", by_first.size(), " group(s) made by this call, group id ", id,
             made != nullptr ? cat(", this rank in ", made->name()) : std::string(", this rank in none"));
   return made;

@@ -58,6 +58,9 @@ class NcclCommunicator final : public DeviceComm {
   void ensure_ready() override;
   bool ready() const override { return options_.size == 1 || comm_ != nullptr; }
   void abort() noexcept override;
+  // issue 13: children made by ncclCommSplit (splitShare) instead of a unique-id bootstrap each
+  bool can_split() const override;
+  std::unique_ptr<DeviceComm> split(int color, int key, DeviceCommOptions child) override;
 
  private:
   class OpScope;
