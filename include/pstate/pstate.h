@@ -309,7 +309,10 @@ PSTATE_API pstate_status_t pstate_init(const pstate_init_params_t *params, pstat
  *  the eight sizes over the world group): when any two differ every rank returns MISMATCH
  *  naming both ("rank 0 tp 1 pp 2, rank 1 tp 2 pp 1"), nothing is created and the context is
  *  unchanged (call it again with agreeing configs, or finalize). INVALID_STATE when already
- *  initialized (destroy first) or in graph-capture mode. */
+ *  initialized (destroy first) or in graph-capture mode. CUDA contexts: when the world group's
+ *  NCCL communicator exists (a device operation ran on it), every group of more than one rank
+ *  gets its communicator here by ncclCommSplit from it (splitShare; PSTATE_NCCL_SPLIT=0: no),
+ *  else each makes its own on first use. */
 PSTATE_API pstate_status_t pstate_initialize_model_parallel(pstate_t *ps, const pstate_parallel_config_t *cfg);
 
 /** 1 when model-parallel groups exist, 0 otherwise (also for NULL). */

@@ -6,7 +6,9 @@
 // costs nothing; SGLang's eager MoE communicators cost ~700 MB each). Creation is collective over
 // the group: group rank 0 makes the NCCL unique id and broadcast_from_rank0 carries it over the
 // group's CPU channel as one numbered operation, so its tag cannot meet another collective's. A
-// group of one never creates an NCCL communicator (its operations are device copies).
+// group of one never creates an NCCL communicator (its operations are device copies). A group made
+// while the world's communicator exists gets its own at creation by split_device_into (ncclCommSplit
+// from the world's, collective over the world; Context::split_from_world) instead.
 //
 // Failures follow the CPU rules: a fatal device error (TIMEOUT, PEER_LOST, TRANSPORT, an aborted
 // communicator) poisons the context, and every later operation returns ABORTED; pstate_abort
