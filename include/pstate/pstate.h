@@ -602,6 +602,24 @@ PSTATE_API pstate_status_t pstate_send_tensor_dict(pstate_group_t *g, const psta
 PSTATE_API pstate_status_t pstate_recv_tensor_dict(pstate_group_t *g, int src, pstate_alloc_fn alloc, void *user,
                                                    void *stream);
 
+/** all_gather_group (SGLang, vLLM): pipeline activations that every rank of an attention-TP group
+ *  holds are sent as slices. On the sender, a tensor whose element count divides by the size S of
+ *  ag (S > 1) is sent as this rank's 1/S slice (the elements at rank_in_group(ag) * count / S);
+ *  others go whole. On the receiver, alloc is asked for every tensor at its FULL shape and size,
+ *  the slice lands at this rank's place in it, and the slices are all-gathered over the receiver's
+ *  ag (CPU tensors on its CPU communicator; CUDA tensors on its device communicator, enqueued on
+ *  stream), so every rank of the receiving ag ends with the whole tensor. Pair each sender with
+ *  the receiver at the same rank of an ag of the same size (else MISMATCH on that receiver and
+ *  nothing gathered); the receive is collective over ag (every rank of the receiving ag calls it,
+ *  each from its own sender), and when one rank of ag fails to receive, every rank of ag returns
+ *  an error (that one its own, the others ABORTED naming ag) and nothing is gathered. ag must be a
+ *  group of g's context (INVALID_ARGUMENT otherwise). Otherwise as pstate_send_tensor_dict and
+ *  pstate_recv_tensor_dict; one more small object message per dict (the slicing plan). */
+PSTATE_API pstate_status_t pstate_send_tensor_dict_sliced(pstate_group_t *g, const pstate_tensor_t *tensors,
+                                                          size_t count, int dst, pstate_group_t *ag, void *stream);
+PSTATE_API pstate_status_t pstate_recv_tensor_dict_sliced(pstate_group_t *g, int src, pstate_group_t *ag,
+                                                          pstate_alloc_fn alloc, void *user, void *stream);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Graph capture (SGLang's graph_capture())                                                     */
 /* ------------------------------------------------------------------------------------------ */
@@ -683,6 +701,9 @@ struct pstate_api_t {
   pstate_status_t (*trace_dump)(pstate_t *ps, const char *path);
   /* issue 13, custom groups */
   pstate_status_t (*new_group)(pstate_t *ps, const int *ranks, size_t count, pstate_group_t **out);
+  /* issue 13, sliced pipeline dicts */
+  pstate_status_t (*send_tensor_dict_sliced)(pstate_group_t *g, const pstate_tensor_t *tensors, size_t count, int dst, pstate_group_t *ag, void *stream);
+  pstate_status_t (*recv_tensor_dict_sliced)(pstate_group_t *g, int src, pstate_group_t *ag, pstate_alloc_fn alloc, void *user, void *stream);
 };
 
 /** The table for ABI `abi_major` (pass PSTATE_ABI_MAJOR), or NULL when this library does not

@@ -61,6 +61,9 @@ constexpr pstate_api_t make_table() {
   t.trace_dump = pstate_trace_dump;
   // issue 13, custom groups
   t.new_group = pstate_new_group;
+  // issue 13, sliced pipeline dicts
+  t.send_tensor_dict_sliced = pstate_send_tensor_dict_sliced;
+  t.recv_tensor_dict_sliced = pstate_recv_tensor_dict_sliced;
   return t;
 }
 
