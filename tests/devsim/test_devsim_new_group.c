@@ -15,6 +15,9 @@
  * all_reduce first, then one device all_reduce on every distinct group: with PSTATE_NCCL_SPLIT=0
  * (every group bootstraps: before) and by default (split from the world: after); each rank checks
  * its counts against the layout, rank 0 prints the totals.
+ *
+ * Sliced dicts (all_gather_group) with a CUDA tensor across a pp boundary with tp 2 per stage: the
+ * senders hold different values, so the gathered tensor proves where each slice came from.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -260,8 +263,74 @@ static void test_world_8_tp4_pp2_ep4_splits_every_group_from_the_world(void **st
   assert_int_equal(pstate_test_run_processes(8, 120, layout_rank, &on, NULL), 0);
 }
 
+/* ---- sliced dicts (all_gather_group) with CUDA tensors: tp 2 x pp 2 ------------------------------ */
+
+static void *device_alloc(void *user, const char *name, pstate_dtype_t dtype, int ndim, const int64_t *shape,
+                          size_t bytes, pstate_device_t device) {
+  (void)name, (void)dtype, (void)ndim, (void)shape, (void)device;
+  void **slot = (void **)user;
+  return *slot = devsim_device_copy(NULL, bytes > 0 ? bytes : 1);
+}
+
+static int sliced_rank(const pstate_test_rank_t *self) {
+  pstate_t *ps = NULL;
+  RANK_OK(self, devsim_init(self, 30000, &ps));
+  cudaStream_t stream = NULL;
+  RANK_CHECK(self, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess, "stream");
+  pstate_parallel_config_t cfg = PSTATE_PARALLEL_CONFIG_INIT;
+  cfg.tensor_parallel_size = 2;
+  cfg.pipeline_parallel_size = 2;
+  RANK_OK(self, pstate_initialize_model_parallel(ps, &cfg));
+  pstate_group_t *pp = NULL, *tp = NULL;
+  RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_PP, &pp));
+  RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_ATTN_TP, &tp));
+  int32_t one = 1; /* the tp communicators exist before the gather (a collective makes them) */
+  int32_t *d1 = devsim_device_copy(&one, sizeof one);
+  RANK_OK(self, pstate_all_reduce(tp, d1, d1, 1, PSTATE_INT32, PSTATE_SUM, stream));
+  pstate_group_info_t info = PSTATE_GROUP_INFO_INIT;
+  RANK_OK(self, pstate_group_info(tp, &info));
+  const int k = info.rank_in_group;
+  enum { N = 1000 };
+  int32_t h[N];
+  for (int i = 0; i < N; ++i) h[i] = (k + 1) * 10000 + i; /* each sender holds different values */
+  if (self->rank < 2) {
+    int32_t *d = devsim_device_copy(h, sizeof h);
+    int64_t shape[2] = {10, N / 10};
+    pstate_tensor_t t = PSTATE_TENSOR_INIT;
+    t.name = "hidden";
+    t.dtype = PSTATE_INT32;
+    t.ndim = 2;
+    t.shape = shape;
+    t.data = d;
+    t.device = PSTATE_DEVICE_CUDA;
+    RANK_OK(self, pstate_send_tensor_dict_sliced(pp, &t, 1, 1, tp, stream));
+    RANK_CHECK(self, cudaStreamSynchronize(stream) == cudaSuccess, "sync");
+    cudaFree(d);
+  } else {
+    void *got = NULL;
+    RANK_OK(self, pstate_recv_tensor_dict_sliced(pp, 0, tp, device_alloc, &got, stream));
+    int32_t out[N];
+    RANK_CHECK(self, got != NULL && devsim_to_host(out, got, sizeof out, stream) == 0, "copy back");
+    for (int i = 0; i < N; ++i) {
+      int32_t want = (i / (N / 2) + 1) * 10000 + i; /* slice s from the sender at tp rank s */
+      RANK_CHECK(self, out[i] == want, "gathered[%d] = %d, want %d", i, out[i], want);
+    }
+    cudaFree(got);
+  }
+  cudaFree(d1);
+  RANK_OK(self, pstate_finalize(ps));
+  cudaStreamDestroy(stream);
+  return 0;
+}
+
+static void test_sliced_cuda_dict_across_a_pp_boundary_with_tp_2(void **state) {
+  (void)state;
+  assert_int_equal(pstate_test_run_processes(4, 120, sliced_rank, NULL, NULL), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_sliced_cuda_dict_across_a_pp_boundary_with_tp_2),
       cmocka_unit_test(test_custom_groups_on_device_bootstrap_split_and_none),
       cmocka_unit_test(test_world_8_tp4_pp2_ep4_bootstraps_each_group_without_split),
       cmocka_unit_test(test_world_8_tp4_pp2_ep4_splits_every_group_from_the_world),
