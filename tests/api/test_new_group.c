@@ -396,6 +396,32 @@ static void test_every_error_is_reported_on_every_rank_threads(void **state) {
   assert_int_equal(pstate_test_run_threads(4, 60, errors_rank, NULL), 0);
 }
 
+/* 2048 calls may live at once (the custom group ids of the tag); the next is INVALID_STATE on every
+ * rank until destroy_model_parallel releases them. Calls that make no group count too. */
+static int exhaust_rank(const pstate_test_rank_t *self) {
+  pstate_t *ps = NULL;
+  RANK_OK(self, pstate_test_init(self, 30000, &ps));
+  pstate_group_t *g = NULL;
+  for (int i = 0; i < 2048; ++i) RANK_OK(self, pstate_new_group(ps, NULL, 0, &g));
+  pstate_status_t s = pstate_new_group(ps, NULL, 0, &g);
+  RANK_CHECK(self, s == PSTATE_ERR_INVALID_STATE && strstr(pstate_last_error(), "pstate_destroy_model_parallel"),
+             "call 2049: %s (%s)", pstate_status_string(s), pstate_last_error());
+  RANK_OK(self, pstate_destroy_model_parallel(ps));
+  int both[2] = {0, 1};
+  RANK_OK(self, pstate_new_group(ps, both, 2, &g));
+  if (world_sum_is_right(self, ps)) return 1;
+  int32_t x = 1;
+  RANK_OK(self, pstate_all_reduce(g, &x, &x, 1, PSTATE_INT32, PSTATE_SUM, NULL));
+  RANK_CHECK(self, x == 2, "sum %d", x);
+  RANK_OK(self, pstate_finalize(ps));
+  return 0;
+}
+
+static void test_at_most_2048_calls_live_until_destroy(void **state) {
+  (void)state;
+  assert_int_equal(pstate_test_run_threads(2, 60, exhaust_rank, NULL), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_world_4_splits_into_3_and_1),
@@ -405,6 +431,7 @@ int main(void) {
       cmocka_unit_test(test_threads_world_4_splits_into_3_and_1),
       cmocka_unit_test(test_every_error_is_reported_on_every_rank),
       cmocka_unit_test(test_every_error_is_reported_on_every_rank_threads),
+      cmocka_unit_test(test_at_most_2048_calls_live_until_destroy),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -163,6 +163,14 @@ static int custom_groups_rank(const pstate_test_rank_t *self) {
   RANK_CHECK(self, c3.splits == c2.splits && c3.comms == c2.comms && c3.inits == c2.inits,
              "one-rank groups: splits %llu -> %llu, communicators %llu -> %llu", c2.splits, c3.splits, c2.comms,
              c3.comms);
+  /* not in graph-capture mode */
+  void *capture = NULL;
+  RANK_OK(self, pstate_graph_capture_begin(ps, stream, &capture));
+  pstate_group_t *g4 = NULL;
+  pstate_status_t sc = pstate_new_group(ps, alone, 1, &g4);
+  RANK_CHECK(self, sc == PSTATE_ERR_INVALID_STATE && g4 == NULL && strstr(pstate_last_error(), "graph-capture"),
+             "new_group while capturing: %s", pstate_last_error());
+  RANK_OK(self, pstate_graph_capture_end(ps));
   /* the world is still fine, and destroy retires them all */
   if (world_all_reduce(self, ps, stream)) return 1;
   RANK_OK(self, pstate_destroy_model_parallel(ps));
