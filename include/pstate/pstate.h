@@ -145,8 +145,12 @@ typedef enum pstate_group_kind_t PSTATE_ENUM_BASE {
   PSTATE_GROUP_MOE_DP = 7,            /**< MoE data parallel */
   PSTATE_GROUP_DCP = 8,               /**< decode context parallel; exists only when dcp > 1 */
   PSTATE_GROUP_SHARED_EXPERTS_TP = 9, /**< shared-experts TP; exists only when size > 1 */
-  PSTATE_GROUP_SELF_PP = 10           /**< each rank alone: SGLang's per-rank "self" PP group */
+  PSTATE_GROUP_SELF_PP = 10,          /**< each rank alone: SGLang's per-rank "self" PP group */
+  PSTATE_GROUP_CUSTOM = 11            /**< a group of pstate_new_group ("custom:<n>"); not in the
+                                           layout: pstate_get_group and the layout calls refuse it */
 } pstate_group_kind_t;
+/** The kinds of the layout (0..PSTATE_GROUP_KIND_COUNT-1), the ones pstate_get_group and the
+ *  layout calls take; PSTATE_GROUP_CUSTOM follows them. */
 #define PSTATE_GROUP_KIND_COUNT 11
 
 /* ------------------------------------------------------------------------------------------ */
@@ -305,7 +309,10 @@ PSTATE_API pstate_status_t pstate_init(const pstate_init_params_t *params, pstat
  *  the eight sizes over the world group): when any two differ every rank returns MISMATCH
  *  naming both ("rank 0 tp 1 pp 2, rank 1 tp 2 pp 1"), nothing is created and the context is
  *  unchanged (call it again with agreeing configs, or finalize). INVALID_STATE when already
- *  initialized (destroy first) or in graph-capture mode. */
+ *  initialized (destroy first) or in graph-capture mode. CUDA contexts: when the world group's
+ *  NCCL communicator exists (a device operation ran on it), every group of more than one rank
+ *  gets its communicator here by ncclCommSplit from it (splitShare; PSTATE_NCCL_SPLIT=0: no),
+ *  else each makes its own on first use. */
 PSTATE_API pstate_status_t pstate_initialize_model_parallel(pstate_t *ps, const pstate_parallel_config_t *cfg);
 
 /** 1 when model-parallel groups exist, 0 otherwise (also for NULL). */
@@ -377,6 +384,25 @@ PSTATE_API pstate_status_t pstate_group_info(const pstate_group_t *g, pstate_gro
 /** Global ranks of the group in group order; *count = group size; capacity too small =>
  *  INVALID_ARGUMENT with *count set. */
 PSTATE_API pstate_status_t pstate_group_ranks(const pstate_group_t *g, int *ranks, size_t capacity, size_t *count);
+/** Custom groups (SGLang's create_custom_parallel_group, vLLM's new_group: speculative decoding,
+ *  EPLB). Collective over the world: every rank calls it, passing the global ranks of the group
+ *  it joins (strictly ascending, itself among them; count ranks at `ranks`), or count 0 to join
+ *  none (*out = NULL). One call may make several groups: they may not overlap, and every rank
+ *  of a group must pass the same list. *out is the new group (kind PSTATE_GROUP_CUSTOM, name
+ *  "custom:<n>", n counting the custom groups of the world in creation order, the groups of one
+ *  call ordered by first rank); every operation works on it, as on a model-parallel group (in a
+ *  CUDA context its NCCL communicator is split from the world's when that exists; a group of one
+ *  makes none). It lives like the model-parallel groups: pstate_destroy_model_parallel retires it
+ *  (the handle stays allocated and answers INVALID_STATE; destroy also works when only custom
+ *  groups exist), pstate_finalize/abort free it. Not in graph-capture mode (INVALID_STATE).
+ *  Every rank sees every rank's list (one all-gather over the world) and checks it the same way,
+ *  so every rank returns the same error naming the offending ranks, nothing is created and the
+ *  world stays usable: INVALID_ARGUMENT for a list that is not ascending, holds a rank outside
+ *  the world, lacks the rank that passed it, is NULL with count > 0, or overlaps another rank's
+ *  different list; MISMATCH when a rank named by a list passed count 0. One thread at a time per
+ *  context; ranks is only read during the call. */
+PSTATE_API pstate_status_t pstate_new_group(pstate_t *ps, const int *ranks, size_t count, pstate_group_t **out);
+
 /** SGLang's in_the_same_node_as: same_node[i] = 1 when group rank i is on the same host as group
  *  rank `source`, else 0. capacity must be >= the group size. Local, not collective. */
 PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int source, int *same_node,
@@ -601,6 +627,24 @@ PSTATE_API pstate_status_t pstate_send_tensor_dict(pstate_group_t *g, const psta
 PSTATE_API pstate_status_t pstate_recv_tensor_dict(pstate_group_t *g, int src, pstate_alloc_fn alloc, void *user,
                                                    void *stream);
 
+/** all_gather_group (SGLang, vLLM): pipeline activations that every rank of an attention-TP group
+ *  holds are sent as slices. On the sender, a tensor whose element count divides by the size S of
+ *  ag (S > 1) is sent as this rank's 1/S slice (the elements at rank_in_group(ag) * count / S);
+ *  others go whole. On the receiver, alloc is asked for every tensor at its FULL shape and size,
+ *  the slice lands at this rank's place in it, and the slices are all-gathered over the receiver's
+ *  ag (CPU tensors on its CPU communicator; CUDA tensors on its device communicator, enqueued on
+ *  stream), so every rank of the receiving ag ends with the whole tensor. Pair each sender with
+ *  the receiver at the same rank of an ag of the same size (else MISMATCH on that receiver and
+ *  nothing gathered); the receive is collective over ag (every rank of the receiving ag calls it,
+ *  each from its own sender), and when one rank of ag fails to receive, every rank of ag returns
+ *  an error (that one its own, the others ABORTED naming ag) and nothing is gathered. ag must be a
+ *  group of g's context (INVALID_ARGUMENT otherwise). Otherwise as pstate_send_tensor_dict and
+ *  pstate_recv_tensor_dict; one more small object message per dict (the slicing plan). */
+PSTATE_API pstate_status_t pstate_send_tensor_dict_sliced(pstate_group_t *g, const pstate_tensor_t *tensors,
+                                                          size_t count, int dst, pstate_group_t *ag, void *stream);
+PSTATE_API pstate_status_t pstate_recv_tensor_dict_sliced(pstate_group_t *g, int src, pstate_group_t *ag,
+                                                          pstate_alloc_fn alloc, void *user, void *stream);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Non-blocking and batched point-to-point (SGLang's P2PWork, vLLM's isend/irecv, torch's        */
 /* batch_isend_irecv)                                                                           */
@@ -763,6 +807,11 @@ struct pstate_api_t {
   pstate_status_t (*wait)(pstate_request_t *req);
   pstate_status_t (*test)(pstate_request_t *req, int *done);
   pstate_status_t (*p2p_batch)(pstate_group_t *g, const pstate_p2p_op_t *ops, size_t n, void *stream);
+  /* custom groups */
+  pstate_status_t (*new_group)(pstate_t *ps, const int *ranks, size_t count, pstate_group_t **out);
+  /* sliced pipeline tensor dicts */
+  pstate_status_t (*send_tensor_dict_sliced)(pstate_group_t *g, const pstate_tensor_t *tensors, size_t count, int dst, pstate_group_t *ag, void *stream);
+  pstate_status_t (*recv_tensor_dict_sliced)(pstate_group_t *g, int src, pstate_group_t *ag, pstate_alloc_fn alloc, void *user, void *stream);
 };
 
 /** The table for ABI `abi_major` (pass PSTATE_ABI_MAJOR), or NULL when this library does not

@@ -23,6 +23,10 @@ void require_op(pstate_reduce_op_t op) {
                 " is not a pstate_reduce_op_t (0..", PSTATE_REDUCE_OP_COUNT - 1, ")");
 }
 void require_group_kind(pstate_group_kind_t kind) {
+  if (kind == PSTATE_GROUP_CUSTOM)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "group kind PSTATE_GROUP_CUSTOM is not a pstate_group_kind_t of the layout (0..",
+                PSTATE_GROUP_KIND_COUNT - 1, "): custom groups are made by pstate_new_group; keep the pstate_group_t "
+                "it returned");
   if (static_cast<int>(kind) < 0 || static_cast<int>(kind) >= PSTATE_GROUP_KIND_COUNT)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "group kind ", static_cast<int>(kind),
                 " is not a pstate_group_kind_t (0..", PSTATE_GROUP_KIND_COUNT - 1, ")");
@@ -76,11 +80,11 @@ PSTATE_API const char *pstate_reduce_op_name(pstate_reduce_op_t op) {
 }
 
 PSTATE_API const char *pstate_group_kind_name(pstate_group_kind_t kind) {
-  static const char *const kNames[PSTATE_GROUP_KIND_COUNT] = {
+  static const char *const kNames[PSTATE_GROUP_CUSTOM + 1] = {
       "world", "tp", "pp", "attn_tp", "attn_cp", "moe_ep", "moe_tp", "moe_dp", "dcp",
-      "shared_experts_tp", "self_pp"};
+      "shared_experts_tp", "self_pp", "custom"};
   int i = static_cast<int>(kind);
-  return i >= 0 && i < PSTATE_GROUP_KIND_COUNT ? kNames[i] : nullptr;
+  return i >= 0 && i <= PSTATE_GROUP_CUSTOM ? kNames[i] : nullptr;
 }
 
 }  // extern "C"

@@ -140,6 +140,17 @@ PSTATE_API pstate_status_t pstate_group_ranks(const pstate_group_t *g, int *rank
   });
 }
 
+// Custom groups (collective over the world; src/group/custom_group.cpp).
+PSTATE_API pstate_status_t pstate_new_group(pstate_t *ps, const int *ranks, size_t count, pstate_group_t **out) {
+  return PSTATE_GUARD({
+    require_nonnull(out, "out");
+    *out = nullptr;
+    pstate::api::require_context(ps);
+    pstate::api::ContextEntry entry(*ps, "pstate_new_group");
+    *out = ps->new_group(ranks, count);  // NULL ranks with count > 0: refused on every rank there
+  });
+}
+
 PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int source, int *same_node,
                                                   size_t capacity) {
   return PSTATE_GUARD({

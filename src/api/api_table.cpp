@@ -67,6 +67,11 @@ constexpr pstate_api_t make_table() {
   t.wait = pstate_wait;
   t.test = pstate_test;
   t.p2p_batch = pstate_p2p_batch;
+  // custom groups
+  t.new_group = pstate_new_group;
+  // sliced pipeline tensor dicts
+  t.send_tensor_dict_sliced = pstate_send_tensor_dict_sliced;
+  t.recv_tensor_dict_sliced = pstate_recv_tensor_dict_sliced;
   return t;
 }
 

@@ -70,4 +70,49 @@ PSTATE_API pstate_status_t pstate_recv_tensor_dict(pstate_group_t *g, int src, p
   });
 }
 
+// Sliced dicts (all_gather_group); ag must be a group of the same context.
+namespace {
+void check_ag(const pstate_group_t *g, const pstate_group_t *ag, const char *call) {
+  require_group(ag, call);
+  if (&ag->context() != &g->context())
+    pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, call, ": ag (", ag->name(), ") belongs to another pstate_t than g (",
+                        g->name(), "): pass a group of the same context (e.g. its PSTATE_GROUP_ATTN_TP)");
+}
+}  // namespace
+
+PSTATE_API pstate_status_t pstate_send_tensor_dict_sliced(pstate_group_t *g, const pstate_tensor_t *tensors,
+                                                          size_t count, int dst, pstate_group_t *ag, void *stream) {
+  return PSTATE_GUARD({
+    require_group(g, "pstate_send_tensor_dict_sliced");
+    check_ag(g, ag, "pstate_send_tensor_dict_sliced");
+    ContextEntry entry(g->context(), "pstate_send_tensor_dict_sliced");
+    require_rank(g, dst, "dst");
+    require(dst != g->rank_in_group(),
+            "dst is this rank: pstate_send_tensor_dict_sliced needs another rank of the group");
+    require_cpu_stream(g, stream);
+    check_dict(tensors, count);
+    ag->check_alive("pstate_send_tensor_dict_sliced");
+    g->traced(pstate::TraceOp::kSendTensorDict, dst,
+              [&] { pstate::send_tensor_dict_sliced(*g, tensors, count, dst, *ag, stream); });
+  });
+}
+
+PSTATE_API pstate_status_t pstate_recv_tensor_dict_sliced(pstate_group_t *g, int src, pstate_group_t *ag,
+                                                          pstate_alloc_fn alloc, void *user, void *stream) {
+  return PSTATE_GUARD({
+    require_group(g, "pstate_recv_tensor_dict_sliced");
+    check_ag(g, ag, "pstate_recv_tensor_dict_sliced");
+    ContextEntry entry(g->context(), "pstate_recv_tensor_dict_sliced");
+    require_rank(g, src, "src");
+    require(src != g->rank_in_group(),
+            "src is this rank: pstate_recv_tensor_dict_sliced needs another rank of the group");
+    require_cpu_stream(g, stream);
+    check_alloc(alloc);
+    ag->check_alive("pstate_recv_tensor_dict_sliced");
+    g->traced(pstate::TraceOp::kRecvTensorDict, src, [&] {
+      pstate::recv_tensor_dict_sliced(*g, src, *ag, pstate::TensorAllocator{alloc, user}, stream);
+    });
+  });
+}
+
 }  // extern "C"

@@ -47,9 +47,10 @@ std::string random_job_id() {
 std::string peer_key(int rank) { return "pstate/peer/" + std::to_string(rank); }
 
 // Group ids in the UCX tag: 0 is the world; model-parallel groups get 1 + generation * kinds +
-// kind, so a group of a re-initialized layout never receives a stale message of an old one.
+// kind, so a group of a re-initialized layout never receives a stale message of an old one. They
+// stay below Context::kFirstCustomGroupId: the ids above it belong to pstate_new_group's groups.
 uint32_t group_id_for(uint32_t generation, pstate_group_kind_t kind) {
-  constexpr uint32_t kGenerations = 4095 / PSTATE_GROUP_KIND_COUNT;
+  constexpr uint32_t kGenerations = (Context::kFirstCustomGroupId - 1) / PSTATE_GROUP_KIND_COUNT;
   return 1 + (generation % kGenerations) * PSTATE_GROUP_KIND_COUNT + static_cast<uint32_t>(kind);
 }
 
@@ -470,6 +471,12 @@ void Context::initialize_model_parallel_now(const pstate_parallel_config_t *cfg)
   }
   layout_.emplace(std::move(lay));
   state_ = State::kParallel;
+  // With the world's NCCL communicator in place, every group of more than one rank
+  // gets its own by splitting it, kind by kind in creation order (the same on every rank; the
+  // groups of one kind have one size), instead of a bootstrap each on first use.
+  if (split_from_world())
+    for (const auto &g : groups_)
+      if (g->size() > 1) split_from_world_into(g.get());
   warn_tensor_parallel_across_hosts();  // host awareness: allowed, but said (host_order.cpp)
   // Every rank leaves together, so the first collective on any group finds its peers ready.
   world_->barrier();
@@ -480,6 +487,12 @@ void Context::initialize_model_parallel_now(const pstate_parallel_config_t *cfg)
 
 void Context::destroy_model_parallel_now() {
   if (state_ == State::kClosed) throw_error(PSTATE_ERR_INVALID_STATE, "the context is finalized");
+  if (!layout_ && custom_calls_live_ > 0) {  // only custom groups (pstate_new_group) to drop
+    require_not_capturing("pstate_destroy_model_parallel");
+    retire_custom_groups();
+    log_.info("destroy_model_parallel: custom groups released");
+    return;
+  }
   if (!layout_)
     throw_error(PSTATE_ERR_INVALID_STATE,
                 "model parallel is not initialized: call pstate_initialize_model_parallel first");
@@ -495,6 +508,7 @@ void Context::destroy_model_parallel_now() {
     retired_.push_back(std::move(g));
   }
   groups_.clear();
+  retire_custom_groups();
   by_kind_.fill(nullptr);
   layout_.reset();
   if (state_ == State::kParallel) state_ = State::kReady;
@@ -543,6 +557,7 @@ std::vector<Group *> Context::live_groups() const {
   std::vector<Group *> all;
   if (world_) all.push_back(world_.get());
   for (const auto &g : groups_) all.push_back(g.get());
+  for (const auto &g : custom_groups_) all.push_back(g.get());
   return all;
 }
 
@@ -591,15 +606,18 @@ void Context::end_graph_capture_now() {
 
 void Context::abort_device_comms() noexcept {
   for (auto &g : groups_) g->abort_device();
+  for (auto &g : custom_groups_) g->abort_device();
   for (auto &g : retired_) g->abort_device();
   if (world_) world_->abort_device();
 }
 
 void Context::close_groups() noexcept {
   for (auto &g : groups_) g->retire();
+  for (auto &g : custom_groups_) g->retire();
   for (auto &g : retired_) g->retire();
   if (world_) world_->retire();
   groups_.clear();
+  custom_groups_.clear();
   retired_.clear();
   world_.reset();
   by_kind_.fill(nullptr);
@@ -641,6 +659,23 @@ void Context::finalize_now() {
   if (!first_error.empty())
     throw_error(first_status, "finalize could not reach every peer (", first_error,
                 "); resources were released anyway");
+}
+
+// ---- device communicators split from the world's ----
+
+bool Context::split_from_world() const {
+  if (!device_ctx_ || launch_.world_size < 2 || !world_ || !world_->device_splittable()) return false;
+  const char *env = std::getenv("PSTATE_NCCL_SPLIT");
+  return env == nullptr || std::string(env) != "0";
+}
+
+void Context::split_from_world_into(Group *child) {
+  try {
+    world_->split_device_into(child);
+  } catch (const Error &e) {
+    fail(e.what());  // the world's communicator took part in a failed collective
+    throw;
+  }
 }
 
 void Context::abort() noexcept {

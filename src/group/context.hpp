@@ -66,6 +66,21 @@ class Context {
   void abort() noexcept;
 
   Group *group(pstate_group_kind_t kind);
+
+  // ---- custom groups (pstate_new_group; custom_group.cpp) ----
+  // Collective over the world: this rank's group of the call (nullptr when it joins none).
+  Group *new_group(const int *ranks, size_t count);
+  // The custom calls' group ids: the upper half of the UCX tag's 12-bit field (the model-parallel
+  // kinds use the lower half, see context.cpp group_id_for), one id per call, cycling.
+  static constexpr uint32_t kFirstCustomGroupId = 2048;
+  static constexpr uint32_t kCustomGroupIds = 2048;
+  // Device communicators by splitting (issue 13): true when new groups' NCCL communicators are
+  // split from the world's (a CUDA context of more than one rank whose world communicator exists,
+  // an NCCL with ncclCommSplit, PSTATE_NCCL_SPLIT not 0). The same answer on every rank.
+  bool split_from_world() const;
+  // Collective over the world: child (this rank's group of one creation step, or nullptr) gets its
+  // communicator by ncclCommSplit from the world's.
+  void split_from_world_into(Group *child);
   Group *world() { return world_.get(); }
 
   // Facts.
@@ -162,6 +177,7 @@ class Context {
   std::unique_ptr<Group> make_group(pstate_group_kind_t kind, size_t index, const std::vector<int> &ranks,
                                     uint32_t group_id);
   void close_groups() noexcept;
+  void retire_custom_groups() noexcept;  // destroy_model_parallel: custom groups go with the others
   void open_device(int device_ordinal);
   // world first, then the model-parallel groups in creation order (the same order on every rank)
   std::vector<Group *> live_groups() const;
@@ -191,6 +207,12 @@ class Context {
   std::array<Group *, PSTATE_GROUP_KIND_COUNT> by_kind_{};  // kind -> (shared) group object
   std::vector<std::unique_ptr<Group>> retired_;          // destroyed groups: kept to answer
                                                          // INVALID_STATE instead of a crash
+  // custom groups (pstate_new_group)
+  std::vector<std::unique_ptr<Group>> custom_groups_;  // live ones this rank belongs to
+  uint32_t custom_groups_made_ = 0;  // custom groups of the world so far (their names' index)
+  uint32_t custom_id_cursor_ = 0;    // new_group calls so far (their group ids cycle with it)
+  uint32_t custom_calls_live_ = 0;   // new_group calls since the last destroy_model_parallel
+
   State state_ = State::kReady;
   std::string failure_;
   pstate_interrupt_fn interrupt_fn_ = nullptr;

@@ -67,8 +67,8 @@ pstate_group_s::pstate_group_s(pstate::Context &ctx, pstate_group_kind_t kind, s
 }
 
 std::string pstate_group_s::shm_name(const char *what) const {
-  // Groups of one kind share a group id (their ranks are disjoint), so the first rank of the
-  // group makes the name unique among them.
+  // Groups of one kind, and the groups of one pstate_new_group call, share a group id (their
+  // ranks are disjoint), so the first rank of the group makes the name unique among them.
   return pstate::cat("/pstate-", ctx_.job_id(), "-", group_id_, "-", ranks_.front(), "-", what);
 }
 

@@ -176,10 +176,18 @@ struct pstate_group_s {
   // (one NCCL group on stream).
   void p2p_batch(const pstate_p2p_op_t *ops, size_t n);
   void p2p_batch_device(const pstate_p2p_op_t *ops, size_t n, void *stream);
+  // ---- device communicators split from a parent group's (group_device.cpp) ----
+  // Whether this group's NCCL communicator exists and can be split (ncclCommSplit).
+  bool device_splittable() const;
+  // Collective over every rank of this (parent) group: child is this rank's group of the split,
+  // or nullptr when it joins none or its group has one rank (no communicator). The child's
+  // communicator is then made from this group's by ncclCommSplit instead of its own bootstrap.
+  void split_device_into(pstate_group_s *child);
 
  private:
   pstate::DeviceComm &begin_device_op(const pstate::OpDescriptor &desc, uint64_t *tid);
   pstate::DeviceComm &device_comm();
+  pstate::DeviceCommOptions device_comm_options();
   // A device operation (tid: its flight-recorder entry, 0 = none) failed / is on the stream.
   void device_op_failed(const pstate::Error &e, uint64_t tid = 0);
   void device_op_enqueued(uint64_t tid);

@@ -6,7 +6,9 @@
 // costs nothing; SGLang's eager MoE communicators cost ~700 MB each). Creation is collective over
 // the group: group rank 0 makes the NCCL unique id and broadcast_from_rank0 carries it over the
 // group's CPU channel as one numbered operation, so its tag cannot meet another collective's. A
-// group of one never creates an NCCL communicator (its operations are device copies).
+// group of one never creates an NCCL communicator (its operations are device copies). A group made
+// while the world's communicator exists gets its own at creation by split_device_into (ncclCommSplit
+// from the world's, collective over the world; Context::split_from_world) instead.
 //
 // Failures follow the CPU rules: a fatal device error (TIMEOUT, PEER_LOST, TRANSPORT, an aborted
 // communicator) poisons the context, and every later operation returns ABORTED; pstate_abort
@@ -30,18 +32,46 @@ bool pstate_group_s::on_device() const {
   return ctx_.device_context() != nullptr;
 }
 
-pstate::DeviceComm &pstate_group_s::device_comm() {
-  if (device_comm_) return *device_comm_;
-  pstate::DeviceContext *device = ctx_.device_context();
-  if (device == nullptr) pstate::throw_error(PSTATE_ERR_INTERNAL, name_, ": a device operation in a CPU context");
+pstate::DeviceCommOptions pstate_group_s::device_comm_options() {
   pstate::DeviceCommOptions o;
   o.group_name = name_;
   o.rank = rank_in_group_;
   o.size = size();
   o.timeout_ms = ctx_.timeout_ms();
   if (size() > 1) o.broadcast_from_rank0 = [this](void *bytes, size_t n) { broadcast_from_rank0(bytes, n); };
-  device_comm_ = pstate::make_nccl_device_comm(*device, std::move(o), ctx_.log());
+  return o;
+}
+
+pstate::DeviceComm &pstate_group_s::device_comm() {
+  if (device_comm_) return *device_comm_;
+  pstate::DeviceContext *device = ctx_.device_context();
+  if (device == nullptr) pstate::throw_error(PSTATE_ERR_INTERNAL, name_, ": a device operation in a CPU context");
+  device_comm_ = pstate::make_nccl_device_comm(*device, device_comm_options(), ctx_.log());
+  if (size() == 1)
+    ctx_.log().info(name_, ": no NCCL communicator (one rank: device operations are local copies on the stream)");
   return *device_comm_;
+}
+
+// ---- splitting ----
+
+bool pstate_group_s::device_splittable() const {
+  return !retired_ && device_comm_ && device_comm_->can_split();
+}
+
+void pstate_group_s::split_device_into(pstate_group_s *child) {
+  check_alive("communicator split");
+  const bool joins = child != nullptr && child->size() > 1 && !child->device_comm_;
+  // The colour names the child by its first global rank (distinct among the disjoint groups of
+  // one split); the key orders it by rank in group.
+  const int color = joins ? child->ranks_.front() : -1;
+  const int key = joins ? child->rank_in_group_ : 0;
+  try {
+    auto made = device_comm_->split(color, key, joins ? child->device_comm_options() : pstate::DeviceCommOptions{});
+    if (joins) child->device_comm_ = std::move(made);
+  } catch (const pstate::Error &e) {
+    device_op_failed(e);
+    throw;
+  }
 }
 
 pstate::DeviceComm &pstate_group_s::begin_device_op(const pstate::OpDescriptor &desc, uint64_t *tid) {

@@ -33,4 +33,10 @@ void broadcast_tensor_dict(Group &g, const pstate_tensor_t *tensors, size_t coun
 void send_tensor_dict(Group &g, const pstate_tensor_t *tensors, size_t count, int dst, void *stream);
 void recv_tensor_dict(Group &g, int src, const TensorAllocator &alloc, void *stream);
 
+// all_gather_group (tensor_dict_sliced.cpp). A tensor whose element count divides by
+// ag's size travels as this rank's 1/size slice; the receiver all-gathers the slices over its ag.
+void send_tensor_dict_sliced(Group &g, const pstate_tensor_t *tensors, size_t count, int dst, Group &ag,
+                             void *stream);
+void recv_tensor_dict_sliced(Group &g, int src, Group &ag, const TensorAllocator &alloc, void *stream);
+
 }  // namespace pstate

@@ -35,6 +35,13 @@ int devsim_stream_capturing(void *stream);
 /* The device ordinal a stream belongs to (the current device for NULL), or -1 for a bad handle. */
 int devsim_stream_device(void *stream);
 
+/* The NCCL stand-in's counts in this process since it was loaded (issue 13: bootstraps before and
+ * after communicator splitting): ncclCommInitRank(Config) calls, ncclGetUniqueId ids made,
+ * ncclCommSplit calls (any colour), communicators made (by init or as a split's child). Tests find
+ * it with dlopen(PSTATE_NCCL_LIBRARY, RTLD_NOLOAD) + dlsym; any pointer may be NULL. */
+void devsim_nccl_counts(unsigned long long *init_calls, unsigned long long *unique_ids,
+                        unsigned long long *split_calls, unsigned long long *communicators);
+
 #ifdef __cplusplus
 }
 #endif

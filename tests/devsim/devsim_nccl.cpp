@@ -524,6 +524,7 @@ struct CommState {
   std::atomic<int> outstanding{0};  // enqueued (not captured) operations not yet run
   std::mutex exec_mu;               // one operation of this communicator runs at a time
   uint64_t phase = 0;               // under exec_mu
+  unsigned splits = 0;              // ncclCommSplit calls so far (the same count on every rank)
   void *scratch = nullptr;          // device memory NCCL would hold (cudaMalloc at init)
   // launcher (non-blocking mode)
   std::mutex mu;
@@ -947,6 +948,13 @@ ncclResult_t coll(const char *func, Kind kind, const void *send, void *recv, siz
   return submit(comm, o, stream);
 }
 
+// ---- what a test can count (devsim_nccl_counts) ----------------------------------------------
+
+std::atomic<unsigned long long> g_init_calls{0};     // ncclCommInitRank / ncclCommInitRankConfig
+std::atomic<unsigned long long> g_unique_ids{0};     // ncclGetUniqueId that made an id
+std::atomic<unsigned long long> g_split_calls{0};    // ncclCommSplit (any colour)
+std::atomic<unsigned long long> g_communicators{0};  // communicators made: by init or as a split's child
+
 std::string shm_name_from(const ncclUniqueId &id) {
   char name[NCCL_UNIQUE_ID_BYTES + 1];
   std::memcpy(name, id.internal, NCCL_UNIQUE_ID_BYTES);
@@ -1024,6 +1032,7 @@ ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank, n
   if (c->hdr->joined.fetch_add(1) + 1 == nranks) c->unlink_name();  // everyone is in: no name left behind
   if (!c->blocking) c->launcher = std::thread(launcher_main, c.get());
   *out = new ncclComm{c};
+  g_communicators.fetch_add(1);
   auto join = [c]() -> ncclResult_t {
     if (!wait_until(*c, [&] { return c->hdr->joined.load() >= c->nranks; })) return ncclInternalError;
     for (int r = 0; r < c->nranks; ++r) {
@@ -1037,6 +1046,69 @@ ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank, n
   };
   ncclResult_t r = launch(c, join, hang);
   return r;
+}
+
+// ---- ncclCommSplit ------------------------------------------------------------------------------
+//
+// Collective over the parent's ranks: each writes (colour, key) into an exchange segment named
+// after the parent's segment and the parent's split count (the same on every rank), waits for all,
+// and the ranks of one colour, ordered by (key, parent rank), init a child on the segment
+// "<exchange>-c<colour>" with the parent's-split init (not counted as a bootstrap: no unique id).
+// The exchange is synchronous even for a non-blocking config (the child's init then runs on its
+// launcher as usual); the last rank to leave unlinks it.
+
+struct SplitEntry {
+  int color;
+  int key;
+};
+struct SplitHeader {
+  std::atomic<int> arrived;
+  std::atomic<int> left;
+  SplitEntry e[kMaxRanks];
+};
+
+ncclResult_t split_comm(ncclComm_t comm, int color, int key, ncclComm_t *out, ncclConfig_t *config) {
+  CommState &p = *comm->st;
+  const std::string base = p.name + "-s" + std::to_string(p.splits++);
+  if (base.size() + 16 > NCCL_UNIQUE_ID_BYTES) {
+    set_error("devsim NCCL: ncclCommSplit: splits nested too deep for the stand-in's names");
+    return ncclInternalError;
+  }
+  remember_name(base);
+  int fd = shm_open(base.c_str(), O_CREAT | O_RDWR, 0600);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(sizeof(SplitHeader))) != 0) {
+    set_error("devsim NCCL: ncclCommSplit: shm_open/ftruncate %s: %s", base.c_str(), std::strerror(errno));
+    if (fd >= 0) close(fd);
+    return ncclSystemError;
+  }
+  void *m = mmap(nullptr, sizeof(SplitHeader), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (m == MAP_FAILED) return ncclSystemError;
+  auto *h = static_cast<SplitHeader *>(m);
+  h->e[p.rank] = SplitEntry{color, key};
+  h->arrived.fetch_add(1);
+  bool all = wait_until(p, [&] { return h->arrived.load() >= p.nranks; });
+  int child_rank = 0, child_size = 0;
+  if (all && color != NCCL_SPLIT_NOCOLOR) {
+    std::vector<std::pair<int, int>> members;  // (key, parent rank) of my colour
+    for (int r = 0; r < p.nranks; ++r)
+      if (h->e[r].color == color) members.emplace_back(h->e[r].key, r);
+    std::sort(members.begin(), members.end());
+    child_size = static_cast<int>(members.size());
+    for (int i = 0; i < child_size; ++i)
+      if (members[static_cast<size_t>(i)].second == p.rank) child_rank = i;
+  }
+  if (h->left.fetch_add(1) + 1 == p.nranks) shm_unlink(base.c_str());
+  munmap(m, sizeof(SplitHeader));
+  if (!all) {
+    set_error("devsim NCCL: ncclCommSplit: the parent communicator was aborted");
+    return ncclInternalError;
+  }
+  if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
+  ncclUniqueId id;
+  std::memset(id.internal, 0, sizeof id.internal);
+  std::snprintf(id.internal, sizeof id.internal, "%s-c%d", base.c_str(), color);
+  return init_rank(out, child_size, id, child_rank, config);
 }
 
 void stop_launcher(CommState &c) {
@@ -1072,16 +1144,40 @@ DEVSIM_API ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
   std::memset(id->internal, 0, sizeof id->internal);
   std::snprintf(id->internal, sizeof id->internal, "/pstate-devsim-nccl-%d-%u-%08x", static_cast<int>(getpid()),
                 counter.fetch_add(1), rd());
+  g_unique_ids.fetch_add(1);
   return ncclSuccess;
 }
 
 DEVSIM_API ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
                                                ncclConfig_t *config) {
+  g_init_calls.fetch_add(1);
   return init_rank(comm, nranks, id, rank, config);
 }
 
 DEVSIM_API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+  g_init_calls.fetch_add(1);
   return init_rank(comm, nranks, id, rank, nullptr);
+}
+
+DEVSIM_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config) {
+  ncclResult_t r = precheck(comm, "ncclCommSplit");
+  if (r != ncclSuccess) return r;
+  if (newcomm == nullptr || (color < 0 && color != NCCL_SPLIT_NOCOLOR)) {
+    set_error("devsim NCCL: ncclCommSplit: newcomm NULL or colour %d negative (NCCL_SPLIT_NOCOLOR is %d)", color,
+              NCCL_SPLIT_NOCOLOR);
+    return ncclInvalidArgument;
+  }
+  *newcomm = nullptr;
+  g_split_calls.fetch_add(1);
+  return split_comm(comm, color, key, newcomm, config);
+}
+
+DEVSIM_API void devsim_nccl_counts(unsigned long long *init_calls, unsigned long long *unique_ids,
+                                   unsigned long long *split_calls, unsigned long long *communicators) {
+  if (init_calls != nullptr) *init_calls = g_init_calls.load();
+  if (unique_ids != nullptr) *unique_ids = g_unique_ids.load();
+  if (split_calls != nullptr) *split_calls = g_split_calls.load();
+  if (communicators != nullptr) *communicators = g_communicators.load();
 }
 
 DEVSIM_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async) {

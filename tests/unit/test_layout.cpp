@@ -442,6 +442,7 @@ struct Reference {
       }
       case PSTATE_GROUP_DCP: return {r / dcp, r % dcp};
       case PSTATE_GROUP_SHARED_EXPERTS_TP: return {r / shared, r % shared};
+      case PSTATE_GROUP_CUSTOM: break;  // pstate_new_group's, not the layout's
     }
     return {-1, -1};
   }
@@ -458,6 +459,7 @@ struct Reference {
       case PSTATE_GROUP_MOE_DP: return attn_cp > moe_dp ? attn_cp : moe_dp;
       case PSTATE_GROUP_DCP: return dcp;
       case PSTATE_GROUP_SHARED_EXPERTS_TP: return shared;
+      case PSTATE_GROUP_CUSTOM: break;  // pstate_new_group's, not the layout's
     }
     return -1;
   }

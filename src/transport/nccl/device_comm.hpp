@@ -230,6 +230,16 @@ class DeviceComm {
   virtual bool ready() const = 0;
   // ncclCommAbort: local, does not wait for peers; later calls throw ABORTED. Never throws.
   virtual void abort() noexcept = 0;
+
+  // ---- communicators split from this one (ncclCommSplit) ----
+  // Whether split() can work now: the NCCL communicator exists and is usable, and the loaded
+  // NCCL has ncclCommSplit (>= 2.18).
+  virtual bool can_split() const { return false; }
+  // ncclCommSplit with splitShare = 1: collective over every rank of this communicator, no unique
+  // id. The ranks passing one color >= 0 form a child, ranked by key; color < 0 joins none
+  // (returns nullptr). child describes the new communicator (its group name, rank and size in the
+  // child). Throws as creation does (TIMEOUT, TRANSPORT, ...).
+  virtual std::unique_ptr<DeviceComm> split(int color, int key, DeviceCommOptions child) = 0;
 };
 
 // The NCCL device communicator of one group. `context` must outlive it (destroy every

@@ -211,8 +211,47 @@ void NcclCommunicator::create(const char *op) {
                            context_.device_ordinal(), "): ncclCommInitRankConfig: ", nccl_->error_text(r, comm_)),
          true);
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
-  log_.info(w, ": NCCL communicator ready (rank ", rank(), " of ", size(), ", cuda:", context_.device_ordinal(), ", ",
+  log_.info(w, ": NCCL communicator ready, made by a bootstrap (unique id from group rank 0, ncclCommInitRankConfig; rank ", rank(), " of ", size(), ", cuda:", context_.device_ordinal(), ", ",
             nccl_->describe(), options_.nccl_blocking ? ", blocking" : ", non-blocking", ") in ", ms, " ms");
+}
+
+// ---- splitting -----------------------------------------------------------------------
+
+bool NcclCommunicator::can_split() const {
+  return comm_ != nullptr && failure_.empty() && nccl_ != nullptr && nccl_->has_split();
+}
+
+std::unique_ptr<DeviceComm> NcclCommunicator::split(int color, int key, DeviceCommOptions child_options) {
+  constexpr const char *kOp = "communicator split";
+  require_usable(kOp);
+  if (!can_split())
+    throw_error(PSTATE_ERR_INTERNAL, where(kOp), ": split without a usable parent communicator or ncclCommSplit");
+  DeviceGuard guard(cuda_, context_.device_ordinal(), where(kOp));
+  auto child = std::make_unique<NcclCommunicator>(context_, std::move(child_options), log_);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = child->options_.nccl_blocking ? 1 : 0;
+  config.commName = child->comm_name_.c_str();
+  config.splitShare = 1;  // the child shares the parent's buffers and connections (NCCL >= 2.18)
+  auto started = std::chrono::steady_clock::now();
+  ncclComm_t created = nullptr;
+  ncclResult_t r = nccl_->api().CommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &created, &config);
+  if (color < 0 || created == nullptr) {  // this rank joins no child: the parent carries the call
+    complete(r, "ncclCommSplit", kOp);
+    return nullptr;
+  }
+  child->nccl_ = nccl_;
+  child->comm_ = created;
+  r = child->settle(r, "ncclCommSplit", kOp);
+  if (r != ncclSuccess)
+    child->fail(status_of(r), cat(child->where(kOp), ": splitting the NCCL communicator from ", options_.group_name,
+                                  " (rank ", child->rank(), " of ", child->size(), "): ncclCommSplit: ",
+                                  nccl_->error_text(r, created)),
+                true);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
+  log_.info(child->where("communicator init"), ": NCCL communicator ready, split from ", options_.group_name,
+            " (ncclCommSplit, splitShare, no unique id; rank ", child->rank(), " of ", child->size(), ", cuda:",
+            context_.device_ordinal(), ") in ", ms, " ms");
+  return child;
 }
 
 ncclResult_t NcclCommunicator::settle(ncclResult_t r, const char *call, const char *op) {

@@ -9,7 +9,9 @@
 // Creation: group rank 0 calls ncclGetUniqueId and the id is broadcast over the group's CPU
 // communicator (the callback); every rank calls ncclCommInitRankConfig with blocking = 0 and
 // polls ncclCommGetAsyncError until it is ready or the context timeout passes (then it aborts the
-// communicator: TIMEOUT). Non-blocking mode is also why every later NCCL call that answers
+// communicator: TIMEOUT). Or (issue 13) the communicator is made by split() on a parent's
+// (ncclCommSplit with splitShare, collective over the parent's ranks, no unique id), settled the
+// same way. Non-blocking mode is also why every later NCCL call that answers
 // ncclInProgress is waited out the same way before the next one (NCCL runs each such call on a
 // helper thread; DeviceCommOptions::nccl_blocking trades the bound for NCCL's faster blocking
 // mode). A group of one never creates an NCCL communicator: its operations are
@@ -63,6 +65,9 @@ class NcclCommunicator final : public DeviceComm {
   void ensure_ready() override;
   bool ready() const override { return options_.size == 1 || comm_ != nullptr; }
   void abort() noexcept override;
+  // Children made by ncclCommSplit (splitShare) instead of a unique-id bootstrap each
+  bool can_split() const override;
+  std::unique_ptr<DeviceComm> split(int color, int key, DeviceCommOptions child) override;
 
  private:
   class OpScope;

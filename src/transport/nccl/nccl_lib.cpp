@@ -59,6 +59,8 @@ const char *NcclLib::resolve() {
   PSTATE_NCCL_RESOLVE(GetErrorString)
   PSTATE_NCCL_RESOLVE(GetLastError)
 #undef PSTATE_NCCL_RESOLVE
+  // Optional entry points: a library without them still loads.
+  api_.CommSplit = reinterpret_cast<decltype(api_.CommSplit)>(dlsym(handle_, "ncclCommSplit"));
   return nullptr;
 }
 

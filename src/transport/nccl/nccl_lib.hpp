@@ -64,6 +64,8 @@ class NcclLib {
     decltype(&::ncclGroupEnd) GroupEnd = nullptr;
     decltype(&::ncclGetErrorString) GetErrorString = nullptr;
     decltype(&::ncclGetLastError) GetLastError = nullptr;
+    // Optional (NCCL >= 2.18); nullptr when the library lacks it (groups then bootstrap)
+    decltype(&::ncclCommSplit) CommSplit = nullptr;
   };
 
   static constexpr const char *kDefaultLibrary = "libnccl.so.2";
@@ -89,6 +91,9 @@ class NcclLib {
   std::string version_text() const;          // "2.28.9"
   std::string describe() const;              // "libnccl.so.2 (NCCL 2.28.9)"
   bool has_fp8() const { return version_ >= NCCL_VERSION(2, 24, 0); }
+  // ncclCommSplit (NCCL >= 2.18) and ncclConfig_t.splitShare (same release): a child
+  // communicator made from a parent's ranks, sharing its resources, without a unique id.
+  bool has_split() const { return api_.CommSplit != nullptr && version_ >= NCCL_VERSION(2, 18, 0); }
 
   // "ncclRemoteError: remote process exited or there was a network error (NCCL: <last error>)"
   // comm may be nullptr (then NCCL's last global error is used).
