@@ -9,7 +9,9 @@
  * The MPI calls per op: all_reduce MPI_Allreduce, all_gather MPI_Allgather, reduce_scatter
  * MPI_Reduce_scatter_block, broadcast MPI_Bcast, all_to_all MPI_Alltoall, send_recv a
  * MPI_Send/MPI_Recv ping-pong between ranks 2k and 2k+1 (half the round trip is reported),
- * broadcast_object MPI_Bcast of the bytes (the size known in advance, which favours MPI), and
+ * broadcast_object MPI_Bcast of the bytes (the size known in advance, which favours MPI),
+ * all_gatherv MPI_Allgatherv (the same uneven parts), sendrecv MPI_Irecv + MPI_Isend around the
+ * ring and MPI_Waitall, and
  * startup only MPI_Init + MPI_Barrier + MPI_Finalize (timed from outside, whole process). All out of place
  * except broadcast. Element types without an MPI type (float16, bfloat16, fp8) move as bytes
  * and cannot be reduced. With --check, any wrong result makes rank 0 exit 1.
@@ -132,6 +134,7 @@ typedef struct sized_t {
   int type_count;    /* count in units of type */
   unsigned char *send, *recv;
   size_t send_bytes, recv_bytes;
+  int *counts, *displs; /* all_gatherv: every rank's part and its place, in units of type */
 } sized_t;
 
 static void *alloc_or_die(size_t bytes) {
@@ -166,6 +169,17 @@ static void setup(sized_t *s) {
     case BENCH_ALL_TO_ALL:
       s->send_bytes = s->recv_bytes = block * (size_t)s->n;
       break;
+    case BENCH_ALL_GATHERV: {
+      int j;
+      s->counts = (int *)alloc_or_die(sizeof(int) * (size_t)s->n);
+      s->displs = (int *)alloc_or_die(sizeof(int) * (size_t)s->n);
+      for (j = 0; j < s->n; ++j) {
+        s->counts[j] = s->type_count * (int)bench_gatherv_weight(j);
+        s->displs[j] = s->type_count * (int)(bench_gatherv_offset(j, s->count) / s->count);
+      }
+      s->send_bytes = block * bench_gatherv_weight(s->rank), s->recv_bytes = block * bench_gatherv_weights(s->n);
+      break;
+    }
     default:
       s->send_bytes = s->recv_bytes = block;
       break;
@@ -180,6 +194,8 @@ static void setup(sized_t *s) {
     for (j = 0; j < (size_t)s->n; ++j) bench_fill_pattern(s->send + j * block, block, s->rank, j * block);
   } else if (o->op == BENCH_BROADCAST || o->op == BENCH_BROADCAST_OBJECT) {
     if (s->rank == 0) bench_fill_pattern(s->recv, block, 0, 0); /* in place: the root's buffer */
+  } else if (o->op == BENCH_ALL_GATHERV) {
+    bench_fill_pattern(s->send, s->send_bytes, s->rank, 0);
   } else {
     bench_fill_pattern(s->send, block, s->rank, 0);
   }
@@ -216,6 +232,16 @@ static void run_once(sized_t *s) {
         MPI_Send(s->send, s->type_count, s->type, peer, 0, w);
       }
       break;
+    case BENCH_ALL_GATHERV:
+      MPI_Allgatherv(s->send, s->counts[s->rank], s->type, s->recv, s->counts, s->displs, s->type, w);
+      break;
+    case BENCH_SENDRECV_RING: {
+      MPI_Request r[2];
+      MPI_Irecv(s->recv, s->type_count, s->type, (s->rank + s->n - 1) % s->n, 0, w, &r[0]);
+      MPI_Isend(s->send, s->type_count, s->type, (s->rank + 1) % s->n, 0, w, &r[1]);
+      MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
+      break;
+    }
     default:
       break;
   }
@@ -242,6 +268,13 @@ static long count_wrong(const sized_t *s) {
       return (long)bench_count_pattern_wrong(s->recv, block, 0, 0);
     case BENCH_SEND_RECV:
       return (s->rank ^ 1) < s->n ? (long)bench_count_pattern_wrong(s->recv, block, s->rank ^ 1, 0) : 0;
+    case BENCH_ALL_GATHERV:
+      for (j = 0; j < (size_t)s->n; ++j)
+        wrong += bench_count_pattern_wrong(s->recv + bench_gatherv_offset((int)j, s->count) * s->elem,
+                                           block * bench_gatherv_weight((int)j), (int)j, 0);
+      return (long)wrong;
+    case BENCH_SENDRECV_RING:
+      return (long)bench_count_pattern_wrong(s->recv, block, (s->rank + s->n - 1) % s->n, 0);
     default:
       return 0;
   }
@@ -276,6 +309,8 @@ static bench_result_t bench_size(const options_t *o, size_t bytes, int rank, int
   free(times);
   free(s.send);
   free(s.recv);
+  free(s.counts);
+  free(s.displs);
   return bench_make_result(o->op, bytes, s.count, n, time_us, total_wrong);
 }
 
@@ -295,7 +330,8 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return 0;
   }
-  if (o.op == BENCH_SEND_RECV && n < 2) usage_exit(rank, "send_recv needs at least 2 ranks");
+  if ((o.op == BENCH_SEND_RECV || o.op == BENCH_SENDRECV_RING) && n < 2)
+    usage_exit(rank, "send_recv and sendrecv need at least 2 ranks");
   if (rank == 0)
     bench_print_header(stdout, "mpi_bench (Open MPI)", o.op, bench_dtype_name(o.dtype),
                        o.redop == BENCH_SUM   ? "sum"

@@ -35,6 +35,8 @@ CASES = [
     ("broadcast.2", "broadcast float32, 2 ranks"),
     ("all_to_all.2", "all_to_all float32, 2 ranks"),
     ("send_recv.2", "send_recv (one way) float32, 2 ranks"),
+    ("all_gatherv.2", "all_gatherv float32, parts 1:2 (MPI: MPI_Allgatherv), 2 ranks"),
+    ("sendrecv.2", "sendrecv ring: isend + irecv + wait (MPI: MPI_Isend/MPI_Irecv/MPI_Waitall), 2 ranks"),
     ("all_reduce.2.bound", "all_reduce float32 sum, 2 ranks, each bound to its own core (both sides)"),
     ("all_gather.2.bound", "all_gather float32, 2 ranks, each bound to its own core (both sides)"),
     ("reduce_scatter.2.bound", "reduce_scatter float32 sum, 2 ranks, each bound to its own core (both sides)"),
@@ -55,6 +57,8 @@ RATIO_TARGETS = {
     "broadcast.2.bound": ([8, 64 << 10, 16 * MiB], 1.0),
     "all_reduce.4": ([8, MiB], 1.0),
     "broadcast_object.4": ([1024], 0.8),
+    "all_gatherv.2": (None, 1.0),
+    "sendrecv.2": (None, 1.0),
 }
 
 
@@ -67,9 +71,13 @@ def load_json(path):
 
 
 def load_machine(results):
+    return load_machine_file(os.path.join(results, "machine.txt"))
+
+
+def load_machine_file(path):
     info = {}
     try:
-        with open(os.path.join(results, "machine.txt")) as f:
+        with open(path) as f:
             for line in f:
                 key, _, value = line.rstrip("\n").partition("=")
                 info[key] = value
@@ -88,7 +96,7 @@ def human(nbytes):
 def busbw_factor(op, n):
     if op == "all_reduce":
         return 2 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+    if op in ("all_gather", "all_gatherv", "reduce_scatter", "all_to_all"):
         return (n - 1) / n
     return 1.0
 
@@ -458,6 +466,13 @@ def main():
           "- minimal 2-rank all_reduce (`bench/handoff_floor.c`, ranks bound; the least a hand-off costs "
           "here): " + (", ".join(f"{human(b)} {floor[b]:.2f} µs" for b in sorted(floor)) if floor else "not measured"),
           ""]
+    for path in sorted(glob.glob(os.path.join(results, "partial-*.txt"))):  # bench/run.sh --cases
+        name = os.path.basename(path)[len("partial-"):-len(".txt")]
+        part = load_machine_file(path)
+        md.insert(len(md) - 1,
+                  f"- case `{name}` re-measured on its own (`bench/run.sh --cases {name}`): {part.get('date', '?')}, "
+                  f"commit {part.get('commit', '?')}, {part.get('repeats', '?')} repeats, load at start / end "
+                  f"{part.get('quiet', '?')} / {part.get('load_end', '?')}")
     if machine.get("quick") == "1":
         md += ["**Quick run (`bench/run.sh --quick`): a smoke test of the script, not a measurement.**", ""]
     if failures:
@@ -496,7 +511,8 @@ def main():
                f"| {fmt(startup.get('pstate_ms'), 1)} |", ""]
     if curve:
         md += startup_curve_section(curve, before, curve_png, rel)
-    md += ["## Reproduce", "", "```", "bench/run.sh          # builds, measures, rewrites BENCHMARKS.md"]
+    md += ["## Reproduce", "", "```", "bench/run.sh          # builds, measures, rewrites BENCHMARKS.md",
+           "bench/run.sh --cases all_gatherv.2,sendrecv.2   # only those cases, the others' results kept"]
     if curve:
         md += ["bench/startup_curve.sh  # start-up as the job grows, on its own (startup_curve.json)"]
     md += ["```", "",

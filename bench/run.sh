@@ -2,6 +2,8 @@
 # bench/run.sh — pstate against Open MPI (and gloo) on this machine, in one session, and BENCHMARKS.md.
 #
 #   bench/run.sh [--quick]
+#   bench/run.sh --cases NAME[,NAME...]   re-measure only those cases (e.g. all_gatherv.2,sendrecv.2),
+#                                         keeping every other case's results, then rewrite the report
 #
 # Builds what it needs (the `pstate` command in $BUILD_DIR, default build/; bench/mpi_bench.c
 # with mpicc; bench/gloo_bench.cc with g++ and Debian's libgloo-dev, skipped with a warning where
@@ -26,6 +28,8 @@
 #     yielding waits microseconds per hand-off; see bench/analysis.md)
 #   - 4 ranks on the 2 cores (oversubscribed): all_reduce 8 B..1 MiB
 #   - 4 ranks: broadcast_object 64 B..64 KiB from rank 0 to 3 readers vs MPI_Bcast of the bytes
+#   - 2 ranks: all_gatherv 8 B..16 MiB (uneven parts, 1:2) vs MPI_Allgatherv, and sendrecv 8 B..16
+#     MiB (x4 steps: both ranks isend + irecv + wait, a ring) vs MPI_Isend/MPI_Irecv/MPI_Waitall
 #   - start-up of 8 ranks to model parallel initialized (tp 4 x pp 2) and finalized, whole
 #     processes, vs `mpirun -np 8` of MPI_Init + MPI_Barrier + MPI_Finalize (median wall time of 5 runs each,
 #     alternating)
@@ -46,7 +50,11 @@ BUILD_DIR=${BUILD_DIR:-build}
 CASE_TIMEOUT=${CASE_TIMEOUT:-240}
 MPI_BIND=${MPI_BIND:-none}
 QUICK=0
+ONLY=""  # --cases: the case names to re-measure, comma-separated
 [ "${1:-}" = "--quick" ] && QUICK=1
+if [ "${1:-}" = "--cases" ]; then
+  ONLY=",${2:?--cases needs NAME[,NAME...]},"
+fi
 REPEATS=${REPEATS:-$([ "$QUICK" = 1 ] && echo 1 || echo 5)}
 if [ "$QUICK" = 1 ]; then  # a smoke test never overwrites the real results
   RESULTS=${RESULTS:-$ROOT/$BUILD_DIR/bench-quick}
@@ -57,6 +65,7 @@ else
 fi
 
 log() { echo "bench/run.sh: $*" >&2; }
+MACHINE_TXT=$RESULTS/machine.txt  # the full run's machine; --cases writes partial-NAME.txt instead
 
 # ---- build ------------------------------------------------------------------------------------
 build() {
@@ -105,6 +114,7 @@ run_case() {
 pair() {
   local mode=$1 name=$2 ranks=$3 rep
   shift 3
+  if [ -n "$ONLY" ] && [[ $ONLY != *",$name,"* ]]; then return 0; fi
   local mpirun=("${MPIRUN[@]}") launcher=("$PSTATE" run --no-bind)
   [ "$mode" = over ] && mpirun=("${MPIRUN_OVER[@]}")
   [ "$mode" = bound ] && mpirun=("${MPIRUN_BOUND[@]}") && launcher=("$PSTATE" run --bind-cores)
@@ -185,16 +195,59 @@ wait_quiet() {
   while :; do
     load=$(cut -d' ' -f1 /proc/loadavg)
     if awk -v l="$load" -v q="${QUIET_LOAD:-1.0}" 'BEGIN { exit !(l < q) }'; then
-      echo "quiet=yes (load $load)" >>"$RESULTS/machine.txt"
+      echo "quiet=yes (load $load)" >>"$MACHINE_TXT"
       return
     fi
     if [ $SECONDS -ge $limit ]; then
       log "machine still busy (load $load); measuring anyway"
-      echo "quiet=no (load $load after waiting ${QUIET_WAIT_S:-60} s)" >>"$RESULTS/machine.txt"
+      echo "quiet=no (load $load after waiting ${QUIET_WAIT_S:-60} s)" >>"$MACHINE_TXT"
       return
     fi
     sleep 5
   done
+}
+
+# --cases: only the named pairs, every other result kept; partial-NAME.txt says when and where
+# they were measured (bench/report.py prints it next to the machine of the full run).
+partial() {
+  local t_start=$SECONDS name
+  build
+  mkdir -p "$RESULTS/logs"
+  MACHINE_TXT=$(mktemp)
+  wait_quiet
+  export PSTATE_TIMEOUT_MS=${PSTATE_TIMEOUT_MS:-60000}
+  cases
+  for name in ${ONLY//,/ }; do
+    {
+      echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
+      echo "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo '+dirty')"
+      echo "repeats=$REPEATS"
+      cat "$MACHINE_TXT"
+      echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)"
+    } >"$RESULTS/partial-$name.txt"
+  done
+  rm -f "$MACHINE_TXT"
+  python3 bench/report.py "$RESULTS" "$REPORT"
+  log "re-measured ${ONLY//,/ } and wrote $REPORT in $((SECONDS - t_start)) s"
+}
+
+# Every case of the full run (pair skips those --cases does not name).
+cases() {
+  pair plain all_reduce.2 2 --op all_reduce -b 8 -e 64M -f 2
+  for op in all_gather reduce_scatter broadcast; do
+    pair plain "$op.2" 2 --op "$op" -b 8 -e 16M -f 2
+  done
+  for op in all_to_all send_recv; do
+    pair plain "$op.2" 2 --op "$op" -b 8 -e 16M -f 4
+  done
+  pair plain all_gatherv.2 2 --op all_gatherv -b 8 -e 16M -f 4
+  pair plain sendrecv.2 2 --op sendrecv -b 8 -e 16M -f 4
+  pair bound all_reduce.2.bound 2 --op all_reduce -b 8 -e 64M -f 2
+  for op in all_gather reduce_scatter broadcast; do
+    pair bound "$op.2.bound" 2 --op "$op" -b 8 -e 16M -f 2
+  done
+  pair over all_reduce.4 4 --op all_reduce -b 8 -e 1M -f 2 --iters 200 --warmup 20
+  pair over broadcast_object.4 4 --op broadcast_object -b 64 -e 64K -f 4 --iters 200 --warmup 20
 }
 
 main() {
@@ -220,19 +273,7 @@ main() {
     pair over all_reduce.4 4 --op all_reduce -b 8 -e 1M -f 128 --iters 50
     pair over broadcast_object.4 4 --op broadcast_object -b 1K -e 1K --iters 50
   else
-    pair plain all_reduce.2 2 --op all_reduce -b 8 -e 64M -f 2
-    for op in all_gather reduce_scatter broadcast; do
-      pair plain "$op.2" 2 --op "$op" -b 8 -e 16M -f 2
-    done
-    for op in all_to_all send_recv; do
-      pair plain "$op.2" 2 --op "$op" -b 8 -e 16M -f 4
-    done
-    pair bound all_reduce.2.bound 2 --op all_reduce -b 8 -e 64M -f 2
-    for op in all_gather reduce_scatter broadcast; do
-      pair bound "$op.2.bound" 2 --op "$op" -b 8 -e 16M -f 2
-    done
-    pair over all_reduce.4 4 --op all_reduce -b 8 -e 1M -f 2 --iters 200 --warmup 20
-    pair over broadcast_object.4 4 --op broadcast_object -b 64 -e 64K -f 4 --iters 200 --warmup 20
+    cases
   fi
   startup
   echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$RESULTS/machine.txt"
@@ -241,4 +282,9 @@ main() {
   log "wrote $REPORT and $RESULTS/time_vs_size.png in $((SECONDS - t_start)) s"
 }
 
-main "$@"
+if [ -n "$ONLY" ]; then
+  for name in ${ONLY//,/ }; do rm -f "$RESULTS/$name".*.json "$RESULTS/logs/$name".*.log; done
+  partial
+else
+  main "$@"
+fi

@@ -12,8 +12,14 @@
  * Conventions (those of nccl-tests):
  *   - "bytes" is the size of the whole buffer an operation is about: the all_reduce buffer, the
  *     all_gather output, the reduce_scatter input, the broadcast buffer, the all_to_all input,
- *     the message of send_recv, the object of broadcast_object. A size that does not divide into
- *     ranks x element size is rounded down (at least one element per rank).
+ *     the message of send_recv, the object of broadcast_object, the all_gatherv output, the
+ *     message each rank sends in sendrecv. A size that does not divide into ranks x element
+ *     size is rounded down (at least one element per rank).
+ *   - all_gatherv's parts are uneven: rank r's part has weight 1 + r % 2 (1, 2, 1, 2, ...), so a
+ *     size is cut into units of sum(weights) and "count" is the elements of one unit (rank 0's part).
+ *   - sendrecv is a ring: every rank sends its message to rank r + 1 and receives one from rank
+ *     r - 1 at once (non-blocking send and receive, then a wait for both); the time is that of the
+ *     whole exchange.
  *   - algbw = bytes / time; busbw = algbw x factor (all_reduce 2(n-1)/n; all_gather,
  *     reduce_scatter and all_to_all (n-1)/n; broadcast, send_recv, broadcast_object 1).
  *   - time: every rank times each iteration alone (iterations separated by a barrier); the
@@ -49,13 +55,16 @@ typedef enum bench_op_t {
   BENCH_ALL_TO_ALL,
   BENCH_SEND_RECV,
   BENCH_BROADCAST_OBJECT,
+  BENCH_ALL_GATHERV,
+  BENCH_SENDRECV_RING,
   BENCH_STARTUP, /* no sweep: start, initialize, finalize (timed from outside, whole process) */
   BENCH_OP_COUNT
 } bench_op_t;
 
 static inline const char *bench_op_name(bench_op_t op) {
-  static const char *const names[BENCH_OP_COUNT] = {"all_reduce", "all_gather", "reduce_scatter",   "broadcast",
-                                                    "all_to_all", "send_recv",  "broadcast_object", "startup"};
+  static const char *const names[BENCH_OP_COUNT] = {
+      "all_reduce", "all_gather",       "reduce_scatter", "broadcast", "all_to_all",
+      "send_recv",  "broadcast_object", "all_gatherv",    "sendrecv",  "startup"};
   return (int)op >= 0 && op < BENCH_OP_COUNT ? names[op] : BENCH_NULL;
 }
 
@@ -77,12 +86,31 @@ static inline int bench_op_blocks_per_rank(bench_op_t op) {
   return op == BENCH_ALL_GATHER || op == BENCH_REDUCE_SCATTER || op == BENCH_ALL_TO_ALL;
 }
 
+/* all_gatherv: the weight of rank r's part, and the weights' sum over n ranks. */
+static inline size_t bench_gatherv_weight(int rank) {
+  return 1 + (size_t)(rank % 2);
+}
+static inline size_t bench_gatherv_weights(int n) {
+  size_t w = 0;
+  int r;
+  for (r = 0; r < n; ++r) w += bench_gatherv_weight(r);
+  return w;
+}
+/* all_gatherv: the first element of rank r's part, for a unit of `count` elements. */
+static inline size_t bench_gatherv_offset(int rank, size_t count) {
+  size_t off = 0;
+  int r;
+  for (r = 0; r < rank; ++r) off += bench_gatherv_weight(r) * count;
+  return off;
+}
+
 /* nccl-tests' busbw / algbw for an op on n ranks. */
 static inline double bench_busbw_factor(bench_op_t op, int n) {
   switch (op) {
     case BENCH_ALL_REDUCE:
       return n > 1 ? 2.0 * (n - 1) / n : 0.0;
     case BENCH_ALL_GATHER:
+    case BENCH_ALL_GATHERV:
     case BENCH_REDUCE_SCATTER:
     case BENCH_ALL_TO_ALL:
       return n > 1 ? (double)(n - 1) / n : 0.0;
@@ -182,11 +210,13 @@ static inline int bench_parse_size(const char *text, size_t *out) {
 static inline size_t bench_count_for(bench_op_t op, size_t bytes, size_t elem, int n) {
   size_t count = bytes / elem;
   if (bench_op_blocks_per_rank(op)) count /= (size_t)n;
+  if (op == BENCH_ALL_GATHERV) count /= bench_gatherv_weights(n);
   return count > 0 ? count : 1;
 }
 
 /* The bytes an op on `count` elements is about (see the conventions above). */
 static inline size_t bench_bytes_for(bench_op_t op, size_t count, size_t elem, int n) {
+  if (op == BENCH_ALL_GATHERV) return count * elem * bench_gatherv_weights(n);
   return count * elem * (bench_op_blocks_per_rank(op) ? (size_t)n : 1);
 }
 

@@ -43,6 +43,10 @@ OpRun::OpRun(const BenchSpec &spec, pstate_group_t *group, int rank, int size, s
     case BENCH_ALL_TO_ALL:
       send_bytes_ = recv_bytes_ = block_ * size_;
       break;
+    case BENCH_ALL_GATHERV:  // this rank's part is weight(rank) units of count_ elements
+      for (int r = 0; r < size_; ++r) counts_.push_back(count_ * bench_gatherv_weight(r));
+      send_bytes_ = counts_[rank_] * elem_, recv_bytes_ = block_ * bench_gatherv_weights(size_);
+      break;
     default:
       send_bytes_ = recv_bytes_ = block_;
       break;
@@ -64,6 +68,8 @@ void OpRun::fill_inputs() {
     bench_fill_values(send_.get(), send_bytes_ / elem_, spec_.dtype, rank_, 0);
   } else if (spec_.op == BENCH_ALL_TO_ALL) {  // block j goes to rank j: its bytes say where from
     for (int j = 0; j < size_; ++j) bench_fill_pattern(send_.get() + j * block_, block_, rank_, j * block_);
+  } else if (spec_.op == BENCH_ALL_GATHERV) {  // its part of the output, as all_gather's block
+    bench_fill_pattern(send_.get(), send_bytes_, rank_, 0);
   } else if (spec_.op == BENCH_BROADCAST) {  // in place: the root's buffer is the output buffer
     if (rank_ == 0) bench_fill_pattern(recv_.get(), block_, 0, 0);
   } else {
@@ -106,6 +112,19 @@ void OpRun::run_once() {
         if (st == PSTATE_OK) st = pstate_send(group_, send, count_, spec_.dtype, peer, nullptr);
       }
       break;
+    case BENCH_ALL_GATHERV:
+      st = pstate_all_gatherv(group_, send, recv, counts_.data(), spec_.dtype, nullptr);
+      break;
+    case BENCH_SENDRECV_RING: {  // to the right, from the left, both pending at once
+      if (size_ < 2) break;
+      pstate_request_t *rq = nullptr, *sq = nullptr;
+      st = pstate_irecv(group_, recv, count_, spec_.dtype, (rank_ + size_ - 1) % size_, nullptr, &rq);
+      if (st == PSTATE_OK) st = pstate_isend(group_, send, count_, spec_.dtype, (rank_ + 1) % size_, nullptr, &sq);
+      pstate_status_t rs = rq != nullptr ? pstate_wait(rq) : PSTATE_OK;
+      pstate_status_t ss = sq != nullptr ? pstate_wait(sq) : PSTATE_OK;
+      if (st == PSTATE_OK) st = rs != PSTATE_OK ? rs : ss;
+      break;
+    }
     case BENCH_BROADCAST_OBJECT:
       previous_object_ = object_;
       object_ = {nullptr, 0};
@@ -135,6 +154,13 @@ long OpRun::count_wrong() const {
     case BENCH_ALL_TO_ALL:  // block j came from rank j, cut at this rank's offset
       for (int j = 0; j < size_; ++j) wrong += bench_count_pattern_wrong(recv + j * block_, block_, j, rank_ * block_);
       return static_cast<long>(wrong);
+    case BENCH_ALL_GATHERV:
+      for (int j = 0; j < size_; ++j)
+        wrong += bench_count_pattern_wrong(recv + bench_gatherv_offset(j, count_) * elem_, counts_[j] * elem_, j, 0);
+      return static_cast<long>(wrong);
+    case BENCH_SENDRECV_RING:
+      if (size_ < 2) return 0;
+      return static_cast<long>(bench_count_pattern_wrong(recv, block_, (rank_ + size_ - 1) % size_, 0));
     case BENCH_BROADCAST:
       return static_cast<long>(bench_count_pattern_wrong(recv, block_, 0, 0));
     case BENCH_SEND_RECV:

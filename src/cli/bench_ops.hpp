@@ -5,7 +5,8 @@
 // sends and receives. Buffers and inputs follow bench_common.h, the same as bench/mpi_bench.c,
 // so the two programs move the same bytes: every op is out of place except broadcast (in place by
 // definition); send_recv is a ping-pong between group ranks 2k and 2k+1 whose timed iteration is
-// the round trip (the caller halves it); broadcast_object sends from group rank 0.
+// the round trip (the caller halves it); broadcast_object sends from group rank 0; all_gatherv's
+// parts are uneven (bench_gatherv_weight); sendrecv is the ring of isend/irecv/wait.
 #pragma once
 
 #include "cli/bench_common.h"
@@ -14,6 +15,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
 namespace pstate::cli {
 
@@ -57,6 +59,7 @@ class OpRun {
   int rank_, size_;
   size_t count_, elem_, block_;
   size_t send_bytes_ = 0, recv_bytes_ = 0;
+  std::vector<size_t> counts_;  // all_gatherv: every rank's part, in elements
   AlignedBytes send_, recv_;
   pstate_bytes_t object_{nullptr, 0}, previous_object_{nullptr, 0};
 };

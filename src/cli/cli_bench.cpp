@@ -32,7 +32,7 @@ namespace {
 constexpr OptionSpec kOptions[] = {
     {"--op", "OP",
      "all_reduce (default), all_gather, reduce_scatter, broadcast, all_to_all, send_recv, broadcast_object, "
-     "startup"},
+     "all_gatherv, sendrecv, startup"},
     {"--dtype", "T", "element type (default float32): int8 .. bfloat16, fp8_e4m3, fp8_e5m2 (fp8 only moves)"},
     {"--redop", "OP", "reduction of all_reduce/reduce_scatter: sum (default), max, min"},
     {"-b", "BYTES", "smallest size (default 8); suffixes K, M, G (powers of 1024)"},
@@ -59,7 +59,10 @@ constexpr CommandSpec kSpec = {
     "reduce_scatter and all_to_all, 1 otherwise), and #wrong with --check. bytes is the whole\n"
     "buffer: the all_reduce buffer, the all_gather output, the reduce_scatter and all_to_all input,\n"
     "the broadcast buffer, one send_recv message (time is half the ping-pong round trip), one\n"
-    "broadcast_object object (from group rank 0). --op startup only initializes and finalizes.",
+    "broadcast_object object (from group rank 0), the all_gatherv output (rank r's part has weight\n"
+    "1 + r % 2; count is rank 0's part), one sendrecv message (a ring: every rank isends to the\n"
+    "next and irecvs from the previous, then waits for both). --op startup only initializes and\n"
+    "finalizes.",
     kOptions,
 };
 
@@ -103,7 +106,7 @@ BenchOptions parse_options(const ParsedArgs &args) {
   if (op < 0)
     throw UsageError(
         "--op must be one of all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, "
-        "send_recv, broadcast_object, startup");
+        "send_recv, broadcast_object, all_gatherv, sendrecv, startup");
   o.spec.op = static_cast<bench_op_t>(op);
   int dtype = bench_dtype_from_name(args.value("--dtype").value_or("float32").c_str());
   if (dtype < 0) throw UsageError("--dtype must be a pstate dtype name (int8, ..., float32, bfloat16, fp8_e5m2)");
@@ -217,8 +220,8 @@ bench_result_t bench_size(Session &s, const BenchOptions &o, size_t bytes) {
 
 std::vector<bench_result_t> sweep(Session &s, const BenchOptions &o, bool leader) {
   pstate_group_info_t gi = s.info(o.group);
-  if (o.spec.op == BENCH_SEND_RECV && gi.world_size < 2)
-    throw UsageError(cat("send_recv needs a group of at least 2 ranks; group ", gi.name, " has 1"));
+  if ((o.spec.op == BENCH_SEND_RECV || o.spec.op == BENCH_SENDRECV_RING) && gi.world_size < 2)
+    throw UsageError(cat(bench_op_name(o.spec.op), " needs a group of at least 2 ranks; group ", gi.name, " has 1"));
   if (leader)
     bench_print_header(stdout, cat("pstate bench (group ", gi.name, ")").c_str(), o.spec.op,
                        pstate_dtype_name(o.spec.dtype), pstate_reduce_op_name(o.spec.redop), gi.world_size, o.check);
