@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 namespace pstate::shm {
 namespace {
@@ -344,6 +345,46 @@ void ShmGroup::all_gather(const void *send, void *recv, size_t send_count, pstat
       staged_all_gather(in, out, send_count, esize, deadline);
     }
   });
+}
+
+namespace {
+
+// The first byte of each rank's part when parts of counts[i] elements are packed in rank order;
+// the last entry is the total.
+std::vector<size_t> part_offsets(const size_t *counts, int n, size_t esize) {
+  std::vector<size_t> off(static_cast<size_t>(n) + 1, 0);
+  for (int r = 0; r < n; ++r) off[r + 1] = off[r] + counts[r] * esize;
+  return off;
+}
+
+}  // namespace
+
+bool ShmGroup::all_gatherv_inline(const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype,
+                                  const OpDescriptor &desc, const Deadline &deadline) {
+  const size_t esize = dtype_size(dtype);
+  size_t largest = 0;
+  for (int r = 0; r < size_; ++r) largest = std::max(largest, counts[r]);
+  if (size_ < 2 || largest * esize > options_.inline_bytes) return false;
+  const std::vector<size_t> off = part_offsets(counts, size_, esize);
+  run_guarded("all_gatherv", [&] {
+    begin_call(desc, true, deadline);
+    inline_all_gatherv(static_cast<const uint8_t *>(send), static_cast<uint8_t *>(recv), counts, off.data(), esize,
+                       deadline);
+  });
+  return true;
+}
+
+bool ShmGroup::reduce_scatterv_inline(const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype,
+                                      pstate_reduce_op_t op, const OpDescriptor &desc, const Deadline &deadline) {
+  const size_t esize = dtype_size(dtype);
+  const std::vector<size_t> off = part_offsets(counts, size_, esize);
+  if (size_ < 2 || off[static_cast<size_t>(size_)] > options_.inline_bytes) return false;
+  run_guarded("reduce_scatterv", [&] {
+    begin_call(desc, true, deadline);
+    inline_reduce_scatterv(static_cast<const uint8_t *>(send), static_cast<uint8_t *>(recv), counts, off.data(),
+                           esize, dtype, op, deadline);
+  });
+  return true;
 }
 
 void ShmGroup::reduce_scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype,

@@ -161,6 +161,15 @@ class ShmGroup {
   // The agreement step alone, for an operation another transport carries (gather over UCX,
   // objects, ...): every rank publishes desc and checks every peer's; MISMATCH on disagreement.
   void arrive(const OpDescriptor &desc, const Deadline &deadline);
+  // all_gatherv / reduce_scatterv right after their agreement step (arrive(desc), which compares
+  // the counts arrays' hash): the data in one more step of the inline protocol when it fits
+  // (all_gatherv: every part, reduce_scatterv: the whole input within inline_bytes). false, having
+  // done nothing, when it does not (the caller moves the data another way). counts[i] is group
+  // rank i's part in elements, packed in group order; the in-place forms are the API's.
+  bool all_gatherv_inline(const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype,
+                          const OpDescriptor &desc, const Deadline &deadline);
+  bool reduce_scatterv_inline(const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype,
+                              pstate_reduce_op_t op, const OpDescriptor &desc, const Deadline &deadline);
   // The group's sequence number of the next call, for messages only (ranks agree on the order of
   // calls through the steps themselves).
   void set_seq(uint32_t seq) { seq_ = seq; }
@@ -232,6 +241,11 @@ class ShmGroup {
   void inline_broadcast(uint8_t *buf, size_t bytes, int root, const Deadline &deadline);
   void inline_scatter(const uint8_t *send, uint8_t *recv, size_t bytes, int root, const Deadline &deadline);
   void inline_barrier(const Deadline &deadline);
+  // offsets: size() + 1 byte offsets of the packed parts (the last is the total).
+  void inline_all_gatherv(const uint8_t *send, uint8_t *recv, const size_t *counts, const size_t *offsets,
+                          size_t esize, const Deadline &deadline);
+  void inline_reduce_scatterv(const uint8_t *send, uint8_t *recv, const size_t *counts, const size_t *offsets,
+                              size_t esize, pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline);
 
   // ---- staged protocol (shm_group_staged.cpp)
   size_t slice_elems(size_t count, size_t esize) const;

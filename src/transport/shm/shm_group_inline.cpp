@@ -21,7 +21,11 @@
 //   reduce         all_reduce's, but only the root folds (the others publish, then check);
 //   scatter        the root publishes every block; rank r publishes an empty line and copies
 //                  block r out of the root's lines; everyone checks the peers it did not read;
-//   barrier        everyone publishes nothing (the step alone); every rank waits for all steps.
+//   barrier        everyone publishes nothing (the step alone); every rank waits for all steps;
+//   all_gatherv    (after its agreement step) all_gather's with parts of their own sizes, an empty
+//                  part one line carrying the step alone;
+//   reduce_scatterv (after its agreement step) reduce_scatter's with rank r folding everyone's
+//                  part r, at its offset; a rank whose part is empty only publishes.
 #include "reduce/reduce.hpp"
 #include "transport/shm/shm_group.hpp"
 #include "transport/shm/shm_group_layout.hpp"
@@ -187,6 +191,41 @@ void ShmGroup::inline_barrier(const Deadline &deadline) {
   const uint64_t s = step_ + 1;
   inline_publish(s, nullptr, 0, deadline);
   for (int n = 1; n < size_; ++n) inline_fetch((rank_ + n) % size_, s, 0, 0, nullptr, deadline);
+  finish_step(s);
+}
+
+// ---- all_gatherv, reduce_scatterv: the data step after the agreement step -------------------
+// (ShmGroup::all_gatherv_inline / reduce_scatterv_inline decide that it fits and begin the call.)
+
+void ShmGroup::inline_all_gatherv(const uint8_t *send, uint8_t *recv, const size_t *counts, const size_t *offsets,
+                                  size_t esize, const Deadline &deadline) {
+  const uint64_t s = step_ + 1;
+  const size_t mine = counts[rank_] * esize;
+  inline_publish(s, send, mine, deadline);
+  for (int n = 1; n < size_; ++n) {
+    const int j = (rank_ + n) % size_;
+    inline_fetch(j, s, 0, counts[j] * esize, recv + offsets[j], deadline);
+  }
+  if (mine != 0 && recv + offsets[rank_] != send) std::memmove(recv + offsets[rank_], send, mine);
+  finish_step(s);
+}
+
+void ShmGroup::inline_reduce_scatterv(const uint8_t *send, uint8_t *recv, const size_t *counts,
+                                      const size_t *offsets, size_t esize, pstate_dtype_t dtype,
+                                      pstate_reduce_op_t op, const Deadline &deadline) {
+  const uint64_t s = step_ + 1;
+  const size_t total = offsets[size_];
+  inline_publish(s, send, total, deadline);
+  const size_t mine = offsets[rank_], bytes = counts[rank_] * esize;
+  if (bytes != 0) {
+    // In place (recv inside send), my own part is overwritten by the fold: read it back from my lines.
+    const bool own_from_lines = ranges_overlap(send, total, recv, bytes);
+    fold_in_rank_order(
+        recv, size_,
+        [&](int k) { return k == rank_ && !own_from_lines ? send + mine : inline_input(k, s, mine, bytes, deadline); },
+        counts[rank_], dtype, op);
+    if (op == PSTATE_AVG) finish_avg(recv, counts[rank_], dtype, size_);
+  }
   finish_step(s);
 }
 
