@@ -346,7 +346,7 @@ class Group:
         pstate (do not change it) until the request completes. Matches dst's next receive from
         this rank, blocking or not."""
         b = resolve(buf, "buf", writable=False, dtype=dtype, count=count)
-        req = Request(self._ps, None, buf, f"isend on {self.name} to {dst}")
+        req = Request(self._ps, None, buf, f"isend on {self.name} to {dst}", b.obj)
         req._handle = self._call(capi.isend, b.obj, b.count, int(b.dtype), dst, stream)
         return req
 
@@ -355,7 +355,7 @@ class Group:
         """Posts a receive of exactly len(buf) (or count) elements from group rank src into buf
         and returns a Request at once; read buf only after wait() (which returns it)."""
         b = resolve(buf, "buf", writable=True, dtype=dtype, count=count)
-        req = Request(self._ps, None, buf, f"irecv on {self.name} from {src}")
+        req = Request(self._ps, None, buf, f"irecv on {self.name} from {src}", b.obj)
         req._handle = self._call(capi.irecv, b.obj, b.count, int(b.dtype), src, stream)
         return req
 

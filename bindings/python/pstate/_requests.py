@@ -31,14 +31,16 @@ class Request:
     Usable as a context manager: leaving the block waits (and when the block raised, completes
     the request without raising its own error)."""
 
-    def __init__(self, ps: Any, handle: Any, buf: Any, where: str) -> None:
+    def __init__(self, ps: Any, handle: Any, buf: Any, where: str, exporter: Any = None) -> None:
         self._ps = ps
         self._handle = handle
         self._buf = buf
         self._where = where
         self._error: Optional[BaseException] = None
-        # an export of the buffer, held while pending (None for device addresses)
-        self._view = None if isinstance(buf, int) else memoryview(buf)
+        # an export of the buffer (of exporter: the array over a DLPack tensor's memory), held
+        # while pending; None for device addresses
+        exporter = buf if exporter is None else exporter
+        self._view = None if isinstance(exporter, int) else memoryview(exporter)
 
     @property
     def done(self) -> bool:

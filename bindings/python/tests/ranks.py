@@ -567,6 +567,32 @@ def interrupted() -> None:
         f.write(f"{took:.3f}")
 
 
+class DLPackOnly:
+    """An object with __dlpack__ / __dlpack_device__ and no buffer protocol (as a torch tensor)."""
+
+    def __init__(self, array) -> None:
+        self.array = array
+
+    def __dlpack__(self, stream=None):
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def _dlpack_makers():
+    makers = [DLPackOnly]
+    try:
+        import torch  # python3-torch (CPU) when installed
+    except ImportError:
+        return makers
+    return makers + [lambda a: torch.from_numpy(a.copy())]
+
+
+def _values(x) -> list:
+    return (x.array if isinstance(x, DLPackOnly) else x).tolist()
+
+
 def nonblocking() -> None:
     """4 ranks (TP 2 x PP 2): all_gatherv / reduce_scatterv with uneven counts (a zero among them)
     on the world, isend/irecv rings (wait, test, `with`), a p2p batch with every peer listed in
@@ -660,6 +686,20 @@ def nonblocking() -> None:
         for k, v in full.items():
             assert got[k].dtype == v.dtype and got[k].shape == v.shape and got[k].tolist() == v.tolist(), (k, got[k])
     expect_raises(pstate.InvalidArgumentError, pp.recv_tensor_dict_sliced, ag="tp")
+    # DLPack inputs without the buffer protocol (a torch tensor when torch is installed; always a
+    # wrapper that exports a numpy array's memory through __dlpack__ only): written in place
+    for make in _dlpack_makers():
+        x = make(np.full(4, r + 1, dtype=np.float32))
+        assert w.all_reduce(x) is x and _values(x) == [10.0] * 4, _values(x)
+        got = w.all_gatherv(make(np.arange(counts[r], dtype=np.int64) + 100 * r), counts)
+        assert isinstance(got, np.ndarray) and got.tolist() == [
+            100 * i + k for i, c in enumerate(counts) for k in range(c)], got
+        inbox = make(np.zeros(3, dtype=np.float64))
+        with w.irecv(inbox, prv) as req, w.isend(make(np.full(3, r, dtype=np.float64)), nxt):
+            pass
+        assert req.done and _values(inbox) == [float(prv)] * 3, _values(inbox)
+    e = expect_raises(pstate.InvalidArgumentError, w.all_reduce, DLPackOnly(np.zeros((4, 4), np.float32)[:, 1]))
+    assert "not C-contiguous" in e.detail, e.detail
     # the library's error through a request: a receive of the wrong size fails its wait
     if r == 0:
         w.isend(np.zeros(3, dtype=np.float32), 1).wait()
