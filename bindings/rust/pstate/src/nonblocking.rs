@@ -23,6 +23,15 @@
 //!     req.wait().unwrap();
 //! }
 //! ```
+//! ```compile_fail,E0505
+//! // a request borrows its group, hence the PState: no finalize while it is pending
+//! fn f(ps: pstate::PState, buf: &mut [f32]) {
+//!     let w = ps.world().unwrap();
+//!     let req = w.irecv(buf, 1).unwrap();
+//!     ps.finalize().unwrap();
+//!     req.wait().unwrap();
+//! }
+//! ```
 //! ```compile_fail,E0277
 //! // a request is driven by the thread of its PState (C: one thread at a time per context)
 //! fn needs_send<T: Send>(_: T) {}
@@ -50,9 +59,10 @@ use std::ptr::{self, NonNull};
 /// Complete it with [`Request::wait`] (consumes it) or [`Request::test`] until it returns
 /// `Ok(true)` (or an error: the operation failed, and the request is complete). Dropping a
 /// request that has not completed waits for it (at most the context timeout) and ignores its
-/// error, so the buffer is never released to the caller while pstate still uses it. A request
-/// may outlive its PState: `finalize`/`abort` cancel it, and completing it then is
-/// `Status::Aborted`. Not `Send`: it is driven by the thread that drives its PState.
+/// error, so the buffer is never released to the caller while pstate still uses it. It also
+/// borrows its group (hence the PState), so while it is pending the PState cannot be finalized,
+/// moved to another thread, or have its groups destroyed (which C refuses for a pending
+/// request). Not `Send`: it is driven by the thread that drives its PState.
 #[must_use = "a request must be completed (wait or test); dropping it waits"]
 pub struct Request<'a> {
     raw: *mut sys::pstate_request_t, // null once completed
@@ -181,17 +191,18 @@ impl<'ps> Group<'ps> {
         })
     }
 
-    /// Posts a send of `buf` to group rank `dst` and returns at once; `buf` stays borrowed
-    /// until the request completes.
-    pub fn isend<'a, T: Element>(&self, buf: &'a [T], dst: usize) -> Result<Request<'a>> {
+    /// Posts a send of `buf` to group rank `dst` and returns at once; `buf` (and the group)
+    /// stay borrowed until the request completes.
+    pub fn isend<'a, T: Element>(&'a self, buf: &'a [T], dst: usize) -> Result<Request<'a>> {
         let mut raw = ptr::null_mut();
         check(unsafe { sys::pstate_isend(self.g(), buf.as_ptr().cast(), buf.len(), T::DTYPE.raw(), rank_arg("dst", dst)?, ptr::null_mut(), &mut raw) })?;
         Ok(Request { raw, _buf: PhantomData })
     }
 
     /// Posts a receive of exactly `buf.len()` elements from group rank `src` and returns at
-    /// once; `buf` stays (mutably) borrowed until the request completes.
-    pub fn irecv<'a, T: Element>(&self, buf: &'a mut [T], src: usize) -> Result<Request<'a>> {
+    /// once; `buf` stays (mutably) borrowed, and the group borrowed, until the request
+    /// completes.
+    pub fn irecv<'a, T: Element>(&'a self, buf: &'a mut [T], src: usize) -> Result<Request<'a>> {
         let mut raw = ptr::null_mut();
         check(unsafe { sys::pstate_irecv(self.g(), buf.as_mut_ptr().cast(), buf.len(), T::DTYPE.raw(), rank_arg("src", src)?, ptr::null_mut(), &mut raw) })?;
         Ok(Request { raw, _buf: PhantomData })
