@@ -698,6 +698,10 @@ def nonblocking() -> None:
         with w.irecv(inbox, prv) as req, w.isend(make(np.full(3, r, dtype=np.float64)), nxt):
             pass
         assert req.done and _values(inbox) == [float(prv)] * 3, _values(inbox)
+    if len(_dlpack_makers()) > 1:  # torch: bfloat16 comes from the DLPack type
+        import torch
+        bf = torch.full((2, 2), float(r + 1), dtype=torch.bfloat16)
+        assert w.all_reduce(bf) is bf and bf.float().tolist() == [[10.0, 10.0], [10.0, 10.0]], bf
     e = expect_raises(pstate.InvalidArgumentError, w.all_reduce, DLPackOnly(np.zeros((4, 4), np.float32)[:, 1]))
     assert "not C-contiguous" in e.detail, e.detail
     # the library's error through a request: a receive of the wrong size fails its wait
