@@ -39,6 +39,7 @@
 
 %{
 #include "pstate/pstate.h"
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -697,6 +698,161 @@ static int pstate_py_dict_in_fill(PyObject *obj, pstate_py_dict_in *d) {
   }
 }
 
+/* ---- variable counts (all_gatherv, reduce_scatterv): any sequence of non-negative ints, copied
+ * into a size_t array for the call (None passes NULL, which the library refuses). The idiomatic
+ * layer checks that it has world_size entries: the library reads that many. ---- */
+%{
+static int pstate_py_sizes(PyObject *obj, size_t **out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  if (obj == Py_None) return 0;
+  PyObject *seq = PySequence_Fast(obj, "counts: expected a sequence of ints");
+  if (!seq) return -1;
+  Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
+  size_t *a = (size_t *)calloc(len ? (size_t)len : 1, sizeof *a);
+  if (!a) {
+    Py_DECREF(seq);
+    PyErr_NoMemory();
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < len; ++i) {
+    size_t v = PyLong_AsSize_t(PySequence_Fast_GET_ITEM(seq, i));
+    if (v == (size_t)-1 && PyErr_Occurred()) {
+      free(a);
+      Py_DECREF(seq);
+      return -1;
+    }
+    a[i] = v;
+  }
+  Py_DECREF(seq);
+  *out = a;
+  *n = (size_t)len;
+  return 0;
+}
+%}
+%typemap(in) const size_t *counts (size_t *array = NULL, size_t filled = 0) {
+  if (pstate_py_sizes($input, &array, &filled) != 0) SWIG_fail;
+  $1 = array;
+}
+%typemap(freearg) const size_t *counts {
+  free(array$argnum);
+}
+
+/* ---- custom groups: (ranks, count) from any sequence of ints ---- */
+%typemap(in) (const int *ranks, size_t count) (int *array = NULL) {
+  PyObject *seq = PySequence_Fast($input, "ranks: expected a sequence of ints");
+  if (!seq) SWIG_fail;
+  Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
+  array = (int *)calloc(len ? (size_t)len : 1, sizeof(int));
+  if (!array) {
+    Py_DECREF(seq);
+    PyErr_NoMemory();
+    SWIG_fail;
+  }
+  for (Py_ssize_t i = 0; i < len; ++i) {
+    long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+    if ((v == -1 && PyErr_Occurred()) || v < INT_MIN || v > INT_MAX) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_OverflowError, "rank out of range");
+      Py_DECREF(seq);
+      SWIG_fail;
+    }
+    array[i] = (int)v;
+  }
+  Py_DECREF(seq);
+  $1 = array;
+  $2 = (size_t)len;
+}
+%typemap(freearg) (const int *ranks, size_t count) {
+  free(array$argnum);
+}
+
+/* ---- requests: returned as opaque handles; pstate_test's *done as a bool ---- */
+%typemap(in, numinputs=0) pstate_request_t **req (pstate_request_t *handle) {
+  handle = NULL;
+  $1 = &handle;
+}
+%typemap(argout) pstate_request_t **req {
+  $result = SWIG_Python_AppendOutput($result, SWIG_NewPointerObj(handle$argnum, $*1_descriptor, 0));
+}
+%typemap(in, numinputs=0) int *done (int flag) {
+  flag = 0;
+  $1 = &flag;
+}
+%typemap(argout) int *done {
+  $result = SWIG_Python_AppendOutput($result, PyBool_FromLong(flag$argnum));
+}
+
+/* ---- p2p batches: (ops, n) from a sequence of (is_send, buffer, count, dtype, peer) tuples; the
+ * buffers (writable for receives) are held until the call returns ---- */
+%{
+typedef struct pstate_py_ops_in {
+  pstate_p2p_op_t *ops;
+  Py_buffer *views;
+  size_t count;
+} pstate_py_ops_in;
+
+static void pstate_py_ops_in_free(pstate_py_ops_in *d) {
+  for (size_t i = 0; i < d->count; ++i)
+    if (d->views[i].obj) PyBuffer_Release(&d->views[i]);
+  free(d->ops);
+  free(d->views);
+  memset(d, 0, sizeof *d);
+}
+
+static int pstate_py_ops_in_fill(PyObject *obj, pstate_py_ops_in *d) {
+  static const pstate_p2p_op_t init = PSTATE_P2P_OP_INIT;
+  PyObject *seq = PySequence_Fast(obj, "ops: expected a sequence of (is_send, buffer, count, dtype, peer) tuples");
+  if (!seq) return -1;
+  size_t n = (size_t)PySequence_Fast_GET_SIZE(seq);
+  d->ops = (pstate_p2p_op_t *)calloc(n ? n : 1, sizeof *d->ops);
+  d->views = (Py_buffer *)calloc(n ? n : 1, sizeof *d->views);
+  if (!d->ops || !d->views) {
+    Py_DECREF(seq);
+    PyErr_NoMemory();
+    return -1;
+  }
+  int rc = 0;
+  for (size_t i = 0; i < n && rc == 0; ++i) {
+    PyObject *item = PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i);
+    pstate_p2p_op_t *op = &d->ops[i];
+    *op = init;
+    d->count = i + 1;
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 5) {
+      pstate_py_invalid("ops[%zu]: expected an (is_send, buffer, count, dtype, peer) tuple", i);
+      rc = -1;
+      break;
+    }
+    int is_send = PyObject_IsTrue(PyTuple_GET_ITEM(item, 0));
+    size_t count = PyLong_AsSize_t(PyTuple_GET_ITEM(item, 2));
+    long dtype = PyLong_AsLong(PyTuple_GET_ITEM(item, 3));
+    long peer = PyLong_AsLong(PyTuple_GET_ITEM(item, 4));
+    if (is_send < 0 || PyErr_Occurred()) {
+      rc = -1;
+      break;
+    }
+    if (pstate_py_buffer(PyTuple_GET_ITEM(item, 1), &d->views[i], &op->buf, !is_send) != 0) {
+      rc = -1;
+      break;
+    }
+    op->is_send = is_send;
+    op->count = count;
+    op->dtype = (pstate_dtype_t)dtype;
+    op->peer = (int)peer;
+  }
+  Py_DECREF(seq);
+  return rc;
+}
+%}
+%typemap(in) (const pstate_p2p_op_t *ops, size_t n) (pstate_py_ops_in batch = {0}) {
+  if (pstate_py_ops_in_fill($input, &batch) != 0) SWIG_fail;
+  $1 = batch.ops;
+  $2 = batch.count;
+}
+%typemap(freearg) (const pstate_p2p_op_t *ops, size_t n) {
+  pstate_py_ops_in_free(&batch$argnum);
+}
+%ignore pstate_p2p_op_t;
+
 /* The collector, as Python sees it: ReceivedDict() / take() / cuda_tensor(). */
 %rename(ReceivedDict) pstate_swig_dict;
 %nothread pstate_swig_dict::take;
@@ -1132,6 +1288,133 @@ func (d *ReceivedDict) addr() uintptr {
 %typemap(in) (pstate_alloc_fn alloc, void *user) %{
   $1 = $input ? pstate_swig_dict_alloc : NULL;
   $2 = (void *)(uintptr_t)$input; /* the collector (SWIG types the parameter as the first one) */
+%}
+
+/* ---- variable counts: []uint64 (Go memory without pointers, read during the call) ---- */
+%typemap(gotype) const size_t *counts "[]uint64"
+%typemap(imtype) const size_t *counts "[]uint64"
+%typemap(in) const size_t *counts %{ $1 = (size_t *)$input.array; %}
+
+/* ---- custom groups: the ranks as []int32 ---- */
+%typemap(gotype) (const int *ranks, size_t count) "[]int32"
+%typemap(in) (const int *ranks, size_t count) %{
+  $1 = ($1_ltype)$input.array;
+  $2 = (size_t)$input.len;
+%}
+
+/* ---- requests: uintptr handles; pstate_test's *done in Go memory ---- */
+%typemap(gotype) pstate_request_t * "uintptr"
+%typemap(imtype) pstate_request_t * "uintptr"
+%typemap(in) pstate_request_t * %{ $1 = ($1_ltype)$input; %}
+%typemap(gotype) pstate_request_t **req "*uintptr"
+%typemap(imtype) pstate_request_t **req "*uintptr"
+%typemap(in) pstate_request_t **req %{ $1 = ($1_ltype)$input; %}
+%typemap(gotype) int *done "*int32"
+%typemap(imtype) int *done "*int32"
+%typemap(in) int *done %{ $1 = (int *)$input; %}
+
+/* ---- C memory for the non-blocking and batched calls: C keeps a pending request's buffer after
+ * the call returns and a batch's op array holds buffer pointers, and cgo lets C keep neither Go
+ * memory nor Go pointers stored in memory, so the idiomatic layer stages those buffers in C
+ * memory (CAlloc) and builds a batch's ops there (P2POps) ---- */
+%ignore pstate_p2p_op_t;
+%insert(cgo_comment_typedefs) %{
+// Staging memory and p2p batches (see pstate_go_ops_new in pstate.i).
+void *pstate_go_alloc(size_t n);
+void pstate_go_free(void *p);
+typedef struct pstate_go_ops pstate_go_ops;
+pstate_go_ops *pstate_go_ops_new(size_t n);
+void pstate_go_ops_set(pstate_go_ops *o, size_t i, int is_send, void *buf, size_t count, int dtype, int peer);
+void pstate_go_ops_free(pstate_go_ops *o);
+%}
+%{
+/* Zeroed C memory for at least one byte (NULL when out of memory). */
+void *pstate_go_alloc(size_t n) { return calloc(n ? n : 1, 1); }
+void pstate_go_free(void *p) { free(p); }
+/* The op array of one batch: n ops from PSTATE_P2P_OP_INIT (NULL when out of memory). */
+typedef struct pstate_go_ops {
+  pstate_p2p_op_t *ops;
+  size_t n;
+} pstate_go_ops;
+pstate_go_ops *pstate_go_ops_new(size_t n) {
+  static const pstate_p2p_op_t init = PSTATE_P2P_OP_INIT;
+  pstate_go_ops *o = (pstate_go_ops *)calloc(1, sizeof *o);
+  if (!o) return NULL;
+  o->ops = (pstate_p2p_op_t *)calloc(n ? n : 1, sizeof *o->ops);
+  if (!o->ops) {
+    free(o);
+    return NULL;
+  }
+  for (size_t i = 0; i < n; ++i) o->ops[i] = init;
+  o->n = n;
+  return o;
+}
+void pstate_go_ops_set(pstate_go_ops *o, size_t i, int is_send, void *buf, size_t count, int dtype, int peer) {
+  if (!o || i >= o->n) return;
+  o->ops[i].is_send = is_send;
+  o->ops[i].buf = buf;
+  o->ops[i].count = count;
+  o->ops[i].dtype = (pstate_dtype_t)dtype;
+  o->ops[i].peer = peer;
+}
+void pstate_go_ops_free(pstate_go_ops *o) {
+  if (!o) return;
+  free(o->ops);
+  free(o);
+}
+%}
+%insert(go_wrapper) %{
+// CAlloc returns n zeroed bytes of C memory (nil when out of memory); free them with CFree.
+func CAlloc(n int) unsafe.Pointer { return C.pstate_go_alloc(C.size_t(n)) }
+
+// CFree releases memory from CAlloc (nil is fine).
+func CFree(p unsafe.Pointer) { C.pstate_go_free(p) }
+
+// P2POps is the op array of one pstate_p2p_batch, in C memory; its buffers must be C memory too.
+type P2POps struct {
+	c *C.pstate_go_ops
+	n int
+}
+
+// NewP2POps makes n ops (PSTATE_P2P_OP_INIT); nil when out of memory.
+func NewP2POps(n int) *P2POps {
+	c := C.pstate_go_ops_new(C.size_t(n))
+	if c == nil {
+		return nil
+	}
+	return &P2POps{c: c, n: n}
+}
+
+// Set fills op i; buf must be C memory (CAlloc) or a device address.
+func (o *P2POps) Set(i int, isSend bool, buf unsafe.Pointer, count int, dtype int, peer int) {
+	send := C.int(0)
+	if isSend {
+		send = 1
+	}
+	C.pstate_go_ops_set(o.c, C.size_t(i), send, buf, C.size_t(count), C.int(dtype), C.int(peer))
+}
+
+// Free releases the array (idempotent).
+func (o *P2POps) Free() {
+	if o != nil && o.c != nil {
+		C.pstate_go_ops_free(o.c)
+		o.c = nil
+	}
+}
+
+func (o *P2POps) addr() uintptr {
+	if o == nil {
+		return 0
+	}
+	return uintptr(unsafe.Pointer(o.c))
+}
+%}
+%typemap(gotype) (const pstate_p2p_op_t *ops, size_t n) "*P2POps"
+%typemap(imtype) (const pstate_p2p_op_t *ops, size_t n) "uintptr"
+%typemap(goin) (const pstate_p2p_op_t *ops, size_t n) %{ $result = $input.addr() %}
+%typemap(in) (const pstate_p2p_op_t *ops, size_t n) %{
+  $1 = $input ? ((pstate_go_ops *)$input)->ops : NULL;
+  $2 = $input ? ((pstate_go_ops *)$input)->n : 0;
 %}
 
 #endif /* SWIGGO */

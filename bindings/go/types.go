@@ -93,6 +93,9 @@ const (
 	DCP             GroupKind = 8
 	SharedExpertsTP GroupKind = 9
 	SelfPP          GroupKind = 10
+	// Custom is the kind of a group made by PState.NewGroup ("custom:<n>"); PState.Group
+	// refuses it (such groups are not in the layout).
+	Custom GroupKind = 11
 )
 
 // String is the library's name ("tp"); "GroupKind(99)" for a value outside the enumeration.

@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
+from . import _dlpack
 from ._enums import DType, coerce
 from ._errors import InvalidArgumentError
 
@@ -85,6 +86,9 @@ def resolve(obj: BufferLike, name: str, *, writable: bool, dtype: Optional[DType
     try:
         view = memoryview(obj)
     except TypeError:
+        if _dlpack.is_dlpack(obj):  # a torch tensor, ...: a numpy array over its memory
+            array, dl_dtype = _dlpack.as_array(obj, name)
+            return resolve(array, name, writable=writable, dtype=dtype or dl_dtype, count=count)
         raise InvalidArgumentError(
             f"{name}: {type(obj).__name__} has no buffer protocol (use a numpy array, bytearray or memoryview)"
         ) from None
@@ -141,6 +145,12 @@ def new_like(template: Buffer, source: Any, count: int, leading: Optional[int] =
     if template.is_device:
         raise InvalidArgumentError("device buffers need an explicit out= buffer")
     np = sys.modules.get("numpy")
+    if np is not None and not isinstance(source, np.ndarray) and _dlpack.is_dlpack(source) and template.fmt:
+        # a DLPack input (a torch tensor) without the buffer protocol: a numpy result
+        shape_: Tuple[int, ...] = (count,)
+        if leading is not None and len(template.shape) >= 1:
+            shape_ = (leading,) + tuple(template.shape[1:])
+        return np.zeros(shape_, dtype=np.dtype(template.fmt))
     if np is not None and isinstance(source, np.ndarray):
         shape: Tuple[int, ...] = (count,)
         if leading is not None and source.ndim >= 1:

@@ -22,6 +22,7 @@ from ._buffers import BufferLike, new_like, require, resolve, same_dtype
 from ._enums import Device, DType, GroupKind, ReduceOp, coerce
 from ._errors import Error, InvalidArgumentError, InvalidStateError, NoMemoryError, UnsupportedError
 from ._layout import make_config
+from ._requests import Request
 
 
 class Group:
@@ -272,6 +273,109 @@ class Group:
         self._call(capi.recv, b.obj, b.count, int(b.dtype), src, stream)
         return buf
 
+    # ---- variable counts ---------------------------------------------------------------------
+    def _counts(self, counts: Any, where: str) -> List[int]:
+        try:
+            values = [int(c) for c in counts]
+        except TypeError:
+            raise InvalidArgumentError(f"{where}: counts must be a sequence of ints (one per group rank), "
+                                       f"got {type(counts).__name__}") from None
+        if len(values) != self.world_size:
+            raise InvalidArgumentError(f"{where}: counts has {len(values)} entries, the group has "
+                                       f"{self.world_size} ranks (one count per group rank)")
+        if any(c < 0 for c in values):
+            raise InvalidArgumentError(f"{where}: counts must be >= 0, got {values}")
+        return values
+
+    @staticmethod
+    def _leading(buf: Any, total: int) -> Optional[int]:
+        shape = getattr(buf, "shape", None)
+        if not shape:
+            return None
+        inner = 1
+        for extent in shape[1:]:
+            inner *= int(extent)
+        return total // inner if inner and total % inner == 0 else None
+
+    def all_gatherv(self, send: BufferLike, counts: Any, out: Optional[BufferLike] = None, *,
+                    dtype: Optional[DType] = None, stream: Optional[int] = None) -> Any:
+        """SGLang's all_gatherv with sizes=: counts (any sequence, one element count per group
+        rank, the same on every rank) says how much each rank contributes; send holds
+        counts[rank_in_group] elements. Every rank's part, packed in group-rank order, lands in
+        out (sum(counts) elements; numpy: concatenated along axis 0 when the counts allow).
+        Returns out (allocated when None)."""
+        where = f"all_gatherv on {self.name}"
+        c = self._counts(counts, where)
+        mine, total = c[self.rank_in_group], sum(c)
+        s = resolve(send, "send", writable=False, dtype=dtype, count=mine if isinstance(send, int) else None)
+        if s.count != mine:
+            raise InvalidArgumentError(f"{where}: send holds {s.count} elements but counts[{self.rank_in_group}] "
+                                       f"(this rank) is {mine}")
+        if out is None:
+            out = new_like(s, send, total, leading=self._leading(send, total))
+        o = resolve(out, "out", writable=True, dtype=dtype or s.dtype, count=total if s.is_device else None)
+        same_dtype(s, o, "send/out")
+        require(o, "out", total)
+        self._call(capi.all_gatherv, s.obj, o.obj, c, int(s.dtype), stream)
+        return out
+
+    def reduce_scatterv(self, send: BufferLike, counts: Any, op: ReduceOp = ReduceOp.SUM,
+                        out: Optional[BufferLike] = None, *, dtype: Optional[DType] = None,
+                        stream: Optional[int] = None) -> Any:
+        """SGLang's reduce_scatterv with sizes=: send holds sum(counts) elements on every rank;
+        group rank i gets in out the reduction over the group of the counts[i] elements at offset
+        counts[0] + ... + counts[i-1]. Returns out (allocated when None)."""
+        where = f"reduce_scatterv on {self.name}"
+        c = self._counts(counts, where)
+        mine, total = c[self.rank_in_group], sum(c)
+        s = resolve(send, "send", writable=False, dtype=dtype, count=total if isinstance(send, int) else None)
+        if s.count != total:
+            raise InvalidArgumentError(f"{where}: send holds {s.count} elements but sum(counts) is {total}")
+        if out is None:
+            out = new_like(s, send, mine, leading=self._leading(send, mine))
+        o = resolve(out, "out", writable=True, dtype=dtype or s.dtype, count=mine if s.is_device else None)
+        same_dtype(s, o, "send/out")
+        require(o, "out", mine)
+        self._call(capi.reduce_scatterv, s.obj, o.obj, c, int(s.dtype), int(coerce(ReduceOp, op, "op")), stream)
+        return out
+
+    # ---- non-blocking and batched point-to-point ---------------------------------------------
+    def isend(self, buf: BufferLike, dst: int, *, dtype: Optional[DType] = None, count: Optional[int] = None,
+              stream: Optional[int] = None) -> Request:
+        """Posts a send of buf to group rank dst and returns a Request at once; buf belongs to
+        pstate (do not change it) until the request completes. Matches dst's next receive from
+        this rank, blocking or not."""
+        b = resolve(buf, "buf", writable=False, dtype=dtype, count=count)
+        req = Request(self._ps, None, buf, f"isend on {self.name} to {dst}", b.obj)
+        req._handle = self._call(capi.isend, b.obj, b.count, int(b.dtype), dst, stream)
+        return req
+
+    def irecv(self, buf: BufferLike, src: int, *, dtype: Optional[DType] = None, count: Optional[int] = None,
+              stream: Optional[int] = None) -> Request:
+        """Posts a receive of exactly len(buf) (or count) elements from group rank src into buf
+        and returns a Request at once; read buf only after wait() (which returns it)."""
+        b = resolve(buf, "buf", writable=True, dtype=dtype, count=count)
+        req = Request(self._ps, None, buf, f"irecv on {self.name} from {src}", b.obj)
+        req._handle = self._call(capi.irecv, b.obj, b.count, int(b.dtype), src, stream)
+        return req
+
+    def p2p_batch(self, ops: Any, *, stream: Optional[int] = None) -> None:
+        """torch's batch_isend_irecv, completed: runs every op (P2POp or (is_send, buf, peer)
+        tuples) as one batch, in any listing order without deadlock, and returns when all are
+        done. Sends to one peer match its receives from this rank in list order."""
+        entries = []
+        for i, op in enumerate(ops):
+            try:
+                is_send, buf, peer = op
+            except (TypeError, ValueError):
+                raise InvalidArgumentError(f"p2p_batch on {self.name}: ops[{i}] must be a P2POp or an "
+                                           f"(is_send, buf, peer) tuple, got {op!r}") from None
+            if not isinstance(is_send, bool):
+                raise InvalidArgumentError(f"p2p_batch on {self.name}: ops[{i}].is_send must be a bool")
+            b = resolve(buf, f"ops[{i}].buf", writable=not is_send)
+            entries.append((is_send, b.obj, b.count, int(b.dtype), int(peer)))
+        self._call(capi.p2p_batch, entries, stream)
+
     def barrier(self) -> None:
         """Returns once every rank of the group has entered it."""
         self._call(capi.barrier)
@@ -355,6 +459,30 @@ class Group:
         if src is None:
             src = (self.rank_in_group - 1) % self.world_size
         return self._receive_dict(capi.recv_tensor_dict, f"recv_tensor_dict on {self.name}", src)
+
+    def send_tensor_dict_sliced(self, tensor_dict: Mapping[str, Any], dst: Optional[int] = None, *,
+                                ag: "Group", dtypes: Optional[Mapping[str, DType]] = None) -> None:
+        """send_tensor_dict with all_gather_group=ag (SGLang): a tensor whose element count
+        divides by ag's size S (> 1) goes as this rank's 1/S slice; the receiver gathers the
+        whole tensor over its own ag (recv_tensor_dict_sliced). ag is a group of this PState."""
+        if dst is None:
+            dst = (self.rank_in_group + 1) % self.world_size
+        self._send_dict(capi.send_tensor_dict_sliced, tensor_dict, dtypes,
+                        f"send_tensor_dict_sliced on {self.name}", dst, self._ag(ag), None)
+
+    def recv_tensor_dict_sliced(self, src: Optional[int] = None, *, ag: "Group") -> Dict[str, Any]:
+        """recv_tensor_dict with all_gather_group=ag: collective over ag (every rank of ag calls
+        it, each from its own sender); every tensor arrives whole (slices gathered over ag)."""
+        if src is None:
+            src = (self.rank_in_group - 1) % self.world_size
+        return self._receive_dict(capi.recv_tensor_dict_sliced, f"recv_tensor_dict_sliced on {self.name}", src,
+                                  self._ag(ag))
+
+    def _ag(self, ag: Any) -> Any:
+        if not isinstance(ag, Group) or ag._ps is not self._ps:
+            raise InvalidArgumentError(f"ag must be a pstate.Group of the same PState as {self.name}, "
+                                       f"got {type(ag).__name__}")
+        return ag._h()
 
     def _send_dict(self, fn: Any, tensor_dict: Any, dtypes: Any, where: str, *args: Any) -> None:
         """fn(handle, entries, *args); a dict the binding refuses is sent as one the library
@@ -495,6 +623,21 @@ class PState:
         kind = coerce(GroupKind, kind, "group kind")
         handle = self._call(capi.get_group, int(kind))
         return Group(self, handle, kind, self._generation)
+
+    def new_group(self, ranks: Any) -> Optional[Group]:
+        """SGLang's create_custom_parallel_group / vLLM's new_group: collective over the world
+        (every rank calls it). ranks: the global ranks of the group this rank joins (strictly
+        ascending, this rank among them), or empty to join none (returns None). Returns a Group of
+        kind CUSTOM named "custom:<n>", retired by destroy_model_parallel() like the
+        model-parallel groups."""
+        try:
+            values = [int(r) for r in ranks]
+        except TypeError:
+            raise InvalidArgumentError(f"new_group: ranks must be a sequence of ints, got {type(ranks).__name__}") from None
+        handle = self._call(capi.new_group, values)
+        if handle is None:
+            return None
+        return Group(self, handle, GroupKind.CUSTOM, self._generation)
 
     @property
     def world(self) -> Group:

@@ -567,5 +567,153 @@ def interrupted() -> None:
         f.write(f"{took:.3f}")
 
 
+class DLPackOnly:
+    """An object with __dlpack__ / __dlpack_device__ and no buffer protocol (as a torch tensor)."""
+
+    def __init__(self, array) -> None:
+        self.array = array
+
+    def __dlpack__(self, stream=None):
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def _dlpack_makers():
+    makers = [DLPackOnly]
+    try:
+        import torch  # python3-torch (CPU) when installed
+    except ImportError:
+        return makers
+    return makers + [lambda a: torch.from_numpy(a.copy())]
+
+
+def _values(x) -> list:
+    return (x.array if isinstance(x, DLPackOnly) else x).tolist()
+
+
+def nonblocking() -> None:
+    """4 ranks (TP 2 x PP 2): all_gatherv / reduce_scatterv with uneven counts (a zero among them)
+    on the world, isend/irecv rings (wait, test, `with`), a p2p batch with every peer listed in
+    reverse order, a custom group of ranks 0-2 (rank 3 joins none), sliced tensor dicts from PP
+    stage 0 to stage 1 gathered over TP, and the binding's and the library's errors."""
+    ps = pstate.init(timeout_ms=TIMEOUT_MS)
+    ps.initialize_model_parallel(pipeline_parallel_size=2)
+    w, r, n = ps.world, ps.rank, ps.world_size
+    assert n == 4
+    # all_gatherv: rank i contributes counts[i] elements i*100 + k; any sequence of counts
+    counts = (2, 0, 3, 1)
+    for cs in (counts, list(counts), np.array(counts)):
+        mine = np.arange(counts[r], dtype=np.float32) + 100 * r
+        got = w.all_gatherv(mine, cs)
+        want = np.concatenate([np.arange(c, dtype=np.float32) + 100 * i for i, c in enumerate(counts)])
+        assert got.dtype == np.float32 and got.tolist() == want.tolist(), (got, want)
+    # into out, int64
+    out = np.full(sum(counts), -1, dtype=np.int64)
+    assert w.all_gatherv(np.full(counts[r], r, dtype=np.int64), counts, out=out) is out
+    assert out.tolist() == [i for i, c in enumerate(counts) for _ in range(c)], out
+    # reduce_scatterv: send = arange(total) * (rank + 1); rank i gets its part of the sum
+    rs_counts = [1, 3, 0, 2]
+    total = sum(rs_counts)
+    send = np.arange(total, dtype=np.int64) * (r + 1)
+    got = w.reduce_scatterv(send, rs_counts)
+    full = np.arange(total, dtype=np.int64) * sum(k + 1 for k in range(n))
+    off = sum(rs_counts[:r])
+    assert got.tolist() == full[off:off + rs_counts[r]].tolist(), (got, full)
+    got = w.reduce_scatterv(send.astype(np.float32), rs_counts, ReduceOp.MAX)
+    assert got.tolist() == (np.arange(total, dtype=np.float32) * n)[off:off + rs_counts[r]].tolist(), got
+    # binding errors before any C call (every rank, so nothing is out of step)
+    e = expect_raises(pstate.InvalidArgumentError, w.all_gatherv, np.zeros(1, np.float32), [1, 1])
+    assert "counts has 2 entries" in e.detail and "4 ranks" in e.detail, e.detail
+    e = expect_raises(pstate.InvalidArgumentError, w.all_gatherv, np.zeros(5, np.float32), counts)
+    assert f"counts[{r}]" in e.detail, e.detail
+    e = expect_raises(pstate.InvalidArgumentError, w.reduce_scatterv, np.zeros(2, np.float32), rs_counts)
+    assert "sum(counts) is 6" in e.detail, e.detail
+    expect_raises(pstate.InvalidArgumentError, w.all_gatherv, np.zeros(1, np.float32), 7)
+    # isend/irecv ring: wait() returns the buffer, which the request kept alive
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    s_req = w.isend(np.full(5, r, dtype=np.float32), nxt)
+    r_req = w.irecv(np.zeros(5, dtype=np.float32), prv)
+    assert r_req.wait().tolist() == [float(prv)] * 5
+    s_req.wait()
+    assert s_req.done and r_req.done and r_req.wait().tolist() == [float(prv)] * 5  # wait again: same result
+    # a pending receive holds its bytearray's export: resizing is refused until completion
+    ba = bytearray(8)
+    with w.irecv(ba, prv) as req:
+        expect_raises(BufferError, ba.extend, b"x")
+        with w.isend(bytes([r] * 8), nxt):
+            pass
+    assert ba == bytes([prv] * 8) and req.done
+    ba.extend(b"x")
+    # test() until done (never blocks)
+    buf = np.zeros(3, dtype=np.int64)
+    req = w.irecv(buf, prv)
+    w.send(np.array([r, r * 10, r * 100], dtype=np.int64), nxt)
+    while not req.test():
+        pass
+    assert buf.tolist() == [prv, prv * 10, prv * 100] and req.test()
+    # p2p batch: to and from every peer, listed in reverse order, tuples and P2POp
+    recvs = {p: np.zeros(2, dtype=np.int32) for p in range(n) if p != r}
+    ops = []
+    for p in sorted(recvs, reverse=True):
+        ops.append(pstate.P2POp(False, recvs[p], p))
+        ops.append((True, np.array([r, p], dtype=np.int32), p))
+    w.p2p_batch(ops)
+    for p, got in recvs.items():
+        assert got.tolist() == [p, r], (p, got)
+    w.p2p_batch([])
+    e = expect_raises(pstate.InvalidArgumentError, w.p2p_batch, [(1, np.zeros(1, np.float32), 0)])
+    assert "is_send must be a bool" in e.detail, e.detail
+    # custom group of ranks 0..2; rank 3 joins none
+    g = ps.new_group(range(3) if r < 3 else [])
+    if r == 3:
+        assert g is None
+    else:
+        assert g.kind == GroupKind.CUSTOM and g.name.startswith("custom:") and g.ranks == [0, 1, 2], g
+        x = np.full(2, r + 1, dtype=np.float32)
+        assert g.all_reduce(x).tolist() == [6.0, 6.0]
+    e = expect_raises(pstate.InvalidArgumentError, ps.new_group, [0, 2, 1, 3])
+    assert "ascending" in e.detail, e.detail
+    # sliced tensor dicts: PP stage 0 (ranks 0, 1) sends to stage 1 (ranks 2, 3), sliced over TP
+    tp, pp = ps.tp, ps.pp
+    full = {"h": np.arange(8, dtype=np.float32).reshape(2, 4), "odd": np.arange(3, dtype=np.int64)}
+    if pp.rank_in_group == 0:
+        pp.send_tensor_dict_sliced({k: v.copy() for k, v in full.items()}, ag=tp)
+    else:
+        got = pp.recv_tensor_dict_sliced(ag=tp)
+        assert list(got) == ["h", "odd"]
+        for k, v in full.items():
+            assert got[k].dtype == v.dtype and got[k].shape == v.shape and got[k].tolist() == v.tolist(), (k, got[k])
+    expect_raises(pstate.InvalidArgumentError, pp.recv_tensor_dict_sliced, ag="tp")
+    # DLPack inputs without the buffer protocol (a torch tensor when torch is installed; always a
+    # wrapper that exports a numpy array's memory through __dlpack__ only): written in place
+    for make in _dlpack_makers():
+        x = make(np.full(4, r + 1, dtype=np.float32))
+        assert w.all_reduce(x) is x and _values(x) == [10.0] * 4, _values(x)
+        got = w.all_gatherv(make(np.arange(counts[r], dtype=np.int64) + 100 * r), counts)
+        assert isinstance(got, np.ndarray) and got.tolist() == [
+            100 * i + k for i, c in enumerate(counts) for k in range(c)], got
+        inbox = make(np.zeros(3, dtype=np.float64))
+        with w.irecv(inbox, prv) as req, w.isend(make(np.full(3, r, dtype=np.float64)), nxt):
+            pass
+        assert req.done and _values(inbox) == [float(prv)] * 3, _values(inbox)
+    if len(_dlpack_makers()) > 1:  # torch: bfloat16 comes from the DLPack type
+        import torch
+        bf = torch.full((2, 2), float(r + 1), dtype=torch.bfloat16)
+        assert w.all_reduce(bf) is bf and bf.float().tolist() == [[10.0, 10.0], [10.0, 10.0]], bf
+    e = expect_raises(pstate.InvalidArgumentError, w.all_reduce, DLPackOnly(np.zeros((4, 4), np.float32)[:, 1]))
+    assert "not C-contiguous" in e.detail, e.detail
+    # the library's error through a request: a receive of the wrong size fails its wait
+    if r == 0:
+        w.isend(np.zeros(3, dtype=np.float32), 1).wait()
+    elif r == 1:
+        req = w.irecv(np.zeros(2, dtype=np.float32), 0)
+        expect_raises(pstate.MismatchError, req.wait)
+        assert req.done
+        expect_raises(pstate.MismatchError, req.wait)  # the same error again
+    ps.abort()
+
+
 if __name__ == "__main__":
     globals()[sys.argv[1]]()

@@ -118,6 +118,10 @@ def test_layout_zero_sizes_are_the_defaults():
     explicit = pstate.Layout(8, tensor_parallel_size=4, pipeline_parallel_size=2)
     given = pstate.Layout(8, **dict(zeros, pipeline_parallel_size=2))
     for kind in GroupKind:
+        if kind == GroupKind.CUSTOM:  # not a layout kind: custom groups come from ps.new_group()
+            e = pytest.raises(pstate.InvalidArgumentError, given.groups, kind).value
+            assert "new_group()" in e.detail, e.detail
+            continue
         assert given.groups(kind) == explicit.groups(kind), kind
     assert pstate.Layout(8, **zeros).groups("tp") == [list(range(8))]
     assert pstate.Layout(8, expert_parallel_size=None).groups("tp") == [list(range(8))]

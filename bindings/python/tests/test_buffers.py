@@ -88,3 +88,34 @@ def test_outputs_are_allocated_as_the_kind_of_buffer_given(source, kind, nbytes)
     out = new_like(resolve(source, "s", writable=False), source, 2 * len(memoryview(source)))
     assert type(out) is kind and memoryview(out).nbytes == nbytes
     assert memoryview(out).format == memoryview(source).format
+
+
+class _DLPackOnly:
+    """__dlpack__ / __dlpack_device__ over a numpy array, no buffer protocol (as a torch tensor)."""
+
+    def __init__(self, array, device=(1, 0)):
+        self.array, self.device = array, device
+
+    def __dlpack__(self, stream=None):
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.device
+
+
+def test_dlpack_object_is_a_writable_view_of_its_memory():
+    a = np.arange(6, dtype=np.int32).reshape(2, 3)
+    b = resolve(_DLPackOnly(a), "buf", writable=True)
+    assert (b.dtype, b.count, b.shape) == (pstate.DType.INT32, 6, (2, 3))
+    b.obj[1, 2] = 99  # the array over the producer's memory, not a copy
+    assert a[1, 2] == 99
+    assert isinstance(new_like(b, _DLPackOnly(a), 4), np.ndarray)
+
+
+def test_dlpack_device_tensor_non_contiguous_and_unknown_types_are_refused():
+    e = pytest.raises(pstate.InvalidArgumentError, resolve, _DLPackOnly(np.zeros(2), device=(2, 0)), "buf", writable=True)
+    assert "not the CPU" in e.value.detail and "data_ptr()" in e.value.detail
+    e = pytest.raises(pstate.InvalidArgumentError, resolve, _DLPackOnly(np.zeros((3, 3))[:, 0]), "buf", writable=True)
+    assert "not C-contiguous" in e.value.detail
+    e = pytest.raises(pstate.InvalidArgumentError, resolve, _DLPackOnly(np.zeros(2, np.complex64)), "buf", writable=True)
+    assert "no pstate dtype" in e.value.detail

@@ -25,6 +25,10 @@ def test_reduce_and_scatter_from_every_root_three_ranks(ranks):
     ranks(3, "reduce_and_scatter")
 
 
+def test_variable_counts_requests_p2p_batch_custom_and_sliced_dicts_four_ranks(ranks):
+    ranks(4, "nonblocking", extra_env={"PSTATE_TIMEOUT_MS": "20000"})
+
+
 def test_broadcast_object_takes_any_picklable_two_ranks(ranks):
     ranks(2, "objects")
 

@@ -173,6 +173,7 @@ static void* Swig_malloc(int c) {
 
 
 #include "pstate/pstate.h"
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -353,6 +354,42 @@ void pstate_swig_tensors_free(pstate_swig_tensors *a) {
   free(a);
 }
 
+
+/* Zeroed C memory for at least one byte (NULL when out of memory). */
+void *pstate_go_alloc(size_t n) { return calloc(n ? n : 1, 1); }
+void pstate_go_free(void *p) { free(p); }
+/* The op array of one batch: n ops from PSTATE_P2P_OP_INIT (NULL when out of memory). */
+typedef struct pstate_go_ops {
+  pstate_p2p_op_t *ops;
+  size_t n;
+} pstate_go_ops;
+pstate_go_ops *pstate_go_ops_new(size_t n) {
+  static const pstate_p2p_op_t init = PSTATE_P2P_OP_INIT;
+  pstate_go_ops *o = (pstate_go_ops *)calloc(1, sizeof *o);
+  if (!o) return NULL;
+  o->ops = (pstate_p2p_op_t *)calloc(n ? n : 1, sizeof *o->ops);
+  if (!o->ops) {
+    free(o);
+    return NULL;
+  }
+  for (size_t i = 0; i < n; ++i) o->ops[i] = init;
+  o->n = n;
+  return o;
+}
+void pstate_go_ops_set(pstate_go_ops *o, size_t i, int is_send, void *buf, size_t count, int dtype, int peer) {
+  if (!o || i >= o->n) return;
+  o->ops[i].is_send = is_send;
+  o->ops[i].buf = buf;
+  o->ops[i].count = count;
+  o->ops[i].dtype = (pstate_dtype_t)dtype;
+  o->ops[i].peer = peer;
+}
+void pstate_go_ops_free(pstate_go_ops *o) {
+  if (!o) return;
+  free(o->ops);
+  free(o);
+}
+
 SWIGINTERN struct pstate_init_params_t *new_pstate_init_params_t(void){
     static const pstate_init_params_t defaults = PSTATE_INIT_PARAMS_INIT;
     pstate_init_params_t *p = (pstate_init_params_t *)malloc(sizeof *p);
@@ -383,7 +420,7 @@ SWIGINTERN void delete_pstate_group_info_t(struct pstate_group_info_t *self){ fr
 extern "C" {
 #endif
 
-void _wrap_Swig_free_capi_424e6738b6a199ae(void *_swig_go_0) {
+void _wrap_Swig_free_capi_cb841bd7f909b440(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = *(void **)&_swig_go_0; 
@@ -393,7 +430,7 @@ void _wrap_Swig_free_capi_424e6738b6a199ae(void *_swig_go_0) {
 }
 
 
-void *_wrap_Swig_malloc_capi_424e6738b6a199ae(intgo _swig_go_0) {
+void *_wrap_Swig_malloc_capi_cb841bd7f909b440(intgo _swig_go_0) {
   int arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -406,7 +443,7 @@ void *_wrap_Swig_malloc_capi_424e6738b6a199ae(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_PSTATE_VERSION_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_VERSION_capi_cb841bd7f909b440() {
   int result;
   intgo _swig_go_result;
   
@@ -417,7 +454,7 @@ intgo _wrap_PSTATE_VERSION_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_OK_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_OK_capi_cb841bd7f909b440() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -429,7 +466,7 @@ intgo _wrap_PSTATE_OK_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_cb841bd7f909b440() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -441,7 +478,7 @@ intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_cb841bd7f909b440() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -453,7 +490,7 @@ intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_cb841bd7f909b440() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -465,7 +502,7 @@ intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_cb841bd7f909b440() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -477,7 +514,7 @@ intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_ERR_TIMEOUT_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_ERR_TIMEOUT_capi_cb841bd7f909b440() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -489,7 +526,7 @@ intgo _wrap_PSTATE_ERR_TIMEOUT_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_ERR_PEER_LOST_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_ERR_PEER_LOST_capi_cb841bd7f909b440() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -501,7 +538,7 @@ intgo _wrap_PSTATE_ERR_PEER_LOST_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_ERR_TRANSPORT_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_ERR_TRANSPORT_capi_cb841bd7f909b440() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -513,7 +550,7 @@ intgo _wrap_PSTATE_ERR_TRANSPORT_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_ERR_MISMATCH_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_ERR_MISMATCH_capi_cb841bd7f909b440() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -525,7 +562,7 @@ intgo _wrap_PSTATE_ERR_MISMATCH_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_ERR_AUTH_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_ERR_AUTH_capi_cb841bd7f909b440() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -537,7 +574,7 @@ intgo _wrap_PSTATE_ERR_AUTH_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_ERR_ABORTED_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_ERR_ABORTED_capi_cb841bd7f909b440() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -549,7 +586,7 @@ intgo _wrap_PSTATE_ERR_ABORTED_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INTERNAL_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_ERR_INTERNAL_capi_cb841bd7f909b440() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -561,7 +598,7 @@ intgo _wrap_PSTATE_ERR_INTERNAL_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_cb841bd7f909b440() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -573,7 +610,7 @@ intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_INT8_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_INT8_capi_cb841bd7f909b440() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -585,7 +622,7 @@ intgo _wrap_PSTATE_INT8_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_UINT8_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_UINT8_capi_cb841bd7f909b440() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -597,7 +634,7 @@ intgo _wrap_PSTATE_UINT8_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_INT32_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_INT32_capi_cb841bd7f909b440() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -609,7 +646,7 @@ intgo _wrap_PSTATE_INT32_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_UINT32_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_UINT32_capi_cb841bd7f909b440() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -621,7 +658,7 @@ intgo _wrap_PSTATE_UINT32_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_INT64_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_INT64_capi_cb841bd7f909b440() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -633,7 +670,7 @@ intgo _wrap_PSTATE_INT64_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_UINT64_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_UINT64_capi_cb841bd7f909b440() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -645,7 +682,7 @@ intgo _wrap_PSTATE_UINT64_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_FLOAT16_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_FLOAT16_capi_cb841bd7f909b440() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -657,7 +694,7 @@ intgo _wrap_PSTATE_FLOAT16_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_FLOAT32_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_FLOAT32_capi_cb841bd7f909b440() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -669,7 +706,7 @@ intgo _wrap_PSTATE_FLOAT32_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_FLOAT64_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_FLOAT64_capi_cb841bd7f909b440() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -681,7 +718,7 @@ intgo _wrap_PSTATE_FLOAT64_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_BFLOAT16_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_BFLOAT16_capi_cb841bd7f909b440() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -693,7 +730,7 @@ intgo _wrap_PSTATE_BFLOAT16_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_FP8_E4M3_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_FP8_E4M3_capi_cb841bd7f909b440() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -705,7 +742,7 @@ intgo _wrap_PSTATE_FP8_E4M3_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_FP8_E5M2_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_FP8_E5M2_capi_cb841bd7f909b440() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -717,7 +754,7 @@ intgo _wrap_PSTATE_FP8_E5M2_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_SUM_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_SUM_capi_cb841bd7f909b440() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -729,7 +766,7 @@ intgo _wrap_PSTATE_SUM_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_PROD_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_PROD_capi_cb841bd7f909b440() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -741,7 +778,7 @@ intgo _wrap_PSTATE_PROD_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_MAX_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_MAX_capi_cb841bd7f909b440() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -753,7 +790,7 @@ intgo _wrap_PSTATE_MAX_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_MIN_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_MIN_capi_cb841bd7f909b440() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -765,7 +802,7 @@ intgo _wrap_PSTATE_MIN_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_AVG_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_AVG_capi_cb841bd7f909b440() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -777,7 +814,7 @@ intgo _wrap_PSTATE_AVG_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_DEVICE_CPU_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_DEVICE_CPU_capi_cb841bd7f909b440() {
   enum pstate_device_t result;
   intgo _swig_go_result;
   
@@ -789,7 +826,7 @@ intgo _wrap_PSTATE_DEVICE_CPU_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_DEVICE_CUDA_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_DEVICE_CUDA_capi_cb841bd7f909b440() {
   enum pstate_device_t result;
   intgo _swig_go_result;
   
@@ -801,7 +838,7 @@ intgo _wrap_PSTATE_DEVICE_CUDA_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_WORLD_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_GROUP_WORLD_capi_cb841bd7f909b440() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -813,7 +850,7 @@ intgo _wrap_PSTATE_GROUP_WORLD_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_TP_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_GROUP_TP_capi_cb841bd7f909b440() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -825,7 +862,7 @@ intgo _wrap_PSTATE_GROUP_TP_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_PP_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_GROUP_PP_capi_cb841bd7f909b440() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -837,7 +874,7 @@ intgo _wrap_PSTATE_GROUP_PP_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_cb841bd7f909b440() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -849,7 +886,7 @@ intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_cb841bd7f909b440() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -861,7 +898,7 @@ intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_MOE_EP_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_GROUP_MOE_EP_capi_cb841bd7f909b440() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -873,7 +910,7 @@ intgo _wrap_PSTATE_GROUP_MOE_EP_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_MOE_TP_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_GROUP_MOE_TP_capi_cb841bd7f909b440() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -885,7 +922,7 @@ intgo _wrap_PSTATE_GROUP_MOE_TP_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_MOE_DP_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_GROUP_MOE_DP_capi_cb841bd7f909b440() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -897,7 +934,7 @@ intgo _wrap_PSTATE_GROUP_MOE_DP_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_DCP_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_GROUP_DCP_capi_cb841bd7f909b440() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -909,7 +946,7 @@ intgo _wrap_PSTATE_GROUP_DCP_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_cb841bd7f909b440() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -921,7 +958,7 @@ intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_SELF_PP_capi_424e6738b6a199ae() {
+intgo _wrap_PSTATE_GROUP_SELF_PP_capi_cb841bd7f909b440() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -933,7 +970,19 @@ intgo _wrap_PSTATE_GROUP_SELF_PP_capi_424e6738b6a199ae() {
 }
 
 
-long long _wrap_pstate_init_params_t_struct_size_get_capi_424e6738b6a199ae(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_PSTATE_GROUP_CUSTOM_capi_cb841bd7f909b440() {
+  enum pstate_group_kind_t result;
+  intgo _swig_go_result;
+  
+  
+  result = PSTATE_GROUP_CUSTOM;
+  
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
+long long _wrap_pstate_init_params_t_struct_size_get_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -946,7 +995,7 @@ long long _wrap_pstate_init_params_t_struct_size_get_capi_424e6738b6a199ae(struc
 }
 
 
-void _wrap_pstate_init_params_t_world_size_set_capi_424e6738b6a199ae(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_world_size_set_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -958,7 +1007,7 @@ void _wrap_pstate_init_params_t_world_size_set_capi_424e6738b6a199ae(struct psta
 }
 
 
-intgo _wrap_pstate_init_params_t_world_size_get_capi_424e6738b6a199ae(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_world_size_get_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -971,7 +1020,7 @@ intgo _wrap_pstate_init_params_t_world_size_get_capi_424e6738b6a199ae(struct pst
 }
 
 
-void _wrap_pstate_init_params_t_rank_set_capi_424e6738b6a199ae(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_rank_set_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -983,7 +1032,7 @@ void _wrap_pstate_init_params_t_rank_set_capi_424e6738b6a199ae(struct pstate_ini
 }
 
 
-intgo _wrap_pstate_init_params_t_rank_get_capi_424e6738b6a199ae(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_rank_get_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -996,7 +1045,7 @@ intgo _wrap_pstate_init_params_t_rank_get_capi_424e6738b6a199ae(struct pstate_in
 }
 
 
-void _wrap_pstate_init_params_t_local_rank_set_capi_424e6738b6a199ae(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_local_rank_set_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1008,7 +1057,7 @@ void _wrap_pstate_init_params_t_local_rank_set_capi_424e6738b6a199ae(struct psta
 }
 
 
-intgo _wrap_pstate_init_params_t_local_rank_get_capi_424e6738b6a199ae(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_local_rank_get_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1021,7 +1070,7 @@ intgo _wrap_pstate_init_params_t_local_rank_get_capi_424e6738b6a199ae(struct pst
 }
 
 
-void _wrap_pstate_init_params_t_init_method_set_capi_424e6738b6a199ae(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_pstate_init_params_t_init_method_set_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1041,7 +1090,7 @@ void _wrap_pstate_init_params_t_init_method_set_capi_424e6738b6a199ae(struct pst
 }
 
 
-_gostring_ _wrap_pstate_init_params_t_init_method_get_capi_424e6738b6a199ae(struct pstate_init_params_t *_swig_go_0) {
+_gostring_ _wrap_pstate_init_params_t_init_method_get_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1057,7 +1106,7 @@ _gostring_ _wrap_pstate_init_params_t_init_method_get_capi_424e6738b6a199ae(stru
 }
 
 
-void _wrap_pstate_init_params_t_device_set_capi_424e6738b6a199ae(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_device_set_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   pstate_device_t arg2 ;
   
@@ -1069,7 +1118,7 @@ void _wrap_pstate_init_params_t_device_set_capi_424e6738b6a199ae(struct pstate_i
 }
 
 
-intgo _wrap_pstate_init_params_t_device_get_capi_424e6738b6a199ae(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_device_get_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   pstate_device_t result;
   intgo _swig_go_result;
@@ -1082,7 +1131,7 @@ intgo _wrap_pstate_init_params_t_device_get_capi_424e6738b6a199ae(struct pstate_
 }
 
 
-void _wrap_pstate_init_params_t_device_ordinal_set_capi_424e6738b6a199ae(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_device_ordinal_set_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1094,7 +1143,7 @@ void _wrap_pstate_init_params_t_device_ordinal_set_capi_424e6738b6a199ae(struct 
 }
 
 
-intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_424e6738b6a199ae(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1107,7 +1156,7 @@ intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_424e6738b6a199ae(struct
 }
 
 
-void _wrap_pstate_init_params_t_timeout_ms_set_capi_424e6738b6a199ae(struct pstate_init_params_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_init_params_t_timeout_ms_set_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int64_t arg2 ;
   
@@ -1119,7 +1168,7 @@ void _wrap_pstate_init_params_t_timeout_ms_set_capi_424e6738b6a199ae(struct psta
 }
 
 
-long long _wrap_pstate_init_params_t_timeout_ms_get_capi_424e6738b6a199ae(struct pstate_init_params_t *_swig_go_0) {
+long long _wrap_pstate_init_params_t_timeout_ms_get_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int64_t result;
   long long _swig_go_result;
@@ -1132,7 +1181,7 @@ long long _wrap_pstate_init_params_t_timeout_ms_get_capi_424e6738b6a199ae(struct
 }
 
 
-void _wrap_pstate_init_params_t_job_token_set_capi_424e6738b6a199ae(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_pstate_init_params_t_job_token_set_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1152,7 +1201,7 @@ void _wrap_pstate_init_params_t_job_token_set_capi_424e6738b6a199ae(struct pstat
 }
 
 
-_gostring_ _wrap_pstate_init_params_t_job_token_get_capi_424e6738b6a199ae(struct pstate_init_params_t *_swig_go_0) {
+_gostring_ _wrap_pstate_init_params_t_job_token_get_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1168,7 +1217,7 @@ _gostring_ _wrap_pstate_init_params_t_job_token_get_capi_424e6738b6a199ae(struct
 }
 
 
-void _wrap_pstate_init_params_t_socket_ifname_set_capi_424e6738b6a199ae(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_pstate_init_params_t_socket_ifname_set_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1188,7 +1237,7 @@ void _wrap_pstate_init_params_t_socket_ifname_set_capi_424e6738b6a199ae(struct p
 }
 
 
-_gostring_ _wrap_pstate_init_params_t_socket_ifname_get_capi_424e6738b6a199ae(struct pstate_init_params_t *_swig_go_0) {
+_gostring_ _wrap_pstate_init_params_t_socket_ifname_get_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1204,7 +1253,7 @@ _gostring_ _wrap_pstate_init_params_t_socket_ifname_get_capi_424e6738b6a199ae(st
 }
 
 
-struct pstate_init_params_t *_wrap_new_pstate_init_params_t_capi_424e6738b6a199ae() {
+struct pstate_init_params_t *_wrap_new_pstate_init_params_t_capi_cb841bd7f909b440() {
   struct pstate_init_params_t *result = 0 ;
   struct pstate_init_params_t *_swig_go_result;
   
@@ -1215,7 +1264,7 @@ struct pstate_init_params_t *_wrap_new_pstate_init_params_t_capi_424e6738b6a199a
 }
 
 
-void _wrap_delete_pstate_init_params_t_capi_424e6738b6a199ae(struct pstate_init_params_t *_swig_go_0) {
+void _wrap_delete_pstate_init_params_t_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   
   arg1 = *(struct pstate_init_params_t **)&_swig_go_0; 
@@ -1225,7 +1274,7 @@ void _wrap_delete_pstate_init_params_t_capi_424e6738b6a199ae(struct pstate_init_
 }
 
 
-long long _wrap_pstate_parallel_config_t_struct_size_get_capi_424e6738b6a199ae(struct pstate_parallel_config_t *_swig_go_0) {
+long long _wrap_pstate_parallel_config_t_struct_size_get_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -1238,7 +1287,7 @@ long long _wrap_pstate_parallel_config_t_struct_size_get_capi_424e6738b6a199ae(s
 }
 
 
-void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_424e6738b6a199ae(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1250,7 +1299,7 @@ void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_424e6738b6a199
 }
 
 
-intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_424e6738b6a199ae(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1263,7 +1312,7 @@ intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_424e6738b6a19
 }
 
 
-void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_424e6738b6a199ae(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1275,7 +1324,7 @@ void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_424e6738b6a1
 }
 
 
-intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_424e6738b6a199ae(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1288,7 +1337,7 @@ intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_424e6738b6a
 }
 
 
-void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_424e6738b6a199ae(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1300,7 +1349,7 @@ void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_424e6738b6a199
 }
 
 
-intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_424e6738b6a199ae(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1313,7 +1362,7 @@ intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_424e6738b6a19
 }
 
 
-void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_424e6738b6a199ae(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1325,7 +1374,7 @@ void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_424e67
 }
 
 
-intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_424e6738b6a199ae(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1338,7 +1387,7 @@ intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_424e6
 }
 
 
-void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_424e6738b6a199ae(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1350,7 +1399,7 @@ void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_424
 }
 
 
-intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_424e6738b6a199ae(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1363,7 +1412,7 @@ intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_42
 }
 
 
-void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_424e6738b6a199ae(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1375,7 +1424,7 @@ void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_424e6738b6a1
 }
 
 
-intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_424e6738b6a199ae(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1388,7 +1437,7 @@ intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_424e6738b6a
 }
 
 
-void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_424e6738b6a199ae(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1400,7 +1449,7 @@ void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_424e67
 }
 
 
-intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_424e6738b6a199ae(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1413,7 +1462,7 @@ intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_424e6
 }
 
 
-void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_424e6738b6a199ae(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1425,7 +1474,7 @@ void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi
 }
 
 
-intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_424e6738b6a199ae(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1438,7 +1487,7 @@ intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_cap
 }
 
 
-struct pstate_parallel_config_t *_wrap_new_pstate_parallel_config_t_capi_424e6738b6a199ae() {
+struct pstate_parallel_config_t *_wrap_new_pstate_parallel_config_t_capi_cb841bd7f909b440() {
   struct pstate_parallel_config_t *result = 0 ;
   struct pstate_parallel_config_t *_swig_go_result;
   
@@ -1449,7 +1498,7 @@ struct pstate_parallel_config_t *_wrap_new_pstate_parallel_config_t_capi_424e673
 }
 
 
-void _wrap_delete_pstate_parallel_config_t_capi_424e6738b6a199ae(struct pstate_parallel_config_t *_swig_go_0) {
+void _wrap_delete_pstate_parallel_config_t_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   
   arg1 = *(struct pstate_parallel_config_t **)&_swig_go_0; 
@@ -1459,7 +1508,7 @@ void _wrap_delete_pstate_parallel_config_t_capi_424e6738b6a199ae(struct pstate_p
 }
 
 
-long long _wrap_pstate_group_info_t_struct_size_get_capi_424e6738b6a199ae(struct pstate_group_info_t *_swig_go_0) {
+long long _wrap_pstate_group_info_t_struct_size_get_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -1472,7 +1521,7 @@ long long _wrap_pstate_group_info_t_struct_size_get_capi_424e6738b6a199ae(struct
 }
 
 
-void _wrap_pstate_group_info_t_kind_set_capi_424e6738b6a199ae(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_kind_set_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   pstate_group_kind_t arg2 ;
   
@@ -1484,7 +1533,7 @@ void _wrap_pstate_group_info_t_kind_set_capi_424e6738b6a199ae(struct pstate_grou
 }
 
 
-intgo _wrap_pstate_group_info_t_kind_get_capi_424e6738b6a199ae(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_kind_get_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   pstate_group_kind_t result;
   intgo _swig_go_result;
@@ -1497,7 +1546,7 @@ intgo _wrap_pstate_group_info_t_kind_get_capi_424e6738b6a199ae(struct pstate_gro
 }
 
 
-void _wrap_pstate_group_info_t_rank_set_capi_424e6738b6a199ae(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_rank_set_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1509,7 +1558,7 @@ void _wrap_pstate_group_info_t_rank_set_capi_424e6738b6a199ae(struct pstate_grou
 }
 
 
-intgo _wrap_pstate_group_info_t_rank_get_capi_424e6738b6a199ae(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_rank_get_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1522,7 +1571,7 @@ intgo _wrap_pstate_group_info_t_rank_get_capi_424e6738b6a199ae(struct pstate_gro
 }
 
 
-void _wrap_pstate_group_info_t_rank_in_group_set_capi_424e6738b6a199ae(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_rank_in_group_set_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1534,7 +1583,7 @@ void _wrap_pstate_group_info_t_rank_in_group_set_capi_424e6738b6a199ae(struct ps
 }
 
 
-intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_424e6738b6a199ae(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1547,7 +1596,7 @@ intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_424e6738b6a199ae(struct p
 }
 
 
-void _wrap_pstate_group_info_t_world_size_set_capi_424e6738b6a199ae(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_world_size_set_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1559,7 +1608,7 @@ void _wrap_pstate_group_info_t_world_size_set_capi_424e6738b6a199ae(struct pstat
 }
 
 
-intgo _wrap_pstate_group_info_t_world_size_get_capi_424e6738b6a199ae(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_world_size_get_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1572,7 +1621,7 @@ intgo _wrap_pstate_group_info_t_world_size_get_capi_424e6738b6a199ae(struct psta
 }
 
 
-void _wrap_pstate_group_info_t_local_rank_set_capi_424e6738b6a199ae(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_local_rank_set_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1584,7 +1633,7 @@ void _wrap_pstate_group_info_t_local_rank_set_capi_424e6738b6a199ae(struct pstat
 }
 
 
-intgo _wrap_pstate_group_info_t_local_rank_get_capi_424e6738b6a199ae(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_local_rank_get_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1597,7 +1646,7 @@ intgo _wrap_pstate_group_info_t_local_rank_get_capi_424e6738b6a199ae(struct psta
 }
 
 
-void _wrap_pstate_group_info_t_first_rank_set_capi_424e6738b6a199ae(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_first_rank_set_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1609,7 +1658,7 @@ void _wrap_pstate_group_info_t_first_rank_set_capi_424e6738b6a199ae(struct pstat
 }
 
 
-intgo _wrap_pstate_group_info_t_first_rank_get_capi_424e6738b6a199ae(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_first_rank_get_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1622,7 +1671,7 @@ intgo _wrap_pstate_group_info_t_first_rank_get_capi_424e6738b6a199ae(struct psta
 }
 
 
-void _wrap_pstate_group_info_t_last_rank_set_capi_424e6738b6a199ae(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_last_rank_set_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1634,7 +1683,7 @@ void _wrap_pstate_group_info_t_last_rank_set_capi_424e6738b6a199ae(struct pstate
 }
 
 
-intgo _wrap_pstate_group_info_t_last_rank_get_capi_424e6738b6a199ae(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_last_rank_get_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1647,7 +1696,7 @@ intgo _wrap_pstate_group_info_t_last_rank_get_capi_424e6738b6a199ae(struct pstat
 }
 
 
-void _wrap_pstate_group_info_t_next_rank_set_capi_424e6738b6a199ae(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_next_rank_set_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1659,7 +1708,7 @@ void _wrap_pstate_group_info_t_next_rank_set_capi_424e6738b6a199ae(struct pstate
 }
 
 
-intgo _wrap_pstate_group_info_t_next_rank_get_capi_424e6738b6a199ae(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_next_rank_get_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1672,7 +1721,7 @@ intgo _wrap_pstate_group_info_t_next_rank_get_capi_424e6738b6a199ae(struct pstat
 }
 
 
-void _wrap_pstate_group_info_t_prev_rank_set_capi_424e6738b6a199ae(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_prev_rank_set_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1684,7 +1733,7 @@ void _wrap_pstate_group_info_t_prev_rank_set_capi_424e6738b6a199ae(struct pstate
 }
 
 
-intgo _wrap_pstate_group_info_t_prev_rank_get_capi_424e6738b6a199ae(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_prev_rank_get_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1697,7 +1746,7 @@ intgo _wrap_pstate_group_info_t_prev_rank_get_capi_424e6738b6a199ae(struct pstat
 }
 
 
-_gostring_ _wrap_pstate_group_info_t_name_get_capi_424e6738b6a199ae(struct pstate_group_info_t *_swig_go_0) {
+_gostring_ _wrap_pstate_group_info_t_name_get_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1713,7 +1762,7 @@ _gostring_ _wrap_pstate_group_info_t_name_get_capi_424e6738b6a199ae(struct pstat
 }
 
 
-struct pstate_group_info_t *_wrap_new_pstate_group_info_t_capi_424e6738b6a199ae() {
+struct pstate_group_info_t *_wrap_new_pstate_group_info_t_capi_cb841bd7f909b440() {
   struct pstate_group_info_t *result = 0 ;
   struct pstate_group_info_t *_swig_go_result;
   
@@ -1724,7 +1773,7 @@ struct pstate_group_info_t *_wrap_new_pstate_group_info_t_capi_424e6738b6a199ae(
 }
 
 
-void _wrap_delete_pstate_group_info_t_capi_424e6738b6a199ae(struct pstate_group_info_t *_swig_go_0) {
+void _wrap_delete_pstate_group_info_t_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   
   arg1 = *(struct pstate_group_info_t **)&_swig_go_0; 
@@ -1734,7 +1783,7 @@ void _wrap_delete_pstate_group_info_t_capi_424e6738b6a199ae(struct pstate_group_
 }
 
 
-_gostring_ _wrap_status_string_capi_424e6738b6a199ae(intgo _swig_go_0) {
+_gostring_ _wrap_status_string_capi_cb841bd7f909b440(intgo _swig_go_0) {
   pstate_status_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1750,7 +1799,7 @@ _gostring_ _wrap_status_string_capi_424e6738b6a199ae(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_last_error_capi_424e6738b6a199ae() {
+_gostring_ _wrap_last_error_capi_cb841bd7f909b440() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -1764,7 +1813,7 @@ _gostring_ _wrap_last_error_capi_424e6738b6a199ae() {
 }
 
 
-intgo _wrap_version_capi_424e6738b6a199ae() {
+intgo _wrap_version_capi_cb841bd7f909b440() {
   uint32_t result;
   intgo _swig_go_result;
   
@@ -1775,7 +1824,7 @@ intgo _wrap_version_capi_424e6738b6a199ae() {
 }
 
 
-_gostring_ _wrap_dtype_name_capi_424e6738b6a199ae(intgo _swig_go_0) {
+_gostring_ _wrap_dtype_name_capi_cb841bd7f909b440(intgo _swig_go_0) {
   pstate_dtype_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1791,7 +1840,7 @@ _gostring_ _wrap_dtype_name_capi_424e6738b6a199ae(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_reduce_op_name_capi_424e6738b6a199ae(intgo _swig_go_0) {
+_gostring_ _wrap_reduce_op_name_capi_cb841bd7f909b440(intgo _swig_go_0) {
   pstate_reduce_op_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1807,7 +1856,7 @@ _gostring_ _wrap_reduce_op_name_capi_424e6738b6a199ae(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_group_kind_name_capi_424e6738b6a199ae(intgo _swig_go_0) {
+_gostring_ _wrap_group_kind_name_capi_cb841bd7f909b440(intgo _swig_go_0) {
   pstate_group_kind_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1823,7 +1872,7 @@ _gostring_ _wrap_group_kind_name_capi_424e6738b6a199ae(intgo _swig_go_0) {
 }
 
 
-long long _wrap_dtype_size_capi_424e6738b6a199ae(intgo _swig_go_0) {
+long long _wrap_dtype_size_capi_cb841bd7f909b440(intgo _swig_go_0) {
   pstate_dtype_t arg1 ;
   size_t result;
   long long _swig_go_result;
@@ -1836,7 +1885,7 @@ long long _wrap_dtype_size_capi_424e6738b6a199ae(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_layout_create_capi_424e6738b6a199ae(intgo _swig_go_0, struct pstate_parallel_config_t *_swig_go_1, pstate_layout_t **_swig_go_2) {
+intgo _wrap_layout_create_capi_cb841bd7f909b440(intgo _swig_go_0, struct pstate_parallel_config_t *_swig_go_1, pstate_layout_t **_swig_go_2) {
   int arg1 ;
   pstate_parallel_config_t *arg2 = (pstate_parallel_config_t *) 0 ;
   pstate_layout_t **arg3 = (pstate_layout_t **) 0 ;
@@ -1853,7 +1902,7 @@ intgo _wrap_layout_create_capi_424e6738b6a199ae(intgo _swig_go_0, struct pstate_
 }
 
 
-intgo _wrap_layout_group_count_capi_424e6738b6a199ae(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_layout_group_count_capi_cb841bd7f909b440(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long *_swig_go_2) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   pstate_group_kind_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1870,7 +1919,7 @@ intgo _wrap_layout_group_count_capi_424e6738b6a199ae(pstate_layout_t *_swig_go_0
 }
 
 
-intgo _wrap_layout_group_ranks_capi_424e6738b6a199ae(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
+intgo _wrap_layout_group_ranks_capi_cb841bd7f909b440(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   pstate_group_kind_t arg2 ;
   size_t arg3 ;
@@ -1895,7 +1944,7 @@ intgo _wrap_layout_group_ranks_capi_424e6738b6a199ae(pstate_layout_t *_swig_go_0
 }
 
 
-intgo _wrap_layout_group_of_capi_424e6738b6a199ae(pstate_layout_t *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, long long *_swig_go_3) {
+intgo _wrap_layout_group_of_capi_cb841bd7f909b440(pstate_layout_t *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, long long *_swig_go_3) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   pstate_group_kind_t arg2 ;
   int arg3 ;
@@ -1914,7 +1963,7 @@ intgo _wrap_layout_group_of_capi_424e6738b6a199ae(pstate_layout_t *_swig_go_0, i
 }
 
 
-void _wrap_layout_destroy_capi_424e6738b6a199ae(pstate_layout_t *_swig_go_0) {
+void _wrap_layout_destroy_capi_cb841bd7f909b440(pstate_layout_t *_swig_go_0) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   
   arg1 = (pstate_layout_t *)_swig_go_0; 
@@ -1924,7 +1973,7 @@ void _wrap_layout_destroy_capi_424e6738b6a199ae(pstate_layout_t *_swig_go_0) {
 }
 
 
-intgo _wrap_init_capi_424e6738b6a199ae(struct pstate_init_params_t *_swig_go_0, pstate_t **_swig_go_1) {
+intgo _wrap_init_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0, pstate_t **_swig_go_1) {
   pstate_init_params_t *arg1 = (pstate_init_params_t *) 0 ;
   pstate_t **arg2 = (pstate_t **) 0 ;
   pstate_status_t result;
@@ -1939,7 +1988,7 @@ intgo _wrap_init_capi_424e6738b6a199ae(struct pstate_init_params_t *_swig_go_0, 
 }
 
 
-intgo _wrap_initialize_model_parallel_capi_424e6738b6a199ae(pstate_t *_swig_go_0, struct pstate_parallel_config_t *_swig_go_1) {
+intgo _wrap_initialize_model_parallel_capi_cb841bd7f909b440(pstate_t *_swig_go_0, struct pstate_parallel_config_t *_swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_parallel_config_t *arg2 = (pstate_parallel_config_t *) 0 ;
   pstate_status_t result;
@@ -1954,7 +2003,7 @@ intgo _wrap_initialize_model_parallel_capi_424e6738b6a199ae(pstate_t *_swig_go_0
 }
 
 
-intgo _wrap_model_parallel_is_initialized_capi_424e6738b6a199ae(pstate_t *_swig_go_0) {
+intgo _wrap_model_parallel_is_initialized_capi_cb841bd7f909b440(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1967,7 +2016,7 @@ intgo _wrap_model_parallel_is_initialized_capi_424e6738b6a199ae(pstate_t *_swig_
 }
 
 
-intgo _wrap_destroy_model_parallel_capi_424e6738b6a199ae(pstate_t *_swig_go_0) {
+intgo _wrap_destroy_model_parallel_capi_cb841bd7f909b440(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -1980,7 +2029,7 @@ intgo _wrap_destroy_model_parallel_capi_424e6738b6a199ae(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_finalize_capi_424e6738b6a199ae(pstate_t *_swig_go_0) {
+intgo _wrap_finalize_capi_cb841bd7f909b440(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -1993,7 +2042,7 @@ intgo _wrap_finalize_capi_424e6738b6a199ae(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_abort_capi_424e6738b6a199ae(pstate_t *_swig_go_0) {
+intgo _wrap_abort_capi_cb841bd7f909b440(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2006,7 +2055,7 @@ intgo _wrap_abort_capi_424e6738b6a199ae(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_set_interrupt_check_capi_424e6738b6a199ae(pstate_t *_swig_go_0, pstate_interrupt_fn _swig_go_1) {
+intgo _wrap_set_interrupt_check_capi_cb841bd7f909b440(pstate_t *_swig_go_0, pstate_interrupt_fn _swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_interrupt_fn arg2 = (pstate_interrupt_fn) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2025,7 +2074,7 @@ intgo _wrap_set_interrupt_check_capi_424e6738b6a199ae(pstate_t *_swig_go_0, psta
 }
 
 
-intgo _wrap_trace_dump_capi_424e6738b6a199ae(pstate_t *_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_trace_dump_capi_cb841bd7f909b440(pstate_t *_swig_go_0, _gostring_ _swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   char *arg2 = (char *) 0 ;
   pstate_status_t result;
@@ -2045,7 +2094,7 @@ intgo _wrap_trace_dump_capi_424e6738b6a199ae(pstate_t *_swig_go_0, _gostring_ _s
 }
 
 
-intgo _wrap_get_group_capi_424e6738b6a199ae(pstate_t *_swig_go_0, intgo _swig_go_1, pstate_group_t **_swig_go_2) {
+intgo _wrap_get_group_capi_cb841bd7f909b440(pstate_t *_swig_go_0, intgo _swig_go_1, pstate_group_t **_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_group_kind_t arg2 ;
   pstate_group_t **arg3 = (pstate_group_t **) 0 ;
@@ -2062,7 +2111,7 @@ intgo _wrap_get_group_capi_424e6738b6a199ae(pstate_t *_swig_go_0, intgo _swig_go
 }
 
 
-intgo _wrap_group_info_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, struct pstate_group_info_t *_swig_go_1) {
+intgo _wrap_group_info_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, struct pstate_group_info_t *_swig_go_1) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_group_info_t *arg2 = (pstate_group_info_t *) 0 ;
   pstate_status_t result;
@@ -2077,7 +2126,7 @@ intgo _wrap_group_info_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, struct 
 }
 
 
-intgo _wrap_group_ranks_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_group_ranks_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2098,7 +2147,28 @@ intgo _wrap_group_ranks_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, _gosli
 }
 
 
-intgo _wrap_group_same_node_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2) {
+intgo _wrap_new_group_capi_cb841bd7f909b440(pstate_t *_swig_go_0, _goslice_ _swig_go_1, pstate_group_t **_swig_go_2) {
+  pstate_t *arg1 = (pstate_t *) 0 ;
+  int *arg2 = (int *) 0 ;
+  size_t arg3 ;
+  pstate_group_t **arg4 = (pstate_group_t **) 0 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_t *)_swig_go_0; 
+  
+  arg2 = (int *)_swig_go_1.array;
+  arg3 = (size_t)_swig_go_1.len;
+  
+  arg4 = (pstate_group_t **)_swig_go_2; 
+  
+  result = (pstate_status_t)pstate_new_group(arg1,(int const *)arg2,arg3,arg4);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_group_same_node_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   int *arg3 = (int *) 0 ;
@@ -2119,7 +2189,7 @@ intgo _wrap_group_same_node_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, in
 }
 
 
-intgo _wrap_all_reduce_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_all_reduce_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2144,7 +2214,7 @@ intgo _wrap_all_reduce_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, void *_
 }
 
 
-intgo _wrap_all_gather_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_all_gather_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2167,7 +2237,7 @@ intgo _wrap_all_gather_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, void *_
 }
 
 
-intgo _wrap_reduce_scatter_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_reduce_scatter_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2192,7 +2262,7 @@ intgo _wrap_reduce_scatter_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, voi
 }
 
 
-intgo _wrap_broadcast_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_broadcast_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2215,7 +2285,7 @@ intgo _wrap_broadcast_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, void *_s
 }
 
 
-intgo _wrap_gather_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_gather_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2240,7 +2310,7 @@ intgo _wrap_gather_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_all_to_all_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_all_to_all_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2263,7 +2333,7 @@ intgo _wrap_all_to_all_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, void *_
 }
 
 
-intgo _wrap_reduce_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, intgo _swig_go_6, void *_swig_go_7) {
+intgo _wrap_reduce_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, intgo _swig_go_6, void *_swig_go_7) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2290,7 +2360,7 @@ intgo _wrap_reduce_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_scatter_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_scatter_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2315,7 +2385,55 @@ intgo _wrap_scatter_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, void *_swi
 }
 
 
-intgo _wrap_send_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_all_gatherv_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+  pstate_group_t *arg1 = (pstate_group_t *) 0 ;
+  void *arg2 = (void *) 0 ;
+  void *arg3 = (void *) 0 ;
+  size_t *arg4 = (size_t *) 0 ;
+  pstate_dtype_t arg5 ;
+  void *arg6 = (void *) 0 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_group_t *)_swig_go_0; 
+  arg2 = (void *)_swig_go_1; 
+  arg3 = (void *)_swig_go_2; 
+  arg4 = (size_t *)_swig_go_3.array; 
+  arg5 = (pstate_dtype_t)_swig_go_4; 
+  arg6 = *(void **)&_swig_go_5; 
+  
+  result = (pstate_status_t)pstate_all_gatherv(arg1,(void const *)arg2,arg3,(size_t const *)arg4,arg5,arg6);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_reduce_scatterv_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+  pstate_group_t *arg1 = (pstate_group_t *) 0 ;
+  void *arg2 = (void *) 0 ;
+  void *arg3 = (void *) 0 ;
+  size_t *arg4 = (size_t *) 0 ;
+  pstate_dtype_t arg5 ;
+  pstate_reduce_op_t arg6 ;
+  void *arg7 = (void *) 0 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_group_t *)_swig_go_0; 
+  arg2 = (void *)_swig_go_1; 
+  arg3 = (void *)_swig_go_2; 
+  arg4 = (size_t *)_swig_go_3.array; 
+  arg5 = (pstate_dtype_t)_swig_go_4; 
+  arg6 = (pstate_reduce_op_t)_swig_go_5; 
+  arg7 = *(void **)&_swig_go_6; 
+  
+  result = (pstate_status_t)pstate_reduce_scatterv(arg1,(void const *)arg2,arg3,(size_t const *)arg4,arg5,arg6,arg7);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_send_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2338,7 +2456,7 @@ intgo _wrap_send_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, void *_swig_g
 }
 
 
-intgo _wrap_recv_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_recv_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2361,7 +2479,7 @@ intgo _wrap_recv_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, void *_swig_g
 }
 
 
-intgo _wrap_barrier_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0) {
+intgo _wrap_barrier_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2374,7 +2492,7 @@ intgo _wrap_barrier_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0) {
 }
 
 
-intgo _wrap_tp_allreduce_capi_424e6738b6a199ae(pstate_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_tp_allreduce_capi_cb841bd7f909b440(pstate_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2397,7 +2515,7 @@ intgo _wrap_tp_allreduce_capi_424e6738b6a199ae(pstate_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_tp_allgather_capi_424e6738b6a199ae(pstate_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_tp_allgather_capi_cb841bd7f909b440(pstate_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2420,7 +2538,7 @@ intgo _wrap_tp_allgather_capi_424e6738b6a199ae(pstate_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_broadcast_object_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, pstate_bytes_t *_swig_go_3) {
+intgo _wrap_broadcast_object_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, pstate_bytes_t *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2443,7 +2561,7 @@ intgo _wrap_broadcast_object_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, _
 }
 
 
-intgo _wrap_all_gather_object_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, pstate_bytes_t *_swig_go_2, _goslice_ _swig_go_3) {
+intgo _wrap_all_gather_object_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, pstate_bytes_t *_swig_go_2, _goslice_ _swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2470,7 +2588,7 @@ intgo _wrap_all_gather_object_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, 
 }
 
 
-intgo _wrap_send_object_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_send_object_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2491,7 +2609,7 @@ intgo _wrap_send_object_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, _gosli
 }
 
 
-intgo _wrap_recv_object_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_bytes_t *_swig_go_2) {
+intgo _wrap_recv_object_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_bytes_t *_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   pstate_bytes_t *arg3 = (pstate_bytes_t *) 0 ;
@@ -2508,7 +2626,7 @@ intgo _wrap_recv_object_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, intgo 
 }
 
 
-intgo _wrap_broadcast_tensor_dict_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
+intgo _wrap_broadcast_tensor_dict_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_tensor_t *arg2 = (pstate_tensor_t *) 0 ;
   size_t arg3 ;
@@ -2537,7 +2655,7 @@ intgo _wrap_broadcast_tensor_dict_capi_424e6738b6a199ae(pstate_group_t *_swig_go
 }
 
 
-intgo _wrap_send_tensor_dict_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, void *_swig_go_3) {
+intgo _wrap_send_tensor_dict_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, void *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_tensor_t *arg2 = (pstate_tensor_t *) 0 ;
   size_t arg3 ;
@@ -2560,7 +2678,7 @@ intgo _wrap_send_tensor_dict_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, p
 }
 
 
-intgo _wrap_recv_tensor_dict_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_alloc_fn _swig_go_2, void *_swig_go_3) {
+intgo _wrap_recv_tensor_dict_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_alloc_fn _swig_go_2, void *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   pstate_alloc_fn arg3 = (pstate_alloc_fn) 0 ;
@@ -2583,7 +2701,156 @@ intgo _wrap_recv_tensor_dict_capi_424e6738b6a199ae(pstate_group_t *_swig_go_0, i
 }
 
 
-intgo _wrap_graph_capture_begin_capi_424e6738b6a199ae(pstate_t *_swig_go_0, void *_swig_go_1, void **_swig_go_2) {
+intgo _wrap_send_tensor_dict_sliced_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_group_t *_swig_go_3, void *_swig_go_4) {
+  pstate_group_t *arg1 = (pstate_group_t *) 0 ;
+  pstate_tensor_t *arg2 = (pstate_tensor_t *) 0 ;
+  size_t arg3 ;
+  int arg4 ;
+  pstate_group_t *arg5 = (pstate_group_t *) 0 ;
+  void *arg6 = (void *) 0 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_group_t *)_swig_go_0; 
+  
+  arg2 = _swig_go_1 ? ((pstate_swig_tensors *)_swig_go_1)->tensors : NULL;
+  arg3 = _swig_go_1 ? ((pstate_swig_tensors *)_swig_go_1)->count : 0;
+  
+  arg4 = (int)_swig_go_2; 
+  arg5 = (pstate_group_t *)_swig_go_3; 
+  arg6 = *(void **)&_swig_go_4; 
+  
+  result = (pstate_status_t)pstate_send_tensor_dict_sliced(arg1,(struct pstate_tensor_t const *)arg2,arg3,arg4,arg5,arg6);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_recv_tensor_dict_sliced_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_group_t *_swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
+  pstate_group_t *arg1 = (pstate_group_t *) 0 ;
+  int arg2 ;
+  pstate_group_t *arg3 = (pstate_group_t *) 0 ;
+  pstate_alloc_fn arg4 = (pstate_alloc_fn) 0 ;
+  void *arg5 = (void *) 0 ;
+  void *arg6 = (void *) 0 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_group_t *)_swig_go_0; 
+  arg2 = (int)_swig_go_1; 
+  arg3 = (pstate_group_t *)_swig_go_2; 
+  
+  arg4 = _swig_go_3 ? pstate_swig_dict_alloc : NULL;
+  arg5 = (void *)(uintptr_t)_swig_go_3; /* the collector (SWIG types the parameter as the first one) */
+  
+  arg6 = *(void **)&_swig_go_4; 
+  
+  result = (pstate_status_t)pstate_recv_tensor_dict_sliced(arg1,arg2,arg3,arg4,arg5,arg6);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_isend_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
+  pstate_group_t *arg1 = (pstate_group_t *) 0 ;
+  void *arg2 = (void *) 0 ;
+  size_t arg3 ;
+  pstate_dtype_t arg4 ;
+  int arg5 ;
+  void *arg6 = (void *) 0 ;
+  pstate_request_t **arg7 = (pstate_request_t **) 0 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_group_t *)_swig_go_0; 
+  arg2 = (void *)_swig_go_1; 
+  arg3 = (size_t)_swig_go_2; 
+  arg4 = (pstate_dtype_t)_swig_go_3; 
+  arg5 = (int)_swig_go_4; 
+  arg6 = *(void **)&_swig_go_5; 
+  arg7 = (pstate_request_t **)_swig_go_6; 
+  
+  result = (pstate_status_t)pstate_isend(arg1,(void const *)arg2,arg3,arg4,arg5,arg6,arg7);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_irecv_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
+  pstate_group_t *arg1 = (pstate_group_t *) 0 ;
+  void *arg2 = (void *) 0 ;
+  size_t arg3 ;
+  pstate_dtype_t arg4 ;
+  int arg5 ;
+  void *arg6 = (void *) 0 ;
+  pstate_request_t **arg7 = (pstate_request_t **) 0 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_group_t *)_swig_go_0; 
+  arg2 = (void *)_swig_go_1; 
+  arg3 = (size_t)_swig_go_2; 
+  arg4 = (pstate_dtype_t)_swig_go_3; 
+  arg5 = (int)_swig_go_4; 
+  arg6 = *(void **)&_swig_go_5; 
+  arg7 = (pstate_request_t **)_swig_go_6; 
+  
+  result = (pstate_status_t)pstate_irecv(arg1,arg2,arg3,arg4,arg5,arg6,arg7);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_wait_capi_cb841bd7f909b440(pstate_request_t *_swig_go_0) {
+  pstate_request_t *arg1 = (pstate_request_t *) 0 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_request_t *)_swig_go_0; 
+  
+  result = (pstate_status_t)pstate_wait(arg1);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_test_capi_cb841bd7f909b440(pstate_request_t *_swig_go_0, int *_swig_go_1) {
+  pstate_request_t *arg1 = (pstate_request_t *) 0 ;
+  int *arg2 = (int *) 0 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_request_t *)_swig_go_0; 
+  arg2 = (int *)_swig_go_1; 
+  
+  result = (pstate_status_t)pstate_test(arg1,arg2);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_p2p_batch_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, pstate_p2p_op_t *_swig_go_1, void *_swig_go_2) {
+  pstate_group_t *arg1 = (pstate_group_t *) 0 ;
+  pstate_p2p_op_t *arg2 = (pstate_p2p_op_t *) 0 ;
+  size_t arg3 ;
+  void *arg4 = (void *) 0 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_group_t *)_swig_go_0; 
+  
+  arg2 = _swig_go_1 ? ((pstate_go_ops *)_swig_go_1)->ops : NULL;
+  arg3 = _swig_go_1 ? ((pstate_go_ops *)_swig_go_1)->n : 0;
+  
+  arg4 = *(void **)&_swig_go_2; 
+  
+  result = (pstate_status_t)pstate_p2p_batch(arg1,(struct pstate_p2p_op_t const *)arg2,arg3,arg4);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_graph_capture_begin_capi_cb841bd7f909b440(pstate_t *_swig_go_0, void *_swig_go_1, void **_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void **arg3 = (void **) 0 ;
@@ -2600,7 +2867,7 @@ intgo _wrap_graph_capture_begin_capi_424e6738b6a199ae(pstate_t *_swig_go_0, void
 }
 
 
-intgo _wrap_graph_capture_end_capi_424e6738b6a199ae(pstate_t *_swig_go_0) {
+intgo _wrap_graph_capture_end_capi_cb841bd7f909b440(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;

@@ -155,6 +155,9 @@ impl pstate_group_kind_t {
 impl pstate_group_kind_t {
     pub const PSTATE_GROUP_SELF_PP: pstate_group_kind_t = pstate_group_kind_t(10);
 }
+impl pstate_group_kind_t {
+    pub const PSTATE_GROUP_CUSTOM: pstate_group_kind_t = pstate_group_kind_t(11);
+}
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct pstate_group_kind_t(pub ::std::os::raw::c_uint);
@@ -962,6 +965,137 @@ pub type pstate_alloc_fn = ::std::option::Option<
 >;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
+pub struct pstate_request_s {
+    _unused: [u8; 0],
+}
+pub type pstate_request_t = pstate_request_s;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pstate_p2p_op_t {
+    pub struct_size: usize,
+    pub is_send: ::std::os::raw::c_int,
+    pub buf: *mut ::std::os::raw::c_void,
+    pub count: usize,
+    pub dtype: pstate_dtype_t,
+    pub peer: ::std::os::raw::c_int,
+}
+#[test]
+fn bindgen_test_layout_pstate_p2p_op_t() {
+    assert_eq!(
+        ::std::mem::size_of::<pstate_p2p_op_t>(),
+        40usize,
+        concat!("Size of: ", stringify!(pstate_p2p_op_t))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<pstate_p2p_op_t>(),
+        8usize,
+        concat!("Alignment of ", stringify!(pstate_p2p_op_t))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_p2p_op_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_p2p_op_t),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_is_send() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_p2p_op_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).is_send) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_p2p_op_t),
+                "::",
+                stringify!(is_send)
+            )
+        );
+    }
+    test_field_is_send();
+    fn test_field_buf() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_p2p_op_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).buf) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_p2p_op_t),
+                "::",
+                stringify!(buf)
+            )
+        );
+    }
+    test_field_buf();
+    fn test_field_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_p2p_op_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).count) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_p2p_op_t),
+                "::",
+                stringify!(count)
+            )
+        );
+    }
+    test_field_count();
+    fn test_field_dtype() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_p2p_op_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dtype) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_p2p_op_t),
+                "::",
+                stringify!(dtype)
+            )
+        );
+    }
+    test_field_dtype();
+    fn test_field_peer() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_p2p_op_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).peer) as usize - ptr as usize
+            },
+            36usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_p2p_op_t),
+                "::",
+                stringify!(peer)
+            )
+        );
+    }
+    test_field_peer();
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
 pub struct pstate_api_t {
     pub struct_size: usize,
     pub abi_major: u32,
@@ -1275,12 +1409,99 @@ pub struct pstate_api_t {
             path: *const ::std::os::raw::c_char,
         ) -> pstate_status_t,
     >,
+    pub all_gatherv: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            send: *const ::std::os::raw::c_void,
+            recv: *mut ::std::os::raw::c_void,
+            counts: *const usize,
+            dtype: pstate_dtype_t,
+            stream: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
+    pub reduce_scatterv: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            send: *const ::std::os::raw::c_void,
+            recv: *mut ::std::os::raw::c_void,
+            counts: *const usize,
+            dtype: pstate_dtype_t,
+            op: pstate_reduce_op_t,
+            stream: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
+    pub isend: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            buf: *const ::std::os::raw::c_void,
+            count: usize,
+            dtype: pstate_dtype_t,
+            dst: ::std::os::raw::c_int,
+            stream: *mut ::std::os::raw::c_void,
+            req: *mut *mut pstate_request_t,
+        ) -> pstate_status_t,
+    >,
+    pub irecv: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            buf: *mut ::std::os::raw::c_void,
+            count: usize,
+            dtype: pstate_dtype_t,
+            src: ::std::os::raw::c_int,
+            stream: *mut ::std::os::raw::c_void,
+            req: *mut *mut pstate_request_t,
+        ) -> pstate_status_t,
+    >,
+    pub wait:
+        ::std::option::Option<unsafe extern "C" fn(req: *mut pstate_request_t) -> pstate_status_t>,
+    pub test: ::std::option::Option<
+        unsafe extern "C" fn(
+            req: *mut pstate_request_t,
+            done: *mut ::std::os::raw::c_int,
+        ) -> pstate_status_t,
+    >,
+    pub p2p_batch: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            ops: *const pstate_p2p_op_t,
+            n: usize,
+            stream: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
+    pub new_group: ::std::option::Option<
+        unsafe extern "C" fn(
+            ps: *mut pstate_t,
+            ranks: *const ::std::os::raw::c_int,
+            count: usize,
+            out: *mut *mut pstate_group_t,
+        ) -> pstate_status_t,
+    >,
+    pub send_tensor_dict_sliced: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            tensors: *const pstate_tensor_t,
+            count: usize,
+            dst: ::std::os::raw::c_int,
+            ag: *mut pstate_group_t,
+            stream: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
+    pub recv_tensor_dict_sliced: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            src: ::std::os::raw::c_int,
+            ag: *mut pstate_group_t,
+            alloc: pstate_alloc_fn,
+            user: *mut ::std::os::raw::c_void,
+            stream: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
 }
 #[test]
 fn bindgen_test_layout_pstate_api_t() {
     assert_eq!(
         ::std::mem::size_of::<pstate_api_t>(),
-        392usize,
+        472usize,
         concat!("Size of: ", stringify!(pstate_api_t))
     );
     assert_eq!(
@@ -2138,4 +2359,174 @@ fn bindgen_test_layout_pstate_api_t() {
         );
     }
     test_field_trace_dump();
+    fn test_field_all_gatherv() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).all_gatherv) as usize - ptr as usize
+            },
+            392usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(all_gatherv)
+            )
+        );
+    }
+    test_field_all_gatherv();
+    fn test_field_reduce_scatterv() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reduce_scatterv) as usize - ptr as usize
+            },
+            400usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(reduce_scatterv)
+            )
+        );
+    }
+    test_field_reduce_scatterv();
+    fn test_field_isend() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).isend) as usize - ptr as usize
+            },
+            408usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(isend)
+            )
+        );
+    }
+    test_field_isend();
+    fn test_field_irecv() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).irecv) as usize - ptr as usize
+            },
+            416usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(irecv)
+            )
+        );
+    }
+    test_field_irecv();
+    fn test_field_wait() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).wait) as usize - ptr as usize
+            },
+            424usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(wait)
+            )
+        );
+    }
+    test_field_wait();
+    fn test_field_test() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).test) as usize - ptr as usize
+            },
+            432usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(test)
+            )
+        );
+    }
+    test_field_test();
+    fn test_field_p2p_batch() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).p2p_batch) as usize - ptr as usize
+            },
+            440usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(p2p_batch)
+            )
+        );
+    }
+    test_field_p2p_batch();
+    fn test_field_new_group() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).new_group) as usize - ptr as usize
+            },
+            448usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(new_group)
+            )
+        );
+    }
+    test_field_new_group();
+    fn test_field_send_tensor_dict_sliced() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).send_tensor_dict_sliced) as usize - ptr as usize
+            },
+            456usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(send_tensor_dict_sliced)
+            )
+        );
+    }
+    test_field_send_tensor_dict_sliced();
+    fn test_field_recv_tensor_dict_sliced() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).recv_tensor_dict_sliced) as usize - ptr as usize
+            },
+            464usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(recv_tensor_dict_sliced)
+            )
+        );
+    }
+    test_field_recv_tensor_dict_sliced();
 }

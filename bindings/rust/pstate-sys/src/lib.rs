@@ -194,6 +194,18 @@ pub fn pstate_parallel_config_init() -> pstate_parallel_config_t {
     }
 }
 
+/// PSTATE_P2P_OP_INIT.
+pub fn pstate_p2p_op_init() -> pstate_p2p_op_t {
+    pstate_p2p_op_t {
+        struct_size: ::std::mem::size_of::<pstate_p2p_op_t>(),
+        is_send: 0,
+        buf: ::std::ptr::null_mut(),
+        count: 0,
+        dtype: pstate_dtype_t::PSTATE_FLOAT32,
+        peer: -1,
+    }
+}
+
 /// PSTATE_GROUP_INFO_INIT.
 pub fn pstate_group_info_init() -> pstate_group_info_t {
     pstate_group_info_t {

@@ -44,11 +44,13 @@
 //! fn f(ps: pstate::PState) -> pstate::Group<'static> { ps.world().unwrap() }
 //! ```
 mod error;
+mod nonblocking;
 mod rooted;
 mod tensor_dict;
 mod types;
 
 pub use error::{Error, Result, Status};
+pub use nonblocking::{P2POp, Request};
 pub use tensor_dict::Tensor;
 pub use types::{Bf16, DType, Device, Element, GroupKind, ReduceOp, F16};
 

@@ -88,7 +88,7 @@ impl Tensor {
 }
 
 /// The C view of a dict to send: pointers into the tensors (valid while they are borrowed).
-struct CDict {
+pub(crate) struct CDict {
     _names: Vec<CString>,
     tensors: Vec<sys::pstate_tensor_t>,
 }
@@ -134,11 +134,11 @@ impl CDict {
         CDict { _names: vec![name], tensors: vec![tensor] }
     }
 
-    fn ptr(&self) -> *const sys::pstate_tensor_t {
+    pub(crate) fn ptr(&self) -> *const sys::pstate_tensor_t {
         self.tensors.as_ptr()
     }
 
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.tensors.len()
     }
 }
@@ -246,7 +246,7 @@ impl Group<'_> {
 
     /// Runs send with the C view of tensors; a dict the binding refuses is still sent, as one the
     /// library refuses, and the binding's error is returned.
-    fn send_dict(&self, tensors: &[Tensor], send: impl Fn(&CDict) -> sys::pstate_status_t) -> Result<()> {
+    pub(crate) fn send_dict(&self, tensors: &[Tensor], send: impl Fn(&CDict) -> sys::pstate_status_t) -> Result<()> {
         match CDict::new(tensors) {
             Ok(dict) => check(send(&dict)),
             Err(refused) => {
@@ -257,7 +257,7 @@ impl Group<'_> {
     }
 
     /// Runs recv with this crate's allocation callback and returns what it collected.
-    fn receive_dict(&self, recv: impl FnOnce(sys::pstate_alloc_fn, *mut c_void) -> sys::pstate_status_t) -> Result<Vec<Tensor>> {
+    pub(crate) fn receive_dict(&self, recv: impl FnOnce(sys::pstate_alloc_fn, *mut c_void) -> sys::pstate_status_t) -> Result<Vec<Tensor>> {
         let mut collector = Collector::default();
         let status = recv(Some(collect), (&mut collector as *mut Collector).cast());
         match (check(status), collector.refused) {

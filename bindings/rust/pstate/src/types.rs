@@ -88,6 +88,9 @@ pub enum GroupKind {
     Dcp,
     SharedExpertsTp,
     SelfPp,
+    /// A group made by [`crate::PState::new_group`] ("custom:<n>"); not in the layout
+    /// ([`crate::PState::group`] refuses it, and [`GroupKind::ALL`] lists the layout kinds).
+    Custom,
 }
 
 impl GroupKind {
@@ -95,7 +98,7 @@ impl GroupKind {
         sys::pstate_group_kind_t(self as u32)
     }
 
-    /// Every kind, in pstate.h order.
+    /// Every kind of the layout, in pstate.h order (all but [`GroupKind::Custom`]).
     pub const ALL: [GroupKind; 11] = [
         GroupKind::World,
         GroupKind::Tp,
