@@ -31,23 +31,10 @@ static const pstate_dtype_t kReducible[] = {PSTATE_INT8,  PSTATE_UINT8,   PSTATE
 static const size_t kCounts[] = {0, 1, 7, 1000};
 #define N_COUNTS (sizeof kCounts / sizeof kCounts[0])
 
-/* The input of global rank r at index i for a reduction with op. */
-static double input(pstate_dtype_t d, pstate_reduce_op_t op, int r, size_t i) {
-  switch (op) {
-    case PSTATE_PROD: return ((i + (size_t)r) % 5 == 0) ? 2.0 : 1.0;
-    case PSTATE_MAX:
-    case PSTATE_MIN: {
-      int v = (int)((r * 5 + (int)i * 3) % 17);
-      return pstate_test_is_signed(d) || pstate_test_is_float(d) ? v - 8 : v;
-    }
-    default: return (double)((r * 7 + (int)i * 3) % 16);
-  }
-}
-
 static double reference(pstate_dtype_t d, pstate_reduce_op_t op, const int *ranks, int n, size_t i) {
-  double acc = input(d, op, ranks[0], i);
+  double acc = pstate_test_reduce_input(d, op, ranks[0], i);
   for (int k = 1; k < n; ++k) {
-    double v = input(d, op, ranks[k], i);
+    double v = pstate_test_reduce_input(d, op, ranks[k], i);
     if (op == PSTATE_SUM || op == PSTATE_AVG) acc += v;
     else if (op == PSTATE_PROD) acc *= v;
     else if (op == PSTATE_MAX) acc = v > acc ? v : acc;
@@ -76,7 +63,7 @@ static int check_all_reduce(const pstate_test_rank_t *self, pstate_group_t *g, c
       for (size_t ci = 0; ci < N_COUNTS; ++ci) {
         size_t count = kCounts[ci];
         int in_place = (ci + (size_t)op) % 2 == 0;
-        for (size_t i = 0; i < count; ++i) pstate_test_store(d, send, i, input(d, op, self->rank, i));
+        for (size_t i = 0; i < count; ++i) pstate_test_store(d, send, i, pstate_test_reduce_input(d, op, self->rank, i));
         if (in_place) memcpy(recv, send, count * pstate_dtype_size(d));
         RANK_OK(self, pstate_all_reduce(g, in_place ? recv : send, recv, count, d, op, NULL));
         for (size_t i = 0; i < count; ++i) {
@@ -124,7 +111,7 @@ static int check_reduce_scatter(const pstate_test_rank_t *self, pstate_group_t *
         pstate_dtype_t d = types[ti];
         size_t rc = counts[ci], total = rc * (size_t)n;
         unsigned char *send = malloc(total * 8 + 1), *recv = malloc(rc * 8 + 1);
-        for (size_t i = 0; i < total; ++i) pstate_test_store(d, send, i, input(d, op, self->rank, i));
+        for (size_t i = 0; i < total; ++i) pstate_test_store(d, send, i, pstate_test_reduce_input(d, op, self->rank, i));
         RANK_OK(self, pstate_reduce_scatter(g, send, recv, rc, d, op, NULL));
         for (size_t i = 0; i < rc; ++i) {
           double want = reference(d, op, ranks, n, (size_t)me * rc + i), got = pstate_test_load(d, recv, i);

@@ -75,37 +75,7 @@ static size_t offset_of(const size_t *counts, int r) {
 /* Byte j of group rank r's all_gatherv part (below 0x78: finite in both fp8 formats too). */
 static uint8_t part_byte(int r, int call, size_t j) { return (uint8_t)((r * 31 + call * 7 + (int)j) % 0x78); }
 
-/* The input of group rank r at element i of send for a reduction with op (test_reduce_and_scatter's). */
-static double input(pstate_dtype_t d, pstate_reduce_op_t op, int r, size_t i) {
-  switch (op) {
-    case PSTATE_PROD: return ((i + (size_t)r) % 5 == 0) ? 2.0 : 1.0;
-    case PSTATE_MAX:
-    case PSTATE_MIN: {
-      int v = (int)((r * 5 + (int)(i % 1000) * 3) % 17);
-      return pstate_test_is_signed(d) || pstate_test_is_float(d) ? v - 8 : v;
-    }
-    default: return (double)((r * 7 + (int)(i % 1000) * 3) % 16);
-  }
-}
-
-static double reference(pstate_dtype_t d, pstate_reduce_op_t op, int n, size_t i) {
-  double acc = input(d, op, 0, i);
-  for (int k = 1; k < n; ++k) {
-    double v = input(d, op, k, i);
-    if (op == PSTATE_SUM || op == PSTATE_AVG) acc += v;
-    else if (op == PSTATE_PROD) acc *= v;
-    else if (op == PSTATE_MAX) acc = v > acc ? v : acc;
-    else acc = v < acc ? v : acc;
-  }
-  if (op == PSTATE_AVG) acc = pstate_test_is_float(d) ? acc / n : floor(acc / n);
-  return acc;
-}
-
-static int close_enough(pstate_dtype_t d, pstate_reduce_op_t op, double got, double want) {
-  if (op != PSTATE_AVG || !pstate_test_is_float(d)) return got == want;
-  double rel = d == PSTATE_BFLOAT16 ? 1.0 / 128 : d == PSTATE_FLOAT16 ? 1.0 / 1024 : d == PSTATE_FLOAT32 ? 1e-6 : 1e-12;
-  return fabs(got - want) <= fabs(want) * rel + 1e-30;
-}
+/* Inputs and references: tests/support/values.h (pstate_test_reduce_*). */
 
 static int untouched(const unsigned char *p, size_t bytes) {
   for (size_t i = 0; i < bytes; ++i)
@@ -151,20 +121,20 @@ static int check_reduce_scatterv(const pstate_test_rank_t *self, pstate_group_t 
   size_t counts[MAX_RANKS];
   fill_counts(pattern, n, counts);
   const size_t es = pstate_dtype_size(d), total = offset_of(counts, n), off = offset_of(counts, me);
-  for (size_t i = 0; i < total; ++i) pstate_test_store(d, send, i, input(d, op, me, i));
+  for (size_t i = 0; i < total; ++i) pstate_test_store(d, send, i, pstate_test_reduce_input(d, op, me, i));
   memset(recv, SENTINEL, counts[me] * es + 8);
   void *dst = in_place ? send + off * es : (counts[me] == 0 && call % 2) ? NULL : recv;
   RANK_OK(self, pstate_reduce_scatterv(g, send, dst, counts, d, op, NULL));
   const unsigned char *result = in_place ? send + off * es : recv;
   for (size_t i = 0; i < counts[me]; ++i) {
-    double got = pstate_test_load(d, result, i), want = reference(d, op, n, off + i);
-    RANK_CHECK(self, close_enough(d, op, got, want), "reduce_scatterv %s %s pattern %d%s [%zu]: got %g want %g",
+    double got = pstate_test_load(d, result, i), want = pstate_test_reduce_reference(d, op, n, off + i);
+    RANK_CHECK(self, pstate_test_reduce_close_enough(d, op, got, want), "reduce_scatterv %s %s pattern %d%s [%zu]: got %g want %g",
                pstate_dtype_name(d), pstate_reduce_op_name(op), pattern, in_place ? " in place" : "", i, got, want);
   }
   if (!in_place) RANK_CHECK(self, untouched(recv + counts[me] * es, 8), "reduce_scatterv wrote past recv");
   for (size_t i = 0; i < total; ++i) {
     if (in_place && i >= off && i < off + counts[me]) continue;
-    RANK_CHECK(self, pstate_test_load(d, send, i) == input(d, op, me, i), "reduce_scatterv %s %s pattern %d: send[%zu] changed",
+    RANK_CHECK(self, pstate_test_load(d, send, i) == pstate_test_reduce_input(d, op, me, i), "reduce_scatterv %s %s pattern %d: send[%zu] changed",
                pstate_dtype_name(d), pstate_reduce_op_name(op), pattern, i);
   }
   return 0;

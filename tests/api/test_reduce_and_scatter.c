@@ -41,37 +41,7 @@ typedef struct job_t {
   int ucx; /* 1: PSTATE_SHM=0 */
 } job_t;
 
-/* The input of group rank r at index i for a reduction with op (test_collectives' formula). */
-static double input(pstate_dtype_t d, pstate_reduce_op_t op, int r, size_t i) {
-  switch (op) {
-    case PSTATE_PROD: return ((i + (size_t)r) % 5 == 0) ? 2.0 : 1.0;
-    case PSTATE_MAX:
-    case PSTATE_MIN: {
-      int v = (int)((r * 5 + (int)(i % 1000) * 3) % 17);
-      return pstate_test_is_signed(d) || pstate_test_is_float(d) ? v - 8 : v;
-    }
-    default: return (double)((r * 7 + (int)(i % 1000) * 3) % 16);
-  }
-}
-
-static double reference(pstate_dtype_t d, pstate_reduce_op_t op, int n, size_t i) {
-  double acc = input(d, op, 0, i);
-  for (int k = 1; k < n; ++k) {
-    double v = input(d, op, k, i);
-    if (op == PSTATE_SUM || op == PSTATE_AVG) acc += v;
-    else if (op == PSTATE_PROD) acc *= v;
-    else if (op == PSTATE_MAX) acc = v > acc ? v : acc;
-    else acc = v < acc ? v : acc;
-  }
-  if (op == PSTATE_AVG) acc = pstate_test_is_float(d) ? acc / n : floor(acc / n);
-  return acc;
-}
-
-static int close_enough(pstate_dtype_t d, pstate_reduce_op_t op, double got, double want) {
-  if (op != PSTATE_AVG || !pstate_test_is_float(d)) return got == want;
-  double rel = d == PSTATE_BFLOAT16 ? 1.0 / 128 : d == PSTATE_FLOAT16 ? 1.0 / 1024 : d == PSTATE_FLOAT32 ? 1e-6 : 1e-12;
-  return fabs(got - want) <= fabs(want) * rel + 1e-30;
-}
+/* Inputs and references: tests/support/values.h (pstate_test_reduce_*). */
 
 /* Element i of block j of a scatter root's send: a value of every dtype, fp8 too (bytes < 0x78
  * are finite in both fp8 formats, so they travel as any byte does). */
@@ -88,7 +58,7 @@ static int check_reduce(const pstate_test_rank_t *self, pstate_group_t *g, pstat
                         size_t count, int root, int in_place, int variant, unsigned char *send, unsigned char *recv) {
   const int n = self->world_size, me = self->rank;
   const size_t es = pstate_dtype_size(d), bytes = count * es;
-  for (size_t i = 0; i < count; ++i) pstate_test_store(d, send, i, input(d, op, me, i));
+  for (size_t i = 0; i < count; ++i) pstate_test_store(d, send, i, pstate_test_reduce_input(d, op, me, i));
   memset(recv, SENTINEL, bytes + 8);
   const int is_root = me == root;
   void *out = is_root ? (in_place ? send : recv) : (variant % 2 ? NULL : recv);
@@ -97,13 +67,13 @@ static int check_reduce(const pstate_test_rank_t *self, pstate_group_t *g, pstat
     RANK_CHECK(self, untouched(recv, bytes + 8), "reduce %s %s count %zu root %d: recv off the root was written",
                pstate_dtype_name(d), pstate_reduce_op_name(op), count, root);
     for (size_t i = 0; i < count; ++i) /* send is only read */
-      RANK_CHECK(self, pstate_test_load(d, send, i) == input(d, op, me, i), "reduce: send changed off the root");
+      RANK_CHECK(self, pstate_test_load(d, send, i) == pstate_test_reduce_input(d, op, me, i), "reduce: send changed off the root");
     return 0;
   }
   const unsigned char *result = in_place ? send : recv;
   for (size_t i = 0; i < count; ++i) {
-    double got = pstate_test_load(d, result, i), want = reference(d, op, n, i);
-    RANK_CHECK(self, close_enough(d, op, got, want), "reduce %s %s count %zu root %d%s [%zu]: got %g want %g",
+    double got = pstate_test_load(d, result, i), want = pstate_test_reduce_reference(d, op, n, i);
+    RANK_CHECK(self, pstate_test_reduce_close_enough(d, op, got, want), "reduce %s %s count %zu root %d%s [%zu]: got %g want %g",
                pstate_dtype_name(d), pstate_reduce_op_name(op), count, root, in_place ? " in place" : "", i, got, want);
   }
   if (!in_place) RANK_CHECK(self, untouched(recv + bytes, 8), "reduce wrote past recv");

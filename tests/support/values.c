@@ -91,3 +91,40 @@ void pstate_test_store(pstate_dtype_t dtype, void *buf, size_t i, double v) {
     case PSTATE_FLOAT64: ((double *)buf)[i] = v; break;
   }
 }
+
+double pstate_test_reduce_input(pstate_dtype_t d, pstate_reduce_op_t op, int r, size_t i) {
+  switch (op) {
+    case PSTATE_PROD:
+      return ((i + (size_t)r) % 5 == 0) ? 2.0 : 1.0;
+    case PSTATE_MAX:
+    case PSTATE_MIN: {
+      int v = (int)((r * 5 + (int)(i % 1000) * 3) % 17);
+      return pstate_test_is_signed(d) || pstate_test_is_float(d) ? v - 8 : v;
+    }
+    default:
+      return (double)((r * 7 + (int)(i % 1000) * 3) % 16);
+  }
+}
+
+double pstate_test_reduce_reference(pstate_dtype_t d, pstate_reduce_op_t op, int n, size_t i) {
+  double acc = pstate_test_reduce_input(d, op, 0, i);
+  for (int k = 1; k < n; ++k) {
+    double v = pstate_test_reduce_input(d, op, k, i);
+    if (op == PSTATE_SUM || op == PSTATE_AVG)
+      acc += v;
+    else if (op == PSTATE_PROD)
+      acc *= v;
+    else if (op == PSTATE_MAX)
+      acc = v > acc ? v : acc;
+    else
+      acc = v < acc ? v : acc;
+  }
+  if (op == PSTATE_AVG) acc = pstate_test_is_float(d) ? acc / n : floor(acc / n);
+  return acc;
+}
+
+int pstate_test_reduce_close_enough(pstate_dtype_t d, pstate_reduce_op_t op, double got, double want) {
+  if (op != PSTATE_AVG || !pstate_test_is_float(d)) return got == want;
+  double rel = d == PSTATE_BFLOAT16 ? 1.0 / 128 : d == PSTATE_FLOAT16 ? 1.0 / 1024 : d == PSTATE_FLOAT32 ? 1e-6 : 1e-12;
+  return fabs(got - want) <= fabs(want) * rel + 1e-30;
+}

@@ -24,6 +24,15 @@ float pstate_test_bf16_to_f32(uint16_t h);
 int pstate_test_is_float(pstate_dtype_t dtype);
 int pstate_test_is_signed(pstate_dtype_t dtype);
 
+/* The reduction tests' inputs and references (test_collectives, test_reduce_and_scatter,
+ * test_gatherv): group rank r's element i for a reduction with op, small integers every dtype
+ * holds exactly (PROD: 1s and a few 2s; MAX/MIN: negative too where the dtype has them); the
+ * reduction of ranks 0..n-1 computed in double (AVG: divided once, integers floored); and whether
+ * a result read back is that reference (exact, but for float AVG within the dtype's rounding). */
+double pstate_test_reduce_input(pstate_dtype_t dtype, pstate_reduce_op_t op, int rank, size_t i);
+double pstate_test_reduce_reference(pstate_dtype_t dtype, pstate_reduce_op_t op, int n, size_t i);
+int pstate_test_reduce_close_enough(pstate_dtype_t dtype, pstate_reduce_op_t op, double got, double want);
+
 #ifdef __cplusplus
 }
 #endif
