@@ -60,9 +60,8 @@ pstate_group_s::pstate_group_s(pstate::Context &ctx, pstate_group_kind_t kind, s
   shm_allowed_ = shm_wanted && one_host && ranks_.size() > 1 && size() <= pstate::kMaxCodedRoot + 1;
   if (ranks_.size() > 1)
     ctx.log().info("group ", name_, ": ",
-                   shm_allowed_ ? "shared memory for all_reduce/all_gather/reduce_scatter/broadcast/reduce/scatter/barrier "
-                                   "and small all_gatherv/reduce_scatterv, "
-                                   "UCX for the rest"
+                   shm_allowed_ ? "shared memory for all_reduce/all_gather/reduce_scatter/broadcast/reduce/scatter/barrier/"
+                                   "all_gatherv/reduce_scatterv, UCX for the rest"
                    : !one_host  ? "spans hosts: UCX for every operation"
                                 : "UCX for every operation (PSTATE_SHM=0)");
 }
@@ -115,11 +114,6 @@ pstate::shm::ShmGroup &pstate_group_s::shm_for_call() {
   auto &s = shm();
   s.set_seq(seq_ - 1);  // run() numbered this call
   return s;
-}
-
-void pstate_group_s::set_trace_path_shm() {
-  // run() recorded this call last: the recorder's newest entry is this call's
-  if (pstate::TraceRecorder *tr = ctx_.trace()) tr->set_path(tr->recorded(), pstate::TracePath::kShm);
 }
 
 void pstate_group_s::arrive_in_shm(const OpDescriptor &desc) {
@@ -362,19 +356,18 @@ void pstate_group_s::scatter(const void *send, void *recv, size_t recv_count, ps
   });
 }
 
-// The v-collectives run on the channel (UCX) on every path: in a shared-memory group they first
-// arrive in shared memory, which compares the descriptor (its counts hash included) with what
-// every peer called there.
+// The v-collectives: in a shared-memory group they run there (inline or staged), their agreement
+// comparing the descriptor, its counts hash included, with what every peer called; other groups
+// run the rings over the channel.
 void pstate_group_s::all_gatherv(const void *send, void *recv, const size_t *counts, size_t total,
                                  pstate_dtype_t dtype) {
   const OpDescriptor d = pstate::make_v_op(OpKind::kAllGatherV, counts, ranks_.size(), total, dtype);
   naming_counts_on_mismatch(counts, [&] {
     run(d, [&](uint32_t tag) {
       const size_t bytes = total * pstate::dtype_size(dtype);
-      arrive_in_shm(d);
-      if (use_shm() && shm_for_call().all_gatherv_inline(send, recv, counts, dtype, d, ctx_.op_deadline())) {
-        set_trace_path_shm();
-        return explain("all_gatherv", "shared memory (inline)", bytes, 20);
+      if (use_shm()) {
+        explain("all_gatherv", "shared memory", bytes, 20);
+        return shm_for_call().all_gatherv(send, recv, counts, dtype, d, ctx_.op_deadline());
       }
       explain("all_gatherv", "ring", bytes, 20);
       pstate::coll::allgatherv_ring(*channel_, send, recv, counts, dtype, tag);
@@ -388,10 +381,9 @@ void pstate_group_s::reduce_scatterv(const void *send, void *recv, const size_t 
   naming_counts_on_mismatch(counts, [&] {
     run(d, [&](uint32_t tag) {
       const size_t bytes = total * pstate::dtype_size(dtype);
-      arrive_in_shm(d);
-      if (use_shm() && shm_for_call().reduce_scatterv_inline(send, recv, counts, dtype, op, d, ctx_.op_deadline())) {
-        set_trace_path_shm();
-        return explain("reduce_scatterv", "shared memory (inline)", bytes, 22);
+      if (use_shm()) {
+        explain("reduce_scatterv", "shared memory", bytes, 22);
+        return shm_for_call().reduce_scatterv(send, recv, counts, dtype, op, d, ctx_.op_deadline());
       }
       explain("reduce_scatterv", "ring", bytes, 22);
       pstate::coll::reduce_scatterv_ring(*channel_, send, recv, counts, dtype, op, tag);

@@ -215,9 +215,6 @@ struct pstate_group_s {
   // In a shared-memory group, an operation that UCX carries first takes part in the agreement
   // in shared memory (ShmGroup::arrive), so it meets whatever its peers call there.
   void arrive_in_shm(const pstate::OpDescriptor &desc);
-  // The flight-recorder entry of the call run() just numbered moved its data in shared memory
-  // after all (arrive_in_shm had marked it UCX).
-  void set_trace_path_shm();
   // The message-queue broadcaster (SGLang's shm_broadcast) for broadcast_object from group rank 0.
   pstate::shm::ShmMessageQueue &message_queue();
   // Throws PEER_LOST when a same-host peer's process has exited (the shm liveness check).

@@ -50,7 +50,7 @@ static const pstate_dtype_t kReducible[] = {PSTATE_INT8,  PSTATE_UINT8,   PSTATE
 #define MAX_RANKS 4
 #define N_PATTERNS 5   /* the last one is the large one */
 #define LARGE 70001
-#define MAX_TOTAL (LARGE + 2 * MAX_RANKS * MAX_RANKS)
+#define MAX_TOTAL (LARGE + LARGE / 3 + 2 * MAX_RANKS * MAX_RANKS)
 #define SENTINEL 0x5a
 
 /* counts[i] of pattern `pattern` for a group of n. */
@@ -61,7 +61,9 @@ static void fill_counts(int pattern, int n, size_t *counts) {
       case 1: counts[i] = i % 2 == 0 ? 0 : (size_t)(5 + i); break; /* every other rank empty, rank 0 too */
       case 2: counts[i] = i == n - 1 ? 1000 : 0; break;          /* one rank only */
       case 3: counts[i] = 0; break;                              /* all empty */
-      default: counts[i] = i == 0 ? LARGE : (size_t)(2 * i); break; /* one large part */
+      /* two large parts of different lengths (staged in shared memory: the shorter one runs out
+         steps before the other) and small ones */
+      default: counts[i] = i == 0 ? LARGE : i == n - 1 ? LARGE / 3 : (size_t)(2 * i); break;
     }
   }
 }
@@ -300,6 +302,7 @@ typedef struct mismatch_job_t {
   int kind_vs_all_gather; /* group rank 0 calls all_gatherv, the others all_gather (same total) */
   int context_fails;      /* the shared-memory agreement found it: pstate_abort, not finalize */
   atomic_int *returned;   /* shared page: ranks that have returned from the disagreeing calls */
+  size_t scale;           /* every count times this (1000: parts beyond the inline payload, staged) */
 } mismatch_job_t;
 
 static int occurrences(const char *haystack, const char *needle) {
@@ -309,7 +312,7 @@ static int occurrences(const char *haystack, const char *needle) {
 }
 
 /* Rank 0 passes {1, 2, 3, ...}; the others the same total cut differently ({.., 2, 1} reversed),
- * then another total ({.., +1}). */
+ * then another total ({.., +1}); every count times job->scale. */
 static int mismatch_rank(const pstate_test_rank_t *self) {
   const mismatch_job_t *job = self->arg;
   const int n = self->world_size;
@@ -320,11 +323,13 @@ static int mismatch_rank(const pstate_test_rank_t *self) {
   RANK_OK(self, pstate_barrier(g));
   size_t mine[MAX_RANKS], reversed[MAX_RANKS], more[MAX_RANKS];
   for (int i = 0; i < n; ++i) {
-    mine[i] = (size_t)i + 1;
-    reversed[i] = (size_t)(n - i);
-    more[i] = (size_t)i + 1 + (i == n - 1);
+    mine[i] = ((size_t)i + 1) * job->scale;
+    reversed[i] = (size_t)(n - i) * job->scale;
+    more[i] = ((size_t)i + 1 + (i == n - 1)) * job->scale;
   }
-  float in[64] = {0}, out[64] = {0};
+  const size_t room = 64 * job->scale;
+  float *in = calloc(room, sizeof *in), *out = calloc(room, sizeof *out);
+  RANK_CHECK(self, in != NULL && out != NULL, "calloc");
   int failed = 0;
   if (job->kind_vs_all_gather) {
     size_t same[MAX_RANKS];
@@ -343,7 +348,8 @@ static int mismatch_rank(const pstate_test_rank_t *self) {
       const char *m = pstate_last_error();
       /* Both sides are named: this rank's descriptor and the other one, each with "counts <hash>". */
       if (s != PSTATE_ERR_MISMATCH || occurrences(m, "called all_gatherv") != 2 || occurrences(m, " counts ") != 2 ||
-          !strstr(m, self->rank == 0 ? "this rank's counts: [1, 2" : "this rank's counts: [")) {
+          !strstr(m, self->rank == 0 ? (job->scale == 1 ? "this rank's counts: [1, 2" : "this rank's counts: [1000, 2000")
+                                     : "this rank's counts: [")) {
         fprintf(stderr, "rank %d: all_gatherv with counts variant %d -> %s: %s\n", self->rank, v, pstate_status_string(s), m);
         failed = 1;
       }
@@ -362,6 +368,8 @@ static int mismatch_rank(const pstate_test_rank_t *self) {
    * peer's MISMATCH into PEER_LOST. */
   atomic_fetch_add(job->returned, 1);
   for (int spin = 0; atomic_load(job->returned) < n && spin < 20000; ++spin) usleep(500);
+  free(in);
+  free(out);
   if (failed) return 1;
   if (job->context_fails) {
     RANK_ERR(self, pstate_barrier(g), PSTATE_ERR_ABORTED, "", "");
@@ -376,7 +384,7 @@ static int mismatch_rank(const pstate_test_rank_t *self) {
 
 /* The failed calls' flight-recorder dumps (written on MISMATCH) go to a fresh folder; rank 0's must
  * name them by their own op names, with the total as the count. */
-static void run_mismatch(int world, int ucx, int check, int kind_vs_all_gather) {
+static void run_mismatch(int world, int ucx, int check, int kind_vs_all_gather, size_t scale) {
   if (ucx) setenv("PSTATE_SHM", "0", 1);
   else unsetenv("PSTATE_SHM");
   if (check) setenv("PSTATE_CHECK", "1", 1);
@@ -387,7 +395,7 @@ static void run_mismatch(int world, int ucx, int check, int kind_vs_all_gather) 
   atomic_int *returned = mmap(NULL, sizeof *returned, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   assert_true(returned != MAP_FAILED);
   atomic_init(returned, 0);
-  mismatch_job_t job = {kind_vs_all_gather, !ucx && !check, returned};
+  mismatch_job_t job = {kind_vs_all_gather, !ucx && !check, returned, scale};
   int failed = pstate_test_run_processes(world, 60, mismatch_rank, &job, NULL);
   munmap(returned, sizeof *returned);
   unsetenv("PSTATE_SHM");
@@ -400,21 +408,24 @@ static void run_mismatch(int world, int ucx, int check, int kind_vs_all_gather) 
   assert_int_equal(failed, 0);
   assert_non_null(dump);
   char want[64];
-  snprintf(want, sizeof want, " all_gatherv %d float32 - - - ", kind_vs_all_gather ? 2 * world : world * (world + 1) / 2);
+  const int total = world * (world + 1) / 2 * (int)scale;
+  snprintf(want, sizeof want, " all_gatherv %d float32 - - - ", kind_vs_all_gather ? 2 * world : total);
   assert_non_null(strstr(dump, want));
   assert_non_null(strstr(dump, " failed MISMATCH "));
   if (!kind_vs_all_gather && !job.context_fails) {
-    snprintf(want, sizeof want, " reduce_scatterv %d float32 sum - - ", world * (world + 1) / 2);
+    snprintf(want, sizeof want, " reduce_scatterv %d float32 sum - - ", total);
     assert_non_null(strstr(dump, want));
   }
   free(dump);
 }
 
-static void test_different_counts_are_mismatch_under_check_shm(void **s) { (void)s; run_mismatch(3, 0, 1, 0); }
-static void test_different_counts_are_mismatch_under_check_ucx(void **s) { (void)s; run_mismatch(2, 1, 1, 0); }
-static void test_different_counts_are_mismatch_over_ucx(void **s) { (void)s; run_mismatch(3, 1, 0, 0); }
-static void test_different_counts_are_mismatch_in_shared_memory(void **s) { (void)s; run_mismatch(3, 0, 0, 0); }
-static void test_all_gatherv_against_all_gather_is_mismatch(void **s) { (void)s; run_mismatch(2, 0, 0, 1); }
+static void test_different_counts_are_mismatch_under_check_shm(void **s) { (void)s; run_mismatch(3, 0, 1, 0, 1); }
+static void test_different_counts_are_mismatch_under_check_ucx(void **s) { (void)s; run_mismatch(2, 1, 1, 0, 1); }
+static void test_different_counts_are_mismatch_over_ucx(void **s) { (void)s; run_mismatch(3, 1, 0, 0, 1); }
+static void test_different_counts_are_mismatch_in_shared_memory(void **s) { (void)s; run_mismatch(3, 0, 0, 0, 1); }
+/* parts of 4-12 KB: beyond the inline payload, the staged protocol's arrival line finds it */
+static void test_different_counts_are_mismatch_in_shared_memory_staged(void **s) { (void)s; run_mismatch(3, 0, 0, 0, 1000); }
+static void test_all_gatherv_against_all_gather_is_mismatch(void **s) { (void)s; run_mismatch(2, 0, 0, 1, 1); }
 
 int main(void) {
   /* Under ThreadSanitizer (CI's tsan job runs this file for its threads), the 3- and 4-process
@@ -436,6 +447,7 @@ int main(void) {
       cmocka_unit_test(test_different_counts_are_mismatch_under_check_ucx),
       cmocka_unit_test(test_different_counts_are_mismatch_over_ucx),
       cmocka_unit_test(test_different_counts_are_mismatch_in_shared_memory),
+      cmocka_unit_test(test_different_counts_are_mismatch_in_shared_memory_staged),
       cmocka_unit_test(test_all_gatherv_against_all_gather_is_mismatch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

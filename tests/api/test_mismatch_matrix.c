@@ -14,9 +14,10 @@
  * reductions, int32 vs int8 for data movement, int32 vs int64 for broadcast), reduce op (SUM on
  * rank 0, MAX elsewhere), root (root 0 on rank 0, root 1 elsewhere), kind (this collective on
  * rank 0, another one on the others: kOps[].partners; reduce against all_reduce and scatter
- * against gather with the same count, dtype and root, so only the kind differs), and finalized
- * (rank 1 calls pstate_finalize and exits while the others call the collective). Rank 0 is
- * always the odd one out.
+ * against gather with the same count, dtype and root, so only the kind differs), finalized
+ * (rank 1 calls pstate_finalize and exits while the others call the collective), and for
+ * all_gatherv / reduce_scatterv counts (the same total cut the other way: {N, 2N, 3N} against
+ * {3N, 2N, N}). Rank 0 is always the odd one out.
  *
  * Each case is a fresh job (ranks.h: fresh processes, a free port): the ranks init, agree on one
  * barrier, make the disagreeing call (timed), record what it returned in a shared page, wait
@@ -70,14 +71,19 @@ typedef enum op_t {
   OP_ALL_GATHER_OBJECT,
   OP_REDUCE,
   OP_SCATTER,
+  OP_ALL_GATHERV,     /* counts[i] = N * mult * (i + 1), or (world - i) cut the other way */
+  OP_REDUCE_SCATTERV, /* the same counts */
   OP_FINALIZE, /* not a collective: what the finalized peer does */
 } op_t;
 
 static const char *const kOpName[] = {"all_reduce", "all_gather",        "reduce_scatter", "broadcast",
                                       "gather",     "all_to_all",        "barrier",        "broadcast_object",
-                                      "all_gather_object", "reduce",     "scatter",        "finalize"};
+                                      "all_gather_object", "reduce",     "scatter",        "all_gatherv",
+                                      "reduce_scatterv",   "finalize"};
 
-/* One rank's call. mult: count in units of the case's N (0 = no count: barrier, finalize). */
+/* One rank's call. mult: count in units of the case's N (0 = no count: barrier, finalize); the
+ * v-collectives' counts are N * mult * (i + 1) for group rank i, or N * mult * (world - i) when
+ * root is 1 (the same total cut the other way; they have no root). */
 typedef struct call_t {
   op_t op;
   int mult;
@@ -95,6 +101,7 @@ typedef struct op_entry_t {
   int counted;                   /* count disagreement applies */
   call_t partners[MAX_PARTNERS]; /* kind disagreement: rank 0 calls base, the others a partner */
   int n_partners;
+  int cut;                       /* counts disagreement (v-collectives): the same total cut otherwise */
 } op_entry_t;
 
 #define NO_DT ((pstate_dtype_t)-1)
@@ -113,24 +120,28 @@ typedef struct op_entry_t {
   { OP_ALL_GATHER_OBJECT, 1, PSTATE_INT8, NO_OP, -1 }
 
 static const op_entry_t kOps[] = {
-    {AR(1, PSTATE_FLOAT32), PSTATE_INT32, 1, 0, 1, {AG(1, PSTATE_FLOAT32), BAR}, 2},
-    {AG(1, PSTATE_INT32), PSTATE_INT8, 0, 0, 1, {AR(1, PSTATE_INT32), AR(2, PSTATE_INT32)}, 2},
-    {{OP_REDUCE_SCATTER, 1, PSTATE_FLOAT32, PSTATE_SUM, -1}, PSTATE_INT32, 1, 0, 1, {AR(1, PSTATE_FLOAT32)}, 1},
-    {BC(1, PSTATE_INT32), PSTATE_INT64, 0, 1, 1, {AR(1, PSTATE_INT32)}, 1},
-    {{OP_GATHER, 1, PSTATE_INT32, NO_OP, 0}, PSTATE_INT8, 0, 1, 1, {AG(1, PSTATE_INT32)}, 1},
-    {{OP_ALL_TO_ALL, 1, PSTATE_INT32, NO_OP, -1}, PSTATE_INT8, 0, 0, 1, {AR(1, PSTATE_INT32)}, 1},
-    {BAR, NO_DT, 0, 0, 0, {AR(1, PSTATE_FLOAT32)}, 1},
+    {AR(1, PSTATE_FLOAT32), PSTATE_INT32, 1, 0, 1, {AG(1, PSTATE_FLOAT32), BAR}, 2, 0},
+    {AG(1, PSTATE_INT32), PSTATE_INT8, 0, 0, 1, {AR(1, PSTATE_INT32), AR(2, PSTATE_INT32)}, 2, 0},
+    {{OP_REDUCE_SCATTER, 1, PSTATE_FLOAT32, PSTATE_SUM, -1}, PSTATE_INT32, 1, 0, 1, {AR(1, PSTATE_FLOAT32)}, 1, 0},
+    {BC(1, PSTATE_INT32), PSTATE_INT64, 0, 1, 1, {AR(1, PSTATE_INT32)}, 1, 0},
+    {{OP_GATHER, 1, PSTATE_INT32, NO_OP, 0}, PSTATE_INT8, 0, 1, 1, {AG(1, PSTATE_INT32)}, 1, 0},
+    {{OP_ALL_TO_ALL, 1, PSTATE_INT32, NO_OP, -1}, PSTATE_INT8, 0, 0, 1, {AR(1, PSTATE_INT32)}, 1, 0},
+    {BAR, NO_DT, 0, 0, 0, {AR(1, PSTATE_FLOAT32)}, 1, 0},
     /* objects: sizes are not agreed in advance (no count disagreement); N int8 = N bytes */
-    {BCO, NO_DT, 0, 1, 0, {AGO, BC(1, PSTATE_INT8)}, 2},
-    {AGO, NO_DT, 0, 0, 0, {BCO, AG(1, PSTATE_INT8)}, 2},
+    {BCO, NO_DT, 0, 1, 0, {AGO, BC(1, PSTATE_INT8)}, 2, 0},
+    {AGO, NO_DT, 0, 0, 0, {BCO, AG(1, PSTATE_INT8)}, 2, 0},
     /* rooted: the partner differs in nothing but the kind (all_reduce has no root: -1) */
-    {{OP_REDUCE, 1, PSTATE_FLOAT32, PSTATE_SUM, 0}, PSTATE_INT32, 1, 1, 1, {AR(1, PSTATE_FLOAT32)}, 1},
-    {{OP_SCATTER, 1, PSTATE_INT32, NO_OP, 0}, PSTATE_INT8, 0, 1, 1, {{OP_GATHER, 1, PSTATE_INT32, NO_OP, 0}}, 1},
+    {{OP_REDUCE, 1, PSTATE_FLOAT32, PSTATE_SUM, 0}, PSTATE_INT32, 1, 1, 1, {AR(1, PSTATE_FLOAT32)}, 1, 0},
+    {{OP_SCATTER, 1, PSTATE_INT32, NO_OP, 0}, PSTATE_INT8, 0, 1, 1, {{OP_GATHER, 1, PSTATE_INT32, NO_OP, 0}}, 1, 0},
+    /* variable counts: the counts array is agreed too (a hash of it), not only the total */
+    {{OP_ALL_GATHERV, 1, PSTATE_INT32, NO_OP, -1}, PSTATE_INT8, 0, 0, 1, {AG(1, PSTATE_INT32)}, 1, 1},
+    {{OP_REDUCE_SCATTERV, 1, PSTATE_FLOAT32, PSTATE_SUM, -1}, PSTATE_INT32, 1, 0, 1,
+     {{OP_REDUCE_SCATTER, 1, PSTATE_FLOAT32, PSTATE_SUM, -1}}, 1, 1},
 };
 #define N_OPS (sizeof kOps / sizeof kOps[0])
 
-typedef enum disagree_t { D_NONE, D_COUNT, D_DTYPE, D_ROP, D_ROOT, D_KIND, D_FINALIZED } disagree_t;
-static const char *const kDisagreeName[] = {"agree", "count", "dtype", "op", "root", "kind", "finalized"};
+typedef enum disagree_t { D_NONE, D_COUNT, D_DTYPE, D_ROP, D_ROOT, D_KIND, D_FINALIZED, D_CUT } disagree_t;
+static const char *const kDisagreeName[] = {"agree", "count", "dtype", "op", "root", "kind", "finalized", "counts"};
 
 static const size_t kSizes[] = {8, 65536};
 static const int kWorlds[] = {2, 3};
@@ -168,6 +179,10 @@ typedef struct shared_t {
 static shared_t *g_shared;
 
 /* ---- a rank ---------------------------------------------------------------------------------- */
+
+static int is_v_op(op_t op) {
+  return op == OP_ALL_GATHERV || op == OP_REDUCE_SCATTERV;
+}
 
 static const char *dtype_name(pstate_dtype_t d) {
   return pstate_dtype_name(d) ? pstate_dtype_name(d) : "?";
@@ -218,9 +233,15 @@ static int has_root(const char *hay, int root) {
 static int message_names_both_sides(const case_t *c, const char *group, const char *msg) {
   if (strstr(msg, group) == NULL) return 0;
   if (!has_word(msg, kOpName[c->first.op])) return 0;
+  /* the v-collectives are described by their totals */
+  const size_t per = is_v_op(c->first.op) ? (size_t)c->world * (size_t)(c->world + 1) / 2 : 1;
   switch (c->what) {
     case D_COUNT:
-      return has_number(msg, c->n * (size_t)c->first.mult) && has_number(msg, c->n * (size_t)c->others.mult);
+      return has_number(msg, c->n * (size_t)c->first.mult * per) && has_number(msg, c->n * (size_t)c->others.mult * per);
+    case D_CUT: { /* both sides' counts hashes: "... counts 5f3a09c1, ... counts 1e0b77d2" */
+      const char *at = strstr(msg, " counts ");
+      return at != NULL && strstr(at + 1, " counts ") != NULL;
+    }
     case D_DTYPE:
       return has_word(msg, dtype_name(c->first.dtype)) && has_word(msg, dtype_name(c->others.dtype));
     case D_ROP:
@@ -234,9 +255,15 @@ static int message_names_both_sides(const case_t *c, const char *group, const ch
   }
 }
 
-static pstate_status_t issue(pstate_t **ps, pstate_group_t *g, const call_t *c, size_t n, int rank, char *send,
-                             char *recv) {
+static void v_counts(const call_t *c, size_t n, int world, size_t *counts) {
+  for (int i = 0; i < world; ++i) counts[i] = n * (size_t)c->mult * (size_t)(c->root == 1 ? world - i : i + 1);
+}
+
+static pstate_status_t issue(pstate_t **ps, pstate_group_t *g, const call_t *c, size_t n, int rank, int world,
+                             char *send, char *recv) {
   size_t count = n * (size_t)c->mult;
+  size_t counts[MAX_RANKS];
+  if (is_v_op(c->op)) v_counts(c, n, world, counts);
   switch (c->op) {
     case OP_ALL_REDUCE:
       return pstate_all_reduce(g, send, recv, count, c->dtype, c->rop, NULL);
@@ -269,6 +296,10 @@ static pstate_status_t issue(pstate_t **ps, pstate_group_t *g, const call_t *c, 
       return pstate_reduce(g, send, recv, count, c->dtype, c->rop, c->root, NULL);
     case OP_SCATTER:
       return pstate_scatter(g, send, recv, count, c->dtype, c->root, NULL);
+    case OP_ALL_GATHERV:
+      return pstate_all_gatherv(g, send, recv, counts, c->dtype, NULL);
+    case OP_REDUCE_SCATTERV:
+      return pstate_reduce_scatterv(g, send, recv, counts, c->dtype, c->rop, NULL);
     case OP_FINALIZE: {
       pstate_status_t s = pstate_finalize(*ps);
       *ps = NULL;
@@ -310,7 +341,7 @@ static int matrix_rank(const pstate_test_rank_t *self) {
   }
 
   double t0 = pstate_test_now_ms();
-  s = issue(&ps, world, mine, c->n, self->rank, send, recv);
+  s = issue(&ps, world, mine, c->n, self->rank, c->world, send, recv);
   res->elapsed_ms = pstate_test_now_ms() - t0;
   res->status = s;
   snprintf(res->msg, sizeof res->msg, "%s", s == PSTATE_OK ? "" : pstate_last_error());
@@ -385,6 +416,11 @@ static size_t build_matrix(case_t *cases, size_t cap) {
       other = e->base;
       other.root = 1;
       add_case(cases, &n, cap, op, kDisagreeName[D_ROOT], D_ROOT, e->base, other);
+    }
+    if (e->cut) {
+      other = e->base;
+      other.root = 1; /* v_counts: the other cut */
+      add_case(cases, &n, cap, op, kDisagreeName[D_CUT], D_CUT, e->base, other);
     }
     for (int k = 0; k < e->n_partners; ++k) {
       const call_t *p = &e->partners[k];

@@ -177,11 +177,15 @@ void ShmGroup::publish_arrival(const Deadline &deadline) {
   const auto depth = static_cast<uint64_t>(options_.inline_depth);
   if (s > depth) wait_done(s - depth, deadline);
   Line *line = inline_line(rank_, s, 0);
-  std::memcpy(line->data, &call_desc_.count, sizeof call_desc_.count);
-  std::memcpy(line->data + 8, &call_desc_.seq, sizeof call_desc_.seq);
-  std::memcpy(line->data + 12, &call_desc_.detail, sizeof call_desc_.detail);
+  write_arrival_header(line->data);
   line->word.store(line_word(s), std::memory_order_release);
   waiter_.notify(control(rank_).signal);
+}
+
+void ShmGroup::write_arrival_header(uint8_t *dst) const {
+  std::memcpy(dst, &call_desc_.count, sizeof call_desc_.count);
+  std::memcpy(dst + 8, &call_desc_.seq, sizeof call_desc_.seq);
+  std::memcpy(dst + 12, &call_desc_.detail, sizeof call_desc_.detail);
 }
 
 // Waits for peer's first line of this call and compares. A line flagged with the call's code
@@ -359,32 +363,57 @@ std::vector<size_t> part_offsets(const size_t *counts, int n, size_t esize) {
 
 }  // namespace
 
-bool ShmGroup::all_gatherv_inline(const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype,
-                                  const OpDescriptor &desc, const Deadline &deadline) {
+// The v-collectives carry their own agreement: inline, each rank's payload starts with the
+// arrival line's header (kInlineVHeader bytes: full count, sequence number, counts hash), which
+// every reader checks (verify_peer) before it reads the part behind it — one hand-off for
+// agreement and data; staged, an arrival line first, as for all_gather.
+void ShmGroup::all_gatherv(const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype,
+                           const OpDescriptor &desc, const Deadline &deadline) {
   const size_t esize = dtype_size(dtype);
   size_t largest = 0;
   for (int r = 0; r < size_; ++r) largest = std::max(largest, counts[r]);
-  if (size_ < 2 || largest * esize > options_.inline_bytes) return false;
   const std::vector<size_t> off = part_offsets(counts, size_, esize);
+  auto *in = static_cast<const uint8_t *>(send);
+  auto *out = static_cast<uint8_t *>(recv);
   run_guarded("all_gatherv", [&] {
-    begin_call(desc, true, deadline);
-    inline_all_gatherv(static_cast<const uint8_t *>(send), static_cast<uint8_t *>(recv), counts, off.data(), esize,
-                       deadline);
+    if (size_ == 1) {
+      if (counts[0] != 0 && in != out) std::memmove(out, in, counts[0] * esize);
+    } else if (largest == 0) {
+      arrive_now(desc, deadline);
+    } else if (kInlineVHeader + largest * esize <= options_.inline_bytes) {
+      begin_call(desc, false, deadline);
+      inline_all_gatherv(in, out, counts, off.data(), esize, deadline);
+    } else {
+      begin_call(desc, false, deadline);
+      publish_arrival(deadline);
+      staged_all_gatherv(in, out, counts, off.data(), esize, deadline);
+    }
   });
-  return true;
 }
 
-bool ShmGroup::reduce_scatterv_inline(const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype,
-                                      pstate_reduce_op_t op, const OpDescriptor &desc, const Deadline &deadline) {
+void ShmGroup::reduce_scatterv(const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype,
+                               pstate_reduce_op_t op, const OpDescriptor &desc, const Deadline &deadline) {
   const size_t esize = dtype_size(dtype);
+  check_reduce("reduce_scatterv", dtype, op);
+  size_t largest = 0;
+  for (int r = 0; r < size_; ++r) largest = std::max(largest, counts[r]);
   const std::vector<size_t> off = part_offsets(counts, size_, esize);
-  if (size_ < 2 || off[static_cast<size_t>(size_)] > options_.inline_bytes) return false;
+  auto *in = static_cast<const uint8_t *>(send);
+  auto *out = static_cast<uint8_t *>(recv);
   run_guarded("reduce_scatterv", [&] {
-    begin_call(desc, true, deadline);
-    inline_reduce_scatterv(static_cast<const uint8_t *>(send), static_cast<uint8_t *>(recv), counts, off.data(),
-                           esize, dtype, op, deadline);
+    if (size_ == 1) {
+      if (counts[0] != 0 && in != out) std::memmove(out, in, counts[0] * esize);
+    } else if (largest == 0) {
+      arrive_now(desc, deadline);
+    } else if (kInlineVHeader + off[static_cast<size_t>(size_)] <= options_.inline_bytes) {
+      begin_call(desc, false, deadline);
+      inline_reduce_scatterv(in, out, counts, off.data(), esize, dtype, op, deadline);
+    } else {
+      begin_call(desc, false, deadline);
+      publish_arrival(deadline);
+      staged_reduce_scatterv(in, out, counts, off.data(), esize, dtype, op, deadline);
+    }
   });
-  return true;
 }
 
 void ShmGroup::reduce_scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype,

@@ -30,7 +30,8 @@
 //    (staged; every rank still reduces its slice, in parallel); the others finish the step as
 //    soon as their part is published. scatter is broadcast's shape with one block per rank: the
 //    root publishes (inline) or stages, per step, a piece of every other rank's block, and each
-//    rank copies its own piece out.
+//    rank copies its own piece out. all_gatherv and reduce_scatterv are all_gather's and
+//    reduce_scatter's shapes with parts of different sizes (steps cut by the largest part).
 //
 // Agreement (always on): every call first names what it is doing. Its descriptor (kind, count,
 // dtype, reduce op, root) is packed into a 32-bit code (common/op_descriptor.hpp) that rides in
@@ -161,15 +162,16 @@ class ShmGroup {
   // The agreement step alone, for an operation another transport carries (gather over UCX,
   // objects, ...): every rank publishes desc and checks every peer's; MISMATCH on disagreement.
   void arrive(const OpDescriptor &desc, const Deadline &deadline);
-  // all_gatherv / reduce_scatterv right after their agreement step (arrive(desc), which compares
-  // the counts arrays' hash): the data in one more step of the inline protocol when it fits
-  // (all_gatherv: every part, reduce_scatterv: the whole input within inline_bytes). false, having
-  // done nothing, when it does not (the caller moves the data another way). counts[i] is group
-  // rank i's part in elements, packed in group order; the in-place forms are the API's.
-  bool all_gatherv_inline(const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype,
-                          const OpDescriptor &desc, const Deadline &deadline);
-  bool reduce_scatterv_inline(const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype,
-                              pstate_reduce_op_t op, const OpDescriptor &desc, const Deadline &deadline);
+  // all_gatherv / reduce_scatterv (desc: make_v_op's, whose detail is the counts hash; compared
+  // like the rest of the descriptor): in one step of the inline protocol when it fits
+  // (all_gatherv: every part, reduce_scatterv: the whole input, each behind a header of
+  // kInlineVHeader bytes, within inline_bytes), else staged (shm_group_staged.cpp). counts[i] is
+  // group rank i's part in elements, packed in group order; the in-place forms are the API's
+  // (coll/algorithms.hpp).
+  void all_gatherv(const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype, const OpDescriptor &desc,
+                   const Deadline &deadline);
+  void reduce_scatterv(const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype,
+                       pstate_reduce_op_t op, const OpDescriptor &desc, const Deadline &deadline);
   // The group's sequence number of the next call, for messages only (ranks agree on the order of
   // calls through the steps themselves).
   void set_seq(uint32_t seq) { seq_ = seq; }
@@ -224,6 +226,10 @@ class ShmGroup {
   }
   [[noreturn]] void mismatch(int peer, const Line *line, uint64_t word) const;
   void publish_arrival(const Deadline &deadline);  // line 0 of slot call_step_, count in its data
+  // The arrival line's data (count, seq, detail: kInlineVHeader bytes), which also heads the
+  // inline payload of all_gatherv and reduce_scatterv.
+  void write_arrival_header(uint8_t *dst) const;
+  static constexpr size_t kInlineVHeader = 16;
   void verify_peer(int peer, const Deadline &deadline);
   void verify_peers(const Deadline &deadline);     // every peer not verified in this call
   void arrive_now(const OpDescriptor &desc, const Deadline &deadline);
@@ -265,6 +271,19 @@ class ShmGroup {
   void ag_publish(uint64_t step, const uint8_t *send, Span piece, size_t esize, const Deadline &deadline);
   void ag_gather(uint64_t step, const uint8_t *send, uint8_t *recv, size_t send_count, Span piece, size_t esize,
                  const Deadline &deadline);
+  // The v-collectives' staged forms: step i moves piece i (per_step elements) of every part.
+  // offsets: size() + 1 byte offsets of the packed parts (the last is the total).
+  void staged_all_gatherv(const uint8_t *send, uint8_t *recv, const size_t *counts, const size_t *offsets,
+                          size_t esize, const Deadline &deadline);
+  void agv_gather(uint64_t step, const uint8_t *send, uint8_t *recv, const size_t *counts, const size_t *offsets,
+                  size_t index, size_t per_step, size_t esize, const Deadline &deadline);
+  void staged_reduce_scatterv(const uint8_t *send, uint8_t *recv, const size_t *counts, const size_t *offsets,
+                              size_t esize, pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline);
+  void rsv_publish(uint64_t step, const uint8_t *send, const size_t *counts, const size_t *offsets, size_t index,
+                   size_t per_step, size_t esize, bool stage_own, const Deadline &deadline);
+  void rsv_reduce(uint64_t step, const uint8_t *send, uint8_t *recv, const size_t *counts, const size_t *offsets,
+                  size_t index, size_t per_step, size_t esize, bool own_staged, pstate_dtype_t dtype,
+                  pstate_reduce_op_t op, const Deadline &deadline);
   void staged_reduce_scatter(const uint8_t *send, uint8_t *recv, size_t recv_count, size_t esize,
                              pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline);
   void rs_publish(uint64_t step, const uint8_t *send, size_t recv_count, Span piece, size_t esize, bool stage_own,

@@ -22,10 +22,10 @@
 //   scatter        the root publishes every block; rank r publishes an empty line and copies
 //                  block r out of the root's lines; everyone checks the peers it did not read;
 //   barrier        everyone publishes nothing (the step alone); every rank waits for all steps;
-//   all_gatherv    (after its agreement step) all_gather's with parts of their own sizes, an empty
-//                  part one line carrying the step alone;
-//   reduce_scatterv (after its agreement step) reduce_scatter's with rank r folding everyone's
-//                  part r, at its offset; a rank whose part is empty only publishes.
+//   all_gatherv    all_gather's with parts of their own sizes, each behind the arrival header
+//                  (count, seq, counts hash), which every reader checks first;
+//   reduce_scatterv reduce_scatter's with rank r folding everyone's part r, at its offset behind
+//                  the header; a rank whose part is empty publishes, then checks every header.
 #include "reduce/reduce.hpp"
 #include "transport/shm/shm_group.hpp"
 #include "transport/shm/shm_group_layout.hpp"
@@ -194,17 +194,25 @@ void ShmGroup::inline_barrier(const Deadline &deadline) {
   finish_step(s);
 }
 
-// ---- all_gatherv, reduce_scatterv: the data step after the agreement step -------------------
-// (ShmGroup::all_gatherv_inline / reduce_scatterv_inline decide that it fits and begin the call.)
+// ---- all_gatherv, reduce_scatterv: agreement and data in one step ------------------------------
+// (ShmGroup::all_gatherv / reduce_scatterv decide that it fits and begin the call.) Each payload
+// is the arrival header (count, seq, counts hash) followed by the data; a reader verifies a
+// peer's header (verify_peer: its code, count and hash against this rank's) before it reads any
+// data behind it, so a peer with other counts is a MISMATCH, never a misread part. The payload is
+// assembled in scratch(rank_) (at most inline_bytes), then published like any other.
 
 void ShmGroup::inline_all_gatherv(const uint8_t *send, uint8_t *recv, const size_t *counts, const size_t *offsets,
                                   size_t esize, const Deadline &deadline) {
   const uint64_t s = step_ + 1;
   const size_t mine = counts[rank_] * esize;
-  inline_publish(s, send, mine, deadline);
+  uint8_t *payload = scratch(rank_);
+  write_arrival_header(payload);
+  if (mine != 0) std::memcpy(payload + kInlineVHeader, send, mine);
+  inline_publish(s, payload, kInlineVHeader + mine, deadline);
   for (int n = 1; n < size_; ++n) {
     const int j = (rank_ + n) % size_;
-    inline_fetch(j, s, 0, counts[j] * esize, recv + offsets[j], deadline);
+    verify_peer(j, deadline);
+    if (counts[j] != 0) inline_fetch(j, s, kInlineVHeader, counts[j] * esize, recv + offsets[j], deadline);
   }
   if (mine != 0 && recv + offsets[rank_] != send) std::memmove(recv + offsets[rank_], send, mine);
   finish_step(s);
@@ -215,18 +223,25 @@ void ShmGroup::inline_reduce_scatterv(const uint8_t *send, uint8_t *recv, const 
                                       pstate_reduce_op_t op, const Deadline &deadline) {
   const uint64_t s = step_ + 1;
   const size_t total = offsets[size_];
-  inline_publish(s, send, total, deadline);
+  uint8_t *payload = scratch(rank_);
+  write_arrival_header(payload);
+  std::memcpy(payload + kInlineVHeader, send, total);
+  inline_publish(s, payload, kInlineVHeader + total, deadline);
   const size_t mine = offsets[rank_], bytes = counts[rank_] * esize;
   if (bytes != 0) {
-    // In place (recv inside send), my own part is overwritten by the fold: read it back from my lines.
+    for (int n = 1; n < size_; ++n) verify_peer((rank_ + n) % size_, deadline);
+    // My own part is read from send, or back from my lines when the fold overwrites it (in place).
     const bool own_from_lines = ranges_overlap(send, total, recv, bytes);
     fold_in_rank_order(
         recv, size_,
-        [&](int k) { return k == rank_ && !own_from_lines ? send + mine : inline_input(k, s, mine, bytes, deadline); },
+        [&](int k) {
+          return k == rank_ && !own_from_lines ? send + mine
+                                               : inline_input(k, s, kInlineVHeader + mine, bytes, deadline);
+        },
         counts[rank_], dtype, op);
     if (op == PSTATE_AVG) finish_avg(recv, counts[rank_], dtype, size_);
   }
-  finish_step(s);
+  finish_step(s);  // verifies the peers not verified above (an empty part reads nobody)
 }
 
 }  // namespace pstate::shm

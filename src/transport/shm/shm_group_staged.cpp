@@ -18,7 +18,8 @@
 // all_reduce between inline_reduce_bytes and small_bytes: everyone stages its whole input, every
 // rank folds all areas in rank order (one hand-off; same kernels, same bits).
 // all_gather: stage my piece, copy every rank's piece out. reduce_scatter: stage my input for
-// every other rank, then fold everyone's piece for me into recv. broadcast: the root stages,
+// every other rank, then fold everyone's piece for me into recv. all_gatherv, reduce_scatterv:
+// the same with parts of different sizes, steps cut by the largest part. broadcast: the root stages,
 // the others copy. reduce: all_reduce's two forms with recv nullptr off the root (no fold of whole
 // inputs there; its slice reduced into its area only, and no gather). scatter: the root stages a
 // piece of every other rank's block per step, each rank copies its own piece.
@@ -55,6 +56,10 @@ constexpr size_t kBroadcastAdaptiveBytes = 16 * 1024;  // broadcast steps this l
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 size_t ceil_div(size_t n, size_t d) { return (n + d - 1) / d; }
+
+// The piece of a step for rank j lies at j * piece_stride in the staging footprint
+// (reduce_scatter, reduce_scatterv, scatter).
+size_t piece_stride(size_t piece_bytes) { return round_up(piece_bytes, kSliceAlign); }
 
 bool ranges_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
   auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
@@ -360,6 +365,113 @@ void ShmGroup::ag_gather(uint64_t step, const uint8_t *send, uint8_t *recv, size
   finish_step(step);
 }
 
+// ---- all_gatherv -------------------------------------------------------------------------------
+
+// all_gather's pipeline with parts of different sizes: steps are cut by the largest part, and in
+// step i every rank stages piece i of its own part (empty once its part is used up; it still
+// raises `in`) and copies piece i of every other rank's part to that part's place in recv. Every
+// rank computes every part's pieces from the same counts, so writer and readers agree on each
+// piece's footprint (staging() places a step by it).
+void ShmGroup::staged_all_gatherv(const uint8_t *send, uint8_t *recv, const size_t *counts, const size_t *offsets,
+                                  size_t esize, const Deadline &deadline) {
+  prepare_staging();
+  const size_t largest = *std::max_element(counts, counts + size_);
+  const size_t per_step = step_elems(largest, area_bytes_ / esize, esize);
+  const size_t steps = ceil_div(largest, per_step);
+  const uint64_t first = step_ + 1;
+  stream_out_ = offsets[size_] >= options_.stream_bytes;
+  auto mine = [&](size_t i) {
+    const size_t begin = std::min(counts[rank_], i * per_step);
+    return Span{begin, std::min(per_step, counts[rank_] - begin)};
+  };
+  ag_publish(first, send, mine(0), esize, deadline);
+  for (size_t i = 0; i < steps; ++i) {
+    if (i + 1 < steps) ag_publish(first + i + 1, send, mine(i + 1), esize, deadline);
+    agv_gather(first + i, send, recv, counts, offsets, i, per_step, esize, deadline);
+  }
+}
+
+void ShmGroup::agv_gather(uint64_t step, const uint8_t *send, uint8_t *recv, const size_t *counts,
+                          const size_t *offsets, size_t index, size_t per_step, size_t esize,
+                          const Deadline &deadline) {
+  for (int n = 0; n < size_; ++n) {
+    const int j = (rank_ + n) % size_;
+    const size_t begin = std::min(counts[j], index * per_step);
+    const size_t bytes = std::min(per_step, counts[j] - begin) * esize;
+    if (bytes == 0) continue;
+    uint8_t *dst = recv + offsets[j] + begin * esize;
+    if (j == rank_) {
+      const uint8_t *src = send + begin * esize;
+      if (src != dst) std::memmove(dst, src, bytes);  // in place: already there
+      continue;
+    }
+    wait_counter(j, &Control::in, step, "to stage its input", deadline);
+    copy_out(dst, staging(j, step, bytes), bytes);
+  }
+  finish_step(step);
+}
+
+// ---- reduce_scatterv ---------------------------------------------------------------------------
+
+// reduce_scatter's pipeline with parts of different sizes: in step i every rank stages piece i
+// of every other rank's part of its input (at j * stride of its area, one stride for all parts:
+// the largest piece rounded to cache lines), then folds piece i of its own part from every
+// rank's area in rank order into recv. A rank whose part is used up only finishes the step.
+void ShmGroup::staged_reduce_scatterv(const uint8_t *send, uint8_t *recv, const size_t *counts,
+                                      const size_t *offsets, size_t esize, pstate_dtype_t dtype,
+                                      pstate_reduce_op_t op, const Deadline &deadline) {
+  prepare_staging();
+  // In place (recv = my part of send): my own part is staged too, so writing recv cannot clobber
+  // an input that is still to be read.
+  const bool stage_own =
+      counts[rank_] != 0 && ranges_overlap(recv, counts[rank_] * esize, send, offsets[size_]);
+  const size_t largest = *std::max_element(counts, counts + size_);
+  const size_t per_step = step_elems(largest, rs_stride(esize), esize);
+  const size_t steps = ceil_div(largest, per_step);
+  const uint64_t first = step_ + 1;
+  rsv_publish(first, send, counts, offsets, 0, per_step, esize, stage_own, deadline);
+  for (size_t i = 0; i < steps; ++i) {
+    if (i + 1 < steps) rsv_publish(first + i + 1, send, counts, offsets, i + 1, per_step, esize, stage_own, deadline);
+    rsv_reduce(first + i, send, recv, counts, offsets, i, per_step, esize, stage_own, dtype, op, deadline);
+  }
+}
+
+void ShmGroup::rsv_publish(uint64_t step, const uint8_t *send, const size_t *counts, const size_t *offsets,
+                           size_t index, size_t per_step, size_t esize, bool stage_own, const Deadline &deadline) {
+  if (step > static_cast<uint64_t>(depth_)) wait_done(step - depth_, deadline);
+  const size_t stride = piece_stride(per_step * esize);
+  uint8_t *mine = staging(rank_, step, stride * static_cast<size_t>(size_));
+  for (int j = 0; j < size_; ++j) {
+    if (j == rank_ && !stage_own) continue;
+    const size_t begin = std::min(counts[j], index * per_step);
+    const size_t bytes = std::min(per_step, counts[j] - begin) * esize;
+    if (bytes != 0) stage_copy(mine + static_cast<size_t>(j) * stride, send + offsets[j] + begin * esize, bytes);
+  }
+  set_counter(&Control::in, step);
+}
+
+void ShmGroup::rsv_reduce(uint64_t step, const uint8_t *send, uint8_t *recv, const size_t *counts,
+                          const size_t *offsets, size_t index, size_t per_step, size_t esize, bool own_staged,
+                          pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline) {
+  const size_t begin = std::min(counts[rank_], index * per_step);
+  const size_t n = std::min(per_step, counts[rank_] - begin);
+  if (n != 0) {
+    const size_t stride = piece_stride(per_step * esize);
+    const size_t footprint = stride * static_cast<size_t>(size_);
+    const size_t my_offset = static_cast<size_t>(rank_) * stride;
+    const uint8_t *own = own_staged ? staging(rank_, step, footprint) + my_offset : send + offsets[rank_] + begin * esize;
+    uint8_t *dst = recv + begin * esize;
+    fold_in_rank_order(
+        dst, size_, [&](int k) { return k == rank_ ? own : staging(k, step, footprint) + my_offset; },
+        [&](int k) {
+          if (k != rank_) wait_counter(k, &Control::in, step, "to stage its input", deadline);
+        },
+        n, dtype, op);
+    if (op == PSTATE_AVG) finish_avg(dst, n, dtype, size_);
+  }
+  finish_step(step);
+}
+
 // ---- reduce_scatter ---------------------------------------------------------------------------
 
 void ShmGroup::staged_reduce_scatter(const uint8_t *send, uint8_t *recv, size_t recv_count, size_t esize,
@@ -385,8 +497,6 @@ size_t ShmGroup::rs_stride(size_t esize) const {
   return area_bytes_ / static_cast<size_t>(size_) / esize / align * align;
 }
 
-// The piece of step `step` for rank j lies at j * piece_stride in the staging footprint.
-static size_t piece_stride(size_t piece_bytes) { return round_up(piece_bytes, kSliceAlign); }
 
 void ShmGroup::rs_publish(uint64_t step, const uint8_t *send, size_t recv_count, Span piece, size_t esize,
                           bool stage_own, const Deadline &deadline) {
