@@ -26,6 +26,7 @@
 #include "common/error.hpp"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -427,10 +428,26 @@ class Launcher {
     }
   }
 
+  // A rank that ends (exits, or is stopped) while it writes a dump leaves its temporary file
+  // (rank<R>.pstate-trace.tmp.<pid>.<n>: the dump is written there, then renamed); once every rank
+  // has ended, this job's are removed: only the names with our ranks' pids, never another job's.
+  void remove_torn_dumps(const std::string &dir) const {
+    DIR *d = ::opendir(dir.c_str());
+    if (d == nullptr) return;
+    std::vector<std::string> prefixes;
+    for (const auto &r : ranks_) prefixes.push_back(cat("rank", r.rank, ".pstate-trace.tmp.", static_cast<long>(r.pid), "."));
+    while (const dirent *e = ::readdir(d))
+      for (const auto &p : prefixes)
+        if (std::strncmp(e->d_name, p.c_str(), p.size()) == 0) ::unlinkat(::dirfd(d), e->d_name, 0);
+    ::closedir(d);
+  }
+
   // "flight-recorder dumps of ranks 0, 1, 3 in DIR: pstate doctor DIR" for the dumps this job wrote.
+  // Called once every rank has ended.
   void report_dumps() const {
     const std::string dir = trace_dir();
     if (dir.empty()) return;
+    remove_torn_dumps(dir);
     std::string with, without;
     for (const auto &r : ranks_) {
       std::string &list = dump_mtime_ns(dir, r.rank) >= job_started_ns_ ? with : without;

@@ -70,6 +70,8 @@ if [ "$scenario" = good ]; then
   exit 0
 fi
 [ "$run_rc" != 0 ] || fail "the job was meant to fail but pstate run exited 0"
+# a rank stopped while it wrote a dump leaves its temporary file; pstate run removes this job's
+! ls "$PSTATE_TRACE_DIR" | grep -q '\.tmp\.' || fail "pstate run left temporary dump files: $(ls "$PSTATE_TRACE_DIR")"
 grep -q "pstate doctor $PSTATE_TRACE_DIR" "$work/run.err" || fail "pstate run did not say where the dumps are"
 [ "$doctor_rc" = 1 ] || fail "pstate doctor exited $doctor_rc, expected 1 (a culprit named)"
 first=$(head -n 1 "$work/doctor.out")
