@@ -268,6 +268,7 @@ class ShmGroup {
   void ar_gather(uint64_t step, uint8_t *recv, Span chunk, size_t esize, const Deadline &deadline);
   void staged_all_gather(const uint8_t *send, uint8_t *recv, size_t send_count, size_t esize,
                          const Deadline &deadline);
+  bool begin_medium_gather(size_t step_bytes, size_t bytes);
   void ag_publish(uint64_t step, const uint8_t *send, Span piece, size_t esize, const Deadline &deadline);
   void ag_gather(uint64_t step, const uint8_t *send, uint8_t *recv, size_t send_count, Span piece, size_t esize,
                  const Deadline &deadline);

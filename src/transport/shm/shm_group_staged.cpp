@@ -294,6 +294,24 @@ void ShmGroup::ar_gather(uint64_t step, uint8_t *recv, Span chunk, size_t esize,
 
 // ---- all_gather -------------------------------------------------------------------------------
 
+// The group-wide store kind of a medium gather (see staged_all_gather): true, with call_kind_ set
+// for this call, when a call whose steps are step_bytes and whose part is bytes is medium. Every
+// rank decides the same (the arguments are the same on every rank), so the calls are counted alike.
+bool ShmGroup::begin_medium_gather(size_t step_bytes, size_t bytes) {
+  const bool medium = step_bytes < options_.adaptive_stage_bytes && bytes >= options_.min_step_bytes &&
+                      options_.stage_stream_bytes == SIZE_MAX;
+  if (!medium) return false;
+  const uint64_t n = medium_gathers_++;
+  Control &leader = control(0);
+  call_kind_ = static_cast<int>(leader.gather_kind[n % 2].load(std::memory_order_acquire) & 1);
+  if (rank_ == 0) {  // stored only when it changes: peers then read the slot from their own cache
+    const auto next = static_cast<uint32_t>(next_kind(gather_choice_));
+    std::atomic<uint32_t> &slot = leader.gather_kind[(n + 1) % 2];
+    if (slot.load(std::memory_order_relaxed) != next) slot.store(next, std::memory_order_release);
+  }
+  return true;
+}
+
 void ShmGroup::staged_all_gather(const uint8_t *send, uint8_t *recv, size_t send_count, size_t esize,
                                  const Deadline &deadline) {
   prepare_staging();
@@ -314,25 +332,12 @@ void ShmGroup::staged_all_gather(const uint8_t *send, uint8_t *recv, size_t send
   // slot) before every rank staged, so read, its part of call n. On the reference VM, 64 KiB
   // with the cores far apart: 16-17 us ordinary, 6.4-7.0 us non-temporal (Open MPI 6.3).
   const size_t bytes = send_count * esize;
-  const bool medium = std::min(per_step, send_count) * esize < options_.adaptive_stage_bytes &&
-                      bytes >= options_.min_step_bytes &&
-                      options_.stage_stream_bytes == SIZE_MAX;
   struct CallKind {  // stage_copy follows call_kind_ for this call only, even if it throws
     int &kind;
     ~CallKind() { kind = -1; }
   } scope{call_kind_};
-  const uint64_t t0 = medium ? cycle_count() : 0;
-  const uint64_t n = medium_gathers_;
-  if (medium) {
-    Control &leader = control(0);
-    call_kind_ = static_cast<int>(leader.gather_kind[n % 2].load(std::memory_order_acquire) & 1);
-    if (rank_ == 0) {  // stored only when it changes: peers then read the slot from their own cache
-      const auto next = static_cast<uint32_t>(next_kind(gather_choice_));
-      std::atomic<uint32_t> &slot = leader.gather_kind[(n + 1) % 2];
-      if (slot.load(std::memory_order_relaxed) != next) slot.store(next, std::memory_order_release);
-    }
-    ++medium_gathers_;
-  }
+  const uint64_t t0 = cycle_count();
+  const bool medium = begin_medium_gather(std::min(per_step, send_count) * esize, bytes);
   const int kind = call_kind_;
   ag_publish(first, send, piece(0), esize, deadline);
   for (size_t i = 0; i < steps; ++i) {
@@ -384,11 +389,19 @@ void ShmGroup::staged_all_gatherv(const uint8_t *send, uint8_t *recv, const size
     const size_t begin = std::min(counts[rank_], i * per_step);
     return Span{begin, std::min(per_step, counts[rank_] - begin)};
   };
+  struct CallKind {  // as in staged_all_gather: medium calls store the kind rank 0 chose
+    int &kind;
+    ~CallKind() { kind = -1; }
+  } scope{call_kind_};
+  const uint64_t t0 = cycle_count();
+  const bool medium = begin_medium_gather(per_step * esize, largest * esize);
+  const int kind = call_kind_;
   ag_publish(first, send, mine(0), esize, deadline);
   for (size_t i = 0; i < steps; ++i) {
     if (i + 1 < steps) ag_publish(first + i + 1, send, mine(i + 1), esize, deadline);
     agv_gather(first + i, send, recv, counts, offsets, i, per_step, esize, deadline);
   }
+  if (medium && rank_ == 0) record_cost(gather_choice_, kind, cycle_count() - t0, largest * esize);
 }
 
 void ShmGroup::agv_gather(uint64_t step, const uint8_t *send, uint8_t *recv, const size_t *counts,
