@@ -7,10 +7,14 @@
 #include "reduce/reduce.hpp"
 #include "transport/shm/message_queue.hpp"
 #include "transport/shm/shm_group.hpp"
+#include "transport/shm/shm_p2p.hpp"
 #include "transport/ucx/process_watch.hpp"
 #include "transport/ucx/ucx_channel.hpp"
 
+#include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
 
 #include <algorithm>
@@ -91,11 +95,29 @@ void pstate_group_s::check_peers_alive() {
 }
 
 void pstate_group_s::check_waiting() {
+  if (p2p_) p2p_->progress();  // pending shared-memory sends move while this rank waits for anything
   check_peers_alive();
   if (ctx_.interrupted())
     pstate::throw_error(PSTATE_ERR_INTERRUPTED, name_, ": interrupted while rank ", ctx_.rank(),
                         " waited for its peers in shared memory (the interrupt check asked to stop, e.g. Ctrl-C); "
                         "the peers were left inside the operation, so the context is failed: call pstate_abort");
+}
+
+pstate::shm::ShmP2p &pstate_group_s::p2p() {
+  if (!p2p_) {
+    pstate::shm::ShmP2pOptions o;
+    o.label = name_;
+    o.liveness = [this] { check_waiting(); };
+    o.peer_gone = [this](int r) {
+      const int64_t pid = ctx_.peer_pid(ranks_[static_cast<size_t>(r)]);
+      return pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+    };
+    o.spin = !pstate::shm::oversubscribed(size());
+    o.global_ranks = ranks_;
+    p2p_ = std::make_unique<pstate::shm::ShmP2p>(shm_name("p2p"), rank_in_group_, size(), o);
+    ctx_.log().info(p2p_->describe());
+  }
+  return *p2p_;
 }
 
 pstate::shm::ShmGroup &pstate_group_s::shm() {
@@ -146,6 +168,7 @@ void pstate_group_s::retire() noexcept {
   device_comm_.reset();  // graceful (ncclCommFinalize, bounded), or nothing after abort_device()
   mq_.reset();
   shm_.reset();
+  p2p_.reset();  // unlinks its pairs' names: a later group of the same name starts afresh
   watches_.clear();
   channel_.reset();
 }
@@ -466,19 +489,22 @@ template <typename Body>
 void pstate_group_s::run_p2p(pstate::TraceOp top, int peer, uint64_t count, int dtype, Body &&body) {
   const char *op = pstate::trace_op_name(top);
   const bool sending = top == pstate::TraceOp::kSend || top == pstate::TraceOp::kSendObject;
+  // send/recv of a shared-memory group go through its rings; objects stay on UCX
+  const bool plain = top == pstate::TraceOp::kSend || top == pstate::TraceOp::kRecv;
+  const pstate::TracePath path = plain && use_shm() ? pstate::TracePath::kShm : pstate::TracePath::kUcx;
   pstate::TraceRecorder *tr = ctx_.trace();
   uint64_t tid = 0;
   try {
     check_alive(op);
   } catch (const pstate::Error &e) {
     if (tr) tid = tr->begin(pstate::TraceClass::kP2P, top, trace_group_, UINT64_MAX, count, dtype, -1, -1, peer,
-                            pstate::TracePath::kUcx);
+                            path);
     ctx_.trace_call_failed(tid, e);
     throw;
   }
   if (tr)
     tid = tr->begin(pstate::TraceClass::kP2P, top, trace_group_, pstate::TraceRecorder::next_p2p(trace_group_, peer, sending),
-                    count, dtype, -1, -1, peer, pstate::TracePath::kUcx);
+                    count, dtype, -1, -1, peer, path);
   channel_->set_deadline(ctx_.op_deadline());
   channel_->set_op_name(op);
   try {
@@ -492,13 +518,21 @@ void pstate_group_s::run_p2p(pstate::TraceOp top, int peer, uint64_t count, int 
 }
 
 void pstate_group_s::send(const void *buf, size_t count, pstate_dtype_t dtype, int dst) {
-  run_p2p(pstate::TraceOp::kSend, dst, count, dtype,
-          [&] { channel_->send(dst, buf, count * pstate::dtype_size(dtype), p2p_tag(dst, true)); });
+  run_p2p(pstate::TraceOp::kSend, dst, count, dtype, [&] {
+    const size_t bytes = count * pstate::dtype_size(dtype);
+    if (!use_shm()) return channel_->send(dst, buf, bytes, p2p_tag(dst, true));
+    const pstate::Deadline &d = ctx_.op_deadline();
+    p2p().wait(p2p().post_send(dst, buf, bytes, d), d, "send");
+  });
 }
 
 void pstate_group_s::recv(void *buf, size_t count, pstate_dtype_t dtype, int src) {
-  run_p2p(pstate::TraceOp::kRecv, src, count, dtype,
-          [&] { channel_->recv(src, buf, count * pstate::dtype_size(dtype), p2p_tag(src, false)); });
+  run_p2p(pstate::TraceOp::kRecv, src, count, dtype, [&] {
+    const size_t bytes = count * pstate::dtype_size(dtype);
+    if (!use_shm()) return channel_->recv(src, buf, bytes, p2p_tag(src, false));
+    const pstate::Deadline &d = ctx_.op_deadline();
+    p2p().wait(p2p().post_recv(src, buf, bytes, d), d, "recv");
+  });
 }
 
 void pstate_group_s::send_object(const void *data, size_t size, int dst) {

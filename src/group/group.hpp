@@ -39,6 +39,7 @@ class UcxChannel;
 namespace shm {
 class ShmGroup;
 class ShmMessageQueue;
+class ShmP2p;
 }  // namespace shm
 namespace ucx {
 class ProcessWatch;
@@ -217,6 +218,11 @@ struct pstate_group_s {
   void arrive_in_shm(const pstate::OpDescriptor &desc);
   // The message-queue broadcaster (SGLang's shm_broadcast) for broadcast_object from group rank 0.
   pstate::shm::ShmMessageQueue &message_queue();
+  // Point-to-point of a shared-memory group (send, recv, isend, irecv, p2p_batch): byte rings per
+  // pair of ranks (shm_p2p.hpp), made on first use without the other ranks; objects and tensor
+  // dicts stay on UCX (both sides choose by the call, so the k-th message still meets the k-th
+  // receive on each path).
+  pstate::shm::ShmP2p &p2p();
   // Throws PEER_LOST when a same-host peer's process has exited (the shm liveness check).
   void check_peers_alive();
   // The shm waits' periodic check: check_peers_alive, then INTERRUPTED when the context's
@@ -241,6 +247,7 @@ struct pstate_group_s {
   bool shm_allowed_ = false;
   std::unique_ptr<pstate::shm::ShmGroup> shm_;
   std::unique_ptr<pstate::shm::ShmMessageQueue> mq_;
+  std::unique_ptr<pstate::shm::ShmP2p> p2p_;
   std::vector<std::unique_ptr<pstate::ucx::ProcessWatch>> watches_;  // same-host peers in other processes
   std::unique_ptr<pstate::DeviceComm> device_comm_;  // CUDA contexts, after the first device op
   bool retired_ = false;
@@ -250,5 +257,6 @@ struct pstate_group_s {
   std::shared_ptr<pstate::RequestState> post_request(pstate::TraceOp op, void *buf, size_t count,
                                                      pstate_dtype_t dtype, int peer);
   void finish_request(pstate::RequestState &r, pstate_status_t status, std::string message) noexcept;
+  bool complete_shm_request(pstate::RequestState &r, bool block, const char *op);
   std::vector<std::shared_ptr<pstate::RequestState>> requests_;  // pending, in posting order
 };

@@ -22,6 +22,7 @@
 #include "group/context.hpp"
 #include "group/group.hpp"
 #include "reduce/reduce.hpp"
+#include "transport/shm/shm_p2p.hpp"
 #include "transport/ucx/ucx_channel.hpp"
 
 #include <algorithm>
@@ -56,7 +57,7 @@ std::shared_ptr<RequestState> pstate_group_s::post_request(TraceOp top, void *bu
     if (tr == nullptr) return 0;
     return tr->begin(pstate::TraceClass::kP2P, top, trace_group_,
                      numbered ? pstate::TraceRecorder::next_p2p(trace_group_, peer, sends(top)) : UINT64_MAX, count,
-                     dtype, -1, -1, peer, pstate::TracePath::kUcx);
+                     dtype, -1, -1, peer, use_shm() ? pstate::TracePath::kShm : pstate::TracePath::kUcx);
   };
   try {
     check_alive(op);
@@ -73,9 +74,15 @@ std::shared_ptr<RequestState> pstate_group_s::post_request(TraceOp top, void *bu
   requests_.reserve(requests_.size() + 1);  // no allocation after the post: the state is always held
   try {
     const size_t bytes = count * pstate::dtype_size(dtype);
-    r->owner = channel_->new_request_owner();
-    r->op = sends(top) ? channel_->isend_owned(r->owner, peer, buf, bytes, p2p_tag(peer, true))
-                       : channel_->irecv_owned(r->owner, peer, buf, bytes, p2p_tag(peer, false));
+    if (use_shm()) {
+      r->shm = true;
+      const pstate::Deadline d = ctx_.op_deadline();
+      r->op = sends(top) ? p2p().post_send(peer, buf, bytes, d) : p2p().post_recv(peer, buf, bytes, d);
+    } else {
+      r->owner = channel_->new_request_owner();
+      r->op = sends(top) ? channel_->isend_owned(r->owner, peer, buf, bytes, p2p_tag(peer, true))
+                         : channel_->irecv_owned(r->owner, peer, buf, bytes, p2p_tag(peer, false));
+    }
   } catch (const pstate::Error &e) {
     if (is_fatal_p2p(e.status())) ctx_.fail(e.what());
     ctx_.trace_call_failed(r->trace_id, e);
@@ -105,7 +112,9 @@ bool pstate_group_s::complete_request(RequestState &r, bool block) {
   pstate::TraceRecorder *tr = ctx_.trace();
   try {
     bool done = false;
-    if (ctx_.state() == pstate::Context::State::kFailed) {
+    if (r.shm) {
+      done = complete_shm_request(r, block, op);
+    } else if (ctx_.state() == pstate::Context::State::kFailed) {
       // The context failed while the request was pending: what already arrived is kept, the
       // rest is cancelled (its peer may be the one that failed).
       done = channel_->test_owned(r.owner, r.op, op, r.test_deadline, r.posted);
@@ -131,10 +140,36 @@ bool pstate_group_s::complete_request(RequestState &r, bool block) {
   return true;
 }
 
+// A request on the shared-memory rings: as the UCX one, with the rings' test and wait.
+bool pstate_group_s::complete_shm_request(RequestState &r, bool block, const char *op) {
+  if (ctx_.state() == pstate::Context::State::kFailed) {
+    if (p2p().test(r.op)) return true;  // what already arrived is kept
+    p2p().cancel(r.op);
+    check_alive(op);  // throws ABORTED naming the first failure
+  }
+  if (block) {
+    p2p().wait(r.op, ctx_.op_deadline(), op);
+    return true;
+  }
+  if (p2p().test(r.op)) return true;
+  if (r.test_deadline.expired()) {
+    p2p().progress();
+    if (p2p().test(r.op)) return true;
+    pstate::throw_error(PSTATE_ERR_TIMEOUT, name_, " rank ", ctx_.rank(), ": ", op, ": timed out after ",
+                        ctx_.timeout_ms(), " ms (pstate_test; the context timeout from the post): the transfer with group rank ",
+                        r.peer, " has not completed; is the peer calling the matching operation?");
+  }
+  return false;
+}
+
 void pstate_group_s::abort_requests() noexcept {
   while (!requests_.empty()) {
     RequestState &r = *requests_.back();
-    if (channel_) channel_->cancel_owned(r.owner);
+    if (r.shm) {
+      if (p2p_) p2p_->cancel(r.op);
+    } else if (channel_) {
+      channel_->cancel_owned(r.owner);
+    }
     if (pstate::TraceRecorder *tr = ctx_.trace(); tr != nullptr && r.trace_id != 0)
       tr->failed(r.trace_id, PSTATE_ERR_ABORTED);
     std::string why;
@@ -158,7 +193,8 @@ void pstate_group_s::p2p_batch(const pstate_p2p_op_t *ops, size_t n) {
     const bool s = ops[i].is_send != 0;
     return tr->begin(pstate::TraceClass::kP2P, s ? TraceOp::kSend : TraceOp::kRecv, trace_group_,
                      numbered ? pstate::TraceRecorder::next_p2p(trace_group_, ops[i].peer, s) : UINT64_MAX,
-                     ops[i].count, ops[i].dtype, -1, -1, ops[i].peer, pstate::TracePath::kUcx);
+                     ops[i].count, ops[i].dtype, -1, -1, ops[i].peer,
+                     use_shm() ? pstate::TracePath::kShm : pstate::TracePath::kUcx);
   };
   try {
     check_alive(kOp);
@@ -170,16 +206,31 @@ void pstate_group_s::p2p_batch(const pstate_p2p_op_t *ops, size_t n) {
   channel_->set_op_name(kOp);
   std::vector<pstate::Channel::Request> posted;
   posted.reserve(n);
+  std::vector<uint64_t> shm_ops;
   try {
-    for (size_t i = 0; i < n; ++i) {
+    if (use_shm()) {
+      const pstate::Deadline d = ctx_.op_deadline();
+      shm_ops.reserve(n);
+      for (size_t i = 0; i < n; ++i) {
+        const pstate_p2p_op_t &o = ops[i];
+        tids[i] = record(i, true);
+        const size_t bytes = o.count * pstate::dtype_size(o.dtype);
+        shm_ops.push_back(o.is_send != 0 ? p2p().post_send(o.peer, o.buf, bytes, d)
+                                         : p2p().post_recv(o.peer, o.buf, bytes, d));
+      }
+      p2p().wait(shm_ops.data(), shm_ops.size(), d, kOp);
+    }
+    for (size_t i = 0; i < n && !use_shm(); ++i) {
       const pstate_p2p_op_t &o = ops[i];
       tids[i] = record(i, true);
       const size_t bytes = o.count * pstate::dtype_size(o.dtype);
       posted.push_back(o.is_send != 0 ? channel_->isend(o.peer, o.buf, bytes, p2p_tag(o.peer, true))
                                       : channel_->irecv(o.peer, o.buf, bytes, p2p_tag(o.peer, false)));
     }
-    channel_->wait_all(posted.data(), posted.size());
+    if (!use_shm()) channel_->wait_all(posted.data(), posted.size());
   } catch (const pstate::Error &e) {
+    if (p2p_)
+      for (uint64_t id : shm_ops) p2p_->cancel(id);  // the batch is over: its buffers are the caller's again
     if (is_fatal_p2p(e.status())) ctx_.fail(e.what());
     ctx_.trace_call_failed(tids[0], e);
     for (size_t i = 1; tr != nullptr && i < n; ++i)

@@ -35,8 +35,9 @@ struct RequestState {
   bool pending = true;
   pstate_status_t status = PSTATE_OK;
   std::string message;
+  bool shm = false;    // carried by the group's shared-memory rings (op: ShmP2p::OpId), else UCX
   uint32_t owner = 0;  // the worker owner of this request alone (UcxChannel::new_request_owner)
-  uint64_t op = 0;     // UcxWorker::OpId
+  uint64_t op = 0;     // UcxWorker::OpId, or ShmP2p::OpId
   TraceOp trace_op = TraceOp::kSend;
   int peer = -1;        // group rank
   uint64_t trace_id = 0;  // its flight-recorder entry (0: none)

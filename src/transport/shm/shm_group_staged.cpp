@@ -140,6 +140,7 @@ void ShmGroup::prepare_staging() {
 // (two rdtsc, ~10 ns each, per copy of >= 32 KiB, i.e. >= 1 us: about 2%; at 8 KiB the
 // measurements were too noisy to choose well).
 void ShmGroup::stage_copy(uint8_t *dst, const uint8_t *src, size_t bytes) {
+  if (bytes == 0) return;  // an empty part (all_gatherv) may come with a null buffer
   if (bytes >= options_.stage_stream_bytes || call_kind_ == 1)
     copy_streaming(dst, src, bytes);
   else if (call_kind_ == 0 || bytes < options_.adaptive_stage_bytes)

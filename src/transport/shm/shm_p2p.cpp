@@ -1,0 +1,440 @@
+// shm_p2p.cpp — the pair segments, the byte rings and the operation queues of ShmP2p (the design
+// is in shm_p2p.hpp).
+#include "transport/shm/shm_p2p.hpp"
+
+#include "common/error.hpp"
+#include "transport/shm/shm_wait.hpp"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+namespace pstate::shm {
+
+namespace {
+
+constexpr uint32_t kSegmentMagic = 0x70327031;  // "p2p1"
+constexpr uint32_t kMessageMagic = 0x6d736731;  // "msg1"
+constexpr size_t kHeaderBytes = 16;
+// The writer publishes its tail (and the reader its head) at least every this many bytes, so a
+// large message is copied out while the rest is copied in.
+constexpr size_t kPublishBytes = 64 * 1024;
+constexpr int64_t kSpinNs = 50 * 1000;     // spin this long before yielding (a core each)
+constexpr int64_t kYieldNs = 1000 * 1000;  // then yield this long before napping
+constexpr auto kNap = std::chrono::microseconds(50);
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// Copies n bytes into / out of a ring of capacity c at stream position pos (wrapping).
+void write_wrap(uint8_t *data, size_t c, uint64_t pos, const uint8_t *src, size_t n) {
+  const size_t at = static_cast<size_t>(pos % c), first = std::min(n, c - at);
+  std::memcpy(data + at, src, first);
+  if (first < n) std::memcpy(data, src + first, n - first);
+}
+
+void read_wrap(const uint8_t *data, size_t c, uint64_t pos, uint8_t *dst, size_t n) {
+  const size_t at = static_cast<size_t>(pos % c), first = std::min(n, c - at);
+  std::memcpy(dst, data + at, first);
+  if (first < n) std::memcpy(dst + first, data, n - first);
+}
+
+}  // namespace
+
+struct ShmP2p::Header {
+  std::atomic<uint32_t> magic;     // stored last by the rank that made the segment
+  uint32_t ring_bytes;
+  std::atomic<uint32_t> attached;  // 1 once the other rank mapped it (and unlinked the name)
+  uint8_t pad[52];
+};
+
+struct ShmP2p::Ring {
+  alignas(64) std::atomic<uint64_t> tail;  // bytes ever written (the writer's)
+  uint8_t pad0[56];
+  alignas(64) std::atomic<uint64_t> head;  // bytes ever read (the reader's)
+  uint8_t pad1[56];
+};
+
+static_assert(sizeof(ShmP2p::Header) == 64 && sizeof(ShmP2p::Ring) == 128, "pair segment layout");
+
+ShmP2p::ShmP2p(std::string base, int rank, int size, ShmP2pOptions options)
+    : base_(std::move(base)), rank_(rank), size_(size), options_(std::move(options)) {
+  options_.ring_bytes = round_up(std::max<size_t>(options_.ring_bytes, 4096), 64);
+  segment_bytes_ = sizeof(Header) + 2 * sizeof(Ring) + 2 * options_.ring_bytes;
+  pairs_.resize(static_cast<size_t>(size_));
+}
+
+// Names: a pair this rank made that its peer has not opened yet keeps its name while the peer
+// lives (what was sent is still to be received: the peer opens it, or removes it when it tears
+// down); every other pair's name is removed (ENOENT when the opener already did), including one
+// the peer made for this rank that this rank never opened.
+ShmP2p::~ShmP2p() {
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    const Pair *p = pairs_[static_cast<size_t>(peer)].get();
+    const bool waiting_for_peer = p != nullptr && p->created &&
+                                  reinterpret_cast<const Header *>(p->base)->attached.load(std::memory_order_acquire) == 0;
+    if (!waiting_for_peer || (options_.peer_gone && options_.peer_gone(peer))) ::shm_unlink(pair_name(peer).c_str());
+    if (p != nullptr) ::munmap(p->base, p->mapped);
+  }
+}
+
+std::string ShmP2p::pair_name(int peer) const {
+  return cat(base_, "-", std::min(rank_, peer), "-", std::max(rank_, peer));
+}
+
+int ShmP2p::global_rank(int group_rank) const {
+  const auto i = static_cast<size_t>(group_rank);
+  return i < options_.global_ranks.size() ? options_.global_ranks[i] : group_rank;
+}
+
+std::string ShmP2p::describe() const {
+  int attached = 0;
+  for (const auto &p : pairs_) attached += p != nullptr;
+  return cat(options_.label, ": point-to-point in shared memory, ", options_.ring_bytes / 1024,
+             " KiB ring per direction, ", attached, " of ", size_ - 1, " pairs attached");
+}
+
+// Attaches the pair segment shared with peer (see shm_p2p.hpp, "The pair segment").
+ShmP2p::Pair &ShmP2p::pair(int peer, const Deadline &deadline) {
+  std::unique_ptr<Pair> &slot = pairs_[static_cast<size_t>(peer)];
+  if (slot) return *slot;
+  const std::string name = pair_name(peer);
+  int fd = -1;
+  bool created = false;
+  for (int attempt = 0; fd < 0 && attempt < 8; ++attempt) {
+    fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      created = true;
+    } else if (errno == EEXIST) {
+      fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);  // ENOENT: gone meanwhile, try again
+      if (fd < 0 && errno != ENOENT) break;
+    } else {
+      break;
+    }
+  }
+  if (fd < 0)
+    throw_error(PSTATE_ERR_TRANSPORT, options_.label, " rank ", rank_, ": point-to-point with group rank ", peer,
+                ": shm_open(", name, ") failed: ", std::strerror(errno),
+                " (is /dev/shm mounted and writable? PSTATE_SHM=0 sends over UCX instead)");
+  auto close_fd = [&] { ::close(fd); };
+  if (created) {
+    if (::ftruncate(fd, static_cast<off_t>(segment_bytes_)) != 0) {
+      const int err = errno;
+      close_fd();
+      ::shm_unlink(name.c_str());
+      throw_error(PSTATE_ERR_TRANSPORT, options_.label, " rank ", rank_, ": point-to-point with group rank ", peer,
+                  ": sizing ", name, " to ", segment_bytes_, " bytes failed: ", std::strerror(err),
+                  " (/dev/shm full? PSTATE_SHM=0 sends over UCX instead)");
+    }
+  } else {  // the maker may not have sized it yet
+    struct stat st {};
+    auto last_check = std::chrono::steady_clock::now();
+    while (::fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) < segment_bytes_) {
+      if (deadline.expired()) {
+        close_fd();
+        throw_error(PSTATE_ERR_TIMEOUT, options_.label, " rank ", rank_, ": ", name, " made by group rank ", peer,
+                    " was never sized (it stopped while making it?)");
+      }
+      if (options_.liveness && std::chrono::steady_clock::now() - last_check > std::chrono::milliseconds(100)) {
+        last_check = std::chrono::steady_clock::now();
+        options_.liveness();
+      }
+      sched_yield();
+    }
+  }
+  void *m = ::mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int map_err = errno;
+  close_fd();
+  if (m == MAP_FAILED) {
+    if (created) ::shm_unlink(name.c_str());
+    throw_error(PSTATE_ERR_TRANSPORT, options_.label, " rank ", rank_, ": mapping ", name, " failed: ",
+                std::strerror(map_err));
+  }
+  auto p = std::make_unique<Pair>();
+  p->created = created;
+  p->base = static_cast<uint8_t *>(m);
+  p->mapped = segment_bytes_;
+  auto *header = reinterpret_cast<Header *>(p->base);
+  if (created) {
+    header->ring_bytes = static_cast<uint32_t>(options_.ring_bytes);
+    header->magic.store(kSegmentMagic, std::memory_order_release);
+  } else {
+    while (header->magic.load(std::memory_order_acquire) != kSegmentMagic) {
+      if (deadline.expired()) {
+        ::munmap(m, segment_bytes_);
+        throw_error(PSTATE_ERR_TIMEOUT, options_.label, " rank ", rank_, ": ", name, " made by group rank ", peer,
+                    " was never initialized");
+      }
+      sched_yield();
+    }
+    ::shm_unlink(name.c_str());  // both attached: the name is no longer needed
+    header->attached.store(1, std::memory_order_release);
+    if (header->ring_bytes != options_.ring_bytes) {
+      ::munmap(m, segment_bytes_);
+      throw_error(PSTATE_ERR_MISMATCH, options_.label, " rank ", rank_, ": group rank ", peer, " uses rings of ",
+                  header->ring_bytes, " bytes, this rank ", options_.ring_bytes, " (same library on every rank?)");
+    }
+  }
+  auto *rings = reinterpret_cast<Ring *>(p->base + sizeof(Header));
+  uint8_t *data = p->base + sizeof(Header) + 2 * sizeof(Ring);
+  const int out = rank_ < peer ? 0 : 1;  // ring 0: lower rank -> higher rank
+  p->out = &rings[out];
+  p->in = &rings[1 - out];
+  p->out_data = data + static_cast<size_t>(out) * options_.ring_bytes;
+  p->in_data = data + static_cast<size_t>(1 - out) * options_.ring_bytes;
+  slot = std::move(p);
+  return *slot;
+}
+
+ShmP2p::OpId ShmP2p::post_send(int peer, const void *buf, size_t bytes, const Deadline &deadline) {
+  return post(true, peer, static_cast<uint8_t *>(const_cast<void *>(buf)), bytes, deadline);
+}
+
+ShmP2p::OpId ShmP2p::post_recv(int peer, void *buf, size_t bytes, const Deadline &deadline) {
+  return post(false, peer, static_cast<uint8_t *>(buf), bytes, deadline);
+}
+
+ShmP2p::OpId ShmP2p::post(bool send, int peer, uint8_t *buf, size_t bytes, const Deadline &deadline) {
+  Pair &p = pair(peer, deadline);
+  const OpId id = next_id_++;
+  Op &op = ops_[id];
+  op.send = send;
+  op.peer = peer;
+  op.buf = buf;
+  op.bytes = bytes;
+  if (p.broken) {
+    op.done = true;
+    op.status = PSTATE_ERR_ABORTED;
+    op.message = p.broken_why;
+    return id;
+  }
+  (send ? p.sends : p.recvs).push_back(id);
+  progress_pair(p);
+  return id;
+}
+
+// Writes what fits of op (the oldest send of the pair); true when all of it is in the ring.
+bool ShmP2p::move_send(Pair &p, Op &op) {
+  const size_t c = options_.ring_bytes;
+  const uint64_t start = p.out->tail.load(std::memory_order_relaxed);
+  uint64_t tail = start;
+  auto space = [&](size_t want) {
+    if (c - (tail - p.out_head_seen) < want) p.out_head_seen = p.out->head.load(std::memory_order_acquire);
+    return c - static_cast<size_t>(tail - p.out_head_seen);
+  };
+  if (op.header_moved < kHeaderBytes) {
+    if (op.header_moved == 0) {
+      const uint64_t bytes = op.bytes;
+      const uint32_t seq = p.sent, magic = kMessageMagic;
+      std::memcpy(op.header, &bytes, 8);
+      std::memcpy(op.header + 8, &seq, 4);
+      std::memcpy(op.header + 12, &magic, 4);
+    }
+    const size_t n = std::min(kHeaderBytes - op.header_moved, space(kHeaderBytes + std::min(op.bytes, kPublishBytes)));
+    write_wrap(p.out_data, c, tail, op.header + op.header_moved, n);
+    tail += n;
+    op.header_moved += n;
+  }
+  while (op.header_moved == kHeaderBytes && op.moved < op.bytes) {
+    const size_t want = std::min(op.bytes - op.moved, kPublishBytes);
+    const size_t n = std::min(want, space(want));
+    if (n == 0) break;
+    write_wrap(p.out_data, c, tail, op.buf + op.moved, n);
+    tail += n;
+    op.moved += n;
+    if (op.moved < op.bytes) p.out->tail.store(tail, std::memory_order_release);  // the reader starts
+  }
+  if (tail != start) p.out->tail.store(tail, std::memory_order_release);
+  if (op.header_moved < kHeaderBytes || op.moved < op.bytes) return false;
+  ++p.sent;
+  return true;
+}
+
+// Reads what arrived of op (the oldest receive of the pair); true when all of it is in op.buf.
+// A message of another size fails the pair (MISMATCH) and returns false.
+bool ShmP2p::move_recv(Pair &p, Op &op) {
+  const size_t c = options_.ring_bytes;
+  const uint64_t start = p.in->head.load(std::memory_order_relaxed);
+  uint64_t head = start;
+  auto avail = [&](size_t want) {
+    if (p.in_tail_seen - head < want) p.in_tail_seen = p.in->tail.load(std::memory_order_acquire);
+    return static_cast<size_t>(p.in_tail_seen - head);
+  };
+  if (op.header_moved < kHeaderBytes) {
+    const size_t n = std::min(kHeaderBytes - op.header_moved, avail(kHeaderBytes - op.header_moved));
+    read_wrap(p.in_data, c, head, op.header + op.header_moved, n);
+    head += n;
+    op.header_moved += n;
+    if (op.header_moved == kHeaderBytes) {
+      uint64_t bytes = 0;
+      uint32_t seq = 0, magic = 0;
+      std::memcpy(&bytes, op.header, 8);
+      std::memcpy(&seq, op.header + 8, 4);
+      std::memcpy(&magic, op.header + 12, 4);
+      if (magic != kMessageMagic || seq != p.received) {
+        p.in->head.store(head, std::memory_order_release);
+        fail_pair(p, PSTATE_ERR_TRANSPORT,
+                  cat(options_.label, ": the stream from rank ", global_rank(op.peer), " (group rank ", op.peer,
+                      ") to rank ", global_rank(rank_), " is corrupt (message #", p.received, ": magic ", magic,
+                      ", sequence ", seq, "); the context must be aborted"));
+        return false;
+      }
+      if (bytes != op.bytes) {
+        p.in->head.store(head, std::memory_order_release);
+        fail_pair(p, PSTATE_ERR_MISMATCH,
+                  cat(options_.label, ": rank ", global_rank(op.peer), " (group rank ", op.peer, ") sent ", bytes,
+                      " bytes as its message #", seq, " to rank ", global_rank(rank_), " (group rank ", rank_,
+                      "), which expected exactly ", op.bytes,
+                      " bytes: a send and its receive must have the same size (count x dtype size); the pair's "
+                      "stream is now out of step: abort the context"));
+        return false;
+      }
+    }
+  }
+  while (op.header_moved == kHeaderBytes && op.moved < op.bytes) {
+    const size_t want = std::min(op.bytes - op.moved, kPublishBytes);
+    const size_t n = std::min(want, avail(want));
+    if (n == 0) break;
+    read_wrap(p.in_data, c, head, op.buf + op.moved, n);
+    head += n;
+    op.moved += n;
+    p.in->head.store(head, std::memory_order_release);  // room for the writer
+  }
+  if (head != start) p.in->head.store(head, std::memory_order_release);
+  if (op.header_moved < kHeaderBytes || op.moved < op.bytes) return false;
+  ++p.received;
+  return true;
+}
+
+void ShmP2p::fail_pair(Pair &p, pstate_status_t status, const std::string &why) noexcept {
+  p.broken = true;
+  p.broken_why = why;
+  for (auto *q : {&p.sends, &p.recvs}) {
+    for (OpId id : *q) {
+      auto it = ops_.find(id);
+      if (it == ops_.end()) continue;
+      it->second.done = true;
+      it->second.status = status;
+      it->second.message = why;
+    }
+    q->clear();
+  }
+}
+
+void ShmP2p::progress_pair(Pair &p) noexcept {
+  while (!p.broken && !p.sends.empty()) {
+    Op &op = ops_.at(p.sends.front());
+    if (!move_send(p, op)) break;
+    op.done = true;
+    p.sends.pop_front();
+  }
+  while (!p.broken && !p.recvs.empty()) {
+    Op &op = ops_.at(p.recvs.front());
+    if (!move_recv(p, op)) break;
+    op.done = true;
+    p.recvs.pop_front();
+  }
+}
+
+void ShmP2p::progress() noexcept {
+  for (auto &p : pairs_)
+    if (p && (!p->sends.empty() || !p->recvs.empty())) progress_pair(*p);
+}
+
+void ShmP2p::throw_failed(OpId id) {
+  auto it = ops_.find(id);
+  const pstate_status_t status = it->second.status;
+  std::string message = std::move(it->second.message);
+  ops_.erase(it);
+  throw Error(status, message);
+}
+
+bool ShmP2p::test(OpId id) {
+  progress();
+  auto it = ops_.find(id);
+  if (it == ops_.end())
+    throw_error(PSTATE_ERR_INTERNAL, options_.label, ": point-to-point operation ", id, " is not pending");
+  if (!it->second.done) return false;
+  if (it->second.status != PSTATE_OK) throw_failed(id);
+  ops_.erase(it);
+  return true;
+}
+
+void ShmP2p::wait(const OpId *ids, size_t n, const Deadline &deadline, const char *what) {
+  // Done when every listed operation is done; the first failed one throws.
+  auto all_done = [&] {
+    bool all = true;
+    for (size_t i = 0; i < n; ++i) {
+      auto it = ops_.find(ids[i]);
+      if (it == ops_.end()) continue;  // already collected
+      if (it->second.done && it->second.status != PSTATE_OK) throw_failed(ids[i]);
+      all = all && it->second.done;
+    }
+    return all;
+  };
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  auto last_check = t0;
+  for (;;) {
+    progress();
+    if (all_done()) break;
+    const auto now = Clock::now();
+    const int64_t waited_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now - t0).count();
+    if (now - last_check >= std::chrono::milliseconds(options_.liveness_interval_ms)) {
+      last_check = now;
+      if (options_.liveness) options_.liveness();
+    }
+    if (deadline.expired()) {
+      if (options_.liveness) options_.liveness();  // a dead peer is PEER_LOST, not TIMEOUT
+      progress();
+      if (all_done()) break;
+      std::string stuck;
+      for (size_t i = 0; i < n && stuck.empty(); ++i) {
+        auto it = ops_.find(ids[i]);
+        if (it == ops_.end() || it->second.done) continue;
+        const Op &op = it->second;
+        stuck = op.send ? cat("its send of ", op.bytes, " bytes to rank ", global_rank(op.peer), " (group rank ",
+                              op.peer, ") has ", op.moved, " in the ring (the receiver has not read the rest)")
+                        : cat("its receive of ", op.bytes, " bytes from rank ", global_rank(op.peer), " (group rank ",
+                              op.peer, ") has ", op.header_moved == kHeaderBytes ? op.moved : 0,
+                              op.header_moved == kHeaderBytes ? " of them" : " (no message has arrived)");
+      }
+      throw_error(PSTATE_ERR_TIMEOUT, options_.label, " rank ", global_rank(rank_), ": ", what, ": timed out after ",
+                  std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count(), " ms: ", stuck,
+                  "; is the peer calling the matching operation?");
+    }
+    if (options_.spin && waited_ns < kSpinNs)
+      cpu_relax();
+    else if (waited_ns < kSpinNs + kYieldNs)
+      sched_yield();
+    else
+      std::this_thread::sleep_for(kNap);
+  }
+  for (size_t i = 0; i < n; ++i) ops_.erase(ids[i]);
+}
+
+void ShmP2p::cancel(OpId id) noexcept {
+  auto it = ops_.find(id);
+  if (it == ops_.end()) return;
+  const Op &op = it->second;
+  if (!op.done && op.peer >= 0 && pairs_[static_cast<size_t>(op.peer)]) {
+    Pair &p = *pairs_[static_cast<size_t>(op.peer)];
+    auto &q = op.send ? p.sends : p.recvs;
+    q.erase(std::remove(q.begin(), q.end(), id), q.end());
+    if (op.header_moved != 0)  // half moved: the stream is out of step
+      fail_pair(p, PSTATE_ERR_ABORTED,
+                cat(options_.label, ": a point-to-point operation with group rank ", op.peer,
+                    " was cancelled half-moved (pstate_finalize or pstate_abort)"));
+  }
+  ops_.erase(it);
+}
+
+}  // namespace pstate::shm

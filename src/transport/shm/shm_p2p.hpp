@@ -1,0 +1,151 @@
+// shm_p2p.hpp — point-to-point messages between ranks of one host: a byte ring per direction of
+// each pair of ranks in a shared segment, made when the pair first exchanges a message.
+//
+// Why: over UCX's shared-memory transports a send/receive pair of a few bytes costs 1.4-3 us here
+// against 0.5 us for Open MPI's vader (BENCHMARKS.md, sendrecv ring), most of it in the tag
+// matching, request objects and progress of a general transport. Between two processes of one
+// host a message needs none of that: the sender copies it into a ring the receiver reads, in
+// order, and pstate's point-to-point is exactly "the k-th send from a to b is b's k-th receive
+// from a" (no tags, no wildcards), so a FIFO per direction is the whole matching.
+//
+// The pair segment. Group ranks a < b share one segment named <base>-<a>-<b>: a header, then two
+// rings (a -> b, b -> a). It is made by whichever of the two first needs it, without waiting for
+// the other (a send must not block on the receiver's arrival, or a ring of ranks that all send
+// first would deadlock): shm_open(O_CREAT | O_EXCL), ftruncate (fresh pages are zero: the rings
+// start empty). The other opens the existing name, waits until it has its full size, maps it and
+// unlinks the name, so nothing is left in /dev/shm once both are attached. A rank that tears
+// down the engine removes the names of its pairs too, except one it made that its live peer has
+// not opened yet (the messages in it are still to be received: the peer opens it, or removes the
+// name at its own teardown). So a name outlives both ranks only if the peer is killed before it
+// ever looked at the pair and its maker is killed too.
+//
+// A ring is capacity bytes of data, a tail the writer advances and a head the reader advances
+// (each on its own cache line, written only by its owner, release; read by the other, acquire).
+// A message is a 16-byte header (payload bytes, per-direction sequence number, a magic word)
+// followed by its payload, in the byte stream with no padding, wrapping at the end of the ring.
+// The writer publishes its tail every kPublishBytes, so the reader copies out the first chunk of
+// a large message while the next is being copied in (two copies, pipelined; a message of any size
+// passes through a ring of any size). A receive of a different size than the message's is
+// PSTATE_ERR_MISMATCH, naming both sizes; the pair's stream is then out of step, so the pair is
+// broken (every later operation with that peer fails) and the caller fails its context.
+//
+// Progress: nothing moves by itself. Every post, test and wait moves what can move on every
+// pair (writes what fits, reads what arrived, for the operations at the head of each queue), and
+// the group calls progress() from the periodic check of its other waits, so a large send that
+// waits for ring space still moves while its rank waits in a collective. Waits spin, then yield,
+// then sleep in short naps, calling the liveness check (PSTATE_ERR_PEER_LOST for a dead peer,
+// PSTATE_ERR_INTERRUPTED) every liveness interval, and end with PSTATE_ERR_TIMEOUT at the deadline.
+//
+// Threads: one thread drives an engine at a time (the context's rule); engines of different ranks
+// (threads of one process as ranks, each with its own) only share the segment.
+#pragma once
+
+#include "common/deadline.hpp"
+
+#include <pstate/pstate.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace pstate::shm {
+
+struct ShmP2pOptions {
+  std::string label = "shm p2p";    // names the group in every message ("pp:0")
+  size_t ring_bytes = 512 * 1024;   // data bytes of each direction's ring (both ranks must agree)
+  std::function<void()> liveness;   // throws PEER_LOST / INTERRUPTED; may be empty
+  std::function<bool(int)> peer_gone;  // true when group rank r's process has exited; may be empty
+  int liveness_interval_ms = 100;
+  bool spin = true;                 // false when ranks outnumber CPUs: yield at once
+  std::vector<int> global_ranks;    // the world rank of each group rank, for messages (may be empty)
+};
+
+class ShmP2p {
+ public:
+  using OpId = uint64_t;
+
+  // base: the group's unique shared-memory prefix ("/pstate-<job>-<group>-<first rank>-p2p").
+  ShmP2p(std::string base, int rank, int size, ShmP2pOptions options);
+  ~ShmP2p();  // unmaps every pair and unlinks their names; pending operations are dropped
+  ShmP2p(const ShmP2p &) = delete;
+  ShmP2p &operator=(const ShmP2p &) = delete;
+
+  // Queue a send / receive of bytes with group rank peer (not this rank); moves what it can at
+  // once. The buffer belongs to the engine until the operation completed (test/wait) or was
+  // cancelled. Attaching to the pair segment may throw (PSTATE_ERR_TRANSPORT: shm_open failed).
+  OpId post_send(int peer, const void *buf, size_t bytes, const Deadline &deadline);
+  OpId post_recv(int peer, void *buf, size_t bytes, const Deadline &deadline);
+  // Moves what it can; true (and the operation forgotten) once it completed. A failed operation
+  // throws its error (and is forgotten).
+  bool test(OpId id);
+  // Until every listed operation completed: the first failure throws (the others stay queued).
+  void wait(const OpId *ids, size_t n, const Deadline &deadline, const char *what);
+  void wait(OpId id, const Deadline &deadline, const char *what) { wait(&id, 1, deadline, what); }
+  // Forgets a pending operation: its buffer is no longer touched. A send cancelled half-written
+  // leaves its pair's stream out of step (used at abort/finalize only).
+  void cancel(OpId id) noexcept;
+  // Moves whatever can move on every pair, without blocking. Failures are kept in the operations.
+  void progress() noexcept;
+  bool pending() const { return !ops_.empty(); }
+  // One line for PSTATE_DEBUG=INFO.
+  std::string describe() const;
+
+  struct Ring;    // in-segment layout (shm_p2p.cpp)
+  struct Header;
+
+ private:
+  struct Op {
+    bool send = false;
+    int peer = -1;
+    uint8_t *buf = nullptr;
+    size_t bytes = 0;
+    size_t moved = 0;          // payload bytes written / read so far
+    size_t header_moved = 0;   // header bytes written / read so far (of 16)
+    uint8_t header[16] = {};   // the header being written / read
+    bool done = false;
+    pstate_status_t status = PSTATE_OK;
+    std::string message;
+  };
+  struct Pair {
+    bool created = false;     // this rank made the segment (see ~ShmP2p)
+    uint8_t *base = nullptr;  // mapped segment
+    size_t mapped = 0;
+    Ring *out = nullptr;      // the ring this rank writes
+    Ring *in = nullptr;       // the ring this rank reads
+    uint8_t *out_data = nullptr;
+    uint8_t *in_data = nullptr;
+    uint64_t out_head_seen = 0;  // the reader's head as last loaded (space check without a miss)
+    uint64_t in_tail_seen = 0;   // the writer's tail as last loaded
+    uint32_t sent = 0, received = 0;  // messages completed per direction (header sequence numbers)
+    std::deque<OpId> sends, recvs;    // queued operations, oldest first
+    bool broken = false;
+    std::string broken_why;
+  };
+
+  Pair &pair(int peer, const Deadline &deadline);
+  std::string pair_name(int peer) const;
+  OpId post(bool send, int peer, uint8_t *buf, size_t bytes, const Deadline &deadline);
+  bool move_send(Pair &p, Op &op);  // true when op finished
+  bool move_recv(Pair &p, Op &op);
+  void progress_pair(Pair &p) noexcept;
+  void fail_pair(Pair &p, pstate_status_t status, const std::string &why) noexcept;
+  [[noreturn]] void throw_failed(OpId id);
+  int global_rank(int group_rank) const;
+
+  std::string base_;
+  int rank_;
+  int size_;
+  ShmP2pOptions options_;
+  size_t segment_bytes_ = 0;
+  std::vector<std::unique_ptr<Pair>> pairs_;  // by peer; null until first used
+  std::unordered_map<OpId, Op> ops_;
+  OpId next_id_ = 1;
+};
+
+}  // namespace pstate::shm
