@@ -163,6 +163,46 @@ static void test_several_pending_with_a_collective_between_threads(void **state)
   assert_int_equal(pstate_test_run_threads(4, 120, several_pending_with_collective, NULL), 0);
 }
 
+/* ---- a large send moves while its sender waits in a collective -------------------------------- */
+
+/* Rank 0 isends RING_COUNT floats (4 MiB: more than a shared-memory pair ring holds) to rank 1 and
+ * enters a barrier before it waits; rank 1 waits for the whole message first and only then enters
+ * the barrier. So the rest of rank 0's send can only move while rank 0 waits in the barrier: pstate
+ * must keep it moving there (shared memory: the waits' periodic check; UCX: the rendezvous), or
+ * both ranks time out. */
+static int large_send_during_collective(const pstate_test_rank_t *self) {
+  pstate_t *ps = NULL;
+  RANK_OK(self, pstate_test_init(self, TIMEOUT_MS, &ps));
+  pstate_group_t *w = world_of(ps);
+  float *buf = malloc(RING_COUNT * sizeof(float));
+  RANK_CHECK(self, buf != NULL, "malloc");
+  pstate_request_t *r = NULL;
+  if (self->rank == 0) {
+    fill(buf, RING_COUNT, 0, 7);
+    RANK_OK(self, pstate_isend(w, buf, RING_COUNT, PSTATE_FLOAT32, 1, NULL, &r));
+    RANK_OK(self, pstate_barrier(w));
+    RANK_OK(self, pstate_wait(r));
+  } else if (self->rank == 1) {
+    memset(buf, 0, RING_COUNT * sizeof(float));
+    RANK_OK(self, pstate_irecv(w, buf, RING_COUNT, PSTATE_FLOAT32, 0, NULL, &r));
+    RANK_OK(self, pstate_wait(r));
+    size_t bad = check_from(buf, RING_COUNT, 0, 7);
+    RANK_CHECK(self, bad == 0, "element %zu is %g", bad - 1, (double)buf[bad - 1]);
+    RANK_OK(self, pstate_barrier(w));
+  } else {
+    RANK_OK(self, pstate_barrier(w));
+  }
+  free(buf);
+  RANK_OK(self, pstate_finalize(ps));
+  return 0;
+}
+
+static void test_a_large_send_moves_while_its_sender_waits_in_a_collective(void **state) {
+  (void)state;
+  assert_int_equal(pstate_test_run_processes(3, 120, large_send_during_collective, NULL, NULL), 0);
+  assert_int_equal(pstate_test_run_threads(2, 120, large_send_during_collective, NULL), 0);
+}
+
 /* ---- a batch with every peer, listed in reversed orders on alternate ranks -------------------- */
 
 #define BATCH_COUNT (64u * 1024u) /* floats: 256 KiB per message */
@@ -550,6 +590,7 @@ int main(void) {
       cmocka_unit_test(test_several_pending_with_a_collective_between_threads),
       cmocka_unit_test(test_batch_with_every_peer_in_reversed_orders_2_3_4_processes),
       cmocka_unit_test(test_batch_with_every_peer_in_reversed_orders_threads),
+      cmocka_unit_test(test_a_large_send_moves_while_its_sender_waits_in_a_collective),
       cmocka_unit_test(test_peer_killed_with_requests_pending_is_peer_lost_on_every_survivor),
       cmocka_unit_test(test_requests_pending_at_finalize_or_abort_wait_aborted),
       cmocka_unit_test(test_destroy_model_parallel_refused_while_a_request_is_pending),

@@ -15,3 +15,6 @@ set_tests_properties(test_faults_ucx_path PROPERTIES TIMEOUT 600 ENVIRONMENT "PS
 add_test(NAME test_large_and_bitwise_ucx_path COMMAND test_large_and_bitwise)
 set_tests_properties(test_large_and_bitwise_ucx_path PROPERTIES TIMEOUT 600
                      ENVIRONMENT "PSTATE_SHM=0;${PSTATE_TEST_ENV}")
+add_test(NAME test_p2p_nonblocking_ucx_path COMMAND test_p2p_nonblocking)
+set_tests_properties(test_p2p_nonblocking_ucx_path PROPERTIES TIMEOUT 600
+                     ENVIRONMENT "PSTATE_SHM=0;${PSTATE_TEST_ENV}")
