@@ -114,6 +114,16 @@ pstate::shm::ShmP2p &pstate_group_s::p2p() {
     };
     o.spin = !pstate::shm::oversubscribed(size());
     o.global_ranks = ranks_;
+    // PSTATE_SHM_CMA=0: large messages by value through the rings too (two copies), never by
+    // reference (process_vm_readv, one copy)
+    const char *cma = std::getenv("PSTATE_SHM_CMA");
+    if (cma != nullptr && std::string(cma) == "0") o.cma_bytes = 0;
+    o.on_cma_refused = [this](int peer, int err) {
+      ctx_.log().info("group ", name_, ": this rank may not read the memory of group rank ", peer,
+                      " (process_vm_readv: ", std::strerror(err),
+                      "; a ptrace policy or seccomp filter?): its large messages to this rank go through the ring "
+                      "(two copies) from now on");
+    };
     p2p_ = std::make_unique<pstate::shm::ShmP2p>(shm_name("p2p"), rank_in_group_, size(), o);
     ctx_.log().info(p2p_->describe());
   }

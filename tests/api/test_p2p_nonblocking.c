@@ -21,6 +21,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <linux/capability.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -201,6 +206,67 @@ static void test_a_large_send_moves_while_its_sender_waits_in_a_collective(void 
   (void)state;
   assert_int_equal(pstate_test_run_processes(3, 120, large_send_during_collective, NULL, NULL), 0);
   assert_int_equal(pstate_test_run_threads(2, 120, large_send_during_collective, NULL), 0);
+}
+
+/* ---- large messages when the kernel refuses to let a rank read its peer's memory ------------- */
+
+/* Inside a host, messages of 64 KiB and more are offered by reference: the receiver copies them
+ * straight out of the sender with process_vm_readv. Where a ptrace policy or a seccomp filter
+ * forbids that, they must still arrive, through the ring. Made real here: each rank marks itself
+ * not dumpable and drops CAP_SYS_PTRACE from its effective set (the test runs as root), so the
+ * kernel refuses process_vm_readv between them (EPERM, checked first). Then both ranks exchange
+ * RING_COUNT floats in both directions, non-blocking and blocking. */
+static int drop_ptrace_capability(void) {
+  struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct d[2];
+  if (syscall(SYS_capget, &h, d) != 0) return -1;
+  d[CAP_SYS_PTRACE / 32].effective &= ~(1u << (CAP_SYS_PTRACE % 32));
+  return (int)syscall(SYS_capset, &h, d);
+}
+
+static int large_messages_without_cma(const pstate_test_rank_t *self) {
+  RANK_CHECK(self, prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0 && drop_ptrace_capability() == 0, "dropping ptrace rights");
+  pstate_t *ps = NULL;
+  RANK_OK(self, pstate_test_init(self, TIMEOUT_MS, &ps));
+  pstate_group_t *w = world_of(ps);
+  const int peer = 1 - self->rank;
+  int64_t pids[2], mine = (int64_t)getpid();
+  RANK_OK(self, pstate_all_gather(w, &mine, pids, 1, PSTATE_INT64, NULL));
+  char probe;
+  struct iovec local = {&probe, 1}, remote = {&probe, 1};
+  errno = 0;
+  RANK_CHECK(self, process_vm_readv((pid_t)pids[peer], &local, 1, &remote, 1, 0) < 0 && errno == EPERM,
+             "process_vm_readv of the peer was not refused (errno %d): the test proves nothing", errno);
+  float *out = malloc(RING_COUNT * sizeof(float)), *in = malloc(RING_COUNT * sizeof(float));
+  RANK_CHECK(self, out != NULL && in != NULL, "malloc");
+  for (int round = 0; round < 2; ++round) {
+    fill(out, RING_COUNT, self->rank, round);
+    memset(in, 0, RING_COUNT * sizeof(float));
+    if (round == 0) {
+      pstate_request_t *s = NULL, *q = NULL;
+      RANK_OK(self, pstate_isend(w, out, RING_COUNT, PSTATE_FLOAT32, peer, NULL, &s));
+      RANK_OK(self, pstate_irecv(w, in, RING_COUNT, PSTATE_FLOAT32, peer, NULL, &q));
+      RANK_OK(self, pstate_wait(s));
+      RANK_OK(self, pstate_wait(q));
+    } else if (self->rank == 0) {
+      RANK_OK(self, pstate_send(w, out, RING_COUNT, PSTATE_FLOAT32, peer, NULL));
+      RANK_OK(self, pstate_recv(w, in, RING_COUNT, PSTATE_FLOAT32, peer, NULL));
+    } else {
+      RANK_OK(self, pstate_recv(w, in, RING_COUNT, PSTATE_FLOAT32, peer, NULL));
+      RANK_OK(self, pstate_send(w, out, RING_COUNT, PSTATE_FLOAT32, peer, NULL));
+    }
+    size_t bad = check_from(in, RING_COUNT, peer, round);
+    RANK_CHECK(self, bad == 0, "round %d: element %zu is %g", round, bad - 1, (double)in[bad - 1]);
+  }
+  free(out);
+  free(in);
+  RANK_OK(self, pstate_finalize(ps));
+  return 0;
+}
+
+static void test_large_messages_arrive_when_the_kernel_refuses_cma(void **state) {
+  (void)state;
+  assert_int_equal(pstate_test_run_processes(2, 120, large_messages_without_cma, NULL, NULL), 0);
 }
 
 /* ---- a batch with every peer, listed in reversed orders on alternate ranks -------------------- */
@@ -591,6 +657,7 @@ int main(void) {
       cmocka_unit_test(test_batch_with_every_peer_in_reversed_orders_2_3_4_processes),
       cmocka_unit_test(test_batch_with_every_peer_in_reversed_orders_threads),
       cmocka_unit_test(test_a_large_send_moves_while_its_sender_waits_in_a_collective),
+      cmocka_unit_test(test_large_messages_arrive_when_the_kernel_refuses_cma),
       cmocka_unit_test(test_peer_killed_with_requests_pending_is_peer_lost_on_every_survivor),
       cmocka_unit_test(test_requests_pending_at_finalize_or_abort_wait_aborted),
       cmocka_unit_test(test_destroy_model_parallel_refused_while_a_request_is_pending),

@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,8 +23,10 @@ namespace pstate::shm {
 namespace {
 
 constexpr uint32_t kSegmentMagic = 0x70327031;  // "p2p1"
-constexpr uint32_t kMessageMagic = 0x6d736731;  // "msg1"
-constexpr size_t kHeaderBytes = 16;
+constexpr uint32_t kMessageMagic = 0x6d736731;  // "msg1": the payload follows in the ring
+constexpr uint32_t kRefMagic = 0x72656631;      // "ref1": pid and address follow; the reader copies
+constexpr size_t kHeaderBytes = 16;             // payload bytes, sequence number, magic
+constexpr size_t kRefHeaderBytes = 32;          // + the sender's pid and buffer address
 // The writer publishes its tail (and the reader its head) at least every this many bytes, so a
 // large message is copied out while the rest is copied in.
 constexpr size_t kPublishBytes = 64 * 1024;
@@ -56,10 +59,13 @@ struct ShmP2p::Header {
 };
 
 struct ShmP2p::Ring {
-  alignas(64) std::atomic<uint64_t> tail;  // bytes ever written (the writer's)
+  alignas(64) std::atomic<uint64_t> tail;  // bytes ever written (the writer's line)
   uint8_t pad0[56];
-  alignas(64) std::atomic<uint64_t> head;  // bytes ever read (the reader's)
-  uint8_t pad1[56];
+  alignas(64) std::atomic<uint64_t> head;  // bytes ever read (the reader's line from here)
+  std::atomic<uint64_t> refs_read;         // messages offered by reference that the reader is done with
+  std::atomic<uint64_t> ref_refused;       // the index of the one it could not read (0: none)
+  std::atomic<uint32_t> broken;            // 1: the reader found a size mismatch
+  uint8_t pad1[36];
 };
 
 static_assert(sizeof(ShmP2p::Header) == 64 && sizeof(ShmP2p::Ring) == 128, "pair segment layout");
@@ -221,7 +227,9 @@ ShmP2p::OpId ShmP2p::post(bool send, int peer, uint8_t *buf, size_t bytes, const
   return id;
 }
 
-// Writes what fits of op (the oldest send of the pair); true when all of it is in the ring.
+// The sender's side of op (the oldest send of the pair); true once the buffer is free again:
+// by value, when all of it is in the ring; by reference, when the reader has copied it (or
+// refused to: then it follows by value).
 bool ShmP2p::move_send(Pair &p, Op &op) {
   const size_t c = options_.ring_bytes;
   const uint64_t start = p.out->tail.load(std::memory_order_relaxed);
@@ -230,20 +238,49 @@ bool ShmP2p::move_send(Pair &p, Op &op) {
     if (c - (tail - p.out_head_seen) < want) p.out_head_seen = p.out->head.load(std::memory_order_acquire);
     return c - static_cast<size_t>(tail - p.out_head_seen);
   };
-  if (op.header_moved < kHeaderBytes) {
-    if (op.header_moved == 0) {
-      const uint64_t bytes = op.bytes;
-      const uint32_t seq = p.sent, magic = kMessageMagic;
-      std::memcpy(op.header, &bytes, 8);
-      std::memcpy(op.header + 8, &seq, 4);
-      std::memcpy(op.header + 12, &magic, 4);
+  if (p.out->broken.load(std::memory_order_acquire) != 0) {  // the reader found a size mismatch
+    fail_pair(p, PSTATE_ERR_MISMATCH,
+              cat(options_.label, ": rank ", global_rank(op.peer), " (group rank ", op.peer,
+                  ") received a message from rank ", global_rank(rank_),
+                  " with a size other than its receive's (its error names both); the pair's stream is out of step: "
+                  "abort the context"));
+    return false;
+  }
+  if (op.header_len == 0) {  // compose the header
+    op.by_ref = options_.cma_bytes != 0 && op.bytes >= options_.cma_bytes && !p.cma_off &&
+                p.out->ref_refused.load(std::memory_order_relaxed) == 0;
+    const uint64_t bytes = op.bytes;
+    const uint32_t seq = p.sent, magic = op.by_ref ? kRefMagic : kMessageMagic;
+    std::memcpy(op.header, &bytes, 8);
+    std::memcpy(op.header + 8, &seq, 4);
+    std::memcpy(op.header + 12, &magic, 4);
+    if (op.by_ref) {
+      const uint64_t pid = static_cast<uint64_t>(::getpid()), addr = reinterpret_cast<uintptr_t>(op.buf);
+      std::memcpy(op.header + 16, &pid, 8);
+      std::memcpy(op.header + 24, &addr, 8);
     }
-    const size_t n = std::min(kHeaderBytes - op.header_moved, space(kHeaderBytes + std::min(op.bytes, kPublishBytes)));
+    op.header_len = op.by_ref ? kRefHeaderBytes : kHeaderBytes;
+  }
+  if (op.header_moved < op.header_len) {
+    const size_t n = std::min(op.header_len - op.header_moved,
+                              space(op.header_len + (op.by_ref ? 0 : std::min(op.bytes, kPublishBytes))));
     write_wrap(p.out_data, c, tail, op.header + op.header_moved, n);
     tail += n;
     op.header_moved += n;
   }
-  while (op.header_moved == kHeaderBytes && op.moved < op.bytes) {
+  if (op.by_ref && op.header_moved == op.header_len) {
+    if (tail != start) p.out->tail.store(tail, std::memory_order_release);
+    if (op.ref_index == 0) op.ref_index = ++p.refs_sent;
+    if (p.out->refs_read.load(std::memory_order_acquire) < op.ref_index) return false;  // not copied yet
+    if (p.out->ref_refused.load(std::memory_order_acquire) != op.ref_index) {
+      ++p.sent;
+      return true;
+    }
+    op.by_ref = false;  // the reader cannot read this process's memory: the payload follows by value
+    p.cma_off = true;
+    return move_send(p, op);
+  }
+  while (op.header_moved == op.header_len && op.moved < op.bytes) {
     const size_t want = std::min(op.bytes - op.moved, kPublishBytes);
     const size_t n = std::min(want, space(want));
     if (n == 0) break;
@@ -253,13 +290,36 @@ bool ShmP2p::move_send(Pair &p, Op &op) {
     if (op.moved < op.bytes) p.out->tail.store(tail, std::memory_order_release);  // the reader starts
   }
   if (tail != start) p.out->tail.store(tail, std::memory_order_release);
-  if (op.header_moved < kHeaderBytes || op.moved < op.bytes) return false;
+  if (op.header_moved < op.header_len || op.moved < op.bytes) return false;
   ++p.sent;
   return true;
 }
 
-// Reads what arrived of op (the oldest receive of the pair); true when all of it is in op.buf.
-// A message of another size fails the pair (MISMATCH) and returns false.
+// Copies bytes at addr in process pid into dst (one copy: process_vm_readv, or memcpy when the
+// sender is a thread of this process). false with *err set when the kernel refuses.
+static bool read_remote(uint64_t pid, uint64_t addr, uint8_t *dst, size_t bytes, int *err) {
+  if (static_cast<pid_t>(pid) == ::getpid()) {
+    std::memcpy(dst, reinterpret_cast<const void *>(static_cast<uintptr_t>(addr)), bytes);
+    return true;
+  }
+  size_t done = 0;
+  while (done < bytes) {
+    iovec local{dst + done, bytes - done};
+    iovec remote{reinterpret_cast<void *>(static_cast<uintptr_t>(addr + done)), bytes - done};
+    const ssize_t n = ::process_vm_readv(static_cast<pid_t>(pid), &local, 1, &remote, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      *err = n < 0 ? errno : EIO;
+      return false;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// The receiver's side of op (the oldest receive of the pair); true when all of it is in op.buf.
+// A message of another size fails the pair (MISMATCH, and the ring's broken flag tells the
+// sender) and returns false.
 bool ShmP2p::move_recv(Pair &p, Op &op) {
   const size_t c = options_.ring_bytes;
   const uint64_t start = p.in->head.load(std::memory_order_relaxed);
@@ -268,38 +328,69 @@ bool ShmP2p::move_recv(Pair &p, Op &op) {
     if (p.in_tail_seen - head < want) p.in_tail_seen = p.in->tail.load(std::memory_order_acquire);
     return static_cast<size_t>(p.in_tail_seen - head);
   };
-  if (op.header_moved < kHeaderBytes) {
-    const size_t n = std::min(kHeaderBytes - op.header_moved, avail(kHeaderBytes - op.header_moved));
+  const size_t first = op.header_len == 0 ? kHeaderBytes : op.header_len;
+  if (op.header_moved < first) {
+    const size_t n = std::min(first - op.header_moved, avail(first - op.header_moved));
     read_wrap(p.in_data, c, head, op.header + op.header_moved, n);
     head += n;
     op.header_moved += n;
-    if (op.header_moved == kHeaderBytes) {
-      uint64_t bytes = 0;
-      uint32_t seq = 0, magic = 0;
-      std::memcpy(&bytes, op.header, 8);
-      std::memcpy(&seq, op.header + 8, 4);
-      std::memcpy(&magic, op.header + 12, 4);
-      if (magic != kMessageMagic || seq != p.received) {
-        p.in->head.store(head, std::memory_order_release);
-        fail_pair(p, PSTATE_ERR_TRANSPORT,
-                  cat(options_.label, ": the stream from rank ", global_rank(op.peer), " (group rank ", op.peer,
-                      ") to rank ", global_rank(rank_), " is corrupt (message #", p.received, ": magic ", magic,
-                      ", sequence ", seq, "); the context must be aborted"));
-        return false;
-      }
-      if (bytes != op.bytes) {
-        p.in->head.store(head, std::memory_order_release);
-        fail_pair(p, PSTATE_ERR_MISMATCH,
-                  cat(options_.label, ": rank ", global_rank(op.peer), " (group rank ", op.peer, ") sent ", bytes,
-                      " bytes as its message #", seq, " to rank ", global_rank(rank_), " (group rank ", rank_,
-                      "), which expected exactly ", op.bytes,
-                      " bytes: a send and its receive must have the same size (count x dtype size); the pair's "
-                      "stream is now out of step: abort the context"));
-        return false;
-      }
+  }
+  if (op.header_len == 0 && op.header_moved == kHeaderBytes) {
+    uint64_t bytes = 0;
+    uint32_t seq = 0, magic = 0;
+    std::memcpy(&bytes, op.header, 8);
+    std::memcpy(&seq, op.header + 8, 4);
+    std::memcpy(&magic, op.header + 12, 4);
+    if ((magic != kMessageMagic && magic != kRefMagic) || seq != p.received) {
+      p.in->head.store(head, std::memory_order_release);
+      fail_pair(p, PSTATE_ERR_TRANSPORT,
+                cat(options_.label, ": the stream from rank ", global_rank(op.peer), " (group rank ", op.peer,
+                    ") to rank ", global_rank(rank_), " is corrupt (message #", p.received, ": magic ", magic,
+                    ", sequence ", seq, "); the context must be aborted"));
+      return false;
+    }
+    if (bytes != op.bytes) {
+      p.in->head.store(head, std::memory_order_release);
+      p.in->broken.store(1, std::memory_order_release);
+      fail_pair(p, PSTATE_ERR_MISMATCH,
+                cat(options_.label, ": rank ", global_rank(op.peer), " (group rank ", op.peer, ") sent ", bytes,
+                    " bytes as its message #", seq, " to rank ", global_rank(rank_), " (group rank ", rank_,
+                    "), which expected exactly ", op.bytes,
+                    " bytes: a send and its receive must have the same size (count x dtype size); the pair's "
+                    "stream is now out of step: abort the context"));
+      return false;
+    }
+    op.by_ref = magic == kRefMagic;
+    op.header_len = op.by_ref ? kRefHeaderBytes : kHeaderBytes;
+    if (op.header_moved < op.header_len) {
+      const size_t n = std::min(op.header_len - op.header_moved, avail(op.header_len - op.header_moved));
+      read_wrap(p.in_data, c, head, op.header + op.header_moved, n);
+      head += n;
+      op.header_moved += n;
     }
   }
-  while (op.header_moved == kHeaderBytes && op.moved < op.bytes) {
+  if (op.by_ref && op.header_moved == op.header_len) {
+    p.in->head.store(head, std::memory_order_release);
+    uint64_t pid = 0, addr = 0;
+    std::memcpy(&pid, op.header + 16, 8);
+    std::memcpy(&addr, op.header + 24, 8);
+    const uint64_t index = ++p.refs_received;
+    int err = 0;
+    if (!p.cma_off && read_remote(pid, addr, op.buf, op.bytes, &err)) {
+      p.in->refs_read.store(index, std::memory_order_release);
+      ++p.received;
+      return true;
+    }
+    // Refused (EPERM under a ptrace policy, ENOSYS, a seccomp filter): the sender sends the
+    // payload by value after this, and offers nothing by reference to this rank again.
+    if (!p.cma_off && options_.on_cma_refused) options_.on_cma_refused(op.peer, err);
+    p.cma_off = true;
+    p.in->ref_refused.store(index, std::memory_order_relaxed);
+    p.in->refs_read.store(index, std::memory_order_release);
+    op.by_ref = false;
+    return move_recv(p, op);
+  }
+  while (op.header_len != 0 && op.header_moved == op.header_len && op.moved < op.bytes) {
     const size_t want = std::min(op.bytes - op.moved, kPublishBytes);
     const size_t n = std::min(want, avail(want));
     if (n == 0) break;
@@ -309,7 +400,7 @@ bool ShmP2p::move_recv(Pair &p, Op &op) {
     p.in->head.store(head, std::memory_order_release);  // room for the writer
   }
   if (head != start) p.in->head.store(head, std::memory_order_release);
-  if (op.header_moved < kHeaderBytes || op.moved < op.bytes) return false;
+  if (op.header_len == 0 || op.header_moved < op.header_len || op.moved < op.bytes) return false;
   ++p.received;
   return true;
 }
@@ -401,11 +492,14 @@ void ShmP2p::wait(const OpId *ids, size_t n, const Deadline &deadline, const cha
         auto it = ops_.find(ids[i]);
         if (it == ops_.end() || it->second.done) continue;
         const Op &op = it->second;
+        const bool started = op.header_len != 0 && op.header_moved == op.header_len;
         stuck = op.send ? cat("its send of ", op.bytes, " bytes to rank ", global_rank(op.peer), " (group rank ",
-                              op.peer, ") has ", op.moved, " in the ring (the receiver has not read the rest)")
+                              op.peer, ") ",
+                              op.by_ref ? std::string("was offered by reference and not copied yet")
+                                        : cat("has ", op.moved, " in the ring (the receiver has not read the rest)"))
                         : cat("its receive of ", op.bytes, " bytes from rank ", global_rank(op.peer), " (group rank ",
-                              op.peer, ") has ", op.header_moved == kHeaderBytes ? op.moved : 0,
-                              op.header_moved == kHeaderBytes ? " of them" : " (no message has arrived)");
+                              op.peer, ") has ", started ? op.moved : 0,
+                              started ? " of them" : " (no message has arrived)");
       }
       throw_error(PSTATE_ERR_TIMEOUT, options_.label, " rank ", global_rank(rank_), ": ", what, ": timed out after ",
                   std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count(), " ms: ", stuck,

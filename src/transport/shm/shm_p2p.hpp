@@ -59,6 +59,8 @@ namespace pstate::shm {
 struct ShmP2pOptions {
   std::string label = "shm p2p";    // names the group in every message ("pp:0")
   size_t ring_bytes = 512 * 1024;   // data bytes of each direction's ring (both ranks must agree)
+  size_t cma_bytes = 64 * 1024;     // messages this large go by reference (one copy); 0: never
+  std::function<void(int, int)> on_cma_refused;  // (peer, errno) the first time a reference is refused
   std::function<void()> liveness;   // throws PEER_LOST / INTERRUPTED; may be empty
   std::function<bool(int)> peer_gone;  // true when group rank r's process has exited; may be empty
   int liveness_interval_ms = 100;
@@ -106,8 +108,11 @@ class ShmP2p {
     uint8_t *buf = nullptr;
     size_t bytes = 0;
     size_t moved = 0;          // payload bytes written / read so far
-    size_t header_moved = 0;   // header bytes written / read so far (of 16)
-    uint8_t header[16] = {};   // the header being written / read
+    size_t header_moved = 0;   // header bytes written / read so far (of header_len)
+    size_t header_len = 0;     // 16 (by value) or 32 (by reference); 0: not known yet
+    uint8_t header[32] = {};   // the header being written / read
+    bool by_ref = false;       // offered by reference: the reader copies from this process
+    uint64_t ref_index = 0;    // sender: its number among the pair's references (1, 2, ...)
     bool done = false;
     pstate_status_t status = PSTATE_OK;
     std::string message;
@@ -123,6 +128,8 @@ class ShmP2p {
     uint64_t out_head_seen = 0;  // the reader's head as last loaded (space check without a miss)
     uint64_t in_tail_seen = 0;   // the writer's tail as last loaded
     uint32_t sent = 0, received = 0;  // messages completed per direction (header sequence numbers)
+    uint64_t refs_sent = 0, refs_received = 0;  // messages offered / taken by reference
+    bool cma_off = false;             // a reference was refused: everything by value from now on
     std::deque<OpId> sends, recvs;    // queued operations, oldest first
     bool broken = false;
     std::string broken_why;
