@@ -18,7 +18,10 @@ class Deadline {
  public:
   using Clock = std::chrono::steady_clock;
 
-  static Deadline after_ms(int64_t ms) { return Deadline(Clock::now() + std::chrono::milliseconds(ms)); }
+  static Deadline after_ms(int64_t ms) { return after_ms_from(Clock::now(), ms); }
+  static Deadline after_ms_from(Clock::time_point start, int64_t ms) {
+    return Deadline(start + std::chrono::milliseconds(ms));
+  }
   // ms after the first call of expired(), remaining_ms() or at() on this object (or on a copy:
   // each copy starts on its own first question).
   static Deadline after_ms_from_first_wait(int64_t ms) {

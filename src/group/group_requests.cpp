@@ -70,7 +70,7 @@ std::shared_ptr<RequestState> pstate_group_s::post_request(TraceOp top, void *bu
   r->peer = peer;
   r->trace_id = record(true);
   r->posted = pstate::Deadline::Clock::now();
-  r->test_deadline = pstate::Deadline::after_ms(ctx_.timeout_ms());
+  r->test_deadline = pstate::Deadline::after_ms_from(r->posted, ctx_.timeout_ms());
   requests_.reserve(requests_.size() + 1);  // no allocation after the post: the state is always held
   try {
     const size_t bytes = count * pstate::dtype_size(dtype);

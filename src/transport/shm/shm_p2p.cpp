@@ -29,7 +29,7 @@ constexpr size_t kHeaderBytes = 16;             // payload bytes, sequence numbe
 constexpr size_t kRefHeaderBytes = 32;          // + the sender's pid and buffer address
 // The writer publishes its tail (and the reader its head) at least every this many bytes, so a
 // large message is copied out while the rest is copied in.
-constexpr size_t kPublishBytes = 64 * 1024;
+constexpr size_t kPublishBytes = 16 * 1024;
 constexpr int64_t kSpinNs = 50 * 1000;     // spin this long before yielding (a core each)
 constexpr int64_t kYieldNs = 1000 * 1000;  // then yield this long before napping
 constexpr auto kNap = std::chrono::microseconds(50);
@@ -210,8 +210,8 @@ ShmP2p::OpId ShmP2p::post_recv(int peer, void *buf, size_t bytes, const Deadline
 
 ShmP2p::OpId ShmP2p::post(bool send, int peer, uint8_t *buf, size_t bytes, const Deadline &deadline) {
   Pair &p = pair(peer, deadline);
-  const OpId id = next_id_++;
-  Op &op = ops_[id];
+  const OpId id = allocate();
+  Op &op = get(id);
   op.send = send;
   op.peer = peer;
   op.buf = buf;
@@ -410,11 +410,11 @@ void ShmP2p::fail_pair(Pair &p, pstate_status_t status, const std::string &why) 
   p.broken_why = why;
   for (auto *q : {&p.sends, &p.recvs}) {
     for (OpId id : *q) {
-      auto it = ops_.find(id);
-      if (it == ops_.end()) continue;
-      it->second.done = true;
-      it->second.status = status;
-      it->second.message = why;
+      Op *op = find(id);
+      if (op == nullptr) continue;
+      op->done = true;
+      op->status = status;
+      op->message = why;
     }
     q->clear();
   }
@@ -422,13 +422,13 @@ void ShmP2p::fail_pair(Pair &p, pstate_status_t status, const std::string &why) 
 
 void ShmP2p::progress_pair(Pair &p) noexcept {
   while (!p.broken && !p.sends.empty()) {
-    Op &op = ops_.at(p.sends.front());
+    Op &op = get(p.sends.front());
     if (!move_send(p, op)) break;
     op.done = true;
     p.sends.pop_front();
   }
   while (!p.broken && !p.recvs.empty()) {
-    Op &op = ops_.at(p.recvs.front());
+    Op &op = get(p.recvs.front());
     if (!move_recv(p, op)) break;
     op.done = true;
     p.recvs.pop_front();
@@ -440,22 +440,56 @@ void ShmP2p::progress() noexcept {
     if (p && (!p->sends.empty() || !p->recvs.empty())) progress_pair(*p);
 }
 
+ShmP2p::Op *ShmP2p::find(OpId id) {
+  const uint64_t index = (id & 0xffffffffu) - 1;
+  if (index >= slots_.size()) return nullptr;
+  Slot &s = slots_[index];
+  return s.used && s.generation == static_cast<uint32_t>(id >> 32) ? &s.op : nullptr;
+}
+
+ShmP2p::OpId ShmP2p::allocate() {
+  uint32_t index;
+  if (!free_.empty()) {
+    index = free_.back();
+    free_.pop_back();
+  } else {
+    index = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+  }
+  Slot &s = slots_[index];
+  s.used = true;
+  s.op = Op{};
+  ++live_;
+  return static_cast<OpId>(s.generation) << 32 | (static_cast<OpId>(index) + 1);
+}
+
+void ShmP2p::release(OpId id) {
+  if (find(id) == nullptr) return;
+  const auto index = static_cast<uint32_t>((id & 0xffffffffu) - 1);
+  Slot &s = slots_[index];
+  s.used = false;
+  ++s.generation;
+  s.op.message.clear();
+  free_.push_back(index);
+  --live_;
+}
+
 void ShmP2p::throw_failed(OpId id) {
-  auto it = ops_.find(id);
-  const pstate_status_t status = it->second.status;
-  std::string message = std::move(it->second.message);
-  ops_.erase(it);
+  Op &op = get(id);
+  const pstate_status_t status = op.status;
+  std::string message = std::move(op.message);
+  release(id);
   throw Error(status, message);
 }
 
 bool ShmP2p::test(OpId id) {
   progress();
-  auto it = ops_.find(id);
-  if (it == ops_.end())
+  Op *op = find(id);
+  if (op == nullptr)
     throw_error(PSTATE_ERR_INTERNAL, options_.label, ": point-to-point operation ", id, " is not pending");
-  if (!it->second.done) return false;
-  if (it->second.status != PSTATE_OK) throw_failed(id);
-  ops_.erase(it);
+  if (!op->done) return false;
+  if (op->status != PSTATE_OK) throw_failed(id);
+  release(id);
   return true;
 }
 
@@ -464,19 +498,28 @@ void ShmP2p::wait(const OpId *ids, size_t n, const Deadline &deadline, const cha
   auto all_done = [&] {
     bool all = true;
     for (size_t i = 0; i < n; ++i) {
-      auto it = ops_.find(ids[i]);
-      if (it == ops_.end()) continue;  // already collected
-      if (it->second.done && it->second.status != PSTATE_OK) throw_failed(ids[i]);
-      all = all && it->second.done;
+      const Op *op = find(ids[i]);
+      if (op == nullptr) continue;  // already collected
+      if (op->done && op->status != PSTATE_OK) throw_failed(ids[i]);
+      all = all && op->done;
     }
     return all;
   };
+  auto collect = [&] {
+    for (size_t i = 0; i < n; ++i) release(ids[i]);
+  };
+  progress();
+  if (all_done()) return collect();  // the common case: no clock read at all
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   auto last_check = t0;
-  for (;;) {
+  for (uint64_t round = 1;; ++round) {
     progress();
     if (all_done()) break;
+    if (options_.spin && round % 64 != 0) {  // spinning: look at the clock every 64 rounds
+      cpu_relax();
+      continue;
+    }
     const auto now = Clock::now();
     const int64_t waited_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now - t0).count();
     if (now - last_check >= std::chrono::milliseconds(options_.liveness_interval_ms)) {
@@ -489,9 +532,9 @@ void ShmP2p::wait(const OpId *ids, size_t n, const Deadline &deadline, const cha
       if (all_done()) break;
       std::string stuck;
       for (size_t i = 0; i < n && stuck.empty(); ++i) {
-        auto it = ops_.find(ids[i]);
-        if (it == ops_.end() || it->second.done) continue;
-        const Op &op = it->second;
+        const Op *found = find(ids[i]);
+        if (found == nullptr || found->done) continue;
+        const Op &op = *found;
         const bool started = op.header_len != 0 && op.header_moved == op.header_len;
         stuck = op.send ? cat("its send of ", op.bytes, " bytes to rank ", global_rank(op.peer), " (group rank ",
                               op.peer, ") ",
@@ -507,18 +550,18 @@ void ShmP2p::wait(const OpId *ids, size_t n, const Deadline &deadline, const cha
     }
     if (options_.spin && waited_ns < kSpinNs)
       cpu_relax();
-    else if (waited_ns < kSpinNs + kYieldNs)
+    else if (waited_ns < (options_.spin ? kSpinNs : 0) + kYieldNs)
       sched_yield();
     else
       std::this_thread::sleep_for(kNap);
   }
-  for (size_t i = 0; i < n; ++i) ops_.erase(ids[i]);
+  collect();
 }
 
 void ShmP2p::cancel(OpId id) noexcept {
-  auto it = ops_.find(id);
-  if (it == ops_.end()) return;
-  const Op &op = it->second;
+  Op *found = find(id);
+  if (found == nullptr) return;
+  const Op &op = *found;
   if (!op.done && op.peer >= 0 && pairs_[static_cast<size_t>(op.peer)]) {
     Pair &p = *pairs_[static_cast<size_t>(op.peer)];
     auto &q = op.send ? p.sends : p.recvs;
@@ -528,7 +571,7 @@ void ShmP2p::cancel(OpId id) noexcept {
                 cat(options_.label, ": a point-to-point operation with group rank ", op.peer,
                     " was cancelled half-moved (pstate_finalize or pstate_abort)"));
   }
-  ops_.erase(it);
+  release(id);
 }
 
 }  // namespace pstate::shm

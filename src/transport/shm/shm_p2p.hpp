@@ -51,7 +51,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 namespace pstate::shm {
@@ -94,7 +93,7 @@ class ShmP2p {
   void cancel(OpId id) noexcept;
   // Moves whatever can move on every pair, without blocking. Failures are kept in the operations.
   void progress() noexcept;
-  bool pending() const { return !ops_.empty(); }
+  bool pending() const { return live_ != 0; }
   // One line for PSTATE_DEBUG=INFO.
   std::string describe() const;
 
@@ -151,8 +150,20 @@ class ShmP2p {
   ShmP2pOptions options_;
   size_t segment_bytes_ = 0;
   std::vector<std::unique_ptr<Pair>> pairs_;  // by peer; null until first used
-  std::unordered_map<OpId, Op> ops_;
-  OpId next_id_ = 1;
+  // Operations live in slots reused through a free list (no allocation per message once warm); an
+  // OpId is (generation << 32 | slot + 1), so a stale id never finds a reused slot.
+  struct Slot {
+    uint32_t generation = 0;
+    bool used = false;
+    Op op;
+  };
+  Op *find(OpId id);
+  Op &get(OpId id) { return *find(id); }
+  OpId allocate();
+  void release(OpId id);
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_;
+  size_t live_ = 0;
 };
 
 }  // namespace pstate::shm
