@@ -660,7 +660,8 @@ PSTATE_API pstate_status_t pstate_recv_tensor_dict_sliced(pstate_group_t *g, int
  *  matches b's k-th receive (of any kind) from a. Several requests may be pending on one group,
  *  and any other operation (a collective, blocking p2p, another request's wait) may run on the
  *  group meanwhile; none cancels a pending request, and the transfer moves whenever pstate drives
- *  the CPU transport (this request's wait or test, or any other call that waits on UCX).
+ *  the CPU transport (this request's wait or test, another point-to-point call of the group, or
+ *  any other call that waits: on UCX, or in the group's shared memory).
  *  Failure: a request that cannot complete fails its wait with TIMEOUT (the context timeout,
  *  counted from the pstate_wait call; pstate_test never blocks and reports TIMEOUT once the
  *  timeout has passed since the request was posted) or PEER_LOST (its peer died), never hangs;

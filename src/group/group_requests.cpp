@@ -1,7 +1,11 @@
 // group_requests.cpp — non-blocking and batched point-to-point of a group (pstate_isend,
 // pstate_irecv, pstate_wait, pstate_test, pstate_p2p_batch).
 //
-// A request is a message posted on the group's channel under a worker owner of its own
+// In a shared-memory group a request is an operation of the group's pair rings (ShmP2p,
+// shm_p2p.hpp: one FIFO per direction of each pair is the whole matching); its wait/test drive the
+// rings, and so does every other wait of the group (check_waiting), so a large send moves while
+// its rank waits in a collective. Otherwise (UCX):
+// a request is a message posted on the group's channel under a worker owner of its own
 // (UcxChannel::new_request_owner). The channel's owner is cancelled whenever a collective or a
 // blocking call fails; a request must survive that (it belongs to the caller until completed),
 // so it never shares that owner, and its own failure cancels only itself. Its tag is the next

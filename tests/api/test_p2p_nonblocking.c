@@ -266,6 +266,11 @@ static int large_messages_without_cma(const pstate_test_rank_t *self) {
 
 static void test_large_messages_arrive_when_the_kernel_refuses_cma(void **state) {
   (void)state;
+  /* The fallback is the shared-memory rings'. UCX 1.13's own cma transport does not fall back: a
+   * refused process_vm_readv is a fatal error inside UCX (ucs_fatal_error), so over UCX
+   * (PSTATE_SHM=0) this case cannot run. */
+  const char *shm = getenv("PSTATE_SHM");
+  if (shm != NULL && strcmp(shm, "0") == 0) skip();
   assert_int_equal(pstate_test_run_processes(2, 120, large_messages_without_cma, NULL, NULL), 0);
 }
 

@@ -2,6 +2,7 @@
 // is in shm_p2p.hpp).
 #include "transport/shm/shm_p2p.hpp"
 
+#include "common/dev_shm.hpp"
 #include "common/error.hpp"
 #include "transport/shm/shm_wait.hpp"
 
@@ -132,13 +133,20 @@ ShmP2p::Pair &ShmP2p::pair(int peer, const Deadline &deadline) {
                 " (is /dev/shm mounted and writable? PSTATE_SHM=0 sends over UCX instead)");
   auto close_fd = [&] { ::close(fd); };
   if (created) {
-    if (::ftruncate(fd, static_cast<off_t>(segment_bytes_)) != 0) {
-      const int err = errno;
+    // Every page backed now (posix_fallocate): a /dev/shm too small fails here, with the cause
+    // named, not with a SIGBUS at the first write to a page it cannot back.
+    int err = ::ftruncate(fd, static_cast<off_t>(segment_bytes_)) != 0 ? errno : 0;
+    if (err == 0) err = ::posix_fallocate(fd, 0, static_cast<off_t>(segment_bytes_));
+    if (err != 0) {
       close_fd();
       ::shm_unlink(name.c_str());
+      if (err == ENOSPC || err == ENOMEM)
+        throw_error(PSTATE_ERR_NO_MEMORY, options_.label, " rank ", rank_, ": point-to-point with group rank ", peer,
+                    ": shared segment ", name, ": ",
+                    dev_shm_advice(dev_shm_space(), cat("this pair needs ", human_bytes(segment_bytes_))));
       throw_error(PSTATE_ERR_TRANSPORT, options_.label, " rank ", rank_, ": point-to-point with group rank ", peer,
                   ": sizing ", name, " to ", segment_bytes_, " bytes failed: ", std::strerror(err),
-                  " (/dev/shm full? PSTATE_SHM=0 sends over UCX instead)");
+                  " (PSTATE_SHM=0 sends over UCX instead)");
     }
   } else {  // the maker may not have sized it yet
     struct stat st {};
