@@ -169,7 +169,22 @@ pstate::shm::ShmMessageQueue &pstate_group_s::message_queue() {
 
 pstate_group_s::~pstate_group_s() {
   abort_requests();  // a group freed without retire() (a failed init) leaves no request pointing at it
+  release_p2p();
   magic_ = 0;
+}
+
+// The pair segments of this rank: the engine's teardown decides which names go (shm_p2p.hpp); a
+// rank that never made one still removes the names its peers may have made for it.
+void pstate_group_s::release_p2p() noexcept {
+  if (p2p_released_) return;  // once: retire(), then the destructor
+  p2p_released_ = true;
+  if (p2p_)
+    p2p_.reset();
+  else if (shm_allowed_ && rank_in_group_ >= 0)
+    try {
+      pstate::shm::ShmP2p::remove_pair_names(shm_name("p2p"), rank_in_group_, size());
+    } catch (...) {  // no memory for the base name
+    }
 }
 
 void pstate_group_s::retire() noexcept {
@@ -178,7 +193,7 @@ void pstate_group_s::retire() noexcept {
   device_comm_.reset();  // graceful (ncclCommFinalize, bounded), or nothing after abort_device()
   mq_.reset();
   shm_.reset();
-  p2p_.reset();  // unlinks its pairs' names: a later group of the same name starts afresh
+  release_p2p();  // removes its pairs' names: a later group of the same name starts afresh
   watches_.clear();
   channel_.reset();
 }

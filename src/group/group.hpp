@@ -223,6 +223,7 @@ struct pstate_group_s {
   // dicts stay on UCX (both sides choose by the call, so the k-th message still meets the k-th
   // receive on each path).
   pstate::shm::ShmP2p &p2p();
+  void release_p2p() noexcept;
   // Throws PEER_LOST when a same-host peer's process has exited (the shm liveness check).
   void check_peers_alive();
   // The shm waits' periodic check: check_peers_alive, then INTERRUPTED when the context's
@@ -248,6 +249,7 @@ struct pstate_group_s {
   std::unique_ptr<pstate::shm::ShmGroup> shm_;
   std::unique_ptr<pstate::shm::ShmMessageQueue> mq_;
   std::unique_ptr<pstate::shm::ShmP2p> p2p_;
+  bool p2p_released_ = false;
   std::vector<std::unique_ptr<pstate::ucx::ProcessWatch>> watches_;  // same-host peers in other processes
   std::unique_ptr<pstate::DeviceComm> device_comm_;  // CUDA contexts, after the first device op
   bool retired_ = false;

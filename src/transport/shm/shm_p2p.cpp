@@ -93,8 +93,18 @@ ShmP2p::~ShmP2p() {
   }
 }
 
-std::string ShmP2p::pair_name(int peer) const {
-  return cat(base_, "-", std::min(rank_, peer), "-", std::max(rank_, peer));
+static std::string name_of_pair(const std::string &base, int a, int b) {
+  return cat(base, "-", std::min(a, b), "-", std::max(a, b));
+}
+
+std::string ShmP2p::pair_name(int peer) const { return name_of_pair(base_, rank_, peer); }
+
+void ShmP2p::remove_pair_names(const std::string &base, int rank, int size) noexcept {
+  try {
+    for (int peer = 0; peer < size; ++peer)
+      if (peer != rank) ::shm_unlink(name_of_pair(base, rank, peer).c_str());
+  } catch (...) {  // no memory for a name: nothing to remove with it
+  }
 }
 
 int ShmP2p::global_rank(int group_rank) const {

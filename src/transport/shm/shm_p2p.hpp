@@ -96,6 +96,9 @@ class ShmP2p {
   bool pending() const { return live_ != 0; }
   // One line for PSTATE_DEBUG=INFO.
   std::string describe() const;
+  // For a rank that tears down a group without ever having made its engine: removes the names of
+  // the pairs of rank (its peers may have made them for messages it never received).
+  static void remove_pair_names(const std::string &base, int rank, int size) noexcept;
 
   struct Ring;    // in-segment layout (shm_p2p.cpp)
   struct Header;
