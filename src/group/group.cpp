@@ -542,12 +542,23 @@ void pstate_group_s::run_p2p(pstate::TraceOp top, int peer, uint64_t count, int 
   if (tid != 0) tr->completed(tid);
 }
 
+// A blocking operation on the rings: on failure it is cancelled, so the buffer, the caller's again,
+// is never touched by a later progress of the rings.
+void pstate_group_s::wait_or_cancel(uint64_t id, const pstate::Deadline &deadline, const char *what) {
+  try {
+    p2p().wait(id, deadline, what);
+  } catch (...) {
+    p2p().cancel(id);
+    throw;
+  }
+}
+
 void pstate_group_s::send(const void *buf, size_t count, pstate_dtype_t dtype, int dst) {
   run_p2p(pstate::TraceOp::kSend, dst, count, dtype, [&] {
     const size_t bytes = count * pstate::dtype_size(dtype);
     if (!use_shm()) return channel_->send(dst, buf, bytes, p2p_tag(dst, true));
     const pstate::Deadline &d = ctx_.op_deadline();
-    p2p().wait(p2p().post_send(dst, buf, bytes, d), d, "send");
+    wait_or_cancel(p2p().post_send(dst, buf, bytes, d), d, "send");
   });
 }
 
@@ -556,7 +567,7 @@ void pstate_group_s::recv(void *buf, size_t count, pstate_dtype_t dtype, int src
     const size_t bytes = count * pstate::dtype_size(dtype);
     if (!use_shm()) return channel_->recv(src, buf, bytes, p2p_tag(src, false));
     const pstate::Deadline &d = ctx_.op_deadline();
-    p2p().wait(p2p().post_recv(src, buf, bytes, d), d, "recv");
+    wait_or_cancel(p2p().post_recv(src, buf, bytes, d), d, "recv");
   });
 }
 

@@ -224,6 +224,7 @@ struct pstate_group_s {
   // receive on each path).
   pstate::shm::ShmP2p &p2p();
   void release_p2p() noexcept;
+  void wait_or_cancel(uint64_t id, const pstate::Deadline &deadline, const char *what);
   // Throws PEER_LOST when a same-host peer's process has exited (the shm liveness check).
   void check_peers_alive();
   // The shm waits' periodic check: check_peers_alive, then INTERRUPTED when the context's
@@ -260,5 +261,8 @@ struct pstate_group_s {
                                                      pstate_dtype_t dtype, int peer);
   void finish_request(pstate::RequestState &r, pstate_status_t status, std::string message) noexcept;
   bool complete_shm_request(pstate::RequestState &r, bool block, const char *op);
-  std::vector<std::shared_ptr<pstate::RequestState>> requests_;  // pending, in posting order
+  // Pending, in posting order. Not owning: a pending state is owned by its pstate_request_t handle,
+  // which only a completing wait/test frees (and that removes it here first), so every state listed
+  // is alive; holding no count keeps atomic reference counting off the post/complete path.
+  std::vector<pstate::RequestState *> requests_;
 };

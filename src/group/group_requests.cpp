@@ -93,17 +93,13 @@ std::shared_ptr<RequestState> pstate_group_s::post_request(TraceOp top, void *bu
     throw;
   }
   r->group = this;
-  requests_.push_back(r);
+  requests_.push_back(r.get());
   return r;
 }
 
 void pstate_group_s::finish_request(RequestState &r, pstate_status_t status, std::string message) noexcept {
-  auto it = std::find_if(requests_.begin(), requests_.end(), [&](const auto &p) { return p.get() == &r; });
-  std::shared_ptr<RequestState> keep;  // r stays alive until the end of this function
-  if (it != requests_.end()) {
-    keep = std::move(*it);
-    requests_.erase(it);
-  }
+  auto it = std::find(requests_.begin(), requests_.end(), &r);
+  if (it != requests_.end()) requests_.erase(it);
   r.group = nullptr;
   r.pending = false;
   r.status = status;
@@ -134,6 +130,9 @@ bool pstate_group_s::complete_request(RequestState &r, bool block) {
     }
     if (!done) return false;
   } catch (const pstate::Error &e) {
+    // The buffer is the caller's again: the rings must never move into or out of it later
+    // (a no-op when the operation already left the engine).
+    if (r.shm && p2p_) p2p_->cancel(r.op);
     if (is_fatal_p2p(e.status())) ctx_.fail(e.what());
     ctx_.trace_call_failed(r.trace_id, e);
     finish_request(r, e.status(), e.what());

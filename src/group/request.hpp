@@ -3,8 +3,9 @@
 //
 // Lifetime is the hard part: the user may complete a request after pstate_finalize or
 // pstate_abort freed the context and its groups, or after pstate_destroy_model_parallel retired
-// its group. So the C handle holds nothing of the context but a shared RequestState, which the
-// group also holds while the request is pending. When the group goes away (retire(): finalize,
+// its group. So the C handle holds nothing of the context but the RequestState, which the group
+// lists while the request is pending (not owning it: only a wait/test that completes the request
+// frees the handle, and completing removes it from the list first). When the group goes away (retire(): finalize,
 // abort; destroy_model_parallel refuses while requests are pending) it cancels the transfer in
 // the worker (pstate stops touching the buffer before that call returns), marks the state
 // ABORTED and forgets the group; a later wait/test finds a finished state and never follows the

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -546,6 +547,52 @@ static void test_a_failure_elsewhere_does_not_cancel_a_completed_request(void **
   assert_int_equal(pstate_test_run_threads(2, 60, failure_elsewhere_keeps_request, NULL), 0);
 }
 
+/* ---- a receive that failed is never written later ---------------------------------------------- */
+
+/* Rank 1 posts an irecv (q) from rank 0, then a blocking recv into A that times out (rank 0 has sent
+ * nothing yet): the context fails and A is the caller's again. Only then does rank 0 send two
+ * messages. Completing q in the failed context moves what arrived — the first message, q's — but
+ * the second, which A would have matched, must not land in A. Ranks are threads: the phases are
+ * ordered by an atomic flag. */
+static atomic_int g_phase;
+
+static int failed_receive_stays_untouched(const pstate_test_rank_t *self) {
+  pstate_t *ps = NULL;
+  RANK_OK(self, pstate_test_init(self, 400, &ps));
+  pstate_group_t *w = world_of(ps);
+  float first[4], second[4], a[4], q_buf[4];
+  if (self->rank == 0) {
+    fill(first, 4, 0, 1);
+    fill(second, 4, 0, 2);
+    while (atomic_load(&g_phase) < 1) usleep(1000);
+    RANK_OK(self, pstate_send(w, first, 4, PSTATE_FLOAT32, 1, NULL));
+    RANK_OK(self, pstate_send(w, second, 4, PSTATE_FLOAT32, 1, NULL));
+    atomic_store(&g_phase, 2);
+  } else {
+    pstate_request_t *q = NULL;
+    memset(q_buf, 0, sizeof q_buf);
+    for (int i = 0; i < 4; ++i) a[i] = -1.0f;
+    RANK_OK(self, pstate_irecv(w, q_buf, 4, PSTATE_FLOAT32, 0, NULL, &q));
+    pstate_status_t st = pstate_recv(w, a, 4, PSTATE_FLOAT32, 0, NULL);
+    RANK_CHECK(self, st == PSTATE_ERR_TIMEOUT, "the blocking recv: %s", pstate_status_string(st));
+    atomic_store(&g_phase, 1);
+    while (atomic_load(&g_phase) < 2) usleep(1000);
+    usleep(20000);
+    st = pstate_wait(q);
+    RANK_CHECK(self, st == PSTATE_OK || st == PSTATE_ERR_ABORTED, "q: %s", pstate_status_string(st));
+    if (st == PSTATE_OK) RANK_CHECK(self, check_from(q_buf, 4, 0, 1) == 0, "q holds the first message");
+    for (int i = 0; i < 4; ++i) RANK_CHECK(self, a[i] == -1.0f, "the failed recv's buffer was written: a[%d] = %g", i, (double)a[i]);
+  }
+  RANK_OK(self, pstate_abort(ps));
+  return 0;
+}
+
+static void test_a_receive_that_failed_is_never_written_later(void **state) {
+  (void)state;
+  atomic_init(&g_phase, 0);
+  assert_int_equal(pstate_test_run_threads(2, 60, failed_receive_stays_untouched, NULL), 0);
+}
+
 /* ---- argument errors -------------------------------------------------------------------------- */
 
 #define EXPECT(self, call, status, text)                                                                      \
@@ -669,6 +716,7 @@ int main(void) {
       cmocka_unit_test(test_a_request_that_never_matches_times_out),
       cmocka_unit_test(test_a_receive_of_another_size_is_mismatch),
       cmocka_unit_test(test_a_failure_elsewhere_does_not_cancel_a_completed_request),
+      cmocka_unit_test(test_a_receive_that_failed_is_never_written_later),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
