@@ -112,6 +112,7 @@ pstate::shm::ShmP2p &pstate_group_s::p2p() {
       const int64_t pid = ctx_.peer_pid(ranks_[static_cast<size_t>(r)]);
       return pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
     };
+    o.same_process = [this](int r) { return ctx_.peer_pid(ranks_[static_cast<size_t>(r)]) == ::getpid(); };
     o.spin = !pstate::shm::oversubscribed(size());
     o.global_ranks = ranks_;
     // PSTATE_SHM_CMA=0: large messages by value through the rings too (two copies), never by

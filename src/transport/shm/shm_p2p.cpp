@@ -184,6 +184,7 @@ ShmP2p::Pair &ShmP2p::pair(int peer, const Deadline &deadline) {
   }
   auto p = std::make_unique<Pair>();
   p->created = created;
+  p->cma_off = options_.same_process && options_.same_process(peer);
   p->base = static_cast<uint8_t *>(m);
   p->mapped = segment_bytes_;
   auto *header = reinterpret_cast<Header *>(p->base);
@@ -313,13 +314,9 @@ bool ShmP2p::move_send(Pair &p, Op &op) {
   return true;
 }
 
-// Copies bytes at addr in process pid into dst (one copy: process_vm_readv, or memcpy when the
-// sender is a thread of this process). false with *err set when the kernel refuses.
+// Copies bytes at addr in process pid into dst (one copy: process_vm_readv). false with *err set
+// when the kernel refuses.
 static bool read_remote(uint64_t pid, uint64_t addr, uint8_t *dst, size_t bytes, int *err) {
-  if (static_cast<pid_t>(pid) == ::getpid()) {
-    std::memcpy(dst, reinterpret_cast<const void *>(static_cast<uintptr_t>(addr)), bytes);
-    return true;
-  }
   size_t done = 0;
   while (done < bytes) {
     iovec local{dst + done, bytes - done};

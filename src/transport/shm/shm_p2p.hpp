@@ -62,6 +62,11 @@ struct ShmP2pOptions {
   std::function<void(int, int)> on_cma_refused;  // (peer, errno) the first time a reference is refused
   std::function<void()> liveness;   // throws PEER_LOST / INTERRUPTED; may be empty
   std::function<bool(int)> peer_gone;  // true when group rank r's process has exited; may be empty
+  // true when group rank r is a thread of this process (ranks as threads): nothing goes by
+  // reference to it (the ring's copies stay in the shared segment, which each rank maps itself;
+  // a reference would have the peer read this thread's heap, synchronized only through the
+  // segment's atomics at another address, which ThreadSanitizer cannot pair). May be empty.
+  std::function<bool(int)> same_process;
   int liveness_interval_ms = 100;
   bool spin = true;                 // false when ranks outnumber CPUs: yield at once
   std::vector<int> global_ranks;    // the world rank of each group rank, for messages (may be empty)
@@ -131,7 +136,8 @@ class ShmP2p {
     uint64_t in_tail_seen = 0;   // the writer's tail as last loaded
     uint32_t sent = 0, received = 0;  // messages completed per direction (header sequence numbers)
     uint64_t refs_sent = 0, refs_received = 0;  // messages offered / taken by reference
-    bool cma_off = false;             // a reference was refused: everything by value from now on
+    bool cma_off = false;             // a reference was refused (or the peer is a thread of this
+                                      // process): everything by value
     std::deque<OpId> sends, recvs;    // queued operations, oldest first
     bool broken = false;
     std::string broken_why;
