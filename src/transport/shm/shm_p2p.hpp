@@ -27,12 +27,24 @@
 // a large message while the next is being copied in (two copies, pipelined; a message of any size
 // passes through a ring of any size). A receive of a different size than the message's is
 // PSTATE_ERR_MISMATCH, naming both sizes; the pair's stream is then out of step, so the pair is
-// broken (every later operation with that peer fails) and the caller fails its context.
+// broken (every later operation with that peer fails; the reader's `broken` flag tells the
+// writer) and the caller fails its context.
+//
+// By reference (messages of cma_bytes or more, 64 KiB by default): the header grows to 32 bytes
+// with the sender's pid and buffer address and no payload follows; the receiver copies the
+// payload once, straight from the sender's memory (process_vm_readv, Open MPI vader's
+// single-copy mechanism), then raises its `refs_read` count, which completes the send. Where the
+// kernel refuses (a ptrace policy, a seccomp filter: EPERM, ENOSYS) the receiver records the
+// refusal instead, the sender then writes the payload into the ring behind the header, and the
+// pair never offers a reference again. Peers that are threads of this process always use the
+// ring (see ShmP2pOptions::same_process).
 //
 // Progress: nothing moves by itself. Every post, test and wait moves what can move on every
 // pair (writes what fits, reads what arrived, for the operations at the head of each queue), and
-// the group calls progress() from the periodic check of its other waits, so a large send that
-// waits for ring space still moves while its rank waits in a collective. Waits spin, then yield,
+// the group calls progress() from the periodic check of its other waits (every liveness interval
+// once a wait sleeps), so a large send that waits for ring space still moves while its rank waits
+// in a collective of the same group. A message sent by reference needs no progress from its
+// sender at all: the receiver copies it and acknowledges it in the ring. Waits spin, then yield,
 // then sleep in short naps, calling the liveness check (PSTATE_ERR_PEER_LOST for a dead peer,
 // PSTATE_ERR_INTERRUPTED) every liveness interval, and end with PSTATE_ERR_TIMEOUT at the deadline.
 //
