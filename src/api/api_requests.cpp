@@ -1,7 +1,7 @@
 // api_requests.cpp — the C entry points of non-blocking and batched point-to-point:
 // pstate_isend, pstate_irecv, pstate_wait, pstate_test, pstate_p2p_batch.
 //
-// A request handle (group/request.hpp) holds a shared state and nothing of the context, so it
+// A request handle (group/request.hpp) holds its state and nothing of the context, so it
 // can be completed after its context was finalized or aborted: the state was finished with
 // ABORTED there, and wait/test only read it and free the handle. While the state is pending its
 // group is alive, and wait/test enter the context as every other call does (one thread at a
@@ -21,15 +21,9 @@ using pstate::throw_error;
 
 namespace {
 
-pstate_request_t *new_request(std::shared_ptr<RequestState> state) {
-  auto req = std::make_unique<pstate_request_s>();
-  req->state = std::move(state);
-  return req.release();  // owned by the caller until pstate_wait / pstate_test frees it
-}
-
 void require_request(const pstate_request_t *req, const char *call) {
   require_nonnull(req, "req");
-  if (req->magic != pstate_request_s::kMagic || !req->state)
+  if (req->magic != pstate_request_s::kMagic)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, call, ": req is not a pending pstate_request_t (pass one from "
                 "pstate_isend / pstate_irecv that no pstate_wait or completed pstate_test has freed yet)");
 }
@@ -51,10 +45,10 @@ void check_p2p(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t 
 
 // A request already complete (CUDA: the work is on the stream).
 pstate_request_t *completed_request() {
-  auto state = std::make_shared<RequestState>();
-  state->pending = false;
-  state->status = PSTATE_OK;
-  return new_request(std::move(state));
+  auto req = std::make_unique<pstate_request_s>();
+  req->state.pending = false;
+  req->state.status = PSTATE_OK;
+  return req.release();  // owned by the caller until pstate_wait / pstate_test frees it
 }
 
 template <typename Post>
@@ -75,15 +69,15 @@ pstate_request_t *post(pstate_group_t *g, bool sending, const void *buf, size_t 
   }
   g->context().require_host_memory(buf, "buf", g->name().c_str(), sending ? "isend" : "irecv");
   auto req = std::make_unique<pstate_request_s>();  // allocated first: a posted message always has its handle
-  req->state = post_cpu();
-  return req.release();
+  post_cpu(req->state);
+  return req.release();  // owned by the caller until pstate_wait / pstate_test frees it
 }
 
 // Finishes req: frees it and returns (with the last error set) the operation's status.
 pstate_status_t finish(pstate_request_t *req) {
   std::unique_ptr<pstate_request_s> owned(req);
   owned->magic = 0;
-  const RequestState &s = *owned->state;
+  const RequestState &s = owned->state;
   if (s.status != PSTATE_OK) {
     try {
       set_last_error(std::string(s.trace_op == pstate::TraceOp::kSend ? "pstate_isend" : "pstate_irecv") +
@@ -126,7 +120,7 @@ PSTATE_API pstate_status_t pstate_isend(pstate_group_t *g, const void *buf, size
   return PSTATE_GUARD({
     check_p2p(g, buf, count, dtype, dst, stream, req, "pstate_isend", "dst");
     ContextEntry entry(g->context(), "pstate_isend");
-    *req = post(g, true, buf, count, dtype, dst, stream, [&] { return g->isend(buf, count, dtype, dst); });
+    *req = post(g, true, buf, count, dtype, dst, stream, [&](RequestState &r) { g->isend(r, buf, count, dtype, dst); });
   });
 }
 
@@ -135,14 +129,14 @@ PSTATE_API pstate_status_t pstate_irecv(pstate_group_t *g, void *buf, size_t cou
   return PSTATE_GUARD({
     check_p2p(g, buf, count, dtype, src, stream, req, "pstate_irecv", "src");
     ContextEntry entry(g->context(), "pstate_irecv");
-    *req = post(g, false, buf, count, dtype, src, stream, [&] { return g->irecv(buf, count, dtype, src); });
+    *req = post(g, false, buf, count, dtype, src, stream, [&](RequestState &r) { g->irecv(r, buf, count, dtype, src); });
   });
 }
 
 PSTATE_API pstate_status_t pstate_wait(pstate_request_t *req) {
   pstate_status_t s = PSTATE_GUARD({
     require_request(req, "pstate_wait");
-    RequestState &st = *req->state;
+    RequestState &st = req->state;
     if (st.pending) {
       ContextEntry entry(st.group->context(), "pstate_wait");
       st.group->complete_request(st, true);
@@ -157,7 +151,7 @@ PSTATE_API pstate_status_t pstate_test(pstate_request_t *req, int *done) {
   pstate_status_t s = PSTATE_GUARD({
     require_request(req, "pstate_test");
     require_nonnull(done, "done");
-    RequestState &st = *req->state;
+    RequestState &st = req->state;
     if (st.pending) {
       ContextEntry entry(st.group->context(), "pstate_test");
       finished = st.group->complete_request(st, false);

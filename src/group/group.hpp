@@ -162,8 +162,9 @@ struct pstate_group_s {
   // isend / irecv on the CPU communicator: post under an owner of the request's own (so no other
   // operation's failure cancels it), take the per-peer tag of send/recv (mixing them keeps order)
   // and record the entry; the state is pending, and held by the group, until complete_request.
-  std::shared_ptr<pstate::RequestState> isend(const void *buf, size_t count, pstate_dtype_t dtype, int dst);
-  std::shared_ptr<pstate::RequestState> irecv(void *buf, size_t count, pstate_dtype_t dtype, int src);
+  // Post into r (fresh, owned by the caller's handle; listed by the group while pending).
+  void isend(pstate::RequestState &r, const void *buf, size_t count, pstate_dtype_t dtype, int dst);
+  void irecv(pstate::RequestState &r, void *buf, size_t count, pstate_dtype_t dtype, int src);
   // Drives a pending state of this group: block = wait (until done or the context timeout from
   // now), else one non-blocking test. True when the state finished (status and message set;
   // a fatal error has failed the context); never throws pstate::Error.
@@ -257,8 +258,8 @@ struct pstate_group_s {
   pstate::TraceGroup *trace_group_ = nullptr;  // this group's record in the context's flight recorder
 
   // ---- non-blocking point-to-point (group_requests.cpp) ----
-  std::shared_ptr<pstate::RequestState> post_request(pstate::TraceOp op, void *buf, size_t count,
-                                                     pstate_dtype_t dtype, int peer);
+  void post_request(pstate::RequestState &r, pstate::TraceOp op, void *buf, size_t count, pstate_dtype_t dtype,
+                    int peer);
   void finish_request(pstate::RequestState &r, pstate_status_t status, std::string message) noexcept;
   bool complete_shm_request(pstate::RequestState &r, bool block, const char *op);
   // Pending, in posting order. Not owning: a pending state is owned by its pstate_request_t handle,

@@ -45,16 +45,16 @@ bool sends(pstate::TraceOp op) { return op == pstate::TraceOp::kSend; }
 using pstate::RequestState;
 using pstate::TraceOp;
 
-std::shared_ptr<RequestState> pstate_group_s::isend(const void *buf, size_t count, pstate_dtype_t dtype, int dst) {
-  return post_request(TraceOp::kSend, const_cast<void *>(buf), count, dtype, dst);
+void pstate_group_s::isend(RequestState &r, const void *buf, size_t count, pstate_dtype_t dtype, int dst) {
+  post_request(r, TraceOp::kSend, const_cast<void *>(buf), count, dtype, dst);
 }
 
-std::shared_ptr<RequestState> pstate_group_s::irecv(void *buf, size_t count, pstate_dtype_t dtype, int src) {
-  return post_request(TraceOp::kRecv, buf, count, dtype, src);
+void pstate_group_s::irecv(RequestState &r, void *buf, size_t count, pstate_dtype_t dtype, int src) {
+  post_request(r, TraceOp::kRecv, buf, count, dtype, src);
 }
 
-std::shared_ptr<RequestState> pstate_group_s::post_request(TraceOp top, void *buf, size_t count, pstate_dtype_t dtype,
-                                                           int peer) {
+void pstate_group_s::post_request(RequestState &r, TraceOp top, void *buf, size_t count, pstate_dtype_t dtype,
+                                  int peer) {
   const char *op = sends(top) ? "isend" : "irecv";
   pstate::TraceRecorder *tr = ctx_.trace();
   auto record = [&](bool numbered) -> uint64_t {
@@ -69,32 +69,30 @@ std::shared_ptr<RequestState> pstate_group_s::post_request(TraceOp top, void *bu
     ctx_.trace_call_failed(record(false), e);
     throw;
   }
-  auto r = std::make_shared<RequestState>();
-  r->trace_op = top;
-  r->peer = peer;
-  r->trace_id = record(true);
-  r->posted = pstate::Deadline::Clock::now();
-  r->test_deadline = pstate::Deadline::after_ms_from(r->posted, ctx_.timeout_ms());
+  r.trace_op = top;
+  r.peer = peer;
+  r.trace_id = record(true);
+  r.posted = pstate::Deadline::coarse_now();
+  r.test_deadline = pstate::Deadline::after_ms_from(r.posted, ctx_.timeout_ms());
   requests_.reserve(requests_.size() + 1);  // no allocation after the post: the state is always held
   try {
     const size_t bytes = count * pstate::dtype_size(dtype);
     if (use_shm()) {
-      r->shm = true;
+      r.shm = true;
       const pstate::Deadline d = ctx_.op_deadline();
-      r->op = sends(top) ? p2p().post_send(peer, buf, bytes, d) : p2p().post_recv(peer, buf, bytes, d);
+      r.op = sends(top) ? p2p().post_send(peer, buf, bytes, d) : p2p().post_recv(peer, buf, bytes, d);
     } else {
-      r->owner = channel_->new_request_owner();
-      r->op = sends(top) ? channel_->isend_owned(r->owner, peer, buf, bytes, p2p_tag(peer, true))
-                         : channel_->irecv_owned(r->owner, peer, buf, bytes, p2p_tag(peer, false));
+      r.owner = channel_->new_request_owner();
+      r.op = sends(top) ? channel_->isend_owned(r.owner, peer, buf, bytes, p2p_tag(peer, true))
+                        : channel_->irecv_owned(r.owner, peer, buf, bytes, p2p_tag(peer, false));
     }
   } catch (const pstate::Error &e) {
     if (is_fatal_p2p(e.status())) ctx_.fail(e.what());
-    ctx_.trace_call_failed(r->trace_id, e);
+    ctx_.trace_call_failed(r.trace_id, e);
     throw;
   }
-  r->group = this;
-  requests_.push_back(r.get());
-  return r;
+  r.group = this;
+  requests_.push_back(&r);
 }
 
 void pstate_group_s::finish_request(RequestState &r, pstate_status_t status, std::string message) noexcept {

@@ -3,9 +3,10 @@
 //
 // Lifetime is the hard part: the user may complete a request after pstate_finalize or
 // pstate_abort freed the context and its groups, or after pstate_destroy_model_parallel retired
-// its group. So the C handle holds nothing of the context but the RequestState, which the group
-// lists while the request is pending (not owning it: only a wait/test that completes the request
-// frees the handle, and completing removes it from the list first). When the group goes away (retire(): finalize,
+// its group. So the C handle holds nothing of the context but its RequestState (inside the
+// handle: one allocation per request), which the group lists while the request is pending (not
+// owning it: only a wait/test that completes the request frees the handle, and completing removes
+// it from the list first). When the group goes away (retire(): finalize,
 // abort; destroy_model_parallel refuses while requests are pending) it cancels the transfer in
 // the worker (pstate stops touching the buffer before that call returns), marks the state
 // ABORTED and forgets the group; a later wait/test finds a finished state and never follows the
@@ -22,7 +23,6 @@
 #include <pstate/pstate.h>
 
 #include <cstdint>
-#include <memory>
 #include <string>
 
 struct pstate_group_s;
@@ -43,7 +43,7 @@ struct RequestState {
   int peer = -1;        // group rank
   uint64_t trace_id = 0;  // its flight-recorder entry (0: none)
   Deadline test_deadline = Deadline::never();  // pstate_test's: the context timeout from the post
-  Deadline::Clock::time_point posted{};
+  Deadline::Clock::time_point posted{};  // coarse (Deadline::coarse_now): a few ms early at most
 };
 
 }  // namespace pstate
@@ -51,5 +51,5 @@ struct RequestState {
 struct pstate_request_s {
   static constexpr uint32_t kMagic = 0x70726571;  // "preq"
   uint32_t magic = kMagic;
-  std::shared_ptr<pstate::RequestState> state;
+  pstate::RequestState state;
 };

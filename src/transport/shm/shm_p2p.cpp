@@ -23,11 +23,23 @@ namespace pstate::shm {
 
 namespace {
 
-constexpr uint32_t kSegmentMagic = 0x70327031;  // "p2p1"
+constexpr uint32_t kSegmentMagic = 0x70327032;  // "p2p2" (three-line rings)
 constexpr uint32_t kMessageMagic = 0x6d736731;  // "msg1": the payload follows in the ring
+constexpr uint32_t kWholeMagic = 0x6d736777;    // "msgw": the payload is behind the header already
 constexpr uint32_t kRefMagic = 0x72656631;      // "ref1": pid and address follow; the reader copies
 constexpr size_t kHeaderBytes = 16;             // payload bytes, sequence number, magic
 constexpr size_t kRefHeaderBytes = 32;          // + the sender's pid and buffer address
+// The stream. Every message starts on a kSlot boundary: its header (16 bytes, or 32 by
+// reference), then its payload padded to a multiple of kSlot. The header's second word (the
+// per-direction sequence number and the magic word, never 0) is stored last, with release, and
+// the reader polls that word in place: a message whose padded payload fits in kPublishBytes is
+// written whole, payload first, so the reader finds header and payload with one look, usually in
+// one cache line, where a separate tail costs it a second miss. Before any message is published
+// the writer zeroes the slot after it (the space check keeps that slot free), so the word the
+// reader polls next is 0 until the next message is published there, never an older lap's bytes.
+// Larger messages publish their header first and their payload in chunks through the tail, as
+// does a refused reference (the payload follows the 32-byte header by value).
+constexpr size_t kSlot = 16;
 // The writer publishes its tail (and the reader its head) at least every this many bytes, so a
 // large message is copied out while the rest is copied in.
 constexpr size_t kPublishBytes = 16 * 1024;
@@ -44,6 +56,8 @@ void write_wrap(uint8_t *data, size_t c, uint64_t pos, const uint8_t *src, size_
   if (first < n) std::memcpy(data, src + first, n - first);
 }
 
+void zero_slot(uint8_t *data, size_t c, uint64_t pos) { std::memset(data + pos % c, 0, kSlot); }
+
 void read_wrap(const uint8_t *data, size_t c, uint64_t pos, uint8_t *dst, size_t n) {
   const size_t at = static_cast<size_t>(pos % c), first = std::min(n, c - at);
   std::memcpy(dst, data + at, first);
@@ -59,17 +73,22 @@ struct ShmP2p::Header {
   uint8_t pad[52];
 };
 
+// Three lines: the writer's tail, the reader's head, and the reader's rarer words. The head is
+// stored on every receive and the writer loads it only when its cached copy says the ring is
+// full; what the writer looks at on every send (broken) has a line of its own, which stays
+// shared in both caches, so a send of a few bytes misses on nothing of the reader's.
 struct ShmP2p::Ring {
   alignas(64) std::atomic<uint64_t> tail;  // bytes ever written (the writer's line)
   uint8_t pad0[56];
-  alignas(64) std::atomic<uint64_t> head;  // bytes ever read (the reader's line from here)
-  std::atomic<uint64_t> refs_read;         // messages offered by reference that the reader is done with
+  alignas(64) std::atomic<uint64_t> head;  // bytes ever read (the reader's)
+  uint8_t pad1[56];
+  alignas(64) std::atomic<uint64_t> refs_read;  // messages offered by reference that the reader is done with
   std::atomic<uint64_t> ref_refused;       // the index of the one it could not read (0: none)
   std::atomic<uint32_t> broken;            // 1: the reader found a size mismatch
-  uint8_t pad1[36];
+  uint8_t pad2[36];
 };
 
-static_assert(sizeof(ShmP2p::Header) == 64 && sizeof(ShmP2p::Ring) == 128, "pair segment layout");
+static_assert(sizeof(ShmP2p::Header) == 64 && sizeof(ShmP2p::Ring) == 192, "pair segment layout");
 
 ShmP2p::ShmP2p(std::string base, int rank, int size, ShmP2pOptions options)
     : base_(std::move(base)), rank_(rank), size_(size), options_(std::move(options)) {
@@ -248,14 +267,16 @@ ShmP2p::OpId ShmP2p::post(bool send, int peer, uint8_t *buf, size_t bytes, const
 
 // The sender's side of op (the oldest send of the pair); true once the buffer is free again:
 // by value, when all of it is in the ring; by reference, when the reader has copied it (or
-// refused to: then it follows by value).
+// refused to: then it follows by value). The stream layout and the publication order are in
+// the comment above kSlot.
 bool ShmP2p::move_send(Pair &p, Op &op) {
   const size_t c = options_.ring_bytes;
   const uint64_t start = p.out->tail.load(std::memory_order_relaxed);
   uint64_t tail = start;
+  // Free bytes after the tail, keeping the slot behind it free (the next header's, zeroed).
   auto space = [&](size_t want) {
-    if (c - (tail - p.out_head_seen) < want) p.out_head_seen = p.out->head.load(std::memory_order_acquire);
-    return c - static_cast<size_t>(tail - p.out_head_seen);
+    if (c - kSlot - (tail - p.out_head_seen) < want) p.out_head_seen = p.out->head.load(std::memory_order_acquire);
+    return c - kSlot - static_cast<size_t>(tail - p.out_head_seen);
   };
   if (p.out->broken.load(std::memory_order_acquire) != 0) {  // the reader found a size mismatch
     fail_pair(p, PSTATE_ERR_MISMATCH,
@@ -265,30 +286,37 @@ bool ShmP2p::move_send(Pair &p, Op &op) {
                   "abort the context"));
     return false;
   }
-  if (op.header_len == 0) {  // compose the header
+  const size_t padded = round_up(op.bytes, kSlot);
+  if (op.header_len == 0) {  // not started: the header (and a whole small message) in one step
     op.by_ref = options_.cma_bytes != 0 && op.bytes >= options_.cma_bytes && !p.cma_off &&
                 p.out->ref_refused.load(std::memory_order_relaxed) == 0;
+    const size_t hlen = op.by_ref ? kRefHeaderBytes : kHeaderBytes;
+    const bool whole = !op.by_ref && padded <= kPublishBytes && hlen + padded <= c - kSlot;
+    const size_t need = hlen + (whole ? padded : 0);
+    if (space(need) < need) return false;
+    uint8_t *h = p.out_data + tail % c;  // a slot: never wraps
     const uint64_t bytes = op.bytes;
-    const uint32_t seq = p.sent, magic = op.by_ref ? kRefMagic : kMessageMagic;
-    std::memcpy(op.header, &bytes, 8);
-    std::memcpy(op.header + 8, &seq, 4);
-    std::memcpy(op.header + 12, &magic, 4);
+    std::memcpy(h, &bytes, 8);
     if (op.by_ref) {
       const uint64_t pid = static_cast<uint64_t>(::getpid()), addr = reinterpret_cast<uintptr_t>(op.buf);
-      std::memcpy(op.header + 16, &pid, 8);
-      std::memcpy(op.header + 24, &addr, 8);
+      std::memcpy(h + 16, &pid, 8);
+      std::memcpy(h + 24, &addr, 8);
     }
-    op.header_len = op.by_ref ? kRefHeaderBytes : kHeaderBytes;
+    if (whole) write_wrap(p.out_data, c, tail + hlen, op.buf, op.bytes);
+    op.header_len = op.header_moved = hlen;
+    tail += need;
+    if (whole) op.moved = op.bytes;
+    if (whole || op.by_ref) zero_slot(p.out_data, c, tail);  // where the reader looks next
+    const uint32_t magic = whole ? kWholeMagic : op.by_ref ? kRefMagic : kMessageMagic;
+    __atomic_store_n(reinterpret_cast<uint64_t *>(h + 8), static_cast<uint64_t>(magic) << 32 | p.sent,
+                     __ATOMIC_RELEASE);
+    p.out->tail.store(tail, std::memory_order_release);
+    if (whole) {
+      ++p.sent;
+      return true;
+    }
   }
-  if (op.header_moved < op.header_len) {
-    const size_t n = std::min(op.header_len - op.header_moved,
-                              space(op.header_len + (op.by_ref ? 0 : std::min(op.bytes, kPublishBytes))));
-    write_wrap(p.out_data, c, tail, op.header + op.header_moved, n);
-    tail += n;
-    op.header_moved += n;
-  }
-  if (op.by_ref && op.header_moved == op.header_len) {
-    if (tail != start) p.out->tail.store(tail, std::memory_order_release);
+  if (op.by_ref) {
     if (op.ref_index == 0) op.ref_index = ++p.refs_sent;
     if (p.out->refs_read.load(std::memory_order_acquire) < op.ref_index) return false;  // not copied yet
     if (p.out->ref_refused.load(std::memory_order_acquire) != op.ref_index) {
@@ -297,9 +325,8 @@ bool ShmP2p::move_send(Pair &p, Op &op) {
     }
     op.by_ref = false;  // the reader cannot read this process's memory: the payload follows by value
     p.cma_off = true;
-    return move_send(p, op);
   }
-  while (op.header_moved == op.header_len && op.moved < op.bytes) {
+  while (op.moved < op.bytes) {  // by value, header first: chunks published as they land
     const size_t want = std::min(op.bytes - op.moved, kPublishBytes);
     const size_t n = std::min(want, space(want));
     if (n == 0) break;
@@ -308,8 +335,14 @@ bool ShmP2p::move_send(Pair &p, Op &op) {
     op.moved += n;
     if (op.moved < op.bytes) p.out->tail.store(tail, std::memory_order_release);  // the reader starts
   }
-  if (tail != start) p.out->tail.store(tail, std::memory_order_release);
-  if (op.header_moved < op.header_len || op.moved < op.bytes) return false;
+  const size_t pad = padded - op.bytes;
+  if (op.moved < op.bytes || space(pad) < pad) {
+    if (tail != start) p.out->tail.store(tail, std::memory_order_release);
+    return false;
+  }
+  tail += pad;  // the next header's slot is aligned; then zeroed before the reader may get there
+  zero_slot(p.out_data, c, tail);
+  p.out->tail.store(tail, std::memory_order_release);
   ++p.sent;
   return true;
 }
@@ -339,25 +372,20 @@ bool ShmP2p::move_recv(Pair &p, Op &op) {
   const size_t c = options_.ring_bytes;
   const uint64_t start = p.in->head.load(std::memory_order_relaxed);
   uint64_t head = start;
-  auto avail = [&](size_t want) {
-    if (p.in_tail_seen - head < want) p.in_tail_seen = p.in->tail.load(std::memory_order_acquire);
-    return static_cast<size_t>(p.in_tail_seen - head);
+  // Bytes published after the head (the writer's tail; a header seen in its slot may be ahead of
+  // the tail that published it).
+  auto avail = [&](size_t want) -> size_t {
+    if (p.in_tail_seen < head + want) p.in_tail_seen = p.in->tail.load(std::memory_order_acquire);
+    return p.in_tail_seen > head ? static_cast<size_t>(p.in_tail_seen - head) : 0;
   };
-  const size_t first = op.header_len == 0 ? kHeaderBytes : op.header_len;
-  if (op.header_moved < first) {
-    const size_t n = std::min(first - op.header_moved, avail(first - op.header_moved));
-    read_wrap(p.in_data, c, head, op.header + op.header_moved, n);
-    head += n;
-    op.header_moved += n;
-  }
-  if (op.header_len == 0 && op.header_moved == kHeaderBytes) {
+  if (op.header_len == 0) {  // the header's slot: zero until the writer published the message
+    const uint8_t *h = p.in_data + head % c;
+    const uint64_t word = __atomic_load_n(reinterpret_cast<const uint64_t *>(h + 8), __ATOMIC_ACQUIRE);
+    if (word == 0) return false;
+    const auto seq = static_cast<uint32_t>(word), magic = static_cast<uint32_t>(word >> 32);
     uint64_t bytes = 0;
-    uint32_t seq = 0, magic = 0;
-    std::memcpy(&bytes, op.header, 8);
-    std::memcpy(&seq, op.header + 8, 4);
-    std::memcpy(&magic, op.header + 12, 4);
-    if ((magic != kMessageMagic && magic != kRefMagic) || seq != p.received) {
-      p.in->head.store(head, std::memory_order_release);
+    std::memcpy(&bytes, h, 8);
+    if ((magic != kMessageMagic && magic != kWholeMagic && magic != kRefMagic) || seq != p.received) {
       fail_pair(p, PSTATE_ERR_TRANSPORT,
                 cat(options_.label, ": the stream from rank ", global_rank(op.peer), " (group rank ", op.peer,
                     ") to rank ", global_rank(rank_), " is corrupt (message #", p.received, ": magic ", magic,
@@ -365,7 +393,6 @@ bool ShmP2p::move_recv(Pair &p, Op &op) {
       return false;
     }
     if (bytes != op.bytes) {
-      p.in->head.store(head, std::memory_order_release);
       p.in->broken.store(1, std::memory_order_release);
       fail_pair(p, PSTATE_ERR_MISMATCH,
                 cat(options_.label, ": rank ", global_rank(op.peer), " (group rank ", op.peer, ") sent ", bytes,
@@ -375,16 +402,19 @@ bool ShmP2p::move_recv(Pair &p, Op &op) {
                     "stream is now out of step: abort the context"));
       return false;
     }
-    op.by_ref = magic == kRefMagic;
-    op.header_len = op.by_ref ? kRefHeaderBytes : kHeaderBytes;
-    if (op.header_moved < op.header_len) {
-      const size_t n = std::min(op.header_len - op.header_moved, avail(op.header_len - op.header_moved));
-      read_wrap(p.in_data, c, head, op.header + op.header_moved, n);
-      head += n;
-      op.header_moved += n;
+    if (magic == kWholeMagic) {  // the payload was in the ring before the header: one look
+      read_wrap(p.in_data, c, head + kHeaderBytes, op.buf, op.bytes);
+      head += kHeaderBytes + round_up(op.bytes, kSlot);
+      p.in->head.store(head, std::memory_order_release);
+      ++p.received;
+      return true;
     }
+    op.by_ref = magic == kRefMagic;
+    op.header_len = op.header_moved = op.by_ref ? kRefHeaderBytes : kHeaderBytes;
+    std::memcpy(op.header, h, op.header_len);
+    head += op.header_len;
   }
-  if (op.by_ref && op.header_moved == op.header_len) {
+  if (op.by_ref) {
     p.in->head.store(head, std::memory_order_release);
     uint64_t pid = 0, addr = 0;
     std::memcpy(&pid, op.header + 16, 8);
@@ -405,7 +435,7 @@ bool ShmP2p::move_recv(Pair &p, Op &op) {
     op.by_ref = false;
     return move_recv(p, op);
   }
-  while (op.header_len != 0 && op.header_moved == op.header_len && op.moved < op.bytes) {
+  while (op.moved < op.bytes) {  // header first: chunks as they are published
     const size_t want = std::min(op.bytes - op.moved, kPublishBytes);
     const size_t n = std::min(want, avail(want));
     if (n == 0) break;
@@ -414,8 +444,13 @@ bool ShmP2p::move_recv(Pair &p, Op &op) {
     op.moved += n;
     p.in->head.store(head, std::memory_order_release);  // room for the writer
   }
-  if (head != start) p.in->head.store(head, std::memory_order_release);
-  if (op.header_len == 0 || op.header_moved < op.header_len || op.moved < op.bytes) return false;
+  const size_t pad = round_up(op.bytes, kSlot) - op.bytes;
+  if (op.moved < op.bytes || avail(pad) < pad) {
+    if (head != start) p.in->head.store(head, std::memory_order_release);
+    return false;
+  }
+  head += pad;
+  p.in->head.store(head, std::memory_order_release);
   ++p.received;
   return true;
 }
@@ -473,7 +508,12 @@ ShmP2p::OpId ShmP2p::allocate() {
   }
   Slot &s = slots_[index];
   s.used = true;
-  s.op = Op{};
+  Op &op = s.op;  // reset field by field: no temporary Op (its header and string) per message
+  op.moved = op.header_moved = op.header_len = 0;
+  op.by_ref = op.done = false;
+  op.ref_index = 0;
+  op.status = PSTATE_OK;
+  op.message.clear();
   ++live_;
   return static_cast<OpId>(s.generation) << 32 | (static_cast<OpId>(index) + 1);
 }

@@ -21,11 +21,15 @@
 //
 // A ring is capacity bytes of data, a tail the writer advances and a head the reader advances
 // (each on its own cache line, written only by its owner, release; read by the other, acquire).
-// A message is a 16-byte header (payload bytes, per-direction sequence number, a magic word)
-// followed by its payload, in the byte stream with no padding, wrapping at the end of the ring.
-// The writer publishes its tail every kPublishBytes, so the reader copies out the first chunk of
-// a large message while the next is being copied in (two copies, pipelined; a message of any size
-// passes through a ring of any size). A receive of a different size than the message's is
+// A message is a 16-byte header (payload bytes, then a word of the per-direction sequence number
+// and a magic word) followed by its payload padded to 16 bytes, wrapping at the end of the ring.
+// The reader polls the header's second word where the next message will start (the writer
+// zeroed it before publishing the previous message, and stores it last): a small message is
+// written payload first, header word last, so its arrival is one look at one cache line (the
+// ring-step time of Open MPI's fast boxes; a separate tail would be a second miss).
+// A larger message publishes its header first and its payload through the tail every
+// kPublishBytes, so the reader copies out the first chunk while the next is being copied in
+// (two copies, pipelined; a message of any size passes through a ring of any size). A receive of a different size than the message's is
 // PSTATE_ERR_MISMATCH, naming both sizes; the pair's stream is then out of step, so the pair is
 // broken (every later operation with that peer fails; the reader's `broken` flag tells the
 // writer) and the caller fails its context.
