@@ -51,6 +51,7 @@ size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 // Copies n bytes into / out of a ring of capacity c at stream position pos (wrapping).
 void write_wrap(uint8_t *data, size_t c, uint64_t pos, const uint8_t *src, size_t n) {
+  if (n == 0) return;  // an empty message's buffer may be null
   const size_t at = static_cast<size_t>(pos % c), first = std::min(n, c - at);
   std::memcpy(data + at, src, first);
   if (first < n) std::memcpy(data, src + first, n - first);
@@ -59,6 +60,7 @@ void write_wrap(uint8_t *data, size_t c, uint64_t pos, const uint8_t *src, size_
 void zero_slot(uint8_t *data, size_t c, uint64_t pos) { std::memset(data + pos % c, 0, kSlot); }
 
 void read_wrap(const uint8_t *data, size_t c, uint64_t pos, uint8_t *dst, size_t n) {
+  if (n == 0) return;
   const size_t at = static_cast<size_t>(pos % c), first = std::min(n, c - at);
   std::memcpy(dst, data + at, first);
   if (first < n) std::memcpy(dst + first, data, n - first);
