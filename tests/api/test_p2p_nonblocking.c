@@ -211,7 +211,7 @@ static void test_a_large_send_moves_while_its_sender_waits_in_a_collective(void 
 
 /* ---- large messages when the kernel refuses to let a rank read its peer's memory ------------- */
 
-/* Inside a host, messages of 64 KiB and more are offered by reference: the receiver copies them
+/* Inside a host, messages of 32 KiB and more are offered by reference: the receiver copies them
  * straight out of the sender with process_vm_readv. Where a ptrace policy or a seccomp filter
  * forbids that, they must still arrive, through the ring. Made real here: each rank marks itself
  * not dumpable and drops CAP_SYS_PTRACE from its effective set (the test runs as root), so the
