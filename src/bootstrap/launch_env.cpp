@@ -266,6 +266,12 @@ LaunchEnv resolve_launch_env(const pstate_init_params_t &params, const EnvLookup
       throw_error(PSTATE_ERR_INVALID_ARGUMENT, "PSTATE_JOB_ID has a control character; use printable text");
   out.socket_ifname = resolve_text(params.socket_ifname, env, "PSTATE_SOCKET_IFNAME");
   if (!out.socket_ifname.empty()) parse_interface_rule(out.socket_ifname);  // its syntax, now
+  if (auto ext = lookup(env, "PSTATE_STORE_EXTERNAL")) {
+    if (*ext != "0" && *ext != "1")
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, "PSTATE_STORE_EXTERNAL is '", *ext,
+                  "'; use 1 (another process serves the store: pstate run, pstate store) or 0 (rank 0 serves it)");
+    out.store_external = *ext == "1";
+  }
   return out;
 }
 
@@ -274,6 +280,7 @@ std::string LaunchEnv::describe() const {
                       : local_world_size >= 0 ? cat("local ", local_rank, " of ", local_world_size)
                                               : cat("local rank ", local_rank);
   return cat("rank ", rank, " of ", world_size, " (", local, ", from ", launcher, "), store ", store.url(),
+             store_external ? " (served by another process)" : "",
              ", timeout ", timeout_ms, " ms (rendezvous ", init_timeout_ms, " ms), ",
              job_token.empty() ? "no job token" : "job token set",
              job_id.empty() ? std::string() : ", job '" + job_id + "'",
@@ -289,6 +296,7 @@ StoreOptions LaunchEnv::store_options() const {
   o.job_id = job_id;
   o.socket_ifname = socket_ifname;
   o.timeout_ms = init_timeout_ms;
+  o.serve = !store_external;
   return o;
 }
 

@@ -62,6 +62,9 @@ struct LaunchEnv {
   std::string job_token;      // empty = none
   std::string job_id;         // PSTATE_JOB_ID; empty = none
   std::string socket_ifname;  // an interface rule (netif.hpp); empty = none
+  // PSTATE_STORE_EXTERNAL=1: another process serves the tcp:// store (`pstate run`, `pstate
+  // store`), so rank 0 only connects to it; the store then outlives every rank.
+  bool store_external = false;
   // With resolve_launch_env(..., defer_rank_range = true): the error of a rank outside the world
   // (rank >= world size), kept so the caller can tell the store before failing; rank and world
   // size are then as given.

@@ -27,5 +27,6 @@ const Subcommand &info_subcommand();
 const Subcommand &run_subcommand();
 const Subcommand &bench_subcommand();
 const Subcommand &doctor_subcommand();
+const Subcommand &store_subcommand();
 
 }  // namespace pstate::cli

@@ -21,7 +21,13 @@
 // Before it stops ranks (a rank failed, --max-wait, SIGINT/SIGTERM) it asks every live rank for its
 // flight-recorder dump (SIGUSR1, src/common/trace_signal.cpp), waits up to 2 s for them, and says
 // where the job's dumps are and the `pstate doctor` command that reads them (issue 14).
+// The job's rendezvous store is served by the launcher of node 0 itself (as torchrun's agent
+// does), not by rank 0: it listens before any rank starts (on the --master address, or a free
+// loopback port it binds, so no other process can take that port in between) and lives until
+// the last rank ended, so the store outlives any rank (PSTATE_STORE_EXTERNAL=1 tells the ranks).
+// --rank0-store leaves it to rank 0, as without a launcher.
 #include "bootstrap/hmac_sha256.hpp"
+#include "bootstrap/tcp_store_server.hpp"
 #include "cli/cli.hpp"
 #include "common/error.hpp"
 
@@ -47,6 +53,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -68,6 +75,8 @@ constexpr OptionSpec kOptions[] = {
     {"--no-prefix", nullptr, "do not prefix output lines with the rank"},
     {"--bind-cores", nullptr, "pin local rank i to CPU i % (CPUs available), even when ranks outnumber CPUs"},
     {"--no-bind", nullptr, "do not pin ranks (default: pinned one per CPU when they fit, as mpirun does)"},
+    {"--rank0-store", nullptr,
+     "rank 0 serves the rendezvous store (default: the launcher of node 0 does, so the store outlives any rank)"},
 };
 
 constexpr CommandSpec kSpec = {
@@ -235,7 +244,7 @@ pid_t spawn(const std::vector<std::string> &argv, const std::vector<std::pair<st
 class Launcher {
  public:
   Launcher(int nproc, int nnodes, int node_rank, std::string addr, int port, int grace_ms, int max_wait_s,
-           int status_every_s, bool prefix, bool bind_cores)
+           int status_every_s, bool prefix, bool bind_cores, bool host_store)
       : nproc_(nproc),
         nnodes_(nnodes),
         node_rank_(node_rank),
@@ -246,6 +255,7 @@ class Launcher {
         status_every_s_(status_every_s),
         prefix_(prefix) {
     if (bind_cores) cpus_ = allowed_cpus();
+    host_store_ = host_store;
   }
 
   int run(const std::vector<std::string> &program) {
@@ -262,6 +272,17 @@ class Launcher {
       std::fprintf(stderr, "pstate run: warning: PSTATE_JOB_TOKEN is not set; with --nnodes > 1 every node must "
                            "export the same token, or the store will refuse the other nodes\n");
     int world = nproc_ * nnodes_;
+    if (host_store_ && node_rank_ == 0) {  // node 0's launcher serves the store (head comment)
+      StoreServerOptions so;
+      so.host = addr_;
+      so.port = port_;
+      so.world_size = world;
+      so.job_token = token;
+      so.job_id = job_id;
+      so.owner_rank = -1;
+      store_ = TcpStoreServer::start(so, store_log_);
+      port_ = store_->port();
+    }
     for (int local = 0; local < nproc_; ++local) {
       int out[2], err[2];
       if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
@@ -277,6 +298,7 @@ class Launcher {
                                                               {"MASTER_PORT", std::to_string(port_)},
                                                               {"PSTATE_JOB_TOKEN", token},
                                                               {"PSTATE_JOB_ID", job_id}};
+      if (host_store_) env.push_back({"PSTATE_STORE_EXTERNAL", "1"});
       int cpu = cpus_.empty() ? -1 : cpus_[static_cast<size_t>(local) % cpus_.size()];
       r.pid = spawn(program, env, out[1], err[1], out[0], err[0], cpu);
       ::close(out[1]);
@@ -597,6 +619,9 @@ class Launcher {
   int nproc_, nnodes_, node_rank_;
   std::string addr_;
   int port_, grace_ms_, max_wait_s_, status_every_s_;
+  bool host_store_ = true;
+  Logger store_log_;
+  std::unique_ptr<TcpStoreServer> store_;  // node 0 without --rank0-store: the job's store
   int ended_ = 0;  // ranks seen ending so far
   bool dumps_requested_ = false;
   int64_t job_started_ns_ = 0;  // wall clock: dumps older than this are another job's
@@ -632,9 +657,9 @@ int run_run(const ParsedArgs &args) {
     if (port <= 0 || port > 65535) throw UsageError("--master port must be 1..65535");
   } else if (nnodes > 1) {
     throw UsageError("--master HOST:PORT is required with --nnodes > 1 (the address of node 0)");
-  } else {
-    port = free_loopback_port();
-  }
+  } else if (args.flag("--rank0-store")) {
+    port = free_loopback_port();  // rank 0 binds it later (another process could take it between)
+  }  // else: the launcher's store binds a free port itself
 
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
@@ -650,7 +675,7 @@ int run_run(const ParsedArgs &args) {
   bool bind = args.flag("--bind-cores") ||
               (!args.flag("--no-bind") && static_cast<size_t>(nproc) <= allowed_cpus().size());
   Launcher launcher(nproc, nnodes, node_rank, addr, port, grace, max_wait, status_every, !args.flag("--no-prefix"),
-                    bind);
+                    bind, !args.flag("--rank0-store"));
   return launcher.run(args.positional());
 }
 

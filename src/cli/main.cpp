@@ -25,6 +25,7 @@ const Subcommand &(*const kSubcommands[])() = {
     run_subcommand,
     bench_subcommand,
     doctor_subcommand,
+    store_subcommand,
 };
 
 void print_main_help(std::FILE *out) {

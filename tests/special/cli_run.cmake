@@ -6,3 +6,7 @@ set_tests_properties(cli_run_launcher PROPERTIES TIMEOUT 300)
 # Root only (mount namespace); skipped otherwise.
 add_test(NAME cli_small_dev_shm COMMAND ${PROJECT_SOURCE_DIR}/tests/cli/test_small_dev_shm.sh $<TARGET_FILE:pstate_cli>)
 set_tests_properties(cli_small_dev_shm PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+# `pstate store` (the store as a process of its own, other launchers) and `pstate run` serving
+# its job's store: ranks by hand, PSTATE_STORE_EXTERNAL, a stranger refused, --rank0-store.
+add_test(NAME cli_store COMMAND ${PROJECT_SOURCE_DIR}/tests/cli/test_store.sh $<TARGET_FILE:pstate_cli>)
+set_tests_properties(cli_store PROPERTIES TIMEOUT 300)
