@@ -55,6 +55,9 @@ func TestLifecycleAndOutOfOrderCallsTwoRanks(t *testing.T) {
 		if ps.ModelParallelIsInitialized() {
 			t.Fatal("model parallel initialized before InitializeModelParallel")
 		}
+		if live, err := ps.LiveRanks(); err != nil || len(live) != 2 || live[0] != 0 || live[1] != 1 {
+			t.Fatalf("LiveRanks() = %v, %v; want [0 1] (nobody died)", live, err)
+		}
 		_, err := ps.Group(pstate.TP)
 		expectErr(t, err, pstate.ErrInvalidState)
 		must(t, ps.InitializeModelParallel(pstate.ParallelConfig{TensorParallel: 2}))

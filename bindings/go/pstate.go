@@ -239,6 +239,26 @@ func (ps *PState) WorldSize() int {
 	return 0
 }
 
+// LiveRanks is pstate_live_ranks: the global ranks this rank does not know to be dead, ascending
+// (a rank whose process exited, or whose endpoint failed, is dead). Local; works after an
+// ErrPeerLost, to learn who is gone.
+func (ps *PState) LiveRanks() ([]int, error) {
+	n := ps.WorldSize()
+	if n <= 0 {
+		return nil, badState("LiveRanks", "the PState was closed or aborted; call pstate.Init again")
+	}
+	ranks := make([]int32, n)
+	var count uint64
+	if err := ps.call("LiveRanks", func(h uintptr) error { return capi.Live_ranks(h, ranks, &count) }); err != nil {
+		return nil, err
+	}
+	out := make([]int, count)
+	for i := range out {
+		out[i] = int(ranks[i])
+	}
+	return out, nil
+}
+
 // TPAllReduce is communication_op.py tensor_model_parallel_all_reduce: in place on the TP group.
 func (ps *PState) TPAllReduce(buf Buffer, op ReduceOp, opts ...CallOption) error {
 	o := collect(opts)

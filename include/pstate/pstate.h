@@ -384,6 +384,14 @@ PSTATE_API pstate_status_t pstate_group_info(const pstate_group_t *g, pstate_gro
 /** Global ranks of the group in group order; *count = group size; capacity too small =>
  *  INVALID_ARGUMENT with *count set. */
 PSTATE_API pstate_status_t pstate_group_ranks(const pstate_group_t *g, int *ranks, size_t capacity, size_t *count);
+/** The live ranks of the world as this rank knows them: global ranks, ascending, this rank
+ *  included. A rank is dead once this rank has seen it die: its process exited (a rank of this
+ *  host; checked at the call) or its UCX endpoint reported a peer failure (another host; seen by
+ *  an operation that used it). A rank that is merely slow, or one that no operation has touched
+ *  since it died on another host, is live. Local, not collective; works in a failed context (after
+ *  PSTATE_ERR_PEER_LOST, to learn who is gone). *count = the number of live ranks; capacity too
+ *  small => INVALID_ARGUMENT with *count set (the world size is always enough). */
+PSTATE_API pstate_status_t pstate_live_ranks(pstate_t *ps, int *ranks, size_t capacity, size_t *count);
 /** Custom groups (SGLang's create_custom_parallel_group, vLLM's new_group: speculative decoding,
  *  EPLB). Collective over the world: every rank calls it, passing the global ranks of the group
  *  it joins (strictly ascending, itself among them; count ranks at `ranks`), or count 0 to join
@@ -813,6 +821,8 @@ struct pstate_api_t {
   /* sliced pipeline tensor dicts */
   pstate_status_t (*send_tensor_dict_sliced)(pstate_group_t *g, const pstate_tensor_t *tensors, size_t count, int dst, pstate_group_t *ag, void *stream);
   pstate_status_t (*recv_tensor_dict_sliced)(pstate_group_t *g, int src, pstate_group_t *ag, pstate_alloc_fn alloc, void *user, void *stream);
+  /* survivors */
+  pstate_status_t (*live_ranks)(pstate_t *ps, int *ranks, size_t capacity, size_t *count);
 };
 
 /** The table for ABI `abi_major` (pass PSTATE_ABI_MAJOR), or NULL when this library does not

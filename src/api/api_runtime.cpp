@@ -140,6 +140,22 @@ PSTATE_API pstate_status_t pstate_group_ranks(const pstate_group_t *g, int *rank
   });
 }
 
+PSTATE_API pstate_status_t pstate_live_ranks(pstate_t *ps, int *ranks, size_t capacity, size_t *count) {
+  return PSTATE_GUARD({
+    require_nonnull(count, "count");
+    *count = 0;
+    pstate::api::require_context(ps);
+    pstate::api::ContextEntry entry(*ps, "pstate_live_ranks");
+    const std::vector<int> live = ps->live_ranks();
+    *count = live.size();
+    if (capacity < live.size())
+      pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "capacity ", capacity, " < ", live.size(),
+                          " live ranks; *count holds the size needed (the world size is always enough)");
+    require_nonnull(ranks, "ranks");
+    std::memcpy(ranks, live.data(), live.size() * sizeof(int));
+  });
+}
+
 // Custom groups (collective over the world; src/group/custom_group.cpp).
 PSTATE_API pstate_status_t pstate_new_group(pstate_t *ps, const int *ranks, size_t count, pstate_group_t **out) {
   return PSTATE_GUARD({

@@ -72,6 +72,7 @@ constexpr pstate_api_t make_table() {
   // sliced pipeline tensor dicts
   t.send_tensor_dict_sliced = pstate_send_tensor_dict_sliced;
   t.recv_tensor_dict_sliced = pstate_recv_tensor_dict_sliced;
+  t.live_ranks = pstate_live_ranks;
   return t;
 }
 

@@ -561,6 +561,27 @@ std::vector<Group *> Context::live_groups() const {
   return all;
 }
 
+std::vector<int> Context::live_ranks() {
+  const int n = world_size();
+  if (live_watches_.empty()) live_watches_.resize(static_cast<size_t>(n));
+  std::vector<int> live;
+  live.reserve(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    bool dead = false;
+    if (r != rank()) {
+      dead = worker_ && worker_->peer_lost(r);
+      const PeerEntry &p = peers_.at(static_cast<size_t>(r));
+      if (!dead && p.host_id == peers_.at(static_cast<size_t>(rank())).host_id && p.pid > 0 && p.pid != ::getpid()) {
+        auto &w = live_watches_[static_cast<size_t>(r)];
+        if (!w) w = std::make_unique<ucx::ProcessWatch>(static_cast<pid_t>(p.pid));
+        dead = w->exited();
+      }
+    }
+    if (!dead) live.push_back(r);
+  }
+  return live;
+}
+
 void Context::require_host_memory(const void *p, const char *name, const char *group, const char *call) {
   if (p == nullptr) return;
   if (device_ctx_) {

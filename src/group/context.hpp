@@ -29,6 +29,7 @@
 #include "common/trace.hpp"
 #include "layout/layout.hpp"
 #include "transport/nccl/device_comm.hpp"
+#include "transport/ucx/process_watch.hpp"
 #include "transport/ucx/ucx_worker.hpp"
 
 #include <pstate/pstate.h>
@@ -86,6 +87,10 @@ class Context {
   // Facts.
   int rank() const { return launch_.rank; }
   int world_size() const { return launch_.world_size; }
+  // The world ranks this rank does not know to be dead, ascending (pstate_live_ranks): dead is a
+  // peer whose process has exited (same host: a pidfd per peer, made at the first call) or whose
+  // UCX endpoint reported a peer failure (another host). A rank that is merely slow is live.
+  std::vector<int> live_ranks();
   int local_rank() const { return launch_.local_rank; }
   pstate_device_t device() const { return device_; }
   const Logger &log() const { return log_; }
@@ -199,6 +204,7 @@ class Context {
   std::unique_ptr<DeviceContext> device_ctx_;  // before the groups: destroyed after them
   HostPointerCheck host_check_;
   std::vector<PeerEntry> peers_;
+  std::vector<std::unique_ptr<ucx::ProcessWatch>> live_watches_;  // live_ranks(): same-host peers
   std::unique_ptr<Group> world_;
 
   std::optional<layout::Layout> layout_;

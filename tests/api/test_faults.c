@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,12 +23,40 @@
 
 #define FAULT_TIMEOUT_MS 3000
 
-/* Loops all-reduces until one fails; the victim is SIGKILLed by the harness meanwhile. The
- * survivor must fail with PEER_LOST or TIMEOUT within the timeout + 2 s of its last success,
- * get ABORTED afterwards, and pstate_abort must return. */
+/* pstate_live_ranks of ps: the world less `dead` (-1: the whole world). */
+static int live_ranks_are(const pstate_test_rank_t *self, pstate_t *ps, int dead) {
+  int ranks[16];
+  size_t n = 99;
+  RANK_OK(self, pstate_live_ranks(ps, ranks, 16, &n));
+  size_t want = 0;
+  for (int r = 0; r < self->world_size; ++r) {
+    if (r == dead) continue;
+    RANK_CHECK(self, want < n && ranks[want] == r, "live rank #%zu is %d, expected %d (dead: %d)", want,
+               want < n ? ranks[want] : -1, r, dead);
+    ++want;
+  }
+  RANK_CHECK(self, n == want, "%zu live ranks, expected %zu", n, want);
+  size_t need = 0;
+  RANK_CHECK(self, pstate_live_ranks(ps, ranks, 1, &need) == PSTATE_ERR_INVALID_ARGUMENT && need == want,
+             "capacity 1: INVALID_ARGUMENT with the count needed (%zu)", need);
+  return 0;
+}
+
+/* Loops all-reduces until one fails; the victim (*arg) is SIGKILLed by the harness meanwhile.
+ * The survivor must fail with PEER_LOST or TIMEOUT within the timeout + 2 s of its last success,
+ * learn from pstate_live_ranks that the victim alone is gone, get ABORTED afterwards, and
+ * pstate_abort must return. */
+typedef struct {
+  int victim;
+  int *checked; /* shared (MAP_SHARED) between the forked ranks: survivors that checked live ranks */
+} victim_t;
+
 static int survive_peer_death(const pstate_test_rank_t *self) {
+  const victim_t *v = (const victim_t *)self->arg;
+  const int victim = v->victim;
   pstate_t *ps = NULL;
   RANK_OK(self, pstate_test_init(self, FAULT_TIMEOUT_MS, &ps));
+  if (live_ranks_are(self, ps, -1) != 0) return 1;
   pstate_group_t *world = NULL;
   RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &world));
   float buf[256];
@@ -43,6 +72,12 @@ static int survive_peer_death(const pstate_test_rank_t *self) {
   RANK_CHECK(self, s == PSTATE_ERR_PEER_LOST || s == PSTATE_ERR_TIMEOUT, "status %s", pstate_status_string(s));
   RANK_CHECK(self, waited <= FAULT_TIMEOUT_MS + 2000, "survivor took %.0f ms to fail (bound %d ms)", waited,
              FAULT_TIMEOUT_MS + 2000);
+  if (live_ranks_are(self, ps, victim) != 0) return 1;
+  /* A survivor that returns ends its process, and the others would rightly count it dead: wait
+   * (bounded) until every survivor has looked. */
+  __atomic_add_fetch(v->checked, 1, __ATOMIC_SEQ_CST);
+  for (int i = 0; i < 1000 && __atomic_load_n(v->checked, __ATOMIC_SEQ_CST) < self->world_size - 1; ++i)
+    usleep(10000);
   RANK_CHECK(self, pstate_all_reduce(world, buf, buf, 1, PSTATE_FLOAT32, PSTATE_SUM, NULL) == PSTATE_ERR_ABORTED,
              "a failed context refuses further collectives");
   RANK_CHECK(self, strstr(pstate_last_error(), "pstate_abort") != NULL, "ABORTED names the way out");
@@ -52,10 +87,18 @@ static int survive_peer_death(const pstate_test_rank_t *self) {
   return 0;
 }
 
+static int *shared_counter(void) {
+  void *p = mmap(NULL, sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  assert_true(p != MAP_FAILED);
+  return (int *)p; /* zero */
+}
+
 static void test_sigkill_one_of_four_survivors_fail_fast_and_abort(void **state) {
   (void)state;
   int statuses[4];
-  int failed = pstate_test_run_processes_kill(4, 60, survive_peer_death, NULL, statuses, 2, 1500);
+  victim_t v = {2, shared_counter()};
+  int failed = pstate_test_run_processes_kill(4, 60, survive_peer_death, &v, statuses, v.victim, 1500);
+  munmap(v.checked, sizeof(int));
   assert_int_equal(failed, 0);
   assert_true(WIFSIGNALED(statuses[2]));
 }
@@ -64,7 +107,9 @@ static void test_sigkill_one_of_four_survivors_fail_fast_and_abort(void **state)
 static void test_sigkill_rank0_survivors_fail_fast(void **state) {
   (void)state;
   int statuses[3];
-  assert_int_equal(pstate_test_run_processes_kill(3, 60, survive_peer_death, NULL, statuses, 0, 1500), 0);
+  victim_t v = {0, shared_counter()};
+  assert_int_equal(pstate_test_run_processes_kill(3, 60, survive_peer_death, &v, statuses, v.victim, 1500), 0);
+  munmap(v.checked, sizeof(int));
 }
 
 /* rank 2 claims rank 1: one of the two claimants is refused with MISMATCH naming the rank; the

@@ -662,6 +662,13 @@ class PState:
     def world_size(self) -> int:
         return self.world.world_size
 
+    @property
+    def live_ranks(self) -> List[int]:
+        """pstate_live_ranks: the global ranks this rank does not know to be dead, ascending (a
+        rank whose process exited, or whose endpoint failed, is dead). Local; works after a
+        PeerLostError, to learn who is gone."""
+        return list(self._call(capi.live_ranks, self.world_size))
+
     # ---- communication_op.py ---------------------------------------------------------------
     def tp_all_reduce(self, buf: BufferLike, op: ReduceOp = ReduceOp.SUM, *, dtype: Optional[DType] = None,
                       count: Optional[int] = None, stream: Optional[int] = None) -> Any:

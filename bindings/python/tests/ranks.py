@@ -33,6 +33,7 @@ def lifecycle() -> None:
     ps = pstate.init(timeout_ms=TIMEOUT_MS)
     assert ps.world_size == int(os.environ["WORLD_SIZE"]) and ps.rank == int(os.environ["RANK"])
     assert not ps.model_parallel_is_initialized
+    assert ps.live_ranks == list(range(ps.world_size)), ps.live_ranks  # nobody died
     err = expect_raises(pstate.InvalidStateError, ps.group, GroupKind.TP)
     assert "initialize_model_parallel" in err.detail, err.detail
     ps.initialize_model_parallel(tensor_parallel_size=ps.world_size)

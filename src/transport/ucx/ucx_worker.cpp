@@ -160,6 +160,14 @@ PeerEntry UcxWorker::self_entry() const { return PeerEntry{address_, static_cast
 
 // ---- peers and endpoints ------------------------------------------------------------------------
 
+bool UcxWorker::peer_lost(int world_rank) {
+  auto it = peers_.find(world_rank);
+  if (it == peers_.end()) return false;
+  Peer &p = *it->second;
+  if (!p.exited && p.watch && p.watch->exited()) p.exited = true;
+  return p.lost();
+}
+
 UcxWorker::Peer &UcxWorker::peer(int world_rank) {
   auto it = peers_.find(world_rank);
   if (it != peers_.end()) return *it->second;

@@ -181,6 +181,9 @@ class UcxWorker {
   void force_close() noexcept;
   bool closed() const { return worker_ == nullptr; }
 
+  // True when this worker has seen world_rank die: its process exited (same host) or its
+  // endpoint failed (UCX peer failure). false for a peer it never connected to (unknown).
+  bool peer_lost(int world_rank);
  private:
   enum class OpKind : uint8_t { kSend, kRecv, kRecvAnySize };
   enum class OpState : uint8_t { kFree, kProbing, kPending, kDone };

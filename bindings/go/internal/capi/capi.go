@@ -101,7 +101,7 @@ typedef _gostring_ swig_type_21;
 typedef _goslice_ swig_type_22;
 typedef _goslice_ swig_type_23;
 typedef _goslice_ swig_type_24;
-typedef long long swig_type_25;
+typedef _goslice_ swig_type_25;
 typedef long long swig_type_26;
 typedef long long swig_type_27;
 typedef long long swig_type_28;
@@ -109,18 +109,19 @@ typedef long long swig_type_29;
 typedef long long swig_type_30;
 typedef long long swig_type_31;
 typedef long long swig_type_32;
-typedef _goslice_ swig_type_33;
+typedef long long swig_type_33;
 typedef _goslice_ swig_type_34;
-typedef long long swig_type_35;
+typedef _goslice_ swig_type_35;
 typedef long long swig_type_36;
 typedef long long swig_type_37;
 typedef long long swig_type_38;
-typedef _goslice_ swig_type_39;
+typedef long long swig_type_39;
 typedef _goslice_ swig_type_40;
 typedef _goslice_ swig_type_41;
 typedef _goslice_ swig_type_42;
-typedef long long swig_type_43;
+typedef _goslice_ swig_type_43;
 typedef long long swig_type_44;
+typedef long long swig_type_45;
 extern void _wrap_Swig_free_capi_cb841bd7f909b440(uintptr_t arg1);
 extern uintptr_t _wrap_Swig_malloc_capi_cb841bd7f909b440(swig_intgo arg1);
 extern swig_intgo _wrap_PSTATE_VERSION_capi_cb841bd7f909b440(void);
@@ -253,34 +254,35 @@ extern swig_intgo _wrap_trace_dump_capi_cb841bd7f909b440(uintptr_t arg1, swig_ty
 extern swig_intgo _wrap_get_group_capi_cb841bd7f909b440(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
 extern swig_intgo _wrap_group_info_capi_cb841bd7f909b440(uintptr_t arg1, uintptr_t arg2);
 extern swig_intgo _wrap_group_ranks_capi_cb841bd7f909b440(uintptr_t arg1, swig_type_22 arg2, swig_voidp arg3);
-extern swig_intgo _wrap_new_group_capi_cb841bd7f909b440(uintptr_t arg1, swig_type_23 arg2, swig_voidp arg3);
-extern swig_intgo _wrap_group_same_node_capi_cb841bd7f909b440(uintptr_t arg1, swig_intgo arg2, swig_type_24 arg3);
-extern swig_intgo _wrap_all_reduce_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_25 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_all_gather_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_26 arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_reduce_scatter_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_27 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_broadcast_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_type_28 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_gather_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_29 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_all_to_all_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_30 arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_reduce_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_31 arg4, swig_intgo arg5, swig_intgo arg6, swig_intgo arg7, uintptr_t arg8);
-extern swig_intgo _wrap_scatter_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_32 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_all_gatherv_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_33 arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_reduce_scatterv_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_34 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_send_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_type_35 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_recv_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_type_36 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_live_ranks_capi_cb841bd7f909b440(uintptr_t arg1, swig_type_23 arg2, swig_voidp arg3);
+extern swig_intgo _wrap_new_group_capi_cb841bd7f909b440(uintptr_t arg1, swig_type_24 arg2, swig_voidp arg3);
+extern swig_intgo _wrap_group_same_node_capi_cb841bd7f909b440(uintptr_t arg1, swig_intgo arg2, swig_type_25 arg3);
+extern swig_intgo _wrap_all_reduce_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_26 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_all_gather_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_27 arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_reduce_scatter_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_28 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_broadcast_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_type_29 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_gather_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_30 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_all_to_all_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_31 arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_reduce_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_32 arg4, swig_intgo arg5, swig_intgo arg6, swig_intgo arg7, uintptr_t arg8);
+extern swig_intgo _wrap_scatter_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_33 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_all_gatherv_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_34 arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_reduce_scatterv_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_35 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_send_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_type_36 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_recv_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_type_37 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
 extern swig_intgo _wrap_barrier_capi_cb841bd7f909b440(uintptr_t arg1);
-extern swig_intgo _wrap_tp_allreduce_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_type_37 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_tp_allgather_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_38 arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_broadcast_object_capi_cb841bd7f909b440(uintptr_t arg1, swig_type_39 arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_intgo _wrap_all_gather_object_capi_cb841bd7f909b440(uintptr_t arg1, swig_type_40 arg2, swig_voidp arg3, swig_type_41 arg4);
-extern swig_intgo _wrap_send_object_capi_cb841bd7f909b440(uintptr_t arg1, swig_type_42 arg2, swig_intgo arg3);
+extern swig_intgo _wrap_tp_allreduce_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_type_38 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_tp_allgather_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_39 arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_broadcast_object_capi_cb841bd7f909b440(uintptr_t arg1, swig_type_40 arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_intgo _wrap_all_gather_object_capi_cb841bd7f909b440(uintptr_t arg1, swig_type_41 arg2, swig_voidp arg3, swig_type_42 arg4);
+extern swig_intgo _wrap_send_object_capi_cb841bd7f909b440(uintptr_t arg1, swig_type_43 arg2, swig_intgo arg3);
 extern swig_intgo _wrap_recv_object_capi_cb841bd7f909b440(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
 extern swig_intgo _wrap_broadcast_tensor_dict_capi_cb841bd7f909b440(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, uintptr_t arg4, uintptr_t arg5);
 extern swig_intgo _wrap_send_tensor_dict_capi_cb841bd7f909b440(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, uintptr_t arg4);
 extern swig_intgo _wrap_recv_tensor_dict_capi_cb841bd7f909b440(uintptr_t arg1, swig_intgo arg2, uintptr_t arg3, uintptr_t arg4);
 extern swig_intgo _wrap_send_tensor_dict_sliced_capi_cb841bd7f909b440(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, uintptr_t arg4, uintptr_t arg5);
 extern swig_intgo _wrap_recv_tensor_dict_sliced_capi_cb841bd7f909b440(uintptr_t arg1, swig_intgo arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
-extern swig_intgo _wrap_isend_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_type_43 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6, swig_voidp arg7);
-extern swig_intgo _wrap_irecv_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_type_44 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6, swig_voidp arg7);
+extern swig_intgo _wrap_isend_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_type_44 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6, swig_voidp arg7);
+extern swig_intgo _wrap_irecv_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2, swig_type_45 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6, swig_voidp arg7);
 extern swig_intgo _wrap_wait_capi_cb841bd7f909b440(uintptr_t arg1);
 extern swig_intgo _wrap_test_capi_cb841bd7f909b440(uintptr_t arg1, swig_voidp arg2);
 extern swig_intgo _wrap_p2p_batch_capi_cb841bd7f909b440(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3);
@@ -1666,12 +1668,26 @@ func Group_ranks(arg1 uintptr, arg2 []int32, arg3 *uint64) (_swig_ret error) {
 	return swig_r_1
 }
 
+func Live_ranks(arg1 uintptr, arg2 []int32, arg3 *uint64) (_swig_ret error) {
+	var swig_r int64
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r = (int64)(C._wrap_live_ranks_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), *(*C.swig_type_23)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
+	var swig_r_1 error
+	swig_r_1 = swigPstateFailure(swig_r)
+	return swig_r_1
+}
+
 func New_group(arg1 uintptr, arg2 []int32, arg3 *uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_new_group_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), *(*C.swig_type_23)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_new_group_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), *(*C.swig_type_24)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1685,7 +1701,7 @@ func Group_same_node(arg1 uintptr, arg2 int, arg3 []int32) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_group_same_node_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), *(*C.swig_type_24)(unsafe.Pointer(&_swig_i_2))))
+	swig_r = (int64)(C._wrap_group_same_node_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), *(*C.swig_type_25)(unsafe.Pointer(&_swig_i_2))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg3
 	}
@@ -1703,7 +1719,7 @@ func All_reduce(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_all_reduce_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_25(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_all_reduce_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_26(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1717,7 +1733,7 @@ func All_gather(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_all_gather_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_26(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_all_gather_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_27(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1732,7 +1748,7 @@ func Reduce_scatter(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_reduce_scatter_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_27(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_reduce_scatter_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_28(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1746,7 +1762,7 @@ func Broadcast(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_broadcast_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_28(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_broadcast_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_29(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1761,7 +1777,7 @@ func Gather(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int64, 
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_gather_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_29(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_gather_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_30(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1775,7 +1791,7 @@ func All_to_all(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_all_to_all_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_30(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_all_to_all_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_31(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1791,7 +1807,7 @@ func Reduce(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int64, 
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
 	_swig_i_7 := arg8
-	swig_r = (int64)(C._wrap_reduce_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_31(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.swig_intgo(_swig_i_6), C.uintptr_t(_swig_i_7)))
+	swig_r = (int64)(C._wrap_reduce_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_32(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.swig_intgo(_swig_i_6), C.uintptr_t(_swig_i_7)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1806,7 +1822,7 @@ func Scatter(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int64,
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_scatter_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_32(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_scatter_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_33(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1820,7 +1836,7 @@ func All_gatherv(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 []
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_all_gatherv_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), *(*C.swig_type_33)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_all_gatherv_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), *(*C.swig_type_34)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg4
 	}
@@ -1838,7 +1854,7 @@ func Reduce_scatterv(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_reduce_scatterv_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), *(*C.swig_type_34)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_reduce_scatterv_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), *(*C.swig_type_35)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg4
 	}
@@ -1855,7 +1871,7 @@ func Send(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, arg
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_send_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_35(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_send_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_36(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1869,7 +1885,7 @@ func Recv(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, arg
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_recv_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_36(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_recv_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_37(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1892,7 +1908,7 @@ func Tp_allreduce(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_tp_allreduce_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_37(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_tp_allreduce_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_38(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1906,7 +1922,7 @@ func Tp_allgather(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 i
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_tp_allgather_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_38(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_tp_allgather_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_39(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1919,7 +1935,7 @@ func Broadcast_object(arg1 uintptr, arg2 []byte, arg3 int, arg4 *Bytes) (_swig_r
 	_swig_i_2 := arg3
 	var _swig_i_3 unsafe.Pointer
 	_swig_i_3 = unsafe.Pointer(arg4)
-	swig_r = (int64)(C._wrap_broadcast_object_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), *(*C.swig_type_39)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3)))
+	swig_r = (int64)(C._wrap_broadcast_object_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), *(*C.swig_type_40)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1935,7 +1951,7 @@ func All_gather_object(arg1 uintptr, arg2 []byte, arg3 *Bytes, arg4 []uint64) (_
 	var _swig_i_2 unsafe.Pointer
 	_swig_i_2 = unsafe.Pointer(arg3)
 	_swig_i_3 := arg4
-	swig_r = (int64)(C._wrap_all_gather_object_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), *(*C.swig_type_40)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2), *(*C.swig_type_41)(unsafe.Pointer(&_swig_i_3))))
+	swig_r = (int64)(C._wrap_all_gather_object_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), *(*C.swig_type_41)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2), *(*C.swig_type_42)(unsafe.Pointer(&_swig_i_3))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1952,7 +1968,7 @@ func Send_object(arg1 uintptr, arg2 []byte, arg3 int) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_send_object_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), *(*C.swig_type_42)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2)))
+	swig_r = (int64)(C._wrap_send_object_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), *(*C.swig_type_43)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -2053,7 +2069,7 @@ func Isend(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, ar
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_isend_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_43(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6)))
+	swig_r = (int64)(C._wrap_isend_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_44(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2068,7 +2084,7 @@ func Irecv(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, ar
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_irecv_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_44(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6)))
+	swig_r = (int64)(C._wrap_irecv_capi_cb841bd7f909b440(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_45(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1

@@ -2147,6 +2147,27 @@ intgo _wrap_group_ranks_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, _gosli
 }
 
 
+intgo _wrap_live_ranks_capi_cb841bd7f909b440(pstate_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
+  pstate_t *arg1 = (pstate_t *) 0 ;
+  int *arg2 = (int *) 0 ;
+  size_t arg3 ;
+  size_t *arg4 = (size_t *) 0 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_t *)_swig_go_0; 
+  
+  arg2 = (int *)_swig_go_1.array;
+  arg3 = (size_t)_swig_go_1.len;
+  
+  arg4 = (size_t *)_swig_go_2; 
+  
+  result = (pstate_status_t)pstate_live_ranks(arg1,arg2,arg3,arg4);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
 intgo _wrap_new_group_capi_cb841bd7f909b440(pstate_t *_swig_go_0, _goslice_ _swig_go_1, pstate_group_t **_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int *arg2 = (int *) 0 ;

@@ -1496,12 +1496,20 @@ pub struct pstate_api_t {
             stream: *mut ::std::os::raw::c_void,
         ) -> pstate_status_t,
     >,
+    pub live_ranks: ::std::option::Option<
+        unsafe extern "C" fn(
+            ps: *mut pstate_t,
+            ranks: *mut ::std::os::raw::c_int,
+            capacity: usize,
+            count: *mut usize,
+        ) -> pstate_status_t,
+    >,
 }
 #[test]
 fn bindgen_test_layout_pstate_api_t() {
     assert_eq!(
         ::std::mem::size_of::<pstate_api_t>(),
-        472usize,
+        480usize,
         concat!("Size of: ", stringify!(pstate_api_t))
     );
     assert_eq!(
@@ -2529,4 +2537,21 @@ fn bindgen_test_layout_pstate_api_t() {
         );
     }
     test_field_recv_tensor_dict_sliced();
+    fn test_field_live_ranks() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).live_ranks) as usize - ptr as usize
+            },
+            472usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(live_ranks)
+            )
+        );
+    }
+    test_field_live_ranks();
 }

@@ -216,6 +216,16 @@ impl PState {
         self.world_size
     }
 
+    /// pstate_live_ranks: the global ranks this rank does not know to be dead, ascending (a rank
+    /// whose process exited, or whose endpoint failed, is dead). Local; works after a
+    /// `Status::PeerLost` error, to learn who is gone.
+    pub fn live_ranks(&self) -> Result<Vec<usize>> {
+        let mut ranks = vec![0i32; self.world_size];
+        let mut n = 0usize;
+        check(unsafe { sys::pstate_live_ranks(self.as_raw(), ranks.as_mut_ptr(), ranks.len(), &mut n) })?;
+        Ok(ranks[..n].iter().map(|&r| r as usize).collect())
+    }
+
     /// A handle that stops the call blocked on this PState from another thread (see
     /// [`InterruptHandle`]).
     pub fn interrupt_handle(&self) -> InterruptHandle {

@@ -23,6 +23,7 @@ fn lifecycle_and_out_of_order_calls_two_ranks() {
             assert_eq!((w.world_size(), w.info().rank), (env_usize("WORLD_SIZE"), env_usize("RANK")));
         }
         assert!(!ps.model_parallel_is_initialized());
+        assert_eq!(ps.live_ranks().unwrap(), vec![0, 1]); // nobody died
         assert_eq!(ps.group(GroupKind::Tp).err().unwrap().status, Status::InvalidState);
         ps.initialize_model_parallel(&ParallelConfig { tensor_parallel: 2, ..Default::default() }).unwrap();
         assert!(ps.model_parallel_is_initialized());
