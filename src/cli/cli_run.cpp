@@ -25,7 +25,8 @@
 // does), not by rank 0: it listens before any rank starts (on the --master address, or a free
 // loopback port it binds, so no other process can take that port in between) and lives until
 // the last rank ended, so the store outlives any rank (PSTATE_STORE_EXTERNAL=1 tells the ranks).
-// --rank0-store leaves it to rank 0, as without a launcher.
+// --rank0-store leaves it to rank 0, as without a launcher. --keep-going leaves the other ranks
+// running when one fails (for jobs that survive a dead rank), naming each failure as it happens.
 #include "bootstrap/hmac_sha256.hpp"
 #include "bootstrap/tcp_store_server.hpp"
 #include "cli/cli.hpp"
@@ -75,6 +76,9 @@ constexpr OptionSpec kOptions[] = {
     {"--no-prefix", nullptr, "do not prefix output lines with the rank"},
     {"--bind-cores", nullptr, "pin local rank i to CPU i % (CPUs available), even when ranks outnumber CPUs"},
     {"--no-bind", nullptr, "do not pin ranks (default: pinned one per CPU when they fit, as mpirun does)"},
+    {"--keep-going", nullptr,
+     "when a rank fails, name it and leave the others running (default: stop them); the exit status is still "
+     "the first failed rank's"},
     {"--rank0-store", nullptr,
      "rank 0 serves the rendezvous store (default: the launcher of node 0 does, so the store outlives any rank)"},
 };
@@ -106,6 +110,7 @@ struct Rank {
   Clock::time_point ended;        // when the launcher saw it end
   int end_order = -1;             // 0 = the first rank seen to end, ...
   bool stopped = false;           // pstate run sent it SIGTERM/SIGKILL
+  bool announced = false;         // --keep-going: its failure was reported
   int pid_fd = -1;  // pidfd_open(pid): readable once the rank exits, so the launcher's poll wakes
                     // then (and not up to one poll timeout later); -1 where the kernel has none
   int out_fd = -1, err_fd = -1;
@@ -257,6 +262,7 @@ class Launcher {
     if (bind_cores) cpus_ = allowed_cpus();
     host_store_ = host_store;
   }
+  void keep_going() { keep_going_ = true; }
 
   int run(const std::vector<std::string> &program) {
     job_started_ns_ = wall_ns() - 1000000;  // before any rank can dump
@@ -537,6 +543,17 @@ class Launcher {
   }
 
   // A rank failed: name it, let the others report, then stop them; the job's exit status.
+  // --keep-going: each rank that fails is named once, and the others are left running (a job
+  // that survives a dead rank: pstate_live_ranks, and later pstate_shrink).
+  void announce_failures() {
+    for (auto &r : ranks_) {
+      if (!r.exited || r.stopped || r.announced || !failed_status(r.status)) continue;
+      r.announced = true;
+      say(cat("rank ", r.rank, " ", describe_status(r.status), " at ", seconds_text(seconds_between(start_, r.ended)),
+              all_exited() ? std::string() : "; --keep-going: the other ranks go on"));
+    }
+  }
+
   int on_failure(const Rank &root) {
     std::string why = describe_status(root.status);
     say(cat("rank ", root.rank, " ", why, " at ", seconds_text(seconds_between(start_, root.ended)),
@@ -602,9 +619,19 @@ class Launcher {
         return 128 + g_stop_signal;
       }
       reap();
-      if (const Rank *root = root_cause()) return on_failure(*root);
+      if (keep_going_) {
+        announce_failures();
+      } else if (const Rank *root = root_cause()) {
+        return on_failure(*root);
+      }
       if (all_exited()) {
         drain();
+        if (const Rank *first = root_cause()) {  // --keep-going: the job still lost ranks
+          say(cat("failed: rank ", first->rank, " ", describe_status(first->status), " first; then ",
+                  how_the_others_ended(first)));
+          const int code = exit_code_of(first->status);
+          return code == 0 ? kExitFailure : code;
+        }
         return kExitOk;
       }
       if (!someone_done && ended_ > 0) {  // the first clean exit: the first status line in --status-every s
@@ -620,6 +647,7 @@ class Launcher {
   std::string addr_;
   int port_, grace_ms_, max_wait_s_, status_every_s_;
   bool host_store_ = true;
+  bool keep_going_ = false;  // --keep-going
   Logger store_log_;
   std::unique_ptr<TcpStoreServer> store_;  // node 0 without --rank0-store: the job's store
   int ended_ = 0;  // ranks seen ending so far
@@ -676,6 +704,7 @@ int run_run(const ParsedArgs &args) {
               (!args.flag("--no-bind") && static_cast<size_t>(nproc) <= allowed_cpus().size());
   Launcher launcher(nproc, nnodes, node_rank, addr, port, grace, max_wait, status_every, !args.flag("--no-prefix"),
                     bind, !args.flag("--rank0-store"));
+  if (args.flag("--keep-going")) launcher.keep_going();
   return launcher.run(args.positional());
 }
 

@@ -27,6 +27,12 @@ rc=$?
 [ $rc -eq 137 ]; check "a killed rank gives 128+9 (got $rc)" $?
 echo "$out" | grep -q 'rank 0 was killed by signal 9'; check "the signal is named" $?
 
+out=$("$PSTATE" run -n 3 --keep-going -- sh -c '[ "$RANK" = 1 ] && kill -9 $$; sleep 1; echo "survived $RANK"' 2>&1)
+rc=$?
+[ $rc -eq 137 ]; check "--keep-going: the exit status is still the failed rank's (got $rc)" $?
+[ "$(echo "$out" | grep -c '^\[[02]\] survived [02]$')" -eq 2 ]; check "--keep-going: the other ranks run to their end" $?
+echo "$out" | grep -q 'rank 1 was killed by signal 9.*--keep-going: the other ranks go on'; check "--keep-going: the failure is named at once" $?
+
 "$PSTATE" run -n 2 -- /nonexistent/program >/dev/null 2>&1
 [ $? -eq 127 ]; check "a program that cannot start gives 127" $?
 
