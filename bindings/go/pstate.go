@@ -240,8 +240,8 @@ func (ps *PState) WorldSize() int {
 }
 
 // LiveRanks is pstate_live_ranks: the global ranks this rank does not know to be dead, ascending
-// (a rank whose process exited, or whose endpoint failed, is dead). Local; works after an
-// ErrPeerLost, to learn who is gone.
+// (a rank whose process ended, as the job's store, this host or a failed endpoint saw it, is
+// dead). Local; works after an ErrPeerLost, to learn who is gone.
 func (ps *PState) LiveRanks() ([]int, error) {
 	n := ps.WorldSize()
 	if n <= 0 {

@@ -385,12 +385,15 @@ PSTATE_API pstate_status_t pstate_group_info(const pstate_group_t *g, pstate_gro
  *  INVALID_ARGUMENT with *count set. */
 PSTATE_API pstate_status_t pstate_group_ranks(const pstate_group_t *g, int *ranks, size_t capacity, size_t *count);
 /** The live ranks of the world as this rank knows them: global ranks, ascending, this rank
- *  included. A rank is dead once this rank has seen it die: its process exited (a rank of this
- *  host; checked at the call) or its UCX endpoint reported a peer failure (another host; seen by
- *  an operation that used it). A rank that is merely slow, or one that no operation has touched
- *  since it died on another host, is live. Local, not collective; works in a failed context (after
- *  PSTATE_ERR_PEER_LOST, to learn who is gone). *count = the number of live ranks; capacity too
- *  small => INVALID_ARGUMENT with *count set (the world size is always enough). */
+ *  included. A rank is dead once its connection to the job's TCP store has closed (the store
+ *  sees every rank's process end, on any host; one round trip to it), its process has exited (a
+ *  rank of this host) or its UCX endpoint reported a peer failure. A rank that is merely slow is
+ *  live, and so, where the store cannot tell (a file:// store; a store that died with rank 0),
+ *  is a rank of another host that no operation has touched since it died. A rank that has
+ *  finalized has left the store: it is not live either. Local, not collective; works in a failed
+ *  context (after PSTATE_ERR_PEER_LOST, to learn who is gone). *count = the number of live
+ *  ranks; capacity too small => INVALID_ARGUMENT with *count set (the world size is always
+ *  enough). */
 PSTATE_API pstate_status_t pstate_live_ranks(pstate_t *ps, int *ranks, size_t capacity, size_t *count);
 /** Custom groups (SGLang's create_custom_parallel_group, vLLM's new_group: speculative decoding,
  *  EPLB). Collective over the world: every rank calls it, passing the global ranks of the group

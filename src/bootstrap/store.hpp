@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -56,6 +57,12 @@ class Store {
   // the job with that reason, so the ranks waiting in it hear at once ("the job cannot start: rank
   // 0 gave up: ..."). Best effort and bounded (about a second); never throws.
   virtual void abandon(pstate_status_t status, const std::string &why) noexcept = 0;
+  // The ranks connected to the store now, ascending (a TCP store: the server sees every rank's
+  // process end, on any host); nullopt where the store cannot tell (a file store).
+  virtual std::optional<std::vector<int>> members(Deadline deadline) {
+    (void)deadline;
+    return std::nullopt;
+  }
   // Human-readable address for logs and errors ("tcp://127.0.0.1:29500").
   virtual std::string describe() const = 0;
   // Leaves the store gracefully: the rank that serves a TCP store first waits, until deadline,

@@ -466,6 +466,21 @@ bool TcpStore::check(const std::string &key, Deadline deadline) {
   fail_from_reply(reply, what);
 }
 
+std::optional<std::vector<int>> TcpStore::members(Deadline deadline) {
+  const std::string what = "members()";
+  wire::Message reply = call(wire::Members{}, deadline, what);
+  if (auto *v = std::get_if<wire::Value>(&reply)) {
+    std::vector<int> ranks(v->value.size() / 4);
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      uint32_t r = 0;
+      for (int b = 0; b < 4; ++b) r |= static_cast<uint32_t>(v->value[i * 4 + b]) << (8 * b);
+      ranks[i] = static_cast<int>(r);
+    }
+    return ranks;
+  }
+  fail_from_reply(reply, what);
+}
+
 bool TcpStore::close(Deadline deadline) {
   bool everyone_left = true;
   if (server_) {

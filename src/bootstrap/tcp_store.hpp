@@ -43,6 +43,7 @@ class TcpStore final : public Store {
   int64_t add(const std::string &key, int64_t delta, Deadline deadline) override;
   void wait(const std::vector<std::string> &keys, Deadline deadline) override;
   bool check(const std::string &key, Deadline deadline) override;
+  std::optional<std::vector<int>> members(Deadline deadline) override;
   bool erase(const std::string &key, Deadline deadline) override;
   void abandon(pstate_status_t status, const std::string &why) noexcept override;
   std::string describe() const override { return url_; }

@@ -587,7 +587,7 @@ void TcpStoreServer::Impl::absent_ranks(wire::TimedOut &t) const {
 // ---- requests -------------------------------------------------------------------------------
 
 void TcpStoreServer::Impl::on_request(Connection &c, wire::Message &&m) {
-  if (job_failure)
+  if (job_failure && !std::holds_alternative<wire::Members>(m))
     return reply(c, std::holds_alternative<wire::Abandon>(m) ? wire::Message(wire::Ok{}) : wire::Message(*job_failure));
   if (auto *set = std::get_if<wire::Set>(&m)) return on_set(c, std::move(*set));
   if (auto *get = std::get_if<wire::Get>(&m)) return on_get(c, *get);
@@ -595,6 +595,16 @@ void TcpStoreServer::Impl::on_request(Connection &c, wire::Message &&m) {
   if (auto *wait = std::get_if<wire::Wait>(&m)) return on_wait(c, *wait);
   if (auto *check = std::get_if<wire::Check>(&m)) return reply(c, wire::Bool{missing_keys(check->keys).empty()});
   if (auto *erase = std::get_if<wire::Erase>(&m)) return on_erase(c, *erase);
+  if (std::holds_alternative<wire::Members>(m)) {
+    std::vector<int32_t> ranks;
+    for (const auto &[id, other] : connections)
+      if (other.phase == Connection::Phase::kMember && other.rank() >= 0) ranks.push_back(other.rank());
+    std::sort(ranks.begin(), ranks.end());
+    Bytes value(ranks.size() * 4);
+    for (size_t i = 0; i < ranks.size(); ++i)
+      for (int b = 0; b < 4; ++b) value[i * 4 + b] = static_cast<uint8_t>(static_cast<uint32_t>(ranks[i]) >> (8 * b));
+    return reply(c, wire::Value{std::move(value)});
+  }
   if (auto *abandon = std::get_if<wire::Abandon>(&m)) {
     pstate_status_t status = abandon->status > PSTATE_OK && abandon->status <= PSTATE_ERR_INTERNAL
                                  ? static_cast<pstate_status_t>(abandon->status)

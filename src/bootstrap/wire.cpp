@@ -110,6 +110,7 @@ void encode_body(Writer &w, const Abandon &m) {
   w.u32(m.status);
   w.bytes(reinterpret_cast<const uint8_t *>(text.data()), text.size());
 }
+void encode_body(Writer &, const Members &) {}
 void encode_body(Writer &, const Ok &) {}
 void encode_body(Writer &w, const Value &m) {
   if (m.value.size() > kMaxValueBytes)
@@ -290,6 +291,8 @@ Message decode_body(Op op, Cursor &c) {
       m.text = c.text(kMaxTextBytes, "text");
       return m;
     }
+    case Op::kMembers:
+      return Members{};
     case Op::kOk:
       return Ok{};
     case Op::kValue:
@@ -327,6 +330,7 @@ bool known_op(uint8_t v) {
     case Op::kCheck:
     case Op::kErase:
     case Op::kAbandon:
+    case Op::kMembers:
     case Op::kOk:
     case Op::kValue: case Op::kInt: case Op::kBool: case Op::kTimedOut: case Op::kFail:
       return true;
@@ -345,8 +349,8 @@ Decoded malformed(std::string why) {
 
 Op op_of(const Message &m) {
   static constexpr Op kOps[] = {Op::kHello, Op::kChallenge, Op::kProof, Op::kWelcome,  Op::kSet,     Op::kGet,
-                                Op::kAdd,   Op::kWait,      Op::kCheck, Op::kErase,    Op::kAbandon, Op::kOk,
-                                Op::kValue, Op::kInt,       Op::kBool,  Op::kTimedOut, Op::kFail};
+                                Op::kAdd,   Op::kWait,      Op::kCheck, Op::kErase,    Op::kAbandon, Op::kMembers,
+                                Op::kOk,    Op::kValue,     Op::kInt,   Op::kBool,     Op::kTimedOut, Op::kFail};
   static_assert(std::size(kOps) == std::variant_size_v<Message>);
   return kOps[m.index()];
 }
@@ -365,6 +369,7 @@ const char *op_name(Op op) {
     case Op::kErase: return "erase";
     case Op::kAbandon:
       return "abandon";
+    case Op::kMembers: return "members";
     case Op::kOk: return "ok";
     case Op::kValue: return "value";
     case Op::kInt: return "int";

@@ -11,10 +11,12 @@
 //   the client's preamble and Hello{magic, version, rank, world_size, client_nonce, pid, job_id}
 //   → the server's preamble and Challenge{magic, version, token_required, server_nonce} (or Fail:
 //   another job id, another version); Proof{mac} → Welcome{mac, world_size} or Fail{status,
-//   text}; then requests Set/Get/Add/Wait/Check/Erase/Abandon, each answered by Ok/Value/Int/
-//   Bool/TimedOut/Fail. Abandon{status, text}: this rank gives up on the job (its pstate_init
-//   failed); the server fails the job with that reason, so the ranks that wait hear it at once. Opcodes are unique
-//   across both directions, so one decoder serves both ends.
+//   text}; then requests Set/Get/Add/Wait/Check/Erase/Abandon/Members, each answered by Ok/Value/
+//   Int/Bool/TimedOut/Fail. Abandon{status, text}: this rank gives up on the job (its pstate_init
+//   failed); the server fails the job with that reason, so the ranks that wait hear it at once.
+//   Members{}: the ranks whose connections are open now (a Value of i32 ranks, ascending): the
+//   one place that sees every rank's process end, on any host. Opcodes are unique across both
+//   directions, so one decoder serves both ends.
 // The preambles are one line of text each way, before any frame: the client speaks first, so a
 // service that is not a pstate store (an HTTP server on MASTER_PORT) answers the line with its
 // own words, which the client names at once instead of waiting for a reply that never parses;
@@ -75,6 +77,7 @@ enum class Op : uint8_t {
   kCheck = 14,
   kErase = 15,
   kAbandon = 16,
+  kMembers = 17,
   kOk = 32,
   kValue = 33,
   kInt = 34,
@@ -131,6 +134,7 @@ struct Abandon {
   uint32_t status = 0;  // a pstate_status_t: why this rank gives up
   std::string text;
 };
+struct Members {};  // the ranks connected now: answered by a Value of i32 ranks, ascending
 // --- replies ---
 struct Ok {};
 struct Value {
@@ -155,8 +159,8 @@ struct Fail {
   std::string text;
 };
 
-using Message = std::variant<Hello, Challenge, Proof, Welcome, Set, Get, Add, Wait, Check, Erase, Abandon, Ok, Value,
-                             Int, Bool, TimedOut, Fail>;
+using Message = std::variant<Hello, Challenge, Proof, Welcome, Set, Get, Add, Wait, Check, Erase, Abandon, Members,
+                             Ok, Value, Int, Bool, TimedOut, Fail>;
 
 // The opcode of a message, and a short name for logs ("set", "timed_out").
 Op op_of(const Message &m);

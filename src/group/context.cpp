@@ -564,12 +564,22 @@ std::vector<Group *> Context::live_groups() const {
 std::vector<int> Context::live_ranks() {
   const int n = world_size();
   if (live_watches_.empty()) live_watches_.resize(static_cast<size_t>(n));
+  // The store's view first: it sees the connection of every rank close, on any host.
+  std::optional<std::vector<int>> connected;
+  if (store_) {
+    try {
+      connected = store_->members(Deadline::after_ms(std::min<int64_t>(launch_.timeout_ms, 2000)));
+    } catch (const Error &e) {
+      log_.info("live ranks: the store cannot tell (", e.what(), "); what this rank saw itself decides");
+    }
+  }
   std::vector<int> live;
   live.reserve(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
     bool dead = false;
     if (r != rank()) {
-      dead = worker_ && worker_->peer_lost(r);
+      dead = (connected && !std::binary_search(connected->begin(), connected->end(), r)) ||
+             (worker_ && worker_->peer_lost(r));
       const PeerEntry &p = peers_.at(static_cast<size_t>(r));
       if (!dead && p.host_id == peers_.at(static_cast<size_t>(rank())).host_id && p.pid > 0 && p.pid != ::getpid()) {
         auto &w = live_watches_[static_cast<size_t>(r)];

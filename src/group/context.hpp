@@ -88,8 +88,9 @@ class Context {
   int rank() const { return launch_.rank; }
   int world_size() const { return launch_.world_size; }
   // The world ranks this rank does not know to be dead, ascending (pstate_live_ranks): dead is a
-  // peer whose process has exited (same host: a pidfd per peer, made at the first call) or whose
-  // UCX endpoint reported a peer failure (another host). A rank that is merely slow is live.
+  // peer whose connection to the TCP store has closed (the store sees that on every host: one
+  // round trip), whose process has exited (same host: a pidfd per peer, made at the first call)
+  // or whose UCX endpoint reported a peer failure. A rank that is merely slow is live.
   std::vector<int> live_ranks();
   int local_rank() const { return launch_.local_rank; }
   pstate_device_t device() const { return device_; }

@@ -423,6 +423,27 @@ static int mode_loop(void) {
          pstate_last_error());
   CHECK(s == PSTATE_ERR_PEER_LOST || s == PSTATE_ERR_TIMEOUT || s == PSTATE_ERR_TRANSPORT, "status %s", pstate_status_string(s));
   CHECK(waited <= timeout + 2000, "took %.0f ms to fail (bound %d ms)", waited, timeout + 2000);
+  /* MH_EXPECT_DEAD=R: pstate_live_ranks must be the world less R on every survivor, whichever
+   * host it is on and whether or not it ever talked to R (the store saw R's connection close).
+   * The survivors linger MH_LINGER_MS before aborting, so none has left when the others look. */
+  int expect_dead = env_int("MH_EXPECT_DEAD", -1);
+  if (expect_dead >= 0) {
+    int live[64];
+    size_t n = 0;
+    OK(pstate_live_ranks(ps, live, 64, &n));
+    char text[256] = "";
+    for (size_t i = 0; i < n; ++i)
+      snprintf(text + strlen(text), sizeof text - strlen(text), "%s%d", i ? " " : "", live[i]);
+    printf("mh: rank %d: live ranks %s\n", g_rank, text);
+    size_t k = 0;
+    for (int r = 0; r < (int)world.info.world_size; ++r) {
+      if (r == expect_dead) continue;
+      CHECK(k < n && live[k] == r, "live rank #%zu should be %d (live: %s)", k, r, text);
+      ++k;
+    }
+    CHECK(n == k, "%zu live ranks, expected %zu (live: %s)", n, k, text);
+    usleep((useconds_t)env_int("MH_LINGER_MS", 0) * 1000);
+  }
   CHECK(pstate_all_reduce(world.g, buf, buf, 1, PSTATE_FLOAT32, PSTATE_SUM, NULL) == PSTATE_ERR_ABORTED,
         "a failed context refuses further collectives");
   double t0 = now_ms();

@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <optional>
+#include <thread>
 
 #include "store_test_util.hpp"  // last: it brings cmocka
 
@@ -422,6 +423,23 @@ void test_tcp_rank_is_released_when_its_connection_closes(void **) {
   assert_non_null(second.get());
 }
 
+// members(): the ranks whose connections are open, ascending, as every client sees them; a rank
+// whose connection closes (its process ended) is gone from the answer at once.
+void test_tcp_members_are_the_connected_ranks(void **) {
+  auto rank0 = serve(4);
+  auto rank3 = join(*rank0, 3, 4);
+  auto rank1 = join(*rank0, 1, 4);
+  assert_true(rank3->members(soon()) == (std::vector<int>{0, 1, 3}));
+  rank1.reset();
+  auto after = rank3->members(soon());
+  for (int i = 0; i < 100 && after != std::vector<int>{0, 3}; ++i) {  // the server sees the close
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    after = rank3->members(soon());
+  }
+  assert_true(after == (std::vector<int>{0, 3}));
+  assert_true(rank0->members(soon()) == (std::vector<int>{0, 3}));
+}
+
 void test_tcp_rank_outside_world_is_mismatch(void **) {
   auto rank0 = serve(4);
   expect_error([&] { join(*rank0, 5, 4); }, PSTATE_ERR_MISMATCH,
@@ -760,6 +778,7 @@ int main(void) {
       cmocka_unit_test(test_tcp_refused_proof_reads_and_writes_nothing),
       cmocka_unit_test(test_tcp_duplicate_rank_is_mismatch_naming_the_holder),
       cmocka_unit_test(test_tcp_rank_is_released_when_its_connection_closes),
+      cmocka_unit_test(test_tcp_members_are_the_connected_ranks),
       cmocka_unit_test(test_tcp_rank_outside_world_is_mismatch),
       cmocka_unit_test(test_tcp_world_size_disagreement_is_mismatch_naming_both_ranks),
       cmocka_unit_test(test_tcp_observer_reads_without_claiming_a_rank),

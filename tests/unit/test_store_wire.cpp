@@ -55,6 +55,7 @@ std::vector<Message> one_of_each() {
           Check{{"a"}},
           Erase{"gone"},
           Abandon{PSTATE_ERR_TIMEOUT, "rank 2 of 0..2 never connected"},
+          Members{},
           Ok{},
           Value{Bytes(1000, 7)},
           Int{INT64_MIN},

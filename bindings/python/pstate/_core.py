@@ -665,8 +665,8 @@ class PState:
     @property
     def live_ranks(self) -> List[int]:
         """pstate_live_ranks: the global ranks this rank does not know to be dead, ascending (a
-        rank whose process exited, or whose endpoint failed, is dead). Local; works after a
-        PeerLostError, to learn who is gone."""
+        rank whose process ended, as the job's store, this host or a failed endpoint saw it, is
+        dead). Local; works after a PeerLostError, to learn who is gone."""
         return list(self._call(capi.live_ranks, self.world_size))
 
     # ---- communication_op.py ---------------------------------------------------------------

@@ -217,8 +217,8 @@ impl PState {
     }
 
     /// pstate_live_ranks: the global ranks this rank does not know to be dead, ascending (a rank
-    /// whose process exited, or whose endpoint failed, is dead). Local; works after a
-    /// `Status::PeerLost` error, to learn who is gone.
+    /// whose process ended, as the job's store, this host or a failed endpoint saw it, is dead).
+    /// Local; works after a `Status::PeerLost` error, to learn who is gone.
     pub fn live_ranks(&self) -> Result<Vec<usize>> {
         let mut ranks = vec![0i32; self.world_size];
         let mut n = 0usize;
