@@ -142,6 +142,7 @@ struct TcpStoreServer::Impl {
 
   // ---- read by stats() from other threads ----
   std::atomic<size_t> stat_connections{0}, stat_members{0}, stat_ranks{0}, stat_parked{0}, stat_keys{0};
+  std::atomic<size_t> stat_ever_joined{0};
   std::atomic<uint64_t> stat_refused{0}, stat_dropped{0};
   mutable std::mutex ranks_mutex;  // with ranks_changed: wakes wait_for_ranks_at_most
   mutable std::condition_variable ranks_changed;
@@ -452,6 +453,7 @@ void TcpStoreServer::Impl::on_proof(Connection &c, const wire::Proof &p) {
     if (!ever_joined[static_cast<size_t>(c.rank())]) {
       ever_joined[static_cast<size_t>(c.rank())] = true;
       ++ever_joined_count;
+      stat_ever_joined.store(ever_joined_count);
     }
   }
   c.phase = Connection::Phase::kMember;
@@ -942,6 +944,7 @@ StoreServerStats TcpStoreServer::stats() const {
   StoreServerStats s;
   s.connections = impl_->stat_connections.load();
   s.members = impl_->stat_members.load();
+  s.ever_joined = impl_->stat_ever_joined.load();
   s.ranks = impl_->stat_ranks.load();
   s.parked_requests = impl_->stat_parked.load();
   s.keys = impl_->stat_keys.load();

@@ -51,6 +51,7 @@ struct StoreServerStats {
   size_t connections = 0;        // open connections, any phase
   size_t members = 0;            // connections that passed the handshake
   size_t ranks = 0;              // of those, the ones holding a rank (observers hold none)
+  size_t ever_joined = 0;        // ranks of the world that have joined at least once
   size_t parked_requests = 0;    // gets/waits held until their keys exist
   size_t keys = 0;
   uint64_t refused = 0;          // connections refused by the handshake (token, rank, world size)

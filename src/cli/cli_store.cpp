@@ -83,12 +83,12 @@ int run_store(const ParsedArgs &args) {
   std::fflush(stdout);
 
   const bool until_done = args.flag("--exit-when-done");
-  size_t most = 0;  // the most ranks seen connected at once
   while (g_stop == 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // Every rank joined once (counted by the server, so a job shorter than this loop's period
+    // is not missed) and none is connected now.
     const StoreServerStats s = server->stats();
-    if (s.ranks > most) most = s.ranks;
-    if (until_done && most == static_cast<size_t>(world) && s.ranks == 0) {
+    if (until_done && s.ever_joined == static_cast<size_t>(world) && s.ranks == 0) {
       std::printf("pstate store: every rank of the world joined and left; exiting\n");
       return kExitOk;
     }

@@ -57,7 +57,8 @@ store_pid=""
 # 2. Without PSTATE_STORE_EXTERNAL: rank 0 finds the port taken and uses the store there.
 start_store 2 --exit-when-done; check "a second store starts" $?
 run_ranks 2 ""; check "rank 0 without PSTATE_STORE_EXTERNAL uses the store that holds the port" $?
-timeout 10 tail --pid="$store_pid" -f /dev/null
+timeout 10 tail --pid="$store_pid" -f /dev/null; check "... and that store exits when the job is done" $?
+kill "$store_pid" 2>/dev/null
 store_pid=""
 
 # 3. A stranger (another token) is refused and the store goes on to serve its job (one job per
