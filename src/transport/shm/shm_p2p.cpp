@@ -305,7 +305,7 @@ bool ShmP2p::move_send(Pair &p, Op &op) {
       std::memcpy(h + 24, &addr, 8);
     }
     if (whole) write_wrap(p.out_data, c, tail + hlen, op.buf, op.bytes);
-    op.header_len = op.header_moved = hlen;
+    op.header_len = hlen;
     tail += need;
     if (whole) op.moved = op.bytes;
     if (whole || op.by_ref) zero_slot(p.out_data, c, tail);  // where the reader looks next
@@ -412,7 +412,7 @@ bool ShmP2p::move_recv(Pair &p, Op &op) {
       return true;
     }
     op.by_ref = magic == kRefMagic;
-    op.header_len = op.header_moved = op.by_ref ? kRefHeaderBytes : kHeaderBytes;
+    op.header_len = op.by_ref ? kRefHeaderBytes : kHeaderBytes;
     std::memcpy(op.header, h, op.header_len);
     head += op.header_len;
   }
@@ -511,7 +511,7 @@ ShmP2p::OpId ShmP2p::allocate() {
   Slot &s = slots_[index];
   s.used = true;
   Op &op = s.op;  // reset field by field: no temporary Op (its header and string) per message
-  op.moved = op.header_moved = op.header_len = 0;
+  op.moved = op.header_len = 0;
   op.by_ref = op.done = false;
   op.ref_index = 0;
   op.status = PSTATE_OK;
@@ -592,7 +592,7 @@ void ShmP2p::wait(const OpId *ids, size_t n, const Deadline &deadline, const cha
         const Op *found = find(ids[i]);
         if (found == nullptr || found->done) continue;
         const Op &op = *found;
-        const bool started = op.header_len != 0 && op.header_moved == op.header_len;
+        const bool started = op.header_len != 0;
         stuck = op.send ? cat("its send of ", op.bytes, " bytes to rank ", global_rank(op.peer), " (group rank ",
                               op.peer, ") ",
                               op.by_ref ? std::string("was offered by reference and not copied yet")
@@ -623,7 +623,7 @@ void ShmP2p::cancel(OpId id) noexcept {
     Pair &p = *pairs_[static_cast<size_t>(op.peer)];
     auto &q = op.send ? p.sends : p.recvs;
     q.erase(std::remove(q.begin(), q.end(), id), q.end());
-    if (op.header_moved != 0)  // half moved: the stream is out of step
+    if (op.header_len != 0)  // half moved: the stream is out of step
       fail_pair(p, PSTATE_ERR_ABORTED,
                 cat(options_.label, ": a point-to-point operation with group rank ", op.peer,
                     " was cancelled half-moved (pstate_finalize or pstate_abort)"));

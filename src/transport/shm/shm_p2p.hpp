@@ -132,8 +132,7 @@ class ShmP2p {
     uint8_t *buf = nullptr;
     size_t bytes = 0;
     size_t moved = 0;          // payload bytes written / read so far
-    size_t header_moved = 0;   // header bytes written / read so far (of header_len)
-    size_t header_len = 0;     // 16 (by value) or 32 (by reference); 0: not known yet
+    size_t header_len = 0;     // 16 (by value) or 32 (by reference), once written / read whole; 0: not yet
     uint8_t header[32] = {};   // the header being written / read
     bool by_ref = false;       // offered by reference: the reader copies from this process
     uint64_t ref_index = 0;    // sender: its number among the pair's references (1, 2, ...)
