@@ -643,31 +643,51 @@ Bytes FileStore::get(const std::string &key, Deadline deadline) {
   return std::move(*value);
 }
 
-int64_t FileStore::add(const std::string &key, int64_t delta, Deadline deadline) {
-  require_open("add");
-  validate_key(key);
+// Runs body while holding the key's lock file (flock), the store's only read-modify-write.
+template <typename Body>
+auto FileStore::locked(const std::string &key, const char *call, Deadline deadline, Body &&body) {
   auto start = Clock::now();
   std::string path = lock_path(key);
   net::Fd lock(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!lock.valid()) fail_fs("cannot open", path, errno);
-  bool locked = poll_until(deadline, cat("add(", quote_key(key), ")"), [&] {
+  bool got = poll_until(deadline, cat(call, "(", quote_key(key), ")"), [&] {
     if (::flock(lock.get(), LOCK_EX | LOCK_NB) == 0) return true;
     if (errno != EWOULDBLOCK && errno != EINTR) fail_fs("cannot lock", path, errno);
     return false;
   });
-  if (!locked)
-    throw_error(PSTATE_ERR_TIMEOUT, "add(", quote_key(key), ") on the store at ", url_, " timed out after ",
+  if (!got)
+    throw_error(PSTATE_ERR_TIMEOUT, call, "(", quote_key(key), ") on the store at ", url_, " timed out after ",
                 ms_since(start), " ms waiting for the lock ", path, " (held by a stuck process?)");
-  int64_t current = 0;
-  std::optional<Bytes> old = read_if_exists(key_path(key));
-  if (old && !counter_from_bytes(*old, &current))
-    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "add(", quote_key(key), ") on the store at ", url_, ": the key holds ",
-                old->size(), " bytes that are not a decimal integer");
-  int64_t next = 0;
-  if (__builtin_add_overflow(current, delta, &next))
-    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "add(", quote_key(key), "): ", current, " + ", delta, " overflows int64");
-  write_atomically(key_path(key), counter_to_bytes(next));
-  return next;  // closing `lock` releases the flock
+  return body();  // closing `lock` releases the flock
+}
+
+int64_t FileStore::add(const std::string &key, int64_t delta, Deadline deadline) {
+  require_open("add");
+  validate_key(key);
+  return locked(key, "add", deadline, [&] {
+    int64_t current = 0;
+    std::optional<Bytes> old = read_if_exists(key_path(key));
+    if (old && !counter_from_bytes(*old, &current))
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, "add(", quote_key(key), ") on the store at ", url_, ": the key holds ",
+                  old->size(), " bytes that are not a decimal integer");
+    int64_t next = 0;
+    if (__builtin_add_overflow(current, delta, &next))
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, "add(", quote_key(key), "): ", current, " + ", delta,
+                  " overflows int64");
+    write_atomically(key_path(key), counter_to_bytes(next));
+    return next;
+  });
+}
+
+Bytes FileStore::set_if_absent(const std::string &key, const Bytes &value, Deadline deadline) {
+  require_open("set_if_absent");
+  validate_key(key);
+  validate_value(key, value);
+  return locked(key, "set_if_absent", deadline, [&] {
+    if (std::optional<Bytes> old = read_if_exists(key_path(key))) return std::move(*old);
+    write_atomically(key_path(key), value);
+    return value;
+  });
 }
 
 void FileStore::wait(const std::vector<std::string> &keys, Deadline deadline) {

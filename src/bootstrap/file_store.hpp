@@ -62,6 +62,7 @@ class FileStore final : public Store {
   void wait(const std::vector<std::string> &keys, Deadline deadline) override;
   bool check(const std::string &key, Deadline deadline) override;
   bool erase(const std::string &key, Deadline deadline) override;
+  Bytes set_if_absent(const std::string &key, const Bytes &value, Deadline deadline) override;
   void abandon(pstate_status_t status, const std::string &why) noexcept override;  // writes `failed`
   std::string describe() const override { return url_; }
   // Releases the rank claim; the last rank of the world to close removes the store. Never waits
@@ -75,6 +76,8 @@ class FileStore final : public Store {
   [[noreturn]] void refuse_permission(const std::string &what, const std::string &path, int err);
   net::Fd lock_for_open(Deadline deadline);
   void check_meta();
+  template <typename Body>
+  auto locked(const std::string &key, const char *call, Deadline deadline, Body &&body);
   void refuse_foreign_entries() const;
   bool reclaim_if_leftover(const Meta &meta);
   void claim_rank();

@@ -49,6 +49,9 @@ class Store {
   virtual int64_t add(const std::string &key, int64_t delta, Deadline deadline) = 0;
   // Waits until every key exists.
   virtual void wait(const std::vector<std::string> &keys, Deadline deadline) = 0;
+  // First writer wins: sets key to value unless it exists, atomically, and returns what the key
+  // holds afterwards (value, or the value another caller set first).
+  virtual Bytes set_if_absent(const std::string &key, const Bytes &value, Deadline deadline) = 0;
   // True when key exists now (does not wait).
   virtual bool check(const std::string &key, Deadline deadline) = 0;
   // Removes key; true when it existed.

@@ -466,6 +466,15 @@ bool TcpStore::check(const std::string &key, Deadline deadline) {
   fail_from_reply(reply, what);
 }
 
+Bytes TcpStore::set_if_absent(const std::string &key, const Bytes &value, Deadline deadline) {
+  validate_key(key);
+  validate_value(key, value);
+  std::string what = cat("set_if_absent(", quote_key(key), ")");
+  wire::Message reply = call(wire::SetIfAbsent{key, value}, deadline, what);
+  if (auto *v = std::get_if<wire::Value>(&reply)) return std::move(v->value);
+  fail_from_reply(reply, what);
+}
+
 std::optional<std::vector<int>> TcpStore::members(Deadline deadline) {
   const std::string what = "members()";
   wire::Message reply = call(wire::Members{}, deadline, what);

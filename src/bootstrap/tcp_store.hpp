@@ -44,6 +44,7 @@ class TcpStore final : public Store {
   void wait(const std::vector<std::string> &keys, Deadline deadline) override;
   bool check(const std::string &key, Deadline deadline) override;
   std::optional<std::vector<int>> members(Deadline deadline) override;
+  Bytes set_if_absent(const std::string &key, const Bytes &value, Deadline deadline) override;
   bool erase(const std::string &key, Deadline deadline) override;
   void abandon(pstate_status_t status, const std::string &why) noexcept override;
   std::string describe() const override { return url_; }

@@ -597,6 +597,13 @@ void TcpStoreServer::Impl::on_request(Connection &c, wire::Message &&m) {
   if (auto *wait = std::get_if<wire::Wait>(&m)) return on_wait(c, *wait);
   if (auto *check = std::get_if<wire::Check>(&m)) return reply(c, wire::Bool{missing_keys(check->keys).empty()});
   if (auto *erase = std::get_if<wire::Erase>(&m)) return on_erase(c, *erase);
+  if (auto *sia = std::get_if<wire::SetIfAbsent>(&m)) {
+    if (auto it = values.find(sia->key); it != values.end()) return reply_value(c, it->second);
+    auto value = std::make_shared<const Bytes>(std::move(sia->value));
+    if (!store_value(c, sia->key, value)) return;
+    reply_value(c, value);
+    return wake_parked();
+  }
   if (std::holds_alternative<wire::Members>(m)) {
     std::vector<int32_t> ranks;
     for (const auto &[id, other] : connections)

@@ -111,6 +111,13 @@ void encode_body(Writer &w, const Abandon &m) {
   w.bytes(reinterpret_cast<const uint8_t *>(text.data()), text.size());
 }
 void encode_body(Writer &, const Members &) {}
+void encode_body(Writer &w, const SetIfAbsent &m) {
+  if (m.value.size() > kMaxValueBytes)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "store value of ", m.value.size(), " bytes exceeds the limit of ",
+                kMaxValueBytes);
+  w.key(m.key);
+  w.bytes(m.value.data(), m.value.size());
+}
 void encode_body(Writer &, const Ok &) {}
 void encode_body(Writer &w, const Value &m) {
   if (m.value.size() > kMaxValueBytes)
@@ -293,6 +300,12 @@ Message decode_body(Op op, Cursor &c) {
     }
     case Op::kMembers:
       return Members{};
+    case Op::kSetIfAbsent: {
+      SetIfAbsent m;
+      m.key = c.key();
+      m.value = c.bytes(kMaxValueBytes, "value");
+      return m;
+    }
     case Op::kOk:
       return Ok{};
     case Op::kValue:
@@ -331,6 +344,7 @@ bool known_op(uint8_t v) {
     case Op::kErase:
     case Op::kAbandon:
     case Op::kMembers:
+    case Op::kSetIfAbsent:
     case Op::kOk:
     case Op::kValue: case Op::kInt: case Op::kBool: case Op::kTimedOut: case Op::kFail:
       return true;
@@ -350,7 +364,7 @@ Decoded malformed(std::string why) {
 Op op_of(const Message &m) {
   static constexpr Op kOps[] = {Op::kHello, Op::kChallenge, Op::kProof, Op::kWelcome,  Op::kSet,     Op::kGet,
                                 Op::kAdd,   Op::kWait,      Op::kCheck, Op::kErase,    Op::kAbandon, Op::kMembers,
-                                Op::kOk,    Op::kValue,     Op::kInt,   Op::kBool,     Op::kTimedOut, Op::kFail};
+                                Op::kSetIfAbsent, Op::kOk,    Op::kValue,     Op::kInt,   Op::kBool,     Op::kTimedOut, Op::kFail};
   static_assert(std::size(kOps) == std::variant_size_v<Message>);
   return kOps[m.index()];
 }
@@ -370,6 +384,7 @@ const char *op_name(Op op) {
     case Op::kAbandon:
       return "abandon";
     case Op::kMembers: return "members";
+    case Op::kSetIfAbsent: return "set_if_absent";
     case Op::kOk: return "ok";
     case Op::kValue: return "value";
     case Op::kInt: return "int";

@@ -15,7 +15,9 @@
 //   Int/Bool/TimedOut/Fail. Abandon{status, text}: this rank gives up on the job (its pstate_init
 //   failed); the server fails the job with that reason, so the ranks that wait hear it at once.
 //   Members{}: the ranks whose connections are open now (a Value of i32 ranks, ascending): the
-//   one place that sees every rank's process end, on any host. Opcodes are unique across both
+//   one place that sees every rank's process end, on any host. SetIfAbsent{key, value}: first
+//   writer wins (a Value: what the key holds afterwards), the survivors' agreement of
+//   pstate_shrink. Opcodes are unique across both
 //   directions, so one decoder serves both ends.
 // The preambles are one line of text each way, before any frame: the client speaks first, so a
 // service that is not a pstate store (an HTTP server on MASTER_PORT) answers the line with its
@@ -78,6 +80,7 @@ enum class Op : uint8_t {
   kErase = 15,
   kAbandon = 16,
   kMembers = 17,
+  kSetIfAbsent = 18,
   kOk = 32,
   kValue = 33,
   kInt = 34,
@@ -135,6 +138,10 @@ struct Abandon {
   std::string text;
 };
 struct Members {};  // the ranks connected now: answered by a Value of i32 ranks, ascending
+struct SetIfAbsent {  // first writer wins: answered by a Value, what the key holds afterwards
+  std::string key;
+  Bytes value;
+};
 // --- replies ---
 struct Ok {};
 struct Value {
@@ -160,6 +167,7 @@ struct Fail {
 };
 
 using Message = std::variant<Hello, Challenge, Proof, Welcome, Set, Get, Add, Wait, Check, Erase, Abandon, Members,
+                             SetIfAbsent,
                              Ok, Value, Int, Bool, TimedOut, Fail>;
 
 // The opcode of a message, and a short name for logs ("set", "timed_out").

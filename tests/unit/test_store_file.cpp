@@ -82,6 +82,34 @@ void test_file_add_is_atomic_across_processes(void **) {
   assert_string_equal(text_of(observer->get("counter", soon())).c_str(), std::to_string(kWorld * kAdds).c_str());
 }
 
+// set_if_absent across processes: one winner per round, the same value for every caller.
+void test_file_set_if_absent_first_writer_wins(void **) {
+  TempDir tmp;
+  constexpr int kWorld = 4, kRounds = 20;
+  pstest::run_children(
+      kWorld,
+      [&](int rank) -> int {
+        auto store = open_file(tmp.path(), rank, kWorld);
+        for (int round = 0; round < kRounds; ++round) {
+          std::string key = "race/" + std::to_string(round);
+          std::string got = text_of(store->set_if_absent(key, bytes_of("rank " + std::to_string(rank)), soon()));
+          CHILD_CHECK(got.rfind("rank ", 0) == 0);
+          store->set("saw/" + std::to_string(round) + "/" + std::to_string(rank), bytes_of(got), soon());
+          if (got == "rank " + std::to_string(rank)) store->add("winners/" + std::to_string(round), 1, soon());
+        }
+        return 0;
+      },
+      60000);
+  auto observer = open_file(tmp.path(), -1, 0);
+  for (int round = 0; round < kRounds; ++round) {
+    assert_string_equal(text_of(observer->get("winners/" + std::to_string(round), soon())).c_str(), "1");
+    std::string first = text_of(observer->get("saw/" + std::to_string(round) + "/0", soon()));
+    for (int r = 1; r < kWorld; ++r)
+      assert_string_equal(text_of(observer->get("saw/" + std::to_string(round) + "/" + std::to_string(r), soon())).c_str(),
+                          first.c_str());
+  }
+}
+
 void test_file_get_waits_for_a_later_set(void **) {
   TempDir tmp;
   int about_to_get[2];
@@ -332,6 +360,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_file_four_processes_set_get_add_wait_check),
       cmocka_unit_test(test_file_add_is_atomic_across_processes),
+      cmocka_unit_test(test_file_set_if_absent_first_writer_wins),
       cmocka_unit_test(test_file_get_waits_for_a_later_set),
       cmocka_unit_test(test_file_get_past_deadline_is_timeout_naming_the_key),
       cmocka_unit_test(test_file_wrong_or_missing_token_is_auth_error),

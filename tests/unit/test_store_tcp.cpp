@@ -734,6 +734,54 @@ void test_tcp_add_counts_and_refuses_non_integers(void **) {
   assert_int_equal(rank0->add("n", 1, soon()), 4);  // the connection survived the refusals
 }
 
+// set_if_absent: the first writer wins, every caller learns the winner's value, and a get that
+// waits for the key wakes on it. Four processes race for one key, many rounds: each round has
+// exactly one winner, the same one for all (the survivors' agreement of pstate_shrink).
+void test_tcp_set_if_absent_first_writer_wins(void **) {
+  constexpr int kWorld = 4, kRounds = 50;
+  PortPipe pipe;
+  ChildBody rank_body = [&](int rank) -> int {
+    std::unique_ptr<TcpStore> store;
+    if (rank == 0) {
+      store = serve(kWorld);
+      pipe.publish(store->port(), kWorld - 1);
+    } else {
+      int port = pipe.receive();
+      CHILD_CHECK(port > 0);
+      store = open_tcp(options_for(rank, kWorld, port, ""));
+    }
+    for (int round = 0; round < kRounds; ++round) {
+      std::string key = "race/" + std::to_string(round);
+      std::string got = text_of(store->set_if_absent(key, bytes_of("rank " + std::to_string(rank)), soon()));
+      CHILD_CHECK(got.rfind("rank ", 0) == 0);
+      store->set("saw/" + std::to_string(round) + "/" + std::to_string(rank), bytes_of(got), soon());
+      if (got == "rank " + std::to_string(rank)) store->add("winners/" + std::to_string(round), 1, soon());
+    }
+    store_barrier(*store, "raced", kWorld, soon());
+    for (int round = 0; round < kRounds; ++round) {
+      CHILD_CHECK(text_of(store->get("winners/" + std::to_string(round), soon())) == "1");
+      std::string first = text_of(store->get("saw/" + std::to_string(round) + "/0", soon()));
+      for (int r = 1; r < kWorld; ++r)
+        CHILD_CHECK(text_of(store->get("saw/" + std::to_string(round) + "/" + std::to_string(r), soon())) == first);
+    }
+    store_barrier(*store, "done", kWorld, soon());
+    CHILD_CHECK(store->close(soon()));
+    return 0;
+  };
+  pstest::run_children(kWorld, rank_body, 60000);
+  // In one process: the loser gets the winner's value, an empty value can win, a waiting get wakes.
+  auto rank0 = serve(2);
+  auto rank1 = join(*rank0, 1, 2);
+  assert_string_equal(text_of(rank0->set_if_absent("k", bytes_of("first"), soon())).c_str(), "first");
+  assert_string_equal(text_of(rank1->set_if_absent("k", bytes_of("second"), soon())).c_str(), "first");
+  assert_true(rank1->set_if_absent("empty", Bytes{}, soon()).empty());
+  assert_true(rank0->set_if_absent("empty", bytes_of("x"), soon()).empty());
+  std::thread waiter([&] { assert_string_equal(text_of(rank1->get("later", soon())).c_str(), "woke"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  rank0->set_if_absent("later", bytes_of("woke"), soon());
+  waiter.join();
+}
+
 void test_tcp_erase_and_check(void **) {
   auto rank0 = serve(1);
   assert_false(rank0->check("e", soon()));
@@ -779,6 +827,7 @@ int main(void) {
       cmocka_unit_test(test_tcp_duplicate_rank_is_mismatch_naming_the_holder),
       cmocka_unit_test(test_tcp_rank_is_released_when_its_connection_closes),
       cmocka_unit_test(test_tcp_members_are_the_connected_ranks),
+      cmocka_unit_test(test_tcp_set_if_absent_first_writer_wins),
       cmocka_unit_test(test_tcp_rank_outside_world_is_mismatch),
       cmocka_unit_test(test_tcp_world_size_disagreement_is_mismatch_naming_both_ranks),
       cmocka_unit_test(test_tcp_observer_reads_without_claiming_a_rank),

@@ -56,6 +56,7 @@ std::vector<Message> one_of_each() {
           Erase{"gone"},
           Abandon{PSTATE_ERR_TIMEOUT, "rank 2 of 0..2 never connected"},
           Members{},
+          SetIfAbsent{"pstate/shrink/1/result", Bytes{1, 0, 0, 0}},
           Ok{},
           Value{Bytes(1000, 7)},
           Int{INT64_MIN},
