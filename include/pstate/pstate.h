@@ -395,6 +395,28 @@ PSTATE_API pstate_status_t pstate_group_ranks(const pstate_group_t *g, int *rank
  *  ranks; capacity too small => INVALID_ARGUMENT with *count set (the world size is always
  *  enough). */
 PSTATE_API pstate_status_t pstate_live_ranks(pstate_t *ps, int *ranks, size_t capacity, size_t *count);
+/** Collective over the survivors, after a call returned PEER_LOST (or ABORTED because of one).
+ *  Every live rank calls it; they agree on the set of live ranks within the context timeout
+ *  (through the job's store: a rank is dead once its process ended — its store connection
+ *  closed, or, on this host, its pid exited; a rank that is merely slow is waited for), drop every
+ *  model-parallel and custom group (their handles then answer INVALID_STATE; the old world
+ *  group's too: get it again with pstate_get_group) and the dead ranks' state, and rebuild the
+ *  world group from the survivors, ranks renumbered in their old order (new_rank[i] is rank i's
+ *  new rank, -1 for a dead one; capacity >= the world size before the call; pass NULL to skip).
+ *  A rank that dies during the call does not break it: the survivors still end with one answer.
+ *  On return the world works again and pstate_initialize_model_parallel may be called with a
+ *  config that fits the new world size. The store must outlive the dead: when launch rank 0
+ *  served it and died, this fails with PEER_LOST saying so (use `pstate run` or `pstate store`
+ *  with PSTATE_STORE_EXTERNAL=1). Error messages and pstate_group_info speak the new ranks; logs
+ *  and flight-recorder dumps keep each process's launch rank. */
+PSTATE_API pstate_status_t pstate_shrink(pstate_t *ps, int *new_rank, size_t capacity);
+/** Collective over the world: admits the replacement processes waiting to join (started with
+ *  PSTATE_REJOIN=1 and the RANK of a dead rank; their pstate_init returns once admitted) and
+ *  rebuilds the world with them appended, in launch-rank order; every model-parallel and custom
+ *  group is dropped, so call pstate_initialize_model_parallel again. Waits up to timeout_ms for
+ *  at least one; none in time: PSTATE_ERR_TIMEOUT, the world unchanged and usable. The job
+ *  token is checked as at start (a process without it never reaches the store). */
+PSTATE_API pstate_status_t pstate_grow(pstate_t *ps, int timeout_ms);
 /** Custom groups (SGLang's create_custom_parallel_group, vLLM's new_group: speculative decoding,
  *  EPLB). Collective over the world: every rank calls it, passing the global ranks of the group
  *  it joins (strictly ascending, itself among them; count ranks at `ranks`), or count 0 to join
@@ -826,6 +848,8 @@ struct pstate_api_t {
   pstate_status_t (*recv_tensor_dict_sliced)(pstate_group_t *g, int src, pstate_group_t *ag, pstate_alloc_fn alloc, void *user, void *stream);
   /* survivors */
   pstate_status_t (*live_ranks)(pstate_t *ps, int *ranks, size_t capacity, size_t *count);
+  pstate_status_t (*shrink)(pstate_t *ps, int *new_rank, size_t capacity);
+  pstate_status_t (*grow)(pstate_t *ps, int timeout_ms);
 };
 
 /** The table for ABI `abi_major` (pass PSTATE_ABI_MAJOR), or NULL when this library does not

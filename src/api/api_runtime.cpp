@@ -156,6 +156,28 @@ PSTATE_API pstate_status_t pstate_live_ranks(pstate_t *ps, int *ranks, size_t ca
   });
 }
 
+// Surviving a dead rank (src/group/shrink.cpp).
+PSTATE_API pstate_status_t pstate_shrink(pstate_t *ps, int *new_rank, size_t capacity) {
+  return PSTATE_GUARD({
+    pstate::api::require_context(ps);
+    pstate::api::ContextEntry entry(*ps, "pstate_shrink");
+    if (new_rank != nullptr && capacity < static_cast<size_t>(ps->world_size()))
+      pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "pstate_shrink: capacity ", capacity, " < world size ",
+                          ps->world_size(), " (new_rank gets one entry per rank of the world before the call; "
+                          "nothing was done)");
+    const std::vector<int> map = ps->shrink();
+    if (new_rank != nullptr) std::memcpy(new_rank, map.data(), map.size() * sizeof(int));
+  });
+}
+
+PSTATE_API pstate_status_t pstate_grow(pstate_t *ps, int timeout_ms) {
+  return PSTATE_GUARD({
+    pstate::api::require_context(ps);
+    pstate::api::ContextEntry entry(*ps, "pstate_grow");
+    ps->grow(timeout_ms);
+  });
+}
+
 // Custom groups (collective over the world; src/group/custom_group.cpp).
 PSTATE_API pstate_status_t pstate_new_group(pstate_t *ps, const int *ranks, size_t count, pstate_group_t **out) {
   return PSTATE_GUARD({
@@ -175,8 +197,9 @@ PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int s
     require_nonnull(same_node, "same_node");
     if (capacity < g->ranks().size())
       pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "capacity ", capacity, " < group size ", g->ranks().size());
-    const std::string &src_host = g->context().host_id(g->ranks()[static_cast<size_t>(source)]);
-    for (size_t i = 0; i < g->ranks().size(); ++i) same_node[i] = g->context().host_id(g->ranks()[i]) == src_host ? 1 : 0;
+    const auto &launch = g->launch_ranks();
+    const std::string &src_host = g->context().host_id(launch[static_cast<size_t>(source)]);
+    for (size_t i = 0; i < launch.size(); ++i) same_node[i] = g->context().host_id(launch[i]) == src_host ? 1 : 0;
   });
 }
 

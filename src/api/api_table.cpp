@@ -73,6 +73,8 @@ constexpr pstate_api_t make_table() {
   t.send_tensor_dict_sliced = pstate_send_tensor_dict_sliced;
   t.recv_tensor_dict_sliced = pstate_recv_tensor_dict_sliced;
   t.live_ranks = pstate_live_ranks;
+  t.shrink = pstate_shrink;
+  t.grow = pstate_grow;
   return t;
 }
 

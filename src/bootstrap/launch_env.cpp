@@ -272,6 +272,12 @@ LaunchEnv resolve_launch_env(const pstate_init_params_t &params, const EnvLookup
                   "'; use 1 (another process serves the store: pstate run, pstate store) or 0 (rank 0 serves it)");
     out.store_external = *ext == "1";
   }
+  if (auto rejoin = lookup(env, "PSTATE_REJOIN")) {
+    if (*rejoin != "0" && *rejoin != "1")
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, "PSTATE_REJOIN is '", *rejoin,
+                  "'; use 1 (this process replaces a dead rank of a running job, admitted by pstate_grow) or 0");
+    out.rejoin = *rejoin == "1";
+  }
   return out;
 }
 
@@ -280,7 +286,7 @@ std::string LaunchEnv::describe() const {
                       : local_world_size >= 0 ? cat("local ", local_rank, " of ", local_world_size)
                                               : cat("local rank ", local_rank);
   return cat("rank ", rank, " of ", world_size, " (", local, ", from ", launcher, "), store ", store.url(),
-             store_external ? " (served by another process)" : "",
+             store_external ? " (served by another process)" : "", rejoin ? ", rejoining a running job" : "",
              ", timeout ", timeout_ms, " ms (rendezvous ", init_timeout_ms, " ms), ",
              job_token.empty() ? "no job token" : "job token set",
              job_id.empty() ? std::string() : ", job '" + job_id + "'",
@@ -296,7 +302,7 @@ StoreOptions LaunchEnv::store_options() const {
   o.job_id = job_id;
   o.socket_ifname = socket_ifname;
   o.timeout_ms = init_timeout_ms;
-  o.serve = !store_external;
+  o.serve = !store_external && !rejoin;  // a replacement never serves: the job's store is running
   return o;
 }
 

@@ -65,6 +65,9 @@ struct LaunchEnv {
   // PSTATE_STORE_EXTERNAL=1: another process serves the tcp:// store (`pstate run`, `pstate
   // store`), so rank 0 only connects to it; the store then outlives every rank.
   bool store_external = false;
+  // PSTATE_REJOIN=1: this process replaces a dead rank of a running job (its RANK): pstate_init
+  // waits until the survivors admit it with pstate_grow instead of meeting a new world.
+  bool rejoin = false;
   // With resolve_launch_env(..., defer_rank_range = true): the error of a rank outside the world
   // (rank >= world size), kept so the caller can tell the store before failing; rank and world
   // size are then as given.

@@ -143,7 +143,9 @@ const char *trace_op_name(TraceOp op) {
                                        "graph_capture_begin",
                                        "graph_capture_end",
                                        "all_gatherv",
-                                       "reduce_scatterv"};
+                                       "reduce_scatterv",
+                                       "shrink",
+                                       "grow"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(TraceOp::kCount));
   const auto i = static_cast<size_t>(op);
   return i < static_cast<size_t>(TraceOp::kCount) ? kNames[i] : "-";

@@ -97,6 +97,8 @@ enum class TraceOp : uint8_t {
   kGraphCaptureEnd,
   kAllGatherV,      // OpKind::kAllGatherV
   kReduceScatterV,  // OpKind::kReduceScatterV
+  kShrink,
+  kGrow,
   kCount
 };
 const char *trace_op_name(TraceOp op);

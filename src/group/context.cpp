@@ -143,6 +143,15 @@ std::string Context::trace_dump(const char *path) {
   return trace_->dump("pstate_trace_dump", path != nullptr ? path : "");
 }
 
+uint32_t Context::world_group_id(uint32_t generation) { return group_id_for(generation, PSTATE_GROUP_WORLD); }
+
+std::vector<int> Context::shrink() {
+  return traced_life(TraceOp::kShrink, [&] { return shrink_now(); });
+}
+int Context::grow(int64_t timeout_ms) {
+  return traced_life(TraceOp::kGrow, [&] { return grow_now(timeout_ms); });
+}
+
 void Context::initialize_model_parallel(const pstate_parallel_config_t *cfg) {
   traced_life(TraceOp::kInitializeModelParallel, [&] { initialize_model_parallel_now(cfg); });
 }
@@ -206,7 +215,7 @@ void Context::rendezvous() {
     log_.info("init: store ", store_->describe(), " open");
     // Host awareness, opt-in: renumber ranks host by host before anything uses the rank (the
     // store claim above keeps the launcher's rank; launcher rank 0 stays rank 0).
-    if (order_ranks_by_host_from_env()) order_ranks_by_host(deadline);
+    if (order_ranks_by_host_from_env() && !launch_.rejoin) order_ranks_by_host(deadline);
     if (!launch_.socket_ifname.empty()) {  // multi-host runs: say which network the job uses
       InterfaceAddress store_if = launch_.store.kind == InitMethod::Kind::kTcp
                                       ? interface_toward(launch_.socket_ifname, launch_.store.host)
@@ -240,6 +249,7 @@ void Context::rendezvous_with_store(Deadline deadline) {
   wo.logger = log_;
   worker_ = std::make_unique<UcxWorker>(std::move(wo));
   log_.info("init: UCX worker up: ", worker_->describe_transports());
+  if (launch_.rejoin) return join_as_replacement(deadline);  // shrink.cpp: admitted by pstate_grow
 
   exchange_peers(deadline);
   check_interfaces_reach();
@@ -249,6 +259,8 @@ void Context::rendezvous_with_store(Deadline deadline) {
 
   std::vector<int> all(static_cast<size_t>(launch_.world_size));
   for (int r = 0; r < launch_.world_size; ++r) all[static_cast<size_t>(r)] = r;
+  members_ = all;
+  rank_ = launch_.rank;
   world_ = make_group(PSTATE_GROUP_WORLD, 0, all, 0);
   world_->barrier(/*allow_shm=*/false);
   log_.info("init: world group of ", launch_.world_size, " ranks ready (job ", job_id_, ")");
@@ -420,12 +432,12 @@ std::string describe_config_pair(int ra, const ConfigWire &a, int rb, const Conf
 // The context stays as it was (kReady): finalize, abort or a second, agreeing call all work.
 void Context::require_same_parallel_config(const layout::ParallelConfig &pc) {
   ConfigWire mine = to_wire(pc);
-  std::vector<ConfigWire> all(static_cast<size_t>(launch_.world_size));
+  std::vector<ConfigWire> all(static_cast<size_t>(world_size()));
   world_->all_gather(mine.data(), all.data(), kConfigFields, PSTATE_INT32);
   for (size_t r = 1; r < all.size(); ++r) {
     if (all[r] == all[0]) continue;
     throw_error(PSTATE_ERR_MISMATCH, "pstate_initialize_model_parallel: the ranks disagree about the parallel config (",
-                describe_config_pair(0, all[0], static_cast<int>(r), all[r]), "; this is rank ", launch_.rank,
+                describe_config_pair(0, all[0], static_cast<int>(r), all[r]), "; this is rank ", rank(),
                 "): every rank must pass the same pstate_parallel_config_t; nothing was created, the context is "
                 "still usable");
   }
@@ -441,26 +453,26 @@ void Context::initialize_model_parallel_now(const pstate_parallel_config_t *cfg)
   // mean: tp 0 and tp 2 agree on 4 ranks with pp 2. A default that cannot be applied (tp 0 with a
   // pp that does not divide the world) takes part in the agreement as given, then fails.
   layout::ParallelConfig pc = cfg != nullptr ? layout::ParallelConfig::fields_of(*cfg)
-                                             : layout::ParallelConfig::tensor_parallel_only(launch_.world_size);
+                                             : layout::ParallelConfig::tensor_parallel_only(world_size());
   std::optional<Error> no_default;
   try {
-    pc = pc.with_defaults(launch_.world_size);
+    pc = pc.with_defaults(world_size());
   } catch (const Error &e) {
     no_default = e;
   }
   require_same_parallel_config(pc);  // before validating it: a rank with a bad config fails with the others
   if (no_default) throw *no_default;
-  layout::Layout lay(launch_.world_size, pc);
+  layout::Layout lay(world_size(), pc);
   ++generation_;
   std::map<pstate_group_kind_t, Group *> canonical_groups;
   for (pstate_group_kind_t kind : layout::creation_order()) {
     if (kind == PSTATE_GROUP_WORLD || !lay.has(kind)) continue;
     pstate_group_kind_t canon = lay.canonical(kind);
     if (canon != kind) continue;  // aliases are filled below
-    size_t index = lay.group_of(kind, launch_.rank);
-    auto span = lay.group_ranks(kind, index);
-    groups_.push_back(make_group(kind, index, std::vector<int>(span.begin(), span.end()),
-                                 group_id_for(generation_, kind)));
+    size_t index = lay.group_of(kind, rank());
+    std::vector<int> launch_ranks;
+    for (int g : lay.group_ranks(kind, index)) launch_ranks.push_back(launch_rank_of(g));
+    groups_.push_back(make_group(kind, index, launch_ranks, group_id_for(generation_, kind)));
     canonical_groups[kind] = groups_.back().get();
   }
   by_kind_.fill(nullptr);
@@ -562,28 +574,45 @@ std::vector<Group *> Context::live_groups() const {
 }
 
 std::vector<int> Context::live_ranks() {
-  const int n = world_size();
-  if (live_watches_.empty()) live_watches_.resize(static_cast<size_t>(n));
+  std::vector<int> live;
+  for (int r : live_launch_ranks(false)) live.push_back(global_rank_of(r));
+  return live;
+}
+
+int Context::global_rank_of(int launch_rank) const {
+  auto it = std::find(members_.begin(), members_.end(), launch_rank);
+  return it == members_.end() ? -1 : static_cast<int>(it - members_.begin());
+}
+
+// The members (launch ranks, in world order) not known to be dead. for_agreement (pstate_shrink):
+// only a process's end counts — its store connection closed (any host) or its pid exited (same
+// host); a UCX endpoint error does not, since a survivor that gave up on a collective may have
+// force-closed its endpoints to live peers. Without a store that can tell, UCX's word counts too.
+std::vector<int> Context::live_launch_ranks(bool for_agreement) {
+  const int n = launch_.world_size;
+  if (live_watches_.size() != static_cast<size_t>(n)) live_watches_.resize(static_cast<size_t>(n));
   // The store's view first: it sees the connection of every rank close, on any host.
   std::optional<std::vector<int>> connected;
   if (store_) {
     try {
       connected = store_->members(Deadline::after_ms(std::min<int64_t>(launch_.timeout_ms, 2000)));
     } catch (const Error &e) {
+      if (for_agreement) throw;
       log_.info("live ranks: the store cannot tell (", e.what(), "); what this rank saw itself decides");
     }
   }
   std::vector<int> live;
-  live.reserve(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) {
+  live.reserve(members_.size());
+  for (int r : members_) {
     bool dead = false;
-    if (r != rank()) {
-      dead = (connected && !std::binary_search(connected->begin(), connected->end(), r)) ||
-             (worker_ && worker_->peer_lost(r));
+    if (r != launch_rank()) {
+      dead = connected && !std::binary_search(connected->begin(), connected->end(), r);
+      if (!dead && worker_ && (!for_agreement || !connected)) dead = worker_->peer_lost(r);
       const PeerEntry &p = peers_.at(static_cast<size_t>(r));
-      if (!dead && p.host_id == peers_.at(static_cast<size_t>(rank())).host_id && p.pid > 0 && p.pid != ::getpid()) {
+      if (!dead && p.host_id == peers_.at(static_cast<size_t>(launch_rank())).host_id && p.pid > 0 &&
+          p.pid != ::getpid()) {
         auto &w = live_watches_[static_cast<size_t>(r)];
-        if (!w) w = std::make_unique<ucx::ProcessWatch>(static_cast<pid_t>(p.pid));
+        if (!w || w->pid() != static_cast<pid_t>(p.pid)) w = std::make_unique<ucx::ProcessWatch>(static_cast<pid_t>(p.pid));
         dead = w->exited();
       }
     }
@@ -695,7 +724,7 @@ void Context::finalize_now() {
 // ---- device communicators split from the world's ----
 
 bool Context::split_from_world() const {
-  if (!device_ctx_ || launch_.world_size < 2 || !world_ || !world_->device_splittable()) return false;
+  if (!device_ctx_ || world_size() < 2 || !world_ || !world_->device_splittable()) return false;
   const char *env = std::getenv("PSTATE_NCCL_SPLIT");
   return env == nullptr || std::string(env) != "0";
 }

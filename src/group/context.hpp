@@ -84,9 +84,32 @@ class Context {
   void split_from_world_into(Group *child);
   Group *world() { return world_.get(); }
 
-  // Facts.
-  int rank() const { return launch_.rank; }
-  int world_size() const { return launch_.world_size; }
+  // Facts. rank() and world_size() are of the current world: the launch world until
+  // pstate_shrink / pstate_grow renumber it. A process keeps its launch rank (the rank it was
+  // started with) for life: the transports, the peer directory, pids, hosts, shm names and the
+  // flight recorder speak launch ranks; the groups translate (Group::ranks / launch_ranks).
+  int rank() const { return rank_; }
+  int world_size() const { return static_cast<int>(members_.size()); }
+  int launch_rank() const { return launch_.rank; }
+  int launch_world_size() const { return launch_.world_size; }
+  // The current world's rank of a launch rank (-1: not a member), and the reverse.
+  int global_rank_of(int launch_rank) const;
+  int launch_rank_of(int global_rank) const { return members_.at(static_cast<size_t>(global_rank)); }
+  // pstate_shrink (shrink.cpp): collective over the survivors after a failure; they agree on who is
+  // alive through the job's store, every group is dropped and the world rebuilt from the
+  // survivors in their old order. Returns, per rank of the world before the call, its new rank
+  // (-1: gone).
+  std::vector<int> shrink();
+  std::vector<int> shrink_now();
+  // pstate_grow (shrink.cpp): collective over the world; admits the processes started with
+  // PSTATE_REJOIN=1 that are waiting, appended in launch-rank order. Returns how many joined.
+  int grow(int64_t timeout_ms);
+  int grow_now(int64_t timeout_ms);
+  // The UCX group id of the world of generation g (model-parallel groups of that generation take
+  // the ids after it; see context.cpp).
+  static uint32_t world_group_id(uint32_t generation);
+  // How many times the world was rebuilt (shrink or grow): names its store keys and group ids.
+  uint32_t epoch() const { return epoch_; }
   // The world ranks this rank does not know to be dead, ascending (pstate_live_ranks): dead is a
   // peer whose connection to the TCP store has closed (the store sees that on every host: one
   // round trip), whose process has exited (same host: a pidfd per peer, made at the first call)
@@ -185,6 +208,11 @@ class Context {
   void close_groups() noexcept;
   void retire_custom_groups() noexcept;  // destroy_model_parallel: custom groups go with the others
   void open_device(int device_ordinal);
+  // shrink.cpp: the steps of shrink() and grow()
+  void drop_all_groups() noexcept;
+  std::vector<int> live_launch_ranks(bool for_agreement);
+  void rebuild_world(std::vector<int> members);
+  void join_as_replacement(Deadline deadline);
   // world first, then the model-parallel groups in creation order (the same order on every rank)
   std::vector<Group *> live_groups() const;
   void abort_device_comms() noexcept;
@@ -207,6 +235,10 @@ class Context {
   std::vector<PeerEntry> peers_;
   std::vector<std::unique_ptr<ucx::ProcessWatch>> live_watches_;  // live_ranks(): same-host peers
   std::unique_ptr<Group> world_;
+  std::vector<int> members_;  // the current world: launch rank of each global rank
+  int rank_ = 0;              // this process's global rank in it
+  uint32_t epoch_ = 0;        // world rebuilds so far (shrink.cpp)
+  int64_t rejoins_seen_ = 0;  // replacement arrivals pstate_grow has looked at (shrink.cpp)
 
   std::optional<layout::Layout> layout_;
   uint32_t generation_ = 0;  // how many times initialize_model_parallel ran (tags stay distinct)

@@ -162,7 +162,7 @@ void check_lists(const std::vector<RankList> &lists, int w) {
 Group *Context::new_group(const int *ranks, size_t count) {
   require_usable("pstate_new_group");
   require_not_capturing("pstate_new_group");
-  const int w = launch_.world_size;
+  const int w = world_size();
   std::vector<int64_t> mine = encode_list(ranks, count, w);
   std::vector<size_t> sizes;
   Bytes all = world_->all_gather_object(mine.data(), mine.size() * sizeof(int64_t), &sizes);
@@ -179,10 +179,12 @@ Group *Context::new_group(const int *ranks, size_t count) {
   const uint32_t id = kFirstCustomGroupId + (custom_id_cursor_ % kCustomGroupIds);
   Group *made = nullptr;
   uint32_t index = custom_groups_made_;
-  const auto &own = lists[static_cast<size_t>(launch_.rank)].ranks;
+  const auto &own = lists[static_cast<size_t>(rank())].ranks;
   for (const auto &[first, l] : by_first) {
     if (!own.empty() && first == own.front()) {
-      custom_groups_.push_back(make_group(PSTATE_GROUP_CUSTOM, index, std::vector<int>(l->begin(), l->end()), id));
+      std::vector<int> launch_ranks;
+      for (int64_t g : *l) launch_ranks.push_back(launch_rank_of(static_cast<int>(g)));
+      custom_groups_.push_back(make_group(PSTATE_GROUP_CUSTOM, index, launch_ranks, id));
       made = custom_groups_.back().get();
     }
     ++index;

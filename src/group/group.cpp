@@ -49,10 +49,11 @@ pstate_group_s::pstate_group_s(pstate::Context &ctx, pstate_group_kind_t kind, s
                                uint32_t group_id)
     : ctx_(ctx), kind_(kind), ranks_(std::move(ranks)), group_id_(group_id) {
   name_ = pstate::cat(pstate_group_kind_name(kind), ":", index);
-  auto it = std::find(ranks_.begin(), ranks_.end(), ctx.rank());
+  auto it = std::find(ranks_.begin(), ranks_.end(), ctx.launch_rank());
   if (it == ranks_.end())
-    pstate::throw_error(PSTATE_ERR_INTERNAL, "group ", name_, " does not contain rank ", ctx.rank());
+    pstate::throw_error(PSTATE_ERR_INTERNAL, "group ", name_, " does not contain launch rank ", ctx.launch_rank());
   rank_in_group_ = static_cast<int>(it - ranks_.begin());
+  for (int r : ranks_) global_.push_back(ctx.global_rank_of(r));
   channel_ = std::make_unique<pstate::UcxChannel>(ctx.worker(), ranks_, rank_in_group_, group_id_, name_);
   p2p_sent_.assign(ranks_.size(), 0);
   p2p_received_.assign(ranks_.size(), 0);
@@ -60,7 +61,7 @@ pstate_group_s::pstate_group_s(pstate::Context &ctx, pstate_group_kind_t kind, s
   const char *shm_env = std::getenv("PSTATE_SHM");
   bool shm_wanted = shm_env == nullptr || std::string(shm_env) != "0";
   bool one_host = true;
-  for (int r : ranks_) one_host = one_host && ctx.host_id(r) == ctx.host_id(ctx.rank());
+  for (int r : ranks_) one_host = one_host && ctx.host_id(r) == ctx.host_id(ctx.launch_rank());
   shm_allowed_ = shm_wanted && one_host && ranks_.size() > 1 && size() <= pstate::kMaxCodedRoot + 1;
   if (ranks_.size() > 1)
     ctx.log().info("group ", name_, ": ",
@@ -87,8 +88,8 @@ void pstate_group_s::check_peers_alive() {
   for (auto &w : watches_) {
     if (!w->exited()) continue;
     int dead = -1;
-    for (int r : ranks_)
-      if (ctx_.peer_pid(r) == w->pid()) dead = r;
+    for (size_t i = 0; i < ranks_.size(); ++i)
+      if (ctx_.peer_pid(ranks_[i]) == w->pid()) dead = global_[i];
     pstate::throw_error(PSTATE_ERR_PEER_LOST, name_, ": rank ", dead, " (pid ", w->pid(), ") exited while rank ",
                         ctx_.rank(), " waited for it in shared memory; the job cannot continue: call pstate_abort");
   }
@@ -288,7 +289,7 @@ void pstate_group_s::verify_same_op(const OpDescriptor &desc) {
     const size_t r = (static_cast<size_t>(rank_in_group_) + n) % all.size();
     if (std::memcmp(&all[r], &desc, sizeof(OpDescriptor)) == 0) continue;
     pstate::throw_error(PSTATE_ERR_MISMATCH, name_, " #", desc.seq, ": rank ", ctx_.rank(), " (group rank ",
-                        rank_in_group_, ") called ", pstate::describe_op(desc, true), ", rank ", ranks_[r],
+                        rank_in_group_, ") called ", pstate::describe_op(desc, true), ", rank ", global_[r],
                         " (group rank ", r, ") called ", pstate::describe_op(all[r], true),
                         ": every rank of a group must call the same collectives in the same order, with the same "
                         "counts, dtypes, reduce ops and roots (",

@@ -60,7 +60,12 @@ struct pstate_group_s {
   pstate::Context &context() const { return ctx_; }
   pstate_group_kind_t kind() const { return kind_; }
   const std::string &name() const { return name_; }
-  const std::vector<int> &ranks() const { return ranks_; }
+  // The group's ranks as global ranks of the current world (what pstate_group_ranks and
+  // pstate_group_info report; renumbered by pstate_shrink / pstate_grow), and as launch ranks (the
+  // rank each process was started with: the identity of the transports, pids, hosts, shm names and
+  // flight-recorder entries, which never changes for a process).
+  const std::vector<int> &ranks() const { return global_; }
+  const std::vector<int> &launch_ranks() const { return ranks_; }
   int size() const { return static_cast<int>(ranks_.size()); }
   int rank_in_group() const { return rank_in_group_; }
   bool retired() const { return retired_; }
@@ -239,7 +244,8 @@ struct pstate_group_s {
   pstate::Context &ctx_;
   pstate_group_kind_t kind_;
   std::string name_;
-  std::vector<int> ranks_;
+  std::vector<int> ranks_;   // launch ranks, in group order
+  std::vector<int> global_;  // the same ranks numbered in the current world
   int rank_in_group_ = -1;
   uint32_t group_id_;
   std::unique_ptr<pstate::UcxChannel> channel_;

@@ -89,9 +89,9 @@ void Context::warn_tensor_parallel_across_hosts() const {
   std::vector<std::string> hosts;
   hosts.reserve(peers_.size());
   for (const auto &p : peers_) hosts.push_back(p.host_id);
-  int n = count_hosts(tp->ranks(), hosts);
+  int n = count_hosts(tp->launch_ranks(), hosts);
   if (n <= 1) return;
-  log_.warn("group ", tp->name(), " (tensor parallel) spans ", n, " hosts: ", describe_hosts(tp->ranks(), hosts),
+  log_.warn("group ", tp->name(), " (tensor parallel) spans ", n, " hosts: ", describe_hosts(tp->launch_ranks(), hosts),
             "; its all-reduces will cross the network. If the launcher interleaved ranks across hosts, set ",
             "PSTATE_ORDER_RANKS_BY_HOST=1 to keep tensor-parallel groups inside a host");
 }

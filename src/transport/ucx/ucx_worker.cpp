@@ -168,6 +168,18 @@ bool UcxWorker::peer_lost(int world_rank) {
   return p.lost();
 }
 
+void UcxWorker::forget_peer(int world_rank) noexcept {
+  auto it = peers_.find(world_rank);
+  if (it == peers_.end() || world_rank == options_.world_rank) return;
+  if (worker_ != nullptr && it->second->ep != nullptr) close_endpoint(*it->second, true);
+  peers_.erase(it);
+}
+
+bool UcxWorker::peer_broken(int world_rank) const {
+  auto it = peers_.find(world_rank);
+  return it != peers_.end() && (it->second->ep_closed || it->second->lost() || it->second->lost_at.has_value());
+}
+
 UcxWorker::Peer &UcxWorker::peer(int world_rank) {
   auto it = peers_.find(world_rank);
   if (it != peers_.end()) return *it->second;

@@ -184,6 +184,14 @@ class UcxWorker {
   // True when this worker has seen world_rank die: its process exited (same host) or its
   // endpoint failed (UCX peer failure). false for a peer it never connected to (unknown).
   bool peer_lost(int world_rank);
+  // Drops what this worker holds for world_rank (its endpoint, force-closed; its process watch):
+  // the rank is gone for good (pstate_shrink) or a new process takes its place (pstate_grow),
+  // whose entry the directory gives at the next use. Never blocks.
+  void forget_peer(int world_rank) noexcept;
+  // True when the endpoint to world_rank was closed or reported an error (a failed collective
+  // force-closes endpoints with stuck sends): a survivor's must be renewed (forget_peer) before
+  // the rebuilt world uses it.
+  bool peer_broken(int world_rank) const;
  private:
   enum class OpKind : uint8_t { kSend, kRecv, kRecvAnySize };
   enum class OpState : uint8_t { kFree, kProbing, kPending, kDone };

@@ -1,0 +1,387 @@
+// shrink.cpp — surviving a dead rank: pstate_shrink (the survivors agree and rebuild the world),
+// pstate_grow (the survivors admit replacement processes started with PSTATE_REJOIN=1).
+//
+// The agreement of pstate_shrink lives in the job's store, which outlives every rank when
+// `pstate run` or `pstate store` serves it, and which sees every rank's connection close on any
+// host (Store::members). Epoch E (the world's rebuilds so far, plus one; the same on every
+// survivor, since every rebuild was collective over them):
+//   1. each survivor sets "pstate/shrink/E/here/<launch rank>";
+//   2. it waits until every member of the current world is either here or dead — dead meaning
+//      its process ended (its store connection closed, or, same host, its pid exited); a rank
+//      that is merely slow is waited for, up to the context timeout, and then named;
+//   3. it proposes the members that are here and alive, in world order, with the next group
+//      generation, by Store::set_if_absent("pstate/shrink/E/result"): the first proposal stored is
+//      the answer every survivor reads back, so they all rebuild the same world even when a rank
+//      dies during the agreement (a dead proposer's proposal, once stored, still stands);
+//   4. it renumbers the world (new global rank = index in the answer), renews UCX endpoints that
+//      the failure broke, makes a new world group (a fresh group id, so no message of an old
+//      group matches it, and fresh shared-memory names) and runs one barrier over UCX. A member
+//      of the answer that dies before that barrier completes makes it fail with PEER_LOST: the
+//      survivors that see it go to epoch E+1 at once (those that finished find the dead rank at
+//      their next collective, and call pstate_shrink again).
+// Every model-parallel and custom group is dropped first (device communicators aborted: a dead
+// peer cannot finalize one; they are re-created on first use, or split from the new world's);
+// old handles stay valid and answer INVALID_STATE.
+//
+// pstate_grow: a replacement process (PSTATE_REJOIN=1, the RANK of a dead rank) connects to the
+// job's store (the job token checked in the handshake as at start), adds its record under
+// "pstate/rejoin/<n>" (n from a counter) and waits for "pstate/rejoin/<n>/admit". The survivors'
+// rank 0 waits up to timeout_ms for records past the ones it has seen, checks them (the launch rank
+// must be one of a dead rank, once), broadcasts the decision over the world group, and writes each
+// admitted process its admission: epoch, group generation, job id, the new member list and the
+// peer directory. Everyone then rebuilds the world with the newcomers appended in launch-rank
+// order and meets in its barrier.
+#include "bootstrap/netif.hpp"
+#include "bootstrap/wire.hpp"
+#include "group/context.hpp"
+#include "group/group.hpp"
+#include "group/rank_records.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+namespace pstate {
+
+namespace {
+
+std::string shrink_key(uint32_t epoch, const std::string &what) { return cat("pstate/shrink/", epoch, "/", what); }
+std::string rejoin_key(int64_t n) { return cat("pstate/rejoin/", n); }
+
+// Little-endian i32 / u32 lists for store values.
+void put_u32(Bytes &b, uint32_t v) {
+  for (int i = 0; i < 4; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+uint32_t get_u32(const Bytes &b, size_t *at, const char *what) {
+  if (*at + 4 > b.size()) throw_error(PSTATE_ERR_MISMATCH, what, ": a malformed value on the store (another version?)");
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(b[*at + i]) << (8 * i);
+  *at += 4;
+  return v;
+}
+void put_list(Bytes &b, const std::vector<int> &v) {
+  put_u32(b, static_cast<uint32_t>(v.size()));
+  for (int x : v) put_u32(b, static_cast<uint32_t>(x));
+}
+std::vector<int> get_list(const Bytes &b, size_t *at, const char *what) {
+  uint32_t n = get_u32(b, at, what);
+  if (n > (b.size() - *at) / 4) throw_error(PSTATE_ERR_MISMATCH, what, ": a malformed list on the store");
+  std::vector<int> v(n);
+  for (auto &x : v) x = static_cast<int>(get_u32(b, at, what));
+  return v;
+}
+
+std::string launch_list(const std::vector<int> &ranks) { return rank_list(ranks, ranks.size()); }
+
+}  // namespace
+
+void Context::drop_all_groups() noexcept {
+  abort_device_comms();  // a dead peer can never finalize a communicator with us
+  for (auto &g : groups_) {
+    g->retire();
+    retired_.push_back(std::move(g));
+  }
+  groups_.clear();
+  retire_custom_groups();
+  if (world_) {
+    world_->retire();
+    retired_.push_back(std::move(world_));
+  }
+  by_kind_.fill(nullptr);
+  layout_.reset();
+}
+
+void Context::rebuild_world(std::vector<int> members) {
+  members_ = std::move(members);
+  rank_ = global_rank_of(launch_rank());
+  for (int r : members_)
+    if (r != launch_rank() && worker_->peer_broken(r)) worker_->forget_peer(r);  // a fresh endpoint
+  state_ = State::kReady;
+  world_ = make_group(PSTATE_GROUP_WORLD, 0, members_, world_group_id(generation_));
+  world_->barrier(/*allow_shm=*/false);
+}
+
+std::vector<int> Context::shrink_now() {
+  if (state_ == State::kClosed) throw_error(PSTATE_ERR_INVALID_STATE, "pstate_shrink: the context is finalized");
+  require_not_capturing("pstate_shrink");
+  const auto started = std::chrono::steady_clock::now();
+  const Deadline deadline = Deadline::after_ms(launch_.timeout_ms);
+  const std::vector<int> before = members_;
+  const bool store_of_rank0 = launch_.store.kind == InitMethod::Kind::kTcp && !launch_.store_external;
+  auto store_lost = [&](const Error &e) -> Error {
+    if (e.status() == PSTATE_ERR_TIMEOUT) return e;
+    if (store_of_rank0 && launch_rank() != 0)
+      return Error(PSTATE_ERR_PEER_LOST,
+                   cat("pstate_shrink on rank ", rank(), ": the job's store is gone (", e.what(),
+                       "); launch rank 0 served it, so its death took the store with it and the survivors cannot "
+                       "agree: the job must be restarted. Serve the store outside the ranks so it outlives any of "
+                       "them: start the job with `pstate run` (its launcher serves the store), or run `pstate store` "
+                       "and set PSTATE_STORE_EXTERNAL=1 on every rank"));
+    return Error(e.status(), cat("pstate_shrink on rank ", rank(), ": the job's store failed (", e.what(),
+                                 "); the survivors cannot agree without it: call pstate_abort"));
+  };
+  log_.info("shrink: rank ", rank(), " of ", world_size(), " (launch rank ", launch_rank(), ") starts",
+            state_ == State::kFailed ? cat(" after: ", failure_) : std::string());
+  drop_all_groups();
+  for (;;) {
+    const uint32_t epoch = epoch_ + 1;
+    std::vector<int> live;
+    try {
+      store_->set(shrink_key(epoch, cat("here/", launch_rank())), Bytes{}, deadline);
+      // 2. every member here or dead
+      for (;;) {
+        live = live_launch_ranks(/*for_agreement=*/true);
+        std::vector<int> missing;
+        for (int r : live)
+          if (r != launch_rank() && !store_->check(shrink_key(epoch, cat("here/", r)), deadline)) missing.push_back(r);
+        if (missing.empty()) break;
+        if (deadline.expired())
+          throw_error(PSTATE_ERR_TIMEOUT, "pstate_shrink on rank ", rank(), ": launch ", ranks_phrase(missing, missing.size()),
+                      " alive but did not call pstate_shrink within ", launch_.timeout_ms,
+                      " ms (every live rank must call it; a rank that is merely slow is never declared dead)");
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    } catch (const Error &e) {
+      fail(e.what());
+      if (e.status() == PSTATE_ERR_TIMEOUT && std::string_view(e.what()).rfind("pstate_shrink", 0) == 0) throw;
+      throw store_lost(e);
+    }
+    // 3. the first proposal stored is the answer
+    Bytes proposal;
+    put_u32(proposal, generation_ + 1);
+    put_list(proposal, live);
+    Bytes answer;
+    try {
+      answer = store_->set_if_absent(shrink_key(epoch, "result"), proposal, deadline);
+    } catch (const Error &e) {
+      fail(e.what());
+      throw store_lost(e);
+    }
+    size_t at = 0;
+    const uint32_t generation = get_u32(answer, &at, "pstate_shrink");
+    std::vector<int> agreed = get_list(answer, &at, "pstate_shrink");
+    epoch_ = epoch;
+    if (std::find(agreed.begin(), agreed.end(), launch_rank()) == agreed.end()) {
+      fail("pstate_shrink: the survivors left this rank out");
+      throw_error(PSTATE_ERR_PEER_LOST, "pstate_shrink: the survivors' agreement (epoch ", epoch, ": launch ranks ",
+                  launch_list(agreed), ") left out this rank (launch rank ", launch_rank(),
+                  "): they saw it dead (its store connection closed?); call pstate_abort");
+    }
+    generation_ = generation;
+    // 4. the new world
+    try {
+      rebuild_world(agreed);
+      break;
+    } catch (const Error &e) {
+      if (e.status() != PSTATE_ERR_PEER_LOST || deadline.expired()) {
+        fail(e.what());
+        throw;
+      }
+      log_.info("shrink: epoch ", epoch, " lost a rank again (", e.what(), "); agreeing once more");
+      if (world_) {
+        world_->retire();
+        retired_.push_back(std::move(world_));
+      }
+      state_ = State::kReady;
+    }
+  }
+  for (int r : before)
+    if (global_rank_of(r) < 0) worker_->forget_peer(r);  // the dead: endpoints released
+  failure_.clear();
+  dumped_since_failure_ = false;
+  if (trace_) trace_->set_failure("");
+  std::vector<int> new_rank;
+  for (int r : before) new_rank.push_back(global_rank_of(r));
+  std::vector<int> gone;
+  for (size_t i = 0; i < before.size(); ++i)
+    if (new_rank[i] < 0) gone.push_back(static_cast<int>(i));
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
+  log_.info("shrink: epoch ", epoch_, ": world of ", world_size(), " ranks (was ", before.size(), "; ",
+            gone.empty() ? std::string("none gone") : cat(ranks_phrase(gone, gone.size()), " gone"), "), this rank is ",
+            rank(), ", ", ms.count(), " ms");
+  return new_rank;
+}
+
+}  // namespace pstate
+
+namespace pstate {
+
+namespace {
+
+constexpr uint32_t kAdmitted = 1, kRefused = 2;
+constexpr const char *kRejoinCount = "pstate/rejoin/count";
+
+struct Arrival {
+  int64_t n = 0;           // its number under pstate/rejoin/
+  int launch_rank = -1;
+  Bytes record;            // its RankRecord, encoded
+  std::string refusal;     // empty: admitted
+};
+
+}  // namespace
+
+// The replacement's side (PSTATE_REJOIN=1), at pstate_init after its UCX worker is up.
+void Context::join_as_replacement(Deadline deadline) {
+  RankRecord mine{
+      launch_.local_rank_given ? launch_.local_rank : -1,
+      launch_.socket_ifname.empty() ? std::string() : describe_interfaces(select_interfaces(launch_.socket_ifname)),
+      worker_->self_entry()};
+  const int64_t n = store_->add(kRejoinCount, 1, deadline);
+  Bytes value;
+  put_u32(value, static_cast<uint32_t>(launch_rank()));
+  Bytes rec = encode_rank_record(mine);
+  value.insert(value.end(), rec.begin(), rec.end());
+  store_->set(rejoin_key(n), value, deadline);
+  log_.info("init: rejoining as launch rank ", launch_rank(), " (arrival ", n,
+            "): waiting for the survivors to admit this process (pstate_grow)");
+  const Bytes admit = store_->get(rejoin_key(n) + "/admit", deadline);
+  size_t at = 0;
+  const uint32_t kind = get_u32(admit, &at, "pstate_init (rejoin)");
+  if (kind == kRefused)
+    throw_error(PSTATE_ERR_MISMATCH, "pstate_init (PSTATE_REJOIN=1, launch rank ", launch_rank(),
+                "): the survivors refused this process: ", std::string(admit.begin() + static_cast<long>(at), admit.end()));
+  epoch_ = get_u32(admit, &at, "pstate_init (rejoin)");
+  generation_ = get_u32(admit, &at, "pstate_init (rejoin)");
+  rejoins_seen_ = get_u32(admit, &at, "pstate_init (rejoin)");
+  std::vector<int> members = get_list(admit, &at, "pstate_init (rejoin)");
+  RankDirectory d = decode_rank_directory(Bytes(admit.begin() + static_cast<long>(at), admit.end()));
+  if (d.ranks.size() != static_cast<size_t>(launch_.world_size))
+    throw_error(PSTATE_ERR_MISMATCH, "pstate_init (rejoin): the survivors' directory lists ", d.ranks.size(),
+                " ranks, not ", launch_.world_size);
+  job_id_ = d.job_id;
+  peers_.clear();
+  given_local_ranks_.clear();
+  interfaces_.clear();
+  for (RankRecord &r : d.ranks) {
+    given_local_ranks_.push_back(r.local_rank);
+    interfaces_.push_back(std::move(r.interfaces));
+    peers_.push_back(std::move(r.peer));
+  }
+  peers_[static_cast<size_t>(launch_rank())] = worker_->self_entry();
+  if (!launch_.local_rank_given) {  // this process's index among the members of its host
+    int local = 0;
+    for (int r : members)
+      if (r < launch_rank() && peers_[static_cast<size_t>(r)].host_id == peers_[static_cast<size_t>(launch_rank())].host_id)
+        ++local;
+    launch_.local_rank = local;
+  }
+  if (device_ == PSTATE_DEVICE_CUDA && !device_ctx_) open_device(device_ordinal_param_);
+  worker_->set_directory([this](int r) { return peers_.at(static_cast<size_t>(r)); });
+  rebuild_world(members);
+  log_.info("init: rejoined job ", job_id_, " as rank ", rank(), " of ", world_size(), " (epoch ", epoch_, ")");
+}
+
+int Context::grow_now(int64_t timeout_ms) {
+  require_usable("pstate_grow");
+  require_not_capturing("pstate_grow");
+  if (timeout_ms < 0) throw_error(PSTATE_ERR_INVALID_ARGUMENT, "pstate_grow: timeout_ms ", timeout_ms, " < 0");
+  const Deadline deadline = Deadline::after_ms(launch_.timeout_ms);
+  // Rank 0 looks at the store; every survivor gets its decision over the world group.
+  Bytes decision;
+  if (rank() == 0) {
+    const Deadline patience = Deadline::after_ms(timeout_ms);
+    int64_t count = 0;
+    for (;;) {
+      count = store_->add(kRejoinCount, 0, deadline);
+      if (count > rejoins_seen_ || patience.expired()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    std::vector<Arrival> arrivals;
+    std::vector<int> taken = members_;
+    for (int64_t n = rejoins_seen_ + 1; n <= count; ++n) {
+      Arrival a;
+      a.n = n;
+      Bytes v = store_->get(rejoin_key(n), deadline);  // it added the count, then set this
+      size_t at = 0;
+      a.launch_rank = static_cast<int>(get_u32(v, &at, "pstate_grow"));
+      a.record.assign(v.begin() + static_cast<long>(at), v.end());
+      if (a.launch_rank < 0 || a.launch_rank >= launch_.world_size)
+        a.refusal = cat("launch rank ", a.launch_rank, " is outside the job's 0..", launch_.world_size - 1);
+      else if (std::find(taken.begin(), taken.end(), a.launch_rank) != taken.end())
+        a.refusal = cat("launch rank ", a.launch_rank, " is ",
+                        global_rank_of(a.launch_rank) >= 0 ? cat("alive (rank ", global_rank_of(a.launch_rank), ")")
+                                                           : std::string("claimed by an earlier replacement"),
+                        ": a replacement takes the RANK of a dead rank");
+      else
+        taken.push_back(a.launch_rank);
+      arrivals.push_back(std::move(a));
+    }
+    put_u32(decision, static_cast<uint32_t>(count));
+    put_u32(decision, static_cast<uint32_t>(arrivals.size()));
+    for (const Arrival &a : arrivals) {
+      put_u32(decision, static_cast<uint32_t>(a.n));
+      put_u32(decision, static_cast<uint32_t>(a.launch_rank));
+      put_u32(decision, a.refusal.empty() ? kAdmitted : kRefused);
+      put_u32(decision, static_cast<uint32_t>(a.record.size()));
+      decision.insert(decision.end(), a.record.begin(), a.record.end());
+    }
+  }
+  decision = world_->broadcast_object(decision.data(), decision.size(), 0);
+  size_t at = 0;
+  const int64_t count = get_u32(decision, &at, "pstate_grow");
+  const uint32_t arrivals = get_u32(decision, &at, "pstate_grow");
+  std::vector<std::pair<int64_t, int>> admitted;  // (n, launch rank)
+  std::vector<int64_t> refused;
+  for (uint32_t i = 0; i < arrivals; ++i) {
+    int64_t n = get_u32(decision, &at, "pstate_grow");
+    int r = static_cast<int>(get_u32(decision, &at, "pstate_grow"));
+    bool ok = get_u32(decision, &at, "pstate_grow") == kAdmitted;
+    uint32_t len = get_u32(decision, &at, "pstate_grow");
+    if (len > decision.size() - at) throw_error(PSTATE_ERR_MISMATCH, "pstate_grow: a malformed decision");
+    Bytes rec(decision.begin() + static_cast<long>(at), decision.begin() + static_cast<long>(at + len));
+    at += len;
+    if (!ok) {
+      refused.push_back(n);
+      continue;
+    }
+    RankRecord record = decode_rank_record(rec);
+    given_local_ranks_[static_cast<size_t>(r)] = record.local_rank;
+    interfaces_[static_cast<size_t>(r)] = record.interfaces;
+    peers_[static_cast<size_t>(r)] = record.peer;
+    worker_->forget_peer(r);  // the dead process's endpoint, if any: the next use reaches the new one
+    if (static_cast<size_t>(r) < live_watches_.size()) live_watches_[static_cast<size_t>(r)].reset();
+    admitted.emplace_back(n, r);
+  }
+  rejoins_seen_ = count;
+  if (rank() == 0)
+    for (int64_t n : refused) {  // the refused hear why, at once
+      Bytes v;
+      put_u32(v, kRefused);
+      std::string why = "its launch rank is not one of a dead rank (see the survivors' log), or it came twice";
+      v.insert(v.end(), why.begin(), why.end());
+      store_->set(rejoin_key(n) + "/admit", v, deadline);
+    }
+  if (admitted.empty())
+    throw_error(PSTATE_ERR_TIMEOUT, "pstate_grow: no replacement process (PSTATE_REJOIN=1) was admitted within ",
+                timeout_ms, " ms", refused.empty() ? std::string() : cat(" (", refused.size(), " refused)"),
+                "; the world is unchanged (", world_size(), " ranks) and usable");
+  std::sort(admitted.begin(), admitted.end(), [](auto &a, auto &b) { return a.second < b.second; });
+  std::vector<int> members = members_;
+  for (auto &[n, r] : admitted) members.push_back(r);
+  ++epoch_;
+  ++generation_;
+  if (rank() == 0) {
+    std::vector<Bytes> records;
+    for (int r = 0; r < launch_.world_size; ++r)
+      records.push_back(encode_rank_record({given_local_ranks_[static_cast<size_t>(r)], interfaces_[static_cast<size_t>(r)],
+                                            peers_[static_cast<size_t>(r)]}));
+    Bytes admit;
+    put_u32(admit, kAdmitted);
+    put_u32(admit, epoch_);
+    put_u32(admit, generation_);
+    put_u32(admit, static_cast<uint32_t>(rejoins_seen_));
+    put_list(admit, members);
+    Bytes dir = encode_rank_directory(job_id_, records);
+    admit.insert(admit.end(), dir.begin(), dir.end());
+    for (auto &[n, r] : admitted) store_->set(rejoin_key(n) + "/admit", admit, deadline);
+  }
+  const int before = world_size();
+  drop_all_groups();
+  rebuild_world(members);
+  log_.info("grow: epoch ", epoch_, ": world of ", world_size(), " ranks (was ", before, "), this rank is ", rank());
+  return static_cast<int>(admitted.size());
+}
+
+}  // namespace pstate
