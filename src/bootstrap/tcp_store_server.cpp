@@ -448,7 +448,12 @@ void TcpStoreServer::Impl::on_proof(Connection &c, const wire::Proof &p) {
     rank_holders[c.rank()] = c.id;
     c.claims_rank = true;
     publish_ranks();
-    count_claim(c);
+    // A rank claimed again after its process left is a replacement (PSTATE_REJOIN, pstate_grow),
+    // not a second job on this port: only first claims count toward that warning.
+    if (ever_joined[static_cast<size_t>(c.rank())])
+      logger.info("store: rank ", c.rank(), " claimed again by ", c.origin(), " (its earlier process left)");
+    else
+      count_claim(c);
     notes.erase(c.rank());
     if (!ever_joined[static_cast<size_t>(c.rank())]) {
       ever_joined[static_cast<size_t>(c.rank())] = true;

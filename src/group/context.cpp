@@ -24,6 +24,7 @@
 #include "group/host_identity.hpp"
 #include "group/host_order.hpp"
 #include "group/rank_records.hpp"
+#include "transport/ucx/ucx_tag.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -550,6 +551,22 @@ void Context::fail(const std::string &why) {
   dumped_since_failure_ = false;
   if (trace_) trace_->set_failure(why);
   log_.info("context failed: ", why, " — further collectives return PSTATE_ERR_ABORTED; call pstate_abort");
+}
+
+void Context::fail(const std::string &why, pstate_status_t status) {
+  const bool first = state_ != State::kFailed && state_ != State::kClosed;
+  fail(why);
+  if (first && status == PSTATE_ERR_PEER_LOST && worker_ && why.find(ucx::kNoticeMarker) == std::string::npos)
+    worker_->post_notices(members_, -1);
+}
+
+void Context::check_notices(const std::string &where) {
+  if (!worker_ || worker_->closed()) return;
+  if (auto n = worker_->take_notice())
+    throw_error(PSTATE_ERR_PEER_LOST, where, ": ", ucx::kNoticeMarker, global_rank_of(n->from),
+                " lost a peer and left the job's collectives, so rank ", rank(),
+                " cannot complete this wait in shared memory; the job cannot continue as it is: call pstate_shrink "
+                "(survivors go on without the dead) or pstate_abort");
 }
 
 void Context::set_interrupt_check(pstate_interrupt_fn fn, void *user) {

@@ -72,9 +72,10 @@ class Context {
   // Collective over the world: this rank's group of the call (nullptr when it joins none).
   Group *new_group(const int *ranks, size_t count);
   // The custom calls' group ids: the upper half of the UCX tag's 12-bit field (the model-parallel
-  // kinds use the lower half, see context.cpp group_id_for), one id per call, cycling.
+  // kinds use the lower half, see context.cpp group_id_for), one id per call, cycling; the last
+  // id (4095) is UcxWorker::kNoticeGroupId, the failure notices'.
   static constexpr uint32_t kFirstCustomGroupId = 2048;
-  static constexpr uint32_t kCustomGroupIds = 2048;
+  static constexpr uint32_t kCustomGroupIds = 2047;
   // Device communicators by splitting (issue 13): true when new groups' NCCL communicators are
   // split from the world's (a CUDA context of more than one rank whose world communicator exists,
   // an NCCL with ncclCommSplit, PSTATE_NCCL_SPLIT not 0). The same answer on every rank.
@@ -177,6 +178,12 @@ class Context {
   // Failure bookkeeping: the first fatal error poisons the context.
   State state() const { return state_; }
   void fail(const std::string &why);
+  // The same for an error of `status`: a PEER_LOST this rank saw itself is also told to every
+  // other member (UcxWorker::post_notices), so ranks blocked on live peers learn it at once.
+  void fail(const std::string &why, pstate_status_t status);
+  // The shared-memory waits' check (about every 100 ms): PEER_LOST when a failure notice of this
+  // world arrived. where: the group and call ("tp:0 all_reduce").
+  void check_notices(const std::string &where);
   // Throws ABORTED when failed, INVALID_STATE when closed.
   void require_usable(const char *call) const;
 
@@ -211,7 +218,8 @@ class Context {
   // shrink.cpp: the steps of shrink() and grow()
   void drop_all_groups() noexcept;
   std::vector<int> live_launch_ranks(bool for_agreement);
-  void rebuild_world(std::vector<int> members);
+  void rebuild_world(std::vector<int> members, bool barrier);
+  bool shrink_outcome_ok(uint32_t epoch, const Deadline &deadline);
   void join_as_replacement(Deadline deadline);
   // world first, then the model-parallel groups in creation order (the same order on every rank)
   std::vector<Group *> live_groups() const;

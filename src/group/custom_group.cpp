@@ -14,8 +14,8 @@
 // Ids and names: the groups of one call are disjoint, as the groups of one model-parallel kind
 // are, so they share one group id (the UCX tag's group field carries the sender's world rank
 // beside it; the first rank tells their shared-memory segments apart, see Group::shm_name). The
-// custom calls take the upper half of the 12-bit id space (kFirstCustomGroupId..4095, one id per
-// call, cycling; the model-parallel kinds stay below it, context.cpp group_id_for), so a custom
+// custom calls take the upper half of the 12-bit id space (kFirstCustomGroupId..4094, one id per
+// call, cycling; 4095 carries failure notices; the model-parallel kinds stay below it, context.cpp group_id_for), so a custom
 // group never receives a message meant for another group. Names are "custom:<n>", n counting the
 // custom groups of the world in creation order (the groups of one call by their first rank): the
 // same on every member, distinct from every other group's.

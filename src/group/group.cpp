@@ -98,6 +98,7 @@ void pstate_group_s::check_peers_alive() {
 void pstate_group_s::check_waiting() {
   if (p2p_) p2p_->progress();  // pending shared-memory sends move while this rank waits for anything
   check_peers_alive();
+  ctx_.check_notices(name_);
   if (ctx_.interrupted())
     pstate::throw_error(PSTATE_ERR_INTERRUPTED, name_, ": interrupted while rank ", ctx_.rank(),
                         " waited for its peers in shared memory (the interrupt check asked to stop, e.g. Ctrl-C); "
@@ -243,7 +244,7 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body) {
     agreeing = false;
     body(pstate::tag_base(desc.seq));
   } catch (const pstate::Error &e) {
-    if (agreeing ? e.status() != PSTATE_ERR_MISMATCH : pstate::is_fatal(e.status())) ctx_.fail(e.what());
+    if (agreeing ? e.status() != PSTATE_ERR_MISMATCH : pstate::is_fatal(e.status())) ctx_.fail(e.what(), e.status());
     ctx_.trace_call_failed(tid, e);
     throw;
   }
@@ -537,7 +538,7 @@ void pstate_group_s::run_p2p(pstate::TraceOp top, int peer, uint64_t count, int 
   try {
     body();
   } catch (const pstate::Error &e) {
-    if (pstate::is_fatal(e.status())) ctx_.fail(e.what());
+    if (pstate::is_fatal(e.status())) ctx_.fail(e.what(), e.status());
     ctx_.trace_call_failed(tid, e);
     throw;
   }

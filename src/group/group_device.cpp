@@ -113,7 +113,7 @@ pstate::DeviceComm &pstate_group_s::begin_device_op(const pstate::OpDescriptor &
 
 void pstate_group_s::device_op_failed(const pstate::Error &e, uint64_t tid) {
   if (tid != 0) ctx_.device_context()->trace_op(0);
-  if (pstate::is_fatal_device_status(e.status())) ctx_.fail(e.what());
+  if (pstate::is_fatal_device_status(e.status())) ctx_.fail(e.what(), e.status());
   ctx_.trace_call_failed(tid, e);
 }
 

@@ -14,11 +14,14 @@
 //      the answer every survivor reads back, so they all rebuild the same world even when a rank
 //      dies during the agreement (a dead proposer's proposal, once stored, still stands);
 //   4. it renumbers the world (new global rank = index in the answer), renews UCX endpoints that
-//      the failure broke, makes a new world group (a fresh group id, so no message of an old
-//      group matches it, and fresh shared-memory names) and runs one barrier over UCX. A member
-//      of the answer that dies before that barrier completes makes it fail with PEER_LOST: the
-//      survivors that see it go to epoch E+1 at once (those that finished find the dead rank at
-//      their next collective, and call pstate_shrink again).
+//      the failure broke and makes a new world group (a fresh group id, so no message of an old
+//      group matches it, and fresh shared-memory names);
+//   5. it sets "ready" and settles the outcome the same way: the first to see every member of the
+//      answer ready stores "ok", the first to see one of them dead without it stores "retry"
+//      (set_if_absent again), and all go on, or all agree again at epoch E+1 without the dead.
+//      No survivor goes on while another agrees again. A rank that dies after "ok" is found by
+//      the next collective (PEER_LOST, on every survivor: the first to see it tells the others,
+//      see UcxWorker::post_notices), and the survivors call pstate_shrink again.
 // Every model-parallel and custom group is dropped first (device communicators aborted: a dead
 // peer cannot finalize one; they are re-created on first use, or split from the new world's);
 // old handles stay valid and answer INVALID_STATE.
@@ -93,14 +96,44 @@ void Context::drop_all_groups() noexcept {
   layout_.reset();
 }
 
-void Context::rebuild_world(std::vector<int> members) {
+void Context::rebuild_world(std::vector<int> members, bool barrier) {
   members_ = std::move(members);
   rank_ = global_rank_of(launch_rank());
   for (int r : members_)
     if (r != launch_rank() && worker_->peer_broken(r)) worker_->forget_peer(r);  // a fresh endpoint
+  worker_->set_epoch(epoch_);  // failure notices of older worlds are ignored from now on
   state_ = State::kReady;
   world_ = make_group(PSTATE_GROUP_WORLD, 0, members_, world_group_id(generation_));
-  world_->barrier(/*allow_shm=*/false);
+  if (barrier) world_->barrier(/*allow_shm=*/false);
+}
+
+// Step 5 of the agreement: did every member of the answer take it up? Each sets "ready"; the
+// first to see them all proposes "ok", the first to see one dead without it proposes "retry";
+// the first proposal stored is the outcome for all, so they never split between a rank that
+// goes on and one that agrees again.
+bool Context::shrink_outcome_ok(uint32_t epoch, const Deadline &deadline) {
+  store_->set(shrink_key(epoch, cat("ready/", launch_rank())), Bytes{}, deadline);
+  std::string proposal;
+  for (;;) {
+    bool all_ready = true;
+    for (int r : members_)
+      if (r != launch_rank() && !store_->check(shrink_key(epoch, cat("ready/", r)), deadline)) all_ready = false;
+    if (all_ready) {
+      proposal = "ok";
+      break;
+    }
+    std::vector<int> live = live_launch_ranks(/*for_agreement=*/true);
+    if (live.size() < members_.size()) {
+      proposal = "retry";
+      break;
+    }
+    if (deadline.expired())
+      throw_error(PSTATE_ERR_TIMEOUT, "pstate_shrink on rank ", rank(), ": the survivors agreed (epoch ", epoch,
+                  ") but not every one took the answer up within ", launch_.timeout_ms, " ms");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const Bytes outcome = store_->set_if_absent(shrink_key(epoch, "outcome"), Bytes(proposal.begin(), proposal.end()), deadline);
+  return std::string(outcome.begin(), outcome.end()) == "ok";
 }
 
 std::vector<int> Context::shrink_now() {
@@ -170,22 +203,20 @@ std::vector<int> Context::shrink_now() {
                   "): they saw it dead (its store connection closed?); call pstate_abort");
     }
     generation_ = generation;
-    // 4. the new world
+    // 4. the new world, 5. taken up by all its members, or agreed again without the dead
+    bool ok = false;
     try {
-      rebuild_world(agreed);
-      break;
+      rebuild_world(agreed, /*barrier=*/false);
+      ok = shrink_outcome_ok(epoch, deadline);
     } catch (const Error &e) {
-      if (e.status() != PSTATE_ERR_PEER_LOST || deadline.expired()) {
-        fail(e.what());
-        throw;
-      }
-      log_.info("shrink: epoch ", epoch, " lost a rank again (", e.what(), "); agreeing once more");
-      if (world_) {
-        world_->retire();
-        retired_.push_back(std::move(world_));
-      }
-      state_ = State::kReady;
+      fail(e.what());
+      if (e.status() == PSTATE_ERR_TIMEOUT) throw;
+      throw store_lost(e);
     }
+    if (ok) break;
+    log_.info("shrink: epoch ", epoch, ": a rank of the answer died before taking it up; agreeing once more");
+    world_->retire();
+    retired_.push_back(std::move(world_));
   }
   for (int r : before)
     if (global_rank_of(r) < 0) worker_->forget_peer(r);  // the dead: endpoints released
@@ -269,7 +300,7 @@ void Context::join_as_replacement(Deadline deadline) {
   }
   if (device_ == PSTATE_DEVICE_CUDA && !device_ctx_) open_device(device_ordinal_param_);
   worker_->set_directory([this](int r) { return peers_.at(static_cast<size_t>(r)); });
-  rebuild_world(members);
+  rebuild_world(members, /*barrier=*/true);
   log_.info("init: rejoined job ", job_id_, " as rank ", rank(), " of ", world_size(), " (epoch ", epoch_, ")");
 }
 
@@ -379,7 +410,7 @@ int Context::grow_now(int64_t timeout_ms) {
   }
   const int before = world_size();
   drop_all_groups();
-  rebuild_world(members);
+  rebuild_world(members, /*barrier=*/true);
   log_.info("grow: epoch ", epoch_, ": world of ", world_size(), " ranks (was ", before, "), this rank is ", rank());
   return static_cast<int>(admitted.size());
 }

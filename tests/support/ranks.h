@@ -28,6 +28,7 @@ typedef struct pstate_test_rank_t {
   int world_size;
   char init_method[64]; /* "tcp://127.0.0.1:PORT" (threads) or "env://" (processes) */
   void *arg;
+  int rejoined; /* pstate_test_run_job with respawn: 1 in the replacement of a dead rank */
 } pstate_test_rank_t;
 
 typedef int (*pstate_test_rank_fn)(const pstate_test_rank_t *self);
@@ -38,6 +39,24 @@ int pstate_test_run_processes(int world_size, int timeout_s, pstate_test_rank_fn
 /* Like above; rank `victim` is SIGKILLed kill_after_ms after start (-1: nobody). */
 int pstate_test_run_processes_kill(int world_size, int timeout_s, pstate_test_rank_fn fn, void *arg, int *statuses,
                                    int victim, int kill_after_ms);
+/* A job for pstate_test_run_job: processes as above, and optionally
+ *  - external_store: `pstate store` of the build tree ($PSTATE_BUILD_DIR/pstate) serves the
+ *    job's store and the ranks get PSTATE_STORE_EXTERNAL=1, so the store outlives every rank;
+ *  - may_die: a bit per rank whose death by a signal is expected (it kills itself), not a failure;
+ *  - respawn: such a rank, once dead, is started again as a replacement (PSTATE_REJOIN=1,
+ *    self->rejoined = 1), once; its verdict is the rank's. */
+typedef struct pstate_test_job_t {
+  int world_size;
+  int timeout_s;
+  pstate_test_rank_fn fn;
+  void *arg;
+  int *statuses; /* may be NULL: each rank's last wait status */
+  int external_store;
+  unsigned long may_die;
+  int respawn;
+} pstate_test_job_t;
+/* Returns the number of ranks that failed. */
+int pstate_test_run_job(const pstate_test_job_t *job);
 /* Runs world_size ranks as threads of this process; returns the number that failed. */
 int pstate_test_run_threads(int world_size, int timeout_s, pstate_test_rank_fn fn, void *arg);
 

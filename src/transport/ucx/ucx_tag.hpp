@@ -24,6 +24,9 @@ inline constexpr int kTagRankBits = 20;
 inline constexpr uint32_t kMaxGroupId = (1u << kTagGroupBits) - 1;  // 4095
 inline constexpr int kMaxWorldSize = 1 << kTagRankBits;             // 1,048,576
 inline constexpr uint64_t kTagMatchAll = ~uint64_t{0};
+// Errors that a failure notice caused (UcxWorker::take_notice) contain this: the rank that got
+// one does not send notices of its own (the sender told everyone already).
+inline constexpr const char kNoticeMarker[] = "failure notice: rank ";
 
 constexpr uint64_t make_tag(uint32_t group_id, int source_world_rank, uint32_t algo_tag) {
   return (uint64_t{group_id & kMaxGroupId} << 52) |

@@ -108,6 +108,7 @@ void UcxWorker::run_wait_loop(const OpId *ops, size_t n, const WaitScope &scope)
     if (woke || grace_left_ms < INT32_MAX || now - last_liveness_check_ >= kLivenessInterval) {
       grace_left_ms = check_peers(ops, n, scope);
       last_liveness_check_ = now;
+      if (auto notice = take_notice()) throw_notice(*notice, scope);
       if (interrupt_check_ && interrupt_check_()) throw_interrupted(ops, n, scope);
     }
     if (scope.deadline.expired()) throw_timeout(ops, n, scope);
@@ -215,6 +216,14 @@ std::string UcxWorker::describe_op(const Op &op) const {
       return cat("receive of a message of any size, ", tag);
   }
   return tag;
+}
+
+void UcxWorker::throw_notice(const Notice &n, const WaitScope &scope) {
+  throw_error(PSTATE_ERR_PEER_LOST, scope.what, ": ", ucx::kNoticeMarker, n.from,
+              n.dead >= 0 ? cat(" saw rank ", n.dead, " die") : std::string(" lost a peer"),
+              " and left the job's collectives, so ", describe_self(scope),
+              " cannot complete this wait; the job cannot continue as it is: call pstate_shrink (survivors go on "
+              "without the dead) or pstate_abort");
 }
 
 void UcxWorker::throw_peer_lost(const Peer &p, const Op &op, const WaitScope &scope) {

@@ -175,6 +175,56 @@ void UcxWorker::forget_peer(int world_rank) noexcept {
   peers_.erase(it);
 }
 
+void UcxWorker::post_notices(const std::vector<int> &world_ranks, int dead) noexcept {
+  if (worker_ == nullptr) return;
+  for (int r : world_ranks) {
+    if (r == options_.world_rank || r == dead) continue;
+    try {
+      Peer &p = peer(r);
+      if (p.lost()) continue;
+      ucp_ep_h ep = endpoint(p);
+      if (ep == nullptr) continue;
+      notice_words_.push_back(uint64_t{epoch_} | (uint64_t{static_cast<uint32_t>(dead)} << 32));
+      ucp_request_param_t param{};
+      ucs_status_ptr_t req = ucp_tag_send_nbx(ep, &notice_words_.back(), sizeof(uint64_t),
+                                              ucx::make_tag(kNoticeGroupId, options_.world_rank, 0), &param);
+      if (UCS_PTR_IS_PTR(req)) notice_sends_.push_back(req);
+    } catch (...) {  // a peer we cannot reach learns of the failure by itself
+    }
+  }
+}
+
+std::optional<UcxWorker::Notice> UcxWorker::take_notice() {
+  if (worker_ == nullptr) return std::nullopt;
+  while (ucp_worker_progress(worker_) != 0) {
+  }
+  for (size_t i = 0; i < notice_sends_.size();) {  // sent notices: free the finished ones
+    if (ucp_request_check_status(notice_sends_[i]) == UCS_INPROGRESS) {
+      ++i;
+      continue;
+    }
+    ucp_request_free(notice_sends_[i]);
+    notice_sends_[i] = notice_sends_.back();
+    notice_sends_.pop_back();
+  }
+  for (;;) {
+    ucp_tag_recv_info_t info{};
+    ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, ucx::make_tag(kNoticeGroupId, 0, 0),
+                                             uint64_t{ucx::kMaxGroupId} << 52, 1, &info);
+    if (msg == nullptr) return std::nullopt;
+    uint64_t word = 0;
+    ucp_request_param_t param = recv_param();
+    ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker_, &word, sizeof word, msg, &param);
+    if (UCS_PTR_IS_ERR(r)) continue;
+    if (r != nullptr) {
+      while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);  // local: 8 bytes arrived
+      ucp_request_free(r);
+    }
+    if (info.length != sizeof word || static_cast<uint32_t>(word) != epoch_) continue;  // another world's
+    return Notice{ucx::tag_source(info.sender_tag), static_cast<int>(static_cast<uint32_t>(word >> 32))};
+  }
+}
+
 bool UcxWorker::peer_broken(int world_rank) const {
   auto it = peers_.find(world_rank);
   return it != peers_.end() && (it->second->ep_closed || it->second->lost() || it->second->lost_at.has_value());
@@ -534,6 +584,8 @@ void UcxWorker::force_close() noexcept {
 }
 
 void UcxWorker::destroy_all() noexcept {
+  for (void *r : notice_sends_) ucp_request_free(r);  // released by UCX once done
+  notice_sends_.clear();
   for (Op &op : ops_) release_op(op);
   for (auto &[rank, p] : peers_) {
     if (p->ep != nullptr) close_endpoint(*p, true);

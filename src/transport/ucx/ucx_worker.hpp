@@ -35,6 +35,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -192,6 +193,22 @@ class UcxWorker {
   // force-closes endpoints with stuck sends): a survivor's must be renewed (forget_peer) before
   // the rebuilt world uses it.
   bool peer_broken(int world_rank) const;
+
+  // ---- failure notices (pstate_shrink) ----
+  // A rank that sees a peer die tells the other members of its world with a notice (8 bytes on
+  // the reserved group id kNoticeGroupId: the world's epoch and the dead rank), so a rank blocked
+  // on a live peer that gave up learns it at its next liveness check (every ~50 ms of a wait)
+  // instead of at its deadline. Notices of another epoch (an older world) are dropped unread.
+  static constexpr uint32_t kNoticeGroupId = 4095;
+  void set_epoch(uint32_t epoch) { epoch_ = epoch; }
+  // Fire and forget: never blocks, never throws; peers this worker knows dead are skipped.
+  void post_notices(const std::vector<int> &world_ranks, int dead) noexcept;
+  struct Notice {
+    int from = -1;  // the world rank that sent it
+    int dead = -1;  // the rank it saw die (-1: unknown)
+  };
+  // Progresses the worker once and returns a notice of this epoch that arrived, if any.
+  std::optional<Notice> take_notice();
  private:
   enum class OpKind : uint8_t { kSend, kRecv, kRecvAnySize };
   enum class OpState : uint8_t { kFree, kProbing, kPending, kDone };
@@ -279,6 +296,10 @@ class UcxWorker {
   std::unordered_set<std::string> logged_hosts_;
   Deadline::Clock::time_point wait_start_{};
   Deadline::Clock::time_point last_liveness_check_{};
+  uint32_t epoch_ = 0;
+  std::deque<uint64_t> notice_words_;  // what post_notices sent (UCX may read them until done)
+  std::vector<void *> notice_sends_;   // their requests, freed once complete
+  [[noreturn]] void throw_notice(const Notice &n, const WaitScope &scope);
   std::vector<pollfd> poll_fds_;  // scratch for block(): wake-up fd + pidfds
   std::vector<Peer *> poll_peers_;
 };
