@@ -26,7 +26,9 @@
 // loopback port it binds, so no other process can take that port in between) and lives until
 // the last rank ended, so the store outlives any rank (PSTATE_STORE_EXTERNAL=1 tells the ranks).
 // --rank0-store leaves it to rank 0, as without a launcher. --keep-going leaves the other ranks
-// running when one fails (for jobs that survive a dead rank), naming each failure as it happens.
+// running when one fails (for jobs that survive a dead rank), naming each failure as it happens;
+// --respawn K also starts a replacement for each failed rank (same RANK, PSTATE_REJOIN=1: its
+// pstate_init waits until the survivors admit it with pstate_grow), at most K in all.
 #include "bootstrap/hmac_sha256.hpp"
 #include "bootstrap/tcp_store_server.hpp"
 #include "cli/cli.hpp"
@@ -79,6 +81,9 @@ constexpr OptionSpec kOptions[] = {
     {"--keep-going", nullptr,
      "when a rank fails, name it and leave the others running (default: stop them); the exit status is still "
      "the first failed rank's"},
+    {"--respawn", "K",
+     "when a rank fails, start a replacement with the same RANK and PSTATE_REJOIN=1 (the survivors admit it with "
+     "pstate_grow), at most K times in all; implies --keep-going"},
     {"--rank0-store", nullptr,
      "rank 0 serves the rendezvous store (default: the launcher of node 0 does, so the store outlives any rank)"},
 };
@@ -263,6 +268,10 @@ class Launcher {
     host_store_ = host_store;
   }
   void keep_going() { keep_going_ = true; }
+  void respawn(int max) {
+    keep_going_ = true;
+    max_respawns_ = max;
+  }
 
   int run(const std::vector<std::string> &program) {
     job_started_ns_ = wall_ns() - 1000000;  // before any rank can dump
@@ -289,37 +298,65 @@ class Launcher {
       store_ = TcpStoreServer::start(so, store_log_);
       port_ = store_->port();
     }
+    token_ = token;
+    job_id_ = job_id;
+    program_ = program;
     for (int local = 0; local < nproc_; ++local) {
-      int out[2], err[2];
-      if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
-        throw_error(PSTATE_ERR_INTERNAL, "pipe: ", std::strerror(errno));
-      Rank r;
-      r.rank = node_rank_ * nproc_ + local;
-      std::vector<std::pair<std::string, std::string>> env = {{"RANK", std::to_string(r.rank)},
-                                                              {"WORLD_SIZE", std::to_string(world)},
-                                                              {"LOCAL_RANK", std::to_string(local)},
-                                                              {"LOCAL_WORLD_SIZE", std::to_string(nproc_)},
-                                                              {"GROUP_RANK", std::to_string(node_rank_)},
-                                                              {"MASTER_ADDR", addr_},
-                                                              {"MASTER_PORT", std::to_string(port_)},
-                                                              {"PSTATE_JOB_TOKEN", token},
-                                                              {"PSTATE_JOB_ID", job_id}};
-      if (host_store_) env.push_back({"PSTATE_STORE_EXTERNAL", "1"});
-      int cpu = cpus_.empty() ? -1 : cpus_[static_cast<size_t>(local) % cpus_.size()];
-      r.pid = spawn(program, env, out[1], err[1], out[0], err[0], cpu);
-      ::close(out[1]);
-      ::close(err[1]);
-      r.out_fd = out[0];
-      r.err_fd = err[0];
-      r.pid_fd = static_cast<int>(::syscall(SYS_pidfd_open, r.pid, 0));
-      r.last_output = Clock::now();
-      ranks_.push_back(std::move(r));
+      ranks_.emplace_back();
+      start_rank(ranks_.back(), local, false);
     }
     start_ = Clock::now();
     return supervise();
   }
 
  private:
+  // Starts local rank `local` of this node into r (a replacement: PSTATE_REJOIN=1).
+  void start_rank(Rank &r, int local, bool rejoin) {
+    const int world = nproc_ * nnodes_;
+    int out[2], err[2];
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
+      throw_error(PSTATE_ERR_INTERNAL, "pipe: ", std::strerror(errno));
+    r = Rank{};
+    r.rank = node_rank_ * nproc_ + local;
+    std::vector<std::pair<std::string, std::string>> env = {{"RANK", std::to_string(r.rank)},
+                                                            {"WORLD_SIZE", std::to_string(world)},
+                                                            {"LOCAL_RANK", std::to_string(local)},
+                                                            {"LOCAL_WORLD_SIZE", std::to_string(nproc_)},
+                                                            {"GROUP_RANK", std::to_string(node_rank_)},
+                                                            {"MASTER_ADDR", addr_},
+                                                            {"MASTER_PORT", std::to_string(port_)},
+                                                            {"PSTATE_JOB_TOKEN", token_},
+                                                            {"PSTATE_JOB_ID", job_id_}};
+    if (host_store_) env.push_back({"PSTATE_STORE_EXTERNAL", "1"});
+    if (rejoin) env.push_back({"PSTATE_REJOIN", "1"});
+    int cpu = cpus_.empty() ? -1 : cpus_[static_cast<size_t>(local) % cpus_.size()];
+    r.pid = spawn(program_, env, out[1], err[1], out[0], err[0], cpu);
+    ::close(out[1]);
+    ::close(err[1]);
+    r.out_fd = out[0];
+    r.err_fd = err[0];
+    r.pid_fd = static_cast<int>(::syscall(SYS_pidfd_open, r.pid, 0));
+    r.last_output = Clock::now();
+  }
+
+  // --respawn: every rank that failed (and whose pipes are drained) gets a replacement while the
+  // budget lasts; a replaced failure no longer counts against the job.
+  void respawn_failures() {
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      Rank &r = ranks_[i];
+      if (!r.exited || r.stopped || !failed_status(r.status) || respawned_ >= max_respawns_) continue;
+      if (r.out_fd >= 0 || r.err_fd >= 0) {  // its last words first
+        pump_output(0);
+        if (r.out_fd >= 0 || r.err_fd >= 0) continue;
+      }
+      ++respawned_;
+      say(cat("rank ", r.rank, " ", describe_status(r.status), " at ", seconds_text(seconds_between(start_, r.ended)),
+              "; --respawn: starting a replacement with RANK=", r.rank, " and PSTATE_REJOIN=1 (", respawned_, " of ",
+              max_respawns_, "); the survivors admit it with pstate_grow"));
+      start_rank(r, static_cast<int>(i), true);
+    }
+  }
+
   std::string prefix_of(const Rank &r) const { return prefix_ ? cat("[", r.rank, "] ") : std::string(); }
 
   // Forwards what the ranks wrote; returns after at most timeout_ms, at once when a rank exits
@@ -619,6 +656,7 @@ class Launcher {
         return 128 + g_stop_signal;
       }
       reap();
+      if (max_respawns_ > 0) respawn_failures();
       if (keep_going_) {
         announce_failures();
       } else if (const Rank *root = root_cause()) {
@@ -648,6 +686,10 @@ class Launcher {
   int port_, grace_ms_, max_wait_s_, status_every_s_;
   bool host_store_ = true;
   bool keep_going_ = false;  // --keep-going
+  int max_respawns_ = 0;     // --respawn K
+  int respawned_ = 0;        // replacements started so far
+  std::string token_, job_id_;
+  std::vector<std::string> program_;
   Logger store_log_;
   std::unique_ptr<TcpStoreServer> store_;  // node 0 without --rank0-store: the job's store
   int ended_ = 0;  // ranks seen ending so far
@@ -705,6 +747,13 @@ int run_run(const ParsedArgs &args) {
   Launcher launcher(nproc, nnodes, node_rank, addr, port, grace, max_wait, status_every, !args.flag("--no-prefix"),
                     bind, !args.flag("--rank0-store"));
   if (args.flag("--keep-going")) launcher.keep_going();
+  if (args.value("--respawn")) {
+    int k = args.int_value("--respawn", 0);
+    if (k < 1) throw UsageError("--respawn K needs K >= 1 (the most replacements in all)");
+    if (args.flag("--rank0-store"))
+      throw UsageError("--respawn needs the launcher's store (a replacement meets the survivors there): drop --rank0-store");
+    launcher.respawn(k);
+  }
   return launcher.run(args.positional());
 }
 

@@ -10,3 +10,8 @@ set_tests_properties(cli_small_dev_shm PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 7
 # its job's store: ranks by hand, PSTATE_STORE_EXTERNAL, a stranger refused, --rank0-store.
 add_test(NAME cli_store COMMAND ${PROJECT_SOURCE_DIR}/tests/cli/test_store.sh $<TARGET_FILE:pstate_cli>)
 set_tests_properties(cli_store PROPERTIES TIMEOUT 300)
+# A job that survives a killed rank (examples/elastic_serving): --keep-going shrinks to the
+# survivors, --respawn also brings a replacement back with pstate_grow.
+add_test(NAME cli_elastic COMMAND ${PROJECT_SOURCE_DIR}/tests/cli/test_elastic.sh $<TARGET_FILE:pstate_cli>
+                                  $<TARGET_FILE:elastic_serving>)
+set_tests_properties(cli_elastic PROPERTIES TIMEOUT 300)
