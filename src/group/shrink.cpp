@@ -99,8 +99,11 @@ void Context::drop_all_groups() noexcept {
 void Context::rebuild_world(std::vector<int> members, bool barrier) {
   members_ = std::move(members);
   rank_ = global_rank_of(launch_rank());
+  // Fresh endpoints to every member, on every survivor alike: a rank whose wait failed closed its
+  // endpoints with stuck sends by force, which (over TCP) fails the other side's endpoint some time
+  // later; renewing them all at once leaves no old connection for such an error to land on.
   for (int r : members_)
-    if (r != launch_rank() && worker_->peer_broken(r)) worker_->forget_peer(r);  // a fresh endpoint
+    if (r != launch_rank() && (!barrier || worker_->peer_broken(r))) worker_->forget_peer(r);
   worker_->set_epoch(epoch_);  // failure notices of older worlds are ignored from now on
   state_ = State::kReady;
   world_ = make_group(PSTATE_GROUP_WORLD, 0, members_, world_group_id(generation_));
@@ -170,6 +173,7 @@ std::vector<int> Context::shrink_now() {
         for (int r : live)
           if (r != launch_rank() && !store_->check(shrink_key(epoch, cat("here/", r)), deadline)) missing.push_back(r);
         if (missing.empty()) break;
+        worker_->progress_notices();  // this rank's failure notices still reach the ranks that wait
         if (deadline.expired())
           throw_error(PSTATE_ERR_TIMEOUT, "pstate_shrink on rank ", rank(), ": launch ", ranks_phrase(missing, missing.size()),
                       " alive but did not call pstate_shrink within ", launch_.timeout_ms,

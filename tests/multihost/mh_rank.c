@@ -21,6 +21,12 @@
  *                       get ABORTED afterwards, and pstate_abort must return at once.
  *                       MH_SUICIDE_MS=N: this rank SIGKILLs itself N ms after the loop began,
  *                       from a second thread, so it dies in the middle of an all-reduce.
+ *   mh_rank shrink      like loop (MH_SUICIDE_MS kills the victim), then the survivors call
+ *                       pstate_shrink: their new world must be the old one less MH_EXPECT_DEAD,
+ *                       renumbered in order; then the whole group suite runs exactly on the new
+ *                       world and on tp = MH_TP_AFTER (default: the new world size), and every
+ *                       survivor prints the time from its failed call to its first exact
+ *                       collective after the shrink; finalize.
  *   mh_rank job         MH_OPS checked all_reduces (default 200) paced by MH_PACE_MS, then
  *                       finalize: the job that strangers must not disturb.
  *   mh_rank init_fails  pstate_init must fail (the store died during rendezvous): exits 0 when
@@ -454,6 +460,58 @@ static int mode_loop(void) {
   return 0;
 }
 
+static int mode_shrink(void) {
+  pstate_t *ps = NULL;
+  OK(init_from_env(&ps));
+  group_t world;
+  if (get_group(ps, PSTATE_GROUP_WORLD, &world)) return 1;
+  g_rank = world.info.rank;
+  const int old_size = world.size, old_rank = g_rank;
+  size_t count = 64 * 1024;
+  float *buf = malloc(count * sizeof(float));
+  pstate_status_t s = PSTATE_OK;
+  int suicide_ms = env_int("MH_SUICIDE_MS", -1);
+  pthread_t killer;
+  for (long iter = 0; s == PSTATE_OK; ++iter) {
+    fill(PSTATE_FLOAT32, buf, count, g_rank, (int)(iter % 5));
+    s = pstate_all_reduce(world.g, buf, buf, count, PSTATE_FLOAT32, PSTATE_SUM, NULL);
+    if (iter == 0 && s == PSTATE_OK) {
+      printf("mh: rank %d: looping\n", g_rank);
+      fflush(stdout);
+      if (suicide_ms >= 0) pthread_create(&killer, NULL, suicide, &suicide_ms);
+    }
+  }
+  const double failed_at = now_ms();
+  printf("mh: rank %d: %s: %s\n", g_rank, pstate_status_string(s), pstate_last_error());
+  CHECK(s == PSTATE_ERR_PEER_LOST || s == PSTATE_ERR_ABORTED, "status %s", pstate_status_string(s));
+  int new_rank[64];
+  OK(pstate_shrink(ps, new_rank, 64));
+  const int dead = env_int("MH_EXPECT_DEAD", -1);
+  for (int r = 0, k = 0; r < old_size; ++r) {
+    int want = r == dead ? -1 : k++;
+    CHECK(new_rank[r] == want, "new_rank[%d] = %d, expected %d", r, new_rank[r], want);
+  }
+  if (get_group(ps, PSTATE_GROUP_WORLD, &world)) return 1;
+  g_rank = world.info.rank;
+  CHECK(world.size == old_size - 1 && g_rank == new_rank[old_rank], "world of %d, rank %d", world.size, g_rank);
+  if (check_all_reduce(&world, PSTATE_FLOAT32, PSTATE_SUM, count, 1)) return 1;
+  printf("mh: rank %d (was %d): first exact collective %.0f ms after the failed call\n", g_rank, old_rank,
+         now_ms() - failed_at);
+  fflush(stdout);
+  if (group_suite(&world, 3, 1)) return 1;
+  pstate_parallel_config_t cfg = PSTATE_PARALLEL_CONFIG_INIT;
+  cfg.tensor_parallel_size = env_int("MH_TP_AFTER", world.size);
+  cfg.pipeline_parallel_size = world.size / cfg.tensor_parallel_size;
+  OK(pstate_initialize_model_parallel(ps, &cfg));
+  group_t tp;
+  if (get_group(ps, PSTATE_GROUP_TP, &tp) || group_suite(&tp, 5, 1)) return 1;
+  OK(pstate_destroy_model_parallel(ps));
+  OK(pstate_finalize(ps));
+  free(buf);
+  printf("mh: rank %d: survived: world of %d, %ld checks exact\n", g_rank, world.size, g_checks);
+  return 0;
+}
+
 static int mode_job(void) {
   pstate_t *ps = NULL;
   OK(init_from_env(&ps));
@@ -506,6 +564,7 @@ int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   if (strcmp(mode, "lifecycle") == 0) return mode_lifecycle();
   if (strcmp(mode, "loop") == 0) return mode_loop();
+  if (strcmp(mode, "shrink") == 0) return mode_shrink();
   if (strcmp(mode, "job") == 0) return mode_job();
   if (strcmp(mode, "init_fails") == 0) return mode_init_fails();
   if (strcmp(mode, "stranger") == 0) return mode_stranger();

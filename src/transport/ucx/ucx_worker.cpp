@@ -172,6 +172,7 @@ void UcxWorker::forget_peer(int world_rank) noexcept {
   auto it = peers_.find(world_rank);
   if (it == peers_.end() || world_rank == options_.world_rank) return;
   if (worker_ != nullptr && it->second->ep != nullptr) close_endpoint(*it->second, true);
+  forgotten_peers_.push_back(std::move(it->second));  // UCX may still hold it as an error-callback arg
   peers_.erase(it);
 }
 
@@ -192,10 +193,15 @@ void UcxWorker::post_notices(const std::vector<int> &world_ranks, int dead) noex
     } catch (...) {  // a peer we cannot reach learns of the failure by itself
     }
   }
+  // A notice on a new endpoint (a peer this rank never talked to) needs this worker's progress
+  // for the connection: drive them a little now; pstate_shrink's waits drive the rest.
+  const auto until = Deadline::Clock::now() + std::chrono::milliseconds(20);
+  while (!progress_notices() && Deadline::Clock::now() < until) {
+  }
 }
 
-std::optional<UcxWorker::Notice> UcxWorker::take_notice() {
-  if (worker_ == nullptr) return std::nullopt;
+bool UcxWorker::progress_notices() noexcept {
+  if (worker_ == nullptr) return true;
   while (ucp_worker_progress(worker_) != 0) {
   }
   for (size_t i = 0; i < notice_sends_.size();) {  // sent notices: free the finished ones
@@ -207,6 +213,12 @@ std::optional<UcxWorker::Notice> UcxWorker::take_notice() {
     notice_sends_[i] = notice_sends_.back();
     notice_sends_.pop_back();
   }
+  return notice_sends_.empty();
+}
+
+std::optional<UcxWorker::Notice> UcxWorker::take_notice() {
+  if (worker_ == nullptr) return std::nullopt;
+  progress_notices();
   for (;;) {
     ucp_tag_recv_info_t info{};
     ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, ucx::make_tag(kNoticeGroupId, 0, 0),
@@ -596,6 +608,7 @@ void UcxWorker::destroy_all() noexcept {
   if (context_ != nullptr) ucp_cleanup(context_);
   context_ = nullptr;
   peers_.clear();
+  forgotten_peers_.clear();
   probing_.clear();
 }
 

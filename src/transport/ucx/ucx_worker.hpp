@@ -207,6 +207,8 @@ class UcxWorker {
     int from = -1;  // the world rank that sent it
     int dead = -1;  // the rank it saw die (-1: unknown)
   };
+  // Progresses the worker (connections and notices in flight); true when no notice is in flight.
+  bool progress_notices() noexcept;
   // Progresses the worker once and returns a notice of this epoch that arrived, if any.
   std::optional<Notice> take_notice();
  private:
@@ -285,6 +287,7 @@ class UcxWorker {
   int efd_ = -1;
   std::vector<uint8_t> address_;
   std::unordered_map<int, std::unique_ptr<Peer>> peers_;
+  std::vector<std::unique_ptr<Peer>> forgotten_peers_;  // forget_peer: kept until the worker goes
   std::vector<Op> ops_;
   std::vector<uint32_t> free_ops_;
   std::vector<uint32_t> probing_;  // any-size receives not matched yet, in posting order
