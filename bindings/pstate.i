@@ -14,7 +14,8 @@
  *   buffers          send/recv/buf. Python: any object with the buffer protocol (C-contiguous;
  *                    writable for outputs; the buffer is held for the whole call), an int
  *                    (device pointer) or None. Go: unsafe.Pointer (cgo checks it).
- *   out-parameters   handles (**out), counts (*count, *index), rank arrays (ranks+capacity),
+ *   out-parameters   handles (**out), counts (*count, *index), rank arrays (ranks+capacity,
+ *                    new_rank+capacity),
  *                    object bytes (pstate_bytes_t *out, freed here with pstate_bytes_free),
  *                    capture streams. Python: extra return values. Go: pointers/slices filled
  *                    by C (Go memory without Go pointers, as cgo requires).
@@ -414,6 +415,15 @@ static void pstate_py_note_interrupt(void) {
     SWIG_fail;
   }
 }
+%typemap(in) (int *new_rank, size_t capacity) {
+  if (pstate_py_capacity($input, &$2) != 0) SWIG_fail;
+  $1 = (int *)malloc(($2 ? $2 : 1) * sizeof(int));
+  if (!$1) {
+    PyErr_NoMemory();
+    SWIG_fail;
+  }
+  for (size_t i = 0; i < $2; ++i) $1[i] = -1;
+}
 %typemap(argout) (int *ranks, size_t capacity, size_t *count) {
   PyObject *list = PyList_New((Py_ssize_t)filled$argnum);
   if (!list) SWIG_fail;
@@ -426,7 +436,14 @@ static void pstate_py_note_interrupt(void) {
   for (size_t i = 0; i < $2; ++i) PyList_SET_ITEM(list, (Py_ssize_t)i, PyBool_FromLong($1[i]));
   $result = SWIG_Python_AppendOutput($result, list);
 }
-%typemap(freearg) (int *ranks, size_t capacity, size_t *count), (int *same_node, size_t capacity) {
+%typemap(argout) (int *new_rank, size_t capacity) {
+  PyObject *list = PyList_New((Py_ssize_t)$2);
+  if (!list) SWIG_fail;
+  for (size_t i = 0; i < $2; ++i) PyList_SET_ITEM(list, (Py_ssize_t)i, PyLong_FromLong($1[i]));
+  $result = SWIG_Python_AppendOutput($result, list);
+}
+%typemap(freearg) (int *ranks, size_t capacity, size_t *count), (int *same_node, size_t capacity),
+                  (int *new_rank, size_t capacity) {
   free($1);
 }
 
@@ -986,8 +1003,8 @@ func swigPstateFailure(addr int64) error {
 %typemap(gotype) void **capture_stream "*uintptr"
 %typemap(imtype) void **capture_stream "*uintptr"
 %typemap(in) void **capture_stream %{ $1 = (void **)$input; %}
-%typemap(gotype) (int *ranks, size_t capacity), (int *same_node, size_t capacity) "[]int32"
-%typemap(in) (int *ranks, size_t capacity), (int *same_node, size_t capacity) %{
+%typemap(gotype) (int *ranks, size_t capacity), (int *same_node, size_t capacity), (int *new_rank, size_t capacity) "[]int32"
+%typemap(in) (int *ranks, size_t capacity), (int *same_node, size_t capacity), (int *new_rank, size_t capacity) %{
   $1 = (int *)$input.array;
   $2 = (size_t)$input.len;
 %}

@@ -67,7 +67,7 @@ func (g *Group) call(op string, fn func(h uintptr) error) error {
 	return g.ps.call(op+" on "+g.info.Name, func(uintptr) error {
 		if g.kind != World && g.gen != g.ps.gen {
 			return &capi.StatusError{Status: int(StatusInvalidState), Message: fmt.Sprintf(
-				"group %s was destroyed by DestroyModelParallel; get it again after InitializeModelParallel", g.info.Name)}
+				"group %s was destroyed by DestroyModelParallel (or Shrink/Grow); get it again after InitializeModelParallel", g.info.Name)}
 		}
 		return fn(g.h)
 	})

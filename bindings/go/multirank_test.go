@@ -58,6 +58,29 @@ func TestLifecycleAndOutOfOrderCallsTwoRanks(t *testing.T) {
 		if live, err := ps.LiveRanks(); err != nil || len(live) != 2 || live[0] != 0 || live[1] != 1 {
 			t.Fatalf("LiveRanks() = %v, %v; want [0 1] (nobody died)", live, err)
 		}
+		// Shrink with nobody dead: the same world, renumbered as before (no model-parallel groups yet)
+		rank, oldWorld := ps.Rank(), mustGroup(t, ps, pstate.World)
+		if newRank, err := ps.Shrink(); err != nil || !reflect.DeepEqual(newRank, []int{0, 1}) {
+			t.Fatalf("Shrink() = %v, %v; want [0 1] (nobody died)", newRank, err)
+		}
+		if ps.WorldSize() != 2 || ps.Rank() != rank {
+			t.Fatalf("after Shrink: world %d rank %d, want 2, %d", ps.WorldSize(), ps.Rank(), rank)
+		}
+		expectErr(t, oldWorld.Barrier(), pstate.ErrInvalidState) // Shrink replaced the world group
+		worldSumOfOnes := func(when string) {
+			ones := []int32{1, 1, 1}
+			must(t, pstate.AllReduce(mustGroup(t, ps, pstate.World), ones, pstate.Sum))
+			if !reflect.DeepEqual(ones, []int32{2, 2, 2}) {
+				t.Fatalf("%s: all-reduce of ones over the world = %v, want [2 2 2]", when, ones)
+			}
+		}
+		worldSumOfOnes("after Shrink")
+		// Grow with nobody waiting to join: ErrTimeout, the world unchanged and usable
+		expectErr(t, ps.Grow(300), pstate.ErrTimeout)
+		worldSumOfOnes("after a Grow that timed out")
+		if live, err := ps.LiveRanks(); err != nil || !reflect.DeepEqual(live, []int{0, 1}) {
+			t.Fatalf("LiveRanks() after Shrink/Grow = %v, %v; want [0 1]", live, err)
+		}
 		_, err := ps.Group(pstate.TP)
 		expectErr(t, err, pstate.ErrInvalidState)
 		must(t, ps.InitializeModelParallel(pstate.ParallelConfig{TensorParallel: 2}))

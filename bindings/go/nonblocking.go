@@ -327,7 +327,7 @@ func (g *Group) agHandle(op string, ag *Group) (uintptr, error) {
 		return 0, invalid(op+" on "+g.info.Name, "ag must be a group of the same PState")
 	}
 	if ag.kind != World && ag.gen != g.ps.gen {
-		return 0, badState(op+" on "+g.info.Name, "group %s was destroyed by DestroyModelParallel", ag.info.Name)
+		return 0, badState(op+" on "+g.info.Name, "group %s was destroyed by DestroyModelParallel (or Shrink/Grow)", ag.info.Name)
 	}
 	return ag.h, nil
 }

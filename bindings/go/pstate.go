@@ -1,6 +1,7 @@
 package pstate
 
 import (
+	"math"
 	"sync"
 	"time"
 
@@ -50,7 +51,10 @@ func WithSocketIfname(n string) Option {
 type PState struct {
 	mu  sync.Mutex // C: one call at a time per pstate_t
 	h   uintptr    // 0 once closed
-	gen int        // bumped by DestroyModelParallel: groups from before are invalid
+	gen int        // bumped by DestroyModelParallel, Shrink and Grow: groups from before are invalid
+	// size is the world's size, read at Init and after Shrink/Grow: LiveRanks and Shrink size
+	// their arrays with it after a failure, when Get_group refuses (the context failed).
+	size int
 
 	flagMu sync.Mutex // guards flag, which Interrupt uses without mu (a call may hold mu)
 	flag   uintptr    // the interrupt flag in C memory (pstate_set_interrupt_check); 0 once freed
@@ -81,7 +85,27 @@ func Init(opts ...Option) (*PState, error) {
 		capi.FreeInterruptFlag(ps.flag)
 		return nil, wrap(err, "Init")
 	}
+	if err := ps.readSize(h); err != nil {
+		_ = capi.Abort(h)
+		capi.FreeInterruptFlag(ps.flag)
+		return nil, wrap(err, "Init")
+	}
 	return ps, nil
+}
+
+// readSize sets ps.size from the world group (ps.mu held, or ps not shared yet).
+func (ps *PState) readSize(h uintptr) error {
+	var gh uintptr
+	if err := capi.Get_group(h, int(World), &gh); err != nil {
+		return err
+	}
+	info := capi.NewPstate_group_info_t()
+	defer capi.DeletePstate_group_info_t(info)
+	if err := capi.Group_info(gh, info); err != nil {
+		return err
+	}
+	ps.size = info.GetWorld_size()
+	return nil
 }
 
 // Interrupt stops the call that is blocked on ps now (another goroutine's Recv from a peer that
@@ -243,13 +267,12 @@ func (ps *PState) WorldSize() int {
 // (a rank whose process ended, as the job's store, this host or a failed endpoint saw it, is
 // dead). Local; works after an ErrPeerLost, to learn who is gone.
 func (ps *PState) LiveRanks() ([]int, error) {
-	n := ps.WorldSize()
-	if n <= 0 {
-		return nil, badState("LiveRanks", "the PState was closed or aborted; call pstate.Init again")
-	}
-	ranks := make([]int32, n)
+	var ranks []int32
 	var count uint64
-	if err := ps.call("LiveRanks", func(h uintptr) error { return capi.Live_ranks(h, ranks, &count) }); err != nil {
+	if err := ps.call("LiveRanks", func(h uintptr) error {
+		ranks = make([]int32, ps.size) // the world size is always enough
+		return capi.Live_ranks(h, ranks, &count)
+	}); err != nil {
 		return nil, err
 	}
 	out := make([]int, count)
@@ -257,6 +280,50 @@ func (ps *PState) LiveRanks() ([]int, error) {
 		out[i] = int(ranks[i])
 	}
 	return out, nil
+}
+
+// Shrink is pstate_shrink: collective over the survivors, after an ErrPeerLost (or ErrAborted
+// because of one): every live rank calls it; they agree on who is alive and rebuild the world from
+// them, ranks renumbered in their old order. It returns one entry per rank of the world before the
+// call: that rank's new rank, -1 for a dead one. Every model-parallel and custom *Group is dropped,
+// the world's too (get it again with World); call InitializeModelParallel again with sizes that
+// fit the new world.
+func (ps *PState) Shrink() ([]int, error) {
+	var newRank []int32
+	if err := ps.call("Shrink", func(h uintptr) error {
+		newRank = make([]int32, ps.size) // the world before the call
+		err := capi.Shrink(h, newRank)
+		ps.gen++ // the groups are dropped first thing, whatever the outcome
+		if err != nil {
+			return err
+		}
+		return ps.readSize(h)
+	}); err != nil {
+		return nil, err
+	}
+	out := make([]int, len(newRank))
+	for i, r := range newRank {
+		out[i] = int(r)
+	}
+	return out, nil
+}
+
+// Grow is pstate_grow: collective over the world; admits the replacement processes waiting to join
+// (started with PSTATE_REJOIN=1 and the RANK of a dead rank) and rebuilds the world with them
+// appended. Every model-parallel and custom *Group is dropped, the world's too (get it again with
+// World). Waits up to timeoutMs milliseconds for at least one; none in time: ErrTimeout, the world
+// unchanged and usable.
+func (ps *PState) Grow(timeoutMs int) error {
+	if timeoutMs < 0 || timeoutMs > math.MaxInt32 {
+		return invalid("Grow", "timeoutMs %d is outside 0..%d", timeoutMs, math.MaxInt32)
+	}
+	return ps.call("Grow", func(h uintptr) error {
+		if err := capi.Grow(h, timeoutMs); err != nil {
+			return err
+		}
+		ps.gen++
+		return ps.readSize(h)
+	})
 }
 
 // TPAllReduce is communication_op.py tensor_model_parallel_all_reduce: in place on the TP group.

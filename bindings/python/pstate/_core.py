@@ -56,8 +56,8 @@ class Group:
             raise InvalidStateError(f"group {self.name}: its PState was finalized or aborted (step 5 happened)")
         if self._kind != GroupKind.WORLD and self._generation != ps._generation:
             raise InvalidStateError(
-                f"group {self.name}: destroyed by destroy_model_parallel(); get it again after "
-                "initialize_model_parallel()"
+                f"group {self.name}: destroyed by destroy_model_parallel() (or shrink()/grow()); get it "
+                "again after initialize_model_parallel()"
             )
         return self._handle
 
@@ -669,6 +669,41 @@ class PState:
         dead). Local; works after a PeerLostError, to learn who is gone."""
         return list(self._call(capi.live_ranks, self.world_size))
 
+    def shrink(self) -> List[int]:
+        """pstate_shrink: collective over the survivors, after a PeerLostError (or AbortedError
+        because of one): every live rank calls it; they agree on who is alive and rebuild the world
+        from them, ranks renumbered in their old order. Returns new_rank: one entry per rank of the
+        world before the call, its new rank, -1 for a dead one. Every model-parallel and custom
+        Group is dropped (so is the old world Group: ps.world is the new one); call
+        initialize_model_parallel() again with sizes that fit the new world."""
+        n = self.world_size  # the world before the call (the cached world group: works after a failure)
+        try:
+            new_rank = self._call(capi.shrink, n)
+        finally:
+            self._generation += 1  # dropped first thing, whatever the outcome
+        self._renew_world()
+        return list(new_rank)
+
+    def grow(self, timeout_ms: int) -> None:
+        """pstate_grow: collective over the world; admits the replacement processes waiting to join
+        (started with PSTATE_REJOIN=1 and the RANK of a dead rank) and rebuilds the world with them
+        appended. Every model-parallel and custom Group is dropped (so is the old world Group:
+        ps.world is the new one). Waits up to timeout_ms for at least one; none in time:
+        TimeoutError, the world unchanged and usable."""
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int):
+            raise InvalidArgumentError(f"grow: timeout_ms must be an int, got {type(timeout_ms).__name__}")
+        if not 0 <= timeout_ms <= 0x7FFFFFFF:
+            raise InvalidArgumentError(f"grow: timeout_ms {timeout_ms} is outside 0..2147483647")
+        self._call(capi.grow, timeout_ms)
+        self._generation += 1
+        self._renew_world()
+
+    def _renew_world(self) -> None:
+        """After the world was rebuilt: the new world group, fetched now so that its size is known
+        after a later failure (pstate_get_group refuses in a failed context)."""
+        self._world = None
+        self._world = self.group(GroupKind.WORLD)
+
     # ---- communication_op.py ---------------------------------------------------------------
     def tp_all_reduce(self, buf: BufferLike, op: ReduceOp = ReduceOp.SUM, *, dtype: Optional[DType] = None,
                       count: Optional[int] = None, stream: Optional[int] = None) -> Any:
@@ -728,6 +763,7 @@ def init(*, world_size: Optional[int] = None, rank: Optional[int] = None, local_
                          device=int(device), device_ordinal=device_ordinal, timeout_ms=timeout_ms,
                          job_token=job_token, socket_ifname=socket_ifname)
     ps = PState(capi.init(params))
+    ps._world = ps.group(GroupKind.WORLD)  # kept: its size sizes shrink() after a failure (get_group refuses then)
     # Ctrl-C: every wait of a call on ps runs Python's signal handlers about every 100 ms (the
     # GIL stays released in between); a handler that raises stops the call with its exception.
     ps._call(capi.set_interrupt_check, True)

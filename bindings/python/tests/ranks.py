@@ -34,6 +34,21 @@ def lifecycle() -> None:
     assert ps.world_size == int(os.environ["WORLD_SIZE"]) and ps.rank == int(os.environ["RANK"])
     assert not ps.model_parallel_is_initialized
     assert ps.live_ranks == list(range(ps.world_size)), ps.live_ranks  # nobody died
+    # shrink with nobody dead: the same world, renumbered as before (no model-parallel groups yet)
+    n, rank, old_world = ps.world_size, ps.rank, ps.world
+    assert ps.shrink() == list(range(n))
+    assert (ps.world_size, ps.rank) == (n, rank), (ps.world_size, ps.rank)
+    expect_raises(pstate.InvalidStateError, old_world.barrier)  # shrink replaced the world group
+    ones = np.ones(3, dtype=np.int32)
+    ps.world.all_reduce(ones)
+    assert ones.tolist() == [n] * 3, ones
+    # grow with nobody waiting to join: TimeoutError, the world unchanged and usable
+    err = expect_raises(pstate.TimeoutError, ps.grow, 300)
+    assert "unchanged" in err.detail, err.detail
+    ones = np.ones(3, dtype=np.int32)
+    ps.world.all_reduce(ones)
+    assert ones.tolist() == [n] * 3, ones
+    assert ps.live_ranks == list(range(n)), ps.live_ranks
     err = expect_raises(pstate.InvalidStateError, ps.group, GroupKind.TP)
     assert "initialize_model_parallel" in err.detail, err.detail
     ps.initialize_model_parallel(tensor_parallel_size=ps.world_size)

@@ -420,7 +420,7 @@ SWIGINTERN void delete_pstate_group_info_t(struct pstate_group_info_t *self){ fr
 extern "C" {
 #endif
 
-void _wrap_Swig_free_capi_cb841bd7f909b440(void *_swig_go_0) {
+void _wrap_Swig_free_capi_116be922db6fa65c(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = *(void **)&_swig_go_0; 
@@ -430,7 +430,7 @@ void _wrap_Swig_free_capi_cb841bd7f909b440(void *_swig_go_0) {
 }
 
 
-void *_wrap_Swig_malloc_capi_cb841bd7f909b440(intgo _swig_go_0) {
+void *_wrap_Swig_malloc_capi_116be922db6fa65c(intgo _swig_go_0) {
   int arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -443,7 +443,7 @@ void *_wrap_Swig_malloc_capi_cb841bd7f909b440(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_PSTATE_VERSION_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_VERSION_capi_116be922db6fa65c() {
   int result;
   intgo _swig_go_result;
   
@@ -454,7 +454,7 @@ intgo _wrap_PSTATE_VERSION_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_OK_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_OK_capi_116be922db6fa65c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -466,7 +466,7 @@ intgo _wrap_PSTATE_OK_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_116be922db6fa65c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -478,7 +478,7 @@ intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_116be922db6fa65c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -490,7 +490,7 @@ intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_116be922db6fa65c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -502,7 +502,7 @@ intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_116be922db6fa65c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -514,7 +514,7 @@ intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_ERR_TIMEOUT_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_ERR_TIMEOUT_capi_116be922db6fa65c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -526,7 +526,7 @@ intgo _wrap_PSTATE_ERR_TIMEOUT_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_ERR_PEER_LOST_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_ERR_PEER_LOST_capi_116be922db6fa65c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -538,7 +538,7 @@ intgo _wrap_PSTATE_ERR_PEER_LOST_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_ERR_TRANSPORT_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_ERR_TRANSPORT_capi_116be922db6fa65c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -550,7 +550,7 @@ intgo _wrap_PSTATE_ERR_TRANSPORT_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_ERR_MISMATCH_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_ERR_MISMATCH_capi_116be922db6fa65c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -562,7 +562,7 @@ intgo _wrap_PSTATE_ERR_MISMATCH_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_ERR_AUTH_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_ERR_AUTH_capi_116be922db6fa65c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -574,7 +574,7 @@ intgo _wrap_PSTATE_ERR_AUTH_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_ERR_ABORTED_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_ERR_ABORTED_capi_116be922db6fa65c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -586,7 +586,7 @@ intgo _wrap_PSTATE_ERR_ABORTED_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INTERNAL_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_ERR_INTERNAL_capi_116be922db6fa65c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -598,7 +598,7 @@ intgo _wrap_PSTATE_ERR_INTERNAL_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_116be922db6fa65c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -610,7 +610,7 @@ intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_INT8_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_INT8_capi_116be922db6fa65c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -622,7 +622,7 @@ intgo _wrap_PSTATE_INT8_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_UINT8_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_UINT8_capi_116be922db6fa65c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -634,7 +634,7 @@ intgo _wrap_PSTATE_UINT8_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_INT32_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_INT32_capi_116be922db6fa65c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -646,7 +646,7 @@ intgo _wrap_PSTATE_INT32_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_UINT32_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_UINT32_capi_116be922db6fa65c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -658,7 +658,7 @@ intgo _wrap_PSTATE_UINT32_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_INT64_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_INT64_capi_116be922db6fa65c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -670,7 +670,7 @@ intgo _wrap_PSTATE_INT64_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_UINT64_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_UINT64_capi_116be922db6fa65c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -682,7 +682,7 @@ intgo _wrap_PSTATE_UINT64_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_FLOAT16_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_FLOAT16_capi_116be922db6fa65c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -694,7 +694,7 @@ intgo _wrap_PSTATE_FLOAT16_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_FLOAT32_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_FLOAT32_capi_116be922db6fa65c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -706,7 +706,7 @@ intgo _wrap_PSTATE_FLOAT32_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_FLOAT64_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_FLOAT64_capi_116be922db6fa65c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -718,7 +718,7 @@ intgo _wrap_PSTATE_FLOAT64_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_BFLOAT16_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_BFLOAT16_capi_116be922db6fa65c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -730,7 +730,7 @@ intgo _wrap_PSTATE_BFLOAT16_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_FP8_E4M3_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_FP8_E4M3_capi_116be922db6fa65c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -742,7 +742,7 @@ intgo _wrap_PSTATE_FP8_E4M3_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_FP8_E5M2_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_FP8_E5M2_capi_116be922db6fa65c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -754,7 +754,7 @@ intgo _wrap_PSTATE_FP8_E5M2_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_SUM_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_SUM_capi_116be922db6fa65c() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -766,7 +766,7 @@ intgo _wrap_PSTATE_SUM_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_PROD_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_PROD_capi_116be922db6fa65c() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -778,7 +778,7 @@ intgo _wrap_PSTATE_PROD_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_MAX_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_MAX_capi_116be922db6fa65c() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -790,7 +790,7 @@ intgo _wrap_PSTATE_MAX_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_MIN_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_MIN_capi_116be922db6fa65c() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -802,7 +802,7 @@ intgo _wrap_PSTATE_MIN_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_AVG_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_AVG_capi_116be922db6fa65c() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -814,7 +814,7 @@ intgo _wrap_PSTATE_AVG_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_DEVICE_CPU_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_DEVICE_CPU_capi_116be922db6fa65c() {
   enum pstate_device_t result;
   intgo _swig_go_result;
   
@@ -826,7 +826,7 @@ intgo _wrap_PSTATE_DEVICE_CPU_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_DEVICE_CUDA_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_DEVICE_CUDA_capi_116be922db6fa65c() {
   enum pstate_device_t result;
   intgo _swig_go_result;
   
@@ -838,7 +838,7 @@ intgo _wrap_PSTATE_DEVICE_CUDA_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_WORLD_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_GROUP_WORLD_capi_116be922db6fa65c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -850,7 +850,7 @@ intgo _wrap_PSTATE_GROUP_WORLD_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_TP_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_GROUP_TP_capi_116be922db6fa65c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -862,7 +862,7 @@ intgo _wrap_PSTATE_GROUP_TP_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_PP_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_GROUP_PP_capi_116be922db6fa65c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -874,7 +874,7 @@ intgo _wrap_PSTATE_GROUP_PP_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_116be922db6fa65c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -886,7 +886,7 @@ intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_116be922db6fa65c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -898,7 +898,7 @@ intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_MOE_EP_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_GROUP_MOE_EP_capi_116be922db6fa65c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -910,7 +910,7 @@ intgo _wrap_PSTATE_GROUP_MOE_EP_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_MOE_TP_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_GROUP_MOE_TP_capi_116be922db6fa65c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -922,7 +922,7 @@ intgo _wrap_PSTATE_GROUP_MOE_TP_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_MOE_DP_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_GROUP_MOE_DP_capi_116be922db6fa65c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -934,7 +934,7 @@ intgo _wrap_PSTATE_GROUP_MOE_DP_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_DCP_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_GROUP_DCP_capi_116be922db6fa65c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -946,7 +946,7 @@ intgo _wrap_PSTATE_GROUP_DCP_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_116be922db6fa65c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -958,7 +958,7 @@ intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_SELF_PP_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_GROUP_SELF_PP_capi_116be922db6fa65c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -970,7 +970,7 @@ intgo _wrap_PSTATE_GROUP_SELF_PP_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_CUSTOM_capi_cb841bd7f909b440() {
+intgo _wrap_PSTATE_GROUP_CUSTOM_capi_116be922db6fa65c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -982,7 +982,7 @@ intgo _wrap_PSTATE_GROUP_CUSTOM_capi_cb841bd7f909b440() {
 }
 
 
-long long _wrap_pstate_init_params_t_struct_size_get_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0) {
+long long _wrap_pstate_init_params_t_struct_size_get_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -995,7 +995,7 @@ long long _wrap_pstate_init_params_t_struct_size_get_capi_cb841bd7f909b440(struc
 }
 
 
-void _wrap_pstate_init_params_t_world_size_set_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_world_size_set_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1007,7 +1007,7 @@ void _wrap_pstate_init_params_t_world_size_set_capi_cb841bd7f909b440(struct psta
 }
 
 
-intgo _wrap_pstate_init_params_t_world_size_get_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_world_size_get_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1020,7 +1020,7 @@ intgo _wrap_pstate_init_params_t_world_size_get_capi_cb841bd7f909b440(struct pst
 }
 
 
-void _wrap_pstate_init_params_t_rank_set_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_rank_set_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1032,7 +1032,7 @@ void _wrap_pstate_init_params_t_rank_set_capi_cb841bd7f909b440(struct pstate_ini
 }
 
 
-intgo _wrap_pstate_init_params_t_rank_get_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_rank_get_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1045,7 +1045,7 @@ intgo _wrap_pstate_init_params_t_rank_get_capi_cb841bd7f909b440(struct pstate_in
 }
 
 
-void _wrap_pstate_init_params_t_local_rank_set_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_local_rank_set_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1057,7 +1057,7 @@ void _wrap_pstate_init_params_t_local_rank_set_capi_cb841bd7f909b440(struct psta
 }
 
 
-intgo _wrap_pstate_init_params_t_local_rank_get_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_local_rank_get_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1070,7 +1070,7 @@ intgo _wrap_pstate_init_params_t_local_rank_get_capi_cb841bd7f909b440(struct pst
 }
 
 
-void _wrap_pstate_init_params_t_init_method_set_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_pstate_init_params_t_init_method_set_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1090,7 +1090,7 @@ void _wrap_pstate_init_params_t_init_method_set_capi_cb841bd7f909b440(struct pst
 }
 
 
-_gostring_ _wrap_pstate_init_params_t_init_method_get_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0) {
+_gostring_ _wrap_pstate_init_params_t_init_method_get_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1106,7 +1106,7 @@ _gostring_ _wrap_pstate_init_params_t_init_method_get_capi_cb841bd7f909b440(stru
 }
 
 
-void _wrap_pstate_init_params_t_device_set_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_device_set_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   pstate_device_t arg2 ;
   
@@ -1118,7 +1118,7 @@ void _wrap_pstate_init_params_t_device_set_capi_cb841bd7f909b440(struct pstate_i
 }
 
 
-intgo _wrap_pstate_init_params_t_device_get_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_device_get_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   pstate_device_t result;
   intgo _swig_go_result;
@@ -1131,7 +1131,7 @@ intgo _wrap_pstate_init_params_t_device_get_capi_cb841bd7f909b440(struct pstate_
 }
 
 
-void _wrap_pstate_init_params_t_device_ordinal_set_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_device_ordinal_set_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1143,7 +1143,7 @@ void _wrap_pstate_init_params_t_device_ordinal_set_capi_cb841bd7f909b440(struct 
 }
 
 
-intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1156,7 +1156,7 @@ intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_cb841bd7f909b440(struct
 }
 
 
-void _wrap_pstate_init_params_t_timeout_ms_set_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_init_params_t_timeout_ms_set_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int64_t arg2 ;
   
@@ -1168,7 +1168,7 @@ void _wrap_pstate_init_params_t_timeout_ms_set_capi_cb841bd7f909b440(struct psta
 }
 
 
-long long _wrap_pstate_init_params_t_timeout_ms_get_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0) {
+long long _wrap_pstate_init_params_t_timeout_ms_get_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int64_t result;
   long long _swig_go_result;
@@ -1181,7 +1181,7 @@ long long _wrap_pstate_init_params_t_timeout_ms_get_capi_cb841bd7f909b440(struct
 }
 
 
-void _wrap_pstate_init_params_t_job_token_set_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_pstate_init_params_t_job_token_set_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1201,7 +1201,7 @@ void _wrap_pstate_init_params_t_job_token_set_capi_cb841bd7f909b440(struct pstat
 }
 
 
-_gostring_ _wrap_pstate_init_params_t_job_token_get_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0) {
+_gostring_ _wrap_pstate_init_params_t_job_token_get_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1217,7 +1217,7 @@ _gostring_ _wrap_pstate_init_params_t_job_token_get_capi_cb841bd7f909b440(struct
 }
 
 
-void _wrap_pstate_init_params_t_socket_ifname_set_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_pstate_init_params_t_socket_ifname_set_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1237,7 +1237,7 @@ void _wrap_pstate_init_params_t_socket_ifname_set_capi_cb841bd7f909b440(struct p
 }
 
 
-_gostring_ _wrap_pstate_init_params_t_socket_ifname_get_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0) {
+_gostring_ _wrap_pstate_init_params_t_socket_ifname_get_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1253,7 +1253,7 @@ _gostring_ _wrap_pstate_init_params_t_socket_ifname_get_capi_cb841bd7f909b440(st
 }
 
 
-struct pstate_init_params_t *_wrap_new_pstate_init_params_t_capi_cb841bd7f909b440() {
+struct pstate_init_params_t *_wrap_new_pstate_init_params_t_capi_116be922db6fa65c() {
   struct pstate_init_params_t *result = 0 ;
   struct pstate_init_params_t *_swig_go_result;
   
@@ -1264,7 +1264,7 @@ struct pstate_init_params_t *_wrap_new_pstate_init_params_t_capi_cb841bd7f909b44
 }
 
 
-void _wrap_delete_pstate_init_params_t_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0) {
+void _wrap_delete_pstate_init_params_t_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   
   arg1 = *(struct pstate_init_params_t **)&_swig_go_0; 
@@ -1274,7 +1274,7 @@ void _wrap_delete_pstate_init_params_t_capi_cb841bd7f909b440(struct pstate_init_
 }
 
 
-long long _wrap_pstate_parallel_config_t_struct_size_get_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0) {
+long long _wrap_pstate_parallel_config_t_struct_size_get_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -1287,7 +1287,7 @@ long long _wrap_pstate_parallel_config_t_struct_size_get_capi_cb841bd7f909b440(s
 }
 
 
-void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1299,7 +1299,7 @@ void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_cb841bd7f909b4
 }
 
 
-intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1312,7 +1312,7 @@ intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_cb841bd7f909b
 }
 
 
-void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1324,7 +1324,7 @@ void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_cb841bd7f909
 }
 
 
-intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1337,7 +1337,7 @@ intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_cb841bd7f90
 }
 
 
-void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1349,7 +1349,7 @@ void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_cb841bd7f909b4
 }
 
 
-intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1362,7 +1362,7 @@ intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_cb841bd7f909b
 }
 
 
-void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1374,7 +1374,7 @@ void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_cb841b
 }
 
 
-intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1387,7 +1387,7 @@ intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_cb841
 }
 
 
-void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1399,7 +1399,7 @@ void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_cb8
 }
 
 
-intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1412,7 +1412,7 @@ intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_cb
 }
 
 
-void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1424,7 +1424,7 @@ void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_cb841bd7f909
 }
 
 
-intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1437,7 +1437,7 @@ intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_cb841bd7f90
 }
 
 
-void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1449,7 +1449,7 @@ void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_cb841b
 }
 
 
-intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1462,7 +1462,7 @@ intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_cb841
 }
 
 
-void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1474,7 +1474,7 @@ void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi
 }
 
 
-intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1487,7 +1487,7 @@ intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_cap
 }
 
 
-struct pstate_parallel_config_t *_wrap_new_pstate_parallel_config_t_capi_cb841bd7f909b440() {
+struct pstate_parallel_config_t *_wrap_new_pstate_parallel_config_t_capi_116be922db6fa65c() {
   struct pstate_parallel_config_t *result = 0 ;
   struct pstate_parallel_config_t *_swig_go_result;
   
@@ -1498,7 +1498,7 @@ struct pstate_parallel_config_t *_wrap_new_pstate_parallel_config_t_capi_cb841bd
 }
 
 
-void _wrap_delete_pstate_parallel_config_t_capi_cb841bd7f909b440(struct pstate_parallel_config_t *_swig_go_0) {
+void _wrap_delete_pstate_parallel_config_t_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   
   arg1 = *(struct pstate_parallel_config_t **)&_swig_go_0; 
@@ -1508,7 +1508,7 @@ void _wrap_delete_pstate_parallel_config_t_capi_cb841bd7f909b440(struct pstate_p
 }
 
 
-long long _wrap_pstate_group_info_t_struct_size_get_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
+long long _wrap_pstate_group_info_t_struct_size_get_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -1521,7 +1521,7 @@ long long _wrap_pstate_group_info_t_struct_size_get_capi_cb841bd7f909b440(struct
 }
 
 
-void _wrap_pstate_group_info_t_kind_set_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_kind_set_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   pstate_group_kind_t arg2 ;
   
@@ -1533,7 +1533,7 @@ void _wrap_pstate_group_info_t_kind_set_capi_cb841bd7f909b440(struct pstate_grou
 }
 
 
-intgo _wrap_pstate_group_info_t_kind_get_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_kind_get_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   pstate_group_kind_t result;
   intgo _swig_go_result;
@@ -1546,7 +1546,7 @@ intgo _wrap_pstate_group_info_t_kind_get_capi_cb841bd7f909b440(struct pstate_gro
 }
 
 
-void _wrap_pstate_group_info_t_rank_set_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_rank_set_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1558,7 +1558,7 @@ void _wrap_pstate_group_info_t_rank_set_capi_cb841bd7f909b440(struct pstate_grou
 }
 
 
-intgo _wrap_pstate_group_info_t_rank_get_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_rank_get_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1571,7 +1571,7 @@ intgo _wrap_pstate_group_info_t_rank_get_capi_cb841bd7f909b440(struct pstate_gro
 }
 
 
-void _wrap_pstate_group_info_t_rank_in_group_set_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_rank_in_group_set_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1583,7 +1583,7 @@ void _wrap_pstate_group_info_t_rank_in_group_set_capi_cb841bd7f909b440(struct ps
 }
 
 
-intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1596,7 +1596,7 @@ intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_cb841bd7f909b440(struct p
 }
 
 
-void _wrap_pstate_group_info_t_world_size_set_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_world_size_set_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1608,7 +1608,7 @@ void _wrap_pstate_group_info_t_world_size_set_capi_cb841bd7f909b440(struct pstat
 }
 
 
-intgo _wrap_pstate_group_info_t_world_size_get_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_world_size_get_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1621,7 +1621,7 @@ intgo _wrap_pstate_group_info_t_world_size_get_capi_cb841bd7f909b440(struct psta
 }
 
 
-void _wrap_pstate_group_info_t_local_rank_set_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_local_rank_set_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1633,7 +1633,7 @@ void _wrap_pstate_group_info_t_local_rank_set_capi_cb841bd7f909b440(struct pstat
 }
 
 
-intgo _wrap_pstate_group_info_t_local_rank_get_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_local_rank_get_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1646,7 +1646,7 @@ intgo _wrap_pstate_group_info_t_local_rank_get_capi_cb841bd7f909b440(struct psta
 }
 
 
-void _wrap_pstate_group_info_t_first_rank_set_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_first_rank_set_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1658,7 +1658,7 @@ void _wrap_pstate_group_info_t_first_rank_set_capi_cb841bd7f909b440(struct pstat
 }
 
 
-intgo _wrap_pstate_group_info_t_first_rank_get_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_first_rank_get_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1671,7 +1671,7 @@ intgo _wrap_pstate_group_info_t_first_rank_get_capi_cb841bd7f909b440(struct psta
 }
 
 
-void _wrap_pstate_group_info_t_last_rank_set_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_last_rank_set_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1683,7 +1683,7 @@ void _wrap_pstate_group_info_t_last_rank_set_capi_cb841bd7f909b440(struct pstate
 }
 
 
-intgo _wrap_pstate_group_info_t_last_rank_get_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_last_rank_get_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1696,7 +1696,7 @@ intgo _wrap_pstate_group_info_t_last_rank_get_capi_cb841bd7f909b440(struct pstat
 }
 
 
-void _wrap_pstate_group_info_t_next_rank_set_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_next_rank_set_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1708,7 +1708,7 @@ void _wrap_pstate_group_info_t_next_rank_set_capi_cb841bd7f909b440(struct pstate
 }
 
 
-intgo _wrap_pstate_group_info_t_next_rank_get_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_next_rank_get_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1721,7 +1721,7 @@ intgo _wrap_pstate_group_info_t_next_rank_get_capi_cb841bd7f909b440(struct pstat
 }
 
 
-void _wrap_pstate_group_info_t_prev_rank_set_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_prev_rank_set_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1733,7 +1733,7 @@ void _wrap_pstate_group_info_t_prev_rank_set_capi_cb841bd7f909b440(struct pstate
 }
 
 
-intgo _wrap_pstate_group_info_t_prev_rank_get_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_prev_rank_get_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1746,7 +1746,7 @@ intgo _wrap_pstate_group_info_t_prev_rank_get_capi_cb841bd7f909b440(struct pstat
 }
 
 
-_gostring_ _wrap_pstate_group_info_t_name_get_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
+_gostring_ _wrap_pstate_group_info_t_name_get_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1762,7 +1762,7 @@ _gostring_ _wrap_pstate_group_info_t_name_get_capi_cb841bd7f909b440(struct pstat
 }
 
 
-struct pstate_group_info_t *_wrap_new_pstate_group_info_t_capi_cb841bd7f909b440() {
+struct pstate_group_info_t *_wrap_new_pstate_group_info_t_capi_116be922db6fa65c() {
   struct pstate_group_info_t *result = 0 ;
   struct pstate_group_info_t *_swig_go_result;
   
@@ -1773,7 +1773,7 @@ struct pstate_group_info_t *_wrap_new_pstate_group_info_t_capi_cb841bd7f909b440(
 }
 
 
-void _wrap_delete_pstate_group_info_t_capi_cb841bd7f909b440(struct pstate_group_info_t *_swig_go_0) {
+void _wrap_delete_pstate_group_info_t_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   
   arg1 = *(struct pstate_group_info_t **)&_swig_go_0; 
@@ -1783,7 +1783,7 @@ void _wrap_delete_pstate_group_info_t_capi_cb841bd7f909b440(struct pstate_group_
 }
 
 
-_gostring_ _wrap_status_string_capi_cb841bd7f909b440(intgo _swig_go_0) {
+_gostring_ _wrap_status_string_capi_116be922db6fa65c(intgo _swig_go_0) {
   pstate_status_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1799,7 +1799,7 @@ _gostring_ _wrap_status_string_capi_cb841bd7f909b440(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_last_error_capi_cb841bd7f909b440() {
+_gostring_ _wrap_last_error_capi_116be922db6fa65c() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -1813,7 +1813,7 @@ _gostring_ _wrap_last_error_capi_cb841bd7f909b440() {
 }
 
 
-intgo _wrap_version_capi_cb841bd7f909b440() {
+intgo _wrap_version_capi_116be922db6fa65c() {
   uint32_t result;
   intgo _swig_go_result;
   
@@ -1824,7 +1824,7 @@ intgo _wrap_version_capi_cb841bd7f909b440() {
 }
 
 
-_gostring_ _wrap_dtype_name_capi_cb841bd7f909b440(intgo _swig_go_0) {
+_gostring_ _wrap_dtype_name_capi_116be922db6fa65c(intgo _swig_go_0) {
   pstate_dtype_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1840,7 +1840,7 @@ _gostring_ _wrap_dtype_name_capi_cb841bd7f909b440(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_reduce_op_name_capi_cb841bd7f909b440(intgo _swig_go_0) {
+_gostring_ _wrap_reduce_op_name_capi_116be922db6fa65c(intgo _swig_go_0) {
   pstate_reduce_op_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1856,7 +1856,7 @@ _gostring_ _wrap_reduce_op_name_capi_cb841bd7f909b440(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_group_kind_name_capi_cb841bd7f909b440(intgo _swig_go_0) {
+_gostring_ _wrap_group_kind_name_capi_116be922db6fa65c(intgo _swig_go_0) {
   pstate_group_kind_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1872,7 +1872,7 @@ _gostring_ _wrap_group_kind_name_capi_cb841bd7f909b440(intgo _swig_go_0) {
 }
 
 
-long long _wrap_dtype_size_capi_cb841bd7f909b440(intgo _swig_go_0) {
+long long _wrap_dtype_size_capi_116be922db6fa65c(intgo _swig_go_0) {
   pstate_dtype_t arg1 ;
   size_t result;
   long long _swig_go_result;
@@ -1885,7 +1885,7 @@ long long _wrap_dtype_size_capi_cb841bd7f909b440(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_layout_create_capi_cb841bd7f909b440(intgo _swig_go_0, struct pstate_parallel_config_t *_swig_go_1, pstate_layout_t **_swig_go_2) {
+intgo _wrap_layout_create_capi_116be922db6fa65c(intgo _swig_go_0, struct pstate_parallel_config_t *_swig_go_1, pstate_layout_t **_swig_go_2) {
   int arg1 ;
   pstate_parallel_config_t *arg2 = (pstate_parallel_config_t *) 0 ;
   pstate_layout_t **arg3 = (pstate_layout_t **) 0 ;
@@ -1902,7 +1902,7 @@ intgo _wrap_layout_create_capi_cb841bd7f909b440(intgo _swig_go_0, struct pstate_
 }
 
 
-intgo _wrap_layout_group_count_capi_cb841bd7f909b440(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_layout_group_count_capi_116be922db6fa65c(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long *_swig_go_2) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   pstate_group_kind_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1919,7 +1919,7 @@ intgo _wrap_layout_group_count_capi_cb841bd7f909b440(pstate_layout_t *_swig_go_0
 }
 
 
-intgo _wrap_layout_group_ranks_capi_cb841bd7f909b440(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
+intgo _wrap_layout_group_ranks_capi_116be922db6fa65c(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   pstate_group_kind_t arg2 ;
   size_t arg3 ;
@@ -1944,7 +1944,7 @@ intgo _wrap_layout_group_ranks_capi_cb841bd7f909b440(pstate_layout_t *_swig_go_0
 }
 
 
-intgo _wrap_layout_group_of_capi_cb841bd7f909b440(pstate_layout_t *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, long long *_swig_go_3) {
+intgo _wrap_layout_group_of_capi_116be922db6fa65c(pstate_layout_t *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, long long *_swig_go_3) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   pstate_group_kind_t arg2 ;
   int arg3 ;
@@ -1963,7 +1963,7 @@ intgo _wrap_layout_group_of_capi_cb841bd7f909b440(pstate_layout_t *_swig_go_0, i
 }
 
 
-void _wrap_layout_destroy_capi_cb841bd7f909b440(pstate_layout_t *_swig_go_0) {
+void _wrap_layout_destroy_capi_116be922db6fa65c(pstate_layout_t *_swig_go_0) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   
   arg1 = (pstate_layout_t *)_swig_go_0; 
@@ -1973,7 +1973,7 @@ void _wrap_layout_destroy_capi_cb841bd7f909b440(pstate_layout_t *_swig_go_0) {
 }
 
 
-intgo _wrap_init_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0, pstate_t **_swig_go_1) {
+intgo _wrap_init_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0, pstate_t **_swig_go_1) {
   pstate_init_params_t *arg1 = (pstate_init_params_t *) 0 ;
   pstate_t **arg2 = (pstate_t **) 0 ;
   pstate_status_t result;
@@ -1988,7 +1988,7 @@ intgo _wrap_init_capi_cb841bd7f909b440(struct pstate_init_params_t *_swig_go_0, 
 }
 
 
-intgo _wrap_initialize_model_parallel_capi_cb841bd7f909b440(pstate_t *_swig_go_0, struct pstate_parallel_config_t *_swig_go_1) {
+intgo _wrap_initialize_model_parallel_capi_116be922db6fa65c(pstate_t *_swig_go_0, struct pstate_parallel_config_t *_swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_parallel_config_t *arg2 = (pstate_parallel_config_t *) 0 ;
   pstate_status_t result;
@@ -2003,7 +2003,7 @@ intgo _wrap_initialize_model_parallel_capi_cb841bd7f909b440(pstate_t *_swig_go_0
 }
 
 
-intgo _wrap_model_parallel_is_initialized_capi_cb841bd7f909b440(pstate_t *_swig_go_0) {
+intgo _wrap_model_parallel_is_initialized_capi_116be922db6fa65c(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -2016,7 +2016,7 @@ intgo _wrap_model_parallel_is_initialized_capi_cb841bd7f909b440(pstate_t *_swig_
 }
 
 
-intgo _wrap_destroy_model_parallel_capi_cb841bd7f909b440(pstate_t *_swig_go_0) {
+intgo _wrap_destroy_model_parallel_capi_116be922db6fa65c(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2029,7 +2029,7 @@ intgo _wrap_destroy_model_parallel_capi_cb841bd7f909b440(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_finalize_capi_cb841bd7f909b440(pstate_t *_swig_go_0) {
+intgo _wrap_finalize_capi_116be922db6fa65c(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2042,7 +2042,7 @@ intgo _wrap_finalize_capi_cb841bd7f909b440(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_abort_capi_cb841bd7f909b440(pstate_t *_swig_go_0) {
+intgo _wrap_abort_capi_116be922db6fa65c(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2055,7 +2055,7 @@ intgo _wrap_abort_capi_cb841bd7f909b440(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_set_interrupt_check_capi_cb841bd7f909b440(pstate_t *_swig_go_0, pstate_interrupt_fn _swig_go_1) {
+intgo _wrap_set_interrupt_check_capi_116be922db6fa65c(pstate_t *_swig_go_0, pstate_interrupt_fn _swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_interrupt_fn arg2 = (pstate_interrupt_fn) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2074,7 +2074,7 @@ intgo _wrap_set_interrupt_check_capi_cb841bd7f909b440(pstate_t *_swig_go_0, psta
 }
 
 
-intgo _wrap_trace_dump_capi_cb841bd7f909b440(pstate_t *_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_trace_dump_capi_116be922db6fa65c(pstate_t *_swig_go_0, _gostring_ _swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   char *arg2 = (char *) 0 ;
   pstate_status_t result;
@@ -2094,7 +2094,7 @@ intgo _wrap_trace_dump_capi_cb841bd7f909b440(pstate_t *_swig_go_0, _gostring_ _s
 }
 
 
-intgo _wrap_get_group_capi_cb841bd7f909b440(pstate_t *_swig_go_0, intgo _swig_go_1, pstate_group_t **_swig_go_2) {
+intgo _wrap_get_group_capi_116be922db6fa65c(pstate_t *_swig_go_0, intgo _swig_go_1, pstate_group_t **_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_group_kind_t arg2 ;
   pstate_group_t **arg3 = (pstate_group_t **) 0 ;
@@ -2111,7 +2111,7 @@ intgo _wrap_get_group_capi_cb841bd7f909b440(pstate_t *_swig_go_0, intgo _swig_go
 }
 
 
-intgo _wrap_group_info_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, struct pstate_group_info_t *_swig_go_1) {
+intgo _wrap_group_info_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, struct pstate_group_info_t *_swig_go_1) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_group_info_t *arg2 = (pstate_group_info_t *) 0 ;
   pstate_status_t result;
@@ -2126,7 +2126,7 @@ intgo _wrap_group_info_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, struct 
 }
 
 
-intgo _wrap_group_ranks_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_group_ranks_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2147,7 +2147,7 @@ intgo _wrap_group_ranks_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, _gosli
 }
 
 
-intgo _wrap_live_ranks_capi_cb841bd7f909b440(pstate_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_live_ranks_capi_116be922db6fa65c(pstate_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2168,7 +2168,41 @@ intgo _wrap_live_ranks_capi_cb841bd7f909b440(pstate_t *_swig_go_0, _goslice_ _sw
 }
 
 
-intgo _wrap_new_group_capi_cb841bd7f909b440(pstate_t *_swig_go_0, _goslice_ _swig_go_1, pstate_group_t **_swig_go_2) {
+intgo _wrap_shrink_capi_116be922db6fa65c(pstate_t *_swig_go_0, _goslice_ _swig_go_1) {
+  pstate_t *arg1 = (pstate_t *) 0 ;
+  int *arg2 = (int *) 0 ;
+  size_t arg3 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_t *)_swig_go_0; 
+  
+  arg2 = (int *)_swig_go_1.array;
+  arg3 = (size_t)_swig_go_1.len;
+  
+  
+  result = (pstate_status_t)pstate_shrink(arg1,arg2,arg3);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_grow_capi_116be922db6fa65c(pstate_t *_swig_go_0, intgo _swig_go_1) {
+  pstate_t *arg1 = (pstate_t *) 0 ;
+  int arg2 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_t *)_swig_go_0; 
+  arg2 = (int)_swig_go_1; 
+  
+  result = (pstate_status_t)pstate_grow(arg1,arg2);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_new_group_capi_116be922db6fa65c(pstate_t *_swig_go_0, _goslice_ _swig_go_1, pstate_group_t **_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2189,7 +2223,7 @@ intgo _wrap_new_group_capi_cb841bd7f909b440(pstate_t *_swig_go_0, _goslice_ _swi
 }
 
 
-intgo _wrap_group_same_node_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2) {
+intgo _wrap_group_same_node_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   int *arg3 = (int *) 0 ;
@@ -2210,7 +2244,7 @@ intgo _wrap_group_same_node_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, in
 }
 
 
-intgo _wrap_all_reduce_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_all_reduce_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2235,7 +2269,7 @@ intgo _wrap_all_reduce_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_
 }
 
 
-intgo _wrap_all_gather_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_all_gather_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2258,7 +2292,7 @@ intgo _wrap_all_gather_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_
 }
 
 
-intgo _wrap_reduce_scatter_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_reduce_scatter_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2283,7 +2317,7 @@ intgo _wrap_reduce_scatter_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, voi
 }
 
 
-intgo _wrap_broadcast_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_broadcast_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2306,7 +2340,7 @@ intgo _wrap_broadcast_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_s
 }
 
 
-intgo _wrap_gather_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_gather_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2331,7 +2365,7 @@ intgo _wrap_gather_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_all_to_all_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_all_to_all_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2354,7 +2388,7 @@ intgo _wrap_all_to_all_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_
 }
 
 
-intgo _wrap_reduce_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, intgo _swig_go_6, void *_swig_go_7) {
+intgo _wrap_reduce_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, intgo _swig_go_6, void *_swig_go_7) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2381,7 +2415,7 @@ intgo _wrap_reduce_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_scatter_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_scatter_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2406,7 +2440,7 @@ intgo _wrap_scatter_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swi
 }
 
 
-intgo _wrap_all_gatherv_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_all_gatherv_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2429,7 +2463,7 @@ intgo _wrap_all_gatherv_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *
 }
 
 
-intgo _wrap_reduce_scatterv_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_reduce_scatterv_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2454,7 +2488,7 @@ intgo _wrap_reduce_scatterv_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, vo
 }
 
 
-intgo _wrap_send_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_send_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2477,7 +2511,7 @@ intgo _wrap_send_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_g
 }
 
 
-intgo _wrap_recv_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_recv_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2500,7 +2534,7 @@ intgo _wrap_recv_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_g
 }
 
 
-intgo _wrap_barrier_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0) {
+intgo _wrap_barrier_capi_116be922db6fa65c(pstate_group_t *_swig_go_0) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2513,7 +2547,7 @@ intgo _wrap_barrier_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0) {
 }
 
 
-intgo _wrap_tp_allreduce_capi_cb841bd7f909b440(pstate_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_tp_allreduce_capi_116be922db6fa65c(pstate_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2536,7 +2570,7 @@ intgo _wrap_tp_allreduce_capi_cb841bd7f909b440(pstate_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_tp_allgather_capi_cb841bd7f909b440(pstate_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_tp_allgather_capi_116be922db6fa65c(pstate_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2559,7 +2593,7 @@ intgo _wrap_tp_allgather_capi_cb841bd7f909b440(pstate_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_broadcast_object_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, pstate_bytes_t *_swig_go_3) {
+intgo _wrap_broadcast_object_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, pstate_bytes_t *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2582,7 +2616,7 @@ intgo _wrap_broadcast_object_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, _
 }
 
 
-intgo _wrap_all_gather_object_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, pstate_bytes_t *_swig_go_2, _goslice_ _swig_go_3) {
+intgo _wrap_all_gather_object_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, pstate_bytes_t *_swig_go_2, _goslice_ _swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2609,7 +2643,7 @@ intgo _wrap_all_gather_object_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, 
 }
 
 
-intgo _wrap_send_object_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_send_object_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2630,7 +2664,7 @@ intgo _wrap_send_object_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, _gosli
 }
 
 
-intgo _wrap_recv_object_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_bytes_t *_swig_go_2) {
+intgo _wrap_recv_object_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_bytes_t *_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   pstate_bytes_t *arg3 = (pstate_bytes_t *) 0 ;
@@ -2647,7 +2681,7 @@ intgo _wrap_recv_object_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, intgo 
 }
 
 
-intgo _wrap_broadcast_tensor_dict_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
+intgo _wrap_broadcast_tensor_dict_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_tensor_t *arg2 = (pstate_tensor_t *) 0 ;
   size_t arg3 ;
@@ -2676,7 +2710,7 @@ intgo _wrap_broadcast_tensor_dict_capi_cb841bd7f909b440(pstate_group_t *_swig_go
 }
 
 
-intgo _wrap_send_tensor_dict_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, void *_swig_go_3) {
+intgo _wrap_send_tensor_dict_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, void *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_tensor_t *arg2 = (pstate_tensor_t *) 0 ;
   size_t arg3 ;
@@ -2699,7 +2733,7 @@ intgo _wrap_send_tensor_dict_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, p
 }
 
 
-intgo _wrap_recv_tensor_dict_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_alloc_fn _swig_go_2, void *_swig_go_3) {
+intgo _wrap_recv_tensor_dict_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_alloc_fn _swig_go_2, void *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   pstate_alloc_fn arg3 = (pstate_alloc_fn) 0 ;
@@ -2722,7 +2756,7 @@ intgo _wrap_recv_tensor_dict_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, i
 }
 
 
-intgo _wrap_send_tensor_dict_sliced_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_group_t *_swig_go_3, void *_swig_go_4) {
+intgo _wrap_send_tensor_dict_sliced_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_group_t *_swig_go_3, void *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_tensor_t *arg2 = (pstate_tensor_t *) 0 ;
   size_t arg3 ;
@@ -2747,7 +2781,7 @@ intgo _wrap_send_tensor_dict_sliced_capi_cb841bd7f909b440(pstate_group_t *_swig_
 }
 
 
-intgo _wrap_recv_tensor_dict_sliced_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_group_t *_swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
+intgo _wrap_recv_tensor_dict_sliced_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_group_t *_swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   pstate_group_t *arg3 = (pstate_group_t *) 0 ;
@@ -2772,7 +2806,7 @@ intgo _wrap_recv_tensor_dict_sliced_capi_cb841bd7f909b440(pstate_group_t *_swig_
 }
 
 
-intgo _wrap_isend_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
+intgo _wrap_isend_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2797,7 +2831,7 @@ intgo _wrap_isend_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_
 }
 
 
-intgo _wrap_irecv_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
+intgo _wrap_irecv_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2822,7 +2856,7 @@ intgo _wrap_irecv_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, void *_swig_
 }
 
 
-intgo _wrap_wait_capi_cb841bd7f909b440(pstate_request_t *_swig_go_0) {
+intgo _wrap_wait_capi_116be922db6fa65c(pstate_request_t *_swig_go_0) {
   pstate_request_t *arg1 = (pstate_request_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2835,7 +2869,7 @@ intgo _wrap_wait_capi_cb841bd7f909b440(pstate_request_t *_swig_go_0) {
 }
 
 
-intgo _wrap_test_capi_cb841bd7f909b440(pstate_request_t *_swig_go_0, int *_swig_go_1) {
+intgo _wrap_test_capi_116be922db6fa65c(pstate_request_t *_swig_go_0, int *_swig_go_1) {
   pstate_request_t *arg1 = (pstate_request_t *) 0 ;
   int *arg2 = (int *) 0 ;
   pstate_status_t result;
@@ -2850,7 +2884,7 @@ intgo _wrap_test_capi_cb841bd7f909b440(pstate_request_t *_swig_go_0, int *_swig_
 }
 
 
-intgo _wrap_p2p_batch_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, pstate_p2p_op_t *_swig_go_1, void *_swig_go_2) {
+intgo _wrap_p2p_batch_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, pstate_p2p_op_t *_swig_go_1, void *_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_p2p_op_t *arg2 = (pstate_p2p_op_t *) 0 ;
   size_t arg3 ;
@@ -2871,7 +2905,7 @@ intgo _wrap_p2p_batch_capi_cb841bd7f909b440(pstate_group_t *_swig_go_0, pstate_p
 }
 
 
-intgo _wrap_graph_capture_begin_capi_cb841bd7f909b440(pstate_t *_swig_go_0, void *_swig_go_1, void **_swig_go_2) {
+intgo _wrap_graph_capture_begin_capi_116be922db6fa65c(pstate_t *_swig_go_0, void *_swig_go_1, void **_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void **arg3 = (void **) 0 ;
@@ -2888,7 +2922,7 @@ intgo _wrap_graph_capture_begin_capi_cb841bd7f909b440(pstate_t *_swig_go_0, void
 }
 
 
-intgo _wrap_graph_capture_end_capi_cb841bd7f909b440(pstate_t *_swig_go_0) {
+intgo _wrap_graph_capture_end_capi_116be922db6fa65c(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;

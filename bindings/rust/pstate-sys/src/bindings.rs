@@ -1504,12 +1504,25 @@ pub struct pstate_api_t {
             count: *mut usize,
         ) -> pstate_status_t,
     >,
+    pub shrink: ::std::option::Option<
+        unsafe extern "C" fn(
+            ps: *mut pstate_t,
+            new_rank: *mut ::std::os::raw::c_int,
+            capacity: usize,
+        ) -> pstate_status_t,
+    >,
+    pub grow: ::std::option::Option<
+        unsafe extern "C" fn(
+            ps: *mut pstate_t,
+            timeout_ms: ::std::os::raw::c_int,
+        ) -> pstate_status_t,
+    >,
 }
 #[test]
 fn bindgen_test_layout_pstate_api_t() {
     assert_eq!(
         ::std::mem::size_of::<pstate_api_t>(),
-        480usize,
+        496usize,
         concat!("Size of: ", stringify!(pstate_api_t))
     );
     assert_eq!(
@@ -2554,4 +2567,38 @@ fn bindgen_test_layout_pstate_api_t() {
         );
     }
     test_field_live_ranks();
+    fn test_field_shrink() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).shrink) as usize - ptr as usize
+            },
+            480usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(shrink)
+            )
+        );
+    }
+    test_field_shrink();
+    fn test_field_grow() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).grow) as usize - ptr as usize
+            },
+            488usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(grow)
+            )
+        );
+    }
+    test_field_grow();
 }

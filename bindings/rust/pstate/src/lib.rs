@@ -226,6 +226,36 @@ impl PState {
         Ok(ranks[..n].iter().map(|&r| r as usize).collect())
     }
 
+    /// pstate_shrink: collective over the survivors, after a `Status::PeerLost` error (or
+    /// `Status::Aborted` because of one): every live rank calls it; they agree on who is alive and
+    /// rebuild the world from them, ranks renumbered in their old order. Returns one entry per rank
+    /// of the world before the call: its new rank, -1 for a dead one. Every model-parallel and
+    /// custom group is dropped, the world's too (no Group may be alive: they borrow the PState);
+    /// call `initialize_model_parallel` again with sizes that fit the new world.
+    pub fn shrink(&mut self) -> Result<Vec<i32>> {
+        let mut new_rank = vec![-1i32; self.world_size]; // the world before the call
+        check(unsafe { sys::pstate_shrink(self.as_raw(), new_rank.as_mut_ptr(), new_rank.len()) })?;
+        self.reread_world()?;
+        Ok(new_rank)
+    }
+
+    /// pstate_grow: collective over the world; admits the replacement processes waiting to join
+    /// (started with PSTATE_REJOIN=1 and the RANK of a dead rank) and rebuilds the world with them
+    /// appended. Every model-parallel and custom group is dropped, the world's too (no Group may be
+    /// alive: they borrow the PState). Waits up to timeout_ms for at least one; none in time:
+    /// `Status::Timeout`, the world unchanged and usable.
+    pub fn grow(&mut self, timeout_ms: i32) -> Result<()> {
+        check(unsafe { sys::pstate_grow(self.as_raw(), timeout_ms) })?;
+        self.reread_world()
+    }
+
+    /// The rank and world size kept here, after the world was rebuilt.
+    fn reread_world(&mut self) -> Result<()> {
+        let info = self.world()?.info().clone();
+        (self.rank, self.world_size) = (info.rank, info.world_size);
+        Ok(())
+    }
+
     /// A handle that stops the call blocked on this PState from another thread (see
     /// [`InterruptHandle`]).
     pub fn interrupt_handle(&self) -> InterruptHandle {

@@ -24,6 +24,22 @@ fn lifecycle_and_out_of_order_calls_two_ranks() {
         }
         assert!(!ps.model_parallel_is_initialized());
         assert_eq!(ps.live_ranks().unwrap(), vec![0, 1]); // nobody died
+        // shrink with nobody dead: the same world, renumbered as before (no model-parallel groups yet)
+        let rank = ps.rank();
+        assert_eq!(ps.shrink().unwrap(), vec![0, 1]);
+        assert_eq!((ps.world_size(), ps.rank()), (2, rank));
+        let world_sum_of_ones = |ps: &PState| {
+            let w = ps.world().unwrap(); // shrink replaced the world group: fetched again
+            assert_eq!((w.world_size(), w.info().rank), (2, rank));
+            let mut ones = [1i32; 3];
+            w.all_reduce(&mut ones, ReduceOp::Sum).unwrap();
+            assert_eq!(ones, [2; 3]);
+        };
+        world_sum_of_ones(&ps);
+        // grow with nobody waiting to join: Timeout, the world unchanged and usable
+        assert_eq!(ps.grow(300).err().unwrap().status, Status::Timeout);
+        world_sum_of_ones(&ps);
+        assert_eq!(ps.live_ranks().unwrap(), vec![0, 1]);
         assert_eq!(ps.group(GroupKind::Tp).err().unwrap().status, Status::InvalidState);
         ps.initialize_model_parallel(&ParallelConfig { tensor_parallel: 2, ..Default::default() }).unwrap();
         assert!(ps.model_parallel_is_initialized());
