@@ -192,6 +192,11 @@ void TraceRecorder::set_failure(const std::string &why) {
   if (failure_ == "-") failure_ = one_line(why);
 }
 
+void TraceRecorder::clear_failure() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  failure_ = "-";
+}
+
 TraceGroup *TraceRecorder::add_group(const std::string &name, const std::vector<int> &members, int rank_in_group) {
   std::lock_guard<std::mutex> lock(mutex_);
   TraceGroup &g = groups_.emplace_back();

@@ -146,6 +146,7 @@ class TraceRecorder {
   using DeviceTimes = std::function<bool(uint64_t id, int64_t *start_unix_ns, int64_t *end_unix_ns)>;
   void set_device_times(DeviceTimes fn);
   void set_failure(const std::string &why);
+  void clear_failure();  // pstate_shrink / pstate_grow made the context usable again
   // The group's record; gid = its position in the dump. Stable address until the recorder dies.
   TraceGroup *add_group(const std::string &name, const std::vector<int> &members, int rank_in_group);
 

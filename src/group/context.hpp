@@ -220,6 +220,11 @@ class Context {
   std::vector<int> live_launch_ranks(bool for_agreement);
   void rebuild_world(std::vector<int> members, bool barrier);
   bool shrink_outcome_ok(uint32_t epoch, const Deadline &deadline);
+  struct Arrivals {
+    bool all_arrived = false;           // every member set its key
+    std::vector<int> arrived_and_live;  // those that did and are alive, in world order
+  };
+  Arrivals await_members(uint32_t epoch, const char *what, const Deadline &deadline);
   void join_as_replacement(Deadline deadline);
   // world first, then the model-parallel groups in creation order (the same order on every rank)
   std::vector<Group *> live_groups() const;

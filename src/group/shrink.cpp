@@ -116,27 +116,44 @@ void Context::rebuild_world(std::vector<int> members, bool barrier) {
 // goes on and one that agrees again.
 bool Context::shrink_outcome_ok(uint32_t epoch, const Deadline &deadline) {
   store_->set(shrink_key(epoch, cat("ready/", launch_rank())), Bytes{}, deadline);
-  std::string proposal;
-  for (;;) {
-    bool all_ready = true;
-    for (int r : members_)
-      if (r != launch_rank() && !store_->check(shrink_key(epoch, cat("ready/", r)), deadline)) all_ready = false;
-    if (all_ready) {
-      proposal = "ok";
-      break;
-    }
-    std::vector<int> live = live_launch_ranks(/*for_agreement=*/true);
-    if (live.size() < members_.size()) {
-      proposal = "retry";
-      break;
-    }
-    if (deadline.expired())
-      throw_error(PSTATE_ERR_TIMEOUT, "pstate_shrink on rank ", rank(), ": the survivors agreed (epoch ", epoch,
-                  ") but not every one took the answer up within ", launch_.timeout_ms, " ms");
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  const std::string proposal = await_members(epoch, "ready", deadline).all_arrived ? "ok" : "retry";
   const Bytes outcome = store_->set_if_absent(shrink_key(epoch, "outcome"), Bytes(proposal.begin(), proposal.end()), deadline);
   return std::string(outcome.begin(), outcome.end()) == "ok";
+}
+
+// Waits until every member of the world has set "pstate/shrink/<epoch>/<what>/<launch rank>" or
+// is dead (its process ended). A key seen once is not asked for again; the pause between looks
+// grows from 1 to 8 ms, so a large world does not flood the store while one rank is slow.
+Context::Arrivals Context::await_members(uint32_t epoch, const char *what, const Deadline &deadline) {
+  const size_t n = members_.size();
+  std::vector<char> seen(n, 0);
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
+    bool all = true;
+    for (size_t i = 0; i < n; ++i) {
+      if (!seen[i]) seen[i] = members_[i] == launch_rank() || store_->check(shrink_key(epoch, cat(what, "/", members_[i])), deadline);
+      all = all && seen[i];
+    }
+    std::vector<int> live = all ? members_ : live_launch_ranks(/*for_agreement=*/true);
+    std::vector<int> missing;
+    for (size_t i = 0; i < n; ++i)
+      if (!seen[i] && std::find(live.begin(), live.end(), members_[i]) != live.end()) missing.push_back(members_[i]);
+    if (missing.empty()) {
+      Arrivals a;
+      a.all_arrived = all;
+      for (size_t i = 0; i < n; ++i)
+        if (seen[i] && std::find(live.begin(), live.end(), members_[i]) != live.end()) a.arrived_and_live.push_back(members_[i]);
+      return a;
+    }
+    worker_->progress_notices();  // this rank's failure notices still reach the ranks that wait
+    if (deadline.expired())
+      throw_error(PSTATE_ERR_TIMEOUT, "pstate_shrink on rank ", rank(), ": launch ", ranks_phrase(missing, missing.size()),
+                  " alive but ", std::string(what) == "here" ? "did not call pstate_shrink" : "did not take the answer up",
+                  " within ", launch_.timeout_ms,
+                  " ms (every live rank must call it; a rank that is merely slow is never declared dead)");
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(8));
+  }
 }
 
 std::vector<int> Context::shrink_now() {
@@ -166,23 +183,10 @@ std::vector<int> Context::shrink_now() {
     std::vector<int> live;
     try {
       store_->set(shrink_key(epoch, cat("here/", launch_rank())), Bytes{}, deadline);
-      // 2. every member here or dead
-      for (;;) {
-        live = live_launch_ranks(/*for_agreement=*/true);
-        std::vector<int> missing;
-        for (int r : live)
-          if (r != launch_rank() && !store_->check(shrink_key(epoch, cat("here/", r)), deadline)) missing.push_back(r);
-        if (missing.empty()) break;
-        worker_->progress_notices();  // this rank's failure notices still reach the ranks that wait
-        if (deadline.expired())
-          throw_error(PSTATE_ERR_TIMEOUT, "pstate_shrink on rank ", rank(), ": launch ", ranks_phrase(missing, missing.size()),
-                      " alive but did not call pstate_shrink within ", launch_.timeout_ms,
-                      " ms (every live rank must call it; a rank that is merely slow is never declared dead)");
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
+      // 2. every member here or dead; the proposal: those here and alive, in world order
+      live = await_members(epoch, "here", deadline).arrived_and_live;
     } catch (const Error &e) {
       fail(e.what());
-      if (e.status() == PSTATE_ERR_TIMEOUT && std::string_view(e.what()).rfind("pstate_shrink", 0) == 0) throw;
       throw store_lost(e);
     }
     // 3. the first proposal stored is the answer
@@ -226,7 +230,7 @@ std::vector<int> Context::shrink_now() {
     if (global_rank_of(r) < 0) worker_->forget_peer(r);  // the dead: endpoints released
   failure_.clear();
   dumped_since_failure_ = false;
-  if (trace_) trace_->set_failure("");
+  if (trace_) trace_->clear_failure();
   std::vector<int> new_rank;
   for (int r : before) new_rank.push_back(global_rank_of(r));
   std::vector<int> gone;
@@ -271,7 +275,16 @@ void Context::join_as_replacement(Deadline deadline) {
   store_->set(rejoin_key(n), value, deadline);
   log_.info("init: rejoining as launch rank ", launch_rank(), " (arrival ", n,
             "): waiting for the survivors to admit this process (pstate_grow)");
-  const Bytes admit = store_->get(rejoin_key(n) + "/admit", deadline);
+  Bytes admit;
+  try {
+    admit = store_->get(rejoin_key(n) + "/admit", deadline);
+  } catch (const Error &e) {
+    if (e.status() != PSTATE_ERR_TIMEOUT) throw;
+    throw_error(PSTATE_ERR_TIMEOUT, "pstate_init (PSTATE_REJOIN=1, launch rank ", launch_rank(),
+                "): the survivors did not admit this process within ", launch_.init_timeout_ms,
+                " ms (PSTATE_INIT_TIMEOUT_MS): they admit replacements in pstate_grow, which every survivor calls; is "
+                "the job still running, and does it call pstate_grow? (", e.what(), ")");
+  }
   size_t at = 0;
   const uint32_t kind = get_u32(admit, &at, "pstate_init (rejoin)");
   if (kind == kRefused)
