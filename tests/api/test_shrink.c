@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,6 +46,7 @@
 typedef struct shared_t {
   double killed_at_ms;              /* CLOCK_MONOTONIC of the first kill */
   double first_exact_ms[MAX_WORLD]; /* per launch rank: kill -> first exact collective after shrink */
+  char job[64];                     /* the job id (from a flight-recorder dump): its shm names */
 } shared_t;
 
 typedef struct scenario_t {
@@ -121,8 +123,9 @@ static int all_reduce_until_failure(const pstate_test_rank_t *self, pstate_t *ps
     RANK_OK(self, s_);                                                                                   \
   } while (0)
 
-/* Every collective checked on the rebuilt world: tp all_reduce of BIG floats, world all_gather,
- * a pp send/recv ring step when pp > 1, barrier. members[k] = the launch rank of new rank k. */
+/* Every kind of collective checked on the rebuilt world: tp all_reduce of BIG floats, world
+ * all_gather, broadcast, reduce_scatter and all_to_all, a pp send/recv ring step when pp > 1,
+ * barrier. members[k] = the launch rank of new rank k. */
 static int exact_after(const pstate_test_rank_t *self, pstate_t *ps, const int *members, int n, int tp, int pp,
                        float *buf) {
   pstate_parallel_config_t cfg = PSTATE_PARALLEL_CONFIG_INIT;
@@ -153,6 +156,24 @@ static int exact_after(const pstate_test_rank_t *self, pstate_t *ps, const int *
   OK_OR_LOST(self, pstate_all_gather(world, &mine, all, 1, PSTATE_INT32, NULL));
   for (int k = 0; k < n; ++k)
     RANK_CHECK(self, all[k] == 100 + members[k], "world all_gather [%d] = %d, expected %d", k, all[k], 100 + members[k]);
+  /* broadcast from the last rank, reduce_scatter and all_to_all of the world */
+  int32_t b[4] = {0, 0, 0, 0};
+  for (int k = 0; k < 4 && wi.rank == n - 1; ++k) b[k] = 500 + self->rank * 10 + k;
+  OK_OR_LOST(self, pstate_broadcast(world, b, 4, PSTATE_INT32, n - 1, NULL));
+  for (int k = 0; k < 4; ++k) RANK_CHECK(self, b[k] == 500 + members[n - 1] * 10 + k, "broadcast [%d] = %d", k, b[k]);
+  int32_t rs_send[2 * MAX_WORLD], rs_recv[2];
+  for (int j = 0; j < 2 * n; ++j) rs_send[j] = (self->rank + 1) * (j + 1);
+  OK_OR_LOST(self, pstate_reduce_scatter(world, rs_send, rs_recv, 2, PSTATE_INT32, PSTATE_SUM, NULL));
+  for (int t = 0; t < 2; ++t) {
+    int32_t want = 0;
+    for (int k = 0; k < n; ++k) want += (members[k] + 1) * (wi.rank * 2 + t + 1);
+    RANK_CHECK(self, rs_recv[t] == want, "reduce_scatter [%d] = %d, expected %d", t, rs_recv[t], want);
+  }
+  int32_t a2a_send[MAX_WORLD], a2a_recv[MAX_WORLD];
+  for (int k = 0; k < n; ++k) a2a_send[k] = self->rank * 100 + k;
+  OK_OR_LOST(self, pstate_all_to_all(world, a2a_send, a2a_recv, 1, PSTATE_INT32, NULL));
+  for (int k = 0; k < n; ++k)
+    RANK_CHECK(self, a2a_recv[k] == members[k] * 100 + wi.rank, "all_to_all [%d] = %d", k, a2a_recv[k]);
   if (pp > 1) {
     pstate_group_t *ppg = NULL;
     RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_PP, &ppg));
@@ -171,6 +192,41 @@ static int exact_after(const pstate_test_rank_t *self, pstate_t *ps, const int *
   }
   OK_OR_LOST(self, pstate_barrier(world));
   return 0;
+}
+
+/* The job's id, from a flight-recorder dump (its "job <id>" line), into shared->job. */
+static int note_job_id(const pstate_test_rank_t *self, pstate_t *ps, shared_t *shared) {
+  char path[128], line[256];
+  snprintf(path, sizeof path, "/tmp/pstate-test-shrink-%d.trace", (int)getpid());
+  RANK_OK(self, pstate_trace_dump(ps, path));
+  FILE *f = fopen(path, "r");
+  RANK_CHECK(self, f != NULL, "cannot read %s", path);
+  while (fgets(line, sizeof line, f) != NULL)
+    if (strncmp(line, "job ", 4) == 0) {
+      line[strcspn(line, "\n")] = 0;
+      line[4 + sizeof shared->job - 1] = 0; /* a job id is short: cut, never overrun */
+      memcpy(shared->job, line + 4, strlen(line + 4) + 1);
+    }
+  fclose(f);
+  unlink(path);
+  RANK_CHECK(self, shared->job[0] != 0, "no job line in the dump");
+  return 0;
+}
+
+/* The shared-memory segments of the job left in /dev/shm (names "pstate-<job>-..."). */
+static int segments_left(const char *job) {
+  char prefix[80];
+  snprintf(prefix, sizeof prefix, "pstate-%s-", job);
+  DIR *dir = opendir("/dev/shm");
+  int n = 0;
+  if (dir == NULL) return 0;
+  for (struct dirent *e; (e = readdir(dir)) != NULL;)
+    if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) {
+      fprintf(stderr, "left behind: /dev/shm/%s\n", e->d_name);
+      ++n;
+    }
+  closedir(dir);
+  return n;
 }
 
 static int survive_and_shrink(const pstate_test_rank_t *self) {
@@ -231,6 +287,7 @@ static int survive_and_shrink(const pstate_test_rank_t *self) {
   RANK_CHECK(self, n == want, "final world of %d, expected %d", n, want);
   double ms = pstate_test_now_ms() - sc->shared->killed_at_ms;
   sc->shared->first_exact_ms[self->rank] = ms;
+  if (note_job_id(self, ps, sc->shared)) return 1;
   fprintf(stderr, "rank %d: kill -> first exact collective after the shrink: %.0f ms\n", self->rank, ms);
   RANK_OK(self, pstate_destroy_model_parallel(ps));
   RANK_OK(self, pstate_finalize(ps));
@@ -249,6 +306,8 @@ static void run_scenario(int world, scenario_t *sc) {
   for (int r = 0; r < world; ++r)
     if (sc->shared->first_exact_ms[r] > worst) worst = sc->shared->first_exact_ms[r];
   printf("kill -> first exact collective on every survivor (world %d): %.0f ms\n", world, worst);
+  /* the dead ranks' segments and the old world's are gone with the survivors' finalize */
+  assert_int_equal(segments_left(sc->shared->job), 0);
   munmap(sc->shared, sizeof(shared_t));
 }
 
