@@ -127,6 +127,9 @@ int main(int argc, char **argv) {
   while (step < steps) {
     for (int i = 0; i < HIDDEN; ++i) buf[i] = contribution(launch_rank, i);
     if (!replacement && launch_rank == kill_rank && step == kill_at) {
+      printf("launch rank %d: SIGKILL to myself inside step %d's all-reduce (monotonic %.1f ms)\n", launch_rank, step,
+             now_ms());
+      fflush(stdout);
       pthread_t t;
       pthread_create(&t, NULL, die_soon, NULL); /* dies inside this step's all-reduce */
     }
@@ -150,8 +153,9 @@ int main(int argc, char **argv) {
       }
     }
     if (failed_at >= 0) {
-      printf("launch rank %d: step %d exact on a world of %d, %.0f ms after the failure\n", launch_rank, step, w.size,
-             now_ms() - failed_at);
+      const double now = now_ms();
+      printf("launch rank %d: step %d exact on a world of %d, %.0f ms after the failure (monotonic %.1f ms)\n",
+             launch_rank, step, w.size, now - failed_at, now);
       fflush(stdout);
       failed_at = -1;
     }
