@@ -295,10 +295,13 @@ void Context::exchange_peers(Deadline deadline) {
   } else {
     directory = store_->get("pstate/peers", deadline);
   }
-  RankDirectory d = decode_rank_directory(directory);
+  adopt_directory(decode_rank_directory(directory), "init: the rank directory on the store");
+}
+
+void Context::adopt_directory(RankDirectory d, const char *what) {
   if (d.ranks.size() != static_cast<size_t>(launch_.world_size))
-    throw_error(PSTATE_ERR_MISMATCH, "init: the rank directory on the store lists ", d.ranks.size(), " ranks, not ",
-                launch_.world_size, " (a store of another job?)");
+    throw_error(PSTATE_ERR_MISMATCH, what, " lists ", d.ranks.size(), " ranks, not ", launch_.world_size,
+                " (a store of another job?)");
   job_id_ = d.job_id;
   peers_.clear();
   given_local_ranks_.clear();

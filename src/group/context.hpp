@@ -27,6 +27,7 @@
 #include "common/deadline.hpp"
 #include "common/log.hpp"
 #include "common/trace.hpp"
+#include "group/rank_records.hpp"
 #include "layout/layout.hpp"
 #include "transport/nccl/device_comm.hpp"
 #include "transport/ucx/process_watch.hpp"
@@ -192,6 +193,8 @@ class Context {
   void rendezvous_with_store(Deadline deadline);
   [[noreturn]] void refuse_rank_out_of_range();
   void exchange_peers(Deadline deadline);
+  // The rank directory's facts (job id, every launch rank's record) become this context's.
+  void adopt_directory(RankDirectory d, const char *what);
   // Ranks of different hosts that limited UCX to loopback interfaces cannot reach each other:
   // TRANSPORT on every rank, naming both ranks' interfaces, before UCX tries.
   void check_interfaces_reach() const;

@@ -294,19 +294,8 @@ void Context::join_as_replacement(Deadline deadline) {
   generation_ = get_u32(admit, &at, "pstate_init (rejoin)");
   rejoins_seen_ = get_u32(admit, &at, "pstate_init (rejoin)");
   std::vector<int> members = get_list(admit, &at, "pstate_init (rejoin)");
-  RankDirectory d = decode_rank_directory(Bytes(admit.begin() + static_cast<long>(at), admit.end()));
-  if (d.ranks.size() != static_cast<size_t>(launch_.world_size))
-    throw_error(PSTATE_ERR_MISMATCH, "pstate_init (rejoin): the survivors' directory lists ", d.ranks.size(),
-                " ranks, not ", launch_.world_size);
-  job_id_ = d.job_id;
-  peers_.clear();
-  given_local_ranks_.clear();
-  interfaces_.clear();
-  for (RankRecord &r : d.ranks) {
-    given_local_ranks_.push_back(r.local_rank);
-    interfaces_.push_back(std::move(r.interfaces));
-    peers_.push_back(std::move(r.peer));
-  }
+  adopt_directory(decode_rank_directory(Bytes(admit.begin() + static_cast<long>(at), admit.end())),
+                  "pstate_init (rejoin): the survivors' directory");
   peers_[static_cast<size_t>(launch_rank())] = worker_->self_entry();
   if (!launch_.local_rank_given) {  // this process's index among the members of its host
     int local = 0;

@@ -300,7 +300,7 @@ static void run_scenario(int world, scenario_t *sc) {
   for (int i = 0; i < 2; ++i)
     if (sc->victims[i] >= 0) may_die |= 1ul << sc->victims[i];
   if (sc->shrink_victim >= 0) may_die |= 1ul << sc->shrink_victim;
-  pstate_test_job_t job = {world, 120, survive_and_shrink, sc, NULL, 1, may_die, 0};
+  pstate_test_job_t job = {world, 120, survive_and_shrink, sc, NULL, 1, may_die, 0, -1, 0};
   assert_int_equal(pstate_test_run_job(&job), 0);
   double worst = 0;
   for (int r = 0; r < world; ++r)
@@ -358,7 +358,7 @@ static int store_dies_with_rank0(const pstate_test_rank_t *self) {
 
 static void test_rank0_store_dies_documented_error(void **state) {
   (void)state;
-  pstate_test_job_t job = {4, 120, store_dies_with_rank0, NULL, NULL, 0, 1ul << 0, 0};
+  pstate_test_job_t job = {4, 120, store_dies_with_rank0, NULL, NULL, 0, 1ul << 0, 0, -1, 0};
   assert_int_equal(pstate_test_run_job(&job), 0);
 }
 
@@ -397,7 +397,7 @@ static void test_replacement_rejoins_with_grow(void **state) {
   (void)state;
   shared_t *shared = shared_new();
   int statuses[4];
-  pstate_test_job_t job = {4, 120, replace_and_grow, shared, statuses, 1, 1ul << 2, 1};
+  pstate_test_job_t job = {4, 120, replace_and_grow, shared, statuses, 1, 1ul << 2, 1, -1, 0};
   assert_int_equal(pstate_test_run_job(&job), 0);
   assert_true(WIFEXITED(statuses[2]) && WEXITSTATUS(statuses[2]) == 0); /* the replacement's verdict */
   munmap(shared, sizeof(shared_t));
@@ -471,7 +471,7 @@ static int strangers_stay_out(const pstate_test_rank_t *self) {
 
 static void test_strangers_cannot_join(void **state) {
   (void)state;
-  pstate_test_job_t job = {3, 120, strangers_stay_out, NULL, NULL, 1, 0, 0};
+  pstate_test_job_t job = {3, 120, strangers_stay_out, NULL, NULL, 1, 0, 0, -1, 0};
   assert_int_equal(pstate_test_run_job(&job), 0);
 }
 

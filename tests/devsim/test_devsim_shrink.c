@@ -140,7 +140,7 @@ static int survive_on_device(const pstate_test_rank_t *self) {
 static void test_survivors_shrink_and_rebuild_device_communicators(void **state) {
   (void)state;
   int statuses[4];
-  pstate_test_job_t job = {4, 120, survive_on_device, NULL, statuses, 1, 1ul << VICTIM, 0};
+  pstate_test_job_t job = {4, 120, survive_on_device, NULL, statuses, 1, 1ul << VICTIM, 0, -1, 0};
   assert_int_equal(pstate_test_run_job(&job), 0);
 }
 

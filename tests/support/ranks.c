@@ -81,52 +81,16 @@ static pid_t start_rank(int r, const char *world, const char *port, const char *
 
 int pstate_test_run_processes_kill(int world_size, int timeout_s, pstate_test_rank_fn fn, void *arg, int *statuses,
                                    int victim, int kill_after_ms) {
-  char port[16], world[16], token[40];
-  snprintf(port, sizeof port, "%d", pstate_test_free_port());
-  snprintf(world, sizeof world, "%d", world_size);
-  snprintf(token, sizeof token, "test-token-%d-%ld", (int)getpid(), (long)time(NULL));
-  pid_t *pids = calloc((size_t)world_size, sizeof(pid_t));
-  int *done = calloc((size_t)world_size, sizeof(int));
-  int *st = calloc((size_t)world_size, sizeof(int));
-  for (int r = 0; r < world_size; ++r) pids[r] = start_rank(r, world, port, token, fn, arg, 0);
-  double start = pstate_test_now_ms();
-  int remaining = world_size, failed = 0, killed_victim = 0;
-  while (remaining > 0) {
-    double elapsed = pstate_test_now_ms() - start;
-    if (victim >= 0 && !killed_victim && elapsed >= kill_after_ms) {
-      kill(pids[victim], SIGKILL);
-      killed_victim = 1;
-    }
-    if (elapsed > timeout_s * 1000.0) {
-      for (int r = 0; r < world_size; ++r)
-        if (!done[r]) {
-          fprintf(stderr, "rank %d: still running after %d s: killed (hang)\n", r, timeout_s);
-          kill(pids[r], SIGKILL);
-        }
-    }
-    int status = 0;
-    pid_t p = waitpid(-1, &status, WNOHANG);
-    if (p <= 0) {
-      usleep(2000);
-      continue;
-    }
-    for (int r = 0; r < world_size; ++r) {
-      if (pids[r] != p) continue;
-      done[r] = 1;
-      st[r] = status;
-      remaining--;
-      if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && r != victim) {
-        failed++;
-        if (WIFSIGNALED(status)) fprintf(stderr, "rank %d: killed by signal %d\n", r, WTERMSIG(status));
-        else fprintf(stderr, "rank %d: exit status %d\n", r, WEXITSTATUS(status));
-      }
-    }
-  }
-  if (statuses != NULL) memcpy(statuses, st, (size_t)world_size * sizeof(int));
-  free(pids);
-  free(done);
-  free(st);
-  return failed;
+  pstate_test_job_t job;
+  memset(&job, 0, sizeof job);
+  job.world_size = world_size;
+  job.timeout_s = timeout_s;
+  job.fn = fn;
+  job.arg = arg;
+  job.statuses = statuses;
+  job.victim = victim;
+  job.kill_after_ms = kill_after_ms;
+  return pstate_test_run_job(&job);
 }
 
 int pstate_test_run_processes(int world_size, int timeout_s, pstate_test_rank_fn fn, void *arg, int *statuses) {
@@ -221,8 +185,12 @@ int pstate_test_run_job(const pstate_test_job_t *job) {
   for (int r = 0; r < n; ++r) pids[r] = start_rank(r, world, port, token, job->fn, job->arg, 0);
   if (job->external_store) unsetenv("PSTATE_STORE_EXTERNAL");
   double start = pstate_test_now_ms();
-  int remaining = n, failed = 0;
+  int remaining = n, failed = 0, killed_victim = 0;
   while (remaining > 0) {
+    if (job->victim >= 0 && job->victim < n && !killed_victim && pstate_test_now_ms() - start >= job->kill_after_ms) {
+      kill(pids[job->victim], SIGKILL);
+      killed_victim = 1;
+    }
     if (pstate_test_now_ms() - start > job->timeout_s * 1000.0) {
       for (int r = 0; r < n; ++r)
         if (!done[r]) {
@@ -239,7 +207,7 @@ int pstate_test_run_job(const pstate_test_job_t *job) {
     for (int r = 0; r < n; ++r) {
       if (pids[r] != p) continue;
       if (job->statuses != NULL) job->statuses[r] = status;
-      const int may_die = (job->may_die >> r) & 1;
+      const int may_die = ((job->may_die >> r) & 1) || r == job->victim;
       if (may_die && WIFSIGNALED(status) && job->respawn && !respawned[r]) {
         respawned[r] = 1; /* a replacement takes its rank: PSTATE_REJOIN=1 */
         if (job->external_store) setenv("PSTATE_STORE_EXTERNAL", "1", 1);
@@ -249,7 +217,7 @@ int pstate_test_run_job(const pstate_test_job_t *job) {
       }
       done[r] = 1;
       remaining--;
-      if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && !(may_die && WIFSIGNALED(status))) {
+      if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0) && !(may_die && WIFSIGNALED(status)) && r != job->victim) {
         failed++;
         if (WIFSIGNALED(status)) fprintf(stderr, "rank %d: killed by signal %d\n", r, WTERMSIG(status));
         else fprintf(stderr, "rank %d: exit status %d\n", r, WEXITSTATUS(status));

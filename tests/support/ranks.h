@@ -44,7 +44,9 @@ int pstate_test_run_processes_kill(int world_size, int timeout_s, pstate_test_ra
  *    job's store and the ranks get PSTATE_STORE_EXTERNAL=1, so the store outlives every rank;
  *  - may_die: a bit per rank whose death by a signal is expected (it kills itself), not a failure;
  *  - respawn: such a rank, once dead, is started again as a replacement (PSTATE_REJOIN=1,
- *    self->rejoined = 1), once; its verdict is the rank's. */
+ *    self->rejoined = 1), once; its verdict is the rank's;
+ *  - victim: as pstate_test_run_processes_kill. Zero-initialize the struct, then set victim = -1
+ *    unless a victim is wanted. */
 typedef struct pstate_test_job_t {
   int world_size;
   int timeout_s;
@@ -54,6 +56,8 @@ typedef struct pstate_test_job_t {
   int external_store;
   unsigned long may_die;
   int respawn;
+  int victim;        /* this rank is SIGKILLed kill_after_ms after start (its end is no failure); -1: none */
+  int kill_after_ms;
 } pstate_test_job_t;
 /* Returns the number of ranks that failed. */
 int pstate_test_run_job(const pstate_test_job_t *job);
