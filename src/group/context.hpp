@@ -157,7 +157,7 @@ class Context {
 
   // The interrupt check of pstate_set_interrupt_check (fn NULL: none). interrupted() asks it: true
   // when it returned nonzero; the waits of the worker and of the groups' shared memory ask it at
-  // their liveness checks (about every 100 ms of a wait) and throw PSTATE_ERR_INTERRUPTED.
+  // their liveness checks (every 20 ms of a shared-memory wait, 50 ms of a UCX one) and throw PSTATE_ERR_INTERRUPTED.
   void set_interrupt_check(pstate_interrupt_fn fn, void *user);
   bool interrupted() const { return interrupt_fn_ != nullptr && interrupt_fn_(interrupt_user_) != 0; }
 
@@ -182,7 +182,7 @@ class Context {
   // The same for an error of `status`: a PEER_LOST this rank saw itself is also told to every
   // other member (UcxWorker::post_notices), so ranks blocked on live peers learn it at once.
   void fail(const std::string &why, pstate_status_t status);
-  // The shared-memory waits' check (about every 100 ms): PEER_LOST when a failure notice of this
+  // The shared-memory waits' check (every 20 ms): PEER_LOST when a failure notice of this
   // world arrived. where: the group and call ("tp:0 all_reduce").
   void check_notices(const std::string &where);
   // Throws ABORTED when failed, INVALID_STATE when closed.
@@ -221,7 +221,7 @@ class Context {
   // shrink.cpp: the steps of shrink() and grow()
   void drop_all_groups() noexcept;
   std::vector<int> live_launch_ranks(bool for_agreement);
-  void rebuild_world(std::vector<int> members, bool barrier);
+  void rebuild_world(std::vector<int> members, bool after_failure);
   bool shrink_outcome_ok(uint32_t epoch, const Deadline &deadline);
   struct Arrivals {
     bool all_arrived = false;           // every member set its key

@@ -96,18 +96,21 @@ void Context::drop_all_groups() noexcept {
   layout_.reset();
 }
 
-void Context::rebuild_world(std::vector<int> members, bool barrier) {
+// The world becomes `members` (launch ranks, in world order). After a failure (pstate_shrink)
+// every survivor renews all its endpoints alike: a rank whose wait failed closed its endpoints
+// with stuck sends by force, which (over TCP) fails the other side's endpoint some time later, and
+// renewing them all at once leaves no old connection for such an error to land on; the store has
+// settled the outcome, so no barrier follows. Otherwise (pstate_grow, a rejoining process) only
+// broken endpoints are renewed and one barrier over UCX proves the newcomers' transport.
+void Context::rebuild_world(std::vector<int> members, bool after_failure) {
   members_ = std::move(members);
   rank_ = global_rank_of(launch_rank());
-  // Fresh endpoints to every member, on every survivor alike: a rank whose wait failed closed its
-  // endpoints with stuck sends by force, which (over TCP) fails the other side's endpoint some time
-  // later; renewing them all at once leaves no old connection for such an error to land on.
   for (int r : members_)
-    if (r != launch_rank() && (!barrier || worker_->peer_broken(r))) worker_->forget_peer(r);
+    if (r != launch_rank() && (after_failure || worker_->peer_broken(r))) worker_->forget_peer(r);
   worker_->set_epoch(epoch_);  // failure notices of older worlds are ignored from now on
   state_ = State::kReady;
   world_ = make_group(PSTATE_GROUP_WORLD, 0, members_, world_group_id(generation_));
-  if (barrier) world_->barrier(/*allow_shm=*/false);
+  if (!after_failure) world_->barrier(/*allow_shm=*/false);
 }
 
 // Step 5 of the agreement: did every member of the answer take it up? Each sets "ready"; the
@@ -214,7 +217,7 @@ std::vector<int> Context::shrink_now() {
     // 4. the new world, 5. taken up by all its members, or agreed again without the dead
     bool ok = false;
     try {
-      rebuild_world(agreed, /*barrier=*/false);
+      rebuild_world(agreed, /*after_failure=*/true);
       ok = shrink_outcome_ok(epoch, deadline);
     } catch (const Error &e) {
       fail(e.what());
@@ -306,7 +309,7 @@ void Context::join_as_replacement(Deadline deadline) {
   }
   if (device_ == PSTATE_DEVICE_CUDA && !device_ctx_) open_device(device_ordinal_param_);
   worker_->set_directory([this](int r) { return peers_.at(static_cast<size_t>(r)); });
-  rebuild_world(members, /*barrier=*/true);
+  rebuild_world(members, /*after_failure=*/false);
   log_.info("init: rejoined job ", job_id_, " as rank ", rank(), " of ", world_size(), " (epoch ", epoch_, ")");
 }
 
@@ -416,7 +419,7 @@ int Context::grow_now(int64_t timeout_ms) {
   }
   const int before = world_size();
   drop_all_groups();
-  rebuild_world(members, /*barrier=*/true);
+  rebuild_world(members, /*after_failure=*/false);
   log_.info("grow: epoch ", epoch_, ": world of ", world_size(), " ranks (was ", before, "), this rank is ", rank());
   return static_cast<int>(admitted.size());
 }

@@ -84,7 +84,7 @@ struct ShmP2pOptions {
   // a reference would have the peer read this thread's heap, synchronized only through the
   // segment's atomics at another address, which ThreadSanitizer cannot pair). May be empty.
   std::function<bool(int)> same_process;
-  int liveness_interval_ms = 100;
+  int liveness_interval_ms = 20;
   bool spin = true;                 // false when ranks outnumber CPUs: yield at once
   std::vector<int> global_ranks;    // the world rank of each group rank, for messages (may be empty)
 };

@@ -65,7 +65,7 @@ WaitOptions resolve_wait_options(WaitOptions requested, int group_size) {
   const bool crowded = oversubscribed(group_size);
   if (requested.spin_ns < 0) requested.spin_ns = crowded ? 0 : 50000;
   if (requested.yield_ns < 0) requested.yield_ns = 200000;
-  if (requested.liveness_interval_ms <= 0) requested.liveness_interval_ms = 100;
+  if (requested.liveness_interval_ms <= 0) requested.liveness_interval_ms = 20;
   return requested;
 }
 

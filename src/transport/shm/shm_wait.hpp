@@ -79,7 +79,9 @@ struct WaitOptions {
   // -1 = choose: a rank with a core to itself spins, an oversubscribed one yields at once.
   int64_t spin_ns = -1;
   int64_t yield_ns = -1;
-  int liveness_interval_ms = 100;
+  // How often a wait that sleeps checks its peers (pidfds, failure notices, the interrupt check):
+  // the detection latency of a dead rank, for a few microseconds per check.
+  int liveness_interval_ms = 20;
   // Use membarrier-based asymmetric fences when every rank of the group can register (false:
   // real fences on both sides; for tests, and kernels where membarrier is slow).
   bool asymmetric_fences = true;
