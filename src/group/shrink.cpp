@@ -13,9 +13,9 @@
 //      generation, by Store::set_if_absent("pstate/shrink/E/result"): the first proposal stored is
 //      the answer every survivor reads back, so they all rebuild the same world even when a rank
 //      dies during the agreement (a dead proposer's proposal, once stored, still stands);
-//   4. it renumbers the world (new global rank = index in the answer), renews UCX endpoints that
-//      the failure broke and makes a new world group (a fresh group id, so no message of an old
-//      group matches it, and fresh shared-memory names);
+//   4. it renumbers the world (new global rank = index in the answer), renews its UCX endpoints
+//      to every member (see rebuild_world) and makes a new world group (a fresh group id, so no
+//      message of an old group matches it, and fresh shared-memory names);
 //   5. it sets "ready" and settles the outcome the same way: the first to see every member of the
 //      answer ready stores "ok", the first to see one of them dead without it stores "retry"
 //      (set_if_absent again), and all go on, or all agree again at epoch E+1 without the dead.
