@@ -747,7 +747,7 @@ def init(*, world_size: Optional[int] = None, rank: Optional[int] = None, local_
     PState with the world group ready. Collective; blocks up to the timeout.
 
     Signals: a call on the PState that blocks (a collective whose peers are late, recv, ...) runs
-    Python's signal handlers about every 100 ms, so Ctrl-C raises KeyboardInterrupt there within
+    Python's signal handlers every 20-50 ms, so Ctrl-C raises KeyboardInterrupt there within
     ~0.1-0.2 s (main thread; the GIL stays released while it waits). The call's peers were left
     inside the operation, so the PState is failed: later calls raise AbortedError; abort() it (the
     ``with`` block does). A signal handler must not call pstate itself. (init itself is not
@@ -764,7 +764,7 @@ def init(*, world_size: Optional[int] = None, rank: Optional[int] = None, local_
                          job_token=job_token, socket_ifname=socket_ifname)
     ps = PState(capi.init(params))
     ps._world = ps.group(GroupKind.WORLD)  # kept: its size sizes shrink() after a failure (get_group refuses then)
-    # Ctrl-C: every wait of a call on ps runs Python's signal handlers about every 100 ms (the
+    # Ctrl-C: every wait of a call on ps runs Python's signal handlers every 20-50 ms (the
     # GIL stays released in between); a handler that raises stops the call with its exception.
     ps._call(capi.set_interrupt_check, True)
     return ps
