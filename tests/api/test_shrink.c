@@ -26,13 +26,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
 #include <sys/mman.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -64,30 +64,26 @@ static shared_t *shared_new(void) {
   return (shared_t *)p;
 }
 
-typedef struct {
-  int delay_us;
-  shared_t *shared;
-} killer_t;
+/* The SIGKILL comes from a timer's SIGALRM (no second thread: ThreadSanitizer's job picks tests
+ * that make threads, and a multi-process test adds nothing there), so the process dies wherever
+ * its main thread is then: inside a collective, or inside pstate_shrink. */
+static shared_t *g_kill_note; /* where the kill time goes (NULL: not noted) */
 
-static void *kill_me_later(void *p) {
-  killer_t *k = (killer_t *)p;
-  usleep((useconds_t)k->delay_us);
-  double now = pstate_test_now_ms();
-  if (k->shared != NULL) {
-    double zero = 0;
-    __atomic_compare_exchange(&k->shared->killed_at_ms, &zero, &now, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-  }
+static void kill_now(int sig) {
+  (void)sig;
+  if (g_kill_note != NULL && g_kill_note->killed_at_ms == 0) g_kill_note->killed_at_ms = pstate_test_now_ms();
   kill(getpid(), SIGKILL);
-  return NULL;
 }
 
 /* This process dies delay_us from now, whatever its main thread is doing then. */
 static void die_in(int delay_us, shared_t *shared) {
-  static killer_t k;
-  k.delay_us = delay_us;
-  k.shared = shared;
-  pthread_t t;
-  pthread_create(&t, NULL, kill_me_later, &k);
+  g_kill_note = shared;
+  signal(SIGALRM, kill_now);
+  struct itimerval t;
+  memset(&t, 0, sizeof t);
+  t.it_value.tv_sec = delay_us / 1000000;
+  t.it_value.tv_usec = delay_us % 1000000;
+  setitimer(ITIMER_REAL, &t, NULL);
 }
 
 static float contribution(int launch_rank, size_t i) { return (float)((launch_rank + 1) * (int)(1 + i % 7)); }
