@@ -90,6 +90,9 @@ void test_file_set_if_absent_first_writer_wins(void **) {
       kWorld,
       [&](int rank) -> int {
         auto store = open_file(tmp.path(), rank, kWorld);
+        // Every rank joins before any leaves: a rank that opened the store after all the others
+        // had exited would take it for an earlier job's leftover and clear it.
+        store_barrier(*store, "start", kWorld, soon());
         for (int round = 0; round < kRounds; ++round) {
           std::string key = "race/" + std::to_string(round);
           std::string got = text_of(store->set_if_absent(key, bytes_of("rank " + std::to_string(rank)), soon()));
@@ -97,6 +100,7 @@ void test_file_set_if_absent_first_writer_wins(void **) {
           store->set("saw/" + std::to_string(round) + "/" + std::to_string(rank), bytes_of(got), soon());
           if (got == "rank " + std::to_string(rank)) store->add("winners/" + std::to_string(round), 1, soon());
         }
+        store_barrier(*store, "done", kWorld, soon());
         return 0;
       },
       60000);
