@@ -239,7 +239,7 @@ void Context::rendezvous() {
   }
 }
 
-void Context::rendezvous_with_store(Deadline deadline) {
+std::unique_ptr<UcxWorker> Context::make_worker() const {
   UcxWorkerOptions wo;
   wo.world_rank = launch_.rank;
   wo.world_size = launch_.world_size;
@@ -248,7 +248,11 @@ void Context::rendezvous_with_store(Deadline deadline) {
   wo.default_timeout_ms = launch_.timeout_ms;
   wo.wait = wait_policy_for_host(launch_.local_world_size > 0 ? launch_.local_world_size : launch_.world_size);
   wo.logger = log_;
-  worker_ = std::make_unique<UcxWorker>(std::move(wo));
+  return std::make_unique<UcxWorker>(std::move(wo));
+}
+
+void Context::rendezvous_with_store(Deadline deadline) {
+  worker_ = make_worker();
   log_.info("init: UCX worker up: ", worker_->describe_transports());
   if (launch_.rejoin) return join_as_replacement(deadline);  // shrink.cpp: admitted by pstate_grow
 

@@ -218,10 +218,11 @@ class Context {
   void close_groups() noexcept;
   void retire_custom_groups() noexcept;  // destroy_model_parallel: custom groups go with the others
   void open_device(int device_ordinal);
+  std::unique_ptr<UcxWorker> make_worker() const;
   // shrink.cpp: the steps of shrink() and grow()
   void drop_all_groups() noexcept;
   std::vector<int> live_launch_ranks(bool for_agreement);
-  void rebuild_world(std::vector<int> members, bool after_failure);
+  void rebuild_world(std::vector<int> members, bool after_failure, std::unique_ptr<UcxWorker> fresh = nullptr);
   bool shrink_outcome_ok(uint32_t epoch, const Deadline &deadline);
   struct Arrivals {
     bool all_arrived = false;           // every member set its key

@@ -13,9 +13,10 @@
 //      generation, by Store::set_if_absent("pstate/shrink/E/result"): the first proposal stored is
 //      the answer every survivor reads back, so they all rebuild the same world even when a rank
 //      dies during the agreement (a dead proposer's proposal, once stored, still stands);
-//   4. it renumbers the world (new global rank = index in the answer), renews its UCX endpoints
-//      to every member (see rebuild_world) and makes a new world group (a fresh group id, so no
-//      message of an old group matches it, and fresh shared-memory names);
+//   4. it renumbers the world (new global rank = index in the answer), takes up a fresh UCX
+//      worker (made in step 1, its address published with "here": see rebuild_world; the old
+//      worker and every endpoint of it, the dead's included, are closed) and makes a new world
+//      group (a fresh group id and fresh shared-memory names);
 //   5. it sets "ready" and settles the outcome the same way: the first to see every member of the
 //      answer ready stores "ok", the first to see one of them dead without it stores "retry"
 //      (set_if_absent again), and all go on, or all agree again at epoch E+1 without the dead.
@@ -97,16 +98,25 @@ void Context::drop_all_groups() noexcept {
 }
 
 // The world becomes `members` (launch ranks, in world order). After a failure (pstate_shrink)
-// every survivor renews all its endpoints alike: a rank whose wait failed closed its endpoints
-// with stuck sends by force, which (over TCP) fails the other side's endpoint some time later, and
-// renewing them all at once leaves no old connection for such an error to land on; the store has
-// settled the outcome, so no barrier follows. Otherwise (pstate_grow, a rejoining process) only
-// broken endpoints are renewed and one barrier over UCX proves the newcomers' transport.
-void Context::rebuild_world(std::vector<int> members, bool after_failure) {
+// every survivor brings a fresh UCX worker (`fresh`), whose address it published with its "here"
+// key: a failed wait force-closes the endpoints of its stuck sends, which over TCP fails the other
+// side's endpoint some time later, and endpoints renewed in place race with UCX's own matching of
+// the two sides' endpoints; a new worker has no endpoint, no connection and no stale message, and
+// the old one is closed by force. The store has settled the outcome, so no barrier follows.
+// Otherwise (pstate_grow, a rejoining process) only broken endpoints are renewed and one barrier
+// over UCX proves the newcomers' transport.
+void Context::rebuild_world(std::vector<int> members, bool after_failure, std::unique_ptr<UcxWorker> fresh) {
   members_ = std::move(members);
   rank_ = global_rank_of(launch_rank());
-  for (int r : members_)
-    if (r != launch_rank() && (after_failure || worker_->peer_broken(r))) worker_->forget_peer(r);
+  if (fresh) {
+    worker_->force_close();
+    worker_ = std::move(fresh);
+    worker_->set_directory([this](int r) { return peers_.at(static_cast<size_t>(r)); });
+    if (interrupt_fn_ != nullptr) worker_->set_interrupt_check([this] { return interrupted(); });
+  } else {
+    for (int r : members_)
+      if (r != launch_rank() && worker_->peer_broken(r)) worker_->forget_peer(r);
+  }
   worker_->set_epoch(epoch_);  // failure notices of older worlds are ignored from now on
   state_ = State::kReady;
   world_ = make_group(PSTATE_GROUP_WORLD, 0, members_, world_group_id(generation_));
@@ -184,8 +194,9 @@ std::vector<int> Context::shrink_now() {
   for (;;) {
     const uint32_t epoch = epoch_ + 1;
     std::vector<int> live;
+    std::unique_ptr<UcxWorker> fresh = make_worker();  // the new world's (see rebuild_world)
     try {
-      store_->set(shrink_key(epoch, cat("here/", launch_rank())), Bytes{}, deadline);
+      store_->set(shrink_key(epoch, cat("here/", launch_rank())), encode_peer_entry(fresh->self_entry()), deadline);
       // 2. every member here or dead; the proposal: those here and alive, in world order
       live = await_members(epoch, "here", deadline).arrived_and_live;
     } catch (const Error &e) {
@@ -217,7 +228,11 @@ std::vector<int> Context::shrink_now() {
     // 4. the new world, 5. taken up by all its members, or agreed again without the dead
     bool ok = false;
     try {
-      rebuild_world(agreed, /*after_failure=*/true);
+      for (int r : agreed)  // every member of the answer was here: its new worker's address too
+        if (r != launch_rank())
+          peers_.at(static_cast<size_t>(r)) = decode_peer_entry(store_->get(shrink_key(epoch, cat("here/", r)), deadline));
+      peers_.at(static_cast<size_t>(launch_rank())) = fresh->self_entry();
+      rebuild_world(agreed, /*after_failure=*/true, std::move(fresh));
       ok = shrink_outcome_ok(epoch, deadline);
     } catch (const Error &e) {
       fail(e.what());
@@ -229,8 +244,6 @@ std::vector<int> Context::shrink_now() {
     world_->retire();
     retired_.push_back(std::move(world_));
   }
-  for (int r : before)
-    if (global_rank_of(r) < 0) worker_->forget_peer(r);  // the dead: endpoints released
   failure_.clear();
   dumped_since_failure_ = false;
   if (trace_) trace_->clear_failure();

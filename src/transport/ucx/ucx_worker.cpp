@@ -181,9 +181,15 @@ void UcxWorker::post_notices(const std::vector<int> &world_ranks, int dead) noex
   for (int r : world_ranks) {
     if (r == options_.world_rank || r == dead) continue;
     try {
-      Peer &p = peer(r);
-      if (p.lost()) continue;
-      ucp_ep_h ep = endpoint(p);
+      Peer *p = &peer(r);
+      if (p->lost()) continue;
+      // The failed wait force-closed the endpoints of its stuck sends: those peers are the ones
+      // most likely blocked on this rank, so they get the notice over a new endpoint.
+      if (p->ep_closed) {
+        forget_peer(r);
+        p = &peer(r);
+      }
+      ucp_ep_h ep = endpoint(*p);
       if (ep == nullptr) continue;
       notice_words_.push_back(uint64_t{epoch_} | (uint64_t{static_cast<uint32_t>(dead)} << 32));
       ucp_request_param_t param{};
