@@ -2,6 +2,7 @@
 #include "group/rank_records.hpp"
 
 #include "common/error.hpp"
+#include "common/le_bytes.hpp"
 
 #include <cstring>
 
@@ -13,37 +14,15 @@ constexpr char kRecordMagic[4] = {'P', 'S', 'R', '2'};
 constexpr uint32_t kMaxInterfacesText = 4096;
 constexpr char kDirectoryMagic[4] = {'P', 'S', 'D', '1'};
 
-void put_u32(std::vector<uint8_t> &out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-
-class Reader {
+// The rank records' reader: LeReader, plus their magic numbers.
+class Reader : public LeReader {
  public:
-  Reader(const std::vector<uint8_t> &b, const char *what) : b_(b), what_(what) {}
-  const uint8_t *take(size_t n) {
-    if (n > b_.size() - pos_)
-      throw_error(PSTATE_ERR_MISMATCH, "rendezvous: ", what_, " of ", b_.size(), " bytes is truncated at byte ", pos_,
-                  " (written by another pstate version?)");
-    const uint8_t *p = b_.data() + pos_;
-    pos_ += n;
-    return p;
-  }
-  uint32_t u32() {
-    const uint8_t *p = take(4);
-    return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
-  }
+  Reader(const std::vector<uint8_t> &b, const char *what) : LeReader(b, cat("rendezvous: ", what)) {}
   void magic(const char (&m)[4]) {
     if (std::memcmp(take(4), m, 4) != 0)
-      throw_error(PSTATE_ERR_MISMATCH, "rendezvous: ", what_, " does not start with ", std::string(m, 4),
+      throw_error(PSTATE_ERR_MISMATCH, what(), " does not start with ", std::string(m, 4),
                   " (written by another pstate version, or not by pstate?)");
   }
-  std::vector<uint8_t> rest() { return {b_.begin() + static_cast<std::ptrdiff_t>(pos_), b_.end()}; }
-  bool at_end() const { return pos_ == b_.size(); }
-
- private:
-  const std::vector<uint8_t> &b_;
-  const char *what_;
-  size_t pos_ = 0;
 };
 
 }  // namespace

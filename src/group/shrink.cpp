@@ -37,6 +37,7 @@
 // order and meets in its barrier.
 #include "bootstrap/netif.hpp"
 #include "bootstrap/wire.hpp"
+#include "common/le_bytes.hpp"
 #include "group/context.hpp"
 #include "group/group.hpp"
 #include "group/rank_records.hpp"
@@ -54,26 +55,14 @@ namespace {
 std::string shrink_key(uint32_t epoch, const std::string &what) { return cat("pstate/shrink/", epoch, "/", what); }
 std::string rejoin_key(int64_t n) { return cat("pstate/rejoin/", n); }
 
-// Little-endian i32 / u32 lists for store values.
-void put_u32(Bytes &b, uint32_t v) {
-  for (int i = 0; i < 4; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-uint32_t get_u32(const Bytes &b, size_t *at, const char *what) {
-  if (*at + 4 > b.size()) throw_error(PSTATE_ERR_MISMATCH, what, ": a malformed value on the store (another version?)");
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(b[*at + i]) << (8 * i);
-  *at += 4;
-  return v;
-}
+// Lists of launch ranks in store values: u32 count, then u32 each (common/le_bytes.hpp).
 void put_list(Bytes &b, const std::vector<int> &v) {
   put_u32(b, static_cast<uint32_t>(v.size()));
   for (int x : v) put_u32(b, static_cast<uint32_t>(x));
 }
-std::vector<int> get_list(const Bytes &b, size_t *at, const char *what) {
-  uint32_t n = get_u32(b, at, what);
-  if (n > (b.size() - *at) / 4) throw_error(PSTATE_ERR_MISMATCH, what, ": a malformed list on the store");
-  std::vector<int> v(n);
-  for (auto &x : v) x = static_cast<int>(get_u32(b, at, what));
+std::vector<int> get_list(LeReader &r) {
+  std::vector<int> v;
+  for (uint32_t n = r.u32(); n > 0; --n) v.push_back(static_cast<int>(r.u32()));  // a bad count ends in take()
   return v;
 }
 
@@ -214,9 +203,9 @@ std::vector<int> Context::shrink_now() {
       fail(e.what());
       throw store_lost(e);
     }
-    size_t at = 0;
-    const uint32_t generation = get_u32(answer, &at, "pstate_shrink");
-    std::vector<int> agreed = get_list(answer, &at, "pstate_shrink");
+    LeReader in(answer, "pstate_shrink: the survivors' answer on the store");
+    const uint32_t generation = in.u32();
+    std::vector<int> agreed = get_list(in);
     epoch_ = epoch;
     if (std::find(agreed.begin(), agreed.end(), launch_rank()) == agreed.end()) {
       fail("pstate_shrink: the survivors left this rank out");
@@ -301,16 +290,18 @@ void Context::join_as_replacement(Deadline deadline) {
                 " ms (PSTATE_INIT_TIMEOUT_MS): they admit replacements in pstate_grow, which every survivor calls; is "
                 "the job still running, and does it call pstate_grow? (", e.what(), ")");
   }
-  size_t at = 0;
-  const uint32_t kind = get_u32(admit, &at, "pstate_init (rejoin)");
-  if (kind == kRefused)
+  LeReader in(admit, "pstate_init (rejoin): the survivors' admission");
+  const uint32_t kind = in.u32();
+  if (kind == kRefused) {
+    const Bytes why = in.rest();
     throw_error(PSTATE_ERR_MISMATCH, "pstate_init (PSTATE_REJOIN=1, launch rank ", launch_rank(),
-                "): the survivors refused this process: ", std::string(admit.begin() + static_cast<long>(at), admit.end()));
-  epoch_ = get_u32(admit, &at, "pstate_init (rejoin)");
-  generation_ = get_u32(admit, &at, "pstate_init (rejoin)");
-  rejoins_seen_ = get_u32(admit, &at, "pstate_init (rejoin)");
-  std::vector<int> members = get_list(admit, &at, "pstate_init (rejoin)");
-  adopt_directory(decode_rank_directory(Bytes(admit.begin() + static_cast<long>(at), admit.end())),
+                "): the survivors refused this process: ", std::string(why.begin(), why.end()));
+  }
+  epoch_ = in.u32();
+  generation_ = in.u32();
+  rejoins_seen_ = in.u32();
+  std::vector<int> members = get_list(in);
+  adopt_directory(decode_rank_directory(in.rest()),
                   "pstate_init (rejoin): the survivors' directory");
   peers_[static_cast<size_t>(launch_rank())] = worker_->self_entry();
   if (!launch_.local_rank_given) {  // this process's index among the members of its host
@@ -347,9 +338,9 @@ int Context::grow_now(int64_t timeout_ms) {
       Arrival a;
       a.n = n;
       Bytes v = store_->get(rejoin_key(n), deadline);  // it added the count, then set this
-      size_t at = 0;
-      a.launch_rank = static_cast<int>(get_u32(v, &at, "pstate_grow"));
-      a.record.assign(v.begin() + static_cast<long>(at), v.end());
+      LeReader in(v, "pstate_grow: a replacement's record on the store");
+      a.launch_rank = static_cast<int>(in.u32());
+      a.record = in.rest();
       if (a.launch_rank < 0 || a.launch_rank >= launch_.world_size)
         a.refusal = cat("launch rank ", a.launch_rank, " is outside the job's 0..", launch_.world_size - 1);
       else if (std::find(taken.begin(), taken.end(), a.launch_rank) != taken.end())
@@ -372,30 +363,29 @@ int Context::grow_now(int64_t timeout_ms) {
     }
   }
   decision = world_->broadcast_object(decision.data(), decision.size(), 0);
-  size_t at = 0;
-  const int64_t count = get_u32(decision, &at, "pstate_grow");
-  const uint32_t arrivals = get_u32(decision, &at, "pstate_grow");
+  LeReader in(decision, "pstate_grow: rank 0's decision");
+  const int64_t count = in.u32();
+  const uint32_t arrivals = in.u32();
   std::vector<std::pair<int64_t, int>> admitted;  // (n, launch rank)
   std::vector<int64_t> refused;
   for (uint32_t i = 0; i < arrivals; ++i) {
-    int64_t n = get_u32(decision, &at, "pstate_grow");
-    int r = static_cast<int>(get_u32(decision, &at, "pstate_grow"));
-    bool ok = get_u32(decision, &at, "pstate_grow") == kAdmitted;
-    uint32_t len = get_u32(decision, &at, "pstate_grow");
-    if (len > decision.size() - at) throw_error(PSTATE_ERR_MISMATCH, "pstate_grow: a malformed decision");
-    Bytes rec(decision.begin() + static_cast<long>(at), decision.begin() + static_cast<long>(at + len));
-    at += len;
+    int64_t n = in.u32();
+    int rank = static_cast<int>(in.u32());
+    bool ok = in.u32() == kAdmitted;
+    const uint32_t len = in.u32();
+    const uint8_t *bytes = in.take(len);
+    Bytes rec(bytes, bytes + len);
     if (!ok) {
       refused.push_back(n);
       continue;
     }
     RankRecord record = decode_rank_record(rec);
-    given_local_ranks_[static_cast<size_t>(r)] = record.local_rank;
-    interfaces_[static_cast<size_t>(r)] = record.interfaces;
-    peers_[static_cast<size_t>(r)] = record.peer;
-    worker_->forget_peer(r);  // the dead process's endpoint, if any: the next use reaches the new one
-    if (static_cast<size_t>(r) < live_watches_.size()) live_watches_[static_cast<size_t>(r)].reset();
-    admitted.emplace_back(n, r);
+    given_local_ranks_[static_cast<size_t>(rank)] = record.local_rank;
+    interfaces_[static_cast<size_t>(rank)] = record.interfaces;
+    peers_[static_cast<size_t>(rank)] = record.peer;
+    worker_->forget_peer(rank);  // the dead process's endpoint, if any: the next use reaches the new one
+    if (static_cast<size_t>(rank) < live_watches_.size()) live_watches_[static_cast<size_t>(rank)].reset();
+    admitted.emplace_back(n, rank);
   }
   rejoins_seen_ = count;
   if (rank() == 0)
