@@ -391,7 +391,9 @@ PSTATE_API pstate_status_t pstate_group_ranks(const pstate_group_t *g, int *rank
  *  live, and so, where the store cannot tell (a file:// store; a store that died with rank 0),
  *  is a rank of another host that no operation has touched since it died. A rank that has
  *  finalized has left the store: it is not live either. Local, not collective; works in a failed
- *  context (after PSTATE_ERR_PEER_LOST, to learn who is gone). *count = the number of live
+ *  context (after PSTATE_ERR_PEER_LOST, to learn who is gone: there, while the store still lists
+ *  every rank, it asks again for up to 1 s, since the news of a death can reach a rank before the
+ *  store has read the dead's connection end). *count = the number of live
  *  ranks; capacity too small => INVALID_ARGUMENT with *count set (the world size is always
  *  enough). */
 PSTATE_API pstate_status_t pstate_live_ranks(pstate_t *ps, int *ranks, size_t capacity, size_t *count);

@@ -27,6 +27,7 @@
 #include "transport/ucx/ucx_tag.hpp"
 
 #include <algorithm>
+#include <unistd.h>
 #include <cstdlib>
 #include <map>
 #include <type_traits>
@@ -563,6 +564,7 @@ void Context::fail(const std::string &why) {
 void Context::fail(const std::string &why, pstate_status_t status) {
   const bool first = state_ != State::kFailed && state_ != State::kClosed;
   fail(why);
+  if (first) failure_status_ = status;
   if (first && status == PSTATE_ERR_PEER_LOST && worker_ && why.find(ucx::kNoticeMarker) == std::string::npos)
     worker_->post_notices(members_, -1);
 }
@@ -598,8 +600,25 @@ std::vector<Group *> Context::live_groups() const {
 }
 
 std::vector<int> Context::live_ranks() {
+  bool store_answered = false;
+  std::vector<int> launch_live = live_launch_ranks(false, &store_answered);
+  // A peer was lost, yet everyone is still here: the news (a notice from the rank that saw the
+  // death) may have outrun the store's thread, which has not yet read the dead's connection end.
+  // Ask again, briefly; a loss that is no process's end (a broken link) stays "all live".
+  if (state_ == State::kFailed && failure_status_ == PSTATE_ERR_PEER_LOST && store_answered &&
+      launch_live.size() == members_.size()) {
+    const Deadline settle = Deadline::after_ms(std::min<int64_t>(launch_.timeout_ms, 1000));
+    const auto t0 = Deadline::Clock::now();
+    while (store_answered && launch_live.size() == members_.size() && !settle.expired()) {
+      ::usleep(5000);
+      launch_live = live_launch_ranks(false, &store_answered);
+    }
+    log_.info("live ranks: the store listed every rank after a lost peer; asked again for ",
+              std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - t0).count(), " ms: ",
+              members_.size() - launch_live.size(), " gone");
+  }
   std::vector<int> live;
-  for (int r : live_launch_ranks(false)) live.push_back(global_rank_of(r));
+  for (int r : launch_live) live.push_back(global_rank_of(r));
   return live;
 }
 
@@ -612,7 +631,7 @@ int Context::global_rank_of(int launch_rank) const {
 // only a process's end counts — its store connection closed (any host) or its pid exited (same
 // host); a UCX endpoint error does not, since a survivor that gave up on a collective may have
 // force-closed its endpoints to live peers. Without a store that can tell, UCX's word counts too.
-std::vector<int> Context::live_launch_ranks(bool for_agreement) {
+std::vector<int> Context::live_launch_ranks(bool for_agreement, bool *store_answered) {
   const int n = launch_.world_size;
   if (live_watches_.size() != static_cast<size_t>(n)) live_watches_.resize(static_cast<size_t>(n));
   // The store's view first: it sees the connection of every rank close, on any host.
@@ -620,6 +639,7 @@ std::vector<int> Context::live_launch_ranks(bool for_agreement) {
   if (store_) {
     try {
       connected = store_->members(Deadline::after_ms(std::min<int64_t>(launch_.timeout_ms, 2000)));
+      if (store_answered) *store_answered = connected.has_value();
     } catch (const Error &e) {
       if (for_agreement) throw;
       log_.info("live ranks: the store cannot tell (", e.what(), "); what this rank saw itself decides");

@@ -115,7 +115,10 @@ class Context {
   // The world ranks this rank does not know to be dead, ascending (pstate_live_ranks): dead is a
   // peer whose connection to the TCP store has closed (the store sees that on every host: one
   // round trip), whose process has exited (same host: a pidfd per peer, made at the first call)
-  // or whose UCX endpoint reported a peer failure. A rank that is merely slow is live.
+  // or whose UCX endpoint reported a peer failure. A rank that is merely slow is live. After this
+  // context failed with PEER_LOST, while the store still lists every member, it asks the store
+  // again for up to 1 s: the death can reach this rank (another rank's failure notice) before the
+  // dead's connection end reaches the store's thread.
   std::vector<int> live_ranks();
   int local_rank() const { return launch_.local_rank; }
   pstate_device_t device() const { return device_; }
@@ -221,7 +224,7 @@ class Context {
   std::unique_ptr<UcxWorker> make_worker() const;
   // shrink.cpp: the steps of shrink() and grow()
   void drop_all_groups() noexcept;
-  std::vector<int> live_launch_ranks(bool for_agreement);
+  std::vector<int> live_launch_ranks(bool for_agreement, bool *store_answered = nullptr);
   void rebuild_world(std::vector<int> members, bool after_failure, std::unique_ptr<UcxWorker> fresh = nullptr);
   bool shrink_outcome_ok(uint32_t epoch, const Deadline &deadline);
   struct Arrivals {
@@ -271,6 +274,7 @@ class Context {
 
   State state_ = State::kReady;
   std::string failure_;
+  pstate_status_t failure_status_ = PSTATE_OK;  // the status the failing call returned, if known
   pstate_interrupt_fn interrupt_fn_ = nullptr;
   void *interrupt_user_ = nullptr;
   std::atomic<bool> busy_{false};
