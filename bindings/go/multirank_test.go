@@ -358,4 +358,7 @@ func TestPeerKilledMidOpReturnsPeerLostOrTimeout(t *testing.T) {
 	if !regexp.MustCompile(`\[0\] SURVIVOR: pstate: AllReduce on world:0: PSTATE_ERR_(PEER_LOST|TIMEOUT)`).MatchString(out) {
 		t.Fatalf("rank 0 did not report PEER_LOST/TIMEOUT:\n%s", out)
 	}
+	if strings.Contains(out, "PEER_LOST") && !strings.Contains(out, "call ps.Shrink() (survivors go on without the dead) or ps.Abort()") {
+		t.Fatalf("PEER_LOST does not name the Go ways out (ps.Shrink(), ps.Abort()):\n%s", out)
+	}
 }

@@ -574,8 +574,7 @@ void Context::check_notices(const std::string &where) {
   if (auto n = worker_->take_notice())
     throw_error(PSTATE_ERR_PEER_LOST, where, ": ", ucx::kNoticeMarker, global_rank_of(n->from),
                 " lost a peer and left the job's collectives, so rank ", rank(),
-                " cannot complete this wait in shared memory; the job cannot continue as it is: call pstate_shrink "
-                "(survivors go on without the dead) or pstate_abort");
+                " cannot complete this wait in shared memory; ", ucx::kPeerLostWayOut);
 }
 
 void Context::set_interrupt_check(pstate_interrupt_fn fn, void *user) {

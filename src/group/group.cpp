@@ -10,6 +10,7 @@
 #include "transport/shm/shm_p2p.hpp"
 #include "transport/ucx/process_watch.hpp"
 #include "transport/ucx/ucx_channel.hpp"
+#include "transport/ucx/ucx_tag.hpp"
 
 #include <signal.h>
 #include <unistd.h>
@@ -91,7 +92,7 @@ void pstate_group_s::check_peers_alive() {
     for (size_t i = 0; i < ranks_.size(); ++i)
       if (ctx_.peer_pid(ranks_[i]) == w->pid()) dead = global_[i];
     pstate::throw_error(PSTATE_ERR_PEER_LOST, name_, ": rank ", dead, " (pid ", w->pid(), ") exited while rank ",
-                        ctx_.rank(), " waited for it in shared memory; the job cannot continue: call pstate_abort");
+                        ctx_.rank(), " waited for it in shared memory; ", pstate::ucx::kPeerLostWayOut);
   }
 }
 

@@ -27,6 +27,10 @@ inline constexpr uint64_t kTagMatchAll = ~uint64_t{0};
 // Errors that a failure notice caused (UcxWorker::take_notice) contain this: the rank that got
 // one does not send notices of its own (the sender told everyone already).
 inline constexpr const char kNoticeMarker[] = "failure notice: rank ";
+// What a survivor of a dead peer can do: the end of every PEER_LOST that a wait raises (UCX,
+// shared memory, notice).
+inline constexpr const char kPeerLostWayOut[] =
+    "the job cannot continue as it is: call pstate_shrink (survivors go on without the dead) or pstate_abort";
 
 constexpr uint64_t make_tag(uint32_t group_id, int source_world_rank, uint32_t algo_tag) {
   return (uint64_t{group_id & kMaxGroupId} << 52) |

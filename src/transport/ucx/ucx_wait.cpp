@@ -222,8 +222,7 @@ void UcxWorker::throw_notice(const Notice &n, const WaitScope &scope) {
   throw_error(PSTATE_ERR_PEER_LOST, scope.what, ": ", ucx::kNoticeMarker, n.from,
               n.dead >= 0 ? cat(" saw rank ", n.dead, " die") : std::string(" lost a peer"),
               " and left the job's collectives, so ", describe_self(scope),
-              " cannot complete this wait; the job cannot continue as it is: call pstate_shrink (survivors go on "
-              "without the dead) or pstate_abort");
+              " cannot complete this wait; ", ucx::kPeerLostWayOut);
 }
 
 void UcxWorker::throw_peer_lost(const Peer &p, const Op &op, const WaitScope &scope) {
@@ -234,8 +233,8 @@ void UcxWorker::throw_peer_lost(const Peer &p, const Op &op, const WaitScope &sc
                            ms_since(wait_start_), " ms into the wait)");
   if (p.ep_error != UCS_OK)
     throw_error(PSTATE_ERR_PEER_LOST, what, " became unreachable (UCX: ", ucs_status_string(p.ep_error), ") ", waited,
-                "; the job cannot continue: call pstate_abort");
-  throw_error(PSTATE_ERR_PEER_LOST, what, " exited ", waited, "; the job cannot continue: call pstate_abort");
+                "; ", ucx::kPeerLostWayOut);
+  throw_error(PSTATE_ERR_PEER_LOST, what, " exited ", waited, "; ", ucx::kPeerLostWayOut);
 }
 
 void UcxWorker::throw_failed_op(const Op &op, const WaitScope &scope) {

@@ -136,6 +136,9 @@ fn rust_name(c: &str) -> Option<String> {
         "pstate_init" => "PState::init",
         "pstate_abort" => "PState::abort",
         "pstate_finalize" => "PState::finalize",
+        "pstate_shrink" => "PState::shrink",
+        "pstate_grow" => "PState::grow",
+        "pstate_live_ranks" => "PState::live_ranks",
         "pstate_initialize_model_parallel" => "PState::initialize_model_parallel",
         "pstate_destroy_model_parallel" => "PState::destroy_model_parallel",
         "pstate_get_group" => "PState::group",
@@ -247,6 +250,10 @@ mod tests {
         assert_eq!(
             rust_names("pstate_init: set pstate_init_params_t.world_size and pstate_init_params_t.rank, or use PSTATE_DEVICE_CPU"),
             "PState::init: set InitOptions::world_size and InitOptions::rank, or use Device::Cpu"
+        );
+        assert_eq!(
+            rust_names("rank 1 exited; the job cannot continue as it is: call pstate_shrink (survivors go on) or pstate_abort; see pstate_live_ranks, pstate_grow"),
+            "rank 1 exited; the job cannot continue as it is: call PState::shrink (survivors go on) or PState::abort; see PState::live_ranks, PState::grow"
         );
         assert_eq!(rust_names("params->timeout_ms is negative; libpstate.so; PSTATE_ERR_ABORTED"), "InitOptions::timeout is negative; libpstate.so; PSTATE_ERR_ABORTED");
     }
