@@ -667,6 +667,7 @@ class Launcher {
         if (const Rank *first = root_cause()) {  // --keep-going: the job still lost ranks
           say(cat("failed: rank ", first->rank, " ", describe_status(first->status), " first; then ",
                   how_the_others_ended(first)));
+          report_dumps();
           const int code = exit_code_of(first->status);
           return code == 0 ? kExitFailure : code;
         }

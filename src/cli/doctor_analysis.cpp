@@ -27,6 +27,11 @@
 // 6. What a behind rank does instead: inside another pstate call (in_call, and its waiting entry)
 //    or idle outside pstate, with the time since its last call returned, measured against the
 //    earliest dump of the ranks that waited for it.
+// 7. Epochs (a job that called pstate_shrink / pstate_grow; the dumps' `epochs` line): groups are
+//    matched by (epoch, name, members), and only the groups of the latest epoch decide the
+//    verdict; what happened in earlier ones (the death the survivors shrank around) is listed as
+//    "recovered". A rank of the latest world whose dump is older than that epoch (it did not dump
+//    again after the rebuild) counts as missing there: its dump tells nothing of what it does now.
 #include "cli/doctor_analysis.hpp"
 
 #include <algorithm>
@@ -91,6 +96,11 @@ JobDumps select_job(std::vector<TraceDump> all) {
 }
 
 namespace {
+
+// The world group's name: "world:0" as pstate writes it, "world" in older dumps.
+bool is_world(const std::string &name) {
+  return name == "world" || name.rfind("world:", 0) == 0;
+}
 
 bool is_waiting(const TraceEntry &e) {
   return e.pending() || (e.failed() && (e.status == "TIMEOUT" || e.status == "PEER_LOST" || e.status == "ABORTED"));
@@ -181,26 +191,45 @@ class Analysis {
     return it == groups_[g].collectives.end() ? 0 : it->second;
   }
 
-  // Groups by (name, members): world first, then by name.
+  // Groups by (epoch, name, members): by epoch, world first in each, then by name.
   void index_groups() {
-    std::set<std::pair<std::string, std::vector<int>>> keys;
-    for (const TraceDump &d : job_.dumps)
-      for (const TraceGroup &g : d.groups) keys.insert({g.name, g.members});
-    std::vector<std::pair<std::string, std::vector<int>>> ordered(keys.begin(), keys.end());
-    std::stable_sort(ordered.begin(), ordered.end(),
-                     [](const auto &a, const auto &b) { return (a.first == "world") > (b.first == "world"); });
-    for (auto &k : ordered) groups_.push_back(GroupProgress{k.first, k.second, {}});
+    using Key = std::tuple<int64_t, std::string, std::vector<int>>;
+    std::set<Key> keys;
+    bool epochs = false;
+    for (const TraceDump &d : job_.dumps) {
+      diag_.epoch = std::max(diag_.epoch, d.epoch);
+      epochs = epochs || !d.epochs.empty();
+      for (const TraceGroup &g : d.groups) keys.insert({g.epoch, g.name, g.members});
+    }
+    std::vector<Key> ordered(keys.begin(), keys.end());
+    std::stable_sort(ordered.begin(), ordered.end(), [](const Key &a, const Key &b) {
+      return std::make_tuple(std::get<0>(a), !is_world(std::get<1>(a))) < std::make_tuple(std::get<0>(b), !is_world(std::get<1>(b)));
+    });
+    for (auto &[epoch, name, members] : ordered) {
+      GroupProgress gp{name, members, epoch, name, {}};
+      if (epochs) gp.label += " (epoch " + std::to_string(epoch) + ")";
+      groups_.push_back(gp);
+    }
     for (const TraceDump &d : job_.dumps)
       for (const TraceGroup &g : d.groups) {
         int index = 0;
-        while (groups_[index].name != g.name || groups_[index].members != g.members) ++index;
+        while (groups_[index].epoch != g.epoch || groups_[index].name != g.name || groups_[index].members != g.members)
+          ++index;
         dump_group_[{d.rank, g.gid}] = index;
         groups_[index].collectives[d.rank] = g.collectives;
       }
-    for (GroupProgress &g : groups_)  // a member with a dump but no line for the group called none
+    for (GroupProgress &g : groups_)  // a member with a dump (of the group's epoch) but no line for it called none
       for (int m : g.members)
-        if (dump(m) && !g.collectives.count(m)) g.collectives[m] = 0;
+        if (dump(m) && !stale(m, g) && !g.collectives.count(m)) g.collectives[m] = 0;
   }
+
+  // rank's dump was written before the world of g's epoch was built: it knows nothing of g.
+  bool stale(int rank, const GroupProgress &g) const {
+    const TraceDump *d = dump(rank);
+    return d != nullptr && d->epoch < g.epoch;
+  }
+  bool absent(int rank, int g) const { return !dump(rank) || stale(rank, group(g)); }
+  bool recovered(int g) const { return group(g).epoch < diag_.epoch; }
 
   void index_collectives() {
     for (const TraceDump &d : job_.dumps)
@@ -209,7 +238,7 @@ class Analysis {
   }
 
   std::string where(int g, int64_t seq, const TraceEntry &e) const {
-    return e.op + " #" + std::to_string(seq) + " of " + group(g).name;
+    return e.op + " #" + std::to_string(seq) + " of " + group(g).label;
   }
 
   // ---- mismatch ---------------------------------------------------------------------------------
@@ -241,6 +270,7 @@ class Analysis {
       Finding f;
       f.kind = "mismatch";
       f.group = group(g).name;
+      f.epoch = group(g).epoch;
       f.seq = seq;
       std::string calls;
       for (size_t i = majority ? 1 : 0; i < sets.size(); ++i) {
@@ -250,7 +280,7 @@ class Analysis {
       }
       std::sort(f.ranks.begin(), f.ranks.end());
       f.op = sets[majority ? 1 : 0].first->op;
-      std::string coll = "collective #" + std::to_string(seq) + " of " + f.group;
+      std::string coll = "collective #" + std::to_string(seq) + " of " + group(g).label;
       if (majority) {
         f.text = calls + " as " + coll + ", where " + ranks_phrase(sets[0].second) + " called " + sets[0].first->op +
                  paren(op_details(*sets[0].first));
@@ -280,7 +310,7 @@ class Analysis {
         }
       if (s.waiters.empty()) continue;
       for (int m : group(s.group).members) {
-        if (!dump(m))
+        if (absent(m, s.group))
           s.missing.push_back(m);
         else if (!entries.count(m) && progress(s.group, m) <= s.seq)
           s.behind.push_back(m);
@@ -319,7 +349,7 @@ class Analysis {
           s.p2p = true;
           s.sender = sender;
           s.receiver = receiver;
-          if (!dump(peer))
+          if (absent(peer, g))
             s.missing.push_back(peer);
           else if (!p2p_match(peer, g, sender, receiver, e.seq))
             s.behind.push_back(peer);
@@ -371,7 +401,7 @@ class Analysis {
         if (is_waiting(e) && e.cls != "life") w = &e;
       if (!w) return "is inside " + d.in_call;
       std::string out = "is inside " + d.in_call + ", waiting in " + w->op + " #" + std::to_string(w->seq) + " of " +
-                        group(group_of(d, w->gid)).name;
+                        group(group_of(d, w->gid)).label;
       const Stall *s = stall_of(w);
       if (s && !s->blockers().empty())
         out += ", which " + ranks_phrase(s->blockers()) + " never " + (s->p2p ? "matched" : "called");
@@ -387,6 +417,7 @@ class Analysis {
     Finding f;
     f.kind = "behind";
     f.group = group(s.group).name;
+    f.epoch = group(s.group).epoch;
     f.seq = s.seq;
     f.op = s.waiters.begin()->second->op;
     f.ranks = s.behind;
@@ -396,7 +427,7 @@ class Analysis {
     std::string verb = still ? (s.waiters.size() == 1 ? " waits in " : " wait in ") : " waited in ";
     std::string never = "never called";
     if (s.p2p) never = s.waiters.begin()->second->is_send() ? "never received" : "never sent";
-    f.text = ranks_phrase(s.behind) + (s.behind.size() == 1 ? " is" : " are") + " behind on " + f.group + ": " +
+    f.text = ranks_phrase(s.behind) + (s.behind.size() == 1 ? " is" : " are") + " behind on " + group(s.group).label + ": " +
              ranks_phrase(f.waiting_ranks) + verb + stall_op(s, true);
     if (!still) {
       std::string list;
@@ -412,7 +443,7 @@ class Analysis {
       for (int r : s.behind) each += (each.empty() ? "" : "; ") + ("rank " + std::to_string(r) + " " + doing(r, ref));
       f.text += " (" + each + ")";
     }
-    if (!s.missing.empty()) f.text += "; " + ranks_phrase(s.missing) + " left no dump";
+    if (!s.missing.empty()) f.text += "; " + ranks_phrase(s.missing) + " left no dump" + since_epoch(s);
     return f;
   }
 
@@ -420,6 +451,7 @@ class Analysis {
     Finding f;
     f.kind = "missing";
     f.group = group(s.group).name;
+    f.epoch = group(s.group).epoch;
     f.seq = s.seq;
     f.op = s.waiters.begin()->second->op;
     f.ranks = s.missing;
@@ -427,28 +459,42 @@ class Analysis {
     bool one = s.missing.size() == 1;
     std::set<std::string> statuses = waiter_statuses(s);
     if (statuses.count("PEER_LOST")) {
-      f.text = ranks_phrase(s.missing) + " left no dump: " + (one ? "its peers lost it" : "their peers lost them") +
-               " (PEER_LOST in " + stall_op(s, false) + " on " + f.group +
+      f.text = ranks_phrase(s.missing) + " left no dump" + since_epoch(s) + ": " +
+               (one ? "its peers lost it" : "their peers lost them") + " (PEER_LOST in " + stall_op(s, false) + " on " +
+               group(s.group).label +
                "): " + (one ? "it died or was killed" : "they died or were killed");
       return f;
     }
     std::string list;
     for (const std::string &st : statuses) list += (list.empty() ? "" : ", ") + st;
-    f.text = ranks_phrase(s.missing) + " left no dump and never arrived at " + stall_op(s, false) + " of " + f.group +
+    f.text = ranks_phrase(s.missing) + " left no dump" + since_epoch(s) + " and never arrived at " + stall_op(s, false) +
+             " of " + group(s.group).label +
              " where " + ranks_phrase(f.waiting_ranks) + " waited (" + list +
              "): " + (one ? "it is stopped, hung or dead" : "they are stopped, hung or dead");
     return f;
+  }
+
+  // " of epoch 1 (only an older one, from before the world was rebuilt)" when some of s's missing
+  // ranks did dump, but before the world of s's epoch; "" otherwise.
+  std::string since_epoch(const Stall &s) const {
+    for (int m : s.missing)
+      if (dump(m))
+        return " of epoch " + std::to_string(group(s.group).epoch) +
+               (s.missing.size() == 1 ? " (only an older one" : " (or only an older one") +
+               ", from before the world was rebuilt)";
+    return "";
   }
 
   Finding stuck_finding(const Stall &s) const {
     Finding f;
     f.kind = "stuck";
     f.group = group(s.group).name;
+    f.epoch = group(s.group).epoch;
     f.seq = s.seq;
     f.op = s.waiters.begin()->second->op;
     f.waiting_ranks = s.waiter_ranks();
     const TraceEntry &e = *s.waiters.begin()->second;
-    f.text = ranks_phrase(f.waiting_ranks) + " of " + f.group + " " + (f.waiting_ranks.size() == 1 ? "is" : "are") +
+    f.text = ranks_phrase(f.waiting_ranks) + " of " + group(s.group).label + " " + (f.waiting_ranks.size() == 1 ? "is" : "are") +
              " stuck in " + stall_op(s, true) + " although every rank involved called it (" + e.state +
              (e.status != "-" ? " " + e.status : "") + (e.path != "-" ? " via " + e.path : "") +
              "): the transfer did not finish, no rank stayed away";
@@ -457,7 +503,37 @@ class Analysis {
 
   // ---- the verdict ------------------------------------------------------------------------------
 
+  // What the survivors of an earlier epoch recovered from, said as such.
+  Finding as_recovered(Finding f) const {
+    f.kind = "recovered";
+    f.text = "before the world was rebuilt (epoch " + std::to_string(f.epoch) + "; now epoch " +
+             std::to_string(diag_.epoch) + "): " + f.text;
+    return f;
+  }
+
+  // The members of the world of the latest epoch (global ranks as the dumps write them).
+  std::vector<int> latest_world() const {
+    for (const GroupProgress &g : groups_)
+      if (g.epoch == diag_.epoch && is_world(g.name)) return g.members;
+    return {};
+  }
+
   void decide() {
+    std::vector<Finding> recovered_findings;
+    std::set<int> explained_missing;
+    {
+      std::vector<Stall> current;
+      for (Stall &s : stalls_) {
+        if (!recovered(s.group)) {
+          current.push_back(std::move(s));
+          continue;
+        }
+        if (!s.behind.empty()) recovered_findings.push_back(as_recovered(behind_finding(s)));
+        if (!s.missing.empty()) recovered_findings.push_back(as_recovered(missing_finding(s)));
+        explained_missing.insert(s.missing.begin(), s.missing.end());
+      }
+      stalls_ = std::move(current);
+    }
     std::set<int> waiting;
     for (const Stall &s : stalls_)
       for (const auto &w : s.waiters) waiting.insert(w.first);
@@ -490,7 +566,6 @@ class Analysis {
     for (const auto &m : mismatches_) findings.push_back(m.second);
     if (!findings.empty()) culprits = findings.front().ranks;
 
-    std::set<int> explained_missing;
     std::vector<const Stall *> stuck;
     size_t before = findings.size();
     for (const Stall *s : order) {
@@ -510,6 +585,18 @@ class Analysis {
     }
 
     before = findings.size();
+    const std::vector<int> world_now = latest_world();
+    for (int m : diag_.missing)
+      if (!explained_missing.count(m) && diag_.epoch > 0 && !world_now.empty() &&
+          std::find(world_now.begin(), world_now.end(), m) == world_now.end()) {
+        Finding f;
+        f.kind = "recovered";
+        f.ranks = {m};
+        f.text = "rank " + std::to_string(m) + " left no dump and is not in the world of epoch " +
+                 std::to_string(diag_.epoch) + ": the survivors went on without it (pstate_shrink)";
+        recovered_findings.push_back(f);
+        explained_missing.insert(m);
+      }
     for (int m : diag_.missing)
       if (!explained_missing.count(m)) {
         Finding f;
@@ -530,23 +617,34 @@ class Analysis {
         Finding f;
         f.kind = "failed";
         f.group = group(g).name;
+        f.epoch = group(g).epoch;
         f.seq = e.seq;
         f.op = e.op;
         f.ranks = {d.rank};
         f.text = "rank " + std::to_string(d.rank) + "'s " + where(g, e.seq, e) + " failed with " + e.status +
                  (d.failure != "-" ? " (" + d.failure + ")" : "");
+        if (recovered(g)) {
+          recovered_findings.push_back(as_recovered(f));
+          continue;
+        }
         findings.push_back(f);
       }
     if (first_of_kind(before)) culprits = findings.front().ranks;
 
     for (const Stall *s : stuck) findings.push_back(stuck_finding(*s));  // no culprit rank
 
+    const bool none = findings.empty();
+    findings.insert(findings.end(), recovered_findings.begin(), recovered_findings.end());
     diag_.findings = findings;
     diag_.culprits = culprits;
-    if (findings.empty()) {
+    if (none) {
       diag_.exit_status = 0;
       diag_.verdict =
           "pstate doctor: no problem found in " + std::to_string(job_.dumps.size()) + " dumps of job " + job_.job;
+      if (!findings.empty())
+        diag_.verdict += " (its world of epoch " + std::to_string(diag_.epoch) + "; " +
+                         std::to_string(findings.size()) + " recovered " +
+                         (findings.size() == 1 ? "problem" : "problems") + " before it, listed below)";
     } else {
       diag_.exit_status = 1;
       diag_.verdict = "pstate doctor: " + findings.front().text;
@@ -586,12 +684,14 @@ class Analysis {
 
   void write_evidence() {
     auto &ev = diag_.evidence;
-    for (size_t i = 1; i < diag_.findings.size(); ++i) ev.push_back("also: " + diag_.findings[i].text);
+    // The verdict says the first finding, unless there is no current one (only recovered ones).
+    for (size_t i = diag_.exit_status == 0 ? 0 : 1; i < diag_.findings.size(); ++i)
+      ev.push_back((diag_.findings[i].kind == "recovered" ? "recovered: " : "also: ") + diag_.findings[i].text);
     std::string unused;  // groups nobody used: one line for all of them
     for (size_t g = 0; g < groups_.size(); ++g) {
       const GroupProgress &gp = groups_[g];
       if (unused_group(gp, static_cast<int>(g))) {
-        unused += (unused.empty() ? "" : ", ") + gp.name;
+        unused += (unused.empty() ? "" : ", ") + gp.label;
         continue;
       }
       std::string members, progress;
@@ -601,7 +701,7 @@ class Analysis {
         progress += (progress.empty() ? "" : ", ") + ("rank " + std::to_string(m) + " ") +
                     (it == gp.collectives.end() ? std::string("?") : std::to_string(it->second));
       }
-      ev.push_back("group " + gp.name + " (ranks " + members + "): collectives called: " + progress);
+      ev.push_back("group " + gp.label + " (ranks " + members + "): collectives called: " + progress);
       for (int m : gp.members) {
         const TraceDump *d = dump(m);
         if (!d) {
@@ -659,7 +759,8 @@ Diagnosis diagnose(const JobDumps &job) {
 
 std::string diagnosis_json(const JobDumps &job, const Diagnosis &d) {
   std::string out = "{\"verdict\": " + json_string(d.verdict) + ", \"exit_status\": " + std::to_string(d.exit_status);
-  out += ", \"job\": " + json_string(job.job) + ", \"world\": " + std::to_string(job.world);
+  out += ", \"job\": " + json_string(job.job) + ", \"world\": " + std::to_string(job.world) +
+         ", \"epoch\": " + std::to_string(d.epoch);
   out +=
       ", \"dumps\": " + std::to_string(job.dumps.size()) + ", \"ignored_dumps\": " + std::to_string(job.ignored_dumps);
   out += ", \"culprit_ranks\": " + int_array(d.culprits) + ", \"missing_ranks\": " + int_array(d.missing);
@@ -669,14 +770,15 @@ std::string diagnosis_json(const JobDumps &job, const Diagnosis &d) {
     out += std::string(i ? ", " : "") + "{\"kind\": " + json_string(f.kind);
     out += ", \"group\": " + (f.group.empty() ? "null" : json_string(f.group));
     out += ", \"seq\": " + (f.seq == kNone ? "null" : std::to_string(f.seq));
-    out += ", \"op\": " + (f.op.empty() ? "null" : json_string(f.op));
+    out += ", \"op\": " + (f.op.empty() ? "null" : json_string(f.op)) + ", \"epoch\": " + std::to_string(f.epoch);
     out += ", \"ranks\": " + int_array(f.ranks) + ", \"waiting_ranks\": " + int_array(f.waiting_ranks);
     out += ", \"text\": " + json_string(f.text) + "}";
   }
   out += "], \"groups\": [";
   for (size_t i = 0; i < d.groups.size(); ++i) {
     const GroupProgress &g = d.groups[i];
-    out += std::string(i ? ", " : "") + "{\"name\": " + json_string(g.name) + ", \"members\": " + int_array(g.members) +
+    out += std::string(i ? ", " : "") + "{\"name\": " + json_string(g.name) + ", \"epoch\": " + std::to_string(g.epoch) +
+           ", \"members\": " + int_array(g.members) +
            ", \"progress\": {";
     const char *sep = "";
     for (const auto &[rank, n] : g.collectives) {

@@ -33,12 +33,17 @@ struct Finding {
   std::string op;                  // "" when none
   std::vector<int> ranks;          // the ranks the finding names (odd, behind, missing)
   std::vector<int> waiting_ranks;  // the ranks that waited for them
+  int64_t epoch = 0;               // the epoch of the group's world (see GroupProgress)
   std::string text;                // one sentence
 };
 
 struct GroupProgress {
   std::string name;
   std::vector<int> members;
+  // The world's epoch the group was made in: pstate_shrink and pstate_grow rebuild the world and
+  // its groups (same names, new epoch); groups are told apart by (epoch, name, members).
+  int64_t epoch = 0;
+  std::string label;  // the name in the doctor's sentences: "tp:0", or "tp:0 (epoch 1)" in a job with epochs
   std::map<int, int64_t> collectives;  // rank -> `collectives` of its group line (ranks with a dump)
 };
 
@@ -50,6 +55,10 @@ struct Diagnosis {
   std::vector<Finding> findings;  // the verdict's finding first
   std::vector<GroupProgress> groups;
   std::vector<std::string> evidence;  // the lines printed under the verdict
+  // A job whose world was rebuilt (pstate_shrink / pstate_grow): the latest epoch of any dump.
+  // Stalls, failures and deaths in groups of earlier epochs are history the survivors recovered
+  // from: they are listed (findings of kind "recovered", after the others) but decide nothing.
+  int64_t epoch = 0;
 };
 
 Diagnosis diagnose(const JobDumps &job);

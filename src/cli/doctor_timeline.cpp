@@ -57,7 +57,8 @@ void rename_over(const std::string &from, const std::string &to) {
 int group_index(const Diagnosis &d, const TraceDump &dump, int gid) {
   const TraceGroup *g = dump.group(gid);
   for (size_t i = 0; g && i < d.groups.size(); ++i)
-    if (d.groups[i].name == g->name && d.groups[i].members == g->members) return static_cast<int>(i);
+    if (d.groups[i].epoch == g->epoch && d.groups[i].name == g->name && d.groups[i].members == g->members)
+      return static_cast<int>(i);
   return -1;
 }
 
@@ -106,7 +107,8 @@ std::string timeline_json(const JobDumps &job, const Diagnosis &diag) {
     events.push_back("{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": " + std::to_string(d.rank) +
                      ", \"tid\": 0, \"args\": {\"sort_index\": " + std::to_string(d.rank) + "}}");
     meta("thread_name", d.rank, 0, "lifecycle");
-    for (const TraceGroup &g : d.groups) meta("thread_name", d.rank, group_index(diag, d, g.gid) + 1, g.name);
+    for (const TraceGroup &g : d.groups) meta("thread_name", d.rank, group_index(diag, d, g.gid) + 1,
+                                        diag.groups[static_cast<size_t>(group_index(diag, d, g.gid))].label);
     for (const TraceEntry &e : d.entries) {
       int tid = e.gid < 0 ? 0 : group_index(diag, d, e.gid) + 1;
       std::string args = "\"class\": " + json_string(e.cls);

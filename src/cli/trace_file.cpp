@@ -124,6 +124,22 @@ void check_not_torn(const Reader &in) {
                            "torn: no end line (was it copied while being written?)");
 }
 
+// `epochs E:G,E:G,...`: epochs and first gids, both ascending.
+void read_epochs(const Reader &in, const std::string &rest, TraceDump &d) {
+  std::stringstream items(rest);
+  for (std::string item; std::getline(items, item, ',');) {
+    const size_t colon = item.find(':');
+    if (colon == std::string::npos) in.fail("malformed epochs item (not EPOCH:GID): " + quoted(item));
+    const int64_t epoch = in.number(item.substr(0, colon), "an epoch");
+    const int64_t gid = in.number(item.substr(colon + 1), "an epoch's first gid");
+    if (!d.epochs.empty() && (epoch <= d.epochs.back().first || gid < d.epochs.back().second))
+      in.fail("epochs are not ascending: " + quoted(rest));
+    d.epochs.emplace_back(epoch, gid);
+  }
+  if (d.epochs.empty()) in.fail("an empty epochs line");
+  d.epoch = d.epochs.back().first;
+}
+
 // The header keys up to `groups`; unknown keys are skipped, known ones must each come once.
 void read_header(Reader &in, TraceDump &d) {
   std::set<std::string> seen;
@@ -133,6 +149,11 @@ void read_header(Reader &in, TraceDump &d) {
     std::string key = line.substr(0, sp);
     std::string rest = sp == std::string::npos ? std::string() : line.substr(sp + 1);
     if (key.empty()) in.fail("malformed header line: " + quoted(line));
+    if (key == "epochs") {  // optional (dumps of a job whose world was rebuilt)
+      if (!seen.insert(key).second) in.fail("header key 'epochs' appears twice");
+      read_epochs(in, rest, d);
+      continue;
+    }
     if (std::find(kHeaderKeys.begin(), kHeaderKeys.end(), key) == kHeaderKeys.end())
       continue;  // a later minor addition
     if (!seen.insert(key).second) in.fail("header key '" + key + "' appears twice");
@@ -200,6 +221,8 @@ void read_groups(Reader &in, TraceDump &d) {
     std::stringstream members(f[5]);
     for (std::string m; std::getline(members, m, ',');) g.members.push_back(static_cast<int>(in.number(m, "a member")));
     g.collectives = in.number(f[6], "collectives");
+    for (const auto &[epoch, first_gid] : d.epochs)
+      if (g.gid >= first_gid) g.epoch = epoch;
     if (d.group(g.gid)) in.fail("gid " + f[1] + " appears twice");
     if (g.size <= 0 || static_cast<int>(g.members.size()) != g.size)
       in.fail("group " + g.name + ": size " + f[3] + " but " + std::to_string(g.members.size()) + " members");

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pstate::cli {
@@ -37,6 +38,7 @@ struct TraceGroup {
   int rank_in_group = 0;
   std::vector<int> members;  // global ranks in group order
   int64_t collectives = 0;   // collectives this rank started on the group (the next seq)
+  int64_t epoch = 0;         // the world's epoch it was made in (the `epochs` header; 0 without one)
 };
 
 struct TraceEntry {
@@ -73,6 +75,10 @@ struct TraceDump {
   int64_t in_call_since_ns = kNone;
   std::string failure;  // "-" when none
   int64_t capacity = 0, recorded = 0, dropped = 0;
+  // `epochs E:G,...` (optional): the world was rebuilt at epoch E (pstate_shrink, pstate_grow, a
+  // replacement's init) and gid G was its first group; ascending. Empty: every group is of epoch 0.
+  std::vector<std::pair<int64_t, int64_t>> epochs;
+  int64_t epoch = 0;  // the latest epoch of this dump (its current world's)
   std::vector<TraceGroup> groups;
   std::vector<TraceEntry> entries;
 

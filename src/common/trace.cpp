@@ -197,6 +197,12 @@ void TraceRecorder::clear_failure() {
   failure_ = "-";
 }
 
+void TraceRecorder::begin_epoch(uint32_t epoch) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!epochs_.empty() && epochs_.back().second == groups_.size()) epochs_.pop_back();  // no group made in it
+  epochs_.emplace_back(epoch, groups_.size());
+}
+
 TraceGroup *TraceRecorder::add_group(const std::string &name, const std::vector<int> &members, int rank_in_group) {
   std::lock_guard<std::mutex> lock(mutex_);
   TraceGroup &g = groups_.emplace_back();
@@ -310,7 +316,13 @@ std::string TraceRecorder::dump(const std::string &reason, const std::string &pa
           static_cast<long>(::getpid()), "\nrank ", facts_.rank, "\nworld ", facts_.world, "\ndevice ", facts_.device,
           "\nreason ", one_line(reason), "\ndumped_unix_ns ", unix_of(ticks_now), "\nin_call ",
           call != nullptr ? call : "-", "\nin_call_since_unix_ns ", call_since, "\nfailure ", failure_, "\ncapacity ",
-          capacity_, "\nrecorded ", newest, "\ndropped ", newest - kept, "\ngroups ", groups_.size(), "\n");
+          capacity_, "\nrecorded ", newest, "\ndropped ", newest - kept, "\n");
+  if (!epochs_.empty()) {
+    out += "epochs";
+    for (size_t i = 0; i < epochs_.size(); ++i) out += cat(i ? "," : " ", epochs_[i].first, ':', epochs_[i].second);
+    out += '\n';
+  }
+  out += cat("groups ", groups_.size(), "\n");
   for (const TraceGroup &g : groups_) {
     std::string members;
     for (size_t i = 0; i < g.members.size(); ++i) members += cat(i ? "," : "", g.members[i]);

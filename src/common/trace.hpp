@@ -147,6 +147,10 @@ class TraceRecorder {
   void set_device_times(DeviceTimes fn);
   void set_failure(const std::string &why);
   void clear_failure();  // pstate_shrink / pstate_grow made the context usable again
+  // The world was (re)built at this epoch (pstate_shrink, pstate_grow, a replacement's init): the
+  // groups added from now on belong to it. A dump lists the epochs with their first gid (the
+  // `epochs` header line) so that a reader tells a rebuilt world's groups from the old ones.
+  void begin_epoch(uint32_t epoch);
   // The group's record; gid = its position in the dump. Stable address until the recorder dies.
   TraceGroup *add_group(const std::string &name, const std::vector<int> &members, int rank_in_group);
 
@@ -255,6 +259,7 @@ class TraceRecorder {
   DeviceTimes device_times_;
   std::string failure_ = "-";
   std::deque<TraceGroup> groups_;
+  std::vector<std::pair<uint32_t, size_t>> epochs_;  // (epoch, first gid), ascending; empty: all epoch 0
 };
 
 // A recorder registered with the SIGUSR1 route below for as long as it lives.

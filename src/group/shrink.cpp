@@ -108,6 +108,7 @@ void Context::rebuild_world(std::vector<int> members, bool after_failure, std::u
   }
   worker_->set_epoch(epoch_);  // failure notices of older worlds are ignored from now on
   state_ = State::kReady;
+  if (trace_) trace_->begin_epoch(epoch_);
   world_ = make_group(PSTATE_GROUP_WORLD, 0, members_, world_group_id(generation_));
   if (!after_failure) world_->barrier(/*allow_shm=*/false);
 }

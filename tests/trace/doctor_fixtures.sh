@@ -95,6 +95,21 @@ expect two-jobs 1 "pstate doctor: ranks 0, 1 disagree on collective #2 of world:
 grep -qx "ignored 2 dumps of other jobs (j-old): job j-new dumped last" "$TMP/out" || fail "two-jobs: the ignored dumps are not reported: $out"
 grep -q "^group tp:0 (ranks 0,1,2,3): collectives called: rank 0 10, rank 1 10, rank 2 10, rank 3 9$" <("$PSTATE" doctor "$FIX/behind-idle") ||
   fail "behind-idle: no per-group progress line"
+# Epochs (tests/trace/make_shrink_fixtures.py): rank 2 died in tp:0's all_reduce #3; ranks 0, 1, 3
+# shrank the world (epoch 1: world:0 and tp:0 again, of ranks 0, 1, 3) and went on. shrink-behind:
+# rank 1 then stayed away from the new tp:0's all_reduce #2, idle since 3.51 s; ranks 0 and 3 timed
+# out and dumped at 6.01 / 6.02 s. The verdict is rank 1 on the new group; the death before the
+# shrink is listed as recovered, not blamed.
+expect shrink-behind 1 "pstate doctor: rank 1 is behind on tp:0 (epoch 1): ranks 0, 3 waited in all_reduce #2 (count 4 float32 sum) (TIMEOUT) that rank 1 never called (it is idle outside pstate, last call returned 2.5 s earlier)"
+grep -qx "recovered: before the world was rebuilt (epoch 0; now epoch 1): rank 2 left no dump: its peers lost it (PEER_LOST in all_reduce #3 on tp:0 (epoch 0)): it died or was killed" "$TMP/out" ||
+  fail "shrink-behind: rank 2's death is not listed as recovered: $out"
+grep -qx "group tp:0 (epoch 1) (ranks 0,1,3): collectives called: rank 0 3, rank 1 2, rank 3 3" "$TMP/out" ||
+  fail "shrink-behind: no progress line of the new tp:0: $out"
+# shrink-stale: the same, but rank 1's only dump is the one of its PEER_LOST before the shrink: it
+# tells nothing of the new groups, so rank 1 counts as missing there (not as having called none).
+expect shrink-stale 1 "pstate doctor: rank 1 left no dump of epoch 1 (only an older one, from before the world was rebuilt) and never arrived at all_reduce #2 of tp:0 (epoch 1) where ranks 0, 3 waited (TIMEOUT): it is stopped, hung or dead"
+# shrink-recovered: after the shrink all finished the new tp:0's all_reduce #0-#2; nothing is wrong now.
+expect shrink-recovered 0 "pstate doctor: no problem found in 3 dumps of job j-shrok (its world of epoch 1; 1 recovered problem before it, listed below)"
 
 # ---- --json --------------------------------------------------------------------------------
 expect_json mismatch 1 "assert d['culprit_ranks'] == [2] and (f['kind'], f['group'], f['seq'], f['op']) == ('mismatch', 'tp:0', 5, 'all_gather') and d['missing_ranks'] == []"
@@ -105,6 +120,9 @@ expect_json missing-stopped 1 "assert d['culprit_ranks'] == [3] and d['missing_r
 expect_json p2p-send-without-recv 1 "assert d['culprit_ranks'] == [1] and (f['kind'], f['group'], f['seq'], f['op'], f['waiting_ranks']) == ('behind', 'pp:0', 4, 'send', [0])"
 expect_json transport-failed 1 "assert d['culprit_ranks'] == [1] and (f['kind'], f['group'], f['seq'], f['op']) == ('failed', 'tp:0', 9, 'all_reduce') and [(x['kind'], x['waiting_ranks']) for x in d['findings'][1:]] == [('stuck', [0, 2, 3])]"
 expect_json all-good 0 "assert d['culprit_ranks'] == [] and d['findings'] == [] and d['exit_status'] == 0 and d['dumps'] == 2"
+expect_json shrink-behind 1 "assert d['epoch'] == 1 and d['culprit_ranks'] == [1] and d['missing_ranks'] == [2] and (f['kind'], f['group'], f['epoch'], f['seq'], f['waiting_ranks']) == ('behind', 'tp:0', 1, 2, [0, 3]) and [(x['kind'], x['epoch'], x['ranks']) for x in d['findings'][1:]] == [('recovered', 0, [2])] and sorted((g['name'], g['epoch']) for g in d['groups'] if g['progress'] and any(g['progress'].values()))[:2] == [('tp:0', 0), ('tp:0', 1)]"
+expect_json shrink-stale 1 "assert d['culprit_ranks'] == [1] and (f['kind'], f['group'], f['epoch'], f['ranks']) == ('missing', 'tp:0', 1, [1]) and [g['progress'] for g in d['groups'] if (g['name'], g['epoch']) == ('tp:0', 1)] == [{'0': 3, '3': 3}]"
+expect_json shrink-recovered 0 "assert d['exit_status'] == 0 and d['culprit_ranks'] == [] and [(x['kind'], x['epoch'], x['ranks']) for x in d['findings']] == [('recovered', 0, [2])]"
 expect_json two-jobs 1 "assert d['job'] == 'j-new' and d['ignored_dumps'] == 2 and d['culprit_ranks'] == [0, 1] and (f['kind'], f['group'], f['seq']) == ('mismatch', 'world', 2)"
 
 # ---- unreadable input: exit 2, the file and the line named ----------------------------------
@@ -118,6 +136,8 @@ mkdir -p "$TMP/renamed" && cp "$FIX/all-good/rank0.pstate-trace" "$TMP/renamed/r
 expect_refused "$TMP/renamed" "the file name says rank 7, the dump says rank 0"
 mkdir -p "$TMP/newer" && sed '1s/.*/pstate-trace 2/' "$FIX/all-good/rank0.pstate-trace" >"$TMP/newer/rank0.pstate-trace"
 expect_refused "$TMP/newer" "rank0.pstate-trace:1: pstate-trace format version '2'"
+mkdir -p "$TMP/epochs" && sed 's/^epochs 1:2$/epochs 1:2,1:3/' "$FIX/shrink-behind/rank0.pstate-trace" >"$TMP/epochs/rank0.pstate-trace"
+expect_refused "$TMP/epochs" "rank0.pstate-trace:16: epochs are not ascending: '1:2,1:3'"
 
 # ---- --timeline ------------------------------------------------------------------------------
 mkdir -p "$TMP/tl"

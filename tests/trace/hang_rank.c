@@ -14,6 +14,11 @@
  *   usercode  sleeps in user code (60 s) instead of calling anything
  *   dies      SIGKILLs itself instead
  *   good      nothing: every rank completes and writes its dump by pstate_trace_dump (the control)
+ *   shrunk    (run with --keep-going) the culprit SIGKILLs itself; the survivors get PEER_LOST, call
+ *             pstate_shrink, initialize tp = the 3 survivors and go on; two iterations later
+ *             launch rank 3 sleeps 3 s in user code and exits 3 there: the others time out in
+ *             the new tp's all_reduce, and rank 3's only dump is the one of its PEER_LOST, from
+ *             before the shrink
  * After the loop every rank calls pstate_barrier(world) and pstate_finalize. A rank whose call
  * fails prints the status and pstate_last_error() on stderr and exits 1 without finalize (its
  * dump was written by the failing call). Exit 0 when everything it called returned OK.
@@ -38,7 +43,7 @@ static void die_on(pstate_status_t s, int rank, const char *what) {
 
 int main(int argc, char **argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: hang_rank skip|kind|count|sigstop|usercode|dies|good\n");
+    fprintf(stderr, "usage: hang_rank skip|kind|count|sigstop|usercode|dies|good|shrunk\n");
     return 2;
   }
   const char *scenario = argv[1];
@@ -65,7 +70,18 @@ int main(int argc, char **argv) {
   float a[16], b[16 * 64];
   for (int i = 0; i < 16; ++i) a[i] = (float)(rank + i);
   const int on_world = strcmp(scenario, "sigstop") == 0;
+  const int shrunk = strcmp(scenario, "shrunk") == 0;
+  const int launch_rank = rank;  /* the world's numbering changes at a shrink; RANK does not */
+  int shrunk_at = -1;
   for (int it = 0; it < ITERS; ++it) {
+    if (shrunk && shrunk_at >= 0 && it == shrunk_at + 2 && launch_rank == 3) {
+      unsigned left = 3; /* in user code while the new tp's all_reduce waits for it */
+      while ((left = sleep(left)) > 0) {
+      }
+      fprintf(stderr, "hang_rank: launch rank 3 leaves in its own code\n");
+      return 3;
+    }
+    if (shrunk && it == FAULT_AT && rank == culprit) raise(SIGKILL);
     if (it == FAULT_AT && rank == culprit) {
       if (strcmp(scenario, "skip") == 0) continue;
       if (strcmp(scenario, "kind") == 0) {
@@ -84,10 +100,22 @@ int main(int argc, char **argv) {
       }
       if (strcmp(scenario, "dies") == 0) raise(SIGKILL);
     }
-    if (on_world)
+    if (on_world) {
       die_on(pstate_broadcast(world, a, 8, PSTATE_FLOAT32, 0, NULL), rank, "broadcast");
-    else
-      die_on(pstate_all_reduce(tp, a, b, 8, PSTATE_FLOAT32, PSTATE_SUM, NULL), rank, "all_reduce");
+      continue;
+    }
+    s = pstate_all_reduce(tp, a, b, 8, PSTATE_FLOAT32, PSTATE_SUM, NULL);
+    if (shrunk && shrunk_at < 0 && (s == PSTATE_ERR_PEER_LOST || s == PSTATE_ERR_ABORTED)) {
+      die_on(pstate_shrink(ps, NULL, 0), launch_rank, "shrink");
+      die_on(pstate_get_group(ps, PSTATE_GROUP_WORLD, &world), launch_rank, "get world");
+      die_on(pstate_group_info(world, &info), launch_rank, "group info");
+      cfg.tensor_parallel_size = info.world_size;
+      die_on(pstate_initialize_model_parallel(ps, &cfg), launch_rank, "initialize_model_parallel");
+      die_on(pstate_get_group(ps, PSTATE_GROUP_TP, &tp), launch_rank, "get tp");
+      shrunk_at = it;
+      continue;
+    }
+    die_on(s, launch_rank, "all_reduce");
   }
   die_on(pstate_barrier(world), rank, "barrier");
   if (strcmp(scenario, "good") == 0) die_on(pstate_trace_dump(ps, NULL), rank, "trace_dump");

@@ -13,6 +13,10 @@
 #             `pstate run` asks it for a dump (SIGUSR1) while it is idle outside pstate
 #   dies      rank 1 SIGKILLs itself before all_reduce #5: the others get PEER_LOST
 #   good      the control: nothing goes wrong, doctor exits 0
+#   shrunk    (--keep-going) rank 1 dies; the survivors shrink and go on; then rank 3 sits in its
+#             own code (and exits there) while the others wait in the new tp's all_reduce: the
+#             verdict names rank 3 on tp:0 of epoch 1 (its only dump is from before the shrink),
+#             and rank 1's death only as recovered
 #   ctrlc     usercode with a 60 s timeout, and Ctrl-C (SIGINT) to `pstate run` after 2 s: it asks
 #             every rank for a dump before it stops them, the three in all_reduce still waiting
 #
@@ -35,6 +39,7 @@ case $scenario in
   dies)     culprit=1 group=tp:0 op=all_reduce; export HANG_CULPRIT=1 ;;
   good)     culprit= group= op= ;;
   ctrlc)    culprit=3 group=tp:0 op=all_reduce ;;
+  shrunk)   culprit=3 group="tp:0 (epoch 1)" op=all_reduce; export HANG_CULPRIT=1 ;;
   *) echo "unknown scenario $scenario"; exit 2 ;;
 esac
 
@@ -45,6 +50,8 @@ if [ "$scenario" = ctrlc ]; then
   sleep 2
   kill -INT "$launcher"
   wait "$launcher"
+elif [ "$scenario" = shrunk ]; then
+  "$PSTATE_CLI" run -n 4 --grace-ms 500 --keep-going -- "$HANG_RANK" "$scenario" >"$work/run.out" 2>"$work/run.err"
 else
   "$PSTATE_CLI" run -n 4 --grace-ms 500 -- "$HANG_RANK" "$scenario" >"$work/run.out" 2>"$work/run.err"
 fi
@@ -88,6 +95,10 @@ case $scenario in
   sigstop)  [ ! -e "$PSTATE_TRACE_DIR/rank2.pstate-trace" ] || fail "the stopped rank 2 left a dump"
             grep -q "none from 2" "$work/run.err" || fail "pstate run did not say rank 2 left no dump" ;;
   dies)     grep -q ' PEER_LOST ' "$PSTATE_TRACE_DIR/rank0.pstate-trace" || fail "rank 0's dump has no PEER_LOST entry" ;;
+  shrunk)   grep -q '^epochs 1:' "$PSTATE_TRACE_DIR/rank0.pstate-trace" || fail "rank 0's dump has no epochs line"
+            grep -q "rank 3 left no dump of epoch 1 (only an older one" <<<"$first" || fail "rank 3's old dump is not said to be old: $first"
+            grep -q "^recovered: .*rank 1 left no dump: its peers lost it" "$work/doctor.out" ||
+              fail "rank 1's death before the shrink is not listed as recovered" ;;
   kind|count) grep -q ' MISMATCH ' "$PSTATE_TRACE_DIR/rank0.pstate-trace" || fail "rank 0's dump has no MISMATCH entry" ;;
 esac
 # the timeline of the same dumps: a trace-event file with one process per rank that left a dump
