@@ -107,8 +107,10 @@ std::string timeline_json(const JobDumps &job, const Diagnosis &diag) {
     events.push_back("{\"ph\": \"M\", \"name\": \"process_sort_index\", \"pid\": " + std::to_string(d.rank) +
                      ", \"tid\": 0, \"args\": {\"sort_index\": " + std::to_string(d.rank) + "}}");
     meta("thread_name", d.rank, 0, "lifecycle");
-    for (const TraceGroup &g : d.groups) meta("thread_name", d.rank, group_index(diag, d, g.gid) + 1,
-                                        diag.groups[static_cast<size_t>(group_index(diag, d, g.gid))].label);
+    for (const TraceGroup &g : d.groups) {
+      const int index = group_index(diag, d, g.gid);  // every dump's group is one of the diagnosis's
+      meta("thread_name", d.rank, index + 1, index >= 0 ? diag.groups[static_cast<size_t>(index)].label : g.name);
+    }
     for (const TraceEntry &e : d.entries) {
       int tid = e.gid < 0 ? 0 : group_index(diag, d, e.gid) + 1;
       std::string args = "\"class\": " + json_string(e.cls);

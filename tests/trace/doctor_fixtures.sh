@@ -167,6 +167,17 @@ ev = json.load(open(sys.argv[1]))["traceEvents"]
 assert sorted(e["pid"] for e in ev if e["ph"] == "M" and e["name"] == "process_name") == [0, 1, 2]
 ' "$TMP/tl/dead.json" || fail "--timeline json: missing-dead should have one process per dump (ranks 0-2)"
 
+# a rebuilt world: one thread per (epoch, group), named with the epoch
+run "$FIX/shrink-behind" --timeline "$TMP/tl/shrink.json"
+"$PY" -c 'import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+threads = {(e["pid"], e["tid"], e["args"]["name"]) for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+want = {"world:0 (epoch 0)", "tp:0 (epoch 0)", "world:0 (epoch 1)", "tp:0 (epoch 1)"}
+for r in (0, 1, 3):
+    mine = {(tid, name) for pid, tid, name in threads if pid == r and name != "lifecycle"}
+    assert {name for _, name in mine} == want and len({tid for tid, _ in mine}) == 4, (r, mine)
+' "$TMP/tl/shrink.json" || fail "--timeline json: shrink-behind should have a thread per epoch and group"
+
 if command -v gnuplot >/dev/null; then
   run "$FIX/cycle" --timeline "$TMP/tl/hang.png"
   [ "$rc" = 1 ] || fail "--timeline png: exit status $rc, expected 1 ($err)"
