@@ -31,7 +31,8 @@
 //    matched by (epoch, name, members), and only the groups of the latest epoch decide the
 //    verdict; what happened in earlier ones (the death the survivors shrank around) is listed as
 //    "recovered". A rank of the latest world whose dump is older than that epoch (it did not dump
-//    again after the rebuild) counts as missing there: its dump tells nothing of what it does now.
+//    again after the rebuild) counts as missing there: its dump tells nothing of what it does now;
+//    and a replacement's dump (its first epoch is later) tells nothing of the groups before it.
 #include "cli/doctor_analysis.hpp"
 
 #include <algorithm>
@@ -220,7 +221,7 @@ class Analysis {
       }
     for (GroupProgress &g : groups_)  // a member with a dump (of the group's epoch) but no line for it called none
       for (int m : g.members)
-        if (dump(m) && !stale(m, g) && !g.collectives.count(m)) g.collectives[m] = 0;
+        if (dump(m) && !stale(m, g) && !newer(m, g) && !g.collectives.count(m)) g.collectives[m] = 0;
   }
 
   // rank's dump was written before the world of g's epoch was built: it knows nothing of g.
@@ -228,7 +229,13 @@ class Analysis {
     const TraceDump *d = dump(rank);
     return d != nullptr && d->epoch < g.epoch;
   }
-  bool absent(int rank, int g) const { return !dump(rank) || stale(rank, group(g)); }
+  // rank's dump is of a replacement that joined after g's epoch: g's member of that rank was
+  // another process, which left no dump.
+  bool newer(int rank, const GroupProgress &g) const {
+    const TraceDump *d = dump(rank);
+    return d != nullptr && d->first_epoch > g.epoch;
+  }
+  bool absent(int rank, int g) const { return !dump(rank) || stale(rank, group(g)) || newer(rank, group(g)); }
   bool recovered(int g) const { return group(g).epoch < diag_.epoch; }
 
   void index_collectives() {
@@ -478,7 +485,7 @@ class Analysis {
   // ranks did dump, but before the world of s's epoch; "" otherwise.
   std::string since_epoch(const Stall &s) const {
     for (int m : s.missing)
-      if (dump(m))
+      if (stale(m, group(s.group)))
         return " of epoch " + std::to_string(group(s.group).epoch) +
                (s.missing.size() == 1 ? " (only an older one" : " (or only an older one") +
                ", from before the world was rebuilt)";
@@ -706,6 +713,14 @@ class Analysis {
         const TraceDump *d = dump(m);
         if (!d) {
           ev.push_back("  rank " + std::to_string(m) + ": no dump");
+          continue;
+        }
+        if (stale(m, gp) || newer(m, gp)) {
+          const std::string span = d->first_epoch == d->epoch
+                                       ? "epoch " + std::to_string(d->epoch)
+                                       : "epochs " + std::to_string(d->first_epoch) + "-" + std::to_string(d->epoch);
+          ev.push_back("  rank " + std::to_string(m) + ": no dump of epoch " + std::to_string(gp.epoch) + " (its dump is of " +
+                       span + ")");
           continue;
         }
         const TraceEntry *last = nullptr;

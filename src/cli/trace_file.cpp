@@ -138,6 +138,7 @@ void read_epochs(const Reader &in, const std::string &rest, TraceDump &d) {
   }
   if (d.epochs.empty()) in.fail("an empty epochs line");
   d.epoch = d.epochs.back().first;
+  d.first_epoch = d.epochs.front().second == 0 ? d.epochs.front().first : 0;
 }
 
 // The header keys up to `groups`; unknown keys are skipped, known ones must each come once.

@@ -78,7 +78,8 @@ struct TraceDump {
   // `epochs E:G,...` (optional): the world was rebuilt at epoch E (pstate_shrink, pstate_grow, a
   // replacement's init) and gid G was its first group; ascending. Empty: every group is of epoch 0.
   std::vector<std::pair<int64_t, int64_t>> epochs;
-  int64_t epoch = 0;  // the latest epoch of this dump (its current world's)
+  int64_t epoch = 0;        // the latest epoch of this dump (its current world's)
+  int64_t first_epoch = 0;  // the epoch of its first group: > 0 for a replacement process (it joined then)
   std::vector<TraceGroup> groups;
   std::vector<TraceEntry> entries;
 

@@ -110,6 +110,11 @@ grep -qx "group tp:0 (epoch 1) (ranks 0,1,3): collectives called: rank 0 3, rank
 expect shrink-stale 1 "pstate doctor: rank 1 left no dump of epoch 1 (only an older one, from before the world was rebuilt) and never arrived at all_reduce #2 of tp:0 (epoch 1) where ranks 0, 3 waited (TIMEOUT): it is stopped, hung or dead"
 # shrink-recovered: after the shrink all finished the new tp:0's all_reduce #0-#2; nothing is wrong now.
 expect shrink-recovered 0 "pstate doctor: no problem found in 3 dumps of job j-shrok (its world of epoch 1; 1 recovered problem before it, listed below)"
+# grow-recovered: then a replacement for rank 2 was admitted (epoch 2, appended last); its dump
+# (first group of epoch 2) is not the dead rank 2's: that one is still the recovered death, not a
+# rank "behind" on the old tp:0.
+expect grow-recovered 0 "pstate doctor: no problem found in 4 dumps of job j-grow (its world of epoch 2; 1 recovered problem before it, listed below)"
+grep -qx "  rank 2: no dump of epoch 0 (its dump is of epoch 2)" "$TMP/out" || fail "grow-recovered: the replacement's dump is read as the dead rank's: $out"
 
 # ---- --json --------------------------------------------------------------------------------
 expect_json mismatch 1 "assert d['culprit_ranks'] == [2] and (f['kind'], f['group'], f['seq'], f['op']) == ('mismatch', 'tp:0', 5, 'all_gather') and d['missing_ranks'] == []"
@@ -123,6 +128,7 @@ expect_json all-good 0 "assert d['culprit_ranks'] == [] and d['findings'] == [] 
 expect_json shrink-behind 1 "assert d['epoch'] == 1 and d['culprit_ranks'] == [1] and d['missing_ranks'] == [2] and (f['kind'], f['group'], f['epoch'], f['seq'], f['waiting_ranks']) == ('behind', 'tp:0', 1, 2, [0, 3]) and [(x['kind'], x['epoch'], x['ranks']) for x in d['findings'][1:]] == [('recovered', 0, [2])] and sorted((g['name'], g['epoch']) for g in d['groups'] if g['progress'] and any(g['progress'].values()))[:2] == [('tp:0', 0), ('tp:0', 1)]"
 expect_json shrink-stale 1 "assert d['culprit_ranks'] == [1] and (f['kind'], f['group'], f['epoch'], f['ranks']) == ('missing', 'tp:0', 1, [1]) and [g['progress'] for g in d['groups'] if (g['name'], g['epoch']) == ('tp:0', 1)] == [{'0': 3, '3': 3}]"
 expect_json shrink-recovered 0 "assert d['exit_status'] == 0 and d['culprit_ranks'] == [] and [(x['kind'], x['epoch'], x['ranks']) for x in d['findings']] == [('recovered', 0, [2])]"
+expect_json grow-recovered 0 "assert d['epoch'] == 2 and d['missing_ranks'] == [] and [(x['kind'], x['epoch'], x['ranks']) for x in d['findings']] == [('recovered', 0, [2])] and [g['members'] for g in d['groups'] if (g['name'], g['epoch']) == ('tp:0', 2)] == [[0, 1, 3, 2]]"
 expect_json two-jobs 1 "assert d['job'] == 'j-new' and d['ignored_dumps'] == 2 and d['culprit_ranks'] == [0, 1] and (f['kind'], f['group'], f['seq']) == ('mismatch', 'world', 2)"
 
 # ---- unreadable input: exit 2, the file and the line named ----------------------------------

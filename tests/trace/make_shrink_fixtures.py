@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # make_shrink_fixtures.py FIXTURES_DIR — writes the hand-designed dumps of a job that shrank
-# (fixtures shrink-behind, shrink-stale, shrink-recovered; their verdicts, worked out from this
+# (fixtures shrink-behind, shrink-stale, shrink-recovered, grow-recovered; their verdicts, worked out from this
 # design, are in doctor_fixtures.sh). Kept so that the design can be read and the files remade;
 # the files are committed, the test does not run this.
 import os, sys
@@ -63,3 +63,44 @@ write("shrink-stale", "j-stale", 1, 5201, "a call failed: " + lost, 2.61, "pstat
 # for a dump (SIGUSR1) while idle: nothing is wrong now; rank 2's death is history.
 for r, pid, dumped in ((0, 5300, 7.0), (1, 5301, 7.01), (3, 5303, 7.02)):
     write("shrink-recovered", "j-shrok", r, pid, "SIGUSR1", dumped, "-", None, "-", True, 3, entries(r, 3, []))
+
+# grow-recovered: as shrink-recovered, then the survivors admitted a replacement for rank 2
+# (pstate_grow, epoch 2: world:0 and tp:0 of ranks 0, 1, 3, 2, the replacement appended last); all
+# four finished tp all_reduce #0-#1 of epoch 2 and dumped on SIGUSR1. The replacement's dump (its
+# first group is of epoch 2) says nothing of the rank 2 that died in epoch 0.
+def write_grow(rank, pid, dumped):
+    os.makedirs(os.path.join(root, "grow-recovered"), exist_ok=True)
+    order = [0, 1, 3, 2]
+    idx4 = order.index(rank)
+    groups, ents = [], []
+    if rank != 2:
+        idx3 = [0, 1, None, 2][rank]
+        groups = [f"group 0 world:0 4 {rank} 0,1,2,3 1", f"group 1 tp:0 4 {rank} 0,1,2,3 4",
+                  f"group 2 world:0 3 {idx3} 0,1,3 0", f"group 3 tp:0 3 {idx3} 0,1,3 3",
+                  f"group 4 world:0 4 {idx4} 0,1,3,2 0", f"group 5 tp:0 4 {idx4} 0,1,3,2 2"]
+        epochs = "epochs 1:2,2:4"
+        ents = entries(rank, 3, [])
+        ents.append(("life", "-", "-", "grow", "-", "-", "-", "completed", "OK", 5.0, 5.5))
+        ents.append(("life", "-", "-", "initialize_model_parallel", "-", "-", "-", "completed", "OK", 5.6, 5.65))
+        tp = "5"
+    else:
+        groups = [f"group 0 world:0 4 3 0,1,3,2 0", f"group 1 tp:0 4 3 0,1,3,2 2"]
+        epochs = "epochs 2:0"
+        ents = [("life", "-", "-", "init", "-", "-", "-", "completed", "OK", 4.9, 5.5),
+                ("life", "-", "-", "initialize_model_parallel", "-", "-", "-", "completed", "OK", 5.6, 5.65)]
+        tp = "1"
+    for s in range(2):
+        ents.append(("coll", tp, str(s), "all_reduce", "4", "float32", "sum", "completed", "OK", 6.0 + s / 2, 6.01 + s / 2))
+    lines = ["pstate-trace 1", "job j-grow", "host node0", f"pid {pid}", f"rank {rank}", "world 4", "device cpu",
+             "reason SIGUSR1", f"dumped_unix_ns {t(dumped)}", "in_call -", "in_call_since_unix_ns -", "failure -",
+             "capacity 4096", f"recorded {len(ents)}", "dropped 0", epochs, f"groups {len(groups)}"] + groups
+    lines.append(f"entries {len(ents)}")
+    for i, (cls, gid, seq, op, cnt, dt, ro, state, st, p, en) in enumerate(ents, 1):
+        lines.append(f"e {i} {cls} {gid} {seq} {op} {cnt} {dt} {ro} - - {'-' if cls == 'life' else 'shm'} {state} "
+                     f"{st} {t(p)} {t(en)} - -")
+    lines.append("end")
+    with open(os.path.join(root, "grow-recovered", f"rank{rank}.pstate-trace"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+for r, pid in ((0, 5400), (1, 5401), (2, 5502), (3, 5403)):
+    write_grow(r, pid, 8.0 + r / 100)
