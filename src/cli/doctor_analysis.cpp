@@ -405,7 +405,7 @@ class Analysis {
     if (d.in_call != "-") {
       const TraceEntry *w = nullptr;
       for (const TraceEntry &e : d.entries)
-        if (is_waiting(e) && e.cls != "life") w = &e;
+        if (is_waiting(e) && e.cls != "life" && !recovered(group_of(d, e.gid))) w = &e;  // not a wait of an older world
       if (!w) return "is inside " + d.in_call;
       std::string out = "is inside " + d.in_call + ", waiting in " + w->op + " #" + std::to_string(w->seq) + " of " +
                         group(group_of(d, w->gid)).label;

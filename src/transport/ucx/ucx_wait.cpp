@@ -49,6 +49,7 @@ WaitPolicy wait_policy_for_host(int local_ranks) {
 }
 
 void UcxWorker::progress_until_idle() {
+  if (no_progress_) return;  // an abandoned receive could write a freed buffer (cancel_owner)
   while (ucp_worker_progress(worker_) != 0) {
   }
 }

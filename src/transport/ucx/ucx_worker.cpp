@@ -207,7 +207,7 @@ void UcxWorker::post_notices(const std::vector<int> &world_ranks, int dead) noex
 }
 
 bool UcxWorker::progress_notices() noexcept {
-  if (worker_ == nullptr) return true;
+  if (worker_ == nullptr || no_progress_) return true;
   while (ucp_worker_progress(worker_) != 0) {
   }
   for (size_t i = 0; i < notice_sends_.size();) {  // sent notices: free the finished ones
@@ -223,7 +223,7 @@ bool UcxWorker::progress_notices() noexcept {
 }
 
 std::optional<UcxWorker::Notice> UcxWorker::take_notice() {
-  if (worker_ == nullptr) return std::nullopt;
+  if (worker_ == nullptr || no_progress_) return std::nullopt;
   progress_notices();
   for (;;) {
     ucp_tag_recv_info_t info{};
@@ -522,9 +522,45 @@ void UcxWorker::cancel_owner(uint32_t owner) noexcept {
     auto it = peers_.find(rank);
     if (it != peers_.end()) close_endpoint(*it->second, true);
   }
+  // A receive whose message had started to arrive in fragments (an eager multi-fragment message:
+  // UCX tracks it by message, not by endpoint) is neither cancelled nor ended by closing the
+  // endpoint: the rest of the message still lands in the caller's buffer at the next progress —
+  // a freed scratch buffer once the collective has unwound (heap corruption, seen when a failure
+  // notice ended a wait while a live peer was mid-send). The caller's buffers are still alive
+  // here, so let such receives finish while their senders live (they are sending now: a few ms).
+  // (A dead sender sends no more; what it had sent was delivered by the wait's own progress.)
+  auto from_live_sender = [this](const Op &op) {
+    if (op.kind == OpKind::kSend) return false;
+    auto it = peers_.find(op.target.peer_world);
+    return it != peers_.end() && !it->second->lost() && !(it->second->watch && it->second->watch->exited());
+  };
+  const auto drain_start = Deadline::Clock::now();
+  bool drained = false;
+  for (;;) {
+    bool waiting_on_live = false;
+    for (Op &op : ops_) {
+      if (op.state != OpState::kPending || (owner != 0 && op.target.owner != owner) || test_op(op)) continue;
+      waiting_on_live = waiting_on_live || from_live_sender(op);
+    }
+    if (!waiting_on_live || Deadline::Clock::now() >= drain_start + kDrainBudget) break;
+    drained = true;
+    ucp_worker_progress(worker_);
+  }
+  if (drained)
+    options_.logger.info("ucx: receives from live ranks that had begun to arrive were let finish (",
+                         std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - drain_start).count(),
+                         " ms) before the failed wait returned");
   for (Op &op : ops_) {
     if (op.state == OpState::kFree || (owner != 0 && op.target.owner != owner)) continue;
-    if (op.state == OpState::kPending && !test_op(op)) poisoned_ = true;  // UCX still owns it
+    if (op.state == OpState::kPending && !test_op(op)) {
+      poisoned_ = true;  // UCX still owns it: the worker is closed by force
+      if (from_live_sender(op) && !no_progress_) {
+        // ... and its live sender may still write the buffer at any later progress: never again.
+        no_progress_ = true;
+        options_.logger.info("ucx: a receive from rank ", op.target.peer_world, " (alive) could not be cancelled or ",
+                             "finished in ", kDrainBudget.count(), " ms; this UCX worker is not progressed again");
+      }
+    }
     release_op(op);
   }
 }

@@ -293,6 +293,11 @@ class UcxWorker {
   std::vector<uint32_t> probing_;  // any-size receives not matched yet, in posting order
   uint32_t last_owner_ = 0;
   bool poisoned_ = false;  // a request was abandoned while UCX still owned it: close by force
+  // ... and it was a receive whose sender lives: progress could write its (freed) buffer, so the
+  // worker is never progressed again (cancel_owner).
+  bool no_progress_ = false;
+  // How long cancel_owner lets receives from live senders finish before abandoning them.
+  static constexpr std::chrono::milliseconds kDrainBudget{500};
   // Hosts (PeerEntry::host_id) whose first endpoint was logged at INFO: one line per host pair
   // proves which transport it uses (shared memory inside a host, TCP across); later endpoints to
   // the same host go to TRACE.
