@@ -221,7 +221,7 @@ class Analysis {
       }
     for (GroupProgress &g : groups_)  // a member with a dump (of the group's epoch) but no line for it called none
       for (int m : g.members)
-        if (dump(m) && !stale(m, g) && !newer(m, g) && !g.collectives.count(m)) g.collectives[m] = 0;
+        if (dumped_in(m, g) && !g.collectives.count(m)) g.collectives[m] = 0;
   }
 
   // rank's dump was written before the world of g's epoch was built: it knows nothing of g.
@@ -235,7 +235,9 @@ class Analysis {
     const TraceDump *d = dump(rank);
     return d != nullptr && d->first_epoch > g.epoch;
   }
-  bool absent(int rank, int g) const { return !dump(rank) || stale(rank, group(g)) || newer(rank, group(g)); }
+  // rank's dump speaks of g: it exists and is of g's epoch (neither stale nor newer).
+  bool dumped_in(int rank, const GroupProgress &g) const { return dump(rank) && !stale(rank, g) && !newer(rank, g); }
+  bool absent(int rank, int g) const { return !dumped_in(rank, group(g)); }
   bool recovered(int g) const { return group(g).epoch < diag_.epoch; }
 
   void index_collectives() {
@@ -715,7 +717,7 @@ class Analysis {
           ev.push_back("  rank " + std::to_string(m) + ": no dump");
           continue;
         }
-        if (stale(m, gp) || newer(m, gp)) {
+        if (!dumped_in(m, gp)) {
           const std::string span = d->first_epoch == d->epoch
                                        ? "epoch " + std::to_string(d->epoch)
                                        : "epochs " + std::to_string(d->first_epoch) + "-" + std::to_string(d->epoch);

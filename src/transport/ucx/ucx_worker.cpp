@@ -530,9 +530,7 @@ void UcxWorker::cancel_owner(uint32_t owner) noexcept {
   // here, so let such receives finish while their senders live (they are sending now: a few ms).
   // (A dead sender sends no more; what it had sent was delivered by the wait's own progress.)
   auto from_live_sender = [this](const Op &op) {
-    if (op.kind == OpKind::kSend) return false;
-    auto it = peers_.find(op.target.peer_world);
-    return it != peers_.end() && !it->second->lost() && !(it->second->watch && it->second->watch->exited());
+    return op.kind != OpKind::kSend && peers_.count(op.target.peer_world) != 0 && !peer_lost(op.target.peer_world);
   };
   const auto drain_start = Deadline::Clock::now();
   bool drained = false;
