@@ -232,6 +232,10 @@ class Context {
     std::vector<int> arrived_and_live;  // those that did and are alive, in world order
   };
   Arrivals await_members(uint32_t epoch, const char *what, const Deadline &deadline);
+  // After the agreement: the new world's NCCL communicator shrunk from the failed world's
+  // (`parent`, whose ranks were the launch ranks `old_members`) when every survivor kept it.
+  void shrink_device_world(std::unique_ptr<DeviceComm> parent, const std::vector<int> &old_members,
+                           const Deadline &deadline);
   void join_as_replacement(Deadline deadline);
   // world first, then the model-parallel groups in creation order (the same order on every rank)
   std::vector<Group *> live_groups() const;

@@ -190,6 +190,13 @@ struct pstate_group_s {
   // or nullptr when it joins none or its group has one rank (no communicator). The child's
   // communicator is then made from this group's by ncclCommSplit instead of its own bootstrap.
   void split_device_into(pstate_group_s *child);
+  // ---- the world's communicator across pstate_shrink (group_device.cpp) ----
+  // Hands over this group's NCCL communicator when it can be shrunk (ncclCommShrink), else
+  // nullptr (it stays, to be aborted with the group).
+  std::unique_ptr<pstate::DeviceComm> take_shrinkable_device_comm();
+  // Collective over the survivors: this (new world) group's communicator is made from the failed
+  // world's by ncclCommShrink, `exclude` being the dead ranks' old world ranks.
+  void shrink_device_from(pstate::DeviceComm &parent, const std::vector<int> &exclude);
 
  private:
   pstate::DeviceComm &begin_device_op(const pstate::OpDescriptor &desc, uint64_t *tid);

@@ -8,7 +8,9 @@
 // group's CPU channel as one numbered operation, so its tag cannot meet another collective's. A
 // group of one never creates an NCCL communicator (its operations are device copies). A group made
 // while the world's communicator exists gets its own at creation by split_device_into (ncclCommSplit
-// from the world's, collective over the world; Context::split_from_world) instead.
+// from the world's, collective over the world; Context::split_from_world) instead. After
+// pstate_shrink, the new world's is shrunk from the failed world's (ncclCommShrink, collective
+// over the survivors; Context::shrink_device_world) where every survivor still holds that one.
 //
 // Failures follow the CPU rules: a fatal device error (TIMEOUT, PEER_LOST, TRANSPORT, an aborted
 // communicator) poisons the context, and every later operation returns ABORTED; pstate_abort
@@ -72,6 +74,17 @@ void pstate_group_s::split_device_into(pstate_group_s *child) {
     device_op_failed(e);
     throw;
   }
+}
+
+// ---- the world's communicator across pstate_shrink ----
+
+std::unique_ptr<pstate::DeviceComm> pstate_group_s::take_shrinkable_device_comm() {
+  if (!device_comm_ || !device_comm_->can_shrink()) return nullptr;
+  return std::move(device_comm_);
+}
+
+void pstate_group_s::shrink_device_from(pstate::DeviceComm &parent, const std::vector<int> &exclude) {
+  device_comm_ = parent.shrink(exclude, device_comm_options());
 }
 
 pstate::DeviceComm &pstate_group_s::begin_device_op(const pstate::OpDescriptor &desc, uint64_t *tid) {

@@ -25,7 +25,10 @@
 //      see UcxWorker::post_notices), and the survivors call pstate_shrink again.
 // Every model-parallel and custom group is dropped first (device communicators aborted: a dead
 // peer cannot finalize one; they are re-created on first use, or split from the new world's);
-// old handles stay valid and answer INVALID_STATE.
+// old handles stay valid and answer INVALID_STATE. The world's NCCL communicator is kept, where
+// NCCL has ncclCommShrink (2.27; from 2.28 a failed one is revoked, not aborted, so it survives
+// its failure), and the new world's is shrunk from it once the outcome is "ok"
+// (shrink_device_world), without a unique id; otherwise it is made anew on first use.
 //
 // pstate_grow: a replacement process (PSTATE_REJOIN=1, the RANK of a dead rank) connects to the
 // job's store (the job token checked in the handshake as at start), adds its record under
@@ -46,6 +49,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 namespace pstate {
@@ -159,6 +163,36 @@ Context::Arrivals Context::await_members(uint32_t epoch, const char *what, const
   }
 }
 
+// Every survivor said at "here" whether it holds the failed world's NCCL communicator; only when
+// all do is it shrunk (ncclCommShrink is collective over every rank it keeps); else the new
+// world's is made by a bootstrap on its first device use, as before NCCL 2.27. A shrink that
+// fails (a survivor died during it) leaves the same fallback: the next collective finds the dead.
+void Context::shrink_device_world(std::unique_ptr<DeviceComm> parent, const std::vector<int> &old_members,
+                                  const Deadline &deadline) {
+  bool all = parent != nullptr;
+  for (int r : members_)
+    if (all && r != launch_rank()) {
+      const Bytes v = store_->get(shrink_key(epoch_, cat("nccl/", r)), deadline);
+      all = v.size() == 1 && v[0] == 1;
+    }
+  if (all) {
+    std::vector<int> exclude;  // the dead ranks' ranks in the failed world (= its communicator)
+    for (size_t i = 0; i < old_members.size(); ++i)
+      if (global_rank_of(old_members[i]) < 0) exclude.push_back(static_cast<int>(i));
+    try {
+      world_->shrink_device_from(*parent, exclude);
+    } catch (const Error &e) {
+      log_.warn("shrink: ncclCommShrink failed (", e.what(), "); the new world's NCCL communicator will be made "
+                "anew at its first device operation");
+    }
+  } else if (device_ctx_ && world_size() > 1) {
+    log_.info("shrink: ", parent ? "not every survivor" : "this rank does not",
+              " hold the failed world's NCCL communicator (made, and NCCL >= 2.27 with ncclCommShrink)",
+              ": the new world's is made anew at its first device operation");
+  }
+  if (parent) parent->abort();  // ncclCommShrink terminated its operations; free it (local)
+}
+
 std::vector<int> Context::shrink_now() {
   if (state_ == State::kClosed) throw_error(PSTATE_ERR_INVALID_STATE, "pstate_shrink: the context is finalized");
   require_not_capturing("pstate_shrink");
@@ -180,12 +214,20 @@ std::vector<int> Context::shrink_now() {
   };
   log_.info("shrink: rank ", rank(), " of ", world_size(), " (launch rank ", launch_rank(), ") starts",
             state_ == State::kFailed ? cat(" after: ", failure_) : std::string());
+  // The failed world's NCCL communicator, kept for ncclCommShrink (PSTATE_NCCL_SHRINK=0: never)
+  std::unique_ptr<DeviceComm> device_parent;
+  const char *shrink_env = std::getenv("PSTATE_NCCL_SHRINK");
+  if (world_ && device_ctx_ && (shrink_env == nullptr || std::string(shrink_env) != "0"))
+    device_parent = world_->take_shrinkable_device_comm();
   drop_all_groups();
   for (;;) {
     const uint32_t epoch = epoch_ + 1;
     std::vector<int> live;
     std::unique_ptr<UcxWorker> fresh = make_worker();  // the new world's (see rebuild_world)
     try {
+      if (device_ctx_)  // before "here": whoever sees this rank here finds it
+        store_->set(shrink_key(epoch, cat("nccl/", launch_rank())), Bytes{static_cast<uint8_t>(device_parent ? 1 : 0)},
+                    deadline);
       store_->set(shrink_key(epoch, cat("here/", launch_rank())), encode_peer_entry(fresh->self_entry()), deadline);
       // 2. every member here or dead; the proposal: those here and alive, in world order
       live = await_members(epoch, "here", deadline).arrived_and_live;
@@ -237,6 +279,14 @@ std::vector<int> Context::shrink_now() {
   failure_.clear();
   dumped_since_failure_ = false;
   if (trace_) trace_->clear_failure();
+  if (device_ctx_) {
+    try {
+      shrink_device_world(std::move(device_parent), before, deadline);
+    } catch (const Error &e) {
+      fail(e.what());
+      throw store_lost(e);
+    }
+  }
   std::vector<int> new_rank;
   for (int r : before) new_rank.push_back(global_rank_of(r));
   std::vector<int> gone;

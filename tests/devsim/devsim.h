@@ -42,6 +42,10 @@ int devsim_stream_device(void *stream);
 void devsim_nccl_counts(unsigned long long *init_calls, unsigned long long *unique_ids,
                         unsigned long long *split_calls, unsigned long long *communicators);
 
+/* Issue 15: ncclCommShrink and ncclCommRevoke calls in this process since it was loaded (found
+ * the same way; either pointer may be NULL). */
+void devsim_nccl_shrink_counts(unsigned long long *shrink_calls, unsigned long long *revoke_calls);
+
 #ifdef __cplusplus
 }
 #endif

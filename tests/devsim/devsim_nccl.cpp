@@ -525,6 +525,8 @@ struct CommState {
   std::mutex exec_mu;               // one operation of this communicator runs at a time
   uint64_t phase = 0;               // under exec_mu
   unsigned splits = 0;              // ncclCommSplit calls so far (the same count on every rank)
+  unsigned shrinks = 0;             // ncclCommShrink calls so far (the same count on every survivor)
+  std::atomic<bool> revoked{false}; // ncclCommRevoke / NCCL_SHRINK_ABORT: waits released, shrink or free only
   void *scratch = nullptr;          // device memory NCCL would hold (cudaMalloc at init)
   // launcher (non-blocking mode)
   std::mutex mu;
@@ -846,7 +848,7 @@ ncclResult_t precheck(ncclComm_t comm, const char *func) {
     return ncclInvalidArgument;
   }
   if (c->aborted.load()) {
-    set_error("devsim NCCL: %s: communicator was aborted", func);
+    set_error("devsim NCCL: %s: communicator was %s", func, c->revoked.load() ? "revoked" : "aborted");
     return ncclInvalidUsage;
   }
   if (c->pending.load() != 0) {
@@ -954,6 +956,8 @@ std::atomic<unsigned long long> g_init_calls{0};     // ncclCommInitRank / ncclC
 std::atomic<unsigned long long> g_unique_ids{0};     // ncclGetUniqueId that made an id
 std::atomic<unsigned long long> g_split_calls{0};    // ncclCommSplit (any colour)
 std::atomic<unsigned long long> g_communicators{0};  // communicators made: by init or as a split's child
+std::atomic<unsigned long long> g_shrink_calls{0};   // ncclCommShrink
+std::atomic<unsigned long long> g_revoke_calls{0};   // ncclCommRevoke
 
 std::string shm_name_from(const ncclUniqueId &id) {
   char name[NCCL_UNIQUE_ID_BYTES + 1];
@@ -1111,6 +1115,53 @@ ncclResult_t split_comm(ncclComm_t comm, int color, int key, ncclComm_t *out, nc
   return init_rank(out, child_size, id, child_rank, config);
 }
 
+// ---- ncclCommShrink ----------------------------------------------------------------------------
+//
+// Collective over the parent's ranks that are not excluded (every caller passes the same list):
+// no exchange is needed, each knows the child's size and its own rank in it (its parent rank
+// less the excluded ranks below it), and they init a child on the segment "<parent>-k<n>", n the
+// parent's shrink count (the same on every survivor). NCCL_SHRINK_ABORT first releases every wait
+// of the parent (its operations end unfinished, as NCCL's are terminated); without it the parent
+// must be healthy. A NULL config inherits the parent's blocking mode.
+
+ncclResult_t shrink_comm(ncclComm_t comm, const int *exclude, int n, ncclComm_t *out, ncclConfig_t *config, int flags) {
+  CommState &p = *comm->st;
+  std::vector<char> gone(static_cast<size_t>(p.nranks), 0);
+  for (int i = 0; i < n; ++i) {
+    int r = exclude[i];
+    if (r < 0 || r >= p.nranks || gone[static_cast<size_t>(r)] || r == p.rank) {
+      set_error("devsim NCCL: ncclCommShrink on rank %d: excluded rank %d is not another rank of %d, or listed twice",
+                p.rank, r, p.nranks);
+      return ncclInvalidArgument;
+    }
+    gone[static_cast<size_t>(r)] = 1;
+  }
+  if ((flags & NCCL_SHRINK_ABORT) != 0) {
+    p.revoked.store(true);
+    p.aborted.store(true);  // every wait of the parent returns
+  } else if (p.async_error.load() != ncclSuccess && !p.revoked.load()) {
+    set_error("devsim NCCL: ncclCommShrink on rank %d: the parent has an error: shrink it with NCCL_SHRINK_ABORT",
+              p.rank);
+    return ncclInvalidUsage;
+  }
+  const std::string base = p.name + "-k" + std::to_string(p.shrinks++);
+  if (base.size() + 1 > NCCL_UNIQUE_ID_BYTES) {
+    set_error("devsim NCCL: ncclCommShrink: communicators nested too deep for the stand-in's names");
+    return ncclInternalError;
+  }
+  int child_rank = 0;
+  for (int r = 0; r < p.rank; ++r) child_rank += gone[static_cast<size_t>(r)] ? 0 : 1;
+  ncclConfig_t inherited = NCCL_CONFIG_INITIALIZER;
+  if (config == nullptr) {
+    inherited.blocking = p.blocking ? 1 : 0;
+    config = &inherited;
+  }
+  ncclUniqueId id;
+  std::memset(id.internal, 0, sizeof id.internal);
+  std::snprintf(id.internal, sizeof id.internal, "%s", base.c_str());
+  return init_rank(out, p.nranks - n, id, child_rank, config);
+}
+
 void stop_launcher(CommState &c) {
   {
     std::lock_guard<std::mutex> lock(c.mu);
@@ -1172,6 +1223,52 @@ DEVSIM_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclC
   return split_comm(comm, color, key, newcomm, config);
 }
 
+DEVSIM_API ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+                                       ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags) {
+  CommState *c = state(comm);
+  if (c == nullptr || newcomm == nullptr || excludeRanksCount < 0 || (excludeRanksCount > 0 && excludeRanksList == nullptr) ||
+      (shrinkFlags & ~NCCL_SHRINK_ABORT) != 0) {
+    set_error("devsim NCCL: ncclCommShrink: comm or newcomm NULL, a bad exclude list, or unknown flags %d", shrinkFlags);
+    return ncclInvalidArgument;
+  }
+  *newcomm = nullptr;
+  if (c->aborted.load() && !c->revoked.load()) {
+    set_error("devsim NCCL: ncclCommShrink: communicator was aborted");
+    return ncclInvalidUsage;
+  }
+  if (c->pending.load() != 0) {
+    set_error("devsim NCCL: ncclCommShrink on rank %d: the previous non-blocking call has not completed", c->rank);
+    return ncclInvalidUsage;
+  }
+  ncclResult_t injected = ncclSuccess;
+  if (fault_hit("DEVSIM_NCCL_FAIL", "ncclCommShrink", c->rank, &injected)) {
+    set_error("devsim NCCL: ncclCommShrink on rank %d: injected %s (DEVSIM_NCCL_FAIL)", c->rank, result_name(injected));
+    return injected;
+  }
+  g_shrink_calls.fetch_add(1);
+  return shrink_comm(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
+}
+
+// Stops the communicator's in-flight operations (their waits return) and keeps it for shrink or
+// free; its state is ncclInProgress until no operation of it is left, then ncclSuccess.
+DEVSIM_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  CommState *c = state(comm);
+  if (c == nullptr || revokeFlags != 0) {
+    set_error("devsim NCCL: ncclCommRevoke: comm NULL or flags %d not NCCL_REVOKE_DEFAULT", revokeFlags);
+    return ncclInvalidArgument;
+  }
+  g_revoke_calls.fetch_add(1);
+  c->revoked.store(true);
+  c->aborted.store(true);
+  return ncclSuccess;
+}
+
+// ncclCommShrink and ncclCommRevoke calls in this process so far.
+DEVSIM_API void devsim_nccl_shrink_counts(unsigned long long *shrink_calls, unsigned long long *revoke_calls) {
+  if (shrink_calls != nullptr) *shrink_calls = g_shrink_calls.load();
+  if (revoke_calls != nullptr) *revoke_calls = g_revoke_calls.load();
+}
+
 DEVSIM_API void devsim_nccl_counts(unsigned long long *init_calls, unsigned long long *unique_ids,
                                    unsigned long long *split_calls, unsigned long long *communicators) {
   if (init_calls != nullptr) *init_calls = g_init_calls.load();
@@ -1183,6 +1280,10 @@ DEVSIM_API void devsim_nccl_counts(unsigned long long *init_calls, unsigned long
 DEVSIM_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async) {
   CommState *c = state(comm);
   if (c == nullptr || async == nullptr) return ncclInvalidArgument;
+  if (c->revoked.load()) {  // ncclInProgress until quiescent, then ncclSuccess (NCCL 2.28)
+    *async = c->outstanding.load() != 0 || c->pending.load() != 0 ? ncclInProgress : ncclSuccess;
+    return ncclSuccess;
+  }
   int e = c->async_error.load();
   *async = e != ncclSuccess ? static_cast<ncclResult_t>(e) : c->pending.load() != 0 ? ncclInProgress : ncclSuccess;
   return ncclSuccess;

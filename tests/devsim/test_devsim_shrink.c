@@ -9,6 +9,10 @@
  * all_gather, tp 3 (whose NCCL communicator is split from the new world's where NCCL can split)
  * with a device all_reduce, then a graph capture of a tp all_reduce replayed twice; all exact.
  * Finalize must be clean (the old world's communicator was aborted, the new ones finalize).
+ *
+ * Twice: as it goes by default, the new world's communicator is made from the failed world's by
+ * ncclCommShrink (the stand-in counts one shrink and no new bootstrap on every survivor), and
+ * with PSTATE_NCCL_SHRINK=0, made anew by a bootstrap (one more ncclCommInitRank, no shrink).
  */
 /* cmocka.h needs these first */
 // clang-format off
@@ -19,6 +23,7 @@
 #include <cmocka.h>
 // clang-format on
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -32,6 +37,25 @@
 #define TIMEOUT_MS 5000
 #define N 4096
 #define VICTIM 2
+
+typedef struct counts_t {
+  unsigned long long inits, splits, shrinks, revokes;
+} counts_t;
+
+/* The stand-in's counts in this process (libpstate loaded it at pstate_init). */
+static int read_counts(counts_t *c) {
+  typedef void (*counts_fn)(unsigned long long *, unsigned long long *, unsigned long long *, unsigned long long *);
+  typedef void (*shrink_fn)(unsigned long long *, unsigned long long *);
+  const char *path = getenv("PSTATE_NCCL_LIBRARY");
+  void *h = path != NULL ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+  counts_fn counts = h != NULL ? (counts_fn)dlsym(h, "devsim_nccl_counts") : NULL;
+  shrink_fn shrinks = h != NULL ? (shrink_fn)dlsym(h, "devsim_nccl_shrink_counts") : NULL;
+  if (counts == NULL || shrinks == NULL) return 1;
+  counts(&c->inits, NULL, &c->splits, NULL);
+  shrinks(&c->shrinks, &c->revokes);
+  dlclose(h);
+  return 0;
+}
 
 static void *die_soon(void *arg) {
   (void)arg;
@@ -63,6 +87,7 @@ static int device_all_reduce_exact(const pstate_test_rank_t *self, pstate_group_
 }
 
 static int survive_on_device(const pstate_test_rank_t *self) {
+  const int by_shrink = *(const int *)self->arg;
   pstate_t *ps = NULL;
   RANK_OK(self, devsim_init(self, TIMEOUT_MS, &ps));
   pstate_group_t *world = NULL;
@@ -85,6 +110,9 @@ static int survive_on_device(const pstate_test_rank_t *self) {
   RANK_CHECK(self, self->rank != VICTIM, "the victim lived on");
   RANK_CHECK(self, st == PSTATE_ERR_PEER_LOST || st == PSTATE_ERR_ABORTED, "%s: %s", pstate_status_string(st),
              pstate_last_error());
+  counts_t before, after;
+  RANK_CHECK(self, read_counts(&before) == 0, "devsim counts not found (PSTATE_NCCL_LIBRARY=%s)",
+             getenv("PSTATE_NCCL_LIBRARY"));
   int new_rank[4];
   RANK_OK(self, pstate_shrink(ps, new_rank, 4));
   RANK_CHECK(self, new_rank[0] == 0 && new_rank[1] == 1 && new_rank[2] == -1 && new_rank[3] == 2, "new ranks %d %d %d %d",
@@ -93,6 +121,16 @@ static int survive_on_device(const pstate_test_rank_t *self) {
   const pstate_dtype_t dtypes[] = {PSTATE_FLOAT32, PSTATE_BFLOAT16, PSTATE_INT32, PSTATE_FLOAT16, PSTATE_INT64};
   for (size_t k = 0; k < sizeof dtypes / sizeof dtypes[0]; ++k)
     if (device_all_reduce_exact(self, world, dtypes[k], PSTATE_SUM, 1000 + k, s)) return 1;
+  /* how the new world's communicator was made */
+  RANK_CHECK(self, read_counts(&after) == 0, "devsim counts");
+  if (by_shrink)
+    RANK_CHECK(self, after.shrinks == before.shrinks + 1 && after.inits == before.inits,
+               "expected one ncclCommShrink and no bootstrap: %llu shrinks, %llu inits (before: %llu, %llu)",
+               after.shrinks, after.inits, before.shrinks, before.inits);
+  else
+    RANK_CHECK(self, after.shrinks == before.shrinks && after.inits == before.inits + 1,
+               "PSTATE_NCCL_SHRINK=0: expected a bootstrap and no shrink: %llu shrinks, %llu inits (before: %llu, %llu)",
+               after.shrinks, after.inits, before.shrinks, before.inits);
   /* all_gather of each rank's new rank */
   float mine[8], all[24];
   for (int i = 0; i < 8; ++i) mine[i] = (float)(new_rank[self->rank] * 100 + i);
@@ -128,8 +166,8 @@ static int survive_on_device(const pstate_test_rank_t *self) {
   cudaGraphDestroy(graph);
   RANK_OK(self, pstate_destroy_model_parallel(ps));
   RANK_OK(self, pstate_finalize(ps));
-  fprintf(stderr, "rank %d: rank %d of 3 after the shrink: every device collective exact\n", self->rank,
-          new_rank[self->rank]);
+  fprintf(stderr, "rank %d: rank %d of 3 after the shrink (%s; %llu revoked): every device collective exact\n",
+          self->rank, new_rank[self->rank], by_shrink ? "ncclCommShrink" : "bootstrap", after.revokes);
   cudaFree(d);
   cudaFree(ds);
   cudaFree(dr);
@@ -137,16 +175,31 @@ static int survive_on_device(const pstate_test_rank_t *self) {
   return 0;
 }
 
-static void test_survivors_shrink_and_rebuild_device_communicators(void **state) {
-  (void)state;
+static void run_job(int by_shrink) {
   int statuses[4];
-  pstate_test_job_t job = {4, 120, survive_on_device, NULL, statuses, 1, 1ul << VICTIM, 0, -1, 0};
+  if (by_shrink)
+    unsetenv("PSTATE_NCCL_SHRINK");
+  else
+    setenv("PSTATE_NCCL_SHRINK", "0", 1);
+  pstate_test_job_t job = {4, 120, survive_on_device, &by_shrink, statuses, 1, 1ul << VICTIM, 0, -1, 0};
   assert_int_equal(pstate_test_run_job(&job), 0);
+  unsetenv("PSTATE_NCCL_SHRINK");
+}
+
+static void test_survivors_shrink_the_device_communicator(void **state) {
+  (void)state;
+  run_job(1);
+}
+
+static void test_survivors_bootstrap_a_new_device_communicator(void **state) {
+  (void)state;
+  run_job(0);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_survivors_shrink_and_rebuild_device_communicators),
+      cmocka_unit_test(test_survivors_shrink_the_device_communicator),
+      cmocka_unit_test(test_survivors_bootstrap_a_new_device_communicator),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

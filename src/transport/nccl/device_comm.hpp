@@ -23,6 +23,7 @@
 // except DeviceComm::abort(), which may run on any thread while no other call runs.
 #pragma once
 
+#include "common/error.hpp"
 #include "common/log.hpp"
 
 #include <pstate/pstate.h>
@@ -32,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace pstate {
 
@@ -180,7 +182,8 @@ struct DeviceCommOptions {
 // group; count 0 is legal and enqueues nothing. Buffers must be device memory of the context's
 // device (or managed): host memory or another device's memory is INVALID_ARGUMENT. Reductions
 // on fp8 need NCCL >= 2.24 and sm_90 (else UNSUPPORTED). After a fatal NCCL error the
-// communicator is aborted and later calls throw ABORTED.
+// communicator is aborted (or, where NCCL has ncclCommRevoke, revoked: its in-flight operations
+// stopped, kept for shrink()) and later calls throw ABORTED.
 class DeviceComm {
  public:
   virtual ~DeviceComm() = default;  // graceful: ncclCommFinalize (up to the timeout) + destroy
@@ -240,6 +243,21 @@ class DeviceComm {
   // (returns nullptr). child describes the new communicator (its group name, rank and size in the
   // child). Throws as creation does (TIMEOUT, TRANSPORT, ...).
   virtual std::unique_ptr<DeviceComm> split(int color, int key, DeviceCommOptions child) = 0;
+
+  // ---- the survivors' communicator shrunk from this one (ncclCommShrink, pstate_shrink) ----
+  // Whether shrink() can work: the NCCL communicator exists (usable, or revoked after a failure)
+  // and the loaded NCCL has ncclCommShrink (>= 2.27).
+  virtual bool can_shrink() const { return false; }
+  // ncclCommShrink with NCCL_SHRINK_ABORT (the parent's ongoing operations are terminated first):
+  // collective over every rank of this communicator except `exclude` (ranks of this
+  // communicator, ascending, the same list on every caller), no unique id; the others keep their
+  // order. child describes the new communicator. Afterwards this one only aborts. Throws as
+  // creation does (TIMEOUT when a survivor does not take part, TRANSPORT, ...).
+  virtual std::unique_ptr<DeviceComm> shrink(const std::vector<int> &exclude, DeviceCommOptions child) {
+    (void)exclude;
+    (void)child;
+    throw_error(PSTATE_ERR_INTERNAL, "DeviceComm::shrink without ncclCommShrink");
+  }
 };
 
 // The NCCL device communicator of one group. `context` must outlive it (destroy every

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <thread>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -20,6 +21,13 @@ struct IdMessage {
   int32_t ok;
   ncclUniqueId id;
 };
+
+// "1, 3"
+std::string joined(const std::vector<int> &v) {
+  std::string s;
+  for (int x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
+  return s;
+}
 
 bool is_fp8(pstate_dtype_t dtype) { return dtype == PSTATE_FP8_E4M3 || dtype == PSTATE_FP8_E5M2; }
 
@@ -75,6 +83,11 @@ NcclCommunicator::NcclCommunicator(CudaDeviceContext &context, DeviceCommOptions
 
 NcclCommunicator::~NcclCommunicator() {
   if (comm_ == nullptr) {
+    barrier_buffer_.reset();
+    return;
+  }
+  if (revoked_) {  // finalize is invalid after ncclCommRevoke; its operations were stopped anyway
+    abort_comm();
     barrier_buffer_.reset();
     return;
   }
@@ -210,6 +223,7 @@ void NcclCommunicator::create(const char *op) {
     fail(status_of(r), cat(w, ": creating the NCCL communicator (rank ", rank(), " of ", size(), ", cuda:",
                            context_.device_ordinal(), "): ncclCommInitRankConfig: ", nccl_->error_text(r, comm_)),
          true);
+  made_ = true;
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
   log_.info(w, ": NCCL communicator ready, made by a bootstrap (unique id from group rank 0, ncclCommInitRankConfig; rank ", rank(), " of ", size(), ", cuda:", context_.device_ordinal(), ", ",
             nccl_->describe(), options_.nccl_blocking ? ", blocking" : ", non-blocking", ") in ", ms, " ms");
@@ -247,10 +261,64 @@ std::unique_ptr<DeviceComm> NcclCommunicator::split(int color, int key, DeviceCo
                                   " (rank ", child->rank(), " of ", child->size(), "): ncclCommSplit: ",
                                   nccl_->error_text(r, created)),
                 true);
+  child->made_ = true;
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
   log_.info(child->where("communicator init"), ": NCCL communicator ready, split from ", options_.group_name,
             " (ncclCommSplit, splitShare, no unique id; rank ", child->rank(), " of ", child->size(), ", cuda:",
             context_.device_ordinal(), ") in ", ms, " ms");
+  return child;
+}
+
+// ---- shrinking (pstate_shrink) ------------------------------------------------------------
+
+bool NcclCommunicator::can_shrink() const {
+  return comm_ != nullptr && made_ && size() > 1 && nccl_ != nullptr && nccl_->has_shrink();
+}
+
+std::unique_ptr<DeviceComm> NcclCommunicator::shrink(const std::vector<int> &exclude, DeviceCommOptions child_options) {
+  constexpr const char *kOp = "communicator shrink";
+  if (!can_shrink())
+    throw_error(PSTATE_ERR_INTERNAL, where(kOp), ": shrink without an NCCL communicator or ncclCommShrink");
+  DeviceGuard guard(cuda_, context_.device_ordinal(), where(kOp));
+  const auto &api = nccl_->api();
+  auto started = std::chrono::steady_clock::now();
+  if (revoked_) {  // revoked: shrink once it is quiescent (ncclInProgress until then)
+    const Deadline deadline = Deadline::after_ms(context_.timeout_ms());
+    Backoff backoff;
+    for (ncclResult_t state = ncclInProgress; state == ncclInProgress;) {
+      if (api.CommGetAsyncError(comm_, &state) != ncclSuccess) break;
+      if (state != ncclInProgress) break;
+      if (deadline.expired())
+        throw_error(PSTATE_ERR_TIMEOUT, where(kOp), ": the revoked NCCL communicator did not quiesce within ",
+                    context_.timeout_ms(), " ms");
+      backoff.pause();
+    }
+  }
+  auto child = std::make_unique<NcclCommunicator>(context_, std::move(child_options), log_);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = child->options_.nccl_blocking ? 1 : 0;
+  config.commName = child->comm_name_.c_str();
+  std::vector<int> excluded = exclude;  // NCCL takes a non-const list
+  ncclComm_t created = nullptr;
+  ncclResult_t r = api.CommShrink(comm_, excluded.data(), static_cast<int>(excluded.size()), &created, &config,
+                                  NcclLib::kShrinkAbort);
+  if (created == nullptr && r != ncclInProgress && r != ncclSuccess)
+    throw_error(status_of(r), child->where(kOp), ": ncclCommShrink from ", options_.group_name, ": ",
+                nccl_->error_text(r, comm_));
+  child->nccl_ = nccl_;
+  child->comm_ = created;
+  r = child->settle(r, "ncclCommShrink", kOp);
+  if (r != ncclSuccess)
+    child->fail(status_of(r), cat(child->where(kOp), ": shrinking the NCCL communicator of ", options_.group_name,
+                                  " (rank ", child->rank(), " of ", child->size(), "): ncclCommShrink: ",
+                                  nccl_->error_text(r, created)),
+                true);
+  child->made_ = true;
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
+  log_.info(child->where("communicator init"), ": NCCL communicator ready, shrunk from ", options_.group_name,
+            "'s (ncclCommShrink, NCCL_SHRINK_ABORT, without its rank(s) ", joined(exclude),
+            ", no unique id; rank ", child->rank(), " of ", child->size(), ", cuda:", context_.device_ordinal(),
+            ") in ", ms, " ms");
   return child;
 }
 
@@ -289,14 +357,29 @@ void NcclCommunicator::check_async(const char *op) {
 void NcclCommunicator::fail(pstate_status_t status, const std::string &message, bool fatal) {
   if (!fatal) throw Error(status, message);
   failure_ = message;
-  abort_comm();
-  throw Error(status, message + "; the device communicator was aborted: end the context with pstate_abort");
+  stop_comm();
+  throw Error(status, message + (revoked_ ? "; the device communicator was revoked (its operations stopped): "
+                                            "pstate_shrink makes the survivors' from it, or end the context "
+                                            "with pstate_abort"
+                                          : "; the device communicator was aborted: end the context with pstate_abort"));
 }
 
 void NcclCommunicator::abort_comm() noexcept {
   if (comm_ == nullptr) return;
   nccl_->api().CommAbort(comm_);  // sets its own device; does not wait for peers
   comm_ = nullptr;
+  revoked_ = false;
+}
+
+void NcclCommunicator::stop_comm() noexcept {
+  if (comm_ == nullptr || revoked_) return;
+  if (made_ && nccl_->has_revoke() && nccl_->api().CommRevoke(comm_, 0) == ncclSuccess) {
+    revoked_ = true;
+    log_.info(where("revoke"), ": NCCL communicator revoked (ncclCommRevoke: its in-flight operations stopped; "
+              "kept so that pstate_shrink can shrink it)");
+    return;
+  }
+  abort_comm();
 }
 
 void NcclCommunicator::abort() noexcept {

@@ -5,13 +5,16 @@
 //                                                 │            │
 //                                                 └─ error, timeout, fatal async error, abort()
 //                                                              ▼
-//                                                           aborted (ops throw ABORTED)
+//                                       aborted (ops throw ABORTED), or revoked: NCCL >= 2.28
+//                                       after it was ready (ncclCommRevoke stops its kernels,
+//                                       ops throw ABORTED) ──shrink()──▶ the survivors' new one
 // Creation: group rank 0 calls ncclGetUniqueId and the id is broadcast over the group's CPU
 // communicator (the callback); every rank calls ncclCommInitRankConfig with blocking = 0 and
 // polls ncclCommGetAsyncError until it is ready or the context timeout passes (then it aborts the
 // communicator: TIMEOUT). Or (issue 13) the communicator is made by split() on a parent's
 // (ncclCommSplit with splitShare, collective over the parent's ranks, no unique id), settled the
-// same way. Non-blocking mode is also why every later NCCL call that answers
+// same way; or (issue 15) by shrink() on the failed world's (ncclCommShrink with
+// NCCL_SHRINK_ABORT over the survivors, the dead excluded, no unique id). Non-blocking mode is also why every later NCCL call that answers
 // ncclInProgress is waited out the same way before the next one (NCCL runs each such call on a
 // helper thread; DeviceCommOptions::nccl_blocking trades the bound for NCCL's faster blocking
 // mode). A group of one never creates an NCCL communicator: its operations are
@@ -68,6 +71,9 @@ class NcclCommunicator final : public DeviceComm {
   // Children made by ncclCommSplit (splitShare) instead of a unique-id bootstrap each
   bool can_split() const override;
   std::unique_ptr<DeviceComm> split(int color, int key, DeviceCommOptions child) override;
+  // The survivors' communicator made by ncclCommShrink (pstate_shrink)
+  bool can_shrink() const override;
+  std::unique_ptr<DeviceComm> shrink(const std::vector<int> &exclude, DeviceCommOptions child) override;
 
  private:
   class OpScope;
@@ -90,6 +96,9 @@ class NcclCommunicator final : public DeviceComm {
   void check_async(const char *op);
   [[noreturn]] void fail(pstate_status_t status, const std::string &message, bool fatal);
   void abort_comm() noexcept;
+  // After a fatal error: ncclCommRevoke where NCCL has it and shrink could follow (the in-flight
+  // operations stop, the communicator stays for shrink()), else ncclCommAbort.
+  void stop_comm() noexcept;
   // ---- a group of one ----
   void copy(void *dst, const void *src, size_t bytes, cudaStream_t stream, const char *op) const;
 
@@ -101,6 +110,8 @@ class NcclCommunicator final : public DeviceComm {
   std::string comm_name_;  // "pstate tp:0", alive as long as the NCCL communicator
   ncclComm_t comm_ = nullptr;
   std::string failure_;    // why the communicator is unusable; empty while usable
+  bool made_ = false;      // the NCCL communicator became ready once (only such a one is revoked)
+  bool revoked_ = false;   // ncclCommRevoke'd: shrink or abort only (finalize is invalid after it)
   std::unique_ptr<DeviceBuffer> barrier_buffer_;
 };
 

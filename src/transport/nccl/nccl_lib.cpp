@@ -61,6 +61,8 @@ const char *NcclLib::resolve() {
 #undef PSTATE_NCCL_RESOLVE
   // Optional entry points: a library without them still loads.
   api_.CommSplit = reinterpret_cast<decltype(api_.CommSplit)>(dlsym(handle_, "ncclCommSplit"));
+  api_.CommShrink = reinterpret_cast<decltype(api_.CommShrink)>(dlsym(handle_, "ncclCommShrink"));
+  api_.CommRevoke = reinterpret_cast<decltype(api_.CommRevoke)>(dlsym(handle_, "ncclCommRevoke"));
   return nullptr;
 }
 

@@ -66,7 +66,15 @@ class NcclLib {
     decltype(&::ncclGetLastError) GetLastError = nullptr;
     // Optional (NCCL >= 2.18); nullptr when the library lacks it (groups then bootstrap)
     decltype(&::ncclCommSplit) CommSplit = nullptr;
+    // Optional (NCCL >= 2.27 / 2.28), typed here so that older headers compile: a shrink after a
+    // rank died (pstate_shrink) and the revocation that keeps a failed communicator shrinkable.
+    ncclResult_t (*CommShrink)(ncclComm_t comm, int *exclude, int exclude_count, ncclComm_t *newcomm,
+                               ncclConfig_t *config, int flags) = nullptr;
+    ncclResult_t (*CommRevoke)(ncclComm_t comm, int flags) = nullptr;
   };
+  // ncclCommShrink's flag: terminate the parent's ongoing operations first (nccl.h's
+  // NCCL_SHRINK_ABORT, 2.27).
+  static constexpr int kShrinkAbort = 0x01;
 
   static constexpr const char *kDefaultLibrary = "libnccl.so.2";
   static constexpr const char *kPathVariable = "PSTATE_NCCL_LIBRARY";
@@ -94,6 +102,12 @@ class NcclLib {
   // ncclCommSplit (NCCL >= 2.18) and ncclConfig_t.splitShare (same release): a child
   // communicator made from a parent's ranks, sharing its resources, without a unique id.
   bool has_split() const { return api_.CommSplit != nullptr && version_ >= NCCL_VERSION(2, 18, 0); }
+  // ncclCommShrink (NCCL >= 2.27): the survivors' communicator made from the failed one, without
+  // the dead ranks and without a unique id.
+  bool has_shrink() const { return api_.CommShrink != nullptr && version_ >= NCCL_VERSION(2, 27, 0); }
+  // ncclCommRevoke (NCCL >= 2.28): stops a communicator's in-flight operations (a kernel waiting
+  // for a dead peer) without freeing it, so it can still be shrunk.
+  bool has_revoke() const { return api_.CommRevoke != nullptr && has_shrink(); }
 
   // "ncclRemoteError: remote process exited or there was a network error (NCCL: <last error>)"
   // comm may be nullptr (then NCCL's last global error is used).
