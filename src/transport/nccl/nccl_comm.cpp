@@ -253,20 +253,27 @@ std::unique_ptr<DeviceComm> NcclCommunicator::split(int color, int key, DeviceCo
     complete(r, "ncclCommSplit", kOp);
     return nullptr;
   }
-  child->nccl_ = nccl_;
-  child->comm_ = created;
-  r = child->settle(r, "ncclCommSplit", kOp);
-  if (r != ncclSuccess)
-    child->fail(status_of(r), cat(child->where(kOp), ": splitting the NCCL communicator from ", options_.group_name,
-                                  " (rank ", child->rank(), " of ", child->size(), "): ncclCommSplit: ",
-                                  nccl_->error_text(r, created)),
-                true);
-  child->made_ = true;
+  take_child(*child, created, r, "ncclCommSplit", "splitting the NCCL communicator from", kOp);
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
   log_.info(child->where("communicator init"), ": NCCL communicator ready, split from ", options_.group_name,
             " (ncclCommSplit, splitShare, no unique id; rank ", child->rank(), " of ", child->size(), ", cuda:",
             context_.device_ordinal(), ") in ", ms, " ms");
   return child;
+}
+
+// A child made from this communicator (by `call`, which answered r) holds `created` once NCCL
+// settles it; a failure aborts the child and throws, naming `what` this one ("splitting the NCCL
+// communicator from tp:0").
+void NcclCommunicator::take_child(NcclCommunicator &child, ncclComm_t created, ncclResult_t r, const char *call,
+                                  const char *what, const char *op) {
+  child.nccl_ = nccl_;
+  child.comm_ = created;
+  r = child.settle(r, call, op);
+  if (r != ncclSuccess)
+    child.fail(status_of(r), cat(child.where(op), ": ", what, " ", options_.group_name, " (rank ", child.rank(), " of ",
+                                 child.size(), "): ", call, ": ", nccl_->error_text(r, created)),
+               true);
+  child.made_ = true;
 }
 
 // ---- shrinking (pstate_shrink) ------------------------------------------------------------
@@ -305,15 +312,7 @@ std::unique_ptr<DeviceComm> NcclCommunicator::shrink(const std::vector<int> &exc
   if (created == nullptr && r != ncclInProgress && r != ncclSuccess)
     throw_error(status_of(r), child->where(kOp), ": ncclCommShrink from ", options_.group_name, ": ",
                 nccl_->error_text(r, comm_));
-  child->nccl_ = nccl_;
-  child->comm_ = created;
-  r = child->settle(r, "ncclCommShrink", kOp);
-  if (r != ncclSuccess)
-    child->fail(status_of(r), cat(child->where(kOp), ": shrinking the NCCL communicator of ", options_.group_name,
-                                  " (rank ", child->rank(), " of ", child->size(), "): ncclCommShrink: ",
-                                  nccl_->error_text(r, created)),
-                true);
-  child->made_ = true;
+  take_child(*child, created, r, "ncclCommShrink", "shrinking the NCCL communicator of", kOp);
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
   log_.info(child->where("communicator init"), ": NCCL communicator ready, shrunk from ", options_.group_name,
             "'s (ncclCommShrink, NCCL_SHRINK_ABORT, without its rank(s) ", joined(exclude),

@@ -96,6 +96,8 @@ class NcclCommunicator final : public DeviceComm {
   void check_async(const char *op);
   [[noreturn]] void fail(pstate_status_t status, const std::string &message, bool fatal);
   void abort_comm() noexcept;
+  void take_child(NcclCommunicator &child, ncclComm_t created, ncclResult_t r, const char *call, const char *what,
+                  const char *op);
   // After a fatal error: ncclCommRevoke where NCCL has it and shrink could follow (the in-flight
   // operations stop, the communicator stays for shrink()), else ncclCommAbort.
   void stop_comm() noexcept;
