@@ -413,6 +413,61 @@ def startup_curve_section(curve, before, png, rel):
     return md + [""]
 
 
+def recovery_section():
+    """'What a dead rank costs': bench/recovery.sh's results/recovery.json, then bench/recovery.md."""
+    path = os.path.join(HERE, "results", "recovery.json")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        r = json.load(f)
+    runs = lambda key: ", ".join(str(x) for x in r.get(key, []))
+    md = ["## What a dead rank costs", "",
+          f"`bench/recovery.sh` (commit {r.get('commit', '?')}, {r.get('date', '?')}, {r.get('repeats', '?')} runs, "
+          f"medians; `bench/results/recovery.json`; \"+dirty\" there is only the log the script itself rewrites): "
+          f"{r.get('ranks', '?')} ranks on this host ({r.get('nproc', '?')} cores). **Survive**: `pstate run -n 6 "
+          "--keep-going -- elastic_serving --kill-rank 3 --kill-at-step 20`: rank 3 SIGKILLs itself inside a 2 MiB "
+          "tensor-parallel all-reduce; the survivors see it (shared-memory waits check their peers every 20 ms), call "
+          "`pstate_shrink`, re-initialize tp and redo the step; the time is from the kill (the victim's "
+          "CLOCK_MONOTONIC just before it) to the *last* survivor's exact result. **Restart** (what a job without "
+          "shrink does, at the least): the bare start-up of the ranks, whole jobs, wall time — Open MPI (`mpirun -np N "
+          "mpi_bench --op startup`: MPI_Init, a barrier, MPI_Finalize) and pstate (`pstate run -n N -- pstate bench "
+          "--op startup`); neither includes noticing the death, stopping the other ranks, nor reloading a model, "
+          "which is what a restart of a serving engine really costs (tens of seconds and more for a large model).",
+          "", "| what | median (ms) | runs (ms) |", "| --- | ---: | --- |",
+          f"| survive: kill -> every survivor's first exact collective (pstate_shrink) | {r.get('shrink_ms')} | "
+          f"{runs('shrink_runs_ms')} |",
+          f"| restart with Open MPI (start-up only) | {r.get('mpi_restart_ms')} | {runs('mpi_restart_runs_ms')} |",
+          f"| restart with pstate (start-up only) | {r.get('pstate_restart_ms')} | {runs('pstate_restart_runs_ms')} |",
+          ""]
+    prose = os.path.join(HERE, "recovery.md")
+    if os.path.exists(prose):
+        with open(prose) as f:
+            md += [f.read().strip(), ""]
+    return md
+
+
+def gpu_section():
+    """'On a GPU': the summary tests/gpu/run.sh printed on a GPU machine (results/gpu/summary.md)."""
+    path = os.path.join(HERE, "results", "gpu", "summary.md")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        summary = f.read().strip()
+    # its title becomes a line of text; its tables stay
+    lines = summary.splitlines()
+    title = lines[0].lstrip("# ").strip() if lines and lines[0].startswith("#") else ""
+    body = "\n".join(lines[1:] if title else lines).strip()
+    return ["## On a GPU (tests/gpu/run.sh)", "",
+            f"The last run of `tests/gpu/run.sh` on a GPU machine ({title}; `bench/results/gpu/`: the summary and "
+            "each program's log). One GPU, so world 1 only: every operation, dtype and reduce op against a host "
+            "reference, the argument and capture-mode errors, a graph of 100 all_reduces replayed, both through the "
+            "backend (`device_comm_check`) and the C API (`gpu_api_check`); and the cost of one all_reduce against a "
+            "raw `ncclAllReduce` on the same communicator size (GPU time by CUDA events and host time of the call, "
+            "median of 200). Multi-rank NCCL (and so `pstate_shrink`'s `ncclCommShrink`) needs a machine with "
+            "several GPUs. On the lent machine (no UCX there) it ran with Debian's UCX libraries carried along: "
+            "`tests/gpu/carry_ucx.sh` (see tests/gpu/README.md).", "", body, ""]
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: report.py RESULTS_DIR OUTPUT.md")
@@ -490,6 +545,8 @@ def main():
     if os.path.exists(trace):  # bench/trace_cost.sh, run on its own
         with open(trace) as f:
             md += ["## What the flight recorder costs", "", f.read().strip(), ""]
+    md += recovery_section()
+    md += gpu_section()
     analysis = os.path.join(HERE, "analysis.md")
     if os.path.exists(analysis):
         with open(analysis) as f:
@@ -515,6 +572,10 @@ def main():
            "bench/run.sh --cases all_gatherv.2,sendrecv.2   # only those cases, the others' results kept"]
     if curve:
         md += ["bench/startup_curve.sh  # start-up as the job grows, on its own (startup_curve.json)"]
+    if os.path.exists(os.path.join(HERE, "results", "recovery.json")):
+        md += ["bench/recovery.sh       # what a dead rank costs: shrink against restart (recovery.json)"]
+    if os.path.exists(os.path.join(HERE, "results", "gpu", "summary.md")):
+        md += ["tests/gpu/run.sh        # on a GPU machine; copy $OUT/summary.md and the logs to bench/results/gpu/"]
     md += ["```", "",
            f"The commands it ran, each REPEAT times (REPEAT = 1, 2, ...; raw output in `{rel(results)}/logs/`, JSON in `{rel(results)}/`):", "", "```"]
     md += commands(results)
