@@ -185,7 +185,7 @@ void Context::shrink_device_world(std::unique_ptr<DeviceComm> parent, const std:
       log_.warn("shrink: ncclCommShrink failed (", e.what(), "); the new world's NCCL communicator will be made "
                 "anew at its first device operation");
     }
-  } else if (device_ctx_ && world_size() > 1) {
+  } else if (world_size() > 1) {
     log_.info("shrink: ", parent ? "not every survivor" : "this rank does not",
               " hold the failed world's NCCL communicator (made, and NCCL >= 2.27 with ncclCommShrink)",
               ": the new world's is made anew at its first device operation");
