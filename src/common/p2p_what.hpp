@@ -30,8 +30,10 @@ namespace pstate {
 
 enum class P2PStream : uint8_t { kTensors = 0, kObjects = 1 };
 
-// Kinds on the tensor stream.
-enum class TensorKind : uint8_t { kSend = 0, kDictPayload = 1 };
+// Kinds on the tensor stream. kDeviceCheck: in a CUDA context under PSTATE_CHECK=1, the count of
+// a device send (its dtype in the what bits) goes ahead of it on the CPU communicator, so NCCL
+// never pairs two ranks that disagree about a point-to-point transfer.
+enum class TensorKind : uint8_t { kSend = 0, kDictPayload = 1, kDeviceCheck = 2 };
 // Kinds on the object stream.
 enum class ObjectKind : uint8_t { kObject = 0, kDictMeta = 1, kDictAck = 2, kSlicedPlan = 3 };
 
@@ -55,6 +57,7 @@ inline std::string describe_p2p_what(P2PStream stream, uint32_t what, bool recei
   if (stream == P2PStream::kTensors) {
     const char *k = kind == 0   ? (receiving ? "recv" : "send")
                     : kind == 1 ? (receiving ? "recv_tensor_dict's payload" : "send_tensor_dict's payload")
+                    : kind == 2 ? (receiving ? "recv (CUDA, PSTATE_CHECK)" : "send (CUDA, PSTATE_CHECK)")
                                 : "a message of an unknown kind";
     return dtype_name != nullptr ? cat(k, " of ", dtype_name) : std::string(k);
   }

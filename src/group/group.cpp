@@ -100,8 +100,8 @@ void pstate_group_s::check_peers_alive() {
 
 void pstate_group_s::check_waiting() {
   if (p2p_) p2p_->progress();  // pending shared-memory sends move while this rank waits for anything
+  ctx_.check_notices(name_);    // first: a peer's notice says why, its exit after it only that it left
   check_peers_alive();
-  ctx_.check_notices(name_);
   if (ctx_.interrupted())
     pstate::throw_error(PSTATE_ERR_INTERRUPTED, name_, ": interrupted while rank ", ctx_.rank(),
                         " waited for its peers in shared memory (the interrupt check asked to stop, e.g. Ctrl-C); "

@@ -241,6 +241,7 @@ struct pstate_group_s {
   // A flight-recorder entry for a collective (numbered: it takes the group's next trace seq).
   uint64_t trace_begin(pstate::TraceRecorder &tr, const pstate::OpDescriptor &d, bool numbered);
   void verify_same_op(const pstate::OpDescriptor &desc);
+  void verify_device_p2p(const pstate::OpDescriptor &desc);  // PSTATE_CHECK, device send/recv
   // Point-to-point tags live in their own space (ucx_tag.hpp): one running counter per stream,
   // peer and direction; `what` (kind, dtype) rides in the tag and is checked on arrival.
   uint32_t p2p_tag(int peer, bool sending, pstate::P2PStream stream, uint32_t what);

@@ -336,17 +336,17 @@ void ShmGroup::commit_call() {
   const uint64_t committed = verdict_word(call_step_, kVerdictCommitted, rank_);
   while (verdict_step(w) < call_step_)
     if (v.word.compare_exchange_weak(w, committed, std::memory_order_acq_rel, std::memory_order_acquire)) return;
-  if (verdict_step(w) == call_step_ && verdict_state(w) == kVerdictFailed) throw_failed_call(w);
+  if (verdict_step(w) == call_step_ && verdict_state(w) == kVerdictFailed) throw_failed_call(w, true);
 }
 
 void ShmGroup::check_verdict() const {
   if (!in_call_ || controls_ == nullptr) return;
   const uint64_t w = verdict().word.load(std::memory_order_acquire);
   if (verdict_step(w) == call_step_ && verdict_state(w) == kVerdictFailed && verdict_rank(w) != rank_)
-    throw_failed_call(w);
+    throw_failed_call(w, false);
 }
 
-void ShmGroup::throw_failed_call(uint64_t w) const {
+void ShmGroup::throw_failed_call(uint64_t w, bool completed) const {
   const int giver = verdict_rank(w);
   const Control &theirs = control(giver);
   const int64_t at = theirs.gave_up_unix_ms.load(std::memory_order_relaxed);
@@ -361,10 +361,12 @@ void ShmGroup::throw_failed_call(uint64_t w) const {
   std::snprintf(when, sizeof when, "%02d:%02d:%02d.%03d UTC", t.tm_hour, t.tm_min, t.tm_sec, static_cast<int>(at % 1000));
   throw_error(status == PSTATE_ERR_INTERRUPTED || status == PSTATE_OK ? PSTATE_ERR_ABORTED : status, options_.label,
               " #", call_desc_.seq, " ", current_op_, ": rank ", global_rank(giver), " (group rank ", giver,
-              ") gave up on this call at ", when, " (", static_cast<double>(now - at) / 1000.0, " s before rank ",
-              global_rank(rank_), " got here), with ", pstate_status_string(status),
-              ": the call failed for every rank of the group (one call, one verdict), though this rank found "
-              "what it needed; the context is failed: call pstate_abort");
+              ") gave up on this call at ", when, ", ", static_cast<double>(now - at) / 1000.0, " s ago, with ",
+              pstate_status_string(status), ", so the call failed for every rank of the group (one call, one verdict)",
+              completed ? cat(": rank ", global_rank(rank_), " arrived late and found what it needed, but does not "
+                              "return OK from a call its peers failed")
+                        : cat(" while rank ", global_rank(rank_), " waited in it"),
+              "; the context is failed: call pstate_abort");
 }
 
 // ---- argument checks --------------------------------------------------------------------------

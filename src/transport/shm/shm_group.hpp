@@ -233,7 +233,7 @@ class ShmGroup {
   void commit_call();
   // Throws the late error when the verdict of the current call is FAILED by another rank.
   void check_verdict() const;
-  [[noreturn]] void throw_failed_call(uint64_t word) const;
+  [[noreturn]] void throw_failed_call(uint64_t word, bool completed) const;
   bool in_call_ = false;  // between begin_call and the end of the call (for the verdict)
   size_t checked_dtype_size(const char *op, pstate_dtype_t dtype, size_t count, size_t multiple) const;
   void check_reduce(const char *op, pstate_dtype_t dtype, pstate_reduce_op_t op_kind) const;
