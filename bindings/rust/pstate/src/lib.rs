@@ -45,12 +45,14 @@
 //! ```
 mod error;
 mod nonblocking;
+pub mod requests;
 mod rooted;
 mod tensor_dict;
 mod types;
 
 pub use error::{Error, Result, Status};
-pub use nonblocking::{P2POp, Request};
+pub use nonblocking::P2POp;
+pub use requests::{scope, RecvBuf, Request, Scope, ScopedRequest, SendBuf};
 pub use tensor_dict::Tensor;
 pub use types::{Bf16, DType, Device, Element, GroupKind, ReduceOp, F16};
 
