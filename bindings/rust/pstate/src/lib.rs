@@ -17,7 +17,9 @@
 //! Ownership mirrors the C lifetimes: a [`Group`] borrows its [`PState`], so it cannot outlive
 //! it, and [`PState::destroy_model_parallel`] / [`PState::finalize`] (which invalidate groups in
 //! C) need the PState exclusively or by value. Dropping a PState finalizes it (aborts it while
-//! panicking). Thread rules are C's: a PState is `Send` (a rank may move to another thread) but
+//! panicking). Non-blocking requests own their buffers or live in a [`scope`], so not even a
+//! forgotten request lets the library write into memory Rust has freed ([`requests`] says why).
+//! Thread rules are C's: a PState is `Send` (a rank may move to another thread) but
 //! not `Sync`, and groups are neither, so one thread at a time drives a PState and its groups.
 //! The compiler enforces all of this:
 //!

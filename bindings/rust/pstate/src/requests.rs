@@ -327,14 +327,15 @@ pub struct Request<'ps, B: SendBuf> {
 }
 
 impl<'ps, B: SendBuf> Request<'ps, B> {
-    /// Posts with `post(ptr, len, &mut raw)`; on success the request holds `buf`.
+    /// Keeps `buf` in the request, then posts it with `post(&mut buf, &mut raw)`, so that the
+    /// pointer C gets is derived from the buffer where the request holds it.
     fn post(buf: B, post: impl FnOnce(&mut B, &mut *mut sys::pstate_request_t) -> Result<()>) -> Result<Request<'ps, B>> {
         let mut req = Request { state: State::Done(Ok(())), buf: MaybeUninit::new(buf), held: true, _ps: PhantomData };
         let mut raw = ptr::null_mut();
-        // The pointer given to C is derived from the buffer where the request keeps it.
-        post(unsafe { req.buf.assume_init_mut() }, &mut raw)?; // Err: nothing posted, the buffer is dropped
+        // SAFETY: initialized just above. On Err nothing was posted: Drop drops the buffer.
+        post(unsafe { req.buf.assume_init_mut() }, &mut raw)?;
         if raw.is_null() {
-            req.held = false; // (never: C returns a request with OK) not knowing, keep it away
+            req.held = false; // OK without a request breaks pstate.h: leak the buffer, to be safe
             return Err(Error::new(Status::Internal, "pstate_isend/pstate_irecv returned OK without a request"));
         }
         req.state = State::Pending(raw);
