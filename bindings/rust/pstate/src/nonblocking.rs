@@ -1,5 +1,4 @@
-//! Variable-count collectives (`pstate_all_gatherv`, `pstate_reduce_scatterv`), non-blocking
-//! point-to-point (`pstate_isend`/`pstate_irecv` + `pstate_wait`/`pstate_test`), batched
+//! Variable-count collectives (`pstate_all_gatherv`, `pstate_reduce_scatterv`), batched
 //! point-to-point (`pstate_p2p_batch`), custom groups (`pstate_new_group`) and sliced tensor dicts
 //! (`pstate_send/recv_tensor_dict_sliced`).
 //!
