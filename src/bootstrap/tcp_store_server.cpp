@@ -126,10 +126,14 @@ struct Connection {
   int progress() const {
     if (close_after_reply) return 0;  // refused: only its reply is left to send
     switch (phase) {
-      case Phase::kPreamble: return 1;
-      case Phase::kHello: return 2;
-      case Phase::kProof: return 3;
-      case Phase::kMember: break;
+      case Phase::kPreamble:
+        return 1;
+      case Phase::kHello:
+        return 2;
+      case Phase::kProof:
+        return 3;
+      case Phase::kMember:
+        break;
     }
     return 4;
   }
@@ -138,12 +142,12 @@ struct Connection {
 // What the server shed since it last said so: one WARN per kShedReportEveryMs at most.
 struct ShedReport {
   static constexpr int kShedReportEveryMs = 10000;
-  uint64_t for_newcomers = 0;  // shed to make room in the handshake budget
-  uint64_t too_slow = 0;       // past the handshake deadline
   static constexpr size_t kMaxHosts = 256;  // addresses counted one by one; the rest together
+  uint64_t for_newcomers = 0;               // shed to make room in the handshake budget
+  uint64_t too_slow = 0;                    // past the handshake deadline
   std::map<std::string, uint64_t> by_host;
   uint64_t other_hosts = 0;
-  Clock::time_point next{};    // no report before this
+  Clock::time_point next{};  // no report before this
   bool pending() const { return for_newcomers + too_slow > 0; }
 };
 
@@ -560,10 +564,10 @@ void TcpStoreServer::Impl::on_proof(Connection &c, const wire::Proof &p) {
   }
   if (job_failure) return refuse(c, static_cast<pstate_status_t>(job_failure->status), job_failure->text);
   if (c.rank() < 0 && members >= options.max_members) {
-    std::string why = cat("the store already holds ", members, " connections of this job (its limit: ",
-                          options.max_members,
-                          "): an observer is refused; ranks are still admitted. Close the observers "
-                          "(launchers, `pstate store` clients) this job no longer needs");
+    std::string why =
+        cat("the store already holds ", members, " connections of this job (its limit: ", options.max_members,
+            "): an observer is refused; ranks are still admitted. Close the observers "
+            "(launchers, `pstate store` clients) this job no longer needs");
     logger.warn("store: refused an observer ", c.origin(), ": ", why);
     return refuse(c, PSTATE_ERR_NO_MEMORY, why);
   }
