@@ -265,7 +265,7 @@ uint64_t pstate_group_s::trace_outer_begin(pstate::TraceOp op, int rank) {
     return tr->begin(pstate::TraceClass::kColl, op, trace_group_, pstate::TraceRecorder::next_coll(trace_group_),
                      UINT64_MAX, -1, -1, rank, -1, path);
   return tr->begin(pstate::TraceClass::kP2P, op, trace_group_,
-                   pstate::TraceRecorder::next_p2p(trace_group_, rank, op == TraceOp::kSendTensorDict), UINT64_MAX, -1,
+                   pstate::TraceRecorder::next_p2p(trace_group_, rank, op == TraceOp::kSendTensorDict, true), UINT64_MAX, -1,
                    -1, -1, rank, path);
 }
 
@@ -535,7 +535,8 @@ void pstate_group_s::run_p2p(pstate::TraceOp top, int peer, uint64_t count, int 
     throw;
   }
   if (tr)
-    tid = tr->begin(pstate::TraceClass::kP2P, top, trace_group_, pstate::TraceRecorder::next_p2p(trace_group_, peer, sending),
+    tid = tr->begin(pstate::TraceClass::kP2P, top, trace_group_,
+                    pstate::TraceRecorder::next_p2p(trace_group_, peer, sending, !plain),
                     count, dtype, -1, -1, peer, path);
   channel_->set_deadline(ctx_.op_deadline());
   channel_->set_op_name(op);
