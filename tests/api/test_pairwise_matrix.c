@@ -77,11 +77,14 @@
  *                time the rank, and at most the longest of its peers, were runnable without a CPU
  *                (the kernel's schedstat run delay) is not counted; both tries are printed
  *   SETUP        init, the ag group or the warm-up barrier failed (retried twice: a port taken
- *                by a concurrent job); a case that never sets up fails
+ *                meanwhile by another process); a case that never sets up fails
  *   CONTROL-BAD  a control where some rank did not end ok-exact / ok-sent / OK
  *
- * Each case is a fresh job (ranks.h: fresh processes, a free port, a token of its own; here also
- * a PSTATE_JOB_ID of its own), so a failed case cannot leak into the next. Jobs run concurrently
+ * Each case is a fresh job (ranks.h: fresh processes, a token of its own; here also a
+ * PSTATE_JOB_ID of its own and a free port that no other running job has, passed to ranks.h as
+ * PSTATE_TEST_MASTER_PORT: two free-port probes at once can return the same port, and then the
+ * second job's ranks are refused by the first one's store), so a failed case cannot leak into
+ * the next. Jobs run concurrently
  * (PSTATE_PAIRWISE_JOBS, default 12): a runner process per case forks the ranks through
  * pstate_test_run_processes and the ranks write into the runner's slot of a shared page; the
  * ranks init, make the ag group, agree on one barrier, make their call (timed), check their
@@ -1081,8 +1084,9 @@ static run_t run_cases(const case_t *cases, size_t n, outcome_t *out) {
   assert_true(g_slots != MAP_FAILED);
   size_t *queue = calloc(n * (SETUP_RETRIES + 2) + 1, sizeof(size_t));
   pid_t *runner = calloc((size_t)jobs, sizeof(pid_t));
+  int *port = calloc((size_t)jobs, sizeof(int)); /* each running job's store port */
   size_t *slot_case = calloc((size_t)jobs, sizeof(size_t));
-  assert_true(queue != NULL && runner != NULL && slot_case != NULL);
+  assert_true(queue != NULL && runner != NULL && slot_case != NULL && port != NULL);
   size_t q_len = 0, q_next = 0;
   for (size_t i = 0; i < n; ++i)
     if (selected(cases[i].name)) queue[q_len++] = i;
@@ -1102,15 +1106,23 @@ static run_t run_cases(const case_t *cases, size_t n, outcome_t *out) {
       sl->n = elems;
       sl->timeout_ms = tmo;
       sl->hold = hold;
+      /* a free port that no running job has (two probes can return the same free port) */
+      for (int taken = 1; taken;) {
+        port[k] = pstate_test_free_port();
+        taken = 0;
+        for (int j = 0; j < jobs; ++j) taken |= j != k && runner[j] != 0 && port[j] == port[k];
+      }
       fflush(stdout);
       fflush(stderr);
       pid_t pid = fork();
       assert_true(pid >= 0);
       if (pid == 0) {
-        /* the runner: a job of its own (ranks.h picks a free port and a token per job) */
-        char id[64];
+        /* the runner: a job of its own: its port, a token (ranks.h), a job id */
+        char id[64], master_port[16];
         snprintf(id, sizeof id, "pairwise-%d-%zu", (int)getpid(), ci);
+        snprintf(master_port, sizeof master_port, "%d", port[k]);
         setenv("PSTATE_JOB_ID", id, 1);
+        setenv("PSTATE_TEST_MASTER_PORT", master_port, 1);
         g_slot = sl;
         pstate_test_run_processes(sl->c.world, kill_s, pair_rank, NULL, sl->statuses);
         fflush(stdout);
@@ -1137,7 +1149,9 @@ static run_t run_cases(const case_t *cases, size_t n, outcome_t *out) {
       memcpy(o->r, g_slots[k].r, sizeof o->r);
       memcpy(o->statuses, g_slots[k].statuses, sizeof o->statuses);
       judge(&cases[ci], tmo, o);
-      if (o->setup && o->setup_tries++ < SETUP_RETRIES) { /* a port taken by a concurrent job: again */
+      if (o->setup && o->setup_tries++ < SETUP_RETRIES) { /* a port taken meanwhile: again */
+        printf("RETRY (set-up failed) ");
+        print_case(&cases[ci], o, 1);
         queue[q_len++] = ci;
         run.n_setup_retried++;
         continue;
@@ -1162,6 +1176,7 @@ static run_t run_cases(const case_t *cases, size_t n, outcome_t *out) {
   free(queue);
   free(runner);
   free(slot_case);
+  free(port);
   return run;
 }
 
