@@ -36,9 +36,9 @@
  *     w3-a01  A on ranks 0 and 1, B on rank 2: the root/hub and a peer agree and complete what
  *             they can between them while rank 2 alone disagrees (new_group on 0,1 against
  *             all_gather_object on 2; a p2p exchange between 0 and 1 beside rank 2's call).
- *             Not in the default run (PSTATE_PAIRWISE_SPLITS=all adds it): on the library it was
- *             written against it failed in exactly the cells where w2 and w3 fail, and its 1404
- *             cases would take a third of the time CI has for this test
+ *             Not in the default run (PSTATE_PAIRWISE_SPLITS=all adds it): on main at 6dd6a27 it
+ *             failed in no cell where w3 passes, and its 1404 cases would add half again to the
+ *             time this test takes in CI
  *   x every ordered pair A != B of kOps, and A == B for the operations that agree with themselves
  *   (every collective and p2p_batch). Controls: the cases where the calls agree (A == B; and in
  *   w2/w3 {send, isend} against {recv, irecv}, send_object against recv_object, send_tensor_dict
@@ -68,9 +68,11 @@
  *                complete only when every rank made them) in a case where some rank did not:
  *                they completed on another call's messages. Must be 0
  *   expected     MISMATCH, PEER_LOST, TIMEOUT or ABORTED, within timeout + 2 s
- *   OTHER-ERROR  any other status (INVALID_ARGUMENT, NO_MEMORY, INTERNAL, ...): the call read
- *                another call's bytes as its own arguments or metadata and blamed them. Must be 0
- *                (see the report in the commit that added this test)
+ *   OTHER-ERROR  any other status (INVALID_ARGUMENT, NO_MEMORY, INTERNAL, ...). Every call here
+ *                has valid arguments, so such an error comes from reading another call's bytes as
+ *                this call's arguments or metadata (new_group against all_gather_object: "rank 1
+ *                passed {1883225364471023337, ...}: not a world rank"): it blames the wrong thing
+ *                and its text misleads. Must be 0
  *   HUNG         no return within timeout + 2 s (late, killed by the harness bound, or crashed),
  *                on the first try and again on a rerun at the end, at a quarter of the pace. A
  *                rank starved of CPU for seconds by other work on the machine is not a hang: the
@@ -84,9 +86,9 @@
  * PSTATE_JOB_ID of its own and a free port that no other running job has, passed to ranks.h as
  * PSTATE_TEST_MASTER_PORT: two free-port probes at once can return the same port, and then the
  * second job's ranks are refused by the first one's store), so a failed case cannot leak into
- * the next. Jobs run concurrently
- * (PSTATE_PAIRWISE_JOBS, default 12): a runner process per case forks the ranks through
- * pstate_test_run_processes and the ranks write into the runner's slot of a shared page; the
+ * the next. Jobs run concurrently (PSTATE_PAIRWISE_JOBS, default 12): a runner process per case
+ * forks the ranks through pstate_test_run_processes and the ranks write into the runner's slot
+ * of a shared page; the
  * ranks init, make the ag group, agree on one barrier, make their call (timed), check their
  * outputs, record status, time, pstate_last_error() and the first difference, then hold until
  * every rank of the job has returned (bounded by timeout + 2 s) before pstate_abort, so an early
@@ -121,7 +123,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,8 +133,8 @@
 #include "ranks.h"
 
 #define MAX_RANKS 3
-#define SLACK_MS 2000      /* an erroring call must return within timeout + this */
-#define MAX_GOT 4          /* tensors a receiving rank records; more is foreign */
+#define SLACK_MS 2000                /* an erroring call must return within timeout + this */
+#define MAX_GOT 4                    /* tensors a receiving rank records; more is foreign */
 #define MAX_ALLOC ((size_t)64 << 20) /* alloc refuses more (foreign metadata): NO_MEMORY */
 #define SETUP_RETRIES 2
 /* Jobs at once. Most waiting is a rank asleep until its timeout (over half the cases end in
@@ -173,14 +174,33 @@ typedef enum op_t {
   N_OPS
 } op_t;
 
-static const char *const kOpName[N_OPS] = {
-    "all_reduce",       "all_gather",          "reduce_scatter",        "broadcast",
-    "gather",           "all_to_all",          "reduce",                "scatter",
-    "all_gatherv",      "reduce_scatterv",     "barrier",               "broadcast_object",
-    "all_gather_object", "broadcast_tensor_dict", "new_group",           "initialize_model_parallel",
-    "send",             "recv",                "isend",                 "irecv",
-    "p2p_batch",        "send_object",         "recv_object",           "send_tensor_dict",
-    "recv_tensor_dict", "send_tensor_dict_sliced", "recv_tensor_dict_sliced"};
+static const char *const kOpName[N_OPS] = {"all_reduce",
+                                           "all_gather",
+                                           "reduce_scatter",
+                                           "broadcast",
+                                           "gather",
+                                           "all_to_all",
+                                           "reduce",
+                                           "scatter",
+                                           "all_gatherv",
+                                           "reduce_scatterv",
+                                           "barrier",
+                                           "broadcast_object",
+                                           "all_gather_object",
+                                           "broadcast_tensor_dict",
+                                           "new_group",
+                                           "initialize_model_parallel",
+                                           "send",
+                                           "recv",
+                                           "isend",
+                                           "irecv",
+                                           "p2p_batch",
+                                           "send_object",
+                                           "recv_object",
+                                           "send_tensor_dict",
+                                           "recv_tensor_dict",
+                                           "send_tensor_dict_sliced",
+                                           "recv_tensor_dict_sliced"};
 
 /* Data classes beyond the operations: the streams that several operations share by design. */
 enum { CLS_P2P = N_OPS, CLS_OBJECT, CLS_DICT, CLS_SLICED };
@@ -201,9 +221,12 @@ static int is_sync(op_t op) {
 
 /* Point-to-point kinds that agree across the hub (either side may be rank 0's). */
 static const op_t kAgreeing[][2] = {
-    {OP_SEND, OP_RECV},           {OP_SEND, OP_IRECV},
-    {OP_ISEND, OP_RECV},          {OP_ISEND, OP_IRECV},
-    {OP_SEND_OBJECT, OP_RECV_OBJECT}, {OP_SEND_TENSOR_DICT, OP_RECV_TENSOR_DICT},
+    {OP_SEND, OP_RECV},
+    {OP_SEND, OP_IRECV},
+    {OP_ISEND, OP_RECV},
+    {OP_ISEND, OP_IRECV},
+    {OP_SEND_OBJECT, OP_RECV_OBJECT},
+    {OP_SEND_TENSOR_DICT, OP_RECV_TENSOR_DICT},
     {OP_SEND_DICT_SLICED, OP_RECV_DICT_SLICED},
 };
 
@@ -264,9 +287,9 @@ typedef struct rank_result_t {
   int status;
   double elapsed_ms;
   double starved_ms; /* of elapsed_ms, the time this rank was runnable but had no CPU */
-  int got;         /* got_t, for status OK */
-  char msg[240];   /* pstate_last_error() of the first failed call */
-  char detail[160]; /* the first difference from the reference (GOT_FOREIGN) */
+  int got;           /* got_t, for status OK */
+  char msg[240];     /* pstate_last_error() of the first failed call */
+  char detail[160];  /* the first difference from the reference (GOT_FOREIGN) */
 } rank_result_t;
 
 typedef struct slot_t {
@@ -427,9 +450,9 @@ static got_t dict_equal(const got_dict_t *g, const dict_t *want, const char *wha
     int same_shape = g->t[i].ndim == w->ndim;
     for (int k = 0; same_shape && k < w->ndim; ++k) same_shape = g->t[i].shape[k] == w->shape[k];
     if (strcmp(g->t[i].name, w->name) != 0 || g->t[i].dtype != w->dtype || !same_shape || g->t[i].bytes != bytes) {
-      snprintf(detail, cap, "%s: tensor %d is '%s' %s ndim %d, %zu bytes; expected '%s' %s ndim %d, %zu bytes", what,
-               i, g->t[i].name, pstate_dtype_name(g->t[i].dtype) ? pstate_dtype_name(g->t[i].dtype) : "?",
-               g->t[i].ndim, g->t[i].bytes, w->name, pstate_dtype_name(w->dtype), w->ndim, bytes);
+      snprintf(detail, cap, "%s: tensor %d is '%s' %s ndim %d, %zu bytes; expected '%s' %s ndim %d, %zu bytes", what, i,
+               g->t[i].name, pstate_dtype_name(g->t[i].dtype) ? pstate_dtype_name(g->t[i].dtype) : "?", g->t[i].ndim,
+               g->t[i].bytes, w->name, pstate_dtype_name(w->dtype), w->ndim, bytes);
       return GOT_FOREIGN;
     }
     if (g->t[i].mem == NULL) {
@@ -464,9 +487,9 @@ typedef struct rank_io_t {
   pstate_group_t *g, *ag;
   int rank, world;
   size_t n;
-  int32_t *send, *recv, *want; /* world * n each */
+  int32_t *send, *recv, *want;             /* world * n each */
   int32_t *out[MAX_RANKS], *in[MAX_RANKS]; /* p2p, per peer rank, n each */
-  uint8_t *obj_out[MAX_RANKS], *obj_want; /* 4n bytes each; obj_want world * 4n */
+  uint8_t *obj_out[MAX_RANKS], *obj_want;  /* 4n bytes each; obj_want world * 4n */
   pstate_bytes_t obj_in[MAX_RANKS];
   dict_t dict_out[MAX_RANKS], dict_want;
   got_dict_t dict_in[MAX_RANKS];
@@ -767,8 +790,9 @@ static got_t check_op(rank_io_t *io, op_t op, char *detail, size_t cap) {
     case OP_INIT_MODEL_PARALLEL: {
       pstate_group_t *tp = NULL;
       pstate_group_info_t info = PSTATE_GROUP_INFO_INIT;
-      if (!pstate_model_parallel_is_initialized(io->ps) || pstate_get_group(io->ps, PSTATE_GROUP_TP, &tp) != PSTATE_OK ||
-          pstate_group_info(tp, &info) != PSTATE_OK || info.world_size != w) {
+      if (!pstate_model_parallel_is_initialized(io->ps) ||
+          pstate_get_group(io->ps, PSTATE_GROUP_TP, &tp) != PSTATE_OK || pstate_group_info(tp, &info) != PSTATE_OK ||
+          info.world_size != w) {
         snprintf(detail, cap, "tp group of %d ranks, expected %d", info.world_size, w);
         return GOT_FOREIGN;
       }
@@ -838,7 +862,7 @@ static int pair_rank(const pstate_test_rank_t *self) {
   pstate_status_t s = pstate_test_init(self, g_slot->timeout_ms, &io.ps);
   if (s == PSTATE_OK) s = pstate_get_group(io.ps, PSTATE_GROUP_WORLD, &io.g);
   if (s == PSTATE_OK) s = pstate_new_group(io.ps, &io.rank, 1, &io.ag); /* sliced dicts' ag: this rank alone */
-  if (s == PSTATE_OK) s = pstate_barrier(io.g); /* everyone is up; the next call is the case */
+  if (s == PSTATE_OK) s = pstate_barrier(io.g);                         /* everyone is up; the next call is the case */
   if (s != PSTATE_OK) {
     res->setup_fail = 1;
     res->status = s;
@@ -886,7 +910,7 @@ typedef enum verdict_t {
   N_VERDICTS
 } verdict_t;
 
-static const char *const kVerdictName[N_VERDICTS] = {"ok-exact", "ok-sent",     "ok",    "expected", "OK-FOREIGN",
+static const char *const kVerdictName[N_VERDICTS] = {"ok-exact",    "ok-sent",     "ok",   "expected", "OK-FOREIGN",
                                                      "OK-UNPAIRED", "OTHER-ERROR", "HUNG", "SETUP"};
 
 typedef struct outcome_t {
@@ -928,10 +952,18 @@ static void judge(const case_t *c, int64_t tmo, outcome_t *o) {
       v = V_HUNG; /* did not return in time, killed at the bound, or crashed (also after its call) */
     else if (res->status == PSTATE_OK) {
       switch (res->got) {
-        case GOT_EXACT: v = V_OK_EXACT; break;
-        case GOT_SENT: v = V_OK_SENT; break;
-        case GOT_SYNC: v = c->control ? V_OK_SYNC : V_OK_UNPAIRED; break;
-        default: v = V_OK_FOREIGN; break;
+        case GOT_EXACT:
+          v = V_OK_EXACT;
+          break;
+        case GOT_SENT:
+          v = V_OK_SENT;
+          break;
+        case GOT_SYNC:
+          v = c->control ? V_OK_SYNC : V_OK_UNPAIRED;
+          break;
+        default:
+          v = V_OK_FOREIGN;
+          break;
       }
     } else
       v = expected_error(res->status) ? V_EXPECTED : V_OTHER_ERROR;
@@ -1243,8 +1275,8 @@ static void test_no_rank_gets_ok_with_data_of_another_call(void **state) {
 
   tally_t all;
   memset(&all, 0, sizeof all);
-  printf("\npairwise: %-12s %6s %6s %10s %11s %11s %6s %6s %11s %8s %9s\n", "path/world", "cases", "pass",
-         "OK-FOREIGN", "OK-UNPAIRED", "OTHER-ERROR", "HUNG", "SETUP", "CONTROL-BAD", "ok-sent", "ok-exact");
+  printf("\npairwise: %-12s %6s %6s %10s %11s %11s %6s %6s %11s %8s %9s\n", "path/world", "cases", "pass", "OK-FOREIGN",
+         "OK-UNPAIRED", "OTHER-ERROR", "HUNG", "SETUP", "CONTROL-BAD", "ok-sent", "ok-exact");
   for (int p = 0; p < 2; ++p)
     for (int s = 0; s < N_SPLITS; ++s) {
       tally_t t;
@@ -1259,11 +1291,13 @@ static void test_no_rank_gets_ok_with_data_of_another_call(void **state) {
       if (t.cases > 0) print_tally_row(label, &t);
     }
   print_tally_row("all", &all);
-  printf("pairwise: columns count cases (a case counts once per column); ok-sent: a sending call returned OK "
-         "(allowed); ok-exact: a disagreeing case where some rank got exactly its own data (allowed)\n");
+  printf(
+      "pairwise: columns count cases (a case counts once per column); ok-sent: a sending call returned OK "
+      "(allowed); ok-exact: a disagreeing case where some rank got exactly its own data (allowed)\n");
   if (strcmp(env_or("PSTATE_PAIRWISE_GRID", "1"), "0") != 0) {
-    printf("\ngrids: H hung/late/crashed, F OK with foreign data, U OK-unpaired, E other error, S set-up failed, "
-           "C control not all OK, = control passed, . every rank an expected error, o passed with an allowed OK\n");
+    printf(
+        "\ngrids: H hung/late/crashed, F OK with foreign data, U OK-unpaired, E other error, S set-up failed, "
+        "C control not all OK, = control passed, . every rank an expected error, o passed with an allowed OK\n");
     for (int p = 0; p < 2; ++p)
       for (int s = 0; s < N_SPLITS; ++s) print_grid(cases, out, n, p, s);
   }
