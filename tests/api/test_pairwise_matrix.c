@@ -412,12 +412,22 @@ static void got_dict_free(got_dict_t *g) {
 
 /* ---- checks (each writes the first difference into detail) --------------------------------- */
 
+/* The first bytes of what arrived, in hex, to tell whose message it was. */
+static const char *head_hex(const void *p, size_t n, char *out, size_t cap) {
+  const uint8_t *b = p;
+  size_t k = 0;
+  out[0] = '\0';
+  for (size_t i = 0; i < n && i < 8 && k + 4 < cap; ++i) k += (size_t)snprintf(out + k, cap - k, " %02x", b[i]);
+  return out;
+}
+
 static got_t words_equal(const int32_t *got, const int32_t *want, size_t n, const char *what, char *detail,
                          size_t cap) {
+  char head[32];
   for (size_t i = 0; i < n; ++i)
     if (got[i] != want[i]) {
-      snprintf(detail, cap, "%s[%zu] = %d, expected %d%s", what, i, got[i], want[i],
-               got[i] == SENTINEL ? " (never written)" : "");
+      snprintf(detail, cap, "%s[%zu] = %d, expected %d%s (begins%s)", what, i, got[i], want[i],
+               got[i] == SENTINEL ? ", never written" : "", head_hex(got, n * sizeof *got, head, sizeof head));
       return GOT_FOREIGN;
     }
   return GOT_EXACT;
@@ -425,14 +435,17 @@ static got_t words_equal(const int32_t *got, const int32_t *want, size_t n, cons
 
 static got_t bytes_equal(const pstate_bytes_t *b, const uint8_t *want, size_t n, const char *what, char *detail,
                          size_t cap) {
+  char head[32];
   if (b->size != n) {
-    snprintf(detail, cap, "%s: %zu bytes, expected %zu", what, b->size, n);
+    snprintf(detail, cap, "%s: %zu bytes, expected %zu (begins%s)", what, b->size, n,
+             head_hex(b->data, b->size, head, sizeof head));
     return GOT_FOREIGN;
   }
   const uint8_t *got = b->data;
   for (size_t i = 0; i < n; ++i)
     if (got[i] != want[i]) {
-      snprintf(detail, cap, "%s: byte %zu = 0x%02x, expected 0x%02x", what, i, got[i], want[i]);
+      snprintf(detail, cap, "%s: byte %zu = 0x%02x, expected 0x%02x (begins%s)", what, i, got[i], want[i],
+               head_hex(got, n, head, sizeof head));
       return GOT_FOREIGN;
     }
   return GOT_EXACT;
@@ -494,7 +507,7 @@ typedef struct rank_io_t {
   dict_t dict_out[MAX_RANKS], dict_want;
   got_dict_t dict_in[MAX_RANKS];
   pstate_group_t *made;
-  int bad_size; /* all_gather_object: 1 + the first rank whose size is not 4n; 0: none */
+  size_t sizes[MAX_RANKS]; /* all_gather_object's sizes */
   pstate_status_t first;
   char msg[240];
 } rank_io_t;
@@ -600,14 +613,10 @@ static pstate_status_t run_op(rank_io_t *io, op_t op) {
       fill_bytes(io->obj_out[0], 4 * n, op, 0, -1);
       note(io, pstate_broadcast_object(g, io->obj_out[0], 4 * n, 0, &io->obj_in[0]));
       break;
-    case OP_ALL_GATHER_OBJECT: {
-      size_t sizes[MAX_RANKS] = {0};
+    case OP_ALL_GATHER_OBJECT:
       fill_bytes(io->obj_out[0], 4 * n, op, r, -1);
-      note(io, pstate_all_gather_object(g, io->obj_out[0], 4 * n, &io->obj_in[0], sizes, MAX_RANKS));
-      for (int q = w - 1; q >= 0 && io->first == PSTATE_OK; --q)
-        if (sizes[q] != 4 * n) io->bad_size = q + 1; /* the first rank whose size differs, reported by the check */
+      note(io, pstate_all_gather_object(g, io->obj_out[0], 4 * n, &io->obj_in[0], io->sizes, MAX_RANKS));
       break;
-    }
     case OP_BROADCAST_TENSOR_DICT:
       if (r == 0 && !dict_make(&io->dict_out[0], op, 0, -1, n)) return PSTATE_ERR_NO_MEMORY;
       note(io, pstate_broadcast_tensor_dict(g, r == 0 ? io->dict_out[0].t : NULL, r == 0 ? 2 : 0, 0,
@@ -764,10 +773,13 @@ static got_t check_op(rank_io_t *io, op_t op, char *detail, size_t cap) {
       return bytes_equal(&io->obj_in[0], io->obj_want, 4 * n, "object", detail, cap);
     case OP_ALL_GATHER_OBJECT:
       for (int q = 0; q < w; ++q) fill_bytes(io->obj_want + (size_t)q * 4 * n, 4 * n, op, q, -1);
-      if (io->bad_size) {
-        snprintf(detail, cap, "sizes[%d] is not %zu", io->bad_size - 1, 4 * n);
-        return GOT_FOREIGN;
-      }
+      for (int q = 0; q < w; ++q)
+        if (io->sizes[q] != 4 * n) {
+          char head[32];
+          snprintf(detail, cap, "sizes[%d] = %zu, expected %zu; %zu bytes in all (begins%s)", q, io->sizes[q], 4 * n,
+                   io->obj_in[0].size, head_hex(io->obj_in[0].data, io->obj_in[0].size, head, sizeof head));
+          return GOT_FOREIGN;
+        }
       return bytes_equal(&io->obj_in[0], io->obj_want, 4 * wn, "objects", detail, cap);
     case OP_BROADCAST_TENSOR_DICT:
       if (r == 0 && io->dict_in[0].calls == 0) return GOT_EXACT; /* src: nothing received */
