@@ -1019,10 +1019,16 @@ static void print_case(const case_t *c, const outcome_t *o, int with_messages) {
     else if (!res->returned)
       printf("    rank %d: %s: did not return (killed at the bound, or crashed: wait status 0x%x)\n", r,
              kVerdictName[o->v[r]], o->statuses[r]);
-    else
-      printf("    rank %d: %s: %s in %.0f ms%s%s%s%s%s\n", r, kVerdictName[o->v[r]], pstate_status_string(res->status),
-             res->elapsed_ms, res->starved_ms >= 100 ? starved : "", with_messages && res->msg[0] ? ": " : "",
-             with_messages ? res->msg : "", res->detail[0] ? "; " : "", res->detail);
+    else {
+      const int st = o->statuses[r];
+      char after[96] = "";
+      if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) /* its call returned, its process did not end well */
+        snprintf(after, sizeof after, " [then killed or crashed after its call: wait status 0x%x]", st);
+      printf("    rank %d: %s: %s in %.0f ms%s%s%s%s%s%s\n", r, kVerdictName[o->v[r]],
+             pstate_status_string(res->status), res->elapsed_ms, res->starved_ms >= 100 ? starved : "", after,
+             with_messages && res->msg[0] ? ": " : "", with_messages ? res->msg : "", res->detail[0] ? "; " : "",
+             res->detail);
+    }
   }
 }
 
