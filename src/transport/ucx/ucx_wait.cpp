@@ -52,7 +52,9 @@ WaitPolicy wait_policy_for_host(int local_ranks) {
 
 void UcxWorker::progress_until_idle() {
   if (no_progress_) return;  // an abandoned receive could write a freed buffer (cancel_owner)
-  while (ucp_worker_progress(worker_) != 0) {
+  // Bounded, so the caller's deadline and liveness checks always come round: toward a host whose
+  // link is cut UCX reports progress on every call while it retries the connection.
+  for (int i = 0; i < 1024 && ucp_worker_progress(worker_) != 0; ++i) {
   }
 }
 

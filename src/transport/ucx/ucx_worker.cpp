@@ -197,11 +197,18 @@ void UcxWorker::post_notices(const std::vector<int> &world_ranks, int dead, psta
   } catch (...) {
     return;  // no memory: the peers learn of the failure by themselves
   }
+  // A new TCP endpoint connects synchronously in UCX 1.13 (uct_tcp_cm_conn_start), for minutes
+  // when the other host's link is cut. A death leaves the hosts reachable, so its notice may open
+  // endpoints to other hosts; any other failure (a timeout may be exactly such a cut) goes to
+  // this host's ranks and over the endpoints already open, and the other hosts' ranks learn it
+  // from those peers' own waits and notices.
+  const bool may_connect = status == PSTATE_ERR_PEER_LOST;
   for (int r : world_ranks) {
     if (r == options_.world_rank || r == dead) continue;
     try {
       Peer *p = &peer(r);
       if (p->lost()) continue;
+      if (!may_connect && !p->same_host && (p->ep == nullptr || p->ep_closed)) continue;
       // The failed wait force-closed the endpoints of its stuck sends: those peers are the ones
       // most likely blocked on this rank, so they get the notice over a new endpoint.
       if (p->ep_closed) {
@@ -227,7 +234,9 @@ void UcxWorker::post_notices(const std::vector<int> &world_ranks, int dead, psta
 
 bool UcxWorker::progress_notices() noexcept {
   if (worker_ == nullptr || no_progress_) return true;
-  while (ucp_worker_progress(worker_) != 0) {
+  // Bounded: toward a host whose link is cut UCX reports progress on every call (it keeps
+  // retrying the connection) for tens of seconds, and a notice must never hold its sender.
+  for (int i = 0; i < 256 && ucp_worker_progress(worker_) != 0; ++i) {
   }
   for (size_t i = 0; i < notice_sends_.size();) {  // sent notices: free the finished ones
     if (ucp_request_check_status(notice_sends_[i]) == UCS_INPROGRESS) {
