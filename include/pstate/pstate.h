@@ -688,9 +688,10 @@ PSTATE_API pstate_status_t pstate_recv_tensor_dict_sliced(pstate_group_t *g, int
 /** One pending point-to-point operation, made by pstate_isend / pstate_irecv and freed by the
  *  pstate_wait or pstate_test that completes it (never free it otherwise).
  *
- *  Handles: opaque values, never dereferenced by the caller and never the address of memory; a
- *  handle is never handed out again while the process lives (in practice: not before 2^40 more
- *  requests), so one that a wait/test has freed stays refused and can never name a later request.
+ *  Handles: opaque values, not the address of any object (never dereference one). A handle is
+ *  not handed out again while the process lives (not before 2^40 more requests; fewer, down to
+ *  2^16, where little address space can be reserved: a low ulimit -v, some sanitizers), so one
+ *  that a wait/test has freed stays refused and never names a later request.
  *
  *  Buffers: the buffer of a pending request belongs to pstate until that wait/test completes it
  *  (do not read a receive buffer or write a send buffer before).
