@@ -21,7 +21,7 @@ using pstate::OpKind;
 using pstate::RequestState;
 using pstate::throw_error;
 using pstate::api::RequestClaim;
-using pstate::api::RequestHandles;
+using pstate::api::RequestRegistry;
 
 namespace {
 
@@ -47,7 +47,7 @@ pstate_request_t *post(pstate_group_t *g, bool sending, const void *buf, size_t 
                        void *stream, Post &&post_cpu) {
   if (g->on_device()) g->require_device_p2p_ready(sending ? "pstate_isend" : "pstate_irecv");
   else g->context().require_host_memory(buf, "buf", g->name().c_str(), sending ? "isend" : "irecv");
-  RequestClaim req = RequestHandles::make();
+  RequestClaim req = RequestRegistry::process().make();
   try {
     if (g->on_device()) {
       req.state().pending = false;
@@ -130,7 +130,7 @@ PSTATE_API pstate_status_t pstate_irecv(pstate_group_t *g, void *buf, size_t cou
 PSTATE_API pstate_status_t pstate_wait(pstate_request_t *req) {
   RequestClaim claimed;  // kept (the request stays live) when the call fails before completing it
   pstate_status_t s = PSTATE_GUARD({
-    claimed = RequestHandles::claim(req);
+    claimed = RequestRegistry::process().claim(req);
     RequestState &st = claimed.state();
     if (st.pending) {
       ContextEntry entry(st.group->context(), "pstate_wait");
@@ -147,7 +147,7 @@ PSTATE_API pstate_status_t pstate_test(pstate_request_t *req, int *done) {
   pstate_status_t s = PSTATE_GUARD({
     require_nonnull(req, "req");
     require_nonnull(done, "done");
-    claimed = RequestHandles::claim(req);
+    claimed = RequestRegistry::process().claim(req);
     RequestState &st = claimed.state();
     if (st.pending) {
       ContextEntry entry(st.group->context(), "pstate_test");

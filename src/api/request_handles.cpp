@@ -1,5 +1,5 @@
-// request_handles.cpp — the process-wide registry of requests behind RequestHandles: the reserved
-// token region, the map from token to request under one mutex, claims, and the fork handlers.
+// request_handles.cpp — the registry of requests (RequestRegistry): the reserved token region,
+// the slot table under one mutex, claims, and the fork handlers of the process's registry.
 // Why it is one per process, and what a token guarantees: request_handles.hpp.
 #include "api/request_handles.hpp"
 
@@ -11,125 +11,121 @@
 
 #include <cerrno>
 #include <cstring>
-#include <mutex>
-#include <unordered_map>
 
 namespace pstate::api {
 namespace {
 
-// Sizes tried for the token region, largest first: 2^40 tokens (a fresh one per request for the
-// life of any realistic process), down to 2^16 where mmap refuses more (sanitizers and valgrind
-// manage their own address space; a finite RLIMIT_AS counts even PROT_NONE reservations).
-constexpr unsigned kRegionBits[] = {40, 36, 32, 28, 24, 20, 16};
+constexpr size_t kFirstSlots = 64;
+// A token whose slot holds a live request is skipped; this many in a row, and the table doubles
+// (until it has a slot per token: then it skips on to a free one, if any).
+constexpr uint64_t kSkipsBeforeGrowing = 4;
+// The smallest region tried, after 2^max_bits, 2^(max_bits - 4), ...: 2^16 tokens.
+constexpr unsigned kMinRegionBits = 16;
 
-struct Region {
-  uintptr_t base = 0;  // 0: none could be reserved (every handle is then refused; make fails)
-  uintptr_t mask = 0;  // size - 1 (a power of two)
-  int error = 0;       // mmap's errno when none could be reserved
-};
+RequestRegistry *g_process = nullptr;  // set once, before the fork handlers that use it
 
-Region reserve_region() {
+}  // namespace
+
+// Largest first: 2^40 tokens for the process (a fresh one per request for the life of any
+// realistic process), down to 2^16 where mmap refuses more (sanitizers and valgrind manage their
+// own address space; a finite RLIMIT_AS counts even PROT_NONE reservations: take 1/16 at most).
+RequestRegistry::Region RequestRegistry::reserve_region(unsigned max_bits) {
   rlimit as{};
   const bool limited = ::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY;
   int error = ENOMEM;
-  for (unsigned bits : kRegionBits) {
+  for (unsigned bits = max_bits;; bits = bits >= kMinRegionBits + 4 ? bits - 4 : kMinRegionBits) {
     const size_t size = size_t{1} << bits;
-    if (limited && size > as.rlim_cur / 16) continue;  // take a small share of a limited address space
-    void *p = ::mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p != MAP_FAILED) return {reinterpret_cast<uintptr_t>(p), size - 1, 0};
-    error = errno;
+    if (!limited || size <= as.rlim_cur / 16) {
+      void *p = ::mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p != MAP_FAILED) return {reinterpret_cast<uintptr_t>(p), size - 1, 0};
+      error = errno;
+    }
+    if (bits <= kMinRegionBits) return {0, 0, error};
   }
-  return {0, 0, error};
 }
 
-class Registry {
- public:
-  Registry() : region_(reserve_region()) { entries_.reserve(64); }
+RequestRegistry::RequestRegistry(unsigned max_region_bits)
+    : region_(reserve_region(max_region_bits)), slots_(kFirstSlots) {}
 
-  // A registered request (born claimed) with its handle; the RequestClaim is made by RequestHandles.
-  struct Made {
-    pstate_request_t *handle;
-    RequestEntry *entry;
-  };
-  Made make();
-  Made claim(const pstate_request_t *h);
-  void free(pstate_request_t *h) noexcept;
+RequestRegistry::~RequestRegistry() {
+  if (region_.base != 0) ::munmap(reinterpret_cast<void *>(region_.base), region_.mask + 1);
+}
 
-  // fork(): held across it, so the child's copy is unlocked (pthread_atfork, registered once).
-  void lock_for_fork() { mu_.lock(); }
-  void unlock_after_fork() { mu_.unlock(); }
+void RequestRegistry::fork_prepare() { g_process->mu_.lock(); }
+void RequestRegistry::fork_release() { g_process->mu_.unlock(); }
 
- private:
-  bool in_region(uintptr_t token) const { return token - region_.base <= region_.mask && region_.base != 0; }
-
-  const Region region_;  // never changes after construction: read without the lock
-  std::mutex mu_;        // guards next_ and entries_
-  uint64_t next_ = 0;    // the next token's offset in the region (taken modulo its size)
-  std::unordered_map<uintptr_t, RequestEntry> entries_;  // live requests by token (nodes never move)
-};
-
-Registry *g_registry = nullptr;  // set once, before the fork handlers that use it are registered
-
-void fork_prepare() { g_registry->lock_for_fork(); }
-void fork_release() { g_registry->unlock_after_fork(); }
-
-// Never destroyed (request_handles.hpp: a request may be completed while the process exits).
-Registry &registry() {
-  static Registry *r = [] {
-    g_registry = new Registry;
+RequestRegistry &RequestRegistry::process() {
+  static RequestRegistry *r = [] {
+    g_process = new RequestRegistry(40);  // never destroyed (see request_handles.hpp)
     pthread_atfork(fork_prepare, fork_release, fork_release);
-    return g_registry;
+    return g_process;
   }();
   return *r;
 }
 
-Registry::Made Registry::make() {
+RequestClaim RequestRegistry::make() {
   if (region_.base == 0)
     throw_error(PSTATE_ERR_NO_MEMORY, "no address space for request handles: mmap of a PROT_NONE region (64 KiB "
                 "to 1 TiB, none of it memory) failed: ", std::strerror(region_.error),
                 "; is the address-space limit (ulimit -v) very low?");
-  std::unique_lock<std::mutex> lock(mu_);
-  if (entries_.size() > region_.mask) {
-    lock.unlock();
-    throw_error(PSTATE_ERR_NO_MEMORY, "every one of the ", region_.mask + 1, " request handles is in use: "
-                "complete requests (pstate_wait / pstate_test) before posting more");
-  }
-  for (;;) {  // a token still in use (only after the count wrapped around the region) is skipped
-    const uintptr_t token = region_.base + (next_++ & region_.mask);
-    auto [it, fresh] = entries_.try_emplace(token);
-    if (fresh) return {reinterpret_cast<pstate_request_t *>(token), &it->second};
+  std::lock_guard<std::mutex> lock(mu_);
+  for (uint64_t skipped = 0;; ++skipped) {
+    if (skipped >= kSkipsBeforeGrowing && slots_.size() <= region_.mask) {
+      grow();
+      skipped = 0;
+    } else if (skipped > region_.mask) {  // a slot per token, and every one live
+      throw_error(PSTATE_ERR_NO_MEMORY, "all ", region_.mask + 1, " request handles are in use: complete "
+                  "requests (pstate_wait / pstate_test) before posting more");
+    }
+    const uintptr_t offset = next_++ & region_.mask;
+    Slot &slot = slots_[offset & (slots_.size() - 1)];
+    if (!slot.entry) slot.entry = std::make_unique<RequestEntry>();
+    if (slot.entry->phase.load(std::memory_order_acquire) != RequestEntry::kFree)
+      continue;  // the slot's request is still live: this token waits for the next round
+    slot.offset = offset;
+    slot.entry->phase.store(RequestEntry::kClaimed, std::memory_order_relaxed);
+    return RequestClaim(reinterpret_cast<pstate_request_t *>(region_.base + offset), slot.entry.get());
   }
 }
 
-Registry::Made Registry::claim(const pstate_request_t *h) {
-  const auto token = reinterpret_cast<uintptr_t>(h);
+// Doubles the table: a token's slot in it is still its offset modulo the size, and two entries
+// cannot meet in one slot (equal modulo 2n means equal modulo n: they would have shared one before).
+void RequestRegistry::grow() {
+  std::vector<Slot> bigger(slots_.size() * 2);
+  for (Slot &s : slots_)
+    if (s.entry) bigger[s.offset & (bigger.size() - 1)] = std::move(s);
+  slots_.swap(bigger);
+}
+
+RequestClaim RequestRegistry::claim(const pstate_request_t *h) {
+  if (h == nullptr) throw_error(PSTATE_ERR_INVALID_ARGUMENT, "req is NULL");
+  const auto offset = reinterpret_cast<uintptr_t>(h) - region_.base;
   RequestEntry *entry = nullptr;
-  bool busy = false;
-  if (in_region(token)) {  // anything else is refused without the lock
+  uint32_t phase = RequestEntry::kFree;
+  if (region_.base != 0 && offset <= region_.mask) {  // anything else is refused without the lock
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = entries_.find(token); it != entries_.end()) {
-      entry = &it->second;
-      busy = entry->claimed.exchange(true, std::memory_order_acquire);
+    const Slot &slot = slots_[offset & (slots_.size() - 1)];
+    if (slot.entry && slot.offset == offset) {
+      entry = slot.entry.get();
+      phase = entry->phase.load(std::memory_order_acquire);
+      if (phase == RequestEntry::kLive) entry->phase.store(RequestEntry::kClaimed, std::memory_order_relaxed);
     }
   }
-  if (entry == nullptr)
+  if (phase == RequestEntry::kFree)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "req is not a live request: already completed and freed by an earlier "
                 "pstate_wait / pstate_test, or never made by pstate_isend / pstate_irecv (a request is completed "
                 "once; nothing was touched)");
-  if (busy)
+  if (phase == RequestEntry::kClaimed)
     throw_error(PSTATE_ERR_INVALID_STATE, "req is in use by another thread's call right now (its pstate_wait / "
                 "pstate_test, or the pstate_isend / pstate_irecv still posting it): complete each request from "
                 "one thread; nothing was freed");
-  return {const_cast<pstate_request_t *>(h), entry};
+  return RequestClaim(const_cast<pstate_request_t *>(h), entry);
 }
 
-void Registry::free(pstate_request_t *h) noexcept {
-  std::unordered_map<uintptr_t, RequestEntry>::node_type gone;  // destroyed after the unlock
+size_t RequestRegistry::slot_count() {
   std::lock_guard<std::mutex> lock(mu_);
-  gone = entries_.extract(reinterpret_cast<uintptr_t>(h));
+  return slots_.size();
 }
-
-}  // namespace
 
 RequestClaim::RequestClaim(RequestClaim &&other) noexcept : handle_(other.handle_), entry_(other.entry_) {
   other.entry_ = nullptr;
@@ -147,25 +143,16 @@ RequestClaim &RequestClaim::operator=(RequestClaim &&other) noexcept {
 
 void RequestClaim::keep() noexcept {
   if (entry_ == nullptr) return;
-  entry_->claimed.store(false, std::memory_order_release);
+  entry_->phase.store(RequestEntry::kLive, std::memory_order_release);
   entry_ = nullptr;
 }
 
+// The state is reset here, by its claimer, so the slot's next request starts from the default.
 void RequestClaim::free() noexcept {
   if (entry_ == nullptr) return;
+  entry_->state = RequestState{};
+  entry_->phase.store(RequestEntry::kFree, std::memory_order_release);
   entry_ = nullptr;
-  registry().free(handle_);
-}
-
-RequestClaim RequestHandles::make() {
-  const Registry::Made m = registry().make();
-  return RequestClaim(m.handle, m.entry);
-}
-
-RequestClaim RequestHandles::claim(const pstate_request_t *h) {
-  if (h == nullptr) throw_error(PSTATE_ERR_INVALID_ARGUMENT, "req is NULL");
-  const Registry::Made m = registry().claim(h);
-  return RequestClaim(m.handle, m.entry);
 }
 
 }  // namespace pstate::api

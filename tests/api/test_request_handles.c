@@ -3,15 +3,17 @@
  * request: one an earlier wait or completed test already freed, a stale one whose number a later
  * request might have reused, a garbage pointer, NULL. Each is INVALID_ARGUMENT ("not a live
  * request"), reads no freed memory (valgrind- and ASan-clean: `valgrind --error-exitcode=1
- * build/test_request_handles`) and never touches another request. The stale case is the one that
+ * build/tests/test_request_handles`) and never touches another request. The stale case is the one that
  * did harm: a request's handle was its heap address, so the next request often got the same one,
  * and wait(r1) completed (and freed) r2. Here r2 must be a different handle, stay pending through
  * the stale wait and test, and complete with its own message on its own wait.
  *
- * Also: a request cancelled at pstate_finalize is freed by its ABORTED wait like any other; garbage
- * handles need no context (none of them is dereferenced, so an unmapped address is refused, not a
- * crash); and a process forked while threads post and complete requests can still use requests
- * (the handle registry's lock is never inherited locked).
+ * Also: a request pending while thousands of others are made and freed, and 400 pending at once,
+ * keep their handles and messages (the registry's table skips and grows); a request cancelled at
+ * pstate_finalize is freed by its ABORTED wait like any other; garbage handles need no context
+ * (none of them is dereferenced, so an unmapped address is refused, not a crash); and a process
+ * forked while threads post and complete requests can still use requests (the handle registry's
+ * lock is never inherited locked).
  */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -140,6 +142,71 @@ static void test_a_request_freed_after_finalize_is_refused(void **state) {
   assert_int_equal(pstate_test_run_threads(2, 60, freed_after_finalize, NULL), 0);
 }
 
+/* ---- many requests: pending ones keep their handles while thousands come and go ------------- */
+
+#define CHURN 1000 /* request pairs made and freed while `held` stays pending */
+#define MANY 200   /* receives and sends pending at once */
+
+static int many_and_long_lived(const pstate_test_rank_t *self) {
+  pstate_t *ps = NULL;
+  RANK_OK(self, pstate_test_init(self, TIMEOUT_MS, &ps));
+  pstate_group_t *w = world_of(ps), *other = NULL;
+  RANK_CHECK(self, w != NULL, "world group");
+  const int both[2] = {0, 1}, me = self->rank, peer = 1 - me;
+  RANK_OK(self, pstate_new_group(ps, both, 2, &other)); /* its own message order, apart from w's */
+
+  /* held: pending on `other` until the end (the peer sends it last). */
+  float held_in = -1, held_out = message(me, 0);
+  pstate_request_t *held = NULL;
+  RANK_OK(self, pstate_irecv(other, &held_in, 1, PSTATE_FLOAT32, peer, NULL, &held));
+
+  /* Churn on w: the handles cycle far past held's; each pair holds its own message. */
+  for (int i = 0; i < CHURN; ++i) {
+    float out = message(me, i % 97), in = -1;
+    pstate_request_t *s = NULL, *q = NULL;
+    RANK_OK(self, pstate_irecv(w, &in, 1, PSTATE_FLOAT32, peer, NULL, &q));
+    RANK_OK(self, pstate_isend(w, &out, 1, PSTATE_FLOAT32, peer, NULL, &s));
+    RANK_CHECK(self, q != held && s != held, "a new request got the handle of one still pending");
+    RANK_OK(self, pstate_wait(q));
+    RANK_OK(self, pstate_wait(s));
+    RANK_CHECK(self, in == message(peer, i % 97), "churn %d: got %g", i, (double)in);
+  }
+
+  /* MANY receives and MANY sends pending at once, completed in reverse order. */
+  float ins[MANY], outs[MANY];
+  pstate_request_t *rq[MANY], *sq[MANY];
+  for (int i = 0; i < MANY; ++i) {
+    ins[i] = -1;
+    outs[i] = message(me, i);
+    RANK_OK(self, pstate_irecv(w, &ins[i], 1, PSTATE_FLOAT32, peer, NULL, &rq[i]));
+  }
+  for (int i = 0; i < MANY; ++i) RANK_OK(self, pstate_isend(w, &outs[i], 1, PSTATE_FLOAT32, peer, NULL, &sq[i]));
+  for (int i = 0; i < MANY; ++i)
+    for (int j = 0; j < i; ++j)
+      RANK_CHECK(self, rq[i] != rq[j] && sq[i] != sq[j] && rq[i] != sq[j] && sq[i] != rq[j] && rq[i] != held,
+                 "two pending requests share a handle (%d, %d)", i, j);
+  for (int i = MANY - 1; i >= 0; --i) {
+    RANK_OK(self, pstate_wait(rq[i]));
+    RANK_OK(self, pstate_wait(sq[i]));
+    RANK_CHECK(self, ins[i] == message(peer, i), "message %d: got %g", i, (double)ins[i]);
+  }
+
+  int done = 7;
+  RANK_OK(self, pstate_test(held, &done));
+  RANK_CHECK(self, done == 0 && held_in == -1, "held completed before its message was sent");
+  RANK_OK(self, pstate_barrier(w));
+  RANK_OK(self, pstate_send(other, &held_out, 1, PSTATE_FLOAT32, peer, NULL));
+  RANK_OK(self, pstate_wait(held));
+  RANK_CHECK(self, held_in == message(peer, 0), "held got %g", (double)held_in);
+  RANK_OK(self, pstate_finalize(ps));
+  return 0;
+}
+
+static void test_pending_requests_keep_their_handles_while_thousands_come_and_go(void **state) {
+  (void)state;
+  assert_int_equal(pstate_test_run_threads(2, 120, many_and_long_lived, NULL), 0);
+}
+
 /* ---- garbage: no context needed, nothing dereferenced ----------------------------------------- */
 
 static int refuses(pstate_request_t *req, const char *what) {
@@ -252,6 +319,7 @@ int main(void) {
       cmocka_unit_test(test_null_and_garbage_handles_are_refused_without_a_context),
       cmocka_unit_test(test_a_freed_or_stale_request_is_refused_and_never_completes_a_new_one),
       cmocka_unit_test(test_a_request_freed_after_finalize_is_refused),
+      cmocka_unit_test(test_pending_requests_keep_their_handles_while_thousands_come_and_go),
       cmocka_unit_test(test_a_process_forked_while_threads_post_requests_can_use_requests),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
