@@ -50,6 +50,10 @@ asan() {
   # - the mismatch matrix at 3 ranks and 8 elements only (PSTATE_MATRIX_FILTER=n8/w3): the same
   #   detection code as at 2 ranks and 65536 elements (large messages are under ASan in
   #   test_large_and_bitwise);
+  # - the pairwise matrix (test_pairwise_matrix) on 2 ranks over UCX, among the operations that
+  #   read what a peer sent as lists, configs, object sizes or dict metadata and those that send
+  #   such things or plain bytes of the same size (188 of its 2876 cases): what ASan adds is a
+  #   receiver parsing another call's bytes; the rest is the same agreement code at other sizes;
   # - the start-up scenarios that only wait out a deadline or drive `pstate run`
   #   (startup_wrong_token, _missing_rank, _init_timeout, _run_max_wait, _run_root_cause): the
   #   store code they reach runs under ASan in the other startup_* scenarios and test_store_tcp;
@@ -61,6 +65,8 @@ asan() {
   #   the soak at the length TSan runs it.
   export PSTATE_CLI_LAYOUT_SAMPLE=${PSTATE_CLI_LAYOUT_SAMPLE:-20}
   export PSTATE_MATRIX_FILTER=${PSTATE_MATRIX_FILTER:-n8/w3}
+  export PSTATE_PAIRWISE_FILTER=${PSTATE_PAIRWISE_FILTER:-/ucx/w2\$}
+  export PSTATE_PAIRWISE_OPS=${PSTATE_PAIRWISE_OPS:-all_gather,broadcast_object,all_gather_object,broadcast_tensor_dict,new_group,initialize_model_parallel,send,recv,send_object,recv_object,send_tensor_dict,recv_tensor_dict,send_tensor_dict_sliced,recv_tensor_dict_sliced}
   export PSTATE_SOAK_OPS=${PSTATE_SOAK_OPS:-100} PSTATE_SOAK_THREAD_OPS=${PSTATE_SOAK_THREAD_OPS:-300}
   t0=$SECONDS
   (cd build-asan && ctest --output-on-failure -j "${CTEST_JOBS:-1}" --timeout 900 -LE multihost \

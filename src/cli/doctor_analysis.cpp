@@ -328,28 +328,29 @@ class Analysis {
     }
   }
 
-  // The entry on `rank` that matches a p2p transfer (group g, sender, receiver, seq), or null.
-  const TraceEntry *p2p_match(int rank, int g, int sender, int receiver, int64_t seq) const {
+  // The entry on `rank` that matches a p2p transfer (group g, sender, receiver, stream, seq), or null.
+  const TraceEntry *p2p_match(int rank, int g, int sender, int receiver, int stream, int64_t seq) const {
     const TraceDump *d = dump(rank);
     const std::vector<int> &members = group(g).members;
     int other = rank == sender ? receiver : sender;
     int other_in_group = static_cast<int>(std::find(members.begin(), members.end(), other) - members.begin());
     for (const TraceEntry &e : d->entries)
       if (e.cls == "p2p" && group_of(*d, e.gid) == g && e.seq == seq && e.peer == other_in_group &&
-          e.is_send() == (rank == sender))
+          e.is_send() == (rank == sender) && e.stream() == stream)
         return &e;
     return nullptr;
   }
 
   void find_p2p_stalls() {
-    std::map<std::tuple<int, int, int, int64_t>, size_t> seen;  // (group, sender, receiver, seq) -> stall
+    // (group, sender, receiver, stream, seq) -> stall
+    std::map<std::tuple<int, int, int, int, int64_t>, size_t> seen;
     for (const TraceDump &d : job_.dumps)
       for (const TraceEntry &e : d.entries) {
         if (e.cls != "p2p" || !is_waiting(e)) continue;
         int g = group_of(d, e.gid);
         int peer = group(g).members[e.peer];
         int sender = e.is_send() ? d.rank : peer, receiver = e.is_send() ? peer : d.rank;
-        auto key = std::make_tuple(g, sender, receiver, e.seq);
+        auto key = std::make_tuple(g, sender, receiver, e.stream(), e.seq);
         auto it = seen.find(key);
         if (it == seen.end()) {
           Stall s;
@@ -360,7 +361,7 @@ class Analysis {
           s.receiver = receiver;
           if (absent(peer, g))
             s.missing.push_back(peer);
-          else if (!p2p_match(peer, g, sender, receiver, e.seq))
+          else if (!p2p_match(peer, g, sender, receiver, e.stream(), e.seq))
             s.behind.push_back(peer);
           it = seen.emplace(key, stalls_.size()).first;
           stalls_.push_back(s);

@@ -62,6 +62,10 @@ struct TraceEntry {
   }
   bool failed() const { return state == "failed"; }
   bool is_send() const { return cls == "p2p" && op.rfind("send", 0) == 0; }
+  // The point-to-point stream it is numbered on: objects and tensor dicts (1), tensors (0).
+  int stream() const {
+    return op.find("object") != std::string::npos || op.find("tensor_dict") != std::string::npos ? 1 : 0;
+  }
 };
 
 struct TraceDump {

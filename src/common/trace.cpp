@@ -145,7 +145,15 @@ const char *trace_op_name(TraceOp op) {
                                        "all_gatherv",
                                        "reduce_scatterv",
                                        "shrink",
-                                       "grow"};
+                                       "grow",
+                                       "new_group",
+                                       "model_parallel_config",
+                                       "model_parallel_ready",
+                                       "destroy_exchange",
+                                       "tensor_dict_meta",
+                                       "tensor_dict_agree",
+                                       "sliced_dict_agree",
+                                       "grow_decision"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(TraceOp::kCount));
   const auto i = static_cast<size_t>(op);
   return i < static_cast<size_t>(TraceOp::kCount) ? kNames[i] : "-";
@@ -210,15 +218,16 @@ TraceGroup *TraceRecorder::add_group(const std::string &name, const std::vector<
   g.name = name;
   g.members = members;
   g.rank_in_group = rank_in_group;
-  g.sent.assign(members.size(), 0);
-  g.received.assign(members.size(), 0);
+  g.sent.assign(2 * members.size(), 0);
+  g.received.assign(2 * members.size(), 0);
   return &g;
 }
 
-uint64_t TraceRecorder::next_p2p(TraceGroup *g, int peer, bool sending) {
+uint64_t TraceRecorder::next_p2p(TraceGroup *g, int peer, bool sending, bool objects) {
   auto &v = sending ? g->sent : g->received;
-  if (peer < 0 || static_cast<size_t>(peer) >= v.size()) return UINT64_MAX;
-  return v[static_cast<size_t>(peer)]++;
+  const size_t n = v.size() / 2;
+  if (peer < 0 || static_cast<size_t>(peer) >= n) return UINT64_MAX;
+  return v[(objects ? n : 0) + static_cast<size_t>(peer)]++;
 }
 
 void TraceRecorder::set_path(uint64_t id, TracePath path) {

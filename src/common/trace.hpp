@@ -99,6 +99,15 @@ enum class TraceOp : uint8_t {
   kReduceScatterV,  // OpKind::kReduceScatterV
   kShrink,
   kGrow,
+  // pstate's own exchanges (OpKind::kNewGroup..kGrowDecision, in that order)
+  kNewGroup,
+  kModelParallelConfig,
+  kModelParallelReady,
+  kDestroyExchange,
+  kTensorDictMeta,
+  kTensorDictAgree,
+  kSlicedDictAgree,
+  kGrowDecision,
   kCount
 };
 const char *trace_op_name(TraceOp op);
@@ -107,6 +116,9 @@ const char *trace_op_name(TraceOp op);
 inline TraceOp trace_op_of(uint32_t op_kind) {
   if (op_kind == static_cast<uint32_t>(OpKind::kAllGatherV)) return TraceOp::kAllGatherV;
   if (op_kind == static_cast<uint32_t>(OpKind::kReduceScatterV)) return TraceOp::kReduceScatterV;
+  if (internal_kind(op_kind) && op_kind <= static_cast<uint32_t>(OpKind::kLast))
+    return static_cast<TraceOp>(static_cast<uint32_t>(TraceOp::kNewGroup) + op_kind -
+                                static_cast<uint32_t>(OpKind::kNewGroup));
   return op_kind <= static_cast<uint32_t>(TraceOp::kScatter) ? static_cast<TraceOp>(op_kind) : TraceOp::kNone;
 }
 
@@ -117,7 +129,9 @@ struct TraceGroup {
   std::vector<int> members;  // global ranks in group order
   int rank_in_group = -1;
   std::atomic<uint64_t> collectives{0};  // the next collective's seq
-  std::vector<uint32_t> sent, received;  // p2p seq per peer (owner thread only)
+  // p2p seq per stream and peer (index stream * members + peer; the tensor stream 0, objects and
+  // tensor dicts 1, as common/p2p_what.hpp; owner thread only)
+  std::vector<uint32_t> sent, received;
 };
 
 // What a dump says besides the entries: facts of the context, set as they become known.
@@ -201,7 +215,8 @@ class TraceRecorder {
     g->collectives.store(n + 1, std::memory_order_relaxed);
     return n;
   }
-  static uint64_t next_p2p(TraceGroup *g, int peer, bool sending);
+  // objects: the object stream (send_object/recv_object, tensor dicts), else the tensor stream.
+  static uint64_t next_p2p(TraceGroup *g, int peer, bool sending, bool objects = false);
 
   // Writes the dump (any thread; concurrent dumps are serialized). path: "" = the default file
   // (dir/rank<R>.pstate-trace); an existing directory = rank<R>.pstate-trace in it; else the file.

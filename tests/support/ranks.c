@@ -170,7 +170,10 @@ static pid_t start_store(int world_size, const char *port, const char *token) {
 int pstate_test_run_job(const pstate_test_job_t *job) {
   const int n = job->world_size;
   char port[16], world[16], token[48];
-  snprintf(port, sizeof port, "%d", pstate_test_free_port());
+  /* PSTATE_TEST_MASTER_PORT: a port the caller chose (test_pairwise_matrix runs jobs at once and
+   * gives each a port no other running job has; two free-port probes can return the same one) */
+  const char *given = getenv("PSTATE_TEST_MASTER_PORT");
+  snprintf(port, sizeof port, "%d", given != NULL && atoi(given) > 0 ? atoi(given) : pstate_test_free_port());
   snprintf(world, sizeof world, "%d", n);
   snprintf(token, sizeof token, "test-token-%d-%ld", (int)getpid(), (long)time(NULL));
   pid_t store = -1;

@@ -3,7 +3,8 @@
  * would, and collect their verdicts.
  *
  * Processes: each child gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR
- * (127.0.0.1), MASTER_PORT (a free port) and PSTATE_JOB_TOKEN in its environment, runs fn and
+ * (127.0.0.1), MASTER_PORT (a free port, or PSTATE_TEST_MASTER_PORT when the caller set it) and
+ * PSTATE_JOB_TOKEN in its environment, runs fn and
  * _exit()s with its return value. Children never use cmocka asserts (they would longjmp into the
  * parent's test): they use RANK_CHECK, which prints what failed and returns 1. The parent waits
  * at most timeout_s seconds, then SIGKILLs every child: a hang is a failure, never a stuck test.
