@@ -42,13 +42,13 @@ static pstate_group_t *world_of(pstate_t *ps) {
 }
 
 /* call must return INVALID_ARGUMENT saying that req is not a live request. */
-#define EXPECT_NOT_LIVE(self, call)                                                                       \
-  do {                                                                                                    \
-    pstate_status_t s_ = (call);                                                                          \
-    RANK_CHECK(self, s_ == PSTATE_ERR_INVALID_ARGUMENT, "%s -> %s (%s)", #call, pstate_status_string(s_), \
-               pstate_last_error());                                                                      \
-    RANK_CHECK(self, strstr(pstate_last_error(), NOT_LIVE) != NULL, "%s: message '%s' lacks '" NOT_LIVE "'", \
-               #call, pstate_last_error());                                                               \
+#define EXPECT_NOT_LIVE(self, call)                                                                                 \
+  do {                                                                                                              \
+    pstate_status_t s_ = (call);                                                                                    \
+    RANK_CHECK(self, s_ == PSTATE_ERR_INVALID_ARGUMENT, "%s -> %s (%s)", #call, pstate_status_string(s_),           \
+               pstate_last_error());                                                                                \
+    RANK_CHECK(self, strstr(pstate_last_error(), NOT_LIVE) != NULL, "%s: message '%s' lacks '" NOT_LIVE "'", #call, \
+               pstate_last_error());                                                                                \
   } while (0)
 
 /* What rank `from` sends as message `msg`. */
@@ -228,7 +228,7 @@ static int refuses(pstate_request_t *req, const char *what) {
 static void test_null_and_garbage_handles_are_refused_without_a_context(void **state) {
   (void)state;
   assert_true(refuses(NULL, "req is NULL"));
-  uint64_t zeros[4] = {0};  /* memory that holds no request */
+  uint64_t zeros[4] = {0}; /* memory that holds no request */
   assert_true(refuses((pstate_request_t *)zeros, NOT_LIVE));
   assert_true(refuses((pstate_request_t *)(uintptr_t)16, NOT_LIVE));  /* the old check read it: SIGSEGV */
   void *gone = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
