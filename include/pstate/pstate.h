@@ -699,6 +699,11 @@ PSTATE_API pstate_status_t pstate_recv_tensor_dict_sliced(pstate_group_t *g, int
 /** One pending point-to-point operation, made by pstate_isend / pstate_irecv and freed by the
  *  pstate_wait or pstate_test that completes it (never free it otherwise).
  *
+ *  Handles: opaque values, not the address of any object (never dereference one). A handle is
+ *  not handed out again while the process lives (not before 2^40 more requests; fewer, down to
+ *  2^16, where little address space can be reserved: a low ulimit -v, some sanitizers), so one
+ *  that a wait/test has freed stays refused and never names a later request.
+ *
  *  Buffers: the buffer of a pending request belongs to pstate until that wait/test completes it
  *  (do not read a receive buffer or write a send buffer before).
  *  Order: isend/irecv take the same per-peer sequence as pstate_send/pstate_recv, so blocking and
@@ -736,14 +741,18 @@ PSTATE_API pstate_status_t pstate_isend(pstate_group_t *g, const void *buf, size
 PSTATE_API pstate_status_t pstate_irecv(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype, int src,
                                         void *stream, pstate_request_t **req);
 /** Waits until req completes (at most the context timeout from now), frees it and returns the
- *  operation's status (pstate_last_error() says why it failed). req NULL or not a request:
- *  INVALID_ARGUMENT, nothing freed; another thread inside a call on the context: INVALID_STATE,
- *  nothing freed. After finalize/abort: ABORTED (freed). */
+ *  operation's status (pstate_last_error() says why it failed). After finalize/abort: ABORTED
+ *  (freed). req NULL or not a live request (freed by an earlier pstate_wait / pstate_test, never
+ *  made by pstate_isend / pstate_irecv, any other pointer): INVALID_ARGUMENT, and nothing is read
+ *  or freed: pstate checks the handle before it touches anything, so no other request is ever
+ *  completed in its place. Another thread inside a call on the context, or on req itself:
+ *  INVALID_STATE, nothing freed. */
 PSTATE_API pstate_status_t pstate_wait(pstate_request_t *req);
 /** Never blocks: progresses the transport once, then *done = 1 when req completed (it is freed and
  *  the return value is the operation's status), or *done = 0 and PSTATE_OK while it is pending
- *  (req stays valid). Errors of the call itself (NULL req or done, busy context) leave *done = 0
- *  and req valid. */
+ *  (req stays valid). Errors of the call itself (NULL req or done, busy context or request) leave
+ *  *done = 0 and req valid; req not a live request: INVALID_ARGUMENT, *done = 0, nothing read or
+ *  freed, as pstate_wait. */
 PSTATE_API pstate_status_t pstate_test(pstate_request_t *req, int *done);
 
 /** One send or receive of a pstate_p2p_batch. Fill from PSTATE_P2P_OP_INIT, then set is_send

@@ -1,16 +1,18 @@
 // api_requests.cpp — the C entry points of non-blocking and batched point-to-point:
 // pstate_isend, pstate_irecv, pstate_wait, pstate_test, pstate_p2p_batch.
 //
-// A request handle (group/request.hpp) holds its state and nothing of the context, so it
-// can be completed after its context was finalized or aborted: the state was finished with
-// ABORTED there, and wait/test only read it and free the handle. While the state is pending its
-// group is alive, and wait/test enter the context as every other call does (one thread at a
-// time). In a CUDA context the operation is enqueued by isend/irecv and the handle returned is
-// already complete (torch's Work on NCCL: the stream orders the rest).
+// A request's handle is a token of the process-wide registry (request_handles.hpp), checked
+// before anything is touched: a handle that an earlier wait/test freed, or any other that is not
+// a live request, is refused with INVALID_ARGUMENT and never reaches another request. Each call
+// claims the request it uses, so only one thread drives or frees it. The request's state holds
+// nothing of the context, so it can be completed after its context was finalized or aborted: the
+// state was finished with ABORTED there, and wait/test only read it and free it. While the state
+// is pending its group is alive, and wait/test enter the context as every other call does (one
+// thread at a time). In a CUDA context the operation is enqueued by isend/irecv and the request
+// returned is already complete (torch's Work on NCCL: the stream orders the rest).
 #include "api/boundary.hpp"
 #include "api/handles.hpp"
-
-#include <memory>
+#include "api/request_handles.hpp"
 
 using namespace pstate::api;
 using pstate::DeviceComm;
@@ -18,15 +20,10 @@ using pstate::OpDescriptor;
 using pstate::OpKind;
 using pstate::RequestState;
 using pstate::throw_error;
+using pstate::api::RequestClaim;
+using pstate::api::RequestRegistry;
 
 namespace {
-
-void require_request(const pstate_request_t *req, const char *call) {
-  require_nonnull(req, "req");
-  if (req->magic != pstate_request_s::kMagic)
-    throw_error(PSTATE_ERR_INVALID_ARGUMENT, call, ": req is not a pending pstate_request_t (pass one from "
-                "pstate_isend / pstate_irecv that no pstate_wait or completed pstate_test has freed yet)");
-}
 
 // The checks of isend / irecv, as pstate_send / pstate_recv make them.
 void check_p2p(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t dtype, int peer, void *stream,
@@ -43,41 +40,36 @@ void check_p2p(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t 
   require_buffer(buf, count, dtype, 1, "buf");
 }
 
-// A request already complete (CUDA: the work is on the stream).
-pstate_request_t *completed_request() {
-  auto req = std::make_unique<pstate_request_s>();
-  req->state.pending = false;
-  req->state.status = PSTATE_OK;
-  return req.release();  // owned by the caller until pstate_wait / pstate_test frees it
-}
-
+// Makes the request (first: a posted message always has its handle), then posts it. In a CUDA
+// context it is complete once the work is on the stream.
 template <typename Post>
 pstate_request_t *post(pstate_group_t *g, bool sending, const void *buf, size_t count, pstate_dtype_t dtype, int peer,
                        void *stream, Post &&post_cpu) {
-  if (g->on_device()) {
-    const char *call = sending ? "pstate_isend" : "pstate_irecv";
-    g->require_device_p2p_ready(call);
-    auto done = completed_request();  // allocated first: nothing is enqueued that no request reports
-    std::unique_ptr<pstate_request_s> owned(done);
-    g->run_device(OpDescriptor{static_cast<uint32_t>(sending ? OpKind::kSend : OpKind::kRecv), 0, count, dtype, -1,
-                               peer, 0},
-                  [&](DeviceComm &d) {
-                    if (sending) d.send(buf, count, dtype, peer, stream);
-                    else d.recv(const_cast<void *>(buf), count, dtype, peer, stream);
-                  });
-    return owned.release();
+  if (g->on_device()) g->require_device_p2p_ready(sending ? "pstate_isend" : "pstate_irecv");
+  else g->context().require_host_memory(buf, "buf", g->name().c_str(), sending ? "isend" : "irecv");
+  RequestClaim req = RequestRegistry::process().make();
+  try {
+    if (g->on_device()) {
+      req.state().pending = false;
+      g->run_device(OpDescriptor{static_cast<uint32_t>(sending ? OpKind::kSend : OpKind::kRecv), 0, count, dtype, -1,
+                                 peer, 0},
+                    [&](DeviceComm &d) {
+                      if (sending) d.send(buf, count, dtype, peer, stream);
+                      else d.recv(const_cast<void *>(buf), count, dtype, peer, stream);
+                    });
+    } else {
+      post_cpu(req.state());
+    }
+  } catch (...) {
+    req.free();
+    throw;
   }
-  g->context().require_host_memory(buf, "buf", g->name().c_str(), sending ? "isend" : "irecv");
-  auto req = std::make_unique<pstate_request_s>();  // allocated first: a posted message always has its handle
-  post_cpu(req->state);
-  return req.release();  // owned by the caller until pstate_wait / pstate_test frees it
+  return req.handle();  // the caller's until pstate_wait / pstate_test frees it (req's end unclaims it)
 }
 
-// Finishes req: frees it and returns (with the last error set) the operation's status.
-pstate_status_t finish(pstate_request_t *req) {
-  std::unique_ptr<pstate_request_s> owned(req);
-  owned->magic = 0;
-  const RequestState &s = owned->state;
+// Finishes a claimed request: frees it and returns (with the last error set) the operation's status.
+pstate_status_t finish(RequestClaim &req) {
+  const RequestState &s = req.state();
   if (s.status != PSTATE_OK) {
     try {
       set_last_error(std::string(s.trace_op == pstate::TraceOp::kSend ? "pstate_isend" : "pstate_irecv") +
@@ -85,7 +77,9 @@ pstate_status_t finish(pstate_request_t *req) {
     } catch (...) {  // no memory for the text: the status still says what happened
     }
   }
-  return s.status;
+  const pstate_status_t status = s.status;
+  req.free();
+  return status;
 }
 
 void check_batch(pstate_group_t *g, const pstate_p2p_op_t *ops, size_t n) {
@@ -134,24 +128,27 @@ PSTATE_API pstate_status_t pstate_irecv(pstate_group_t *g, void *buf, size_t cou
 }
 
 PSTATE_API pstate_status_t pstate_wait(pstate_request_t *req) {
+  RequestClaim claimed;  // kept (the request stays live) when the call fails before completing it
   pstate_status_t s = PSTATE_GUARD({
-    require_request(req, "pstate_wait");
-    RequestState &st = req->state;
+    claimed = RequestRegistry::process().claim(req);
+    RequestState &st = claimed.state();
     if (st.pending) {
       ContextEntry entry(st.group->context(), "pstate_wait");
       st.group->complete_request(st, true);
     }
   });
-  return s != PSTATE_OK ? s : finish(req);
+  return s != PSTATE_OK ? s : finish(claimed);
 }
 
 PSTATE_API pstate_status_t pstate_test(pstate_request_t *req, int *done) {
   if (done != nullptr) *done = 0;
   bool finished = false;
+  RequestClaim claimed;  // kept while the request is pending, or when the call fails
   pstate_status_t s = PSTATE_GUARD({
-    require_request(req, "pstate_test");
+    require_nonnull(req, "req");
     require_nonnull(done, "done");
-    RequestState &st = req->state;
+    claimed = RequestRegistry::process().claim(req);
+    RequestState &st = claimed.state();
     if (st.pending) {
       ContextEntry entry(st.group->context(), "pstate_test");
       finished = st.group->complete_request(st, false);
@@ -161,7 +158,7 @@ PSTATE_API pstate_status_t pstate_test(pstate_request_t *req, int *done) {
   });
   if (s != PSTATE_OK || !finished) return s;
   *done = 1;
-  return finish(req);
+  return finish(claimed);
 }
 
 PSTATE_API pstate_status_t pstate_p2p_batch(pstate_group_t *g, const pstate_p2p_op_t *ops, size_t n, void *stream) {

@@ -3,7 +3,9 @@
 // Handles: a pstate_t or pstate_group_t used after pstate_finalize/abort freed it is undefined
 // behaviour (as an NCCL communicator after ncclCommDestroy); nothing here tries to detect it, since
 // any such test would read freed memory. A group after pstate_destroy_model_parallel is retired,
-// not freed: it stays readable and its calls answer INVALID_STATE (Group::check_alive).
+// not freed: it stays readable and its calls answer INVALID_STATE (Group::check_alive). Requests
+// differ: their handles are registry tokens, never addresses, so a freed one is detected
+// (request_handles.hpp).
 //
 // Threads: one thread at a time drives a pstate_t and its groups. ContextEntry enforces it with
 // one atomic exchange per call on the context's busy flag: a second thread that enters while a

@@ -1,20 +1,21 @@
-// request.hpp — pstate_request_t: one non-blocking point-to-point operation (pstate_isend /
-// pstate_irecv) from its post to the pstate_wait / pstate_test that completes and frees it.
+// request.hpp — RequestState: one non-blocking point-to-point operation (pstate_isend /
+// pstate_irecv) from its post to the pstate_wait / pstate_test that completes and frees it. Its
+// handle (pstate_request_t) is a token of the process-wide registry that owns the state
+// (api/request_handles.hpp), never its address.
 //
 // Lifetime is the hard part: the user may complete a request after pstate_finalize or
 // pstate_abort freed the context and its groups, or after pstate_destroy_model_parallel retired
-// its group. So the C handle holds nothing of the context but its RequestState (inside the
-// handle: one allocation per request), which the group lists while the request is pending (not
-// owning it: only a wait/test that completes the request frees the handle, and completing removes
-// it from the list first). When the group goes away (retire(): finalize,
-// abort; destroy_model_parallel refuses while requests are pending) it cancels the transfer in
-// the worker (pstate stops touching the buffer before that call returns), marks the state
-// ABORTED and forgets the group; a later wait/test finds a finished state and never follows the
-// group pointer. While the state is pending, `group` is valid (the group finishes every pending
-// state before it dies), so wait/test can drive it.
+// its group. So the state holds nothing of the context, and the group lists it while the request
+// is pending (not owning it: only a wait/test that completes the request frees it, and completing
+// removes it from the list first; the registry never moves a state). When the group goes away
+// (retire(): finalize, abort; destroy_model_parallel refuses while requests are pending) it
+// cancels the transfer in the worker (pstate stops touching the buffer before that call returns),
+// marks the state ABORTED and forgets the group; a later wait/test finds a finished state and
+// never follows the group pointer. While the state is pending, `group` is valid (the group
+// finishes every pending state before it dies), so wait/test can drive it.
 //
 // Threads: a state is touched by the thread that drives its context (one at a time), or, once
-// finished, by whoever completes the request.
+// finished, by whoever completes the request (the registry's claim keeps that to one thread).
 #pragma once
 
 #include "common/deadline.hpp"
@@ -47,9 +48,3 @@ struct RequestState {
 };
 
 }  // namespace pstate
-
-struct pstate_request_s {
-  static constexpr uint32_t kMagic = 0x70726571;  // "preq"
-  uint32_t magic = kMagic;
-  pstate::RequestState state;
-};

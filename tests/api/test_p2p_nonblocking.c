@@ -626,7 +626,7 @@ static int argument_errors(const pstate_test_rank_t *self) {
   RANK_CHECK(self, done == 0, "a failed test says not done");
   uint64_t not_a_request[4] = {0};
   EXPECT(self, pstate_wait((pstate_request_t *)not_a_request), PSTATE_ERR_INVALID_ARGUMENT,
-         "not a pending pstate_request_t");
+         "not a live request");
 
   /* count 0: legal, a zero-byte message (buf may be NULL). */
   pstate_request_t *z = NULL, *zz = NULL;
