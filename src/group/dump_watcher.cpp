@@ -1,0 +1,73 @@
+// dump_watcher.cpp — the thread that dumps a context's flight recorder when a dump is asked for
+// through the job's store (see dump_watcher.hpp).
+#include "group/dump_watcher.hpp"
+
+#include "common/error.hpp"
+
+namespace pstate {
+namespace {
+
+// How long each parked get lasts before the client sends the next one: the store's only cost
+// of an idle watcher.
+constexpr int64_t kSliceMs = 3600 * 1000;
+// The longest request text a dump's reason carries.
+constexpr size_t kMaxWhy = 200;
+
+}  // namespace
+
+std::string DumpWatcher::request_key(int64_t n) { return cat("pstate/dump/", n); }
+
+std::string DumpWatcher::reason_of(const Bytes &why) {
+  std::string text;
+  for (size_t i = 0; i < why.size() && text.size() < kMaxWhy; ++i) {
+    const unsigned char c = why[i];
+    text += c >= 0x20 && c < 0x7f ? static_cast<char>(c) : ' ';
+  }
+  return text.empty() ? "a request through the store" : cat("a request through the store (", text, ")");
+}
+
+DumpWatcher::DumpWatcher(StoreOptions options, const InitMethod &method, TraceRecorder &trace, const Logger &log)
+    : trace_(trace), log_(log) {
+  options.rank = -1;  // an observer: claims no rank
+  options.serve = false;
+  Logger quiet(LogLevel::kNone);  // its connect and progress lines would only repeat the context's
+  store_ = TcpStore::open(options, method, quiet);
+  store_->set_wait_slice_ms(kSliceMs);
+  // Requests made before this rank existed (a replacement's) are not its to answer.
+  next_ = store_->add(kCountKey, 0, Deadline::after_ms(options.timeout_ms)) + 1;
+  thread_ = std::thread([this] { run(); });
+}
+
+DumpWatcher::~DumpWatcher() { stop(); }
+
+void DumpWatcher::stop() noexcept {
+  if (!thread_.joinable()) return;
+  store_->interrupt();
+  thread_.join();
+}
+
+void DumpWatcher::run() noexcept {
+  for (;;) {
+    Bytes why;
+    try {
+      why = store_->get(request_key(next_), Deadline::never());
+    } catch (const Error &e) {
+      if (e.status() == PSTATE_ERR_TIMEOUT) continue;  // the store did not answer in time: ask again
+      if (e.status() != PSTATE_ERR_ABORTED)         // ABORTED: stop() interrupted it
+        log_.info("flight recorder: no more dumps on request through the store: ", e.what());
+      return;
+    } catch (const std::exception &e) {
+      log_.warn("flight recorder: no more dumps on request through the store: ", e.what());
+      return;
+    }
+    std::string error;
+    const std::string file = trace_.dump_noexcept(reason_of(why), &error);
+    if (file.empty())
+      log_.warn("flight recorder: the dump asked for through the store could not be written: ", error);
+    else
+      log_.info("flight recorder: dump ", next_, " asked for through the store written to ", file);
+    ++next_;
+  }
+}
+
+}  // namespace pstate

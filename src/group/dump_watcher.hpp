@@ -1,0 +1,72 @@
+// dump_watcher.hpp — flight-recorder dumps asked for through the job's store (issue 27, items 13
+// and 16), so that asking never disturbs the program.
+//
+// A launcher asked its ranks for their dumps with SIGUSR1, which ended a process that had no
+// handler (a rank that failed before it loaded pstate, a program without pstate) and, in one
+// that had, interrupted whichever program thread took it (nanosleep returns early, poll and
+// reads without SA_RESTART fail with EINTR). torch's flight recorder asks through its store,
+// which a watchdog thread polls; pstate does the same: any client of the job's store (`pstate
+// run`) asks every rank with
+//
+//   n = add("pstate/dump/count", 1);  set("pstate/dump/<n>", why)
+//
+// and each context whose store is a TCP store and whose flight recorder is on runs one
+// DumpWatcher: a thread of pstate's own, with an observer connection of its own (rank -1: it
+// claims no rank; the context's connection stays free for its calls, which a long get would
+// block, since a Store serializes its calls), parked in get("pstate/dump/<n>"): the server holds
+// a parked get at no cost, and the get asks for hour-long slices, so an idle watcher costs the
+// store one request an hour. When the key appears it dumps the context's recorder (reason "a
+// request through the store (<why>)") and waits for n + 1. A rank blocked inside a call and one
+// idle in its own code dump alike; no signal, no handler, no thread of the program is touched.
+//
+// It starts from the count the store holds when it starts, so a replacement rank (pstate run
+// --respawn) does not answer the requests made before it existed. stop() (context teardown:
+// finalize, abort, a failed pstate_init) interrupts the parked get (TcpStore::interrupt: the
+// socket is shut down) and joins the thread: at once. When the store goes away (the launcher
+// ended, the rank serving it died) the thread ends by itself.
+//
+// File stores have no watcher (no server to park a get at): their ranks dump on a failed call,
+// on pstate_trace_dump and, with PSTATE_TRACE_SIGNAL=1, on SIGUSR1 (trace_signal.cpp).
+#pragma once
+
+#include "bootstrap/tcp_store.hpp"
+#include "common/log.hpp"
+#include "common/trace.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace pstate {
+
+class DumpWatcher {
+ public:
+  static constexpr const char *kCountKey = "pstate/dump/count";
+  // "pstate/dump/<n>": the key of the n-th request (n = 1, 2, ...).
+  static std::string request_key(int64_t n);
+  // The dump reason of a request whose value is `why`.
+  static std::string reason_of(const Bytes &why);
+
+  // Opens the observer connection to the store named by `method` (options: the context's, rank
+  // and serving overridden; open bounded by options.timeout_ms), reads the request count and
+  // starts the thread. Throws what opening the store throws. `trace` must outlive the watcher.
+  DumpWatcher(StoreOptions options, const InitMethod &method, TraceRecorder &trace, const Logger &log);
+  ~DumpWatcher();  // stop()
+  DumpWatcher(const DumpWatcher &) = delete;
+  DumpWatcher &operator=(const DumpWatcher &) = delete;
+
+  // Interrupts the thread's wait and joins it; idempotent. Not from the watcher's own thread.
+  void stop() noexcept;
+
+ private:
+  void run() noexcept;
+
+  std::unique_ptr<TcpStore> store_;
+  TraceRecorder &trace_;
+  Logger log_;
+  int64_t next_ = 1;  // the request the thread waits for
+  std::thread thread_;
+};
+
+}  // namespace pstate

@@ -1,0 +1,184 @@
+// test_dump_watcher.cpp — flight-recorder dumps asked for through the job's store (issue 27,
+// group/dump_watcher.hpp), against a real TCP store on 127.0.0.1: a request (add the count, set
+// the n-th key) makes the watcher dump its recorder with the request's text as the reason, once
+// per request, while another thread keeps recording (the race CI runs under ThreadSanitizer); a
+// watcher started after some requests answers only later ones; stop() ends a watcher parked in
+// its get (the server lets the parked request go) and is idempotent; a watcher whose store goes
+// away ends by itself. Every wait is bounded, so a bug fails a test instead of hanging it.
+#include "bootstrap/init_method.hpp"
+#include "bootstrap/tcp_store.hpp"
+#include "bootstrap/tcp_store_server.hpp"
+#include "common/trace.hpp"
+#include "group/dump_watcher.hpp"
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "store_test_util.hpp"  // last: it brings cmocka
+
+using namespace pstate;
+
+namespace {
+
+constexpr int64_t kLongMs = 30000;
+
+struct Job {
+  std::unique_ptr<TcpStoreServer> server;
+  InitMethod method;
+  StoreOptions options;  // a rank's options for the job's store
+
+  Job() {
+    StoreServerOptions so;
+    so.world_size = 1;
+    so.owner_rank = -1;  // served by a launcher, as by `pstate run`
+    so.job_token = "dump-token";
+    so.job_id = "dump-job";
+    server = TcpStoreServer::start(so, Logger(LogLevel::kNone));
+    method.kind = InitMethod::Kind::kTcp;
+    method.host = "127.0.0.1";
+    method.port = server->port();
+    options.init_method = method.url();
+    options.rank = 0;
+    options.world_size = 1;
+    options.job_token = so.job_token;
+    options.job_id = so.job_id;
+    options.timeout_ms = kLongMs;
+    options.serve = false;
+  }
+
+  // What `pstate run` does (cli/job_store_client.cpp): the next number, then its key.
+  void request(const std::string &why) {
+    StoreOptions o = options;
+    o.rank = -1;
+    auto client = TcpStore::open(o, method, Logger(LogLevel::kNone));
+    const int64_t n = client->add(DumpWatcher::kCountKey, 1, Deadline::after_ms(kLongMs));
+    client->set(DumpWatcher::request_key(n), Bytes(why.begin(), why.end()), Deadline::after_ms(kLongMs));
+  }
+
+  size_t parked() const { return server->stats().parked_requests; }
+};
+
+std::unique_ptr<TraceRecorder> recorder_in(const std::string &dir) {
+  auto r = std::make_unique<TraceRecorder>(64, dir);
+  TraceFacts f;
+  f.job = "dump-job";
+  f.rank = 0;
+  f.world = 1;
+  r->set_facts(f);
+  return r;
+}
+
+std::string reason_in(const std::string &file) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("reason ", 0) == 0) return line.substr(7);
+  return "";
+}
+
+// Polls cond every millisecond until it holds; fails the test if it does not within kLongMs.
+template <typename Cond>
+void wait_until(Cond cond) {
+  Deadline d = Deadline::after_ms(kLongMs);
+  while (!cond()) {
+    assert_false(d.expired());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+bool exists(const std::string &path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+void test_each_request_is_one_dump_with_its_reason_while_the_rank_records(void **) {
+  Job job;
+  pstest::TempDir dir;
+  auto rec = recorder_in(dir.path());
+  TraceGroup *g = rec->add_group("world:0", {0}, 0);
+  std::atomic<bool> stop{false};
+  std::thread rank([&] {  // the rank's own thread records while the watcher dumps
+    while (!stop.load()) {
+      const uint64_t id = rec->begin(TraceClass::kColl, TraceOp::kAllReduce, g, TraceRecorder::next_coll(g), 8, 7,
+                                     0, -1, -1, TracePath::kShm);
+      rec->completed(id);
+    }
+  });
+  DumpWatcher watcher(job.options, job.method, *rec, Logger(LogLevel::kNone));
+  const std::string file = dir.path() + "/rank0.pstate-trace";
+  job.request("pstate run: rank 3 exited with status 1");
+  wait_until([&] { return exists(file); });
+  assert_string_equal(reason_in(file).c_str(), "a request through the store (pstate run: rank 3 exited with status 1)");
+  // the next request is the next dump; the watcher then parks for the one after
+  wait_until([&] { return job.parked() == 1; });
+  ::unlink(file.c_str());
+  job.request("second\ttext");
+  wait_until([&] { return exists(file); });
+  assert_string_equal(reason_in(file).c_str(), "a request through the store (second text)");
+  stop = true;
+  rank.join();
+  wait_until([&] { return job.parked() == 1; });
+  watcher.stop();  // interrupts the parked get
+  wait_until([&] { return job.parked() == 0; });
+  watcher.stop();  // idempotent
+}
+
+void test_a_watcher_answers_only_the_requests_made_after_it_started(void **) {
+  Job job;
+  pstest::TempDir early_dir, late_dir;
+  auto early = recorder_in(early_dir.path());
+  auto late = recorder_in(late_dir.path());
+  DumpWatcher first(job.options, job.method, *early, Logger(LogLevel::kNone));
+  job.request("one");
+  job.request("two");
+  const std::string early_file = early_dir.path() + "/rank0.pstate-trace";
+  const std::string late_file = late_dir.path() + "/rank0.pstate-trace";
+  wait_until([&] { return reason_in(early_file) == "a request through the store (two)" && job.parked() == 1; });
+  // a replacement's watcher: requests 1 and 2 are not its own. Once it is parked (for request 3),
+  // it would have dumped them already.
+  DumpWatcher second(job.options, job.method, *late, Logger(LogLevel::kNone));
+  wait_until([&] { return job.parked() == 2; });
+  assert_false(exists(late_file));
+  job.request("three");
+  wait_until([&] { return exists(late_file) && reason_in(early_file) == "a request through the store (three)"; });
+  assert_string_equal(reason_in(late_file).c_str(), "a request through the store (three)");
+}
+
+void test_a_watcher_ends_when_its_store_goes_away(void **) {
+  Job job;
+  pstest::TempDir dir;
+  auto rec = recorder_in(dir.path());
+  DumpWatcher watcher(job.options, job.method, *rec, Logger(LogLevel::kNone));
+  wait_until([&] { return job.parked() == 1; });
+  job.server.reset();  // the launcher ended: the thread sees PEER_LOST and ends by itself
+  watcher.stop();      // joins a thread that has ended (or interrupts one about to)
+}
+
+void test_no_store_no_watcher(void **) {
+  // A store that cannot be reached: the constructor throws (the context then runs without one).
+  Job job;
+  StoreOptions o = job.options;
+  InitMethod m = job.method;
+  job.server.reset();
+  o.timeout_ms = 200;
+  pstest::TempDir dir;
+  auto rec = recorder_in(dir.path());
+  pstest::expect_error([&] { DumpWatcher w(o, m, *rec, Logger(LogLevel::kNone)); }, PSTATE_ERR_TIMEOUT,
+                       {"could not reach the store"});
+}
+
+}  // namespace
+
+int main() {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_each_request_is_one_dump_with_its_reason_while_the_rank_records),
+      cmocka_unit_test(test_a_watcher_answers_only_the_requests_made_after_it_started),
+      cmocka_unit_test(test_a_watcher_ends_when_its_store_goes_away),
+      cmocka_unit_test(test_no_store_no_watcher),
+  };
+  return cmocka_run_group_tests(tests, nullptr, nullptr);
+}
