@@ -59,6 +59,8 @@ static int exists(const char *path) {
   return stat(path, &st) == 0;
 }
 
+static const char kRequested[] = "reason a request through the store";
+
 /* True when this rank's dump exists and was asked for through the store (its reason line). */
 static int requested_dump_written(void) {
   const char *dir = getenv("PSTATE_TRACE_DIR");
@@ -68,7 +70,7 @@ static int requested_dump_written(void) {
   if (f == NULL) return 0;
   int found = 0;
   while (!found && fgets(line, sizeof line, f) != NULL)
-    found = strncmp(line, "reason a request through the store", 35) == 0;
+    found = strncmp(line, kRequested, strlen(kRequested)) == 0;
   fclose(f);
   return found;
 }
@@ -96,10 +98,9 @@ static void *reader(void *arg) {
   return NULL;
 }
 
-/* Sleeps in nanosleep until the requested dump is there (at most 60 s), wakes the reader, says how
- * both fared. */
-static void *sleeper(void *arg) {
-  (void)arg;
+/* Sleeps in nanosleep until the requested dump is there (at most 60 s), wakes the reader and
+ * says how both fared; then waits until pstate run stops the job. */
+static void *sleeper(void *reader_thread) {
   int early = 0, naps = 0;
   while (!requested_dump_written() && naps < 600) {
     struct timespec nap = {0, 100 * 1000 * 1000}, left = {0, 0};
@@ -112,7 +113,14 @@ static void *sleeper(void *arg) {
   const int dumped = requested_dump_written();
   char b = 'x';
   if (write(g_pipe[1], &b, 1) != 1) perror("launch_rank: write");
-  return (void *)(intptr_t)(dumped ? early : -1);
+  pthread_join(*(pthread_t *)reader_thread, NULL);
+  const int fine = dumped && early == 0 && strcmp(g_reader_result, "poll and read returned the byte") == 0;
+  printf("rank %d: %s: %s; %s\n", g_rank, fine ? "undisturbed" : "DISTURBED",
+         !dumped ? "no requested dump within 60 s" : early == 0 ? "no nanosleep returned early" : "a nanosleep returned early",
+         g_reader_result);
+  fflush(stdout);
+  for (;;) pause(); /* until pstate run stops the job */
+  return NULL;
 }
 
 static void run_undisturbed(pstate_t *ps) {
@@ -128,27 +136,16 @@ static void run_undisturbed(pstate_t *ps) {
     exit(1);
   }
   if (pipe(g_pipe) != 0) exit(2);
-  pthread_t s, r;
-  void *early = NULL;
+  static pthread_t r;
   pthread_create(&r, NULL, reader, NULL);
-  if (g_rank == 1) {
-    pthread_create(&s, NULL, sleeper, NULL);
-    touch("ready");
-    float x[4];
-    pstate_status_t st = pstate_recv(g, x, 4, PSTATE_FLOAT32, 1, NULL); /* rank 2 never sends */
-    fprintf(stderr, "launch_rank 1: recv returned %s\n", pstate_status_string(st));
-    pthread_join(s, &early);
-  } else {
-    early = sleeper(NULL); /* the main thread: the one a process-directed signal goes to first */
-  }
-  pthread_join(r, NULL);
-  const long e = (long)(intptr_t)early;
-  const int fine = e == 0 && strcmp(g_reader_result, "poll and read returned the byte") == 0;
-  printf("rank %d: %s: %s; %s\n", g_rank, fine ? "undisturbed" : "DISTURBED",
-         e < 0 ? "no requested dump within 60 s" : e == 0 ? "no nanosleep returned early" : "a nanosleep returned early",
-         g_reader_result);
-  fflush(stdout);
-  for (;;) pause(); /* until pstate run stops the job */
+  if (g_rank == 2) sleeper(&r); /* the main thread: the one a signal sent to the process goes to first */
+  pthread_t s;
+  pthread_create(&s, NULL, sleeper, &r);
+  touch("ready");
+  float x[4];
+  pstate_status_t st = pstate_recv(g, x, 4, PSTATE_FLOAT32, 1, NULL); /* rank 2 never sends */
+  fprintf(stderr, "launch_rank 1: recv returned %s: %s\n", pstate_status_string(st), pstate_last_error());
+  pthread_join(s, NULL);
 }
 
 int main(int argc, char **argv) {

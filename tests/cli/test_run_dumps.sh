@@ -8,7 +8,7 @@
 #   - a rank fails while another waits in pstate_recv and a third sits in its own code, each with
 #     program threads in nanosleep and in poll + read (tests/cli/launch_rank.c undisturbed): both
 #     dumps are written, asked for through the store, and no nanosleep returns early, no poll or
-#     read fails with EINTR;
+#     read fails with EINTR; the pair segment rank 1 made for its recv is gone from /dev/shm;
 #   - --dump-signal (opt-in) still sends SIGUSR1, and sets PSTATE_TRACE_SIGNAL=1 in the ranks.
 # Prints "N passed, M failed" and exits non-zero when any check failed.
 set -u
@@ -19,7 +19,8 @@ check() {  # check NAME CONDITION-EXIT-STATUS
   if [ "$2" -eq 0 ]; then pass=$((pass + 1)); echo "ok   $1"; else fail=$((fail + 1)); echo "FAIL $1"; fi
 }
 work=$(mktemp -d /tmp/pstate-run-dumps.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+job=""
+trap 'rm -rf "$work"; [ -n "$job" ] && rm -f /dev/shm/pstate-"$job"-*' EXIT
 show() { echo "--- $1:"; cat "$2"; }
 
 # 1. Rank 0 fails before it loads libpstate; rank 1 is a shell that sleeps (no pstate at all).
@@ -52,12 +53,20 @@ check "rank 2's dump shows it idle in its own code" $?
 ! grep -q 'signal 10' "$work/2/err"; check "undisturbed: no rank is killed by SIGUSR1" $?
 grep -q "flight-recorder dumps of ranks 1, 2 (none from 0) are in $work/2/trace" "$work/2/err"
 check "pstate run says where the dumps are" $?
+# rank 1 made the pair's segment for its recv, which rank 2 never opened: pstate run removes it
+job=$(sed -n 's/^job //p' "$work/2/trace/rank1.pstate-trace" 2>/dev/null)
+left=$(ls /dev/shm | grep -F "pstate-$job-" | tr '\n' ' ')
+[ -n "$job" ] && [ -z "$left" ]; check "nothing of the failed job is left in /dev/shm (left: ${left:-none})" $?
 [ $fail -eq $before ] || { show "pstate run's stdout" "$work/2/out"; show "its stderr" "$work/2/err"; }
 
 # 3. --dump-signal: the ranks install pstate's SIGUSR1 handler (PSTATE_TRACE_SIGNAL=1) and get
 #    the signal as well; a program without the handler is ended by it (the opt-in's price).
-out=$(cd "$work" && "$PSTATE" run -n 2 --grace-ms 500 --dump-signal -- \
-        sh -c 'echo "signal=$PSTATE_TRACE_SIGNAL"; [ "$RANK" = 0 ] && exit 1; exec sleep 60' 2>&1)
+#    (rank 0 fails once rank 1 has said what it got: the file 3.said)
+out=$(cd "$work" && "$PSTATE" run -n 2 --grace-ms 500 --dump-signal -- sh -c '
+        if [ "$RANK" = 0 ]; then
+          i=0; while [ ! -e 3.said ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done; exit 1
+        fi
+        echo "signal=$PSTATE_TRACE_SIGNAL"; touch 3.said; exec sleep 60' 2>&1)
 grep -q '^\[1\] signal=1$' <<<"$out"; check "--dump-signal sets PSTATE_TRACE_SIGNAL=1 in the ranks" $?
 grep -q 'rank 1 was killed by signal 10' <<<"$out"; check "--dump-signal sends SIGUSR1" $?
 

@@ -8,9 +8,10 @@
 #   kind      rank 2 calls all_gather where the others call all_reduce (MISMATCH on every rank)
 #   count     rank 1 passes 16 elements where the others pass 8 (MISMATCH)
 #   sigstop   rank 2 is stopped (SIGSTOP) while the others wait in a broadcast on world: it
-#             leaves no dump (a stopped process cannot answer SIGUSR1)
+#             leaves no dump (a stopped process cannot answer: its dump watcher is stopped too)
 #   usercode  rank 3 sits in its own code and never enters all_reduce #5: the others time out;
-#             `pstate run` asks it for a dump (SIGUSR1) while it is idle outside pstate
+#             `pstate run` asks it for a dump (through the job's store, which a thread of
+#             pstate's own watches) while it is idle outside pstate
 #   dies      rank 1 SIGKILLs itself before all_reduce #5: the others get PEER_LOST
 #   good      the control: nothing goes wrong, doctor exits 0
 #   shrunk    (--keep-going) rank 1 dies; the survivors shrink and go on; then rank 3 sits in its
@@ -91,7 +92,9 @@ case $scenario in
             for r in 0 1 2; do grep -q '^in_call pstate_all_reduce$' "$PSTATE_TRACE_DIR/rank$r.pstate-trace" ||
               fail "rank $r's dump does not show it blocked in pstate_all_reduce"; done ;;
   usercode) grep -qi "outside pstate" <<<"$first" || fail "the verdict does not say rank 3 is outside pstate: $first"
-            grep -q '^in_call -$' "$PSTATE_TRACE_DIR/rank3.pstate-trace" || fail "rank 3's SIGUSR1 dump is not idle" ;;
+            grep -q '^in_call -$' "$PSTATE_TRACE_DIR/rank3.pstate-trace" || fail "rank 3's requested dump is not idle"
+            grep -q '^reason a request through the store (pstate run: ' "$PSTATE_TRACE_DIR/rank3.pstate-trace" ||
+              fail "rank 3's dump was not asked for through the store" ;;
   sigstop)  [ ! -e "$PSTATE_TRACE_DIR/rank2.pstate-trace" ] || fail "the stopped rank 2 left a dump"
             grep -q "none from 2" "$work/run.err" || fail "pstate run did not say rank 2 left no dump" ;;
   dies)     grep -q ' PEER_LOST ' "$PSTATE_TRACE_DIR/rank0.pstate-trace" || fail "rank 0's dump has no PEER_LOST entry" ;;
