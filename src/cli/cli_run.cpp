@@ -40,6 +40,7 @@
 #include "bootstrap/hmac_sha256.hpp"
 #include "bootstrap/init_method.hpp"
 #include "bootstrap/tcp_store_server.hpp"
+#include "bootstrap/wire.hpp"
 #include "cli/cli.hpp"
 #include "cli/job_store_client.hpp"
 #include "transport/shm/shm_names.hpp"
@@ -69,6 +70,7 @@
 #include <ctime>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace pstate::cli {
@@ -509,10 +511,14 @@ class Launcher {
       try {
         connected = job_store_->members(kStoreCallMs);
       } catch (const Error &) {
-        everyone = true;  // cannot tell who answers: wait for every live rank, as long as it takes
+        everyone = true;  // cannot tell who answers: wait for every live rank (at most the 2 s)
       }
     } catch (const Error &e) {
-      say(cat("could not ask the ranks for their flight-recorder dumps through the store: ", e.what(),
+      // A job that failed at its start (a rank refused or gave up) has a store that answers every
+      // request with that failure, which the ranks have reported already: no need to repeat it.
+      const bool failed_start = std::string_view(e.what()).rfind(wire::kJobFailedPrefix, 0) == 0;
+      say(cat("could not ask the ranks for their flight-recorder dumps through the store: ",
+              failed_start ? std::string("it refuses every request since the job failed at its start") : e.what(),
               dump_signal_ ? "" : " (--dump-signal also asks with SIGUSR1)"));
     }
     std::vector<Rank *> asked_ranks;

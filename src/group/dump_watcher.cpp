@@ -4,6 +4,8 @@
 
 #include "common/error.hpp"
 
+#include <unistd.h>
+
 namespace pstate {
 namespace {
 
@@ -27,7 +29,7 @@ std::string DumpWatcher::reason_of(const Bytes &why) {
 }
 
 DumpWatcher::DumpWatcher(StoreOptions options, const InitMethod &method, TraceRecorder &trace, const Logger &log)
-    : trace_(trace), log_(log) {
+    : trace_(trace), log_(log), owner_(::getpid()) {
   options.rank = -1;  // an observer: claims no rank
   options.serve = false;
   Logger quiet(LogLevel::kNone);  // its connect and progress lines would only repeat the context's
@@ -42,6 +44,10 @@ DumpWatcher::~DumpWatcher() { stop(); }
 
 void DumpWatcher::stop() noexcept {
   if (!thread_.joinable()) return;
+  if (::getpid() != owner_) {  // a forked child: the thread is the parent's, and so is the socket
+    thread_.detach();
+    return;
+  }
   store_->interrupt();
   thread_.join();
 }

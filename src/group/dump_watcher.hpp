@@ -33,6 +33,8 @@
 #include "common/log.hpp"
 #include "common/trace.hpp"
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -56,7 +58,9 @@ class DumpWatcher {
   DumpWatcher(const DumpWatcher &) = delete;
   DumpWatcher &operator=(const DumpWatcher &) = delete;
 
-  // Interrupts the thread's wait and joins it; idempotent. Not from the watcher's own thread.
+  // Interrupts the thread's wait and joins it; idempotent. Not from the watcher's own thread. In
+  // a forked child (which has no copy of the thread, and shares the connection with its parent)
+  // it only lets go of the thread: the parent's watcher goes on.
   void stop() noexcept;
 
  private:
@@ -66,6 +70,7 @@ class DumpWatcher {
   TraceRecorder &trace_;
   Logger log_;
   int64_t next_ = 1;  // the request the thread waits for
+  pid_t owner_;       // the process that started the thread
   std::thread thread_;
 };
 
