@@ -43,8 +43,8 @@
 #include "bootstrap/wire.hpp"
 #include "cli/cli.hpp"
 #include "cli/job_store_client.hpp"
-#include "transport/shm/shm_names.hpp"
 #include "common/error.hpp"
+#include "transport/shm/shm_names.hpp"
 
 #include <arpa/inet.h>
 #include <dirent.h>

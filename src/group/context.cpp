@@ -254,8 +254,13 @@ void Context::start_dump_watcher() {
   try {
     dump_watcher_ = std::make_unique<DumpWatcher>(o, method, *trace_, log_);
   } catch (const Error &e) {
-    log_.warn("flight recorder: no dumps on request through the store (", e.what(),
-              "); it still dumps when a call fails and on pstate_trace_dump");
+    // A job the store has failed meanwhile (a rank refused or gave up) is this init's failure,
+    // said by the next call on the store; anything else is worth a warning.
+    const bool job_failed = std::string_view(e.what()).find(wire::kJobFailedPrefix) != std::string_view::npos;
+    const std::string text = cat("flight recorder: no dumps on request through the store (", e.what(),
+                                 "); it still dumps when a call fails and on pstate_trace_dump");
+    if (job_failed) log_.info(text);
+    else log_.warn(text);
   }
 }
 
