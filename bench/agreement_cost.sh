@@ -2,6 +2,10 @@
 # bench/agreement_cost.sh — what the always-on agreement of collectives costs, in one run.
 #
 #   bench/agreement_cost.sh            (REPEATS=11 by default; writes bench/results/agreement/)
+#   BASE_REF=6dd6a27 bench/agreement_cost.sh
+#                                      the same cases against another commit as it shipped (built in
+#                                      build-base/ from a detached worktree .bench-base/): what a
+#                                      change of the protocol costs (issue 27), written to protocol.md
 #
 # Ranks that disagree about a collective get PSTATE_ERR_MISMATCH because every call carries its
 # descriptor (src/common/op_descriptor.hpp): in the flag words of the shared-memory protocol, and
@@ -38,7 +42,18 @@ type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD_DIR/CMakeCache.txt" 2>/de
 type=${type:-RelWithDebInfo}
 log "building $BUILD_DIR (agreement on) and $OFF_DIR (-DPSTATE_AGREEMENT=OFF), CMAKE_BUILD_TYPE=$type"
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target pstate_cli pstate >/dev/null
-cmake -S . -B "$OFF_DIR" -DCMAKE_BUILD_TYPE="$type" -DPSTATE_AGREEMENT=OFF -DPSTATE_BUILD_TESTS=OFF >/dev/null
+KIND=agreement
+if [ -n "${BASE_REF:-}" ]; then  # the "off" side is another commit as it shipped
+  KIND=protocol
+  OFF_DIR=build-base
+  base_src=$ROOT/.bench-base
+  git worktree remove --force "$base_src" 2>/dev/null || rm -rf "$base_src"
+  git worktree add --detach "$base_src" "$BASE_REF" >/dev/null
+  log "building $BASE_REF in $OFF_DIR"
+  cmake -S "$base_src" -B "$OFF_DIR" -DCMAKE_BUILD_TYPE="$type" -DPSTATE_BUILD_TESTS=OFF >/dev/null
+else
+  cmake -S . -B "$OFF_DIR" -DCMAKE_BUILD_TYPE="$type" -DPSTATE_AGREEMENT=OFF -DPSTATE_BUILD_TESTS=OFF >/dev/null
+fi
 cmake --build "$OFF_DIR" -j "$(nproc)" --target pstate_cli pstate >/dev/null
 for side in on off; do
   dir=$BUILD_DIR
@@ -87,5 +102,7 @@ for rep in $(seq 1 "$REPEATS"); do
   done
   log "round $rep of $REPEATS done"
 done
-/usr/bin/python3 bench/agreement_report.py "$OUT" "$(git rev-parse --short HEAD 2>/dev/null || echo '?')" "$REPEATS"
-log "wrote $OUT/agreement.md"
+/usr/bin/python3 bench/agreement_report.py "$OUT" "$(git rev-parse --short HEAD 2>/dev/null || echo '?')" "$REPEATS" \
+  "$KIND" "$(git rev-parse --short "${BASE_REF:-HEAD}" 2>/dev/null || echo '?')"
+[ -z "${BASE_REF:-}" ] || git worktree remove --force "$ROOT/.bench-base" 2>/dev/null || true
+log "wrote $OUT/$KIND.md"

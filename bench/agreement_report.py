@@ -26,6 +26,7 @@ def load(path):
 def main():
     out, commit, repeats = sys.argv[1], sys.argv[2], sys.argv[3]
     kind = sys.argv[4] if len(sys.argv) > 4 else "agreement"
+    base = sys.argv[5] if len(sys.argv) > 5 else "?"
     names = sorted({os.path.basename(p).split(".on.")[0] for p in glob.glob(os.path.join(out, "raw", "*.on.*.txt"))})
     order = ["all_reduce.8B.shm", "all_reduce.1KiB.shm", "all_gather.8B.shm", "broadcast.8B.shm", "barrier.shm",
              "all_reduce.8B.ucx"]
@@ -52,6 +53,8 @@ def main():
         if name == "all_reduce.8B.shm":
             ok = rel <= 0.02 if kind == "trace" else (rel <= 0.02 or med_diff <= 0.01)
             target = "met" if ok else "MISSED"
+        if name == "all_reduce.8B.ucx" and kind == "protocol":  # not slower: within 1% (noise)
+            target = "met" if rel <= 0.01 else "MISSED"
         peer = [v for v in (load(p) for p in glob.glob(os.path.join(out, "raw", f"{name}.mpi.*.txt"))) if v is not None]
         peer_text = f"{statistics.median(peer):.4f}" if peer else ""
         rows.append((name, len(on), med_on, med_off, med_diff, rel, min(diff), max(diff), target, peer_text))
@@ -70,6 +73,24 @@ def main():
         for name, n, a, b, d, rel, lo, hi, t, peer in rows:
             lines.append(f"| {name} | {n} | {a:.4f} | {b:.4f} | {d:+.4f} | {rel * 100:+.1f}% | {lo:+.4f}..{hi:+.4f} | {t} | {peer} |")
         with open(os.path.join(out, "trace.md"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        print("\n".join(lines))
+        return
+    if kind == "protocol":
+        lines = [
+            f"Protocol cost, commit {commit} against {base}, {repeats} rounds (`BASE_REF={base} bench/agreement_cost.sh`):",
+            "2 ranks, each bound to its own core, calls back to back (bench/agreement_loop.c: median of 9 batches of",
+            "100,000; 20,000 on UCX), time per call in us. `on` = libpstate at this commit, `off` = commit",
+            f"{base} as it shipped, built the same way, run alternately in the same rounds; `on - off` = median of the",
+            "per-round differences (min..max over rounds). Targets (issue 27): the 8 B all_reduce in shared memory",
+            "within 2% or 0.01 us of the base, the UCX 8 B all_reduce not slower (within 1%).",
+            "",
+            "| case | rounds | on (us) | off (us) | on - off (us) | relative | range of on - off | target |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+        ]
+        for name, n, a, b, d, rel, lo, hi, t, _ in rows:
+            lines.append(f"| {name} | {n} | {a:.4f} | {b:.4f} | {d:+.4f} | {rel * 100:+.1f}% | {lo:+.4f}..{hi:+.4f} | {t} |")
+        with open(os.path.join(out, "protocol.md"), "w") as f:
             f.write("\n".join(lines) + "\n")
         print("\n".join(lines))
         return

@@ -541,6 +541,10 @@ def main():
     if os.path.exists(agreement):  # bench/agreement_cost.sh, run on its own
         with open(agreement) as f:
             md += ["## What the agreement of collectives costs", "", f.read().strip(), ""]
+    protocol = os.path.join(HERE, "results", "agreement", "protocol.md")
+    if os.path.exists(protocol):  # BASE_REF=... bench/agreement_cost.sh, run on its own
+        with open(protocol) as f:
+            md += ["## What the protocol of issue 27 costs", "", f.read().strip(), ""]
     trace = os.path.join(HERE, "results", "trace", "trace.md")
     if os.path.exists(trace):  # bench/trace_cost.sh, run on its own
         with open(trace) as f:

@@ -318,11 +318,13 @@ PSTATE_API pstate_status_t pstate_initialize_model_parallel(pstate_t *ps, const 
 /** 1 when model-parallel groups exist, 0 otherwise (also for NULL). */
 PSTATE_API int pstate_model_parallel_is_initialized(const pstate_t *ps);
 
-/** destroy_model_parallel: drops the model-parallel groups (their pstate_group_t stay allocated
- *  until finalize and answer INVALID_STATE);
- *  the world group stays. Not collective, but in a CUDA context each group's NCCL communicator
- *  is finalized with its peers (bounded by the timeout), so call it on every rank. INVALID_STATE
- *  when none exist, or in graph-capture mode. */
+/** destroy_model_parallel: drops the model-parallel and custom groups (their pstate_group_t stay
+ *  allocated until finalize and answer INVALID_STATE); the world group stays. Collective over the
+ *  world: the ranks count the point-to-point messages sent on those groups and each drops the ones
+ *  no receive of its took (logged at WARN), so a later group that gets the same id never receives
+ *  them; in a CUDA context each group's NCCL communicator is finalized with its peers (bounded by
+ *  the timeout). INVALID_STATE when none exist, while a request is pending on one of them, or in
+ *  graph-capture mode. In a failed context it only drops the groups, locally. */
 PSTATE_API pstate_status_t pstate_destroy_model_parallel(pstate_t *ps);
 
 /** destroy_distributed_environment: drops every group, closes transports and the store, frees
@@ -563,10 +565,17 @@ PSTATE_API pstate_status_t pstate_all_gatherv(pstate_group_t *g, const void *sen
 PSTATE_API pstate_status_t pstate_reduce_scatterv(pstate_group_t *g, const void *send, void *recv,
                                                   const size_t *counts, pstate_dtype_t dtype, pstate_reduce_op_t op,
                                                   void *stream);
-/** Sends count elements to group rank dst (returns when the buffer may be reused). */
+/** Sends count elements to group rank dst (returns when the buffer may be reused: the message has
+ *  left, as in MPI and NCCL). Point-to-point of a group is two ordered streams per peer and
+ *  direction: tensors (send, recv, isend, irecv, p2p_batch, the CPU payload of tensor dicts) and
+ *  objects (send_object, recv_object, the metadata of tensor dicts); the k-th send of a stream is
+ *  the peer's k-th receive of that stream. Each message carries its kind, dtype and size. */
 PSTATE_API pstate_status_t pstate_send(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t dtype,
                                        int dst, void *stream);
-/** Receives exactly count elements from group rank src; a different size is MISMATCH. */
+/** Receives exactly count elements of dtype from group rank src. A message of another size,
+ *  dtype or kind (a tensor dict's payload) is MISMATCH naming both sides: the stream is out of
+ *  step, so the context fails, and the sender's next call returns the same error (a failure
+ *  notice). In a CUDA context the transfer is NCCL's, compared first only under PSTATE_CHECK=1. */
 PSTATE_API pstate_status_t pstate_recv(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype,
                                        int src, void *stream);
 /** Returns on each rank once every rank of the group has entered it. It always runs on the CPU
@@ -596,9 +605,11 @@ PSTATE_API pstate_status_t pstate_broadcast_object(pstate_group_t *g, const void
  *  sizes[i] = rank i's size (capacity >= the group size). */
 PSTATE_API pstate_status_t pstate_all_gather_object(pstate_group_t *g, const void *data, size_t size,
                                                     pstate_bytes_t *out, size_t *sizes, size_t capacity);
-/** Sends size bytes to group rank dst; the receiver learns the size. */
+/** Sends size bytes to group rank dst on the object stream (see pstate_send); the receiver learns
+ *  the size. */
 PSTATE_API pstate_status_t pstate_send_object(pstate_group_t *g, const void *data, size_t size, int dst);
-/** Receives the next object from group rank src into *out (free with pstate_bytes_free). */
+/** Receives the next object from group rank src into *out (free with pstate_bytes_free); a tensor
+ *  dict's metadata in its place is MISMATCH (as for pstate_recv). */
 PSTATE_API pstate_status_t pstate_recv_object(pstate_group_t *g, int src, pstate_bytes_t *out);
 /** Frees what an object call put in *b and sets it to {NULL, 0}; NULL is a no-op. */
 PSTATE_API void pstate_bytes_free(pstate_bytes_t *b);

@@ -12,6 +12,7 @@
 
 #include "api/boundary.hpp"
 #include "group/context.hpp"
+#include "common/limits.hpp"
 #include "group/group.hpp"
 #include "reduce/reduce.hpp"
 
@@ -38,11 +39,7 @@ inline void require_rank(const pstate_group_t *g, int rank, const char *name) {
                 g->size() - 1, "): ranks are ranks in the group (rank_in_group), not global ranks");
 }
 
-// The largest buffer one operation accepts: 2^47 bytes (128 TiB), the user address space of
-// x86-64 and AArch64 with 4-level page tables. A larger count is a caller's bug (a negative
-// length cast to size_t, a count in bytes times the element size) that would otherwise crash in
-// a transport or ask for a scratch buffer of that size.
-inline constexpr size_t kMaxBufferBytes = size_t{1} << 47;
+// kMaxBufferBytes (common/limits.hpp): the largest buffer one operation accepts.
 
 // The bytes of count elements of dtype times `blocks`: INVALID_ARGUMENT when that overflows size_t
 // or exceeds kMaxBufferBytes. Checked on every rank (a gather's recv size too), so a bad count

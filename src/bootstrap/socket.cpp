@@ -32,16 +32,20 @@ void SocketAddress::set_port(int port) {
   if (family() == AF_INET6) reinterpret_cast<sockaddr_in6 *>(&storage)->sin6_port = htons(static_cast<uint16_t>(port));
 }
 
-std::string SocketAddress::text() const {
+std::string SocketAddress::host() const {
   char host[INET6_ADDRSTRLEN] = "?";
-  if (family() == AF_INET) {
+  if (family() == AF_INET)
     inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in *>(&storage)->sin_addr, host, sizeof host);
-    return std::string(host) + ":" + std::to_string(port());
-  }
-  if (family() == AF_INET6) {
+  else if (family() == AF_INET6)
     inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6 *>(&storage)->sin6_addr, host, sizeof host);
-    return "[" + std::string(host) + "]:" + std::to_string(port());
-  }
+  else
+    return "(unknown address family)";
+  return host;
+}
+
+std::string SocketAddress::text() const {
+  if (family() == AF_INET) return host() + ":" + std::to_string(port());
+  if (family() == AF_INET6) return "[" + host() + "]:" + std::to_string(port());
   return "(unknown address family)";
 }
 

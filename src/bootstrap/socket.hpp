@@ -49,6 +49,7 @@ struct SocketAddress {
   int port() const;
   void set_port(int port);
   std::string text() const;  // "127.0.0.1:29500" or "[::1]:29500"
+  std::string host() const;  // "127.0.0.1" or "::1": the address without the port
 };
 
 // Resolves host (name or numeric address) and port to stream addresses, IPv4 and IPv6, without

@@ -25,10 +25,6 @@ using Clock = std::chrono::steady_clock;
 constexpr int kReplyGraceMs = 2000;
 // Longest single connect attempt; later attempts retry until the open deadline.
 constexpr int kConnectAttemptMs = 5000;
-// How long a fresh connection may stay silent after the client's preamble before the attempt is
-// given up (and retried): a pstate store answers at once; a foreign line-based service too, with
-// its own words.
-constexpr int kPreambleReplyMs = 5000;
 // A rank 0 that finds its port taken looks at the holder this long at most.
 constexpr int kPortHolderProbeMs = 2000;
 
@@ -182,15 +178,30 @@ void TcpStore::connect(Deadline deadline) {
   }
 }
 
-// Runs the handshake on a fresh connection. Returns false (with the reason) when the server closed
-// the connection before answering, which is worth a retry; throws on a definite refusal.
-bool TcpStore::handshake(net::Fd &fd, Deadline deadline, std::string *retry_reason) {
+// Runs the handshake on a fresh connection, within wire::kHandshakeMs (the server closes a
+// connection that takes longer; a pstate store answers at once, and so does a foreign line-based
+// service, with its own words). Returns false (with the reason) when the server closed the
+// connection before answering or the attempt ran out of time, which is worth a retry on a fresh
+// connection; throws on a definite refusal.
+bool TcpStore::handshake(net::Fd &fd, Deadline open_deadline, std::string *retry_reason) {
+  const Deadline deadline = earlier(open_deadline, Deadline::after_ms(wire::kHandshakeMs));
   HandshakeInputs hs;
   hs.rank = options_.rank;
   hs.world_size = options_.world_size;
   crypto::fill_random(hs.client_nonce.data(), hs.client_nonce.size());
   const size_t limit = wire::kMaxTextBytes + 64;
   const std::string what = "the handshake";
+  // The server's next answer, or nullopt when the attempt's time ran out first (retried).
+  auto next_reply = [&]() -> std::optional<wire::Message> {
+    try {
+      return read_reply(fd, deadline, limit, what, true);
+    } catch (const Error &e) {
+      if (e.status() != PSTATE_ERR_TIMEOUT) throw;
+      *retry_reason = cat("the store at ", url_, " did not finish the handshake within ", wire::kHandshakeMs,
+                          " ms (a busy or stuck store?)");
+      return std::nullopt;
+    }
+  };
   try {
     wire::Hello hello;
     hello.rank = hs.rank;
@@ -206,7 +217,9 @@ bool TcpStore::handshake(net::Fd &fd, Deadline deadline, std::string *retry_reas
     if (net::send_all(fd.get(), frame.data(), frame.size(), deadline, &err) != net::IoResult::kDone)
       throw_error(PSTATE_ERR_PEER_LOST, "sending hello failed");
     if (!read_server_preamble(fd, deadline, retry_reason)) return false;
-    wire::Message m = read_reply(fd, deadline, limit, what, true);
+    std::optional<wire::Message> reply = next_reply();
+    if (!reply) return false;
+    wire::Message m = std::move(*reply);
     auto *challenge = std::get_if<wire::Challenge>(&m);
     if (challenge == nullptr) fail_from_reply(m, what);
     if (challenge->token_required && options_.job_token.empty())
@@ -218,7 +231,9 @@ bool TcpStore::handshake(net::Fd &fd, Deadline deadline, std::string *retry_reas
     frame = wire::encode(wire::Proof{client_proof(options_.job_token, hs)});
     if (net::send_all(fd.get(), frame.data(), frame.size(), deadline, &err) != net::IoResult::kDone)
       throw_error(PSTATE_ERR_PEER_LOST, "sending proof failed");
-    m = read_reply(fd, deadline, limit, what, true);
+    reply = next_reply();
+    if (!reply) return false;
+    m = std::move(*reply);
     if (auto *fail = std::get_if<wire::Fail>(&m); fail && fail->status == PSTATE_ERR_AUTH)
       throw_error(PSTATE_ERR_AUTH, "job token refused by the store at ", url_,
                   ": set PSTATE_JOB_TOKEN to the job's token",
@@ -243,7 +258,7 @@ bool TcpStore::handshake(net::Fd &fd, Deadline deadline, std::string *retry_reas
 bool TcpStore::read_server_preamble(net::Fd &fd, Deadline deadline, std::string *retry_reason) {
   const std::string_view want = wire::kServerPreamble;
   std::string peer = net::peer_address(fd.get()).text();
-  Deadline attempt = earlier(deadline, Deadline::after_ms(kPreambleReplyMs));
+  const Deadline &attempt = deadline;  // the handshake's (wire::kHandshakeMs at most)
   Bytes got;
   auto foreign = [&] {
     // What else did it say? A moment more, for the message.
@@ -289,7 +304,7 @@ bool TcpStore::read_server_preamble(net::Fd &fd, Deadline deadline, std::string 
     }
     pollfd p{fd.get(), POLLIN, 0};
     if (::poll(&p, 1, attempt.remaining_ms()) == 0 && attempt.expired()) {
-      *retry_reason = cat(peer, " accepted the connection but said nothing for ", kPreambleReplyMs,
+      *retry_reason = cat(peer, " accepted the connection but said nothing for ", wire::kHandshakeMs,
                           " ms: a pstate store answers at once (is it a pstate store, or is rank 0 stuck?)");
       return false;
     }

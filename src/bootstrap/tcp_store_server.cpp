@@ -16,6 +16,28 @@
 // A connection handles one request at a time, in order: while its reply is queued or its request
 // is parked, its later frames wait in the socket. That bounds each connection's buffers to one
 // frame in and one reply out (large values are shared between readers, not copied).
+//
+// Strangers (issue 27, item 10). Anyone who reaches the port can open connections; only the job's
+// processes can finish the handshake. So the two are counted apart: members (past the handshake)
+// up to max_members, and connections in the handshake up to max_handshakes, each of those closed
+// when it has not finished within handshake_timeout_ms (wire::kHandshakeMs, which the client uses
+// for its attempts too: a legitimate client needs a few round trips). When a newcomer finds the
+// handshake budget full, one connection in the handshake is shed, not the newcomer refused:
+// refusing would let a flood that holds the budget lock every legitimate client out for as long
+// as it keeps its connections open (what happened before: 400 silent connections held the store's
+// every place, and a replacement rank timed out). Shedding makes a flood out-pace the handshake
+// instead, and the order it sheds in makes that hard:
+//   1. the least advanced first: a connection being refused, then one that has not sent the
+//      whole preamble (a silent connection), then one that sent it but no Hello, then one that
+//      sent its Hello and owes its Proof. A pstate client sends its preamble and Hello at once,
+//      and a newcomer is read as it is accepted, so a legitimate client is past the preamble
+//      before the next one arrives: a flood of connections that say nothing never sheds it;
+//   2. among equals, those of the source address that holds the most connections in the
+//      handshake: a flood from one host sheds itself, not the ranks of another host;
+//   3. among those, the oldest: a newcomer always outlives the next max_handshakes arrivals.
+// A turn accepts at most max_handshakes newcomers, so members are served between bursts and a
+// newcomer is read in the turn it arrives. What was shed is logged as one WARN per 10 s at most,
+// naming the source addresses (a flood must not flood the log either).
 #include "bootstrap/tcp_store_server.hpp"
 
 #include "bootstrap/handshake.hpp"
@@ -41,7 +63,9 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 
 namespace pstate {
@@ -79,6 +103,7 @@ struct Connection {
   uint64_t id = 0;
   net::Fd fd;
   std::string peer;  // "127.0.0.1:40112"
+  std::string host;  // "127.0.0.1": the source address, whose connections in the handshake are counted
   Phase phase = Phase::kPreamble;
   Clock::time_point handshake_until;
   Bytes in;  // received, not yet decoded bytes start at in_start
@@ -97,6 +122,33 @@ struct Connection {
   }
   // "pid 77 from 127.0.0.1:40112" (the pid once the Hello said it)
   std::string origin() const { return pid > 0 ? cat("pid ", pid, " from ", peer) : cat("from ", peer); }
+  // How far a connection in the handshake has come; the least advanced is shed first.
+  int progress() const {
+    if (close_after_reply) return 0;  // refused: only its reply is left to send
+    switch (phase) {
+      case Phase::kPreamble:
+        return 1;
+      case Phase::kHello:
+        return 2;
+      case Phase::kProof:
+        return 3;
+      case Phase::kMember:
+        break;
+    }
+    return 4;
+  }
+};
+
+// What the server shed since it last said so: one WARN per kShedReportEveryMs at most.
+struct ShedReport {
+  static constexpr int kShedReportEveryMs = 10000;
+  static constexpr size_t kMaxHosts = 256;  // addresses counted one by one; the rest together
+  uint64_t for_newcomers = 0;               // shed to make room in the handshake budget
+  uint64_t too_slow = 0;                    // past the handshake deadline
+  std::map<std::string, uint64_t> by_host;
+  uint64_t other_hosts = 0;
+  Clock::time_point next{};  // no report before this
+  bool pending() const { return for_newcomers + too_slow > 0; }
 };
 
 // Why a rank is absent: its last refusal or its departure, and when.
@@ -139,11 +191,15 @@ struct TcpStoreServer::Impl {
   uint64_t next_id = 1;
   std::vector<uint64_t> runnable;  // connections unblocked this turn, to resume decoding
   Clock::time_point accept_paused_until{};
+  std::set<uint64_t> handshaking;  // live connections in the handshake, oldest first
+  size_t members = 0;              // live connections past the handshake
+  ShedReport shed;
 
   // ---- read by stats() from other threads ----
   std::atomic<size_t> stat_connections{0}, stat_members{0}, stat_ranks{0}, stat_parked{0}, stat_keys{0};
   std::atomic<size_t> stat_ever_joined{0};
-  std::atomic<uint64_t> stat_refused{0}, stat_dropped{0};
+  std::atomic<size_t> stat_handshaking{0};
+  std::atomic<uint64_t> stat_refused{0}, stat_dropped{0}, stat_shed{0};
   mutable std::mutex ranks_mutex;  // with ranks_changed: wakes wait_for_ranks_at_most
   mutable std::condition_variable ranks_changed;
 
@@ -182,6 +238,9 @@ struct TcpStoreServer::Impl {
   void reply_value(Connection &c, std::shared_ptr<const Bytes> value);
   void refuse(Connection &c, pstate_status_t status, const std::string &text);
   void write_some(Connection &c);
+  void shed_one_for_a_newcomer();
+  void note_shed(const Connection &c, bool too_slow);
+  void report_shed();
   void drop(Connection &c, const std::string &why, LogLevel level = LogLevel::kInfo);
   bool holder_is_alive(uint64_t id);
   void sweep();
@@ -224,13 +283,14 @@ void TcpStoreServer::Impl::serve_one_turn() {
       (void)n;
     }
     if (stop.load(std::memory_order_acquire)) return;
-    for (size_t i = 1; i < first_connection; ++i)
-      if (fds[i].revents != 0) accept_all(fds[i].fd);
+    // Connections first: what a client in the handshake sent is read before newcomers can shed it.
     for (size_t i = first_connection; i < fds.size(); ++i) {
       if (fds[i].revents == 0) continue;
       auto it = connections.find(ids[i - first_connection]);
       if (it != connections.end() && !it->second.dead) on_events(it->second, fds[i].revents);
     }
+    for (size_t i = 1; i < first_connection; ++i)
+      if (fds[i].revents != 0) accept_all(fds[i].fd);
   }
   expire_timers();
   while (!runnable.empty()) {
@@ -242,6 +302,7 @@ void TcpStoreServer::Impl::serve_one_turn() {
     }
   }
   sweep();
+  report_shed();
   publish_stats();
 }
 
@@ -254,6 +315,7 @@ short TcpStoreServer::Impl::interest(const Connection &c) const {
 int TcpStoreServer::Impl::next_timer_ms() const {
   int wait = 60000;
   if (Clock::now() < accept_paused_until) wait = std::min(wait, ms_until(accept_paused_until));
+  if (shed.pending()) wait = std::min(wait, ms_until(shed.next));
   for (const auto &[id, c] : connections) {
     if (c.parked) wait = std::min(wait, ms_until(c.parked->until));
     if (c.phase != Connection::Phase::kMember) wait = std::min(wait, ms_until(c.handshake_until));
@@ -261,8 +323,10 @@ int TcpStoreServer::Impl::next_timer_ms() const {
   return wait;
 }
 
+// Accepts up to max_handshakes newcomers (the rest wait in the backlog for the next turn), reads
+// what each has sent already, and sheds a connection in the handshake for each one over budget.
 void TcpStoreServer::Impl::accept_all(int listener) {
-  for (;;) {
+  for (size_t accepted = 0; accepted < options.max_handshakes; ++accepted) {
     int fd = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
@@ -274,22 +338,77 @@ void TcpStoreServer::Impl::accept_all(int listener) {
       }
       return;
     }
-    net::Fd owned(fd);
     net::tune_stream_socket(fd);
-    std::string peer = net::peer_address(fd).text();
-    if (connections.size() >= options.max_connections) {
-      logger.warn("store: refused ", peer, ": already ", connections.size(), " connections (the limit)");
-      stat_refused.fetch_add(1);
-      continue;
-    }
-    Connection c;
-    c.id = next_id++;
-    c.fd = std::move(owned);
-    c.peer = std::move(peer);
-    c.handshake_until = Clock::now() + std::chrono::milliseconds(options.handshake_timeout_ms);
-    logger.trace("store: connection from ", c.peer);
-    connections.emplace(c.id, std::move(c));
+    net::SocketAddress address = net::peer_address(fd);
+    Connection fresh;
+    fresh.id = next_id++;
+    fresh.fd = net::Fd(fd);
+    fresh.peer = address.text();
+    fresh.host = address.host();
+    fresh.handshake_until = Clock::now() + std::chrono::milliseconds(options.handshake_timeout_ms);
+    logger.trace("store: connection from ", fresh.peer);
+    Connection &c = connections.emplace(fresh.id, std::move(fresh)).first->second;
+    handshaking.insert(c.id);
+    read_input(c);  // a pstate client's preamble and Hello are usually here already
+    if (handshaking.size() > options.max_handshakes) shed_one_for_a_newcomer();
   }
+}
+
+// Closes the connection in the handshake that matters least (the head comment gives the order).
+void TcpStoreServer::Impl::shed_one_for_a_newcomer() {
+  std::unordered_map<std::string_view, size_t> per_host;
+  for (uint64_t id : handshaking) ++per_host[connections.at(id).host];
+  auto rank = [&](const Connection &c) {
+    return std::make_tuple(c.progress(), -static_cast<int64_t>(per_host[c.host]), c.id);
+  };
+  Connection *victim = nullptr;
+  for (uint64_t id : handshaking) {
+    Connection &c = connections.at(id);
+    if (victim == nullptr || rank(c) < rank(*victim)) victim = &c;
+  }
+  if (victim == nullptr) return;
+  note_shed(*victim, false);
+  drop(*victim, cat("shed: more than ", options.max_handshakes, " connections in the handshake"), LogLevel::kTrace);
+  victim->fd.reset();  // now, not at the end of the turn: a burst must not pile up descriptors
+}
+
+void TcpStoreServer::Impl::note_shed(const Connection &c, bool too_slow) {
+  stat_shed.fetch_add(1);
+  (too_slow ? shed.too_slow : shed.for_newcomers) += 1;
+  if (shed.by_host.size() < ShedReport::kMaxHosts || shed.by_host.count(c.host) != 0)
+    shed.by_host[c.host] += 1;
+  else
+    shed.other_hosts += 1;
+}
+
+// One WARN for everything shed since the last one, at most every kShedReportEveryMs.
+void TcpStoreServer::Impl::report_shed() {
+  auto now = Clock::now();
+  if (!shed.pending() || now < shed.next) return;
+  std::vector<std::pair<uint64_t, std::string>> hosts;
+  for (const auto &[host, n] : shed.by_host) hosts.emplace_back(n, host);
+  std::sort(hosts.begin(), hosts.end(), [](const auto &a, const auto &b) { return a.first > b.first; });
+  std::string from;
+  constexpr size_t kNamed = 8;
+  for (size_t i = 0; i < hosts.size() && i < kNamed; ++i)
+    from += cat(i ? ", " : "", hosts[i].second, " (", hosts[i].first, ")");
+  uint64_t unnamed = shed.other_hosts;
+  for (size_t i = kNamed; i < hosts.size(); ++i) unnamed += hosts[i].first;
+  if (unnamed > 0) from += cat(" and ", unnamed, " from other addresses");
+  std::string why;
+  if (shed.for_newcomers > 0)
+    why = cat(shed.for_newcomers, " for newer ones (more than ", options.max_handshakes,
+              " were in the handshake at once)");
+  if (shed.too_slow > 0)
+    why += cat(why.empty() ? "" : ", ", shed.too_slow, " unfinished after ", options.handshake_timeout_ms, " ms");
+  const uint64_t total = shed.for_newcomers + shed.too_slow;
+  logger.warn("store: shed ", total, total == 1 ? " connection" : " connections",
+              " that had not finished the handshake, from ", from, ": ", why,
+              "; processes without this job's token are connecting to its port (a port scanner, another job, a "
+              "flood); the job's own connections are not affected (said every ",
+              ShedReport::kShedReportEveryMs / 1000, " s at most)");
+  shed = ShedReport{};
+  shed.next = now + std::chrono::milliseconds(ShedReport::kShedReportEveryMs);
 }
 
 void TcpStoreServer::Impl::on_events(Connection &c, short revents) {
@@ -444,6 +563,14 @@ void TcpStoreServer::Impl::on_proof(Connection &c, const wire::Proof &p) {
     return refuse(c, PSTATE_ERR_MISMATCH, *problem);
   }
   if (job_failure) return refuse(c, static_cast<pstate_status_t>(job_failure->status), job_failure->text);
+  if (c.rank() < 0 && members >= options.max_members) {
+    std::string why =
+        cat("the store already holds ", members, " connections of this job (its limit: ", options.max_members,
+            "): an observer is refused; ranks are still admitted. Close the observers "
+            "(launchers, `pstate store` clients) this job no longer needs");
+    logger.warn("store: refused an observer ", c.origin(), ": ", why);
+    return refuse(c, PSTATE_ERR_NO_MEMORY, why);
+  }
   if (c.rank() >= 0) {
     rank_holders[c.rank()] = c.id;
     c.claims_rank = true;
@@ -462,6 +589,8 @@ void TcpStoreServer::Impl::on_proof(Connection &c, const wire::Proof &p) {
     }
   }
   c.phase = Connection::Phase::kMember;
+  handshaking.erase(c.id);
+  ++members;
   logger.info("store: ", c.rank() >= 0 ? cat("rank ", c.rank()) : std::string("an observer"), " joined from ", c.peer);
   wire::Welcome welcome;
   welcome.mac = server_proof(options.job_token, c.hs);
@@ -742,9 +871,9 @@ void TcpStoreServer::Impl::expire_timers() {
   for (auto &[id, c] : connections) {
     if (c.dead) continue;
     if (c.parked && now >= c.parked->until) finish_parked(c);
-    if (c.phase != Connection::Phase::kMember && now >= c.handshake_until) {
-      stat_dropped.fetch_add(1);
-      drop(c, cat("no handshake within ", options.handshake_timeout_ms, " ms"));
+    if (c.phase != Connection::Phase::kMember && now >= c.handshake_until && !c.dead) {
+      note_shed(c, true);
+      drop(c, cat("no handshake within ", options.handshake_timeout_ms, " ms"), LogLevel::kTrace);
     }
   }
 }
@@ -793,6 +922,10 @@ void TcpStoreServer::Impl::write_some(Connection &c) {
 void TcpStoreServer::Impl::drop(Connection &c, const std::string &why, LogLevel level) {
   if (c.dead) return;
   c.dead = true;
+  if (c.phase == Connection::Phase::kMember)
+    --members;
+  else
+    handshaking.erase(c.id);
   if (level == LogLevel::kTrace)
     logger.trace("store: ", c.who(), ": ", why);
   else
@@ -827,13 +960,11 @@ void TcpStoreServer::Impl::publish_ranks() {
 }
 
 void TcpStoreServer::Impl::publish_stats() {
-  size_t parked = 0, members = 0;
-  for (const auto &[id, c] : connections) {
-    parked += c.parked.has_value();
-    members += c.phase == Connection::Phase::kMember;
-  }
+  size_t parked = 0;
+  for (const auto &[id, c] : connections) parked += c.parked.has_value();
   stat_connections.store(connections.size());
   stat_members.store(members);
+  stat_handshaking.store(handshaking.size());
   stat_parked.store(parked);
   stat_keys.store(values.size());
 }
@@ -877,8 +1008,9 @@ std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const StoreServerOptions &
   auto impl = std::make_unique<Impl>();
   impl->ever_joined.assign(static_cast<size_t>(options.world_size), false);
   impl->options = options;
-  if (impl->options.max_connections == 0)
-    impl->options.max_connections = 2 * static_cast<size_t>(options.world_size) + 256;
+  const size_t world = static_cast<size_t>(options.world_size);
+  if (impl->options.max_members == 0) impl->options.max_members = 4 * world + 64;
+  if (impl->options.max_handshakes == 0) impl->options.max_handshakes = world + 64;
   impl->logger = logger;
 
   std::string error;
@@ -962,6 +1094,8 @@ StoreServerStats TcpStoreServer::stats() const {
   s.keys = impl_->stat_keys.load();
   s.refused = impl_->stat_refused.load();
   s.dropped = impl_->stat_dropped.load();
+  s.handshaking = impl_->stat_handshaking.load();
+  s.shed = impl_->stat_shed.load();
   return s;
 }
 

@@ -6,8 +6,11 @@
 // passes, so waiting clients cost nothing. Each connection must first pass the handshake
 // (preamble, job id, token proof, rank claim, world size); a malformed or oversized frame, an
 // unknown opcode, or a request before the handshake closes that connection only. Limits: frame
-// sizes (wire.hpp), number of keys, total bytes, number of connections, time to complete the
-// handshake.
+// sizes (wire.hpp), number of keys, total bytes, and connections, counted apart: members (past
+// the handshake: they hold the job token) and connections still in the handshake (anyone can
+// open those). The second kind has a budget and a deadline of a few seconds, and a newcomer over
+// the budget sheds an older one, so a stranger's flood of connections cannot keep the job's own
+// processes out (the order it sheds in, and why it does not refuse the newcomer, is in the .cpp).
 //
 // The server also watches the rendezvous, since it is the one place that sees every rank arrive:
 //   - which ranks joined, which left, and why a rank was refused; a wait that times out is
@@ -24,6 +27,7 @@
 #pragma once
 
 #include "bootstrap/store.hpp"
+#include "bootstrap/wire.hpp"
 #include "common/log.hpp"
 
 #include <cstddef>
@@ -42,20 +46,31 @@ struct StoreServerOptions {
   int owner_rank = 0;              // rank whose process serves, named in errors; -1 = not a rank
   size_t max_keys = kStoreMaxKeys;
   size_t max_total_bytes = size_t{4} << 30;  // keys + values
-  size_t max_connections = 0;      // 0 = 2 * world_size + 256
-  int64_t handshake_timeout_ms = 30000;  // a connection that has not finished the handshake by then is closed
+  // Connections past the handshake. A rank claim is always admitted (there are at most
+  // world_size of them), so this bounds observers (rank -1). 0 = 4 * world_size + 64: each rank
+  // may hold its rank connection, an observer connection (flight-recorder dump requests) and a
+  // reconnect whose old connection the server has not yet seen close, plus a launcher per node
+  // and `pstate store` observers.
+  size_t max_members = 0;
+  // Connections still in the handshake. 0 = world_size + 64, so a whole world starting at once
+  // never sheds its own. Past it, a newcomer sheds one of them (see the .cpp).
+  size_t max_handshakes = 0;
+  // A connection that has not finished the handshake this long after it was accepted is closed.
+  int64_t handshake_timeout_ms = wire::kHandshakeMs;
 };
 
 // A snapshot of the server's counters (for tests and logs).
 struct StoreServerStats {
   size_t connections = 0;        // open connections, any phase
   size_t members = 0;            // connections that passed the handshake
+  size_t handshaking = 0;        // connections still in the handshake (at most max_handshakes)
   size_t ranks = 0;              // of those, the ones holding a rank (observers hold none)
   size_t ever_joined = 0;        // ranks of the world that have joined at least once
   size_t parked_requests = 0;    // gets/waits held until their keys exist
   size_t keys = 0;
   uint64_t refused = 0;          // connections refused by the handshake (token, rank, world size)
   uint64_t dropped = 0;          // connections closed for malformed frames or protocol violations
+  uint64_t shed = 0;             // connections closed in the handshake: shed for a newcomer, or too slow
 };
 
 class TcpStoreServer {

@@ -48,6 +48,11 @@ inline constexpr std::string_view kPreambleStem = "PSTATE-STORE/";  // then the 
 inline constexpr std::string_view kClientPreamble = "PSTATE-STORE/2 CLIENT HTTP/1.0\r\n\r\n";
 inline constexpr std::string_view kServerPreamble = "PSTATE-STORE/2 SERVER\r\n\r\n";
 inline constexpr size_t kMaxJobIdBytes = 256;  // PSTATE_JOB_ID
+// The whole handshake, preambles to Welcome, takes a few round trips (a millisecond on one host).
+// The server closes a connection that has not finished it this long after accepting it (anyone
+// can open one, so none may hold a place longer), and the client gives up an attempt after the
+// same time and retries on a fresh connection: one number for both ends.
+inline constexpr int kHandshakeMs = 5000;
 // How a Fail that ends the whole job (not just this request) starts: a rank of the job was
 // refused in a way that means the world can never be complete (tcp_store_server.hpp).
 inline constexpr std::string_view kJobFailedPrefix = "the job cannot start: ";

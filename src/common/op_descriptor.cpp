@@ -27,6 +27,14 @@ const char *op_kind_name(OpKind kind) {
     case OpKind::kScatter: return "scatter";
     case OpKind::kAllGatherV: return "all_gatherv";
     case OpKind::kReduceScatterV: return "reduce_scatterv";
+    case OpKind::kNewGroup: return "pstate_new_group";
+    case OpKind::kModelParallelConfig: return "pstate_initialize_model_parallel (config exchange)";
+    case OpKind::kModelParallelReady: return "pstate_initialize_model_parallel (closing barrier)";
+    case OpKind::kDestroyExchange: return "pstate_destroy_model_parallel";
+    case OpKind::kTensorDictMeta: return "broadcast_tensor_dict";
+    case OpKind::kTensorDictAgree: return "broadcast_tensor_dict (agreement before CUDA payload)";
+    case OpKind::kSlicedDictAgree: return "recv_tensor_dict_sliced (agreement over the ag group)";
+    case OpKind::kGrowDecision: return "pstate_grow";
   }
   return "an unknown operation";
 }
@@ -54,6 +62,7 @@ std::string describe_op(const OpDescriptor &d, bool with_seq) {
   if (with_seq) s += cat(" #", d.seq);
   const auto kind = static_cast<OpKind>(d.op);
   if (kind == OpKind::kBarrier || kind == OpKind::kFinalize || kind == OpKind::kDestroy) return s;
+  if (internal_kind(d.op)) return d.root >= 0 ? cat(s, " root ", d.root) : s;
   if (carries_counts_hash(d.op)) s += cat(" total ", d.count);
   else if (kind != OpKind::kBroadcastObject && kind != OpKind::kAllGatherObject) s += cat(" count ", d.count);
   if (d.dtype >= 0) s += cat(" ", pstate_dtype_name(static_cast<pstate_dtype_t>(d.dtype)));

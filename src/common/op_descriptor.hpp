@@ -28,11 +28,25 @@ enum class OpKind : uint32_t {
   kScatter,         // 16
   kAllGatherV,      // 17: counts array (count = its total, detail = its hash)
   kReduceScatterV,  // 18: the same
+  // pstate's own exchanges (issue 27): each has a kind of its own, so a rank in one of them and a
+  // rank in a user call (or in another of them) disagree like any two different collectives,
+  // instead of handing pstate's bytes to the user or the user's to pstate.
+  kNewGroup,             // 19: pstate_new_group's member-list exchange (over the world)
+  kModelParallelConfig,  // 20: pstate_initialize_model_parallel's config exchange
+  kModelParallelReady,   // 21: its closing barrier
+  kDestroyExchange,      // 22: pstate_destroy_model_parallel's count of undelivered messages
+  kTensorDictMeta,       // 23: broadcast_tensor_dict's metadata (root = its src)
+  kTensorDictAgree,      // 24: broadcast_tensor_dict's agreement before CUDA payload
+  kSlicedDictAgree,      // 25: recv_tensor_dict_sliced's agreement over the ag group
+  kGrowDecision,         // 26: pstate_grow's decision from rank 0
+  kLast = kGrowDecision,
 };
 // pack_call_code holds 32 kinds (5 bits).
-static_assert(static_cast<uint32_t>(OpKind::kReduceScatterV) <= 32,
+static_assert(static_cast<uint32_t>(OpKind::kLast) <= 32,
               "pack_call_code holds 32 kinds (5 bits): widen the code before adding another");
 const char *op_kind_name(OpKind kind);
+// Whether the kind is one of pstate's own exchanges (kNewGroup and after): described by name.
+inline bool internal_kind(uint32_t kind) { return kind >= static_cast<uint32_t>(OpKind::kNewGroup); }
 
 // Whether descriptors of this kind carry a counts hash in detail (compared like every field).
 inline bool carries_counts_hash(uint32_t kind) {

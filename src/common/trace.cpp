@@ -145,7 +145,15 @@ const char *trace_op_name(TraceOp op) {
                                        "all_gatherv",
                                        "reduce_scatterv",
                                        "shrink",
-                                       "grow"};
+                                       "grow",
+                                       "new_group",
+                                       "model_parallel_config",
+                                       "model_parallel_ready",
+                                       "destroy_exchange",
+                                       "tensor_dict_meta",
+                                       "tensor_dict_agree",
+                                       "sliced_dict_agree",
+                                       "grow_decision"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(TraceOp::kCount));
   const auto i = static_cast<size_t>(op);
   return i < static_cast<size_t>(TraceOp::kCount) ? kNames[i] : "-";

@@ -100,6 +100,15 @@ enum class TraceOp : uint8_t {
   kReduceScatterV,  // OpKind::kReduceScatterV
   kShrink,
   kGrow,
+  // pstate's own exchanges (OpKind::kNewGroup..kGrowDecision, in that order)
+  kNewGroup,
+  kModelParallelConfig,
+  kModelParallelReady,
+  kDestroyExchange,
+  kTensorDictMeta,
+  kTensorDictAgree,
+  kSlicedDictAgree,
+  kGrowDecision,
   kCount
 };
 const char *trace_op_name(TraceOp op);
@@ -108,6 +117,9 @@ const char *trace_op_name(TraceOp op);
 inline TraceOp trace_op_of(uint32_t op_kind) {
   if (op_kind == static_cast<uint32_t>(OpKind::kAllGatherV)) return TraceOp::kAllGatherV;
   if (op_kind == static_cast<uint32_t>(OpKind::kReduceScatterV)) return TraceOp::kReduceScatterV;
+  if (internal_kind(op_kind) && op_kind <= static_cast<uint32_t>(OpKind::kLast))
+    return static_cast<TraceOp>(static_cast<uint32_t>(TraceOp::kNewGroup) + op_kind -
+                                static_cast<uint32_t>(OpKind::kNewGroup));
   return op_kind <= static_cast<uint32_t>(TraceOp::kScatter) ? static_cast<TraceOp>(op_kind) : TraceOp::kNone;
 }
 

@@ -470,7 +470,7 @@ std::string describe_config_pair(int ra, const ConfigWire &a, int rb, const Conf
 void Context::require_same_parallel_config(const layout::ParallelConfig &pc) {
   ConfigWire mine = to_wire(pc);
   std::vector<ConfigWire> all(static_cast<size_t>(world_size()));
-  world_->all_gather(mine.data(), all.data(), kConfigFields, PSTATE_INT32);
+  world_->all_gather(mine.data(), all.data(), kConfigFields, PSTATE_INT32, OpKind::kModelParallelConfig);
   for (size_t r = 1; r < all.size(); ++r) {
     if (all[r] == all[0]) continue;
     throw_error(PSTATE_ERR_MISMATCH, "pstate_initialize_model_parallel: the ranks disagree about the parallel config (",
@@ -528,16 +528,35 @@ void Context::initialize_model_parallel_now(const pstate_parallel_config_t *cfg)
       if (g->size() > 1) split_from_world_into(g.get());
   warn_tensor_parallel_across_hosts();  // host awareness: allowed, but said (host_order.cpp)
   // Every rank leaves together, so the first collective on any group finds its peers ready.
-  world_->barrier();
+  world_->barrier(true, OpKind::kModelParallelReady);
   log_.info("initialize_model_parallel: tp ", pc.tp, " pp ", pc.pp, " ep ", pc.ep, " attn_dp ", pc.attn_dp,
             " attn_cp ", pc.attn_cp, " moe_dp ", pc.moe_dp, " dcp ", pc.dcp, ": ", groups_.size(),
             " groups created");
+}
+
+// The groups pstate_destroy_model_parallel retires: the model-parallel ones and the custom ones.
+std::vector<Group *> Context::retiring_groups() const {
+  std::vector<Group *> all;
+  for (const auto &g : groups_) all.push_back(g.get());
+  for (const auto &g : custom_groups_) all.push_back(g.get());
+  return all;
+}
+
+void Context::refuse_pending_requests() const {
+  for (Group *g : retiring_groups())
+    if (size_t n = g->pending_requests(); n != 0)
+      throw_error(PSTATE_ERR_INVALID_STATE, "group ", g->name(), " has ", n, " point-to-point request", n == 1 ? "" : "s",
+                  " pending (pstate_isend/pstate_irecv): complete ", n == 1 ? "it" : "them",
+                  " with pstate_wait or pstate_test first (nothing was destroyed), or end the context with "
+                  "pstate_finalize / pstate_abort, which cancel pending requests");
 }
 
 void Context::destroy_model_parallel_now() {
   if (state_ == State::kClosed) throw_error(PSTATE_ERR_INVALID_STATE, "the context is finalized");
   if (!layout_ && custom_calls_live_ > 0) {  // only custom groups (pstate_new_group) to drop
     require_not_capturing("pstate_destroy_model_parallel");
+    refuse_pending_requests();
+    drop_undelivered(retiring_groups(), "pstate_destroy_model_parallel");
     retire_custom_groups();
     log_.info("destroy_model_parallel: custom groups released");
     return;
@@ -546,12 +565,8 @@ void Context::destroy_model_parallel_now() {
     throw_error(PSTATE_ERR_INVALID_STATE,
                 "model parallel is not initialized: call pstate_initialize_model_parallel first");
   require_not_capturing("pstate_destroy_model_parallel");
-  for (auto &g : groups_)
-    if (size_t n = g->pending_requests(); n != 0)
-      throw_error(PSTATE_ERR_INVALID_STATE, "group ", g->name(), " has ", n, " point-to-point request", n == 1 ? "" : "s",
-                  " pending (pstate_isend/pstate_irecv): complete ", n == 1 ? "it" : "them",
-                  " with pstate_wait or pstate_test first (nothing was destroyed), or end the context with "
-                  "pstate_finalize / pstate_abort, which cancel pending requests");
+  refuse_pending_requests();
+  drop_undelivered(retiring_groups(), "pstate_destroy_model_parallel");
   for (auto &g : groups_) {
     g->retire();
     retired_.push_back(std::move(g));
@@ -593,16 +608,19 @@ void Context::fail(const std::string &why, pstate_status_t status) {
   const bool first = state_ != State::kFailed && state_ != State::kClosed;
   fail(why);
   if (first) failure_status_ = status;
-  if (first && status == PSTATE_ERR_PEER_LOST && worker_ && why.find(ucx::kNoticeMarker) == std::string::npos)
-    worker_->post_notices(members_, -1);
+  // Every peer hears it at once, with the cause, unless the failure is itself a peer's notice: a
+  // rank that gave up (a timeout, a mismatch only it could see, no memory for a segment its
+  // peers wait on, an interruption) must not leave them waiting for it until their deadline, nor
+  // let a late peer complete the call it gave up on (issue 27).
+  if (first && worker_ && why.find(ucx::kNoticeMarker) == std::string::npos)
+    worker_->post_notices(members_, -1, status, why);
 }
 
 void Context::check_notices(const std::string &where) {
   if (!worker_ || worker_->closed()) return;
   if (auto n = worker_->take_notice())
-    throw_error(PSTATE_ERR_PEER_LOST, where, ": ", ucx::kNoticeMarker, global_rank_of(n->from),
-                " lost a peer and left the job's collectives, so rank ", rank(),
-                " cannot complete this wait in shared memory; ", ucx::kPeerLostWayOut);
+    throw UcxWorker::notice_error(*n, where, cat("rank ", rank(), " (waiting in shared memory)"),
+                                  global_rank_of(n->from));
 }
 
 void Context::set_interrupt_check(pstate_interrupt_fn fn, void *user) {

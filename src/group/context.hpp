@@ -127,7 +127,21 @@ class Context {
   int64_t timeout_ms() const { return launch_.timeout_ms; }
   // The deadline of one operation: the context timeout, counted from the operation's first wait
   // (a call that never waits never reads the clock; see deadline.hpp).
-  Deadline op_deadline() const { return Deadline::after_ms_from_first_wait(launch_.timeout_ms); }
+  Deadline op_deadline() const { return Deadline::after_ms_from_first_wait(launch_.timeout_ms + op_extra_ms_); }
+  // While alive, every operation's deadline is extra_ms longer: for pstate's own exchanges whose
+  // peers may wait on purpose first (pstate_grow's rank 0 waits up to its timeout_ms for
+  // replacements before the others hear its decision).
+  class LongerOps {
+   public:
+    LongerOps(Context &c, int64_t extra_ms) : c_(c), saved_(c.op_extra_ms_) { c.op_extra_ms_ = extra_ms; }
+    ~LongerOps() { c_.op_extra_ms_ = saved_; }
+    LongerOps(const LongerOps &) = delete;
+    LongerOps &operator=(const LongerOps &) = delete;
+
+   private:
+    Context &c_;
+    int64_t saved_;
+  };
   bool check_enabled() const { return check_; }
   const std::string &host_id(int world_rank) const { return peers_.at(static_cast<size_t>(world_rank)).host_id; }
   UcxWorker &worker() { return *worker_; }
@@ -230,6 +244,12 @@ class Context {
   std::unique_ptr<UcxWorker> make_worker() const;
   // shrink.cpp: the steps of shrink() and grow()
   void drop_all_groups() noexcept;
+  std::vector<Group *> retiring_groups() const;
+  // INVALID_STATE when a group pstate_destroy_model_parallel would retire has requests pending.
+  void refuse_pending_requests() const;
+  // Collective over the world: drops the UCX point-to-point messages of `groups` that no receive
+  // took, before their ids can be reused (undelivered.cpp). call names the caller in errors.
+  void drop_undelivered(const std::vector<Group *> &groups, const char *call);
   std::vector<int> live_launch_ranks(bool for_agreement, bool *store_answered = nullptr);
   void rebuild_world(std::vector<int> members, bool after_failure, std::unique_ptr<UcxWorker> fresh = nullptr);
   bool shrink_outcome_ok(uint32_t epoch, const Deadline &deadline);
@@ -257,6 +277,7 @@ class Context {
   pstate_device_t device_ = PSTATE_DEVICE_CPU;
   Logger log_;
   bool check_ = false;
+  int64_t op_extra_ms_ = 0;  // LongerOps
   std::string job_id_;
   int device_ordinal_param_ = -1;
   std::vector<int> given_local_ranks_;  // per world rank, from the rank directory; -1: derived

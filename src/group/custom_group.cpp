@@ -165,7 +165,7 @@ Group *Context::new_group(const int *ranks, size_t count) {
   const int w = world_size();
   std::vector<int64_t> mine = encode_list(ranks, count, w);
   std::vector<size_t> sizes;
-  Bytes all = world_->all_gather_object(mine.data(), mine.size() * sizeof(int64_t), &sizes);
+  Bytes all = world_->all_gather_object(mine.data(), mine.size() * sizeof(int64_t), &sizes, OpKind::kNewGroup);
   const std::vector<RankList> lists = decode_lists(all, sizes);
   check_lists(lists, w);
   if (custom_calls_live_ >= kCustomGroupIds)

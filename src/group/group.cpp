@@ -27,16 +27,18 @@ namespace pstate {
 namespace {
 
 // Collective tags: bit 31 clear, bits 30..16 the operation's sequence number, bits 15..0 left to
-// the algorithm. Point-to-point tags: bit 31 set, a per-peer running count.
-constexpr uint32_t kP2PTagBit = 0x80000000u;
+// the algorithm. Point-to-point tags: see ucx_tag.hpp.
 // PSTATE_CHECK's descriptor exchange uses the last algorithm step of the operation's tag space.
 constexpr uint32_t kCheckStepBase = 0xff00u;
 
 uint32_t tag_base(uint32_t seq) { return (seq & 0x7fffu) << 16; }
 
+// Errors after which the group's peers are at unknown points: NO_MEMORY too (a segment this rank
+// could not make is one its peers wait on; it fails the context, and its notice tells them).
 bool is_fatal(pstate_status_t s) {
   return s == PSTATE_ERR_TIMEOUT || s == PSTATE_ERR_PEER_LOST || s == PSTATE_ERR_TRANSPORT ||
-         s == PSTATE_ERR_INTERNAL || s == PSTATE_ERR_MISMATCH || s == PSTATE_ERR_INTERRUPTED;
+         s == PSTATE_ERR_INTERNAL || s == PSTATE_ERR_MISMATCH || s == PSTATE_ERR_INTERRUPTED ||
+         s == PSTATE_ERR_NO_MEMORY;
 }
 
 }  // namespace
@@ -57,8 +59,8 @@ pstate_group_s::pstate_group_s(pstate::Context &ctx, pstate_group_kind_t kind, s
   rank_in_group_ = static_cast<int>(it - ranks_.begin());
   for (int r : ranks_) global_.push_back(ctx.global_rank_of(r));
   channel_ = std::make_unique<pstate::UcxChannel>(ctx.worker(), ranks_, rank_in_group_, group_id_, name_);
-  p2p_sent_.assign(ranks_.size(), 0);
-  p2p_received_.assign(ranks_.size(), 0);
+  p2p_sent_.assign(2 * ranks_.size(), 0);
+  p2p_received_.assign(2 * ranks_.size(), 0);
   if (pstate::TraceRecorder *tr = ctx.trace()) trace_group_ = tr->add_group(name_, ranks_, rank_in_group_);
   const char *shm_env = std::getenv("PSTATE_SHM");
   bool shm_wanted = shm_env == nullptr || std::string(shm_env) != "0";
@@ -99,8 +101,8 @@ void pstate_group_s::check_peers_alive() {
 
 void pstate_group_s::check_waiting() {
   if (p2p_) p2p_->progress();  // pending shared-memory sends move while this rank waits for anything
+  ctx_.check_notices(name_);    // first: a peer's notice says why, its exit after it only that it left
   check_peers_alive();
-  ctx_.check_notices(name_);
   if (ctx_.interrupted())
     pstate::throw_error(PSTATE_ERR_INTERRUPTED, name_, ": interrupted while rank ", ctx_.rank(),
                         " waited for its peers in shared memory (the interrupt check asked to stop, e.g. Ctrl-C); "
@@ -301,13 +303,13 @@ void pstate_group_s::verify_same_op(const OpDescriptor &desc) {
 }
 
 void pstate_group_s::all_reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype,
-                                pstate_reduce_op_t op) {
-  OpDescriptor d{static_cast<uint32_t>(OpKind::kAllReduce), 0, count, dtype, op, -1, 0};
+                                pstate_reduce_op_t op, OpKind kind) {
+  OpDescriptor d{static_cast<uint32_t>(kind), 0, count, dtype, op, -1, 0};
   run(d, [&](uint32_t tag) {
     size_t bytes = count * pstate::dtype_size(dtype);
     if (use_shm()) {
       explain("all_reduce", "shared memory", bytes, 0);
-      return shm_for_call().all_reduce(send, recv, count, dtype, op, ctx_.op_deadline());
+      return shm_for_call().all_reduce(send, recv, count, dtype, op, ctx_.op_deadline(), kind);
     }
     auto choice = selector_.allreduce(size(), count, bytes);
     explain("all_reduce", choice.name, bytes, 0);
@@ -315,13 +317,13 @@ void pstate_group_s::all_reduce(const void *send, void *recv, size_t count, psta
   });
 }
 
-void pstate_group_s::all_gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype) {
-  OpDescriptor d{static_cast<uint32_t>(OpKind::kAllGather), 0, send_count, dtype, -1, -1, 0};
+void pstate_group_s::all_gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, OpKind kind) {
+  OpDescriptor d{static_cast<uint32_t>(kind), 0, send_count, dtype, -1, -1, 0};
   run(d, [&](uint32_t tag) {
     size_t bytes = send_count * pstate::dtype_size(dtype);
     if (use_shm()) {
       explain("all_gather", "shared memory", bytes, 2);
-      return shm_for_call().all_gather(send, recv, send_count, dtype, ctx_.op_deadline());
+      return shm_for_call().all_gather(send, recv, send_count, dtype, ctx_.op_deadline(), kind);
     }
     auto choice = selector_.allgather(size(), bytes);
     explain("all_gather", choice.name, bytes, 2);
@@ -459,8 +461,8 @@ void pstate_group_s::barrier(bool allow_shm, OpKind kind) {
   });
 }
 
-Bytes pstate_group_s::broadcast_object(const void *data, size_t size, int src) {
-  OpDescriptor d{static_cast<uint32_t>(OpKind::kBroadcastObject), 0, 0, -1, -1, src, 0};
+Bytes pstate_group_s::broadcast_object(const void *data, size_t size, int src, OpKind kind) {
+  OpDescriptor d{static_cast<uint32_t>(kind), 0, 0, -1, -1, src, 0};
   Bytes out;
   run(d, [&](uint32_t tag) {
     arrive_in_shm(d);
@@ -484,8 +486,8 @@ void pstate_group_s::broadcast_object_mq(const void *data, size_t size, Bytes *o
   if (got.overflow) pstate::coll::broadcast_object(*channel_, nullptr, 0, 0, out, tag);
 }
 
-Bytes pstate_group_s::all_gather_object(const void *data, size_t size, std::vector<size_t> *sizes) {
-  OpDescriptor d{static_cast<uint32_t>(OpKind::kAllGatherObject), 0, 0, -1, -1, -1, 0};
+Bytes pstate_group_s::all_gather_object(const void *data, size_t size, std::vector<size_t> *sizes, OpKind kind) {
+  OpDescriptor d{static_cast<uint32_t>(kind), 0, 0, -1, -1, -1, 0};
   Bytes out;
   run(d, [&](uint32_t tag) {
     arrive_in_shm(d);
@@ -507,9 +509,10 @@ void pstate_group_s::explain(const char *op, const char *algorithm, size_t bytes
   log.info(name_, " ", op, ": ", bytes, " B on ", size(), " ranks -> ", algorithm);
 }
 
-uint32_t pstate_group_s::p2p_tag(int peer, bool sending) {
-  auto &counter = sending ? p2p_sent_[static_cast<size_t>(peer)] : p2p_received_[static_cast<size_t>(peer)];
-  return pstate::kP2PTagBit | (counter++ & 0x7fffffffu);
+uint32_t pstate_group_s::p2p_tag(int peer, bool sending, pstate::P2PStream stream, uint32_t what) {
+  const size_t at = static_cast<size_t>(stream) * ranks_.size() + static_cast<size_t>(peer);
+  auto &counter = sending ? p2p_sent_[at] : p2p_received_[at];
+  return pstate::ucx::p2p_algo_tag(stream, what, counter++);
 }
 
 // Point-to-point calls do not take a sequence number (only the two ranks take part), but share
@@ -558,34 +561,55 @@ void pstate_group_s::wait_or_cancel(uint64_t id, const pstate::Deadline &deadlin
   }
 }
 
-void pstate_group_s::send(const void *buf, size_t count, pstate_dtype_t dtype, int dst) {
+void pstate_group_s::send(const void *buf, size_t count, pstate_dtype_t dtype, int dst, pstate::TensorKind kind) {
   run_p2p(pstate::TraceOp::kSend, dst, count, dtype, [&] {
     const size_t bytes = count * pstate::dtype_size(dtype);
-    if (!use_shm()) return channel_->send(dst, buf, bytes, p2p_tag(dst, true));
+    const uint32_t what = pstate::p2p_what(kind, dtype);
+    if (!use_shm()) return channel_->send(dst, buf, bytes, p2p_tag(dst, true, pstate::P2PStream::kTensors, what));
     const pstate::Deadline &d = ctx_.op_deadline();
-    wait_or_cancel(p2p().post_send(dst, buf, bytes, d), d, "send");
+    wait_or_cancel(p2p().post_send(dst, buf, bytes, d, what), d, "send");
   });
 }
 
-void pstate_group_s::recv(void *buf, size_t count, pstate_dtype_t dtype, int src) {
+void pstate_group_s::recv(void *buf, size_t count, pstate_dtype_t dtype, int src, pstate::TensorKind kind) {
   run_p2p(pstate::TraceOp::kRecv, src, count, dtype, [&] {
     const size_t bytes = count * pstate::dtype_size(dtype);
-    if (!use_shm()) return channel_->recv(src, buf, bytes, p2p_tag(src, false));
+    const uint32_t what = pstate::p2p_what(kind, dtype);
+    if (!use_shm()) return channel_->recv(src, buf, bytes, p2p_tag(src, false, pstate::P2PStream::kTensors, what));
     const pstate::Deadline &d = ctx_.op_deadline();
-    wait_or_cancel(p2p().post_recv(src, buf, bytes, d), d, "recv");
+    wait_or_cancel(p2p().post_recv(src, buf, bytes, d, what), d, "recv");
   });
 }
 
-void pstate_group_s::send_object(const void *data, size_t size, int dst) {
-  run_p2p(pstate::TraceOp::kSendObject, dst, size, -1,
-          [&] { pstate::coll::send_object(*channel_, data, size, dst, p2p_tag(dst, true)); });
+void pstate_group_s::send_object(const void *data, size_t size, int dst, pstate::ObjectKind kind) {
+  run_p2p(pstate::TraceOp::kSendObject, dst, size, -1, [&] {
+    pstate::coll::send_object(*channel_, data, size, dst,
+                              p2p_tag(dst, true, pstate::P2PStream::kObjects, pstate::p2p_what(kind)));
+  });
 }
 
-Bytes pstate_group_s::recv_object(int src) {
+Bytes pstate_group_s::recv_object(int src, pstate::ObjectKind kind) {
   Bytes out;
-  run_p2p(pstate::TraceOp::kRecvObject, src, UINT64_MAX, -1,
-          [&] { pstate::coll::recv_object(*channel_, src, &out, p2p_tag(src, false)); });
+  run_p2p(pstate::TraceOp::kRecvObject, src, UINT64_MAX, -1, [&] {
+    pstate::coll::recv_object(*channel_, src, &out,
+                              p2p_tag(src, false, pstate::P2PStream::kObjects, pstate::p2p_what(kind)));
+  });
   return out;
+}
+
+uint32_t pstate_group_s::drop_undelivered(pstate::P2PStream stream, int peer, uint32_t sent) {
+  const size_t at = static_cast<size_t>(stream) * ranks_.size() + static_cast<size_t>(peer);
+  const uint32_t missing = sent - p2p_received_[at];
+  if (missing == 0 || missing > (1u << 31)) return 0;  // none, or this rank took more (a bug elsewhere)
+  channel_->set_deadline(ctx_.op_deadline());
+  channel_->set_op_name("pstate_destroy_model_parallel (dropping messages no receive took)");
+  std::vector<std::vector<uint8_t>> scratch(missing);
+  std::vector<pstate::Channel::Request> posted;
+  for (uint32_t k = 0; k < missing; ++k)
+    posted.push_back(channel_->irecv_any_what(
+        peer, &scratch[k], pstate::ucx::p2p_algo_tag(stream, 0, p2p_received_[at]++)));
+  channel_->wait_all(posted.data(), posted.size());
+  return missing;
 }
 
 void pstate_group_s::broadcast_from_rank0(void *bytes, size_t n) {

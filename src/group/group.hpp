@@ -21,6 +21,7 @@
 #include "coll/select.hpp"
 #include "common/error.hpp"
 #include "common/op_descriptor.hpp"
+#include "common/p2p_what.hpp"
 #include "common/trace.hpp"
 #include "group/request.hpp"
 #include "transport/nccl/device_comm.hpp"
@@ -74,8 +75,12 @@ struct pstate_group_s {
   bool valid_magic() const { return magic_ == kMagic; }
 
   // Operations on host memory (CPU communicator). Arguments were checked by src/api/.
-  void all_reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op);
-  void all_gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype);
+  // kind: what the ranks agree on; pstate's own exchanges pass their own (op_descriptor.hpp), so
+  // they never pair with a user's call of the same shape.
+  void all_reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op,
+                  pstate::OpKind kind = pstate::OpKind::kAllReduce);
+  void all_gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype,
+                  pstate::OpKind kind = pstate::OpKind::kAllGather);
   void reduce_scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, pstate_reduce_op_t op);
   void broadcast(void *buf, size_t count, pstate_dtype_t dtype, int src);
   void gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, int dst);
@@ -89,16 +94,25 @@ struct pstate_group_s {
   void all_gatherv(const void *send, void *recv, const size_t *counts, size_t total, pstate_dtype_t dtype);
   void reduce_scatterv(const void *send, void *recv, const size_t *counts, size_t total, pstate_dtype_t dtype,
                        pstate_reduce_op_t op);
-  void send(const void *buf, size_t count, pstate_dtype_t dtype, int dst);
-  void recv(void *buf, size_t count, pstate_dtype_t dtype, int src);
+  // Point-to-point on the group's two streams per peer and direction (common/p2p_what.hpp):
+  // tensors (send/recv; kind: a user's send, or a tensor dict's CPU payload) and objects
+  // (send_object/recv_object; kind: a user's object, or a tensor dict's metadata,
+  // acknowledgement or plan). A receive takes only a message of its own kind, dtype and size:
+  // another one is MISMATCH naming both.
+  void send(const void *buf, size_t count, pstate_dtype_t dtype, int dst,
+            pstate::TensorKind kind = pstate::TensorKind::kSend);
+  void recv(void *buf, size_t count, pstate_dtype_t dtype, int src,
+            pstate::TensorKind kind = pstate::TensorKind::kSend);
   // allow_shm false: over the CPU channel (UCX) even inside a host, e.g. to prove the transport.
   // kind: kBarrier, or kFinalize / kDestroy for the library's own barriers (named in mismatches).
   void barrier(bool allow_shm = true, pstate::OpKind kind = pstate::OpKind::kBarrier);
-  pstate::Bytes broadcast_object(const void *data, size_t size, int src);
+  pstate::Bytes broadcast_object(const void *data, size_t size, int src,
+                                 pstate::OpKind kind = pstate::OpKind::kBroadcastObject);
   void broadcast_object_mq(const void *data, size_t size, pstate::Bytes *out, uint32_t tag);
-  pstate::Bytes all_gather_object(const void *data, size_t size, std::vector<size_t> *sizes);
-  void send_object(const void *data, size_t size, int dst);
-  pstate::Bytes recv_object(int src);
+  pstate::Bytes all_gather_object(const void *data, size_t size, std::vector<size_t> *sizes,
+                                  pstate::OpKind kind = pstate::OpKind::kAllGatherObject);
+  void send_object(const void *data, size_t size, int dst, pstate::ObjectKind kind = pstate::ObjectKind::kObject);
+  pstate::Bytes recv_object(int src, pstate::ObjectKind kind = pstate::ObjectKind::kObject);
 
   // Runs body; a MISMATCH it throws (of a v-collective: the descriptors name only the counts
   // hashes) gets this rank's counts array appended, so the ranks' messages together show every
@@ -183,6 +197,17 @@ struct pstate_group_s {
   // (one NCCL group on stream).
   void p2p_batch(const pstate_p2p_op_t *ops, size_t n);
   void p2p_batch_device(const pstate_p2p_op_t *ops, size_t n, void *stream);
+  // ---- messages no call took, at retirement (pstate_destroy_model_parallel, pstate_grow) ----
+  // The UCX point-to-point messages this rank posted to / from group rank peer on stream so far.
+  uint32_t p2p_posted(pstate::P2PStream stream, int peer, bool sending) const {
+    const size_t at = static_cast<size_t>(stream) * ranks_.size() + static_cast<size_t>(peer);
+    return sending ? p2p_sent_[at] : p2p_received_[at];
+  }
+  // Receives and drops the messages peer sent on stream up to its count `sent` that no receive of
+  // this rank took (sent - p2p_posted(stream, peer, false) of them; all were sent and completed,
+  // so they arrive). Returns how many it dropped. Throws as a receive does.
+  uint32_t drop_undelivered(pstate::P2PStream stream, int peer, uint32_t sent);
+  uint32_t group_id() const { return group_id_; }
   // ---- device communicators split from a parent group's (group_device.cpp) ----
   // Whether this group's NCCL communicator exists and can be split (ncclCommSplit).
   bool device_splittable() const;
@@ -216,8 +241,10 @@ struct pstate_group_s {
   // A flight-recorder entry for a collective (numbered: it takes the group's next trace seq).
   uint64_t trace_begin(pstate::TraceRecorder &tr, const pstate::OpDescriptor &d, bool numbered);
   void verify_same_op(const pstate::OpDescriptor &desc);
-  // Point-to-point tags live in their own space: one running counter per peer and direction.
-  uint32_t p2p_tag(int peer, bool sending);
+  void verify_device_p2p(const pstate::OpDescriptor &desc);  // PSTATE_CHECK, device send/recv
+  // Point-to-point tags live in their own space (ucx_tag.hpp): one running counter per stream,
+  // peer and direction; `what` (kind, dtype) rides in the tag and is checked on arrival.
+  uint32_t p2p_tag(int peer, bool sending, pstate::P2PStream stream, uint32_t what);
   // Shared memory: used for all_reduce, all_gather, reduce_scatter, broadcast, reduce, scatter
   // and barrier when
   // every rank of the group is on this host (and PSTATE_SHM is not 0). The segment is created on
@@ -259,6 +286,8 @@ struct pstate_group_s {
   uint32_t seq_ = 0;
   pstate::coll::AlgorithmSelector selector_;
   uint32_t logged_choices_ = 0;  // bit per (operation, algorithm) already explained at INFO
+  // Messages posted per (stream, peer): index stream * size() + peer (UCX; shared-memory rings
+  // count their own). What pstate_destroy_model_parallel compares to find undelivered ones.
   std::vector<uint32_t> p2p_sent_, p2p_received_;
   bool shm_allowed_ = false;
   std::unique_ptr<pstate::shm::ShmGroup> shm_;

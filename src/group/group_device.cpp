@@ -18,6 +18,7 @@
 // finalize) destroys it gracefully.
 #include "group/context.hpp"
 #include "group/group.hpp"
+#include "transport/ucx/ucx_channel.hpp"
 
 namespace pstate {
 namespace {
@@ -116,11 +117,43 @@ pstate::DeviceComm &pstate_group_s::begin_device_op(const pstate::OpDescriptor &
     // Every rank reaches its first device operation of this group at the same point of the
     // group's order, so the communicator (and the sequence number its id consumes) stay in step.
     pstate::DeviceComm &comm = device_comm();
-    if (ctx_.check_enabled() && size() > 1 && !point_to_point) verify_only(desc);
+    if (ctx_.check_enabled() && size() > 1) {
+      if (point_to_point) verify_device_p2p(desc);
+      else verify_only(desc);
+    }
     return comm;
   } catch (const pstate::Error &e) {
     device_op_failed(e, *tid);
     throw;
+  }
+}
+
+// PSTATE_CHECK=1, device point-to-point: the sender's count goes ahead on the CPU communicator
+// (kind kDeviceCheck, the dtype in the tag), the receiver compares it with its own: another
+// dtype is the tag check's MISMATCH, another count this one, and NCCL is never given the transfer.
+void pstate_group_s::verify_device_p2p(const pstate::OpDescriptor &desc) {
+  const bool sending = static_cast<pstate::OpKind>(desc.op) == pstate::OpKind::kSend;
+  const int peer = desc.root;
+  const uint32_t tag = p2p_tag(peer, sending, pstate::P2PStream::kTensors,
+                               pstate::p2p_what(pstate::TensorKind::kDeviceCheck, static_cast<pstate_dtype_t>(desc.dtype)));
+  channel_->set_deadline(ctx_.op_deadline());
+  channel_->set_op_name(sending ? "send (PSTATE_CHECK)" : "recv (PSTATE_CHECK)");
+  uint64_t count = desc.count;
+  try {
+    if (sending) return channel_->send(peer, &count, sizeof count, tag);
+    channel_->recv(peer, &count, sizeof count, tag);
+  } catch (const pstate::Error &e) {
+    ctx_.fail(e.what(), e.status());  // the stream is out of step, or the peer is gone
+    throw;
+  }
+  if (count != desc.count) {
+    const std::string why =
+        pstate::cat(name_, " recv (PSTATE_CHECK): rank ", global_[static_cast<size_t>(peer)], " (group rank ", peer,
+                    ") sends ", count, " elements, rank ", ctx_.rank(), " (group rank ", rank_in_group_, ") receives ",
+                    desc.count, ": a send and its receive must have the same count and dtype; nothing was given to "
+                    "NCCL, the stream is out of step, so the context is failed");
+    ctx_.fail(why, PSTATE_ERR_MISMATCH);
+    throw pstate::Error(PSTATE_ERR_MISMATCH, why);
   }
 }
 

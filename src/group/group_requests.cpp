@@ -35,7 +35,8 @@ namespace {
 
 bool is_fatal_p2p(pstate_status_t s) {
   return s == PSTATE_ERR_TIMEOUT || s == PSTATE_ERR_PEER_LOST || s == PSTATE_ERR_TRANSPORT ||
-         s == PSTATE_ERR_INTERNAL || s == PSTATE_ERR_MISMATCH || s == PSTATE_ERR_INTERRUPTED;  // as blocking p2p
+         s == PSTATE_ERR_INTERNAL || s == PSTATE_ERR_MISMATCH || s == PSTATE_ERR_INTERRUPTED ||
+         s == PSTATE_ERR_NO_MEMORY;  // as blocking p2p
 }
 
 bool sends(pstate::TraceOp op) { return op == pstate::TraceOp::kSend; }
@@ -77,14 +78,16 @@ void pstate_group_s::post_request(RequestState &r, TraceOp top, void *buf, size_
   requests_.reserve(requests_.size() + 1);  // no allocation after the post: the state is always held
   try {
     const size_t bytes = count * pstate::dtype_size(dtype);
+    const uint32_t what = pstate::p2p_what(pstate::TensorKind::kSend, dtype);
     if (use_shm()) {
       r.shm = true;
       const pstate::Deadline d = ctx_.op_deadline();
-      r.op = sends(top) ? p2p().post_send(peer, buf, bytes, d) : p2p().post_recv(peer, buf, bytes, d);
+      r.op = sends(top) ? p2p().post_send(peer, buf, bytes, d, what) : p2p().post_recv(peer, buf, bytes, d, what);
     } else {
       r.owner = channel_->new_request_owner();
-      r.op = sends(top) ? channel_->isend_owned(r.owner, peer, buf, bytes, p2p_tag(peer, true))
-                        : channel_->irecv_owned(r.owner, peer, buf, bytes, p2p_tag(peer, false));
+      const uint32_t tag = p2p_tag(peer, sends(top), pstate::P2PStream::kTensors, what);
+      r.op = sends(top) ? channel_->isend_owned(r.owner, peer, buf, bytes, tag)
+                        : channel_->irecv_owned(r.owner, peer, buf, bytes, tag);
     }
   } catch (const pstate::Error &e) {
     if (is_fatal_p2p(e.status())) ctx_.fail(e.what(), e.status());
@@ -216,8 +219,9 @@ void pstate_group_s::p2p_batch(const pstate_p2p_op_t *ops, size_t n) {
         const pstate_p2p_op_t &o = ops[i];
         tids[i] = record(i, true);
         const size_t bytes = o.count * pstate::dtype_size(o.dtype);
-        shm_ops.push_back(o.is_send != 0 ? p2p().post_send(o.peer, o.buf, bytes, d)
-                                         : p2p().post_recv(o.peer, o.buf, bytes, d));
+        const uint32_t what = pstate::p2p_what(pstate::TensorKind::kSend, o.dtype);
+        shm_ops.push_back(o.is_send != 0 ? p2p().post_send(o.peer, o.buf, bytes, d, what)
+                                         : p2p().post_recv(o.peer, o.buf, bytes, d, what));
       }
       p2p().wait(shm_ops.data(), shm_ops.size(), d, kOp);
     }
@@ -225,8 +229,10 @@ void pstate_group_s::p2p_batch(const pstate_p2p_op_t *ops, size_t n) {
       const pstate_p2p_op_t &o = ops[i];
       tids[i] = record(i, true);
       const size_t bytes = o.count * pstate::dtype_size(o.dtype);
-      posted.push_back(o.is_send != 0 ? channel_->isend(o.peer, o.buf, bytes, p2p_tag(o.peer, true))
-                                      : channel_->irecv(o.peer, o.buf, bytes, p2p_tag(o.peer, false)));
+      const uint32_t tag = p2p_tag(o.peer, o.is_send != 0, pstate::P2PStream::kTensors,
+                                   pstate::p2p_what(pstate::TensorKind::kSend, o.dtype));
+      posted.push_back(o.is_send != 0 ? channel_->isend(o.peer, o.buf, bytes, tag)
+                                      : channel_->irecv(o.peer, o.buf, bytes, tag));
     }
     if (!use_shm()) channel_->wait_all(posted.data(), posted.size());
   } catch (const pstate::Error &e) {

@@ -372,17 +372,19 @@ int Context::grow_now(int64_t timeout_ms) {
   require_usable("pstate_grow");
   require_not_capturing("pstate_grow");
   if (timeout_ms < 0) throw_error(PSTATE_ERR_INVALID_ARGUMENT, "pstate_grow: timeout_ms ", timeout_ms, " < 0");
-  const Deadline deadline = Deadline::after_ms(launch_.timeout_ms);
+  // Store calls get the context timeout each (rank 0's patience may be longer than it).
+  Deadline deadline = Deadline::after_ms(launch_.timeout_ms);
   // Rank 0 looks at the store; every survivor gets its decision over the world group.
   Bytes decision;
   if (rank() == 0) {
     const Deadline patience = Deadline::after_ms(timeout_ms);
     int64_t count = 0;
     for (;;) {
-      count = store_->add(kRejoinCount, 0, deadline);
+      count = store_->add(kRejoinCount, 0, Deadline::after_ms(launch_.timeout_ms));
       if (count > rejoins_seen_ || patience.expired()) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
+    deadline = Deadline::after_ms(launch_.timeout_ms);
     std::vector<Arrival> arrivals;
     std::vector<int> taken = members_;
     for (int64_t n = rejoins_seen_ + 1; n <= count; ++n) {
@@ -413,7 +415,13 @@ int Context::grow_now(int64_t timeout_ms) {
       decision.insert(decision.end(), a.record.begin(), a.record.end());
     }
   }
-  decision = world_->broadcast_object(decision.data(), decision.size(), 0);
+  {
+    // Rank 0 has waited up to timeout_ms for replacements before it broadcasts: the others' wait
+    // for its decision is that long plus the context timeout, so a grow with no replacement ends
+    // in TIMEOUT with the world unchanged on every rank, not in a failed world.
+    LongerOps longer(*this, timeout_ms);
+    decision = world_->broadcast_object(decision.data(), decision.size(), 0, OpKind::kGrowDecision);
+  }
   LeReader in(decision, "pstate_grow: rank 0's decision");
   const int64_t count = in.u32();
   const uint32_t arrivals = in.u32();
@@ -472,6 +480,7 @@ int Context::grow_now(int64_t timeout_ms) {
     for (auto &[n, r] : admitted) store_->set(rejoin_key(n) + "/admit", admit, deadline);
   }
   const int before = world_size();
+  drop_undelivered(live_groups(), "pstate_grow");  // the old world's ids are free after this
   drop_all_groups();
   rebuild_world(members, /*after_failure=*/false);
   log_.info("grow: epoch ", epoch_, ": world of ", world_size(), " ranks (was ", before, "), this rank is ", rank());

@@ -23,6 +23,7 @@
 // the receiver for a pair. If any rank failed, no rank transfers anything and all return errors.
 #include "group/tensor_dict.hpp"
 
+#include "common/limits.hpp"
 #include "group/context.hpp"
 
 #include <cstring>
@@ -160,6 +161,9 @@ TensorMeta check_tensor(Group &g, const pstate_tensor_t &t, size_t i, const char
   bool overflow = false;
   m.bytes = size_in_bytes(m.dtype, m.shape, &overflow);
   if (overflow) throw_error(PSTATE_ERR_INVALID_ARGUMENT, which, ": its size in bytes overflows size_t");
+  if (m.bytes > kMaxBufferBytes)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, which, ": ", m.bytes,
+                " bytes, more than 2^47 bytes (128 TiB, the most one buffer may hold): is the shape right?");
   m.data = t.data;
   DeviceContext *device = g.context().device_context();
   if (m.device == PSTATE_DEVICE_CUDA && device == nullptr)
@@ -220,7 +224,7 @@ Bytes encode_refusal(const Error &e) {
   std::string message = cat(where, ": the message from group rank ", sender, " is not a tensor dict (", what,
                             "): the ranks called different operations (e.g. broadcast_object on one rank and "
                             "broadcast_tensor_dict on another)");
-  g.context().fail(message);
+  g.context().fail(message, PSTATE_ERR_MISMATCH);
   throw Error(PSTATE_ERR_MISMATCH, message);
 }
 
@@ -242,7 +246,7 @@ bool decode_tensor(Reader &r, TensorMeta *m) {
   bool overflow = false;
   m->bytes = size_in_bytes(m->dtype, m->shape, &overflow);
   m->inline_bytes = inline_flag == 1;
-  if (overflow || (m->inline_bytes && m->device != PSTATE_DEVICE_CPU)) return false;
+  if (overflow || m->bytes > kMaxBufferBytes || (m->inline_bytes && m->device != PSTATE_DEVICE_CPU)) return false;
   if (m->inline_bytes) {
     m->data = r.take(m->bytes);
     if (m->data == nullptr) return false;
@@ -318,7 +322,7 @@ std::vector<void *> place(Group &g, const Dict &dict, const TensorAllocator &all
 // Broadcast: every rank learns whether some rank failed (the highest failing rank and its status).
 void agree_in_group(Group &g, const Failure &failure, const std::string &where) {
   int32_t flag = failure ? ((g.rank_in_group() + 1) << 8) | static_cast<int32_t>(failure.status) : 0;
-  g.all_reduce(&flag, &flag, 1, PSTATE_INT32, PSTATE_MAX);
+  g.all_reduce(&flag, &flag, 1, PSTATE_INT32, PSTATE_MAX, OpKind::kTensorDictAgree);
   if (failure)
     throw_error(failure.status, failure.message,
                 "; nothing of the dict was transferred (it holds CUDA tensors, so "
@@ -362,7 +366,7 @@ void send_payload(Group &g, const Dict &dict, int dst, void *stream) {
   }
   for (const TensorMeta &t : dict.tensors) {
     if (t.device != PSTATE_DEVICE_CPU || t.bytes == 0 || t.inline_bytes) continue;
-    g.send(t.data, t.bytes, PSTATE_UINT8, dst);
+    g.send(t.data, t.bytes, PSTATE_UINT8, dst, TensorKind::kDictPayload);
   }
 }
 
@@ -382,7 +386,7 @@ void recv_payload(Group &g, const Dict &dict, const std::vector<void *> &memory,
       scratch.resize(t.bytes);
       b = scratch.data();
     }
-    g.recv(b, t.bytes, PSTATE_UINT8, src);
+    g.recv(b, t.bytes, PSTATE_UINT8, src, TensorKind::kDictPayload);
   }
 }
 
@@ -409,15 +413,15 @@ void broadcast_tensor_dict(Group &g, const pstate_tensor_t *tensors, size_t coun
   g.check_alive("broadcast_tensor_dict");
   if (g.rank_in_group() == src) {
     Dict dict = encode_or_refuse(g, tensors, count, "broadcast_tensor_dict", false,
-                                 [&](const Bytes &r) { g.broadcast_object(r.data(), r.size(), src); });
-    g.broadcast_object(dict.message.data(), dict.message.size(), src);
+                                 [&](const Bytes &r) { g.broadcast_object(r.data(), r.size(), src, OpKind::kTensorDictMeta); });
+    g.broadcast_object(dict.message.data(), dict.message.size(), src, OpKind::kTensorDictMeta);
     if (dict.device_payload) agree_in_group(g, Failure{}, where);
     std::vector<void *> data;
     for (const TensorMeta &t : dict.tensors) data.push_back(const_cast<void *>(t.data));
     broadcast_payload(g, dict, data, src, stream);
     return;
   }
-  Dict dict = decode_dict(g, g.broadcast_object(nullptr, 0, src), src, where);
+  Dict dict = decode_dict(g, g.broadcast_object(nullptr, 0, src, OpKind::kTensorDictMeta), src, where);
   Failure failure;
   std::vector<void *> memory = place(g, dict, alloc, "broadcast_tensor_dict", &failure);
   if (dict.device_payload) agree_in_group(g, failure, where);
@@ -429,10 +433,10 @@ void send_tensor_dict(Group &g, const pstate_tensor_t *tensors, size_t count, in
   const std::string where = g.name() + " send_tensor_dict";
   g.check_alive("send_tensor_dict");
   Dict dict = encode_or_refuse(g, tensors, count, "send_tensor_dict", true,
-                               [&](const Bytes &r) { g.send_object(r.data(), r.size(), dst); });
-  g.send_object(dict.message.data(), dict.message.size(), dst);
+                               [&](const Bytes &r) { g.send_object(r.data(), r.size(), dst, ObjectKind::kDictMeta); });
+  g.send_object(dict.message.data(), dict.message.size(), dst, ObjectKind::kDictMeta);
   if (dict.device_payload) {
-    Bytes ack = g.recv_object(dst);
+    Bytes ack = g.recv_object(dst, ObjectKind::kDictAck);
     Reader r(ack);
     int32_t status = 0;
     if (!r.get(&status)) out_of_step(g, where, dst, "an empty acknowledgement");
@@ -447,7 +451,7 @@ void send_tensor_dict(Group &g, const pstate_tensor_t *tensors, size_t count, in
 void recv_tensor_dict(Group &g, int src, const TensorAllocator &alloc, void *stream) {
   const std::string where = g.name() + " recv_tensor_dict";
   g.check_alive("recv_tensor_dict");
-  Dict dict = decode_dict(g, g.recv_object(src), src, where);
+  Dict dict = decode_dict(g, g.recv_object(src, ObjectKind::kDictMeta), src, where);
   Failure failure;
   std::vector<void *> memory = place(g, dict, alloc, "recv_tensor_dict", &failure);
   if (dict.device_payload) {
@@ -455,7 +459,7 @@ void recv_tensor_dict(Group &g, int src, const TensorAllocator &alloc, void *str
     w.put(static_cast<int32_t>(failure.status));
     w.append(failure.message.data(), failure.message.size());
     Bytes ack = w.take();
-    g.send_object(ack.data(), ack.size(), src);
+    g.send_object(ack.data(), ack.size(), src, ObjectKind::kDictAck);
     if (failure)
       throw Error(failure.status, failure.message + "; nothing of the dict was transferred (it holds CUDA tensors)");
   }

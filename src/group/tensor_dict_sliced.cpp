@@ -12,13 +12,18 @@
 // Receiver: recv_object(plan), then recv_tensor_dict through an allocator that, for a sliced
 // tensor, asks the caller's alloc for the FULL tensor (full shape and bytes) and receives the
 // slice at this rank's place in it (ag rank r: offset r * slice); then every rank of ag agrees
-// (one CPU all_reduce MAX of "failed") that all received, and each sliced tensor is all-gathered
+// (below) that all received the same dict, and each sliced tensor is all-gathered
 // in place over ag (NCCL's form: send = recv + r * slice; on the device communicator for CUDA
 // tensors, enqueued on the stream). A rank that failed (NO_MEMORY, a plan whose S or sender slot
 // does not match its ag: MISMATCH) makes every rank of ag return an error and nothing is gathered.
+// The agreement is an all_gather over ag (its own kind, kSlicedDictAgree) of "failed" and a hash
+// of the dict each rank received (names, dtypes, devices, full shapes, sliced or not, in order):
+// slices of different dicts (two senders with different keys of the same shape, issue 27) are
+// never gathered into one tensor; every rank of ag gets MISMATCH naming both hashes and its keys.
 #include "group/context.hpp"
 #include "group/tensor_dict.hpp"
 
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -65,6 +70,16 @@ struct Receiving {
     pstate_device_t device = PSTATE_DEVICE_CPU;
   };
   std::vector<Full> fulls;  // the sliced tensors received, in dict order
+  uint64_t hash = 0xcbf29ce484222325ULL;  // of what alloc was asked for (see the file comment)
+  std::string keys;                        // the first keys, for messages
+  void mix(const void *p, size_t n) {
+    const auto *b = static_cast<const uint8_t *>(p);
+    for (size_t i = 0; i < n; ++i) hash = (hash ^ b[i]) * 0x100000001b3ULL;  // FNV-1a
+  }
+  template <typename T>
+  void mix(T v) {
+    mix(&v, sizeof v);
+  }
 };
 
 void *alloc_full(void *user, const char *name, pstate_dtype_t dtype, int ndim, const int64_t *shape, size_t bytes,
@@ -72,6 +87,15 @@ void *alloc_full(void *user, const char *name, pstate_dtype_t dtype, int ndim, c
   auto &r = *static_cast<Receiving *>(user);
   const size_t i = r.next++;
   const bool sliced = r.gather && i < r.plan->tensors.size() && r.plan->tensors[i].sliced;
+  r.mix(name, std::strlen(name) + 1);
+  r.mix(static_cast<int32_t>(dtype));
+  r.mix(static_cast<int32_t>(device));
+  r.mix(static_cast<uint8_t>(sliced ? 1 : 0));
+  const std::vector<int64_t> shown = sliced ? r.plan->tensors[i].shape : std::vector<int64_t>(shape, shape + ndim);
+  r.mix(static_cast<uint64_t>(shown.size()));
+  for (int64_t e : shown) r.mix(e);
+  if (i < 4) r.keys += cat(i ? ", '" : "'", name, "'");
+  else if (i == 4) r.keys += ", ...";
   if (!sliced) return r.user.fn(r.user.user, name, dtype, ndim, shape, bytes, device);
   const auto &full_shape = r.plan->tensors[i].shape;
   const size_t parts = static_cast<size_t>(r.plan->ag_size);
@@ -134,13 +158,13 @@ void send_tensor_dict_sliced(Group &g, const pstate_tensor_t *tensors, size_t co
                                                                                static_cast<size_t>(slice_shapes[i]) *
                                                                                pstate_dtype_size(t.dtype);
   }
-  g.send_object(plan.data(), plan.size() * sizeof(int64_t), dst);
+  g.send_object(plan.data(), plan.size() * sizeof(int64_t), dst, ObjectKind::kSlicedPlan);
   send_tensor_dict(g, sent.data(), count, dst, stream);
 }
 
 void recv_tensor_dict_sliced(Group &g, int src, Group &ag, const TensorAllocator &alloc, void *stream) {
   const std::string where = cat(g.name(), ": pstate_recv_tensor_dict_sliced");
-  const Plan plan = decode_plan(g.recv_object(src), where);
+  const Plan plan = decode_plan(g.recv_object(src, ObjectKind::kSlicedPlan), where);
   Receiving r;
   r.user = alloc;
   r.plan = &plan;
@@ -166,12 +190,26 @@ void recv_tensor_dict_sliced(Group &g, int src, Group &ag, const TensorAllocator
     if (failure) throw *failure;
     return;
   }
-  int32_t failed = failure ? 1 : 0;
-  ag.all_reduce(&failed, &failed, 1, PSTATE_INT32, PSTATE_MAX);
+  r.mix(static_cast<uint64_t>(r.next));
+  const int64_t mine[2] = {failure ? 1 : 0, static_cast<int64_t>(r.hash)};
+  std::vector<int64_t> all(2 * static_cast<size_t>(ag.size()));
+  ag.all_gather(mine, all.data(), 2, PSTATE_INT64, OpKind::kSlicedDictAgree);
   if (failure) throw *failure;
-  if (failed != 0)
-    throw_error(PSTATE_ERR_ABORTED, where, ": another rank of ", ag.name(),
-                " could not receive its slices (its own call says why): nothing was gathered");
+  for (int q = 0; q < ag.size(); ++q)
+    if (all[2 * static_cast<size_t>(q)] != 0)
+      throw_error(PSTATE_ERR_ABORTED, where, ": another rank of ", ag.name(),
+                  " could not receive its slices (its own call says why): nothing was gathered");
+  for (int q = 0; q < ag.size(); ++q) {
+    const auto theirs = static_cast<uint64_t>(all[2 * static_cast<size_t>(q) + 1]);
+    if (theirs == r.hash) continue;
+    char a[17], b[17];
+    std::snprintf(a, sizeof a, "%016llx", static_cast<unsigned long long>(r.hash));
+    std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(theirs));
+    throw_error(PSTATE_ERR_MISMATCH, where, ": the slices this rank (", ag.name(), " rank ", ag.rank_in_group(),
+                ") received are of another dict than ", ag.name(), " rank ", q, "'s (keys, dtypes and shapes hash ",
+                a, " here, ", b, " there; this rank's keys: ", r.keys.empty() ? std::string("none") : r.keys,
+                "): every rank of the sending stage must send the same keys, dtypes and shapes; nothing was gathered");
+  }
   for (const auto &f : r.fulls) {
     if (f.slice_count == 0) continue;
     const size_t slice_bytes = f.slice_count * pstate_dtype_size(f.dtype);

@@ -15,6 +15,10 @@
  * - a replacement: rank 2 dies, the survivors shrink to 3, the test harness starts a new process
  *   with PSTATE_REJOIN=1 and RANK=2, the survivors pstate_grow: four ranks again (the newcomer is
  *   rank 3), tp 2 x pp 2, exact;
+ * - the same while a process without the job token holds 400 connections to the job's store
+ *   (from before rank 2 dies; each one the store closes is opened again): issue 27, item 10, the
+ *   replacement's pstate_init used to fail with TIMEOUT, the flood holding every connection the
+ *   store would take;
  * - strangers: a process with the wrong job token never gets in (AUTH), one claiming a live
  *   rank's RANK is refused at the store, pstate_grow then times out with the world unchanged and
  *   usable; bad arguments of both calls.
@@ -31,7 +35,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,6 +56,7 @@ typedef struct shared_t {
   double killed_at_ms;              /* CLOCK_MONOTONIC of the first kill */
   double first_exact_ms[MAX_WORLD]; /* per launch rank: kill -> first exact collective after shrink */
   char job[64];                     /* the job id (from a flight-recorder dump): its shm names */
+  int flood;                        /* > 0: rank 0 has a stranger hold this many store connections */
 } shared_t;
 
 typedef struct scenario_t {
@@ -360,18 +370,91 @@ static void test_rank0_store_dies_documented_error(void **state) {
 
 /* ---- a replacement rejoins ---- */
 
+/* A stranger: a process without the job token that holds n connections to the job's store
+ * (MASTER_PORT) until it is killed (or its parent ends), as an attacker would: a connection the
+ * store closes is opened again 50 ms later. Every tenth stops inside the store's greeting; the
+ * others never say a word. Returns its pid once every connection was opened once, or -1. */
+#define FLOOD_MAX 1000
+#define FLOOD_REOPEN_MS 50.0
+
+static int flood_connect(const struct sockaddr_in *a, int i) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  if (connect(fd, (const struct sockaddr *)a, sizeof *a) != 0) {
+    close(fd);
+    return -1;
+  }
+  if (i % 10 == 0) (void)!write(fd, "PSTATE-STO", 10);
+  return fd;
+}
+
+static pid_t start_flood(int n) {
+  const char *port_text = getenv("MASTER_PORT");
+  int port = port_text != NULL ? atoi(port_text) : 0;
+  int ready[2];
+  if (port <= 0 || n > FLOOD_MAX || pipe(ready) != 0) return -1;
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid != 0) {
+    close(ready[1]);
+    char c = 0;
+    ssize_t got = pid > 0 ? read(ready[0], &c, 1) : -1;
+    close(ready[0]);
+    return got == 1 ? pid : -1;
+  }
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(0);
+  for (int fd = 3; fd < 1024; ++fd) /* none of rank 0's sockets: a stranger holds only its own */
+    if (fd != ready[1]) close(fd);
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  static struct pollfd fds[FLOOD_MAX];
+  static double reopen_at[FLOOD_MAX];
+  for (int i = 0; i < n; ++i) {
+    fds[i].fd = flood_connect(&a, i);
+    fds[i].events = POLLIN;
+    if (fds[i].fd < 0) _exit(1);
+  }
+  (void)!write(ready[1], "r", 1);
+  close(ready[1]);
+  for (;;) {
+    (void)poll(fds, (nfds_t)n, 10);
+    double now = pstate_test_now_ms();
+    for (int i = 0; i < n; ++i) {
+      if (fds[i].fd >= 0 && fds[i].revents != 0) {
+        char buf[256];
+        if (read(fds[i].fd, buf, sizeof buf) > 0) continue; /* the store said something: ignored */
+        close(fds[i].fd);
+        fds[i].fd = -1; /* poll() skips it */
+        reopen_at[i] = now + FLOOD_REOPEN_MS;
+      } else if (fds[i].fd < 0 && now >= reopen_at[i]) {
+        fds[i].fd = flood_connect(&a, i);
+        if (fds[i].fd < 0) reopen_at[i] = now + FLOOD_REOPEN_MS;
+      }
+    }
+  }
+}
+
 static int replace_and_grow(const pstate_test_rank_t *self) {
   static float buf[BIG];
   shared_t *shared = (shared_t *)self->arg;
   scenario_t sc = {{2, -1}, -1, 0, 2, 1, 1, shared};
   const int members[4] = {0, 1, 3, 2}; /* the replacement of launch rank 2 is appended */
   pstate_t *ps = NULL;
+  pid_t flood = -1;
   if (self->rejoined) {
     double t0 = pstate_test_now_ms();
     RANK_OK(self, pstate_test_init(self, TIMEOUT_MS, &ps)); /* returns once admitted */
     fprintf(stderr, "rank %d (replacement): admitted after %.0f ms\n", self->rank, pstate_test_now_ms() - t0);
   } else {
     RANK_OK(self, pstate_test_init(self, TIMEOUT_MS, &ps));
+    if (shared->flood > 0 && self->rank == 0) { /* before rank 2 can die: the others wait for rank 0 */
+      flood = start_flood(shared->flood);
+      RANK_CHECK(self, flood > 0, "the stranger could not open %d connections to the store", shared->flood);
+    }
     if (all_reduce_until_failure(self, ps, &sc, buf) != 0) return 1;
     int new_rank[4];
     RANK_OK(self, pstate_shrink(ps, new_rank, 4));
@@ -384,6 +467,10 @@ static int replace_and_grow(const pstate_test_rank_t *self) {
                "grow dropped the model-parallel groups");
   }
   if (exact_after(self, ps, members, 4, 2, 2, buf) != 0) return 1;
+  if (flood > 0) {
+    kill(flood, SIGKILL);
+    waitpid(flood, NULL, 0);
+  }
   RANK_OK(self, pstate_destroy_model_parallel(ps));
   RANK_OK(self, pstate_finalize(ps));
   return 0;
@@ -392,6 +479,17 @@ static int replace_and_grow(const pstate_test_rank_t *self) {
 static void test_replacement_rejoins_with_grow(void **state) {
   (void)state;
   shared_t *shared = shared_new();
+  int statuses[4];
+  pstate_test_job_t job = {4, 120, replace_and_grow, shared, statuses, 1, 1ul << 2, 1, -1, 0};
+  assert_int_equal(pstate_test_run_job(&job), 0);
+  assert_true(WIFEXITED(statuses[2]) && WEXITSTATUS(statuses[2]) == 0); /* the replacement's verdict */
+  munmap(shared, sizeof(shared_t));
+}
+
+static void test_replacement_rejoins_past_a_flood_of_strangers(void **state) {
+  (void)state;
+  shared_t *shared = shared_new();
+  shared->flood = 400;
   int statuses[4];
   pstate_test_job_t job = {4, 120, replace_and_grow, shared, statuses, 1, 1ul << 2, 1, -1, 0};
   assert_int_equal(pstate_test_run_job(&job), 0);
@@ -479,7 +577,9 @@ int main(void) {
       cmocka_unit_test(test_rank_killed_inside_its_shrink),
       cmocka_unit_test(test_rank0_store_dies_documented_error),
       cmocka_unit_test(test_replacement_rejoins_with_grow),
+      cmocka_unit_test(test_replacement_rejoins_past_a_flood_of_strangers),
       cmocka_unit_test(test_strangers_cannot_join),
   };
+  if (getenv("PSTATE_TEST_FILTER") != NULL) cmocka_set_test_filter(getenv("PSTATE_TEST_FILTER")); /* e.g. "*flood*" */
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,9 @@
 #   1. defaults: every rank's pstate_init fails at once with PSTATE_ERR_NO_MEMORY naming /dev/shm's
 #      space and the fixes (--shm-size, PSTATE_SHM=0, UCX_TLS), and none of UCX's own log lines;
 #   2. UCX kept off /dev/shm but pstate's segments on (UCX_TLS=^posix): NO_MEMORY from the segment
-#      that does not fit, naming its size — never a SIGBUS;
+#      that does not fit, naming its size — never a SIGBUS; and the peer that waits for that
+#      segment hears it at once from the failed rank's notice (NO_MEMORY, "failure notice: rank 0"),
+#      long before its 20 s timeout (issue 27: a local failure no longer stays local);
 #   3. the advice followed (PSTATE_SHM=0 UCX_TLS=^posix): a checked all_reduce works.
 # Exits 77 (ctest: skipped) when not root.
 set -uo pipefail
@@ -62,13 +64,19 @@ done
 [ $ms -lt 15000 ] || fail "1: took $ms ms (a timeout, not the cause)"
 echo "test_small_dev_shm.sh: 1 ok (${ms} ms)"
 
+t0=$(date +%s%N)
 run UCX_TLS=^posix
+ms=$((($(date +%s%N) - t0) / 1000000))
 echo "$out" | sed 's/^/  2| /'
 [ $rc -ne 0 ] || fail "2: the job succeeded"
 grep -q "Bus error\|signal 7" <<<"$out" && fail "2: a rank died of SIGBUS"
 grep -q "PSTATE_ERR_NO_MEMORY: .*shared segment .*/dev/shm has .* free of 1.0 MiB; this segment needs" <<<"$out" ||
   fail "2: no NO_MEMORY naming the segment and /dev/shm"
-echo "test_small_dev_shm.sh: 2 ok"
+# the segment's creator is group rank 0; the other rank waits for it and hears its notice
+grep -q "^\[1\] .*PSTATE_ERR_NO_MEMORY: .*failure notice: rank 0 failed .*with PSTATE_ERR_NO_MEMORY" <<<"$out" ||
+  fail "2: rank 1 did not hear rank 0's NO_MEMORY from its failure notice"
+[ $ms -lt 15000 ] || fail "2: took $ms ms (the waiting rank timed out instead of hearing the cause)"
+echo "test_small_dev_shm.sh: 2 ok (${ms} ms)"
 
 run PSTATE_SHM=0 UCX_TLS=^posix
 echo "$out" | sed 's/^/  3| /'

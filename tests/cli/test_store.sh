@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # test_store.sh PSTATE — the rendezvous store outside rank 0: `pstate store` serving a job whose
 # ranks are started by hand (as another launcher would), with and without PSTATE_STORE_EXTERNAL,
-# a stranger refused without ending the store, and `pstate run` serving its job's store itself.
+# a stranger refused without ending the store, a stranger's flood of connections that never
+# finish the handshake (the job still meets, the store names the flood's address in a WARN), and
+# `pstate run` serving its job's store itself.
 # Prints "N passed, M failed" and exits non-zero when any check failed.
 set -u
 PSTATE=$1
@@ -11,7 +13,12 @@ check() {  # check NAME CONDITION-EXIT-STATUS
 }
 tmp=$(mktemp -d)
 store_pid=""
-cleanup() { [ -n "$store_pid" ] && kill "$store_pid" 2>/dev/null; rm -rf "$tmp"; }
+flood_pid=""
+cleanup() {
+  [ -n "$store_pid" ] && kill "$store_pid" 2>/dev/null
+  [ -n "$flood_pid" ] && kill "$flood_pid" 2>/dev/null
+  rm -rf "$tmp"
+}
 trap cleanup EXIT
 
 export PSTATE_JOB_TOKEN=0123456789abcdef0123456789abcdef PSTATE_JOB_ID=store-test-$$
@@ -69,6 +76,25 @@ check "a process with another token does not get in" $([ $? -ne 0 ]; echo $?)
 grep -qi "token" "$tmp/rank0.out" "$tmp/rank1.out"; check "its error names the token" $?
 run_ranks 2 PSTATE_STORE_EXTERNAL=1; check "the store still serves its own job after the stranger" $?
 kill "$store_pid"; wait "$store_pid"; check "SIGTERM stops pstate store with status 0" $?
+store_pid=""
+
+# 3b. A stranger without the token holds 400 connections that never say a word (issue 27, item
+# 10; before: they held every connection the store would take, and the ranks timed out). The
+# ranks still meet well within their 10 s rendezvous deadline, and the store says, rate-limited,
+# that it sheds connections and from where.
+start_store 2
+( for _ in $(seq 1 400); do exec {fd}<>"/dev/tcp/127.0.0.1/$port" || exit 1; done
+  touch "$tmp/flood.ready"; exec sleep 120 ) &
+flood_pid=$!
+for _ in $(seq 1 200); do [ -e "$tmp/flood.ready" ] && break; sleep 0.05; done
+[ -e "$tmp/flood.ready" ]; check "a stranger opens 400 connections to the store" $?
+run_ranks 2 "PSTATE_STORE_EXTERNAL=1 PSTATE_INIT_TIMEOUT_MS=10000"
+check "the job meets and all_reduces exactly while the stranger holds them" $?
+grep -q "WARN store: shed .*127\.0\.0\.1" "$tmp/store.err"; check "the store names the flood's address in a WARN" $?
+[ "$(grep -c "WARN store: shed" "$tmp/store.err")" -le 2 ]; check "... once, not once per connection" $?
+kill "$flood_pid" 2>/dev/null; wait "$flood_pid" 2>/dev/null
+flood_pid=""
+kill "$store_pid"; wait "$store_pid"
 store_pid=""
 
 # 4. pstate run serves its job's store itself: the listener on MASTER_PORT is the launcher, and

@@ -8,7 +8,10 @@
  * - NO_MEMORY agreement: a receiver whose cudaMalloc fails (DEVSIM_CUDA_MALLOC_FAIL) fails every
  *   rank with NO_MEMORY, nothing moves, and the context stays usable;
  * - PSTATE_CHECK=1: matched device collectives pass, a count or dtype mismatch is MISMATCH on
- *   every rank, naming both sides.
+ *   every rank, naming both sides; device send/recv (issue 27): matched pairs move their data, a
+ *   receive of another count or dtype is MISMATCH on the receiver naming both, NCCL never given
+ *   the transfer (the receive buffer keeps its sentinel), and the sender hears it from the
+ *   receiver's failure notice at its next call.
  */
 /* cmocka.h needs these first */
 // clang-format off
@@ -22,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "devsim_test_util.h"
 #include "ranks.h"
@@ -224,6 +228,60 @@ static int check_rank(const pstate_test_rank_t *self) {
   return 0;
 }
 
+/* arg: 0 = the receiver asks for another count, 1 = another dtype. */
+static int check_p2p_rank(const pstate_test_rank_t *self) {
+  setenv("PSTATE_CHECK", "1", 1);
+  const int dtype_case = *(const int *)self->arg;
+  pstate_t *ps = NULL;
+  RANK_OK(self, devsim_init(self, 20000, &ps));
+  pstate_group_t *world = NULL;
+  RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &world));
+  float h[16];
+  for (int i = 0; i < 16; ++i) h[i] = (float)(100 * self->rank + i);
+  void *d = devsim_device_copy(h, sizeof h);
+  RANK_OK(self, pstate_barrier(world));
+  if (self->rank == 0) { /* a matched pair first: moves its data */
+    RANK_OK(self, pstate_send(world, d, 16, PSTATE_FLOAT32, 1, NULL));
+  } else {
+    RANK_OK(self, pstate_recv(world, d, 16, PSTATE_FLOAT32, 0, NULL));
+    float got[16];
+    RANK_CHECK(self, devsim_to_host(got, d, sizeof got, NULL) == 0 && got[5] == 5.0f, "received %g", got[5]);
+  }
+  void *sentinel = devsim_device_copy(NULL, sizeof h); /* 0xEE bytes */
+  if (self->rank == 0) {
+    RANK_OK(self, pstate_send(world, d, 16, PSTATE_FLOAT32, 1, NULL));
+    /* the receiver refused it: its failure notice reaches this rank at its next call */
+    pstate_status_t s = pstate_barrier(world);
+    RANK_CHECK(self, s == PSTATE_ERR_MISMATCH && strstr(pstate_last_error(), "failure notice: rank 1"),
+               "the sender's next call: %s (%s)", pstate_status_string(s), pstate_last_error());
+  } else {
+    pstate_status_t s = pstate_recv(world, sentinel, dtype_case ? 16 : 12, dtype_case ? PSTATE_INT32 : PSTATE_FLOAT32,
+                                    0, NULL);
+    RANK_CHECK(self, s == PSTATE_ERR_MISMATCH, "%s (%s)", pstate_status_string(s), pstate_last_error());
+    if (dtype_case)
+      RANK_CHECK(self, strstr(pstate_last_error(), "float32") && strstr(pstate_last_error(), "int32"), "names both: %s",
+                 pstate_last_error());
+    else
+      RANK_CHECK(self, strstr(pstate_last_error(), "16") && strstr(pstate_last_error(), "12"), "names both: %s",
+                 pstate_last_error());
+    unsigned char got[sizeof h];
+    RANK_CHECK(self, devsim_to_host(got, sentinel, sizeof got, NULL) == 0 && got[0] == 0xEE && got[47] == 0xEE,
+               "NCCL wrote the receive buffer: %02x", got[0]);
+    /* hold until the sender has its answer (an exit would make it PEER_LOST) */
+    usleep(500 * 1000);
+  }
+  cudaFree(sentinel);
+  cudaFree(d);
+  pstate_abort(ps);
+  return 0;
+}
+
+static void test_check_p2p_mismatch_in_cuda_context(void **state) {
+  (void)state;
+  for (int dtype_case = 0; dtype_case < 2; ++dtype_case)
+    assert_int_equal(pstate_test_run_processes(2, 120, check_p2p_rank, &dtype_case, NULL), 0);
+}
+
 /* On a GPU below compute capability 9.0 fp8 reductions are UNSUPPORTED (naming the need) and fp8
  * moves work. */
 static int fp8_sm80_rank(const pstate_test_rank_t *self) {
@@ -279,6 +337,7 @@ int main(void) {
       cmocka_unit_test(test_tensor_dicts_cuda_and_cpu_3_processes),
       cmocka_unit_test(test_tensor_dicts_cuda_and_cpu_1_process),
       cmocka_unit_test(test_check_mismatch_in_cuda_context_2_processes),
+      cmocka_unit_test(test_check_p2p_mismatch_in_cuda_context),
       cmocka_unit_test(test_fp8_reductions_unsupported_below_sm90_moves_work),
       cmocka_unit_test(test_tensor_dicts_cuda_and_cpu_2_threads),
   };

@@ -4,7 +4,8 @@
 #   pstate:     layout/errors, compile_fail doctests (Send/Sync/lifetime rules), and multi-rank
 #               tests that relaunch the test binary with `pstate run -n 2|4`
 #   bindings_rust_example: docs/bindings.md's example, pstate run -n 2 -- two_ranks, printing the
-#               lines the docs show
+#               lines the docs show; bindings_rust_example_pipeline: the same for its requests
+#               example (pipeline)
 #   bindings_rust_consumer: a crate outside the tree with a plain `pstate = { path = ... }`
 #               dependency builds and its binary runs without LD_LIBRARY_PATH
 #               (bindings_rust_consumer.cmake)
@@ -23,8 +24,13 @@ set(_rust_line "[0] rank 0/2 tp tp:0 ranks [0, 1]: all_reduce -> [3.0, 3.0, 3.0,
 add_test(NAME bindings_rust_example
          COMMAND sh -c "out=$(\"$0\" run -n 2 -- \"$1\" 2>&1); rc=$?; echo \"$out\"; [ $rc = 0 ] && echo \"$out\" | grep -qxF \"$2\""
                  $<TARGET_FILE:pstate_cli> ${PROJECT_BINARY_DIR}/bindings/rust/target/debug/examples/two_ranks "${_rust_line}")
+# the requests example (owned isend/irecv over steps, a scope): the line docs/bindings.md shows for stage 0
+add_test(NAME bindings_rust_example_pipeline
+         COMMAND sh -c "out=$(\"$0\" run -n 2 -- \"$1\" 2>&1); rc=$?; echo \"$out\"; [ $rc = 0 ] && echo \"$out\" | grep -qxF \"$2\""
+                 $<TARGET_FILE:pstate_cli> ${PROJECT_BINARY_DIR}/bindings/rust/target/debug/examples/pipeline
+                 "[0] stage 0/2: 3 steps of 1024 activations, swap [10, 11]")
 set_tests_properties(bindings_rust PROPERTIES TIMEOUT 900)
-set_tests_properties(bindings_rust_example PROPERTIES TIMEOUT 300)
+set_tests_properties(bindings_rust_example bindings_rust_example_pipeline PROPERTIES TIMEOUT 300)
 add_test(NAME bindings_rust_consumer
          COMMAND ${CMAKE_COMMAND} -DCARGO=${PSTATE_CARGO} -DSOURCE=${PROJECT_SOURCE_DIR}
                  -DWORK=${PROJECT_BINARY_DIR}/bindings/rust_consumer -DLIB_DIR=$<TARGET_FILE_DIR:pstate>

@@ -116,10 +116,10 @@ std::optional<wire::Message> raw_read(int fd) {
   return std::move(d.message);
 }
 
-// True once the server has closed fd (any bytes it sent before are discarded).
-bool closed_by_server(int fd) {
+// True once the server has closed fd (any bytes it sent before are discarded), false when it did
+// not by the deadline.
+bool closed_by_server(int fd, Deadline d = soon()) {
   uint8_t buf[4096];
-  Deadline d = soon();
   for (;;) {
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, d.remaining_ms()) <= 0) return false;
@@ -365,6 +365,192 @@ void test_tcp_other_protocol_version_is_mismatch(void **) {
   assert_true(answer && std::holds_alternative<wire::Fail>(*answer));
   assert_int_equal(std::get<wire::Fail>(*answer).status, PSTATE_ERR_MISMATCH);
   assert_true(closed_by_server(c.get()));
+}
+
+// ---- floods: strangers that never finish the handshake ----------------------------------------
+
+// n connections to port, held open, each having sent `first` (nothing when empty).
+std::vector<net::Fd> open_flood(int port, int n, const Bytes &first = {}) {
+  std::vector<net::Fd> flood;
+  for (int i = 0; i < n; ++i) {
+    flood.push_back(raw_connect(port, /*greet=*/false));
+    if (!first.empty()) ::send(flood.back().get(), first.data(), first.size(), MSG_NOSIGNAL);
+  }
+  return flood;
+}
+
+// Issue 27, item 10: a process without the token holds 400 silent connections, 20 that stop
+// inside the greeting, 20 that send garbage and 20 that say Hello but never prove the token.
+// A rank with the token still joins and works, and so does an observer, within a deadline far
+// below the old 30 s handshake limit (before: the flood held every one of the store's 2 * world
+// + 256 connections, so the rank was refused until its TIMEOUT).
+void test_tcp_flood_of_strangers_leaves_room_for_the_job(void **) {
+  const std::string token = "flood-token";
+  auto rank0 = serve(2, token);
+  const int port = rank0->port();
+  std::vector<net::Fd> hellos;
+  for (int i = 0; i < 20; ++i) {
+    hellos.push_back(raw_connect(port));
+    wire::Hello hello;
+    hello.rank = 1;
+    hello.world_size = 2;
+    raw_send(hellos.back().get(), wire::encode(hello));
+  }
+  auto partial = open_flood(port, 20, Bytes(wire::kClientPreamble.begin(), wire::kClientPreamble.begin() + 10));
+  auto garbage = open_flood(port, 20, bytes_of("\x16\x03\x01 not a pstate store client"));
+  auto silent = open_flood(port, 400);
+
+  StoreOptions o = options_for(1, 2, port, token);
+  o.timeout_ms = 10000;
+  auto rank1 = open_tcp(o);
+  rank1->set("after-the-flood", bytes_of("joined"), soon());
+  assert_string_equal(text_of(rank0->get("after-the-flood", soon())).c_str(), "joined");
+  StoreOptions watcher = options_for(-1, 0, port, token);
+  watcher.timeout_ms = 10000;
+  auto observer = open_tcp(watcher);
+  assert_string_equal(text_of(observer->get("after-the-flood", soon())).c_str(), "joined");
+  // The flood holds no more than the handshake budget (world + 64); the rest was shed.
+  StoreServerStats s = rank0->server()->stats();
+  assert_true(s.handshaking <= 2 + 64);
+  assert_true(s.shed >= 440 - (2 + 64));
+  assert_int_equal(s.members, 3);
+}
+
+// The hand-made first half of a handshake: preambles, Hello; returns what the Proof needs.
+HandshakeInputs raw_hello(int fd, int rank, int world) {
+  HandshakeInputs hs;
+  hs.rank = rank;
+  hs.world_size = world;
+  hs.client_nonce.fill(7);
+  wire::Hello hello;
+  hello.rank = rank;
+  hello.world_size = world;
+  hello.client_nonce = hs.client_nonce;
+  raw_send(fd, wire::encode(hello));
+  auto challenge = raw_read(fd);
+  assert_true(challenge && std::holds_alternative<wire::Challenge>(*challenge));
+  hs.server_nonce = std::get<wire::Challenge>(*challenge).server_nonce;
+  return hs;
+}
+
+// The order of shedding (tcp_store_server.cpp): silent newcomers over the budget shed each other,
+// never a client that has said its Hello and owes its Proof, however old it is; that client then
+// finishes and is a member.
+void test_tcp_silent_newcomers_never_shed_a_client_mid_handshake(void **) {
+  StoreServerOptions so;
+  so.world_size = 2;
+  so.owner_rank = -1;
+  so.job_token = "budget-token";
+  so.max_handshakes = 4;
+  auto server = TcpStoreServer::start(so, Logger(LogLevel::kNone));
+  net::Fd client = raw_connect(server->port());
+  HandshakeInputs hs = raw_hello(client.get(), 1, 2);
+  auto flood = open_flood(server->port(), 20);
+  wait_until([&] { return server->stats().shed >= 21 - 4; });
+  assert_int_equal(server->stats().handshaking, 4);
+  raw_send(client.get(), wire::encode(wire::Proof{client_proof("budget-token", hs)}));
+  auto answer = raw_read(client.get());
+  assert_true(answer && std::holds_alternative<wire::Welcome>(*answer));
+  assert_int_equal(server->stats().ranks, 1);
+}
+
+// Among connections as far along, a flood from one address sheds its own: a silent connection
+// from 127.0.0.2, older than every one of the flood from 127.0.0.1, stays, then joins.
+void test_tcp_flood_from_one_address_sheds_its_own_connections(void **) {
+  StoreServerOptions so;
+  so.world_size = 2;
+  so.owner_rank = -1;
+  so.max_handshakes = 4;
+  auto server = TcpStoreServer::start(so, Logger(LogLevel::kNone));
+  std::string error;
+  auto target = net::resolve("127.0.0.1", server->port(), &error);
+  auto source = net::resolve("127.0.0.2", 0, &error);
+  assert_false(target.empty() || source.empty());
+  int err = 0;
+  net::Fd other = net::connect_to(target.front(), &source.front(), soon(), &err);
+  assert_true(other.valid());
+  wait_until([&] { return server->stats().handshaking == 1; });
+  auto flood = open_flood(server->port(), 20);
+  wait_until([&] { return server->stats().shed >= 21 - 4; });
+  Bytes line(wire::kClientPreamble.begin(), wire::kClientPreamble.end());
+  raw_send(other.get(), line);
+  Bytes answer(wire::kServerPreamble.size());
+  assert_int_equal(static_cast<int>(net::recv_exact(other.get(), answer.data(), answer.size(), soon(), &err)),
+                   static_cast<int>(net::IoResult::kDone));
+  assert_true(std::holds_alternative<wire::Welcome>(raw_join(other.get(), "", 1, 2)));
+}
+
+// A connection that does not finish the handshake is closed within wire::kHandshakeMs (the
+// deadline the client uses for its attempts too), whatever it sent: nothing, part of the
+// greeting, or a Hello without the Proof (before: 30 s, and the flood kept its places that long).
+void test_tcp_unfinished_handshakes_are_closed_within_the_handshake_deadline(void **) {
+  assert_int_equal(StoreServerOptions{}.handshake_timeout_ms, wire::kHandshakeMs);
+  auto rank0 = serve(2, "deadline-token");
+  auto silent = open_flood(rank0->port(), 1);
+  auto partial = open_flood(rank0->port(), 1, Bytes(wire::kClientPreamble.begin(), wire::kClientPreamble.begin() + 5));
+  net::Fd hello = raw_connect(rank0->port());
+  raw_hello(hello.get(), 1, 2);
+  const Deadline bound = Deadline::after_ms(2 * wire::kHandshakeMs);
+  assert_true(closed_by_server(silent.front().get(), bound));
+  assert_true(closed_by_server(partial.front().get(), bound));
+  assert_true(closed_by_server(hello.get(), bound));
+  wait_until([&] { return rank0->server()->stats().shed == 3; });
+  assert_int_equal(rank0->server()->stats().handshaking, 0);
+}
+
+// A store that sends its greeting and then nothing: the client gives up each attempt after
+// wire::kHandshakeMs (when the server would close it anyway), retries on a fresh connection, and
+// its TIMEOUT says why (before: one connection held until the open deadline, "no reply in time").
+void test_tcp_client_retries_a_stalled_handshake_on_a_fresh_connection(void **) {
+  std::string error;
+  auto addrs = net::resolve("127.0.0.1", 0, &error);
+  int err = 0;
+  net::Fd listener = net::listen_on(addrs.front(), 16, &err);
+  assert_true(listener.valid());
+  const int port = net::local_address(listener.get()).port();
+  std::atomic<int> accepted{0};
+  std::atomic<bool> stop{false};
+  std::thread stalled([&] {
+    std::vector<net::Fd> held;
+    while (!stop.load()) {
+      pollfd p{listener.get(), POLLIN, 0};
+      if (::poll(&p, 1, 50) != 1) continue;
+      net::Fd c(::accept(listener.get(), nullptr, nullptr));
+      if (!c.valid()) continue;
+      ::send(c.get(), wire::kServerPreamble.data(), wire::kServerPreamble.size(), MSG_NOSIGNAL);
+      held.push_back(std::move(c));
+      accepted.fetch_add(1);
+    }
+  });
+  StoreOptions o = options_for(1, 2, port);
+  o.timeout_ms = wire::kHandshakeMs + 1500;
+  expect_error([&] { open_tcp(o); }, PSTATE_ERR_TIMEOUT,
+               {"could not reach the store at tcp://127.0.0.1:" + std::to_string(port),
+                "did not finish the handshake within " + std::to_string(wire::kHandshakeMs) + " ms"});
+  stop.store(true);
+  stalled.join();
+  assert_true(accepted.load() >= 2);
+}
+
+// Members have a limit of their own: observers past it are refused with the reason, ranks are
+// still admitted (there are at most world_size of them).
+void test_tcp_observers_past_the_member_limit_are_refused_ranks_are_not(void **) {
+  StoreServerOptions so;
+  so.world_size = 2;
+  so.owner_rank = -1;
+  so.max_members = 2;
+  auto server = TcpStoreServer::start(so, Logger(LogLevel::kNone));
+  auto first = open_tcp(options_for(-1, 0, server->port()));
+  auto second = open_tcp(options_for(-1, 0, server->port()));
+  expect_error([&] { open_tcp(options_for(-1, 0, server->port())); }, PSTATE_ERR_NO_MEMORY,
+               {"already holds 2 connections of this job (its limit: 2)", "ranks are still admitted"});
+  StoreOptions o0 = options_for(0, 2, server->port());
+  o0.serve = false;
+  auto rank0 = open_tcp(o0);
+  auto rank1 = open_tcp(options_for(1, 2, server->port()));
+  rank1->set("k", bytes_of("v"), soon());
+  assert_string_equal(text_of(rank0->get("k", soon())).c_str(), "v");
+  assert_int_equal(server->stats().members, 4);
 }
 
 // ---- job token --------------------------------------------------------------------------------
@@ -859,6 +1045,12 @@ int main(void) {
       cmocka_unit_test(test_tcp_member_sending_bad_frames_is_dropped_and_others_continue),
       cmocka_unit_test(test_tcp_request_before_handshake_gets_nothing),
       cmocka_unit_test(test_tcp_other_protocol_version_is_mismatch),
+      cmocka_unit_test(test_tcp_flood_of_strangers_leaves_room_for_the_job),
+      cmocka_unit_test(test_tcp_silent_newcomers_never_shed_a_client_mid_handshake),
+      cmocka_unit_test(test_tcp_flood_from_one_address_sheds_its_own_connections),
+      cmocka_unit_test(test_tcp_unfinished_handshakes_are_closed_within_the_handshake_deadline),
+      cmocka_unit_test(test_tcp_client_retries_a_stalled_handshake_on_a_fresh_connection),
+      cmocka_unit_test(test_tcp_observers_past_the_member_limit_are_refused_ranks_are_not),
       cmocka_unit_test(test_tcp_wrong_token_is_auth_error),
       cmocka_unit_test(test_tcp_missing_token_is_auth_error),
       cmocka_unit_test(test_tcp_token_on_client_only_is_auth_error),
@@ -890,5 +1082,6 @@ int main(void) {
       cmocka_unit_test(test_tcp_erase_and_check),
       cmocka_unit_test(test_tcp_open_store_picks_the_tcp_store),
   };
+  if (const char *only = std::getenv("PSTATE_TEST_FILTER")) cmocka_set_test_filter(only);  // e.g. "*flood*"
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

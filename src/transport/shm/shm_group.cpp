@@ -13,6 +13,8 @@
 #include "transport/shm/shm_group_layout.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <ctime>
 #include <cstring>
 #include <vector>
 
@@ -22,7 +24,8 @@ namespace {
 constexpr size_t kPage = 4096;
 // 4: line words carry the call code; 5: kind - 1 in it (16 kinds); 6: 5 bits of kind (32 kinds)
 // and 8 of root, the counts hash in arrival lines.
-constexpr uint64_t kLayoutVersion = 6;
+// 7: the verdict block after the control blocks.
+constexpr uint64_t kLayoutVersion = 7;
 constexpr size_t kMaxInlineBytes = 72 * kLineData;  // 4032 < kCodedCountLarge
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -31,11 +34,24 @@ uint64_t mix(uint64_t h, uint64_t v) { return h ^ (v + 0x9e3779b97f4a7c15ULL + (
 
 }  // namespace
 
+// The waiter's deadline hook of a group (see "One call, one verdict" in shm_group.hpp).
+class ShmGroup::Guard final : public DeadlineGuard {
+ public:
+  explicit Guard(ShmGroup &g) : g_(g) {}
+  int on_deadline(const std::function<bool()> &ready) override { return g_.on_deadline(ready); }
+
+ private:
+  ShmGroup &g_;
+};
+
 ShmGroup::ShmGroup(const std::string &name, int rank, int size, const Deadline &deadline, ShmGroupOptions options)
     : rank_(rank),
       size_(size),
       options_(std::move(options)),
-      waiter_(resolve_wait_options(options_.wait, size), options_.liveness) {
+      waiter_(resolve_wait_options(options_.wait, size), [this] {
+        check_verdict();  // a late rank hears at once that the call it waits in was given up
+        if (options_.liveness) options_.liveness();
+      }) {
   if (size < 1 || rank < 0 || rank >= size)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, options_.label, ": rank ", rank, " out of range for ", size, " ranks");
   if (size > kMaxCodedRoot + 1)
@@ -49,7 +65,7 @@ ShmGroup::ShmGroup(const std::string &name, int rank, int size, const Deadline &
   inline_lines_ = std::max<size_t>(1, (options_.inline_bytes + kLineData - 1) / kLineData);
   area_bytes_ = round_up(std::max({options_.chunk_bytes, size_t{64} * static_cast<size_t>(size), kPage}), kPage);
   const auto ranks = static_cast<size_t>(size);
-  const size_t control_bytes = round_up(kControlStride * ranks, kPage);
+  const size_t control_bytes = round_up(kControlStride * (ranks + 1), kPage);  // + the verdict block
   const size_t inline_total = round_up(ranks * options_.inline_depth * inline_lines_ * sizeof(Line), kPage);
   const size_t area_total = area_bytes_ * static_cast<size_t>(depth_) * ranks;
 
@@ -72,6 +88,8 @@ ShmGroup::ShmGroup(const std::string &name, int rank, int size, const Deadline &
   segment_ = std::make_unique<ShmSegment>(params, deadline, waiter_);
   waiter_.set_light_notify((segment_->group_flags() & ShmSegment::kNoAsymmetricFence) == 0);
   lay_out(segment_->payload(), control_bytes, inline_total);
+  guard_ = std::make_unique<Guard>(*this);
+  waiter_.set_guard(guard_.get());
 }
 
 ShmGroup::~ShmGroup() = default;
@@ -154,6 +172,7 @@ void ShmGroup::finish_step(uint64_t step) {
 
 void ShmGroup::begin_call(const OpDescriptor &desc, bool checked_by_reads, const Deadline &deadline) {
   call_step_ = step_ + 1;
+  in_call_ = true;
   call_desc_ = desc;
   call_desc_.seq = seq_;
   call_code_ = pack_call_code(desc);
@@ -257,12 +276,97 @@ void ShmGroup::run_guarded(const char *op, Body &&body) {
                 " refused: an earlier shared-memory collective failed, peers are at unknown steps "
                 "(abort or finalize the context)");
   current_op_ = op;
+  in_call_ = false;
   try {
     body();
+    // After the call's last flag store and its fence (finish_step's notify): one load of a line
+    // nobody writes while every call succeeds.
+    if (in_call_ && verdict().watch.load(std::memory_order_relaxed) >= call_step_) commit_call();
+  } catch (const Error &e) {
+    broken_ = true;
+    if (in_call_) mark_failed(e.status());  // later arrivals hear that this call failed
+    in_call_ = false;
+    throw;
   } catch (...) {
     broken_ = true;
+    if (in_call_) mark_failed(PSTATE_ERR_INTERNAL);
+    in_call_ = false;
     throw;
   }
+  in_call_ = false;
+}
+
+// ---- one call, one verdict (see shm_group.hpp) -------------------------------------------------
+
+ShmGroup::Verdict &ShmGroup::verdict() const {
+  return *reinterpret_cast<Verdict *>(controls_ + kControlStride * static_cast<size_t>(size_));
+}
+
+int ShmGroup::on_deadline(const std::function<bool()> &ready) {
+  if (!in_call_) return DeadlineGuard::kGiveUp;  // set-up waits: nothing to decide
+  Verdict &v = verdict();
+  uint64_t seen = v.watch.load(std::memory_order_relaxed);
+  while (seen < call_step_ && !v.watch.compare_exchange_weak(seen, call_step_, std::memory_order_seq_cst)) {
+  }
+  heavy_fence(waiter_.light_notify());
+  if (ready()) return DeadlineGuard::kReady;
+  const uint64_t w = mark_failed(PSTATE_ERR_TIMEOUT);
+  if (verdict_step(w) == call_step_ && verdict_state(w) == kVerdictCommitted) return DeadlineGuard::kKeepWaiting;
+  return DeadlineGuard::kGiveUp;
+}
+
+uint64_t ShmGroup::mark_failed(pstate_status_t status) {
+  Verdict &v = verdict();
+  uint64_t w = v.word.load(std::memory_order_acquire);
+  if (verdict_step(w) >= call_step_) return w;  // decided (by this rank or another), or a later call
+  Control &mine = control(rank_);
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  mine.gave_up_unix_ms.store(static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000, std::memory_order_relaxed);
+  mine.gave_up_status.store(static_cast<int32_t>(status), std::memory_order_relaxed);
+  const uint64_t failed = verdict_word(call_step_, kVerdictFailed, rank_);
+  while (verdict_step(w) < call_step_)
+    if (v.word.compare_exchange_weak(w, failed, std::memory_order_acq_rel, std::memory_order_acquire)) return failed;
+  return w;
+}
+
+void ShmGroup::commit_call() {
+  Verdict &v = verdict();
+  uint64_t w = v.word.load(std::memory_order_acquire);
+  const uint64_t committed = verdict_word(call_step_, kVerdictCommitted, rank_);
+  while (verdict_step(w) < call_step_)
+    if (v.word.compare_exchange_weak(w, committed, std::memory_order_acq_rel, std::memory_order_acquire)) return;
+  if (verdict_step(w) == call_step_ && verdict_state(w) == kVerdictFailed) throw_failed_call(w, true);
+}
+
+void ShmGroup::check_verdict() const {
+  if (!in_call_ || controls_ == nullptr) return;
+  const uint64_t w = verdict().word.load(std::memory_order_acquire);
+  if (verdict_step(w) == call_step_ && verdict_state(w) == kVerdictFailed && verdict_rank(w) != rank_)
+    throw_failed_call(w, false);
+}
+
+void ShmGroup::throw_failed_call(uint64_t w, bool completed) const {
+  const int giver = verdict_rank(w);
+  const Control &theirs = control(giver);
+  const int64_t at = theirs.gave_up_unix_ms.load(std::memory_order_relaxed);
+  const auto status = static_cast<pstate_status_t>(theirs.gave_up_status.load(std::memory_order_relaxed));
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  const int64_t now = static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+  const time_t secs = static_cast<time_t>(at / 1000);
+  tm t{};
+  gmtime_r(&secs, &t);
+  char when[48];
+  std::snprintf(when, sizeof when, "%02d:%02d:%02d.%03d UTC", t.tm_hour, t.tm_min, t.tm_sec, static_cast<int>(at % 1000));
+  throw_error(status == PSTATE_ERR_INTERRUPTED || status == PSTATE_OK ? PSTATE_ERR_ABORTED : status, options_.label,
+              " #", call_desc_.seq, " ", current_op_, ": rank ", global_rank(giver), " (group rank ", giver,
+              ") gave up on this call at ", when, ", ", static_cast<double>(now - at) / 1000.0, " s ago, with ",
+              pstate_status_string(status), ", so the call failed for every rank of the group (one call, one verdict)",
+              completed ? cat(": rank ", global_rank(rank_), " arrived late and found what it needed, but does not "
+                              "return OK from a call its peers failed")
+                        : cat(" while rank ", global_rank(rank_), " waited in it"),
+              "; the context is failed: call pstate_abort");
 }
 
 // ---- argument checks --------------------------------------------------------------------------
@@ -300,14 +404,14 @@ void ShmGroup::check_root(const char *op, int root) const {
 // ---- entry points: checks, trivial cases, protocol by size -------------------------------------
 
 void ShmGroup::all_reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op,
-                          const Deadline &deadline) {
+                          const Deadline &deadline, OpKind kind) {
   const size_t esize = checked_dtype_size("all_reduce", dtype, count, 1);
   check_reduce("all_reduce", dtype, op);
   check_buffers("all_reduce", send, recv, count);
   auto *in = static_cast<const uint8_t *>(send);
   auto *out = static_cast<uint8_t *>(recv);
   const size_t bytes = count * esize;
-  const OpDescriptor desc = make_op(OpKind::kAllReduce, count, dtype, op);
+  const OpDescriptor desc = make_op(kind, count, dtype, op);
   run_guarded("all_reduce", [&] {
     if (size_ == 1) {
       if (in != out && bytes != 0) std::memmove(out, in, bytes);
@@ -328,13 +432,13 @@ void ShmGroup::all_reduce(const void *send, void *recv, size_t count, pstate_dty
 }
 
 void ShmGroup::all_gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype,
-                          const Deadline &deadline) {
+                          const Deadline &deadline, OpKind kind) {
   const size_t esize = checked_dtype_size("all_gather", dtype, send_count, static_cast<size_t>(size_));
   check_buffers("all_gather", send, recv, send_count);
   auto *in = static_cast<const uint8_t *>(send);
   auto *out = static_cast<uint8_t *>(recv);
   const size_t bytes = send_count * esize;
-  const OpDescriptor desc = make_op(OpKind::kAllGather, send_count, dtype);
+  const OpDescriptor desc = make_op(kind, send_count, dtype);
   run_guarded("all_gather", [&] {
     if (size_ == 1) {
       if (in != out && bytes != 0) std::memmove(out, in, bytes);

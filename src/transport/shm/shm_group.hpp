@@ -54,6 +54,21 @@
 // every further call throws PSTATE_ERR_ABORTED (peers are at unknown steps). Reductions use
 // src/reduce/reduce.hpp; dtypes that cannot be reduced (fp8) give PSTATE_ERR_UNSUPPORTED.
 //
+// One call, one verdict (issue 27). A rank that gives up on a call (its deadline passed while it
+// waited for a peer that is off in its own code) must not leave that peer to arrive later, find
+// everything it needs already in the segment, and return OK from a call the others failed. The
+// group's verdict block holds one word, changed only by compare-and-swap: FAILED(call, rank) or
+// COMMITTED(call, rank). A waiter at its deadline first raises `watch` to the call's first step,
+// then fences (the heavy side of the asymmetric fence pair, shm_wait.hpp), then looks at what it
+// waits for once more: there now, it goes on; else it swaps in FAILED, unless a rank has
+// COMMITTED this call (then everything it needs is published or on its way, and it waits on, up to
+// one more timeout). Every rank, at the end of every call (after its last flag store and that
+// store's fence), reads `watch`: below the call, nobody gave up (the fence pair guarantees that a
+// waiter that later gives up sees this rank's flags instead, so it does not); otherwise it swaps in
+// COMMITTED, or finds FAILED and returns the giver's status naming who gave up and when. The fast
+// path adds one load of a line nobody writes. A rank whose call fails for another reason
+// (PEER_LOST, INTERRUPTED, a mismatch) marks the call FAILED too, unless it was committed.
+//
 // Threads: one thread drives a ShmGroup at a time; different ShmGroups are independent (N ranks
 // may be N threads of one process, each with its own ShmGroup on the same name).
 #pragma once
@@ -137,10 +152,12 @@ class ShmGroup {
 
   // recv[i] = op over ranks of send[i]; send == recv is allowed (in place). AVG: sum, then one
   // division by size() (integers truncate).
+  // kind: the descriptor's kind (pstate's own exchanges pass theirs, see op_descriptor.hpp).
   void all_reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op,
-                  const Deadline &deadline);
+                  const Deadline &deadline, OpKind kind = OpKind::kAllReduce);
   // recv[r * send_count + i] = send of rank r [i]; send may be recv + rank() * send_count.
-  void all_gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, const Deadline &deadline);
+  void all_gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, const Deadline &deadline,
+                  OpKind kind = OpKind::kAllGather);
   // recv[i] = op over ranks of their send[rank() * recv_count + i]; recv may be send or
   // send + rank() * recv_count (the MPI and NCCL in-place forms).
   void reduce_scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, pstate_reduce_op_t op,
@@ -179,6 +196,7 @@ class ShmGroup {
   // In-segment layout types (public so their sizes can be checked at compile time).
   struct Control;  // one rank's step counters and futex word
   struct Line;     // one inline line: 56 payload bytes and the step that wrote them
+  struct Verdict;  // the group's verdict block ("One call, one verdict")
 
  private:
   struct Span {  // a piece of a buffer, in elements
@@ -202,6 +220,21 @@ class ShmGroup {
   void finish_step(uint64_t step);
   template <typename Body>
   void run_guarded(const char *op, Body &&body);
+  // ---- one call, one verdict (shm_group.cpp; see the header comment)
+  Verdict &verdict() const;
+  class Guard;  // the waiter's hook at its deadline
+  std::unique_ptr<Guard> guard_;
+  // At the deadline of a wait in the current call: kReady (ready() holds after the fence), or
+  // whether to wait on (the call was committed) or give up (FAILED is in, by this rank or another).
+  int on_deadline(const std::function<bool()> &ready);
+  // Swaps in FAILED(call) for this rank with status unless the call was decided; returns the word.
+  uint64_t mark_failed(pstate_status_t status);
+  // The end of a call that some rank gave up on (watch reached it): COMMITTED, or the late error.
+  void commit_call();
+  // Throws the late error when the verdict of the current call is FAILED by another rank.
+  void check_verdict() const;
+  [[noreturn]] void throw_failed_call(uint64_t word, bool completed) const;
+  bool in_call_ = false;  // between begin_call and the end of the call (for the verdict)
   size_t checked_dtype_size(const char *op, pstate_dtype_t dtype, size_t count, size_t multiple) const;
   void check_reduce(const char *op, pstate_dtype_t dtype, pstate_reduce_op_t op_kind) const;
   void check_buffers(const char *op, const void *send, const void *recv, size_t count) const;

@@ -24,8 +24,27 @@ struct ShmGroup::Control {
   ShmSignal signal;                      // notified after each store above and each inline publish
   std::atomic<uint32_t> gather_kind[2];  // rank 0 only: the staging stores of medium all_gather
                                          // call n, in slot n % 2 (see staged_all_gather)
+  // Why and when this rank gave up on a call (written before its verdict CAS; see "One call, one
+  // verdict" in shm_group.hpp).
+  std::atomic<int64_t> gave_up_unix_ms;
+  std::atomic<int32_t> gave_up_status;
 };
 static_assert(sizeof(ShmGroup::Control) <= kControlStride);
+
+// The group's verdict block, after the last rank's control block: written only when a call fails
+// or a waiter gives up, so on the fast path every rank reads it from its own cache.
+struct ShmGroup::Verdict {
+  alignas(64) std::atomic<uint64_t> watch;  // the highest first step of a call some rank gave up on
+  std::atomic<uint64_t> word;               // step << 16 | state << 14 | group rank (see below)
+};
+static_assert(sizeof(ShmGroup::Verdict) <= kControlStride);
+inline constexpr uint64_t kVerdictCommitted = 1, kVerdictFailed = 2;
+constexpr uint64_t verdict_word(uint64_t step, uint64_t state, int rank) {
+  return step << 16 | state << 14 | static_cast<uint64_t>(rank);
+}
+constexpr uint64_t verdict_step(uint64_t w) { return w >> 16; }
+constexpr uint64_t verdict_state(uint64_t w) { return (w >> 14) & 3u; }
+constexpr int verdict_rank(uint64_t w) { return static_cast<int>(w & 0x3fffu); }
 
 struct ShmGroup::Line {
   alignas(64) uint8_t data[kLineData];

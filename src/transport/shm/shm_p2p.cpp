@@ -2,6 +2,8 @@
 // is in shm_p2p.hpp).
 #include "transport/shm/shm_p2p.hpp"
 
+#include "common/p2p_what.hpp"
+
 #include "common/dev_shm.hpp"
 #include "common/error.hpp"
 #include "transport/shm/shm_wait.hpp"
@@ -29,6 +31,10 @@ constexpr uint32_t kWholeMagic = 0x6d736777;    // "msgw": the payload is behind
 constexpr uint32_t kRefMagic = 0x72656631;      // "ref1": pid and address follow; the reader copies
 constexpr size_t kHeaderBytes = 16;             // payload bytes, sequence number, magic
 constexpr size_t kRefHeaderBytes = 32;          // + the sender's pid and buffer address
+// The header's first word: payload bytes (< 2^48: buffers hold at most 2^47) and, above them,
+// what the message is (common/p2p_what.hpp).
+constexpr int kWhatShift = 48;
+constexpr uint64_t kSizeMask = (uint64_t{1} << kWhatShift) - 1;
 // The stream. Every message starts on a kSlot boundary: its header (16 bytes, or 32 by
 // reference), then its payload padded to a multiple of kSlot. The header's second word (the
 // per-direction sequence number and the magic word, never 0) is stored last, with release, and
@@ -240,15 +246,16 @@ ShmP2p::Pair &ShmP2p::pair(int peer, const Deadline &deadline) {
   return *slot;
 }
 
-ShmP2p::OpId ShmP2p::post_send(int peer, const void *buf, size_t bytes, const Deadline &deadline) {
-  return post(true, peer, static_cast<uint8_t *>(const_cast<void *>(buf)), bytes, deadline);
+ShmP2p::OpId ShmP2p::post_send(int peer, const void *buf, size_t bytes, const Deadline &deadline, uint32_t what) {
+  return post(true, peer, static_cast<uint8_t *>(const_cast<void *>(buf)), bytes, deadline, what);
 }
 
-ShmP2p::OpId ShmP2p::post_recv(int peer, void *buf, size_t bytes, const Deadline &deadline) {
-  return post(false, peer, static_cast<uint8_t *>(buf), bytes, deadline);
+ShmP2p::OpId ShmP2p::post_recv(int peer, void *buf, size_t bytes, const Deadline &deadline, uint32_t what) {
+  return post(false, peer, static_cast<uint8_t *>(buf), bytes, deadline, what);
 }
 
-ShmP2p::OpId ShmP2p::post(bool send, int peer, uint8_t *buf, size_t bytes, const Deadline &deadline) {
+ShmP2p::OpId ShmP2p::post(bool send, int peer, uint8_t *buf, size_t bytes, const Deadline &deadline,
+                          uint32_t what) {
   Pair &p = pair(peer, deadline);
   const OpId id = allocate();
   Op &op = get(id);
@@ -256,6 +263,7 @@ ShmP2p::OpId ShmP2p::post(bool send, int peer, uint8_t *buf, size_t bytes, const
   op.peer = peer;
   op.buf = buf;
   op.bytes = bytes;
+  op.what = what & kP2PWhatMask;
   if (p.broken) {
     op.done = true;
     op.status = PSTATE_ERR_ABORTED;
@@ -284,8 +292,8 @@ bool ShmP2p::move_send(Pair &p, Op &op) {
     fail_pair(p, PSTATE_ERR_MISMATCH,
               cat(options_.label, ": rank ", global_rank(op.peer), " (group rank ", op.peer,
                   ") received a message from rank ", global_rank(rank_),
-                  " with a size other than its receive's (its error names both); the pair's stream is out of step: "
-                  "abort the context"));
+                  " with a size, kind or dtype other than its receive's (its error names both); the pair's stream is "
+                  "out of step: abort the context"));
     return false;
   }
   const size_t padded = round_up(op.bytes, kSlot);
@@ -297,8 +305,8 @@ bool ShmP2p::move_send(Pair &p, Op &op) {
     const size_t need = hlen + (whole ? padded : 0);
     if (space(need) < need) return false;
     uint8_t *h = p.out_data + tail % c;  // a slot: never wraps
-    const uint64_t bytes = op.bytes;
-    std::memcpy(h, &bytes, 8);
+    const uint64_t size_word = op.bytes | uint64_t{op.what} << kWhatShift;
+    std::memcpy(h, &size_word, 8);
     if (op.by_ref) {
       const uint64_t pid = static_cast<uint64_t>(::getpid()), addr = reinterpret_cast<uintptr_t>(op.buf);
       std::memcpy(h + 16, &pid, 8);
@@ -385,8 +393,10 @@ bool ShmP2p::move_recv(Pair &p, Op &op) {
     const uint64_t word = __atomic_load_n(reinterpret_cast<const uint64_t *>(h + 8), __ATOMIC_ACQUIRE);
     if (word == 0) return false;
     const auto seq = static_cast<uint32_t>(word), magic = static_cast<uint32_t>(word >> 32);
-    uint64_t bytes = 0;
-    std::memcpy(&bytes, h, 8);
+    uint64_t size_word = 0;
+    std::memcpy(&size_word, h, 8);
+    const uint64_t bytes = size_word & kSizeMask;
+    const auto what = static_cast<uint32_t>(size_word >> kWhatShift) & kP2PWhatMask;
     if ((magic != kMessageMagic && magic != kWholeMagic && magic != kRefMagic) || seq != p.received) {
       fail_pair(p, PSTATE_ERR_TRANSPORT,
                 cat(options_.label, ": the stream from rank ", global_rank(op.peer), " (group rank ", op.peer,
@@ -394,14 +404,15 @@ bool ShmP2p::move_recv(Pair &p, Op &op) {
                     ", sequence ", seq, "); the context must be aborted"));
       return false;
     }
-    if (bytes != op.bytes) {
+    if (bytes != op.bytes || what != op.what) {
       p.in->broken.store(1, std::memory_order_release);
       fail_pair(p, PSTATE_ERR_MISMATCH,
-                cat(options_.label, ": rank ", global_rank(op.peer), " (group rank ", op.peer, ") sent ", bytes,
-                    " bytes as its message #", seq, " to rank ", global_rank(rank_), " (group rank ", rank_,
-                    "), which expected exactly ", op.bytes,
-                    " bytes: a send and its receive must have the same size (count x dtype size); the pair's "
-                    "stream is now out of step: abort the context"));
+                cat(options_.label, ": rank ", global_rank(op.peer), " (group rank ", op.peer, ") sent its message #",
+                    seq, " with ", describe_p2p_what(P2PStream::kTensors, what), " (", bytes, " bytes) to rank ",
+                    global_rank(rank_), " (group rank ", rank_, "), which expected exactly ", op.bytes,
+                    " bytes in ", describe_p2p_what(P2PStream::kTensors, op.what, /*receiving=*/true),
+                    ": a send and its receive must agree on kind, dtype and count; nothing of it was copied, "
+                    "and the pair's stream is now out of step, so the context is failed on both sides"));
       return false;
     }
     if (magic == kWholeMagic) {  // the payload was in the ring before the header: one look

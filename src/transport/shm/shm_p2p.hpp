@@ -21,16 +21,18 @@
 //
 // A ring is capacity bytes of data, a tail the writer advances and a head the reader advances
 // (each on its own cache line, written only by its owner, release; read by the other, acquire).
-// A message is a 16-byte header (payload bytes, then a word of the per-direction sequence number
-// and a magic word) followed by its payload padded to 16 bytes, wrapping at the end of the ring.
+// A message is a 16-byte header (payload bytes with, in bits 48..53, what the message is: its kind
+// and dtype, common/p2p_what.hpp; then a word of the per-direction sequence number and a magic
+// word) followed by its payload padded to 16 bytes, wrapping at the end of the ring.
 // The reader polls the header's second word where the next message will start (the writer
 // zeroed it before publishing the previous message, and stores it last): a small message is
 // written payload first, header word last, so its arrival is one look at one cache line (the
 // ring-step time of Open MPI's fast boxes; a separate tail would be a second miss).
 // A larger message publishes its header first and its payload through the tail every
 // kPublishBytes, so the reader copies out the first chunk while the next is being copied in
-// (two copies, pipelined; a message of any size passes through a ring of any size). A receive of a different size than the message's is
-// PSTATE_ERR_MISMATCH, naming both sizes; the pair's stream is then out of step, so the pair is
+// (two copies, pipelined; a message of any size passes through a ring of any size). A receive of
+// a different size, kind or dtype than the message's is PSTATE_ERR_MISMATCH, naming both sides
+// (nothing of it is copied); the pair's stream is then out of step, so the pair is
 // broken (every later operation with that peer fails; the reader's `broken` flag tells the
 // writer) and the caller fails its context.
 //
@@ -102,8 +104,10 @@ class ShmP2p {
   // Queue a send / receive of bytes with group rank peer (not this rank); moves what it can at
   // once. The buffer belongs to the engine until the operation completed (test/wait) or was
   // cancelled. Attaching to the pair segment may throw (PSTATE_ERR_TRANSPORT: shm_open failed).
-  OpId post_send(int peer, const void *buf, size_t bytes, const Deadline &deadline);
-  OpId post_recv(int peer, void *buf, size_t bytes, const Deadline &deadline);
+  // what: the message's kind and dtype (common/p2p_what.hpp); a receive takes only a message of
+  // its own size and what.
+  OpId post_send(int peer, const void *buf, size_t bytes, const Deadline &deadline, uint32_t what = 0);
+  OpId post_recv(int peer, void *buf, size_t bytes, const Deadline &deadline, uint32_t what = 0);
   // Moves what it can; true (and the operation forgotten) once it completed. A failed operation
   // throws its error (and is forgotten).
   bool test(OpId id);
@@ -131,6 +135,7 @@ class ShmP2p {
     int peer = -1;
     uint8_t *buf = nullptr;
     size_t bytes = 0;
+    uint32_t what = 0;         // kind and dtype (common/p2p_what.hpp)
     size_t moved = 0;          // payload bytes written / read so far
     size_t header_len = 0;     // 16 (by value) or 32 (by reference), once written / read whole; 0: not yet
     uint8_t header[32] = {};   // the header being written / read
@@ -161,7 +166,7 @@ class ShmP2p {
 
   Pair &pair(int peer, const Deadline &deadline);
   std::string pair_name(int peer) const;
-  OpId post(bool send, int peer, uint8_t *buf, size_t bytes, const Deadline &deadline);
+  OpId post(bool send, int peer, uint8_t *buf, size_t bytes, const Deadline &deadline, uint32_t what);
   bool move_send(Pair &p, Op &op);  // true when op finished
   bool move_recv(Pair &p, Op &op);
   void progress_pair(Pair &p) noexcept;

@@ -38,6 +38,8 @@ int online_cpus() {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
+}  // namespace
+
 // The waiter's half of the fence pair (see shm_wait.hpp). False when membarrier failed: the
 // caller then must not sleep long, since an owner may have missed it.
 bool heavy_fence(bool light) {
@@ -47,8 +49,6 @@ bool heavy_fence(bool light) {
   }
   return syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0;
 }
-
-}  // namespace
 
 bool register_for_asymmetric_fences() {
   return syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
@@ -75,11 +75,23 @@ void ShmWaiter::slow_wait(ShmSignal &signal, const std::function<bool()> &ready,
   auto now = Clock::now();
   const auto yield_until = now + std::chrono::nanoseconds(options_.yield_ns);
   auto next_liveness = now + interval;
+  auto end = deadline.at();
+  bool extended = false;
   ++stats_.slow_waits;
   for (;;) {
     if (ready()) return;
     now = Clock::now();
-    if (now >= deadline.at()) timed_out(describe);
+    if (now >= end) {
+      const int d = guard_ != nullptr ? guard_->on_deadline(ready) : DeadlineGuard::kGiveUp;
+      if (d == DeadlineGuard::kReady) return;
+      if (d == DeadlineGuard::kKeepWaiting && !extended) {
+        extended = true;  // a peer completed the call: what this rank waits for is on its way
+        end = now + std::max<Clock::duration>(now - (yield_until - std::chrono::nanoseconds(options_.yield_ns)),
+                                              std::chrono::milliseconds(100));
+        continue;
+      }
+      timed_out(describe);
+    }
     if (now >= next_liveness) {
       check_liveness();
       next_liveness = now + interval;

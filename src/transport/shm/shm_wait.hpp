@@ -110,6 +110,22 @@ struct WaitStats {
   uint64_t sleep_timeouts = 0;  // futex sleeps ended by their timeout, not by a wake-up
 };
 
+// A wait's hook at its deadline (ShmGroup's "one call, one verdict"): kReady when, after the
+// hook's fence, ready() holds; kKeepWaiting when the call must not be given up (once, up to as
+// long again); kGiveUp to throw the timeout.
+class DeadlineGuard {
+ public:
+  enum Decision { kReady = 0, kKeepWaiting = 1, kGiveUp = 2 };
+  virtual int on_deadline(const std::function<bool()> &ready) = 0;
+
+ protected:
+  ~DeadlineGuard() = default;
+};
+
+// The waiter's half of the asymmetric fence pair: membarrier(GLOBAL_EXPEDITED) when light, a real
+// fence otherwise. False when membarrier failed.
+bool heavy_fence(bool light);
+
 class ShmWaiter {
  public:
   // liveness may be empty; when set it is called periodically while waiting and should throw
@@ -142,6 +158,8 @@ class ShmWaiter {
   void notify(ShmSignal &signal) const { signal.notify(light_notify_); }
   // true once every rank of the group registered for asymmetric fences (see above).
   void set_light_notify(bool light) { light_notify_ = light; }
+  // The hook asked at a wait's deadline (nullptr: none).
+  void set_guard(DeadlineGuard *guard) { guard_ = guard; }
   bool light_notify() const { return light_notify_; }
   const WaitStats &stats() const { return stats_; }
 
@@ -176,6 +194,7 @@ class ShmWaiter {
 
   WaitOptions options_;
   std::function<void()> liveness_;
+  DeadlineGuard *guard_ = nullptr;
   bool light_notify_ = false;
   int64_t spin_budget_ns_;
   WaitStats stats_;

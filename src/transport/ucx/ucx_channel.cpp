@@ -43,8 +43,12 @@ void UcxChannel::check_peer(int peer, const char *call) const {
                 " but the group has ranks 0..", size() - 1);
 }
 
+// Point-to-point receives compare the tag's "what" field after arrival instead of matching it
+// (ucx_tag.hpp), so a message of another kind or dtype is a MISMATCH, not a wait.
 OpTarget UcxChannel::target(int peer, uint64_t tag) const {
-  return OpTarget{owner_, world_ranks_[static_cast<size_t>(peer)], peer, tag};
+  OpTarget t{owner_, world_ranks_[static_cast<size_t>(peer)], peer, tag};
+  if (ucx::is_p2p_tag(tag)) t.check_mask = ucx::kP2PCheckMask;
+  return t;
 }
 
 // Runs one post; if it throws (e.g. the peer directory failed), the channel's other outstanding
@@ -75,6 +79,13 @@ Channel::Request UcxChannel::irecv_any_size(int peer, std::vector<uint8_t> *out,
   check_peer(peer, "receive");
   uint64_t full = ucx::make_tag(group_id_, world_rank_of(peer), tag);
   return post([&] { return worker_.post_recv_any_size(target(peer, full), out); });
+}
+
+Channel::Request UcxChannel::irecv_any_what(int peer, std::vector<uint8_t> *out, uint32_t tag) {
+  check_peer(peer, "receive");
+  OpTarget t = target(peer, ucx::make_tag(group_id_, world_rank_of(peer), tag));
+  t.compare_checked = false;
+  return post([&] { return worker_.post_recv_any_size(t, out); });
 }
 
 void UcxChannel::wait_all(const Request *requests, size_t n) {

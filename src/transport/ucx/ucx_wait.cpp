@@ -22,6 +22,8 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <ctime>
 #include <cerrno>
 #include <chrono>
 
@@ -132,7 +134,7 @@ bool UcxWorker::all_done(const OpId *ops, size_t n, const WaitScope &scope) {
       continue;
     }
     bool size_ok = op.kind != OpKind::kRecv || op.received == op.bytes;
-    if (op.status != UCS_OK || !size_ok) throw_failed_op(op, scope);
+    if (op.status != UCS_OK || !size_ok || op.foreign()) throw_failed_op(op, scope);
   }
   return done;
 }
@@ -220,10 +222,38 @@ std::string UcxWorker::describe_op(const Op &op) const {
 }
 
 void UcxWorker::throw_notice(const Notice &n, const WaitScope &scope) {
-  throw_error(PSTATE_ERR_PEER_LOST, scope.what, ": ", ucx::kNoticeMarker, n.from,
-              n.dead >= 0 ? cat(" saw rank ", n.dead, " die") : std::string(" lost a peer"),
-              " and left the job's collectives, so ", describe_self(scope),
-              " cannot complete this wait; ", ucx::kPeerLostWayOut);
+  throw notice_error(n, std::string(scope.what), describe_self(scope), n.from);
+}
+
+namespace {
+// "12:00:03.123 UTC, 2.5 s ago"
+std::string when_text(int64_t unix_ms) {
+  if (unix_ms <= 0) return "at an unknown time";
+  const time_t secs = static_cast<time_t>(unix_ms / 1000);
+  tm t{};
+  gmtime_r(&secs, &t);
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  const int64_t ago = static_cast<int64_t>(now.tv_sec) * 1000 + now.tv_nsec / 1000000 - unix_ms;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "at %02d:%02d:%02d.%03d UTC, %.3f s ago", t.tm_hour, t.tm_min, t.tm_sec,
+                static_cast<int>(unix_ms % 1000), static_cast<double>(ago) / 1000.0);
+  return buf;
+}
+}  // namespace
+
+Error UcxWorker::notice_error(const Notice &n, const std::string &what, const std::string &self, int from_rank) {
+  if (n.status == PSTATE_ERR_PEER_LOST || n.status == PSTATE_OK)
+    return Error(PSTATE_ERR_PEER_LOST,
+                 cat(what, ": ", ucx::kNoticeMarker, from_rank,
+                     n.dead >= 0 ? cat(" saw rank ", n.dead, " die") : std::string(" lost a peer"),
+                     " and left the job's collectives, so ", self, " cannot complete this wait; ",
+                     ucx::kPeerLostWayOut));
+  const pstate_status_t status = n.status == PSTATE_ERR_INTERRUPTED ? PSTATE_ERR_ABORTED : n.status;
+  return Error(status, cat(what, ": ", ucx::kNoticeMarker, from_rank, " failed ", when_text(n.unix_ms), " with ",
+                           pstate_status_string(n.status), " and left the job's collectives, so ", self,
+                           " cannot complete this call (its error: \"", n.text, n.text.size() >= kNoticeTextBytes ? "..." : "",
+                           "\"); the context is failed: call pstate_abort"));
 }
 
 void UcxWorker::throw_peer_lost(const Peer &p, const Op &op, const WaitScope &scope) {
@@ -243,6 +273,7 @@ void UcxWorker::throw_failed_op(const Op &op, const WaitScope &scope) {
   if (p.watch && !p.exited) p.exited = p.watch->exited();
   if (op.status != UCS_OK && p.lost()) throw_peer_lost(p, op, scope);
   std::string peer = describe_peer(p, op);
+  if (op.foreign()) throw_foreign(op, p, scope);
   if (op.status == UCS_ERR_MESSAGE_TRUNCATED || (op.status == UCS_OK && op.kind == OpKind::kRecv))
     throw_error(PSTATE_ERR_MISMATCH, scope.what, ": ", peer, " sent ",
                 op.status == UCS_OK ? cat(op.received, " bytes") : std::string("a longer message"), " but ",
@@ -256,6 +287,21 @@ void UcxWorker::throw_failed_op(const Op &op, const WaitScope &scope) {
                 " was closed after an earlier error; call pstate_abort");
   throw_error(PSTATE_ERR_TRANSPORT, scope.what, ": UCX failed the ", describe_op(op), " between ", describe_self(scope),
               " and ", peer, ": ", ucs_status_string(op.status));
+}
+
+// A point-to-point message of another kind or dtype than the receive's (ucx_tag.hpp): the
+// stream is out of step, which the receiver reports naming both sides (the sender learns it
+// from this rank's failure notice).
+void UcxWorker::throw_foreign(const Op &op, const Peer &p, const WaitScope &scope) {
+  const P2PStream stream = ucx::p2p_stream_of(op.target.tag);
+  const std::string size = op.kind == OpKind::kRecv ? cat(op.bytes, " bytes") : std::string("an object");
+  throw_error(PSTATE_ERR_MISMATCH, scope.what, ": ", describe_peer(p, op), " sent its message #",
+              ucx::p2p_counter_of(op.sender_tag), " with ", describe_p2p_what(stream, ucx::p2p_what_of(op.sender_tag)),
+              op.kind == OpKind::kRecv ? cat(" (", op.received, " bytes)") : std::string(), ", but ",
+              describe_self(scope), " took it in ",
+              describe_p2p_what(stream, ucx::p2p_what_of(op.target.tag), /*receiving=*/true), " of ", size,
+              ": the k-th send to a rank is its k-th receive from the sender on the same stream, with the same kind, "
+              "dtype and count; the stream is out of step, so the context is failed on both sides");
 }
 
 void UcxWorker::throw_timeout(const OpId *ops, size_t n, const WaitScope &scope) {

@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
+#include <ctime>
 #include <cerrno>
 #include <cstdlib>
 #include <mutex>
@@ -176,8 +178,25 @@ void UcxWorker::forget_peer(int world_rank) noexcept {
   peers_.erase(it);
 }
 
-void UcxWorker::post_notices(const std::vector<int> &world_ranks, int dead) noexcept {
+// The notice on the wire: u32 epoch, i32 dead, i32 status, u32 text bytes, i64 unix ms, text.
+void UcxWorker::post_notices(const std::vector<int> &world_ranks, int dead, pstate_status_t status,
+                             const std::string &text) noexcept {
   if (worker_ == nullptr) return;
+  std::vector<uint8_t> notice;
+  try {
+    const std::string cut = text.substr(0, kNoticeTextBytes);
+    timespec ts{};
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const int64_t unix_ms = static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+    notice.resize(24 + cut.size());
+    const uint32_t words[4] = {epoch_, static_cast<uint32_t>(dead), static_cast<uint32_t>(status),
+                               static_cast<uint32_t>(cut.size())};
+    std::memcpy(notice.data(), words, sizeof words);
+    std::memcpy(notice.data() + 16, &unix_ms, 8);
+    std::memcpy(notice.data() + 24, cut.data(), cut.size());
+  } catch (...) {
+    return;  // no memory: the peers learn of the failure by themselves
+  }
   for (int r : world_ranks) {
     if (r == options_.world_rank || r == dead) continue;
     try {
@@ -191,9 +210,9 @@ void UcxWorker::post_notices(const std::vector<int> &world_ranks, int dead) noex
       }
       ucp_ep_h ep = endpoint(*p);
       if (ep == nullptr) continue;
-      notice_words_.push_back(uint64_t{epoch_} | (uint64_t{static_cast<uint32_t>(dead)} << 32));
+      notice_words_.push_back(notice);
       ucp_request_param_t param{};
-      ucs_status_ptr_t req = ucp_tag_send_nbx(ep, &notice_words_.back(), sizeof(uint64_t),
+      ucs_status_ptr_t req = ucp_tag_send_nbx(ep, notice_words_.back().data(), notice_words_.back().size(),
                                               ucx::make_tag(kNoticeGroupId, options_.world_rank, 0), &param);
       if (UCS_PTR_IS_PTR(req)) notice_sends_.push_back(req);
     } catch (...) {  // a peer we cannot reach learns of the failure by itself
@@ -230,16 +249,25 @@ std::optional<UcxWorker::Notice> UcxWorker::take_notice() {
     ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, ucx::make_tag(kNoticeGroupId, 0, 0),
                                              uint64_t{ucx::kMaxGroupId} << 52, 1, &info);
     if (msg == nullptr) return std::nullopt;
-    uint64_t word = 0;
+    std::vector<uint8_t> bytes(info.length);
     ucp_request_param_t param = recv_param();
-    ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker_, &word, sizeof word, msg, &param);
+    ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker_, bytes.data(), bytes.size(), msg, &param);
     if (UCS_PTR_IS_ERR(r)) continue;
     if (r != nullptr) {
-      while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);  // local: 8 bytes arrived
+      while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);  // local: it arrived
       ucp_request_free(r);
     }
-    if (info.length != sizeof word || static_cast<uint32_t>(word) != epoch_) continue;  // another world's
-    return Notice{ucx::tag_source(info.sender_tag), static_cast<int>(static_cast<uint32_t>(word >> 32))};
+    if (bytes.size() < 24) continue;  // not a notice of this version
+    uint32_t words[4];
+    std::memcpy(words, bytes.data(), sizeof words);
+    if (words[0] != epoch_ || words[3] != bytes.size() - 24) continue;  // another world's, or torn
+    Notice n;
+    n.from = ucx::tag_source(info.sender_tag);
+    n.dead = static_cast<int>(words[1]);
+    n.status = static_cast<pstate_status_t>(words[2]);
+    std::memcpy(&n.unix_ms, bytes.data() + 16, 8);
+    n.text.assign(reinterpret_cast<const char *>(bytes.data()) + 24, words[3]);
+    return n;
   }
 }
 
@@ -426,7 +454,7 @@ UcxWorker::OpId UcxWorker::post_recv(const OpTarget &target, void *buf, size_t b
   op.recv_buf = buf;
   op.bytes = bytes;
   ucp_request_param_t param = recv_param();
-  finish_post(op, ucp_tag_recv_nbx(worker_, buf, bytes, target.tag, ucx::kTagMatchAll, &param), 0);
+  finish_post(op, ucp_tag_recv_nbx(worker_, buf, bytes, target.tag, ~target.check_mask, &param), 0);
   return id;
 }
 
@@ -446,13 +474,15 @@ void UcxWorker::start_probed_recvs() {
   for (size_t i = 0; i < probing_.size();) {
     Op &op = ops_[probing_[i]];
     ucp_tag_recv_info_t info{};
-    ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, op.target.tag, ucx::kTagMatchAll, 1, &info);
+    ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, op.target.tag, ~op.target.check_mask, 1, &info);
     if (msg == nullptr) {
       ++i;
       continue;
     }
     probing_.erase(probing_.begin() + static_cast<std::ptrdiff_t>(i));
     op.bytes = info.length;
+    op.sender_tag = info.sender_tag;
+    op.sender_tag_known = true;
     ucp_request_param_t param = recv_param();
     ucs_status_ptr_t r;
     try {
@@ -480,6 +510,12 @@ bool UcxWorker::test_op(Op &op) {
     ucp_tag_recv_info_t info{};
     st = ucp_tag_recv_request_test(op.request, &info);
     if (st == UCS_OK) op.received = info.length;
+    // UCX fills info once the receive completed, truncated too; any-size receives know the tag
+    // from their probe already
+    if (st != UCS_INPROGRESS && op.kind == OpKind::kRecv && info.sender_tag != 0) {
+      op.sender_tag = info.sender_tag;
+      op.sender_tag_known = true;
+    }
   }
   if (st == UCS_INPROGRESS) return false;
   op.status = st;

@@ -114,6 +114,10 @@ struct OpTarget {
   int peer_world = 0;
   int peer_in_group = -1;  // for messages only
   uint64_t tag = 0;        // full 64-bit tag (ucx_tag.hpp)
+  // Receives: tag bits not matched but compared with the sender's once the message arrived (a
+  // difference is PSTATE_ERR_MISMATCH): point-to-point's "what" field (ucx_tag.hpp).
+  uint64_t check_mask = 0;
+  bool compare_checked = true;  // false: those bits are neither matched nor compared (draining)
 };
 
 class UcxWorker {
@@ -194,19 +198,31 @@ class UcxWorker {
   // the rebuilt world uses it.
   bool peer_broken(int world_rank) const;
 
-  // ---- failure notices (pstate_shrink) ----
-  // A rank that sees a peer die tells the other members of its world with a notice (8 bytes on
-  // the reserved group id kNoticeGroupId: the world's epoch and the dead rank), so a rank blocked
+  // ---- failure notices (pstate_shrink; issue 27) ----
+  // A rank whose context fails tells the other members of its world with a notice (on the
+  // reserved group id kNoticeGroupId: the world's epoch, the dead rank it saw die or -1, the
+  // status it failed with, when, and the first kNoticeTextBytes of its error), so a rank blocked
   // on a live peer that gave up learns it at its next liveness check (every ~50 ms of a wait)
   // instead of at its deadline. Notices of another epoch (an older world) are dropped unread.
   static constexpr uint32_t kNoticeGroupId = 4095;
   void set_epoch(uint32_t epoch) { epoch_ = epoch; }
   // Fire and forget: never blocks, never throws; peers this worker knows dead are skipped.
-  void post_notices(const std::vector<int> &world_ranks, int dead) noexcept;
+  // status: why this rank failed (PEER_LOST for a death); text: its error (cut to
+  // kNoticeTextBytes).
+  void post_notices(const std::vector<int> &world_ranks, int dead, pstate_status_t status = PSTATE_ERR_PEER_LOST,
+                    const std::string &text = {}) noexcept;
+  static constexpr size_t kNoticeTextBytes = 600;
   struct Notice {
     int from = -1;  // the world rank that sent it
     int dead = -1;  // the rank it saw die (-1: unknown)
+    pstate_status_t status = PSTATE_ERR_PEER_LOST;  // what the sender failed with
+    int64_t unix_ms = 0;                           // when (the sender's clock; 0: unknown)
+    std::string text;                              // the start of the sender's error
   };
+  // The error a notice means for a rank that waits: a death is PEER_LOST, an interruption
+  // ABORTED, anything else the sender's status; the text names the sender, when, and why. `what`
+  // names the waiting call, `self` this rank ("rank 2 (group rank 1)").
+  static Error notice_error(const Notice &n, const std::string &what, const std::string &self, int from_rank);
   // Progresses the worker (connections and notices in flight); true when no notice is in flight.
   bool progress_notices() noexcept;
   // Progresses the worker once and returns a notice of this epoch that arrived, if any.
@@ -226,6 +242,12 @@ class UcxWorker {
     void *request = nullptr;              // UCX request while kPending
     ucs_status_t status = UCS_OK;         // final status once kDone
     size_t received = 0;                  // receives: bytes that arrived
+    uint64_t sender_tag = 0;              // receives: the arrived message's full tag ...
+    bool sender_tag_known = false;        // ... once UCX said it
+    // A receive whose message differs from target.tag in target.check_mask bits.
+    bool foreign() const {
+      return target.compare_checked && sender_tag_known && ((sender_tag ^ target.tag) & target.check_mask) != 0;
+    }
   };
   struct Peer {
     UcxWorker *worker = nullptr;
@@ -273,6 +295,7 @@ class UcxWorker {
   std::string describe_op(const Op &op) const;
   [[noreturn]] void throw_peer_lost(const Peer &p, const Op &op, const WaitScope &scope);
   [[noreturn]] void throw_failed_op(const Op &op, const WaitScope &scope);
+  [[noreturn]] void throw_foreign(const Op &op, const Peer &p, const WaitScope &scope);
   [[noreturn]] void throw_timeout(const OpId *ops, size_t n, const WaitScope &scope);
   [[noreturn]] void throw_interrupted(const OpId *ops, size_t n, const WaitScope &scope);
 
@@ -305,7 +328,7 @@ class UcxWorker {
   Deadline::Clock::time_point wait_start_{};
   Deadline::Clock::time_point last_liveness_check_{};
   uint32_t epoch_ = 0;
-  std::deque<uint64_t> notice_words_;  // what post_notices sent (UCX may read them until done)
+  std::deque<std::vector<uint8_t>> notice_words_;  // what post_notices sent (UCX reads them until done)
   std::vector<void *> notice_sends_;   // their requests, freed once complete
   [[noreturn]] void throw_notice(const Notice &n, const WaitScope &scope);
   std::vector<pollfd> poll_fds_;  // scratch for block(): wake-up fd + pidfds

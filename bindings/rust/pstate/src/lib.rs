@@ -17,7 +17,9 @@
 //! Ownership mirrors the C lifetimes: a [`Group`] borrows its [`PState`], so it cannot outlive
 //! it, and [`PState::destroy_model_parallel`] / [`PState::finalize`] (which invalidate groups in
 //! C) need the PState exclusively or by value. Dropping a PState finalizes it (aborts it while
-//! panicking). Thread rules are C's: a PState is `Send` (a rank may move to another thread) but
+//! panicking). Non-blocking requests own their buffers or live in a [`scope`], so not even a
+//! forgotten request lets the library write into memory Rust has freed ([`requests`] says why).
+//! Thread rules are C's: a PState is `Send` (a rank may move to another thread) but
 //! not `Sync`, and groups are neither, so one thread at a time drives a PState and its groups.
 //! The compiler enforces all of this:
 //!
@@ -45,12 +47,14 @@
 //! ```
 mod error;
 mod nonblocking;
+pub mod requests;
 mod rooted;
 mod tensor_dict;
 mod types;
 
 pub use error::{Error, Result, Status};
-pub use nonblocking::{P2POp, Request};
+pub use nonblocking::P2POp;
+pub use requests::{scope, RecvBuf, Request, Scope, ScopedRequest, SendBuf};
 pub use tensor_dict::Tensor;
 pub use types::{Bf16, DType, Device, Element, GroupKind, ReduceOp, F16};
 

@@ -1,118 +1,17 @@
-//! Variable-count collectives (`pstate_all_gatherv`, `pstate_reduce_scatterv`), non-blocking
-//! point-to-point (`pstate_isend`/`pstate_irecv` + `pstate_wait`/`pstate_test`), batched
+//! Variable-count collectives (`pstate_all_gatherv`, `pstate_reduce_scatterv`), batched
 //! point-to-point (`pstate_p2p_batch`), custom groups (`pstate_new_group`) and sliced tensor dicts
 //! (`pstate_send/recv_tensor_dict_sliced`).
 //!
-//! A [`Request`] borrows its buffer for as long as it is pending (`Request<'a>` holds the
-//! `&'a [T]` of an isend or the `&'a mut [T]` of an irecv), so the borrow checker refuses to
-//! read a pending receive buffer or to change a pending send buffer:
-//!
-//! ```compile_fail,E0502
-//! fn f(w: &pstate::Group<'_>) {
-//!     let mut buf = vec![0f32; 4];
-//!     let req = w.irecv(&mut buf, 1).unwrap();
-//!     println!("{}", buf[0]); // still owned by the pending receive
-//!     req.wait().unwrap();
-//! }
-//! ```
-//! ```compile_fail,E0506
-//! fn f(w: &pstate::Group<'_>) {
-//!     let mut buf = [1f32; 4];
-//!     let req = w.isend(&buf, 1).unwrap();
-//!     buf[0] = 2.0; // the pending send still reads it
-//!     req.wait().unwrap();
-//! }
-//! ```
-//! ```compile_fail,E0505
-//! // a request borrows its group, hence the PState: no finalize while it is pending
-//! fn f(ps: pstate::PState, buf: &mut [f32]) {
-//!     let w = ps.world().unwrap();
-//!     let req = w.irecv(buf, 1).unwrap();
-//!     ps.finalize().unwrap();
-//!     req.wait().unwrap();
-//! }
-//! ```
-//! ```compile_fail,E0277
-//! // a request is driven by the thread of its PState (C: one thread at a time per context)
-//! fn needs_send<T: Send>(_: T) {}
-//! fn f(w: &pstate::Group<'_>, buf: &mut [f32]) { needs_send(w.irecv(buf, 1).unwrap()); }
-//! ```
-//!
-//! Once `wait` returned (it consumes the request), the buffer is the caller's again:
-//!
-//! ```no_run
-//! # fn f(w: &pstate::Group<'_>) -> pstate::Result<()> {
-//! let mut buf = vec![0f32; 4];
-//! let req = w.irecv(&mut buf, 1)?;
-//! req.wait()?;
-//! println!("{}", buf[0]);
-//! # Ok(()) }
-//! ```
+//! Non-blocking point-to-point requests are in [`crate::requests`]. [`Group::p2p_batch`] needs
+//! nothing of the kind: it returns only when every op of the batch completed (or failed, the
+//! library having cancelled the rest), so a [`P2POp`] borrows its buffer for the call alone and
+//! forgetting one is harmless. In a CUDA context the batch is enqueued on the stream, but the
+//! library refuses host memory there, and the safe API passes nothing else.
 use crate::error::{check, Error, Result, Status};
 use crate::types::{Element, GroupKind, ReduceOp};
 use crate::{rank_arg, sys, Group, GroupInfo, PState};
 use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
-
-/// One pending isend/irecv (SGLang's P2PWork), borrowing its buffer until it completes.
-///
-/// Complete it with [`Request::wait`] (consumes it) or [`Request::test`] until it returns
-/// `Ok(true)` (or an error: the operation failed, and the request is complete). Dropping a
-/// request that has not completed waits for it (at most the context timeout) and ignores its
-/// error, so the buffer is never released to the caller while pstate still uses it. It also
-/// borrows its group (hence the PState), so while it is pending the PState cannot be finalized,
-/// moved to another thread, or have its groups destroyed (which C refuses for a pending
-/// request). Not `Send`: it is driven by the thread that drives its PState.
-#[must_use = "a request must be completed (wait or test); dropping it waits"]
-pub struct Request<'a> {
-    raw: *mut sys::pstate_request_t, // null once completed
-    _buf: PhantomData<&'a mut [u8]>,
-}
-
-impl Request<'_> {
-    /// Waits until the request completes (at most the context timeout) and returns its result:
-    /// `Status::Mismatch` for a message of another size, `Timeout`, `PeerLost`, `Aborted` after
-    /// finalize/abort.
-    pub fn wait(mut self) -> Result<()> {
-        self.complete()
-    }
-
-    fn complete(&mut self) -> Result<()> {
-        let raw = std::mem::replace(&mut self.raw, ptr::null_mut());
-        if raw.is_null() {
-            return Ok(());
-        }
-        check(unsafe { sys::pstate_wait(raw) })
-    }
-
-    /// Progresses the transfer once without blocking: `Ok(true)` when the request completed
-    /// (then `wait` returns `Ok(())` at once), `Ok(false)` while it is pending, the operation's
-    /// error when it completed with one.
-    pub fn test(&mut self) -> Result<bool> {
-        if self.raw.is_null() {
-            return Ok(true);
-        }
-        let mut done = 0;
-        let status = unsafe { sys::pstate_test(self.raw, &mut done) };
-        if done != 0 {
-            self.raw = ptr::null_mut(); // freed by the library
-            check(status)?;
-            return Ok(true);
-        }
-        check(status).map(|()| false)
-    }
-
-    /// Whether the request completed (through `test`).
-    pub fn is_done(&self) -> bool {
-        self.raw.is_null()
-    }
-}
-
-impl Drop for Request<'_> {
-    fn drop(&mut self) {
-        let _ = self.complete();
-    }
-}
 
 /// One send or receive of [`Group::p2p_batch`], borrowing its buffer.
 pub struct P2POp<'a> {
@@ -189,23 +88,6 @@ impl<'ps> Group<'ps> {
         check(unsafe {
             sys::pstate_reduce_scatterv(self.g(), send.as_ptr().cast(), recv.as_mut_ptr().cast(), counts.as_ptr(), T::DTYPE.raw(), op.raw(), ptr::null_mut())
         })
-    }
-
-    /// Posts a send of `buf` to group rank `dst` and returns at once; `buf` (and the group)
-    /// stay borrowed until the request completes.
-    pub fn isend<'a, T: Element>(&'a self, buf: &'a [T], dst: usize) -> Result<Request<'a>> {
-        let mut raw = ptr::null_mut();
-        check(unsafe { sys::pstate_isend(self.g(), buf.as_ptr().cast(), buf.len(), T::DTYPE.raw(), rank_arg("dst", dst)?, ptr::null_mut(), &mut raw) })?;
-        Ok(Request { raw, _buf: PhantomData })
-    }
-
-    /// Posts a receive of exactly `buf.len()` elements from group rank `src` and returns at
-    /// once; `buf` stays (mutably) borrowed, and the group borrowed, until the request
-    /// completes.
-    pub fn irecv<'a, T: Element>(&'a self, buf: &'a mut [T], src: usize) -> Result<Request<'a>> {
-        let mut raw = ptr::null_mut();
-        check(unsafe { sys::pstate_irecv(self.g(), buf.as_mut_ptr().cast(), buf.len(), T::DTYPE.raw(), rank_arg("src", src)?, ptr::null_mut(), &mut raw) })?;
-        Ok(Request { raw, _buf: PhantomData })
     }
 
     /// torch's batch_isend_irecv, completed: every op runs as one batch (any listing order, no
