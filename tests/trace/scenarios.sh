@@ -18,7 +18,9 @@
 #             own code (and exits there) while the others wait in the new tp's all_reduce: the
 #             verdict names rank 3 on tp:0 of epoch 1 (its only dump is from before the shrink),
 #             and rank 1's death only as recovered
-#   ctrlc     usercode with a 60 s timeout, and Ctrl-C (SIGINT) to `pstate run` after 2 s: it asks
+#   ctrlc     usercode with a 60 s timeout, and Ctrl-C (SIGINT) to `pstate run` once rank 3 says
+#             it sits in its own code (and 1 s more, for the others to enter all_reduce #5; waited
+#             for, not a fixed time from the start, which a loaded machine may not reach): it asks
 #             every rank for a dump before it stops them, the three in all_reduce still waiting
 #
 # Env: PSTATE_CLI (the pstate command), HANG_RANK (tests/trace/hang_rank). The timeout is 2 s,
@@ -48,7 +50,12 @@ set +e
 if [ "$scenario" = ctrlc ]; then
   PSTATE_TIMEOUT_MS=60000 "$PSTATE_CLI" run -n 4 --grace-ms 500 -- "$HANG_RANK" usercode >"$work/run.out" 2>"$work/run.err" &
   launcher=$!
-  sleep 2
+  for _ in $(seq 600); do  # at most 60 s
+    grep -q 'hang_rank 3: in user code' "$work/run.err" 2>/dev/null && break
+    kill -0 "$launcher" 2>/dev/null || break
+    sleep 0.1
+  done
+  sleep 1
   kill -INT "$launcher"
   wait "$launcher"
 elif [ "$scenario" = shrunk ]; then
