@@ -65,6 +65,13 @@ std::unique_ptr<TcpStore> TcpStore::open(const StoreOptions &options, const Init
   return store;
 }
 
+std::unique_ptr<TcpStore> TcpStore::open_unconnected(const StoreOptions &options, const InitMethod &method,
+                                                     const Logger &logger) {
+  StoreOptions client = options;
+  client.serve = false;
+  return std::unique_ptr<TcpStore>(new TcpStore(client, method, logger));
+}
+
 // This rank was to serve, but the port is taken. Whatever holds it is asked, as rank 0 would ask
 // its own store: a store of this job answers that rank 0 is taken (and, being this job's, tells
 // its waiting ranks); another job's store refuses the token or job id; a foreign service is named.
@@ -173,7 +180,9 @@ void TcpStore::connect(Deadline deadline) {
                   last_problem.rfind("interface ", 0) == 0
                       ? ""
                       : " (is rank 0 running, and do MASTER_ADDR/MASTER_PORT or init_method name its host and port?)");
-    net::sleep_until_at_most(backoff_ms, deadline);
+    // The pause before the next attempt, in short naps so that interrupt() ends it at once too.
+    for (Deadline pause = earlier(deadline, Deadline::after_ms(backoff_ms)); !pause.expired() && !interrupted_.load();)
+      net::sleep_until_at_most(10, pause);
     backoff_ms = std::min(backoff_ms * 2, 1000);
   }
 }

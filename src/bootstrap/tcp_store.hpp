@@ -43,6 +43,10 @@ class TcpStore final : public Store {
   // method must be a tcp:// init method. Starts the server first when options.rank == 0 and
   // options.serve (a port of 0 then picks a free port: see port()).
   static std::unique_ptr<TcpStore> open(const StoreOptions &options, const InitMethod &method, const Logger &logger);
+  // The same without connecting (and without a server: a client only): the first call connects,
+  // within its own deadline, so that a thread of its own does it, where interrupt() reaches it.
+  static std::unique_ptr<TcpStore> open_unconnected(const StoreOptions &options, const InitMethod &method,
+                                                    const Logger &logger);
   ~TcpStore() override;
 
   void set(const std::string &key, const Bytes &value, Deadline deadline) override;

@@ -250,17 +250,14 @@ void Context::start_dump_watcher() {
   InitMethod method = launch_.store;
   method.port = tcp->port();  // the port actually served (a serving rank 0 may have asked for 0)
   StoreOptions o = launch_.store_options();
-  o.timeout_ms = std::min<int64_t>(o.timeout_ms, 5000);
+  o.timeout_ms = std::min<int64_t>(o.timeout_ms, 10000);
   try {
-    dump_watcher_ = std::make_unique<DumpWatcher>(o, method, *trace_, log_);
-  } catch (const Error &e) {
-    // A job the store has failed meanwhile (a rank refused or gave up) is this init's failure,
-    // said by the next call on the store; anything else is worth a warning.
-    const bool job_failed = std::string_view(e.what()).find(wire::kJobFailedPrefix) != std::string_view::npos;
-    const std::string text = cat("flight recorder: no dumps on request through the store (", e.what(),
-                                 "); it still dumps when a call fails and on pstate_trace_dump");
-    if (job_failed) log_.info(text);
-    else log_.warn(text);
+    // A replacement answers only the requests made from now on (dump_watcher.hpp); a rank of a
+    // new job every one, and its watcher costs this init no store traffic.
+    const int64_t first = launch_.rejoin ? store_->add(DumpWatcher::kCountKey, 0, Deadline::after_ms(o.timeout_ms)) + 1 : 1;
+    dump_watcher_ = std::make_unique<DumpWatcher>(o, method, *trace_, log_, first);
+  } catch (const std::exception &e) {  // the store's refusal, or no thread
+    log_.info("flight recorder: no dumps on request through the store (", e.what(), ")");
   }
 }
 

@@ -209,8 +209,9 @@ class Context {
  private:
   void rendezvous();
   void rendezvous_with_store(Deadline deadline);
-  // The flight recorder's dump watcher, when the recorder is on and the store is a TCP store; a
-  // watcher that cannot start is a warning (the recorder still dumps on failures), never a failed
+  // The flight recorder's dump watcher (dump_watcher.hpp), when the recorder is on and the store
+  // is a TCP store: a thread that connects by itself (a replacement first reads the request count
+  // on the context's store); one that cannot connect is a warning from that thread, never a failed
   // init. stop: at once (interrupts its wait), idempotent.
   void start_dump_watcher();
   void stop_dump_watcher() noexcept;

@@ -2,9 +2,12 @@
 // through the job's store (see dump_watcher.hpp).
 #include "group/dump_watcher.hpp"
 
+#include "bootstrap/wire.hpp"
 #include "common/error.hpp"
 
 #include <unistd.h>
+
+#include <string_view>
 
 namespace pstate {
 namespace {
@@ -28,15 +31,14 @@ std::string DumpWatcher::reason_of(const Bytes &why) {
   return text.empty() ? "a request through the store" : cat("a request through the store (", text, ")");
 }
 
-DumpWatcher::DumpWatcher(StoreOptions options, const InitMethod &method, TraceRecorder &trace, const Logger &log)
-    : trace_(trace), log_(log), owner_(::getpid()) {
+DumpWatcher::DumpWatcher(StoreOptions options, const InitMethod &method, TraceRecorder &trace, const Logger &log,
+                         int64_t first_request)
+    : connect_ms_(options.timeout_ms), trace_(trace), log_(log), next_(first_request), owner_(::getpid()) {
   options.rank = -1;  // an observer: claims no rank
   options.serve = false;
   Logger quiet(LogLevel::kNone);  // its connect and progress lines would only repeat the context's
-  store_ = TcpStore::open(options, method, quiet);
+  store_ = TcpStore::open_unconnected(options, method, quiet);
   store_->set_wait_slice_ms(kSliceMs);
-  // Requests made before this rank existed (a replacement's) are not its to answer.
-  next_ = store_->add(kCountKey, 0, Deadline::after_ms(options.timeout_ms)) + 1;
   thread_ = std::thread([this] { run(); });
 }
 
@@ -53,6 +55,16 @@ void DumpWatcher::stop() noexcept {
 }
 
 void DumpWatcher::run() noexcept {
+  try {
+    store_->check(kCountKey, Deadline::after_ms(connect_ms_));  // connects: bounded, unlike the waits
+  } catch (const Error &e) {
+    // ABORTED: stop() came first. A store that failed the job: the rank's init says why.
+    const bool job_failed = std::string_view(e.what()).find(wire::kJobFailedPrefix) != std::string_view::npos;
+    if (e.status() != PSTATE_ERR_ABORTED && !job_failed)
+      log_.warn("flight recorder: no dumps on request through the store (", e.what(),
+                "); it still dumps when a call fails and on pstate_trace_dump");
+    return;
+  }
   for (;;) {
     Bytes why;
     try {

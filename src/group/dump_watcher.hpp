@@ -19,11 +19,15 @@
 // request through the store (<why>)") and waits for n + 1. A rank blocked inside a call and one
 // idle in its own code dump alike; no signal, no handler, no thread of the program is touched.
 //
-// It starts from the count the store holds when it starts, so a replacement rank (pstate run
-// --respawn) does not answer the requests made before it existed. stop() (context teardown:
-// finalize, abort, a failed pstate_init) interrupts the parked get (TcpStore::interrupt: the
-// socket is shut down) and joins the thread: at once. When the store goes away (the launcher
-// ended, the rank serving it died) the thread ends by itself.
+// Starting one costs pstate_init a thread, no store traffic: the thread connects by itself. A rank
+// of a new job answers every request of the job, also one made before its watcher was up (the
+// rank was late, and the launcher waits for its dump); a replacement (pstate run --respawn) starts
+// after the requests the store counts when it joins (Context reads the count), so it does not
+// answer for the rank it replaces. stop() (context teardown: finalize, abort, a failed
+// pstate_init) interrupts the thread's connect or parked get (TcpStore::interrupt: the socket is
+// shut down) and joins it: at once. When the store goes away (the launcher ended, the rank
+// serving it died) the thread ends by itself; so does one that cannot connect within the
+// options' timeout (a warning, unless the store has failed the job: the rank says that itself).
 //
 // File stores have no watcher (no server to park a get at): their ranks dump on a failed call,
 // on pstate_trace_dump and, with PSTATE_TRACE_SIGNAL=1, on SIGUSR1 (trace_signal.cpp).
@@ -50,10 +54,11 @@ class DumpWatcher {
   // The dump reason of a request whose value is `why`.
   static std::string reason_of(const Bytes &why);
 
-  // Opens the observer connection to the store named by `method` (options: the context's, rank
-  // and serving overridden; open bounded by options.timeout_ms), reads the request count and
-  // starts the thread. Throws what opening the store throws. `trace` must outlive the watcher.
-  DumpWatcher(StoreOptions options, const InitMethod &method, TraceRecorder &trace, const Logger &log);
+  // Starts the thread, which connects as an observer to the store named by `method` (options:
+  // the context's, rank and serving overridden; the connect bounded by options.timeout_ms) and
+  // answers the requests from number first_request on. `trace` must outlive the watcher.
+  DumpWatcher(StoreOptions options, const InitMethod &method, TraceRecorder &trace, const Logger &log,
+              int64_t first_request = 1);
   ~DumpWatcher();  // stop()
   DumpWatcher(const DumpWatcher &) = delete;
   DumpWatcher &operator=(const DumpWatcher &) = delete;
@@ -67,6 +72,7 @@ class DumpWatcher {
   void run() noexcept;
 
   std::unique_ptr<TcpStore> store_;
+  int64_t connect_ms_;
   TraceRecorder &trace_;
   Logger log_;
   int64_t next_ = 1;  // the request the thread waits for

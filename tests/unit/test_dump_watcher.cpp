@@ -2,9 +2,11 @@
 // group/dump_watcher.hpp), against a real TCP store on 127.0.0.1: a request (add the count, set
 // the n-th key) makes the watcher dump its recorder with the request's text as the reason, once
 // per request, while another thread keeps recording (the race CI runs under ThreadSanitizer); a
-// watcher started after some requests answers only later ones; stop() ends a watcher parked in
-// its get (the server lets the parked request go) and is idempotent; a watcher whose store goes
-// away ends by itself. Every wait is bounded, so a bug fails a test instead of hanging it.
+// late watcher of a new job answers a request made before it was up, a replacement's (its first
+// request given) only later ones; stop() ends a watcher parked in its get (the server lets the
+// parked request go), one still connecting, and is idempotent; a watcher whose store goes away,
+// or cannot be reached, ends by itself. Every wait is bounded, so a bug fails a test instead of
+// hanging it.
 #include "bootstrap/init_method.hpp"
 #include "bootstrap/tcp_store.hpp"
 #include "bootstrap/tcp_store_server.hpp"
@@ -127,20 +129,23 @@ void test_each_request_is_one_dump_with_its_reason_while_the_rank_records(void *
   watcher.stop();  // idempotent
 }
 
-void test_a_watcher_answers_only_the_requests_made_after_it_started(void **) {
+void test_a_late_rank_answers_an_earlier_request_and_a_replacement_does_not(void **) {
   Job job;
   pstest::TempDir early_dir, late_dir;
   auto early = recorder_in(early_dir.path());
   auto late = recorder_in(late_dir.path());
-  DumpWatcher first(job.options, job.method, *early, Logger(LogLevel::kNone));
-  job.request("one");
-  job.request("two");
   const std::string early_file = early_dir.path() + "/rank0.pstate-trace";
   const std::string late_file = late_dir.path() + "/rank0.pstate-trace";
+  // a rank of a new job whose watcher comes up after the launcher asked: it answers
+  job.request("one");
+  DumpWatcher first(job.options, job.method, *early, Logger(LogLevel::kNone));
+  wait_until([&] { return exists(early_file) && job.parked() == 1; });
+  assert_string_equal(reason_in(early_file).c_str(), "a request through the store (one)");
+  job.request("two");
   wait_until([&] { return reason_in(early_file) == "a request through the store (two)" && job.parked() == 1; });
-  // a replacement's watcher: requests 1 and 2 are not its own. Once it is parked (for request 3),
-  // it would have dumped them already.
-  DumpWatcher second(job.options, job.method, *late, Logger(LogLevel::kNone));
+  // a replacement's watcher starts after the requests counted when it joined (Context reads the
+  // count): once it is parked (for request 3) it would have dumped for 1 and 2 already
+  DumpWatcher second(job.options, job.method, *late, Logger(LogLevel::kNone), 3);
   wait_until([&] { return job.parked() == 2; });
   assert_false(exists(late_file));
   job.request("three");
@@ -158,17 +163,21 @@ void test_a_watcher_ends_when_its_store_goes_away(void **) {
   watcher.stop();      // joins a thread that has ended (or interrupts one about to)
 }
 
-void test_no_store_no_watcher(void **) {
-  // A store that cannot be reached: the constructor throws (the context then runs without one).
+void test_a_watcher_that_cannot_connect_ends_by_itself_or_when_stopped(void **) {
   Job job;
   StoreOptions o = job.options;
   InitMethod m = job.method;
-  job.server.reset();
-  o.timeout_ms = 200;
+  job.server.reset();  // nothing listens there any more
   pstest::TempDir dir;
   auto rec = recorder_in(dir.path());
-  pstest::expect_error([&] { DumpWatcher w(o, m, *rec, Logger(LogLevel::kNone)); }, PSTATE_ERR_TIMEOUT,
-                       {"could not reach the store"});
+  o.timeout_ms = 200;
+  {
+    DumpWatcher gives_up(o, m, *rec, Logger(LogLevel::kNone));  // its connect times out: the thread ends
+  }
+  o.timeout_ms = 60000;
+  DumpWatcher retrying(o, m, *rec, Logger(LogLevel::kNone));
+  retrying.stop();  // interrupts the connect's retries, at once
+  assert_false(exists(dir.path() + "/rank0.pstate-trace"));
 }
 
 }  // namespace
@@ -176,9 +185,9 @@ void test_no_store_no_watcher(void **) {
 int main() {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_each_request_is_one_dump_with_its_reason_while_the_rank_records),
-      cmocka_unit_test(test_a_watcher_answers_only_the_requests_made_after_it_started),
+      cmocka_unit_test(test_a_late_rank_answers_an_earlier_request_and_a_replacement_does_not),
       cmocka_unit_test(test_a_watcher_ends_when_its_store_goes_away),
-      cmocka_unit_test(test_no_store_no_watcher),
+      cmocka_unit_test(test_a_watcher_that_cannot_connect_ends_by_itself_or_when_stopped),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }
