@@ -5,6 +5,8 @@
 #include "bootstrap/wire.hpp"
 #include "common/error.hpp"
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <string_view>
@@ -39,7 +41,19 @@ DumpWatcher::DumpWatcher(StoreOptions options, const InitMethod &method, TraceRe
   Logger quiet(LogLevel::kNone);  // its connect and progress lines would only repeat the context's
   store_ = TcpStore::open_unconnected(options, method, quiet);
   store_->set_wait_slice_ms(kSliceMs);
-  thread_ = std::thread([this] { run(); });
+  // Every signal blocked in the thread (it inherits the mask), so that a signal sent to the
+  // process is taken by a thread of the program, as it would be without pstate (trace_signal.cpp's
+  // watchdog does the same).
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  try {
+    thread_ = std::thread([this] { run(); });
+  } catch (...) {
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    throw;
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 DumpWatcher::~DumpWatcher() { stop(); }

@@ -17,7 +17,8 @@
 // a parked get at no cost, and the get asks for hour-long slices, so an idle watcher costs the
 // store one request an hour. When the key appears it dumps the context's recorder (reason "a
 // request through the store (<why>)") and waits for n + 1. A rank blocked inside a call and one
-// idle in its own code dump alike; no signal, no handler, no thread of the program is touched.
+// idle in its own code dump alike; no signal, no handler, no thread of the program is touched (the
+// thread blocks every signal, so none sent to the process lands in it).
 //
 // Starting one costs pstate_init a thread, no store traffic: the thread connects by itself. A rank
 // of a new job answers every request of the job, also one made before its watcher was up (the

@@ -5,7 +5,8 @@
 // late watcher of a new job answers a request made before it was up, a replacement's (its first
 // request given) only later ones; stop() ends a watcher parked in its get (the server lets the
 // parked request go), one still connecting, and is idempotent; a watcher whose store goes away,
-// or cannot be reached, ends by itself. Every wait is bounded, so a bug fails a test instead of
+// or cannot be reached, ends by itself; its thread blocks every signal (a signal sent to the
+// process lands in a thread of the program, as without pstate). Every wait is bounded, so a bug fails a test instead of
 // hanging it.
 #include "bootstrap/init_method.hpp"
 #include "bootstrap/tcp_store.hpp"
@@ -13,10 +14,13 @@
 #include "common/trace.hpp"
 #include "group/dump_watcher.hpp"
 
+#include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <atomic>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -153,6 +157,40 @@ void test_a_late_rank_answers_an_earlier_request_and_a_replacement_does_not(void
   assert_string_equal(reason_in(late_file).c_str(), "a request through the store (three)");
 }
 
+// Each thread of this process (tid) and whether it blocks SIGUSR1, from /proc/self/task/*/status.
+std::map<std::string, bool> threads_blocking_sigusr1() {
+  std::map<std::string, bool> out;
+  DIR *d = ::opendir("/proc/self/task");
+  assert_non_null(d);
+  while (const dirent *e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream status(std::string("/proc/self/task/") + e->d_name + "/status");
+    std::string line;
+    while (std::getline(status, line))
+      if (line.rfind("SigBlk:", 0) == 0)
+        out[e->d_name] = (std::stoull(line.substr(7), nullptr, 16) & (1ull << (SIGUSR1 - 1))) != 0;
+  }
+  ::closedir(d);
+  return out;
+}
+
+void test_the_watcher_thread_takes_no_signal_of_the_program(void **) {
+  Job job;
+  pstest::TempDir dir;
+  auto rec = recorder_in(dir.path());
+  const auto before = threads_blocking_sigusr1();
+  DumpWatcher watcher(job.options, job.method, *rec, Logger(LogLevel::kNone));
+  wait_until([&] { return job.parked() == 1; });  // its thread is up and waiting
+  int fresh = 0;
+  for (const auto &[tid, blocks] : threads_blocking_sigusr1()) {
+    if (before.count(tid) != 0) continue;
+    ++fresh;
+    if (!blocks) std::fprintf(stderr, "thread %s, new since the watcher started, takes SIGUSR1\n", tid.c_str());
+    assert_true(blocks);
+  }
+  assert_int_equal(fresh, 1);  // the watcher's thread
+}
+
 void test_a_watcher_ends_when_its_store_goes_away(void **) {
   Job job;
   pstest::TempDir dir;
@@ -186,6 +224,7 @@ int main() {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_each_request_is_one_dump_with_its_reason_while_the_rank_records),
       cmocka_unit_test(test_a_late_rank_answers_an_earlier_request_and_a_replacement_does_not),
+      cmocka_unit_test(test_the_watcher_thread_takes_no_signal_of_the_program),
       cmocka_unit_test(test_a_watcher_ends_when_its_store_goes_away),
       cmocka_unit_test(test_a_watcher_that_cannot_connect_ends_by_itself_or_when_stopped),
   };
