@@ -180,8 +180,9 @@ func (ps *PState) Abort() error {
 // TraceDump is pstate_trace_dump: writes this rank's flight-recorder dump now (read by `pstate
 // doctor`). path "": $PSTATE_TRACE_DIR/rank<R>.pstate-trace; a directory: that file in it; else
 // the file itself. Dumps are also written on their own when a call fails with ErrTimeout,
-// ErrPeerLost, ErrMismatch or ErrAborted. (SIGUSR1 dumps need the signal's default action, which
-// the Go runtime replaces: in Go programs call TraceDump, e.g. from a signal.Notify goroutine.)
+// ErrPeerLost, ErrMismatch or ErrAborted, and when `pstate run` asks through the job's store.
+// (SIGUSR1 dumps, PSTATE_TRACE_SIGNAL=1, need the signal's default action, which the Go runtime
+// replaces: in Go programs call TraceDump, e.g. from a signal.Notify goroutine.)
 func (ps *PState) TraceDump(path string) error {
 	return ps.call("TraceDump", func(h uintptr) error { return capi.Trace_dump(h, path) })
 }

@@ -25,8 +25,6 @@ using Clock = std::chrono::steady_clock;
 constexpr int kReplyGraceMs = 2000;
 // Longest single connect attempt; later attempts retry until the open deadline.
 constexpr int kConnectAttemptMs = 5000;
-// A get or wait is sent in slices this long; each timed-out slice is a progress report.
-constexpr int kProgressEveryMs = 3000;
 // A rank 0 that finds its port taken looks at the holder this long at most.
 constexpr int kPortHolderProbeMs = 2000;
 
@@ -65,6 +63,13 @@ std::unique_ptr<TcpStore> TcpStore::open(const StoreOptions &options, const Init
   else
     store->connect(Deadline::after_ms(options.timeout_ms));
   return store;
+}
+
+std::unique_ptr<TcpStore> TcpStore::open_unconnected(const StoreOptions &options, const InitMethod &method,
+                                                     const Logger &logger) {
+  StoreOptions client = options;
+  client.serve = false;
+  return std::unique_ptr<TcpStore>(new TcpStore(client, method, logger));
 }
 
 // This rank was to serve, but the port is taken. Whatever holds it is asked, as rank 0 would ask
@@ -139,6 +144,7 @@ void TcpStore::connect(Deadline deadline) {
   std::string last_problem = "no attempt made";
   int backoff_ms = 10;
   for (;;) {
+    if (interrupted_.load()) throw_error(PSTATE_ERR_ABORTED, "connecting to the store at ", url_, ": interrupted");
     std::string resolve_error;
     auto addresses = net::resolve(method_.host, port_, &resolve_error);
     if (addresses.empty()) last_problem = cat("cannot resolve ", method_.host, ": ", resolve_error);
@@ -160,12 +166,13 @@ void TcpStore::connect(Deadline deadline) {
         }
         continue;
       }
-      if (handshake(fd, deadline, &last_problem)) {
-        fd_ = std::move(fd);
+      adopt_connection(std::move(fd));  // from here on interrupt() reaches it
+      if (handshake(fd_, deadline, &last_problem)) {
         logger_.info("store: rank ", options_.rank, " connected to ", url_, " from ",
                      net::local_address(fd_.get()).text());
         return;
       }
+      drop_connection();
     }
     if (deadline.expired())
       throw_error(PSTATE_ERR_TIMEOUT, "could not reach the store at ", url_, " within ", ms_since(start),
@@ -173,7 +180,9 @@ void TcpStore::connect(Deadline deadline) {
                   last_problem.rfind("interface ", 0) == 0
                       ? ""
                       : " (is rank 0 running, and do MASTER_ADDR/MASTER_PORT or init_method name its host and port?)");
-    net::sleep_until_at_most(backoff_ms, deadline);
+    // The pause before the next attempt, in short naps so that interrupt() ends it at once too.
+    for (Deadline pause = earlier(deadline, Deadline::after_ms(backoff_ms)); !pause.expired() && !interrupted_.load();)
+      net::sleep_until_at_most(10, pause);
     backoff_ms = std::min(backoff_ms * 2, 1000);
   }
 }
@@ -271,7 +280,7 @@ bool TcpStore::read_server_preamble(net::Fd &fd, Deadline deadline, std::string 
       if (n <= 0) break;
       got.insert(got.end(), buf, buf + n);
     }
-    fd.reset();
+    reset_fd(fd);
     std::string said = printable(got);
     std::string stem(wire::kPreambleStem);
     if (said.rfind(stem, 0) == 0)
@@ -320,6 +329,8 @@ uint32_t TcpStore::wait_ms_for(Deadline deadline) const {
 
 wire::Message TcpStore::call(const wire::Message &request, Deadline deadline, const std::string &what) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (interrupted_.load())
+    throw_error(PSTATE_ERR_ABORTED, what, " on the store at ", url_, ": interrupted by this process");
   if (closed_) throw_error(PSTATE_ERR_INVALID_STATE, what, ": the store at ", url_, " was closed by this rank");
   if (lost_) fail_lost(what, lost_detail_);
   if (!fd_.valid()) connect(deadline);
@@ -329,7 +340,7 @@ wire::Message TcpStore::call(const wire::Message &request, Deadline deadline, co
     case net::IoResult::kDone:
       break;
     case net::IoResult::kTimeout:
-      fd_.reset();  // a partial frame is on the wire: this connection is unusable
+      drop_connection();  // a partial frame is on the wire: this connection is unusable
       throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, ": timed out sending the request");
     case net::IoResult::kClosed:
       fail_lost(what, "connection closed");
@@ -356,7 +367,7 @@ wire::Message TcpStore::read_reply(net::Fd &fd, Deadline deadline, size_t limit,
     uint32_t body = uint32_t{frame[0]} | (uint32_t{frame[1]} << 8) | (uint32_t{frame[2]} << 16) |
                     (uint32_t{frame[3]} << 24);
     if (body > limit) {
-      fd.reset();
+      reset_fd(fd);
       throw_error(PSTATE_ERR_TRANSPORT, what, ": the peer at ", url_, " sent a ", body,
                   "-byte frame: it does not speak the pstate store protocol");
     }
@@ -364,14 +375,14 @@ wire::Message TcpStore::read_reply(net::Fd &fd, Deadline deadline, size_t limit,
     r = net::recv_exact(fd.get(), frame.data() + wire::kHeaderBytes, body, deadline, &err);
   }
   if (r == net::IoResult::kTimeout) {
-    fd.reset();
+    reset_fd(fd);
     throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, ": no reply in time");
   }
   if (r == net::IoResult::kClosed) return closed("connection closed");
   if (r == net::IoResult::kError) return closed(std::strerror(err));
   wire::Decoded d = wire::decode_frame(frame, limit);
   if (d.status != wire::DecodeStatus::kFrame) {
-    fd.reset();
+    reset_fd(fd);
     throw_error(PSTATE_ERR_TRANSPORT, what, ": the peer at ", url_,
                 " does not speak the pstate store protocol (", d.error, ")");
   }
@@ -379,9 +390,11 @@ wire::Message TcpStore::read_reply(net::Fd &fd, Deadline deadline, size_t limit,
 }
 
 void TcpStore::fail_lost(const std::string &what, const std::string &detail) {
+  drop_connection();
+  if (interrupted_.load())  // interrupt() shut the connection down: not a lost store
+    throw_error(PSTATE_ERR_ABORTED, what, " on the store at ", url_, ": interrupted by this process");
   lost_ = true;
   lost_detail_ = detail;
-  fd_.reset();
   throw_error(PSTATE_ERR_PEER_LOST, what, ": the store at ", url_, " is gone (", detail, "): ",
               options_.serve ? "rank 0, which serves it, has exited or was killed"
                              : "the process that serves it has exited or was killed");
@@ -396,7 +409,7 @@ void TcpStore::fail_from_reply(const wire::Message &reply, const std::string &wh
       throw_error(status, fail->text, " (told by the store at ", url_, " in ", what, ")");
     throw_error(status, what, ": the store at ", url_, " refused: ", fail->text);
   }
-  fd_.reset();
+  drop_connection();
   throw_error(PSTATE_ERR_TRANSPORT, what, ": the store at ", url_, " answered '", wire::op_name(wire::op_of(reply)),
               "', which makes no sense here (a pstate version mismatch?)");
 }
@@ -416,7 +429,7 @@ wire::Message TcpStore::wait_in_slices(const std::string &what, Deadline deadlin
                                        const std::function<wire::Message(uint32_t wait_ms)> &request) {
   auto start = Clock::now();
   for (;;) {
-    Deadline slice = earlier(deadline, Deadline::after_ms(kProgressEveryMs));
+    Deadline slice = earlier(deadline, Deadline::after_ms(slice_ms_));
     wire::Message reply = request(wait_ms_for(slice));
     auto *t = std::get_if<wire::TimedOut>(&reply);
     if (t == nullptr || deadline.expired()) return reply;
@@ -515,10 +528,34 @@ bool TcpStore::close(Deadline deadline) {
                    " other ranks are still connected (they will see PEER_LOST)");
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  fd_.reset();
+  drop_connection();
   closed_ = true;
   server_.reset();
   return everyone_left;
+}
+
+void TcpStore::interrupt() noexcept {
+  interrupted_.store(true);
+  std::lock_guard<std::mutex> guard(fd_guard_);
+  if (fd_.valid()) ::shutdown(fd_.get(), SHUT_RDWR);  // wakes the poll of a blocked call
+}
+
+void TcpStore::adopt_connection(net::Fd fd) {
+  std::lock_guard<std::mutex> guard(fd_guard_);
+  fd_ = std::move(fd);
+  if (interrupted_.load()) ::shutdown(fd_.get(), SHUT_RDWR);  // interrupt() came first, saw no fd
+}
+
+void TcpStore::drop_connection() noexcept {
+  std::lock_guard<std::mutex> guard(fd_guard_);
+  fd_.reset();
+}
+
+void TcpStore::reset_fd(net::Fd &fd) noexcept {
+  if (&fd == &fd_)
+    drop_connection();
+  else
+    fd.reset();
 }
 
 void TcpStore::abandon(pstate_status_t status, const std::string &why) noexcept {

@@ -14,6 +14,12 @@
 // fresh connection (the old one may still carry the late reply). A get or wait is sent in slices
 // of a few seconds: each timed-out slice brings the server's picture of the world (who joined,
 // who is absent and why), logged at INFO while waiting and named in the final TIMEOUT.
+//
+// interrupt() stops a call that another thread is blocked in (and every later call) at once with
+// PSTATE_ERR_ABORTED: it shuts the connection down (shutdown(2)), which wakes the blocked poll.
+// The context's dump watcher (group/dump_watcher.hpp) waits in a get for as long as the context
+// lives and is stopped this way. The connection's descriptor changes only under fd_guard_, so
+// interrupt() never shuts down a number that was closed and reused meanwhile.
 #pragma once
 
 #include "bootstrap/init_method.hpp"
@@ -23,6 +29,7 @@
 #include "bootstrap/wire.hpp"
 #include "common/log.hpp"
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -36,6 +43,10 @@ class TcpStore final : public Store {
   // method must be a tcp:// init method. Starts the server first when options.rank == 0 and
   // options.serve (a port of 0 then picks a free port: see port()).
   static std::unique_ptr<TcpStore> open(const StoreOptions &options, const InitMethod &method, const Logger &logger);
+  // The same without connecting (and without a server: a client only): the first call connects,
+  // within its own deadline, so that a thread of its own does it, where interrupt() reaches it.
+  static std::unique_ptr<TcpStore> open_unconnected(const StoreOptions &options, const InitMethod &method,
+                                                    const Logger &logger);
   ~TcpStore() override;
 
   void set(const std::string &key, const Bytes &value, Deadline deadline) override;
@@ -49,6 +60,14 @@ class TcpStore final : public Store {
   void abandon(pstate_status_t status, const std::string &why) noexcept override;
   std::string describe() const override { return url_; }
   bool close(Deadline deadline) override;
+  // Any thread: the call blocked in this store now, and every later one, fail with
+  // PSTATE_ERR_ABORTED at once (the connection is shut down). Never blocks on the calls; not
+  // while the store is being destroyed.
+  void interrupt() noexcept;
+  // A get or wait is sent in slices of this many ms (default 3000), each timed-out slice a
+  // progress report (logged at INFO); a caller that waits for ever (the dump watcher) asks for
+  // long slices, so that waiting costs the server one parked request, not one every 3 s.
+  void set_wait_slice_ms(int64_t ms) { slice_ms_ = ms; }
 
   int port() const { return port_; }
   // The world size the store announced (useful to an observer, rank -1).
@@ -69,6 +88,11 @@ class TcpStore final : public Store {
   wire::Message call(const wire::Message &request, Deadline deadline, const std::string &what);
   wire::Message read_reply(net::Fd &fd, Deadline deadline, size_t limit, const std::string &what, bool handshaking);
   [[noreturn]] void fail_lost(const std::string &what, const std::string &detail);
+  // fd_ changes only through these (under fd_guard_); reset_fd(f) resets f, through
+  // drop_connection() when f is fd_.
+  void adopt_connection(net::Fd fd);
+  void drop_connection() noexcept;
+  void reset_fd(net::Fd &fd) noexcept;
   [[noreturn]] void fail_from_reply(const wire::Message &reply, const std::string &what);
   uint32_t wait_ms_for(Deadline deadline) const;
 
@@ -85,6 +109,9 @@ class TcpStore final : public Store {
 
   std::mutex mutex_;  // one request at a time on the connection
   net::Fd fd_;
+  std::mutex fd_guard_;  // fd_'s value: written by the calling thread, read by interrupt()
+  std::atomic<bool> interrupted_{false};
+  int64_t slice_ms_ = 3000;
   bool lost_ = false;
   bool closed_ = false;
   std::string lost_detail_;

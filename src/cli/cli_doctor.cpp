@@ -33,7 +33,8 @@ constexpr CommandSpec kSpec{
     "read the ranks' flight-recorder dumps and say which rank is stuck, and why",
     "DIR [--json] [--timeline FILE.json|FILE.png]",
     "Reads every *.pstate-trace file in DIR (the dumps each rank writes on a TIMEOUT, PEER_LOST,\n"
-    "MISMATCH or ABORTED, on SIGUSR1 or on pstate_trace_dump; docs/trace-format.md). The first\n"
+    "MISMATCH or ABORTED, when pstate run asks (through the job's store), on pstate_trace_dump, or\n"
+    "on SIGUSR1 with PSTATE_TRACE_SIGNAL=1; docs/trace-format.md). The first\n"
     "line printed is the verdict: the rank(s) at fault, the group and the operation (a mismatched\n"
     "collective, a rank that never called what the others wait in, a rank that left no dump);\n"
     "the evidence per group and per rank follows. Dumps of other jobs in DIR are ignored: the job\n"
@@ -64,7 +65,8 @@ bool list_dumps(const std::string &dir, std::vector<std::string> *files, std::st
   std::sort(files->begin(), files->end());
   if (files->empty()) {
     *why = "no *.pstate-trace dumps in " + dir +
-           " (the ranks write them to $PSTATE_TRACE_DIR, default ./pstate-trace, on a failed call or SIGUSR1)";
+           " (the ranks write them to $PSTATE_TRACE_DIR, default ./pstate-trace, on a failed call, or when pstate run "
+           "asks before it stops a job)";
     return false;
   }
   return true;

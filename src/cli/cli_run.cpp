@@ -19,8 +19,16 @@
 // --max-wait S it stops them S seconds after the first rank exited 0 and exits 124, naming them.
 // SIGINT/SIGTERM to the launcher stop every rank at once (SIGTERM, then SIGKILL).
 // Before it stops ranks (a rank failed, --max-wait, SIGINT/SIGTERM) it asks every live rank for its
-// flight-recorder dump (SIGUSR1, src/common/trace_signal.cpp), waits up to 2 s for them, and says
-// where the job's dumps are and the `pstate doctor` command that reads them (issue 14).
+// flight-recorder dump (issue 14) through the job's store (job_store_client.hpp; each pstate
+// context answers from a thread of its own, group/dump_watcher.hpp), waits up to 2 s for the
+// dumps of the ranks connected to the store, and says where the job's dumps are and the `pstate
+// doctor` command that reads them. It sends no signal for it (issue 27: SIGUSR1 ended a process
+// that had no handler, and interrupted the system calls of the program's threads in one that
+// had); --dump-signal sends SIGUSR1 as well, and sets PSTATE_TRACE_SIGNAL=1 in the ranks so that
+// pstate installs its handler. Once every rank has ended it removes the /dev/shm names its job's
+// ranks left (a rank killed while a peer had yet to attach to a segment it made leaves the name:
+// the signal runs none of its code), by the job's id, never another job's
+// (job_store_client.hpp).
 // The job's rendezvous store is served by the launcher of node 0 itself (as torchrun's agent
 // does), not by rank 0: it listens before any rank starts (on the --master address, or a free
 // loopback port it binds, so no other process can take that port in between) and lives until
@@ -30,9 +38,13 @@
 // --respawn K also starts a replacement for each failed rank (same RANK, PSTATE_REJOIN=1: its
 // pstate_init waits until the survivors admit it with pstate_grow), at most K in all.
 #include "bootstrap/hmac_sha256.hpp"
+#include "bootstrap/init_method.hpp"
 #include "bootstrap/tcp_store_server.hpp"
+#include "bootstrap/wire.hpp"
 #include "cli/cli.hpp"
+#include "cli/job_store_client.hpp"
 #include "common/error.hpp"
+#include "transport/shm/shm_names.hpp"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -58,6 +70,7 @@
 #include <ctime>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace pstate::cli {
@@ -86,6 +99,9 @@ constexpr OptionSpec kOptions[] = {
      "pstate_grow), at most K times in all; implies --keep-going"},
     {"--rank0-store", nullptr,
      "rank 0 serves the rendezvous store (default: the launcher of node 0 does, so the store outlives any rank)"},
+    {"--dump-signal", nullptr,
+     "ask for flight-recorder dumps with SIGUSR1 too, and set PSTATE_TRACE_SIGNAL=1 in the ranks (pstate installs "
+     "its handler); a rank without the handler is ended by it (default: through the job's store only)"},
 };
 
 constexpr CommandSpec kSpec = {
@@ -97,7 +113,8 @@ constexpr CommandSpec kSpec = {
     "lines are prefixed with the rank. If a rank fails or dies, pstate run names it first (the\n"
     "earliest, and how), gives the others --grace-ms to report and exit, then stops them, and exits\n"
     "with that rank's status (128+signal when killed). A rank still running after the others exited\n"
-    "is named every --status-every seconds; --max-wait ends such a job. Ctrl-C stops every rank.",
+    "is named every --status-every seconds; --max-wait ends such a job. Ctrl-C stops every rank.\n"
+    "Before it stops ranks it asks them for their flight-recorder dumps through the job's store.",
     kOptions,
     true,
     true,
@@ -268,6 +285,7 @@ class Launcher {
     host_store_ = host_store;
   }
   void keep_going() { keep_going_ = true; }
+  void dump_signal() { dump_signal_ = true; }
   void respawn(int max) {
     keep_going_ = true;
     max_respawns_ = max;
@@ -301,6 +319,11 @@ class Launcher {
     token_ = token;
     job_id_ = job_id;
     program_ = program;
+    InitMethod store_method;
+    store_method.kind = InitMethod::Kind::kTcp;
+    store_method.host = addr_;
+    store_method.port = port_;
+    job_store_ = std::make_unique<JobStoreClient>(store_method.url(), token_, job_id_);
     for (int local = 0; local < nproc_; ++local) {
       ranks_.emplace_back();
       start_rank(ranks_.back(), local, false);
@@ -329,6 +352,7 @@ class Launcher {
                                                             {"PSTATE_JOB_ID", job_id_}};
     if (host_store_) env.push_back({"PSTATE_STORE_EXTERNAL", "1"});
     if (rejoin) env.push_back({"PSTATE_REJOIN", "1"});
+    if (dump_signal_) env.push_back({"PSTATE_TRACE_SIGNAL", "1"});
     int cpu = cpus_.empty() ? -1 : cpus_[static_cast<size_t>(local) % cpus_.size()];
     r.pid = spawn(program_, env, out[1], err[1], out[0], err[0], cpu);
     ::close(out[1]);
@@ -470,19 +494,39 @@ class Launcher {
     return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
   }
 
-  // Asks every live rank for a dump (SIGUSR1) and waits until each has written one or ended, at
-  // most 2 s (a stopped or wedged rank cannot answer). Once per job.
-  void request_dumps() {
+  // Asks every rank for its dump through the job's store ("pstate run: <why>" becomes the dumps'
+  // reason) and waits until each live rank connected to the store (one with a pstate context,
+  // which answers) has written one or ended, at most 2 s (a stopped or wedged rank cannot answer).
+  // A rank without pstate is not asked and not waited for. --dump-signal: SIGUSR1 to every live
+  // rank too, and all of them are waited for. Once per job.
+  void request_dumps(const std::string &why) {
     const std::string dir = trace_dir();
     if (dir.empty() || dumps_requested_) return;
     dumps_requested_ = true;
     const int64_t asked = wall_ns() - 1000000;  // file systems with coarse timestamps
-    std::vector<Rank *> asked_ranks;
-    for (auto &r : ranks_)
-      if (!r.exited) {
-        ::kill(r.pid, SIGUSR1);
-        asked_ranks.push_back(&r);
+    std::vector<int> connected;
+    bool everyone = dump_signal_;
+    try {
+      job_store_->request_dumps(cat("pstate run: ", why), kStoreCallMs);
+      try {
+        connected = job_store_->members(kStoreCallMs);
+      } catch (const Error &) {
+        everyone = true;  // cannot tell who answers: wait for every live rank (at most the 2 s)
       }
+    } catch (const Error &e) {
+      // A job that failed at its start (a rank refused or gave up) has a store that answers every
+      // request with that failure, which the ranks have reported already: no need to repeat it.
+      const bool failed_start = std::string_view(e.what()).rfind(wire::kJobFailedPrefix, 0) == 0;
+      say(cat("could not ask the ranks for their flight-recorder dumps through the store: ",
+              failed_start ? std::string("it refuses every request since the job failed at its start") : e.what(),
+              dump_signal_ ? "" : " (--dump-signal also asks with SIGUSR1)"));
+    }
+    std::vector<Rank *> asked_ranks;
+    for (auto &r : ranks_) {
+      if (r.exited) continue;
+      if (dump_signal_) ::kill(r.pid, SIGUSR1);
+      if (everyone || std::binary_search(connected.begin(), connected.end(), r.rank)) asked_ranks.push_back(&r);
+    }
     auto until = Clock::now() + std::chrono::milliseconds(2000);
     while (Clock::now() < until) {
       bool all = true;
@@ -521,6 +565,43 @@ class Launcher {
     if (with.empty()) return;
     say(cat("flight-recorder dumps of ranks ", with, without.empty() ? std::string() : cat(" (none from ", without, ")"),
             " are in ", dir, ": `pstate doctor ", dir, "` says which rank is stuck and why"));
+  }
+
+  // The id of the job's /dev/shm names (JobStoreClient::shm_job_id), once rank 0 has published
+  // it. A store this launcher does not serve (--rank0-store, a node other than 0) may be gone by
+  // the time the ranks have ended, so it is asked every second until it answers; this launcher's
+  // own store is asked at the end only.
+  void learn_shm_job(bool at_end) {
+    if (!shm_job_.empty()) return;
+    if (!at_end && (store_ != nullptr || Clock::now() < next_shm_probe_)) return;
+    next_shm_probe_ = Clock::now() + std::chrono::seconds(1);
+    try {
+      shm_job_ = job_store_->shm_job_id(at_end ? kStoreCallMs : 100);
+    } catch (const Error &) {  // not up yet, or gone: next time (at the end: nothing to remove by)
+    }
+  }
+
+  // Every rank of this launcher has ended: the /dev/shm names of its job that are left (ranks
+  // killed while a peer had yet to attach to a segment they made) are removed, when no rank of the
+  // job can still use them: with one node at once; with several, when the store lists no rank of
+  // another node any more (those may share this /dev/shm: nodes in containers or namespaces of
+  // one machine). Only names with this job's id: never another job's.
+  void remove_leftover_shm() {
+    learn_shm_job(true);
+    if (shm_job_.empty()) return;
+    if (nnodes_ > 1) {
+      try {
+        for (int r : job_store_->members(kStoreCallMs))
+          if (r / nproc_ != node_rank_) return;  // another node's rank still runs
+      } catch (const Error &) {
+        return;  // the store cannot tell: leave them to the last node
+      }
+    }
+    const std::vector<std::string> removed = remove_job_shm_names(shm_job_);
+    if (!removed.empty())
+      say(cat("removed ", removed.size(), " shared-memory name", removed.size() == 1 ? "" : "s",
+              " the job's ranks left in /dev/shm (they were stopped before every peer had attached): /dev/shm/",
+              shm::job_name_prefix(shm_job_), "*"));
   }
 
   // Forwards output and reaps until every rank ended or `ms` passed.
@@ -596,10 +677,11 @@ class Launcher {
     say(cat("rank ", root.rank, " ", why, " at ", seconds_text(seconds_between(start_, root.ended)),
             all_exited() ? std::string()
                          : cat("; the other ranks have ", grace_ms_, " ms (--grace-ms) to report and exit")));
-    request_dumps();
+    request_dumps(cat("rank ", root.rank, " ", why));
     let_run(grace_ms_);
     if (!all_exited()) stop_all();
     drain();
+    remove_leftover_shm();
     const Rank *first = root_cause();  // the same, unless a rank that ended meanwhile ended first
     say(cat("failed: rank ", first->rank, " ", describe_status(first->status), " first; then ",
             how_the_others_ended(first)));
@@ -628,9 +710,10 @@ class Launcher {
     double waited = seconds_between(first_done->ended, now);
     if (max_wait_s_ > 0 && waited >= max_wait_s_) {
       say(cat("--max-wait ", max_wait_s_, " s passed since rank ", first_done->rank, " exited 0: stopping ", running));
-      request_dumps();
+      request_dumps(cat("--max-wait ", max_wait_s_, " s passed"));
       stop_all();
       drain();
+      remove_leftover_shm();
       say(cat("failed: ", running, " did not finish within --max-wait ", max_wait_s_, " s of rank ", first_done->rank));
       report_dumps();
       return 124;
@@ -648,10 +731,12 @@ class Launcher {
     bool someone_done = false;
     while (true) {
       pump_output(50);
+      learn_shm_job(false);
       if (g_stop_signal != 0) {
         std::fprintf(stderr, "pstate run: got signal %d, stopping all ranks\n", static_cast<int>(g_stop_signal));
-        request_dumps();
+        request_dumps(cat("got signal ", static_cast<int>(g_stop_signal), " (", strsignal(g_stop_signal), ")"));
         stop_all();
+        remove_leftover_shm();
         report_dumps();
         return 128 + g_stop_signal;
       }
@@ -664,6 +749,7 @@ class Launcher {
       }
       if (all_exited()) {
         drain();
+        remove_leftover_shm();
         if (const Rank *first = root_cause()) {  // --keep-going: the job still lost ranks
           say(cat("failed: rank ", first->rank, " ", describe_status(first->status), " first; then ",
                   how_the_others_ended(first)));
@@ -695,6 +781,11 @@ class Launcher {
   std::unique_ptr<TcpStoreServer> store_;  // node 0 without --rank0-store: the job's store
   int ended_ = 0;  // ranks seen ending so far
   bool dumps_requested_ = false;
+  bool dump_signal_ = false;                    // --dump-signal
+  std::unique_ptr<JobStoreClient> job_store_;   // an observer of the job's store (dumps, shm id)
+  std::string shm_job_;                         // the id of the job's /dev/shm names ("": not known)
+  Clock::time_point next_shm_probe_{};
+  static constexpr int64_t kStoreCallMs = 1000;  // the launcher's store calls: answered at once
   int64_t job_started_ns_ = 0;  // wall clock: dumps older than this are another job's
   Clock::time_point start_;
   bool prefix_;
@@ -748,6 +839,7 @@ int run_run(const ParsedArgs &args) {
   Launcher launcher(nproc, nnodes, node_rank, addr, port, grace, max_wait, status_every, !args.flag("--no-prefix"),
                     bind, !args.flag("--rank0-store"));
   if (args.flag("--keep-going")) launcher.keep_going();
+  if (args.flag("--dump-signal")) launcher.dump_signal();
   if (args.value("--respawn")) {
     int k = args.int_value("--respawn", 0);
     if (k < 1) throw UsageError("--respawn K needs K >= 1 (the most replacements in all)");

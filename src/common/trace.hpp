@@ -6,9 +6,10 @@
 // PSTATE_TRACE_ENTRIES operations (default 4096; 0 turns the recorder off): collectives,
 // point-to-point, objects, tensor dicts, barriers, communicator creation, graph capture and
 // lifecycle steps, with the group, a per-group sequence number, what was called, what carries it,
-// its state and times. When a call fails with TIMEOUT, PEER_LOST, MISMATCH or ABORTED, on SIGUSR1
-// (trace_signal.cpp: a watchdog thread, nothing allocated in the handler) and on
-// pstate_trace_dump, the ring is written to $PSTATE_TRACE_DIR/rank<R>.pstate-trace in the format
+// its state and times. When a call fails with TIMEOUT, PEER_LOST, MISMATCH or ABORTED, when a
+// dump is asked for through the job's store (group/dump_watcher.hpp), on pstate_trace_dump, and
+// on SIGUSR1 where PSTATE_TRACE_SIGNAL=1 installed its handler (trace_signal.cpp: a watchdog
+// thread, nothing allocated in the handler), the ring is written to $PSTATE_TRACE_DIR/rank<R>.pstate-trace in the format
 // of docs/trace-format.md, which `pstate doctor` reads.
 //
 // Cost: one entry is eight 64-bit words written with relaxed atomic stores (plain moves on x86)
@@ -287,8 +288,8 @@ TracePtr make_trace_recorder();
 
 // The process-wide watchdog (trace_signal.cpp): recorders register while their context lives; the
 // first registration starts the watchdog thread, which refreshes the clock every 2 ms and dumps
-// every registered recorder when SIGUSR1 arrives, and installs the SIGUSR1 handler (only over
-// SIG_DFL, and not when PSTATE_TRACE_SIGNAL=0); the last unregistration stops the thread.
+// every registered recorder when SIGUSR1 arrives, and installs the SIGUSR1 handler (only with
+// PSTATE_TRACE_SIGNAL=1, and only over SIG_DFL); the last unregistration stops the thread.
 void trace_register(TraceRecorder *r);
 void trace_unregister(TraceRecorder *r);
 

@@ -1,14 +1,21 @@
 // trace_signal.cpp — the flight recorder's watchdog thread: it keeps the recorder's cached clock
-// (trace.hpp) fresh, and SIGUSR1 asks it for a dump of every context of the process, also while
-// the rank is blocked inside a pstate call or idle outside one (issue 14).
+// (trace.hpp) fresh, and, where the program asked for it (PSTATE_TRACE_SIGNAL=1), SIGUSR1 asks it
+// for a dump of every context of the process, also while the rank is blocked inside a pstate call
+// or idle outside one (issue 14).
+//
+// The handler is opt-in (issue 27): a signal sent to a process interrupts the system calls of
+// whichever program thread takes it (nanosleep returns early; poll, and reads without
+// SA_RESTART, fail with EINTR), and a process that has not installed the handler yet is ended by
+// it. Launchers ask for dumps through the job's store instead (group/dump_watcher.hpp), which
+// touches no thread of the program; `kill -USR1` by hand, and `pstate run --dump-signal`, need
+// PSTATE_TRACE_SIGNAL=1.
 //
 // A signal handler may not allocate or take locks, so it only writes one byte to a pipe; a
 // watchdog thread blocked on the pipe's other end does the dumps (trace.cpp) of every recorder
-// registered now. The handler is installed with the first context of the process, and only over
-// the default action (a program that handles SIGUSR1 itself keeps its handler: Go's runtime does,
-// so Go programs dump on failures and pstate_trace_dump only), unless PSTATE_TRACE_SIGNAL=0. It
-// stays installed (the pipe too) after the last context is gone, so a late SIGUSR1 from
-// `pstate run` never kills a rank that has finalized; the library's unloading restores the
+// registered now. With PSTATE_TRACE_SIGNAL=1 the handler is installed with the first context of
+// the process, and only over the default action (a program that handles SIGUSR1 itself keeps its
+// handler: Go's runtime does). It stays installed (the pipe too) after the last context is gone,
+// so a late SIGUSR1 never kills a rank that has finalized; the library's unloading restores the
 // previous action. The watchdog thread runs while at least one context lives: it wakes every
 // 2 ms (poll's timeout) to store the coarse clock, which costs the process ~0.1% of a core.
 #include "common/trace.hpp"
@@ -123,9 +130,9 @@ void *watchdog_loop(void *) {
   }
 }
 
-bool signal_wanted() {
+bool signal_wanted() {  // opt-in: see the top of this file
   const char *v = std::getenv("PSTATE_TRACE_SIGNAL");
-  return v == nullptr || std::strcmp(v, "0") != 0;
+  return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
 }  // namespace

@@ -19,7 +19,9 @@
 #include "group/context.hpp"
 
 #include "bootstrap/netif.hpp"
+#include "bootstrap/tcp_store.hpp"
 #include "bootstrap/wire.hpp"
+#include "group/dump_watcher.hpp"
 #include "group/group.hpp"
 #include "group/host_identity.hpp"
 #include "group/host_order.hpp"
@@ -79,6 +81,7 @@ Context::Context(const pstate_init_params_t *params) {
     rendezvous();
   } catch (const Error &e) {
     trace_life_end(life, e.status());
+    stop_dump_watcher();
     // Once the rank directory is on the store every rank checks the same records and most errors
     // from here on (duplicate local ranks, say) are thrown by every rank: the serving rank keeps
     // the store up, for a short grace, until the others have read the directory and left, so they
@@ -215,6 +218,7 @@ void Context::rendezvous() {
   try {
     store_ = open_store(launch_.store_options(), log_);
     log_.info("init: store ", store_->describe(), " open");
+    start_dump_watcher();  // from here on a rank waiting in the rendezvous dumps on request too
     // Host awareness, opt-in: renumber ranks host by host before anything uses the rank (the
     // store claim above keeps the launcher's rank; launcher rank 0 stays rank 0).
     if (order_ranks_by_host_from_env() && !launch_.rejoin) order_ranks_by_host(deadline);
@@ -238,6 +242,27 @@ void Context::rendezvous() {
     if (store_) store_->abandon(out.status(), out.what());
     throw out;
   }
+}
+
+void Context::start_dump_watcher() {
+  auto *tcp = dynamic_cast<TcpStore *>(store_.get());
+  if (!trace_ || tcp == nullptr) return;  // file:// stores: dumps on failures, pstate_trace_dump, SIGUSR1 (opt-in)
+  InitMethod method = launch_.store;
+  method.port = tcp->port();  // the port actually served (a serving rank 0 may have asked for 0)
+  StoreOptions o = launch_.store_options();
+  o.timeout_ms = std::min<int64_t>(o.timeout_ms, 10000);
+  try {
+    // A replacement answers only the requests made from now on (dump_watcher.hpp); a rank of a
+    // new job every one, and its watcher costs this init no store traffic.
+    const int64_t first = launch_.rejoin ? store_->add(DumpWatcher::kCountKey, 0, Deadline::after_ms(o.timeout_ms)) + 1 : 1;
+    dump_watcher_ = std::make_unique<DumpWatcher>(o, method, *trace_, log_, first);
+  } catch (const std::exception &e) {  // the store's refusal, or no thread
+    log_.info("flight recorder: no dumps on request through the store (", e.what(), ")");
+  }
+}
+
+void Context::stop_dump_watcher() noexcept {
+  if (dump_watcher_) dump_watcher_->stop();
 }
 
 std::unique_ptr<UcxWorker> Context::make_worker() const {
@@ -762,6 +787,7 @@ void Context::finalize_now() {
     }
   }
   bool failed = state_ == State::kFailed || !first_error.empty();
+  stop_dump_watcher();  // its connection goes before the store's
   // The serving rank keeps the store up until every other rank has left it.
   if (store_ && !failed) store_->close(Deadline::after_ms(std::min<int64_t>(launch_.timeout_ms, 10000)));
   // Device communicators: finalized with their peers, unless a peer may be gone.
@@ -801,6 +827,7 @@ void Context::split_from_world_into(Group *child) {
 
 void Context::abort() noexcept {
   if (state_ == State::kClosed) return;
+  stop_dump_watcher();
   if (trace_) trace_life_end(trace_life(TraceOp::kAbort), PSTATE_OK);
   abort_device_comms();  // ncclCommAbort: local, waits for no peer
   close_groups();

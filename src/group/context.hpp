@@ -47,6 +47,7 @@ struct pstate_group_s;
 namespace pstate {
 
 using Group = pstate_group_s;
+class DumpWatcher;  // group/dump_watcher.hpp
 
 class Context {
  public:
@@ -208,6 +209,12 @@ class Context {
  private:
   void rendezvous();
   void rendezvous_with_store(Deadline deadline);
+  // The flight recorder's dump watcher (dump_watcher.hpp), when the recorder is on and the store
+  // is a TCP store: a thread that connects by itself (a replacement first reads the request count
+  // on the context's store); one that cannot connect is a warning from that thread, never a failed
+  // init. stop: at once (interrupts its wait), idempotent.
+  void start_dump_watcher();
+  void stop_dump_watcher() noexcept;
   [[noreturn]] void refuse_rank_out_of_range();
   void exchange_peers(Deadline deadline);
   // The rank directory's facts (job id, every launch rank's record) become this context's.
@@ -262,6 +269,10 @@ class Context {
   void abort_device_comms() noexcept;
 
   TracePtr trace_;  // first: destroyed last (the groups point into it)
+  // Dumps on request through a tcp:// store (dump_watcher.hpp): started once the store is open,
+  // stopped first at every teardown (finalize, abort, a failed init); after trace_ so that it
+  // goes before the recorder it dumps.
+  std::unique_ptr<DumpWatcher> dump_watcher_;
   bool dumped_since_failure_ = false;
   LaunchEnv launch_;
   pstate_device_t device_ = PSTATE_DEVICE_CPU;

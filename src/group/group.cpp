@@ -7,6 +7,7 @@
 #include "reduce/reduce.hpp"
 #include "transport/shm/message_queue.hpp"
 #include "transport/shm/shm_group.hpp"
+#include "transport/shm/shm_names.hpp"
 #include "transport/shm/shm_p2p.hpp"
 #include "transport/ucx/process_watch.hpp"
 #include "transport/ucx/ucx_channel.hpp"
@@ -77,7 +78,7 @@ pstate_group_s::pstate_group_s(pstate::Context &ctx, pstate_group_kind_t kind, s
 std::string pstate_group_s::shm_name(const char *what) const {
   // Groups of one kind, and the groups of one pstate_new_group call, share a group id (their
   // ranks are disjoint), so the first rank of the group makes the name unique among them.
-  return pstate::cat("/pstate-", ctx_.job_id(), "-", group_id_, "-", ranks_.front(), "-", what);
+  return pstate::cat("/", pstate::shm::job_name_prefix(ctx_.job_id()), group_id_, "-", ranks_.front(), "-", what);
 }
 
 void pstate_group_s::check_peers_alive() {

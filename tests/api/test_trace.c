@@ -1,7 +1,9 @@
 /*
- * test_trace.c — the flight recorder through the public API (issue 14): SIGUSR1 dumps a rank
- * blocked inside a call (in_call names it, the entry is pending) and a rank idle outside pstate
- * (in_call -); pstate_trace_dump writes where it is told, atomically, in the documented format
+ * test_trace.c — the flight recorder through the public API (issue 14): SIGUSR1, where
+ * PSTATE_TRACE_SIGNAL=1 asked for its handler, dumps a rank blocked inside a call (in_call names
+ * it, the entry is pending) and a rank idle outside pstate (in_call -); without it pstate leaves
+ * SIGUSR1 alone (issue 27: a launcher asks through the store, tests/cli/test_run_dumps.sh);
+ * pstate_trace_dump writes where it is told, atomically, in the documented format
  * (docs/trace-format.md); the ring keeps the newest entries when it wraps and counts the dropped
  * ones; the recorder's settings are checked (PSTATE_TRACE_ENTRIES=0 turns it off, a bad value
  * fails pstate_init); a failing call writes its dump by itself (TIMEOUT here); a tensor dict is
@@ -165,11 +167,36 @@ static int signal_rank(const pstate_test_rank_t *self) {
   return 0;
 }
 
-static void test_sigusr1_dumps_a_blocked_and_an_idle_rank(void **state) {
+static void test_sigusr1_dumps_a_blocked_and_an_idle_rank_when_asked_for(void **state) {
   (void)state;
   fresh_dir();
+  setenv("PSTATE_TRACE_SIGNAL", "1", 1);
   assert_int_equal(pstate_test_run_processes(2, 60, signal_rank, NULL, NULL), 0);
+  unsetenv("PSTATE_TRACE_SIGNAL");
   remove_dir();
+}
+
+/* ---- without PSTATE_TRACE_SIGNAL=1, SIGUSR1 stays the program's ---- */
+
+static int disposition_rank(const pstate_test_rank_t *self) {
+  pstate_t *ps = NULL;
+  RANK_OK(self, pstate_test_init(self, 20000, &ps));
+  struct sigaction now;
+  RANK_CHECK(self, sigaction(SIGUSR1, NULL, &now) == 0, "sigaction");
+  RANK_CHECK(self, now.sa_handler == SIG_DFL && !(now.sa_flags & SA_SIGINFO),
+             "pstate installed a SIGUSR1 handler without PSTATE_TRACE_SIGNAL=1 (PSTATE_TRACE_SIGNAL=%s)",
+             getenv("PSTATE_TRACE_SIGNAL") ? getenv("PSTATE_TRACE_SIGNAL") : "unset");
+  RANK_OK(self, pstate_finalize(ps));
+  return 0;
+}
+
+static void test_sigusr1_is_left_alone_unless_asked_for(void **state) {
+  (void)state;
+  unsetenv("PSTATE_TRACE_SIGNAL");
+  assert_int_equal(pstate_test_run_processes(2, 60, disposition_rank, NULL, NULL), 0);
+  setenv("PSTATE_TRACE_SIGNAL", "0", 1);
+  assert_int_equal(pstate_test_run_processes(1, 60, disposition_rank, NULL, NULL), 0);
+  unsetenv("PSTATE_TRACE_SIGNAL");
 }
 
 /* ---- pstate_trace_dump, the ring wrapping, the settings ---- */
@@ -312,7 +339,8 @@ static void test_a_failing_call_dumps_once(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_sigusr1_dumps_a_blocked_and_an_idle_rank),
+      cmocka_unit_test(test_sigusr1_dumps_a_blocked_and_an_idle_rank_when_asked_for),
+      cmocka_unit_test(test_sigusr1_is_left_alone_unless_asked_for),
       cmocka_unit_test(test_trace_dump_and_the_ring_wrapping),
       cmocka_unit_test(test_recorder_settings),
       cmocka_unit_test(test_a_failing_call_dumps_once),

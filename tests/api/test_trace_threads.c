@@ -2,7 +2,9 @@
  * test_trace_threads.c — the flight recorder with ranks as threads (issue 14), the test CI runs
  * under ThreadSanitizer: two ranks in one process run all_reduces and broadcasts while, in each,
  * a second thread keeps writing that rank's dump with pstate_trace_dump and the process keeps
- * receiving SIGUSR1 (whose watchdog thread dumps both ranks). The writer and the readers of the
+ * receiving SIGUSR1 (PSTATE_TRACE_SIGNAL=1: its watchdog thread dumps both ranks). Each context
+ * also runs its dump watcher (a thread parked in a store get, group/dump_watcher.hpp), started
+ * at init and stopped at finalize. The writer and the readers of the
  * ring race by design; every dump must still be whole (first line, end line, entries that count
  * up), and the collectives exact.
  */
@@ -105,6 +107,7 @@ static void test_dumps_race_with_the_ranks(void **state) {
   assert_non_null(mkdtemp(g_dir));
   setenv("PSTATE_TRACE_DIR", g_dir, 1);
   setenv("PSTATE_TRACE_ENTRIES", "64", 1); /* wraps often */
+  setenv("PSTATE_TRACE_SIGNAL", "1", 1);    /* the SIGUSR1 handler is opt-in */
   assert_int_equal(pstate_test_run_threads(2, 120, rank_fn, NULL), 0);
   char path[400];
   for (int r = 0; r < 2; ++r) { /* the watchdog's SIGUSR1 dumps of both ranks */
@@ -115,6 +118,7 @@ static void test_dumps_race_with_the_ranks(void **state) {
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
   assert_int_equal(system(cmd), 0);
   unsetenv("PSTATE_TRACE_ENTRIES");
+  unsetenv("PSTATE_TRACE_SIGNAL");
   unsetenv("PSTATE_TRACE_DIR");
 }
 

@@ -15,3 +15,19 @@ set_tests_properties(cli_store PROPERTIES TIMEOUT 300)
 add_test(NAME cli_elastic COMMAND ${PROJECT_SOURCE_DIR}/tests/cli/test_elastic.sh $<TARGET_FILE:pstate_cli>
                                   $<TARGET_FILE:elastic_serving>)
 set_tests_properties(cli_elastic PROPERTIES TIMEOUT 300)
+# One rank of the jobs below (tests/cli/launch_rank.c): ranks blocked with shared-memory names
+# half made, and ranks whose own threads sleep in system calls while pstate run asks for dumps.
+add_executable(launch_rank ${PROJECT_SOURCE_DIR}/tests/cli/launch_rank.c)
+target_compile_options(launch_rank PRIVATE ${PSTATE_C_WARNINGS})
+target_link_libraries(launch_rank PRIVATE pstate pthread)
+# Ctrl-C to pstate run while the ranks wait with segments half made: nothing of the job is left
+# in /dev/shm, another job's names are untouched (issue 27, item 11).
+add_test(NAME cli_run_shm_leftovers
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/cli/test_run_shm.sh $<TARGET_FILE:pstate_cli> $<TARGET_FILE:launch_rank>)
+set_tests_properties(cli_run_shm_leftovers PROPERTIES TIMEOUT 300)
+# How pstate run asks for dumps: through the store, never a signal the program did not ask for
+# (a rank without pstate is not killed by SIGUSR1; program threads in nanosleep, poll and read are
+# not interrupted; both dumps written); --dump-signal keeps SIGUSR1 as an opt-in (issue 27, 13, 16).
+add_test(NAME cli_run_dumps
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/cli/test_run_dumps.sh $<TARGET_FILE:pstate_cli> $<TARGET_FILE:launch_rank>)
+set_tests_properties(cli_run_dumps PROPERTIES TIMEOUT 300)

@@ -11,7 +11,7 @@
  *   kind      calls all_gather (8 floats) instead
  *   count     calls all_reduce with 16 floats instead of 8
  *   sigstop   the loop is on world with broadcasts: the culprit stops itself (SIGSTOP) instead
- *   usercode  sleeps in user code (60 s) instead of calling anything
+ *   usercode  sleeps in user code (60 s) instead of calling anything (saying so on stderr first)
  *   dies      SIGKILLs itself instead
  *   good      nothing: every rank completes and writes its dump by pstate_trace_dump (the control)
  *   shrunk    (run with --keep-going) the culprit SIGKILLs itself; the survivors get PEER_LOST, call
@@ -94,6 +94,7 @@ int main(int argc, char **argv) {
       }
       if (strcmp(scenario, "sigstop") == 0) raise(SIGSTOP);
       if (strcmp(scenario, "usercode") == 0) {  /* busy in its own code: a signal does not end it */
+        fprintf(stderr, "hang_rank %d: in user code instead of all_reduce #%d\n", rank, FAULT_AT);
         unsigned left = 60;
         while ((left = sleep(left)) > 0) {
         }

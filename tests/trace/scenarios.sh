@@ -8,16 +8,19 @@
 #   kind      rank 2 calls all_gather where the others call all_reduce (MISMATCH on every rank)
 #   count     rank 1 passes 16 elements where the others pass 8 (MISMATCH)
 #   sigstop   rank 2 is stopped (SIGSTOP) while the others wait in a broadcast on world: it
-#             leaves no dump (a stopped process cannot answer SIGUSR1)
+#             leaves no dump (a stopped process cannot answer: its dump watcher is stopped too)
 #   usercode  rank 3 sits in its own code and never enters all_reduce #5: the others time out;
-#             `pstate run` asks it for a dump (SIGUSR1) while it is idle outside pstate
+#             `pstate run` asks it for a dump (through the job's store, which a thread of
+#             pstate's own watches) while it is idle outside pstate
 #   dies      rank 1 SIGKILLs itself before all_reduce #5: the others get PEER_LOST
 #   good      the control: nothing goes wrong, doctor exits 0
 #   shrunk    (--keep-going) rank 1 dies; the survivors shrink and go on; then rank 3 sits in its
 #             own code (and exits there) while the others wait in the new tp's all_reduce: the
 #             verdict names rank 3 on tp:0 of epoch 1 (its only dump is from before the shrink),
 #             and rank 1's death only as recovered
-#   ctrlc     usercode with a 60 s timeout, and Ctrl-C (SIGINT) to `pstate run` after 2 s: it asks
+#   ctrlc     usercode with a 60 s timeout, and Ctrl-C (SIGINT) to `pstate run` once rank 3 says
+#             it sits in its own code (and 1 s more, for the others to enter all_reduce #5; waited
+#             for, not a fixed time from the start, which a loaded machine may not reach): it asks
 #             every rank for a dump before it stops them, the three in all_reduce still waiting
 #
 # Env: PSTATE_CLI (the pstate command), HANG_RANK (tests/trace/hang_rank). The timeout is 2 s,
@@ -47,7 +50,12 @@ set +e
 if [ "$scenario" = ctrlc ]; then
   PSTATE_TIMEOUT_MS=60000 "$PSTATE_CLI" run -n 4 --grace-ms 500 -- "$HANG_RANK" usercode >"$work/run.out" 2>"$work/run.err" &
   launcher=$!
-  sleep 2
+  for _ in $(seq 600); do  # at most 60 s
+    grep -q 'hang_rank 3: in user code' "$work/run.err" 2>/dev/null && break
+    kill -0 "$launcher" 2>/dev/null || break
+    sleep 0.1
+  done
+  sleep 1
   kill -INT "$launcher"
   wait "$launcher"
 elif [ "$scenario" = shrunk ]; then
@@ -91,7 +99,9 @@ case $scenario in
             for r in 0 1 2; do grep -q '^in_call pstate_all_reduce$' "$PSTATE_TRACE_DIR/rank$r.pstate-trace" ||
               fail "rank $r's dump does not show it blocked in pstate_all_reduce"; done ;;
   usercode) grep -qi "outside pstate" <<<"$first" || fail "the verdict does not say rank 3 is outside pstate: $first"
-            grep -q '^in_call -$' "$PSTATE_TRACE_DIR/rank3.pstate-trace" || fail "rank 3's SIGUSR1 dump is not idle" ;;
+            grep -q '^in_call -$' "$PSTATE_TRACE_DIR/rank3.pstate-trace" || fail "rank 3's requested dump is not idle"
+            grep -q '^reason a request through the store (pstate run: ' "$PSTATE_TRACE_DIR/rank3.pstate-trace" ||
+              fail "rank 3's dump was not asked for through the store" ;;
   sigstop)  [ ! -e "$PSTATE_TRACE_DIR/rank2.pstate-trace" ] || fail "the stopped rank 2 left a dump"
             grep -q "none from 2" "$work/run.err" || fail "pstate run did not say rank 2 left no dump" ;;
   dies)     grep -q ' PEER_LOST ' "$PSTATE_TRACE_DIR/rank0.pstate-trace" || fail "rank 0's dump has no PEER_LOST entry" ;;

@@ -647,6 +647,45 @@ void test_tcp_observer_reads_without_claiming_a_rank(void **) {
   assert_non_null(rank1.get());
 }
 
+// interrupt() (the context's dump watcher is stopped this way): a get parked server-side with a
+// deadline that never passes, in an hour-long slice, ends with ABORTED as soon as another thread
+// interrupts it; so does every later call of that store, and the store itself serves on.
+void test_tcp_interrupt_ends_a_parked_get_from_another_thread(void **) {
+  auto rank0 = serve(2);
+  auto observer = open_tcp(options_for(-1, 0, rank0->port()));
+  observer->set_wait_slice_ms(3600 * 1000);
+  std::atomic<int> status{-1};
+  std::string message;
+  std::thread waiter([&] {
+    try {
+      observer->get("never/set", Deadline::never());
+      status = PSTATE_OK;
+    } catch (const Error &e) {
+      message = e.what();
+      status = e.status();
+    }
+  });
+  wait_until([&] { return rank0->server()->stats().parked_requests == 1; });  // it waits server-side
+  observer->interrupt();
+  waiter.join();
+  if (status != PSTATE_ERR_ABORTED) std::fprintf(stderr, "got status %d: %s\n", status.load(), message.c_str());
+  assert_int_equal(status.load(), PSTATE_ERR_ABORTED);
+  assert_non_null(std::strstr(message.c_str(), "interrupted"));
+  expect_error([&] { observer->check("never/set", soon()); }, PSTATE_ERR_ABORTED, {"interrupted"});
+  rank0->set("still/served", bytes_of("yes"), soon());
+  assert_string_equal(text_of(rank0->get("still/served", soon())).c_str(), "yes");
+  wait_until([&] { return rank0->server()->stats().parked_requests == 0; });  // the server let it go
+}
+
+// interrupt() before the call: the call fails at once, without a wait (nothing is parked).
+void test_tcp_interrupt_before_a_call_fails_it_at_once(void **) {
+  auto rank0 = serve(1);
+  auto observer = open_tcp(options_for(-1, 0, rank0->port()));
+  observer->interrupt();
+  expect_error([&] { observer->get("never/set", Deadline::never()); }, PSTATE_ERR_ABORTED, {"interrupted"});
+  assert_int_equal(rank0->server()->stats().parked_requests, 0);
+}
+
 void test_tcp_close_on_the_serving_rank_waits_for_the_others_to_leave(void **) {
   auto rank0 = serve(2);
   auto rank1 = join(*rank0, 1, 2);
@@ -1023,6 +1062,8 @@ int main(void) {
       cmocka_unit_test(test_tcp_rank_outside_world_is_mismatch),
       cmocka_unit_test(test_tcp_world_size_disagreement_is_mismatch_naming_both_ranks),
       cmocka_unit_test(test_tcp_observer_reads_without_claiming_a_rank),
+      cmocka_unit_test(test_tcp_interrupt_ends_a_parked_get_from_another_thread),
+      cmocka_unit_test(test_tcp_interrupt_before_a_call_fails_it_at_once),
       cmocka_unit_test(test_tcp_close_on_the_serving_rank_waits_for_the_others_to_leave),
       cmocka_unit_test(test_tcp_standalone_server_serves_ranks_that_only_connect),
       cmocka_unit_test(test_tcp_killed_server_gives_clients_peer_lost_naming_the_address),

@@ -575,7 +575,8 @@ class PState:
         """Writes this rank's flight-recorder dump now (pstate_trace_dump; read by `pstate doctor`).
         path None: $PSTATE_TRACE_DIR/rank<R>.pstate-trace; a directory: that file in it; else the
         file itself. Dumps are also written on their own when a call fails with a timeout, a lost
-        peer, a mismatch or ABORTED, and on SIGUSR1."""
+        peer, a mismatch or ABORTED, when `pstate run` asks through the job's store, and on SIGUSR1
+        when the process was started with PSTATE_TRACE_SIGNAL=1."""
         with self._lock:
             capi.trace_dump(self._h(), None if path is None else str(path))
 

@@ -289,7 +289,8 @@ impl PState {
     /// Writes this rank's flight-recorder dump now (`pstate_trace_dump`, read by `pstate doctor`):
     /// `None` = `$PSTATE_TRACE_DIR/rank<R>.pstate-trace`, a directory = that file in it, else the
     /// file itself. Dumps are also written on their own when a call fails with `Timeout`,
-    /// `PeerLost`, `Mismatch` or `Aborted`, and on SIGUSR1.
+    /// `PeerLost`, `Mismatch` or `Aborted`, when `pstate run` asks through the job's store, and on
+    /// SIGUSR1 when the process was started with `PSTATE_TRACE_SIGNAL=1`.
     pub fn trace_dump(&self, path: Option<&str>) -> Result<()> {
         let path = path
             .map(|p| CString::new(p).map_err(|_| Error::new(Status::InvalidArgument, "trace_dump: path holds a NUL byte")))
