@@ -434,9 +434,16 @@ PSTATE_API pstate_status_t pstate_broadcast_object(pstate_group_t *g, const void
     ContextEntry entry(g->context(), "pstate_broadcast_object");
     require_rank(g, src, "src");
     bool is_src = g->rank_in_group() == src;
-    if (is_src) require(data != nullptr || size == 0, "data is NULL with size > 0");
-    if (is_src) require_fits(size, PSTATE_UINT8, 1, "size");
-    else require_nonnull(out, "out");
+    if (is_src) {  // a refusal still takes part in the call, so the others fail at once with it
+      try {
+        require(data != nullptr || size == 0, "data is NULL with size > 0");
+        require_fits(size, PSTATE_UINT8, 1, "size");
+      } catch (const pstate::Error &e) {
+        g->refuse(pstate::OpKind::kBroadcastObject, src, size, e);
+      }
+    } else {
+      require_nonnull(out, "out");
+    }
     if (out != nullptr) *out = pstate_bytes_t{nullptr, 0};
     pstate::Bytes got = g->broadcast_object(data, size, src);
     if (out != nullptr) export_bytes(got, out);
@@ -448,9 +455,13 @@ PSTATE_API pstate_status_t pstate_all_gather_object(pstate_group_t *g, const voi
   return PSTATE_GUARD({
     require_group(g, "pstate_all_gather_object");
     ContextEntry entry(g->context(), "pstate_all_gather_object");
-    require(data != nullptr || size == 0, "data is NULL with size > 0");
-    require_fits(size, PSTATE_UINT8, 1, "size");
     require_nonnull(out, "out");
+    try {  // a refusal still takes part in the call, so the others fail at once with it
+      require(data != nullptr || size == 0, "data is NULL with size > 0");
+      require_fits(size, PSTATE_UINT8, 1, "size");
+    } catch (const pstate::Error &e) {
+      g->refuse(pstate::OpKind::kAllGatherObject, -1, size, e);
+    }
     require_nonnull(sizes, "sizes");
     if (capacity < static_cast<size_t>(g->size()))
       pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "capacity ", capacity, " < group size ", g->size(), " (",

@@ -39,7 +39,12 @@ enum class OpKind : uint32_t {
   kTensorDictAgree,      // 24: broadcast_tensor_dict's agreement before CUDA payload
   kSlicedDictAgree,      // 25: recv_tensor_dict_sliced's agreement over the ag group
   kGrowDecision,         // 26: pstate_grow's decision from rank 0
-  kLast = kGrowDecision,
+  // 27: a rank refused its part of a collective object call (a size past 2^47 bytes, NULL data):
+  // it still takes part in the call's agreement with this kind, count = the refused size, so
+  // every rank of the call fails at once with INVALID_ARGUMENT naming it (issue 27: a refused
+  // size tells the peers) and nothing is sent.
+  kRefused,
+  kLast = kRefused,
 };
 // pack_call_code holds 32 kinds (5 bits).
 static_assert(static_cast<uint32_t>(OpKind::kLast) <= 32,

@@ -153,7 +153,8 @@ const char *trace_op_name(TraceOp op) {
                                        "tensor_dict_meta",
                                        "tensor_dict_agree",
                                        "sliced_dict_agree",
-                                       "grow_decision"};
+                                       "grow_decision",
+                                       "refused"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(TraceOp::kCount));
   const auto i = static_cast<size_t>(op);
   return i < static_cast<size_t>(TraceOp::kCount) ? kNames[i] : "-";

@@ -109,6 +109,7 @@ enum class TraceOp : uint8_t {
   kTensorDictAgree,
   kSlicedDictAgree,
   kGrowDecision,
+  kRefused,
   kCount
 };
 const char *trace_op_name(TraceOp op);

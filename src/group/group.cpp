@@ -248,7 +248,10 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body) {
     agreeing = false;
     body(pstate::tag_base(desc.seq));
   } catch (const pstate::Error &e) {
-    if (agreeing ? e.status() != PSTATE_ERR_MISMATCH : pstate::is_fatal(e.status())) ctx_.fail(e.what(), e.status());
+    // The exchange moved no data, and every rank saw what it saw: a mismatch or a refusal there
+    // leaves the context usable.
+    const bool agreed_error = e.status() == PSTATE_ERR_MISMATCH || e.status() == PSTATE_ERR_INVALID_ARGUMENT;
+    if (agreeing ? !agreed_error : pstate::is_fatal(e.status())) ctx_.fail(e.what(), e.status());
     ctx_.trace_call_failed(tid, e);
     throw;
   }
@@ -290,8 +293,16 @@ void pstate_group_s::verify_same_op(const OpDescriptor &desc) {
   std::vector<OpDescriptor> all(ranks_.size());
   pstate::coll::allgather_bruck(*channel_, &desc, all.data(), sizeof(OpDescriptor), PSTATE_UINT8,
                                 pstate::tag_base(desc.seq) | pstate::kCheckStepBase);
+  constexpr auto kRefused = static_cast<uint32_t>(OpKind::kRefused);
   for (size_t n = 1; n < all.size(); ++n) {
     const size_t r = (static_cast<size_t>(rank_in_group_) + n) % all.size();
+    if (desc.op == kRefused) return;  // this rank refused: the caller throws its own error
+    if (all[r].op == kRefused)
+      pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, name_, " #", desc.seq, " ",
+                          pstate::op_kind_name(static_cast<OpKind>(desc.op)), ": rank ", global_[r], " (group rank ", r,
+                          ") refused its part of this call (", all[r].count,
+                          " bytes: more than 2^47, or no data; its own error says why), so no rank sent anything and "
+                          "every rank of the call returns this error; the context is still usable");
     if (std::memcmp(&all[r], &desc, sizeof(OpDescriptor)) == 0) continue;
     pstate::throw_error(PSTATE_ERR_MISMATCH, name_, " #", desc.seq, ": rank ", ctx_.rank(), " (group rank ",
                         rank_in_group_, ") called ", pstate::describe_op(desc, true), ", rank ", global_[r],
@@ -619,6 +630,13 @@ void pstate_group_s::broadcast_from_rank0(void *bytes, size_t n) {
     arrive_in_shm(d);
     pstate::coll::broadcast_binomial(*channel_, bytes, n, PSTATE_UINT8, 0, tag);
   });
+}
+
+void pstate_group_s::refuse(OpKind kind, int root, uint64_t size, const pstate::Error &why) {
+  OpDescriptor d{static_cast<uint32_t>(OpKind::kRefused), 0, size, -1, -1, root, 0};
+  static_cast<void>(kind);
+  run(d, [&](uint32_t) { arrive_in_shm(d); });
+  throw why;
 }
 
 void pstate_group_s::verify_only(const OpDescriptor &desc) {

@@ -173,6 +173,11 @@ struct pstate_group_s {
   // One numbered CPU operation that copies n bytes from group rank 0 to every rank (the NCCL
   // unique id); called by the device communicator on every rank at its creation.
   void broadcast_from_rank0(void *bytes, size_t n);
+  // A rank that refuses its part of a collective object call (kind, root; a size past 2^47
+  // bytes, NULL data) still takes part in the call's agreement as OpKind::kRefused, so every rank
+  // of the call fails at once with INVALID_ARGUMENT naming it and nothing is sent; then throws
+  // `why` here. The group stays usable.
+  [[noreturn]] void refuse(pstate::OpKind kind, int root, uint64_t size, const pstate::Error &why);
   // PSTATE_CHECK for an operation that another communicator carries: one numbered operation
   // whose only content is the cross-rank comparison of desc.
   void verify_only(const pstate::OpDescriptor &desc);

@@ -6,8 +6,10 @@
  * blocks). Covered: every tensor operation with count SIZE_MAX and just past the bound; a gather
  * whose recv (count x group size) is past the bound, refused on every rank and not only on the
  * root, and likewise a scatter whose send (count x group size) is past the bound;
- * broadcast_object of size SIZE_MAX from its source (the other ranks do not take part in a
- * call their source refused; the next broadcast_object pairs normally), on the message-queue
+ * broadcast_object of size SIZE_MAX from its source: the source refuses it, and the other ranks,
+ * in the same call, hear it at once (INVALID_ARGUMENT naming the source's refusal, issue 27:
+ * a refused size tells the peers); the next broadcast_object pairs normally; all_gather_object
+ * with one rank's size past the bound: INVALID_ARGUMENT on every rank, the next one works; on the message-queue
  * path (src 0, shared memory) and over UCX.
  */
 #include <setjmp.h>
@@ -81,15 +83,24 @@ static int counts_rank(const pstate_test_rank_t *self) {
   /* broadcast_object of SIZE_MAX bytes, from rank 0 (shared memory: the message queue) and rank 1 */
   for (int src = 0; src < 2; ++src) {
     pstate_bytes_t out = {NULL, 0};
-    if (self->rank == src) {
-      s = pstate_broadcast_object(g, a, SIZE_MAX, src, &out);
-      RANK_CHECK(self, s == PSTATE_ERR_INVALID_ARGUMENT && strstr(pstate_last_error(), "2^47"),
-                 "broadcast_object SIZE_MAX from %d: %s (%s)", src, pstate_status_string(s), pstate_last_error());
-      RANK_CHECK(self, out.data == NULL && out.size == 0, "out untouched");
-    }
+    s = pstate_broadcast_object(g, a, self->rank == src ? SIZE_MAX : 0, src, &out);
+    RANK_CHECK(self, s == PSTATE_ERR_INVALID_ARGUMENT && strstr(pstate_last_error(), self->rank == src ? "2^47" : "refused"),
+               "broadcast_object SIZE_MAX from %d: %s (%s)", src, pstate_status_string(s), pstate_last_error());
+    RANK_CHECK(self, out.data == NULL && out.size == 0, "out untouched");
     memcpy(a, "next", 4);
     RANK_OK(self, pstate_broadcast_object(g, a, 4, src, &out));
     RANK_CHECK(self, out.size == 4 && memcmp(out.data, "next", 4) == 0, "the next broadcast_object from %d", src);
+    pstate_bytes_free(&out);
+  }
+  /* all_gather_object: rank 1's size is past the bound; both ranks hear it in the same call */
+  {
+    pstate_bytes_t out = {NULL, 0};
+    size_t sizes[2];
+    s = pstate_all_gather_object(g, a, self->rank == 1 ? SIZE_MAX : 4, &out, sizes, 2);
+    RANK_CHECK(self, s == PSTATE_ERR_INVALID_ARGUMENT && strstr(pstate_last_error(), self->rank == 1 ? "2^47" : "refused"),
+               "all_gather_object SIZE_MAX on rank 1: %s (%s)", pstate_status_string(s), pstate_last_error());
+    RANK_OK(self, pstate_all_gather_object(g, a, 4, &out, sizes, 2));
+    RANK_CHECK(self, out.size == 8 && sizes[0] == 4 && sizes[1] == 4, "the next all_gather_object: %zu bytes", out.size);
     pstate_bytes_free(&out);
   }
   RANK_OK(self, pstate_finalize(ps));

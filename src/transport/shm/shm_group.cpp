@@ -221,6 +221,19 @@ void ShmGroup::verify_peer(int peer, const Deadline &deadline) {
         return cat(options_.label, " rank ", rank_, ": ", current_op_, " (step ", s, "): waiting for rank ", peer,
                    " to arrive at this call");
       });
+  // A refusal (OpKind::kRefused) at this call's step is no disagreement: every rank completes the
+  // step, then each fails with INVALID_ARGUMENT (arrive_now), the group in step and usable.
+  const OpDescriptor theirs = unpack_call_code(static_cast<uint32_t>(word >> 32));
+  if (static_cast<uint32_t>(word) == static_cast<uint32_t>(s) &&
+      (theirs.op == static_cast<uint32_t>(OpKind::kRefused) || call_desc_.op == static_cast<uint32_t>(OpKind::kRefused))) {
+    if (theirs.op == static_cast<uint32_t>(OpKind::kRefused) && refused_by_ < 0) {
+      refused_by_ = peer;
+      std::memcpy(&refused_count_, line->data, sizeof refused_count_);
+    }
+    verified_[static_cast<size_t>(peer)] = s;
+    --pending_;
+    return;
+  }
   check_line_word(peer, line, word, s);
   if (call_desc_.count >= kCodedCountLarge) {
     uint64_t count = 0;
@@ -264,9 +277,17 @@ void ShmGroup::arrive(const OpDescriptor &desc, const Deadline &deadline) {
 
 void ShmGroup::arrive_now(const OpDescriptor &desc, const Deadline &deadline) {
   begin_call(desc, false, deadline);
+  refused_by_ = -1;
   publish_arrival(deadline);
   verify_peers(deadline);
   finish_step(call_step_);
+  if (refused_by_ >= 0 && call_desc_.op != static_cast<uint32_t>(OpKind::kRefused)) {
+    refusal_ = true;  // not a failure of the group: run_guarded keeps it usable
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, options_.label, " #", call_desc_.seq, " ", current_op_, ": rank ",
+                global_rank(refused_by_), " (group rank ", refused_by_, ") refused its part of this call (",
+                refused_count_, " bytes: more than 2^47, or no data; its own error says why), so no rank sent "
+                "anything and every rank of the call returns this error; the group is still usable");
+  }
 }
 
 template <typename Body>
@@ -277,12 +298,17 @@ void ShmGroup::run_guarded(const char *op, Body &&body) {
                 "(abort or finalize the context)");
   current_op_ = op;
   in_call_ = false;
+  refusal_ = false;
   try {
     body();
     // After the call's last flag store and its fence (finish_step's notify): one load of a line
     // nobody writes while every call succeeds.
     if (in_call_ && verdict().watch.load(std::memory_order_relaxed) >= call_step_) commit_call();
   } catch (const Error &e) {
+    if (refusal_) {  // a peer refused the call; every rank completed its step (arrive_now)
+      in_call_ = false;
+      throw;
+    }
     broken_ = true;
     if (in_call_) mark_failed(e.status());  // later arrivals hear that this call failed
     in_call_ = false;

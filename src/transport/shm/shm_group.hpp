@@ -235,6 +235,9 @@ class ShmGroup {
   void check_verdict() const;
   [[noreturn]] void throw_failed_call(uint64_t word, bool completed) const;
   bool in_call_ = false;  // between begin_call and the end of the call (for the verdict)
+  int refused_by_ = -1;        // arrive_now: the first peer that refused the call (OpKind::kRefused)
+  uint64_t refused_count_ = 0;  // ... and the size it refused
+  bool refusal_ = false;       // the error in flight is a peer's refusal: the group stays usable
   size_t checked_dtype_size(const char *op, pstate_dtype_t dtype, size_t count, size_t multiple) const;
   void check_reduce(const char *op, pstate_dtype_t dtype, pstate_reduce_op_t op_kind) const;
   void check_buffers(const char *op, const void *send, const void *recv, size_t count) const;
