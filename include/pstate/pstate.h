@@ -597,12 +597,14 @@ PSTATE_API pstate_status_t pstate_tp_allgather(pstate_t *ps, const void *send, v
 
 /** Rank src sends size bytes of data; every other rank receives them into *out (allocated by
  *  pstate, free with pstate_bytes_free). On src, data is read and out may be NULL (when given,
- *  it receives a copy). A size over 2^47 bytes is INVALID_ARGUMENT on src, before anything is
- *  sent (the other ranks are not told: they wait, as for any call src does not make). */
+ *  it receives a copy). A size over 2^47 bytes (or NULL data with size > 0) is INVALID_ARGUMENT
+ *  on src, and src still takes part in the call's agreement as a refusal: the other ranks return
+ *  INVALID_ARGUMENT naming src at once, nothing is sent, and the group stays usable. */
 PSTATE_API pstate_status_t pstate_broadcast_object(pstate_group_t *g, const void *data, size_t size, int src,
                                                    pstate_bytes_t *out);
 /** Every rank contributes size bytes; *out = the concatenation in group-rank order and
- *  sizes[i] = rank i's size (capacity >= the group size). */
+ *  sizes[i] = rank i's size (capacity >= the group size). A rank whose size is over 2^47 bytes
+ *  refuses its part as pstate_broadcast_object's src does: INVALID_ARGUMENT on every rank. */
 PSTATE_API pstate_status_t pstate_all_gather_object(pstate_group_t *g, const void *data, size_t size,
                                                     pstate_bytes_t *out, size_t *sizes, size_t capacity);
 /** Sends size bytes to group rank dst on the object stream (see pstate_send); the receiver learns
