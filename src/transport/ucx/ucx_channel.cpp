@@ -89,10 +89,10 @@ Channel::Request UcxChannel::irecv_any_what(int peer, std::vector<uint8_t> *out,
 }
 
 void UcxChannel::wait_all(const Request *requests, size_t n) {
-  const std::string what = op_name();  // outlives the wait (scope.what is a view)
   WaitScope scope;
   scope.owner = owner_;
-  scope.what = what;
+  scope.what = name_;  // the message's "tp:0 all_reduce" is built only if one is
+  scope.op = op_;
   scope.deadline = deadline_ ? *deadline_ : Deadline::after_ms(worker_.default_timeout_ms());
   scope.my_group_rank = my_index_;
   worker_.wait(requests, n, scope);
@@ -113,10 +113,11 @@ Channel::Request UcxChannel::irecv_owned(uint32_t owner, int peer, void *buf, si
 }
 
 namespace {
-WaitScope owned_scope(uint32_t owner, const std::string &what, Deadline deadline, int my_index) {
+WaitScope owned_scope(uint32_t owner, std::string_view name, const char *op, Deadline deadline, int my_index) {
   WaitScope scope;
   scope.owner = owner;
-  scope.what = what;
+  scope.what = name;
+  scope.op = op;
   scope.deadline = deadline;
   scope.my_group_rank = my_index;
   return scope;
@@ -124,14 +125,12 @@ WaitScope owned_scope(uint32_t owner, const std::string &what, Deadline deadline
 }  // namespace
 
 void UcxChannel::wait_owned(uint32_t owner, Request r, const char *op, Deadline deadline) {
-  const std::string what = name_ + " " + op;
-  worker_.wait(&r, 1, owned_scope(owner, what, deadline, my_index_));
+  worker_.wait(&r, 1, owned_scope(owner, name_, op, deadline, my_index_));
 }
 
 bool UcxChannel::test_owned(uint32_t owner, Request r, const char *op, Deadline deadline,
                             Deadline::Clock::time_point posted) {
-  const std::string what = name_ + " " + op;
-  WaitScope scope = owned_scope(owner, what, deadline, my_index_);
+  WaitScope scope = owned_scope(owner, name_, op, deadline, my_index_);
   scope.since = posted;
   return worker_.test(r, scope);
 }

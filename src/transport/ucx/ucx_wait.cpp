@@ -60,11 +60,11 @@ void UcxWorker::progress_until_idle() {
 
 void UcxWorker::wait(const OpId *ops, size_t n, const WaitScope &scope) {
   if (worker_ == nullptr)
-    throw_error(PSTATE_ERR_INVALID_STATE, scope.what, ": rank ", options_.world_rank, " UCX worker is closed");
+    throw_error(PSTATE_ERR_INVALID_STATE, scope.text(), ": rank ", options_.world_rank, " UCX worker is closed");
   try {
     for (size_t i = 0; i < n; ++i)
       if (find_op(ops[i]) == nullptr)
-        throw_error(PSTATE_ERR_INTERNAL, scope.what, ": request ", ops[i], " was already waited for or never posted");
+        throw_error(PSTATE_ERR_INTERNAL, scope.text(), ": request ", ops[i], " was already waited for or never posted");
     run_wait_loop(ops, n, scope);
   } catch (...) {
     cancel_owner(scope.owner);
@@ -76,10 +76,10 @@ void UcxWorker::wait(const OpId *ops, size_t n, const WaitScope &scope) {
 
 bool UcxWorker::test(OpId id, const WaitScope &scope) {
   if (worker_ == nullptr)
-    throw_error(PSTATE_ERR_INVALID_STATE, scope.what, ": rank ", options_.world_rank, " UCX worker is closed");
+    throw_error(PSTATE_ERR_INVALID_STATE, scope.text(), ": rank ", options_.world_rank, " UCX worker is closed");
   try {
     if (find_op(id) == nullptr)
-      throw_error(PSTATE_ERR_INTERNAL, scope.what, ": request ", id, " was already waited for or never posted");
+      throw_error(PSTATE_ERR_INTERNAL, scope.text(), ": request ", id, " was already waited for or never posted");
     wait_start_ = scope.since.value_or(Clock::now());
     progress_until_idle();
     start_probed_recvs();
@@ -167,7 +167,7 @@ bool UcxWorker::block(const OpId *ops, size_t n, const WaitScope &scope, int max
   ucs_status_t st = ucp_worker_arm(worker_);
   if (st == UCS_ERR_BUSY) return false;
   if (st != UCS_OK)
-    throw_error(PSTATE_ERR_TRANSPORT, scope.what, ": rank ", options_.world_rank,
+    throw_error(PSTATE_ERR_TRANSPORT, scope.text(), ": rank ", options_.world_rank,
                 " could not arm its UCX worker for sleeping: ", ucs_status_string(st));
   poll_fds_.assign(1, pollfd{efd_, POLLIN, 0});
   poll_peers_.assign(1, nullptr);
@@ -186,7 +186,7 @@ bool UcxWorker::block(const OpId *ops, size_t n, const WaitScope &scope, int max
   }
   int ready = ::poll(poll_fds_.data(), poll_fds_.size(), timeout);
   if (ready < 0 && errno != EINTR)
-    throw_error(PSTATE_ERR_TRANSPORT, scope.what, ": poll on the UCX wake-up fd failed: errno ", errno);
+    throw_error(PSTATE_ERR_TRANSPORT, scope.text(), ": poll on the UCX wake-up fd failed: errno ", errno);
   for (size_t i = 1; ready > 0 && i < poll_fds_.size(); ++i)
     if (poll_fds_[i].revents != 0) poll_peers_[i]->exited = true;
   return true;
@@ -224,7 +224,7 @@ std::string UcxWorker::describe_op(const Op &op) const {
 }
 
 void UcxWorker::throw_notice(const Notice &n, const WaitScope &scope) {
-  throw notice_error(n, std::string(scope.what), describe_self(scope), n.from);
+  throw notice_error(n, std::string(scope.text()), describe_self(scope), n.from);
 }
 
 namespace {
@@ -259,7 +259,7 @@ Error UcxWorker::notice_error(const Notice &n, const std::string &what, const st
 }
 
 void UcxWorker::throw_peer_lost(const Peer &p, const Op &op, const WaitScope &scope) {
-  std::string what = cat(scope.what, ": ", describe_peer(p, op));
+  std::string what = cat(scope.text(), ": ", describe_peer(p, op));
   std::string waited = cat("while ", describe_self(scope),
                            op.kind == OpKind::kSend ? " waited to send to it (" : " waited for its message (",
                            describe_op(op), "; ",
@@ -277,17 +277,17 @@ void UcxWorker::throw_failed_op(const Op &op, const WaitScope &scope) {
   std::string peer = describe_peer(p, op);
   if (op.foreign()) throw_foreign(op, p, scope);
   if (op.status == UCS_ERR_MESSAGE_TRUNCATED || (op.status == UCS_OK && op.kind == OpKind::kRecv))
-    throw_error(PSTATE_ERR_MISMATCH, scope.what, ": ", peer, " sent ",
+    throw_error(PSTATE_ERR_MISMATCH, scope.text(), ": ", peer, " sent ",
                 op.status == UCS_OK ? cat(op.received, " bytes") : std::string("a longer message"), " but ",
                 describe_self(scope), " expected exactly ", op.bytes, " (", describe_op(op),
                 "): the ranks disagree on count or dtype of this operation");
   if (op.status == UCS_ERR_NO_MEMORY && op.kind == OpKind::kRecvAnySize)
-    throw_error(PSTATE_ERR_NO_MEMORY, scope.what, ": no memory for the ", op.bytes, "-byte message from ", peer,
+    throw_error(PSTATE_ERR_NO_MEMORY, scope.text(), ": no memory for the ", op.bytes, "-byte message from ", peer,
                 " (", describe_op(op), ")");
   if (op.status == UCS_ERR_NOT_CONNECTED && p.ep_closed)
-    throw_error(PSTATE_ERR_TRANSPORT, scope.what, ": the endpoint to ", peer,
+    throw_error(PSTATE_ERR_TRANSPORT, scope.text(), ": the endpoint to ", peer,
                 " was closed after an earlier error; call pstate_abort");
-  throw_error(PSTATE_ERR_TRANSPORT, scope.what, ": UCX failed the ", describe_op(op), " between ", describe_self(scope),
+  throw_error(PSTATE_ERR_TRANSPORT, scope.text(), ": UCX failed the ", describe_op(op), " between ", describe_self(scope),
               " and ", peer, ": ", ucs_status_string(op.status));
 }
 
@@ -297,7 +297,7 @@ void UcxWorker::throw_failed_op(const Op &op, const WaitScope &scope) {
 void UcxWorker::throw_foreign(const Op &op, const Peer &p, const WaitScope &scope) {
   const P2PStream stream = ucx::p2p_stream_of(op.target.tag);
   const std::string size = op.kind == OpKind::kRecv ? cat(op.bytes, " bytes") : std::string("an object");
-  throw_error(PSTATE_ERR_MISMATCH, scope.what, ": ", describe_peer(p, op), " sent its message #",
+  throw_error(PSTATE_ERR_MISMATCH, scope.text(), ": ", describe_peer(p, op), " sent its message #",
               ucx::p2p_counter_of(op.sender_tag), " with ", describe_p2p_what(stream, ucx::p2p_what_of(op.sender_tag)),
               op.kind == OpKind::kRecv ? cat(" (", op.received, " bytes)") : std::string(), ", but ",
               describe_self(scope), " took it in ",
@@ -316,7 +316,7 @@ void UcxWorker::throw_timeout(const OpId *ops, size_t n, const WaitScope &scope)
     ++pending;
   }
   const Peer &p = peer(first->target.peer_world);
-  throw_error(PSTATE_ERR_TIMEOUT, scope.what, ": timed out after ", ms_since(wait_start_), " ms: ",
+  throw_error(PSTATE_ERR_TIMEOUT, scope.text(), ": timed out after ", ms_since(wait_start_), " ms: ",
               describe_self(scope), " still waits for ", describe_peer(p, *first), ", which is ",
               p.same_process ? "a thread of this process" : (p.same_host ? "alive" : "on another host"), " (",
               describe_op(*first), "; ", pending, " of ", n,
@@ -332,7 +332,7 @@ void UcxWorker::throw_interrupted(const OpId *ops, size_t n, const WaitScope &sc
   std::string waiting = first != nullptr ? cat(" for ", describe_peer(peer(first->target.peer_world), *first), " (",
                                                describe_op(*first), ")")
                                          : std::string();
-  throw_error(PSTATE_ERR_INTERRUPTED, scope.what, ": interrupted after ", ms_since(wait_start_), " ms while ",
+  throw_error(PSTATE_ERR_INTERRUPTED, scope.text(), ": interrupted after ", ms_since(wait_start_), " ms while ",
               describe_self(scope), " waited", waiting,
               " (the interrupt check asked to stop, e.g. Ctrl-C); the peers were left inside the operation, so "
               "the context is failed: call pstate_abort");

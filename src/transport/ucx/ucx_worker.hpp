@@ -100,7 +100,16 @@ struct UcxWorkerOptions {
 // Who is waiting, for error messages and cancellation.
 struct WaitScope {
   uint32_t owner = 0;     // channel id from UcxWorker::register_owner (0 = the worker itself)
-  std::string_view what;  // operation, e.g. "tp:0 all_reduce"
+  // The waiting operation for messages: what, then a space and op when op is set ("tp:0" and
+  // "all_reduce"); text() joins them only when a message is built, so a wait that succeeds
+  // builds no string (two allocations per collective over UCX otherwise).
+  std::string_view what;
+  const char *op = nullptr;
+  std::string text() const {
+    std::string s(what);
+    if (op != nullptr) s.append(" ").append(op);
+    return s;
+  }
   Deadline deadline = Deadline::never();
   int my_group_rank = -1;  // -1: messages name world ranks only
   // When the waiting began, for messages ("timed out after N ms"); unset: at this wait() or
