@@ -152,15 +152,36 @@ void test_8_ranks_as_8_threads_exchange_and_waiting_thread_uses_little_cpu(void 
   }
 }
 
-// Spinning is switched on only where every rank has a core of its own.
+// Spinning is switched on only where every rank has a core of its own: counted against the
+// machine's CPUs, with one to spare for an unpinned rank; a rank its launcher pinned to one CPU
+// (pstate run --bind-cores) has its core when the ranks fit the machine (before: its affinity of
+// one CPU counted as the whole machine, and pinned ranks never spun).
 void test_wait_policy_spins_only_when_cores_are_free(void **) {
   assert_int_equal(pstate::wait_policy_for_host(100000).spin_us, 0);
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  assert_int_equal(sched_getaffinity(0, sizeof(set), &set), 0);
-  int cpus = CPU_COUNT(&set);
-  assert_int_equal(pstate::wait_policy_for_host(cpus).spin_us, 0);
-  assert_true(pstate::wait_policy_for_host(cpus - 1).spin_us == (cpus > 1 ? 50 : 0));
+  const int online = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  cpu_set_t saved;
+  CPU_ZERO(&saved);
+  assert_int_equal(sched_getaffinity(0, sizeof(saved), &saved), 0);
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  for (int c = 0; c < online; ++c) CPU_SET(c, &all);
+  if (sched_setaffinity(0, sizeof(all), &all) == 0 && online > 1) {  // unpinned: one core to spare
+    assert_int_equal(pstate::wait_policy_for_host(online).spin_us, 0);
+    assert_int_equal(pstate::wait_policy_for_host(online - 1).spin_us, 50);
+  }
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &saved)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);  // pinned, as --bind-cores does
+  const int pinned_fit = pstate::wait_policy_for_host(online).spin_us;
+  const int pinned_over = pstate::wait_policy_for_host(online + 1).spin_us;
+  assert_int_equal(sched_setaffinity(0, sizeof(saved), &saved), 0);
+  assert_int_equal(pinned_fit, 50);
+  assert_int_equal(pinned_over, 0);
   assert_int_equal(pstate::WaitPolicy{}.spin_us, 0);
 }
 

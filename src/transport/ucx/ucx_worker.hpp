@@ -80,7 +80,8 @@ struct WaitPolicy {
 };
 
 // The policy for a host running local_ranks ranks: spin 50 µs when every rank can have a core
-// of its own with one to spare (local_ranks < usable CPUs), else no spin.
+// of its own: with one to spare (local_ranks < online CPUs), or, for a rank its launcher pinned
+// to one CPU, local_ranks <= online CPUs; else no spin.
 WaitPolicy wait_policy_for_host(int local_ranks);
 
 struct UcxWorkerOptions {
