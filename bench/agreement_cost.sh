@@ -6,6 +6,10 @@
 #                                      the same cases against another commit as it shipped (built in
 #                                      build-base/ from a detached worktree .bench-base/): what a
 #                                      change of the protocol costs (issue 27), written to protocol.md
+#   BASE_REF=6dd6a27 BASE_PICK=8865268 bench/agreement_cost.sh
+#                                      the base with commits cherry-picked onto it (space-separated):
+#                                      the protocol's cost alone when HEAD also changed something else
+#                                      (8865268: the UCX wait policy), written to protocol-picked.md
 #
 # Ranks that disagree about a collective get PSTATE_ERR_MISMATCH because every call carries its
 # descriptor (src/common/op_descriptor.hpp): in the flag words of the shared-memory protocol, and
@@ -49,6 +53,9 @@ if [ -n "${BASE_REF:-}" ]; then  # the "off" side is another commit as it shippe
   base_src=$ROOT/.bench-base
   git worktree remove --force "$base_src" 2>/dev/null || rm -rf "$base_src"
   git worktree add --detach "$base_src" "$BASE_REF" >/dev/null
+  for pick in ${BASE_PICK:-}; do
+    git -C "$base_src" cherry-pick --no-commit "$pick" >/dev/null || { log "cannot cherry-pick $pick onto $BASE_REF"; exit 1; }
+  done
   log "building $BASE_REF in $OFF_DIR"
   cmake -S "$base_src" -B "$OFF_DIR" -DCMAKE_BUILD_TYPE="$type" -DPSTATE_BUILD_TESTS=OFF >/dev/null
 else

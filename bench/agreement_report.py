@@ -77,11 +77,14 @@ def main():
         print("\n".join(lines))
         return
     if kind == "protocol":
+        picks = os.environ.get("BASE_PICK", "").split()
+        picked = f" with {' '.join(picks)} cherry-picked onto it" if picks else ""
+        picks_env = f"OUT={os.path.relpath(out)} BASE_PICK='{' '.join(picks)}' " if picks else ""
         lines = [
-            f"Protocol cost, commit {commit} against {base}, {repeats} rounds (`BASE_REF={base} bench/agreement_cost.sh`):",
+            f"Protocol cost, commit {commit} against {base}{picked}, {repeats} rounds (`{picks_env}BASE_REF={base} bench/agreement_cost.sh`):",
             "2 ranks, each bound to its own core, calls back to back (bench/agreement_loop.c: median of 9 batches of",
             "100,000; 20,000 on UCX), time per call in us. `on` = libpstate at this commit, `off` = commit",
-            f"{base} as it shipped, built the same way, run alternately in the same rounds; `on - off` = median of the",
+            f"{base} {'with those commits' if picks else 'as it shipped'}, built the same way, run alternately in the same rounds; `on - off` = median of the",
             "per-round differences (min..max over rounds). Targets (issue 27): the 8 B all_reduce in shared memory",
             "within 2% or 0.01 us of the base, the UCX 8 B all_reduce not slower (within 1%).",
             "",
