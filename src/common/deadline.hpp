@@ -42,6 +42,8 @@ class Deadline {
   }
 
   bool expired() const { return Clock::now() >= at(); }
+  // The same against a time the caller already read (a clock read costs ~25 ns here).
+  bool expired_at(Clock::time_point now) const { return now >= at(); }
   // Milliseconds left, clamped to [0, INT32_MAX] so it fits poll()'s timeout argument.
   int remaining_ms() const {
     if (at() == Clock::time_point::max()) return INT32_MAX;
