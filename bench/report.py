@@ -545,6 +545,12 @@ def main():
     if os.path.exists(protocol):  # BASE_REF=... bench/agreement_cost.sh, run on its own
         with open(protocol) as f:
             md += ["## What the protocol of issue 27 costs", "", f.read().strip(), ""]
+        picked = os.path.join(HERE, "results", "agreement", "picked", "protocol.md")
+        if os.path.exists(picked):  # the same with BASE_PICK: the protocol alone
+            with open(picked) as f:
+                md += ["The UCX row above includes the wait policy of 8865268 (ranks pinned to a core of their own "
+                       "spin before sleeping), which the base lacks. The protocol alone, against the base with that "
+                       "commit cherry-picked onto it:", "", f.read().strip(), ""]
     trace = os.path.join(HERE, "results", "trace", "trace.md")
     if os.path.exists(trace):  # bench/trace_cost.sh, run on its own
         with open(trace) as f:
