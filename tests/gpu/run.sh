@@ -174,6 +174,8 @@ if [ "$RANKS_PER_GPU" = 1 ]; then
   if [ "$API_CHECK" = 1 ] && [ -x "$BUILD/pstate" ]; then
     # the stand-ins need no slack for NCCL's start-up: a 3 s timeout keeps the stall step short
     [ "$DEVSIM" = 1 ] && export FAULT_TIMEOUT_MS=${FAULT_TIMEOUT_MS:-3000}
+    # several processes on one GPU need its compute mode Default (not Exclusive_Process)
+    [ "$DEVSIM" = 1 ] || log "GPU 0 compute mode: $(nvidia-smi -i 0 --query-gpu=compute_mode --format=csv,noheader 2>&1 | head -1)"
     step ranks_per_gpu 480 tests/gpu/ranks_per_gpu.sh "$BUILD/pstate" "$BUILD/gpu/gpu_multi_check" "$OUT"
   else
     log "FAILED: --ranks-per-gpu needs libpstate and the pstate command (see above)"
