@@ -79,13 +79,13 @@ for w in $WORLDS; do
   n=$(passed_ranks kill)
   shrunk=$(grep -c "NCCL communicator ready, shrunk from world" "$log")
   anew=$(grep -c "world:0: .*NCCL communicator ready, made by a bootstrap .*rank [0-9]* of $last," "$log")
-  lost=$(grep -o "PSTATE_ERR_[A-Z_]* [0-9]* ms after its last completed all_reduce" "$log" | sed 's/ after its last.*//' | paste -sd, -)
+  lost=$(grep -o "PSTATE_ERR_[A-Z_]* [0-9]* ms after its last completed all_reduce" "$log" | sed 's/ after its last.*//' | paste -sd, - | sed 's/,/, /g')
   ok=0
   # the victim died of SIGKILL (137); every survivor passed; with 2+ survivors each made the new
   # world's communicator one way or the other
   if [ "$rc" = 137 ] && grep -q "rank $last was killed by signal 9" "$log" && [ "$n" = "$last" ] &&
      { [ "$last" -lt 2 ] || [ $((shrunk + anew)) = "$last" ]; }; then ok=1; fi
-  record "$w" kill $ok "exit $rc; $n of $last survivors passed; survivors got ${lost:-nothing} (after their last completed all_reduce); new world's NCCL communicator: $shrunk ranks shrunk it (ncclCommShrink, reused), $anew re-initialised it (bootstrap)"
+  record "$w" kill $ok "exit $rc; $n of $last survivors passed; survivors got ${lost:-nothing} (after their last completed all_reduce); new world's NCCL communicator: made by ncclCommShrink (reused) on $shrunk survivors, by a new bootstrap (re-initialised) on $anew"
 
   trace=$OUT/ranks_per_gpu_w${w}_stall.trace
   rm -rf "$trace"
