@@ -1070,10 +1070,10 @@ ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank, n
     for (int r = 0; r < c->nranks; ++r) {
       const RankSlot &s = c->hdr->ranks[r];
       if (r != c->rank && s.host == c->hdr->ranks[c->rank].host && s.device == c->device) {
-        set_error("devsim NCCL: Duplicate GPU detected: rank %d and rank %d both on cuda:%d of one host (%s)", c->rank,
-                  r, c->device,
-                  s.pid == getpid() ? "one process"
-                                    : "the same NCCL_HOSTID, or none and the same host name and boot id");
+        set_error(
+            "devsim NCCL: Duplicate GPU detected: rank %d and rank %d both on cuda:%d of one host (%s)", c->rank, r,
+            c->device,
+            s.pid == getpid() ? "one process" : "the same NCCL_HOSTID, or none and the same host name and boot id");
         return ncclInvalidUsage;
       }
     }

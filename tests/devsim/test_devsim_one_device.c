@@ -74,8 +74,8 @@ static int exact_on(const pstate_test_rank_t *self, pstate_group_t *g, cudaStrea
   for (int q = 0; q < n; ++q)
     for (size_t i = 0; i < N; ++i) {
       double want = devsim_input(PSTATE_SUM, q, i, PSTATE_FLOAT32);
-      RANK_CHECK(self, h[(size_t)q * N + i] == (float)want, "%s all_gather block %d [%zu] = %g, expected %g",
-                 info.name, q, i, (double)h[(size_t)q * N + i], want);
+      RANK_CHECK(self, h[(size_t)q * N + i] == (float)want, "%s all_gather block %d [%zu] = %g, expected %g", info.name,
+                 q, i, (double)h[(size_t)q * N + i], want);
     }
   cudaFree(d);
   cudaFree(all);

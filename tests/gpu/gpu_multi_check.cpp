@@ -56,7 +56,7 @@ double now_ms() {
 
 struct Rank {
   pstate_t *ps = nullptr;
-  int rank = 0;   // launch rank = world rank before any shrink
+  int rank = 0;  // launch rank = world rank before any shrink
   int world = 1;
   int device = 0;
   int timeout_ms = 0;
@@ -133,8 +133,7 @@ std::string check_isend_irecv_ring(Case &k, pstate_group_t *g, pstate_dtype_t t)
 // One block to and from every peer in one batch; odd ranks list their ops in reverse. Block q of
 // recv comes from peer q and holds input_value(q, rank * kCount + i); block p of send goes to p.
 std::string check_p2p_batch(Case &k, pstate_group_t *g, pstate_dtype_t t) {
-  upload(k, k.send,
-         make_bytes(t, k.world * kCount, [&](size_t j) { return input_value(PSTATE_SUM, k.rank, j, t); }));
+  upload(k, k.send, make_bytes(t, k.world * kCount, [&](size_t j) { return input_value(PSTATE_SUM, k.rank, j, t); }));
   const size_t es = size_of(t);
   std::vector<pstate_p2p_op_t> list;
   for (int p = 0; p < k.world; ++p) {
@@ -426,14 +425,16 @@ int run_kill(Rank &r) {
   const double failed_at = now_ms();
   const std::string error = st == PSTATE_OK ? "" : pstate_last_error();
   r.top.tally.expect(r.rank != victim, "the victim was SIGKILLed", "it lived on");
-  r.top.tally.expect(st == PSTATE_ERR_PEER_LOST || st == PSTATE_ERR_ABORTED,
-                     "a survivor's device all_reduce after the peer's death is PEER_LOST or ABORTED",
-                     std::string(pstate_status_string(st)) + " after " + std::to_string(done) + " all_reduces: " + error);
+  r.top.tally.expect(
+      st == PSTATE_ERR_PEER_LOST || st == PSTATE_ERR_ABORTED,
+      "a survivor's device all_reduce after the peer's death is PEER_LOST or ABORTED",
+      std::string(pstate_status_string(st)) + " after " + std::to_string(done) + " all_reduces: " + error);
   r.top.tally.expect(failed_at - last_ok <= r.timeout_ms + static_cast<double>(kSlackMs),
                      "the death is reported within timeout + 2 s of the last completed all_reduce",
                      std::to_string(failed_at - last_ok) + " ms");
-  std::printf("gpu_multi_check rank %d: %s %.0f ms after its last completed all_reduce (%d before; timeout %d ms): %s\n",
-              r.rank, pstate_status_string(st), failed_at - last_ok, done, r.timeout_ms, error.c_str());
+  std::printf(
+      "gpu_multi_check rank %d: %s %.0f ms after its last completed all_reduce (%d before; timeout %d ms): %s\n",
+      r.rank, pstate_status_string(st), failed_at - last_ok, done, r.timeout_ms, error.c_str());
   if (st != PSTATE_ERR_PEER_LOST && st != PSTATE_ERR_ABORTED) return 1;
 
   NcclCounts before, after;
@@ -459,10 +460,12 @@ int run_kill(Rank &r) {
     GroupCase gc(r, world);
     Case &k = gc.k;
     for (pstate_dtype_t t : {PSTATE_FLOAT32, PSTATE_BFLOAT16, PSTATE_INT32, PSTATE_FLOAT16, PSTATE_INT64})
-      run_case(k, k.name("all_reduce after the shrink", t, "sum"), [&] { return check_reduction(k, false, t, PSTATE_SUM); });
+      run_case(k, k.name("all_reduce after the shrink", t, "sum"),
+               [&] { return check_reduction(k, false, t, PSTATE_SUM); });
     run_case(k, k.name("all_reduce after the shrink", PSTATE_FLOAT32, "max"),
              [&] { return check_reduction(k, false, PSTATE_FLOAT32, PSTATE_MAX); });
-    run_case(k, k.name("all_gather after the shrink", PSTATE_FLOAT32), [&] { return check_all_gather(k, PSTATE_FLOAT32); });
+    run_case(k, k.name("all_gather after the shrink", PSTATE_FLOAT32),
+             [&] { return check_all_gather(k, PSTATE_FLOAT32); });
     r.top.tally.passed += k.tally.passed;
     r.top.tally.failed += k.tally.failed;
   }
@@ -471,11 +474,12 @@ int run_kill(Rank &r) {
   // reads pstate's INFO lines.
   if (counted && devsim_counts(&after)) {
     const unsigned long long shrinks = after.shrinks - before.shrinks, inits = after.inits - before.inits;
-    std::printf("gpu_multi_check rank %d: the new world's NCCL communicator: %llu ncclCommShrink, %llu new "
-                "ncclCommInitRank (stand-in counts)\n",
-                r.rank, shrinks, inits);
-    const bool by_shrink = std::getenv("PSTATE_NCCL_SHRINK") == nullptr ||
-                           std::string(std::getenv("PSTATE_NCCL_SHRINK")) != "0";
+    std::printf(
+        "gpu_multi_check rank %d: the new world's NCCL communicator: %llu ncclCommShrink, %llu new "
+        "ncclCommInitRank (stand-in counts)\n",
+        r.rank, shrinks, inits);
+    const bool by_shrink =
+        std::getenv("PSTATE_NCCL_SHRINK") == nullptr || std::string(std::getenv("PSTATE_NCCL_SHRINK")) != "0";
     // pstate shrinks whenever every survivor holds the failed world's communicator, also to a
     // world of one; made anew, a world of one makes none.
     const unsigned long long want_shrinks = by_shrink ? 1 : 0;
@@ -516,9 +520,8 @@ int run_stall(Rank &r) {
   GroupCase gc(r, world);
   Case &k = gc.k;
   for (int i = 1; i < kAt; ++i)
-    run_case(k, "all_reduce #" + std::to_string(i) + " float32 sum", [&] {
-      return check_reduction(k, false, PSTATE_FLOAT32, PSTATE_SUM);
-    });
+    run_case(k, "all_reduce #" + std::to_string(i) + " float32 sum",
+             [&] { return check_reduction(k, false, PSTATE_FLOAT32, PSTATE_SUM); });
   r.top.tally.passed += k.tally.passed;
   r.top.tally.failed += k.tally.failed;
   if (r.rank == stalled) {
@@ -567,14 +570,13 @@ int run_check(Rank &r) {
   GroupCase gw(r, world), gt(r, tp);
   Case &w = gw.k, &t = gt.k;
   const size_t count = r.rank == r.world - 1 ? kCount - 1 : kCount;
-  expect_mismatch(w, "world all_reduce, last rank 1030 elements against 1031", [&] {
-    w.ops.all_reduce(w.send, w.recv, count, PSTATE_FLOAT32, PSTATE_SUM, w.stream);
-  });
-  run_case(w, "world all_reduce after the mismatch", [&] { return check_reduction(w, false, PSTATE_FLOAT32, PSTATE_SUM); });
+  expect_mismatch(w, "world all_reduce, last rank 1030 elements against 1031",
+                  [&] { w.ops.all_reduce(w.send, w.recv, count, PSTATE_FLOAT32, PSTATE_SUM, w.stream); });
+  run_case(w, "world all_reduce after the mismatch",
+           [&] { return check_reduction(w, false, PSTATE_FLOAT32, PSTATE_SUM); });
   const size_t tp_count = t.rank == 1 ? kCount + 3 : kCount;
-  expect_mismatch(t, "tp all_gather, tp rank 1 1034 elements against 1031", [&] {
-    t.ops.all_gather(t.send, t.recv, tp_count, PSTATE_BFLOAT16, t.stream);
-  });
+  expect_mismatch(t, "tp all_gather, tp rank 1 1034 elements against 1031",
+                  [&] { t.ops.all_gather(t.send, t.recv, tp_count, PSTATE_BFLOAT16, t.stream); });
   run_case(t, "tp all_gather after the mismatch", [&] { return check_all_gather(t, PSTATE_BFLOAT16); });
   run_case(w, "world send/recv ring after the mismatches", [&] { return check_send_recv_ring(w, PSTATE_FLOAT32); });
   // Group rank 1 receives 1036 where rank 0 sends 1031: its recv is MISMATCH at once; rank 0's
@@ -617,7 +619,9 @@ int run_check(Rank &r) {
 int main(int argc, char **argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode != "ops" && mode != "kill" && mode != "stall" && mode != "check") {
-    std::fprintf(stderr, "usage: pstate run -n W [--keep-going] -- tests/gpu/own_host_id.sh gpu_multi_check ops|kill|stall|check\n");
+    std::fprintf(
+        stderr,
+        "usage: pstate run -n W [--keep-going] -- tests/gpu/own_host_id.sh gpu_multi_check ops|kill|stall|check\n");
     return 2;
   }
   if (std::getenv("WORLD_SIZE") == nullptr) {
@@ -654,18 +658,22 @@ int main(int argc, char **argv) {
     CK(cudaSetDevice(r.device));
     CK(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
     r.top.stream = r.stream;
-    if (mode == "ops") rc = run_ops(r);
-    else if (mode == "kill") rc = run_kill(r);
-    else if (mode == "stall") rc = run_stall(r);
-    else rc = run_check(r);
+    if (mode == "ops")
+      rc = run_ops(r);
+    else if (mode == "kill")
+      rc = run_kill(r);
+    else if (mode == "stall")
+      rc = run_stall(r);
+    else
+      rc = run_check(r);
   } catch (const OpError &e) {
     std::fprintf(stderr, "[rank %d] FATAL gpu_multi_check %s: %s: %s\n", r.rank, mode.c_str(),
                  pstate_status_string(e.status), e.message.c_str());
     pstate_abort(r.ps);
     return 2;
   }
-  std::printf("gpu_multi_check %s rank %d of %d (cuda:%d): %d checks passed, %d failed\n", mode.c_str(), r.rank, r.world,
-              r.device, r.top.tally.passed, r.top.tally.failed);
+  std::printf("gpu_multi_check %s rank %d of %d (cuda:%d): %d checks passed, %d failed\n", mode.c_str(), r.rank,
+              r.world, r.device, r.top.tally.passed, r.top.tally.failed);
   std::fflush(stdout);
   if (mode == "stall" || mode == "check") {  // the context failed (TIMEOUT, p2p MISMATCH): abort, local
     pstate_abort(r.ps);
