@@ -40,8 +40,8 @@ echo "| ---: | --- | --- | ---: | --- |" >>"$REPORT"
 status=0
 say() { echo "ranks_per_gpu: $*" >&2; }
 
-# run_step W NAME SECONDS EXPECTED_RC [pstate run options...] -- [env assignments...]: the step's
-# launcher exit status in $rc, its log in $log, its wall time in $wall.
+# run_step W NAME SECONDS [pstate run options...] -- [env assignments...]: runs the step (on timeout
+# pstate run stops its ranks); its launcher exit status in $rc, log in $log, wall time in $wall.
 run_step() {
   local w=$1 name=$2 seconds=$3 opts=() envs=()
   shift 3
