@@ -8,7 +8,7 @@
 // the dtype (float16/bfloat16/fp8 through double; integers wrap; AVG: integers sum then divide
 // truncating, floats multiply each input by 1/n first, as NCCL does).
 //
-//   segment: Header (per-rank pid, device, phase counter) | rings[n][n] counters |
+//   segment: Header (per-rank pid, host, device, phase counter) | rings[n][n] counters |
 //            n collective slots of kSlot bytes | n*n point-to-point rings of kRing bytes
 //
 // A collective moves its data in chunks: each rank writes its chunk into its slot, waits at a
@@ -23,6 +23,11 @@
 // communicator: the call returns ncclInProgress and ncclCommGetAsyncError says ncclInProgress until
 // the launch is done; a second call before that is ncclInvalidUsage. Faults on demand:
 // DEVSIM_NCCL_FAIL, DEVSIM_NCCL_ASYNC, DEVSIM_NCCL_HANG (tests/devsim/README.md).
+//
+// Two ranks of one host on one device are refused at init ("Duplicate GPU detected",
+// ncclInvalidUsage), as NCCL refuses them; a host is what NCCL takes for one: NCCL_HOSTID when set,
+// else the host name and boot id, so ranks with NCCL_HOSTIDs of their own may share a device
+// (tests/gpu/own_host_id.sh).
 #include "devsim.h"
 
 #include <cuda_runtime_api.h>
@@ -64,6 +69,7 @@ constexpr size_t kRing = 64 * 1024;   // point-to-point ring per ordered pair
 struct RankSlot {
   std::atomic<int> present;
   int pid;
+  uint64_t host;  // host_hash()
   int device;
   std::atomic<uint64_t> phase;
 };
@@ -454,6 +460,27 @@ void reduce(ncclDataType_t t, ncclRedOp_t op, int n, const std::vector<const cha
 }
 
 // ---- communicators ----------------------------------------------------------------------------
+
+// The host as NCCL tells hosts apart (getHostHash): NCCL_HOSTID when set, else the host name and
+// the boot id, hashed (FNV-1a).
+uint64_t host_hash() {
+  std::string id;
+  if (const char *v = std::getenv("NCCL_HOSTID"); v != nullptr && v[0] != '\0') {
+    id = v;
+  } else {
+    char name[256] = {0};
+    gethostname(name, sizeof name - 1);
+    id = name;
+    if (FILE *f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+      char boot[64] = {0};
+      if (std::fgets(boot, sizeof boot, f) != nullptr) id += boot;
+      std::fclose(f);
+    }
+  }
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : id) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
 
 bool process_gone(int pid) {
   if (pid <= 0 || pid == getpid()) return false;
@@ -1028,6 +1055,7 @@ ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank, n
   }
   RankSlot &me = c->hdr->ranks[rank];
   me.pid = getpid();
+  me.host = host_hash();
   me.device = c->device;
   if (me.present.exchange(1) != 0) {
     set_error("devsim NCCL: ncclCommInitRank: rank %d joined twice", rank);
@@ -1041,8 +1069,11 @@ ncclResult_t init_rank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank, n
     if (!wait_until(*c, [&] { return c->hdr->joined.load() >= c->nranks; })) return ncclInternalError;
     for (int r = 0; r < c->nranks; ++r) {
       const RankSlot &s = c->hdr->ranks[r];
-      if (r != c->rank && s.pid == getpid() && s.device == c->device) {
-        set_error("devsim NCCL: Duplicate GPU detected: rank %d and rank %d both on cuda:%d", c->rank, r, c->device);
+      if (r != c->rank && s.host == c->hdr->ranks[c->rank].host && s.device == c->device) {
+        set_error(
+            "devsim NCCL: Duplicate GPU detected: rank %d and rank %d both on cuda:%d of one host (%s)", c->rank, r,
+            c->device,
+            s.pid == getpid() ? "one process" : "the same NCCL_HOSTID, or none and the same host name and boot id");
         return ncclInvalidUsage;
       }
     }

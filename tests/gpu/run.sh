@@ -11,26 +11,35 @@
 #        device_comm_check  the backend below the C API, N ranks as N threads;
 #        gpu_api_check      the public C API with CUDA contexts, one process per GPU (only
 #                           compiled when CMake cannot build libpstate, e.g. without UCX);
+#        gpu_multi_check    the public C API with several ranks (tests/gpu/ranks_per_gpu.sh);
 #   4. runs each at world 1 and at world = the GPU count when there are several GPUs (threads;
-#      `pstate run -n N` for the API check), and collects the cost tables in $OUT.
+#      `pstate run -n N` for the API check), and collects the cost tables in $OUT;
+#   5. with --ranks-per-gpu: world 2 and 4 on ONE GPU, each rank an NCCL host of its own over
+#      loopback sockets (tests/gpu/ranks_per_gpu.sh; semantics, not speed): every device
+#      collective on world, tp and a custom group, p2p, dicts, a replayed graph, a SIGKILLed rank
+#      and pstate_shrink, a stalled rank named by `pstate doctor`, PSTATE_CHECK mismatches.
 # Every check compares device results with a host reference; see tests/gpu/gpu_check.hpp.
-# Whole run: under 5 minutes on one H200 (each step has its own timeout).
+# Whole run: under 5 minutes on one H200, about 8 with --ranks-per-gpu (every step has its own
+# timeout: at most 240 s of build, 300 s of compiling, 90 + 60 s of world 1 and 480 s of ranks).
 #
 #   tests/gpu/run.sh                  build and run; exit status 0 when every check passed
 #   tests/gpu/run.sh --compile-only   build only (what a machine without a GPU can do)
 #   tests/gpu/run.sh --devsim         build and run the same programs on the host-memory CUDA
 #                                     runtime and NCCL stand-ins of tests/devsim/ (no GPU needed;
 #                                     proves the script and the checks end to end, never speed)
+#   tests/gpu/run.sh --ranks-per-gpu  also world 2 and 4 on one GPU (step 5); with --devsim too
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 COMPILE_ONLY=0
 DEVSIM=0
+RANKS_PER_GPU=0
 for arg in "$@"; do
   case "$arg" in
     --compile-only) COMPILE_ONLY=1 ;;
     --devsim) DEVSIM=1 ;;
-    *) echo "usage: tests/gpu/run.sh [--compile-only] [--devsim]" >&2; exit 2 ;;
+    --ranks-per-gpu) RANKS_PER_GPU=1 ;;
+    *) echo "usage: tests/gpu/run.sh [--compile-only] [--devsim] [--ranks-per-gpu]" >&2; exit 2 ;;
   esac
 done
 BUILD=$(realpath -m "${BUILD_DIR:-$([ "$DEVSIM" = 1 ] && echo build-devsim || echo build-gpu)}")
@@ -114,19 +123,26 @@ else
   # The backend and what it uses, without UCX: enough for device_comm_check.
   backend=(src/transport/nccl/*.cpp src/common/*.cpp src/api/api_common.cpp)
 fi
-$CXX "${FLAGS[@]}" -DPSTATE_HAVE_CUDA=1 tests/gpu/device_comm_check.cpp "${backend[@]}" "${LIBS[@]}" \
+timeout 300 $CXX "${FLAGS[@]}" -DPSTATE_HAVE_CUDA=1 tests/gpu/device_comm_check.cpp "${backend[@]}" "${LIBS[@]}" \
   -o "$BUILD/gpu/device_comm_check" || fail "compiling device_comm_check"
 log "built $BUILD/gpu/device_comm_check"
 
 API_CHECK=0
 if [ "$LIBPSTATE_BUILT" = 1 ] && nm -D --defined-only "$BUILD/libpstate.so" | grep -q " pstate_init@"; then
-  $CXX "${FLAGS[@]}" tests/gpu/gpu_api_check.cpp -L"$BUILD" -Wl,-rpath,"$BUILD" -lpstate "${LIBS[@]}" \
-    -o "$BUILD/gpu/gpu_api_check" || fail "compiling gpu_api_check"
+  for p in gpu_api_check gpu_multi_check; do  # the two programs of the C API, compiled side by side
+    timeout 300 $CXX "${FLAGS[@]}" "tests/gpu/$p.cpp" -L"$BUILD" -Wl,-rpath,"$BUILD" -lpstate "${LIBS[@]}" \
+      -o "$BUILD/gpu/$p" >"$BUILD/gpu/$p.build.log" 2>&1 &
+  done
+  for p in gpu_api_check gpu_multi_check; do
+    wait -n || { cat "$BUILD"/gpu/*.build.log >&2; fail "compiling the C API programs"; }
+  done
   API_CHECK=1
-  log "built $BUILD/gpu/gpu_api_check"
+  log "built $BUILD/gpu/gpu_api_check, $BUILD/gpu/gpu_multi_check"
 else
-  $CXX "${FLAGS[@]}" -c tests/gpu/gpu_api_check.cpp -o "$BUILD/gpu/gpu_api_check.o" || fail "compiling gpu_api_check"
-  log "gpu_api_check compiles; not linked: libpstate was not built (see above)"
+  for p in gpu_api_check gpu_multi_check; do
+    $CXX "${FLAGS[@]}" -c "tests/gpu/$p.cpp" -o "$BUILD/gpu/$p.o" || fail "compiling $p"
+  done
+  log "gpu_api_check and gpu_multi_check compile; not linked: libpstate was not built (see above)"
 fi
 [ "$COMPILE_ONLY" = 1 ] && { log "compile only: done"; exit 0; }
 
@@ -153,6 +169,19 @@ if [ "$API_CHECK" = 1 ]; then
     step "gpu_api_check_w$NGPU" 90 "$BUILD/pstate" run -n "$NGPU" "$BUILD/gpu/gpu_api_check" "$OUT"
   fi
 fi
+# ---- 5. several ranks on one GPU ----------------------------------------------------------------------
+if [ "$RANKS_PER_GPU" = 1 ]; then
+  if [ "$API_CHECK" = 1 ] && [ -x "$BUILD/pstate" ]; then
+    # the stand-ins need no slack for NCCL's start-up: a 3 s timeout keeps the stall step short
+    [ "$DEVSIM" = 1 ] && export FAULT_TIMEOUT_MS=${FAULT_TIMEOUT_MS:-3000}
+    # several processes on one GPU need its compute mode Default (not Exclusive_Process)
+    [ "$DEVSIM" = 1 ] || log "GPU 0 compute mode: $(nvidia-smi -i 0 --query-gpu=compute_mode --format=csv,noheader 2>&1 | head -1)"
+    step ranks_per_gpu 480 tests/gpu/ranks_per_gpu.sh "$BUILD/pstate" "$BUILD/gpu/gpu_multi_check" "$OUT"
+  else
+    log "FAILED: --ranks-per-gpu needs libpstate and the pstate command (see above)"
+    status=1
+  fi
+fi
 
 {
   if [ "$DEVSIM" = 1 ]; then
@@ -164,6 +193,12 @@ fi
   fi
   echo
   for f in "$OUT"/*_bench_w*.md; do [ -f "$f" ] && { cat "$f"; echo; }; done
+  if [ "$RANKS_PER_GPU" = 1 ] && [ -f "$OUT/ranks_per_gpu.md" ]; then
+    echo "Several ranks on one GPU (tests/gpu/ranks_per_gpu.sh: an NCCL host per rank, loopback sockets; semantics, not speed):"
+    echo
+    cat "$OUT/ranks_per_gpu.md"
+    echo
+  fi
 } >"$OUT/summary.md"
 cat "$OUT/summary.md"
 [ "$status" = 0 ] && log "all GPU checks passed" || log "some GPU checks FAILED"
