@@ -23,6 +23,10 @@
 // communicator: the call returns ncclInProgress and ncclCommGetAsyncError says ncclInProgress until
 // the launch is done; a second call before that is ncclInvalidUsage. Faults on demand:
 // DEVSIM_NCCL_FAIL, DEVSIM_NCCL_ASYNC, DEVSIM_NCCL_HANG (tests/devsim/README.md).
+//
+// Compiled with DEVSIM_NO_WORK (nowork/, for bench/device_call_cost.sh only; the tests never load
+// it), every collective and point-to-point call on a communicator returns ncclSuccess at once,
+// before any check, so a caller's own host time per call is what a loop of them measures.
 #include "devsim.h"
 
 #include <cuda_runtime_api.h>
@@ -926,6 +930,9 @@ ncclResult_t submit(ncclComm_t comm, Op op, cudaStream_t stream) {
 ncclResult_t coll(const char *func, Kind kind, const void *send, void *recv, size_t count, size_t send_bytes,
                   size_t recv_bytes, ncclDataType_t dtype, ncclRedOp_t op, int peer, ncclComm_t comm,
                   cudaStream_t stream) {
+#ifdef DEVSIM_NO_WORK  // the no-work build (bench/device_call_cost.sh): a collective is free
+  if (comm != nullptr) return ncclSuccess;
+#endif
   ncclResult_t r = precheck(comm, func);
   if (r != ncclSuccess) return r;
   CommState &c = *comm->st;
