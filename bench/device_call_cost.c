@@ -21,9 +21,11 @@
  * CLOCK_MONOTONIC), divided by their number; one batch = SAMPLES samples, its value the median
  * sample; one round = one batch of each side for each size, the side that goes first alternating
  * from round to round. Rank 0 prints one line per round and size:
- *   round R bytes B pstate_ns P direct_ns D
+ *   round R bytes B pstate_ns P direct_ns D query_ns Q
  * (ns per call). Every rank runs the same loops; no call waits for a peer (nothing is moved), so
- * the ranks of world 2 time their own host work side by side. Every status is checked.
+ * the ranks of world 2 time their own host work side by side. Every status is checked. A third
+ * batch per round and size times one cudaPointerGetAttributes of a device buffer (query_ns), the
+ * query behind each of pstate's pointer checks: on a GPU it says what those checks cost there.
  */
 #include <pstate/pstate.h>
 
@@ -42,6 +44,7 @@ typedef cudaError_t (*free_fn)(void *);
 typedef cudaError_t (*stream_create_fn)(cudaStream_t *, unsigned int);
 typedef cudaError_t (*stream_sync_fn)(cudaStream_t);
 typedef cudaError_t (*stream_destroy_fn)(cudaStream_t);
+typedef cudaError_t (*pointer_attributes_fn)(struct cudaPointerAttributes *, const void *);
 typedef ncclResult_t (*unique_id_fn)(ncclUniqueId *);
 typedef ncclResult_t (*init_rank_fn)(ncclComm_t *, int, ncclUniqueId, int);
 typedef ncclResult_t (*all_reduce_fn)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
@@ -49,6 +52,7 @@ typedef ncclResult_t (*all_reduce_fn)(const void *, void *, size_t, ncclDataType
 typedef ncclResult_t (*comm_destroy_fn)(ncclComm_t);
 
 static all_reduce_fn nccl_all_reduce;
+static pointer_attributes_fn pointer_attributes;
 static ncclComm_t direct_comm;
 static pstate_group_t *world;
 static cudaStream_t stream;
@@ -84,9 +88,14 @@ static void *symbol(void *lib, const char *name) {
   return f;
 }
 
-/* count elements of float32 through pstate (side 0) or ncclAllReduce directly (side 1). */
+/* count elements of float32 through pstate (side 0) or ncclAllReduce directly (side 1); side 2:
+ * one cudaPointerGetAttributes of the send buffer (what each of pstate's pointer checks asks). */
 static void call(int side, size_t count) {
-  if (side == 0) {
+  if (side == 2) {
+    struct cudaPointerAttributes a;
+    if (pointer_attributes(&a, send_buf) != cudaSuccess || a.type != cudaMemoryTypeDevice)
+      die("cudaPointerGetAttributes", "failed or not device memory");
+  } else if (side == 0) {
     if (pstate_all_reduce(world, send_buf, recv_buf, count, PSTATE_FLOAT32, PSTATE_SUM, stream) != PSTATE_OK)
       die("pstate_all_reduce", pstate_last_error());
   } else if (nccl_all_reduce(send_buf, recv_buf, count, ncclFloat32, ncclSum, direct_comm, stream) != ncclSuccess) {
@@ -133,6 +142,7 @@ int main(int argc, char **argv) {
   init_rank_fn init_rank = (init_rank_fn)symbol(nccl, "ncclCommInitRank");
   comm_destroy_fn comm_destroy = (comm_destroy_fn)symbol(nccl, "ncclCommDestroy");
   nccl_all_reduce = (all_reduce_fn)symbol(nccl, "ncclAllReduce");
+  pointer_attributes = (pointer_attributes_fn)symbol(cudart, "cudaPointerGetAttributes");
 
   if (set_device(info.local_rank) != cudaSuccess) die("cudaSetDevice", "failed");
   if (stream_create(&stream, cudaStreamNonBlocking) != cudaSuccess) die("cudaStreamCreateWithFlags", "failed");
@@ -160,14 +170,15 @@ int main(int argc, char **argv) {
     printf("# world %d, %d rounds, %d samples of %d calls per batch\n", info.world_size, rounds, samples, per_sample);
   for (int r = 0; r < rounds; ++r) {
     for (size_t k = 0; k < sizes; ++k) {
-      double ns[2];
+      double ns[3];
       const size_t count = kBytes[k] / sizeof(float);
       for (int j = 0; j < 2; ++j) {
         const int side = (j + r) % 2;  /* who goes first alternates */
         ns[side] = batch(side, count, samples, per_sample, scratch);
       }
+      ns[2] = batch(2, count, samples, per_sample, scratch);
       if (info.rank_in_group == 0)
-        printf("round %d bytes %zu pstate_ns %.1f direct_ns %.1f\n", r, kBytes[k], ns[0], ns[1]);
+        printf("round %d bytes %zu pstate_ns %.1f direct_ns %.1f query_ns %.1f\n", r, kBytes[k], ns[0], ns[1], ns[2]);
       fflush(stdout);
     }
   }

@@ -37,7 +37,8 @@ def load(path):
             b = int(w[w.index("bytes") + 1])
             p = float(w[w.index("pstate_ns") + 1]) / 1000.0
             d = float(w[w.index("direct_ns") + 1]) / 1000.0
-            rows.setdefault(b, []).append((p, d))
+            q = float(w[w.index("query_ns") + 1]) / 1000.0 if "query_ns" in w else float("nan")
+            rows.setdefault(b, []).append((p, d, q))
     return rows, shape
 
 
@@ -54,20 +55,24 @@ def main():
         f"{samples} samples of {calls} calls back to back, in us per call; `pstate - direct` = median of the "
         "per-round differences (min..max over rounds): pstate's own host time per device call. "
         f"Target (issue 28): at most {TARGET_US} us at every size. Host time only, on this machine's "
-        "stand-ins: it says nothing of GPU time (tests/gpu/ measures that).",
+        "stand-ins: it says nothing of GPU time (tests/gpu/ measures that). `one pointer query` = one "
+        "cudaPointerGetAttributes of a device buffer (the stand-in's: a map lookup under a mutex), what each of "
+        "pstate's pointer checks asks (two per out-of-place all_reduce, one in place).",
         "",
-        "| world | size | rounds | pstate (us) | direct (us) | pstate - direct (us) | range of pstate - direct | target |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+        "| world | size | rounds | pstate (us) | direct (us) | pstate - direct (us) | range of pstate - direct | target "
+        "| one pointer query (us) |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |",
     ]
     for w in worlds:
         for b, pairs in sorted(data[w][0].items()):
-            ps = [p for p, _ in pairs]
-            ds = [d for _, d in pairs]
-            diff = [p - d for p, d in pairs]
+            ps = [p for p, _, _ in pairs]
+            ds = [d for _, d, _ in pairs]
+            qs = [q for _, _, q in pairs]
+            diff = [p - d for p, d, _ in pairs]
             med = statistics.median(diff)
             lines.append(
                 f"| {w} | {size_text(b)} | {len(pairs)} | {statistics.median(ps):.3f} | {statistics.median(ds):.3f} | "
-                f"{med:+.3f} | {min(diff):+.3f}..{max(diff):+.3f} | {'met' if med <= TARGET_US else 'MISSED'} |"
+                f"{med:+.3f} | {min(diff):+.3f}..{max(diff):+.3f} | {'met' if med <= TARGET_US else 'MISSED'} | {statistics.median(qs):.3f} |"
             )
     with open(os.path.join(out, f"{name}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -468,6 +468,23 @@ def gpu_section():
             "`tests/gpu/carry_ucx.sh` (see tests/gpu/README.md).", "", body, ""]
 
 
+def device_call_section():
+    """bench/device_call_cost.sh, run on its own: pstate's host time per eager device call (issue 28), as the
+    code stands (device_call.md) and, when kept, the baseline it was cut from (before.md)."""
+    here = os.path.join(HERE, "results", "device_call")
+    now, before = os.path.join(here, "device_call.md"), os.path.join(here, "before.md")
+    if not os.path.exists(now):
+        return []
+    md = ["## Device-call cost", ""]
+    with open(now) as f:
+        md += [f.read().strip(), ""]
+    if os.path.exists(before):
+        with open(before) as f:
+            md += ["The baseline, before the cuts of issue 28 (`NAME=before bench/device_call_cost.sh` at the commit "
+                   "it names):", "", f.read().strip(), ""]
+    return md
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: report.py RESULTS_DIR OUTPUT.md")
@@ -551,6 +568,7 @@ def main():
                 md += ["The UCX row above includes the wait policy of 8865268 (ranks pinned to a core of their own "
                        "spin before sleeping), which the base lacks. The protocol alone, against the base with that "
                        "commit cherry-picked onto it:", "", f.read().strip(), ""]
+    md += device_call_section()
     trace = os.path.join(HERE, "results", "trace", "trace.md")
     if os.path.exists(trace):  # bench/trace_cost.sh, run on its own
         with open(trace) as f:
