@@ -68,6 +68,7 @@ cc -O2 -Wall -Wextra -Werror -I include -I "$CUDA_HOME/include" bench/device_cal
 PRIO=()
 if [ "${RT:-1}" = 1 ] && [ "$(id -u)" -eq 0 ] && command -v chrt >/dev/null; then PRIO=(chrt -f 10); fi
 
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 for w in $WORLDS; do
   log "world $w: $ROUNDS rounds"
   timeout --kill-after=5 "$CASE_TIMEOUT" env PSTATE_CUDA_RUNTIME_LIBRARY="$STANDIN/libpstate_devsim_cudart.so" \
@@ -78,5 +79,6 @@ COMMAND="bench/device_call_cost.sh"
 [ "$NAME" = device_call ] || COMMAND="NAME=$NAME $COMMAND"
 [ -z "${BASE_REF:-}" ] || COMMAND="BASE_REF=$BASE_REF $COMMAND"
 # shellcheck disable=SC2086
-/usr/bin/python3 bench/device_call_report.py "$OUT" "$NAME" "$COMMIT" "$type" "$COMMAND" $WORLDS
+LOAD="load average ${LOAD_START// /, } at start, $(cut -d' ' -f1-3 /proc/loadavg | sed 's/ /, /g') at end${PRIO:+, ranks under SCHED_FIFO}"
+/usr/bin/python3 bench/device_call_report.py "$OUT" "$NAME" "$COMMIT" "$type" "$COMMAND" "$LOAD" $WORLDS
 log "wrote $OUT/$NAME.md"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/device_call_report.py OUT NAME COMMIT BUILD_TYPE COMMAND WORLD... — the table of
+"""bench/device_call_report.py OUT NAME COMMIT BUILD_TYPE COMMAND LOAD WORLD... — the table of
 bench/device_call_cost.sh.
 
 Reads OUT/raw/NAME.wW.txt (bench/device_call_cost.c, rank 0: "round R bytes B pstate_ns P
@@ -43,12 +43,12 @@ def load(path):
 
 
 def main():
-    out, name, commit, build_type, command = sys.argv[1:6]
-    worlds = [w for w in sys.argv[6:] if os.path.exists(os.path.join(out, "raw", f"{name}.w{w}.txt"))]
+    out, name, commit, build_type, command, machine_load = sys.argv[1:7]
+    worlds = [w for w in sys.argv[7:] if os.path.exists(os.path.join(out, "raw", f"{name}.w{w}.txt"))]
     data = {w: load(os.path.join(out, "raw", f"{name}.w{w}.txt")) for w in worlds}
     samples, calls = next((s for _, s in data.values() if s), (0, 0))
     lines = [
-        f"Device-call cost, commit {commit} ({build_type}), {time.strftime('%Y-%m-%d')} (`{command}`): "
+        f"Device-call cost, commit {commit} ({build_type}), {time.strftime('%Y-%m-%d')} (`{command}`; {machine_load}): "
         "pstate_all_reduce (float32 sum, out of place, CUDA context, non-blocking stream) against a direct "
         "ncclAllReduce through the library pstate loaded, on the no-work stand-ins of tests/devsim "
         "(collectives and cudaMemcpyAsync return at once; nothing moves). Per round and side: median of "
