@@ -468,6 +468,33 @@ def gpu_section():
             "`tests/gpu/carry_ucx.sh` (see tests/gpu/README.md).", "", body, ""]
 
 
+def device_call_section():
+    """bench/device_call_cost.sh, run on its own: pstate's host time per eager device call (issue 28), as the
+    code stands (device_call.md) and, when kept, the baseline it was cut from (before.md)."""
+    here = os.path.join(HERE, "results", "device_call")
+    now, before = os.path.join(here, "device_call.md"), os.path.join(here, "before.md")
+    if not os.path.exists(now):
+        return []
+    md = ["## Device-call cost", "",
+          "What pstate itself adds to an eager device call, without a GPU (issue 28; `bench/device_call_cost.c` "
+          "explains the method). The cut: every call built its messages' \"group: op\" text four times up front "
+          "(pstate::cat, an ostringstream: 90% of the call's instructions under callgrind); it is now built only "
+          "when a check fails. No check was dropped: both buffers' cudaPointerGetAttributes (one when in place), "
+          "the current device, the stream and capture rules, PSTATE_CHECK's agreement and the flight-recorder "
+          "entry all remain, and the two pointer queries are a good part of what is left. On a GPU a pointer query "
+          "costs what the driver costs: the program run there against the real runtime and NCCL "
+          "(`pstate run -n 1 -- device_call_cost` without the PSTATE_*_LIBRARY variables) shows it in the last "
+          "column.", ""]
+    with open(now) as f:
+        md += [f.read().strip(), ""]
+    if os.path.exists(before):
+        with open(before) as f:
+            md += ["The baseline: the library before the cuts of issue 28, measured in the same minutes by the same "
+                   "program on the same stand-ins (`BASE_REF=... NAME=before bench/device_call_cost.sh`):", "",
+                   f.read().strip(), ""]
+    return md
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: report.py RESULTS_DIR OUTPUT.md")
@@ -551,6 +578,7 @@ def main():
                 md += ["The UCX row above includes the wait policy of 8865268 (ranks pinned to a core of their own "
                        "spin before sleeping), which the base lacks. The protocol alone, against the base with that "
                        "commit cherry-picked onto it:", "", f.read().strip(), ""]
+    md += device_call_section()
     trace = os.path.join(HERE, "results", "trace", "trace.md")
     if os.path.exists(trace):  # bench/trace_cost.sh, run on its own
         with open(trace) as f:

@@ -19,6 +19,9 @@
 //     a blocking stream captures); EndCapture with a forked stream not joined back fails
 //     (cudaErrorStreamCaptureUnjoined).
 // Faults: DEVSIM_CUDA_MALLOC_FAIL (see tests/devsim/README.md). Nothing here knows pstate.
+// Compiled with DEVSIM_NO_WORK (nowork/, for bench/device_call_cost.sh only), cudaMemcpyAsync
+// returns cudaSuccess at once and copies nothing (what a group of one enqueues for an all_reduce),
+// like that build's collectives; everything else is as above.
 #include "devsim.h"
 
 #include <cuda_runtime_api.h>
@@ -686,6 +689,9 @@ DEVSIM_API cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *attr, con
 }
 
 DEVSIM_API cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s) {
+#ifdef DEVSIM_NO_WORK
+  if (dst != nullptr && src != nullptr) return cudaSuccess;
+#endif
   return copy_async(dst, src, n, kind, s);
 }
 

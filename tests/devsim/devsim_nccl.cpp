@@ -28,6 +28,9 @@
 // ncclInvalidUsage), as NCCL refuses them; a host is what NCCL takes for one: NCCL_HOSTID when set,
 // else the host name and boot id, so ranks with NCCL_HOSTIDs of their own may share a device
 // (tests/gpu/own_host_id.sh).
+// Compiled with DEVSIM_NO_WORK (nowork/, for bench/device_call_cost.sh only; the tests never load
+// it), every collective and point-to-point call on a communicator returns ncclSuccess at once,
+// before any check, so a caller's own host time per call is what a loop of them measures.
 #include "devsim.h"
 
 #include <cuda_runtime_api.h>
@@ -953,6 +956,9 @@ ncclResult_t submit(ncclComm_t comm, Op op, cudaStream_t stream) {
 ncclResult_t coll(const char *func, Kind kind, const void *send, void *recv, size_t count, size_t send_bytes,
                   size_t recv_bytes, ncclDataType_t dtype, ncclRedOp_t op, int peer, ncclComm_t comm,
                   cudaStream_t stream) {
+#ifdef DEVSIM_NO_WORK  // the no-work build (bench/device_call_cost.sh): a collective is free
+  if (comm != nullptr) return ncclSuccess;
+#endif
   ncclResult_t r = precheck(comm, func);
   if (r != ncclSuccess) return r;
   CommState &c = *comm->st;

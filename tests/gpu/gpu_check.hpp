@@ -442,6 +442,11 @@ inline void check_argument_errors(Case &k) {
   std::vector<float> pageable(16, 1.0f);
   expect_error(k, "pageable host pointer", PSTATE_ERR_INVALID_ARGUMENT, "host memory",
                [&] { k.ops.all_reduce(pageable.data(), k.recv, 16, f32, PSTATE_SUM, k.stream); });
+  // Each buffer is checked: recv too, and the one buffer of an in-place call (checked once).
+  expect_error(k, "pageable host pointer as recv", PSTATE_ERR_INVALID_ARGUMENT, "host memory",
+               [&] { k.ops.all_reduce(k.send, pageable.data(), 16, f32, PSTATE_SUM, k.stream); });
+  expect_error(k, "pageable host pointer in place", PSTATE_ERR_INVALID_ARGUMENT, "host memory",
+               [&] { k.ops.all_reduce(pageable.data(), pageable.data(), 16, f32, PSTATE_SUM, k.stream); });
   void *pinned = nullptr;
   CK(cudaMallocHost(&pinned, 64));
   expect_error(k, "pinned host pointer", PSTATE_ERR_INVALID_ARGUMENT, "host memory",

@@ -54,6 +54,19 @@ class CudaDeviceContext final : public DeviceContext {
   // else the context stream. While capturing, another stream is INVALID_STATE unless it belongs
   // to the same CUDA capture sequence as the capture stream (forked from it by an event).
   cudaStream_t stream_for(void *requested, const std::string &where) const;
+  // The same for an operation `op` of `group`: outside capture mode a branch, no text built.
+  cudaStream_t stream_for(void *requested, const std::string &group, const char *op) const {
+    if (!capturing_) [[likely]]
+      return requested != nullptr ? static_cast<cudaStream_t>(requested) : stream_;
+    return stream_for(requested, group + ": " + op);
+  }
+  // Whether p is device memory of this context's device, or managed memory: what
+  // require_device_pointer accepts, without building its message (one cudaPointerGetAttributes).
+  bool is_own_device_memory(const void *p) const {
+    const MemoryLocation loc = cuda_->locate(p);
+    return loc.kind == MemoryLocation::Kind::kManaged ||
+           (loc.kind == MemoryLocation::Kind::kDevice && loc.device == device_);
+  }
   // Waits until `stream` has no pending work. Between queries calls poll() (which may throw,
   // e.g. on an NCCL asynchronous error); past the deadline throws TIMEOUT naming `where`.
   void wait_stream(cudaStream_t stream, const Deadline &deadline, const std::function<void()> &poll,

@@ -228,6 +228,16 @@ DeviceGuard::DeviceGuard(const CudaLib &cuda, int device, const std::string &whe
   previous_ = current;
 }
 
+DeviceGuard::DeviceGuard(const CudaLib &cuda, int device, const std::string &group, const char *op) : cuda_(cuda) {
+  int current = -1;
+  cudaError_t e = cuda_.api().GetDevice(&current);
+  if (e == cudaSuccess && current == device) [[likely]] return;
+  if (e != cudaSuccess) cuda_.check(e, "cudaGetDevice", group + ": " + op);
+  e = cuda_.api().SetDevice(device);
+  if (e != cudaSuccess) cuda_.check(e, "cudaSetDevice", group + ": " + op);
+  previous_ = current;
+}
+
 DeviceGuard::~DeviceGuard() {
   if (previous_ >= 0) cuda_.api().SetDevice(previous_);
 }

@@ -127,6 +127,8 @@ class CudaLib {
 class DeviceGuard {
  public:
   DeviceGuard(const CudaLib &cuda, int device, const std::string &where);
+  // The same for an operation `op` of `group`, whose "group: op" text is built only on a failure.
+  DeviceGuard(const CudaLib &cuda, int device, const std::string &group, const char *op);
   ~DeviceGuard();
   DeviceGuard(const DeviceGuard &) = delete;
   DeviceGuard &operator=(const DeviceGuard &) = delete;

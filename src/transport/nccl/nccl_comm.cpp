@@ -44,12 +44,13 @@ class Backoff {
 }  // namespace
 
 // What every operation holds while it enqueues: the context's device made current and the
-// stream resolved (NULL, capture mode).
+// stream resolved (NULL, capture mode). Nothing here builds text unless it fails (issue 28: the
+// "group: op" string of every message, built up front, was 90% of an eager call's host time).
 class NcclCommunicator::OpScope {
  public:
   OpScope(NcclCommunicator &comm, const char *op, void *stream)
-      : context_(comm.context_), where_(comm.where(op)), guard_(comm.cuda_, comm.context_.device_ordinal(), where_),
-        stream_(comm.context_.stream_for(stream, where_)) {
+      : context_(comm.context_), guard_(comm.cuda_, comm.context_.device_ordinal(), comm.options_.group_name, op),
+        stream_(comm.context_.stream_for(stream, comm.options_.group_name, op)) {
     context_.trace_bracket(false, stream_);  // PSTATE_TRACE_CUDA_EVENTS: when the stream starts it
   }
   ~OpScope() {
@@ -64,7 +65,6 @@ class NcclCommunicator::OpScope {
 
  private:
   CudaDeviceContext &context_;
-  std::string where_;
   DeviceGuard guard_;
   cudaStream_t stream_;
 };
@@ -138,19 +138,22 @@ void NcclCommunicator::require_peer(int peer, const char *name, const char *op, 
 }
 
 void NcclCommunicator::require_buffer(const void *p, const char *name, const char *op) const {
+  if (p != nullptr && context_.is_own_device_memory(p)) [[likely]] return;
   if (p == nullptr)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, where(op), ": ", name, " is NULL with a count > 0");
-  context_.require_device_pointer(p, name, where(op));
+  context_.require_device_pointer(p, name, where(op));  // throws, saying what p is
 }
 
 namespace {
-// count * dtype size * blocks in bytes, refusing sizes that do not fit size_t.
-size_t bytes_of(size_t count, pstate_dtype_t dtype, size_t blocks, const std::string &where) {
-  size_t element = pstate_dtype_size(dtype);
-  if (count > SIZE_MAX / element / blocks)
-    throw_error(PSTATE_ERR_INVALID_ARGUMENT, where, ": ", count, " x ", blocks, " elements of ",
+// count * dtype size * blocks in bytes, refusing sizes that do not fit size_t; "group: op" names
+// the call in the message (built only then).
+size_t bytes_of(size_t count, pstate_dtype_t dtype, size_t blocks, const std::string &group, const char *op) {
+  size_t elements = 0, bytes = 0;
+  if (__builtin_mul_overflow(count, blocks, &elements) ||
+      __builtin_mul_overflow(elements, pstate_dtype_size(dtype), &bytes)) [[unlikely]]
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, group, ": ", op, ": ", count, " x ", blocks, " elements of ",
                 pstate_dtype_name(dtype), " overflow size_t");
-  return count * element * blocks;
+  return bytes;
 }
 }  // namespace
 
@@ -377,7 +380,8 @@ void NcclCommunicator::abort() noexcept {
 
 void NcclCommunicator::copy(void *dst, const void *src, size_t bytes, cudaStream_t stream, const char *op) const {
   if (dst == src) return;
-  cuda_.check(cuda_.api().MemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync", where(op));
+  const cudaError_t e = cuda_.api().MemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream);
+  if (e != cudaSuccess) cuda_.check(e, "cudaMemcpyAsync", where(op));
 }
 
 // ---- operations ------------------------------------------------------------------------------
@@ -389,8 +393,8 @@ void NcclCommunicator::all_reduce(const void *send, void *recv, size_t count, ps
   require_reduction(dtype, op, kOp);
   if (count == 0) return;
   require_buffer(send, "send", kOp);
-  require_buffer(recv, "recv", kOp);
-  size_t bytes = bytes_of(count, dtype, 1, where(kOp));
+  if (recv != send) require_buffer(recv, "recv", kOp);  // in place: one buffer, one check
+  size_t bytes = bytes_of(count, dtype, 1, options_.group_name, kOp);
   OpScope scope(*this, kOp, stream);
   if (size() == 1) return copy(recv, send, bytes, scope.stream(), kOp);
   ncclComm_t c = comm(scope.stream(), kOp);
@@ -405,7 +409,7 @@ void NcclCommunicator::all_gather(const void *send, void *recv, size_t send_coun
   if (send_count == 0) return;
   require_buffer(send, "send", kOp);
   require_buffer(recv, "recv", kOp);
-  size_t block = bytes_of(send_count, dtype, static_cast<size_t>(size()), where(kOp)) / static_cast<size_t>(size());
+  size_t block = bytes_of(send_count, dtype, static_cast<size_t>(size()), options_.group_name, kOp) / static_cast<size_t>(size());
   OpScope scope(*this, kOp, stream);
   if (size() == 1) return copy(recv, send, block, scope.stream(), kOp);
   ncclComm_t c = comm(scope.stream(), kOp);
@@ -420,7 +424,7 @@ void NcclCommunicator::reduce_scatter(const void *send, void *recv, size_t recv_
   if (recv_count == 0) return;
   require_buffer(send, "send", kOp);
   require_buffer(recv, "recv", kOp);
-  size_t block = bytes_of(recv_count, dtype, static_cast<size_t>(size()), where(kOp)) / static_cast<size_t>(size());
+  size_t block = bytes_of(recv_count, dtype, static_cast<size_t>(size()), options_.group_name, kOp) / static_cast<size_t>(size());
   OpScope scope(*this, kOp, stream);
   if (size() == 1) return copy(recv, send, block, scope.stream(), kOp);
   ncclComm_t c = comm(scope.stream(), kOp);
@@ -450,7 +454,7 @@ void NcclCommunicator::gather(const void *send, void *recv, size_t send_count, p
   if (send_count == 0) return;
   require_buffer(send, "send", kOp);
   if (rank() == dst) require_buffer(recv, "recv", kOp);
-  size_t block = bytes_of(send_count, dtype, static_cast<size_t>(size()), where(kOp)) / static_cast<size_t>(size());
+  size_t block = bytes_of(send_count, dtype, static_cast<size_t>(size()), options_.group_name, kOp) / static_cast<size_t>(size());
   OpScope scope(*this, kOp, stream);
   if (size() == 1) return copy(recv, send, block, scope.stream(), kOp);
   ncclComm_t c = comm(scope.stream(), kOp);
@@ -482,7 +486,7 @@ void NcclCommunicator::reduce(const void *send, void *recv, size_t count, pstate
   if (count == 0) return;
   require_buffer(send, "send", kOp);
   if (rank() == root) require_buffer(recv, "recv", kOp);
-  size_t bytes = bytes_of(count, dtype, 1, where(kOp));
+  size_t bytes = bytes_of(count, dtype, 1, options_.group_name, kOp);
   OpScope scope(*this, kOp, stream);
   if (size() == 1) return copy(recv, send, bytes, scope.stream(), kOp);
   ncclComm_t c = comm(scope.stream(), kOp);
@@ -499,7 +503,7 @@ void NcclCommunicator::scatter(const void *send, void *recv, size_t recv_count, 
   if (recv_count == 0) return;
   if (rank() == root) require_buffer(send, "send", kOp);
   require_buffer(recv, "recv", kOp);
-  size_t block = bytes_of(recv_count, dtype, static_cast<size_t>(size()), where(kOp)) / static_cast<size_t>(size());
+  size_t block = bytes_of(recv_count, dtype, static_cast<size_t>(size()), options_.group_name, kOp) / static_cast<size_t>(size());
   OpScope scope(*this, kOp, stream);
   const char *own = rank() == root ? static_cast<const char *>(send) + static_cast<size_t>(root) * block : nullptr;
   if (size() == 1) return copy(recv, own, block, scope.stream(), kOp);
@@ -535,7 +539,7 @@ void NcclCommunicator::all_to_all(const void *send, void *recv, size_t count_per
   if (send == recv && size() > 1)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, where(kOp), ": send and recv are the same buffer: all_to_all cannot "
                 "run in place");
-  size_t block = bytes_of(count_per_rank, dtype, static_cast<size_t>(size()), where(kOp)) / static_cast<size_t>(size());
+  size_t block = bytes_of(count_per_rank, dtype, static_cast<size_t>(size()), options_.group_name, kOp) / static_cast<size_t>(size());
   OpScope scope(*this, kOp, stream);
   if (size() == 1) return copy(recv, send, block, scope.stream(), kOp);
   ncclComm_t c = comm(scope.stream(), kOp);
@@ -556,12 +560,13 @@ void NcclCommunicator::all_to_all(const void *send, void *recv, size_t count_per
 
 namespace {
 // Byte offsets of the parts of a v-collective (size + 1 entries), refusing totals that do not fit.
-std::vector<size_t> part_offsets(const size_t *counts, int size, pstate_dtype_t dtype, const std::string &where) {
+std::vector<size_t> part_offsets(const size_t *counts, int size, pstate_dtype_t dtype, const std::string &group,
+                                 const char *op) {
   std::vector<size_t> offsets(static_cast<size_t>(size) + 1, 0);
   for (size_t b = 0; b < static_cast<size_t>(size); ++b) {
-    const size_t bytes = bytes_of(counts[b], dtype, 1, where);
+    const size_t bytes = bytes_of(counts[b], dtype, 1, group, op);
     if (__builtin_add_overflow(offsets[b], bytes, &offsets[b + 1]))
-      throw_error(PSTATE_ERR_INVALID_ARGUMENT, where, ": the counts add up to more than size_t holds");
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, group, ": ", op, ": the counts add up to more than size_t holds");
   }
   return offsets;
 }
@@ -573,7 +578,7 @@ void NcclCommunicator::all_gatherv(const void *send, void *recv, const size_t *c
   require_usable(kOp);
   require_dtype(dtype, kOp);
   if (counts == nullptr) throw_error(PSTATE_ERR_INVALID_ARGUMENT, where(kOp), ": counts is NULL");
-  const std::vector<size_t> off = part_offsets(counts, size(), dtype, where(kOp));
+  const std::vector<size_t> off = part_offsets(counts, size(), dtype, options_.group_name, kOp);
   if (off.back() == 0) return;
   const auto me = static_cast<size_t>(rank());
   if (counts[me] != 0) require_buffer(send, "send", kOp);
@@ -603,7 +608,7 @@ void NcclCommunicator::reduce_scatterv(const void *send, void *recv, const size_
   require_usable(kOp);
   require_reduction(dtype, op, kOp);
   if (counts == nullptr) throw_error(PSTATE_ERR_INVALID_ARGUMENT, where(kOp), ": counts is NULL");
-  const std::vector<size_t> off = part_offsets(counts, size(), dtype, where(kOp));
+  const std::vector<size_t> off = part_offsets(counts, size(), dtype, options_.group_name, kOp);
   if (off.back() == 0) return;
   const auto me = static_cast<size_t>(rank());
   require_buffer(send, "send", kOp);
@@ -660,7 +665,8 @@ void NcclCommunicator::p2p_batch(const pstate_p2p_op_t *ops, size_t n, void *str
     require_dtype(ops[i].dtype, kOp);
     require_peer(ops[i].peer, "peer", kOp, false);
     if (ops[i].count == 0) continue;
-    require_buffer(ops[i].buf, cat("ops[", i, "].buf").c_str(), kOp);
+    if (ops[i].buf == nullptr || !context_.is_own_device_memory(ops[i].buf))  // the name only for the message
+      require_buffer(ops[i].buf, cat("ops[", i, "].buf").c_str(), kOp);
     any = true;
   }
   if (!any) return;
