@@ -220,22 +220,23 @@ CudaLib::CaptureInfo CudaLib::capture_info(cudaStream_t stream, const std::strin
 
 // ---- RAII helpers ----------------------------------------------------------------------------
 
-DeviceGuard::DeviceGuard(const CudaLib &cuda, int device, const std::string &where) : cuda_(cuda) {
+template <typename Where>
+void DeviceGuard::enter(int device, const Where &where) {
   int current = -1;
-  cuda_.check(cuda_.api().GetDevice(&current), "cudaGetDevice", where);
-  if (current == device) return;
-  cuda_.check(cuda_.api().SetDevice(device), "cudaSetDevice", where);
+  cudaError_t e = cuda_.api().GetDevice(&current);
+  if (e != cudaSuccess) cuda_.check(e, "cudaGetDevice", where());
+  if (current == device) [[likely]] return;
+  e = cuda_.api().SetDevice(device);
+  if (e != cudaSuccess) cuda_.check(e, "cudaSetDevice", where());
   previous_ = current;
 }
 
+DeviceGuard::DeviceGuard(const CudaLib &cuda, int device, const std::string &where) : cuda_(cuda) {
+  enter(device, [&] { return where; });
+}
+
 DeviceGuard::DeviceGuard(const CudaLib &cuda, int device, const std::string &group, const char *op) : cuda_(cuda) {
-  int current = -1;
-  cudaError_t e = cuda_.api().GetDevice(&current);
-  if (e == cudaSuccess && current == device) [[likely]] return;
-  if (e != cudaSuccess) cuda_.check(e, "cudaGetDevice", group + ": " + op);
-  e = cuda_.api().SetDevice(device);
-  if (e != cudaSuccess) cuda_.check(e, "cudaSetDevice", group + ": " + op);
-  previous_ = current;
+  enter(device, [&] { return group + ": " + op; });
 }
 
 DeviceGuard::~DeviceGuard() {

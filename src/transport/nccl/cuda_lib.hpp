@@ -134,6 +134,9 @@ class DeviceGuard {
   DeviceGuard &operator=(const DeviceGuard &) = delete;
 
  private:
+  // Both constructors: where() names the call, asked only when a CUDA call failed.
+  template <typename Where>
+  void enter(int device, const Where &where);
   const CudaLib &cuda_;
   int previous_ = -1;  // -1: nothing to restore
 };

@@ -4,6 +4,8 @@
 // lives in a MAP_SHARED segment mapped by several processes.
 #include "transport/shm/shm_wait.hpp"
 
+#include "common/host_cpus.hpp"
+
 #include <linux/futex.h>
 #include <linux/membarrier.h>
 #include <sched.h>
@@ -29,13 +31,6 @@ bool futex_wait(std::atomic<uint32_t> *word, uint32_t expected, int timeout_ms) 
   ts.tv_nsec = static_cast<long>(timeout_ms % 1000) * 1000000L;
   long rc = syscall(SYS_futex, reinterpret_cast<uint32_t *>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
   return rc != 0 && errno == ETIMEDOUT;
-}
-
-// CPUs of the machine (not this thread's affinity: a launcher that pins each rank to its own
-// core is the opposite of oversubscribed).
-int online_cpus() {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<int>(n) : 1;
 }
 
 }  // namespace

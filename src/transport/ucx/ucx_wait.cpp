@@ -19,9 +19,10 @@
 #include "transport/ucx/ucx_tag.hpp"
 #include "transport/ucx/ucx_worker.hpp"
 
+#include "common/host_cpus.hpp"
+
 #include <poll.h>
 #include <sched.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -45,12 +46,10 @@ int64_t ms_since(Clock::time_point t) {
 
 WaitPolicy wait_policy_for_host(int local_ranks) {
   WaitPolicy policy;
-  // The machine's CPUs, not this thread's affinity: a launcher that pins each rank to a core of
-  // its own (pstate run --bind-cores) leaves an affinity of one CPU, which is the opposite of
-  // oversubscribed (before: such ranks never spun, and a 2-rank 8 B all_reduce over UCX paid a
-  // sleep and a wake-up per message, 3.5 us instead of 1.8 on the 2-core CI machine).
-  const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  const int cpus = online > 0 ? static_cast<int>(online) : 1;
+  // The machine's CPUs (host_cpus.hpp), not this rank's affinity: before, ranks that pstate run
+  // pinned never spun, and a 2-rank 8 B all_reduce over UCX paid a sleep and a wake-up per
+  // message (3.6 us instead of 1.6 on the 2-core CI machine, BENCHMARKS.md).
+  const int cpus = online_cpus();
   cpu_set_t set;
   CPU_ZERO(&set);
   const bool pinned = sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) == 1;
