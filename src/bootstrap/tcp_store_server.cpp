@@ -200,6 +200,7 @@ struct TcpStoreServer::Impl {
   std::atomic<size_t> stat_ever_joined{0};
   std::atomic<size_t> stat_handshaking{0};
   std::atomic<uint64_t> stat_refused{0}, stat_dropped{0}, stat_shed{0};
+  uint64_t shed_total = 0;  // published with the handshake count (publish_stats), so the two agree
   mutable std::mutex ranks_mutex;  // with ranks_changed: wakes wait_for_ranks_at_most
   mutable std::condition_variable ranks_changed;
 
@@ -373,7 +374,7 @@ void TcpStoreServer::Impl::shed_one_for_a_newcomer() {
 }
 
 void TcpStoreServer::Impl::note_shed(const Connection &c, bool too_slow) {
-  stat_shed.fetch_add(1);
+  ++shed_total;
   (too_slow ? shed.too_slow : shed.for_newcomers) += 1;
   if (shed.by_host.size() < ShedReport::kMaxHosts || shed.by_host.count(c.host) != 0)
     shed.by_host[c.host] += 1;
@@ -965,6 +966,7 @@ void TcpStoreServer::Impl::publish_stats() {
   stat_connections.store(connections.size());
   stat_members.store(members);
   stat_handshaking.store(handshaking.size());
+  stat_shed.store(shed_total);  // after the handshake count: who sees this total sees that count too
   stat_parked.store(parked);
   stat_keys.store(values.size());
 }

@@ -494,8 +494,10 @@ void test_tcp_unfinished_handshakes_are_closed_within_the_handshake_deadline(voi
   assert_true(closed_by_server(silent.front().get(), bound));
   assert_true(closed_by_server(partial.front().get(), bound));
   assert_true(closed_by_server(hello.get(), bound));
-  wait_until([&] { return rank0->server()->stats().shed == 3; });
-  assert_int_equal(rank0->server()->stats().handshaking, 0);
+  wait_until([&] {
+    StoreServerStats s = rank0->server()->stats();
+    return s.shed == 3 && s.handshaking == 0;
+  });
 }
 
 // A store that sends its greeting and then nothing: the client gives up each attempt after
