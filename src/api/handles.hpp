@@ -13,6 +13,7 @@
 #pragma once
 
 #include "api/boundary.hpp"
+#include "common/arith.hpp"
 #include "group/context.hpp"
 #include "common/limits.hpp"
 #include "group/group.hpp"
@@ -76,13 +77,6 @@ inline size_t require_buffer(const void *buf, size_t count, pstate_dtype_t dtype
   size_t bytes = require_fits(count, dtype, blocks, name);
   require_present(buf, bytes, count, name);
   return bytes;
-}
-
-// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte (no pointer arithmetic that could wrap).
-inline bool ranges_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
-  if (a_bytes == 0 || b_bytes == 0) return false;
-  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return x >= y ? x - y < b_bytes : y - x < a_bytes;
 }
 
 // The send and recv buffers of one call must be disjoint unless `in_place` (the caller computed

@@ -77,7 +77,7 @@ OpDescriptor describe(OpKind kind, size_t count, pstate_dtype_t dtype, int root)
 
 // ---- the wire ----------------------------------------------------------------------------------
 
-class Writer {
+class DictWriter {
  public:
   template <typename T>
   void put(T v) {
@@ -93,9 +93,9 @@ class Writer {
   Bytes out_;
 };
 
-class Reader {
+class DictReader {
  public:
-  explicit Reader(const Bytes &b) : data_(b.data()), left_(b.size()) {}
+  explicit DictReader(const Bytes &b) : data_(b.data()), left_(b.size()) {}
   template <typename T>
   bool get(T *v) {
     const uint8_t *p = take(sizeof *v);
@@ -184,7 +184,7 @@ TensorMeta check_tensor(Group &g, const pstate_tensor_t &t, size_t i, const char
 Dict encode_dict(Group &g, const pstate_tensor_t *tensors, size_t count, const char *op) {
   const std::string where = g.name() + " " + op;
   Dict dict;
-  Writer w;
+  DictWriter w;
   w.put(kDictMagic);
   w.put(static_cast<uint64_t>(count));
   std::set<std::string_view> names;
@@ -210,7 +210,7 @@ Dict encode_dict(Group &g, const pstate_tensor_t *tensors, size_t count, const c
 }
 
 Bytes encode_refusal(const Error &e) {
-  Writer w;
+  DictWriter w;
   w.put(kRefusalMagic);
   w.put(static_cast<int32_t>(e.status()));
   std::string text = e.what();
@@ -228,7 +228,7 @@ Bytes encode_refusal(const Error &e) {
   throw Error(PSTATE_ERR_MISMATCH, message);
 }
 
-bool decode_tensor(Reader &r, TensorMeta *m) {
+bool decode_tensor(DictReader &r, TensorMeta *m) {
   uint32_t name_len = 0, inline_flag = 0;
   int32_t dtype = 0, device = 0, ndim = 0;
   if (!r.get(&name_len) || !r.get(&dtype) || !r.get(&device) || !r.get(&ndim) || !r.get(&inline_flag)) return false;
@@ -257,7 +257,7 @@ bool decode_tensor(Reader &r, TensorMeta *m) {
 Dict decode_dict(Group &g, Bytes message, int sender, const std::string &where) {
   Dict dict;
   dict.message = std::move(message);
-  Reader r(dict.message);
+  DictReader r(dict.message);
   uint32_t magic = 0;
   if (!r.get(&magic)) out_of_step(g, where, sender, "too short");
   if (magic == kRefusalMagic) {
@@ -437,7 +437,7 @@ void send_tensor_dict(Group &g, const pstate_tensor_t *tensors, size_t count, in
   g.send_object(dict.message.data(), dict.message.size(), dst, ObjectKind::kDictMeta);
   if (dict.device_payload) {
     Bytes ack = g.recv_object(dst, ObjectKind::kDictAck);
-    Reader r(ack);
+    DictReader r(ack);
     int32_t status = 0;
     if (!r.get(&status)) out_of_step(g, where, dst, "an empty acknowledgement");
     if (status != PSTATE_OK)
@@ -455,7 +455,7 @@ void recv_tensor_dict(Group &g, int src, const TensorAllocator &alloc, void *str
   Failure failure;
   std::vector<void *> memory = place(g, dict, alloc, "recv_tensor_dict", &failure);
   if (dict.device_payload) {
-    Writer w;
+    DictWriter w;
     w.put(static_cast<int32_t>(failure.status));
     w.append(failure.message.data(), failure.message.size());
     Bytes ack = w.take();

@@ -101,7 +101,7 @@
  * Knobs: PSTATE_PAIRWISE_FILTER=a,b     cases whose name contains a or b (^a: starts with a; a$:
  *                                       ends with a); names are A/B/path/split, e.g.
  *                                       send/recv_object/ucx/w3-a01
- *        PSTATE_PAIRWISE_TIMEOUT_MS     pstate timeout of every rank (default 1000)
+ *        PSTATE_PAIRWISE_TIMEOUT_MS     pstate timeout of every rank (default 500; init has 30 s)
  *        PSTATE_PAIRWISE_JOBS           cases run at once (default 12)
  *        PSTATE_PAIRWISE_N              elements per message (default 16; 65536 takes the
  *                                       rendezvous and staged paths)
@@ -1122,7 +1122,7 @@ typedef struct run_t {
 /* Runs the selected cases, `jobs` at a time, each in a runner process of its own. */
 static run_t run_cases(const case_t *cases, size_t n, outcome_t *out) {
   const int jobs = (int)env_long("PSTATE_PAIRWISE_JOBS", DEFAULT_JOBS);
-  const int64_t tmo = env_long("PSTATE_PAIRWISE_TIMEOUT_MS", 1000);
+  const int64_t tmo = env_long("PSTATE_PAIRWISE_TIMEOUT_MS", 500);
   const size_t elems = (size_t)env_long("PSTATE_PAIRWISE_N", 16);
   /* the runner kills a rank at start-up + timeout + slack (the call, then the hold, both bounded
    * from the call's start), rounded up, + a margin for start-up on a loaded machine */
@@ -1321,7 +1321,7 @@ static void test_no_rank_gets_ok_with_data_of_another_call(void **state) {
   }
   printf("\npairwise: %zu cases (%d controls) in %.1f s, %ld at a time, timeout %ld ms, N %ld, splits %s%s\n",
          run.n_run, all.controls, run.wall_ms / 1e3, env_long("PSTATE_PAIRWISE_JOBS", DEFAULT_JOBS),
-         env_long("PSTATE_PAIRWISE_TIMEOUT_MS", 1000), env_long("PSTATE_PAIRWISE_N", 16),
+         env_long("PSTATE_PAIRWISE_TIMEOUT_MS", 500), env_long("PSTATE_PAIRWISE_N", 16),
          env_or("PSTATE_PAIRWISE_SPLITS", "w2,w3"), env_flag("PSTATE_PAIRWISE_NO_HOLD") ? " (no hold)" : "");
   printf("pairwise: %zu set-up retries; %zu cases late or killed on the first try, %zu of them in time on the rerun\n",
          run.n_setup_retried, run.n_hung_retried, run.n_hung_passed);

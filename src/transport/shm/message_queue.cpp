@@ -1,9 +1,11 @@
 // message_queue.cpp — the single-writer, many-reader shared-memory ring (protocol in the header).
 //
 // Segment payload layout: the writer's control block, one control block per reader (each
-// kControlStride bytes, so no two ranks write the same cache line), padded to a page, then
+// kQueueControlStride bytes, so no two ranks write the same cache line), padded to a page, then
 // n_chunks chunks of chunk_stride_ bytes: a 64-byte ChunkHeader and the payload.
 #include "transport/shm/message_queue.hpp"
+
+#include "common/arith.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -11,12 +13,10 @@
 namespace pstate::shm {
 namespace {
 
-constexpr size_t kControlStride = 128;
-constexpr size_t kPage = 4096;
+constexpr size_t kQueueControlStride = 128;
 constexpr uint32_t kOverflow = 1;
-constexpr uint64_t kLayoutVersion = 1;
+constexpr uint64_t kQueueLayoutVersion = 1;
 
-size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 }  // namespace
 
@@ -24,7 +24,7 @@ struct ShmMessageQueue::Control {
   alignas(64) std::atomic<uint64_t> count;  // writer: messages written; reader: messages consumed
   ShmSignal signal;                         // notified after each store of count
 };
-static_assert(sizeof(ShmMessageQueue::Control) <= kControlStride);
+static_assert(sizeof(ShmMessageQueue::Control) <= kQueueControlStride);
 
 struct ShmMessageQueue::ChunkHeader {
   uint64_t bytes;
@@ -50,7 +50,7 @@ ShmMessageQueue::ShmMessageQueue(const std::string &name, int rank, int size, in
   max_payload_ = options_.max_payload_bytes;
   n_chunks_ = options_.n_chunks;
   chunk_stride_ = round_up(kChunkHeaderBytes + max_payload_, 64);
-  const size_t control_bytes = round_up(kControlStride * static_cast<size_t>(size), kPage);
+  const size_t control_bytes = round_up(kQueueControlStride * static_cast<size_t>(size), kPageBytes);
 
   ShmSegment::Params params;
   params.name = name;
@@ -59,7 +59,7 @@ ShmMessageQueue::ShmMessageQueue(const std::string &name, int rank, int size, in
   params.size = size;
   params.creator = writer;
   params.payload_bytes = control_bytes + chunk_stride_ * n_chunks_;
-  params.layout_tag = kLayoutVersion ^ (max_payload_ << 8) ^ (n_chunks_ << 48) ^ (static_cast<uint64_t>(writer) << 32);
+  params.layout_tag = kQueueLayoutVersion ^ (max_payload_ << 8) ^ (n_chunks_ << 48) ^ (static_cast<uint64_t>(writer) << 32);
   params.attach_flags = options_.wait.asymmetric_fences && register_for_asymmetric_fences()
                             ? 0
                             : ShmSegment::kNoAsymmetricFence;
@@ -82,7 +82,7 @@ ShmMessageQueue::Control &ShmMessageQueue::writer_control() const {
 }
 
 ShmMessageQueue::Control &ShmMessageQueue::reader_control(int reader) const {
-  return *reinterpret_cast<Control *>(controls_ + kControlStride * (1 + static_cast<size_t>(reader)));
+  return *reinterpret_cast<Control *>(controls_ + kQueueControlStride * (1 + static_cast<size_t>(reader)));
 }
 
 uint8_t *ShmMessageQueue::chunk(uint64_t message) const {

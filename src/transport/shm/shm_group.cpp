@@ -9,6 +9,7 @@
 //   areas   : size() * pipeline_depth staging areas of area_bytes_
 #include "transport/shm/shm_group.hpp"
 
+#include "common/arith.hpp"
 #include "reduce/reduce.hpp"
 #include "transport/shm/shm_group_layout.hpp"
 
@@ -21,14 +22,12 @@
 namespace pstate::shm {
 namespace {
 
-constexpr size_t kPage = 4096;
 // 4: line words carry the call code; 5: kind - 1 in it (16 kinds); 6: 5 bits of kind (32 kinds)
 // and 8 of root, the counts hash in arrival lines.
 // 7: the verdict block after the control blocks.
-constexpr uint64_t kLayoutVersion = 7;
+constexpr uint64_t kGroupLayoutVersion = 7;
 constexpr size_t kMaxInlineBytes = 72 * kLineData;  // 4032 < kCodedCountLarge
 
-size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 uint64_t mix(uint64_t h, uint64_t v) { return h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2)); }
 
@@ -63,10 +62,10 @@ ShmGroup::ShmGroup(const std::string &name, int rank, int size, const Deadline &
   // Inline payloads stay below kCodedCountLarge bytes, so their counts are exact in the code.
   options_.inline_bytes = std::min<size_t>(options_.inline_bytes, kMaxInlineBytes);
   inline_lines_ = std::max<size_t>(1, (options_.inline_bytes + kLineData - 1) / kLineData);
-  area_bytes_ = round_up(std::max({options_.chunk_bytes, size_t{64} * static_cast<size_t>(size), kPage}), kPage);
+  area_bytes_ = round_up(std::max({options_.chunk_bytes, size_t{64} * static_cast<size_t>(size), kPageBytes}), kPageBytes);
   const auto ranks = static_cast<size_t>(size);
-  const size_t control_bytes = round_up(kControlStride * (ranks + 1), kPage);  // + the verdict block
-  const size_t inline_total = round_up(ranks * options_.inline_depth * inline_lines_ * sizeof(Line), kPage);
+  const size_t control_bytes = round_up(kControlStride * (ranks + 1), kPageBytes);  // + the verdict block
+  const size_t inline_total = round_up(ranks * options_.inline_depth * inline_lines_ * sizeof(Line), kPageBytes);
   const size_t area_total = area_bytes_ * static_cast<size_t>(depth_) * ranks;
 
   ShmSegment::Params params;
@@ -76,7 +75,7 @@ ShmGroup::ShmGroup(const std::string &name, int rank, int size, const Deadline &
   params.size = size;
   params.creator = 0;
   params.payload_bytes = control_bytes + inline_total + area_total;
-  params.layout_tag = kLayoutVersion;
+  params.layout_tag = kGroupLayoutVersion;
   for (uint64_t v : {uint64_t{area_bytes_}, uint64_t(depth_), uint64_t{options_.small_bytes},
                      uint64_t{options_.inline_bytes}, uint64_t(options_.inline_depth), uint64_t(size),
                      uint64_t{options_.stream_bytes}, uint64_t{options_.min_step_bytes},

@@ -26,6 +26,7 @@
 //                  (count, seq, counts hash), which every reader checks first;
 //   reduce_scatterv reduce_scatter's with rank r folding everyone's part r, at its offset behind
 //                  the header; a rank whose part is empty publishes, then checks every header.
+#include "common/arith.hpp"
 #include "reduce/reduce.hpp"
 #include "transport/shm/shm_group.hpp"
 #include "transport/shm/shm_group_layout.hpp"
@@ -36,10 +37,6 @@
 namespace pstate::shm {
 namespace {
 
-bool ranges_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
-  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
-  return pa < pb + b_bytes && pb < pa + a_bytes;
-}
 
 // dst = input(0) op input(1) op ... op input(n - 1), in that order. dst may alias input(0) or
 // input(1) only (reduce_into allows that); later inputs must not alias it.

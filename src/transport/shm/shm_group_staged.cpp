@@ -23,6 +23,7 @@
 // the others copy. reduce: all_reduce's two forms with recv nullptr off the root (no fold of whole
 // inputs there; its slice reduced into its area only, and no gather). scatter: the root stages a
 // piece of every other rank's block per step, each rank copies its own piece.
+#include "common/arith.hpp"
 #include "reduce/reduce.hpp"
 #include "transport/shm/shm_group.hpp"
 #include "transport/shm/shm_group_layout.hpp"
@@ -54,17 +55,11 @@ constexpr size_t kSliceAlign = 64;    // slices start on cache lines
 constexpr size_t kPipelineSplit = 4;  // medium messages take at least this many steps
 constexpr size_t kBroadcastAdaptiveBytes = 16 * 1024;  // broadcast steps this large choose their stores
 
-size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
-size_t ceil_div(size_t n, size_t d) { return (n + d - 1) / d; }
 
 // The piece of a step for rank j lies at j * piece_stride in the staging footprint
 // (reduce_scatter, reduce_scatterv, scatter).
 size_t piece_stride(size_t piece_bytes) { return round_up(piece_bytes, kSliceAlign); }
 
-bool ranges_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
-  auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
-  return pa < pb + b_bytes && pb < pa + a_bytes;
-}
 
 // dst = input(0) op input(1) op ... op input(n - 1), in that order, waiting for each input just
 // before it is used. No input may alias dst (callers fold from staged copies).

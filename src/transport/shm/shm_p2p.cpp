@@ -4,6 +4,7 @@
 
 #include "common/p2p_what.hpp"
 
+#include "common/arith.hpp"
 #include "common/dev_shm.hpp"
 #include "common/error.hpp"
 #include "transport/shm/shm_wait.hpp"
@@ -53,7 +54,6 @@ constexpr int64_t kSpinNs = 50 * 1000;     // spin this long before yielding (a 
 constexpr int64_t kYieldNs = 1000 * 1000;  // then yield this long before napping
 constexpr auto kNap = std::chrono::microseconds(50);
 
-size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 // Copies n bytes into / out of a ring of capacity c at stream position pos (wrapping).
 void write_wrap(uint8_t *data, size_t c, uint64_t pos, const uint8_t *src, size_t n) {

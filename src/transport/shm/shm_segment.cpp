@@ -3,6 +3,7 @@
 // caller's payload follows at a page boundary.
 #include "transport/shm/shm_segment.hpp"
 
+#include "common/arith.hpp"
 #include "common/dev_shm.hpp"
 
 #include <fcntl.h>
@@ -17,9 +18,7 @@ namespace pstate::shm {
 namespace {
 
 constexpr uint64_t kMagic = 0x70737461'74657368ULL;  // "pstatesh"
-constexpr size_t kPage = 4096;
 
-size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 [[noreturn]] void throw_syscall(const std::string &label, const char *call, const std::string &name) {
   int err = errno;
@@ -44,7 +43,7 @@ struct ShmSegment::Header {
 static_assert(std::atomic<int32_t>::is_always_lock_free);
 
 size_t ShmSegment::header_bytes() const {
-  return round_up(sizeof(Header) + sizeof(int32_t) * static_cast<size_t>(params_.size), kPage);
+  return round_up(sizeof(Header) + sizeof(int32_t) * static_cast<size_t>(params_.size), kPageBytes);
 }
 
 std::atomic<int32_t> *ShmSegment::pid_slot(int rank) const {
