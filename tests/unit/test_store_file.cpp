@@ -74,6 +74,10 @@ void test_file_add_is_atomic_across_processes(void **) {
       kWorld,
       [&](int rank) -> int {
         auto store = open_file(tmp.path(), rank, kWorld);
+        // Every rank opens before any adds: a rank that opened after another had finished and
+        // exited would take the directory for an earlier job's leftover (every process it names
+        // gone, no rank lock held) and reclaim it, counter included, as it should (CI saw 150).
+        store_barrier(*store, "opened", kWorld, soon());
         for (int i = 0; i < kAdds; ++i) store->add("counter", 1, soon());
         return 0;
       },
