@@ -397,7 +397,7 @@ PSTATE_API pstate_status_t pstate_set_interrupt_check(pstate_t *ps, pstate_inter
  *  MISMATCH or ABORTED, when a dump is asked for through the job's tcp:// store (`pstate run`
  *  does: a thread of pstate's own answers, no signal), and on SIGUSR1 when the process was started
  *  with PSTATE_TRACE_SIGNAL=1 (pstate then installs its handler, over the default action only).
- *  INVALID_STATE when the recorder is off
+ *  UNSUPPORTED when the recorder is off
  *  (PSTATE_TRACE_ENTRIES=0); INVALID_ARGUMENT naming the path when it cannot be written. */
 PSTATE_API pstate_status_t pstate_trace_dump(pstate_t *ps, const char *path);
 

@@ -144,7 +144,7 @@ void Context::trace_call_failed(uint64_t id, const Error &e) noexcept {
 
 std::string Context::trace_dump(const char *path) {
   if (!trace_)
-    throw_error(PSTATE_ERR_INVALID_STATE, "pstate_trace_dump: the flight recorder is off (PSTATE_TRACE_ENTRIES=0)");
+    throw_error(PSTATE_ERR_UNSUPPORTED, "pstate_trace_dump: the flight recorder is off (PSTATE_TRACE_ENTRIES=0): unset it, or set it to the number of entries to keep");
   return trace_->dump("pstate_trace_dump", path != nullptr ? path : "");
 }
 

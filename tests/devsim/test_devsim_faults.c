@@ -8,7 +8,8 @@
  * - an asynchronous error (DEVSIM_NCCL_ASYNC) is reported by the next call;
  * - a failed cudaMalloc inside ncclCommInitRank is TRANSPORT naming cudaMalloc;
  * - an NCCL call that never completes (DEVSIM_NCCL_HANG) is TIMEOUT within the timeout plus the
- *   README's slack (2 s), and pstate_abort then returns at once;
+ *   README's slack (2 s), and pstate_abort then returns at once; the same hang (an all_reduce, the
+ *   communicator's init) is stopped from a watchdog thread by pstate_abort: ABORTED in ms (issue 32);
  * - a peer SIGKILLed during device all_reduces: every survivor returns PEER_LOST within the
  *   README's bound (timeout + 2 s) of the kill, then pstate_abort returns at once;
  * - no thread, fd or shared segment is left behind by a context that failed and was aborted.
