@@ -347,7 +347,10 @@ PSTATE_API pstate_status_t pstate_finalize(pstate_t *ps);
  *  non-blocking calls), waits for it to return, then frees. Only a thread that stays outside
  *  pstate's waits for 10 s (inside a callback of yours: an alloc function, an interrupt check)
  *  makes it return PSTATE_ERR_BUSY with nothing freed (the abort stays requested: call it again
- *  after that call returned). No thread may start a call on ps after pstate_abort: a watchdog
+ *  after that call returned); called from inside a call on ps on the same thread (a signal
+ *  handler run by an interrupt check, a callback), it returns PSTATE_ERR_BUSY at once, the call
+ *  it interrupts then returns ABORTED, and a second pstate_abort after it frees. No thread may
+ *  start a call on ps after pstate_abort: a watchdog
  *  that cannot rule that out calls pstate_revoke, and the thread that drives ps calls
  *  pstate_abort when its call has returned ABORTED. Peers learn it from the failure notice of
  *  the stopped call (or, without one, as of a rank that died). */

@@ -95,6 +95,13 @@ PSTATE_API pstate_status_t pstate_finalize(pstate_t *ps) {
 PSTATE_API pstate_status_t pstate_abort(pstate_t *ps) {
   if (ps == nullptr) return PSTATE_OK;
   ps->request_abort();
+  if (pstate::Context::current_on_this_thread() == ps)  // a signal handler or callback inside its call
+    return PSTATE_GUARD({
+      pstate::throw_error(PSTATE_ERR_BUSY, "pstate_abort on rank ", ps->rank(), ": called from inside ",
+                          ps->inside_call() != nullptr ? ps->inside_call() : "a call", " on the same thread (a "
+                          "signal handler or a callback): that call returns ABORTED; nothing was freed: call "
+                          "pstate_abort again after it has returned");
+    });
   if (!ps->try_enter() && !enter_when_free(ps)) {
     return PSTATE_GUARD({
       const char *inside = ps->inside_call();

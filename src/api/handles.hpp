@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <utility>
 
 namespace pstate::api {
 
@@ -114,9 +115,11 @@ class ContextEntry {
       ctx_.throw_abort_requested(call);
     }
     ctx_.set_inside_call(call);
+    outer_ = std::exchange(pstate::Context::current_on_this_thread(), &ctx_);
     ctx_.trace_enter(call);  // a dump names the call a blocked rank is in
   }
   ~ContextEntry() {
+    pstate::Context::current_on_this_thread() = outer_;
     ctx_.set_inside_call(nullptr);
     ctx_.leave();
   }
@@ -128,6 +131,9 @@ class ContextEntry {
 
  private:
   pstate::Context &ctx_;
+#ifndef PSTATE_NO_AGREEMENT
+  const pstate::Context *outer_ = nullptr;  // the context this thread was inside before (another one's callback)
+#endif
 };
 
 inline void require_reducible(pstate_dtype_t dtype, pstate_reduce_op_t op) {

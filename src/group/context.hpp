@@ -177,6 +177,13 @@ class Context {
   // named), for the messages of the calls that find the context busy.
   void set_inside_call(const char *call) noexcept { inside_call_.store(call, std::memory_order_release); }
   const char *inside_call() const noexcept { return inside_call_.load(std::memory_order_acquire); }
+  // The context the calling thread is inside a call of (api::ContextEntry; nullptr: none): a
+  // pstate_abort from a signal handler or callback that runs inside that call must not wait for
+  // its own thread to leave.
+  static const Context *&current_on_this_thread() noexcept {
+    static thread_local const Context *current = nullptr;
+    return current;
+  }
 
   // ---- abort from any thread (pstate_revoke; pstate_abort while another thread is inside) ----
   // request_abort: any thread, any time while the context is allocated; idempotent; frees

@@ -14,6 +14,9 @@
  *     context is ABORTED at entry, and the driving thread frees it with pstate_abort;
  *   - its peer is told: both ranks blocked in a recv from each other, the watchdog aborts rank 0,
  *     and rank 1's recv ends with an error from rank 0's failure notice (not its own 60 s timeout);
+ *   - pstate_abort from inside the call on the same thread (the interrupt check, where a language
+ *     runtime runs its signal handlers) is PSTATE_ERR_BUSY at once, the call then returns ABORTED,
+ *     and a second pstate_abort frees;
  *   - pstate_finalize from another thread while a call is inside is PSTATE_ERR_BUSY naming that
  *     call, nothing freed (the context still works afterwards);
  *   - as threads of one process (ranks as threads, so ThreadSanitizer sees every thread of both
@@ -198,6 +201,59 @@ static void test_the_peer_of_an_aborted_rank_hears_it_before_its_timeout(void **
   run_case(kRecv, kAbort, 1, 1);
 }
 
+/* ---- pstate_abort from inside a call on the same thread (a signal handler run by the interrupt
+ * check): BUSY at once, the call returns ABORTED, a second abort frees ---------------------------- */
+
+typedef struct inner_abort_t {
+  pstate_t *ps;
+  int calls;
+  pstate_status_t status;
+  char error[1024];
+} inner_abort_t;
+
+static int abort_from_the_check(void *user) {
+  inner_abort_t *a = user;
+  if (a->calls++ == 0) {
+    a->status = pstate_abort(a->ps);
+    snprintf(a->error, sizeof a->error, "%s", pstate_last_error());
+  }
+  return 0; /* the check does not interrupt: the abort it requested stops the wait */
+}
+
+static int inner_abort_rank(const pstate_test_rank_t *self) {
+  const case_t *c = self->arg;
+  if (c->ucx) setenv("PSTATE_SHM", "0", 1);
+  pstate_t *ps = NULL;
+  pstate_group_t *world = NULL;
+  float x[4] = {1, 2, 3, 4};
+  RANK_OK(self, pstate_test_init(self, TIMEOUT_MS, &ps));
+  RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &world));
+  RANK_OK(self, pstate_barrier(world));
+  if (self->rank == 1) {
+    usleep(1500 * 1000);
+    RANK_OK(self, pstate_abort(ps));
+    return 0;
+  }
+  inner_abort_t a = {ps, 0, PSTATE_OK, ""};
+  RANK_OK(self, pstate_set_interrupt_check(ps, abort_from_the_check, &a));
+  double t0 = pstate_test_now_ms();
+  pstate_status_t s = blocked_call(world, c->op, x, 1);
+  double took = pstate_test_now_ms() - t0;
+  RANK_CHECK(self, a.status == PSTATE_ERR_BUSY && strstr(a.error, "same thread") != NULL,
+             "pstate_abort from the interrupt check: %s (%s)", pstate_status_string(a.status), a.error);
+  RANK_CHECK(self, s == PSTATE_ERR_ABORTED && took < BOUND_MS, "%s: %s after %.0f ms (%s)", op_name(c->op),
+             pstate_status_string(s), took, pstate_last_error());
+  RANK_OK(self, pstate_abort(ps)); /* now nobody is inside: frees */
+  return 0;
+}
+
+static void test_abort_from_inside_a_call_on_the_same_thread_is_busy_then_the_call_is_aborted(void **state) {
+  (void)state;
+  case_t shm = {kAllReduce, kAbort, 0, 0}, ucx = {kRecv, kAbort, 1, 0};
+  assert_int_equal(pstate_test_run_processes(2, 90, inner_abort_rank, &shm, NULL), 0);
+  assert_int_equal(pstate_test_run_processes(2, 90, inner_abort_rank, &ucx, NULL), 0);
+}
+
 /* ---- finalize from another thread: BUSY, nothing freed ---------------------------------------- */
 
 typedef struct inside_t {
@@ -303,6 +359,7 @@ int main(void) {
       cmocka_unit_test(test_abort_from_a_watchdog_stops_the_wait_of_an_irecv),
       cmocka_unit_test(test_revoke_stops_the_call_frees_nothing_and_refuses_later_calls),
       cmocka_unit_test(test_the_peer_of_an_aborted_rank_hears_it_before_its_timeout),
+      cmocka_unit_test(test_abort_from_inside_a_call_on_the_same_thread_is_busy_then_the_call_is_aborted),
       cmocka_unit_test(test_finalize_while_another_thread_is_inside_is_busy_and_frees_nothing),
       cmocka_unit_test(test_abort_from_a_watchdog_thread_with_ranks_as_threads),
   };
