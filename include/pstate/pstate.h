@@ -19,12 +19,14 @@
  * and may be driven from different threads at once (N ranks as N threads in one process works);
  * one thread at a time drives a pstate_t and its groups. The rule is enforced, not only stated:
  * a call on a pstate_t or one of its groups made while another thread is inside a call on the
- * same pstate_t returns PSTATE_ERR_INVALID_STATE at once ("one thread at a time drives a
- * pstate_t ...") and touches nothing; so does a call from inside a pstate_alloc_fn callback on
- * the callback's own context (one atomic exchange per call). pstate_group_info, pstate_group_ranks
- * and pstate_group_same_node only read facts fixed when the group was made and are exempt.
- * pstate_last_error() is thread-local. Functions without a handle (layout, strings, version) are
- * thread-safe.
+ * same pstate_t returns PSTATE_ERR_BUSY at once (naming the call inside) and touches nothing; so
+ * does a call from inside a pstate_alloc_fn callback on the callback's own context (one atomic
+ * exchange per call). Exempt: pstate_group_info, pstate_group_ranks and pstate_group_same_node
+ * (they only read facts fixed when the group was made), pstate_trace_dump, and the two calls a
+ * watchdog thread makes: pstate_revoke and pstate_abort, which stop the call in flight on another
+ * thread (it returns PSTATE_ERR_ABORTED within milliseconds: ncclCommAbort's role, for every
+ * transport). pstate_last_error() is thread-local. Functions without a handle (layout, strings,
+ * version) are thread-safe.
  *
  * Handles after teardown: pstate_finalize and pstate_abort free the pstate_t and every group of
  * it. Using either afterwards (a second finalize, a group call, pstate_model_parallel_is_initialized)
@@ -96,7 +98,9 @@ typedef enum pstate_status_t PSTATE_ENUM_BASE {
   PSTATE_ERR_AUTH = 9,             /**< job token refused by the rendezvous store */
   PSTATE_ERR_ABORTED = 10,         /**< context failed earlier; only abort/finalize are allowed */
   PSTATE_ERR_INTERNAL = 11,        /**< a bug in pstate; the message says where */
-  PSTATE_ERR_INTERRUPTED = 12      /**< the interrupt check stopped a wait (pstate_set_interrupt_check) */
+  PSTATE_ERR_INTERRUPTED = 12,     /**< the interrupt check stopped a wait (pstate_set_interrupt_check) */
+  PSTATE_ERR_BUSY = 13             /**< another thread is inside a call on the same pstate_t (or request):
+                                        nothing was done; see the thread rules */
 } pstate_status_t;
 
 /** Element types. Values equal NCCL's ncclDataType_t. */
@@ -328,16 +332,40 @@ PSTATE_API int pstate_model_parallel_is_initialized(const pstate_t *ps);
 PSTATE_API pstate_status_t pstate_destroy_model_parallel(pstate_t *ps);
 
 /** destroy_distributed_environment: drops every group, closes transports and the store, frees
- *  ps. Waits for peers (up to the timeout) so in-flight messages complete; returns the first
- *  error but always frees. NULL is a no-op returning PSTATE_OK. One exception: in graph-capture
- *  mode (CUDA) it returns INVALID_STATE and frees nothing (call pstate_graph_capture_end, then
- *  finalize again; pstate_abort always frees). */
+ *  ps. Waits for peers (up to the timeout) so in-flight messages complete (not after a failure or
+ *  pstate_revoke: then it releases everything locally, as pstate_abort); returns the first error
+ *  but frees. NULL is a no-op returning PSTATE_OK. Two cases free nothing and leave ps valid:
+ *  another thread inside a call on ps (PSTATE_ERR_BUSY: call it again once that call returned),
+ *  and graph-capture mode (CUDA; INVALID_STATE: call pstate_graph_capture_end, then finalize
+ *  again; pstate_abort always frees). */
 PSTATE_API pstate_status_t pstate_finalize(pstate_t *ps);
 
-/** Local teardown that never blocks on peers (use after PEER_LOST/TIMEOUT): frees ps. NULL is a
- *  no-op. Any thread may call it, but no other call on ps may run at the same time: while one
- *  does, pstate_abort (like pstate_finalize) frees nothing and returns INVALID_STATE. */
+/** Local teardown that never blocks on peers (use after PEER_LOST/TIMEOUT, or from a watchdog):
+ *  frees ps and returns PSTATE_OK. NULL is a no-op. Any thread, at any time, once: when another
+ *  thread is inside a call on ps, pstate_abort first stops that call as pstate_revoke does (it
+ *  returns PSTATE_ERR_ABORTED within milliseconds, on shared memory, UCX, the store and NCCL's
+ *  non-blocking calls), waits for it to return, then frees. Only a thread that stays outside
+ *  pstate's waits for 10 s (inside a callback of yours: an alloc function, an interrupt check)
+ *  makes it return PSTATE_ERR_BUSY with nothing freed (the abort stays requested: call it again
+ *  after that call returned); called from inside a call on ps on the same thread (a signal
+ *  handler run by an interrupt check, a callback), it returns PSTATE_ERR_BUSY at once, the call
+ *  it interrupts then returns ABORTED, and a second pstate_abort after it frees. No thread may
+ *  start a call on ps after pstate_abort: a watchdog
+ *  that cannot rule that out calls pstate_revoke, and the thread that drives ps calls
+ *  pstate_abort when its call has returned ABORTED. Peers learn it from the failure notice of
+ *  the stopped call (or, without one, as of a rank that died). */
 PSTATE_API pstate_status_t pstate_abort(pstate_t *ps);
+
+/** Stops every call in flight on ps, from any thread, at any time while ps is allocated, without
+ *  freeing anything (ncclCommRevoke's role): the call another thread is inside returns
+ *  PSTATE_ERR_ABORTED within milliseconds (shared memory: at its next liveness check, every 20
+ *  ms; UCX and the TCP store: at once; NCCL: at the next poll of a non-blocking call), its peers
+ *  hear it from the context's failure notice, and every later call on ps or its groups returns
+ *  ABORTED at entry, except pstate_abort and pstate_finalize, which free ps (finalize then never
+ *  waits for peers). Idempotent. Never blocks. For watchdogs and language bindings whose threads
+ *  cannot know whether the thread that drives ps is about to start a call: revoke, let that
+ *  thread see ABORTED, then free with pstate_abort from the thread that drives ps. */
+PSTATE_API pstate_status_t pstate_revoke(pstate_t *ps);
 
 /** An interrupt check (pstate_set_interrupt_check): returns nonzero to stop the wait it is
  *  called from, 0 to let it go on. */
@@ -372,7 +400,7 @@ PSTATE_API pstate_status_t pstate_set_interrupt_check(pstate_t *ps, pstate_inter
  *  MISMATCH or ABORTED, when a dump is asked for through the job's tcp:// store (`pstate run`
  *  does: a thread of pstate's own answers, no signal), and on SIGUSR1 when the process was started
  *  with PSTATE_TRACE_SIGNAL=1 (pstate then installs its handler, over the default action only).
- *  INVALID_STATE when the recorder is off
+ *  UNSUPPORTED when the recorder is off
  *  (PSTATE_TRACE_ENTRIES=0); INVALID_ARGUMENT naming the path when it cannot be written. */
 PSTATE_API pstate_status_t pstate_trace_dump(pstate_t *ps, const char *path);
 
@@ -877,6 +905,8 @@ struct pstate_api_t {
   pstate_status_t (*live_ranks)(pstate_t *ps, int *ranks, size_t capacity, size_t *count);
   pstate_status_t (*shrink)(pstate_t *ps, int *new_rank, size_t capacity);
   pstate_status_t (*grow)(pstate_t *ps, int timeout_ms);
+  /* abort from any thread */
+  pstate_status_t (*revoke)(pstate_t *ps);
 };
 
 /** The table for ABI `abi_major` (pass PSTATE_ABI_MAJOR), or NULL when this library does not

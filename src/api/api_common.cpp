@@ -51,6 +51,7 @@ PSTATE_API const char *pstate_status_string(pstate_status_t s) {
     case PSTATE_ERR_ABORTED: return "PSTATE_ERR_ABORTED";
     case PSTATE_ERR_INTERNAL: return "PSTATE_ERR_INTERNAL";
     case PSTATE_ERR_INTERRUPTED: return "PSTATE_ERR_INTERRUPTED";
+    case PSTATE_ERR_BUSY: return "PSTATE_ERR_BUSY";
   }
   return "PSTATE_UNKNOWN_STATUS";
 }

@@ -6,8 +6,10 @@
 #include "group/context.hpp"
 #include "group/group.hpp"
 
+#include <chrono>
 #include <cstring>
 #include <memory>
+#include <thread>
 
 using pstate::api::require;
 using pstate::api::require_nonnull;
@@ -52,9 +54,30 @@ PSTATE_API pstate_status_t pstate_destroy_model_parallel(pstate_t *ps) {
   });
 }
 
-// finalize and abort free ps, so they take the context's busy flag without giving it back: while
-// another thread is inside a call on ps they free nothing and answer INVALID_STATE (freeing the
-// context under that call would crash it).
+// finalize and abort free ps, so they take the context's busy flag without giving it back.
+// finalize refuses (BUSY, nothing freed) while another thread is inside a call on ps. abort first
+// requests the abort (Context::request_abort: the call inside returns ABORTED at its next check,
+// within milliseconds), then waits for that thread to leave and frees; a thread that has not left
+// within kAbortWaitMs is stuck outside pstate's waits (in a callback of the caller's): BUSY,
+// nothing freed, and the abort stays requested.
+namespace {
+constexpr int64_t kAbortWaitMs = 10000;
+
+// Takes the busy flag of ps once the thread inside leaves it, polling (1 ms at most between
+// tries); false when it did not within kAbortWaitMs.
+bool enter_when_free(pstate_t *ps) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kAbortWaitMs);
+  for (int spins = 0; !ps->try_enter(); ++spins) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    if (spins < 100)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(spins < 1000 ? 50 : 1000));
+  }
+  return true;
+}
+}  // namespace
+
 PSTATE_API pstate_status_t pstate_finalize(pstate_t *ps) {
   if (ps == nullptr) return PSTATE_OK;
   if (!ps->try_enter()) return PSTATE_GUARD({ pstate::api::throw_context_busy(*ps, "pstate_finalize (nothing freed)"); });
@@ -71,9 +94,33 @@ PSTATE_API pstate_status_t pstate_finalize(pstate_t *ps) {
 
 PSTATE_API pstate_status_t pstate_abort(pstate_t *ps) {
   if (ps == nullptr) return PSTATE_OK;
-  if (!ps->try_enter()) return PSTATE_GUARD({ pstate::api::throw_context_busy(*ps, "pstate_abort (nothing freed)"); });
+  ps->request_abort();
+  if (pstate::Context::current_on_this_thread() == ps)  // a signal handler or callback inside its call
+    return PSTATE_GUARD({
+      pstate::throw_error(PSTATE_ERR_BUSY, "pstate_abort on rank ", ps->rank(), ": called from inside ",
+                          ps->inside_call() != nullptr ? ps->inside_call() : "a call", " on the same thread (a "
+                          "signal handler or a callback): that call returns ABORTED; nothing was freed: call "
+                          "pstate_abort again after it has returned");
+    });
+  if (!ps->try_enter() && !enter_when_free(ps)) {
+    return PSTATE_GUARD({
+      const char *inside = ps->inside_call();
+      pstate::throw_error(PSTATE_ERR_BUSY, "pstate_abort on rank ", ps->rank(), ": the abort is requested, but "
+                          "another thread has been inside ", inside != nullptr ? inside : "a call", " for ",
+                          kAbortWaitMs, " ms since: it is not in one of pstate's waits (a callback of yours, an "
+                          "alloc function or an interrupt check, has not returned?); nothing was freed; the call "
+                          "returns ABORTED when it next waits: call pstate_abort again after it has returned");
+    });
+  }
   std::unique_ptr<pstate_s> owned(ps);
   return PSTATE_GUARD({ owned->abort(); });
+}
+
+PSTATE_API pstate_status_t pstate_revoke(pstate_t *ps) {
+  return PSTATE_GUARD({
+    pstate::api::require_context(ps);
+    ps->request_abort();
+  });
 }
 
 PSTATE_API pstate_status_t pstate_set_interrupt_check(pstate_t *ps, pstate_interrupt_fn fn, void *user) {

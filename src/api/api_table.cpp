@@ -75,6 +75,7 @@ constexpr pstate_api_t make_table() {
   t.live_ranks = pstate_live_ranks;
   t.shrink = pstate_shrink;
   t.grow = pstate_grow;
+  t.revoke = pstate_revoke;
   return t;
 }
 

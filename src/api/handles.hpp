@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <utility>
 
 namespace pstate::api {
 
@@ -92,21 +93,36 @@ inline void require_disjoint(const pstate_group_t *g, const char *call, const vo
 }
 
 // One thread at a time per context: the busy flag is taken at entry (one atomic exchange) and
-// released at exit. A second thread gets INVALID_STATE naming the rule; nothing else is touched.
+// released at exit. A second thread gets PSTATE_ERR_BUSY naming the rule and the call inside;
+// nothing else is touched.
 [[noreturn]] inline void throw_context_busy(const pstate::Context &ctx, const char *call) {
-  throw_error(PSTATE_ERR_INVALID_STATE, call, " on rank ", ctx.rank(), ": another thread is inside a call on "
-              "this pstate_t right now; one thread at a time drives a pstate_t and its groups (pstate.h, thread "
-              "rules): serialize the calls (a mutex around them), or give each thread its own pstate_t");
+  const char *inside = ctx.inside_call();
+  throw_error(PSTATE_ERR_BUSY, call, " on rank ", ctx.rank(), ": another thread is inside ",
+              inside != nullptr ? inside : "a call", " on this pstate_t right now; one thread at a time drives a "
+              "pstate_t and its groups (pstate.h, thread rules): serialize the calls (a mutex around them), give "
+              "each thread its own pstate_t, or stop that call with pstate_abort / pstate_revoke");
 }
 
 class ContextEntry {
  public:
 #ifndef PSTATE_NO_AGREEMENT
+  // After the busy flag: a context whose abort was requested (pstate_revoke, or pstate_abort from
+  // another thread that waits for this flag) refuses every call with ABORTED.
   ContextEntry(pstate::Context &ctx, const char *call) : ctx_(ctx) {
     if (!ctx_.try_enter()) throw_context_busy(ctx_, call);
+    if (ctx_.abort_requested()) {
+      ctx_.leave();
+      ctx_.throw_abort_requested(call);
+    }
+    ctx_.set_inside_call(call);
+    outer_ = std::exchange(pstate::Context::current_on_this_thread(), &ctx_);
     ctx_.trace_enter(call);  // a dump names the call a blocked rank is in
   }
-  ~ContextEntry() { ctx_.leave(); }
+  ~ContextEntry() {
+    pstate::Context::current_on_this_thread() = outer_;
+    ctx_.set_inside_call(nullptr);
+    ctx_.leave();
+  }
 #else  // compiled out with the agreement, to measure both (bench/agreement_cost.sh)
   ContextEntry(pstate::Context &ctx, const char *) : ctx_(ctx) {}
 #endif
@@ -115,6 +131,9 @@ class ContextEntry {
 
  private:
   pstate::Context &ctx_;
+#ifndef PSTATE_NO_AGREEMENT
+  const pstate::Context *outer_ = nullptr;  // the context this thread was inside before (another one's callback)
+#endif
 };
 
 inline void require_reducible(pstate_dtype_t dtype, pstate_reduce_op_t op) {

@@ -116,7 +116,7 @@ RequestClaim RequestRegistry::claim(const pstate_request_t *h) {
                 "pstate_wait / pstate_test, or never made by pstate_isend / pstate_irecv (a request is completed "
                 "once; nothing was touched)");
   if (phase == RequestEntry::kClaimed)
-    throw_error(PSTATE_ERR_INVALID_STATE, "req is in use by another thread's call right now (its pstate_wait / "
+    throw_error(PSTATE_ERR_BUSY, "req is in use by another thread's call right now (its pstate_wait / "
                 "pstate_test, or the pstate_isend / pstate_irecv still posting it): complete each request from "
                 "one thread; nothing was freed");
   return RequestClaim(const_cast<pstate_request_t *>(h), entry);

@@ -564,6 +564,8 @@ bool FileStore::poll_until(Deadline deadline, const std::string &what, const std
   for (;;) {
     if (ready()) return true;
     check_job_failed();
+    if (interrupted_.load(std::memory_order_acquire))
+      throw_error(PSTATE_ERR_ABORTED, "store ", url_, ": ", what, " interrupted by this process");
     if (deadline.expired()) return false;
     if (Clock::now() >= next_report) {
       next_report += std::chrono::milliseconds(kProgressEveryMs);

@@ -42,6 +42,7 @@
 
 #include <ctime>
 #include <functional>
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -64,6 +65,7 @@ class FileStore final : public Store {
   bool erase(const std::string &key, Deadline deadline) override;
   Bytes set_if_absent(const std::string &key, const Bytes &value, Deadline deadline) override;
   void abandon(pstate_status_t status, const std::string &why) noexcept override;  // writes `failed`
+  void interrupt() noexcept override { interrupted_.store(true, std::memory_order_release); }
   std::string describe() const override { return url_; }
   // Releases the rank claim; the last rank of the world to close removes the store. Never waits
   // for other ranks.
@@ -71,6 +73,7 @@ class FileStore final : public Store {
 
  private:
   struct Meta;
+  std::atomic<bool> interrupted_{false};  // interrupt(): the next try of poll_until throws ABORTED
   FileStore(const StoreOptions &options, const std::string &dir, const Logger &logger);
   void create_tree();
   [[noreturn]] void refuse_permission(const std::string &what, const std::string &path, int err);

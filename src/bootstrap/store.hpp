@@ -66,6 +66,11 @@ class Store {
     (void)deadline;
     return std::nullopt;
   }
+  // Stops the call another thread is blocked in (and every later call) with PSTATE_ERR_ABORTED:
+  // pstate_abort / pstate_revoke from another thread (Context::request_abort). Any thread; never
+  // blocks. A TCP store shuts its socket down (at once); a file store ends its poll at the next
+  // try (at most 64 ms).
+  virtual void interrupt() noexcept = 0;
   // Human-readable address for logs and errors ("tcp://127.0.0.1:29500").
   virtual std::string describe() const = 0;
   // Leaves the store gracefully: the rank that serves a TCP store first waits, until deadline,

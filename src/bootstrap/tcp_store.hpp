@@ -63,7 +63,7 @@ class TcpStore final : public Store {
   // Any thread: the call blocked in this store now, and every later one, fail with
   // PSTATE_ERR_ABORTED at once (the connection is shut down). Never blocks on the calls; not
   // while the store is being destroyed.
-  void interrupt() noexcept;
+  void interrupt() noexcept override;
   // A get or wait is sent in slices of this many ms (default 3000), each timed-out slice a
   // progress report (logged at INFO); a caller that waits for ever (the dump watcher) asks for
   // long slices, so that waiting costs the server one parked request, not one every 3 s.

@@ -144,7 +144,7 @@ void Context::trace_call_failed(uint64_t id, const Error &e) noexcept {
 
 std::string Context::trace_dump(const char *path) {
   if (!trace_)
-    throw_error(PSTATE_ERR_INVALID_STATE, "pstate_trace_dump: the flight recorder is off (PSTATE_TRACE_ENTRIES=0)");
+    throw_error(PSTATE_ERR_UNSUPPORTED, "pstate_trace_dump: the flight recorder is off (PSTATE_TRACE_ENTRIES=0): unset it, or set it to the number of entries to keep");
   return trace_->dump("pstate_trace_dump", path != nullptr ? path : "");
 }
 
@@ -179,6 +179,7 @@ void Context::open_device(int device_ordinal) {
   o.load_nccl = launch_.world_size > 1;  // a world of one never makes an NCCL communicator
   o.timeout_ms = launch_.timeout_ms;
   o.socket_ifname = launch_.socket_ifname;
+  o.abort_requested = &abort_requested_;
   try {
     device_ctx_ = make_cuda_device_context(o, log_);
     const char *events = std::getenv("PSTATE_TRACE_CUDA_EVENTS");
@@ -274,11 +275,16 @@ std::unique_ptr<UcxWorker> Context::make_worker() const {
   wo.default_timeout_ms = launch_.timeout_ms;
   wo.wait = wait_policy_for_host(launch_.local_world_size > 0 ? launch_.local_world_size : launch_.world_size);
   wo.logger = log_;
-  return std::make_unique<UcxWorker>(std::move(wo));
+  auto worker = std::make_unique<UcxWorker>(std::move(wo));
+  worker->set_abort_flag(&abort_requested_);
+  return worker;
 }
 
 void Context::rendezvous_with_store(Deadline deadline) {
-  worker_ = make_worker();
+  {
+    std::lock_guard<std::mutex> lock(wake_mutex_);
+    worker_ = make_worker();
+  }
   log_.info("init: UCX worker up: ", worker_->describe_transports());
   if (launch_.rejoin) return join_as_replacement(deadline);  // shrink.cpp: admitted by pstate_grow
 
@@ -626,7 +632,20 @@ void Context::set_interrupt_check(pstate_interrupt_fn fn, void *user) {
   if (worker_) worker_->set_interrupt_check(fn != nullptr ? std::function<bool()>([this] { return interrupted(); }) : nullptr);
 }
 
+void Context::request_abort() noexcept {
+  if (abort_requested_.exchange(true, std::memory_order_acq_rel)) return;
+  std::lock_guard<std::mutex> lock(wake_mutex_);
+  if (worker_) worker_->signal();  // a UCX wait asleep in poll() wakes and reads the flag
+  if (store_) store_->interrupt();  // a store wait (shrink, grow, live ranks) ends with ABORTED
+}
+
+void Context::throw_abort_requested(const std::string &where) const {
+  throw_error(PSTATE_ERR_ABORTED, where, " on rank ", rank_, ": pstate_abort or pstate_revoke was called on this "
+              "context from another thread; only pstate_abort or pstate_finalize may follow");
+}
+
 void Context::require_usable(const char *call) const {
+  if (abort_requested()) throw_abort_requested(call);
   if (state_ == State::kFailed)
     throw_error(PSTATE_ERR_ABORTED, call, " refused: this context failed earlier (", failure_,
                 "); call pstate_abort or pstate_finalize");

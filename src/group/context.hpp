@@ -38,6 +38,7 @@
 #include <array>
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -172,6 +173,28 @@ class Context {
   // thread is inside a call now.
   bool try_enter() noexcept { return !busy_.exchange(true, std::memory_order_acquire); }
   void leave() noexcept { busy_.store(false, std::memory_order_release); }
+  // The C entry point the thread inside is in (api::ContextEntry sets it; nullptr: none or not
+  // named), for the messages of the calls that find the context busy.
+  void set_inside_call(const char *call) noexcept { inside_call_.store(call, std::memory_order_release); }
+  const char *inside_call() const noexcept { return inside_call_.load(std::memory_order_acquire); }
+  // The context the calling thread is inside a call of (api::ContextEntry; nullptr: none): a
+  // pstate_abort from a signal handler or callback that runs inside that call must not wait for
+  // its own thread to leave.
+  static const Context *&current_on_this_thread() noexcept {
+    static thread_local const Context *current = nullptr;
+    return current;
+  }
+
+  // ---- abort from any thread (pstate_revoke; pstate_abort while another thread is inside) ----
+  // request_abort: any thread, any time while the context is allocated; idempotent; frees
+  // nothing. Every wait of a call in flight then ends with PSTATE_ERR_ABORTED at its next check:
+  // shared memory at its liveness check (every 20 ms of a sleeping wait), UCX at once (woken by
+  // ucp_worker_signal), the TCP store at once (its socket shut down), NCCL at the next poll of a
+  // non-blocking call or of a stream. Every later call is refused with ABORTED at entry.
+  void request_abort() noexcept;
+  bool abort_requested() const noexcept { return abort_requested_.load(std::memory_order_acquire); }
+  // ABORTED naming call and the request (the refusal at entry, and the waits of the groups).
+  [[noreturn]] void throw_abort_requested(const std::string &where) const;
 
   // The interrupt check of pstate_set_interrupt_check (fn NULL: none). interrupted() asks it: true
   // when it returned nonzero; the waits of the worker and of the groups' shared memory ask it at
@@ -314,6 +337,11 @@ class Context {
   pstate_interrupt_fn interrupt_fn_ = nullptr;
   void *interrupt_user_ = nullptr;
   std::atomic<bool> busy_{false};
+  std::atomic<const char *> inside_call_{nullptr};
+  std::atomic<bool> abort_requested_{false};
+  // Held by request_abort while it wakes the transports, and by whatever replaces worker_ or
+  // store_ after init (rebuild_world), so the waking thread never reads a pointer being replaced.
+  mutable std::mutex wake_mutex_;
 };
 
 }  // namespace pstate

@@ -103,6 +103,8 @@ void pstate_group_s::check_waiting() {
   if (p2p_) p2p_->progress();  // pending shared-memory sends move while this rank waits for anything
   ctx_.check_notices(name_);    // first: a peer's notice says why, its exit after it only that it left
   check_peers_alive();
+  if (ctx_.abort_requested())
+    ctx_.throw_abort_requested(pstate::cat(name_, ": while it waited for its peers in shared memory"));
   if (ctx_.interrupted())
     pstate::throw_error(PSTATE_ERR_INTERRUPTED, name_, ": interrupted while rank ", ctx_.rank(),
                         " waited for its peers in shared memory (the interrupt check asked to stop, e.g. Ctrl-C); "
@@ -251,7 +253,9 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body) {
     // The exchange moved no data, and every rank saw what it saw: a mismatch or a refusal there
     // leaves the context usable.
     const bool agreed_error = e.status() == PSTATE_ERR_MISMATCH || e.status() == PSTATE_ERR_INVALID_ARGUMENT;
-    if (agreeing ? !agreed_error : pstate::is_fatal(e.status())) ctx_.fail(e.what(), e.status());
+    // An abort from another thread fails the context too, and tells the peers (ctx_.fail's notices).
+    if (ctx_.abort_requested() || (agreeing ? !agreed_error : pstate::is_fatal(e.status())))
+      ctx_.fail(e.what(), e.status());
     ctx_.trace_call_failed(tid, e);
     throw;
   }
@@ -555,7 +559,7 @@ void pstate_group_s::run_p2p(pstate::TraceOp top, int peer, uint64_t count, int 
   try {
     body();
   } catch (const pstate::Error &e) {
-    if (pstate::is_fatal(e.status())) ctx_.fail(e.what(), e.status());
+    if (pstate::is_fatal(e.status()) || ctx_.abort_requested()) ctx_.fail(e.what(), e.status());
     ctx_.trace_call_failed(tid, e);
     throw;
   }

@@ -103,7 +103,10 @@ void Context::rebuild_world(std::vector<int> members, bool after_failure, std::u
   rank_ = global_rank_of(launch_rank());
   if (fresh) {
     worker_->force_close();
-    worker_ = std::move(fresh);
+    {
+      std::lock_guard<std::mutex> lock(wake_mutex_);  // request_abort may signal the worker now
+      worker_ = std::move(fresh);
+    }
     worker_->set_directory([this](int r) { return peers_.at(static_cast<size_t>(r)); });
     if (interrupt_fn_ != nullptr) worker_->set_interrupt_check([this] { return interrupted(); });
   } else {

@@ -8,7 +8,8 @@
  * - an asynchronous error (DEVSIM_NCCL_ASYNC) is reported by the next call;
  * - a failed cudaMalloc inside ncclCommInitRank is TRANSPORT naming cudaMalloc;
  * - an NCCL call that never completes (DEVSIM_NCCL_HANG) is TIMEOUT within the timeout plus the
- *   README's slack (2 s), and pstate_abort then returns at once;
+ *   README's slack (2 s), and pstate_abort then returns at once; the same hang (an all_reduce, the
+ *   communicator's init) is stopped from a watchdog thread by pstate_abort: ABORTED in ms (issue 32);
  * - a peer SIGKILLed during device all_reduces: every survivor returns PEER_LOST within the
  *   README's bound (timeout + 2 s) of the kill, then pstate_abort returns at once;
  * - no thread, fd or shared segment is left behind by a context that failed and was aborted.
@@ -23,6 +24,8 @@
 // clang-format on
 
 #include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,6 +240,73 @@ static void test_nccl_init_never_completing_is_timeout_then_abort_returns(void *
   assert_int_equal(pstate_test_run_processes(2, 60, hang_rank, &h, NULL), 0);
 }
 
+/* The same hang, stopped from a watchdog thread by pstate_abort (issue 32): the blocked device
+ * call returns ABORTED naming the abort long before its 30 s timeout, and pstate_abort returns OK
+ * once it has, having freed the context (ncclCommAbort on the communicator). The watchdog fires
+ * once the driving thread is inside the call (a probe that finds the context BUSY). */
+typedef struct {
+  pstate_t *ps;
+  atomic_int armed;
+  double fired_at_ms;
+  pstate_status_t status;
+} watchdog_t;
+
+static void *watchdog_thread(void *arg) {
+  watchdog_t *w = arg;
+  while (!atomic_load(&w->armed)) usleep(1000);
+  pstate_group_t *g = NULL;
+  while (pstate_get_group(w->ps, PSTATE_GROUP_WORLD, &g) != PSTATE_ERR_BUSY) usleep(1000);
+  usleep(300 * 1000);
+  w->fired_at_ms = pstate_test_now_ms();
+  w->status = pstate_abort(w->ps);
+  return NULL;
+}
+
+static int abort_hang_rank(const pstate_test_rank_t *self) {
+  const hang_t *h = self->arg;
+  setenv("DEVSIM_NCCL_HANG", h->value, 1);
+  pstate_t *ps = NULL;
+  pstate_group_t *world = NULL;
+  RANK_OK(self, devsim_init(self, 30000, &ps));
+  RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &world));
+  void *d = devsim_device_copy(NULL, N * sizeof(float));
+  cudaMemset(d, 0, N * sizeof(float));
+  if (self->rank == 1) {
+    usleep(3000 * 1000); /* the peer waits in vain on the device, as with NCCL */
+    RANK_OK(self, pstate_abort(ps));
+    return 0;
+  }
+  watchdog_t w;
+  memset(&w, 0, sizeof w);
+  w.ps = ps;
+  pthread_t t;
+  RANK_CHECK(self, pthread_create(&t, NULL, watchdog_thread, &w) == 0, "watchdog thread");
+  atomic_store(&w.armed, 1);
+  pstate_status_t s = PSTATE_OK;
+  for (int i = 0; i < 3 && (s == PSTATE_OK || s == PSTATE_ERR_BUSY);) {
+    s = pstate_all_reduce(world, d, d, N, PSTATE_FLOAT32, PSTATE_SUM, NULL);
+    if (s != PSTATE_ERR_BUSY) ++i; /* BUSY: the watchdog's probe held the context; again */
+  }
+  double done = pstate_test_now_ms();
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", pstate_last_error());
+  pthread_join(t, NULL);
+  RANK_CHECK(self, s == PSTATE_ERR_ABORTED && HAS(msg, "from another thread"), "%s: %s", pstate_status_string(s), msg);
+  RANK_CHECK(self, w.status == PSTATE_OK, "pstate_abort from the watchdog: %s", pstate_status_string(w.status));
+  RANK_CHECK(self, done - w.fired_at_ms < 10000, "returned %.0f ms after the abort", done - w.fired_at_ms);
+  fprintf(stderr, "rank 0: %s stopped by pstate_abort from a watchdog thread after %.1f ms\n", h->value,
+          done - w.fired_at_ms);
+  return 0;
+}
+
+static void test_nccl_call_never_completing_is_stopped_by_abort_from_another_thread(void **state) {
+  (void)state;
+  hang_t call = {"ncclAllReduce:0:2"};
+  assert_int_equal(pstate_test_run_processes(2, 60, abort_hang_rank, &call, NULL), 0);
+  hang_t init = {"ncclCommInitRankConfig:0:1"};
+  assert_int_equal(pstate_test_run_processes(2, 60, abort_hang_rank, &init, NULL), 0);
+}
+
 /* Rank 2 of 3 is SIGKILLed by the harness during device all_reduces. */
 #define KILL_AFTER_MS 1500
 static int sigkill_rank(const pstate_test_rank_t *self) {
@@ -351,6 +421,7 @@ int main(void) {
       cmocka_unit_test(test_nccl_unique_id_failure_reaches_every_rank),
       cmocka_unit_test(test_nccl_call_never_completing_is_timeout_then_abort_returns),
       cmocka_unit_test(test_nccl_init_never_completing_is_timeout_then_abort_returns),
+      cmocka_unit_test(test_nccl_call_never_completing_is_stopped_by_abort_from_another_thread),
       cmocka_unit_test(test_peer_sigkilled_during_device_all_reduce_survivors_peer_lost),
       cmocka_unit_test(test_nothing_left_behind_after_failures_and_abort),
   };

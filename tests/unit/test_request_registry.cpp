@@ -4,7 +4,7 @@
 // (INVALID_ARGUMENT) and never reaches the request that reuses its slot, a request stays
 // reachable with its own state while the table skips its slot and doubles (tokens not aligned to
 // the table: the doubling must move every entry to its slot in the new size), a second claim of a
-// claimed request is INVALID_STATE, pointers outside the region are refused, and a full region
+// claimed request is BUSY, pointers outside the region are refused, and a full region
 // is NO_MEMORY.
 #include "api/request_handles.hpp"
 #include "common/error.hpp"
@@ -117,7 +117,7 @@ void test_a_claimed_request_is_busy_for_a_second_claim(void **) {
   pstate_request_t *h = make_marked(r, 3);
   {
     RequestClaim first = r.claim(h);
-    assert_int_equal(claim_status(r, h), PSTATE_ERR_INVALID_STATE);
+    assert_int_equal(claim_status(r, h), PSTATE_ERR_BUSY);
     assert_int_equal(first.state().peer, 3);
   }  // kept: live again
   assert_int_equal(claim_status(r, h), PSTATE_OK);

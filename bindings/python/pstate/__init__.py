@@ -24,6 +24,7 @@ from ._enums import Device, DType, GroupKind, ReduceOp
 from ._errors import (
     AbortedError,
     AuthError,
+    BusyError,
     Error,
     InternalError,
     InterruptedError,
@@ -45,7 +46,7 @@ from ._requests import P2POp, Request
 from ._tensor_dict import NUMPY_DTYPE_NAMES, TensorDict
 
 __all__ = [
-    "AbortedError", "AuthError", "BufferLike", "CONFIG_FIELDS", "Device", "DType", "Error", "Group", "GroupKind",
+    "AbortedError", "AuthError", "BufferLike", "BusyError", "CONFIG_FIELDS", "Device", "DType", "Error", "Group", "GroupKind",
     "InternalError", "InterruptedError", "InvalidArgumentError", "InvalidStateError", "Layout", "MismatchError", "NoMemoryError",
     "NUMPY_DTYPE_NAMES", "ObjectFrameError", "ObjectRefusedError", "P2POp", "PState", "PeerLostError", "ReduceOp", "Status",
     "Request", "TensorDict", "TimeoutError",

@@ -537,6 +537,9 @@ class PState:
         self._handle = handle
         self._generation = 0  # bumped by destroy_model_parallel: older groups become invalid
         self._lock = threading.RLock()  # reentrant: a signal handler run inside a wait must not deadlock
+        # Held while the handle is read to revoke it (abort() from another thread) and while it is
+        # taken to be freed, so a revoke never reaches a freed context.
+        self._handle_lock = threading.Lock()
         self._world: Optional[Group] = None
 
     def _h(self) -> Any:
@@ -584,16 +587,36 @@ class PState:
         """Graceful teardown: waits for peers (up to the timeout), frees the state. Always frees,
         even when it raises."""
         with self._lock:
-            handle, self._handle = self._handle, None
+            with self._handle_lock:
+                handle, self._handle = self._handle, None
             if handle is not None:
                 capi.finalize(handle)
 
     def abort(self) -> None:
-        """Local teardown that never blocks on peers (after PeerLostError / TimeoutError)."""
-        with self._lock:
-            handle, self._handle = self._handle, None
-            if handle is not None:
-                capi.abort(handle)
+        """Local teardown that never blocks on peers (after PeerLostError / TimeoutError), from any
+        thread: a watchdog thread stops the call another thread is blocked in (it raises
+        AbortedError within milliseconds: pstate_revoke), then frees the state once that call has
+        returned (pstate_abort). Called from a signal handler while this thread is inside a call,
+        it raises BusyError and the call raises AbortedError; abort() again afterwards frees."""
+        if not self._lock.acquire(blocking=False):  # another thread is inside a call: stop it
+            with self._handle_lock:
+                if self._handle is not None:
+                    capi.revoke(self._handle)
+            self._lock.acquire()
+        try:
+            with self._handle_lock:
+                if self._handle is not None:
+                    capi.abort(self._handle)  # BusyError from inside a call on this thread: kept
+                    self._handle = None
+        finally:
+            self._lock.release()
+
+    def revoke(self) -> None:
+        """Stops the call another thread is inside (AbortedError there, within milliseconds) and
+        every later call, from any thread, freeing nothing (pstate_revoke); abort() frees."""
+        with self._handle_lock:
+            if self._handle is not None:
+                capi.revoke(self._handle)
 
     @property
     def closed(self) -> bool:

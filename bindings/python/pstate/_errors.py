@@ -37,6 +37,7 @@ class Status(enum.IntEnum):
     ABORTED = 10
     INTERNAL = 11
     INTERRUPTED = 12
+    BUSY = 13
 
 
 class Error(Exception):
@@ -141,6 +142,14 @@ class InterruptedError(Error, builtins.InterruptedError):  # noqa: A001 - delibe
     status = Status.INTERRUPTED
 
 
+class BusyError(Error, RuntimeError):
+    """PSTATE_ERR_BUSY: another thread is inside a call on the same PState (the binding serializes
+    its own calls, so this comes from a C caller sharing the handle, or from abort() called inside a
+    call on the same thread: a signal handler). Nothing was done."""
+
+    status = Status.BUSY
+
+
 _BY_STATUS: Dict[int, Type[Error]] = {
     cls.status.value: cls
     for cls in (
@@ -156,6 +165,7 @@ _BY_STATUS: Dict[int, Type[Error]] = {
         AbortedError,
         InternalError,
         InterruptedError,
+        BusyError,
     )
 }
 

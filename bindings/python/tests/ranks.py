@@ -583,6 +583,51 @@ def interrupted() -> None:
         f.write(f"{took:.3f}")
 
 
+def aborted_from_a_thread() -> None:
+    """A watchdog thread stops a hung call (issue 32): rank 0's main thread blocks in
+    PSTATE_TEST_OP ("all_reduce": shared memory; "recv": UCX) that rank 1 never joins; a Python
+    thread calls ps.abort() 0.3 s in. AbortedError must come out of the call (printed: the delay),
+    and abort() returns having freed the state (closed). Rank 1 waits for rank 0's verdict."""
+    op = os.environ["PSTATE_TEST_OP"]
+    flag = os.path.join(os.environ["PSTATE_TEST_TMP"], "abort-done")
+    ps = pstate.init(timeout_ms=TIMEOUT_MS)
+    w = ps.world
+    w.barrier()
+    if w.rank_in_group == 1:
+        deadline = time.monotonic() + TIMEOUT_MS / 1000
+        while not os.path.exists(flag) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        ps.abort()
+        assert os.path.exists(flag), "rank 0 gave no verdict"
+        return
+    fired = []
+
+    def watchdog() -> None:
+        time.sleep(0.3)
+        fired.append(time.monotonic())
+        ps.abort()  # the call in flight on the main thread raises AbortedError, then the state is freed
+
+    t = threading.Thread(target=watchdog)
+    t.start()
+    x = np.ones(4, dtype=np.float32)
+    try:
+        if op == "all_reduce":
+            w.all_reduce(x)
+        else:
+            w.recv(x, 1)
+    except pstate.AbortedError as e:
+        took = time.monotonic() - fired[0]
+        detail = e.detail
+    else:
+        raise AssertionError(f"{op} returned although rank 1 never joined")
+    t.join()
+    print(f"ABORTED {op} {took * 1000:.1f} ms after ps.abort() on another thread: {detail}")
+    assert "another thread" in detail, detail
+    assert ps.closed, "abort() from the watchdog did not free the state"
+    with open(flag, "w") as f:
+        f.write(f"{took:.3f}")
+
+
 class DLPackOnly:
     """An object with __dlpack__ / __dlpack_device__ and no buffer protocol (as a torch tensor)."""
 

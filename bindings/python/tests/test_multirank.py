@@ -65,6 +65,16 @@ def test_peer_killed_mid_op_raises_peer_lost_or_timeout(shm):
 
 
 @pytest.mark.parametrize("op", ["all_reduce", "recv"])
+def test_abort_from_a_watchdog_thread_stops_a_blocked_call(ranks, tmp_path, op):
+    """ps.abort() from another Python thread while the main thread is blocked in a collective
+    (shared memory) or a recv (UCX): AbortedError there, the state freed (ranks.py:
+    aborted_from_a_thread)."""
+    out = ranks(2, "aborted_from_a_thread", extra_env={"PSTATE_TEST_TMP": str(tmp_path), "PSTATE_TEST_OP": op,
+                                                      "PSTATE_TIMEOUT_MS": "60000"}, timeout=90)
+    assert f"ABORTED {op}" in out, out
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "recv"])
 def test_ctrl_c_interrupts_a_call_blocked_on_a_peer_that_never_comes(ranks, tmp_path, op):
     """SIGINT to a rank blocked in a collective (shared memory) or a recv (UCX): KeyboardInterrupt
     within a second (ranks.py: interrupted), then the documented state (failed: abort next)."""

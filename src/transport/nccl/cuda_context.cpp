@@ -36,7 +36,7 @@ const char *location_text(MemoryLocation::Kind kind) {
 
 CudaDeviceContext::CudaDeviceContext(const DeviceContextOptions &options, const Logger &log)
     : log_(log), device_(options.device_ordinal), stream_(static_cast<cudaStream_t>(options.stream)),
-      timeout_ms_(options.timeout_ms) {
+      timeout_ms_(options.timeout_ms), abort_requested_(options.abort_requested) {
   const std::string where = cat("cuda:", device_);
   int count = 0;
   try {
@@ -152,6 +152,9 @@ void CudaDeviceContext::wait_stream(cudaStream_t stream, const Deadline &deadlin
     if (e == cudaSuccess) return;
     if (e != cudaErrorNotReady) cuda_->check(e, "cudaStreamQuery", where);
     if (poll) poll();
+    if (abort_requested())
+      throw_error(PSTATE_ERR_ABORTED, where, ": stream ", static_cast<void *>(stream), " had not drained when "
+                  "pstate_abort or pstate_revoke was called on this context from another thread");
     if (deadline.expired())
       throw_error(PSTATE_ERR_TIMEOUT, where, ": stream ", static_cast<void *>(stream), " did not drain within ",
                   timeout_ms_, " ms (a peer may not have joined, or a kernel is stuck); PSTATE_TIMEOUT_MS sets the limit");

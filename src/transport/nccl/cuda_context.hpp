@@ -47,6 +47,10 @@ class CudaDeviceContext final : public DeviceContext {
   // NCCL, loaded now if the context was made without it.
   const NcclLib &nccl();
   int64_t timeout_ms() const { return timeout_ms_; }
+  // DeviceContextOptions::abort_requested: set by another thread's pstate_revoke / pstate_abort.
+  bool abort_requested() const {
+    return abort_requested_ != nullptr && abort_requested_->load(std::memory_order_acquire);
+  }
   // fp8 reductions: NCCL >= 2.24 on compute capability >= 9.0.
   bool fp8_reductions_supported();
   std::string fp8_requirement_text();
@@ -81,6 +85,7 @@ class CudaDeviceContext final : public DeviceContext {
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   int64_t timeout_ms_ = 0;
+  const std::atomic<bool> *abort_requested_ = nullptr;
   int cc_major_ = 0;
   int cc_minor_ = 0;
   std::string pci_bus_id_;

@@ -28,6 +28,7 @@
 
 #include <pstate/pstate.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -105,6 +106,10 @@ struct DeviceContextOptions {
                               // (same syntax) unless the user set that variable
   void *stream = nullptr;     // the context stream; nullptr = CUDA's default (legacy) stream,
                               // so NULL in the C API orders with the caller's default-stream work
+  // The pstate context's abort flag (pstate_revoke / pstate_abort from another thread): every
+  // wait of the device side (a stream drain, a non-blocking NCCL call settling) throws
+  // PSTATE_ERR_ABORTED at its next poll once it is set. nullptr: none.
+  const std::atomic<bool> *abort_requested = nullptr;
 };
 
 class DeviceContext {

@@ -7,9 +7,10 @@
 //   3. a peer of a pending request dead? (process watch or PEER-mode error callback) — throw
 //      PEER_LOST once it has been dead for WaitPolicy::peer_lost_grace_ms while we kept
 //      progressing, so messages it sent before dying are still delivered;
-//   4. deadline passed? — throw TIMEOUT; the interrupt check (pstate_set_interrupt_check) asked
-//      to stop, at the liveness checks of step 3 (every 50 ms, and after a signal woke poll)? —
-//      throw INTERRUPTED;
+//   4. deadline passed? — throw TIMEOUT; pstate_abort/pstate_revoke called from another thread
+//      (the context's abort flag; that thread also wakes poll with ucp_worker_signal) — throw
+//      ABORTED; the interrupt check (pstate_set_interrupt_check) asked to stop — throw
+//      INTERRUPTED; both at the liveness checks of step 3 (every 50 ms, and after a wake-up);
 //   5. within the spin budget (WaitPolicy::spin_us after the wait began or after a wake-up;
 //      while spinning, steps 3-5 run every 8th round, as a clock read costs about a round)?
 //      — go round again; otherwise arm the worker (ucp_worker_arm; BUSY means events are
@@ -95,6 +96,7 @@ bool UcxWorker::test(OpId id, const WaitScope &scope) {
     if (!all_done(&id, 1, scope)) {
       // A dead peer's grace period runs across calls (Peer::lost_at), so polling ends in PEER_LOST.
       check_peers(&id, 1, scope);
+      if (abort_requested()) throw_aborted(&id, 1, scope);
       if (interrupt_check_ && interrupt_check_()) throw_interrupted(&id, 1, scope);
       if (scope.deadline.expired()) throw_timeout(&id, 1, scope);
       return false;
@@ -128,6 +130,7 @@ void UcxWorker::run_wait_loop(const OpId *ops, size_t n, const WaitScope &scope)
       grace_left_ms = check_peers(ops, n, scope);
       last_liveness_check_ = now;
       if (auto notice = take_notice()) throw_notice(*notice, scope);
+      if (abort_requested()) throw_aborted(ops, n, scope);
       if (interrupt_check_ && interrupt_check_()) throw_interrupted(ops, n, scope);
     }
     if (scope.deadline.expired_at(now)) throw_timeout(ops, n, scope);
@@ -351,6 +354,23 @@ void UcxWorker::throw_interrupted(const OpId *ops, size_t n, const WaitScope &sc
               describe_self(scope), " waited", waiting,
               " (the interrupt check asked to stop, e.g. Ctrl-C); the peers were left inside the operation, so "
               "the context is failed: call pstate_abort");
+}
+
+void UcxWorker::throw_aborted(const OpId *ops, size_t n, const WaitScope &scope) {
+  const Op *first = nullptr;
+  for (size_t i = 0; i < n && first == nullptr; ++i)
+    if (const Op *op = find_op(ops[i]); op->state != OpState::kDone) first = op;
+  std::string waiting = first != nullptr ? cat(" for ", describe_peer(peer(first->target.peer_world), *first), " (",
+                                               describe_op(*first), ")")
+                                         : std::string();
+  throw_error(PSTATE_ERR_ABORTED, scope.text(), ": aborted after ", ms_since(wait_start_), " ms while ",
+              describe_self(scope), " waited", waiting,
+              ": pstate_abort or pstate_revoke was called on this context from another thread; the peers were "
+              "left inside the operation");
+}
+
+void UcxWorker::signal() noexcept {
+  if (worker_ != nullptr) ucp_worker_signal(worker_);
 }
 
 }  // namespace pstate

@@ -36,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -183,6 +184,13 @@ class UcxWorker {
   // with its liveness checks (every ~50 ms of a wait, and after a signal woke its poll) and throws
   // PSTATE_ERR_INTERRUPTED when it returns true.
   void set_interrupt_check(std::function<bool()> check) { interrupt_check_ = std::move(check); }
+  // The context's abort flag (Context::request_abort; nullptr: none). wait() and test() read it at
+  // their liveness checks and throw PSTATE_ERR_ABORTED once it is set; the aborting thread wakes a
+  // sleeping wait with signal(), so a wait ends within a round of progress.
+  void set_abort_flag(const std::atomic<bool> *flag) { abort_flag_ = flag; }
+  // Wakes a wait of another thread that sleeps on this worker (ucp_worker_signal, which UCX allows
+  // from any thread, whatever the worker's thread mode). Never blocks; no-op once closed.
+  void signal() noexcept;
   // Cancels and frees every outstanding op of owner (no-op when none). Never blocks.
   void cancel_owner(uint32_t owner) noexcept;
   // Outstanding ops of owner (0 = all owners); for tests and leak checks.
@@ -308,6 +316,8 @@ class UcxWorker {
   [[noreturn]] void throw_foreign(const Op &op, const Peer &p, const WaitScope &scope);
   [[noreturn]] void throw_timeout(const OpId *ops, size_t n, const WaitScope &scope);
   [[noreturn]] void throw_interrupted(const OpId *ops, size_t n, const WaitScope &scope);
+  [[noreturn]] void throw_aborted(const OpId *ops, size_t n, const WaitScope &scope);
+  bool abort_requested() const { return abort_flag_ != nullptr && abort_flag_->load(std::memory_order_acquire); }
 
   void close_endpoint(Peer &p, bool force) noexcept;
   void destroy_all() noexcept;
@@ -315,6 +325,7 @@ class UcxWorker {
   UcxWorkerOptions options_;
   PeerDirectory directory_;
   std::function<bool()> interrupt_check_;
+  const std::atomic<bool> *abort_flag_ = nullptr;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;
