@@ -153,6 +153,45 @@ func TestInterruptStopsABlockedCallTwoRanks(t *testing.T) {
 	})
 }
 
+// A watchdog goroutine stops the Recv rank 0 is blocked in (rank 1 never sends) with ps.Abort:
+// Recv returns ErrAborted naming the abort, and Abort returns once it has, having freed the
+// state. Rank 1 waits for rank 0's verdict, then aborts.
+func TestAbortFromAWatchdogGoroutineStopsABlockedCallTwoRanks(t *testing.T) {
+	verdict := filepath.Join(os.TempDir(), fmt.Sprintf("pstate-go-abort-%s", os.Getenv("MASTER_PORT")))
+	onRanks(t, 2, func(t *testing.T) {
+		ps := mustInit(t)
+		w := mustGroup(t, ps, pstate.World)
+		if w.RankInGroup() == 1 {
+			for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+				if _, err := os.Stat(verdict); err == nil {
+					break
+				}
+			}
+			must(t, ps.Abort())
+			_ = os.Remove(verdict)
+			return
+		}
+		fired := make(chan time.Time, 1)
+		aborted := make(chan error, 1)
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			fired <- time.Now()
+			aborted <- ps.Abort() // stops the Recv below, then frees the state
+		}()
+		err := pstate.Recv(w, make([]float32, 4), 1)
+		took := time.Since(<-fired)
+		expectDetail(t, err, pstate.ErrAborted, "another thread")
+		must(t, <-aborted)
+		fmt.Printf("ABORTED Recv %d ms after ps.Abort on another goroutine\n", took.Milliseconds())
+		if took > 10*time.Second {
+			t.Fatalf("Recv returned %v after Abort", took)
+		}
+		must(t, ps.Revoke()) // after Abort: nothing to stop, and no crash
+		must(t, ps.Abort())  // a no-op
+		must(t, os.WriteFile(verdict, []byte(took.String()), 0o600))
+	})
+}
+
 func TestTraceDumpWritesThisRanksFlightRecorder(t *testing.T) {
 	ps := oneRank(t)
 	defer ps.Close()

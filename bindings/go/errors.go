@@ -27,6 +27,7 @@ const (
 	StatusAborted         Status = 10
 	StatusInternal        Status = 11
 	StatusInterrupted     Status = 12 // PState.Interrupt stopped a wait
+	StatusBusy            Status = 13 // another thread is inside a call on the same pstate_t: nothing done
 )
 
 // String is the C name of the status ("PSTATE_ERR_TIMEOUT").
@@ -79,6 +80,7 @@ var (
 	ErrAborted         = &Error{Status: StatusAborted}
 	ErrInternal        = &Error{Status: StatusInternal}
 	ErrInterrupted     = &Error{Status: StatusInterrupted}
+	ErrBusy            = &Error{Status: StatusBusy}
 )
 
 // wrap turns the raw layer's error (a *capi.StatusError with the C detail) into an *Error whose
@@ -98,6 +100,7 @@ func wrap(err error, op string) error {
 var goCalls = map[string]string{
 	"pstate_init":                      "pstate.Init",
 	"pstate_abort":                     "ps.Abort()",
+	"pstate_revoke":                    "ps.Revoke()",
 	"pstate_finalize":                  "ps.Close()",
 	"pstate_shrink":                    "ps.Shrink()",
 	"pstate_grow":                      "ps.Grow",

@@ -58,6 +58,10 @@ type PState struct {
 
 	flagMu sync.Mutex // guards flag, which Interrupt uses without mu (a call may hold mu)
 	flag   uintptr    // the interrupt flag in C memory (pstate_set_interrupt_check); 0 once freed
+
+	// hMu is held while h is read to revoke it (Revoke, Abort from another goroutine, without mu)
+	// and while h is taken to be freed, so pstate_revoke never reaches a freed context.
+	hMu sync.Mutex
 }
 
 // Init is init_distributed_environment: rendezvous with the other ranks and return this rank's
@@ -147,13 +151,21 @@ func (ps *PState) call(op string, fn func(h uintptr) error) error {
 	return wrap(fn(ps.h), op)
 }
 
+// take empties h for freeing (mu held).
+func (ps *PState) take() uintptr {
+	ps.hMu.Lock()
+	defer ps.hMu.Unlock()
+	h := ps.h
+	ps.h = 0
+	return h
+}
+
 // Close is pstate_finalize: graceful teardown that waits for peers (up to the timeout). It always
 // frees the state; closing twice is a no-op.
 func (ps *PState) Close() error {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	h := ps.h
-	ps.h = 0
+	h := ps.take()
 	if h == 0 {
 		return nil
 	}
@@ -163,18 +175,37 @@ func (ps *PState) Close() error {
 }
 
 // Abort is pstate_abort: local teardown that never blocks on peers (after ErrPeerLost or
-// ErrTimeout). Aborting a closed PState is a no-op.
+// ErrTimeout), from any goroutine. A watchdog goroutine stops the call another goroutine is
+// blocked in (it returns an error wrapping ErrAborted within milliseconds: Revoke), then frees
+// the state once that call has returned. Aborting a closed PState is a no-op.
 func (ps *PState) Abort() error {
-	ps.mu.Lock()
+	if !ps.mu.TryLock() { // another goroutine is inside a call: stop it, then wait for it
+		if err := ps.Revoke(); err != nil {
+			return err
+		}
+		ps.mu.Lock()
+	}
 	defer ps.mu.Unlock()
-	h := ps.h
-	ps.h = 0
+	h := ps.take()
 	if h == 0 {
 		return nil
 	}
 	err := wrap(capi.Abort(h), "Abort")
 	ps.freeFlag()
 	return err
+}
+
+// Revoke is pstate_revoke: stops the call in flight on ps from any goroutine, at any time (it
+// returns an error wrapping ErrAborted within milliseconds, on shared memory, UCX, the store and
+// NCCL's non-blocking calls), and every later call, freeing nothing: Abort (or Close) frees. It
+// does not wait for the call lock. After Close or Abort it does nothing.
+func (ps *PState) Revoke() error {
+	ps.hMu.Lock()
+	defer ps.hMu.Unlock()
+	if ps.h == 0 {
+		return nil
+	}
+	return wrap(capi.Revoke(ps.h), "Revoke")
 }
 
 // TraceDump is pstate_trace_dump: writes this rank's flight-recorder dump now (read by `pstate

@@ -179,6 +179,7 @@ def error_class(status: int) -> Type[Error]:
 _CALLS = {
     "pstate_init": "pstate.init()",
     "pstate_abort": "ps.abort()",
+    "pstate_revoke": "ps.revoke()",
     "pstate_finalize": "ps.finalize()",
     "pstate_shrink": "ps.shrink()",
     "pstate_grow": "ps.grow()",

@@ -139,6 +139,7 @@ extern swig_intgo _wrap_PSTATE_ERR_AUTH_capi_116be922db6fa65c(void);
 extern swig_intgo _wrap_PSTATE_ERR_ABORTED_capi_116be922db6fa65c(void);
 extern swig_intgo _wrap_PSTATE_ERR_INTERNAL_capi_116be922db6fa65c(void);
 extern swig_intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_116be922db6fa65c(void);
+extern swig_intgo _wrap_PSTATE_ERR_BUSY_capi_116be922db6fa65c(void);
 extern swig_intgo _wrap_PSTATE_INT8_capi_116be922db6fa65c(void);
 extern swig_intgo _wrap_PSTATE_UINT8_capi_116be922db6fa65c(void);
 extern swig_intgo _wrap_PSTATE_INT32_capi_116be922db6fa65c(void);
@@ -250,6 +251,7 @@ extern swig_intgo _wrap_model_parallel_is_initialized_capi_116be922db6fa65c(uint
 extern swig_intgo _wrap_destroy_model_parallel_capi_116be922db6fa65c(uintptr_t arg1);
 extern swig_intgo _wrap_finalize_capi_116be922db6fa65c(uintptr_t arg1);
 extern swig_intgo _wrap_abort_capi_116be922db6fa65c(uintptr_t arg1);
+extern swig_intgo _wrap_revoke_capi_116be922db6fa65c(uintptr_t arg1);
 extern swig_intgo _wrap_set_interrupt_check_capi_116be922db6fa65c(uintptr_t arg1, uintptr_t arg2);
 extern swig_intgo _wrap_trace_dump_capi_116be922db6fa65c(uintptr_t arg1, swig_type_21 arg2);
 extern swig_intgo _wrap_get_group_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
@@ -659,6 +661,14 @@ func _swig_getPSTATE_ERR_INTERRUPTED() (_swig_ret Enum_SS_pstate_status_t) {
 }
 
 var PSTATE_ERR_INTERRUPTED Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_INTERRUPTED()
+
+func _swig_getPSTATE_ERR_BUSY() (_swig_ret Enum_SS_pstate_status_t) {
+	var swig_r Enum_SS_pstate_status_t
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_BUSY_capi_116be922db6fa65c())
+	return swig_r
+}
+
+var PSTATE_ERR_BUSY Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_BUSY()
 
 type Enum_SS_pstate_dtype_t int
 
@@ -1608,6 +1618,15 @@ func Abort(arg1 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	swig_r = (int64)(C._wrap_abort_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	var swig_r_1 error
+	swig_r_1 = swigPstateFailure(swig_r)
+	return swig_r_1
+}
+
+func Revoke(arg1 uintptr) (_swig_ret error) {
+	var swig_r int64
+	_swig_i_0 := arg1
+	swig_r = (int64)(C._wrap_revoke_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1

@@ -610,6 +610,18 @@ intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_116be922db6fa65c() {
 }
 
 
+intgo _wrap_PSTATE_ERR_BUSY_capi_116be922db6fa65c() {
+  enum pstate_status_t result;
+  intgo _swig_go_result;
+  
+  
+  result = PSTATE_ERR_BUSY;
+  
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
 intgo _wrap_PSTATE_INT8_capi_116be922db6fa65c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
@@ -2050,6 +2062,19 @@ intgo _wrap_abort_capi_116be922db6fa65c(pstate_t *_swig_go_0) {
   arg1 = (pstate_t *)_swig_go_0; 
   
   result = (pstate_status_t)pstate_abort(arg1);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_revoke_capi_116be922db6fa65c(pstate_t *_swig_go_0) {
+  pstate_t *arg1 = (pstate_t *) 0 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_t *)_swig_go_0; 
+  
+  result = (pstate_status_t)pstate_revoke(arg1);
   _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
   return _swig_go_result;
 }

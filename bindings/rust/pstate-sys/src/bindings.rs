@@ -53,6 +53,9 @@ impl pstate_status_t {
 impl pstate_status_t {
     pub const PSTATE_ERR_INTERRUPTED: pstate_status_t = pstate_status_t(12);
 }
+impl pstate_status_t {
+    pub const PSTATE_ERR_BUSY: pstate_status_t = pstate_status_t(13);
+}
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct pstate_status_t(pub ::std::os::raw::c_uint);
@@ -1517,12 +1520,13 @@ pub struct pstate_api_t {
             timeout_ms: ::std::os::raw::c_int,
         ) -> pstate_status_t,
     >,
+    pub revoke: ::std::option::Option<unsafe extern "C" fn(ps: *mut pstate_t) -> pstate_status_t>,
 }
 #[test]
 fn bindgen_test_layout_pstate_api_t() {
     assert_eq!(
         ::std::mem::size_of::<pstate_api_t>(),
-        496usize,
+        504usize,
         concat!("Size of: ", stringify!(pstate_api_t))
     );
     assert_eq!(
@@ -2601,4 +2605,21 @@ fn bindgen_test_layout_pstate_api_t() {
         );
     }
     test_field_grow();
+    fn test_field_revoke() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).revoke) as usize - ptr as usize
+            },
+            496usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(revoke)
+            )
+        );
+    }
+    test_field_revoke();
 }

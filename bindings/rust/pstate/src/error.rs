@@ -22,6 +22,8 @@ pub enum Status {
     Internal,
     /// The wait was stopped by an [`InterruptHandle`](crate::InterruptHandle): abort next.
     Interrupted,
+    /// Another thread is inside a call on the same context (or request): nothing was done.
+    Busy,
     /// A status number this binding does not know (a newer library).
     Unknown(u32),
 }
@@ -43,6 +45,7 @@ impl Status {
             10 => Status::Aborted,
             11 => Status::Internal,
             12 => Status::Interrupted,
+            13 => Status::Busy,
             n => Status::Unknown(n),
         })
     }
@@ -62,6 +65,7 @@ impl Status {
             Status::Aborted => 10,
             Status::Internal => 11,
             Status::Interrupted => 12,
+            Status::Busy => 13,
             Status::Unknown(n) => n,
         }
     }
@@ -135,6 +139,7 @@ fn rust_name(c: &str) -> Option<String> {
     let fixed = match c {
         "pstate_init" => "PState::init",
         "pstate_abort" => "PState::abort",
+        "pstate_revoke" => "AbortHandle::abort",
         "pstate_finalize" => "PState::finalize",
         "pstate_shrink" => "PState::shrink",
         "pstate_grow" => "PState::grow",

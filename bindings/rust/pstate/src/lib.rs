@@ -66,7 +66,7 @@ use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// pstate_version() of the loaded library: MAJOR*10000 + MINOR*100 + PATCH.
@@ -149,6 +149,35 @@ pub struct PState {
     world_size: usize,
     /// Read by the C interrupt check (interrupt_check below); outlives the C context.
     interrupt: Arc<AtomicI32>,
+    /// The handle AbortHandle revokes; None from the moment the C context is freed.
+    revocable: Arc<Mutex<Option<RawContext>>>,
+}
+
+/// The C handle as an AbortHandle holds it (Send: pstate_revoke may be called from any thread).
+#[derive(Debug)]
+struct RawContext(NonNull<sys::pstate_t>);
+// SAFETY: only pstate_revoke, which pstate.h allows from any thread while the context is
+// allocated, is called through it, under the mutex that freeing the context takes first.
+unsafe impl Send for RawContext {}
+
+/// Stops the call in flight on its [`PState`] from another thread, as a serving runtime's
+/// watchdog does (`pstate_revoke`, ncclCommAbort's role): the call returns `Status::Aborted`
+/// within milliseconds, on shared memory, UCX, the store and NCCL's non-blocking calls, and
+/// every later call on the PState returns `Status::Aborted` too. It frees nothing: the thread that
+/// owns the PState sees the error and calls [`PState::abort`] (or drops it). Cloneable,
+/// `Send + Sync`, usable after the PState is gone (then it does nothing).
+#[derive(Debug, Clone)]
+pub struct AbortHandle(Arc<Mutex<Option<RawContext>>>);
+
+impl AbortHandle {
+    pub fn abort(&self) -> Result<()> {
+        let live = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match live.as_ref() {
+            // SAFETY: the context is allocated while the mutex holds Some (freeing takes it first).
+            Some(raw) => check(unsafe { sys::pstate_revoke(raw.0.as_ptr()) }),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Stops the call blocked on its [`PState`] from another thread: the call returns
@@ -202,7 +231,13 @@ impl PState {
         let mut out = ptr::null_mut();
         check(unsafe { sys::pstate_init(&p, &mut out) })?;
         let raw = NonNull::new(out).ok_or_else(|| Error::new(Status::Internal, "pstate_init returned NULL"))?;
-        let mut ps = PState { raw, rank: 0, world_size: 0, interrupt: Arc::new(AtomicI32::new(0)) };
+        let mut ps = PState {
+            raw,
+            rank: 0,
+            world_size: 0,
+            interrupt: Arc::new(AtomicI32::new(0)),
+            revocable: Arc::new(Mutex::new(Some(RawContext(raw)))),
+        };
         let flag = Arc::as_ptr(&ps.interrupt) as *mut c_void;
         check(unsafe { sys::pstate_set_interrupt_check(ps.as_raw(), Some(interrupt_check), flag) })?; // (Drop finalizes on error)
         let info = ps.world()?.info().clone();
@@ -264,6 +299,17 @@ impl PState {
     /// [`InterruptHandle`]).
     pub fn interrupt_handle(&self) -> InterruptHandle {
         InterruptHandle(Arc::clone(&self.interrupt))
+    }
+
+    /// A handle that stops the call in flight on this PState from another thread (see
+    /// [`AbortHandle`]).
+    pub fn abort_handle(&self) -> AbortHandle {
+        AbortHandle(Arc::clone(&self.revocable))
+    }
+
+    /// The C context is about to be freed: AbortHandle must not reach it from now on.
+    fn retire(&self) {
+        *self.revocable.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// The raw handle, for calls this crate does not wrap.
@@ -340,18 +386,22 @@ impl PState {
     /// Graceful teardown (waits for peers up to the timeout); always frees the state.
     pub fn finalize(self) -> Result<()> {
         let me = ManuallyDrop::new(self);
+        me.retire();
         let result = check(unsafe { sys::pstate_finalize(me.raw.as_ptr()) });
         // SAFETY: me is never used again; the flag goes after the C context that read it.
         drop(unsafe { ptr::read(&me.interrupt) });
+        drop(unsafe { ptr::read(&me.revocable) });
         result
     }
 
     /// Local teardown that never blocks on peers (after PeerLost / Timeout / Interrupted).
     pub fn abort(self) -> Result<()> {
         let me = ManuallyDrop::new(self);
+        me.retire();
         let result = check(unsafe { sys::pstate_abort(me.raw.as_ptr()) });
         // SAFETY: as in finalize.
         drop(unsafe { ptr::read(&me.interrupt) });
+        drop(unsafe { ptr::read(&me.revocable) });
         result
     }
 }
@@ -359,6 +409,7 @@ impl PState {
 impl Drop for PState {
     /// Finalizes; aborts instead while the thread is panicking (peers may be gone).
     fn drop(&mut self) {
+        self.retire();
         unsafe {
             if std::thread::panicking() {
                 sys::pstate_abort(self.raw.as_ptr());

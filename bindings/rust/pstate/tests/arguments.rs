@@ -101,6 +101,48 @@ fn interrupt_handle_stops_a_blocked_call_two_ranks() {
     });
 }
 
+/// A watchdog thread holding an AbortHandle stops the recv rank 0 is blocked in (rank 1 never
+/// sends): recv returns Status::Aborted naming the abort, later calls are Aborted too, and the
+/// owning thread frees the PState with abort(). The handle does nothing once the PState is gone.
+#[test]
+fn abort_handle_stops_a_blocked_call_from_a_watchdog_thread_two_ranks() {
+    on_ranks("abort_handle_stops_a_blocked_call_from_a_watchdog_thread_two_ranks", 2, || {
+        let ps = PState::init(&InitOptions { timeout: Some(Duration::from_secs(60)), ..Default::default() }).unwrap();
+        let verdict = std::env::temp_dir().join(format!("pstate-rs-abort-{}", std::env::var("MASTER_PORT").unwrap()));
+        if ps.rank() == 1 {
+            let end = Instant::now() + Duration::from_secs(30);
+            while !verdict.exists() && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            ps.abort().unwrap();
+            assert!(verdict.exists(), "rank 0 gave no verdict");
+            let _ = std::fs::remove_file(&verdict);
+            return;
+        }
+        let handle = ps.abort_handle();
+        let watchdog = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            handle.abort().unwrap();
+            (Instant::now(), handle)
+        });
+        let mut buf = [0f32; 4];
+        let world = ps.world().unwrap();
+        let err = world.recv(&mut buf, 1).err().expect("recv returned although rank 1 never sent");
+        let (fired, handle) = watchdog.join().unwrap();
+        let took = fired.elapsed();
+        println!("ABORTED recv {} ms after AbortHandle::abort", took.as_millis());
+        assert_eq!(err.status, Status::Aborted, "{err}");
+        assert!(err.detail.contains("another thread"), "{err}");
+        assert!(took < Duration::from_secs(10), "recv returned {took:?} after the abort");
+        let after = world.barrier().err().unwrap();
+        assert_eq!(after.status, Status::Aborted, "{after}");
+        drop(world);
+        ps.abort().unwrap();
+        handle.abort().unwrap(); // after the PState is gone: nothing to stop, and no crash
+        std::fs::write(&verdict, format!("{took:?}")).unwrap();
+    });
+}
+
 #[test]
 fn trace_dump_writes_this_ranks_flight_recorder() {
     let dir = temp_dir("trace");
