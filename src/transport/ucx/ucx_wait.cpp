@@ -343,13 +343,16 @@ void UcxWorker::throw_timeout(const OpId *ops, size_t n, const WaitScope &scope)
               "CUDA-context collectives");
 }
 
+// " for <the peer of the first pending op> (<that op>)", or "" when none is pending.
+std::string UcxWorker::waiting_for(const OpId *ops, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (const Op *op = find_op(ops[i]); op->state != OpState::kDone)
+      return cat(" for ", describe_peer(peer(op->target.peer_world), *op), " (", describe_op(*op), ")");
+  return std::string();
+}
+
 void UcxWorker::throw_interrupted(const OpId *ops, size_t n, const WaitScope &scope) {
-  const Op *first = nullptr;
-  for (size_t i = 0; i < n && first == nullptr; ++i)
-    if (const Op *op = find_op(ops[i]); op->state != OpState::kDone) first = op;
-  std::string waiting = first != nullptr ? cat(" for ", describe_peer(peer(first->target.peer_world), *first), " (",
-                                               describe_op(*first), ")")
-                                         : std::string();
+  const std::string waiting = waiting_for(ops, n);
   throw_error(PSTATE_ERR_INTERRUPTED, scope.text(), ": interrupted after ", ms_since(wait_start_), " ms while ",
               describe_self(scope), " waited", waiting,
               " (the interrupt check asked to stop, e.g. Ctrl-C); the peers were left inside the operation, so "
@@ -357,12 +360,7 @@ void UcxWorker::throw_interrupted(const OpId *ops, size_t n, const WaitScope &sc
 }
 
 void UcxWorker::throw_aborted(const OpId *ops, size_t n, const WaitScope &scope) {
-  const Op *first = nullptr;
-  for (size_t i = 0; i < n && first == nullptr; ++i)
-    if (const Op *op = find_op(ops[i]); op->state != OpState::kDone) first = op;
-  std::string waiting = first != nullptr ? cat(" for ", describe_peer(peer(first->target.peer_world), *first), " (",
-                                               describe_op(*first), ")")
-                                         : std::string();
+  const std::string waiting = waiting_for(ops, n);
   throw_error(PSTATE_ERR_ABORTED, scope.text(), ": aborted after ", ms_since(wait_start_), " ms while ",
               describe_self(scope), " waited", waiting,
               ": pstate_abort or pstate_revoke was called on this context from another thread; the peers were "

@@ -317,6 +317,7 @@ class UcxWorker {
   [[noreturn]] void throw_timeout(const OpId *ops, size_t n, const WaitScope &scope);
   [[noreturn]] void throw_interrupted(const OpId *ops, size_t n, const WaitScope &scope);
   [[noreturn]] void throw_aborted(const OpId *ops, size_t n, const WaitScope &scope);
+  std::string waiting_for(const OpId *ops, size_t n);
   bool abort_requested() const { return abort_flag_ != nullptr && abort_flag_->load(std::memory_order_acquire); }
 
   void close_endpoint(Peer &p, bool force) noexcept;
