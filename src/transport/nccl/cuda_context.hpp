@@ -13,6 +13,7 @@
 
 #include "common/deadline.hpp"
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
