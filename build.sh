@@ -5,7 +5,7 @@
 #   ./build.sh test   installs what is missing, builds, and runs every test (ctest)
 #
 # Other verbs: deps (install only), build (configure + build), install PREFIX, package (.deb
-# files: libpstate0, libpstate-dev, pstate, python3-pstate in $BUILD_DIR), bench.
+# files: libpstate1, libpstate-dev, pstate, python3-pstate in $BUILD_DIR), bench.
 # BUILD_DIR (default build/), BUILD_TYPE (default Release) and CMAKE_ARGS are honoured.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -60,7 +60,7 @@ case "${1:-}" in
   install)
     deps; build
     cmake --install "$BUILD_DIR" --prefix "${2:-/usr/local}"
-    ldconfig 2>/dev/null || true  # the new libpstate.so.0 into the loader's cache
+    ldconfig 2>/dev/null || true  # the new libpstate.so.1 into the loader's cache
     ;;
   package)
     deps; build
