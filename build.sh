@@ -16,7 +16,8 @@ JOBS=${JOBS:-$(nproc)}
 PACKAGES=(cmake g++ make pkg-config dpkg-dev libucx-dev ucx-utils libcmocka-dev
           python3 python3-numpy python3-pytest python3-dev python3-pip python3-setuptools python3-wheel
           swig golang-go bindgen
-          openmpi-bin libopenmpi-dev libgloo-dev gnuplot-nox clang iproute2 valgrind)
+          openmpi-bin libopenmpi-dev libgloo-dev gnuplot-nox clang iproute2 valgrind
+          abigail-tools)  # abidw/abidiff: the ABI gate, abi/check.sh
 
 deps() {
   local missing=()
