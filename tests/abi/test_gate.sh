@@ -45,7 +45,7 @@ check_variant() {
   esac
   # what the gate said, in a line: its first INCOMPATIBLE/compatible/bumped line
   echo "$([ "$got" = "$expected" ] && echo ok || echo WRONG) $name: expected $expected, got $got in $((SECONDS - t)) s:" \
-    "$(grep -m1 -E 'INCOMPATIBLE|compatible:|bumped' "$log" | cut -c1-150)"
+    "$(grep -m1 -E 'INCOMPATIBLE|compatible:|SONAME was bumped|no change' "$log" | cut -c1-150)"
 }
 
 mapfile -t variants < <(python3 "$SRC/tests/abi/variants.py" list)
