@@ -5,7 +5,7 @@
 #   ./build.sh test   installs what is missing, builds, and runs every test (ctest)
 #
 # Other verbs: deps (install only), build (configure + build), install PREFIX, package (.deb
-# files: libpstate0, libpstate-dev, pstate, python3-pstate in $BUILD_DIR), bench.
+# files: libpstate1, libpstate-dev, pstate, python3-pstate in $BUILD_DIR), bench.
 # BUILD_DIR (default build/), BUILD_TYPE (default Release) and CMAKE_ARGS are honoured.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -16,7 +16,8 @@ JOBS=${JOBS:-$(nproc)}
 PACKAGES=(cmake g++ make pkg-config dpkg-dev libucx-dev ucx-utils libcmocka-dev
           python3 python3-numpy python3-pytest python3-dev python3-pip python3-setuptools python3-wheel
           swig golang-go bindgen
-          openmpi-bin libopenmpi-dev libgloo-dev gnuplot-nox clang iproute2 valgrind)
+          openmpi-bin libopenmpi-dev libgloo-dev gnuplot-nox clang iproute2 valgrind
+          abigail-tools)  # abidw/abidiff: the ABI gate, abi/check.sh
 
 deps() {
   local missing=()
@@ -60,7 +61,7 @@ case "${1:-}" in
   install)
     deps; build
     cmake --install "$BUILD_DIR" --prefix "${2:-/usr/local}"
-    ldconfig 2>/dev/null || true  # the new libpstate.so.0 into the loader's cache
+    ldconfig 2>/dev/null || true  # the new libpstate.so.1 into the loader's cache
     ;;
   package)
     deps; build

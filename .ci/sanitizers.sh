@@ -67,7 +67,9 @@ asan() {
   # - test_ucx_perf (timings, meaningless under ASan; its transfers are in test_ucx_messages), and
   #   the soak at the length TSan runs it;
   # - devsim_ranks_per_gpu_w4 (56 s under ASan): the same program and modes as
-  #   devsim_ranks_per_gpu_w2, which runs here, on more ranks.
+  #   devsim_ranks_per_gpu_w2, which runs here, on more ranks;
+  # - the ABI gate's tests (label abi): they compile and compare probes of the source with
+  #   abidw/abidiff, no sanitized code runs (and .ci/run has run the gate itself already).
   export PSTATE_CLI_LAYOUT_SAMPLE=${PSTATE_CLI_LAYOUT_SAMPLE:-20}
   export PSTATE_MATRIX_FILTER=${PSTATE_MATRIX_FILTER:-n8/w3}
   export PSTATE_PAIRWISE_FILTER=${PSTATE_PAIRWISE_FILTER:-/ucx/w2\$}
@@ -76,7 +78,7 @@ asan() {
   export PSTATE_PAIRWISE_TIMEOUT_MS=${PSTATE_PAIRWISE_TIMEOUT_MS:-1000}
   export PSTATE_SOAK_OPS=${PSTATE_SOAK_OPS:-100} PSTATE_SOAK_THREAD_OPS=${PSTATE_SOAK_THREAD_OPS:-300}
   t0=$SECONDS
-  (cd build-asan && ctest --output-on-failure -j "${CTEST_JOBS:-1}" --timeout 900 -LE multihost \
+  (cd build-asan && ctest --output-on-failure -j "${CTEST_JOBS:-1}" --timeout 900 -LE 'multihost|abi' \
      -E '^(test_collectives_ucx_(ring_chain|doubling_bruck)|startup_(wrong_token|missing_rank|init_timeout|run_max_wait|run_root_cause)|trace_(skip|sigstop|usercode|count|good)|test_layout|cli_layout_json|doctor_fixtures|test_ucx_perf|devsim_ranks_per_gpu_w4)$')
   echo "sanitizers: the whole suite passed under ASan+UBSan in $((SECONDS - t0)) s"
 }

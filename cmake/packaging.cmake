@@ -1,13 +1,13 @@
 # packaging.cmake — Debian packages from the build tree: `cpack -G DEB` (or ./build.sh package).
 #
 # One package per install component (CMakeLists.txt, bindings/CMakeLists.txt):
-#   libpstate0      runtime  libpstate.so.0 (the SONAME's package name, as Debian names libraries)
+#   libpstate1      runtime  libpstate.so.1 (the SONAME's package name, as Debian names libraries)
 #   libpstate-dev   dev      pstate/pstate.h, libpstate.so, pstate.pc, the CMake package
-#   pstate          cli      the `pstate` command (links the library statically: no libpstate0)
+#   pstate          cli      the `pstate` command (links the library statically: no libpstate1)
 #   python3-pstate  python   `import pstate` for Debian's python3 (lib/python3/dist-packages)
 # installed under /usr; dependencies on system libraries (libucx0, libc6, ...) come from
 # dpkg-shlibdeps (package dpkg-dev), and each package of ours depends on the exact version of
-# libpstate0 it was built with. tests/packages/test_deb.sh builds them, installs them with apt-get
+# libpstate1 it was built with. tests/packages/test_deb.sh builds them, installs them with apt-get
 # in a throwaway root, uses them, and removes them.
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME pstate)
@@ -23,13 +23,17 @@ endif()
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION libs)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-# dpkg-shlibdeps resolves our own libpstate.so.0 in the build tree (the python module links it)
+# dpkg-shlibdeps resolves our own libpstate.so.1 in the build tree (the python module links it)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${PROJECT_BINARY_DIR})
-set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)  # libpstate0 carries a shlibs file for its dependents
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)  # libpstate1 carries a shlibs file for its dependents
 
-set(_pstate_exact "libpstate0 (= ${PROJECT_VERSION})")
-set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME libpstate0)
-set(CPACK_COMPONENT_RUNTIME_DESCRIPTION "${PROJECT_DESCRIPTION}: the shared library (libpstate.so.0)")
+# The runtime package is named after the SONAME (libpstate.so.<major> -> libpstate<major>), so a
+# new major installs beside the old one instead of replacing it.
+set(_pstate_runtime libpstate${PROJECT_VERSION_MAJOR})
+set(_pstate_exact "${_pstate_runtime} (= ${PROJECT_VERSION})")
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME ${_pstate_runtime})
+set(CPACK_COMPONENT_RUNTIME_DESCRIPTION
+    "${PROJECT_DESCRIPTION}: the shared library (libpstate.so.${PROJECT_VERSION_MAJOR})")
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME libpstate-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "${_pstate_exact}")

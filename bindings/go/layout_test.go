@@ -106,7 +106,7 @@ func TestStatusNamesComeFromTheLibrary(t *testing.T) {
 	if got := pstate.StatusTimeout.String(); got != "PSTATE_ERR_TIMEOUT" {
 		t.Fatalf("StatusTimeout = %q", got)
 	}
-	if pstate.Version() != 100 {
-		t.Fatalf("Version() = %d, want 100 (0.1.0)", pstate.Version())
+	if pstate.Version() != 10000 {
+		t.Fatalf("Version() = %d, want 10000 (1.0.0)", pstate.Version())
 	}
 }

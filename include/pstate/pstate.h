@@ -61,8 +61,8 @@ extern "C" {
 /* Versions                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 
-#define PSTATE_VERSION_MAJOR 0
-#define PSTATE_VERSION_MINOR 1
+#define PSTATE_VERSION_MAJOR 1
+#define PSTATE_VERSION_MINOR 0
 #define PSTATE_VERSION_PATCH 0
 /** MAJOR*10000 + MINOR*100 + PATCH of this header. Compare with pstate_version() at run time. */
 #define PSTATE_VERSION (PSTATE_VERSION_MAJOR * 10000 + PSTATE_VERSION_MINOR * 100 + PSTATE_VERSION_PATCH)

@@ -1,7 +1,9 @@
 /*
  * dlopen_consumer.c — a runtime that loads pstate by path at run time (argv[1], normally
- * libpstate.so.0), looks up only pstate_get_api, and computes SGLang's docstring layout through
- * the function table. Proves the one-dlsym contract of pstate.h. Built with the header only.
+ * libpstate.so.1), looks up only pstate_get_api, and computes SGLang's docstring layout through
+ * the function table. Proves the one-dlsym contract of pstate.h, and that the table answers only
+ * for the ABI major this header declares (an older major, 0 for 1.x, gets NULL). Built with the
+ * header only.
  */
 #include <dlfcn.h>
 #include <pstate/pstate.h>
@@ -40,7 +42,7 @@ int main(int argc, char **argv) {
   const pstate_api_t *api;
   int rc;
   if (argc != 2) {
-    fprintf(stderr, "usage: dlopen_consumer PATH/libpstate.so.0\n");
+    fprintf(stderr, "usage: dlopen_consumer PATH/libpstate.so.%d\n", PSTATE_ABI_MAJOR);
     return 2;
   }
   lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
@@ -57,6 +59,11 @@ int main(int argc, char **argv) {
   if (api == NULL || api->abi_major != PSTATE_ABI_MAJOR ||
       api->struct_size < offsetof(pstate_api_t, layout_destroy) + sizeof api->layout_destroy) {
     fprintf(stderr, "pstate_get_api(%d) gave no usable table\n", PSTATE_ABI_MAJOR);
+    return 1;
+  }
+  if (get_api(PSTATE_ABI_MAJOR - 1) != NULL || get_api(PSTATE_ABI_MAJOR + 1) != NULL) {
+    fprintf(stderr, "pstate_get_api answered for ABI major %d or %d; only %d is this library's\n",
+            PSTATE_ABI_MAJOR - 1, PSTATE_ABI_MAJOR + 1, PSTATE_ABI_MAJOR);
     return 1;
   }
   rc = check_layout(api);

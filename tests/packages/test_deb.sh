@@ -19,6 +19,10 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=$(mktemp -d /tmp/pstate-deb.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 fail() { echo "test_deb.sh: FAIL: $*" >&2; exit 1; }
+# The runtime package is named after the SONAME: libpstate.so.<major> is in libpstate<major>.
+MAJOR=$(sed -n 's/^#define PSTATE_VERSION_MAJOR \([0-9][0-9]*\)$/\1/p' "$SRC/include/pstate/pstate.h")
+[ -n "$MAJOR" ] || fail "no PSTATE_VERSION_MAJOR in $SRC/include/pstate/pstate.h"
+RT=libpstate$MAJOR
 
 # ---- build and inspect ------------------------------------------------------------------------
 (cd "$WORK" && cpack --config "$BUILD/CPackConfig.cmake" -B "$WORK/out" >"$WORK/cpack.log" 2>&1) ||
@@ -27,13 +31,13 @@ mkdir -p "$WORK/debs"
 mv "$WORK"/out/*.deb "$WORK/debs/"
 ls "$WORK/debs"
 deb() { ls "$WORK"/debs/"$1"_*.deb 2>/dev/null | head -1; }
-for p in libpstate0 libpstate-dev pstate python3-pstate; do [ -n "$(deb "$p")" ] || fail "no $p package"; done
+for p in "$RT" libpstate-dev pstate python3-pstate; do [ -n "$(deb "$p")" ] || fail "no $p package"; done
 
 contents() { dpkg-deb --contents "$(deb "$1")" | awk '{print $6}'; }
 has() { contents "$1" | grep -qE "$2" || fail "$1 lacks $2"; }
 lacks() { ! contents "$1" | grep -qE "$2" || fail "$1 should not carry $2"; }
-has libpstate0 '^\./usr/lib/libpstate\.so\.0'
-lacks libpstate0 '/libpstate\.so$|/include/'
+has "$RT" "^\\./usr/lib/libpstate\\.so\\.$MAJOR(\\.|\$)"
+lacks "$RT" '/libpstate\.so$|/include/'
 has libpstate-dev '^\./usr/include/pstate/pstate\.h$'
 has libpstate-dev '^\./usr/lib/libpstate\.so$'
 has libpstate-dev '^\./usr/lib/pkgconfig/pstate\.pc$'
@@ -42,8 +46,9 @@ has pstate '^\./usr/bin/pstate$'
 has python3-pstate '^\./usr/lib/python3/dist-packages/pstate/__init__\.py$'
 has python3-pstate '^\./usr/lib/python3/dist-packages/pstate/_capi.*\.so$'
 field() { dpkg-deb --field "$(deb "$1")" "$2"; }
-field libpstate0 Depends | grep -q libucx0 || fail "libpstate0 does not depend on libucx0: $(field libpstate0 Depends)"
-field libpstate-dev Depends | grep -q "libpstate0 (= " || fail "libpstate-dev: $(field libpstate-dev Depends)"
+field "$RT" Depends | grep -q libucx0 || fail "$RT does not depend on libucx0: $(field "$RT" Depends)"
+field libpstate-dev Depends | grep -q "$RT (= " || fail "libpstate-dev: $(field libpstate-dev Depends)"
+field python3-pstate Depends | grep -q "$RT (= " || fail "python3-pstate: $(field python3-pstate Depends)"
 field python3-pstate Depends | grep -q "python3" || fail "python3-pstate: $(field python3-pstate Depends)"
 echo "test_deb.sh: 4 packages, contents and dependencies as documented"
 
@@ -70,8 +75,8 @@ cat >"$WORK/debs/inside.sh" <<'EOF'
 set -euo pipefail
 cd /pstate-debs
 fail() { echo "inside the throwaway root: FAIL: $*" >&2; exit 1; }
-for f in /usr/lib/libpstate.so.0 /usr/bin/pstate /usr/include/pstate; do [ ! -e "$f" ] || fail "$f exists before install"; done
-DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$PWD"/libpstate0_*.deb "$PWD"/libpstate-dev_*.deb \
+for f in /usr/lib/libpstate.so.$MAJOR /usr/bin/pstate /usr/include/pstate; do [ ! -e "$f" ] || fail "$f exists before install"; done
+DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$PWD"/${RT}_*.deb "$PWD"/libpstate-dev_*.deb \
   "$PWD"/pstate_*.deb "$PWD"/python3-pstate_*.deb >apt-install.log 2>&1 || { cat apt-install.log; fail "apt-get install"; }
 echo "apt-get install ./*.deb: ok"
 pstate --version
@@ -82,8 +87,8 @@ cmake -S . -B cm >cmake.log 2>&1 && cmake --build cm >>cmake.log 2>&1 || { cat c
 ./cm/consumer || fail "find_package consumer"
 /usr/bin/python3 -c 'import pstate; print("import pstate:", pstate.__file__)' || fail "import pstate"
 PSTATE_TIMEOUT_MS=30000 pstate run -n 2 -- /usr/bin/python3 two_ranks.py || fail "two Python ranks"
-installed=$(dpkg -L libpstate0 libpstate-dev pstate python3-pstate | grep -E 'pstate' | sort -u)
-DEBIAN_FRONTEND=noninteractive apt-get purge -y -q libpstate0 libpstate-dev pstate python3-pstate \
+installed=$(dpkg -L "$RT" libpstate-dev pstate python3-pstate | grep -E 'pstate' | sort -u)
+DEBIAN_FRONTEND=noninteractive apt-get purge -y -q "$RT" libpstate-dev pstate python3-pstate \
   >apt-purge.log 2>&1 || { cat apt-purge.log; fail "apt-get purge"; }
 left=$(for f in $installed; do [ ! -e "$f" ] || echo "$f"; done)
 [ -z "$left" ] || fail "left after purge: $left"
@@ -96,7 +101,7 @@ ldconfig
 print("after cmake --install --prefix /usr/local: import pstate from", pstate.__file__)') || fail "import after install"
 EOF
 
-unshare --mount --fork bash -s "$WORK" "$BUILD" "$SRC" <<'EOF'
+unshare --mount --fork bash -s "$WORK" "$BUILD" "$SRC" "$MAJOR" <<'EOF'
 set -euo pipefail
 W=$1
 mount --make-rprivate /
@@ -113,6 +118,6 @@ for d in "$2" "$3"; do mkdir -p "$W/ovl/root$d" && mount --rbind "$d" "$W/ovl/ro
 mkdir -p "$W/ovl/root/pstate-debs"
 cp -r "$W/debs/." "$W/ovl/root/pstate-debs/"
 chroot "$W/ovl/root" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-  PSTATE_BUILD="$2" bash /pstate-debs/inside.sh
+  PSTATE_BUILD="$2" MAJOR="$4" RT="libpstate$4" bash /pstate-debs/inside.sh
 EOF
 echo "test_deb.sh: install, use and purge in a throwaway root: ok"

@@ -3,14 +3,14 @@
 #   consumers_install          cmake --install into a fresh prefix under the build tree (fixture)
 #   consumer_pkgconfig         a C program built only with `pkg-config --cflags --libs pstate`
 #   consumer_cmake_package     a CMake project using find_package(pstate CONFIG) -> pstate::pstate
-#   consumer_dlopen_get_api    a program that dlopens libpstate.so.0 and dlsyms only pstate_get_api
+#   consumer_dlopen_get_api    a program that dlopens libpstate.so.<major> and dlsyms only pstate_get_api
 #
 # Included from tests/CMakeLists.txt this file declares the tests; run with `cmake -P -DSTEP=...`
 # (as the tests do) it performs one step. Sources live in tests/consumers/.
 if(NOT CMAKE_SCRIPT_MODE_FILE)
   set(_work ${PROJECT_BINARY_DIR}/tests/consumers_work)
   set(_args -DWORK=${_work} -DBUILD_DIR=${PROJECT_BINARY_DIR} -DSOURCES=${PROJECT_SOURCE_DIR}/tests/consumers
-            -DCC=${CMAKE_C_COMPILER} -DGENERATOR=${CMAKE_GENERATOR})
+            -DCC=${CMAKE_C_COMPILER} -DGENERATOR=${CMAKE_GENERATOR} -DMAJOR=${PROJECT_VERSION_MAJOR})
   foreach(step IN ITEMS install pkgconfig cmake_package dlopen_get_api)
     set(name consumer_${step})
     if(step STREQUAL "install")
@@ -40,9 +40,9 @@ endfunction()
 
 # The installed library directory (lib or lib/<multiarch>, as GNUInstallDirs chose).
 function(find_libdir out)
-  file(GLOB_RECURSE found LIST_DIRECTORIES false ${prefix}/*/libpstate.so.0)
+  file(GLOB_RECURSE found LIST_DIRECTORIES false ${prefix}/*/libpstate.so.${MAJOR})
   if(NOT found)
-    message(FATAL_ERROR "no libpstate.so.0 under ${prefix}: run consumers_install first")
+    message(FATAL_ERROR "no libpstate.so.${MAJOR} under ${prefix}: run consumers_install first")
   endif()
   list(GET found 0 lib)
   get_filename_component(dir ${lib} DIRECTORY)
@@ -93,7 +93,7 @@ elseif(STEP STREQUAL "dlopen_get_api")
   # Header only: no -lpstate, so the only way in is dlopen + dlsym("pstate_get_api").
   run("build dlopen consumer" ${CC} -std=c99 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror -I${prefix}/include
       ${SOURCES}/dlopen_consumer.c -ldl -o ${WORK}/dlopen/dlopen_consumer)
-  run("run dlopen consumer" ${WORK}/dlopen/dlopen_consumer ${libdir}/libpstate.so.0)
+  run("run dlopen consumer" ${WORK}/dlopen/dlopen_consumer ${libdir}/libpstate.so.${MAJOR})
 
 else()
   message(FATAL_ERROR "consumers.cmake: unknown STEP '${STEP}'")

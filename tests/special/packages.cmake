@@ -1,4 +1,4 @@
-# packages — the .deb round trip (tests/packages/test_deb.sh): cpack builds libpstate0,
+# packages — the .deb round trip (tests/packages/test_deb.sh): cpack builds libpstate1,
 # libpstate-dev, pstate and python3-pstate from this build tree; they are installed with apt-get in
 # a throwaway root (overlay over /, private mount namespace), used, purged. Needs root (skipped
 # otherwise) and the Python binding (python3-pstate is one of the four).

@@ -1,11 +1,12 @@
 //! Finds libpstate and writes the crate's function forwarders.
 //!
 //! The library: $PSTATE_LIB_DIR (a build tree or a private prefix), else `pkg-config --libs-only-L
-//! pstate`, else none. Its path (DIR/libpstate.so.0) is compiled into the crate
+//! pstate`, else none. Its path (DIR/libpstate.so.<major>, the major being src/bindings.rs's
+//! PSTATE_ABI_MAJOR: libpstate.so.1) is compiled into the crate
 //! (PSTATE_SYS_LIBRARY, read by src/lib.rs) as the first place to load it from at run time, before
 //! the loader's default search; the directory is also passed on as DEP_PSTATE_LIB_DIR (`links`
 //! metadata) for crates that want it. Nothing is linked: a binary that depends on this crate,
-//! directly or through `pstate`, has no DT_NEEDED on libpstate.so.0 and needs no rpath or
+//! directly or through `pstate`, has no DT_NEEDED on libpstate.so.1 and needs no rpath or
 //! LD_LIBRARY_PATH to start (cargo cannot give a dependent's binary an rpath).
 //!
 //! The forwarders: one `pub unsafe fn pstate_<member>` per member of pstate_api_t in
@@ -70,6 +71,14 @@ fn top_level(text: &str) -> Vec<String> {
     parts
 }
 
+/// PSTATE_ABI_MAJOR of src/bindings.rs: the SONAME's number (libpstate.so.<major>).
+fn abi_major(bindings: &str) -> u32 {
+    const CONST: &str = "pub const PSTATE_ABI_MAJOR: u32 = ";
+    let at = bindings.find(CONST).expect("src/bindings.rs has no PSTATE_ABI_MAJOR") + CONST.len();
+    let digits: String = bindings[at..].chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().expect("PSTATE_ABI_MAJOR of src/bindings.rs is a number")
+}
+
 /// The forwarders for pstate_api_t's members, as Rust source.
 fn forwarders(bindings: &str) -> String {
     const FN: &str = "unsafe extern \"C\" fn";
@@ -111,20 +120,21 @@ fn main() {
     println!("cargo:rerun-if-env-changed=PSTATE_LIB_DIR");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
     println!("cargo:rerun-if-changed=src/bindings.rs");
+    let bindings = std::fs::read_to_string("src/bindings.rs").expect("read src/bindings.rs");
+    let soname = format!("libpstate.so.{}", abi_major(&bindings));
     let dir = env::var("PSTATE_LIB_DIR").ok().filter(|d| !d.is_empty()).or_else(pkg_config_dir);
     let mut library = String::new();
     if let Some(dir) = dir {
         let dir = Path::new(&dir).canonicalize().unwrap_or_else(|_| PathBuf::from(&dir));
-        let so = dir.join("libpstate.so.0");
+        let so = dir.join(&soname);
         if so.exists() {
             library = so.display().to_string();
         } else {
-            println!("cargo:warning={} has no libpstate.so.0: it will be looked for on the loader's path", dir.display());
+            println!("cargo:warning={} has no {soname}: it will be looked for on the loader's path", dir.display());
         }
         println!("cargo:lib_dir={}", dir.display());
     }
     println!("cargo:rustc-env=PSTATE_SYS_LIBRARY={library}");
-    let bindings = std::fs::read_to_string("src/bindings.rs").expect("read src/bindings.rs");
     let out = PathBuf::from(env::var("OUT_DIR").unwrap()).join("forwarders.rs");
     std::fs::write(out, forwarders(&bindings)).expect("write forwarders.rs");
 }

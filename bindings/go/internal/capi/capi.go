@@ -542,8 +542,8 @@ func (o *P2POps) addr() uintptr {
 	return uintptr(unsafe.Pointer(o.c))
 }
 
-const PSTATE_VERSION_MAJOR int = 0
-const PSTATE_VERSION_MINOR int = 1
+const PSTATE_VERSION_MAJOR int = 1
+const PSTATE_VERSION_MINOR int = 0
 const PSTATE_VERSION_PATCH int = 0
 
 func _swig_getPSTATE_VERSION() (_swig_ret int) {
@@ -554,7 +554,7 @@ func _swig_getPSTATE_VERSION() (_swig_ret int) {
 
 var PSTATE_VERSION int = _swig_getPSTATE_VERSION()
 
-const PSTATE_ABI_MAJOR int = 0
+const PSTATE_ABI_MAJOR int = 1
 
 type Enum_SS_pstate_status_t int
 

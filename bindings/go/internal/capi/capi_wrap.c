@@ -448,7 +448,7 @@ intgo _wrap_PSTATE_VERSION_capi_116be922db6fa65c() {
   intgo _swig_go_result;
   
   
-  result = (int)((0*10000+1*100+0));
+  result = (int)((1*10000+0*100+0));
   _swig_go_result = result; 
   return _swig_go_result;
 }

@@ -4,7 +4,8 @@
 //! and one `pstate_*` function per entry point.
 //!
 //! Loading: this crate does not link libpstate. The first call loads it with `dlopen` (the path
-//! build.rs found, `PSTATE_LIB_DIR` or `pkg-config pstate` at build time, then `libpstate.so.0` on
+//! build.rs found, `PSTATE_LIB_DIR` or `pkg-config pstate` at build time, then
+//! `libpstate.so.<PSTATE_ABI_MAJOR>` (libpstate.so.1) on
 //! the loader's path: LD_LIBRARY_PATH, ldconfig) and takes its function table from
 //! `pstate_get_api(PSTATE_ABI_MAJOR)`, the one symbol pstate.h gives dlopen users. Each
 //! `pstate_*` function here calls its table member. So a binary that depends on this crate
@@ -36,7 +37,7 @@ extern "C" {
 }
 const RTLD_NOW: c_int = 2;
 
-/// Where build.rs found libpstate.so.0 ("" when it found none).
+/// Where build.rs found libpstate.so.<PSTATE_ABI_MAJOR> ("" when it found none).
 const BUILT_AGAINST: &str = env!("PSTATE_SYS_LIBRARY");
 
 static LOAD: Once = Once::new();
@@ -55,7 +56,9 @@ fn dl_error() -> String {
 /// Loads the library once; on failure records why (a C string for pstate_last_error).
 fn load() {
     let mut tried = Vec::new();
-    let candidates = [BUILT_AGAINST, "libpstate.so.0"];
+    // The SONAME of the major this crate's header declares: never another major's library.
+    let soname = format!("libpstate.so.{PSTATE_ABI_MAJOR}");
+    let candidates = [BUILT_AGAINST, soname.as_str()];
     for path in candidates.iter().filter(|p| !p.is_empty()) {
         let c_path = CString::new(*path).expect("no NUL in a library path");
         let handle = unsafe { dlopen(c_path.as_ptr(), RTLD_NOW) };
@@ -79,9 +82,9 @@ fn load() {
         return;
     }
     let text = format!(
-        "pstate-sys: libpstate could not be loaded ({}); install it (libpstate0, or ./build.sh install \
-         /usr/local), put its folder on LD_LIBRARY_PATH, or rebuild with PSTATE_LIB_DIR or PKG_CONFIG_PATH \
-         pointing at it",
+        "pstate-sys: libpstate could not be loaded ({}); install it (libpstate{PSTATE_ABI_MAJOR}, or ./build.sh \
+         install /usr/local), put its folder on LD_LIBRARY_PATH, or rebuild with PSTATE_LIB_DIR or \
+         PKG_CONFIG_PATH pointing at it",
         tried.join("; ")
     );
     LOAD_ERROR.store(CString::new(text.replace('\0', " ")).unwrap().into_raw(), Ordering::Release);

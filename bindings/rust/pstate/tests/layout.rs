@@ -54,5 +54,5 @@ fn dtype_sizes_and_names_come_from_the_library() {
     assert_eq!(Status::from_raw(6), Some(Status::PeerLost));
     assert_eq!(Status::from_raw(0), None);
     assert_eq!(Status::from_raw(99), Some(Status::Unknown(99)));
-    assert_eq!(pstate::library_version(), 100);
+    assert_eq!(pstate::library_version(), 10000); // 1.0.0
 }
