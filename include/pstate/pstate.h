@@ -54,12 +54,14 @@
  *                 {NULL, 0} (a too-small capacity's *count excepted, above). An out struct is left
  *                 as it was on error. An out array is written only on success.
  *   Ownership     every pointer argument is used only during the call: pstate copies what it keeps
- *                 (the strings of pstate_init_params_t, rank lists, tensor names). What pstate
- *                 returns is released by the call named with it: a pstate_t by pstate_finalize or
- *                 pstate_abort, a layout by pstate_layout_destroy, a pstate_bytes_t by
- *                 pstate_bytes_free, a request by the pstate_wait/pstate_test that completes it;
- *                 group handles, capture streams and static strings are borrowed, for the lifetime
- *                 their declaration states.
+ *                 (the strings of pstate_init_params_t, rank lists, tensor names). Two exceptions,
+ *                 stated at their declarations: the buffer of a pending isend/irecv is pstate's
+ *                 until the request completes, and pstate_set_interrupt_check keeps fn and user
+ *                 until they are replaced or the context ends. What pstate returns is released by
+ *                 the call named with it: a pstate_t by pstate_finalize or pstate_abort, a layout
+ *                 by pstate_layout_destroy, a pstate_bytes_t by pstate_bytes_free, a request by
+ *                 the pstate_wait/pstate_test that completes it; group handles, capture streams
+ *                 and static strings are borrowed, for the lifetime their declaration states.
  *   Timeouts      int64_t milliseconds, named timeout_ms.
  *   Ranks         ranks passed to a group's calls are ranks in that group (rank_in_group). `root`
  *                 is the rank a rooted call centres on (broadcast, gather, reduce, scatter,

@@ -27,8 +27,8 @@ void require_group_kind(pstate_group_kind_t kind) {
   const int k = static_cast<int>(kind);
   if (k >= PSTATE_GROUP_FIRST_NON_LAYOUT_KIND && pstate_group_kind_name(kind) != nullptr)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "group kind ", pstate_group_kind_name(kind), " (", k,
-                ") is not a kind of the layout (0..", PSTATE_GROUP_KIND_COUNT - 1, "; kinds from ",
-                PSTATE_GROUP_FIRST_NON_LAYOUT_KIND, " on are made otherwise): custom groups are made by "
+                ") is not a pstate_group_kind_t of the layout (0..", PSTATE_GROUP_KIND_COUNT - 1, "; kinds from ",
+                PSTATE_GROUP_FIRST_NON_LAYOUT_KIND, " on are not layout kinds): custom groups are made by "
                 "pstate_new_group; keep the pstate_group_t it returned");
   if (k < 0 || k >= PSTATE_GROUP_KIND_COUNT)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "group kind ", k, " is not a pstate_group_kind_t of the layout (0..",
