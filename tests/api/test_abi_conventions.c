@@ -67,6 +67,7 @@ static void test_struct_smaller_than_its_1_0_size_is_refused(void **state) {
   const size_t oldest = offsetof(pstate_parallel_config_t, shared_experts_tensor_parallel_size) + sizeof(int);
   pstate_parallel_config_t cfg = PSTATE_PARALLEL_CONFIG_INIT;
   pstate_layout_t *l = (pstate_layout_t *)&cfg;
+  cfg.tensor_parallel_size = 0; /* the whole world */
   cfg.struct_size = oldest - 1;
   PSTATE_EXPECT_ERROR(pstate_layout_create(4, &cfg, &l), PSTATE_ERR_INVALID_ARGUMENT, "PSTATE_PARALLEL_CONFIG_INIT");
   assert_null(l);

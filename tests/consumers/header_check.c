@@ -32,10 +32,13 @@ static int uses_every_initializer(void) {
   pstate_parallel_config_t cfg = PSTATE_PARALLEL_CONFIG_INIT;
   pstate_group_info_t info = PSTATE_GROUP_INFO_INIT;
   pstate_bytes_t bytes = {NULL, 0};
+  pstate_tensor_t tensor = PSTATE_TENSOR_INIT;
+  pstate_p2p_op_t op = PSTATE_P2P_OP_INIT;
   const pstate_api_t *api = pstate_get_api(PSTATE_ABI_MAJOR);
   pstate_status_t (*create)(int, const pstate_parallel_config_t *, pstate_layout_t **) = pstate_layout_create;
   return (int)params.struct_size + cfg.tensor_parallel_size + info.rank + (int)bytes.size + (api != NULL) +
-         (create != NULL) + PSTATE_VERSION + PSTATE_GROUP_KIND_COUNT + PSTATE_DTYPE_COUNT + PSTATE_REDUCE_OP_COUNT;
+         (create != NULL) + PSTATE_VERSION + PSTATE_GROUP_KIND_COUNT + PSTATE_DTYPE_COUNT + PSTATE_REDUCE_OP_COUNT +
+         (int)tensor.struct_size + op.peer + PSTATE_GROUP_FIRST_NON_LAYOUT_KIND;
 }
 
 int main(void) {
