@@ -292,7 +292,7 @@ func (ps *PState) Shrink() ([]int, error) {
 	var newRank []int32
 	if err := ps.call("Shrink", func(h uintptr) error {
 		newRank = make([]int32, ps.size) // the world before the call
-		var n uint64                      // *count: that world's size
+		var n uint64                     // *count: that world's size
 		err := capi.Shrink(h, newRank, &n)
 		ps.gen++ // the groups are dropped first thing, whatever the outcome
 		if err != nil {
