@@ -7,9 +7,9 @@
  * when its tail is zero and is INVALID_ARGUMENT naming the first nonzero byte's offset otherwise
  * (init params, parallel config); pstate_group_info writes only the caller's struct_size bytes.
  * Struct arrays: pstate_p2p_batch's ops and a tensor dict's tensors are walked by struct_size (a
- * batch and a dict of wrapper elements move the right bytes between 2 processes); an element
- * whose struct_size differs from element 0's is refused naming its index, on every rank of a
- * broadcast. A tensor of the 1.0 size (smaller than this header's, which has tail padding) works.
+ * batch and a dict of wrapper elements move the right bytes between 2 processes, and a sliced
+ * dict between the pipeline stages of 4); an element whose struct_size differs from element 0's
+ * is refused naming its index, on every rank of a broadcast and on both ends of a sliced dict. A tensor of the 1.0 size (smaller than this header's, which has tail padding) works.
  * Returned arrays: *count holds the whole answer's size on a too-small capacity
  * (pstate_group_same_node, pstate_all_gather_object: there on every rank at once, and
  * pstate_shrink's too-small map is refused before anything is done). Out-parameters: NULL / 0 /
@@ -461,6 +461,61 @@ static void test_struct_arrays_are_walked_by_struct_size(void **state) {
   assert_int_equal(pstate_test_run_processes(2, 60, arrays_rank, NULL, NULL), 0);
 }
 
+/* 4 ranks, tp 2 x pp 2: stage 0 (ranks 0, 1) sends a sliced dict of wrapper tensors to stage 1
+ * (ranks 2, 3) over pp, ag = tp; the receivers gather the whole tensor. Then a dict whose element 1
+ * has another struct_size is refused on the senders, and the receivers fail instead of waiting. */
+static int sliced_rank(const pstate_test_rank_t *self) {
+  pstate_t *ps = NULL;
+  RANK_OK(self, pstate_test_init(self, TIMEOUT_MS, &ps));
+  pstate_parallel_config_t cfg = PSTATE_PARALLEL_CONFIG_INIT;
+  cfg.tensor_parallel_size = 2;
+  cfg.pipeline_parallel_size = 2;
+  RANK_OK(self, pstate_initialize_model_parallel(ps, &cfg));
+  pstate_group_t *pp = NULL, *tp = NULL;
+  RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_PP, &pp));
+  RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_TP, &tp));
+  int32_t h[8];
+  for (int i = 0; i < 8; ++i) h[i] = pattern(3, 1, i);
+  int64_t b = pattern(3, 2, 0), shape_h[1] = {8};
+  newer_tensor_t dict[2];
+  memset(dict, 0, sizeof dict);
+  for (int k = 0; k < 2; ++k) {
+    pstate_tensor_t init = PSTATE_TENSOR_INIT;
+    dict[k].t = init;
+    dict[k].t.struct_size = sizeof(newer_tensor_t);
+  }
+  dict[0].t.name = "a", dict[0].t.dtype = PSTATE_INT32, dict[0].t.ndim = 1, dict[0].t.shape = shape_h;
+  dict[0].t.data = h;                                                  /* 8 elements: sliced in 2 */
+  dict[1].t.name = "b", dict[1].t.dtype = PSTATE_INT64, dict[1].t.data = &b; /* a scalar: whole */
+  void *mem[2] = {NULL, NULL};
+  const int sender = self->rank < 2;
+  if (sender) {
+    RANK_OK(self, pstate_send_tensor_dict_sliced(pp, &dict[0].t, 2, 1, tp, NULL));
+  } else {
+    RANK_OK(self, pstate_recv_tensor_dict_sliced(pp, 0, tp, alloc_cb, mem, NULL));
+    for (int i = 0; i < 8; ++i)
+      RANK_CHECK(self, ((const int32_t *)mem[0])[i] == pattern(3, 1, i), "a[%d] = %d", i, ((const int32_t *)mem[0])[i]);
+    RANK_CHECK(self, *(const int64_t *)mem[1] == pattern(3, 2, 0), "b");
+    free(mem[0]), free(mem[1]);
+    mem[0] = mem[1] = NULL;
+  }
+  dict[1].t.struct_size = sizeof(pstate_tensor_t);
+  pstate_status_t s = sender ? pstate_send_tensor_dict_sliced(pp, &dict[0].t, 2, 1, tp, NULL)
+                             : pstate_recv_tensor_dict_sliced(pp, 0, tp, alloc_cb, mem, NULL);
+  RANK_CHECK(self, s == PSTATE_ERR_INVALID_ARGUMENT || (!sender && s == PSTATE_ERR_ABORTED), "%s: %s",
+             pstate_status_string(s), pstate_last_error());
+  RANK_CHECK(self, s == PSTATE_ERR_ABORTED || contains(pstate_last_error(), "tensors[1].struct_size"), "%s",
+             pstate_last_error());
+  free(mem[0]), free(mem[1]);
+  pstate_finalize(ps); /* a receiver's context may have failed with the refusal: finalize frees either way */
+  return 0;
+}
+
+static void test_sliced_dicts_are_walked_by_struct_size(void **state) {
+  (void)state;
+  assert_int_equal(pstate_test_run_processes(4, 60, sliced_rank, NULL, NULL), 0);
+}
+
 /* 3 ranks: rank 1 passes a capacity of 2 to all_gather_object; every rank fails at once, and rank
  * 1's *count says 3. Then the same call with enough room works everywhere. */
 static int capacity_rank(const pstate_test_rank_t *self) {
@@ -518,6 +573,7 @@ int main(void) {
       cmocka_unit_test(test_timeouts_are_int64_milliseconds),
       cmocka_unit_test(test_every_table_member_is_its_function),
       cmocka_unit_test(test_struct_arrays_are_walked_by_struct_size),
+      cmocka_unit_test(test_sliced_dicts_are_walked_by_struct_size),
       cmocka_unit_test(test_returned_arrays_count_on_every_rank),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
