@@ -697,7 +697,9 @@ PSTATE_API void pstate_bytes_free(pstate_bytes_t *b);
 #define PSTATE_TENSOR_MAX_NDIM 64
 
 /** One tensor of a dict, as the sender describes it. Fill from PSTATE_TENSOR_INIT, then set the
- *  fields. A dict is an array of them, walked by struct_size (the struct-array rule above). */
+ *  fields. A dict is an array of them, walked by struct_size (the struct-array rule above). Its
+ *  1.0 size ends with `device` (44 bytes on LP64, 4 short of sizeof: tail padding, which a field
+ *  added later must not use; docs/abi.md). */
 typedef struct pstate_tensor_t {
   size_t struct_size;     /**< sizeof(pstate_tensor_t); set by PSTATE_TENSOR_INIT */
   const char *name;       /**< the key: NUL-terminated, not NULL, unique within the dict */
