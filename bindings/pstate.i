@@ -14,8 +14,9 @@
  *   buffers          send/recv/buf. Python: any object with the buffer protocol (C-contiguous;
  *                    writable for outputs; the buffer is held for the whole call), an int
  *                    (device pointer) or None. Go: unsafe.Pointer (cgo checks it).
- *   out-parameters   handles (**out), counts (*count, *index), rank arrays (ranks+capacity,
- *                    new_rank+capacity),
+ *   out-parameters   handles (**out), counts (*count, *index), returned arrays (pstate.h's
+ *                    (T *out, size_t capacity, size_t *count): ranks, same_node, new_rank, sizes;
+ *                    Python passes the capacity and gets a list of *count entries),
  *                    object bytes (pstate_bytes_t *out, freed here with pstate_bytes_free),
  *                    capture streams. Python: extra return values. Go: pointers/slices filled
  *                    by C (Go memory without Go pointers, as cgo requires).
@@ -407,15 +408,18 @@ static void pstate_py_note_interrupt(void) {
   }
   $3 = &filled;
 }
-%typemap(in) (int *same_node, size_t capacity) {
+%typemap(in) (int *same_node, size_t capacity, size_t *count) (size_t filled) {
+  filled = 0;
   if (pstate_py_capacity($input, &$2) != 0) SWIG_fail;
   $1 = (int *)calloc($2 ? $2 : 1, sizeof(int));
   if (!$1) {
     PyErr_NoMemory();
     SWIG_fail;
   }
+  $3 = &filled;
 }
-%typemap(in) (int *new_rank, size_t capacity) {
+%typemap(in) (int *new_rank, size_t capacity, size_t *count) (size_t filled) {
+  filled = 0;
   if (pstate_py_capacity($input, &$2) != 0) SWIG_fail;
   $1 = (int *)malloc(($2 ? $2 : 1) * sizeof(int));
   if (!$1) {
@@ -423,6 +427,7 @@ static void pstate_py_note_interrupt(void) {
     SWIG_fail;
   }
   for (size_t i = 0; i < $2; ++i) $1[i] = -1;
+  $3 = &filled;
 }
 %typemap(argout) (int *ranks, size_t capacity, size_t *count) {
   PyObject *list = PyList_New((Py_ssize_t)filled$argnum);
@@ -430,20 +435,20 @@ static void pstate_py_note_interrupt(void) {
   for (size_t i = 0; i < filled$argnum; ++i) PyList_SET_ITEM(list, (Py_ssize_t)i, PyLong_FromLong($1[i]));
   $result = SWIG_Python_AppendOutput($result, list);
 }
-%typemap(argout) (int *same_node, size_t capacity) {
-  PyObject *list = PyList_New((Py_ssize_t)$2);
+%typemap(argout) (int *same_node, size_t capacity, size_t *count) {
+  PyObject *list = PyList_New((Py_ssize_t)filled$argnum);
   if (!list) SWIG_fail;
-  for (size_t i = 0; i < $2; ++i) PyList_SET_ITEM(list, (Py_ssize_t)i, PyBool_FromLong($1[i]));
+  for (size_t i = 0; i < filled$argnum; ++i) PyList_SET_ITEM(list, (Py_ssize_t)i, PyBool_FromLong($1[i]));
   $result = SWIG_Python_AppendOutput($result, list);
 }
-%typemap(argout) (int *new_rank, size_t capacity) {
-  PyObject *list = PyList_New((Py_ssize_t)$2);
+%typemap(argout) (int *new_rank, size_t capacity, size_t *count) {
+  PyObject *list = PyList_New((Py_ssize_t)filled$argnum);
   if (!list) SWIG_fail;
-  for (size_t i = 0; i < $2; ++i) PyList_SET_ITEM(list, (Py_ssize_t)i, PyLong_FromLong($1[i]));
+  for (size_t i = 0; i < filled$argnum; ++i) PyList_SET_ITEM(list, (Py_ssize_t)i, PyLong_FromLong($1[i]));
   $result = SWIG_Python_AppendOutput($result, list);
 }
-%typemap(freearg) (int *ranks, size_t capacity, size_t *count), (int *same_node, size_t capacity),
-                  (int *new_rank, size_t capacity) {
+%typemap(freearg) (int *ranks, size_t capacity, size_t *count), (int *same_node, size_t capacity, size_t *count),
+                  (int *new_rank, size_t capacity, size_t *count) {
   free($1);
 }
 
@@ -461,21 +466,23 @@ static void pstate_py_note_interrupt(void) {
 %typemap(freearg) pstate_bytes_t *out {
   pstate_bytes_free(&bytes$argnum);
 }
-%typemap(in) (size_t *sizes, size_t capacity) {
+%typemap(in) (size_t *sizes, size_t capacity, size_t *count) (size_t filled) {
+  filled = 0;
   if (pstate_py_capacity($input, &$2) != 0) SWIG_fail;
   $1 = (size_t *)calloc($2 ? $2 : 1, sizeof(size_t));
   if (!$1) {
     PyErr_NoMemory();
     SWIG_fail;
   }
+  $3 = &filled;
 }
-%typemap(argout) (size_t *sizes, size_t capacity) {
-  PyObject *list = PyList_New((Py_ssize_t)$2);
+%typemap(argout) (size_t *sizes, size_t capacity, size_t *count) {
+  PyObject *list = PyList_New((Py_ssize_t)filled$argnum);
   if (!list) SWIG_fail;
-  for (size_t i = 0; i < $2; ++i) PyList_SET_ITEM(list, (Py_ssize_t)i, PyLong_FromSize_t($1[i]));
+  for (size_t i = 0; i < filled$argnum; ++i) PyList_SET_ITEM(list, (Py_ssize_t)i, PyLong_FromSize_t($1[i]));
   $result = SWIG_Python_AppendOutput($result, list);
 }
-%typemap(freearg) (size_t *sizes, size_t capacity) {
+%typemap(freearg) (size_t *sizes, size_t capacity, size_t *count) {
   free($1);
 }
 
@@ -609,7 +616,9 @@ static void pstate_py_dict_in_free(pstate_py_dict_in *d) {
 
 /* Entry i of the dict from its (name, dtype, shape, data) tuple. */
 static int pstate_py_dict_in_entry(pstate_py_dict_in *d, size_t i, PyObject *item) {
+  static const pstate_tensor_t init = PSTATE_TENSOR_INIT;
   pstate_tensor_t *t = &d->tensors[i];
+  *t = init; /* struct_size: the array's stride (pstate.h, struct arrays) */
   int64_t *shape = d->shapes + i * PSTATE_TENSOR_MAX_NDIM;
   if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 4) {
     pstate_py_invalid("tensors[%zu]: expected a (name, dtype, shape, data) tuple", i);
@@ -1123,6 +1132,8 @@ pstate_swig_tensors *pstate_swig_tensors_new(size_t count) {
     free(a);
     return NULL;
   }
+  static const pstate_tensor_t init = PSTATE_TENSOR_INIT; /* struct_size: the array's stride */
+  for (size_t i = 0; i < slots; ++i) a->tensors[i] = init;
   a->count = count;
   return a;
 }

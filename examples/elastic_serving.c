@@ -138,7 +138,8 @@ int main(int argc, char **argv) {
       if (failed_at < 0) failed_at = now_ms();
       printf("launch rank %d: step %d: %s: shrinking\n", launch_rank, step, pstate_status_string(s));
       fflush(stdout);
-      CHECK_OK(pstate_shrink(ps, NULL, 0));
+      size_t old_world = 0; /* pstate_shrink's *count: the world size before the call */
+      CHECK_OK(pstate_shrink(ps, NULL, 0, &old_world)); /* NULL, 0: no new-rank map wanted */
       ++shrinks;
       setup(ps, launch_rank, &w, &tp);
       CHECK_OK(pstate_get_group(ps, PSTATE_GROUP_WORLD, &world));

@@ -89,14 +89,15 @@ func (g *Group) Ranks() ([]int, error) {
 }
 
 // SameNode is SGLang's in_the_same_node_as: for each group rank, whether it shares a host with
-// group rank source. Local, not collective.
+// group rank source (pstate_group_same_node's root). Local, not collective.
 func (g *Group) SameNode(source int) ([]bool, error) {
 	flags := make([]int32, g.info.WorldSize)
-	if err := g.call("SameNode", func(h uintptr) error { return capi.Group_same_node(h, source, flags) }); err != nil {
+	var n uint64
+	if err := g.call("SameNode", func(h uintptr) error { return capi.Group_same_node(h, source, flags, &n) }); err != nil {
 		return nil, err
 	}
-	out := make([]bool, len(flags))
-	for i, f := range flags {
+	out := make([]bool, n)
+	for i, f := range flags[:n] {
 		out[i] = f != 0
 	}
 	return out, nil
@@ -254,13 +255,14 @@ func (g *Group) BroadcastObject(data []byte, src int) ([]byte, error) {
 func (g *Group) AllGatherObject(data []byte) ([][]byte, error) {
 	var all capi.Bytes
 	sizes := make([]uint64, g.info.WorldSize)
-	if err := g.call("AllGatherObject", func(h uintptr) error { return capi.All_gather_object(h, data, &all, sizes) }); err != nil {
+	var n uint64 // *count: the group size
+	if err := g.call("AllGatherObject", func(h uintptr) error { return capi.All_gather_object(h, data, &all, sizes, &n) }); err != nil {
 		return nil, err
 	}
 	joined := all.Take()
-	out := make([][]byte, len(sizes))
+	out := make([][]byte, n)
 	off := uint64(0)
-	for i, s := range sizes {
+	for i, s := range sizes[:n] {
 		out[i] = joined[off : off+s : off+s]
 		off += s
 	}

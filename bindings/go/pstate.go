@@ -1,7 +1,6 @@
 package pstate
 
 import (
-	"math"
 	"sync"
 	"time"
 
@@ -324,7 +323,8 @@ func (ps *PState) Shrink() ([]int, error) {
 	var newRank []int32
 	if err := ps.call("Shrink", func(h uintptr) error {
 		newRank = make([]int32, ps.size) // the world before the call
-		err := capi.Shrink(h, newRank)
+		var n uint64                     // *count: that world's size
+		err := capi.Shrink(h, newRank, &n)
 		ps.gen++ // the groups are dropped first thing, whatever the outcome
 		if err != nil {
 			return err
@@ -346,11 +346,11 @@ func (ps *PState) Shrink() ([]int, error) {
 // World). Waits up to timeoutMs milliseconds for at least one; none in time: ErrTimeout, the world
 // unchanged and usable.
 func (ps *PState) Grow(timeoutMs int) error {
-	if timeoutMs < 0 || timeoutMs > math.MaxInt32 {
-		return invalid("Grow", "timeoutMs %d is outside 0..%d", timeoutMs, math.MaxInt32)
+	if timeoutMs < 0 {
+		return invalid("Grow", "timeoutMs %d is negative (int64_t milliseconds, 0 or more)", timeoutMs)
 	}
 	return ps.call("Grow", func(h uintptr) error {
-		if err := capi.Grow(h, timeoutMs); err != nil {
+		if err := capi.Grow(h, int64(timeoutMs)); err != nil {
 			return err
 		}
 		ps.gen++

@@ -95,7 +95,7 @@ const (
 	SelfPP          GroupKind = 10
 	// Custom is the kind of a group made by PState.NewGroup ("custom:<n>"); PState.Group
 	// refuses it (such groups are not in the layout).
-	Custom GroupKind = 11
+	Custom GroupKind = 1000 // kinds from 1000 on are not layout kinds (pstate.h)
 )
 
 // String is the library's name ("tp"); "GroupKind(99)" for a value outside the enumeration.

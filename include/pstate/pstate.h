@@ -28,6 +28,56 @@
  * transport). pstate_last_error() is thread-local. Functions without a handle (layout, strings,
  * version) are thread-safe.
  *
+ * Conventions, one set for the whole API (docs/abi.md states each in one line; a declaration
+ * below repeats one only where it makes an exception):
+ *   Structs       every struct pstate reads or fills starts with `size_t struct_size`, set by its
+ *                 PSTATE_*_INIT macro (fill from it first, then set fields). pstate uses the first
+ *                 min(struct_size, sizeof known to it) bytes. A smaller struct_size (a caller built
+ *                 against an older 1.x pstate.h) is accepted down to the struct's 1.0 size; the
+ *                 fields it lacks read as zero, and zero always means the older behaviour. A larger
+ *                 one (a newer pstate.h) is accepted only when every byte past what this library
+ *                 knows is zero (the caller left the new fields at their defaults); otherwise
+ *                 INVALID_ARGUMENT names the struct and the first nonzero byte's offset. An out
+ *                 struct (pstate_group_info_t) gets only its first min(struct_size, sizeof) bytes
+ *                 written; the rest keeps what the caller's initializer put there.
+ *   Struct arrays an array of structs (pstate_p2p_batch's ops, a tensor dict's tensors) is walked
+ *                 by its elements' struct_size: every element carries one, all elements of one
+ *                 array carry the same, and element i is at (const char *)base + i *
+ *                 base[0].struct_size. An element whose struct_size differs from element 0's is
+ *                 INVALID_ARGUMENT naming its index. (An array built with one pstate.h holds one
+ *                 element type, so its elements' size is its stride: a library older or newer than
+ *                 the caller finds every element without another argument.)
+ *   Returned arrays  a call that returns an array takes (T *out, size_t capacity, size_t *count):
+ *                 *count is always set to the number of elements of the whole answer, also when
+ *                 capacity is too small, which is INVALID_ARGUMENT with nothing written to out; so
+ *                 a caller may ask with out NULL and capacity 0 first. count must not be NULL.
+ *   Out-parameters  every pointer a call returns a result through (*out, *req, *count, *index,
+ *                 *done, *capture_stream, a pstate_bytes_t) is set on every error too: NULL, 0 or
+ *                 {NULL, 0} (a too-small capacity's *count excepted, above). An out struct is left
+ *                 as it was on error. An out array is written only on success.
+ *   Ownership     every pointer argument is used only during the call: pstate copies what it keeps
+ *                 (the strings of pstate_init_params_t, rank lists, tensor names). Two exceptions,
+ *                 stated at their declarations: the buffer of a pending isend/irecv is pstate's
+ *                 until the request completes, and pstate_set_interrupt_check keeps fn and user
+ *                 until they are replaced or the context ends. What pstate returns is released by
+ *                 the call named with it: a pstate_t by pstate_finalize or pstate_abort, a layout
+ *                 by pstate_layout_destroy, a pstate_bytes_t by pstate_bytes_free, a request by
+ *                 the pstate_wait/pstate_test that completes it; group handles, capture streams
+ *                 and static strings are borrowed, for the lifetime their declaration states.
+ *   Timeouts      int64_t milliseconds, named timeout_ms.
+ *   Ranks         ranks passed to a group's calls are ranks in that group (rank_in_group). `root`
+ *                 is the rank a rooted call centres on (broadcast, gather, reduce, scatter,
+ *                 broadcast_object, broadcast_tensor_dict, group_same_node); `peer` is the other
+ *                 rank of a point-to-point call (send, recv, isend, irecv, send_object,
+ *                 recv_object, send/recv_tensor_dict(_sliced), pstate_p2p_op_t.peer).
+ *   Counts        counts are elements, not bytes. `count` is the number of elements of ONE rank's
+ *                 block: what each rank sends in all_gather and gather, what each rank receives
+ *                 in reduce_scatter and scatter, one block of all_to_all; a buffer that holds
+ *                 every rank's block holds world_size * count elements. The v-collectives take
+ *                 `counts`, one per group rank.
+ *   Numbers       enum values are never renumbered; new ones are appended (group kinds: see
+ *                 pstate_group_kind_t).
+ *
  * Handles after teardown: pstate_finalize and pstate_abort free the pstate_t and every group of
  * it. Using either afterwards (a second finalize, a group call, pstate_model_parallel_is_initialized)
  * is undefined behaviour, as an NCCL communicator after ncclCommDestroy: pstate cannot tell a
@@ -137,7 +187,10 @@ typedef enum pstate_device_t PSTATE_ENUM_BASE {
   PSTATE_DEVICE_CUDA = 1 /**< CUDA device memory; NCCL carries tensors */
 } pstate_device_t;
 
-/** The groups of SGLang's parallel_state.py. */
+/** The groups of SGLang's parallel_state.py. Two ranges: the layout kinds 0..PSTATE_GROUP_KIND_COUNT-1
+ *  (the ones pstate_get_group and the layout calls take; a new layout kind is appended at
+ *  PSTATE_GROUP_KIND_COUNT, which grows with it) and, from 1000 on, kinds that are not in the
+ *  layout (PSTATE_GROUP_CUSTOM first; a new one is appended at 1001, ...). */
 typedef enum pstate_group_kind_t PSTATE_ENUM_BASE {
   PSTATE_GROUP_WORLD = 0,             /**< every rank */
   PSTATE_GROUP_TP = 1,                /**< tensor parallel: tp consecutive ranks */
@@ -150,12 +203,15 @@ typedef enum pstate_group_kind_t PSTATE_ENUM_BASE {
   PSTATE_GROUP_DCP = 8,               /**< decode context parallel; exists only when dcp > 1 */
   PSTATE_GROUP_SHARED_EXPERTS_TP = 9, /**< shared-experts TP; exists only when size > 1 */
   PSTATE_GROUP_SELF_PP = 10,          /**< each rank alone: SGLang's per-rank "self" PP group */
-  PSTATE_GROUP_CUSTOM = 11            /**< a group of pstate_new_group ("custom:<n>"); not in the
+  PSTATE_GROUP_CUSTOM = 1000          /**< a group of pstate_new_group ("custom:<n>"); not in the
                                            layout: pstate_get_group and the layout calls refuse it */
 } pstate_group_kind_t;
-/** The kinds of the layout (0..PSTATE_GROUP_KIND_COUNT-1), the ones pstate_get_group and the
- *  layout calls take; PSTATE_GROUP_CUSTOM follows them. */
+/** The number of layout kinds (0..PSTATE_GROUP_KIND_COUNT-1), the ones pstate_get_group and the
+ *  layout calls take. Grows when a layout kind is appended. */
 #define PSTATE_GROUP_KIND_COUNT 11
+/** The first kind that is not a layout kind: kinds >= PSTATE_GROUP_FIRST_NON_LAYOUT_KIND are made
+ *  otherwise (pstate_new_group) and never name a layout group. */
+#define PSTATE_GROUP_FIRST_NON_LAYOUT_KIND 1000
 
 /* ------------------------------------------------------------------------------------------ */
 /* Handles                                                                                      */
@@ -177,12 +233,12 @@ typedef struct pstate_layout_s pstate_layout_t;
 
 /** Parameters of pstate_init. Any -1 / NULL / 0 means "from the environment or default". */
 typedef struct pstate_init_params_t {
-  size_t struct_size;      /**< sizeof(pstate_init_params_t); set by the initializer */
+  size_t struct_size;      /**< sizeof(pstate_init_params_t); set by PSTATE_INIT_PARAMS_INIT */
   int world_size;          /**< -1: WORLD_SIZE, OMPI_COMM_WORLD_SIZE or SLURM_NTASKS */
   int rank;                /**< -1: RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID */
   int local_rank;          /**< -1: LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, else 0 */
   const char *init_method; /**< NULL or "env://": MASTER_ADDR/MASTER_PORT; "tcp://HOST:PORT";
-                                "file:///PATH" (a shared-filesystem store). Copied by pstate_init. */
+                                "file:///PATH" (a shared-filesystem store) */
   pstate_device_t device;  /**< PSTATE_DEVICE_CPU (default) or PSTATE_DEVICE_CUDA */
   int device_ordinal;      /**< CUDA device index; -1: the local rank */
   int64_t timeout_ms;      /**< every blocking call's deadline; 0: PSTATE_TIMEOUT_MS or 600000 */
@@ -207,7 +263,7 @@ typedef struct pstate_init_params_t {
  *  tensor_parallel_size to 0 to get world / pp. A NULL config is the all-0 config (tp = world).
  *  Ranks compare the sizes after applying the defaults (tp 0 and tp 2 agree on 4 ranks, pp 2). */
 typedef struct pstate_parallel_config_t {
-  size_t struct_size;                    /**< sizeof(pstate_parallel_config_t) */
+  size_t struct_size;                    /**< sizeof(pstate_parallel_config_t); set by the initializer */
   int tensor_parallel_size;              /**< tp, >= 1; 0: world_size / pipeline_parallel_size */
   int pipeline_parallel_size;            /**< pp, >= 1; 0: 1 */
   int expert_parallel_size;              /**< ep, divides tp / moe_dp; 0: 1 */
@@ -226,7 +282,13 @@ typedef struct pstate_parallel_config_t {
 /** Facts about one group as seen from this rank (SGLang's GroupCoordinator properties). */
 typedef struct pstate_group_info_t {
   size_t struct_size;       /**< set by PSTATE_GROUP_INFO_INIT before the call */
-  pstate_group_kind_t kind; /**< which kind this group was asked for as */
+  pstate_group_kind_t kind; /**< the kind the group was made as, not the kind it was asked for
+                                 as: an aliased kind (one the layout makes the same group as
+                                 another, as SGLang does: ATTN_TP, ATTN_CP, MOE_EP, MOE_TP or
+                                 MOE_DP of the size of TP, SHARED_EXPERTS_TP of the size of ATTN_TP)
+                                 returns that group, which reports its own kind and name (ATTN_TP
+                                 with attn_tp == tp: PSTATE_GROUP_TP, "tp:0");
+                                 PSTATE_GROUP_CUSTOM for pstate_new_group's groups */
   int rank;                 /**< this rank's global rank */
   int rank_in_group;        /**< this rank's index in the group */
   int world_size;           /**< number of ranks in the group */
@@ -273,14 +335,13 @@ PSTATE_API size_t pstate_dtype_size(pstate_dtype_t dtype);
 /** Computes SGLang's groups for world_size ranks. cfg NULL = all sizes 1 except tp = world_size;
  *  a size of 0 in cfg is its default (see pstate_parallel_config_t).
  *  Errors: PSTATE_ERR_INVALID_ARGUMENT with one message per cause (world != tp*pp, a size that
- *  does not divide, a size < 0, world_size > 1048576). *out is NULL on error. */
+ *  does not divide, a size < 0, world_size > 1048576). */
 PSTATE_API pstate_status_t pstate_layout_create(int world_size, const pstate_parallel_config_t *cfg,
                                                 pstate_layout_t **out);
 /** Number of groups of `kind`; 0 for kinds that do not exist in this layout (dcp == 1). */
 PSTATE_API pstate_status_t pstate_layout_group_count(const pstate_layout_t *l, pstate_group_kind_t kind,
                                                      size_t *count);
-/** Ranks of group `index` of `kind`, ascending. *count is set to the group size; when capacity is
- *  smaller, PSTATE_ERR_INVALID_ARGUMENT is returned with *count set (ask with capacity 0). */
+/** Ranks of group `index` of `kind`, ascending: a returned array (*count = the group size). */
 PSTATE_API pstate_status_t pstate_layout_group_ranks(const pstate_layout_t *l, pstate_group_kind_t kind,
                                                      size_t index, int *ranks, size_t capacity,
                                                      size_t *count);
@@ -296,7 +357,7 @@ PSTATE_API void pstate_layout_destroy(pstate_layout_t *l);
 
 /** init_distributed_environment: rendezvous through init_method, connects the transports and
  *  returns with the world group ready. Collective over all world ranks; blocks up to the timeout.
- *  params NULL = all defaults (everything from the environment). *out is NULL on error.
+ *  params NULL = all defaults (everything from the environment).
  *  device = PSTATE_DEVICE_CUDA loads the CUDA runtime (and NCCL when world_size > 1; the file
  *  named by PSTATE_NCCL_LIBRARY, else libnccl.so.2) and makes device_ordinal (-1: local_rank)
  *  current on the calling thread, before the rendezvous: a rank that cannot run CUDA fails at
@@ -414,8 +475,7 @@ PSTATE_API pstate_status_t pstate_trace_dump(pstate_t *ps, const char *path);
 PSTATE_API pstate_status_t pstate_get_group(pstate_t *ps, pstate_group_kind_t kind, pstate_group_t **out);
 /** Fills *out (which the caller filled from PSTATE_GROUP_INFO_INIT). */
 PSTATE_API pstate_status_t pstate_group_info(const pstate_group_t *g, pstate_group_info_t *out);
-/** Global ranks of the group in group order; *count = group size; capacity too small =>
- *  INVALID_ARGUMENT with *count set. */
+/** Global ranks of the group in group order: a returned array (*count = the group size). */
 PSTATE_API pstate_status_t pstate_group_ranks(const pstate_group_t *g, int *ranks, size_t capacity, size_t *count);
 /** The live ranks of the world as this rank knows them: global ranks, ascending, this rank
  *  included. A rank is dead once its connection to the job's TCP store has closed (the store
@@ -426,9 +486,8 @@ PSTATE_API pstate_status_t pstate_group_ranks(const pstate_group_t *g, int *rank
  *  finalized has left the store: it is not live either. Local, not collective; works in a failed
  *  context (after PSTATE_ERR_PEER_LOST, to learn who is gone: there, while the store still lists
  *  every rank, it asks again for up to 1 s, since the news of a death can reach a rank before the
- *  store has read the dead's connection end). *count = the number of live
- *  ranks; capacity too small => INVALID_ARGUMENT with *count set (the world size is always
- *  enough). */
+ *  store has read the dead's connection end). A returned array: *count = the number of live
+ *  ranks (a capacity of the world size is always enough). */
 PSTATE_API pstate_status_t pstate_live_ranks(pstate_t *ps, int *ranks, size_t capacity, size_t *count);
 /** Collective over the survivors, after a call returned PEER_LOST (or ABORTED because of one).
  *  Every live rank calls it; they agree on the set of live ranks within the context timeout
@@ -436,22 +495,26 @@ PSTATE_API pstate_status_t pstate_live_ranks(pstate_t *ps, int *ranks, size_t ca
  *  closed, or, on this host, its pid exited; a rank that is merely slow is waited for), drop every
  *  model-parallel and custom group (their handles then answer INVALID_STATE; the old world
  *  group's too: get it again with pstate_get_group) and the dead ranks' state, and rebuild the
- *  world group from the survivors, ranks renumbered in their old order (new_rank[i] is rank i's
- *  new rank, -1 for a dead one; capacity >= the world size before the call; pass NULL to skip).
+ *  world group from the survivors, ranks renumbered in their old order. new_rank is a returned
+ *  array of the world size before the call: new_rank[i] is rank i's new rank, -1 for a dead one
+ *  (*count = the old world size). One exception to the returned-array rule: new_rank NULL with
+ *  capacity 0 skips the map (shrink still runs; *count is set). A too-small capacity otherwise is
+ *  INVALID_ARGUMENT before anything is done.
  *  A rank that dies during the call does not break it: the survivors still end with one answer.
  *  On return the world works again and pstate_initialize_model_parallel may be called with a
  *  config that fits the new world size. The store must outlive the dead: when launch rank 0
  *  served it and died, this fails with PEER_LOST saying so (use `pstate run` or `pstate store`
  *  with PSTATE_STORE_EXTERNAL=1). Error messages and pstate_group_info speak the new ranks; logs
  *  and flight-recorder dumps keep each process's launch rank. */
-PSTATE_API pstate_status_t pstate_shrink(pstate_t *ps, int *new_rank, size_t capacity);
+PSTATE_API pstate_status_t pstate_shrink(pstate_t *ps, int *new_rank, size_t capacity, size_t *count);
 /** Collective over the world: admits the replacement processes waiting to join (started with
  *  PSTATE_REJOIN=1 and the RANK of a dead rank; their pstate_init returns once admitted) and
  *  rebuilds the world with them appended, in launch-rank order; every model-parallel and custom
  *  group is dropped, so call pstate_initialize_model_parallel again. Waits up to timeout_ms for
  *  at least one; none in time: PSTATE_ERR_TIMEOUT, the world unchanged and usable. The job
- *  token is checked as at start (a process without it never reaches the store). */
-PSTATE_API pstate_status_t pstate_grow(pstate_t *ps, int timeout_ms);
+ *  token is checked as at start (a process without it never reaches the store). A negative
+ *  timeout_ms is INVALID_ARGUMENT. */
+PSTATE_API pstate_status_t pstate_grow(pstate_t *ps, int64_t timeout_ms);
 /** Custom groups (SGLang's create_custom_parallel_group, vLLM's new_group: speculative decoding,
  *  EPLB). Collective over the world: every rank calls it, passing the global ranks of the group
  *  it joins (strictly ascending, itself among them; count ranks at `ranks`), or count 0 to join
@@ -468,13 +531,14 @@ PSTATE_API pstate_status_t pstate_grow(pstate_t *ps, int timeout_ms);
  *  world stays usable: INVALID_ARGUMENT for a list that is not ascending, holds a rank outside
  *  the world, lacks the rank that passed it, is NULL with count > 0, or overlaps another rank's
  *  different list; MISMATCH when a rank named by a list passed count 0. One thread at a time per
- *  context; ranks is only read during the call. */
+ *  context. */
 PSTATE_API pstate_status_t pstate_new_group(pstate_t *ps, const int *ranks, size_t count, pstate_group_t **out);
 
-/** SGLang's in_the_same_node_as: same_node[i] = 1 when group rank i is on the same host as group
- *  rank `source`, else 0. capacity must be >= the group size. Local, not collective. */
-PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int source, int *same_node,
-                                                  size_t capacity);
+/** SGLang's in_the_same_node_as(source_rank=root): same_node[i] = 1 when group rank i is on the
+ *  same host as group rank `root`, else 0. A returned array (*count = the group size). Local, not
+ *  collective. */
+PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int root, int *same_node,
+                                                  size_t capacity, size_t *count);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Collectives and point-to-point (ranks are ranks in the group)                                */
@@ -501,10 +565,10 @@ PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int s
 /* and then divides by the group size (toward zero): use a wider dtype when the sum can wrap.   */
 /*                                                                                              */
 /* Buffers: send and recv must not overlap except in the in-place forms each call names:       */
-/* all_reduce send == recv; all_gather send == recv + rank_in_group * send_count, or (CPU)      */
-/* send == recv; reduce_scatter recv == send + rank_in_group * recv_count, or (CPU) recv ==     */
-/* send; gather on dst send == recv + dst * send_count, or (CPU) send == recv; all_to_all (CPU) */
-/* send == recv; reduce on root send == recv; scatter on root recv == send + root * recv_count, */
+/* all_reduce send == recv; all_gather send == recv + rank_in_group * count, or (CPU) send ==  */
+/* recv; reduce_scatter recv == send + rank_in_group * count, or (CPU) recv == send; gather on  */
+/* root send == recv + root * count, or (CPU) send == recv; all_to_all (CPU) send == recv;      */
+/* reduce on root send == recv; scatter on root recv == send + root * count,                    */
 /* or (CPU) recv == send; all_gatherv send == recv + this rank's offset; reduce_scatterv recv == */
 /* send + this rank's offset (offset = counts[0] + ... + counts[rank_in_group - 1] elements).   */
 /* Any other overlap is INVALID_ARGUMENT naming both ranges and the forms                       */
@@ -530,45 +594,45 @@ PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int s
 /** recv[i] = op over ranks of send[i], count elements. send == recv is in place. */
 PSTATE_API pstate_status_t pstate_all_reduce(pstate_group_t *g, const void *send, void *recv, size_t count,
                                              pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream);
-/** recv (world_size * send_count elements) = concatenation of every rank's send, in rank order.
- *  In place: send == recv + rank_in_group * send_count; in a CPU context also send == recv on
- *  every rank (pstate first copies the own block into place: one local copy of send_count
- *  elements, every path and size). */
-PSTATE_API pstate_status_t pstate_all_gather(pstate_group_t *g, const void *send, void *recv, size_t send_count,
+/** send holds count elements; recv (world_size * count elements) = concatenation of every rank's
+ *  send, in rank order. In place: send == recv + rank_in_group * count; in a CPU context also
+ *  send == recv on every rank (pstate first copies the own block into place: one local copy of
+ *  count elements, every path and size). */
+PSTATE_API pstate_status_t pstate_all_gather(pstate_group_t *g, const void *send, void *recv, size_t count,
                                              pstate_dtype_t dtype, void *stream);
-/** send holds world_size * recv_count elements; rank r receives block r of the reduction.
- *  In place: recv == send + rank_in_group * recv_count; in a CPU context also recv == send
+/** send holds world_size * count elements; rank r receives in recv (count elements) block r of
+ *  the reduction. In place: recv == send + rank_in_group * count; in a CPU context also recv == send
  *  (pstate reduces into block rank_in_group of the buffer, then copies it to the front: that
  *  block is scratch, as the rest of send is in any in-place call). */
-PSTATE_API pstate_status_t pstate_reduce_scatter(pstate_group_t *g, const void *send, void *recv, size_t recv_count,
+PSTATE_API pstate_status_t pstate_reduce_scatter(pstate_group_t *g, const void *send, void *recv, size_t count,
                                                  pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream);
-/** buf on rank `src` is copied into buf on every other rank. */
+/** buf (count elements) on rank `root` is copied into buf on every other rank. */
 PSTATE_API pstate_status_t pstate_broadcast(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype,
-                                            int src, void *stream);
-/** recv on rank `dst` (world_size * send_count elements) = every rank's send in rank order;
- *  recv is ignored (may be NULL) on other ranks, but world_size * send_count must fit on every
- *  rank (INVALID_ARGUMENT everywhere otherwise). In place on dst: send == recv + dst *
- *  send_count; in a CPU context also send == recv. */
-PSTATE_API pstate_status_t pstate_gather(pstate_group_t *g, const void *send, void *recv, size_t send_count,
-                                         pstate_dtype_t dtype, int dst, void *stream);
-/** Block j of send (count_per_rank elements) goes to rank j; block i of recv comes from rank i.
+                                            int root, void *stream);
+/** send holds count elements; recv on rank `root` (world_size * count elements) = every rank's
+ *  send in rank order; recv is ignored (may be NULL) on other ranks, but world_size * count must
+ *  fit on every rank (INVALID_ARGUMENT everywhere otherwise). In place on root: send == recv +
+ *  root * count; in a CPU context also send == recv. */
+PSTATE_API pstate_status_t pstate_gather(pstate_group_t *g, const void *send, void *recv, size_t count,
+                                         pstate_dtype_t dtype, int root, void *stream);
+/** Block j of send (count elements) goes to rank j; block i of recv comes from rank i.
  *  In place (CPU contexts only): send == recv. */
 PSTATE_API pstate_status_t pstate_all_to_all(pstate_group_t *g, const void *send, void *recv,
-                                             size_t count_per_rank, pstate_dtype_t dtype, void *stream);
+                                             size_t count, pstate_dtype_t dtype, void *stream);
 /** recv on group rank `root` (count elements) = op over the ranks of send[i] (MPI_Reduce,
  *  ncclReduce, torch.distributed.reduce). recv is ignored on the other ranks: it may be NULL
  *  there and is never written. In place on root: send == recv. AVG divides by the group size,
  *  as all_reduce does; the notes on reductions above apply. */
 PSTATE_API pstate_status_t pstate_reduce(pstate_group_t *g, const void *send, void *recv, size_t count,
                                          pstate_dtype_t dtype, pstate_reduce_op_t op, int root, void *stream);
-/** send on group rank `root` holds world_size blocks of recv_count elements; block r lands in
- *  recv of group rank r, the root's own block included (MPI_Scatter, torch.distributed.scatter;
+/** send on group rank `root` holds world_size blocks of count elements; block r lands in recv
+ *  (count elements) of group rank r, the root's own block included (MPI_Scatter, torch.distributed.scatter;
  *  in a CUDA context grouped ncclSend/ncclRecv, as vLLM's PyNccl does). send is ignored on the
- *  other ranks (it may be NULL there), but world_size * recv_count must fit on every rank
+ *  other ranks (it may be NULL there), but world_size * count must fit on every rank
  *  (INVALID_ARGUMENT everywhere otherwise, as for gather). In place on root: recv == send +
- *  root * recv_count; in a CPU context also recv == send (pstate copies the root's block to the
+ *  root * count; in a CPU context also recv == send (pstate copies the root's block to the
  *  front once every other block has left; the rest of send is left as it was). */
-PSTATE_API pstate_status_t pstate_scatter(pstate_group_t *g, const void *send, void *recv, size_t recv_count,
+PSTATE_API pstate_status_t pstate_scatter(pstate_group_t *g, const void *send, void *recv, size_t count,
                                           pstate_dtype_t dtype, int root, void *stream);
 /** Variable counts (SGLang's all_gatherv with sizes=, MPI_Allgatherv): counts[i] = group rank
  *  i's element count (world_size entries, read during the call only; zeros are fine, all zeros
@@ -593,19 +657,19 @@ PSTATE_API pstate_status_t pstate_all_gatherv(pstate_group_t *g, const void *sen
 PSTATE_API pstate_status_t pstate_reduce_scatterv(pstate_group_t *g, const void *send, void *recv,
                                                   const size_t *counts, pstate_dtype_t dtype, pstate_reduce_op_t op,
                                                   void *stream);
-/** Sends count elements to group rank dst (returns when the buffer may be reused: the message has
+/** Sends count elements to group rank peer (returns when the buffer may be reused: the message has
  *  left, as in MPI and NCCL). Point-to-point of a group is two ordered streams per peer and
  *  direction: tensors (send, recv, isend, irecv, p2p_batch, the CPU payload of tensor dicts) and
  *  objects (send_object, recv_object, the metadata of tensor dicts); the k-th send of a stream is
  *  the peer's k-th receive of that stream. Each message carries its kind, dtype and size. */
 PSTATE_API pstate_status_t pstate_send(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t dtype,
-                                       int dst, void *stream);
-/** Receives exactly count elements of dtype from group rank src. A message of another size,
+                                       int peer, void *stream);
+/** Receives exactly count elements of dtype from group rank peer. A message of another size,
  *  dtype or kind (a tensor dict's payload) is MISMATCH naming both sides: the stream is out of
  *  step, so the context fails, and the sender's next call returns the same error (a failure
  *  notice). In a CUDA context the transfer is NCCL's, compared first only under PSTATE_CHECK=1. */
 PSTATE_API pstate_status_t pstate_recv(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype,
-                                       int src, void *stream);
+                                       int peer, void *stream);
 /** Returns on each rank once every rank of the group has entered it. It always runs on the CPU
  *  communicator, as SGLang's GroupCoordinator.barrier does (an NCCL barrier is a broadcast with
  *  a hidden device tensor): in a CUDA context it neither waits for nor enqueues device work. */
@@ -615,7 +679,7 @@ PSTATE_API pstate_status_t pstate_barrier(pstate_group_t *g);
 PSTATE_API pstate_status_t pstate_tp_allreduce(pstate_t *ps, void *buf, size_t count, pstate_dtype_t dtype,
                                                pstate_reduce_op_t op, void *stream);
 /** communication_op.py tensor_model_parallel_all_gather on the TP group. */
-PSTATE_API pstate_status_t pstate_tp_allgather(pstate_t *ps, const void *send, void *recv, size_t send_count,
+PSTATE_API pstate_status_t pstate_tp_allgather(pstate_t *ps, const void *send, void *recv, size_t count,
                                                pstate_dtype_t dtype, void *stream);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -623,24 +687,27 @@ PSTATE_API pstate_status_t pstate_tp_allgather(pstate_t *ps, const void *send, v
 /* (SGLang's pickled-object operations; serialize on your side, pass bytes)                      */
 /* ------------------------------------------------------------------------------------------ */
 
-/** Rank src sends size bytes of data; every other rank receives them into *out (allocated by
- *  pstate, free with pstate_bytes_free). On src, data is read and out may be NULL (when given,
+/** Rank root sends size bytes of data; every other rank receives them into *out (allocated by
+ *  pstate, free with pstate_bytes_free). On root, data is read and out may be NULL (when given,
  *  it receives a copy). A size over 2^47 bytes (or NULL data with size > 0) is INVALID_ARGUMENT
- *  on src, and src still takes part in the call's agreement as a refusal: the other ranks return
- *  INVALID_ARGUMENT naming src at once, nothing is sent, and the group stays usable. */
-PSTATE_API pstate_status_t pstate_broadcast_object(pstate_group_t *g, const void *data, size_t size, int src,
+ *  on root, and root still takes part in the call's agreement as a refusal: the other ranks return
+ *  INVALID_ARGUMENT naming root at once, nothing is sent, and the group stays usable. */
+PSTATE_API pstate_status_t pstate_broadcast_object(pstate_group_t *g, const void *data, size_t size, int root,
                                                    pstate_bytes_t *out);
-/** Every rank contributes size bytes; *out = the concatenation in group-rank order and
- *  sizes[i] = rank i's size (capacity >= the group size). A rank whose size is over 2^47 bytes
- *  refuses its part as pstate_broadcast_object's src does: INVALID_ARGUMENT on every rank. */
+/** Every rank contributes size bytes; *out = the concatenation in group-rank order, and sizes is
+ *  a returned array: sizes[i] = rank i's size (*count = the group size). A rank whose size is
+ *  over 2^47 bytes, or whose capacity is smaller than the group size, refuses its part as
+ *  pstate_broadcast_object's root does: INVALID_ARGUMENT on every rank at once (that rank's
+ *  *count still says the group size), nothing moves and the group stays usable. */
 PSTATE_API pstate_status_t pstate_all_gather_object(pstate_group_t *g, const void *data, size_t size,
-                                                    pstate_bytes_t *out, size_t *sizes, size_t capacity);
-/** Sends size bytes to group rank dst on the object stream (see pstate_send); the receiver learns
- *  the size. */
-PSTATE_API pstate_status_t pstate_send_object(pstate_group_t *g, const void *data, size_t size, int dst);
-/** Receives the next object from group rank src into *out (free with pstate_bytes_free); a tensor
- *  dict's metadata in its place is MISMATCH (as for pstate_recv). */
-PSTATE_API pstate_status_t pstate_recv_object(pstate_group_t *g, int src, pstate_bytes_t *out);
+                                                    pstate_bytes_t *out, size_t *sizes, size_t capacity,
+                                                    size_t *count);
+/** Sends size bytes to group rank peer on the object stream (see pstate_send); the receiver
+ *  learns the size. */
+PSTATE_API pstate_status_t pstate_send_object(pstate_group_t *g, const void *data, size_t size, int peer);
+/** Receives the next object from group rank peer into *out (free with pstate_bytes_free); a
+ *  tensor dict's metadata in its place is MISMATCH (as for pstate_recv). */
+PSTATE_API pstate_status_t pstate_recv_object(pstate_group_t *g, int peer, pstate_bytes_t *out);
 /** Frees what an object call put in *b and sets it to {NULL, 0}; NULL is a no-op. */
 PSTATE_API void pstate_bytes_free(pstate_bytes_t *b);
 
@@ -657,9 +724,12 @@ PSTATE_API void pstate_bytes_free(pstate_bytes_t *b);
 /** Most dimensions of one tensor of a dict. */
 #define PSTATE_TENSOR_MAX_NDIM 64
 
-/** One tensor of a dict, as the sender describes it. A plain value type (no struct_size): the
- *  arrays it points to are only read, during the call. */
+/** One tensor of a dict, as the sender describes it. Fill from PSTATE_TENSOR_INIT, then set the
+ *  fields. A dict is an array of them, walked by struct_size (the struct-array rule above). Its
+ *  1.0 size ends with `device` (44 bytes on LP64, 4 short of sizeof: tail padding, which a field
+ *  added later must not use; docs/abi.md). */
 typedef struct pstate_tensor_t {
+  size_t struct_size;     /**< sizeof(pstate_tensor_t); set by PSTATE_TENSOR_INIT */
   const char *name;       /**< the key: NUL-terminated, not NULL, unique within the dict */
   pstate_dtype_t dtype;   /**< element type */
   int ndim;               /**< 0..PSTATE_TENSOR_MAX_NDIM; 0 is a scalar (one element) */
@@ -669,7 +739,7 @@ typedef struct pstate_tensor_t {
                                (CUDA contexts only) */
 } pstate_tensor_t;
 
-#define PSTATE_TENSOR_INIT { NULL, PSTATE_FLOAT32, 0, NULL, NULL, PSTATE_DEVICE_CPU }
+#define PSTATE_TENSOR_INIT { sizeof(pstate_tensor_t), NULL, PSTATE_FLOAT32, 0, NULL, NULL, PSTATE_DEVICE_CPU }
 
 /** Allocation callback of the receiving side: returns memory for one received tensor of `bytes`
  *  bytes on `device` (CPU: host memory; CUDA: device memory of the context's device, usable in
@@ -681,29 +751,29 @@ typedef struct pstate_tensor_t {
 typedef void *(*pstate_alloc_fn)(void *user, const char *name, pstate_dtype_t dtype, int ndim, const int64_t *shape,
                                  size_t bytes, pstate_device_t device);
 
-/** Rank src sends its dict (tensors[0..count)) to every other rank of the group; the others
- *  receive each tensor into memory from alloc(user, ...), which src never calls. tensors and
- *  count are read on src only (others may pass NULL, 0); alloc is used on the others only (src
+/** Rank root sends its dict (count tensors at `tensors`) to every other rank of the group; the
+ *  others receive each tensor into memory from alloc(user, ...), which root never calls. tensors
+ *  and count are read on root only (others may pass NULL, 0); alloc is used on the others only (root
  *  may pass NULL). Collective over the group; count 0 is an empty dict.
  *  CPU contexts return when the dict is complete; CUDA contexts return when the CUDA tensors are
  *  enqueued on stream (NULL: the context stream) and the CPU tensors are complete.
- *  Errors: INVALID_ARGUMENT on src for a bad dict (NULL name, duplicate name, bad dtype, ndim,
+ *  Errors: INVALID_ARGUMENT on root for a bad dict (a struct_size, NULL name, duplicate name, bad dtype, ndim,
  *  shape, size overflow, a buffer in the wrong memory, a CUDA tensor in a CPU context): the
- *  other ranks then fail too, with src's message, instead of waiting. NO_MEMORY when alloc
+ *  other ranks then fail too, with root's message, instead of waiting. NO_MEMORY when alloc
  *  returned NULL: for CPU tensors on that rank only (the rest of the dict still moves, no
  *  further alloc calls are made); when the dict holds CUDA tensors, on every rank and nothing is
  *  transferred (the ranks agree on it over the CPU communicator before the device transfer,
  *  one small exchange per call). Plus the errors of the collectives. */
 PSTATE_API pstate_status_t pstate_broadcast_tensor_dict(pstate_group_t *g, const pstate_tensor_t *tensors,
-                                                        size_t count, int src, pstate_alloc_fn alloc, void *user,
+                                                        size_t count, int root, pstate_alloc_fn alloc, void *user,
                                                         void *stream);
-/** Sends a dict to group rank dst, which receives it with pstate_recv_tensor_dict. May wait for
+/** Sends a dict to group rank peer, which receives it with pstate_recv_tensor_dict. May wait for
  *  the receiver (always when the dict holds a CUDA tensor: the receiver confirms its memory
  *  first). Errors as for the broadcast; a dict refused here fails the receiver too. */
 PSTATE_API pstate_status_t pstate_send_tensor_dict(pstate_group_t *g, const pstate_tensor_t *tensors, size_t count,
-                                                   int dst, void *stream);
-/** Receives the next dict from group rank src, each tensor into memory from alloc(user, ...). */
-PSTATE_API pstate_status_t pstate_recv_tensor_dict(pstate_group_t *g, int src, pstate_alloc_fn alloc, void *user,
+                                                   int peer, void *stream);
+/** Receives the next dict from group rank peer, each tensor into memory from alloc(user, ...). */
+PSTATE_API pstate_status_t pstate_recv_tensor_dict(pstate_group_t *g, int peer, pstate_alloc_fn alloc, void *user,
                                                    void *stream);
 
 /** all_gather_group (SGLang, vLLM): pipeline activations that every rank of an attention-TP group
@@ -720,8 +790,8 @@ PSTATE_API pstate_status_t pstate_recv_tensor_dict(pstate_group_t *g, int src, p
  *  group of g's context (INVALID_ARGUMENT otherwise). Otherwise as pstate_send_tensor_dict and
  *  pstate_recv_tensor_dict; one more small object message per dict (the slicing plan). */
 PSTATE_API pstate_status_t pstate_send_tensor_dict_sliced(pstate_group_t *g, const pstate_tensor_t *tensors,
-                                                          size_t count, int dst, pstate_group_t *ag, void *stream);
-PSTATE_API pstate_status_t pstate_recv_tensor_dict_sliced(pstate_group_t *g, int src, pstate_group_t *ag,
+                                                          size_t count, int peer, pstate_group_t *ag, void *stream);
+PSTATE_API pstate_status_t pstate_recv_tensor_dict_sliced(pstate_group_t *g, int peer, pstate_group_t *ag,
                                                           pstate_alloc_fn alloc, void *user, void *stream);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -760,18 +830,18 @@ PSTATE_API pstate_status_t pstate_recv_tensor_dict_sliced(pstate_group_t *g, int
  *  Threads: the request is driven under its context's thread rules (one thread at a time per
  *  pstate_t, including wait/test; after finalize/abort any thread may complete it). */
 typedef struct pstate_request_s pstate_request_t;
-/** Posts a send of count elements to group rank dst (not this rank) and returns at once with
+/** Posts a send of count elements to group rank peer (not this rank) and returns at once with
  *  *req. CPU contexts: the transfer runs in the background of later pstate calls on the context
  *  (and of this request's wait/test). CUDA contexts: ncclSend is enqueued on the stream before
  *  the call returns, and *req is already complete (its wait returns OK at once), as torch's Work
  *  on NCCL; the stream orders the buffer's use. count 0 is legal (a zero-byte message on CPU).
- *  Errors return no request (*req = NULL): INVALID_ARGUMENT for a NULL req, bad dst, dtype,
+ *  Errors return no request (*req = NULL): INVALID_ARGUMENT for a NULL req, bad peer, dtype,
  *  buffer or stream; the errors of pstate_send. */
 PSTATE_API pstate_status_t pstate_isend(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t dtype,
-                                        int dst, void *stream, pstate_request_t **req);
-/** Posts a receive of exactly count elements from group rank src (not this rank); as
+                                        int peer, void *stream, pstate_request_t **req);
+/** Posts a receive of exactly count elements from group rank peer (not this rank); as
  *  pstate_isend. A message of another size fails the wait with MISMATCH. */
-PSTATE_API pstate_status_t pstate_irecv(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype, int src,
+PSTATE_API pstate_status_t pstate_irecv(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype, int peer,
                                         void *stream, pstate_request_t **req);
 /** Waits until req completes (at most the context timeout from now), frees it and returns the
  *  operation's status (pstate_last_error() says why it failed). After finalize/abort: ABORTED
@@ -788,11 +858,12 @@ PSTATE_API pstate_status_t pstate_wait(pstate_request_t *req);
  *  freed, as pstate_wait. */
 PSTATE_API pstate_status_t pstate_test(pstate_request_t *req, int *done);
 
-/** One send or receive of a pstate_p2p_batch. Fill from PSTATE_P2P_OP_INIT, then set is_send
+/** One send or receive of a pstate_p2p_batch (whose ops array is walked by struct_size, the
+ *  struct-array rule at the top). Fill from PSTATE_P2P_OP_INIT, then set is_send
  *  (nonzero: send buf to peer; 0: receive exactly count elements from peer into buf), buf,
  *  count, dtype and peer (a group rank other than this one). */
 typedef struct pstate_p2p_op_t {
-  size_t struct_size; /**< sizeof(pstate_p2p_op_t); set by the initializer */
+  size_t struct_size; /**< sizeof(pstate_p2p_op_t); set by PSTATE_P2P_OP_INIT */
   int is_send;
   void *buf;          /**< a send only reads it */
   size_t count;
@@ -805,7 +876,7 @@ typedef struct pstate_p2p_op_t {
  *  deadlock) or is enqueued (CUDA: one NCCL group, ncclGroupStart/End), whatever the order of
  *  ops on each rank. Sends to one peer match that peer's receives from this rank in list order
  *  (and in order with blocking and non-blocking p2p). Every op is checked before anything moves:
- *  INVALID_ARGUMENT naming the op's index for a bad struct_size, peer, dtype, count or buf. n 0 is
+ *  INVALID_ARGUMENT naming the op's index for a bad or differing struct_size, peer, dtype, count or buf. n 0 is
  *  a no-op (ops may then be NULL). Errors otherwise as pstate_send/pstate_recv. */
 PSTATE_API pstate_status_t pstate_p2p_batch(pstate_group_t *g, const pstate_p2p_op_t *ops, size_t n, void *stream);
 
@@ -834,13 +905,17 @@ PSTATE_API pstate_status_t pstate_graph_capture_end(pstate_t *ps);
 /* ------------------------------------------------------------------------------------------ */
 
 typedef struct pstate_api_t pstate_api_t;
-/** Every exported entry point, in a struct that only grows at its end. Member `x` is
- *  pstate_x. struct_size is sizeof the table the library was built with: a member exists when
+/** Every exported entry point, for dlopen users: one dlsym of pstate_get_api. Member `x` is
+ *  pstate_x. The table belongs to the ABI major (PSTATE_ABI_MAJOR): its members follow the order
+ *  of this header's declarations as of 1.0 (the one reordering, made at the major bump), and
+ *  within a major it only grows at its end, a new function appended after the last member.
+ *  struct_size is sizeof the table the library was built with: a member exists when
  *  offsetof(pstate_api_t, member) < struct_size. */
 struct pstate_api_t {
   size_t struct_size;
   uint32_t abi_major;       /**< the major this table is for */
   uint32_t library_version; /**< pstate_version() of the library that filled the table */
+  /* errors, versions, names */
   const char * (*status_string)(pstate_status_t s);
   const char * (*last_error)(void);
   uint32_t (*version)(void);
@@ -848,65 +923,69 @@ struct pstate_api_t {
   const char * (*reduce_op_name)(pstate_reduce_op_t op);
   const char * (*group_kind_name)(pstate_group_kind_t kind);
   size_t (*dtype_size)(pstate_dtype_t dtype);
+  /* layout */
   pstate_status_t (*layout_create)(int world_size, const pstate_parallel_config_t *cfg, pstate_layout_t **out);
   pstate_status_t (*layout_group_count)(const pstate_layout_t *l, pstate_group_kind_t kind, size_t *count);
   pstate_status_t (*layout_group_ranks)(const pstate_layout_t *l, pstate_group_kind_t kind, size_t index, int *ranks, size_t capacity, size_t *count);
   pstate_status_t (*layout_group_of)(const pstate_layout_t *l, pstate_group_kind_t kind, int rank, size_t *index);
   void (*layout_destroy)(pstate_layout_t *l);
+  /* lifecycle */
   pstate_status_t (*init)(const pstate_init_params_t *params, pstate_t **out);
   pstate_status_t (*initialize_model_parallel)(pstate_t *ps, const pstate_parallel_config_t *cfg);
   int (*model_parallel_is_initialized)(const pstate_t *ps);
   pstate_status_t (*destroy_model_parallel)(pstate_t *ps);
   pstate_status_t (*finalize)(pstate_t *ps);
   pstate_status_t (*abort)(pstate_t *ps);
+  pstate_status_t (*revoke)(pstate_t *ps);
+  pstate_status_t (*set_interrupt_check)(pstate_t *ps, pstate_interrupt_fn fn, void *user);
+  pstate_status_t (*trace_dump)(pstate_t *ps, const char *path);
+  /* groups and survivors */
   pstate_status_t (*get_group)(pstate_t *ps, pstate_group_kind_t kind, pstate_group_t **out);
   pstate_status_t (*group_info)(const pstate_group_t *g, pstate_group_info_t *out);
   pstate_status_t (*group_ranks)(const pstate_group_t *g, int *ranks, size_t capacity, size_t *count);
-  pstate_status_t (*group_same_node)(const pstate_group_t *g, int source, int *same_node, size_t capacity);
+  pstate_status_t (*live_ranks)(pstate_t *ps, int *ranks, size_t capacity, size_t *count);
+  pstate_status_t (*shrink)(pstate_t *ps, int *new_rank, size_t capacity, size_t *count);
+  pstate_status_t (*grow)(pstate_t *ps, int64_t timeout_ms);
+  pstate_status_t (*new_group)(pstate_t *ps, const int *ranks, size_t count, pstate_group_t **out);
+  pstate_status_t (*group_same_node)(const pstate_group_t *g, int root, int *same_node, size_t capacity, size_t *count);
+  /* collectives and point-to-point */
   pstate_status_t (*all_reduce)(pstate_group_t *g, const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream);
-  pstate_status_t (*all_gather)(pstate_group_t *g, const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, void *stream);
-  pstate_status_t (*reduce_scatter)(pstate_group_t *g, const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream);
-  pstate_status_t (*broadcast)(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype, int src, void *stream);
-  pstate_status_t (*gather)(pstate_group_t *g, const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, int dst, void *stream);
-  pstate_status_t (*all_to_all)(pstate_group_t *g, const void *send, void *recv, size_t count_per_rank, pstate_dtype_t dtype, void *stream);
-  pstate_status_t (*send)(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t dtype, int dst, void *stream);
-  pstate_status_t (*recv)(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype, int src, void *stream);
-  pstate_status_t (*barrier)(pstate_group_t *g);
-  pstate_status_t (*tp_allreduce)(pstate_t *ps, void *buf, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream);
-  pstate_status_t (*tp_allgather)(pstate_t *ps, const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, void *stream);
-  pstate_status_t (*broadcast_object)(pstate_group_t *g, const void *data, size_t size, int src, pstate_bytes_t *out);
-  pstate_status_t (*all_gather_object)(pstate_group_t *g, const void *data, size_t size, pstate_bytes_t *out, size_t *sizes, size_t capacity);
-  pstate_status_t (*send_object)(pstate_group_t *g, const void *data, size_t size, int dst);
-  pstate_status_t (*recv_object)(pstate_group_t *g, int src, pstate_bytes_t *out);
-  void (*bytes_free)(pstate_bytes_t *b);
-  pstate_status_t (*graph_capture_begin)(pstate_t *ps, void *stream, void **capture_stream);
-  pstate_status_t (*graph_capture_end)(pstate_t *ps);
-  pstate_status_t (*broadcast_tensor_dict)(pstate_group_t *g, const pstate_tensor_t *tensors, size_t count, int src, pstate_alloc_fn alloc, void *user, void *stream);
-  pstate_status_t (*send_tensor_dict)(pstate_group_t *g, const pstate_tensor_t *tensors, size_t count, int dst, void *stream);
-  pstate_status_t (*recv_tensor_dict)(pstate_group_t *g, int src, pstate_alloc_fn alloc, void *user, void *stream);
+  pstate_status_t (*all_gather)(pstate_group_t *g, const void *send, void *recv, size_t count, pstate_dtype_t dtype, void *stream);
+  pstate_status_t (*reduce_scatter)(pstate_group_t *g, const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream);
+  pstate_status_t (*broadcast)(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype, int root, void *stream);
+  pstate_status_t (*gather)(pstate_group_t *g, const void *send, void *recv, size_t count, pstate_dtype_t dtype, int root, void *stream);
+  pstate_status_t (*all_to_all)(pstate_group_t *g, const void *send, void *recv, size_t count, pstate_dtype_t dtype, void *stream);
   pstate_status_t (*reduce)(pstate_group_t *g, const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op, int root, void *stream);
-  pstate_status_t (*scatter)(pstate_group_t *g, const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, int root, void *stream);
-  pstate_status_t (*set_interrupt_check)(pstate_t *ps, pstate_interrupt_fn fn, void *user);
-  pstate_status_t (*trace_dump)(pstate_t *ps, const char *path);
+  pstate_status_t (*scatter)(pstate_group_t *g, const void *send, void *recv, size_t count, pstate_dtype_t dtype, int root, void *stream);
   pstate_status_t (*all_gatherv)(pstate_group_t *g, const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype, void *stream);
   pstate_status_t (*reduce_scatterv)(pstate_group_t *g, const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream);
+  pstate_status_t (*send)(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t dtype, int peer, void *stream);
+  pstate_status_t (*recv)(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype, int peer, void *stream);
+  pstate_status_t (*barrier)(pstate_group_t *g);
+  pstate_status_t (*tp_allreduce)(pstate_t *ps, void *buf, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream);
+  pstate_status_t (*tp_allgather)(pstate_t *ps, const void *send, void *recv, size_t count, pstate_dtype_t dtype, void *stream);
+  /* objects */
+  pstate_status_t (*broadcast_object)(pstate_group_t *g, const void *data, size_t size, int root, pstate_bytes_t *out);
+  pstate_status_t (*all_gather_object)(pstate_group_t *g, const void *data, size_t size, pstate_bytes_t *out, size_t *sizes, size_t capacity, size_t *count);
+  pstate_status_t (*send_object)(pstate_group_t *g, const void *data, size_t size, int peer);
+  pstate_status_t (*recv_object)(pstate_group_t *g, int peer, pstate_bytes_t *out);
+  void (*bytes_free)(pstate_bytes_t *b);
+  /* tensor dicts */
+  pstate_status_t (*broadcast_tensor_dict)(pstate_group_t *g, const pstate_tensor_t *tensors, size_t count, int root, pstate_alloc_fn alloc, void *user, void *stream);
+  pstate_status_t (*send_tensor_dict)(pstate_group_t *g, const pstate_tensor_t *tensors, size_t count, int peer, void *stream);
+  pstate_status_t (*recv_tensor_dict)(pstate_group_t *g, int peer, pstate_alloc_fn alloc, void *user, void *stream);
+  pstate_status_t (*send_tensor_dict_sliced)(pstate_group_t *g, const pstate_tensor_t *tensors, size_t count, int peer, pstate_group_t *ag, void *stream);
+  pstate_status_t (*recv_tensor_dict_sliced)(pstate_group_t *g, int peer, pstate_group_t *ag, pstate_alloc_fn alloc, void *user, void *stream);
   /* non-blocking and batched point-to-point */
-  pstate_status_t (*isend)(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t dtype, int dst, void *stream, pstate_request_t **req);
-  pstate_status_t (*irecv)(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype, int src, void *stream, pstate_request_t **req);
+  pstate_status_t (*isend)(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t dtype, int peer, void *stream, pstate_request_t **req);
+  pstate_status_t (*irecv)(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype, int peer, void *stream, pstate_request_t **req);
   pstate_status_t (*wait)(pstate_request_t *req);
   pstate_status_t (*test)(pstate_request_t *req, int *done);
   pstate_status_t (*p2p_batch)(pstate_group_t *g, const pstate_p2p_op_t *ops, size_t n, void *stream);
-  /* custom groups */
-  pstate_status_t (*new_group)(pstate_t *ps, const int *ranks, size_t count, pstate_group_t **out);
-  /* sliced pipeline tensor dicts */
-  pstate_status_t (*send_tensor_dict_sliced)(pstate_group_t *g, const pstate_tensor_t *tensors, size_t count, int dst, pstate_group_t *ag, void *stream);
-  pstate_status_t (*recv_tensor_dict_sliced)(pstate_group_t *g, int src, pstate_group_t *ag, pstate_alloc_fn alloc, void *user, void *stream);
-  /* survivors */
-  pstate_status_t (*live_ranks)(pstate_t *ps, int *ranks, size_t capacity, size_t *count);
-  pstate_status_t (*shrink)(pstate_t *ps, int *new_rank, size_t capacity);
-  pstate_status_t (*grow)(pstate_t *ps, int timeout_ms);
-  /* abort from any thread */
-  pstate_status_t (*revoke)(pstate_t *ps);
+  /* graph capture */
+  pstate_status_t (*graph_capture_begin)(pstate_t *ps, void *stream, void **capture_stream);
+  pstate_status_t (*graph_capture_end)(pstate_t *ps);
+  /* 1.x additions go here, at the end, in the order they are released */
 };
 
 /** The table for ABI `abi_major` (pass PSTATE_ABI_MAJOR), or NULL when this library does not

@@ -1,6 +1,7 @@
 // api_common.cpp — entry points without a handle: status and enum names, versions, last error.
 #include "api/boundary.hpp"
 
+#include <iterator>
 #include <string>
 
 namespace pstate::api {
@@ -23,13 +24,15 @@ void require_op(pstate_reduce_op_t op) {
                 " is not a pstate_reduce_op_t (0..", PSTATE_REDUCE_OP_COUNT - 1, ")");
 }
 void require_group_kind(pstate_group_kind_t kind) {
-  if (kind == PSTATE_GROUP_CUSTOM)
-    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "group kind PSTATE_GROUP_CUSTOM is not a pstate_group_kind_t of the layout (0..",
-                PSTATE_GROUP_KIND_COUNT - 1, "): custom groups are made by pstate_new_group; keep the pstate_group_t "
-                "it returned");
-  if (static_cast<int>(kind) < 0 || static_cast<int>(kind) >= PSTATE_GROUP_KIND_COUNT)
-    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "group kind ", static_cast<int>(kind),
-                " is not a pstate_group_kind_t (0..", PSTATE_GROUP_KIND_COUNT - 1, ")");
+  const int k = static_cast<int>(kind);
+  if (k >= PSTATE_GROUP_FIRST_NON_LAYOUT_KIND && pstate_group_kind_name(kind) != nullptr)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "group kind ", pstate_group_kind_name(kind), " (", k,
+                ") is not a pstate_group_kind_t of the layout (0..", PSTATE_GROUP_KIND_COUNT - 1, "; kinds from ",
+                PSTATE_GROUP_FIRST_NON_LAYOUT_KIND, " on are not layout kinds): custom groups are made by "
+                "pstate_new_group; keep the pstate_group_t it returned");
+  if (k < 0 || k >= PSTATE_GROUP_KIND_COUNT)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "group kind ", k, " is not a pstate_group_kind_t of the layout (0..",
+                PSTATE_GROUP_KIND_COUNT - 1, ")");
 }
 
 }  // namespace pstate::api
@@ -80,12 +83,18 @@ PSTATE_API const char *pstate_reduce_op_name(pstate_reduce_op_t op) {
   return i >= 0 && i < PSTATE_REDUCE_OP_COUNT ? kNames[i] : nullptr;
 }
 
+// Two ranges (pstate.h): the layout kinds 0..PSTATE_GROUP_KIND_COUNT-1 and the others from
+// PSTATE_GROUP_FIRST_NON_LAYOUT_KIND on. Each grows at its end.
 PSTATE_API const char *pstate_group_kind_name(pstate_group_kind_t kind) {
-  static const char *const kNames[PSTATE_GROUP_CUSTOM + 1] = {
-      "world", "tp", "pp", "attn_tp", "attn_cp", "moe_ep", "moe_tp", "moe_dp", "dcp",
-      "shared_experts_tp", "self_pp", "custom"};
-  int i = static_cast<int>(kind);
-  return i >= 0 && i <= PSTATE_GROUP_CUSTOM ? kNames[i] : nullptr;
+  static const char *const kLayoutNames[PSTATE_GROUP_KIND_COUNT] = {
+      "world", "tp", "pp", "attn_tp", "attn_cp", "moe_ep", "moe_tp", "moe_dp", "dcp", "shared_experts_tp", "self_pp"};
+  static const char *const kOtherNames[] = {"custom"};
+  static_assert(PSTATE_GROUP_CUSTOM == PSTATE_GROUP_FIRST_NON_LAYOUT_KIND, "custom is the first non-layout kind");
+  const int i = static_cast<int>(kind);
+  if (i >= 0 && i < PSTATE_GROUP_KIND_COUNT) return kLayoutNames[i];
+  const int j = i - PSTATE_GROUP_FIRST_NON_LAYOUT_KIND;
+  if (j >= 0 && j < static_cast<int>(std::size(kOtherNames))) return kOtherNames[j];
+  return nullptr;
 }
 
 }  // extern "C"

@@ -4,6 +4,7 @@
 // (NULL pointers, struct_size, enum range, indices, ranks) before touching the layout and reports
 // failures through PSTATE_GUARD, so no exception crosses the C boundary.
 #include "api/boundary.hpp"
+#include "common/struct_io.hpp"
 #include "layout/layout.hpp"
 
 #include <algorithm>
@@ -18,14 +19,9 @@ namespace {
 using pstate::layout::Layout;
 using pstate::layout::ParallelConfig;
 
-// Fields of the first (and so far only) version of pstate_parallel_config_t.
-constexpr size_t kOldestParallelConfigSize = sizeof(pstate_parallel_config_t);
-
 ParallelConfig config_from(int world_size, const pstate_parallel_config_t *cfg) {
   if (cfg == nullptr) return ParallelConfig::tensor_parallel_only(world_size);
-  pstate::api::require_struct(cfg->struct_size, kOldestParallelConfigSize, sizeof(pstate_parallel_config_t), "cfg",
-                              "PSTATE_PARALLEL_CONFIG_INIT");
-  return ParallelConfig::from_c(*cfg, world_size);
+  return ParallelConfig::from_c(pstate::read_struct(cfg, "cfg"), world_size);
 }
 
 // A C caller may pass any int as the kind; pstate.h gives the enums int as their underlying type
@@ -57,8 +53,9 @@ PSTATE_API pstate_status_t pstate_layout_create(int world_size, const pstate_par
 PSTATE_API pstate_status_t pstate_layout_group_count(const pstate_layout_t *l, pstate_group_kind_t kind,
                                                      size_t *count) {
   return PSTATE_GUARD({
-    const Layout &layout = layout_of(l);
     pstate::api::require_nonnull(count, "count");
+    *count = 0;
+    const Layout &layout = layout_of(l);
     *count = layout.group_count(checked_kind(kind));
   });
 }
@@ -66,25 +63,22 @@ PSTATE_API pstate_status_t pstate_layout_group_count(const pstate_layout_t *l, p
 PSTATE_API pstate_status_t pstate_layout_group_ranks(const pstate_layout_t *l, pstate_group_kind_t kind,
                                                      size_t index, int *ranks, size_t capacity, size_t *count) {
   return PSTATE_GUARD({
-    const Layout &layout = layout_of(l);
     pstate::api::require_nonnull(count, "count");
+    *count = 0;
+    const Layout &layout = layout_of(l);
     pstate_group_kind_t k = checked_kind(kind);
     auto members = layout.group_ranks(k, index);
-    *count = members.size();
-    if (capacity < members.size())
-      pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "capacity ", capacity, " is smaller than the ",
-                          pstate::layout::kind_name(k), " group size ", members.size(),
-                          " (*count holds the size; call again with a buffer that large)");
-    pstate::api::require_nonnull(ranks, "ranks");
-    std::copy(members.begin(), members.end(), ranks);
+    pstate::api::return_array(ranks, capacity, count, members.data(), members.size(), "ranks",
+                              pstate::cat("the ", pstate::layout::kind_name(k), " group size"));
   });
 }
 
 PSTATE_API pstate_status_t pstate_layout_group_of(const pstate_layout_t *l, pstate_group_kind_t kind, int rank,
                                                   size_t *index) {
   return PSTATE_GUARD({
-    const Layout &layout = layout_of(l);
     pstate::api::require_nonnull(index, "index");
+    *index = 0;
+    const Layout &layout = layout_of(l);
     *index = layout.group_of(checked_kind(kind), rank);
   });
 }

@@ -121,46 +121,46 @@ PSTATE_API pstate_status_t pstate_all_reduce(pstate_group_t *g, const void *send
   });
 }
 
-PSTATE_API pstate_status_t pstate_all_gather(pstate_group_t *g, const void *send, void *recv, size_t send_count,
+PSTATE_API pstate_status_t pstate_all_gather(pstate_group_t *g, const void *send, void *recv, size_t count,
                                              pstate_dtype_t dtype, void *stream) {
   return PSTATE_GUARD({
     check_op(g, dtype, stream, "pstate_all_gather");
     ContextEntry entry(g->context(), "pstate_all_gather");
-    size_t block = require_buffer(send, send_count, dtype, 1, "send");
-    size_t total = require_buffer(recv, send_count, dtype, static_cast<size_t>(g->size()), "recv");
+    size_t block = require_buffer(send, count, dtype, 1, "send");
+    size_t total = require_buffer(recv, count, dtype, static_cast<size_t>(g->size()), "recv");
     const int r = g->rank_in_group();
     const bool nccl_in_place = send == at(recv, static_cast<size_t>(r) * block);
     if (g->on_device()) {
       require_disjoint(g, "pstate_all_gather", send, block, recv, total, nccl_in_place,
-                       "send == recv + rank_in_group * send_count (NCCL's; in a CUDA context send == recv works "
+                       "send == recv + rank_in_group * count (NCCL's; in a CUDA context send == recv works "
                        "on rank_in_group 0 only)");
-      return g->run_device(describe(OpKind::kAllGather, send_count, dtype, -1, -1),
-                           [&](DeviceComm &d) { d.all_gather(send, recv, send_count, dtype, stream); });
+      return g->run_device(describe(OpKind::kAllGather, count, dtype, -1, -1),
+                           [&](DeviceComm &d) { d.all_gather(send, recv, count, dtype, stream); });
     }
     require_disjoint(g, "pstate_all_gather", send, block, recv, total, nccl_in_place || send == recv,
-                     "send == recv + rank_in_group * send_count, or send == recv");
+                     "send == recv + rank_in_group * count, or send == recv");
     require_host(g, send, recv, "all_gather");
-    g->all_gather(own_block_in_place(send, recv, r, block), recv, send_count, dtype);
+    g->all_gather(own_block_in_place(send, recv, r, block), recv, count, dtype);
   });
 }
-PSTATE_API pstate_status_t pstate_reduce_scatter(pstate_group_t *g, const void *send, void *recv, size_t recv_count,
+PSTATE_API pstate_status_t pstate_reduce_scatter(pstate_group_t *g, const void *send, void *recv, size_t count,
                                                  pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream) {
   return PSTATE_GUARD({
     check_op(g, dtype, stream, "pstate_reduce_scatter");
     ContextEntry entry(g->context(), "pstate_reduce_scatter");
     require_op(op);
-    size_t total = require_buffer(send, recv_count, dtype, static_cast<size_t>(g->size()), "send");
-    size_t block = require_buffer(recv, recv_count, dtype, 1, "recv");
+    size_t total = require_buffer(send, count, dtype, static_cast<size_t>(g->size()), "send");
+    size_t block = require_buffer(recv, count, dtype, 1, "recv");
     const bool nccl_in_place = recv == at(send, static_cast<size_t>(g->rank_in_group()) * block);
     if (g->on_device()) {
       require_disjoint(g, "pstate_reduce_scatter", send, total, recv, block, nccl_in_place,
-                       "recv == send + rank_in_group * recv_count (NCCL's; in a CUDA context recv == send works "
+                       "recv == send + rank_in_group * count (NCCL's; in a CUDA context recv == send works "
                        "on rank_in_group 0 only)");
-      return g->run_device(describe(OpKind::kReduceScatter, recv_count, dtype, op, -1),
-                           [&](DeviceComm &d) { d.reduce_scatter(send, recv, recv_count, dtype, op, stream); });
+      return g->run_device(describe(OpKind::kReduceScatter, count, dtype, op, -1),
+                           [&](DeviceComm &d) { d.reduce_scatter(send, recv, count, dtype, op, stream); });
     }
     require_disjoint(g, "pstate_reduce_scatter", send, total, recv, block, nccl_in_place || recv == send,
-                     "recv == send + rank_in_group * recv_count, or recv == send");
+                     "recv == send + rank_in_group * count, or recv == send");
     require_reducible(dtype, op);
     require_host(g, send, recv, "reduce_scatter");
     // recv == send on a rank r >= 1: block 0 of this rank's send is still being read by the
@@ -170,80 +170,80 @@ PSTATE_API pstate_status_t pstate_reduce_scatter(pstate_group_t *g, const void *
     const int r = g->rank_in_group();
     if (recv == send && r != 0 && block != 0) {
       uint8_t *own = static_cast<uint8_t *>(recv) + static_cast<size_t>(r) * block;
-      g->reduce_scatter(send, own, recv_count, dtype, op);
+      g->reduce_scatter(send, own, count, dtype, op);
       std::memcpy(recv, own, block);
       return;
     }
-    g->reduce_scatter(send, recv, recv_count, dtype, op);
+    g->reduce_scatter(send, recv, count, dtype, op);
   });
 }
 
-PSTATE_API pstate_status_t pstate_broadcast(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype, int src,
+PSTATE_API pstate_status_t pstate_broadcast(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype, int root,
                                             void *stream) {
   return PSTATE_GUARD({
     check_op(g, dtype, stream, "pstate_broadcast");
     ContextEntry entry(g->context(), "pstate_broadcast");
-    require_rank(g, src, "src");
+    require_rank(g, root, "root");
     require_buffer(buf, count, dtype, 1, "buf");
     if (g->on_device())
-      return g->run_device(describe(OpKind::kBroadcast, count, dtype, -1, src),
-                           [&](DeviceComm &d) { d.broadcast(buf, count, dtype, src, stream); });
+      return g->run_device(describe(OpKind::kBroadcast, count, dtype, -1, root),
+                           [&](DeviceComm &d) { d.broadcast(buf, count, dtype, root, stream); });
     require_host(g, buf, "buf", "broadcast");
-    g->broadcast(buf, count, dtype, src);
+    g->broadcast(buf, count, dtype, root);
   });
 }
 
-PSTATE_API pstate_status_t pstate_gather(pstate_group_t *g, const void *send, void *recv, size_t send_count,
-                                         pstate_dtype_t dtype, int dst, void *stream) {
+PSTATE_API pstate_status_t pstate_gather(pstate_group_t *g, const void *send, void *recv, size_t count,
+                                         pstate_dtype_t dtype, int root, void *stream) {
   return PSTATE_GUARD({
     check_op(g, dtype, stream, "pstate_gather");
     ContextEntry entry(g->context(), "pstate_gather");
-    require_rank(g, dst, "dst");
-    size_t block = require_buffer(send, send_count, dtype, 1, "send");
-    // recv's size is checked on every rank, not only on dst: a count whose gather cannot exist
+    require_rank(g, root, "root");
+    size_t block = require_buffer(send, count, dtype, 1, "send");
+    // recv's size is checked on every rank, not only on root: a count whose gather cannot exist
     // fails the call everywhere, so no rank waits for a root that refused it.
-    size_t total = require_fits(send_count, dtype, static_cast<size_t>(g->size()), "recv");
-    bool is_dst = g->rank_in_group() == dst;
+    size_t total = require_fits(count, dtype, static_cast<size_t>(g->size()), "recv");
+    bool is_root = g->rank_in_group() == root;
     bool nccl_in_place = false;
-    if (is_dst) {
-      require_buffer(recv, send_count, dtype, static_cast<size_t>(g->size()), "recv");
-      nccl_in_place = send == at(recv, static_cast<size_t>(dst) * block);
+    if (is_root) {
+      require_buffer(recv, count, dtype, static_cast<size_t>(g->size()), "recv");
+      nccl_in_place = send == at(recv, static_cast<size_t>(root) * block);
     }
     if (g->on_device()) {
-      if (is_dst)
+      if (is_root)
         require_disjoint(g, "pstate_gather", send, block, recv, total, nccl_in_place,
-                         "send == recv + dst * send_count on dst (in a CUDA context send == recv works for dst 0 only)");
-      return g->run_device(describe(OpKind::kGather, send_count, dtype, -1, dst),
-                           [&](DeviceComm &d) { d.gather(send, recv, send_count, dtype, dst, stream); });
+                         "send == recv + root * count on root (in a CUDA context send == recv works for root 0 only)");
+      return g->run_device(describe(OpKind::kGather, count, dtype, -1, root),
+                           [&](DeviceComm &d) { d.gather(send, recv, count, dtype, root, stream); });
     }
     require_host(g, send, "send", "gather");
-    if (is_dst) {
+    if (is_root) {
       require_disjoint(g, "pstate_gather", send, block, recv, total, nccl_in_place || send == recv,
-                       "send == recv + dst * send_count on dst, or send == recv");
+                       "send == recv + root * count on root, or send == recv");
       require_host(g, recv, "recv", "gather");
-      send = own_block_in_place(send, recv, dst, block);
+      send = own_block_in_place(send, recv, root, block);
     }
-    g->gather(send, recv, send_count, dtype, dst);
+    g->gather(send, recv, count, dtype, root);
   });
 }
 
-PSTATE_API pstate_status_t pstate_all_to_all(pstate_group_t *g, const void *send, void *recv, size_t count_per_rank,
+PSTATE_API pstate_status_t pstate_all_to_all(pstate_group_t *g, const void *send, void *recv, size_t count,
                                              pstate_dtype_t dtype, void *stream) {
   return PSTATE_GUARD({
     check_op(g, dtype, stream, "pstate_all_to_all");
     ContextEntry entry(g->context(), "pstate_all_to_all");
-    size_t total = require_buffer(send, count_per_rank, dtype, static_cast<size_t>(g->size()), "send");
-    require_buffer(recv, count_per_rank, dtype, static_cast<size_t>(g->size()), "recv");
+    size_t total = require_buffer(send, count, dtype, static_cast<size_t>(g->size()), "send");
+    require_buffer(recv, count, dtype, static_cast<size_t>(g->size()), "recv");
     if (g->on_device()) {
       // NCCL has no in-place all_to_all: the device communicator refuses send == recv itself.
       require_disjoint(g, "pstate_all_to_all", send, total, recv, total, send == recv,
                        "none in a CUDA context (send == recv is refused too)");
-      return g->run_device(describe(OpKind::kAllToAll, count_per_rank, dtype, -1, -1),
-                           [&](DeviceComm &d) { d.all_to_all(send, recv, count_per_rank, dtype, stream); });
+      return g->run_device(describe(OpKind::kAllToAll, count, dtype, -1, -1),
+                           [&](DeviceComm &d) { d.all_to_all(send, recv, count, dtype, stream); });
     }
     require_disjoint(g, "pstate_all_to_all", send, total, recv, total, send == recv, "send == recv");
     require_host(g, send, recv, "all_to_all");
-    g->all_to_all(send, recv, count_per_rank, dtype);
+    g->all_to_all(send, recv, count, dtype);
   });
 }
 
@@ -273,47 +273,47 @@ PSTATE_API pstate_status_t pstate_reduce(pstate_group_t *g, const void *send, vo
   });
 }
 
-// scatter: send matters on root only, but its size (world_size * recv_count) is checked on
+// scatter: send matters on root only, but its size (world_size * count) is checked on
 // every rank, as gather's recv is, so a count no root could send fails the call everywhere.
-PSTATE_API pstate_status_t pstate_scatter(pstate_group_t *g, const void *send, void *recv, size_t recv_count,
+PSTATE_API pstate_status_t pstate_scatter(pstate_group_t *g, const void *send, void *recv, size_t count,
                                           pstate_dtype_t dtype, int root, void *stream) {
   return PSTATE_GUARD({
     check_op(g, dtype, stream, "pstate_scatter");
     ContextEntry entry(g->context(), "pstate_scatter");
     require_rank(g, root, "root");
-    const size_t total = require_fits(recv_count, dtype, static_cast<size_t>(g->size()), "send");
-    const size_t block = require_buffer(recv, recv_count, dtype, 1, "recv");
+    const size_t total = require_fits(count, dtype, static_cast<size_t>(g->size()), "send");
+    const size_t block = require_buffer(recv, count, dtype, 1, "recv");
     const bool is_root = g->rank_in_group() == root;
     const void *in = is_root ? send : nullptr;
     bool nccl_in_place = false;
     if (is_root) {
-      require_present(send, total, recv_count, "send");
+      require_present(send, total, count, "send");
       nccl_in_place = recv == at(send, static_cast<size_t>(root) * block);
     }
     if (g->on_device()) {
       if (is_root)
         require_disjoint(g, "pstate_scatter", send, total, recv, block, nccl_in_place,
-                         "recv == send + root * recv_count on root (in a CUDA context recv == send works for root 0 "
+                         "recv == send + root * count on root (in a CUDA context recv == send works for root 0 "
                          "only)");
-      return g->run_device(describe(OpKind::kScatter, recv_count, dtype, -1, root),
-                           [&](DeviceComm &d) { d.scatter(in, recv, recv_count, dtype, root, stream); });
+      return g->run_device(describe(OpKind::kScatter, count, dtype, -1, root),
+                           [&](DeviceComm &d) { d.scatter(in, recv, count, dtype, root, stream); });
     }
     require_host(g, recv, "recv", "scatter");
     if (is_root) {
       require_disjoint(g, "pstate_scatter", send, total, recv, block, nccl_in_place || recv == send,
-                       "recv == send + root * recv_count on root, or recv == send");
+                       "recv == send + root * count on root, or recv == send");
       require_host(g, send, "send", "scatter");
       // recv == send on a root r >= 1: recv's front is block 0 of send, which still has to
       // reach rank 0. Scatter into block r (the in-place form: nothing is copied for the root)
       // and move it to the front once the call has returned, when every block has left.
       if (recv == send && root != 0 && block != 0) {
         uint8_t *own = static_cast<uint8_t *>(recv) + static_cast<size_t>(root) * block;
-        g->scatter(send, own, recv_count, dtype, root);
+        g->scatter(send, own, count, dtype, root);
         std::memcpy(recv, own, block);
         return;
       }
     }
-    g->scatter(in, recv, recv_count, dtype, root);
+    g->scatter(in, recv, count, dtype, root);
   });
 }
 
@@ -369,39 +369,39 @@ PSTATE_API pstate_status_t pstate_reduce_scatterv(pstate_group_t *g, const void 
 
 // Point-to-point is not verified under PSTATE_CHECK (it compares collectives only), on the CPU
 // as on the device.
-PSTATE_API pstate_status_t pstate_send(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t dtype, int dst,
+PSTATE_API pstate_status_t pstate_send(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t dtype, int peer,
                                        void *stream) {
   return PSTATE_GUARD({
     check_op(g, dtype, stream, "pstate_send");
     ContextEntry entry(g->context(), "pstate_send");
-    require_rank(g, dst, "dst");
-    require(dst != g->rank_in_group(), "dst is this rank: pstate_send needs another rank of the group");
+    require_rank(g, peer, "peer");
+    require(peer != g->rank_in_group(), "peer is this rank: pstate_send needs another rank of the group");
     require_buffer(buf, count, dtype, 1, "buf");
     if (g->on_device()) {
       g->require_device_p2p_ready("pstate_send");
-      return g->run_device(describe(OpKind::kSend, count, dtype, -1, dst),
-                           [&](DeviceComm &d) { d.send(buf, count, dtype, dst, stream); });
+      return g->run_device(describe(OpKind::kSend, count, dtype, -1, peer),
+                           [&](DeviceComm &d) { d.send(buf, count, dtype, peer, stream); });
     }
     require_host(g, buf, "buf", "send");
-    g->send(buf, count, dtype, dst);
+    g->send(buf, count, dtype, peer);
   });
 }
 
-PSTATE_API pstate_status_t pstate_recv(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype, int src,
+PSTATE_API pstate_status_t pstate_recv(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype, int peer,
                                        void *stream) {
   return PSTATE_GUARD({
     check_op(g, dtype, stream, "pstate_recv");
     ContextEntry entry(g->context(), "pstate_recv");
-    require_rank(g, src, "src");
-    require(src != g->rank_in_group(), "src is this rank: pstate_recv needs another rank of the group");
+    require_rank(g, peer, "peer");
+    require(peer != g->rank_in_group(), "peer is this rank: pstate_recv needs another rank of the group");
     require_buffer(buf, count, dtype, 1, "buf");
     if (g->on_device()) {
       g->require_device_p2p_ready("pstate_recv");
-      return g->run_device(describe(OpKind::kRecv, count, dtype, -1, src),
-                           [&](DeviceComm &d) { d.recv(buf, count, dtype, src, stream); });
+      return g->run_device(describe(OpKind::kRecv, count, dtype, -1, peer),
+                           [&](DeviceComm &d) { d.recv(buf, count, dtype, peer, stream); });
     }
     require_host(g, buf, "buf", "recv");
-    g->recv(buf, count, dtype, src);
+    g->recv(buf, count, dtype, peer);
   });
 }
 
@@ -420,81 +420,86 @@ PSTATE_API pstate_status_t pstate_tp_allreduce(pstate_t *ps, void *buf, size_t c
   return s != PSTATE_OK ? s : pstate_all_reduce(g, buf, buf, count, dtype, op, stream);
 }
 
-PSTATE_API pstate_status_t pstate_tp_allgather(pstate_t *ps, const void *send, void *recv, size_t send_count,
+PSTATE_API pstate_status_t pstate_tp_allgather(pstate_t *ps, const void *send, void *recv, size_t count,
                                                pstate_dtype_t dtype, void *stream) {
   pstate_group_t *g = nullptr;
   pstate_status_t s = PSTATE_GUARD({ g = tp_group(ps, "pstate_tp_allgather"); });
-  return s != PSTATE_OK ? s : pstate_all_gather(g, send, recv, send_count, dtype, stream);
+  return s != PSTATE_OK ? s : pstate_all_gather(g, send, recv, count, dtype, stream);
 }
 
-PSTATE_API pstate_status_t pstate_broadcast_object(pstate_group_t *g, const void *data, size_t size, int src,
+PSTATE_API pstate_status_t pstate_broadcast_object(pstate_group_t *g, const void *data, size_t size, int root,
                                                    pstate_bytes_t *out) {
+  if (out != nullptr) *out = pstate_bytes_t{nullptr, 0};
   return PSTATE_GUARD({
     require_group(g, "pstate_broadcast_object");
     ContextEntry entry(g->context(), "pstate_broadcast_object");
-    require_rank(g, src, "src");
-    bool is_src = g->rank_in_group() == src;
-    if (is_src) {  // a refusal still takes part in the call, so the others fail at once with it
+    require_rank(g, root, "root");
+    bool is_root = g->rank_in_group() == root;
+    if (is_root) {  // a refusal still takes part in the call, so the others fail at once with it
       try {
         require(data != nullptr || size == 0, "data is NULL with size > 0");
         require_fits(size, PSTATE_UINT8, 1, "size");
       } catch (const pstate::Error &e) {
-        g->refuse(pstate::OpKind::kBroadcastObject, src, size, e);
+        g->refuse(pstate::OpKind::kBroadcastObject, root, size, e);
       }
     } else {
       require_nonnull(out, "out");
     }
-    if (out != nullptr) *out = pstate_bytes_t{nullptr, 0};
-    pstate::Bytes got = g->broadcast_object(data, size, src);
+    pstate::Bytes got = g->broadcast_object(data, size, root);
     if (out != nullptr) export_bytes(got, out);
   });
 }
 
+// sizes is a returned array (*count = the group size); a too-small capacity is refused like a bad
+// size, inside the call's agreement, so the other ranks fail at once instead of waiting.
 PSTATE_API pstate_status_t pstate_all_gather_object(pstate_group_t *g, const void *data, size_t size,
-                                                    pstate_bytes_t *out, size_t *sizes, size_t capacity) {
+                                                    pstate_bytes_t *out, size_t *sizes, size_t capacity,
+                                                    size_t *count) {
+  if (out != nullptr) *out = pstate_bytes_t{nullptr, 0};
+  if (count != nullptr) *count = 0;
   return PSTATE_GUARD({
     require_group(g, "pstate_all_gather_object");
     ContextEntry entry(g->context(), "pstate_all_gather_object");
     require_nonnull(out, "out");
+    require_nonnull(count, "count");
+    const size_t n = static_cast<size_t>(g->size());
     try {  // a refusal still takes part in the call, so the others fail at once with it
       require(data != nullptr || size == 0, "data is NULL with size > 0");
       require_fits(size, PSTATE_UINT8, 1, "size");
+      require_capacity(sizes, capacity, count, n, "sizes", pstate::cat("group ", g->name(), "'s size"));
     } catch (const pstate::Error &e) {
-      g->refuse(pstate::OpKind::kAllGatherObject, -1, size, e);
+      g->refuse(pstate::OpKind::kAllGatherObject, -1, size, e);  // *count says n on a small capacity
     }
-    require_nonnull(sizes, "sizes");
-    if (capacity < static_cast<size_t>(g->size()))
-      pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "capacity ", capacity, " < group size ", g->size(), " (",
-                          g->name(), ")");
-    *out = pstate_bytes_t{nullptr, 0};
+    *count = 0;  // until the call succeeds: another rank's refusal is not this rank's capacity
     std::vector<size_t> got_sizes;
     pstate::Bytes got = g->all_gather_object(data, size, &got_sizes);
     export_bytes(got, out);
     std::memcpy(sizes, got_sizes.data(), got_sizes.size() * sizeof(size_t));
+    *count = n;
   });
 }
 
-PSTATE_API pstate_status_t pstate_send_object(pstate_group_t *g, const void *data, size_t size, int dst) {
+PSTATE_API pstate_status_t pstate_send_object(pstate_group_t *g, const void *data, size_t size, int peer) {
   return PSTATE_GUARD({
     require_group(g, "pstate_send_object");
     ContextEntry entry(g->context(), "pstate_send_object");
-    require_rank(g, dst, "dst");
-    require(dst != g->rank_in_group(), "dst is this rank: pstate_send_object needs another rank of the group");
+    require_rank(g, peer, "peer");
+    require(peer != g->rank_in_group(), "peer is this rank: pstate_send_object needs another rank of the group");
     require(data != nullptr || size == 0, "data is NULL with size > 0");
     require_fits(size, PSTATE_UINT8, 1, "size");
-    g->send_object(data, size, dst);
+    g->send_object(data, size, peer);
   });
 }
 
-PSTATE_API pstate_status_t pstate_recv_object(pstate_group_t *g, int src, pstate_bytes_t *out) {
+PSTATE_API pstate_status_t pstate_recv_object(pstate_group_t *g, int peer, pstate_bytes_t *out) {
+  if (out != nullptr) *out = pstate_bytes_t{nullptr, 0};
   return PSTATE_GUARD({
     require_group(g, "pstate_recv_object");
     ContextEntry entry(g->context(), "pstate_recv_object");
-    require_rank(g, src, "src");
-    require(src != g->rank_in_group(), "src is this rank: pstate_recv_object needs another rank of the group");
+    require_rank(g, peer, "peer");
+    require(peer != g->rank_in_group(), "peer is this rank: pstate_recv_object needs another rank of the group");
     require_nonnull(out, "out");
-    *out = pstate_bytes_t{nullptr, 0};
-    export_bytes(g->recv_object(src), out);
+    export_bytes(g->recv_object(peer), out);
   });
 }
 
@@ -506,11 +511,11 @@ PSTATE_API void pstate_bytes_free(pstate_bytes_t *b) {
 }
 
 PSTATE_API pstate_status_t pstate_graph_capture_begin(pstate_t *ps, void *stream, void **capture_stream) {
+  if (capture_stream != nullptr) *capture_stream = nullptr;
   return PSTATE_GUARD({
     require_context(ps);
     ContextEntry entry(*ps, "pstate_graph_capture_begin");
     require_nonnull(capture_stream, "capture_stream");
-    *capture_stream = nullptr;
     *capture_stream = ps->begin_graph_capture(stream);
   });
 }

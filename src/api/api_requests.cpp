@@ -13,6 +13,7 @@
 #include "api/boundary.hpp"
 #include "api/handles.hpp"
 #include "api/request_handles.hpp"
+#include "common/struct_io.hpp"
 
 using namespace pstate::api;
 using pstate::DeviceComm;
@@ -82,14 +83,18 @@ pstate_status_t finish(RequestClaim &req) {
   return status;
 }
 
-void check_batch(pstate_group_t *g, const pstate_p2p_op_t *ops, size_t n) {
-  if (n != 0) require_nonnull(ops, "ops");
+// The caller's ops as this library's structs (walked by their struct_size: pstate.h, "Struct
+// arrays"), each checked before anything moves.
+std::vector<pstate_p2p_op_t> checked_batch(pstate_group_t *g, const pstate_p2p_op_t *ops, size_t n) {
+  std::vector<pstate_p2p_op_t> batch;
+  try {
+    batch = pstate::read_struct_array(ops, n, "ops");
+  } catch (const pstate::Error &e) {
+    throw_error(e.status(), e.what(), "; nothing was sent");
+  }
   for (size_t i = 0; i < n; ++i) {
-    const pstate_p2p_op_t &o = ops[i];
+    const pstate_p2p_op_t &o = batch[i];
     auto where = [&] { return pstate::cat("ops[", i, "]"); };
-    if (o.struct_size != sizeof(pstate_p2p_op_t))
-      throw_error(PSTATE_ERR_INVALID_ARGUMENT, where(), ".struct_size is ", o.struct_size, " (expected ",
-                  sizeof(pstate_p2p_op_t), "): initialize every op with PSTATE_P2P_OP_INIT; nothing was sent");
     if (o.peer < 0 || o.peer >= g->size())
       throw_error(PSTATE_ERR_INVALID_ARGUMENT, where(), ".peer ", o.peer, " is not a rank of group ", g->name(), " (0..",
                   g->size() - 1, "): peers are ranks in the group (rank_in_group), not global ranks; nothing was sent");
@@ -103,27 +108,28 @@ void check_batch(pstate_group_t *g, const pstate_p2p_op_t *ops, size_t n) {
     if (!g->on_device())
       g->context().require_host_memory(o.buf, where().c_str(), g->name().c_str(), "p2p_batch");
   }
+  return batch;
 }
 
 }  // namespace
 
 extern "C" {
 
-PSTATE_API pstate_status_t pstate_isend(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t dtype, int dst,
+PSTATE_API pstate_status_t pstate_isend(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t dtype, int peer,
                                         void *stream, pstate_request_t **req) {
   return PSTATE_GUARD({
-    check_p2p(g, buf, count, dtype, dst, stream, req, "pstate_isend", "dst");
+    check_p2p(g, buf, count, dtype, peer, stream, req, "pstate_isend", "peer");
     ContextEntry entry(g->context(), "pstate_isend");
-    *req = post(g, true, buf, count, dtype, dst, stream, [&](RequestState &r) { g->isend(r, buf, count, dtype, dst); });
+    *req = post(g, true, buf, count, dtype, peer, stream, [&](RequestState &r) { g->isend(r, buf, count, dtype, peer); });
   });
 }
 
-PSTATE_API pstate_status_t pstate_irecv(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype, int src,
+PSTATE_API pstate_status_t pstate_irecv(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype, int peer,
                                         void *stream, pstate_request_t **req) {
   return PSTATE_GUARD({
-    check_p2p(g, buf, count, dtype, src, stream, req, "pstate_irecv", "src");
+    check_p2p(g, buf, count, dtype, peer, stream, req, "pstate_irecv", "peer");
     ContextEntry entry(g->context(), "pstate_irecv");
-    *req = post(g, false, buf, count, dtype, src, stream, [&](RequestState &r) { g->irecv(r, buf, count, dtype, src); });
+    *req = post(g, false, buf, count, dtype, peer, stream, [&](RequestState &r) { g->irecv(r, buf, count, dtype, peer); });
   });
 }
 
@@ -166,13 +172,13 @@ PSTATE_API pstate_status_t pstate_p2p_batch(pstate_group_t *g, const pstate_p2p_
     require_group(g, "pstate_p2p_batch");
     require_cpu_stream(g, stream);
     ContextEntry entry(g->context(), "pstate_p2p_batch");
-    check_batch(g, ops, n);
+    const std::vector<pstate_p2p_op_t> batch = checked_batch(g, ops, n);
     if (n == 0) return;
     if (g->on_device()) {
       g->require_device_p2p_ready("pstate_p2p_batch");
-      return g->p2p_batch_device(ops, n, stream);
+      return g->p2p_batch_device(batch.data(), n, stream);
     }
-    g->p2p_batch(ops, n);
+    g->p2p_batch(batch.data(), n);
   });
 }
 

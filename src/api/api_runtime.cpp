@@ -3,6 +3,7 @@
 // argument and handle checks, then the Context / group objects of src/group/ do the work.
 #include "api/boundary.hpp"
 #include "api/handles.hpp"
+#include "common/struct_io.hpp"
 #include "group/context.hpp"
 #include "group/group.hpp"
 
@@ -20,14 +21,15 @@ PSTATE_API pstate_status_t pstate_init(const pstate_init_params_t *params, pstat
   return PSTATE_GUARD({
     require_nonnull(out, "out");
     *out = nullptr;
-    if (params != nullptr) {
-      pstate::api::require_struct(params->struct_size, sizeof(pstate_init_params_t), sizeof(pstate_init_params_t),
-                                  "params", "PSTATE_INIT_PARAMS_INIT");
-      require(params->device == PSTATE_DEVICE_CPU || params->device == PSTATE_DEVICE_CUDA,
-              "params->device is not a pstate_device_t (PSTATE_DEVICE_CPU or PSTATE_DEVICE_CUDA)");
-      require(params->timeout_ms >= 0, "params->timeout_ms is negative (0 = default)");
+    if (params == nullptr) {
+      *out = std::make_unique<pstate_s>(nullptr).release();
+      return;
     }
-    *out = std::make_unique<pstate_s>(params).release();
+    const pstate_init_params_t p = pstate::read_struct(params, "params");
+    require(p.device == PSTATE_DEVICE_CPU || p.device == PSTATE_DEVICE_CUDA,
+            "params->device is not a pstate_device_t (PSTATE_DEVICE_CPU or PSTATE_DEVICE_CUDA)");
+    require(p.timeout_ms >= 0, "params->timeout_ms is negative (0 = default)");
+    *out = std::make_unique<pstate_s>(&p).release();
   });
 }
 
@@ -35,10 +37,9 @@ PSTATE_API pstate_status_t pstate_initialize_model_parallel(pstate_t *ps, const 
   return PSTATE_GUARD({
     pstate::api::require_context(ps);
     pstate::api::ContextEntry entry(*ps, "pstate_initialize_model_parallel");
-    if (cfg != nullptr)
-      pstate::api::require_struct(cfg->struct_size, sizeof(pstate_parallel_config_t), sizeof(pstate_parallel_config_t),
-                                  "cfg", "PSTATE_PARALLEL_CONFIG_INIT");
-    ps->initialize_model_parallel(cfg);
+    if (cfg == nullptr) return ps->initialize_model_parallel(nullptr);
+    const pstate_parallel_config_t c = pstate::read_struct(cfg, "cfg");
+    ps->initialize_model_parallel(&c);
   });
 }
 
@@ -155,35 +156,31 @@ PSTATE_API pstate_status_t pstate_group_info(const pstate_group_t *g, pstate_gro
   return PSTATE_GUARD({
     pstate::api::require_group(g, "pstate_group_info");
     require_nonnull(out, "out");
-    pstate::api::require_struct(out->struct_size, sizeof(pstate_group_info_t), sizeof(pstate_group_info_t), "out",
-                                "PSTATE_GROUP_INFO_INIT");
     const auto &ranks = g->ranks();
     int n = g->size();
     int i = g->rank_in_group();
-    out->kind = g->kind();
-    out->rank = g->context().rank();
-    out->rank_in_group = i;
-    out->world_size = n;
-    out->local_rank = g->context().local_rank();
-    out->first_rank = ranks.front();
-    out->last_rank = ranks.back();
-    out->next_rank = ranks[static_cast<size_t>((i + 1) % n)];
-    out->prev_rank = ranks[static_cast<size_t>((i + n - 1) % n)];
-    std::memset(out->name, 0, sizeof(out->name));
-    std::strncpy(out->name, g->name().c_str(), sizeof(out->name) - 1);
+    pstate_group_info_t info{};
+    info.kind = g->kind();
+    info.rank = g->context().rank();
+    info.rank_in_group = i;
+    info.world_size = n;
+    info.local_rank = g->context().local_rank();
+    info.first_rank = ranks.front();
+    info.last_rank = ranks.back();
+    info.next_rank = ranks[static_cast<size_t>((i + 1) % n)];
+    info.prev_rank = ranks[static_cast<size_t>((i + n - 1) % n)];
+    std::strncpy(info.name, g->name().c_str(), sizeof(info.name) - 1);
+    pstate::write_struct(out, info, "out");  // the caller's first min(struct_size, sizeof) bytes only
   });
 }
 
 PSTATE_API pstate_status_t pstate_group_ranks(const pstate_group_t *g, int *ranks, size_t capacity, size_t *count) {
   return PSTATE_GUARD({
-    pstate::api::require_group(g, "pstate_group_ranks");
     require_nonnull(count, "count");
-    *count = g->ranks().size();
-    if (capacity < g->ranks().size())
-      pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "capacity ", capacity, " < group size ", g->ranks().size(),
-                          " (", g->name(), "); *count holds the size needed");
-    require_nonnull(ranks, "ranks");
-    std::memcpy(ranks, g->ranks().data(), g->ranks().size() * sizeof(int));
+    *count = 0;
+    pstate::api::require_group(g, "pstate_group_ranks");
+    pstate::api::return_array(ranks, capacity, count, g->ranks().data(), g->ranks().size(), "ranks",
+                              pstate::cat("group ", g->name(), "'s size"));
   });
 }
 
@@ -194,30 +191,33 @@ PSTATE_API pstate_status_t pstate_live_ranks(pstate_t *ps, int *ranks, size_t ca
     pstate::api::require_context(ps);
     pstate::api::ContextEntry entry(*ps, "pstate_live_ranks");
     const std::vector<int> live = ps->live_ranks();
-    *count = live.size();
-    if (capacity < live.size())
-      pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "capacity ", capacity, " < ", live.size(),
-                          " live ranks; *count holds the size needed (the world size is always enough)");
-    require_nonnull(ranks, "ranks");
-    std::memcpy(ranks, live.data(), live.size() * sizeof(int));
+    pstate::api::return_array(ranks, capacity, count, live.data(), live.size(), "ranks",
+                              "the number of live ranks (the world size is always enough)");
   });
 }
 
 // Surviving a dead rank (src/group/shrink.cpp).
-PSTATE_API pstate_status_t pstate_shrink(pstate_t *ps, int *new_rank, size_t capacity) {
+// new_rank NULL with capacity 0 skips the map (pstate.h: the one exception to the returned-array
+// rule, since shrink is done once it returns). The capacity is checked before anything is done.
+PSTATE_API pstate_status_t pstate_shrink(pstate_t *ps, int *new_rank, size_t capacity, size_t *count) {
   return PSTATE_GUARD({
+    require_nonnull(count, "count");
+    *count = 0;
     pstate::api::require_context(ps);
     pstate::api::ContextEntry entry(*ps, "pstate_shrink");
-    if (new_rank != nullptr && capacity < static_cast<size_t>(ps->world_size()))
-      pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "pstate_shrink: capacity ", capacity, " < world size ",
-                          ps->world_size(), " (new_rank gets one entry per rank of the world before the call; "
-                          "nothing was done)");
+    const size_t world = static_cast<size_t>(ps->world_size());
+    const bool skip_map = new_rank == nullptr && capacity == 0;
+    if (!skip_map)
+      pstate::api::require_capacity(new_rank, capacity, count, world, "new_rank",
+                                    "the world size before the call (nothing was done)");
+    *count = 0;  // set again once the call succeeded: a later failure is no capacity error
     const std::vector<int> map = ps->shrink();
-    if (new_rank != nullptr) std::memcpy(new_rank, map.data(), map.size() * sizeof(int));
+    if (!skip_map) std::memcpy(new_rank, map.data(), map.size() * sizeof(int));
+    *count = map.size();
   });
 }
 
-PSTATE_API pstate_status_t pstate_grow(pstate_t *ps, int timeout_ms) {
+PSTATE_API pstate_status_t pstate_grow(pstate_t *ps, int64_t timeout_ms) {
   return PSTATE_GUARD({
     pstate::api::require_context(ps);
     pstate::api::ContextEntry entry(*ps, "pstate_grow");
@@ -236,17 +236,19 @@ PSTATE_API pstate_status_t pstate_new_group(pstate_t *ps, const int *ranks, size
   });
 }
 
-PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int source, int *same_node,
-                                                  size_t capacity) {
+PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int root, int *same_node,
+                                                  size_t capacity, size_t *count) {
   return PSTATE_GUARD({
+    require_nonnull(count, "count");
+    *count = 0;
     pstate::api::require_group(g, "pstate_group_same_node");
-    pstate::api::require_rank(g, source, "source");
-    require_nonnull(same_node, "same_node");
-    if (capacity < g->ranks().size())
-      pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "capacity ", capacity, " < group size ", g->ranks().size());
+    pstate::api::require_rank(g, root, "root");
     const auto &launch = g->launch_ranks();
-    const std::string &src_host = g->context().host_id(launch[static_cast<size_t>(source)]);
-    for (size_t i = 0; i < launch.size(); ++i) same_node[i] = g->context().host_id(launch[i]) == src_host ? 1 : 0;
+    const std::string &root_host = g->context().host_id(launch[static_cast<size_t>(root)]);
+    std::vector<int> flags(launch.size());
+    for (size_t i = 0; i < launch.size(); ++i) flags[i] = g->context().host_id(launch[i]) == root_host ? 1 : 0;
+    pstate::api::return_array(same_node, capacity, count, flags.data(), flags.size(), "same_node",
+                              pstate::cat("group ", g->name(), "'s size"));
   });
 }
 

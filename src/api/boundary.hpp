@@ -10,6 +10,7 @@
 
 #include <pstate/pstate.h>
 
+#include <cstring>
 #include <new>
 #include <string>
 
@@ -46,14 +47,26 @@ inline void require(bool ok, const char *what) {
 inline void require_nonnull(const void *p, const char *name) {
   if (p == nullptr) throw_error(PSTATE_ERR_INVALID_ARGUMENT, name, " is NULL");
 }
-// A parameter struct must come from its initializer macro: struct_size at least the first
-// version's size and no larger than a size we can read (callers newer than the library are
-// refused rather than silently truncated).
-inline void require_struct(size_t got, size_t oldest, size_t ours, const char *name, const char *init) {
-  if (got < oldest || got > ours)
-    throw_error(PSTATE_ERR_INVALID_ARGUMENT, name, "->struct_size is ", got, " (expected ", ours,
-                "): initialize it with ", init);
+// Parameter structs: common/struct_io.hpp (read_struct, write_struct, read_struct_array).
+
+// Returned arrays (pstate.h, "Returned arrays"): *count is set to the whole answer's size n, also
+// when capacity is too small, which is INVALID_ARGUMENT naming `needed` (what n is) with nothing
+// written; out may be NULL only then. The caller set *count = 0 first, for the other errors.
+inline void require_capacity(const void *out, size_t capacity, size_t *count, size_t n, const char *name,
+                             const std::string &needed) {
+  *count = n;
+  if (capacity < n)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, name, ": capacity ", capacity, " < ", n, " = ", needed,
+                "; *count holds the number needed (ask with capacity 0 first)");
+  if (n != 0 && out == nullptr) throw_error(PSTATE_ERR_INVALID_ARGUMENT, name, " is NULL with capacity ", capacity);
 }
+template <typename T>
+void return_array(T *out, size_t capacity, size_t *count, const T *answer, size_t n, const char *name,
+                  const std::string &needed) {
+  require_capacity(out, capacity, count, n, name, needed);
+  if (n != 0) std::memcpy(out, answer, n * sizeof(T));
+}
+
 void require_dtype(pstate_dtype_t dtype);
 void require_op(pstate_reduce_op_t op);
 void require_group_kind(pstate_group_kind_t kind);

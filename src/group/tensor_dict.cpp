@@ -2,7 +2,8 @@
 // and recv_tensor_dict, as a protocol over the group's two communicators.
 //
 // Sender (src of a broadcast, or the sending side of a pair):
-//   1. checks the dict (names, dtypes, shapes, sizes, where each buffer lives) and encodes one
+//   1. reads the caller's array by its struct_size (common/struct_io.hpp), checks the dict
+//      (names, dtypes, shapes, sizes, where each buffer lives) and encodes one
 //      metadata message: per tensor its name, dtype, device and shape, followed for a CPU tensor
 //      of at most kInlineBytes by its bytes (one message instead of one per small tensor). A
 //      dict it refuses is sent as a refusal (status + message) instead, so the receivers fail
@@ -24,6 +25,7 @@
 #include "group/tensor_dict.hpp"
 
 #include "common/limits.hpp"
+#include "common/struct_io.hpp"
 #include "group/context.hpp"
 
 #include <cstring>
@@ -181,8 +183,15 @@ TensorMeta check_tensor(Group &g, const pstate_tensor_t &t, size_t i, const char
   return m;
 }
 
-Dict encode_dict(Group &g, const pstate_tensor_t *tensors, size_t count, const char *op) {
+Dict encode_dict(Group &g, const pstate_tensor_t *caller_tensors, size_t count, const char *op) {
   const std::string where = g.name() + " " + op;
+  std::vector<pstate_tensor_t> own;
+  try {
+    own = read_struct_array(caller_tensors, count, "tensors");
+  } catch (const Error &e) {
+    throw Error(e.status(), cat(where, ": ", e.what()));
+  }
+  const pstate_tensor_t *tensors = own.data();
   Dict dict;
   DictWriter w;
   w.put(kDictMagic);

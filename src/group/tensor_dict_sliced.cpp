@@ -20,6 +20,7 @@
 // of the dict each rank received (names, dtypes, devices, full shapes, sliced or not, in order):
 // slices of different dicts (two senders with different keys of the same shape, issue 27) are
 // never gathered into one tensor; every rank of ag gets MISMATCH naming both hashes and its keys.
+#include "common/struct_io.hpp"
 #include "group/context.hpp"
 #include "group/tensor_dict.hpp"
 
@@ -135,14 +136,26 @@ Plan decode_plan(const Bytes &b, const std::string &where) {
 
 }  // namespace
 
-void send_tensor_dict_sliced(Group &g, const pstate_tensor_t *tensors, size_t count, int dst, Group &ag,
+void send_tensor_dict_sliced(Group &g, const pstate_tensor_t *caller_tensors, size_t count, int dst, Group &ag,
                              void *stream) {
   const int64_t parts = ag.size();
   std::vector<int64_t> plan{kPlanMagic, parts, ag.rank_in_group(), static_cast<int64_t>(count)};
-  std::vector<pstate_tensor_t> sent(tensors, tensors + count);
+  std::vector<pstate_tensor_t> sent;
+  try {
+    sent = read_struct_array(caller_tensors, count, "tensors");  // pstate.h: arrays walked by struct_size
+  } catch (const Error &) {
+    // A plan that slices nothing, then the dict call, which refuses the same array to the receiver
+    // (it learns the reason at once instead of waiting).
+    for (size_t i = 0; i < count; ++i) plan.insert(plan.end(), {0, 0});
+    g.send_object(plan.data(), plan.size() * sizeof(int64_t), dst, ObjectKind::kSlicedPlan);
+    send_tensor_dict(g, caller_tensors, count, dst, stream);
+    throw_error(PSTATE_ERR_INTERNAL, "send_tensor_dict_sliced: the tensors array was refused here but not by "
+                "send_tensor_dict (please report this)");
+  }
+  const pstate_tensor_t *tensors = sent.data();
   std::vector<int64_t> slice_shapes(count);
   for (size_t i = 0; i < count; ++i) {
-    const pstate_tensor_t &t = tensors[i];
+    const pstate_tensor_t t = tensors[i];  // a copy: sent[i] (the same element) is rewritten below
     const int64_t n = elements_of(t);
     const bool sliced = parts > 1 && n > 0 && n % parts == 0 && static_cast<int>(t.dtype) >= 0 &&
                         static_cast<int>(t.dtype) < PSTATE_DTYPE_COUNT;

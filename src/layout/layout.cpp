@@ -53,7 +53,7 @@ std::span<const pstate_group_kind_t> creation_order() { return kCreationOrder; }
 
 const char *kind_name(pstate_group_kind_t kind) {
   const char *name = pstate_group_kind_name(kind);
-  // PSTATE_GROUP_CUSTOM has a name but no place in the layout (pstate_new_group makes those)
+  // the kinds from PSTATE_GROUP_FIRST_NON_LAYOUT_KIND on (custom) have names but no place in the layout
   if (name == nullptr || static_cast<int>(kind) >= kKindCount)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "group kind ", static_cast<int>(kind),
                 " is not a pstate_group_kind_t (0..", kKindCount - 1, ")");

@@ -3,10 +3,10 @@
  * size, every other overlap is refused.
  *
  * The in-place forms (pstate.h, "Buffers"): all_reduce send == recv; all_gather send == recv +
- * rank_in_group * send_count and send == recv; reduce_scatter recv == send + rank_in_group *
- * recv_count and recv == send; gather on dst send == recv + dst * send_count and send == recv;
+ * rank_in_group * count and send == recv; reduce_scatter recv == send + rank_in_group *
+ * count and recv == send; gather on root send == recv + root * count and send == recv;
  * all_to_all send == recv; reduce on root send == recv; scatter on root recv == send + root *
- * recv_count and recv == send. Each is checked for the right data on 2 and 3 ranks, at 8 and
+ * count and recv == send. Each is checked for the right data on 2 and 3 ranks, at 8 and
  * 65536 elements, over shared memory (PSTATE_SHM unset) and over UCX (PSTATE_SHM=0). Partly
  * overlapping buffers (recv = send +- 1 element, all_gather send = recv + N/2, ...) must return
  * INVALID_ARGUMENT on the rank that passed them, before any message (so the ranks stay in step),
@@ -144,7 +144,7 @@ static int partial_overlaps_are_refused(const pstate_test_rank_t *self, pstate_g
   RANK_CHECK(self, strstr(pstate_last_error(), "send == recv") != NULL, "all_reduce form: %s", pstate_last_error());
   /* all_gather: send in the middle of recv's first blocks, one element off the own block */
   RANK_REFUSED(self, pstate_all_gather(g, mid + n / 2, mid, n, PSTATE_UINT32, NULL), "pstate_all_gather");
-  RANK_CHECK(self, strstr(pstate_last_error(), "rank_in_group * send_count") != NULL, "all_gather form: %s",
+  RANK_CHECK(self, strstr(pstate_last_error(), "rank_in_group * count") != NULL, "all_gather form: %s",
              pstate_last_error());
   RANK_REFUSED(self, pstate_all_gather(g, mid + (size_t)r * n + 1, mid, n, PSTATE_UINT32, NULL), "pstate_all_gather");
   RANK_REFUSED(self, pstate_reduce_scatter(g, mid, mid + 1, n, PSTATE_UINT32, PSTATE_SUM, NULL),
@@ -161,7 +161,7 @@ static int partial_overlaps_are_refused(const pstate_test_rank_t *self, pstate_g
     RANK_CHECK(self, strstr(pstate_last_error(), "send == recv on root") != NULL, "reduce form: %s", pstate_last_error());
     RANK_REFUSED(self, pstate_reduce(g, mid + 1, mid, n, PSTATE_UINT32, PSTATE_MAX, 0, NULL), "pstate_reduce");
     RANK_REFUSED(self, pstate_scatter(g, mid, mid + 1, n, PSTATE_UINT32, 0, NULL), "pstate_scatter");
-    RANK_CHECK(self, strstr(pstate_last_error(), "root * recv_count") != NULL, "scatter form: %s", pstate_last_error());
+    RANK_CHECK(self, strstr(pstate_last_error(), "root * count") != NULL, "scatter form: %s", pstate_last_error());
     RANK_REFUSED(self, pstate_scatter(g, mid + n / 2, mid, n, PSTATE_UINT32, 0, NULL), "pstate_scatter");
   }
   /* off the root the ignored buffer may overlap: every rank calls, only the root's are disjoint */

@@ -224,7 +224,7 @@ static int check_objects(const pstate_test_rank_t *self, pstate_group_t *g, cons
   for (size_t i = 0; i < mine; ++i) obj[i] = (unsigned char)(self->rank * 3 + i);
   pstate_bytes_t all = {NULL, 0};
   size_t sizes[64];
-  RANK_OK(self, pstate_all_gather_object(g, obj, mine, &all, sizes, 64));
+  RANK_OK(self, pstate_all_gather_object(g, obj, mine, &all, sizes, 64, &(size_t){0}));
   size_t off = 0;
   for (int k = 0; k < n; ++k) {
     RANK_CHECK(self, sizes[k] == object_size(ranks[k]), "%s all_gather_object size of %d", name, k);

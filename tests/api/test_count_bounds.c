@@ -96,10 +96,10 @@ static int counts_rank(const pstate_test_rank_t *self) {
   {
     pstate_bytes_t out = {NULL, 0};
     size_t sizes[2];
-    s = pstate_all_gather_object(g, a, self->rank == 1 ? SIZE_MAX : 4, &out, sizes, 2);
+    s = pstate_all_gather_object(g, a, self->rank == 1 ? SIZE_MAX : 4, &out, sizes, 2, &(size_t){0});
     RANK_CHECK(self, s == PSTATE_ERR_INVALID_ARGUMENT && strstr(pstate_last_error(), self->rank == 1 ? "2^47" : "refused"),
                "all_gather_object SIZE_MAX on rank 1: %s (%s)", pstate_status_string(s), pstate_last_error());
-    RANK_OK(self, pstate_all_gather_object(g, a, 4, &out, sizes, 2));
+    RANK_OK(self, pstate_all_gather_object(g, a, 4, &out, sizes, 2, &(size_t){0}));
     RANK_CHECK(self, out.size == 8 && sizes[0] == 4 && sizes[1] == 4, "the next all_gather_object: %zu bytes", out.size);
     pstate_bytes_free(&out);
   }

@@ -288,7 +288,7 @@ static pstate_status_t issue(pstate_t **ps, pstate_group_t *g, const call_t *c, 
     case OP_ALL_GATHER_OBJECT: {
       pstate_bytes_t out = {NULL, 0};
       size_t sizes[MAX_RANKS];
-      pstate_status_t s = pstate_all_gather_object(g, send, count, &out, sizes, MAX_RANKS);
+      pstate_status_t s = pstate_all_gather_object(g, send, count, &out, sizes, MAX_RANKS, &(size_t){0});
       pstate_bytes_free(&out);
       return s;
     }

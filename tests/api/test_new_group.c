@@ -150,7 +150,7 @@ static int check_p2p_and_objects(const pstate_test_rank_t *self, pstate_group_t 
   snprintf(mine, sizeof mine, "r%d", self->rank);
   pstate_bytes_t all = {NULL, 0};
   size_t sizes[MAX_WORLD];
-  RANK_OK(self, pstate_all_gather_object(g, mine, strlen(mine), &all, sizes, MAX_WORLD));
+  RANK_OK(self, pstate_all_gather_object(g, mine, strlen(mine), &all, sizes, MAX_WORLD, &(size_t){0}));
   size_t at = 0;
   for (int k = 0; k < n; ++k) {
     char want[16];

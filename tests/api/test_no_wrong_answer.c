@@ -196,7 +196,7 @@ static int internal_rank(const pstate_test_rank_t *self) {
     memset(obj, 9, sizeof obj);
     pstate_bytes_t out = {NULL, 0};
     size_t sizes[3];
-    s = pstate_all_gather_object(w, obj, c->what == 0 ? 16 : 5, &out, sizes, 3);
+    s = pstate_all_gather_object(w, obj, c->what == 0 ? 16 : 5, &out, sizes, 3, &(size_t){0});
     pstate_bytes_free(&out);
     other = "pstate_new_group";
   } else {
@@ -248,8 +248,9 @@ static int sliced_keys_rank(const pstate_test_rank_t *self) {
   if (self->rank < 2) {
     float data[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     int64_t shape[1] = {8};
-    pstate_tensor_t t = {.name = self->rank == 0 ? "hidden" : "residual", .dtype = PSTATE_FLOAT32,
-                         .device = PSTATE_DEVICE_CPU, .ndim = 1, .shape = shape, .data = data};
+    pstate_tensor_t t = PSTATE_TENSOR_INIT;
+    t.name = self->rank == 0 ? "hidden" : "residual";
+    t.ndim = 1, t.shape = shape, t.data = data; /* float32, CPU: the initializer's */
     RANK_OK(self, pstate_send_tensor_dict_sliced(pp, &t, 1, 1, tp, NULL));
   } else {
     void *mem = NULL;
@@ -281,8 +282,8 @@ static int dict_bound_rank(const pstate_test_rank_t *self) {
   if (self->rank == 0) {
     unsigned char buf[16] = {0};
     int64_t shape[1] = {(int64_t)1 << 50};
-    pstate_tensor_t t = {.name = "huge", .dtype = PSTATE_UINT8, .device = PSTATE_DEVICE_CPU, .ndim = 1,
-                         .shape = shape, .data = buf};
+    pstate_tensor_t t = PSTATE_TENSOR_INIT;
+    t.name = "huge", t.dtype = PSTATE_UINT8, t.ndim = 1, t.shape = shape, t.data = buf;
     s = pstate_broadcast_tensor_dict(w, &t, 1, 0, NULL, NULL, NULL);
   } else {
     s = pstate_broadcast_tensor_dict(w, NULL, 0, 0, alloc_cb, &mem, NULL);

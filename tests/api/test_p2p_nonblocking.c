@@ -611,9 +611,9 @@ static int argument_errors(const pstate_test_rank_t *self) {
   float buf[4] = {0};
   pstate_request_t *q = (pstate_request_t *)&buf; /* must be reset to NULL on failure */
   EXPECT(self, pstate_isend(w, buf, 4, PSTATE_FLOAT32, peer, NULL, NULL), PSTATE_ERR_INVALID_ARGUMENT, "req is NULL");
-  EXPECT(self, pstate_isend(w, buf, 4, PSTATE_FLOAT32, 2, NULL, &q), PSTATE_ERR_INVALID_ARGUMENT, "dst 2");
+  EXPECT(self, pstate_isend(w, buf, 4, PSTATE_FLOAT32, 2, NULL, &q), PSTATE_ERR_INVALID_ARGUMENT, "peer 2");
   RANK_CHECK(self, q == NULL, "a failed isend returns no request");
-  EXPECT(self, pstate_irecv(w, buf, 4, PSTATE_FLOAT32, -1, NULL, &q), PSTATE_ERR_INVALID_ARGUMENT, "src -1");
+  EXPECT(self, pstate_irecv(w, buf, 4, PSTATE_FLOAT32, -1, NULL, &q), PSTATE_ERR_INVALID_ARGUMENT, "peer -1");
   EXPECT(self, pstate_isend(w, buf, 4, PSTATE_FLOAT32, me, NULL, &q), PSTATE_ERR_INVALID_ARGUMENT, "is this rank");
   EXPECT(self, pstate_irecv(w, buf, 4, PSTATE_FLOAT32, me, NULL, &q), PSTATE_ERR_INVALID_ARGUMENT, "is this rank");
   EXPECT(self, pstate_irecv(w, NULL, 4, PSTATE_FLOAT32, peer, NULL, &q), PSTATE_ERR_INVALID_ARGUMENT, "buf is NULL");

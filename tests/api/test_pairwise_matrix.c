@@ -615,7 +615,7 @@ static pstate_status_t run_op(rank_io_t *io, op_t op) {
       break;
     case OP_ALL_GATHER_OBJECT:
       fill_bytes(io->obj_out[0], 4 * n, op, r, -1);
-      note(io, pstate_all_gather_object(g, io->obj_out[0], 4 * n, &io->obj_in[0], io->sizes, MAX_RANKS));
+      note(io, pstate_all_gather_object(g, io->obj_out[0], 4 * n, &io->obj_in[0], io->sizes, MAX_RANKS, &(size_t){0}));
       break;
     case OP_BROADCAST_TENSOR_DICT:
       if (r == 0 && !dict_make(&io->dict_out[0], op, 0, -1, n)) return PSTATE_ERR_NO_MEMORY;

@@ -248,7 +248,10 @@ static int survive_and_shrink(const pstate_test_rank_t *self) {
   RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_TP, &old_tp));
   if (all_reduce_until_failure(self, ps, sc, buf) != 0) return 1;
   int small[1];
-  RANK_CHECK(self, pstate_shrink(ps, small, 1) == PSTATE_ERR_INVALID_ARGUMENT, "capacity 1 < world refused");
+  size_t needed = 0;
+  RANK_CHECK(self, pstate_shrink(ps, small, 1, &needed) == PSTATE_ERR_INVALID_ARGUMENT, "capacity 1 < world refused");
+  RANK_CHECK(self, needed == (size_t)self->world_size, "*count %zu on a too-small capacity: the world size %d", needed,
+             self->world_size);
   if (self->rank == sc->shrink_victim) {
     if (sc->shrink_victim_delay_us < 0) { /* never arrives: dies while the others wait inside pstate_shrink */
       usleep(300000);
@@ -264,8 +267,10 @@ static int survive_and_shrink(const pstate_test_rank_t *self) {
     RANK_CHECK(self, round < 3, "still no exact world after %d shrinks", round);
     int new_rank[MAX_WORLD];
     for (int i = 0; i < MAX_WORLD; ++i) new_rank[i] = -9;
-    pstate_status_t s = pstate_shrink(ps, new_rank, MAX_WORLD);
+    size_t old_world = 0;
+    pstate_status_t s = pstate_shrink(ps, new_rank, MAX_WORLD, &old_world);
     RANK_CHECK(self, s == PSTATE_OK, "pstate_shrink: %s: %s", pstate_status_string(s), pstate_last_error());
+    RANK_CHECK(self, old_world == (size_t)n, "*count %zu, the world before the call had %d ranks", old_world, n);
     int next[MAX_WORLD], m = 0;
     for (int i = 0; i < n; ++i) {
       RANK_CHECK(self, new_rank[i] == -1 || new_rank[i] == m, "new_rank[%d] = %d, expected -1 or %d", i, new_rank[i], m);
@@ -350,7 +355,9 @@ static int store_dies_with_rank0(const pstate_test_rank_t *self) {
   RANK_OK(self, pstate_test_init(self, TIMEOUT_MS, &ps));
   if (all_reduce_until_failure(self, ps, &sc, buf) != 0) return 1;
   double t0 = pstate_test_now_ms();
-  pstate_status_t s = pstate_shrink(ps, NULL, 0);
+  size_t count = 99;
+  pstate_status_t s = pstate_shrink(ps, NULL, 0, &count);
+  RANK_CHECK(self, count == 0, "*count is 0 on an error other than a small capacity: %zu", count);
   const char *e = pstate_last_error();
   fprintf(stderr, "rank %d: pstate_shrink: %s: %s\n", self->rank, pstate_status_string(s), e);
   RANK_CHECK(self, s == PSTATE_ERR_PEER_LOST, "status %s", pstate_status_string(s));
@@ -457,7 +464,7 @@ static int replace_and_grow(const pstate_test_rank_t *self) {
     }
     if (all_reduce_until_failure(self, ps, &sc, buf) != 0) return 1;
     int new_rank[4];
-    RANK_OK(self, pstate_shrink(ps, new_rank, 4));
+    RANK_OK(self, pstate_shrink(ps, new_rank, 4, &(size_t){0}));
     RANK_CHECK(self, new_rank[2] == -1 && new_rank[3] == 2, "new ranks %d %d %d %d", new_rank[0], new_rank[1],
                new_rank[2], new_rank[3]);
     if (exact_after(self, ps, members, 3, 3, 1, buf) != 0) return 1;
@@ -532,7 +539,9 @@ static pstate_status_t try_to_join(const char *rank, const char *token, char *wh
 static int strangers_stay_out(const pstate_test_rank_t *self) {
   pstate_t *ps = NULL;
   RANK_OK(self, pstate_test_init(self, TIMEOUT_MS, &ps));
-  RANK_CHECK(self, pstate_shrink(NULL, NULL, 0) == PSTATE_ERR_INVALID_ARGUMENT, "NULL context");
+  size_t count = 99;
+  RANK_CHECK(self, pstate_shrink(NULL, NULL, 0, &count) == PSTATE_ERR_INVALID_ARGUMENT && count == 0, "NULL context");
+  RANK_CHECK(self, pstate_shrink(ps, NULL, 0, NULL) == PSTATE_ERR_INVALID_ARGUMENT, "NULL count");
   RANK_CHECK(self, pstate_grow(NULL, 0) == PSTATE_ERR_INVALID_ARGUMENT, "NULL context");
   RANK_CHECK(self, pstate_grow(ps, -1) == PSTATE_ERR_INVALID_ARGUMENT, "negative timeout");
   if (self->rank == 0) {
@@ -554,7 +563,8 @@ static int strangers_stay_out(const pstate_test_rank_t *self) {
   RANK_OK(self, pstate_all_reduce(world, &one, &sum, 1, PSTATE_INT32, PSTATE_SUM, NULL));
   RANK_CHECK(self, sum == self->world_size, "the world is unchanged: sum %d", sum);
   int new_rank[3];
-  RANK_OK(self, pstate_shrink(ps, new_rank, 3)); /* nobody died: the same world, renumbered as before */
+  RANK_OK(self, pstate_shrink(ps, new_rank, 3, &count)); /* nobody died: the same world, renumbered as before */
+  RANK_CHECK(self, count == 3, "*count %zu", count);
   RANK_CHECK(self, new_rank[0] == 0 && new_rank[1] == 1 && new_rank[2] == 2, "identity");
   RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &world));
   RANK_OK(self, pstate_all_reduce(world, &one, &sum, 1, PSTATE_INT32, PSTATE_SUM, NULL));

@@ -38,7 +38,7 @@ static int shrink_rank(const pstate_test_rank_t *self) {
   RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_TP, &old_tp));
   for (int round = 0; round < 2; ++round) {
     int new_rank[3] = {-9, -9, -9};
-    RANK_OK(self, pstate_shrink(ps, new_rank, 3));
+    RANK_OK(self, pstate_shrink(ps, new_rank, 3, &(size_t){0}));
     RANK_CHECK(self, new_rank[0] == 0 && new_rank[1] == 1 && new_rank[2] == 2, "round %d: %d %d %d", round,
                new_rank[0], new_rank[1], new_rank[2]);
     int32_t x = 1;

@@ -351,7 +351,7 @@ static int run_object(soak_t *s, const plan_t *p) {
   size_t sizes[SOAK_RANKS], want_total = 0;
   size_t mine = (size_t)(hash4(s->seed, (uint64_t)p->index, (uint64_t)s->rank, 7) % (16 * 1024 + 1));
   fill_bytes(s, p, s->rank, -1, s->a, mine);
-  SOAK_OK(s, p, pstate_all_gather_object(g, s->a, mine, &out, sizes, SOAK_RANKS));
+  SOAK_OK(s, p, pstate_all_gather_object(g, s->a, mine, &out, sizes, SOAK_RANKS, &(size_t){0}));
   int bad = 0;
   for (int r = 0; r < n && !bad; ++r) {
     size_t want = (size_t)(hash4(s->seed, (uint64_t)p->index, (uint64_t)ranks[r], 7) % (16 * 1024 + 1));

@@ -37,8 +37,9 @@ static int uses_every_initializer(void) {
   pstate_bytes_t bytes = {NULL, 0};
   const pstate_api_t *api = pstate_get_api(PSTATE_ABI_MAJOR);
   pstate_status_t (*create)(int, const pstate_parallel_config_t *, pstate_layout_t **) = pstate_layout_create;
-  return (int)params.struct_size + cfg.tensor_parallel_size + info.rank + op.peer + tensor.ndim + (int)bytes.size + (api != NULL) +
-         (create != NULL) + PSTATE_VERSION + PSTATE_GROUP_KIND_COUNT + PSTATE_DTYPE_COUNT + PSTATE_REDUCE_OP_COUNT;
+  return (int)params.struct_size + cfg.tensor_parallel_size + info.rank + (int)bytes.size + (api != NULL) +
+         (create != NULL) + PSTATE_VERSION + PSTATE_GROUP_KIND_COUNT + PSTATE_DTYPE_COUNT + PSTATE_REDUCE_OP_COUNT +
+         (int)tensor.struct_size + op.peer + PSTATE_GROUP_FIRST_NON_LAYOUT_KIND;
 }
 
 int main(void) {

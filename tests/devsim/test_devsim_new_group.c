@@ -242,7 +242,7 @@ static int layout_rank(const pstate_test_rank_t *self) {
   size_t sizes[8];
   pstate_group_t *w = NULL;
   RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &w));
-  RANK_OK(self, pstate_all_gather_object(w, mine, sizeof mine, &all, sizes, 8));
+  RANK_OK(self, pstate_all_gather_object(w, mine, sizeof mine, &all, sizes, 8, &(size_t){0}));
   if (self->rank == 0) {
     unsigned long long t[4] = {0, 0, 0, 0};
     for (int r = 0; r < self->world_size; ++r)

@@ -114,7 +114,7 @@ static int survive_on_device(const pstate_test_rank_t *self) {
   RANK_CHECK(self, read_counts(&before) == 0, "devsim counts not found (PSTATE_NCCL_LIBRARY=%s)",
              getenv("PSTATE_NCCL_LIBRARY"));
   int new_rank[4];
-  RANK_OK(self, pstate_shrink(ps, new_rank, 4));
+  RANK_OK(self, pstate_shrink(ps, new_rank, 4, &(size_t){0}));
   RANK_CHECK(self, new_rank[0] == 0 && new_rank[1] == 1 && new_rank[2] == -1 && new_rank[3] == 2, "new ranks %d %d %d %d",
              new_rank[0], new_rank[1], new_rank[2], new_rank[3]);
   RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &world));

@@ -441,7 +441,8 @@ int run_kill(Rank &r) {
   const bool counted = devsim_counts(&before);
   std::vector<int> new_rank(static_cast<size_t>(r.world), -2);
   const double t0 = now_ms();
-  ps_check(pstate_shrink(r.ps, new_rank.data(), new_rank.size()));
+  size_t old_world = 0;
+  ps_check(pstate_shrink(r.ps, new_rank.data(), new_rank.size(), &old_world));
   std::printf("gpu_multi_check rank %d: pstate_shrink took %.0f ms\n", r.rank, now_ms() - t0);
   std::string map;
   bool map_ok = true;

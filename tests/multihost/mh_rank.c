@@ -137,7 +137,7 @@ static int get_group(pstate_t *ps, pstate_group_kind_t kind, group_t *out) {
   size_t n = 0;
   OK(pstate_group_ranks(out->g, out->ranks, 256, &n));
   out->size = (int)n;
-  OK(pstate_group_same_node(out->g, out->info.rank_in_group, out->same_node, 256));
+  OK(pstate_group_same_node(out->g, out->info.rank_in_group, out->same_node, 256, &(size_t){0}));
   return 0;
 }
 
@@ -245,7 +245,7 @@ static int check_objects(const group_t *g, int seed) {
   char mine[64];
   int len = snprintf(mine, sizeof mine, "rank %d says %d", g->info.rank, seed);
   size_t sizes[256];
-  OK(pstate_all_gather_object(g->g, mine, (size_t)len, &got, sizes, 256));
+  OK(pstate_all_gather_object(g->g, mine, (size_t)len, &got, sizes, 256, &(size_t){0}));
   size_t off = 0;
   for (int r = 0; r < g->size; ++r) {
     char want[64];
@@ -485,7 +485,7 @@ static int mode_shrink(void) {
   printf("mh: rank %d: %s: %s\n", g_rank, pstate_status_string(s), pstate_last_error());
   CHECK(s == PSTATE_ERR_PEER_LOST || s == PSTATE_ERR_ABORTED, "status %s", pstate_status_string(s));
   int new_rank[64];
-  OK(pstate_shrink(ps, new_rank, 64));
+  OK(pstate_shrink(ps, new_rank, 64, &(size_t){0}));
   const int dead = env_int("MH_EXPECT_DEAD", -1);
   for (int r = 0, k = 0; r < old_size; ++r) {
     int want = r == dead ? -1 : k++;

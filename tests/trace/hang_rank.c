@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
     }
     s = pstate_all_reduce(tp, a, b, 8, PSTATE_FLOAT32, PSTATE_SUM, NULL);
     if (shrunk && shrunk_at < 0 && (s == PSTATE_ERR_PEER_LOST || s == PSTATE_ERR_ABORTED)) {
-      die_on(pstate_shrink(ps, NULL, 0), launch_rank, "shrink");
+      die_on(pstate_shrink(ps, NULL, 0, &(size_t){0}), launch_rank, "shrink");
       die_on(pstate_get_group(ps, PSTATE_GROUP_WORLD, &world), launch_rank, "get world");
       die_on(pstate_group_info(world, &info), launch_rank, "group info");
       cfg.tensor_parallel_size = info.world_size;

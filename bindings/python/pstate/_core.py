@@ -126,8 +126,8 @@ class Group:
         return list(self._ranks)
 
     def same_node(self, source: int = 0) -> List[bool]:
-        """SGLang's in_the_same_node_as: for each group rank, whether it shares a host with
-        group rank source. Local, not collective."""
+        """SGLang's in_the_same_node_as(source_rank): for each group rank, whether it shares a
+        host with group rank source (pstate_group_same_node's root). Local, not collective."""
         return self._call(capi.group_same_node, source, self.world_size)
 
     def __repr__(self) -> str:
@@ -716,8 +716,8 @@ class PState:
         TimeoutError, the world unchanged and usable."""
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int):
             raise InvalidArgumentError(f"grow: timeout_ms must be an int, got {type(timeout_ms).__name__}")
-        if not 0 <= timeout_ms <= 0x7FFFFFFF:
-            raise InvalidArgumentError(f"grow: timeout_ms {timeout_ms} is outside 0..2147483647")
+        if not 0 <= timeout_ms <= 0x7FFFFFFFFFFFFFFF:
+            raise InvalidArgumentError(f"grow: timeout_ms {timeout_ms} is outside 0..2**63-1 (int64_t milliseconds)")
         self._call(capi.grow, timeout_ms)
         self._generation += 1
         self._renew_world()

@@ -70,7 +70,7 @@ class GroupKind(enum.IntEnum):
     DCP = 8
     SHARED_EXPERTS_TP = 9
     SELF_PP = 10
-    CUSTOM = 11  #: a group of PState.new_group (not for PState.group)
+    CUSTOM = 1000  #: a group of PState.new_group (not for PState.group); kinds >= 1000 are not layout kinds
 
 
 _E = TypeVar("_E", bound=enum.IntEnum)

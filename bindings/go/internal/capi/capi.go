@@ -101,9 +101,9 @@ typedef _gostring_ swig_type_21;
 typedef _goslice_ swig_type_22;
 typedef _goslice_ swig_type_23;
 typedef _goslice_ swig_type_24;
-typedef _goslice_ swig_type_25;
+typedef long long swig_type_25;
 typedef _goslice_ swig_type_26;
-typedef long long swig_type_27;
+typedef _goslice_ swig_type_27;
 typedef long long swig_type_28;
 typedef long long swig_type_29;
 typedef long long swig_type_30;
@@ -111,188 +111,189 @@ typedef long long swig_type_31;
 typedef long long swig_type_32;
 typedef long long swig_type_33;
 typedef long long swig_type_34;
-typedef _goslice_ swig_type_35;
+typedef long long swig_type_35;
 typedef _goslice_ swig_type_36;
-typedef long long swig_type_37;
+typedef _goslice_ swig_type_37;
 typedef long long swig_type_38;
 typedef long long swig_type_39;
 typedef long long swig_type_40;
-typedef _goslice_ swig_type_41;
+typedef long long swig_type_41;
 typedef _goslice_ swig_type_42;
 typedef _goslice_ swig_type_43;
 typedef _goslice_ swig_type_44;
-typedef long long swig_type_45;
+typedef _goslice_ swig_type_45;
 typedef long long swig_type_46;
-extern void _wrap_Swig_free_capi_116be922db6fa65c(uintptr_t arg1);
-extern uintptr_t _wrap_Swig_malloc_capi_116be922db6fa65c(swig_intgo arg1);
-extern swig_intgo _wrap_PSTATE_VERSION_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_OK_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_ERR_TIMEOUT_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_ERR_PEER_LOST_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_ERR_TRANSPORT_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_ERR_MISMATCH_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_ERR_AUTH_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_ERR_ABORTED_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_ERR_INTERNAL_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_ERR_BUSY_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_INT8_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_UINT8_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_INT32_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_UINT32_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_INT64_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_UINT64_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_FLOAT16_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_FLOAT32_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_FLOAT64_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_BFLOAT16_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_FP8_E4M3_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_FP8_E5M2_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_SUM_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_PROD_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_MAX_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_MIN_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_AVG_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_DEVICE_CPU_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_DEVICE_CUDA_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_GROUP_WORLD_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_GROUP_TP_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_GROUP_PP_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_GROUP_MOE_EP_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_GROUP_MOE_TP_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_GROUP_MOE_DP_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_GROUP_DCP_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_GROUP_SELF_PP_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_PSTATE_GROUP_CUSTOM_capi_116be922db6fa65c(void);
-extern swig_type_1 _wrap_pstate_init_params_t_struct_size_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_world_size_set_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_init_params_t_world_size_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_rank_set_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_init_params_t_rank_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_local_rank_set_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_init_params_t_local_rank_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_init_method_set_capi_116be922db6fa65c(uintptr_t arg1, swig_type_2 arg2);
-extern swig_type_3 _wrap_pstate_init_params_t_init_method_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_device_set_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_init_params_t_device_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_device_ordinal_set_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_timeout_ms_set_capi_116be922db6fa65c(uintptr_t arg1, swig_type_4 arg2);
-extern swig_type_5 _wrap_pstate_init_params_t_timeout_ms_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_job_token_set_capi_116be922db6fa65c(uintptr_t arg1, swig_type_6 arg2);
-extern swig_type_7 _wrap_pstate_init_params_t_job_token_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_socket_ifname_set_capi_116be922db6fa65c(uintptr_t arg1, swig_type_8 arg2);
-extern swig_type_9 _wrap_pstate_init_params_t_socket_ifname_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern uintptr_t _wrap_new_pstate_init_params_t_capi_116be922db6fa65c(void);
-extern void _wrap_delete_pstate_init_params_t_capi_116be922db6fa65c(uintptr_t arg1);
-extern swig_type_10 _wrap_pstate_parallel_config_t_struct_size_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern uintptr_t _wrap_new_pstate_parallel_config_t_capi_116be922db6fa65c(void);
-extern void _wrap_delete_pstate_parallel_config_t_capi_116be922db6fa65c(uintptr_t arg1);
-extern swig_type_11 _wrap_pstate_group_info_t_struct_size_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_kind_set_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_kind_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_rank_set_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_rank_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_rank_in_group_set_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_world_size_set_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_world_size_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_local_rank_set_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_local_rank_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_first_rank_set_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_first_rank_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_last_rank_set_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_last_rank_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_next_rank_set_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_next_rank_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_prev_rank_set_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_prev_rank_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern swig_type_12 _wrap_pstate_group_info_t_name_get_capi_116be922db6fa65c(uintptr_t arg1);
-extern uintptr_t _wrap_new_pstate_group_info_t_capi_116be922db6fa65c(void);
-extern void _wrap_delete_pstate_group_info_t_capi_116be922db6fa65c(uintptr_t arg1);
-extern swig_type_13 _wrap_status_string_capi_116be922db6fa65c(swig_intgo arg1);
-extern swig_type_14 _wrap_last_error_capi_116be922db6fa65c(void);
-extern swig_intgo _wrap_version_capi_116be922db6fa65c(void);
-extern swig_type_15 _wrap_dtype_name_capi_116be922db6fa65c(swig_intgo arg1);
-extern swig_type_16 _wrap_reduce_op_name_capi_116be922db6fa65c(swig_intgo arg1);
-extern swig_type_17 _wrap_group_kind_name_capi_116be922db6fa65c(swig_intgo arg1);
-extern swig_type_18 _wrap_dtype_size_capi_116be922db6fa65c(swig_intgo arg1);
-extern swig_intgo _wrap_layout_create_capi_116be922db6fa65c(swig_intgo arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_intgo _wrap_layout_group_count_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
-extern swig_intgo _wrap_layout_group_ranks_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2, swig_type_19 arg3, swig_type_20 arg4, swig_voidp arg5);
-extern swig_intgo _wrap_layout_group_of_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3, swig_voidp arg4);
-extern void _wrap_layout_destroy_capi_116be922db6fa65c(uintptr_t arg1);
-extern swig_intgo _wrap_init_capi_116be922db6fa65c(uintptr_t arg1, swig_voidp arg2);
-extern swig_intgo _wrap_initialize_model_parallel_capi_116be922db6fa65c(uintptr_t arg1, uintptr_t arg2);
-extern swig_intgo _wrap_model_parallel_is_initialized_capi_116be922db6fa65c(uintptr_t arg1);
-extern swig_intgo _wrap_destroy_model_parallel_capi_116be922db6fa65c(uintptr_t arg1);
-extern swig_intgo _wrap_finalize_capi_116be922db6fa65c(uintptr_t arg1);
-extern swig_intgo _wrap_abort_capi_116be922db6fa65c(uintptr_t arg1);
-extern swig_intgo _wrap_revoke_capi_116be922db6fa65c(uintptr_t arg1);
-extern swig_intgo _wrap_set_interrupt_check_capi_116be922db6fa65c(uintptr_t arg1, uintptr_t arg2);
-extern swig_intgo _wrap_trace_dump_capi_116be922db6fa65c(uintptr_t arg1, swig_type_21 arg2);
-extern swig_intgo _wrap_get_group_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
-extern swig_intgo _wrap_group_info_capi_116be922db6fa65c(uintptr_t arg1, uintptr_t arg2);
-extern swig_intgo _wrap_group_ranks_capi_116be922db6fa65c(uintptr_t arg1, swig_type_22 arg2, swig_voidp arg3);
-extern swig_intgo _wrap_live_ranks_capi_116be922db6fa65c(uintptr_t arg1, swig_type_23 arg2, swig_voidp arg3);
-extern swig_intgo _wrap_shrink_capi_116be922db6fa65c(uintptr_t arg1, swig_type_24 arg2);
-extern swig_intgo _wrap_grow_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_new_group_capi_116be922db6fa65c(uintptr_t arg1, swig_type_25 arg2, swig_voidp arg3);
-extern swig_intgo _wrap_group_same_node_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2, swig_type_26 arg3);
-extern swig_intgo _wrap_all_reduce_capi_116be922db6fa65c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_27 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_all_gather_capi_116be922db6fa65c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_28 arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_reduce_scatter_capi_116be922db6fa65c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_29 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_broadcast_capi_116be922db6fa65c(uintptr_t arg1, swig_voidp arg2, swig_type_30 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_gather_capi_116be922db6fa65c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_31 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_all_to_all_capi_116be922db6fa65c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_32 arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_reduce_capi_116be922db6fa65c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_33 arg4, swig_intgo arg5, swig_intgo arg6, swig_intgo arg7, uintptr_t arg8);
-extern swig_intgo _wrap_scatter_capi_116be922db6fa65c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_34 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_all_gatherv_capi_116be922db6fa65c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_35 arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_reduce_scatterv_capi_116be922db6fa65c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_36 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_send_capi_116be922db6fa65c(uintptr_t arg1, swig_voidp arg2, swig_type_37 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_recv_capi_116be922db6fa65c(uintptr_t arg1, swig_voidp arg2, swig_type_38 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_barrier_capi_116be922db6fa65c(uintptr_t arg1);
-extern swig_intgo _wrap_tp_allreduce_capi_116be922db6fa65c(uintptr_t arg1, swig_voidp arg2, swig_type_39 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_tp_allgather_capi_116be922db6fa65c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_40 arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_broadcast_object_capi_116be922db6fa65c(uintptr_t arg1, swig_type_41 arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_intgo _wrap_all_gather_object_capi_116be922db6fa65c(uintptr_t arg1, swig_type_42 arg2, swig_voidp arg3, swig_type_43 arg4);
-extern swig_intgo _wrap_send_object_capi_116be922db6fa65c(uintptr_t arg1, swig_type_44 arg2, swig_intgo arg3);
-extern swig_intgo _wrap_recv_object_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
-extern swig_intgo _wrap_broadcast_tensor_dict_capi_116be922db6fa65c(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, uintptr_t arg4, uintptr_t arg5);
-extern swig_intgo _wrap_send_tensor_dict_capi_116be922db6fa65c(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, uintptr_t arg4);
-extern swig_intgo _wrap_recv_tensor_dict_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2, uintptr_t arg3, uintptr_t arg4);
-extern swig_intgo _wrap_send_tensor_dict_sliced_capi_116be922db6fa65c(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, uintptr_t arg4, uintptr_t arg5);
-extern swig_intgo _wrap_recv_tensor_dict_sliced_capi_116be922db6fa65c(uintptr_t arg1, swig_intgo arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
-extern swig_intgo _wrap_isend_capi_116be922db6fa65c(uintptr_t arg1, swig_voidp arg2, swig_type_45 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6, swig_voidp arg7);
-extern swig_intgo _wrap_irecv_capi_116be922db6fa65c(uintptr_t arg1, swig_voidp arg2, swig_type_46 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6, swig_voidp arg7);
-extern swig_intgo _wrap_wait_capi_116be922db6fa65c(uintptr_t arg1);
-extern swig_intgo _wrap_test_capi_116be922db6fa65c(uintptr_t arg1, swig_voidp arg2);
-extern swig_intgo _wrap_p2p_batch_capi_116be922db6fa65c(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3);
-extern swig_intgo _wrap_graph_capture_begin_capi_116be922db6fa65c(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_intgo _wrap_graph_capture_end_capi_116be922db6fa65c(uintptr_t arg1);
+typedef long long swig_type_47;
+extern void _wrap_Swig_free_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern uintptr_t _wrap_Swig_malloc_capi_ff2d2cd2b2250927(swig_intgo arg1);
+extern swig_intgo _wrap_PSTATE_VERSION_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_OK_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_ERR_TIMEOUT_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_ERR_PEER_LOST_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_ERR_TRANSPORT_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_ERR_MISMATCH_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_ERR_AUTH_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_ERR_ABORTED_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_ERR_INTERNAL_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_ERR_BUSY_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_INT8_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_UINT8_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_INT32_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_UINT32_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_INT64_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_UINT64_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_FLOAT16_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_FLOAT32_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_FLOAT64_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_BFLOAT16_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_FP8_E4M3_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_FP8_E5M2_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_SUM_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_PROD_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_MAX_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_MIN_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_AVG_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_DEVICE_CPU_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_DEVICE_CUDA_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_GROUP_WORLD_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_GROUP_TP_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_GROUP_PP_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_GROUP_MOE_EP_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_GROUP_MOE_TP_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_GROUP_MOE_DP_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_GROUP_DCP_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_GROUP_SELF_PP_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_PSTATE_GROUP_CUSTOM_capi_ff2d2cd2b2250927(void);
+extern swig_type_1 _wrap_pstate_init_params_t_struct_size_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_world_size_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_init_params_t_world_size_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_rank_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_init_params_t_rank_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_local_rank_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_init_params_t_local_rank_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_init_method_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_type_2 arg2);
+extern swig_type_3 _wrap_pstate_init_params_t_init_method_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_device_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_init_params_t_device_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_device_ordinal_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_timeout_ms_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_type_4 arg2);
+extern swig_type_5 _wrap_pstate_init_params_t_timeout_ms_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_job_token_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_type_6 arg2);
+extern swig_type_7 _wrap_pstate_init_params_t_job_token_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_socket_ifname_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_type_8 arg2);
+extern swig_type_9 _wrap_pstate_init_params_t_socket_ifname_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern uintptr_t _wrap_new_pstate_init_params_t_capi_ff2d2cd2b2250927(void);
+extern void _wrap_delete_pstate_init_params_t_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern swig_type_10 _wrap_pstate_parallel_config_t_struct_size_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern uintptr_t _wrap_new_pstate_parallel_config_t_capi_ff2d2cd2b2250927(void);
+extern void _wrap_delete_pstate_parallel_config_t_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern swig_type_11 _wrap_pstate_group_info_t_struct_size_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_kind_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_kind_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_rank_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_rank_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_rank_in_group_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_world_size_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_world_size_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_local_rank_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_local_rank_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_first_rank_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_first_rank_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_last_rank_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_last_rank_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_next_rank_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_next_rank_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_prev_rank_set_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_prev_rank_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern swig_type_12 _wrap_pstate_group_info_t_name_get_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern uintptr_t _wrap_new_pstate_group_info_t_capi_ff2d2cd2b2250927(void);
+extern void _wrap_delete_pstate_group_info_t_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern swig_type_13 _wrap_status_string_capi_ff2d2cd2b2250927(swig_intgo arg1);
+extern swig_type_14 _wrap_last_error_capi_ff2d2cd2b2250927(void);
+extern swig_intgo _wrap_version_capi_ff2d2cd2b2250927(void);
+extern swig_type_15 _wrap_dtype_name_capi_ff2d2cd2b2250927(swig_intgo arg1);
+extern swig_type_16 _wrap_reduce_op_name_capi_ff2d2cd2b2250927(swig_intgo arg1);
+extern swig_type_17 _wrap_group_kind_name_capi_ff2d2cd2b2250927(swig_intgo arg1);
+extern swig_type_18 _wrap_dtype_size_capi_ff2d2cd2b2250927(swig_intgo arg1);
+extern swig_intgo _wrap_layout_create_capi_ff2d2cd2b2250927(swig_intgo arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_intgo _wrap_layout_group_count_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
+extern swig_intgo _wrap_layout_group_ranks_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2, swig_type_19 arg3, swig_type_20 arg4, swig_voidp arg5);
+extern swig_intgo _wrap_layout_group_of_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3, swig_voidp arg4);
+extern void _wrap_layout_destroy_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern swig_intgo _wrap_init_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_voidp arg2);
+extern swig_intgo _wrap_initialize_model_parallel_capi_ff2d2cd2b2250927(uintptr_t arg1, uintptr_t arg2);
+extern swig_intgo _wrap_model_parallel_is_initialized_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern swig_intgo _wrap_destroy_model_parallel_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern swig_intgo _wrap_finalize_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern swig_intgo _wrap_abort_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern swig_intgo _wrap_revoke_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern swig_intgo _wrap_set_interrupt_check_capi_ff2d2cd2b2250927(uintptr_t arg1, uintptr_t arg2);
+extern swig_intgo _wrap_trace_dump_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_type_21 arg2);
+extern swig_intgo _wrap_get_group_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
+extern swig_intgo _wrap_group_info_capi_ff2d2cd2b2250927(uintptr_t arg1, uintptr_t arg2);
+extern swig_intgo _wrap_group_ranks_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_type_22 arg2, swig_voidp arg3);
+extern swig_intgo _wrap_live_ranks_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_type_23 arg2, swig_voidp arg3);
+extern swig_intgo _wrap_shrink_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_type_24 arg2, swig_voidp arg3);
+extern swig_intgo _wrap_grow_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_type_25 arg2);
+extern swig_intgo _wrap_new_group_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_type_26 arg2, swig_voidp arg3);
+extern swig_intgo _wrap_group_same_node_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2, swig_type_27 arg3, swig_voidp arg4);
+extern swig_intgo _wrap_all_reduce_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_28 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_all_gather_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_29 arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_reduce_scatter_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_30 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_broadcast_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_voidp arg2, swig_type_31 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_gather_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_32 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_all_to_all_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_33 arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_reduce_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_34 arg4, swig_intgo arg5, swig_intgo arg6, swig_intgo arg7, uintptr_t arg8);
+extern swig_intgo _wrap_scatter_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_35 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_all_gatherv_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_36 arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_reduce_scatterv_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_37 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_send_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_voidp arg2, swig_type_38 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_recv_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_voidp arg2, swig_type_39 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_barrier_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern swig_intgo _wrap_tp_allreduce_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_voidp arg2, swig_type_40 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_tp_allgather_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_41 arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_broadcast_object_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_type_42 arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_intgo _wrap_all_gather_object_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_type_43 arg2, swig_voidp arg3, swig_type_44 arg4, swig_voidp arg5);
+extern swig_intgo _wrap_send_object_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_type_45 arg2, swig_intgo arg3);
+extern swig_intgo _wrap_recv_object_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
+extern swig_intgo _wrap_broadcast_tensor_dict_capi_ff2d2cd2b2250927(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, uintptr_t arg4, uintptr_t arg5);
+extern swig_intgo _wrap_send_tensor_dict_capi_ff2d2cd2b2250927(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, uintptr_t arg4);
+extern swig_intgo _wrap_recv_tensor_dict_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2, uintptr_t arg3, uintptr_t arg4);
+extern swig_intgo _wrap_send_tensor_dict_sliced_capi_ff2d2cd2b2250927(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, uintptr_t arg4, uintptr_t arg5);
+extern swig_intgo _wrap_recv_tensor_dict_sliced_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_intgo arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
+extern swig_intgo _wrap_isend_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_voidp arg2, swig_type_46 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6, swig_voidp arg7);
+extern swig_intgo _wrap_irecv_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_voidp arg2, swig_type_47 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6, swig_voidp arg7);
+extern swig_intgo _wrap_wait_capi_ff2d2cd2b2250927(uintptr_t arg1);
+extern swig_intgo _wrap_test_capi_ff2d2cd2b2250927(uintptr_t arg1, swig_voidp arg2);
+extern swig_intgo _wrap_p2p_batch_capi_ff2d2cd2b2250927(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3);
+extern swig_intgo _wrap_graph_capture_begin_capi_ff2d2cd2b2250927(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_intgo _wrap_graph_capture_end_capi_ff2d2cd2b2250927(uintptr_t arg1);
 #undef intgo
 */
 import "C"
@@ -321,13 +322,13 @@ type _ sync.Mutex
 
 func Swig_free(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_Swig_free_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0))
+	C._wrap_Swig_free_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0))
 }
 
 func Swig_malloc(arg1 int) (_swig_ret uintptr) {
 	var swig_r uintptr
 	_swig_i_0 := arg1
-	swig_r = (uintptr)(C._wrap_Swig_malloc_capi_116be922db6fa65c(C.swig_intgo(_swig_i_0)))
+	swig_r = (uintptr)(C._wrap_Swig_malloc_capi_ff2d2cd2b2250927(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -548,7 +549,7 @@ const PSTATE_VERSION_PATCH int = 0
 
 func _swig_getPSTATE_VERSION() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_PSTATE_VERSION_capi_116be922db6fa65c())
+	swig_r = (int)(C._wrap_PSTATE_VERSION_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -560,7 +561,7 @@ type Enum_SS_pstate_status_t int
 
 func _swig_getPSTATE_OK() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_OK_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_OK_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -568,7 +569,7 @@ var PSTATE_OK Enum_SS_pstate_status_t = _swig_getPSTATE_OK()
 
 func _swig_getPSTATE_ERR_INVALID_ARGUMENT() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -576,7 +577,7 @@ var PSTATE_ERR_INVALID_ARGUMENT Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_IN
 
 func _swig_getPSTATE_ERR_INVALID_STATE() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INVALID_STATE_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INVALID_STATE_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -584,7 +585,7 @@ var PSTATE_ERR_INVALID_STATE Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_INVAL
 
 func _swig_getPSTATE_ERR_UNSUPPORTED() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_UNSUPPORTED_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_UNSUPPORTED_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -592,7 +593,7 @@ var PSTATE_ERR_UNSUPPORTED Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_UNSUPPO
 
 func _swig_getPSTATE_ERR_NO_MEMORY() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_NO_MEMORY_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_NO_MEMORY_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -600,7 +601,7 @@ var PSTATE_ERR_NO_MEMORY Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_NO_MEMORY
 
 func _swig_getPSTATE_ERR_TIMEOUT() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_TIMEOUT_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_TIMEOUT_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -608,7 +609,7 @@ var PSTATE_ERR_TIMEOUT Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_TIMEOUT()
 
 func _swig_getPSTATE_ERR_PEER_LOST() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_PEER_LOST_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_PEER_LOST_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -616,7 +617,7 @@ var PSTATE_ERR_PEER_LOST Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_PEER_LOST
 
 func _swig_getPSTATE_ERR_TRANSPORT() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_TRANSPORT_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_TRANSPORT_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -624,7 +625,7 @@ var PSTATE_ERR_TRANSPORT Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_TRANSPORT
 
 func _swig_getPSTATE_ERR_MISMATCH() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_MISMATCH_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_MISMATCH_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -632,7 +633,7 @@ var PSTATE_ERR_MISMATCH Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_MISMATCH()
 
 func _swig_getPSTATE_ERR_AUTH() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_AUTH_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_AUTH_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -640,7 +641,7 @@ var PSTATE_ERR_AUTH Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_AUTH()
 
 func _swig_getPSTATE_ERR_ABORTED() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_ABORTED_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_ABORTED_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -648,7 +649,7 @@ var PSTATE_ERR_ABORTED Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_ABORTED()
 
 func _swig_getPSTATE_ERR_INTERNAL() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INTERNAL_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INTERNAL_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -656,7 +657,7 @@ var PSTATE_ERR_INTERNAL Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_INTERNAL()
 
 func _swig_getPSTATE_ERR_INTERRUPTED() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INTERRUPTED_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INTERRUPTED_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -664,7 +665,7 @@ var PSTATE_ERR_INTERRUPTED Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_INTERRU
 
 func _swig_getPSTATE_ERR_BUSY() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_BUSY_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_BUSY_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -674,7 +675,7 @@ type Enum_SS_pstate_dtype_t int
 
 func _swig_getPSTATE_INT8() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_INT8_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_INT8_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -682,7 +683,7 @@ var PSTATE_INT8 Enum_SS_pstate_dtype_t = _swig_getPSTATE_INT8()
 
 func _swig_getPSTATE_UINT8() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_UINT8_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_UINT8_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -690,7 +691,7 @@ var PSTATE_UINT8 Enum_SS_pstate_dtype_t = _swig_getPSTATE_UINT8()
 
 func _swig_getPSTATE_INT32() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_INT32_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_INT32_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -698,7 +699,7 @@ var PSTATE_INT32 Enum_SS_pstate_dtype_t = _swig_getPSTATE_INT32()
 
 func _swig_getPSTATE_UINT32() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_UINT32_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_UINT32_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -706,7 +707,7 @@ var PSTATE_UINT32 Enum_SS_pstate_dtype_t = _swig_getPSTATE_UINT32()
 
 func _swig_getPSTATE_INT64() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_INT64_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_INT64_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -714,7 +715,7 @@ var PSTATE_INT64 Enum_SS_pstate_dtype_t = _swig_getPSTATE_INT64()
 
 func _swig_getPSTATE_UINT64() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_UINT64_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_UINT64_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -722,7 +723,7 @@ var PSTATE_UINT64 Enum_SS_pstate_dtype_t = _swig_getPSTATE_UINT64()
 
 func _swig_getPSTATE_FLOAT16() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FLOAT16_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FLOAT16_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -730,7 +731,7 @@ var PSTATE_FLOAT16 Enum_SS_pstate_dtype_t = _swig_getPSTATE_FLOAT16()
 
 func _swig_getPSTATE_FLOAT32() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FLOAT32_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FLOAT32_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -738,7 +739,7 @@ var PSTATE_FLOAT32 Enum_SS_pstate_dtype_t = _swig_getPSTATE_FLOAT32()
 
 func _swig_getPSTATE_FLOAT64() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FLOAT64_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FLOAT64_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -746,7 +747,7 @@ var PSTATE_FLOAT64 Enum_SS_pstate_dtype_t = _swig_getPSTATE_FLOAT64()
 
 func _swig_getPSTATE_BFLOAT16() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_BFLOAT16_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_BFLOAT16_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -754,7 +755,7 @@ var PSTATE_BFLOAT16 Enum_SS_pstate_dtype_t = _swig_getPSTATE_BFLOAT16()
 
 func _swig_getPSTATE_FP8_E4M3() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FP8_E4M3_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FP8_E4M3_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -762,7 +763,7 @@ var PSTATE_FP8_E4M3 Enum_SS_pstate_dtype_t = _swig_getPSTATE_FP8_E4M3()
 
 func _swig_getPSTATE_FP8_E5M2() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FP8_E5M2_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FP8_E5M2_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -774,7 +775,7 @@ type Enum_SS_pstate_reduce_op_t int
 
 func _swig_getPSTATE_SUM() (_swig_ret Enum_SS_pstate_reduce_op_t) {
 	var swig_r Enum_SS_pstate_reduce_op_t
-	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_SUM_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_SUM_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -782,7 +783,7 @@ var PSTATE_SUM Enum_SS_pstate_reduce_op_t = _swig_getPSTATE_SUM()
 
 func _swig_getPSTATE_PROD() (_swig_ret Enum_SS_pstate_reduce_op_t) {
 	var swig_r Enum_SS_pstate_reduce_op_t
-	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_PROD_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_PROD_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -790,7 +791,7 @@ var PSTATE_PROD Enum_SS_pstate_reduce_op_t = _swig_getPSTATE_PROD()
 
 func _swig_getPSTATE_MAX() (_swig_ret Enum_SS_pstate_reduce_op_t) {
 	var swig_r Enum_SS_pstate_reduce_op_t
-	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_MAX_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_MAX_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -798,7 +799,7 @@ var PSTATE_MAX Enum_SS_pstate_reduce_op_t = _swig_getPSTATE_MAX()
 
 func _swig_getPSTATE_MIN() (_swig_ret Enum_SS_pstate_reduce_op_t) {
 	var swig_r Enum_SS_pstate_reduce_op_t
-	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_MIN_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_MIN_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -806,7 +807,7 @@ var PSTATE_MIN Enum_SS_pstate_reduce_op_t = _swig_getPSTATE_MIN()
 
 func _swig_getPSTATE_AVG() (_swig_ret Enum_SS_pstate_reduce_op_t) {
 	var swig_r Enum_SS_pstate_reduce_op_t
-	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_AVG_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_AVG_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -818,7 +819,7 @@ type Enum_SS_pstate_device_t int
 
 func _swig_getPSTATE_DEVICE_CPU() (_swig_ret Enum_SS_pstate_device_t) {
 	var swig_r Enum_SS_pstate_device_t
-	swig_r = (Enum_SS_pstate_device_t)(C._wrap_PSTATE_DEVICE_CPU_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_device_t)(C._wrap_PSTATE_DEVICE_CPU_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -826,7 +827,7 @@ var PSTATE_DEVICE_CPU Enum_SS_pstate_device_t = _swig_getPSTATE_DEVICE_CPU()
 
 func _swig_getPSTATE_DEVICE_CUDA() (_swig_ret Enum_SS_pstate_device_t) {
 	var swig_r Enum_SS_pstate_device_t
-	swig_r = (Enum_SS_pstate_device_t)(C._wrap_PSTATE_DEVICE_CUDA_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_device_t)(C._wrap_PSTATE_DEVICE_CUDA_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -836,7 +837,7 @@ type Enum_SS_pstate_group_kind_t int
 
 func _swig_getPSTATE_GROUP_WORLD() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_WORLD_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_WORLD_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -844,7 +845,7 @@ var PSTATE_GROUP_WORLD Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_WORLD
 
 func _swig_getPSTATE_GROUP_TP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_TP_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_TP_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -852,7 +853,7 @@ var PSTATE_GROUP_TP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_TP()
 
 func _swig_getPSTATE_GROUP_PP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_PP_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_PP_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -860,7 +861,7 @@ var PSTATE_GROUP_PP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_PP()
 
 func _swig_getPSTATE_GROUP_ATTN_TP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_ATTN_TP_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_ATTN_TP_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -868,7 +869,7 @@ var PSTATE_GROUP_ATTN_TP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_ATT
 
 func _swig_getPSTATE_GROUP_ATTN_CP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_ATTN_CP_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_ATTN_CP_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -876,7 +877,7 @@ var PSTATE_GROUP_ATTN_CP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_ATT
 
 func _swig_getPSTATE_GROUP_MOE_EP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_MOE_EP_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_MOE_EP_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -884,7 +885,7 @@ var PSTATE_GROUP_MOE_EP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_MOE_
 
 func _swig_getPSTATE_GROUP_MOE_TP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_MOE_TP_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_MOE_TP_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -892,7 +893,7 @@ var PSTATE_GROUP_MOE_TP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_MOE_
 
 func _swig_getPSTATE_GROUP_MOE_DP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_MOE_DP_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_MOE_DP_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -900,7 +901,7 @@ var PSTATE_GROUP_MOE_DP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_MOE_
 
 func _swig_getPSTATE_GROUP_DCP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_DCP_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_DCP_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -908,7 +909,7 @@ var PSTATE_GROUP_DCP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_DCP()
 
 func _swig_getPSTATE_GROUP_SHARED_EXPERTS_TP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -916,7 +917,7 @@ var PSTATE_GROUP_SHARED_EXPERTS_TP Enum_SS_pstate_group_kind_t = _swig_getPSTATE
 
 func _swig_getPSTATE_GROUP_SELF_PP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_SELF_PP_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_SELF_PP_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
@@ -924,13 +925,14 @@ var PSTATE_GROUP_SELF_PP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_SEL
 
 func _swig_getPSTATE_GROUP_CUSTOM() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_CUSTOM_capi_116be922db6fa65c())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_CUSTOM_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
 var PSTATE_GROUP_CUSTOM Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_CUSTOM()
 
 const PSTATE_GROUP_KIND_COUNT int = 11
+const PSTATE_GROUP_FIRST_NON_LAYOUT_KIND int = 1000
 
 type SwigcptrPstate_init_params_t uintptr
 
@@ -944,53 +946,53 @@ func (p SwigcptrPstate_init_params_t) SwigIsPstate_init_params_t() {
 func (arg1 SwigcptrPstate_init_params_t) GetStruct_size() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_init_params_t_struct_size_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_init_params_t_struct_size_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_init_params_t) SetWorld_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_world_size_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_init_params_t_world_size_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_init_params_t) GetWorld_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_init_params_t_world_size_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_init_params_t_world_size_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_init_params_t) SetRank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_rank_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_init_params_t_rank_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_init_params_t) GetRank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_init_params_t_rank_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_init_params_t_rank_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_init_params_t) SetLocal_rank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_local_rank_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_init_params_t_local_rank_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_init_params_t) GetLocal_rank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_init_params_t_local_rank_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_init_params_t_local_rank_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_init_params_t) SetInit_method(arg2 string) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_init_method_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), *(*C.swig_type_2)(unsafe.Pointer(&_swig_i_1)))
+	C._wrap_pstate_init_params_t_init_method_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), *(*C.swig_type_2)(unsafe.Pointer(&_swig_i_1)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -999,7 +1001,7 @@ func (arg1 SwigcptrPstate_init_params_t) SetInit_method(arg2 string) {
 func (arg1 SwigcptrPstate_init_params_t) GetInit_method() (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_pstate_init_params_t_init_method_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_pstate_init_params_t_init_method_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1009,46 +1011,46 @@ func (arg1 SwigcptrPstate_init_params_t) GetInit_method() (_swig_ret string) {
 func (arg1 SwigcptrPstate_init_params_t) SetDevice(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_device_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_init_params_t_device_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_init_params_t) GetDevice() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_init_params_t_device_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_init_params_t_device_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_init_params_t) SetDevice_ordinal(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_device_ordinal_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_init_params_t_device_ordinal_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_init_params_t) GetDevice_ordinal() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_init_params_t_device_ordinal_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_init_params_t_device_ordinal_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_init_params_t) SetTimeout_ms(arg2 int64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_timeout_ms_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_type_4(_swig_i_1))
+	C._wrap_pstate_init_params_t_timeout_ms_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_type_4(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_init_params_t) GetTimeout_ms() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_init_params_t_timeout_ms_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_init_params_t_timeout_ms_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_init_params_t) SetJob_token(arg2 string) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_job_token_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), *(*C.swig_type_6)(unsafe.Pointer(&_swig_i_1)))
+	C._wrap_pstate_init_params_t_job_token_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), *(*C.swig_type_6)(unsafe.Pointer(&_swig_i_1)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1057,7 +1059,7 @@ func (arg1 SwigcptrPstate_init_params_t) SetJob_token(arg2 string) {
 func (arg1 SwigcptrPstate_init_params_t) GetJob_token() (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_pstate_init_params_t_job_token_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_pstate_init_params_t_job_token_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1067,7 +1069,7 @@ func (arg1 SwigcptrPstate_init_params_t) GetJob_token() (_swig_ret string) {
 func (arg1 SwigcptrPstate_init_params_t) SetSocket_ifname(arg2 string) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_socket_ifname_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), *(*C.swig_type_8)(unsafe.Pointer(&_swig_i_1)))
+	C._wrap_pstate_init_params_t_socket_ifname_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), *(*C.swig_type_8)(unsafe.Pointer(&_swig_i_1)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1076,7 +1078,7 @@ func (arg1 SwigcptrPstate_init_params_t) SetSocket_ifname(arg2 string) {
 func (arg1 SwigcptrPstate_init_params_t) GetSocket_ifname() (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_pstate_init_params_t_socket_ifname_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_pstate_init_params_t_socket_ifname_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1085,13 +1087,13 @@ func (arg1 SwigcptrPstate_init_params_t) GetSocket_ifname() (_swig_ret string) {
 
 func NewPstate_init_params_t() (_swig_ret Pstate_init_params_t) {
 	var swig_r Pstate_init_params_t
-	swig_r = (Pstate_init_params_t)(SwigcptrPstate_init_params_t(C._wrap_new_pstate_init_params_t_capi_116be922db6fa65c()))
+	swig_r = (Pstate_init_params_t)(SwigcptrPstate_init_params_t(C._wrap_new_pstate_init_params_t_capi_ff2d2cd2b2250927()))
 	return swig_r
 }
 
 func DeletePstate_init_params_t(arg1 Pstate_init_params_t) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_delete_pstate_init_params_t_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0))
+	C._wrap_delete_pstate_init_params_t_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0))
 }
 
 type Pstate_init_params_t interface {
@@ -1130,123 +1132,123 @@ func (p SwigcptrPstate_parallel_config_t) SwigIsPstate_parallel_config_t() {
 func (arg1 SwigcptrPstate_parallel_config_t) GetStruct_size() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_parallel_config_t_struct_size_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_parallel_config_t_struct_size_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetTensor_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetTensor_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetPipeline_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetPipeline_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetExpert_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetExpert_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetAttention_data_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetAttention_data_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetAttention_context_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetAttention_context_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetMoe_data_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetMoe_data_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetDecode_context_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetDecode_context_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetShared_experts_tensor_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetShared_experts_tensor_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func NewPstate_parallel_config_t() (_swig_ret Pstate_parallel_config_t) {
 	var swig_r Pstate_parallel_config_t
-	swig_r = (Pstate_parallel_config_t)(SwigcptrPstate_parallel_config_t(C._wrap_new_pstate_parallel_config_t_capi_116be922db6fa65c()))
+	swig_r = (Pstate_parallel_config_t)(SwigcptrPstate_parallel_config_t(C._wrap_new_pstate_parallel_config_t_capi_ff2d2cd2b2250927()))
 	return swig_r
 }
 
 func DeletePstate_parallel_config_t(arg1 Pstate_parallel_config_t) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_delete_pstate_parallel_config_t_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0))
+	C._wrap_delete_pstate_parallel_config_t_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0))
 }
 
 type Pstate_parallel_config_t interface {
@@ -1285,131 +1287,131 @@ func (p SwigcptrPstate_group_info_t) SwigIsPstate_group_info_t() {
 func (arg1 SwigcptrPstate_group_info_t) GetStruct_size() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_group_info_t_struct_size_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_group_info_t_struct_size_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetKind(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_kind_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_kind_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetKind() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_kind_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_kind_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetRank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_rank_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_rank_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetRank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_rank_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_rank_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetRank_in_group(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_rank_in_group_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_rank_in_group_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetRank_in_group() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_rank_in_group_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_rank_in_group_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetWorld_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_world_size_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_world_size_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetWorld_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_world_size_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_world_size_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetLocal_rank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_local_rank_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_local_rank_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetLocal_rank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_local_rank_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_local_rank_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetFirst_rank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_first_rank_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_first_rank_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetFirst_rank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_first_rank_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_first_rank_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetLast_rank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_last_rank_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_last_rank_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetLast_rank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_last_rank_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_last_rank_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetNext_rank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_next_rank_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_next_rank_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetNext_rank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_next_rank_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_next_rank_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetPrev_rank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_prev_rank_set_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_prev_rank_set_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetPrev_rank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_prev_rank_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_prev_rank_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetName() (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_pstate_group_info_t_name_get_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_pstate_group_info_t_name_get_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1418,13 +1420,13 @@ func (arg1 SwigcptrPstate_group_info_t) GetName() (_swig_ret string) {
 
 func NewPstate_group_info_t() (_swig_ret Pstate_group_info_t) {
 	var swig_r Pstate_group_info_t
-	swig_r = (Pstate_group_info_t)(SwigcptrPstate_group_info_t(C._wrap_new_pstate_group_info_t_capi_116be922db6fa65c()))
+	swig_r = (Pstate_group_info_t)(SwigcptrPstate_group_info_t(C._wrap_new_pstate_group_info_t_capi_ff2d2cd2b2250927()))
 	return swig_r
 }
 
 func DeletePstate_group_info_t(arg1 Pstate_group_info_t) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_delete_pstate_group_info_t_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0))
+	C._wrap_delete_pstate_group_info_t_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0))
 }
 
 type Pstate_group_info_t interface {
@@ -1455,7 +1457,7 @@ type Pstate_group_info_t interface {
 func Status_string(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_status_string_capi_116be922db6fa65c(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_status_string_capi_ff2d2cd2b2250927(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1464,7 +1466,7 @@ func Status_string(arg1 int) (_swig_ret string) {
 
 func Last_error() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_last_error_capi_116be922db6fa65c()
+	swig_r_p := C._wrap_last_error_capi_ff2d2cd2b2250927()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1473,14 +1475,14 @@ func Last_error() (_swig_ret string) {
 
 func Version() (_swig_ret uint) {
 	var swig_r uint
-	swig_r = (uint)(C._wrap_version_capi_116be922db6fa65c())
+	swig_r = (uint)(C._wrap_version_capi_ff2d2cd2b2250927())
 	return swig_r
 }
 
 func Dtype_name(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_dtype_name_capi_116be922db6fa65c(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_dtype_name_capi_ff2d2cd2b2250927(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1490,7 +1492,7 @@ func Dtype_name(arg1 int) (_swig_ret string) {
 func Reduce_op_name(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_reduce_op_name_capi_116be922db6fa65c(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_reduce_op_name_capi_ff2d2cd2b2250927(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1500,7 +1502,7 @@ func Reduce_op_name(arg1 int) (_swig_ret string) {
 func Group_kind_name(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_group_kind_name_capi_116be922db6fa65c(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_group_kind_name_capi_ff2d2cd2b2250927(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1510,7 +1512,7 @@ func Group_kind_name(arg1 int) (_swig_ret string) {
 func Dtype_size(arg1 int) (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_dtype_size_capi_116be922db6fa65c(C.swig_intgo(_swig_i_0)))
+	swig_r = (int64)(C._wrap_dtype_size_capi_ff2d2cd2b2250927(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -1519,7 +1521,7 @@ func Layout_create(arg1 int, arg2 Pstate_parallel_config_t, arg3 *uintptr) (_swi
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_layout_create_capi_116be922db6fa65c(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_layout_create_capi_ff2d2cd2b2250927(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1530,7 +1532,7 @@ func Layout_group_count(arg1 uintptr, arg2 int, arg3 *uint64) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_layout_group_count_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_layout_group_count_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1543,7 +1545,7 @@ func Layout_group_ranks(arg1 uintptr, arg2 int, arg3 int64, arg4 []int32, arg5 *
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r = (int64)(C._wrap_layout_group_ranks_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_19(_swig_i_2), *(*C.swig_type_20)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4)))
+	swig_r = (int64)(C._wrap_layout_group_ranks_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_19(_swig_i_2), *(*C.swig_type_20)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg4
 	}
@@ -1558,7 +1560,7 @@ func Layout_group_of(arg1 uintptr, arg2 int, arg3 int, arg4 *uint64) (_swig_ret 
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r = (int64)(C._wrap_layout_group_of_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3)))
+	swig_r = (int64)(C._wrap_layout_group_of_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1566,14 +1568,14 @@ func Layout_group_of(arg1 uintptr, arg2 int, arg3 int, arg4 *uint64) (_swig_ret 
 
 func Layout_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_layout_destroy_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0))
+	C._wrap_layout_destroy_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0))
 }
 
 func Init(arg1 Pstate_init_params_t, arg2 *uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_init_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1)))
+	swig_r = (int64)(C._wrap_init_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1583,7 +1585,7 @@ func Initialize_model_parallel(arg1 uintptr, arg2 Pstate_parallel_config_t) (_sw
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
-	swig_r = (int64)(C._wrap_initialize_model_parallel_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (int64)(C._wrap_initialize_model_parallel_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1592,14 +1594,14 @@ func Initialize_model_parallel(arg1 uintptr, arg2 Pstate_parallel_config_t) (_sw
 func Model_parallel_is_initialized(arg1 uintptr) (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_model_parallel_is_initialized_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_model_parallel_is_initialized_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func Destroy_model_parallel(arg1 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_destroy_model_parallel_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_destroy_model_parallel_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1608,7 +1610,7 @@ func Destroy_model_parallel(arg1 uintptr) (_swig_ret error) {
 func Finalize(arg1 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_finalize_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_finalize_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1617,7 +1619,7 @@ func Finalize(arg1 uintptr) (_swig_ret error) {
 func Abort(arg1 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_abort_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_abort_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1626,7 +1628,7 @@ func Abort(arg1 uintptr) (_swig_ret error) {
 func Revoke(arg1 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_revoke_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_revoke_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1636,7 +1638,7 @@ func Set_interrupt_check(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_set_interrupt_check_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (int64)(C._wrap_set_interrupt_check_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1646,7 +1648,7 @@ func Trace_dump(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_trace_dump_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), *(*C.swig_type_21)(unsafe.Pointer(&_swig_i_1))))
+	swig_r = (int64)(C._wrap_trace_dump_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), *(*C.swig_type_21)(unsafe.Pointer(&_swig_i_1))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1660,7 +1662,7 @@ func Get_group(arg1 uintptr, arg2 int, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_get_group_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_get_group_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1670,7 +1672,7 @@ func Group_info(arg1 uintptr, arg2 Pstate_group_info_t) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
-	swig_r = (int64)(C._wrap_group_info_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (int64)(C._wrap_group_info_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1681,7 +1683,7 @@ func Group_ranks(arg1 uintptr, arg2 []int32, arg3 *uint64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_group_ranks_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), *(*C.swig_type_22)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_group_ranks_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), *(*C.swig_type_22)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1695,7 +1697,7 @@ func Live_ranks(arg1 uintptr, arg2 []int32, arg3 *uint64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_live_ranks_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), *(*C.swig_type_23)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_live_ranks_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), *(*C.swig_type_23)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1704,11 +1706,12 @@ func Live_ranks(arg1 uintptr, arg2 []int32, arg3 *uint64) (_swig_ret error) {
 	return swig_r_1
 }
 
-func Shrink(arg1 uintptr, arg2 []int32) (_swig_ret error) {
+func Shrink(arg1 uintptr, arg2 []int32, arg3 *uint64) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_shrink_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), *(*C.swig_type_24)(unsafe.Pointer(&_swig_i_1))))
+	_swig_i_2 := arg3
+	swig_r = (int64)(C._wrap_shrink_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), *(*C.swig_type_24)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1717,11 +1720,11 @@ func Shrink(arg1 uintptr, arg2 []int32) (_swig_ret error) {
 	return swig_r_1
 }
 
-func Grow(arg1 uintptr, arg2 int) (_swig_ret error) {
+func Grow(arg1 uintptr, arg2 int64) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_grow_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
+	swig_r = (int64)(C._wrap_grow_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_type_25(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1732,7 +1735,7 @@ func New_group(arg1 uintptr, arg2 []int32, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_new_group_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), *(*C.swig_type_25)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_new_group_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), *(*C.swig_type_26)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1741,12 +1744,13 @@ func New_group(arg1 uintptr, arg2 []int32, arg3 *uintptr) (_swig_ret error) {
 	return swig_r_1
 }
 
-func Group_same_node(arg1 uintptr, arg2 int, arg3 []int32) (_swig_ret error) {
+func Group_same_node(arg1 uintptr, arg2 int, arg3 []int32, arg4 *uint64) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_group_same_node_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), *(*C.swig_type_26)(unsafe.Pointer(&_swig_i_2))))
+	_swig_i_3 := arg4
+	swig_r = (int64)(C._wrap_group_same_node_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), *(*C.swig_type_27)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg3
 	}
@@ -1764,7 +1768,7 @@ func All_reduce(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_all_reduce_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_27(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_all_reduce_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_28(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1778,7 +1782,7 @@ func All_gather(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_all_gather_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_28(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_all_gather_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_29(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1793,7 +1797,7 @@ func Reduce_scatter(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_reduce_scatter_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_29(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_reduce_scatter_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_30(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1807,7 +1811,7 @@ func Broadcast(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_broadcast_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_30(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_broadcast_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_31(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1822,7 +1826,7 @@ func Gather(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int64, 
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_gather_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_31(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_gather_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_32(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1836,7 +1840,7 @@ func All_to_all(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_all_to_all_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_32(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_all_to_all_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_33(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1852,7 +1856,7 @@ func Reduce(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int64, 
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
 	_swig_i_7 := arg8
-	swig_r = (int64)(C._wrap_reduce_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_33(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.swig_intgo(_swig_i_6), C.uintptr_t(_swig_i_7)))
+	swig_r = (int64)(C._wrap_reduce_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_34(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.swig_intgo(_swig_i_6), C.uintptr_t(_swig_i_7)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1867,7 +1871,7 @@ func Scatter(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int64,
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_scatter_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_34(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_scatter_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_35(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1881,7 +1885,7 @@ func All_gatherv(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 []
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_all_gatherv_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), *(*C.swig_type_35)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_all_gatherv_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), *(*C.swig_type_36)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg4
 	}
@@ -1899,7 +1903,7 @@ func Reduce_scatterv(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_reduce_scatterv_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), *(*C.swig_type_36)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_reduce_scatterv_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg4
 	}
@@ -1916,7 +1920,7 @@ func Send(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, arg
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_send_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_37(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_send_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_38(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1930,7 +1934,7 @@ func Recv(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, arg
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_recv_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_38(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_recv_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_39(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1939,7 +1943,7 @@ func Recv(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, arg
 func Barrier(arg1 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_barrier_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_barrier_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1953,7 +1957,7 @@ func Tp_allreduce(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_tp_allreduce_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_39(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_tp_allreduce_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_40(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1967,7 +1971,7 @@ func Tp_allgather(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 i
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_tp_allgather_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_40(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_tp_allgather_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_41(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1980,7 +1984,7 @@ func Broadcast_object(arg1 uintptr, arg2 []byte, arg3 int, arg4 *Bytes) (_swig_r
 	_swig_i_2 := arg3
 	var _swig_i_3 unsafe.Pointer
 	_swig_i_3 = unsafe.Pointer(arg4)
-	swig_r = (int64)(C._wrap_broadcast_object_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), *(*C.swig_type_41)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3)))
+	swig_r = (int64)(C._wrap_broadcast_object_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), *(*C.swig_type_42)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1989,14 +1993,15 @@ func Broadcast_object(arg1 uintptr, arg2 []byte, arg3 int, arg4 *Bytes) (_swig_r
 	return swig_r_1
 }
 
-func All_gather_object(arg1 uintptr, arg2 []byte, arg3 *Bytes, arg4 []uint64) (_swig_ret error) {
+func All_gather_object(arg1 uintptr, arg2 []byte, arg3 *Bytes, arg4 []uint64, arg5 *uint64) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	var _swig_i_2 unsafe.Pointer
 	_swig_i_2 = unsafe.Pointer(arg3)
 	_swig_i_3 := arg4
-	swig_r = (int64)(C._wrap_all_gather_object_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), *(*C.swig_type_42)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2), *(*C.swig_type_43)(unsafe.Pointer(&_swig_i_3))))
+	_swig_i_4 := arg5
+	swig_r = (int64)(C._wrap_all_gather_object_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), *(*C.swig_type_43)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2), *(*C.swig_type_44)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -2013,7 +2018,7 @@ func Send_object(arg1 uintptr, arg2 []byte, arg3 int) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_send_object_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), *(*C.swig_type_44)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2)))
+	swig_r = (int64)(C._wrap_send_object_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), *(*C.swig_type_45)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -2028,7 +2033,7 @@ func Recv_object(arg1 uintptr, arg2 int, arg3 *Bytes) (_swig_ret error) {
 	_swig_i_1 := arg2
 	var _swig_i_2 unsafe.Pointer
 	_swig_i_2 = unsafe.Pointer(arg3)
-	swig_r = (int64)(C._wrap_recv_object_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_recv_object_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2045,7 +2050,7 @@ func Broadcast_tensor_dict(arg1 uintptr, arg2 *TensorArray, arg3 int, arg4 *Rece
 	var _swig_i_3 uintptr
 	_swig_i_3 = arg4.addr()
 	_swig_i_4 := arg5
-	swig_r = (int64)(C._wrap_broadcast_tensor_dict_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4)))
+	swig_r = (int64)(C._wrap_broadcast_tensor_dict_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2058,7 +2063,7 @@ func Send_tensor_dict(arg1 uintptr, arg2 *TensorArray, arg3 int, arg4 uintptr) (
 	_swig_i_1 = arg2.addr()
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r = (int64)(C._wrap_send_tensor_dict_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.uintptr_t(_swig_i_3)))
+	swig_r = (int64)(C._wrap_send_tensor_dict_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.uintptr_t(_swig_i_3)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2071,7 +2076,7 @@ func Recv_tensor_dict(arg1 uintptr, arg2 int, arg3 *ReceivedDict, arg4 uintptr) 
 	var _swig_i_2 uintptr
 	_swig_i_2 = arg3.addr()
 	_swig_i_3 := arg4
-	swig_r = (int64)(C._wrap_recv_tensor_dict_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3)))
+	swig_r = (int64)(C._wrap_recv_tensor_dict_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2085,7 +2090,7 @@ func Send_tensor_dict_sliced(arg1 uintptr, arg2 *TensorArray, arg3 int, arg4 uin
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r = (int64)(C._wrap_send_tensor_dict_sliced_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4)))
+	swig_r = (int64)(C._wrap_send_tensor_dict_sliced_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2099,7 +2104,7 @@ func Recv_tensor_dict_sliced(arg1 uintptr, arg2 int, arg3 uintptr, arg4 *Receive
 	var _swig_i_3 uintptr
 	_swig_i_3 = arg4.addr()
 	_swig_i_4 := arg5
-	swig_r = (int64)(C._wrap_recv_tensor_dict_sliced_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4)))
+	swig_r = (int64)(C._wrap_recv_tensor_dict_sliced_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2114,7 +2119,7 @@ func Isend(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, ar
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_isend_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_45(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6)))
+	swig_r = (int64)(C._wrap_isend_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_46(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2129,7 +2134,7 @@ func Irecv(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, ar
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_irecv_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_46(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6)))
+	swig_r = (int64)(C._wrap_irecv_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_47(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2138,7 +2143,7 @@ func Irecv(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, ar
 func Wait(arg1 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_wait_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_wait_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2148,7 +2153,7 @@ func Test(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_test_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1)))
+	swig_r = (int64)(C._wrap_test_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2160,7 +2165,7 @@ func P2p_batch(arg1 uintptr, arg2 *P2POps, arg3 uintptr) (_swig_ret error) {
 	var _swig_i_1 uintptr
 	_swig_i_1 = arg2.addr()
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_p2p_batch_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (int64)(C._wrap_p2p_batch_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2171,7 +2176,7 @@ func Graph_capture_begin(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret e
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_graph_capture_begin_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_graph_capture_begin_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2180,7 +2185,7 @@ func Graph_capture_begin(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret e
 func Graph_capture_end(arg1 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_graph_capture_end_capi_116be922db6fa65c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_graph_capture_end_capi_ff2d2cd2b2250927(C.uintptr_t(_swig_i_0)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1

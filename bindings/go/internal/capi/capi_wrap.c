@@ -310,6 +310,8 @@ pstate_swig_tensors *pstate_swig_tensors_new(size_t count) {
     free(a);
     return NULL;
   }
+  static const pstate_tensor_t init = PSTATE_TENSOR_INIT; /* struct_size: the array's stride */
+  for (size_t i = 0; i < slots; ++i) a->tensors[i] = init;
   a->count = count;
   return a;
 }
@@ -420,7 +422,7 @@ SWIGINTERN void delete_pstate_group_info_t(struct pstate_group_info_t *self){ fr
 extern "C" {
 #endif
 
-void _wrap_Swig_free_capi_116be922db6fa65c(void *_swig_go_0) {
+void _wrap_Swig_free_capi_ff2d2cd2b2250927(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = *(void **)&_swig_go_0; 
@@ -430,7 +432,7 @@ void _wrap_Swig_free_capi_116be922db6fa65c(void *_swig_go_0) {
 }
 
 
-void *_wrap_Swig_malloc_capi_116be922db6fa65c(intgo _swig_go_0) {
+void *_wrap_Swig_malloc_capi_ff2d2cd2b2250927(intgo _swig_go_0) {
   int arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -443,7 +445,7 @@ void *_wrap_Swig_malloc_capi_116be922db6fa65c(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_PSTATE_VERSION_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_VERSION_capi_ff2d2cd2b2250927() {
   int result;
   intgo _swig_go_result;
   
@@ -454,7 +456,7 @@ intgo _wrap_PSTATE_VERSION_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_OK_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_OK_capi_ff2d2cd2b2250927() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -466,7 +468,7 @@ intgo _wrap_PSTATE_OK_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_ff2d2cd2b2250927() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -478,7 +480,7 @@ intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_ff2d2cd2b2250927() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -490,7 +492,7 @@ intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_ff2d2cd2b2250927() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -502,7 +504,7 @@ intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_ff2d2cd2b2250927() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -514,7 +516,7 @@ intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_ERR_TIMEOUT_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_ERR_TIMEOUT_capi_ff2d2cd2b2250927() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -526,7 +528,7 @@ intgo _wrap_PSTATE_ERR_TIMEOUT_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_ERR_PEER_LOST_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_ERR_PEER_LOST_capi_ff2d2cd2b2250927() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -538,7 +540,7 @@ intgo _wrap_PSTATE_ERR_PEER_LOST_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_ERR_TRANSPORT_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_ERR_TRANSPORT_capi_ff2d2cd2b2250927() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -550,7 +552,7 @@ intgo _wrap_PSTATE_ERR_TRANSPORT_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_ERR_MISMATCH_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_ERR_MISMATCH_capi_ff2d2cd2b2250927() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -562,7 +564,7 @@ intgo _wrap_PSTATE_ERR_MISMATCH_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_ERR_AUTH_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_ERR_AUTH_capi_ff2d2cd2b2250927() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -574,7 +576,7 @@ intgo _wrap_PSTATE_ERR_AUTH_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_ERR_ABORTED_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_ERR_ABORTED_capi_ff2d2cd2b2250927() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -586,7 +588,7 @@ intgo _wrap_PSTATE_ERR_ABORTED_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INTERNAL_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_ERR_INTERNAL_capi_ff2d2cd2b2250927() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -598,7 +600,7 @@ intgo _wrap_PSTATE_ERR_INTERNAL_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_ff2d2cd2b2250927() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -610,7 +612,7 @@ intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_ERR_BUSY_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_ERR_BUSY_capi_ff2d2cd2b2250927() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -622,7 +624,7 @@ intgo _wrap_PSTATE_ERR_BUSY_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_INT8_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_INT8_capi_ff2d2cd2b2250927() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -634,7 +636,7 @@ intgo _wrap_PSTATE_INT8_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_UINT8_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_UINT8_capi_ff2d2cd2b2250927() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -646,7 +648,7 @@ intgo _wrap_PSTATE_UINT8_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_INT32_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_INT32_capi_ff2d2cd2b2250927() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -658,7 +660,7 @@ intgo _wrap_PSTATE_INT32_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_UINT32_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_UINT32_capi_ff2d2cd2b2250927() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -670,7 +672,7 @@ intgo _wrap_PSTATE_UINT32_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_INT64_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_INT64_capi_ff2d2cd2b2250927() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -682,7 +684,7 @@ intgo _wrap_PSTATE_INT64_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_UINT64_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_UINT64_capi_ff2d2cd2b2250927() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -694,7 +696,7 @@ intgo _wrap_PSTATE_UINT64_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_FLOAT16_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_FLOAT16_capi_ff2d2cd2b2250927() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -706,7 +708,7 @@ intgo _wrap_PSTATE_FLOAT16_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_FLOAT32_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_FLOAT32_capi_ff2d2cd2b2250927() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -718,7 +720,7 @@ intgo _wrap_PSTATE_FLOAT32_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_FLOAT64_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_FLOAT64_capi_ff2d2cd2b2250927() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -730,7 +732,7 @@ intgo _wrap_PSTATE_FLOAT64_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_BFLOAT16_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_BFLOAT16_capi_ff2d2cd2b2250927() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -742,7 +744,7 @@ intgo _wrap_PSTATE_BFLOAT16_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_FP8_E4M3_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_FP8_E4M3_capi_ff2d2cd2b2250927() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -754,7 +756,7 @@ intgo _wrap_PSTATE_FP8_E4M3_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_FP8_E5M2_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_FP8_E5M2_capi_ff2d2cd2b2250927() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -766,7 +768,7 @@ intgo _wrap_PSTATE_FP8_E5M2_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_SUM_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_SUM_capi_ff2d2cd2b2250927() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -778,7 +780,7 @@ intgo _wrap_PSTATE_SUM_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_PROD_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_PROD_capi_ff2d2cd2b2250927() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -790,7 +792,7 @@ intgo _wrap_PSTATE_PROD_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_MAX_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_MAX_capi_ff2d2cd2b2250927() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -802,7 +804,7 @@ intgo _wrap_PSTATE_MAX_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_MIN_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_MIN_capi_ff2d2cd2b2250927() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -814,7 +816,7 @@ intgo _wrap_PSTATE_MIN_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_AVG_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_AVG_capi_ff2d2cd2b2250927() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -826,7 +828,7 @@ intgo _wrap_PSTATE_AVG_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_DEVICE_CPU_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_DEVICE_CPU_capi_ff2d2cd2b2250927() {
   enum pstate_device_t result;
   intgo _swig_go_result;
   
@@ -838,7 +840,7 @@ intgo _wrap_PSTATE_DEVICE_CPU_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_DEVICE_CUDA_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_DEVICE_CUDA_capi_ff2d2cd2b2250927() {
   enum pstate_device_t result;
   intgo _swig_go_result;
   
@@ -850,7 +852,7 @@ intgo _wrap_PSTATE_DEVICE_CUDA_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_WORLD_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_GROUP_WORLD_capi_ff2d2cd2b2250927() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -862,7 +864,7 @@ intgo _wrap_PSTATE_GROUP_WORLD_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_TP_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_GROUP_TP_capi_ff2d2cd2b2250927() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -874,7 +876,7 @@ intgo _wrap_PSTATE_GROUP_TP_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_PP_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_GROUP_PP_capi_ff2d2cd2b2250927() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -886,7 +888,7 @@ intgo _wrap_PSTATE_GROUP_PP_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_ff2d2cd2b2250927() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -898,7 +900,7 @@ intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_ff2d2cd2b2250927() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -910,7 +912,7 @@ intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_MOE_EP_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_GROUP_MOE_EP_capi_ff2d2cd2b2250927() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -922,7 +924,7 @@ intgo _wrap_PSTATE_GROUP_MOE_EP_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_MOE_TP_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_GROUP_MOE_TP_capi_ff2d2cd2b2250927() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -934,7 +936,7 @@ intgo _wrap_PSTATE_GROUP_MOE_TP_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_MOE_DP_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_GROUP_MOE_DP_capi_ff2d2cd2b2250927() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -946,7 +948,7 @@ intgo _wrap_PSTATE_GROUP_MOE_DP_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_DCP_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_GROUP_DCP_capi_ff2d2cd2b2250927() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -958,7 +960,7 @@ intgo _wrap_PSTATE_GROUP_DCP_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_ff2d2cd2b2250927() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -970,7 +972,7 @@ intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_SELF_PP_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_GROUP_SELF_PP_capi_ff2d2cd2b2250927() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -982,7 +984,7 @@ intgo _wrap_PSTATE_GROUP_SELF_PP_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_CUSTOM_capi_116be922db6fa65c() {
+intgo _wrap_PSTATE_GROUP_CUSTOM_capi_ff2d2cd2b2250927() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -994,7 +996,7 @@ intgo _wrap_PSTATE_GROUP_CUSTOM_capi_116be922db6fa65c() {
 }
 
 
-long long _wrap_pstate_init_params_t_struct_size_get_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0) {
+long long _wrap_pstate_init_params_t_struct_size_get_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -1007,7 +1009,7 @@ long long _wrap_pstate_init_params_t_struct_size_get_capi_116be922db6fa65c(struc
 }
 
 
-void _wrap_pstate_init_params_t_world_size_set_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_world_size_set_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1019,7 +1021,7 @@ void _wrap_pstate_init_params_t_world_size_set_capi_116be922db6fa65c(struct psta
 }
 
 
-intgo _wrap_pstate_init_params_t_world_size_get_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_world_size_get_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1032,7 +1034,7 @@ intgo _wrap_pstate_init_params_t_world_size_get_capi_116be922db6fa65c(struct pst
 }
 
 
-void _wrap_pstate_init_params_t_rank_set_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_rank_set_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1044,7 +1046,7 @@ void _wrap_pstate_init_params_t_rank_set_capi_116be922db6fa65c(struct pstate_ini
 }
 
 
-intgo _wrap_pstate_init_params_t_rank_get_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_rank_get_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1057,7 +1059,7 @@ intgo _wrap_pstate_init_params_t_rank_get_capi_116be922db6fa65c(struct pstate_in
 }
 
 
-void _wrap_pstate_init_params_t_local_rank_set_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_local_rank_set_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1069,7 +1071,7 @@ void _wrap_pstate_init_params_t_local_rank_set_capi_116be922db6fa65c(struct psta
 }
 
 
-intgo _wrap_pstate_init_params_t_local_rank_get_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_local_rank_get_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1082,7 +1084,7 @@ intgo _wrap_pstate_init_params_t_local_rank_get_capi_116be922db6fa65c(struct pst
 }
 
 
-void _wrap_pstate_init_params_t_init_method_set_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_pstate_init_params_t_init_method_set_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1102,7 +1104,7 @@ void _wrap_pstate_init_params_t_init_method_set_capi_116be922db6fa65c(struct pst
 }
 
 
-_gostring_ _wrap_pstate_init_params_t_init_method_get_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0) {
+_gostring_ _wrap_pstate_init_params_t_init_method_get_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1118,7 +1120,7 @@ _gostring_ _wrap_pstate_init_params_t_init_method_get_capi_116be922db6fa65c(stru
 }
 
 
-void _wrap_pstate_init_params_t_device_set_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_device_set_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   pstate_device_t arg2 ;
   
@@ -1130,7 +1132,7 @@ void _wrap_pstate_init_params_t_device_set_capi_116be922db6fa65c(struct pstate_i
 }
 
 
-intgo _wrap_pstate_init_params_t_device_get_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_device_get_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   pstate_device_t result;
   intgo _swig_go_result;
@@ -1143,7 +1145,7 @@ intgo _wrap_pstate_init_params_t_device_get_capi_116be922db6fa65c(struct pstate_
 }
 
 
-void _wrap_pstate_init_params_t_device_ordinal_set_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_device_ordinal_set_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1155,7 +1157,7 @@ void _wrap_pstate_init_params_t_device_ordinal_set_capi_116be922db6fa65c(struct 
 }
 
 
-intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1168,7 +1170,7 @@ intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_116be922db6fa65c(struct
 }
 
 
-void _wrap_pstate_init_params_t_timeout_ms_set_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_init_params_t_timeout_ms_set_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int64_t arg2 ;
   
@@ -1180,7 +1182,7 @@ void _wrap_pstate_init_params_t_timeout_ms_set_capi_116be922db6fa65c(struct psta
 }
 
 
-long long _wrap_pstate_init_params_t_timeout_ms_get_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0) {
+long long _wrap_pstate_init_params_t_timeout_ms_get_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int64_t result;
   long long _swig_go_result;
@@ -1193,7 +1195,7 @@ long long _wrap_pstate_init_params_t_timeout_ms_get_capi_116be922db6fa65c(struct
 }
 
 
-void _wrap_pstate_init_params_t_job_token_set_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_pstate_init_params_t_job_token_set_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1213,7 +1215,7 @@ void _wrap_pstate_init_params_t_job_token_set_capi_116be922db6fa65c(struct pstat
 }
 
 
-_gostring_ _wrap_pstate_init_params_t_job_token_get_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0) {
+_gostring_ _wrap_pstate_init_params_t_job_token_get_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1229,7 +1231,7 @@ _gostring_ _wrap_pstate_init_params_t_job_token_get_capi_116be922db6fa65c(struct
 }
 
 
-void _wrap_pstate_init_params_t_socket_ifname_set_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_pstate_init_params_t_socket_ifname_set_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1249,7 +1251,7 @@ void _wrap_pstate_init_params_t_socket_ifname_set_capi_116be922db6fa65c(struct p
 }
 
 
-_gostring_ _wrap_pstate_init_params_t_socket_ifname_get_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0) {
+_gostring_ _wrap_pstate_init_params_t_socket_ifname_get_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1265,7 +1267,7 @@ _gostring_ _wrap_pstate_init_params_t_socket_ifname_get_capi_116be922db6fa65c(st
 }
 
 
-struct pstate_init_params_t *_wrap_new_pstate_init_params_t_capi_116be922db6fa65c() {
+struct pstate_init_params_t *_wrap_new_pstate_init_params_t_capi_ff2d2cd2b2250927() {
   struct pstate_init_params_t *result = 0 ;
   struct pstate_init_params_t *_swig_go_result;
   
@@ -1276,7 +1278,7 @@ struct pstate_init_params_t *_wrap_new_pstate_init_params_t_capi_116be922db6fa65
 }
 
 
-void _wrap_delete_pstate_init_params_t_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0) {
+void _wrap_delete_pstate_init_params_t_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   
   arg1 = *(struct pstate_init_params_t **)&_swig_go_0; 
@@ -1286,7 +1288,7 @@ void _wrap_delete_pstate_init_params_t_capi_116be922db6fa65c(struct pstate_init_
 }
 
 
-long long _wrap_pstate_parallel_config_t_struct_size_get_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0) {
+long long _wrap_pstate_parallel_config_t_struct_size_get_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -1299,7 +1301,7 @@ long long _wrap_pstate_parallel_config_t_struct_size_get_capi_116be922db6fa65c(s
 }
 
 
-void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1311,7 +1313,7 @@ void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_116be922db6fa6
 }
 
 
-intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1324,7 +1326,7 @@ intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_116be922db6fa
 }
 
 
-void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1336,7 +1338,7 @@ void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_116be922db6f
 }
 
 
-intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1349,7 +1351,7 @@ intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_116be922db6
 }
 
 
-void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1361,7 +1363,7 @@ void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_116be922db6fa6
 }
 
 
-intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1374,7 +1376,7 @@ intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_116be922db6fa
 }
 
 
-void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1386,7 +1388,7 @@ void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_116be9
 }
 
 
-intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1399,7 +1401,7 @@ intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_116be
 }
 
 
-void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1411,7 +1413,7 @@ void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_116
 }
 
 
-intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1424,7 +1426,7 @@ intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_11
 }
 
 
-void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1436,7 +1438,7 @@ void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_116be922db6f
 }
 
 
-intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1449,7 +1451,7 @@ intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_116be922db6
 }
 
 
-void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1461,7 +1463,7 @@ void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_116be9
 }
 
 
-intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1474,7 +1476,7 @@ intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_116be
 }
 
 
-void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1486,7 +1488,7 @@ void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi
 }
 
 
-intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1499,7 +1501,7 @@ intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_cap
 }
 
 
-struct pstate_parallel_config_t *_wrap_new_pstate_parallel_config_t_capi_116be922db6fa65c() {
+struct pstate_parallel_config_t *_wrap_new_pstate_parallel_config_t_capi_ff2d2cd2b2250927() {
   struct pstate_parallel_config_t *result = 0 ;
   struct pstate_parallel_config_t *_swig_go_result;
   
@@ -1510,7 +1512,7 @@ struct pstate_parallel_config_t *_wrap_new_pstate_parallel_config_t_capi_116be92
 }
 
 
-void _wrap_delete_pstate_parallel_config_t_capi_116be922db6fa65c(struct pstate_parallel_config_t *_swig_go_0) {
+void _wrap_delete_pstate_parallel_config_t_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   
   arg1 = *(struct pstate_parallel_config_t **)&_swig_go_0; 
@@ -1520,7 +1522,7 @@ void _wrap_delete_pstate_parallel_config_t_capi_116be922db6fa65c(struct pstate_p
 }
 
 
-long long _wrap_pstate_group_info_t_struct_size_get_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
+long long _wrap_pstate_group_info_t_struct_size_get_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -1533,7 +1535,7 @@ long long _wrap_pstate_group_info_t_struct_size_get_capi_116be922db6fa65c(struct
 }
 
 
-void _wrap_pstate_group_info_t_kind_set_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_kind_set_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   pstate_group_kind_t arg2 ;
   
@@ -1545,7 +1547,7 @@ void _wrap_pstate_group_info_t_kind_set_capi_116be922db6fa65c(struct pstate_grou
 }
 
 
-intgo _wrap_pstate_group_info_t_kind_get_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_kind_get_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   pstate_group_kind_t result;
   intgo _swig_go_result;
@@ -1558,7 +1560,7 @@ intgo _wrap_pstate_group_info_t_kind_get_capi_116be922db6fa65c(struct pstate_gro
 }
 
 
-void _wrap_pstate_group_info_t_rank_set_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_rank_set_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1570,7 +1572,7 @@ void _wrap_pstate_group_info_t_rank_set_capi_116be922db6fa65c(struct pstate_grou
 }
 
 
-intgo _wrap_pstate_group_info_t_rank_get_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_rank_get_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1583,7 +1585,7 @@ intgo _wrap_pstate_group_info_t_rank_get_capi_116be922db6fa65c(struct pstate_gro
 }
 
 
-void _wrap_pstate_group_info_t_rank_in_group_set_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_rank_in_group_set_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1595,7 +1597,7 @@ void _wrap_pstate_group_info_t_rank_in_group_set_capi_116be922db6fa65c(struct ps
 }
 
 
-intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1608,7 +1610,7 @@ intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_116be922db6fa65c(struct p
 }
 
 
-void _wrap_pstate_group_info_t_world_size_set_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_world_size_set_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1620,7 +1622,7 @@ void _wrap_pstate_group_info_t_world_size_set_capi_116be922db6fa65c(struct pstat
 }
 
 
-intgo _wrap_pstate_group_info_t_world_size_get_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_world_size_get_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1633,7 +1635,7 @@ intgo _wrap_pstate_group_info_t_world_size_get_capi_116be922db6fa65c(struct psta
 }
 
 
-void _wrap_pstate_group_info_t_local_rank_set_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_local_rank_set_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1645,7 +1647,7 @@ void _wrap_pstate_group_info_t_local_rank_set_capi_116be922db6fa65c(struct pstat
 }
 
 
-intgo _wrap_pstate_group_info_t_local_rank_get_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_local_rank_get_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1658,7 +1660,7 @@ intgo _wrap_pstate_group_info_t_local_rank_get_capi_116be922db6fa65c(struct psta
 }
 
 
-void _wrap_pstate_group_info_t_first_rank_set_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_first_rank_set_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1670,7 +1672,7 @@ void _wrap_pstate_group_info_t_first_rank_set_capi_116be922db6fa65c(struct pstat
 }
 
 
-intgo _wrap_pstate_group_info_t_first_rank_get_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_first_rank_get_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1683,7 +1685,7 @@ intgo _wrap_pstate_group_info_t_first_rank_get_capi_116be922db6fa65c(struct psta
 }
 
 
-void _wrap_pstate_group_info_t_last_rank_set_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_last_rank_set_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1695,7 +1697,7 @@ void _wrap_pstate_group_info_t_last_rank_set_capi_116be922db6fa65c(struct pstate
 }
 
 
-intgo _wrap_pstate_group_info_t_last_rank_get_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_last_rank_get_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1708,7 +1710,7 @@ intgo _wrap_pstate_group_info_t_last_rank_get_capi_116be922db6fa65c(struct pstat
 }
 
 
-void _wrap_pstate_group_info_t_next_rank_set_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_next_rank_set_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1720,7 +1722,7 @@ void _wrap_pstate_group_info_t_next_rank_set_capi_116be922db6fa65c(struct pstate
 }
 
 
-intgo _wrap_pstate_group_info_t_next_rank_get_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_next_rank_get_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1733,7 +1735,7 @@ intgo _wrap_pstate_group_info_t_next_rank_get_capi_116be922db6fa65c(struct pstat
 }
 
 
-void _wrap_pstate_group_info_t_prev_rank_set_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_prev_rank_set_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1745,7 +1747,7 @@ void _wrap_pstate_group_info_t_prev_rank_set_capi_116be922db6fa65c(struct pstate
 }
 
 
-intgo _wrap_pstate_group_info_t_prev_rank_get_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_prev_rank_get_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1758,7 +1760,7 @@ intgo _wrap_pstate_group_info_t_prev_rank_get_capi_116be922db6fa65c(struct pstat
 }
 
 
-_gostring_ _wrap_pstate_group_info_t_name_get_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
+_gostring_ _wrap_pstate_group_info_t_name_get_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1774,7 +1776,7 @@ _gostring_ _wrap_pstate_group_info_t_name_get_capi_116be922db6fa65c(struct pstat
 }
 
 
-struct pstate_group_info_t *_wrap_new_pstate_group_info_t_capi_116be922db6fa65c() {
+struct pstate_group_info_t *_wrap_new_pstate_group_info_t_capi_ff2d2cd2b2250927() {
   struct pstate_group_info_t *result = 0 ;
   struct pstate_group_info_t *_swig_go_result;
   
@@ -1785,7 +1787,7 @@ struct pstate_group_info_t *_wrap_new_pstate_group_info_t_capi_116be922db6fa65c(
 }
 
 
-void _wrap_delete_pstate_group_info_t_capi_116be922db6fa65c(struct pstate_group_info_t *_swig_go_0) {
+void _wrap_delete_pstate_group_info_t_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   
   arg1 = *(struct pstate_group_info_t **)&_swig_go_0; 
@@ -1795,7 +1797,7 @@ void _wrap_delete_pstate_group_info_t_capi_116be922db6fa65c(struct pstate_group_
 }
 
 
-_gostring_ _wrap_status_string_capi_116be922db6fa65c(intgo _swig_go_0) {
+_gostring_ _wrap_status_string_capi_ff2d2cd2b2250927(intgo _swig_go_0) {
   pstate_status_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1811,7 +1813,7 @@ _gostring_ _wrap_status_string_capi_116be922db6fa65c(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_last_error_capi_116be922db6fa65c() {
+_gostring_ _wrap_last_error_capi_ff2d2cd2b2250927() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -1825,7 +1827,7 @@ _gostring_ _wrap_last_error_capi_116be922db6fa65c() {
 }
 
 
-intgo _wrap_version_capi_116be922db6fa65c() {
+intgo _wrap_version_capi_ff2d2cd2b2250927() {
   uint32_t result;
   intgo _swig_go_result;
   
@@ -1836,7 +1838,7 @@ intgo _wrap_version_capi_116be922db6fa65c() {
 }
 
 
-_gostring_ _wrap_dtype_name_capi_116be922db6fa65c(intgo _swig_go_0) {
+_gostring_ _wrap_dtype_name_capi_ff2d2cd2b2250927(intgo _swig_go_0) {
   pstate_dtype_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1852,7 +1854,7 @@ _gostring_ _wrap_dtype_name_capi_116be922db6fa65c(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_reduce_op_name_capi_116be922db6fa65c(intgo _swig_go_0) {
+_gostring_ _wrap_reduce_op_name_capi_ff2d2cd2b2250927(intgo _swig_go_0) {
   pstate_reduce_op_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1868,7 +1870,7 @@ _gostring_ _wrap_reduce_op_name_capi_116be922db6fa65c(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_group_kind_name_capi_116be922db6fa65c(intgo _swig_go_0) {
+_gostring_ _wrap_group_kind_name_capi_ff2d2cd2b2250927(intgo _swig_go_0) {
   pstate_group_kind_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1884,7 +1886,7 @@ _gostring_ _wrap_group_kind_name_capi_116be922db6fa65c(intgo _swig_go_0) {
 }
 
 
-long long _wrap_dtype_size_capi_116be922db6fa65c(intgo _swig_go_0) {
+long long _wrap_dtype_size_capi_ff2d2cd2b2250927(intgo _swig_go_0) {
   pstate_dtype_t arg1 ;
   size_t result;
   long long _swig_go_result;
@@ -1897,7 +1899,7 @@ long long _wrap_dtype_size_capi_116be922db6fa65c(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_layout_create_capi_116be922db6fa65c(intgo _swig_go_0, struct pstate_parallel_config_t *_swig_go_1, pstate_layout_t **_swig_go_2) {
+intgo _wrap_layout_create_capi_ff2d2cd2b2250927(intgo _swig_go_0, struct pstate_parallel_config_t *_swig_go_1, pstate_layout_t **_swig_go_2) {
   int arg1 ;
   pstate_parallel_config_t *arg2 = (pstate_parallel_config_t *) 0 ;
   pstate_layout_t **arg3 = (pstate_layout_t **) 0 ;
@@ -1914,7 +1916,7 @@ intgo _wrap_layout_create_capi_116be922db6fa65c(intgo _swig_go_0, struct pstate_
 }
 
 
-intgo _wrap_layout_group_count_capi_116be922db6fa65c(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_layout_group_count_capi_ff2d2cd2b2250927(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long *_swig_go_2) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   pstate_group_kind_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1931,7 +1933,7 @@ intgo _wrap_layout_group_count_capi_116be922db6fa65c(pstate_layout_t *_swig_go_0
 }
 
 
-intgo _wrap_layout_group_ranks_capi_116be922db6fa65c(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
+intgo _wrap_layout_group_ranks_capi_ff2d2cd2b2250927(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   pstate_group_kind_t arg2 ;
   size_t arg3 ;
@@ -1956,7 +1958,7 @@ intgo _wrap_layout_group_ranks_capi_116be922db6fa65c(pstate_layout_t *_swig_go_0
 }
 
 
-intgo _wrap_layout_group_of_capi_116be922db6fa65c(pstate_layout_t *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, long long *_swig_go_3) {
+intgo _wrap_layout_group_of_capi_ff2d2cd2b2250927(pstate_layout_t *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, long long *_swig_go_3) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   pstate_group_kind_t arg2 ;
   int arg3 ;
@@ -1975,7 +1977,7 @@ intgo _wrap_layout_group_of_capi_116be922db6fa65c(pstate_layout_t *_swig_go_0, i
 }
 
 
-void _wrap_layout_destroy_capi_116be922db6fa65c(pstate_layout_t *_swig_go_0) {
+void _wrap_layout_destroy_capi_ff2d2cd2b2250927(pstate_layout_t *_swig_go_0) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   
   arg1 = (pstate_layout_t *)_swig_go_0; 
@@ -1985,7 +1987,7 @@ void _wrap_layout_destroy_capi_116be922db6fa65c(pstate_layout_t *_swig_go_0) {
 }
 
 
-intgo _wrap_init_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0, pstate_t **_swig_go_1) {
+intgo _wrap_init_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0, pstate_t **_swig_go_1) {
   pstate_init_params_t *arg1 = (pstate_init_params_t *) 0 ;
   pstate_t **arg2 = (pstate_t **) 0 ;
   pstate_status_t result;
@@ -2000,7 +2002,7 @@ intgo _wrap_init_capi_116be922db6fa65c(struct pstate_init_params_t *_swig_go_0, 
 }
 
 
-intgo _wrap_initialize_model_parallel_capi_116be922db6fa65c(pstate_t *_swig_go_0, struct pstate_parallel_config_t *_swig_go_1) {
+intgo _wrap_initialize_model_parallel_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, struct pstate_parallel_config_t *_swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_parallel_config_t *arg2 = (pstate_parallel_config_t *) 0 ;
   pstate_status_t result;
@@ -2015,7 +2017,7 @@ intgo _wrap_initialize_model_parallel_capi_116be922db6fa65c(pstate_t *_swig_go_0
 }
 
 
-intgo _wrap_model_parallel_is_initialized_capi_116be922db6fa65c(pstate_t *_swig_go_0) {
+intgo _wrap_model_parallel_is_initialized_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -2028,7 +2030,7 @@ intgo _wrap_model_parallel_is_initialized_capi_116be922db6fa65c(pstate_t *_swig_
 }
 
 
-intgo _wrap_destroy_model_parallel_capi_116be922db6fa65c(pstate_t *_swig_go_0) {
+intgo _wrap_destroy_model_parallel_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2041,7 +2043,7 @@ intgo _wrap_destroy_model_parallel_capi_116be922db6fa65c(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_finalize_capi_116be922db6fa65c(pstate_t *_swig_go_0) {
+intgo _wrap_finalize_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2054,7 +2056,7 @@ intgo _wrap_finalize_capi_116be922db6fa65c(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_abort_capi_116be922db6fa65c(pstate_t *_swig_go_0) {
+intgo _wrap_abort_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2067,7 +2069,7 @@ intgo _wrap_abort_capi_116be922db6fa65c(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_revoke_capi_116be922db6fa65c(pstate_t *_swig_go_0) {
+intgo _wrap_revoke_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2080,7 +2082,7 @@ intgo _wrap_revoke_capi_116be922db6fa65c(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_set_interrupt_check_capi_116be922db6fa65c(pstate_t *_swig_go_0, pstate_interrupt_fn _swig_go_1) {
+intgo _wrap_set_interrupt_check_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, pstate_interrupt_fn _swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_interrupt_fn arg2 = (pstate_interrupt_fn) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2099,7 +2101,7 @@ intgo _wrap_set_interrupt_check_capi_116be922db6fa65c(pstate_t *_swig_go_0, psta
 }
 
 
-intgo _wrap_trace_dump_capi_116be922db6fa65c(pstate_t *_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_trace_dump_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, _gostring_ _swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   char *arg2 = (char *) 0 ;
   pstate_status_t result;
@@ -2119,7 +2121,7 @@ intgo _wrap_trace_dump_capi_116be922db6fa65c(pstate_t *_swig_go_0, _gostring_ _s
 }
 
 
-intgo _wrap_get_group_capi_116be922db6fa65c(pstate_t *_swig_go_0, intgo _swig_go_1, pstate_group_t **_swig_go_2) {
+intgo _wrap_get_group_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, intgo _swig_go_1, pstate_group_t **_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_group_kind_t arg2 ;
   pstate_group_t **arg3 = (pstate_group_t **) 0 ;
@@ -2136,7 +2138,7 @@ intgo _wrap_get_group_capi_116be922db6fa65c(pstate_t *_swig_go_0, intgo _swig_go
 }
 
 
-intgo _wrap_group_info_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, struct pstate_group_info_t *_swig_go_1) {
+intgo _wrap_group_info_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, struct pstate_group_info_t *_swig_go_1) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_group_info_t *arg2 = (pstate_group_info_t *) 0 ;
   pstate_status_t result;
@@ -2151,7 +2153,7 @@ intgo _wrap_group_info_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, struct 
 }
 
 
-intgo _wrap_group_ranks_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_group_ranks_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2172,7 +2174,7 @@ intgo _wrap_group_ranks_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, _gosli
 }
 
 
-intgo _wrap_live_ranks_capi_116be922db6fa65c(pstate_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_live_ranks_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2193,10 +2195,11 @@ intgo _wrap_live_ranks_capi_116be922db6fa65c(pstate_t *_swig_go_0, _goslice_ _sw
 }
 
 
-intgo _wrap_shrink_capi_116be922db6fa65c(pstate_t *_swig_go_0, _goslice_ _swig_go_1) {
+intgo _wrap_shrink_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
+  size_t *arg4 = (size_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
   
@@ -2205,21 +2208,22 @@ intgo _wrap_shrink_capi_116be922db6fa65c(pstate_t *_swig_go_0, _goslice_ _swig_g
   arg2 = (int *)_swig_go_1.array;
   arg3 = (size_t)_swig_go_1.len;
   
+  arg4 = (size_t *)_swig_go_2; 
   
-  result = (pstate_status_t)pstate_shrink(arg1,arg2,arg3);
+  result = (pstate_status_t)pstate_shrink(arg1,arg2,arg3,arg4);
   _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
   return _swig_go_result;
 }
 
 
-intgo _wrap_grow_capi_116be922db6fa65c(pstate_t *_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_grow_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, long long _swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
-  int arg2 ;
+  int64_t arg2 ;
   pstate_status_t result;
   intgo _swig_go_result;
   
   arg1 = (pstate_t *)_swig_go_0; 
-  arg2 = (int)_swig_go_1; 
+  arg2 = (int64_t)_swig_go_1; 
   
   result = (pstate_status_t)pstate_grow(arg1,arg2);
   _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
@@ -2227,7 +2231,7 @@ intgo _wrap_grow_capi_116be922db6fa65c(pstate_t *_swig_go_0, intgo _swig_go_1) {
 }
 
 
-intgo _wrap_new_group_capi_116be922db6fa65c(pstate_t *_swig_go_0, _goslice_ _swig_go_1, pstate_group_t **_swig_go_2) {
+intgo _wrap_new_group_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, _goslice_ _swig_go_1, pstate_group_t **_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2248,11 +2252,12 @@ intgo _wrap_new_group_capi_116be922db6fa65c(pstate_t *_swig_go_0, _goslice_ _swi
 }
 
 
-intgo _wrap_group_same_node_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2) {
+intgo _wrap_group_same_node_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2, long long *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   int *arg3 = (int *) 0 ;
   size_t arg4 ;
+  size_t *arg5 = (size_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
   
@@ -2262,14 +2267,15 @@ intgo _wrap_group_same_node_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, in
   arg3 = (int *)_swig_go_2.array;
   arg4 = (size_t)_swig_go_2.len;
   
+  arg5 = (size_t *)_swig_go_3; 
   
-  result = (pstate_status_t)pstate_group_same_node((struct pstate_group_s const *)arg1,arg2,arg3,arg4);
+  result = (pstate_status_t)pstate_group_same_node((struct pstate_group_s const *)arg1,arg2,arg3,arg4,arg5);
   _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
   return _swig_go_result;
 }
 
 
-intgo _wrap_all_reduce_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_all_reduce_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2294,7 +2300,7 @@ intgo _wrap_all_reduce_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_
 }
 
 
-intgo _wrap_all_gather_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_all_gather_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2317,7 +2323,7 @@ intgo _wrap_all_gather_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_
 }
 
 
-intgo _wrap_reduce_scatter_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_reduce_scatter_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2342,7 +2348,7 @@ intgo _wrap_reduce_scatter_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, voi
 }
 
 
-intgo _wrap_broadcast_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_broadcast_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2365,7 +2371,7 @@ intgo _wrap_broadcast_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_s
 }
 
 
-intgo _wrap_gather_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_gather_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2390,7 +2396,7 @@ intgo _wrap_gather_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_all_to_all_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_all_to_all_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2413,7 +2419,7 @@ intgo _wrap_all_to_all_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_
 }
 
 
-intgo _wrap_reduce_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, intgo _swig_go_6, void *_swig_go_7) {
+intgo _wrap_reduce_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, intgo _swig_go_6, void *_swig_go_7) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2440,7 +2446,7 @@ intgo _wrap_reduce_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_scatter_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_scatter_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2465,7 +2471,7 @@ intgo _wrap_scatter_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swi
 }
 
 
-intgo _wrap_all_gatherv_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_all_gatherv_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2488,7 +2494,7 @@ intgo _wrap_all_gatherv_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *
 }
 
 
-intgo _wrap_reduce_scatterv_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_reduce_scatterv_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2513,7 +2519,7 @@ intgo _wrap_reduce_scatterv_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, vo
 }
 
 
-intgo _wrap_send_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_send_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2536,7 +2542,7 @@ intgo _wrap_send_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_g
 }
 
 
-intgo _wrap_recv_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_recv_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2559,7 +2565,7 @@ intgo _wrap_recv_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_g
 }
 
 
-intgo _wrap_barrier_capi_116be922db6fa65c(pstate_group_t *_swig_go_0) {
+intgo _wrap_barrier_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2572,7 +2578,7 @@ intgo _wrap_barrier_capi_116be922db6fa65c(pstate_group_t *_swig_go_0) {
 }
 
 
-intgo _wrap_tp_allreduce_capi_116be922db6fa65c(pstate_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_tp_allreduce_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2595,7 +2601,7 @@ intgo _wrap_tp_allreduce_capi_116be922db6fa65c(pstate_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_tp_allgather_capi_116be922db6fa65c(pstate_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_tp_allgather_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2618,7 +2624,7 @@ intgo _wrap_tp_allgather_capi_116be922db6fa65c(pstate_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_broadcast_object_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, pstate_bytes_t *_swig_go_3) {
+intgo _wrap_broadcast_object_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, pstate_bytes_t *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2641,13 +2647,14 @@ intgo _wrap_broadcast_object_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, _
 }
 
 
-intgo _wrap_all_gather_object_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, pstate_bytes_t *_swig_go_2, _goslice_ _swig_go_3) {
+intgo _wrap_all_gather_object_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, pstate_bytes_t *_swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
   pstate_bytes_t *arg4 = (pstate_bytes_t *) 0 ;
   size_t *arg5 = (size_t *) 0 ;
   size_t arg6 ;
+  size_t *arg7 = (size_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
   
@@ -2661,14 +2668,15 @@ intgo _wrap_all_gather_object_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, 
   arg5 = (size_t *)_swig_go_3.array;
   arg6 = (size_t)_swig_go_3.len;
   
+  arg7 = (size_t *)_swig_go_4; 
   
-  result = (pstate_status_t)pstate_all_gather_object(arg1,(void const *)arg2,arg3,arg4,arg5,arg6);
+  result = (pstate_status_t)pstate_all_gather_object(arg1,(void const *)arg2,arg3,arg4,arg5,arg6,arg7);
   _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
   return _swig_go_result;
 }
 
 
-intgo _wrap_send_object_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_send_object_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2689,7 +2697,7 @@ intgo _wrap_send_object_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, _gosli
 }
 
 
-intgo _wrap_recv_object_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_bytes_t *_swig_go_2) {
+intgo _wrap_recv_object_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_bytes_t *_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   pstate_bytes_t *arg3 = (pstate_bytes_t *) 0 ;
@@ -2706,7 +2714,7 @@ intgo _wrap_recv_object_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, intgo 
 }
 
 
-intgo _wrap_broadcast_tensor_dict_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
+intgo _wrap_broadcast_tensor_dict_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_tensor_t *arg2 = (pstate_tensor_t *) 0 ;
   size_t arg3 ;
@@ -2735,7 +2743,7 @@ intgo _wrap_broadcast_tensor_dict_capi_116be922db6fa65c(pstate_group_t *_swig_go
 }
 
 
-intgo _wrap_send_tensor_dict_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, void *_swig_go_3) {
+intgo _wrap_send_tensor_dict_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, void *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_tensor_t *arg2 = (pstate_tensor_t *) 0 ;
   size_t arg3 ;
@@ -2758,7 +2766,7 @@ intgo _wrap_send_tensor_dict_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, p
 }
 
 
-intgo _wrap_recv_tensor_dict_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_alloc_fn _swig_go_2, void *_swig_go_3) {
+intgo _wrap_recv_tensor_dict_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_alloc_fn _swig_go_2, void *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   pstate_alloc_fn arg3 = (pstate_alloc_fn) 0 ;
@@ -2781,7 +2789,7 @@ intgo _wrap_recv_tensor_dict_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, i
 }
 
 
-intgo _wrap_send_tensor_dict_sliced_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_group_t *_swig_go_3, void *_swig_go_4) {
+intgo _wrap_send_tensor_dict_sliced_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_group_t *_swig_go_3, void *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_tensor_t *arg2 = (pstate_tensor_t *) 0 ;
   size_t arg3 ;
@@ -2806,7 +2814,7 @@ intgo _wrap_send_tensor_dict_sliced_capi_116be922db6fa65c(pstate_group_t *_swig_
 }
 
 
-intgo _wrap_recv_tensor_dict_sliced_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_group_t *_swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
+intgo _wrap_recv_tensor_dict_sliced_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_group_t *_swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   pstate_group_t *arg3 = (pstate_group_t *) 0 ;
@@ -2831,7 +2839,7 @@ intgo _wrap_recv_tensor_dict_sliced_capi_116be922db6fa65c(pstate_group_t *_swig_
 }
 
 
-intgo _wrap_isend_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
+intgo _wrap_isend_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2856,7 +2864,7 @@ intgo _wrap_isend_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_
 }
 
 
-intgo _wrap_irecv_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
+intgo _wrap_irecv_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2881,7 +2889,7 @@ intgo _wrap_irecv_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, void *_swig_
 }
 
 
-intgo _wrap_wait_capi_116be922db6fa65c(pstate_request_t *_swig_go_0) {
+intgo _wrap_wait_capi_ff2d2cd2b2250927(pstate_request_t *_swig_go_0) {
   pstate_request_t *arg1 = (pstate_request_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2894,7 +2902,7 @@ intgo _wrap_wait_capi_116be922db6fa65c(pstate_request_t *_swig_go_0) {
 }
 
 
-intgo _wrap_test_capi_116be922db6fa65c(pstate_request_t *_swig_go_0, int *_swig_go_1) {
+intgo _wrap_test_capi_ff2d2cd2b2250927(pstate_request_t *_swig_go_0, int *_swig_go_1) {
   pstate_request_t *arg1 = (pstate_request_t *) 0 ;
   int *arg2 = (int *) 0 ;
   pstate_status_t result;
@@ -2909,7 +2917,7 @@ intgo _wrap_test_capi_116be922db6fa65c(pstate_request_t *_swig_go_0, int *_swig_
 }
 
 
-intgo _wrap_p2p_batch_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, pstate_p2p_op_t *_swig_go_1, void *_swig_go_2) {
+intgo _wrap_p2p_batch_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, pstate_p2p_op_t *_swig_go_1, void *_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_p2p_op_t *arg2 = (pstate_p2p_op_t *) 0 ;
   size_t arg3 ;
@@ -2930,7 +2938,7 @@ intgo _wrap_p2p_batch_capi_116be922db6fa65c(pstate_group_t *_swig_go_0, pstate_p
 }
 
 
-intgo _wrap_graph_capture_begin_capi_116be922db6fa65c(pstate_t *_swig_go_0, void *_swig_go_1, void **_swig_go_2) {
+intgo _wrap_graph_capture_begin_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, void *_swig_go_1, void **_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void **arg3 = (void **) 0 ;
@@ -2947,7 +2955,7 @@ intgo _wrap_graph_capture_begin_capi_116be922db6fa65c(pstate_t *_swig_go_0, void
 }
 
 
-intgo _wrap_graph_capture_end_capi_116be922db6fa65c(pstate_t *_swig_go_0) {
+intgo _wrap_graph_capture_end_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;

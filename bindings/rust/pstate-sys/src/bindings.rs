@@ -10,6 +10,7 @@ pub const PSTATE_ABI_MAJOR: u32 = 1;
 pub const PSTATE_DTYPE_COUNT: u32 = 12;
 pub const PSTATE_REDUCE_OP_COUNT: u32 = 5;
 pub const PSTATE_GROUP_KIND_COUNT: u32 = 11;
+pub const PSTATE_GROUP_FIRST_NON_LAYOUT_KIND: u32 = 1000;
 pub const PSTATE_GROUP_NAME_MAX: u32 = 32;
 pub const PSTATE_TENSOR_MAX_NDIM: u32 = 64;
 pub type __uint32_t = ::std::os::raw::c_uint;
@@ -159,7 +160,7 @@ impl pstate_group_kind_t {
     pub const PSTATE_GROUP_SELF_PP: pstate_group_kind_t = pstate_group_kind_t(10);
 }
 impl pstate_group_kind_t {
-    pub const PSTATE_GROUP_CUSTOM: pstate_group_kind_t = pstate_group_kind_t(11);
+    pub const PSTATE_GROUP_CUSTOM: pstate_group_kind_t = pstate_group_kind_t(1000);
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
@@ -833,6 +834,7 @@ pub type pstate_interrupt_fn = ::std::option::Option<
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pstate_tensor_t {
+    pub struct_size: usize,
     pub name: *const ::std::os::raw::c_char,
     pub dtype: pstate_dtype_t,
     pub ndim: ::std::os::raw::c_int,
@@ -844,7 +846,7 @@ pub struct pstate_tensor_t {
 fn bindgen_test_layout_pstate_tensor_t() {
     assert_eq!(
         ::std::mem::size_of::<pstate_tensor_t>(),
-        40usize,
+        48usize,
         concat!("Size of: ", stringify!(pstate_tensor_t))
     );
     assert_eq!(
@@ -852,6 +854,23 @@ fn bindgen_test_layout_pstate_tensor_t() {
         8usize,
         concat!("Alignment of ", stringify!(pstate_tensor_t))
     );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_tensor_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_tensor_t),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
     fn test_field_name() {
         assert_eq!(
             unsafe {
@@ -859,7 +878,7 @@ fn bindgen_test_layout_pstate_tensor_t() {
                 let ptr = uninit.as_ptr();
                 ::std::ptr::addr_of!((*ptr).name) as usize - ptr as usize
             },
-            0usize,
+            8usize,
             concat!(
                 "Offset of field: ",
                 stringify!(pstate_tensor_t),
@@ -876,7 +895,7 @@ fn bindgen_test_layout_pstate_tensor_t() {
                 let ptr = uninit.as_ptr();
                 ::std::ptr::addr_of!((*ptr).dtype) as usize - ptr as usize
             },
-            8usize,
+            16usize,
             concat!(
                 "Offset of field: ",
                 stringify!(pstate_tensor_t),
@@ -893,7 +912,7 @@ fn bindgen_test_layout_pstate_tensor_t() {
                 let ptr = uninit.as_ptr();
                 ::std::ptr::addr_of!((*ptr).ndim) as usize - ptr as usize
             },
-            12usize,
+            20usize,
             concat!(
                 "Offset of field: ",
                 stringify!(pstate_tensor_t),
@@ -910,7 +929,7 @@ fn bindgen_test_layout_pstate_tensor_t() {
                 let ptr = uninit.as_ptr();
                 ::std::ptr::addr_of!((*ptr).shape) as usize - ptr as usize
             },
-            16usize,
+            24usize,
             concat!(
                 "Offset of field: ",
                 stringify!(pstate_tensor_t),
@@ -927,7 +946,7 @@ fn bindgen_test_layout_pstate_tensor_t() {
                 let ptr = uninit.as_ptr();
                 ::std::ptr::addr_of!((*ptr).data) as usize - ptr as usize
             },
-            24usize,
+            32usize,
             concat!(
                 "Offset of field: ",
                 stringify!(pstate_tensor_t),
@@ -944,7 +963,7 @@ fn bindgen_test_layout_pstate_tensor_t() {
                 let ptr = uninit.as_ptr();
                 ::std::ptr::addr_of!((*ptr).device) as usize - ptr as usize
             },
-            32usize,
+            40usize,
             concat!(
                 "Offset of field: ",
                 stringify!(pstate_tensor_t),
@@ -1169,6 +1188,20 @@ pub struct pstate_api_t {
         ::std::option::Option<unsafe extern "C" fn(ps: *mut pstate_t) -> pstate_status_t>,
     pub finalize: ::std::option::Option<unsafe extern "C" fn(ps: *mut pstate_t) -> pstate_status_t>,
     pub abort: ::std::option::Option<unsafe extern "C" fn(ps: *mut pstate_t) -> pstate_status_t>,
+    pub revoke: ::std::option::Option<unsafe extern "C" fn(ps: *mut pstate_t) -> pstate_status_t>,
+    pub set_interrupt_check: ::std::option::Option<
+        unsafe extern "C" fn(
+            ps: *mut pstate_t,
+            fn_: pstate_interrupt_fn,
+            user: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
+    pub trace_dump: ::std::option::Option<
+        unsafe extern "C" fn(
+            ps: *mut pstate_t,
+            path: *const ::std::os::raw::c_char,
+        ) -> pstate_status_t,
+    >,
     pub get_group: ::std::option::Option<
         unsafe extern "C" fn(
             ps: *mut pstate_t,
@@ -1190,12 +1223,40 @@ pub struct pstate_api_t {
             count: *mut usize,
         ) -> pstate_status_t,
     >,
+    pub live_ranks: ::std::option::Option<
+        unsafe extern "C" fn(
+            ps: *mut pstate_t,
+            ranks: *mut ::std::os::raw::c_int,
+            capacity: usize,
+            count: *mut usize,
+        ) -> pstate_status_t,
+    >,
+    pub shrink: ::std::option::Option<
+        unsafe extern "C" fn(
+            ps: *mut pstate_t,
+            new_rank: *mut ::std::os::raw::c_int,
+            capacity: usize,
+            count: *mut usize,
+        ) -> pstate_status_t,
+    >,
+    pub grow: ::std::option::Option<
+        unsafe extern "C" fn(ps: *mut pstate_t, timeout_ms: i64) -> pstate_status_t,
+    >,
+    pub new_group: ::std::option::Option<
+        unsafe extern "C" fn(
+            ps: *mut pstate_t,
+            ranks: *const ::std::os::raw::c_int,
+            count: usize,
+            out: *mut *mut pstate_group_t,
+        ) -> pstate_status_t,
+    >,
     pub group_same_node: ::std::option::Option<
         unsafe extern "C" fn(
             g: *const pstate_group_t,
-            source: ::std::os::raw::c_int,
+            root: ::std::os::raw::c_int,
             same_node: *mut ::std::os::raw::c_int,
             capacity: usize,
+            count: *mut usize,
         ) -> pstate_status_t,
     >,
     pub all_reduce: ::std::option::Option<
@@ -1214,7 +1275,7 @@ pub struct pstate_api_t {
             g: *mut pstate_group_t,
             send: *const ::std::os::raw::c_void,
             recv: *mut ::std::os::raw::c_void,
-            send_count: usize,
+            count: usize,
             dtype: pstate_dtype_t,
             stream: *mut ::std::os::raw::c_void,
         ) -> pstate_status_t,
@@ -1224,7 +1285,7 @@ pub struct pstate_api_t {
             g: *mut pstate_group_t,
             send: *const ::std::os::raw::c_void,
             recv: *mut ::std::os::raw::c_void,
-            recv_count: usize,
+            count: usize,
             dtype: pstate_dtype_t,
             op: pstate_reduce_op_t,
             stream: *mut ::std::os::raw::c_void,
@@ -1236,7 +1297,7 @@ pub struct pstate_api_t {
             buf: *mut ::std::os::raw::c_void,
             count: usize,
             dtype: pstate_dtype_t,
-            src: ::std::os::raw::c_int,
+            root: ::std::os::raw::c_int,
             stream: *mut ::std::os::raw::c_void,
         ) -> pstate_status_t,
     >,
@@ -1245,9 +1306,9 @@ pub struct pstate_api_t {
             g: *mut pstate_group_t,
             send: *const ::std::os::raw::c_void,
             recv: *mut ::std::os::raw::c_void,
-            send_count: usize,
+            count: usize,
             dtype: pstate_dtype_t,
-            dst: ::std::os::raw::c_int,
+            root: ::std::os::raw::c_int,
             stream: *mut ::std::os::raw::c_void,
         ) -> pstate_status_t,
     >,
@@ -1256,123 +1317,8 @@ pub struct pstate_api_t {
             g: *mut pstate_group_t,
             send: *const ::std::os::raw::c_void,
             recv: *mut ::std::os::raw::c_void,
-            count_per_rank: usize,
-            dtype: pstate_dtype_t,
-            stream: *mut ::std::os::raw::c_void,
-        ) -> pstate_status_t,
-    >,
-    pub send: ::std::option::Option<
-        unsafe extern "C" fn(
-            g: *mut pstate_group_t,
-            buf: *const ::std::os::raw::c_void,
             count: usize,
             dtype: pstate_dtype_t,
-            dst: ::std::os::raw::c_int,
-            stream: *mut ::std::os::raw::c_void,
-        ) -> pstate_status_t,
-    >,
-    pub recv: ::std::option::Option<
-        unsafe extern "C" fn(
-            g: *mut pstate_group_t,
-            buf: *mut ::std::os::raw::c_void,
-            count: usize,
-            dtype: pstate_dtype_t,
-            src: ::std::os::raw::c_int,
-            stream: *mut ::std::os::raw::c_void,
-        ) -> pstate_status_t,
-    >,
-    pub barrier:
-        ::std::option::Option<unsafe extern "C" fn(g: *mut pstate_group_t) -> pstate_status_t>,
-    pub tp_allreduce: ::std::option::Option<
-        unsafe extern "C" fn(
-            ps: *mut pstate_t,
-            buf: *mut ::std::os::raw::c_void,
-            count: usize,
-            dtype: pstate_dtype_t,
-            op: pstate_reduce_op_t,
-            stream: *mut ::std::os::raw::c_void,
-        ) -> pstate_status_t,
-    >,
-    pub tp_allgather: ::std::option::Option<
-        unsafe extern "C" fn(
-            ps: *mut pstate_t,
-            send: *const ::std::os::raw::c_void,
-            recv: *mut ::std::os::raw::c_void,
-            send_count: usize,
-            dtype: pstate_dtype_t,
-            stream: *mut ::std::os::raw::c_void,
-        ) -> pstate_status_t,
-    >,
-    pub broadcast_object: ::std::option::Option<
-        unsafe extern "C" fn(
-            g: *mut pstate_group_t,
-            data: *const ::std::os::raw::c_void,
-            size: usize,
-            src: ::std::os::raw::c_int,
-            out: *mut pstate_bytes_t,
-        ) -> pstate_status_t,
-    >,
-    pub all_gather_object: ::std::option::Option<
-        unsafe extern "C" fn(
-            g: *mut pstate_group_t,
-            data: *const ::std::os::raw::c_void,
-            size: usize,
-            out: *mut pstate_bytes_t,
-            sizes: *mut usize,
-            capacity: usize,
-        ) -> pstate_status_t,
-    >,
-    pub send_object: ::std::option::Option<
-        unsafe extern "C" fn(
-            g: *mut pstate_group_t,
-            data: *const ::std::os::raw::c_void,
-            size: usize,
-            dst: ::std::os::raw::c_int,
-        ) -> pstate_status_t,
-    >,
-    pub recv_object: ::std::option::Option<
-        unsafe extern "C" fn(
-            g: *mut pstate_group_t,
-            src: ::std::os::raw::c_int,
-            out: *mut pstate_bytes_t,
-        ) -> pstate_status_t,
-    >,
-    pub bytes_free: ::std::option::Option<unsafe extern "C" fn(b: *mut pstate_bytes_t)>,
-    pub graph_capture_begin: ::std::option::Option<
-        unsafe extern "C" fn(
-            ps: *mut pstate_t,
-            stream: *mut ::std::os::raw::c_void,
-            capture_stream: *mut *mut ::std::os::raw::c_void,
-        ) -> pstate_status_t,
-    >,
-    pub graph_capture_end:
-        ::std::option::Option<unsafe extern "C" fn(ps: *mut pstate_t) -> pstate_status_t>,
-    pub broadcast_tensor_dict: ::std::option::Option<
-        unsafe extern "C" fn(
-            g: *mut pstate_group_t,
-            tensors: *const pstate_tensor_t,
-            count: usize,
-            src: ::std::os::raw::c_int,
-            alloc: pstate_alloc_fn,
-            user: *mut ::std::os::raw::c_void,
-            stream: *mut ::std::os::raw::c_void,
-        ) -> pstate_status_t,
-    >,
-    pub send_tensor_dict: ::std::option::Option<
-        unsafe extern "C" fn(
-            g: *mut pstate_group_t,
-            tensors: *const pstate_tensor_t,
-            count: usize,
-            dst: ::std::os::raw::c_int,
-            stream: *mut ::std::os::raw::c_void,
-        ) -> pstate_status_t,
-    >,
-    pub recv_tensor_dict: ::std::option::Option<
-        unsafe extern "C" fn(
-            g: *mut pstate_group_t,
-            src: ::std::os::raw::c_int,
-            alloc: pstate_alloc_fn,
-            user: *mut ::std::os::raw::c_void,
             stream: *mut ::std::os::raw::c_void,
         ) -> pstate_status_t,
     >,
@@ -1393,23 +1339,10 @@ pub struct pstate_api_t {
             g: *mut pstate_group_t,
             send: *const ::std::os::raw::c_void,
             recv: *mut ::std::os::raw::c_void,
-            recv_count: usize,
+            count: usize,
             dtype: pstate_dtype_t,
             root: ::std::os::raw::c_int,
             stream: *mut ::std::os::raw::c_void,
-        ) -> pstate_status_t,
-    >,
-    pub set_interrupt_check: ::std::option::Option<
-        unsafe extern "C" fn(
-            ps: *mut pstate_t,
-            fn_: pstate_interrupt_fn,
-            user: *mut ::std::os::raw::c_void,
-        ) -> pstate_status_t,
-    >,
-    pub trace_dump: ::std::option::Option<
-        unsafe extern "C" fn(
-            ps: *mut pstate_t,
-            path: *const ::std::os::raw::c_char,
         ) -> pstate_status_t,
     >,
     pub all_gatherv: ::std::option::Option<
@@ -1433,13 +1366,140 @@ pub struct pstate_api_t {
             stream: *mut ::std::os::raw::c_void,
         ) -> pstate_status_t,
     >,
+    pub send: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            buf: *const ::std::os::raw::c_void,
+            count: usize,
+            dtype: pstate_dtype_t,
+            peer: ::std::os::raw::c_int,
+            stream: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
+    pub recv: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            buf: *mut ::std::os::raw::c_void,
+            count: usize,
+            dtype: pstate_dtype_t,
+            peer: ::std::os::raw::c_int,
+            stream: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
+    pub barrier:
+        ::std::option::Option<unsafe extern "C" fn(g: *mut pstate_group_t) -> pstate_status_t>,
+    pub tp_allreduce: ::std::option::Option<
+        unsafe extern "C" fn(
+            ps: *mut pstate_t,
+            buf: *mut ::std::os::raw::c_void,
+            count: usize,
+            dtype: pstate_dtype_t,
+            op: pstate_reduce_op_t,
+            stream: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
+    pub tp_allgather: ::std::option::Option<
+        unsafe extern "C" fn(
+            ps: *mut pstate_t,
+            send: *const ::std::os::raw::c_void,
+            recv: *mut ::std::os::raw::c_void,
+            count: usize,
+            dtype: pstate_dtype_t,
+            stream: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
+    pub broadcast_object: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            data: *const ::std::os::raw::c_void,
+            size: usize,
+            root: ::std::os::raw::c_int,
+            out: *mut pstate_bytes_t,
+        ) -> pstate_status_t,
+    >,
+    pub all_gather_object: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            data: *const ::std::os::raw::c_void,
+            size: usize,
+            out: *mut pstate_bytes_t,
+            sizes: *mut usize,
+            capacity: usize,
+            count: *mut usize,
+        ) -> pstate_status_t,
+    >,
+    pub send_object: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            data: *const ::std::os::raw::c_void,
+            size: usize,
+            peer: ::std::os::raw::c_int,
+        ) -> pstate_status_t,
+    >,
+    pub recv_object: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            peer: ::std::os::raw::c_int,
+            out: *mut pstate_bytes_t,
+        ) -> pstate_status_t,
+    >,
+    pub bytes_free: ::std::option::Option<unsafe extern "C" fn(b: *mut pstate_bytes_t)>,
+    pub broadcast_tensor_dict: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            tensors: *const pstate_tensor_t,
+            count: usize,
+            root: ::std::os::raw::c_int,
+            alloc: pstate_alloc_fn,
+            user: *mut ::std::os::raw::c_void,
+            stream: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
+    pub send_tensor_dict: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            tensors: *const pstate_tensor_t,
+            count: usize,
+            peer: ::std::os::raw::c_int,
+            stream: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
+    pub recv_tensor_dict: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            peer: ::std::os::raw::c_int,
+            alloc: pstate_alloc_fn,
+            user: *mut ::std::os::raw::c_void,
+            stream: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
+    pub send_tensor_dict_sliced: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            tensors: *const pstate_tensor_t,
+            count: usize,
+            peer: ::std::os::raw::c_int,
+            ag: *mut pstate_group_t,
+            stream: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
+    pub recv_tensor_dict_sliced: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            peer: ::std::os::raw::c_int,
+            ag: *mut pstate_group_t,
+            alloc: pstate_alloc_fn,
+            user: *mut ::std::os::raw::c_void,
+            stream: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
     pub isend: ::std::option::Option<
         unsafe extern "C" fn(
             g: *mut pstate_group_t,
             buf: *const ::std::os::raw::c_void,
             count: usize,
             dtype: pstate_dtype_t,
-            dst: ::std::os::raw::c_int,
+            peer: ::std::os::raw::c_int,
             stream: *mut ::std::os::raw::c_void,
             req: *mut *mut pstate_request_t,
         ) -> pstate_status_t,
@@ -1450,7 +1510,7 @@ pub struct pstate_api_t {
             buf: *mut ::std::os::raw::c_void,
             count: usize,
             dtype: pstate_dtype_t,
-            src: ::std::os::raw::c_int,
+            peer: ::std::os::raw::c_int,
             stream: *mut ::std::os::raw::c_void,
             req: *mut *mut pstate_request_t,
         ) -> pstate_status_t,
@@ -1471,56 +1531,15 @@ pub struct pstate_api_t {
             stream: *mut ::std::os::raw::c_void,
         ) -> pstate_status_t,
     >,
-    pub new_group: ::std::option::Option<
+    pub graph_capture_begin: ::std::option::Option<
         unsafe extern "C" fn(
             ps: *mut pstate_t,
-            ranks: *const ::std::os::raw::c_int,
-            count: usize,
-            out: *mut *mut pstate_group_t,
-        ) -> pstate_status_t,
-    >,
-    pub send_tensor_dict_sliced: ::std::option::Option<
-        unsafe extern "C" fn(
-            g: *mut pstate_group_t,
-            tensors: *const pstate_tensor_t,
-            count: usize,
-            dst: ::std::os::raw::c_int,
-            ag: *mut pstate_group_t,
             stream: *mut ::std::os::raw::c_void,
+            capture_stream: *mut *mut ::std::os::raw::c_void,
         ) -> pstate_status_t,
     >,
-    pub recv_tensor_dict_sliced: ::std::option::Option<
-        unsafe extern "C" fn(
-            g: *mut pstate_group_t,
-            src: ::std::os::raw::c_int,
-            ag: *mut pstate_group_t,
-            alloc: pstate_alloc_fn,
-            user: *mut ::std::os::raw::c_void,
-            stream: *mut ::std::os::raw::c_void,
-        ) -> pstate_status_t,
-    >,
-    pub live_ranks: ::std::option::Option<
-        unsafe extern "C" fn(
-            ps: *mut pstate_t,
-            ranks: *mut ::std::os::raw::c_int,
-            capacity: usize,
-            count: *mut usize,
-        ) -> pstate_status_t,
-    >,
-    pub shrink: ::std::option::Option<
-        unsafe extern "C" fn(
-            ps: *mut pstate_t,
-            new_rank: *mut ::std::os::raw::c_int,
-            capacity: usize,
-        ) -> pstate_status_t,
-    >,
-    pub grow: ::std::option::Option<
-        unsafe extern "C" fn(
-            ps: *mut pstate_t,
-            timeout_ms: ::std::os::raw::c_int,
-        ) -> pstate_status_t,
-    >,
-    pub revoke: ::std::option::Option<unsafe extern "C" fn(ps: *mut pstate_t) -> pstate_status_t>,
+    pub graph_capture_end:
+        ::std::option::Option<unsafe extern "C" fn(ps: *mut pstate_t) -> pstate_status_t>,
 }
 #[test]
 fn bindgen_test_layout_pstate_api_t() {
@@ -1891,465 +1910,23 @@ fn bindgen_test_layout_pstate_api_t() {
         );
     }
     test_field_abort();
-    fn test_field_get_group() {
+    fn test_field_revoke() {
         assert_eq!(
             unsafe {
                 let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
                 let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).get_group) as usize - ptr as usize
+                ::std::ptr::addr_of!((*ptr).revoke) as usize - ptr as usize
             },
             160usize,
             concat!(
                 "Offset of field: ",
                 stringify!(pstate_api_t),
                 "::",
-                stringify!(get_group)
+                stringify!(revoke)
             )
         );
     }
-    test_field_get_group();
-    fn test_field_group_info() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).group_info) as usize - ptr as usize
-            },
-            168usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(group_info)
-            )
-        );
-    }
-    test_field_group_info();
-    fn test_field_group_ranks() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).group_ranks) as usize - ptr as usize
-            },
-            176usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(group_ranks)
-            )
-        );
-    }
-    test_field_group_ranks();
-    fn test_field_group_same_node() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).group_same_node) as usize - ptr as usize
-            },
-            184usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(group_same_node)
-            )
-        );
-    }
-    test_field_group_same_node();
-    fn test_field_all_reduce() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).all_reduce) as usize - ptr as usize
-            },
-            192usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(all_reduce)
-            )
-        );
-    }
-    test_field_all_reduce();
-    fn test_field_all_gather() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).all_gather) as usize - ptr as usize
-            },
-            200usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(all_gather)
-            )
-        );
-    }
-    test_field_all_gather();
-    fn test_field_reduce_scatter() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).reduce_scatter) as usize - ptr as usize
-            },
-            208usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(reduce_scatter)
-            )
-        );
-    }
-    test_field_reduce_scatter();
-    fn test_field_broadcast() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).broadcast) as usize - ptr as usize
-            },
-            216usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(broadcast)
-            )
-        );
-    }
-    test_field_broadcast();
-    fn test_field_gather() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).gather) as usize - ptr as usize
-            },
-            224usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(gather)
-            )
-        );
-    }
-    test_field_gather();
-    fn test_field_all_to_all() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).all_to_all) as usize - ptr as usize
-            },
-            232usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(all_to_all)
-            )
-        );
-    }
-    test_field_all_to_all();
-    fn test_field_send() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).send) as usize - ptr as usize
-            },
-            240usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(send)
-            )
-        );
-    }
-    test_field_send();
-    fn test_field_recv() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).recv) as usize - ptr as usize
-            },
-            248usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(recv)
-            )
-        );
-    }
-    test_field_recv();
-    fn test_field_barrier() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).barrier) as usize - ptr as usize
-            },
-            256usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(barrier)
-            )
-        );
-    }
-    test_field_barrier();
-    fn test_field_tp_allreduce() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).tp_allreduce) as usize - ptr as usize
-            },
-            264usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(tp_allreduce)
-            )
-        );
-    }
-    test_field_tp_allreduce();
-    fn test_field_tp_allgather() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).tp_allgather) as usize - ptr as usize
-            },
-            272usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(tp_allgather)
-            )
-        );
-    }
-    test_field_tp_allgather();
-    fn test_field_broadcast_object() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).broadcast_object) as usize - ptr as usize
-            },
-            280usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(broadcast_object)
-            )
-        );
-    }
-    test_field_broadcast_object();
-    fn test_field_all_gather_object() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).all_gather_object) as usize - ptr as usize
-            },
-            288usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(all_gather_object)
-            )
-        );
-    }
-    test_field_all_gather_object();
-    fn test_field_send_object() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).send_object) as usize - ptr as usize
-            },
-            296usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(send_object)
-            )
-        );
-    }
-    test_field_send_object();
-    fn test_field_recv_object() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).recv_object) as usize - ptr as usize
-            },
-            304usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(recv_object)
-            )
-        );
-    }
-    test_field_recv_object();
-    fn test_field_bytes_free() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).bytes_free) as usize - ptr as usize
-            },
-            312usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(bytes_free)
-            )
-        );
-    }
-    test_field_bytes_free();
-    fn test_field_graph_capture_begin() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).graph_capture_begin) as usize - ptr as usize
-            },
-            320usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(graph_capture_begin)
-            )
-        );
-    }
-    test_field_graph_capture_begin();
-    fn test_field_graph_capture_end() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).graph_capture_end) as usize - ptr as usize
-            },
-            328usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(graph_capture_end)
-            )
-        );
-    }
-    test_field_graph_capture_end();
-    fn test_field_broadcast_tensor_dict() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).broadcast_tensor_dict) as usize - ptr as usize
-            },
-            336usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(broadcast_tensor_dict)
-            )
-        );
-    }
-    test_field_broadcast_tensor_dict();
-    fn test_field_send_tensor_dict() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).send_tensor_dict) as usize - ptr as usize
-            },
-            344usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(send_tensor_dict)
-            )
-        );
-    }
-    test_field_send_tensor_dict();
-    fn test_field_recv_tensor_dict() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).recv_tensor_dict) as usize - ptr as usize
-            },
-            352usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(recv_tensor_dict)
-            )
-        );
-    }
-    test_field_recv_tensor_dict();
-    fn test_field_reduce() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).reduce) as usize - ptr as usize
-            },
-            360usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(reduce)
-            )
-        );
-    }
-    test_field_reduce();
-    fn test_field_scatter() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).scatter) as usize - ptr as usize
-            },
-            368usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(scatter)
-            )
-        );
-    }
-    test_field_scatter();
+    test_field_revoke();
     fn test_field_set_interrupt_check() {
         assert_eq!(
             unsafe {
@@ -2357,7 +1934,7 @@ fn bindgen_test_layout_pstate_api_t() {
                 let ptr = uninit.as_ptr();
                 ::std::ptr::addr_of!((*ptr).set_interrupt_check) as usize - ptr as usize
             },
-            376usize,
+            168usize,
             concat!(
                 "Offset of field: ",
                 stringify!(pstate_api_t),
@@ -2374,7 +1951,7 @@ fn bindgen_test_layout_pstate_api_t() {
                 let ptr = uninit.as_ptr();
                 ::std::ptr::addr_of!((*ptr).trace_dump) as usize - ptr as usize
             },
-            384usize,
+            176usize,
             concat!(
                 "Offset of field: ",
                 stringify!(pstate_api_t),
@@ -2384,176 +1961,57 @@ fn bindgen_test_layout_pstate_api_t() {
         );
     }
     test_field_trace_dump();
-    fn test_field_all_gatherv() {
+    fn test_field_get_group() {
         assert_eq!(
             unsafe {
                 let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
                 let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).all_gatherv) as usize - ptr as usize
+                ::std::ptr::addr_of!((*ptr).get_group) as usize - ptr as usize
             },
-            392usize,
+            184usize,
             concat!(
                 "Offset of field: ",
                 stringify!(pstate_api_t),
                 "::",
-                stringify!(all_gatherv)
+                stringify!(get_group)
             )
         );
     }
-    test_field_all_gatherv();
-    fn test_field_reduce_scatterv() {
+    test_field_get_group();
+    fn test_field_group_info() {
         assert_eq!(
             unsafe {
                 let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
                 let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).reduce_scatterv) as usize - ptr as usize
+                ::std::ptr::addr_of!((*ptr).group_info) as usize - ptr as usize
             },
-            400usize,
+            192usize,
             concat!(
                 "Offset of field: ",
                 stringify!(pstate_api_t),
                 "::",
-                stringify!(reduce_scatterv)
+                stringify!(group_info)
             )
         );
     }
-    test_field_reduce_scatterv();
-    fn test_field_isend() {
+    test_field_group_info();
+    fn test_field_group_ranks() {
         assert_eq!(
             unsafe {
                 let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
                 let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).isend) as usize - ptr as usize
+                ::std::ptr::addr_of!((*ptr).group_ranks) as usize - ptr as usize
             },
-            408usize,
+            200usize,
             concat!(
                 "Offset of field: ",
                 stringify!(pstate_api_t),
                 "::",
-                stringify!(isend)
+                stringify!(group_ranks)
             )
         );
     }
-    test_field_isend();
-    fn test_field_irecv() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).irecv) as usize - ptr as usize
-            },
-            416usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(irecv)
-            )
-        );
-    }
-    test_field_irecv();
-    fn test_field_wait() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).wait) as usize - ptr as usize
-            },
-            424usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(wait)
-            )
-        );
-    }
-    test_field_wait();
-    fn test_field_test() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).test) as usize - ptr as usize
-            },
-            432usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(test)
-            )
-        );
-    }
-    test_field_test();
-    fn test_field_p2p_batch() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).p2p_batch) as usize - ptr as usize
-            },
-            440usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(p2p_batch)
-            )
-        );
-    }
-    test_field_p2p_batch();
-    fn test_field_new_group() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).new_group) as usize - ptr as usize
-            },
-            448usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(new_group)
-            )
-        );
-    }
-    test_field_new_group();
-    fn test_field_send_tensor_dict_sliced() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).send_tensor_dict_sliced) as usize - ptr as usize
-            },
-            456usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(send_tensor_dict_sliced)
-            )
-        );
-    }
-    test_field_send_tensor_dict_sliced();
-    fn test_field_recv_tensor_dict_sliced() {
-        assert_eq!(
-            unsafe {
-                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
-                let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).recv_tensor_dict_sliced) as usize - ptr as usize
-            },
-            464usize,
-            concat!(
-                "Offset of field: ",
-                stringify!(pstate_api_t),
-                "::",
-                stringify!(recv_tensor_dict_sliced)
-            )
-        );
-    }
-    test_field_recv_tensor_dict_sliced();
+    test_field_group_ranks();
     fn test_field_live_ranks() {
         assert_eq!(
             unsafe {
@@ -2561,7 +2019,7 @@ fn bindgen_test_layout_pstate_api_t() {
                 let ptr = uninit.as_ptr();
                 ::std::ptr::addr_of!((*ptr).live_ranks) as usize - ptr as usize
             },
-            472usize,
+            208usize,
             concat!(
                 "Offset of field: ",
                 stringify!(pstate_api_t),
@@ -2578,7 +2036,7 @@ fn bindgen_test_layout_pstate_api_t() {
                 let ptr = uninit.as_ptr();
                 ::std::ptr::addr_of!((*ptr).shrink) as usize - ptr as usize
             },
-            480usize,
+            216usize,
             concat!(
                 "Offset of field: ",
                 stringify!(pstate_api_t),
@@ -2595,7 +2053,7 @@ fn bindgen_test_layout_pstate_api_t() {
                 let ptr = uninit.as_ptr();
                 ::std::ptr::addr_of!((*ptr).grow) as usize - ptr as usize
             },
-            488usize,
+            224usize,
             concat!(
                 "Offset of field: ",
                 stringify!(pstate_api_t),
@@ -2605,21 +2063,582 @@ fn bindgen_test_layout_pstate_api_t() {
         );
     }
     test_field_grow();
-    fn test_field_revoke() {
+    fn test_field_new_group() {
         assert_eq!(
             unsafe {
                 let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
                 let ptr = uninit.as_ptr();
-                ::std::ptr::addr_of!((*ptr).revoke) as usize - ptr as usize
+                ::std::ptr::addr_of!((*ptr).new_group) as usize - ptr as usize
+            },
+            232usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(new_group)
+            )
+        );
+    }
+    test_field_new_group();
+    fn test_field_group_same_node() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).group_same_node) as usize - ptr as usize
+            },
+            240usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(group_same_node)
+            )
+        );
+    }
+    test_field_group_same_node();
+    fn test_field_all_reduce() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).all_reduce) as usize - ptr as usize
+            },
+            248usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(all_reduce)
+            )
+        );
+    }
+    test_field_all_reduce();
+    fn test_field_all_gather() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).all_gather) as usize - ptr as usize
+            },
+            256usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(all_gather)
+            )
+        );
+    }
+    test_field_all_gather();
+    fn test_field_reduce_scatter() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reduce_scatter) as usize - ptr as usize
+            },
+            264usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(reduce_scatter)
+            )
+        );
+    }
+    test_field_reduce_scatter();
+    fn test_field_broadcast() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).broadcast) as usize - ptr as usize
+            },
+            272usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(broadcast)
+            )
+        );
+    }
+    test_field_broadcast();
+    fn test_field_gather() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).gather) as usize - ptr as usize
+            },
+            280usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(gather)
+            )
+        );
+    }
+    test_field_gather();
+    fn test_field_all_to_all() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).all_to_all) as usize - ptr as usize
+            },
+            288usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(all_to_all)
+            )
+        );
+    }
+    test_field_all_to_all();
+    fn test_field_reduce() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reduce) as usize - ptr as usize
+            },
+            296usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(reduce)
+            )
+        );
+    }
+    test_field_reduce();
+    fn test_field_scatter() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).scatter) as usize - ptr as usize
+            },
+            304usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(scatter)
+            )
+        );
+    }
+    test_field_scatter();
+    fn test_field_all_gatherv() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).all_gatherv) as usize - ptr as usize
+            },
+            312usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(all_gatherv)
+            )
+        );
+    }
+    test_field_all_gatherv();
+    fn test_field_reduce_scatterv() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reduce_scatterv) as usize - ptr as usize
+            },
+            320usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(reduce_scatterv)
+            )
+        );
+    }
+    test_field_reduce_scatterv();
+    fn test_field_send() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).send) as usize - ptr as usize
+            },
+            328usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(send)
+            )
+        );
+    }
+    test_field_send();
+    fn test_field_recv() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).recv) as usize - ptr as usize
+            },
+            336usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(recv)
+            )
+        );
+    }
+    test_field_recv();
+    fn test_field_barrier() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).barrier) as usize - ptr as usize
+            },
+            344usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(barrier)
+            )
+        );
+    }
+    test_field_barrier();
+    fn test_field_tp_allreduce() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).tp_allreduce) as usize - ptr as usize
+            },
+            352usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(tp_allreduce)
+            )
+        );
+    }
+    test_field_tp_allreduce();
+    fn test_field_tp_allgather() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).tp_allgather) as usize - ptr as usize
+            },
+            360usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(tp_allgather)
+            )
+        );
+    }
+    test_field_tp_allgather();
+    fn test_field_broadcast_object() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).broadcast_object) as usize - ptr as usize
+            },
+            368usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(broadcast_object)
+            )
+        );
+    }
+    test_field_broadcast_object();
+    fn test_field_all_gather_object() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).all_gather_object) as usize - ptr as usize
+            },
+            376usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(all_gather_object)
+            )
+        );
+    }
+    test_field_all_gather_object();
+    fn test_field_send_object() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).send_object) as usize - ptr as usize
+            },
+            384usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(send_object)
+            )
+        );
+    }
+    test_field_send_object();
+    fn test_field_recv_object() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).recv_object) as usize - ptr as usize
+            },
+            392usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(recv_object)
+            )
+        );
+    }
+    test_field_recv_object();
+    fn test_field_bytes_free() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bytes_free) as usize - ptr as usize
+            },
+            400usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(bytes_free)
+            )
+        );
+    }
+    test_field_bytes_free();
+    fn test_field_broadcast_tensor_dict() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).broadcast_tensor_dict) as usize - ptr as usize
+            },
+            408usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(broadcast_tensor_dict)
+            )
+        );
+    }
+    test_field_broadcast_tensor_dict();
+    fn test_field_send_tensor_dict() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).send_tensor_dict) as usize - ptr as usize
+            },
+            416usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(send_tensor_dict)
+            )
+        );
+    }
+    test_field_send_tensor_dict();
+    fn test_field_recv_tensor_dict() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).recv_tensor_dict) as usize - ptr as usize
+            },
+            424usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(recv_tensor_dict)
+            )
+        );
+    }
+    test_field_recv_tensor_dict();
+    fn test_field_send_tensor_dict_sliced() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).send_tensor_dict_sliced) as usize - ptr as usize
+            },
+            432usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(send_tensor_dict_sliced)
+            )
+        );
+    }
+    test_field_send_tensor_dict_sliced();
+    fn test_field_recv_tensor_dict_sliced() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).recv_tensor_dict_sliced) as usize - ptr as usize
+            },
+            440usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(recv_tensor_dict_sliced)
+            )
+        );
+    }
+    test_field_recv_tensor_dict_sliced();
+    fn test_field_isend() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).isend) as usize - ptr as usize
+            },
+            448usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(isend)
+            )
+        );
+    }
+    test_field_isend();
+    fn test_field_irecv() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).irecv) as usize - ptr as usize
+            },
+            456usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(irecv)
+            )
+        );
+    }
+    test_field_irecv();
+    fn test_field_wait() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).wait) as usize - ptr as usize
+            },
+            464usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(wait)
+            )
+        );
+    }
+    test_field_wait();
+    fn test_field_test() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).test) as usize - ptr as usize
+            },
+            472usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(test)
+            )
+        );
+    }
+    test_field_test();
+    fn test_field_p2p_batch() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).p2p_batch) as usize - ptr as usize
+            },
+            480usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(p2p_batch)
+            )
+        );
+    }
+    test_field_p2p_batch();
+    fn test_field_graph_capture_begin() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).graph_capture_begin) as usize - ptr as usize
+            },
+            488usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(graph_capture_begin)
+            )
+        );
+    }
+    test_field_graph_capture_begin();
+    fn test_field_graph_capture_end() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).graph_capture_end) as usize - ptr as usize
             },
             496usize,
             concat!(
                 "Offset of field: ",
                 stringify!(pstate_api_t),
                 "::",
-                stringify!(revoke)
+                stringify!(graph_capture_end)
             )
         );
     }
-    test_field_revoke();
+    test_field_graph_capture_end();
 }

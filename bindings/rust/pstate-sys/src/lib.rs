@@ -209,6 +209,20 @@ pub fn pstate_p2p_op_init() -> pstate_p2p_op_t {
     }
 }
 
+/// PSTATE_TENSOR_INIT: an empty float32 scalar without a name; struct_size is the stride of a
+/// dict's array (pstate.h, struct arrays).
+pub fn pstate_tensor_init() -> pstate_tensor_t {
+    pstate_tensor_t {
+        struct_size: ::std::mem::size_of::<pstate_tensor_t>(),
+        name: ::std::ptr::null(),
+        dtype: pstate_dtype_t::PSTATE_FLOAT32,
+        ndim: 0,
+        shape: ::std::ptr::null(),
+        data: ::std::ptr::null(),
+        device: pstate_device_t::PSTATE_DEVICE_CPU,
+    }
+}
+
 /// PSTATE_GROUP_INFO_INIT.
 pub fn pstate_group_info_init() -> pstate_group_info_t {
     pstate_group_info_t {

@@ -273,8 +273,10 @@ impl PState {
     /// call `initialize_model_parallel` again with sizes that fit the new world.
     pub fn shrink(&mut self) -> Result<Vec<i32>> {
         let mut new_rank = vec![-1i32; self.world_size]; // the world before the call
-        check(unsafe { sys::pstate_shrink(self.as_raw(), new_rank.as_mut_ptr(), new_rank.len()) })?;
+        let mut n = 0usize; // *count: that world's size
+        check(unsafe { sys::pstate_shrink(self.as_raw(), new_rank.as_mut_ptr(), new_rank.len(), &mut n) })?;
         self.reread_world()?;
+        new_rank.truncate(n);
         Ok(new_rank)
     }
 
@@ -283,7 +285,7 @@ impl PState {
     /// appended. Every model-parallel and custom group is dropped, the world's too (no Group may be
     /// alive: they borrow the PState). Waits up to timeout_ms for at least one; none in time:
     /// `Status::Timeout`, the world unchanged and usable.
-    pub fn grow(&mut self, timeout_ms: i32) -> Result<()> {
+    pub fn grow(&mut self, timeout_ms: i64) -> Result<()> {
         check(unsafe { sys::pstate_grow(self.as_raw(), timeout_ms) })?;
         self.reread_world()
     }
@@ -547,11 +549,13 @@ impl<'ps> Group<'ps> {
         Ok(ranks[..n].iter().map(|&r| r as usize).collect())
     }
 
-    /// SGLang's in_the_same_node_as: whether each group rank shares a host with `source`.
+    /// SGLang's in_the_same_node_as: whether each group rank shares a host with `source`
+    /// (pstate_group_same_node's root).
     pub fn same_node(&self, source: usize) -> Result<Vec<bool>> {
         let mut flags = vec![0i32; self.world_size()];
-        check(unsafe { sys::pstate_group_same_node(self.g(), rank_arg("source", source)?, flags.as_mut_ptr(), flags.len()) })?;
-        Ok(flags.into_iter().map(|f| f != 0).collect())
+        let mut n = 0usize;
+        check(unsafe { sys::pstate_group_same_node(self.g(), rank_arg("source", source)?, flags.as_mut_ptr(), flags.len(), &mut n) })?;
+        Ok(flags[..n].iter().map(|&f| f != 0).collect())
     }
 
     /// buf[i] = op over the group of buf[i], in place.
@@ -647,10 +651,11 @@ impl<'ps> Group<'ps> {
     pub fn all_gather_object(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         let mut out = Bytes::new();
         let mut sizes = vec![0usize; self.world_size()];
-        check(unsafe { sys::pstate_all_gather_object(self.g(), data.as_ptr().cast(), data.len(), &mut out.0, sizes.as_mut_ptr(), sizes.len()) })?;
+        let mut n = 0usize;
+        check(unsafe { sys::pstate_all_gather_object(self.g(), data.as_ptr().cast(), data.len(), &mut out.0, sizes.as_mut_ptr(), sizes.len(), &mut n) })?;
         let all = out.as_slice();
         let mut off = 0;
-        Ok(sizes
+        Ok(sizes[..n]
             .iter()
             .map(|&s| {
                 let part = all[off..off + s].to_vec();

@@ -111,7 +111,7 @@ impl CDict {
                 ndim,
                 shape: t.shape.as_ptr(),
                 data: t.data.as_ptr().cast(),
-                device: sys::pstate_device_t::PSTATE_DEVICE_CPU,
+                ..sys::pstate_tensor_init() // struct_size, the array's stride (pstate.h); device CPU
             });
             names.push(name); // the CString's heap buffer does not move with it
         }
@@ -126,10 +126,7 @@ impl CDict {
         let tensor = sys::pstate_tensor_t {
             name: name.as_ptr(),
             dtype: sys::pstate_dtype_t(u32::MAX), // -1 as a C int: not a pstate_dtype_t
-            ndim: 0,
-            shape: ptr::null(),
-            data: ptr::null(),
-            device: sys::pstate_device_t::PSTATE_DEVICE_CPU,
+            ..sys::pstate_tensor_init()
         };
         CDict { _names: vec![name], tensors: vec![tensor] }
     }

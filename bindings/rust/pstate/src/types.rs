@@ -90,7 +90,8 @@ pub enum GroupKind {
     SelfPp,
     /// A group made by [`crate::PState::new_group`] ("custom:<n>"); not in the layout
     /// ([`crate::PState::group`] refuses it, and [`GroupKind::ALL`] lists the layout kinds).
-    Custom,
+    /// Kinds from 1000 on are not layout kinds (pstate.h).
+    Custom = 1000,
 }
 
 impl GroupKind {
