@@ -41,9 +41,7 @@ EXEMPT = {
 }
 # Structs expected to fail rule 1 until a branch in flight lands. A struct listed here that passes
 # fails the test: delete its entry then.
-PENDING = {
-    "pstate_tensor_t": "gets struct_size on branch abi-conventions (issue 32)",
-}
+PENDING = {}
 
 
 def strip_comments(text):
