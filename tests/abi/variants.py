@@ -51,9 +51,9 @@ def sub_all(root, pattern, repl, at_least):
 # ---- breaking changes: the gate must refuse each ------------------------------------------------
 
 def param_type_changed(root):
-    # pstate_grow(pstate_t *ps, int timeout_ms) -> int64_t timeout_ms: declaration, the table's
-    # member and the definition (a wider parameter: callers pass 4 bytes where 8 are read)
-    sub_all(root, r"(grow\)?\(\s*pstate_t\s*\*\s*ps,\s*)int(\s+timeout_ms\s*\))", r"\1int64_t\2", at_least=3)
+    # pstate_grow(pstate_t *ps, int64_t timeout_ms) -> int timeout_ms: declaration, the table's
+    # member and the definition (a narrower parameter: callers pass 8 bytes where 4 are read)
+    sub_all(root, r"(grow\)?\(\s*pstate_t\s*\*\s*ps,\s*)int64_t(\s+timeout_ms\s*\))", r"\1int\2", at_least=3)
 
 
 def function_removed(root):
@@ -143,7 +143,7 @@ def soname_bumped(root):
 
 
 VARIANTS = [
-    ("param_type_changed", "REFUSED", param_type_changed, "pstate_grow's int timeout_ms becomes int64_t"),
+    ("param_type_changed", "REFUSED", param_type_changed, "pstate_grow's int64_t timeout_ms becomes int"),
     ("function_removed", "REFUSED", function_removed, "pstate_barrier is no longer exported"),
     ("table_member_removed", "REFUSED", table_member_removed, "pstate_api_t loses its member barrier"),
     ("members_reordered", "REFUSED", members_reordered, "pstate_parallel_config_t: tp and pp swap places"),
