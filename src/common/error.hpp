@@ -24,6 +24,11 @@ class Error : public std::runtime_error {
   pstate_status_t status_;
 };
 
+// Why a call was stopped by pstate_abort / pstate_revoke from another thread (Context::request_abort):
+// every wait that notices the abort says it in these words (tests and bindings look for them).
+inline constexpr const char *kAbortedByAnotherThread =
+    "pstate_abort or pstate_revoke was called on this context from another thread";
+
 namespace detail {
 inline void append_all(std::ostringstream &) {}
 template <typename T, typename... Rest>

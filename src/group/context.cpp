@@ -640,8 +640,8 @@ void Context::request_abort() noexcept {
 }
 
 void Context::throw_abort_requested(const std::string &where) const {
-  throw_error(PSTATE_ERR_ABORTED, where, " on rank ", rank_, ": pstate_abort or pstate_revoke was called on this "
-              "context from another thread; only pstate_abort or pstate_finalize may follow");
+  throw_error(PSTATE_ERR_ABORTED, where, " on rank ", rank_, ": ", kAbortedByAnotherThread,
+              "; only pstate_abort or pstate_finalize may follow");
 }
 
 void Context::require_usable(const char *call) const {

@@ -153,8 +153,8 @@ void CudaDeviceContext::wait_stream(cudaStream_t stream, const Deadline &deadlin
     if (e != cudaErrorNotReady) cuda_->check(e, "cudaStreamQuery", where);
     if (poll) poll();
     if (abort_requested())
-      throw_error(PSTATE_ERR_ABORTED, where, ": stream ", static_cast<void *>(stream), " had not drained when "
-                  "pstate_abort or pstate_revoke was called on this context from another thread");
+      throw_error(PSTATE_ERR_ABORTED, where, ": stream ", static_cast<void *>(stream), " had not drained when ",
+                  kAbortedByAnotherThread);
     if (deadline.expired())
       throw_error(PSTATE_ERR_TIMEOUT, where, ": stream ", static_cast<void *>(stream), " did not drain within ",
                   timeout_ms_, " ms (a peer may not have joined, or a kernel is stuck); PSTATE_TIMEOUT_MS sets the limit");

@@ -291,8 +291,8 @@ std::unique_ptr<DeviceComm> NcclCommunicator::shrink(const std::vector<int> &exc
       if (api.CommGetAsyncError(comm_, &state) != ncclSuccess) break;
       if (state != ncclInProgress) break;
       if (context_.abort_requested())
-        throw_error(PSTATE_ERR_ABORTED, where(kOp), ": stopped waiting for the revoked NCCL communicator to quiesce: "
-                    "pstate_abort or pstate_revoke was called on this context from another thread");
+        throw_error(PSTATE_ERR_ABORTED, where(kOp), ": stopped waiting for the revoked NCCL communicator to quiesce: ",
+                    kAbortedByAnotherThread);
       if (deadline.expired())
         throw_error(PSTATE_ERR_TIMEOUT, where(kOp), ": the revoked NCCL communicator did not quiesce within ",
                     context_.timeout_ms(), " ms");
@@ -327,8 +327,8 @@ ncclResult_t NcclCommunicator::settle(ncclResult_t r, const char *call, const ch
     if (state != ncclInProgress) return state;
     if (context_.abort_requested())  // the communicator is aborted with the context (ncclCommAbort)
       fail(PSTATE_ERR_ABORTED,
-           cat(where(op), ": ", call, " had not finished (rank ", rank(), " of ", size(), ") when pstate_abort or "
-               "pstate_revoke was called on this context from another thread"),
+           cat(where(op), ": ", call, " had not finished (rank ", rank(), " of ", size(), ") when ",
+               kAbortedByAnotherThread),
            true);
     if (deadline.expired())
       fail(PSTATE_ERR_TIMEOUT,

@@ -363,7 +363,7 @@ void UcxWorker::throw_aborted(const OpId *ops, size_t n, const WaitScope &scope)
   const std::string waiting = waiting_for(ops, n);
   throw_error(PSTATE_ERR_ABORTED, scope.text(), ": aborted after ", ms_since(wait_start_), " ms while ",
               describe_self(scope), " waited", waiting,
-              ": pstate_abort or pstate_revoke was called on this context from another thread; the peers were "
+              ": ", kAbortedByAnotherThread, "; the peers were "
               "left inside the operation");
 }
 
