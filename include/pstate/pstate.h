@@ -993,18 +993,18 @@ PSTATE_API pstate_status_t pstate_mem_free(pstate_group_t *g, void *ptr);
  *  at run time on some ranks only cannot deadlock (sglang #36943). Once per group: a second call
  *  is INVALID_STATE. The pool survives pstate_shrink (with the world group). */
 PSTATE_API pstate_status_t pstate_mem_pool_reserve(pstate_group_t *g, size_t bytes);
-/** Registers the caller's device buffer [buf, buf + bytes) with the group's NCCL communicator
+/** Registers the caller's device buffer [ptr, ptr + bytes) with the group's NCCL communicator
  *  (ncclCommRegister: zero-copy collectives, and captured graphs). Local, never communicates;
  *  applied when the communicator exists (now, or at its creation). A range inside group memory or
  *  inside an earlier registration is counted and not registered again (deregister it as often);
- *  a range that partly overlaps one is INVALID_ARGUMENT. buf must be device memory of the
+ *  a range that partly overlaps one is INVALID_ARGUMENT. ptr must be device memory of the
  *  context's device. Registrations end at pstate_mem_deregister or when the group is destroyed;
  *  keep the buffer allocated while registered. A group of one, or an NCCL that refuses: the call
  *  succeeds and the buffer stays unregistered (pstate_mem_query says so; INFO once). */
-PSTATE_API pstate_status_t pstate_mem_register(pstate_group_t *g, void *buf, size_t bytes);
-/** Drops one registration made at buf (pstate_mem_register's buf, or a captured buffer's start);
+PSTATE_API pstate_status_t pstate_mem_register(pstate_group_t *g, void *ptr, size_t bytes);
+/** Drops one registration made at ptr (pstate_mem_register's ptr, or a captured buffer's start);
  *  the last one deregisters (ncclCommDeregister). Local. INVALID_ARGUMENT when none is there. */
-PSTATE_API pstate_status_t pstate_mem_deregister(pstate_group_t *g, void *buf);
+PSTATE_API pstate_status_t pstate_mem_deregister(pstate_group_t *g, void *ptr);
 /** Says what holds ptr for group g (kind, base, size) and whether it is registered or in a
  *  symmetric window of the group's current communicator. Local. */
 PSTATE_API pstate_status_t pstate_mem_query(pstate_group_t *g, const void *ptr, pstate_mem_info_t *out);
@@ -1110,8 +1110,8 @@ struct pstate_api_t {
   pstate_status_t (*mem_alloc)(pstate_group_t *g, size_t bytes, void **out);
   pstate_status_t (*mem_free)(pstate_group_t *g, void *ptr);
   pstate_status_t (*mem_pool_reserve)(pstate_group_t *g, size_t bytes);
-  pstate_status_t (*mem_register)(pstate_group_t *g, void *buf, size_t bytes);
-  pstate_status_t (*mem_deregister)(pstate_group_t *g, void *buf);
+  pstate_status_t (*mem_register)(pstate_group_t *g, void *ptr, size_t bytes);
+  pstate_status_t (*mem_deregister)(pstate_group_t *g, void *ptr);
   pstate_status_t (*mem_query)(pstate_group_t *g, const void *ptr, pstate_mem_info_t *out);
   pstate_status_t (*group_mem_stats)(pstate_group_t *g, pstate_mem_stats_t *out);
   pstate_status_t (*set_graph_registration)(pstate_t *ps, int enable);

@@ -53,22 +53,22 @@ PSTATE_API pstate_status_t pstate_mem_pool_reserve(pstate_group_t *g, size_t byt
   });
 }
 
-PSTATE_API pstate_status_t pstate_mem_register(pstate_group_t *g, void *buf, size_t bytes) {
+PSTATE_API pstate_status_t pstate_mem_register(pstate_group_t *g, void *ptr, size_t bytes) {
   return PSTATE_GUARD({
     require_group(g, "pstate_mem_register");
-    require_nonnull(buf, "buf");
+    require_nonnull(ptr, "ptr");
     ContextEntry entry(g->context(), "pstate_mem_register");
     require_bytes(bytes, "pstate_mem_register");
-    g->mem_register(buf, bytes);
+    g->mem_register(ptr, bytes);
   });
 }
 
-PSTATE_API pstate_status_t pstate_mem_deregister(pstate_group_t *g, void *buf) {
+PSTATE_API pstate_status_t pstate_mem_deregister(pstate_group_t *g, void *ptr) {
   return PSTATE_GUARD({
     require_group(g, "pstate_mem_deregister");
-    require_nonnull(buf, "buf");
+    require_nonnull(ptr, "ptr");
     ContextEntry entry(g->context(), "pstate_mem_deregister");
-    g->mem_deregister(buf);
+    g->mem_deregister(ptr);
   });
 }
 

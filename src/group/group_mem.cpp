@@ -107,8 +107,8 @@ void pstate_group_s::mem_free(void *p) {
 void pstate_group_s::mem_register(void *p, size_t bytes) {
   constexpr const char *kCall = "pstate_mem_register";
   pstate::GroupMemory &m = memory(kCall);
-  ctx_.device_context()->require_device_pointer(p, "buf", pstate::cat(name_, ": ", kCall));
-  ctx_.device_context()->require_device_pointer(static_cast<char *>(p) + bytes - 1, "the end of buf",
+  ctx_.device_context()->require_device_pointer(p, "ptr", pstate::cat(name_, ": ", kCall));
+  ctx_.device_context()->require_device_pointer(static_cast<char *>(p) + bytes - 1, "the end of ptr",
                                                 pstate::cat(name_, ": ", kCall));
   m.register_buffer(p, bytes, ctx_.capturing() ? nullptr : &device_comm(), false);
 }

@@ -17,7 +17,7 @@ endif()
 get_filename_component(_cargo_dir ${PSTATE_CARGO} DIRECTORY)
 add_test(NAME bindings_rust
          COMMAND ${CMAKE_COMMAND} -E env ${PSTATE_RUST_ENV} "PATH=${_cargo_dir}:$ENV{PATH}"
-                 "PSTATE_CLI=$<TARGET_FILE:pstate_cli>" ${PSTATE_CARGO} test --offline
+                 "PSTATE_CLI=$<TARGET_FILE:pstate_cli>" "PSTATE_BUILD_DIR=${PROJECT_BINARY_DIR}" ${PSTATE_CARGO} test --offline
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}/bindings/rust)
 # prints (exit 0) the line docs/bindings.md shows for rank 0; docs_listings checks the code listing
 set(_rust_line "[0] rank 0/2 tp tp:0 ranks [0, 1]: all_reduce -> [3.0, 3.0, 3.0, 3.0], config model=llama max_tokens=128")
