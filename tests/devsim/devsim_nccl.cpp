@@ -24,6 +24,10 @@
 // the launch is done; a second call before that is ncclInvalidUsage. Faults on demand:
 // DEVSIM_NCCL_FAIL, DEVSIM_NCCL_ASYNC, DEVSIM_NCCL_HANG (tests/devsim/README.md).
 //
+// Registered memory (issue 29): ncclMemAlloc, ncclCommWindowRegister as a collective with
+// agreement, windows per communicator, a window budget, ncclCommRegister and a version override
+// (see "registered memory" below and tests/devsim/README.md).
+//
 // Two ranks of one host on one device are refused at init ("Duplicate GPU detected",
 // ncclInvalidUsage), as NCCL refuses them; a host is what NCCL takes for one: NCCL_HOSTID when set,
 // else the host name and boot id, so ranks with NCCL_HOSTIDs of their own may share a device

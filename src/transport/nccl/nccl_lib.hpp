@@ -83,9 +83,7 @@ class NcclLib {
   };
   // ncclCommWindowRegister's flag for a window the symmetric kernels use (NCCL_WIN_COLL_SYMMETRIC, 2.27).
   static constexpr int kWinCollSymmetric = 0x01;
-  // The first NCCL whose symmetric kernels are right inside CUDA graphs (sglang #37768: earlier
-  // ones gave silently wrong results for symmetric memory in captured graphs).
-  static constexpr int kSymmetricGraphVersion = NCCL_VERSION(2, 30, 7);
+
   // ncclCommShrink's flag: terminate the parent's ongoing operations first (nccl.h's
   // NCCL_SHRINK_ABORT, 2.27).
   static constexpr int kShrinkAbort = 0x01;
