@@ -920,7 +920,9 @@ PSTATE_API pstate_status_t pstate_graph_capture_end(pstate_t *ps);
 /* silently without effect where GPU-initiated networking is unsupported (nccl #1963): the       */
 /* results stay right, only the speed-up is missing. CPU contexts: every call here is           */
 /* UNSUPPORTED. Memory lives until pstate_mem_free, or until the group is destroyed             */
-/* (pstate_destroy_model_parallel, pstate_finalize, pstate_abort free it): do not use it after.  */
+/* (pstate_destroy_model_parallel and pstate_finalize free it; groups dropped by pstate_abort,   */
+/* pstate_grow or, model-parallel ones, pstate_shrink leave it to the process): never use it    */
+/* after.                                                                                        */
 /* ------------------------------------------------------------------------------------------ */
 
 /** What holds a pointer (pstate_mem_query). */

@@ -193,5 +193,6 @@ void pstate_group_s::require_device_p2p_ready(const char *call) {
 }
 
 void pstate_group_s::abort_device() noexcept {
+  if (memory_) memory_->abandon();  // no NCCL call, no free that may wait for the device
   if (device_comm_) device_comm_->abort();
 }

@@ -236,6 +236,7 @@ void GroupMemory::sync(DeviceComm &comm, bool collective, const AgreeMin &agree)
 }
 
 void GroupMemory::release(DeviceComm *comm) noexcept {
+  if (abandoned_) return;
   const void *now = comm != nullptr ? comm->nccl_handle() : nullptr;
   for (Registration &r : registrations_)
     if (r.handle != nullptr && now != nullptr && r.comm == now) comm->buffer_deregister(r.handle);

@@ -76,6 +76,10 @@ class GroupMemory {
   void sync(DeviceComm &comm, bool collective, const AgreeMin &agree);
   // Everything deregistered (when comm is the one they belong to) and freed.
   void release(DeviceComm *comm) noexcept;
+  // pstate_abort: nothing is deregistered or freed from now on (freeing device memory may wait
+  // for the device, and abort never waits): the memory goes with the process, as the aborted
+  // communicator's own buffers do.
+  void abandon() noexcept { abandoned_ = true; }
 
   // The path a device collective with these buffers takes, counted (pstate_group_mem_stats);
   // UNSUPPORTED for symmetric memory inside a CUDA graph capture on NCCL < 2.30.7 (sglang
@@ -120,6 +124,7 @@ class GroupMemory {
   const void *windows_comm_ = nullptr;  // the communicator every block's window was registered on
   bool synced_ = false;                 // windows_comm_ is meaningful
   bool said_fallback_ = false;
+  bool abandoned_ = false;
   bool said_registration_refused_ = false;
   std::string fallback_;  // why the group's memory has no windows ("" while it can have them)
   long pool_ = -1;        // index of the reserve in blocks_
