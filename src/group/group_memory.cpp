@@ -220,6 +220,9 @@ void GroupMemory::sync(DeviceComm &comm, bool collective, const AgreeMin &agree)
     windows_comm_ = comm.nccl_handle();
     synced_ = true;
   }
+  // Registrations waiting for the communicator: at a point every rank reaches it is made now
+  // (the collective about to run would make it anyway), so that collective finds them registered.
+  if (collective && comm.nccl_handle() == nullptr && !registrations_.empty()) comm.ensure_ready();
   now = comm.nccl_handle();
   if (now == nullptr) return;
   for (Registration &r : registrations_) {
