@@ -152,7 +152,7 @@ impl Fallback for pstate_status_t {
         }
         self
     }
-    /// Records "<function>: <why>" for pstate_last_error() on this thread.
+    /// Records `"<function>: <why>"` for pstate_last_error() on this thread.
     fn fallback(function: &str) -> Self {
         let why = match load_error() {
             Some(text) => text.to_owned(),

@@ -9,7 +9,19 @@ use std::fmt;
 /// The kind of a failure: pstate_status_t's failures, and [`Status::NotLoaded`] when libpstate
 /// itself could not be loaded. Never `Ok` (success is `Result::Ok`). Displayed as a short text
 /// ("busy", "peer lost"); [`Status::name`] is the C name. Non-exhaustive: newer versions add
-/// statuses (the library appends them), so a `match` needs a `_` arm.
+/// statuses (the library appends them), so a `match` needs a `_` arm:
+///
+/// ```compile_fail,E0004
+/// // every status listed, no `_` arm: refused, since a newer version may add one
+/// use pstate::Status::*;
+/// fn retry(s: pstate::Status) -> bool {
+///     match s {
+///         Timeout | Busy => true,
+///         InvalidArgument | InvalidState | Unsupported | NoMemory | PeerLost | Transport | Mismatch
+///         | Auth | Aborted | Internal | Interrupted | NotLoaded | Unknown(_) => false,
+///     }
+/// }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Status {
@@ -166,6 +178,11 @@ impl Error {
         Error { status, detail: detail.into() }
     }
 
+    /// The error with the call named in front ("Tensor::new: tensor 'x': ...").
+    pub(crate) fn during(self, op: &str) -> Error {
+        Error { status: self.status, detail: format!("{op}: {}", self.detail) }
+    }
+
     /// True for Timeout (the peer may still come back: abort is still the safe reaction).
     pub fn is_timeout(&self) -> bool {
         self.status == Status::Timeout
@@ -178,7 +195,7 @@ impl Error {
 }
 
 impl fmt::Display for Error {
-    /// "<status>: <detail>", e.g. "invalid state: PState::group: ... call
+    /// `"<status>: <detail>"`, e.g. "invalid state: PState::group: ... call
     /// PState::initialize_model_parallel first".
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.detail.is_empty() {
@@ -227,6 +244,16 @@ fn rust_name(c: &str) -> Option<String> {
         "pstate_tp_allgather" => "PState::tp_all_gather",
         "pstate_set_interrupt_check" => "InterruptHandle",
         "pstate_trace_dump" => "PState::trace_dump",
+        "pstate_new_group" => "PState::new_group",
+        "pstate_layout_create" => "Layout::new",
+        "pstate_layout_group_count" => "Layout::group_count",
+        "pstate_layout_group_ranks" => "Layout::group_ranks",
+        "pstate_layout_group_of" => "Layout::group_of",
+        "pstate_group_ranks" => "Group::ranks",
+        "pstate_group_same_node" => "Group::same_node",
+        "pstate_group_info" => "Group::info",
+        "pstate_wait" => "Request::wait",
+        "pstate_test" => "Request::test",
         "pstate_t" => "PState",
         "pstate_group_t" => "Group",
         "pstate_dtype_t" => "DType",
@@ -400,7 +427,7 @@ mod tests {
     fn the_operation_is_named_once_in_rust_names() {
         assert_eq!(
             rust_names("pstate_new_group: pstate_new_group: rank 2 passed [0, 2], rank 0 passed [0, 1]: pass one list"),
-            "new_group: rank 2 passed [0, 2], rank 0 passed [0, 1]: pass one list"
+            "PState::new_group: rank 2 passed [0, 2], rank 0 passed [0, 1]: pass one list"
         );
         assert_eq!(rust_names("pstate_shrink: pstate_shrink: the context is finalized"), "PState::shrink: the context is finalized");
         assert_eq!(rust_names("pstate_barrier: tp:0 barrier: rank 1 exited"), "tp:0 barrier: rank 1 exited");
