@@ -507,7 +507,8 @@ impl Slots {
                 if matches!(&result, Err(e) if e.status == Status::InvalidArgument) {
                     // The library says this is not a request, yet it never freed it: nothing
                     // is known about the borrowed buffer, so nothing may continue.
-                    eprintln!("pstate: pstate_wait refused a pending request of a scope ({result:?}); aborting");
+                    let why = result.as_ref().err().map_or(String::new(), ToString::to_string);
+                    eprintln!("pstate: the end of a scope: waiting for a pending request was refused ({why}); aborting the process");
                     std::process::abort();
                 }
                 std::thread::sleep(std::time::Duration::from_millis(1));
