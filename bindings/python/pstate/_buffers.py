@@ -144,17 +144,20 @@ def _resolve_tensor(t: Any, name: str, writable: bool, dtype: Optional[DType], c
         dtype = coerce(DType, dtype, f"{name}: dtype")
     try:
         chosen, fmt = _torch.check(t, name, writable, dtype)
+        address = t.data_ptr()
     except InvalidArgumentError as e:
         if implied_by is None or dtype is None:
             raise
         raise InvalidArgumentError(e.detail.replace(f"dtype={dtype.name.lower()}",
                                                     f"{implied_by}'s dtype {dtype.name.lower()}")) from None
+    except (RuntimeError, TypeError, ValueError) as e:  # what torch raises (a sparse tensor has no data_ptr)
+        raise InvalidArgumentError(f"{name}: torch cannot give this tensor's memory ({t.layout}): {e}") from None
     available = t.numel()
     if count is not None:
         if count < 0 or count > available:
             raise InvalidArgumentError(f"{name}: count={count} but the tensor holds {available} elements")
         available = count
-    return Buffer(t.data_ptr(), available, chosen, fmt, tuple(t.shape))
+    return Buffer(address, available, chosen, fmt, tuple(t.shape))
 
 
 def require(buf: Buffer, name: str, count: int) -> None:

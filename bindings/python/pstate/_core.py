@@ -34,12 +34,17 @@ def _out(out: BufferLike, like: Buffer, like_name: str, dtype: Optional[DType], 
                    count=count if like.is_device else None)
 
 
+def shape_of(s: Buffer) -> Tuple[int, ...]:
+    """s's shape, or (count,) for a shapeless buffer or one that count= cut short."""
+    return s.shape if s.shape and math.prod(s.shape) == s.count else (s.count,)
+
+
 def _gather_shape(s: Buffer, world: int, dim: Any, where: str) -> Tuple[Tuple[int, ...], int, bool]:
     """(the result's shape, the axis dim names, whether the ranks' blocks lie one after another in
     it, so that C can gather straight into it) for an all_gather of s over world ranks."""
     if isinstance(dim, bool) or not isinstance(dim, int):
         raise InvalidArgumentError(f"{where}: dim must be an int, got {type(dim).__name__}")
-    shape = s.shape if s.shape and math.prod(s.shape) == s.count else (s.count,)
+    shape = shape_of(s)
     if not -len(shape) <= dim < len(shape):
         raise InvalidArgumentError(f"{where}: dim={dim} is out of range for send of shape {shape}")
     axis = dim % len(shape)
@@ -62,11 +67,12 @@ def _all_gather(where: str, world: int, call: Any, send: BufferLike, out: Option
         if axis != 0:
             raise InvalidArgumentError(f"{where}: dim={dim} on a device address: only dim 0 (the C call's layout)")
         require(o, "out", total)
-    elif o.shape != want and not (blocks_in_order and len(o.shape) == 1 and o.count == total):
+    elif o.shape != want and not (blocks_in_order and o.count == total and
+                                  (len(o.shape) == 1 or o.shape == (world,) + shape_of(s))):
         raise InvalidArgumentError(
             f"{where}: out has shape {o.shape} ({o.count} elements); the result of gathering send of shape "
-            f"{s.shape or (s.count,)} from {world} ranks along dim {dim} has shape {want}"
-            + (f" (or 1-d of {total} elements)" if blocks_in_order else ""))
+            f"{shape_of(s)} from {world} ranks along dim {dim} has shape {want}"
+            + (f" (or 1-d of {total} elements, or stacked: {(world,) + shape_of(s)})" if blocks_in_order else ""))
     if blocks_in_order:
         call(s.obj, o.obj, s.count, int(s.dtype), stream)
         return out
@@ -89,8 +95,10 @@ class Group:
     """One group of a PState (SGLang's GroupCoordinator), as seen from this rank.
 
     Ranks passed to operations are ranks in this group (0 .. world_size-1). Host buffers are
-    numpy arrays, bytearrays, memoryviews, ...; the dtype comes from the buffer. Operations with
-    an ``out`` argument allocate the result like the input when out is None.
+    numpy arrays, torch CPU tensors, bytearrays, memoryviews, ...; the dtype comes from the
+    buffer or tensor. Operations with an ``out`` argument allocate the result like the input
+    when out is None (torch in, torch out). After a MismatchError on a shared-memory group the
+    PState is failed: every later call raises AbortedError (abort() it).
     """
 
     def __init__(self, ps: "PState", handle: Any, kind: GroupKind, generation: int) -> None:
@@ -211,9 +219,10 @@ class Group:
         """SGLang's GroupCoordinator.all_gather(input, dim): every rank's send concatenated in
         group-rank order along dimension dim (negative: from the end), so the result has send's
         shape with shape[dim] * world_size (a 1-d or shapeless send: world_size * len(send)
-        elements). out, when given, must have exactly that shape, or be 1-d with exactly that many
-        elements when the blocks lie one after another (dim 0, or only extents of 1 before dim);
-        anything else, larger included, is InvalidArgumentError. A dim with blocks interleaved is
+        elements). out, when given, must have exactly that shape or, when the blocks lie one
+        after another (dim 0, or only extents of 1 before dim), be 1-d with exactly that many
+        elements or send's shape stacked, (world_size, *send.shape), as torch's
+        all_gather_into_tensor takes; anything else, larger included, is InvalidArgumentError. A dim with blocks interleaved is
         gathered into a temporary and copied into place (one copy, as torch does). Returns out,
         allocated like send when None (a torch tensor for a torch tensor, numpy for numpy)."""
         return _all_gather(f"all_gather on {self.name}", self.world_size, functools.partial(self._call, capi.all_gather),
@@ -534,7 +543,8 @@ class Group:
         self._send_dict(capi.send_tensor_dict_sliced, tensor_dict, dtypes,
                         f"send_tensor_dict_sliced on {self.name}", dst, self._ag(ag), None)
 
-    def recv_tensor_dict_sliced(self, src: Optional[int] = None, *, ag: "Group", tensors: str = "numpy") -> Dict[str, Any]:
+    def recv_tensor_dict_sliced(self, src: Optional[int] = None, *, ag: "Group",
+                                tensors: str = "numpy") -> Dict[str, Any]:
         """recv_tensor_dict with all_gather_group=ag: collective over ag (every rank of ag calls
         it, each from its own sender); every tensor arrives whole (slices gathered over ag), as
         numpy arrays or, with tensors="torch", torch tensors."""

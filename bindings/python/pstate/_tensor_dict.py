@@ -84,6 +84,8 @@ def _array(np: Any, key: str, value: Any, where: str) -> Tuple[Any, Optional[DTy
             return _torch.as_numpy(value, f"tensor '{key}'")
         except InvalidArgumentError as e:
             raise Refused(key, e.detail, where) from None
+        except (RuntimeError, TypeError, ValueError) as e:  # what torch raises (a sparse tensor has no numpy())
+            raise Refused(key, f"tensor '{key}': torch cannot give its memory ({value.layout}): {e}", where) from None
     if isinstance(value, np.generic):
         value = np.asarray(value)
     if not isinstance(value, np.ndarray):

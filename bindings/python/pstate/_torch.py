@@ -56,7 +56,8 @@ def _build(torch: Any) -> None:
     table: Dict[Any, Tuple[Optional[DType], Optional[str]]] = {
         torch.int8: (DType.INT8, "b"), torch.uint8: (DType.UINT8, "B"), torch.int16: (None, "h"),
         torch.int32: (DType.INT32, "i"), torch.int64: (DType.INT64, "q"), torch.float16: (DType.FLOAT16, "e"),
-        torch.float32: (DType.FLOAT32, "f"), torch.float64: (DType.FLOAT64, "d"), torch.bfloat16: (DType.BFLOAT16, None),
+        torch.float32: (DType.FLOAT32, "f"), torch.float64: (DType.FLOAT64, "d"),
+        torch.bfloat16: (DType.BFLOAT16, None),
     }
     result = {DType.INT8: torch.int8, DType.UINT8: torch.uint8, DType.INT32: torch.int32, DType.INT64: torch.int64,
               DType.FLOAT16: torch.float16, DType.FLOAT32: torch.float32, DType.FLOAT64: torch.float64,

@@ -852,6 +852,9 @@ def torch_tensors() -> None:
     flat = torch.zeros(n * 24)
     assert w.all_gather(_torch_block(torch, r, shape, torch.float32), flat) is flat
     assert torch.equal(flat, torch.cat([_torch_block(torch, q, shape, torch.float32) for q in range(n)]).flatten())
+    stacked = torch.zeros(n, *shape)  # torch's all_gather_into_tensor form
+    assert w.all_gather(_torch_block(torch, r, shape, torch.float32), stacked) is stacked
+    assert torch.equal(stacked, torch.stack([_torch_block(torch, q, shape, torch.float32) for q in range(n)]))
     # numpy keeps numpy, along a dim too
     mine = np.arange(6, dtype=np.float32).reshape(2, 3) + 10 * r
     got = w.all_gather(mine, dim=1)

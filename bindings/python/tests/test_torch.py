@@ -59,6 +59,7 @@ def test_a_container_tensor_carries_the_dtype_named():
     (lambda: torch.zeros(4, 4)[:, 1], "not contiguous"),
     (lambda: torch.zeros(3, dtype=torch.complex64), "complex64 has no pstate dtype"),
     (lambda: torch.zeros(3, dtype=torch.int16), "int16 has no pstate dtype; pass dtype="),
+    (lambda: torch.zeros(3).to_sparse(), r"torch cannot give this tensor's memory \(torch.sparse_coo\)"),
 ])
 def test_what_torch_refuses_is_an_invalid_argument_error(one_rank, make, text):
     with pytest.raises(pstate.InvalidArgumentError, match=text):
@@ -95,7 +96,8 @@ def test_reduce_takes_op_names_as_all_reduce_does(one_rank):
 def test_all_gather_out_must_have_the_results_shape(one_rank):
     w = one_rank.world
     x = torch.zeros(2, 3)
-    assert w.all_gather(x, torch.zeros(6)) is not None  # 1-d of exactly the result's size: the flat form
+    for good in (torch.zeros(6), torch.zeros(1, 2, 3)):  # 1-d of the result's size, send's shape stacked
+        assert w.all_gather(x, good) is good
     for out in (torch.zeros(3, 2), torch.zeros(7), torch.zeros(4, 3)):
         with pytest.raises(pstate.InvalidArgumentError, match=r"out has shape"):
             w.all_gather(x, out)
@@ -106,6 +108,10 @@ def test_all_gather_out_must_have_the_results_shape(one_rank):
 def test_one_rank_tensor_dict_broadcast_takes_torch_tensors_of_every_dtype(one_rank):
     d = {str(t): torch.ones(2, dtype=t) for t, _ in TORCH_TO_PSTATE}
     assert one_rank.world.broadcast_tensor_dict(d) is d
+    for bad, text in ((torch.zeros(2).to_sparse(), "torch cannot give its memory"), (torch.zeros(2, dtype=torch.bool),
+                      "torch.bool has no pstate dtype"), (torch.zeros(2, device="meta"), "meta tensor")):
+        with pytest.raises(pstate.InvalidArgumentError, match=text):
+            one_rank.world.broadcast_tensor_dict({"x": bad})
     with pytest.raises(pstate.InvalidArgumentError, match=r"tensors must be \"numpy\" or \"torch\""):
         one_rank.world.recv_tensor_dict(0, tensors="cupy")
 
