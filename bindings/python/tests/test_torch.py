@@ -116,6 +116,37 @@ def test_one_rank_tensor_dict_broadcast_takes_torch_tensors_of_every_dtype(one_r
         one_rank.world.recv_tensor_dict(0, tensors="cupy")
 
 
+def test_received_blocks_become_torch_tensors_of_every_pstate_dtype():
+    """decode(..., "torch") over the blocks the C collector hands back (here bytearrays holding the
+    expected values' bytes, made with numpy): bfloat16 as torch.bfloat16, fp8 in uint8 where torch
+    has no fp8 type, uint32/uint64 kept as numpy where torch has no such type; no copies."""
+    from pstate._tensor_dict import decode
+
+    bf16 = torch.tensor([1.5, -2.0, 3.0], dtype=torch.bfloat16)
+    cases = {
+        "bf16": (DType.BFLOAT16, bf16.view(torch.int16).numpy().tobytes(), bf16),
+        "f16": (DType.FLOAT16, np.array([0.5, 1.0, 2.5], np.float16).tobytes(), torch.tensor([0.5, 1.0, 2.5], dtype=torch.float16)),
+        "i8": (DType.INT8, np.array([-1, 2, 3], np.int8).tobytes(), torch.tensor([-1, 2, 3], dtype=torch.int8)),
+        "fp8": (DType.FP8_E4M3, bytes([0x38, 0x40, 0x44]), torch.tensor([0x38, 0x40, 0x44], dtype=torch.uint8)),
+        "i64": (DType.INT64, np.array([1, -2, 3], np.int64).tobytes(), torch.tensor([1, -2, 3])),
+    }
+    blocks = {k: bytearray(raw) for k, (_, raw, _) in cases.items()}
+    got = decode([(k, int(d), (3,), blocks[k], 0) for k, (d, _, _) in cases.items()], "torch")
+    for key, (dtype, _, want) in cases.items():
+        if dtype in (DType.FP8_E4M3,) and hasattr(torch, "float8_e4m3fn"):
+            want = want.view(torch.float8_e4m3fn)
+        assert isinstance(got[key], torch.Tensor) and got[key].dtype == want.dtype, (key, got[key])
+        assert torch.equal(got[key].view(torch.uint8), want.view(torch.uint8)), (key, got[key])
+        assert got.dtypes[key] == dtype
+    got["bf16"][0] = 7.0  # over the received block itself
+    assert torch.frombuffer(blocks["bf16"], dtype=torch.bfloat16)[0].item() == 7.0
+    wide = decode([("u32", int(DType.UINT32), (2,), bytearray(np.array([1, 2], np.uint32).tobytes()), 0)], "torch")
+    if hasattr(torch, "uint32"):
+        assert wide["u32"].dtype == torch.uint32
+    else:
+        assert isinstance(wide["u32"], np.ndarray) and wide["u32"].tolist() == [1, 2]
+
+
 def test_torch_tensors_dicts_dims_and_errors_four_ranks(ranks):
     ranks(4, "torch_tensors")
 
