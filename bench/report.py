@@ -495,6 +495,24 @@ def device_call_section():
     return md
 
 
+def torch_call_section():
+    """bench/torch_call_cost.py, run on its own: a torch CPU tensor's cost per call in the Python binding
+    against a numpy array's (issue 31 item 5)."""
+    path = os.path.join(HERE, "results", "torch_call", "torch_call.md")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        table = f.read().strip()
+    return ["## What a torch tensor costs in the Python binding", "",
+            "The Python binding reads a torch CPU tensor directly (`t.data_ptr()`, `t.dtype`, `t.shape`, "
+            "`t.is_contiguous()`, the dtype table built once: `bindings/python/pstate/_torch.py`) instead of "
+            "exporting it through DLPack, which built a capsule, a ctypes view and a numpy array per argument. "
+            "The third row of each measurement is that old path, measured in the same run (the tensor behind an "
+            "object that has only `__dlpack__`, which is how every torch tensor was taken before). Both paths also "
+            "gained from `Buffer` becoming a NamedTuple (a frozen dataclass cost about 1 us to build).", "",
+            table, ""]
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: report.py RESULTS_DIR OUTPUT.md")
@@ -579,6 +597,7 @@ def main():
                        "spin before sleeping), which the base lacks. The protocol alone, against the base with that "
                        "commit cherry-picked onto it:", "", f.read().strip(), ""]
     md += device_call_section()
+    md += torch_call_section()
     trace = os.path.join(HERE, "results", "trace", "trace.md")
     if os.path.exists(trace):  # bench/trace_cost.sh, run on its own
         with open(trace) as f:
@@ -612,6 +631,8 @@ def main():
         md += ["bench/startup_curve.sh  # start-up as the job grows, on its own (startup_curve.json)"]
     if os.path.exists(os.path.join(HERE, "results", "recovery.json")):
         md += ["bench/recovery.sh       # what a dead rank costs: shrink against restart (recovery.json)"]
+    if os.path.exists(os.path.join(HERE, "results", "torch_call", "torch_call.md")):
+        md += ["PYTHONPATH=build/bindings/python /usr/bin/python3 bench/torch_call_cost.py   # torch vs numpy per call"]
     if os.path.exists(os.path.join(HERE, "results", "gpu", "summary.md")):
         md += ["tests/gpu/run.sh        # on a GPU machine; copy $OUT/summary.md and the logs to bench/results/gpu/"]
     md += ["```", "",

@@ -54,6 +54,24 @@ func (b Buffer) check(op, name string, need int) error {
 	return nil
 }
 
+// rootBuffer checks the buffer that only the root of a rooted call uses (Gather's and Reduce's
+// recv, Scatter's send): on the root it must be there (not Buffer{}), of the other buffer's
+// dtype, with need elements.
+func rootBuffer(op, name, role string, rank int, b Buffer, dtype DType, need int) error {
+	if b == (Buffer{}) && need > 0 {
+		return invalid(op, "%s is Buffer{} on %s (group rank %d), which needs %d %s elements there: pass "+
+			"pstate.Slice of them (Buffer{} is for the other ranks)", name, role, rank, need, dtype)
+	}
+	if b.count == 0 && need == 0 {
+		return nil // nothing moves; an empty buffer of any dtype will do
+	}
+	if b.dtype != dtype {
+		other := map[string]string{"recv": "send", "send": "recv"}[name]
+		return invalid(op, "%s is %s but %s is %s", other, dtype, name, b.dtype)
+	}
+	return b.check(op, name, need)
+}
+
 func sameDType(op string, a, b Buffer) error {
 	if a.dtype != b.dtype {
 		return invalid(op, "send is %s but recv is %s", a.dtype, b.dtype)

@@ -2,14 +2,31 @@
 // (SGLang's distributed/parallel_state.py as a C library): rendezvous, SGLang's tensor-,
 // pipeline-, attention- and MoE-parallel groups, and the collectives they carry.
 //
-//	ps, err := pstate.Init() // RANK, WORLD_SIZE, MASTER_ADDR, ... from `pstate run -n N`
-//	if err != nil { ... }
-//	defer ps.Close()
-//	if err := ps.InitializeModelParallel(pstate.ParallelConfig{TensorParallel: 2}); err != nil { ... }
-//	tp, _ := ps.Group(pstate.TP)
-//	x := []float32{1, 2, 3}
-//	err = pstate.AllReduce(tp, x, pstate.Sum) // in place
-//	if errors.Is(err, pstate.ErrPeerLost) { ps.Abort() }
+//	func run() (err error) { // main: if err := run(); err != nil { log.Fatal(err) }
+//		ps, err := pstate.Init() // RANK, WORLD_SIZE, MASTER_ADDR, ... from `pstate run -n N`
+//		if err != nil {
+//			return err
+//		}
+//		defer func() { // Close on success, Abort after an error (a peer may be gone)
+//			if err != nil {
+//				_ = ps.Abort()
+//				return
+//			}
+//			err = ps.Close()
+//		}()
+//		if err := ps.InitializeModelParallel(pstate.ParallelConfig{TensorParallel: 2}); err != nil {
+//			return err
+//		}
+//		tp, err := ps.Group(pstate.TP)
+//		if err != nil {
+//			return err
+//		}
+//		x := []float32{1, 2, 3}
+//		return pstate.AllReduce(tp, x, pstate.Sum) // in place
+//	}
+//
+// A deferred Close does not run when the function calls log.Fatal or os.Exit: do the work in a
+// function that returns its error, as above (examples/tworanks), so the teardown always runs.
 //
 // Errors are *Error values carrying the status and the library's explanation; compare them
 // with errors.Is against the Err* sentinels. Host buffers are Go slices of numeric types

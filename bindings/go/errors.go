@@ -30,11 +30,24 @@ const (
 	StatusBusy            Status = 13 // another thread is inside a call on the same pstate_t: nothing done
 )
 
-// String is the C name of the status ("PSTATE_ERR_TIMEOUT").
-func (s Status) String() string { return capi.Status_string(int(s)) }
+// String is a short text of the status ("timeout", "peer lost", "busy"); CName is the C name.
+func (s Status) String() string {
+	if int(s) >= 0 && int(s) < len(statusTexts) {
+		return statusTexts[s]
+	}
+	return fmt.Sprintf("unknown status %d", int(s))
+}
+
+// CName is the C name of the status ("PSTATE_ERR_TIMEOUT").
+func (s Status) CName() string { return capi.Status_string(int(s)) }
+
+var statusTexts = [...]string{"ok", "invalid argument", "invalid state", "unsupported", "out of memory", "timeout",
+	"peer lost", "transport error", "mismatch", "authentication failed", "aborted", "internal error", "interrupted", "busy"}
 
 // Error is a failed call: its status, the operation and the detail pstate_last_error() gave
 // (what failed, where, what to do). Compare with the sentinels: errors.Is(err, pstate.ErrTimeout).
+// Error() names the operation once, in Go names: "pstate: AllReduce on tp:0: peer lost: rank 1
+// exited ...".
 type Error struct {
 	Status Status
 	Op     string // the binding's operation, e.g. "AllReduce on tp:0"
@@ -132,6 +145,26 @@ var goCalls = map[string]string{
 	"pstate_tensor_t":                  "pstate.Tensor",
 	"PSTATE_DEVICE_CPU":                "WithDevice(pstate.CPU)",
 	"PSTATE_DEVICE_CUDA":               "WithDevice(pstate.CUDA)",
+	"PSTATE_GROUP_WORLD":               "pstate.World",
+	"PSTATE_GROUP_TP":                  "pstate.TP",
+	"PSTATE_GROUP_PP":                  "pstate.PP",
+	"PSTATE_GROUP_ATTN_TP":             "pstate.AttnTP",
+	"PSTATE_GROUP_ATTN_CP":             "pstate.AttnCP",
+	"PSTATE_GROUP_MOE_EP":              "pstate.MoEEP",
+	"PSTATE_GROUP_MOE_TP":              "pstate.MoETP",
+	"PSTATE_GROUP_MOE_DP":              "pstate.MoEDP",
+	"PSTATE_GROUP_DCP":                 "pstate.DCP",
+	"PSTATE_GROUP_SHARED_EXPERTS_TP":   "pstate.SharedExpertsTP",
+	"PSTATE_GROUP_SELF_PP":             "pstate.SelfPP",
+	"PSTATE_GROUP_CUSTOM":              "pstate.Custom",
+	"PSTATE_BFLOAT16":                  "pstate.BFloat16",
+	"PSTATE_FP8_E4M3":                  "pstate.FP8E4M3",
+	"PSTATE_FP8_E5M2":                  "pstate.FP8E5M2",
+	"PSTATE_SUM":                       "pstate.Sum",
+	"PSTATE_PROD":                      "pstate.Prod",
+	"PSTATE_MAX":                       "pstate.Max",
+	"PSTATE_MIN":                       "pstate.Min",
+	"PSTATE_AVG":                       "pstate.Avg",
 }
 
 // The Init options of pstate_init_params_t's fields.
@@ -142,21 +175,34 @@ var goOptions = map[string]string{
 }
 
 var (
-	cName       = regexp.MustCompile(`\b(?:pstate_init_params_t\.|params->)(\w+)|\b(pstate_[a-z0-9_]+|PSTATE_DEVICE_[A-Z]+)\b`)
-	cCallPrefix = regexp.MustCompile(`^pstate_[a-z0-9_]+: `)
-	cDeviceArg  = regexp.MustCompile(`device = PSTATE_DEVICE_(CPU|CUDA)`)
+	cName       = regexp.MustCompile(`\b(?:pstate_init_params_t\.|params->)(\w+)|\b(pstate_[a-z0-9_]+|PSTATE_[A-Z0-9_]+)\b`)
+	cDType      = regexp.MustCompile(`^PSTATE_(U?INT(8|32|64)|FLOAT(16|32|64))$`)
+	cStatus     = regexp.MustCompile(`^PSTATE_ERR_([A-Z_]+)$`)
+	cCallPrefix = regexp.MustCompile(`^(pstate_[a-z0-9_]+): `)
+	// "<group> <op>: " or "<op>: " after the C call's name, which Error.Op says already
+	cOpHead    = regexp.MustCompile(`^(?:\S+ )?([a-z0-9_]+): `)
+	cDeviceArg = regexp.MustCompile(`device = PSTATE_DEVICE_(CPU|CUDA)`)
 	// A dict another rank's binding refused arrives as the library's refusal of the stand-in dict
 	// that binding sent (one tensor of dtype -1 named with the reason): keep only the reason.
 	bindingRefusal = regexp.MustCompile(`(?s)(?:\S+ \w+: )?tensor 0 \('.*?refused by the sender's (\w+) binding: (.*)'\): dtype -1 is not a pstate_dtype_t`)
 )
 
 // goNames is a pstate_last_error() text with its C names said the Go way ("call pstate_abort"
-// -> "call ps.Abort()", "set pstate_init_params_t.world_size" -> "set WithWorldSize"), without
-// the C function's name in front (Error.Op names the call), and a dict another rank's binding
-// refused reduced to that binding's reason.
+// -> "call ps.Abort()", "set pstate_init_params_t.world_size" -> "set WithWorldSize",
+// "PSTATE_GROUP_CUSTOM" -> "pstate.Custom"), without the C function's name in front nor the
+// library's own "<group> <op>: " after it (Error.Op names the call), and a dict another rank's
+// binding refused reduced to that binding's reason.
 func goNames(detail string) string {
 	detail = bindingRefusal.ReplaceAllString(detail, "$2 (its $1 binding refused it)")
-	detail = cCallPrefix.ReplaceAllString(detail, "")
+	if m := cCallPrefix.FindStringSubmatch(detail); m != nil {
+		detail = detail[len(m[0]):]
+		for strings.HasPrefix(detail, m[0]) { // "pstate_new_group: pstate_new_group: ..."
+			detail = detail[len(m[0]):]
+		}
+		if h := cOpHead.FindStringSubmatch(detail); h != nil && h[1] == strings.TrimPrefix(m[1], "pstate_") {
+			detail = detail[len(h[0]):] // "tp:0 all_reduce: ..."
+		}
+	}
 	detail = strings.ReplaceAll(detail, "call pstate_graph_capture_end first", "call Capture.End first")
 	detail = cDeviceArg.ReplaceAllString(detail, "WithDevice(pstate.$1)")
 	return cName.ReplaceAllStringFunc(detail, func(m string) string {
@@ -173,8 +219,24 @@ func goNames(detail string) string {
 		if strings.HasPrefix(sub[2], "pstate_") {
 			return camel(strings.TrimPrefix(sub[2], "pstate_"))
 		}
-		return sub[2]
+		if cDType.MatchString(sub[2]) {
+			return "pstate." + camel(strings.ToLower(strings.TrimPrefix(sub[2], "PSTATE_")))
+		}
+		if st := cStatus.FindStringSubmatch(sub[2]); st != nil && knownStatus(sub[2]) {
+			return "pstate.Err" + camel(strings.ToLower(st[1]))
+		}
+		return sub[2] // an environment variable (PSTATE_TRACE_DIR, ...) stays
 	})
+}
+
+// knownStatus reports whether c is the C name of a status this binding has a sentinel for.
+func knownStatus(c string) bool {
+	for st := StatusInvalidArgument; st <= StatusBusy; st++ {
+		if st.CName() == c {
+			return true
+		}
+	}
+	return false
 }
 
 // camel is all_reduce -> AllReduce.
@@ -186,6 +248,15 @@ func camel(snake string) string {
 		}
 	}
 	return strings.Join(parts, "")
+}
+
+// detailOf is an error's text without the "pstate: <op>: <status>: " an *Error puts in front.
+func detailOf(err error) string {
+	var pe *Error
+	if errors.As(err, &pe) && pe.Detail != "" {
+		return pe.Detail
+	}
+	return err.Error()
 }
 
 // invalid is an INVALID_ARGUMENT the binding finds before calling C.

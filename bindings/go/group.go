@@ -62,9 +62,12 @@ func (g *Group) RankInGroup() int { return g.info.RankInGroup }
 // WorldSize is the number of ranks in the group.
 func (g *Group) WorldSize() int { return g.info.WorldSize }
 
+// op is "<method> on <group name>", how the errors of a call on the group name it.
+func (g *Group) op(method string) string { return method + " on " + g.info.Name }
+
 // call runs fn on the group's live handle with the PState's lock held.
 func (g *Group) call(op string, fn func(h uintptr) error) error {
-	return g.ps.call(op+" on "+g.info.Name, func(uintptr) error {
+	return g.ps.call(g.op(op), func(uintptr) error {
 		if g.kind != World && g.gen != g.ps.gen {
 			return &capi.StatusError{Status: int(StatusInvalidState), Message: fmt.Sprintf(
 				"group %s was destroyed by DestroyModelParallel (or Shrink/Grow); get it again after InitializeModelParallel", g.info.Name)}
@@ -106,16 +109,16 @@ func (g *Group) SameNode(source int) ([]bool, error) {
 // AllReduce: recv[i] = op over the group of send[i]. send and recv may be the same (in place).
 func (g *Group) AllReduce(send, recv Buffer, op ReduceOp, opts ...CallOption) error {
 	o := collect(opts)
-	if err := checkOp("AllReduce", op); err != nil {
+	if err := checkOp(g.op("AllReduce"), op); err != nil {
 		return err
 	}
-	if err := send.check("AllReduce", "send", 0); err != nil {
+	if err := send.check(g.op("AllReduce"), "send", 0); err != nil {
 		return err
 	}
-	if err := sameDType("AllReduce", send, recv); err != nil {
+	if err := sameDType(g.op("AllReduce"), send, recv); err != nil {
 		return err
 	}
-	if err := recv.check("AllReduce", "recv", send.count); err != nil {
+	if err := recv.check(g.op("AllReduce"), "recv", send.count); err != nil {
 		return err
 	}
 	return g.call("AllReduce", func(h uintptr) error {
@@ -126,13 +129,13 @@ func (g *Group) AllReduce(send, recv Buffer, op ReduceOp, opts ...CallOption) er
 // AllGather: recv (WorldSize * send.Len() elements) = every rank's send in group-rank order.
 func (g *Group) AllGather(send, recv Buffer, opts ...CallOption) error {
 	o := collect(opts)
-	if err := send.check("AllGather", "send", 0); err != nil {
+	if err := send.check(g.op("AllGather"), "send", 0); err != nil {
 		return err
 	}
-	if err := sameDType("AllGather", send, recv); err != nil {
+	if err := sameDType(g.op("AllGather"), send, recv); err != nil {
 		return err
 	}
-	if err := recv.check("AllGather", "recv", send.count*g.info.WorldSize); err != nil {
+	if err := recv.check(g.op("AllGather"), "recv", send.count*g.info.WorldSize); err != nil {
 		return err
 	}
 	return g.call("AllGather", func(h uintptr) error {
@@ -144,16 +147,16 @@ func (g *Group) AllGather(send, recv Buffer, opts ...CallOption) error {
 // RankInGroup of their reduction.
 func (g *Group) ReduceScatter(send, recv Buffer, op ReduceOp, opts ...CallOption) error {
 	o := collect(opts)
-	if err := checkOp("ReduceScatter", op); err != nil {
+	if err := checkOp(g.op("ReduceScatter"), op); err != nil {
 		return err
 	}
-	if err := recv.check("ReduceScatter", "recv", 0); err != nil {
+	if err := recv.check(g.op("ReduceScatter"), "recv", 0); err != nil {
 		return err
 	}
-	if err := sameDType("ReduceScatter", send, recv); err != nil {
+	if err := sameDType(g.op("ReduceScatter"), send, recv); err != nil {
 		return err
 	}
-	if err := send.check("ReduceScatter", "send", recv.count*g.info.WorldSize); err != nil {
+	if err := send.check(g.op("ReduceScatter"), "send", recv.count*g.info.WorldSize); err != nil {
 		return err
 	}
 	return g.call("ReduceScatter", func(h uintptr) error {
@@ -164,7 +167,7 @@ func (g *Group) ReduceScatter(send, recv Buffer, op ReduceOp, opts ...CallOption
 // Broadcast copies buf of group rank src into buf on every rank.
 func (g *Group) Broadcast(buf Buffer, src int, opts ...CallOption) error {
 	o := collect(opts)
-	if err := buf.check("Broadcast", "buf", 0); err != nil {
+	if err := buf.check(g.op("Broadcast"), "buf", 0); err != nil {
 		return err
 	}
 	return g.call("Broadcast", func(h uintptr) error {
@@ -176,14 +179,11 @@ func (g *Group) Broadcast(buf Buffer, src int, opts ...CallOption) error {
 // recv is ignored elsewhere (pass Buffer{}).
 func (g *Group) Gather(send, recv Buffer, dst int, opts ...CallOption) error {
 	o := collect(opts)
-	if err := send.check("Gather", "send", 0); err != nil {
+	if err := send.check(g.op("Gather"), "send", 0); err != nil {
 		return err
 	}
 	if g.info.RankInGroup == dst {
-		if err := sameDType("Gather", send, recv); err != nil {
-			return err
-		}
-		if err := recv.check("Gather", "recv", send.count*g.info.WorldSize); err != nil {
+		if err := rootBuffer(g.op("Gather"), "recv", "dst", dst, recv, send.dtype, send.count*g.info.WorldSize); err != nil {
 			return err
 		}
 	}
@@ -196,17 +196,17 @@ func (g *Group) Gather(send, recv Buffer, dst int, opts ...CallOption) error {
 // recv comes from rank i.
 func (g *Group) AllToAll(send, recv Buffer, opts ...CallOption) error {
 	o := collect(opts)
-	if err := send.check("AllToAll", "send", 0); err != nil {
+	if err := send.check(g.op("AllToAll"), "send", 0); err != nil {
 		return err
 	}
 	n := g.info.WorldSize
 	if n == 0 || send.count%n != 0 {
-		return invalid("AllToAll on "+g.info.Name, "send holds %d elements, not a multiple of the group size %d", send.count, n)
+		return invalid(g.op("AllToAll"), "send holds %d elements, not a multiple of the group size %d", send.count, n)
 	}
-	if err := sameDType("AllToAll", send, recv); err != nil {
+	if err := sameDType(g.op("AllToAll"), send, recv); err != nil {
 		return err
 	}
-	if err := recv.check("AllToAll", "recv", send.count); err != nil {
+	if err := recv.check(g.op("AllToAll"), "recv", send.count); err != nil {
 		return err
 	}
 	return g.call("AllToAll", func(h uintptr) error {
@@ -217,7 +217,7 @@ func (g *Group) AllToAll(send, recv Buffer, opts ...CallOption) error {
 // Send sends buf to group rank dst (returns when buf may be reused).
 func (g *Group) Send(buf Buffer, dst int, opts ...CallOption) error {
 	o := collect(opts)
-	if err := buf.check("Send", "buf", 0); err != nil {
+	if err := buf.check(g.op("Send"), "buf", 0); err != nil {
 		return err
 	}
 	return g.call("Send", func(h uintptr) error {
@@ -228,7 +228,7 @@ func (g *Group) Send(buf Buffer, dst int, opts ...CallOption) error {
 // Recv receives exactly buf.Len() elements from group rank src (another size is ErrMismatch).
 func (g *Group) Recv(buf Buffer, src int, opts ...CallOption) error {
 	o := collect(opts)
-	if err := buf.check("Recv", "buf", 0); err != nil {
+	if err := buf.check(g.op("Recv"), "buf", 0); err != nil {
 		return err
 	}
 	return g.call("Recv", func(h uintptr) error {
@@ -299,7 +299,7 @@ func AllGather[T Element](g *Group, send []T) ([]T, error) {
 // ReduceScatter returns this rank's block of the reduction of send (len(send)/WorldSize elements).
 func ReduceScatter[T Element](g *Group, send []T, op ReduceOp) ([]T, error) {
 	if n := g.WorldSize(); n == 0 || len(send)%n != 0 {
-		return nil, invalid("ReduceScatter on "+g.Name(), "send holds %d elements, not a multiple of the group size %d", len(send), n)
+		return nil, invalid(g.op("ReduceScatter"), "send holds %d elements, not a multiple of the group size %d", len(send), n)
 	}
 	out := make([]T, len(send)/g.WorldSize())
 	return out, g.ReduceScatter(Slice(send), Slice(out), op)

@@ -103,7 +103,7 @@ func TestDTypeOfEveryElementType(t *testing.T) {
 }
 
 func TestStatusNamesComeFromTheLibrary(t *testing.T) {
-	if got := pstate.StatusTimeout.String(); got != "PSTATE_ERR_TIMEOUT" {
+	if got := pstate.StatusTimeout.CName(); got != "PSTATE_ERR_TIMEOUT" {
 		t.Fatalf("StatusTimeout = %q", got)
 	}
 	if pstate.Version() != 10000 {

@@ -22,14 +22,14 @@ import (
 
 func (g *Group) counts(op string, counts []int) ([]uint64, int, error) {
 	if len(counts) != g.info.WorldSize {
-		return nil, 0, invalid(op+" on "+g.info.Name, "counts has %d entries, the group has %d ranks (one count per group rank)",
+		return nil, 0, invalid(g.op(op), "counts has %d entries, the group has %d ranks (one count per group rank)",
 			len(counts), g.info.WorldSize)
 	}
 	c := make([]uint64, len(counts))
 	total := 0
 	for i, n := range counts {
 		if n < 0 {
-			return nil, 0, invalid(op+" on "+g.info.Name, "counts[%d] is %d, counts must be >= 0", i, n)
+			return nil, 0, invalid(g.op(op), "counts[%d] is %d, counts must be >= 0", i, n)
 		}
 		c[i] = uint64(n)
 		total += n
@@ -47,13 +47,13 @@ func (g *Group) AllGatherV(send, recv Buffer, counts []int, opts ...CallOption) 
 		return err
 	}
 	if mine := counts[g.info.RankInGroup]; send.count != mine {
-		return invalid("AllGatherV on "+g.info.Name, "send holds %d elements but counts[%d] (this rank) is %d",
+		return invalid(g.op("AllGatherV"), "send holds %d elements but counts[%d] (this rank) is %d",
 			send.count, g.info.RankInGroup, mine)
 	}
-	if err := sameDType("AllGatherV", send, recv); err != nil {
+	if err := sameDType(g.op("AllGatherV"), send, recv); err != nil {
 		return err
 	}
-	if err := recv.check("AllGatherV", "recv", total); err != nil {
+	if err := recv.check(g.op("AllGatherV"), "recv", total); err != nil {
 		return err
 	}
 	return g.call("AllGatherV", func(h uintptr) error {
@@ -66,7 +66,7 @@ func (g *Group) AllGatherV(send, recv Buffer, counts []int, opts ...CallOption) 
 // counts[i-1].
 func (g *Group) ReduceScatterV(send, recv Buffer, counts []int, op ReduceOp, opts ...CallOption) error {
 	o := collect(opts)
-	if err := checkOp("ReduceScatterV", op); err != nil {
+	if err := checkOp(g.op("ReduceScatterV"), op); err != nil {
 		return err
 	}
 	c, total, err := g.counts("ReduceScatterV", counts)
@@ -74,12 +74,12 @@ func (g *Group) ReduceScatterV(send, recv Buffer, counts []int, op ReduceOp, opt
 		return err
 	}
 	if send.count != total {
-		return invalid("ReduceScatterV on "+g.info.Name, "send holds %d elements but sum(counts) is %d", send.count, total)
+		return invalid(g.op("ReduceScatterV"), "send holds %d elements but sum(counts) is %d", send.count, total)
 	}
-	if err := sameDType("ReduceScatterV", send, recv); err != nil {
+	if err := sameDType(g.op("ReduceScatterV"), send, recv); err != nil {
 		return err
 	}
-	if err := recv.check("ReduceScatterV", "recv", counts[g.info.RankInGroup]); err != nil {
+	if err := recv.check(g.op("ReduceScatterV"), "recv", counts[g.info.RankInGroup]); err != nil {
 		return err
 	}
 	return g.call("ReduceScatterV", func(h uintptr) error {
@@ -128,10 +128,10 @@ type Request struct {
 
 func (g *Group) post(op string, buf Buffer, peer int, recv bool, opts []CallOption) (*Request, error) {
 	o := collect(opts)
-	if err := buf.check(op, "buf", 0); err != nil {
+	if err := buf.check(g.op(op), "buf", 0); err != nil {
 		return nil, err
 	}
-	r := &Request{g: g, op: fmt.Sprintf("%s on %s", op, g.info.Name), buf: buf, recv: recv}
+	r := &Request{g: g, op: g.op(op), buf: buf, recv: recv}
 	p := buf.p
 	if !buf.device {
 		n := buf.count * buf.dtype.Size()
@@ -247,7 +247,7 @@ type P2POp struct {
 // peer's receives from this rank in list order. Host buffers are staged in C memory.
 func (g *Group) P2PBatch(ops []P2POp, opts ...CallOption) error {
 	o := collect(opts)
-	op := "P2PBatch on " + g.info.Name
+	op := g.op("P2PBatch")
 	arr := capi.NewP2POps(len(ops))
 	if arr == nil {
 		return &Error{Status: StatusNoMemory, Op: op, Detail: "no C memory for the ops"}
@@ -324,10 +324,10 @@ func (ps *PState) NewGroup(ranks []int) (*Group, error) {
 
 func (g *Group) agHandle(op string, ag *Group) (uintptr, error) {
 	if ag == nil || ag.ps != g.ps {
-		return 0, invalid(op+" on "+g.info.Name, "ag must be a group of the same PState")
+		return 0, invalid(g.op(op), "ag must be a group of the same PState")
 	}
 	if ag.kind != World && ag.gen != g.ps.gen {
-		return 0, badState(op+" on "+g.info.Name, "group %s was destroyed by DestroyModelParallel (or Shrink/Grow)", ag.info.Name)
+		return 0, badState(g.op(op), "group %s was destroyed by DestroyModelParallel (or Shrink/Grow)", ag.info.Name)
 	}
 	return ag.h, nil
 }

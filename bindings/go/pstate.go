@@ -1,6 +1,7 @@
 package pstate
 
 import (
+	"errors"
 	"sync"
 	"time"
 
@@ -61,6 +62,10 @@ type PState struct {
 	// hMu is held while h is read to revoke it (Revoke, Abort from another goroutine, without mu)
 	// and while h is taken to be freed, so pstate_revoke never reaches a freed context.
 	hMu sync.Mutex
+
+	// capturing: GraphCapture succeeded and Capture.End has not (mu held): pstate_finalize then
+	// refuses and frees nothing (INVALID_STATE), and Close keeps the handle.
+	capturing bool
 }
 
 // Init is init_distributed_environment: rendezvous with the other ranks and return this rank's
@@ -159,18 +164,36 @@ func (ps *PState) take() uintptr {
 	return h
 }
 
-// Close is pstate_finalize: graceful teardown that waits for peers (up to the timeout). It always
-// frees the state; closing twice is a no-op.
+// Close is pstate_finalize: graceful teardown that waits for peers (up to the timeout); closing
+// twice is a no-op. It frees the state, also when it returns an error, except in the two cases
+// pstate.h names, which free nothing and leave the PState usable: a graph capture still open
+// (ErrInvalidState: End the Capture, then Close again; or Abort) and ErrBusy.
 func (ps *PState) Close() error {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	h := ps.take()
-	if h == 0 {
+	if ps.h == 0 {
 		return nil
 	}
-	err := wrap(capi.Finalize(h), "Close")
+	err := capi.Finalize(ps.h)
+	if st := statusOf(err); st == StatusBusy || (st == StatusInvalidState && ps.capturing) {
+		return wrap(err, "Close") // nothing freed: the handle stays, for End, Close and Abort
+	}
+	ps.take()
+	ps.capturing = false
 	ps.freeFlag()
-	return err
+	return wrap(err, "Close")
+}
+
+// statusOf is the status of the raw layer's error (StatusOK for nil).
+func statusOf(err error) Status {
+	var se *capi.StatusError
+	if errors.As(err, &se) {
+		return Status(se.Status)
+	}
+	if err != nil {
+		return StatusInternal
+	}
+	return StatusOK
 }
 
 // Abort is pstate_abort: local teardown that never blocks on peers (after ErrPeerLost or
@@ -190,6 +213,7 @@ func (ps *PState) Abort() error {
 		return nil
 	}
 	err := wrap(capi.Abort(h), "Abort")
+	ps.capturing = false
 	ps.freeFlag()
 	return err
 }
@@ -251,7 +275,7 @@ func (ps *PState) DestroyModelParallel() error {
 // InitializeModelParallel (ErrInvalidState), DCP and SharedExpertsTP only when configured
 // (ErrUnsupported).
 func (ps *PState) Group(kind GroupKind) (*Group, error) {
-	if err := checkKind("Group", kind); err != nil {
+	if err := checkKind("Group("+kind.String()+")", kind); err != nil {
 		return nil, err
 	}
 	var g *Group
@@ -401,7 +425,13 @@ func (c *Capture) Stream() uintptr { return c.stream }
 
 // End leaves capture mode.
 func (c *Capture) End() error {
-	return c.ps.call("GraphCapture.End", func(h uintptr) error { return capi.Graph_capture_end(h) })
+	return c.ps.call("Capture.End", func(h uintptr) error {
+		err := capi.Graph_capture_end(h)
+		if err == nil {
+			c.ps.capturing = false
+		}
+		return err
+	})
 }
 
 // GraphCapture puts every group in capture mode (CUDA contexts only: ErrUnsupported on CPU).
@@ -412,7 +442,13 @@ func (c *Capture) End() error {
 //	defer c.End()
 func (ps *PState) GraphCapture(stream uintptr) (*Capture, error) {
 	var captured uintptr // a plain word: cgo may not be handed a pointer into a struct holding Go pointers
-	err := ps.call("GraphCapture", func(h uintptr) error { return capi.Graph_capture_begin(h, stream, &captured) })
+	err := ps.call("GraphCapture", func(h uintptr) error {
+		err := capi.Graph_capture_begin(h, stream, &captured)
+		if err == nil {
+			ps.capturing = true
+		}
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

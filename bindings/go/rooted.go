@@ -10,11 +10,11 @@ import "pstate.dev/pstate/internal/capi"
 // ignored elsewhere (pass Buffer{}). On root, send and recv may be the same (in place).
 func (g *Group) Reduce(send, recv Buffer, op ReduceOp, root int, opts ...CallOption) error {
 	o := collect(opts)
+	if err := send.check(g.op("Reduce"), "send", 0); err != nil {
+		return err
+	}
 	if g.info.RankInGroup == root {
-		if err := sameDType("Reduce", send, recv); err != nil {
-			return err
-		}
-		if err := recv.check("Reduce", "recv", send.count); err != nil {
+		if err := rootBuffer(g.op("Reduce"), "recv", "the root", root, recv, send.dtype, send.count); err != nil {
 			return err
 		}
 	}
@@ -27,11 +27,11 @@ func (g *Group) Reduce(send, recv Buffer, op ReduceOp, root int, opts ...CallOpt
 // in recv on group rank r. send is ignored elsewhere (pass Buffer{}).
 func (g *Group) Scatter(send, recv Buffer, root int, opts ...CallOption) error {
 	o := collect(opts)
+	if err := recv.check(g.op("Scatter"), "recv", 0); err != nil {
+		return err
+	}
 	if g.info.RankInGroup == root {
-		if err := sameDType("Scatter", send, recv); err != nil {
-			return err
-		}
-		if err := send.check("Scatter", "send", recv.count*g.info.WorldSize); err != nil {
+		if err := rootBuffer(g.op("Scatter"), "send", "the root", root, send, recv.dtype, recv.count*g.info.WorldSize); err != nil {
 			return err
 		}
 	}
@@ -53,7 +53,7 @@ func Reduce[T Element](g *Group, send []T, op ReduceOp, root int) ([]T, error) {
 // blocks there; send is ignored (may be nil) on the other ranks.
 func Scatter[T Element](g *Group, send []T, count, root int) ([]T, error) {
 	if count < 0 {
-		return nil, invalid("Scatter on "+g.Name(), "count %d is negative", count)
+		return nil, invalid(g.op("Scatter"), "count %d is negative", count)
 	}
 	out := make([]T, count)
 	if g.RankInGroup() != root {

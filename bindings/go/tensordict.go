@@ -122,7 +122,7 @@ func tensorArray(tensors []Tensor, op string) (arr *capi.TensorArray, refused er
 
 // sendDict runs send with the dict in C memory; a refused dict still goes out (see tensorArray).
 func (g *Group) sendDict(op string, tensors []Tensor, send func(h uintptr, arr *capi.TensorArray) error) error {
-	arr, refused := tensorArray(tensors, op+" on "+g.info.Name)
+	arr, refused := tensorArray(tensors, g.op(op))
 	if arr == nil {
 		return refused
 	}
@@ -138,13 +138,13 @@ func (g *Group) sendDict(op string, tensors []Tensor, send func(h uintptr, arr *
 func (g *Group) receiveDict(op string, recv func(h uintptr, d *capi.ReceivedDict) error) ([]Tensor, error) {
 	d := capi.NewReceivedDict()
 	if d == nil {
-		return nil, &Error{Status: StatusNoMemory, Op: op + " on " + g.info.Name, Detail: "no C memory for the collector"}
+		return nil, &Error{Status: StatusNoMemory, Op: g.op(op), Detail: "no C memory for the collector"}
 	}
 	defer d.Free()
 	if err := g.call(op, func(h uintptr) error { return recv(h, d) }); err != nil {
 		if name := d.CUDATensor(); name != "" {
-			return nil, &Error{Status: StatusUnsupported, Op: op + " on " + g.info.Name, Detail: fmt.Sprintf(
-				"tensor '%s' is a CUDA tensor: the Go binding receives host tensors only, so it had no memory for it and nothing was transferred (%v)", name, err)}
+			return nil, &Error{Status: StatusUnsupported, Op: g.op(op), Detail: fmt.Sprintf(
+				"tensor '%s' is a CUDA tensor: the Go binding receives host tensors only, so it had no memory for it and nothing was transferred (%s)", name, detailOf(err))}
 		}
 		return nil, err
 	}

@@ -98,10 +98,12 @@ const (
 	Custom GroupKind = 1000 // kinds from 1000 on are not layout kinds (pstate.h)
 )
 
-// String is the library's name ("tp"); "GroupKind(99)" for a value outside the enumeration.
+// String is the library's name of every kind ("tp", "shared_experts_tp", "custom");
+// "GroupKind(99)" for a value that is none.
 func (k GroupKind) String() string { return named(capi.Group_kind_name(int(k)), "GroupKind", int(k)) }
 
-// Valid reports whether k is one of the constants above.
+// Valid reports whether k is a kind of the layout (World ... SelfPP: the kinds PState.Group and
+// Layout take); Custom, the kind of NewGroup's groups, is not one.
 func (k GroupKind) Valid() bool { return k >= World && k <= SelfPP }
 
 // named is the library's name of an enumeration value, or "Type(n)" when it has none (a typed
@@ -129,8 +131,12 @@ func checkOp(op string, o ReduceOp) error {
 	return nil
 }
 
-// checkKind refuses a GroupKind outside the enumeration before C sees it.
+// checkKind refuses a GroupKind that is not a kind of the layout before C sees it.
 func checkKind(op string, k GroupKind) error {
+	if k == Custom {
+		return invalid(op, "pstate.Custom is not a kind of the layout: a custom group is the *Group that "+
+			"ps.NewGroup returned (keep it; its name is custom:<n>); the layout's kinds are %s", groupKindNames)
+	}
 	if !k.Valid() {
 		return invalid(op, "GroupKind(%d) is not a pstate.GroupKind (%s)", int(k), groupKindNames)
 	}

@@ -315,7 +315,8 @@ void pstate_group_s::verify_same_op(const OpDescriptor &desc) {
                         " (group rank ", r, ") called ", pstate::describe_op(all[r], true),
                         ": every rank of a group must call the same collectives in the same order, with the same "
                         "counts, dtypes, reduce ops and roots (",
-                        ctx_.check_enabled() ? "PSTATE_CHECK" : "UCX", " descriptor exchange; the call fails on every rank)");
+                        ctx_.check_enabled() ? "PSTATE_CHECK" : "UCX", " descriptor exchange; the call fails on every rank, before any data moved: the context stays usable, "
+                        "and the next calls work once every rank makes the same ones)");
   }
 }
 

@@ -11,6 +11,9 @@
 #   bindings_go_outside_tree  a copy of bindings/go used through `replace` by a module outside
 #                     this tree, built without SWIG and run (bindings_go_outside.cmake)
 #   bindings_go_example docs/bindings.md's example: pstate run -n 2 -- tworanks
+#   bindings_go_devsim the tests that need a CUDA context (Close while a graph capture is open,
+#                     capture_test.go), on the devsim stand-ins of tests/devsim (PSTATE_HAVE_CUDA:
+#                     the CUDA and NCCL headers); skipped by bindings_go_test, which has none
 include(${PROJECT_SOURCE_DIR}/bindings/env.cmake)
 if(NOT TARGET pstate_go)
   message(STATUS "bindings_go tests not declared: the Go binding is not built")
@@ -29,6 +32,15 @@ add_test(NAME bindings_go_test
          WORKING_DIRECTORY ${_go_dir})
 add_test(NAME bindings_go_example COMMAND $<TARGET_FILE:pstate_cli> run -n 2 -- ${PROJECT_BINARY_DIR}/bindings/go/tworanks)
 set_tests_properties(bindings_go_vet bindings_go_test bindings_go_example PROPERTIES TIMEOUT 600)
+if(PSTATE_HAVE_CUDA)  # tests/special/devsim.cmake builds the stand-ins (its targets resolve at generate time)
+  add_test(NAME bindings_go_devsim
+           COMMAND ${CMAKE_COMMAND} -E env ${PSTATE_GO_ENV} "GODEBUG=cgocheck=2"
+                   "PSTATE_CUDA_RUNTIME_LIBRARY=$<TARGET_FILE:pstate_devsim_cudart>"
+                   "PSTATE_NCCL_LIBRARY=$<TARGET_FILE:pstate_devsim_nccl>"
+                   ${PSTATE_GO} test -count=1 -v -run "Devsim$" .
+           WORKING_DIRECTORY ${_go_dir})
+  set_tests_properties(bindings_go_devsim PROPERTIES TIMEOUT 300 LABELS devsim)
+endif()
 if(PSTATE_SWIG)
   add_test(NAME bindings_go_drift
            COMMAND ${CMAKE_COMMAND} -E env SWIG=${PSTATE_SWIG} GOFMT=${_gofmt_dir}/gofmt

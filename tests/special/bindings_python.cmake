@@ -5,7 +5,8 @@
 #                                layout/enums/errors/buffers, then multi-rank scenarios started
 #                                with `pstate run -n 2|4` (lifecycle, TP x PP group info, every op
 #                                on float32 and int64, objects, tensor dicts, error mapping, GIL
-#                                release, a peer killed mid-op)
+#                                release, a peer killed mid-op; torch tensors: test_torch.py, needs
+#                                python3-torch, skipped without it)
 #   bindings_python_example      docs/bindings.md's example: pstate run -n 2 -- python3 two_ranks.py
 #   bindings_python_pip_install  `pip install --target` of a read-only copy of bindings/python
 #                                (offline, SWIG at build time; nothing may be written into the

@@ -6,6 +6,8 @@
 #   bindings_rust_example: docs/bindings.md's example, pstate run -n 2 -- two_ranks, printing the
 #               lines the docs show; bindings_rust_example_pipeline: the same for its requests
 #               example (pipeline)
+#   bindings_rust_doc: `cargo doc` of both crates (private items too) with RUSTDOCFLAGS=-D warnings:
+#               a broken intra-doc link or an unescaped <tag> in a doc comment fails it
 #   bindings_rust_consumer: a crate outside the tree with a plain `pstate = { path = ... }`
 #               dependency builds and its binary runs without LD_LIBRARY_PATH
 #               (bindings_rust_consumer.cmake)
@@ -19,6 +21,11 @@ add_test(NAME bindings_rust
          COMMAND ${CMAKE_COMMAND} -E env ${PSTATE_RUST_ENV} "PATH=${_cargo_dir}:$ENV{PATH}"
                  "PSTATE_CLI=$<TARGET_FILE:pstate_cli>" "PSTATE_BUILD_DIR=${PROJECT_BINARY_DIR}" ${PSTATE_CARGO} test --offline
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}/bindings/rust)
+add_test(NAME bindings_rust_doc
+         COMMAND ${CMAKE_COMMAND} -E env ${PSTATE_RUST_ENV} "PATH=${_cargo_dir}:$ENV{PATH}" "RUSTDOCFLAGS=-D warnings"
+                 ${PSTATE_CARGO} doc --offline --no-deps --document-private-items
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}/bindings/rust)
+set_tests_properties(bindings_rust_doc PROPERTIES TIMEOUT 300)
 # prints (exit 0) the line docs/bindings.md shows for rank 0; docs_listings checks the code listing
 set(_rust_line "[0] rank 0/2 tp tp:0 ranks [0, 1]: all_reduce -> [3.0, 3.0, 3.0, 3.0], config model=llama max_tokens=128")
 add_test(NAME bindings_rust_example

@@ -13,6 +13,10 @@ Failed calls raise pstate.Error subclasses (pstate.TimeoutError is also a builti
 pstate.PeerLostError a ConnectionError, ...) carrying .status and .detail (pstate_last_error()).
 Ctrl-C reaches a call blocked in the library within ~0.1 s: KeyboardInterrupt is raised there and
 the context is failed (the ``with`` block aborts it; otherwise call ps.abort()).
+A MismatchError on a shared-memory group (ranks of one host disagreeing about a collective)
+fails the context the same way: every later call raises AbortedError.
+torch CPU tensors work wherever numpy arrays do (read directly; torch in, torch out; tensor dicts
+give torch tensors back with tensors="torch").
 Layout(world_size, ...) computes SGLang's groups without communication.
 """
 from __future__ import annotations

@@ -8,16 +8,18 @@ bfloat16, 'B' for fp8). The memory must be C-contiguous and, for outputs, writab
 checked against what the operation will read and write before C is called, so a wrong buffer is
 an InvalidArgumentError, never a memory error.
 
+A torch CPU tensor is read directly (_torch: its address, dtype and shape, no DLPack export);
+other ``__dlpack__`` producers go through _dlpack.
+
 A device buffer (CUDA contexts) is an int address; dtype= and count= are then required.
 """
 from __future__ import annotations
 
 import array
 import sys
-from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Any, NamedTuple, Optional, Tuple
 
-from . import _dlpack
+from . import _dlpack, _torch
 from ._enums import DType, coerce
 from ._errors import InvalidArgumentError
 
@@ -31,9 +33,9 @@ _FLOATS = {"e": DType.FLOAT16, "f": DType.FLOAT32, "d": DType.FLOAT64}
 _CONTAINERS = {DType.BFLOAT16: "hHe", DType.FLOAT16: "hH", DType.FP8_E4M3: "bBc", DType.FP8_E5M2: "bBc"}
 
 
-@dataclass(frozen=True)
-class Buffer:
-    """One resolved buffer argument."""
+class Buffer(NamedTuple):
+    """One resolved buffer argument (a NamedTuple: immutable, and built in a third of a frozen
+    dataclass's time, which is most of a call's Python cost)."""
 
     obj: Any  # what the C call receives: the exporter, an int address, or None
     count: int  # elements available
@@ -73,8 +75,13 @@ def dtype_of_format(fmt: str, itemsize: int) -> Optional[DType]:
 
 
 def resolve(obj: BufferLike, name: str, *, writable: bool, dtype: Optional[DType] = None,
-            count: Optional[int] = None) -> Buffer:
-    """Checks one buffer argument and finds its dtype and element count."""
+            count: Optional[int] = None, implied_by: Optional[str] = None) -> Buffer:
+    """Checks one buffer argument and finds its dtype and element count. implied_by names the
+    argument dtype was taken from when the caller passed no dtype= (out takes send's), so that
+    a disagreement reads as one between the two arguments."""
+    tensor = _torch.TENSOR or _torch.tensor_type()
+    if tensor is not None and isinstance(obj, tensor):
+        return _resolve_tensor(obj, name, writable, dtype, count, implied_by)
     if isinstance(obj, bool):
         raise InvalidArgumentError(f"{name}: expected a buffer or an int device address, got bool")
     if isinstance(obj, int):
@@ -86,8 +93,11 @@ def resolve(obj: BufferLike, name: str, *, writable: bool, dtype: Optional[DType
     try:
         view = memoryview(obj)
     except TypeError:
-        if _dlpack.is_dlpack(obj):  # a torch tensor, ...: a numpy array over its memory
-            array, dl_dtype = _dlpack.as_array(obj, name)
+        if _dlpack.is_dlpack(obj):  # a jax/cupy/... array: a numpy array over its memory
+            try:
+                array, dl_dtype = _dlpack.as_array(obj, name)
+            except (RuntimeError, ValueError, TypeError, BufferError) as e:  # the producer refused to export
+                raise InvalidArgumentError(f"{name}: {type(obj).__name__}.__dlpack__() refused: {e}") from None
             return resolve(array, name, writable=writable, dtype=dtype or dl_dtype, count=count)
         raise InvalidArgumentError(
             f"{name}: {type(obj).__name__} has no buffer protocol (use a numpy array, bytearray or memoryview)"
@@ -108,14 +118,15 @@ def resolve(obj: BufferLike, name: str, *, writable: bool, dtype: Optional[DType
             chosen = found
         else:
             chosen = coerce(DType, dtype, f"{name}: dtype")
+            said = f"dtype={chosen.name.lower()}" if implied_by is None else f"{implied_by}'s dtype {chosen.name.lower()}"
             if chosen != found and fmt not in _CONTAINERS.get(chosen, ""):
                 raise InvalidArgumentError(
-                    f"{name}: dtype={chosen.name.lower()} does not match the buffer's format {view.format!r}"
+                    f"{name}: {said} does not match the buffer's format {view.format!r}"
                     + (f" ({found.name.lower()})" if found is not None else "")
                 )
             if chosen.itemsize != view.itemsize:
                 raise InvalidArgumentError(
-                    f"{name}: dtype={chosen.name.lower()} is {chosen.itemsize} bytes, the buffer's items are {view.itemsize}"
+                    f"{name}: {said} is {chosen.itemsize} bytes, the buffer's items are {view.itemsize}"
                 )
         available = view.nbytes // view.itemsize
         if count is not None:
@@ -123,6 +134,30 @@ def resolve(obj: BufferLike, name: str, *, writable: bool, dtype: Optional[DType
                 raise InvalidArgumentError(f"{name}: count={count} but the buffer holds {available} elements")
             available = count
         return Buffer(obj, available, chosen, fmt, tuple(view.shape))
+
+
+def _resolve_tensor(t: Any, name: str, writable: bool, dtype: Optional[DType], count: Optional[int],
+                    implied_by: Optional[str]) -> Buffer:
+    """resolve() for a torch tensor: its address as the C argument (the caller keeps the tensor
+    alive for the call, and a Request keeps it with the address)."""
+    if dtype is not None and not isinstance(dtype, DType):
+        dtype = coerce(DType, dtype, f"{name}: dtype")
+    try:
+        chosen, fmt = _torch.check(t, name, writable, dtype)
+        address = t.data_ptr()
+    except InvalidArgumentError as e:
+        if implied_by is None or dtype is None:
+            raise
+        raise InvalidArgumentError(e.detail.replace(f"dtype={dtype.name.lower()}",
+                                                    f"{implied_by}'s dtype {dtype.name.lower()}")) from None
+    except (RuntimeError, TypeError, ValueError) as e:  # what torch raises (a sparse tensor has no data_ptr)
+        raise InvalidArgumentError(f"{name}: torch cannot give this tensor's memory ({t.layout}): {e}") from None
+    available = t.numel()
+    if count is not None:
+        if count < 0 or count > available:
+            raise InvalidArgumentError(f"{name}: count={count} but the tensor holds {available} elements")
+        available = count
+    return Buffer(address, available, chosen, fmt, tuple(t.shape))
 
 
 def require(buf: Buffer, name: str, count: int) -> None:
@@ -136,26 +171,30 @@ def same_dtype(a: Buffer, b: Buffer, names: str) -> None:
         raise InvalidArgumentError(f"{names}: dtypes differ ({a.dtype.name.lower()} vs {b.dtype.name.lower()})")
 
 
-def new_like(template: Buffer, source: Any, count: int, leading: Optional[int] = None) -> Any:
+def new_like(template: Buffer, source: Any, count: int, leading: Optional[int] = None,
+             shape: Optional[Tuple[int, ...]] = None) -> Any:
     """A new zeroed host buffer of count elements of template's type, of the kind source is: a
-    numpy array for a numpy array (shape (leading, *rest) when leading is given and source has a
-    shape), a bytearray for a bytearray or bytes (one byte per element: their format is 'B'), an
-    array.array of the same typecode for an array.array, and a 1-d memoryview of the same format
-    over a new bytearray for anything else (a memoryview, another buffer exporter)."""
+    torch tensor of source's torch dtype for a torch tensor, a numpy array for a numpy array or
+    another DLPack producer (shaped: `shape` when given, else (leading, *rest) when leading is
+    given and source has a shape, else (count,)), a bytearray for a bytearray or bytes (one byte
+    per element: their format is 'B'), an array.array of the same typecode for an array.array,
+    and a 1-d memoryview of the same format over a new bytearray for anything else (a
+    memoryview, another buffer exporter)."""
     if template.is_device:
         raise InvalidArgumentError("device buffers need an explicit out= buffer")
+    dims: Tuple[int, ...] = (count,)
+    if shape is not None:
+        dims = shape
+    elif leading is not None and len(template.shape) >= 1:
+        dims = (leading,) + tuple(template.shape[1:])
+    if _torch.is_tensor(source):  # a torch caller gets a torch tensor
+        return _torch.zeros(source, dims)
     np = sys.modules.get("numpy")
     if np is not None and not isinstance(source, np.ndarray) and _dlpack.is_dlpack(source) and template.fmt:
-        # a DLPack input (a torch tensor) without the buffer protocol: a numpy result
-        shape_: Tuple[int, ...] = (count,)
-        if leading is not None and len(template.shape) >= 1:
-            shape_ = (leading,) + tuple(template.shape[1:])
-        return np.zeros(shape_, dtype=np.dtype(template.fmt))
+        # another DLPack producer without the buffer protocol: a numpy result
+        return np.zeros(dims, dtype=np.dtype(template.fmt))
     if np is not None and isinstance(source, np.ndarray):
-        shape: Tuple[int, ...] = (count,)
-        if leading is not None and source.ndim >= 1:
-            shape = (leading,) + tuple(source.shape[1:])
-        return np.zeros(shape, dtype=source.dtype)
+        return np.zeros(dims if source.ndim >= 1 or shape is not None else (count,), dtype=source.dtype)
     nbytes = count * template.dtype.itemsize
     if isinstance(source, (bytearray, bytes)):
         return bytearray(nbytes)

@@ -13,12 +13,14 @@ different PStates are independent.
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
 import threading
 import warnings
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
-from . import _objects, _tensor_dict, capi
-from ._buffers import BufferLike, new_like, require, resolve, same_dtype
+from . import _objects, _tensor_dict, _torch, capi
+from ._buffers import Buffer, BufferLike, new_like, require, resolve, same_dtype
 from ._enums import Device, DType, GroupKind, ReduceOp, coerce
 from ._errors import Error, InvalidArgumentError, InvalidStateError, NoMemoryError, UnsupportedError
 from ._layout import make_config
@@ -26,12 +28,78 @@ from ._memory import DeviceMemory
 from ._requests import Request
 
 
+def _out(out: BufferLike, like: Buffer, like_name: str, dtype: Optional[DType], count: int) -> Buffer:
+    """resolve() of an out argument, whose dtype is like's (the send or buf argument) unless
+    dtype= was passed; a device address holds count elements."""
+    return resolve(out, "out", writable=True, dtype=dtype or like.dtype, implied_by=None if dtype else like_name,
+                   count=count if like.is_device else None)
+
+
+def shape_of(s: Buffer) -> Tuple[int, ...]:
+    """s's shape, or (count,) for a shapeless buffer or one that count= cut short."""
+    return s.shape if s.shape and math.prod(s.shape) == s.count else (s.count,)
+
+
+def _gather_shape(s: Buffer, world: int, dim: Any, where: str) -> Tuple[Tuple[int, ...], int, bool]:
+    """(the result's shape, the axis dim names, whether the ranks' blocks lie one after another in
+    it, so that C can gather straight into it) for an all_gather of s over world ranks."""
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise InvalidArgumentError(f"{where}: dim must be an int, got {type(dim).__name__}")
+    shape = shape_of(s)
+    if not -len(shape) <= dim < len(shape):
+        raise InvalidArgumentError(f"{where}: dim={dim} is out of range for send of shape {shape}")
+    axis = dim % len(shape)
+    want = shape[:axis] + (shape[axis] * world,) + shape[axis + 1:]
+    return want, axis, all(extent == 1 for extent in shape[:axis])
+
+
+def _all_gather(where: str, world: int, call: Any, send: BufferLike, out: Optional[BufferLike], dim: Any,
+                dtype: Optional[DType], count: Optional[int], stream: Optional[int]) -> Any:
+    """Group.all_gather and PState.tp_all_gather: call(send, recv, count, dtype, stream) is the C
+    all-gather of the group."""
+    s = resolve(send, "send", writable=False, dtype=dtype, count=count)
+    total = s.count * world
+    want, axis, blocks_in_order = _gather_shape(s, world, dim, where)
+    if out is None:
+        out = new_like(s, send, total, shape=want)
+    o = _out(out, s, "send", dtype, total)
+    same_dtype(s, o, "send/out")
+    if s.is_device:
+        if axis != 0:
+            raise InvalidArgumentError(f"{where}: dim={dim} on a device address: only dim 0 (the C call's layout)")
+        require(o, "out", total)
+    elif o.shape != want and not (blocks_in_order and o.count == total and
+                                  (len(o.shape) == 1 or o.shape == (world,) + shape_of(s))):
+        raise InvalidArgumentError(
+            f"{where}: out has shape {o.shape} ({o.count} elements); the result of gathering send of shape "
+            f"{shape_of(s)} from {world} ranks along dim {dim} has shape {want}"
+            + (f" (or 1-d of {total} elements, or stacked: {(world,) + shape_of(s)})" if blocks_in_order else ""))
+    if blocks_in_order:
+        call(s.obj, o.obj, s.count, int(s.dtype), stream)
+        return out
+    # the blocks interleave in the result: gather them one after another, then move the rank
+    # axis to its place (one copy)
+    staged = new_like(o, out, total, shape=(world,) + want[:axis] + (want[axis] // world,) + want[axis + 1:])
+    t = resolve(staged, "staging buffer", writable=True, dtype=s.dtype)
+    call(s.obj, t.obj, s.count, int(s.dtype), stream)
+    split = want[:axis] + (world, want[axis] // world) + want[axis + 1:]
+    if _torch.is_tensor(out):
+        out.view(split).copy_(staged.movedim(0, axis))
+    else:
+        import numpy as np
+
+        np.copyto(np.asarray(out).reshape(split), np.moveaxis(np.asarray(staged), 0, axis))
+    return out
+
+
 class Group:
     """One group of a PState (SGLang's GroupCoordinator), as seen from this rank.
 
     Ranks passed to operations are ranks in this group (0 .. world_size-1). Host buffers are
-    numpy arrays, bytearrays, memoryviews, ...; the dtype comes from the buffer. Operations with
-    an ``out`` argument allocate the result like the input when out is None.
+    numpy arrays, torch CPU tensors, bytearrays, memoryviews, ...; the dtype comes from the
+    buffer or tensor. Operations with an ``out`` argument allocate the result like the input
+    when out is None (torch in, torch out). After a MismatchError on a shared-memory group the
+    PState is failed: every later call raises AbortedError (abort() it).
     """
 
     def __init__(self, ps: "PState", handle: Any, kind: GroupKind, generation: int) -> None:
@@ -141,26 +209,25 @@ class Group:
         """buf reduced with op over the group. In place when out is None (buf must be
         writable); else the result goes to out and buf is only read. Returns the result buffer."""
         src = resolve(buf, "buf", writable=out is None, dtype=dtype, count=count)
-        dst = src if out is None else resolve(out, "out", writable=True, dtype=dtype or src.dtype,
-                                              count=src.count if src.is_device else None)
+        dst = src if out is None else _out(out, src, "buf", dtype, src.count)
         same_dtype(src, dst, "buf/out")
         require(dst, "out", src.count)
         self._call(capi.all_reduce, src.obj, dst.obj, src.count, int(src.dtype), int(coerce(ReduceOp, op, "op")), stream)
         return buf if out is None else out
 
-    def all_gather(self, send: BufferLike, out: Optional[BufferLike] = None, *, dtype: Optional[DType] = None,
-                   count: Optional[int] = None, stream: Optional[int] = None) -> Any:
-        """Every rank's send concatenated in group-rank order (world_size * len(send) elements;
-        numpy results are concatenated along axis 0). Returns out (allocated when None)."""
-        s = resolve(send, "send", writable=False, dtype=dtype, count=count)
-        total = s.count * self.world_size
-        if out is None:
-            out = new_like(s, send, total, leading=(s.shape[0] * self.world_size) if s.shape else None)
-        o = resolve(out, "out", writable=True, dtype=dtype or s.dtype, count=total if s.is_device else None)
-        same_dtype(s, o, "send/out")
-        require(o, "out", total)
-        self._call(capi.all_gather, s.obj, o.obj, s.count, int(s.dtype), stream)
-        return out
+    def all_gather(self, send: BufferLike, out: Optional[BufferLike] = None, *, dim: int = 0,
+                   dtype: Optional[DType] = None, count: Optional[int] = None, stream: Optional[int] = None) -> Any:
+        """SGLang's GroupCoordinator.all_gather(input, dim): every rank's send concatenated in
+        group-rank order along dimension dim (negative: from the end), so the result has send's
+        shape with shape[dim] * world_size (a 1-d or shapeless send: world_size * len(send)
+        elements). out, when given, must have exactly that shape or, when the blocks lie one
+        after another (dim 0, or only extents of 1 before dim), be 1-d with exactly that many
+        elements or send's shape stacked, (world_size, *send.shape), as torch's
+        all_gather_into_tensor takes; anything else, larger included, is InvalidArgumentError. A dim with blocks interleaved is
+        gathered into a temporary and copied into place (one copy, as torch does). Returns out,
+        allocated like send when None (a torch tensor for a torch tensor, numpy for numpy)."""
+        return _all_gather(f"all_gather on {self.name}", self.world_size, functools.partial(self._call, capi.all_gather),
+                           send, out, dim, dtype, count, stream)
 
     def reduce_scatter(self, send: BufferLike, op: ReduceOp = ReduceOp.SUM, out: Optional[BufferLike] = None, *,
                        dtype: Optional[DType] = None, count: Optional[int] = None,
@@ -175,7 +242,7 @@ class Group:
         if out is None:
             lead = s.shape[0] // self.world_size if s.shape and s.shape[0] % self.world_size == 0 else None
             out = new_like(s, send, block, leading=lead)
-        o = resolve(out, "out", writable=True, dtype=dtype or s.dtype, count=block if s.is_device else None)
+        o = _out(out, s, "send", dtype, block)
         same_dtype(s, o, "send/out")
         require(o, "out", block)
         self._call(capi.reduce_scatter, s.obj, o.obj, block, int(s.dtype), int(coerce(ReduceOp, op, "op")), stream)
@@ -200,7 +267,7 @@ class Group:
             return None
         if out is None:
             out = new_like(s, send, total, leading=(s.shape[0] * self.world_size) if s.shape else None)
-        o = resolve(out, "out", writable=True, dtype=dtype or s.dtype, count=total if s.is_device else None)
+        o = _out(out, s, "send", dtype, total)
         same_dtype(s, o, "send/out")
         require(o, "out", total)
         self._call(capi.gather, s.obj, o.obj, s.count, int(s.dtype), dst, stream)
@@ -216,13 +283,12 @@ class Group:
         is_dst = self.rank_in_group == dst
         src = resolve(buf, "buf", writable=is_dst and out is None, dtype=dtype, count=count)
         if not is_dst:
-            self._call(capi.reduce, src.obj, None, src.count, int(src.dtype), int(op), dst, stream)
+            self._call(capi.reduce, src.obj, None, src.count, int(src.dtype), int(coerce(ReduceOp, op, "op")), dst, stream)
             return None
-        res = src if out is None else resolve(out, "out", writable=True, dtype=dtype or src.dtype,
-                                              count=src.count if src.is_device else None)
+        res = src if out is None else _out(out, src, "buf", dtype, src.count)
         same_dtype(src, res, "buf/out")
         require(res, "out", src.count)
-        self._call(capi.reduce, src.obj, res.obj, src.count, int(src.dtype), int(op), dst, stream)
+        self._call(capi.reduce, src.obj, res.obj, src.count, int(src.dtype), int(coerce(ReduceOp, op, "op")), dst, stream)
         return buf if out is None else out
 
     def scatter(self, out: BufferLike, send: Optional[BufferLike] = None, src: int = 0, *,
@@ -238,7 +304,8 @@ class Group:
         if send is None:
             raise InvalidArgumentError(f"scatter on {self.name}: group rank {src} is the source and needs send "
                                        f"({total} elements)")
-        s = resolve(send, "send", writable=False, dtype=dtype or o.dtype, count=total if o.is_device else None)
+        s = resolve(send, "send", writable=False, dtype=dtype or o.dtype, implied_by=None if dtype else "out",
+                    count=total if o.is_device else None)
         same_dtype(s, o, "send/out")
         require(s, "send", total)
         self._call(capi.scatter, s.obj, o.obj, o.count, int(o.dtype), src, stream)
@@ -254,7 +321,7 @@ class Group:
                 f"all_to_all on {self.name}: send holds {s.count} elements, not a multiple of world_size {self.world_size}")
         if out is None:
             out = new_like(s, send, s.count, leading=s.shape[0] if s.shape else None)
-        o = resolve(out, "out", writable=True, dtype=dtype or s.dtype, count=s.count if s.is_device else None)
+        o = _out(out, s, "send", dtype, s.count)
         same_dtype(s, o, "send/out")
         require(o, "out", s.count)
         self._call(capi.all_to_all, s.obj, o.obj, s.count // self.world_size, int(s.dtype), stream)
@@ -314,7 +381,7 @@ class Group:
                                        f"(this rank) is {mine}")
         if out is None:
             out = new_like(s, send, total, leading=self._leading(send, total))
-        o = resolve(out, "out", writable=True, dtype=dtype or s.dtype, count=total if s.is_device else None)
+        o = _out(out, s, "send", dtype, total)
         same_dtype(s, o, "send/out")
         require(o, "out", total)
         self._call(capi.all_gatherv, s.obj, o.obj, c, int(s.dtype), stream)
@@ -334,7 +401,7 @@ class Group:
             raise InvalidArgumentError(f"{where}: send holds {s.count} elements but sum(counts) is {total}")
         if out is None:
             out = new_like(s, send, mine, leading=self._leading(send, mine))
-        o = resolve(out, "out", writable=True, dtype=dtype or s.dtype, count=mine if s.is_device else None)
+        o = _out(out, s, "send", dtype, mine)
         same_dtype(s, o, "send/out")
         require(o, "out", mine)
         self._call(capi.reduce_scatterv, s.obj, o.obj, c, int(s.dtype), int(coerce(ReduceOp, op, "op")), stream)
@@ -479,24 +546,27 @@ class Group:
             raise
         return self._call(fn, frame, *args)
 
-    # ---- tensor dicts (numpy arrays; see _tensor_dict for dtypes) ----------------------------
+    # ---- tensor dicts (numpy arrays or torch CPU tensors; see _tensor_dict for dtypes) ----------------------------
     def broadcast_tensor_dict(self, tensor_dict: Optional[Mapping[str, Any]] = None, src: int = 0, *,
-                              dtypes: Optional[Mapping[str, DType]] = None) -> Dict[str, Any]:
-        """SGLang's broadcast_tensor_dict: the dict of numpy arrays of group rank src on every
-        rank (others pass None; their argument is ignored). Returns tensor_dict itself on src and
-        a TensorDict (a dict in the sender's order, plus .dtypes) elsewhere, shapes kept, 0-d
-        and 0-size arrays included. bfloat16/fp8 travel in uint16/uint8 containers named with
+                              dtypes: Optional[Mapping[str, DType]] = None, tensors: str = "numpy") -> Dict[str, Any]:
+        """SGLang's broadcast_tensor_dict: the dict of numpy arrays or torch CPU tensors of group
+        rank src on every rank (others pass None; their argument is ignored). Returns tensor_dict
+        itself on src and a TensorDict (a dict in the sender's order, plus .dtypes) elsewhere,
+        shapes kept, 0-d and 0-size tensors included: numpy arrays, or torch tensors with
+        tensors="torch" (bfloat16 as torch.bfloat16). torch tensors carry their dtype, bfloat16
+        included; in numpy bfloat16/fp8 travel in uint16/uint8 containers named with
         dtypes={key: DType.BFLOAT16 | FP8_E4M3 | FP8_E5M2}. A dict src cannot send raises
         InvalidArgumentError there and on every other rank (nobody waits for it)."""
         where = f"broadcast_tensor_dict on {self.name}"
+        kind = _tensor_dict.tensors_kind(tensors, where)
         if self.rank_in_group == src:
             self._send_dict(capi.broadcast_tensor_dict, tensor_dict, dtypes, where, src, None, None)
             return tensor_dict  # type: ignore[return-value]
-        return self._receive_dict(capi.broadcast_tensor_dict, where, None, src)
+        return self._receive_dict(capi.broadcast_tensor_dict, where, kind, None, src)
 
     def send_tensor_dict(self, tensor_dict: Mapping[str, Any], dst: Optional[int] = None, *,
                          dtypes: Optional[Mapping[str, DType]] = None) -> None:
-        """SGLang's send_tensor_dict: sends a dict of numpy arrays to group rank dst (default:
+        """SGLang's send_tensor_dict: sends a dict of numpy arrays or torch CPU tensors to group rank dst (default:
         the next rank, (rank_in_group + 1) % world_size), which receives it with
         recv_tensor_dict. dtypes as for broadcast_tensor_dict; a refused dict fails the
         receiver too."""
@@ -504,12 +574,15 @@ class Group:
             dst = (self.rank_in_group + 1) % self.world_size
         self._send_dict(capi.send_tensor_dict, tensor_dict, dtypes, f"send_tensor_dict on {self.name}", dst, None)
 
-    def recv_tensor_dict(self, src: Optional[int] = None) -> Dict[str, Any]:
+    def recv_tensor_dict(self, src: Optional[int] = None, *, tensors: str = "numpy") -> Dict[str, Any]:
         """SGLang's recv_tensor_dict: the next dict sent by group rank src (default: the
-        previous rank, (rank_in_group - 1) % world_size), as a TensorDict of numpy arrays."""
+        previous rank, (rank_in_group - 1) % world_size), as a TensorDict of numpy arrays, or of
+        torch tensors with tensors="torch"."""
+        where = f"recv_tensor_dict on {self.name}"
+        kind = _tensor_dict.tensors_kind(tensors, where)
         if src is None:
             src = (self.rank_in_group - 1) % self.world_size
-        return self._receive_dict(capi.recv_tensor_dict, f"recv_tensor_dict on {self.name}", src)
+        return self._receive_dict(capi.recv_tensor_dict, where, kind, src)
 
     def send_tensor_dict_sliced(self, tensor_dict: Mapping[str, Any], dst: Optional[int] = None, *,
                                 ag: "Group", dtypes: Optional[Mapping[str, DType]] = None) -> None:
@@ -521,13 +594,16 @@ class Group:
         self._send_dict(capi.send_tensor_dict_sliced, tensor_dict, dtypes,
                         f"send_tensor_dict_sliced on {self.name}", dst, self._ag(ag), None)
 
-    def recv_tensor_dict_sliced(self, src: Optional[int] = None, *, ag: "Group") -> Dict[str, Any]:
+    def recv_tensor_dict_sliced(self, src: Optional[int] = None, *, ag: "Group",
+                                tensors: str = "numpy") -> Dict[str, Any]:
         """recv_tensor_dict with all_gather_group=ag: collective over ag (every rank of ag calls
-        it, each from its own sender); every tensor arrives whole (slices gathered over ag)."""
+        it, each from its own sender); every tensor arrives whole (slices gathered over ag), as
+        numpy arrays or, with tensors="torch", torch tensors."""
+        where = f"recv_tensor_dict_sliced on {self.name}"
+        kind = _tensor_dict.tensors_kind(tensors, where)
         if src is None:
             src = (self.rank_in_group - 1) % self.world_size
-        return self._receive_dict(capi.recv_tensor_dict_sliced, f"recv_tensor_dict_sliced on {self.name}", src,
-                                  self._ag(ag))
+        return self._receive_dict(capi.recv_tensor_dict_sliced, where, kind, src, self._ag(ag))
 
     def _ag(self, ag: Any) -> Any:
         if not isinstance(ag, Group) or ag._ps is not self._ps:
@@ -546,9 +622,9 @@ class Group:
             raise InvalidArgumentError(refused.detail) from None
         self._call(fn, entries, *args)
 
-    def _receive_dict(self, fn: Any, where: str, *args: Any) -> Dict[str, Any]:
+    def _receive_dict(self, fn: Any, where: str, tensors: str, *args: Any) -> Dict[str, Any]:
         """fn(handle, *args, collector, stream=None) into a ReceivedDict (the C allocation
-        callback), then the tensors it collected as numpy arrays."""
+        callback), then the tensors it collected as numpy arrays or torch tensors (tensors)."""
         received = capi.ReceivedDict()
         try:
             self._call(fn, *args, received, None)
@@ -559,7 +635,7 @@ class Group:
                     f"{where}: tensor '{cuda}' is a CUDA tensor; the Python binding receives host tensors "
                     f"only (numpy), so it had no memory for it and nothing was transferred ({e.detail})") from e
             raise
-        return _tensor_dict.decode(received.take())
+        return _tensor_dict.decode(received.take(), tensors)
 
 
 def _set_params(**fields: Any) -> "capi.pstate_init_params_t":
@@ -788,19 +864,12 @@ class PState:
         self._call(capi.tp_allreduce, b.obj, b.count, int(b.dtype), int(coerce(ReduceOp, op, "op")), stream)
         return buf
 
-    def tp_all_gather(self, send: BufferLike, out: Optional[BufferLike] = None, *, dtype: Optional[DType] = None,
-                      count: Optional[int] = None, stream: Optional[int] = None) -> Any:
-        """tensor_model_parallel_all_gather on the TP group. Returns out (allocated when None)."""
-        tp = self.tp
-        s = resolve(send, "send", writable=False, dtype=dtype, count=count)
-        total = s.count * tp.world_size
-        if out is None:
-            out = new_like(s, send, total, leading=(s.shape[0] * tp.world_size) if s.shape else None)
-        o = resolve(out, "out", writable=True, dtype=dtype or s.dtype, count=total if s.is_device else None)
-        same_dtype(s, o, "send/out")
-        require(o, "out", total)
-        self._call(capi.tp_allgather, s.obj, o.obj, s.count, int(s.dtype), stream)
-        return out
+    def tp_all_gather(self, send: BufferLike, out: Optional[BufferLike] = None, *, dim: int = 0,
+                      dtype: Optional[DType] = None, count: Optional[int] = None, stream: Optional[int] = None) -> Any:
+        """tensor_model_parallel_all_gather(input, dim) on the TP group: Group.all_gather's rules.
+        Returns out (allocated when None)."""
+        return _all_gather("tp_all_gather", self.tp.world_size, functools.partial(self._call, capi.tp_allgather),
+                           send, out, dim, dtype, count, stream)
 
     # ---- graph capture ---------------------------------------------------------------------
     @contextlib.contextmanager

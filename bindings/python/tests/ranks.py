@@ -752,8 +752,11 @@ def nonblocking() -> None:
     for make in _dlpack_makers():
         x = make(np.full(4, r + 1, dtype=np.float32))
         assert w.all_reduce(x) is x and _values(x) == [10.0] * 4, _values(x)
-        got = w.all_gatherv(make(np.arange(counts[r], dtype=np.int64) + 100 * r), counts)
-        assert isinstance(got, np.ndarray) and got.tolist() == [
+        mine = make(np.arange(counts[r], dtype=np.int64) + 100 * r)
+        got = w.all_gatherv(mine, counts)
+        # the caller's kind of array: torch for torch, numpy for other DLPack producers
+        assert type(got) is (type(mine) if make is not DLPackOnly else np.ndarray), type(got)
+        assert got.tolist() == [
             100 * i + k for i, c in enumerate(counts) for k in range(c)], got
         inbox = make(np.zeros(3, dtype=np.float64))
         with w.irecv(inbox, prv) as req, w.isend(make(np.full(3, r, dtype=np.float64)), nxt):
@@ -819,6 +822,173 @@ def group_memory() -> None:
     del pieces  # the collector frees pool pieces (local)
     assert w.mem_stats()["pool_used"] == 0
     ps.finalize()
+
+
+# ---- torch tensors (python3-torch, CPU) ---------------------------------------------------------
+
+def _torch_block(torch, rank: int, shape, dtype):
+    """Rank rank's all_gather input: distinct small integers (exact in bfloat16: < 256)."""
+    count = 1
+    for extent in shape:
+        count *= extent
+    return (torch.arange(count, dtype=torch.float64) + 32 * rank).reshape(shape).to(dtype)
+
+
+def _torch_dict(torch, rank: int) -> dict:
+    """Every dtype torch and pstate share, bfloat16 included, with 0-d, 0-size, a
+    non-contiguous view and a tensor that requires grad (sent as its values)."""
+    base = torch.arange(12, dtype=torch.float64).reshape(3, 4) + rank
+    return {
+        "i8": base.to(torch.int8), "u8": base.to(torch.uint8), "i32": base.to(torch.int32),
+        "i64": base.to(torch.int64), "f16": base.to(torch.float16), "f32": base.to(torch.float32),
+        "f64": base, "bf16": (base / 4).to(torch.bfloat16), "scalar": torch.tensor(7.5 + rank, dtype=torch.bfloat16),
+        "empty": torch.zeros(0, 5, dtype=torch.bfloat16), "strided": base.to(torch.float32).t(),
+        "grad": (base.to(torch.float32) + 0.5).requires_grad_(),
+    }
+
+
+def _check_torch_dict(torch, got, want: dict, where: str) -> None:
+    assert list(got) == list(want), (where, list(got))
+    for key, value in want.items():
+        t = got[key]
+        assert isinstance(t, torch.Tensor), (where, key, type(t))
+        assert t.dtype == value.dtype and tuple(t.shape) == tuple(value.shape), (where, key, t.dtype, t.shape)
+        assert torch.equal(t, value.detach()), (where, key, t, value)
+        assert not t.requires_grad, (where, key)
+
+
+def torch_tensors() -> None:
+    """4 ranks (TP 2 x PP 2), torch CPU tensors throughout: results of torch's kind (bfloat16
+    included), all_gather and tp_all_gather along any dim against torch.cat of the ranks' inputs
+    (made here, not by pstate), out= shapes, reduce with op names, tensor dicts of every dtype
+    (plain, broadcast, sliced), and torch's refusals as pstate.InvalidArgumentError."""
+    import torch
+
+    ps = pstate.init(timeout_ms=TIMEOUT_MS)
+    ps.initialize_model_parallel(pipeline_parallel_size=2)
+    w, r, n = ps.world, ps.rank, ps.world_size
+    tp, pp = ps.tp, ps.pp
+    assert n == 4
+    # all_reduce in place and reduce with an op name, every float dtype
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.int64):
+        x = torch.full((2, 3), r + 1, dtype=dtype)
+        assert w.all_reduce(x, "sum") is x and torch.equal(x, torch.full((2, 3), 10, dtype=dtype)), x
+        y = torch.arange(4, dtype=dtype) * (r + 1)
+        got = w.reduce(y, 0, "max")
+        if r == 0:
+            assert got is y and torch.equal(y, torch.arange(4, dtype=dtype) * n), y
+        else:
+            assert got is None
+    got = w.reduce(torch.full((3,), r + 1.0), 1, "min", out=torch.zeros(3))
+    assert (got is None) if r != 1 else torch.equal(got, torch.ones(3)), got
+    expect_raises(pstate.InvalidArgumentError, w.reduce, torch.zeros(2), 0, "median")
+    # all_gather: torch in, torch out, along every dim (negative ones too), bfloat16 included
+    shape = (2, 3, 4)
+    for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.float16):
+        for dim in (0, 1, 2, -1, -2, -3):
+            want = torch.cat([_torch_block(torch, q, shape, dtype) for q in range(n)], dim=dim)
+            got = w.all_gather(_torch_block(torch, r, shape, dtype), dim=dim)
+            assert isinstance(got, torch.Tensor) and got.dtype == dtype, (dim, type(got), getattr(got, "dtype", None))
+            assert tuple(got.shape) == tuple(want.shape) and torch.equal(got, want), (dtype, dim, got.shape)
+            out = torch.full(tuple(want.shape), -1, dtype=dtype)
+            assert w.all_gather(_torch_block(torch, r, shape, dtype), out, dim=dim) is out
+            assert torch.equal(out, want), (dtype, dim, "out")
+    # the default stays SGLang's dim 0 = the C call's layout; a 1-d out of the exact size is the flat form
+    flat = torch.zeros(n * 24)
+    assert w.all_gather(_torch_block(torch, r, shape, torch.float32), flat) is flat
+    assert torch.equal(flat, torch.cat([_torch_block(torch, q, shape, torch.float32) for q in range(n)]).flatten())
+    stacked = torch.zeros(n, *shape)  # torch's all_gather_into_tensor form
+    assert w.all_gather(_torch_block(torch, r, shape, torch.float32), stacked) is stacked
+    assert torch.equal(stacked, torch.stack([_torch_block(torch, q, shape, torch.float32) for q in range(n)]))
+    # numpy keeps numpy, along a dim too
+    mine = np.arange(6, dtype=np.float32).reshape(2, 3) + 10 * r
+    got = w.all_gather(mine, dim=1)
+    want_np = np.concatenate([np.arange(6, dtype=np.float32).reshape(2, 3) + 10 * q for q in range(n)], axis=1)
+    assert isinstance(got, np.ndarray) and got.shape == (2, 3 * n) and np.array_equal(got, want_np), got
+    # tp_all_gather(dim=-1): the logits case
+    logits = _torch_block(torch, tp.rank_in_group, (3, 5), torch.bfloat16)
+    got = ps.tp_all_gather(logits, dim=-1)
+    want = torch.cat([_torch_block(torch, q, (3, 5), torch.bfloat16) for q in range(tp.world_size)], dim=-1)
+    assert got.shape == (3, 5 * tp.world_size) and torch.equal(got, want), got
+    # out of the right count but the wrong shape, larger than needed, a dim out of range: refused
+    # before any C call (on every rank, so the ranks stay in step)
+    send = _torch_block(torch, r, shape, torch.float32)
+    for bad_out, dim in ((torch.zeros(2, 3 * n, 4), 0), (torch.zeros(n * 2, 3, 4), 1), (torch.zeros(n * 24 + 1), 0),
+                         (torch.zeros(n * 2 + 1, 3, 4), 0), (torch.zeros(n * 24), 1)):
+        e = expect_raises(pstate.InvalidArgumentError, w.all_gather, send, bad_out, dim=dim)
+        assert "out has shape" in e.detail, e.detail
+    e = expect_raises(pstate.InvalidArgumentError, w.all_gather, send, dim=3)
+    assert "dim=3 is out of range" in e.detail, e.detail
+    # out's dtype follows send's when no dtype= was passed: the message says so
+    e = expect_raises(pstate.InvalidArgumentError, w.all_gather, torch.zeros(4), torch.zeros(4 * n, dtype=torch.float16))
+    assert "send's dtype float32" in e.detail and "dtype=" not in e.detail, e.detail
+    e = expect_raises(pstate.InvalidArgumentError, w.all_gather, np.zeros(4, np.float32), np.zeros(4 * n, np.float16))
+    assert "send's dtype float32" in e.detail and "dtype=" not in e.detail, e.detail
+    # what torch itself would raise on is pstate's InvalidArgumentError
+    leaf = torch.ones(3, requires_grad=True)
+    e = expect_raises(pstate.InvalidArgumentError, w.all_reduce, leaf)
+    assert "requires grad" in e.detail and "detach()" in e.detail, e.detail
+    assert torch.equal(w.all_gather(leaf), torch.ones(3 * n))  # only read: taken as it is
+    e = expect_raises(pstate.InvalidArgumentError, w.all_reduce, torch.zeros(3, device="meta"))
+    assert "meta tensor" in e.detail, e.detail
+    e = expect_raises(pstate.InvalidArgumentError, w.all_reduce, torch.zeros(3, dtype=torch.bool))
+    assert "torch.bool" in e.detail and "torch.uint8" in e.detail, e.detail
+    e = expect_raises(pstate.InvalidArgumentError, w.all_reduce, torch.zeros(4, 4)[:, 1])
+    assert "not contiguous" in e.detail, e.detail
+    e = expect_raises(pstate.InvalidArgumentError, w.all_reduce, torch.zeros(2, dtype=torch.complex64))
+    assert "complex64" in e.detail, e.detail
+    # tensor dicts: stage 0 sends torch tensors of every dtype to stage 1 (plain, then sliced
+    # over TP); the receivers ask for torch and get the same dtypes back
+    sent = _torch_dict(torch, tp.rank_in_group)
+    if pp.rank_in_group == 0:
+        pp.send_tensor_dict(sent)
+        pp.send_tensor_dict_sliced(_torch_dict(torch, 0), ag=tp)
+    else:
+        got = pp.recv_tensor_dict(tensors="torch")
+        _check_torch_dict(torch, got, sent, "recv_tensor_dict")
+        assert got.dtypes["bf16"] == DType.BFLOAT16 and got.dtypes["i64"] == DType.INT64, got.dtypes
+        got = pp.recv_tensor_dict_sliced(ag=tp, tensors="torch")
+        _check_torch_dict(torch, got, _torch_dict(torch, 0), "recv_tensor_dict_sliced")
+    # broadcast: rank 0's dict; ranks 1, 2 take torch, rank 3 numpy (bfloat16 in uint16, named)
+    if r == 0:
+        assert w.broadcast_tensor_dict(_torch_dict(torch, 0)) is not None
+    elif r < 3:
+        _check_torch_dict(torch, w.broadcast_tensor_dict(tensors="torch"), _torch_dict(torch, 0), "broadcast")
+    else:
+        got = w.broadcast_tensor_dict()
+        assert got["bf16"].dtype == np.uint16 and got.dtypes["bf16"] == DType.BFLOAT16, got["bf16"]
+        want_bf16 = _torch_dict(torch, 0)["bf16"]
+        assert torch.equal(torch.from_numpy(got["bf16"].view(np.int16)).view(torch.bfloat16), want_bf16)
+    # a received torch dict goes on unchanged (round trip: 0 -> 1 -> 0)
+    if r == 0:
+        w.send_tensor_dict(_torch_dict(torch, 0), 1)
+        _check_torch_dict(torch, w.recv_tensor_dict(1, tensors="torch"), _torch_dict(torch, 0), "round trip")
+    elif r == 1:
+        w.send_tensor_dict(w.recv_tensor_dict(0, tensors="torch"), 0)
+    # a dict torch cannot give: refused on the sender and on the receiver
+    if r == 0:
+        e = expect_raises(pstate.InvalidArgumentError, w.send_tensor_dict, {"m": torch.zeros(2, device="meta")}, 1)
+        assert "meta tensor" in e.detail, e.detail
+    elif r == 1:
+        e = expect_raises(pstate.InvalidArgumentError, w.recv_tensor_dict, 0, tensors="torch")
+        assert "meta tensor" in e.detail, e.detail
+    expect_raises(pstate.InvalidArgumentError, w.recv_tensor_dict, 0, tensors="jax")
+    w.barrier()
+    ps.finalize()
+
+
+def shm_mismatch() -> None:
+    """2 ranks of one host (shared memory): rank 0 all_reduces 4 elements, rank 1 5; both get
+    MismatchError whose text says the context is failed and what to do; every later call,
+    another collective or a barrier, raises AbortedError; abort() frees it."""
+    ps = pstate.init(timeout_ms=TIMEOUT_MS)
+    w, r = ps.world, ps.rank
+    e = expect_raises(pstate.MismatchError, w.all_reduce, np.zeros(4 + r, np.float32))
+    assert "every later call on it returns ABORTED" in e.detail and "ps.abort()" in e.detail, e.detail
+    expect_raises(pstate.AbortedError, w.all_reduce, np.zeros(4, np.float32))
+    expect_raises(pstate.AbortedError, w.barrier)
+    ps.abort()
+    assert ps.closed
 
 
 if __name__ == "__main__":

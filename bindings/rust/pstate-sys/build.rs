@@ -98,6 +98,9 @@ fn forwarders(bindings: &str) -> String {
             Some(at) => at + FN.len(),
             None => continue, // struct_size, abi_major, library_version
         };
+        if name.trim() == "last_error" {
+            continue; // written by hand in lib.rs: it answers for the fallbacks too
+        }
         let args = enclosed(ty, at);
         let rest = ty[at + args.len() + 2..].trim();
         let ret = rest.strip_prefix("->").map(|r| r.trim_end_matches(|c: char| c == '>' || c == ',' || c == ' ').trim());
@@ -107,7 +110,7 @@ fn forwarders(bindings: &str) -> String {
             out,
             "/// `pstate_{name}` of pstate.h, through the loaded library's function table.\n\
              pub unsafe fn pstate_{name}({args}){ret_text} {{\n    \
-                 match member!({name}) {{\n        Some(f) => f({call}),\n        \
+                 match member!({name}) {{\n        Some(f) => Fallback::returned(f({call})),\n        \
                  None => Fallback::fallback(\"pstate_{name}\"),\n    }}\n}}\n",
             call = names.join(", ")
         )

@@ -266,7 +266,9 @@ void ShmGroup::mismatch(int peer, const Line *line, uint64_t word) const {
               " (group rank ", peer, ") called ", describe_op(theirs),
               other_step ? cat(" at another step (", their_step, " != ", static_cast<uint32_t>(call_step_), ")") : "",
               ": every rank of a group must call the same collectives in the same order, with the same counts, "
-              "dtypes, reduce ops and roots (shared memory; the call fails on every rank)");
+              "dtypes, reduce ops and roots (shared memory; the call fails on every rank). This context is now "
+              "failed: every later call on it returns ABORTED; free it with pstate_abort and start the job "
+              "again (pstate_init) once every rank makes the same calls");
 }
 
 void ShmGroup::arrive(const OpDescriptor &desc, const Deadline &deadline) {

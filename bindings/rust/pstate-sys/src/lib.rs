@@ -3,7 +3,8 @@
 //! committed (`tests/drift.rs` regenerates them and fails when the header changed without them),
 //! and one `pstate_*` function per entry point.
 //!
-//! Loading: this crate does not link libpstate. The first call loads it with `dlopen` (the path
+//! Loading: this crate does not link libpstate. The first call loads it with `dlopen` (the file
+//! named by `PSTATE_LIBRARY` at run time when that is set, and then only that; else the path
 //! build.rs found, `PSTATE_LIB_DIR` or `pkg-config pstate` at build time, then
 //! `libpstate.so.<PSTATE_ABI_MAJOR>` (libpstate.so.1) on
 //! the loader's path: LD_LIBRARY_PATH, ldconfig) and takes its function table from
@@ -12,7 +13,9 @@
 //! (directly or through `pstate`) starts without an rpath or LD_LIBRARY_PATH, which cargo could
 //! not give a dependent's binary. When no library can be loaded (or it is of another ABI
 //! major, or older than a member), the functions answer without calling anything:
-//! `PSTATE_ERR_UNSUPPORTED`, and `pstate_last_error()` says what was tried and how to fix it.
+//! `PSTATE_ERR_UNSUPPORTED`, and `pstate_last_error()` names the function, says what was tried
+//! and how to fix it ("pstate_init: libpstate.so.1 could not be loaded (...); ..."), and
+//! [`loaded_table`] is `None`.
 //!
 //! Enums are newtypes (`pstate_status_t(u32)` with associated constants), so a status number
 //! from a newer library is a value, not undefined behaviour. The initializer macros
@@ -24,6 +27,7 @@
 
 include!("bindings.rs");
 
+use std::cell::RefCell;
 use std::ffi::{CStr, CString};
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -39,6 +43,8 @@ const RTLD_NOW: c_int = 2;
 
 /// Where build.rs found libpstate.so.<PSTATE_ABI_MAJOR> ("" when it found none).
 const BUILT_AGAINST: &str = env!("PSTATE_SYS_LIBRARY");
+/// The run-time override: the one library file to load.
+pub const LIBRARY_ENV: &str = "PSTATE_LIBRARY";
 
 static LOAD: Once = Once::new();
 static TABLE: AtomicPtr<pstate_api_t> = AtomicPtr::new(std::ptr::null_mut());
@@ -58,7 +64,11 @@ fn load() {
     let mut tried = Vec::new();
     // The SONAME of the major this crate's header declares: never another major's library.
     let soname = format!("libpstate.so.{PSTATE_ABI_MAJOR}");
-    let candidates = [BUILT_AGAINST, soname.as_str()];
+    let chosen = std::env::var(LIBRARY_ENV).ok().filter(|p| !p.is_empty());
+    let candidates = match &chosen {
+        Some(path) => vec![path.as_str()],
+        None => vec![BUILT_AGAINST, soname.as_str()],
+    };
     for path in candidates.iter().filter(|p| !p.is_empty()) {
         let c_path = CString::new(*path).expect("no NUL in a library path");
         let handle = unsafe { dlopen(c_path.as_ptr(), RTLD_NOW) };
@@ -81,13 +91,24 @@ fn load() {
         TABLE.store(table as *mut _, Ordering::Release);
         return;
     }
-    let text = format!(
-        "pstate-sys: libpstate could not be loaded ({}); install it (libpstate{PSTATE_ABI_MAJOR}, or ./build.sh \
-         install /usr/local), put its folder on LD_LIBRARY_PATH, or rebuild with PSTATE_LIB_DIR or \
-         PKG_CONFIG_PATH pointing at it",
-        tried.join("; ")
-    );
+    let fix = match &chosen {
+        Some(_) => format!("set {LIBRARY_ENV} to a libpstate.so.{PSTATE_ABI_MAJOR} that exists, or unset it"),
+        None => format!(
+            "install it (libpstate{PSTATE_ABI_MAJOR}, or ./build.sh install /usr/local), put its folder on \
+             LD_LIBRARY_PATH, set {LIBRARY_ENV} to its path, or rebuild with PSTATE_LIB_DIR or PKG_CONFIG_PATH \
+             pointing at it"
+        ),
+    };
+    let text = format!("{soname} could not be loaded (tried {}); {fix}", tried.join("; "));
     LOAD_ERROR.store(CString::new(text.replace('\0', " ")).unwrap().into_raw(), Ordering::Release);
+}
+
+/// Why the library could not be loaded (what was tried and the fix), or None when it was loaded.
+pub fn load_error() -> Option<&'static str> {
+    LOAD.call_once(load);
+    let text = LOAD_ERROR.load(Ordering::Acquire);
+    // SAFETY: set once, never freed.
+    (!text.is_null()).then(|| unsafe { CStr::from_ptr(text) }.to_str().unwrap_or("libpstate could not be loaded"))
 }
 
 /// The loaded library's function table, or None (loading failed: see pstate_last_error()).
@@ -111,28 +132,53 @@ macro_rules! member {
 }
 
 /// What a function answers when its entry point could not be loaded.
-trait Fallback {
+trait Fallback: Sized {
     fn fallback(function: &str) -> Self;
+    /// What the library's entry point returned (a failed status supersedes a fallback's text).
+    fn returned(self) -> Self {
+        self
+    }
 }
+thread_local! {
+    /// This thread's last fallback failure ("pstate_init: ..."), what pstate_last_error() gives
+    /// while no library is loaded (the C library's last error is thread-local too).
+    static LAST_FALLBACK: RefCell<CString> = RefCell::new(CString::default());
+}
+
 impl Fallback for pstate_status_t {
-    fn fallback(_: &str) -> Self {
+    fn returned(self) -> Self {
+        if self != pstate_status_t::PSTATE_OK {
+            LAST_FALLBACK.with(|t| *t.borrow_mut() = CString::default());
+        }
+        self
+    }
+    /// Records `"<function>: <why>"` for pstate_last_error() on this thread.
+    fn fallback(function: &str) -> Self {
+        let why = match load_error() {
+            Some(text) => text.to_owned(),
+            None => format!("the loaded libpstate has no such entry point (older than this crate's pstate.h, ABI {PSTATE_ABI_MAJOR})"),
+        };
+        let text = CString::new(format!("{function}: {why}").replace('\0', " ")).unwrap_or_default();
+        LAST_FALLBACK.with(|t| *t.borrow_mut() = text);
         pstate_status_t::PSTATE_ERR_UNSUPPORTED
     }
 }
 impl Fallback for *const c_char {
-    /// pstate_last_error: why nothing was loaded; the name functions: NULL.
-    fn fallback(function: &str) -> Self {
-        match function {
-            "pstate_last_error" => {
-                let text = LOAD_ERROR.load(Ordering::Acquire);
-                if text.is_null() {
-                    b"pstate-sys: this libpstate has no such entry point (older than the header)\0".as_ptr().cast()
-                } else {
-                    text
-                }
-            }
-            _ => std::ptr::null(),
-        }
+    /// The name functions: NULL.
+    fn fallback(_: &str) -> Self {
+        std::ptr::null()
+    }
+}
+
+/// `pstate_last_error` of pstate.h: this thread's text of its last failed call, the library's,
+/// or this crate's when that call could not reach the library ("pstate_init: libpstate.so.1
+/// could not be loaded (...); ..."). Valid until this thread's next failed call.
+pub unsafe fn pstate_last_error() -> *const c_char {
+    let own = LAST_FALLBACK.with(|t| (!t.borrow().as_bytes().is_empty()).then(|| t.borrow().as_ptr()));
+    match (own, member!(last_error)) {
+        (Some(text), _) => text,
+        (None, Some(f)) => f(),
+        (None, None) => b"\0".as_ptr().cast(),
     }
 }
 impl Fallback for u32 {

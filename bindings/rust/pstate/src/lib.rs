@@ -76,13 +76,18 @@ pub fn library_version() -> u32 {
     unsafe { sys::pstate_version() }
 }
 
-fn rank_arg(what: &str, rank: usize) -> Result<i32> {
-    i32::try_from(rank).map_err(|_| Error::new(Status::InvalidArgument, format!("{what} {rank} is not a rank")))
+/// The C int of a rank argument; `op` names the call ("broadcast on tp:0", "Layout::group_of").
+fn rank_arg(op: &str, what: &str, rank: usize) -> Result<i32> {
+    i32::try_from(rank).map_err(|_| Error::new(Status::InvalidArgument, format!("{op}: {what} {rank} is not a rank (more than a C int holds)")))
 }
 
+/// An InitOptions string as a C string.
 fn cstring(what: &str, s: &Option<String>) -> Result<Option<CString>> {
     s.as_ref()
-        .map(|v| CString::new(v.as_str()).map_err(|_| Error::new(Status::InvalidArgument, format!("{what} contains a NUL byte"))))
+        .map(|v| {
+            CString::new(v.as_str())
+                .map_err(|_| Error::new(Status::InvalidArgument, format!("PState::init: InitOptions::{what} contains a NUL byte")))
+        })
         .transpose()
 }
 
@@ -121,20 +126,22 @@ pub struct ParallelConfig {
 
 impl ParallelConfig {
     /// The C struct holding every size as it is (0s are the library's defaults).
-    fn to_c(self) -> Result<Option<sys::pstate_parallel_config_t>> {
+    fn to_c(self, op: &str) -> Result<Option<sys::pstate_parallel_config_t>> {
         let mut c = sys::pstate_parallel_config_init();
-        let fields: [(usize, &mut i32); 8] = [
-            (self.tensor_parallel, &mut c.tensor_parallel_size),
-            (self.pipeline_parallel, &mut c.pipeline_parallel_size),
-            (self.expert_parallel, &mut c.expert_parallel_size),
-            (self.attention_data_parallel, &mut c.attention_data_parallel_size),
-            (self.attention_context_parallel, &mut c.attention_context_parallel_size),
-            (self.moe_data_parallel, &mut c.moe_data_parallel_size),
-            (self.decode_context_parallel, &mut c.decode_context_parallel_size),
-            (self.shared_experts_tensor_parallel, &mut c.shared_experts_tensor_parallel_size),
+        let fields: [(&str, usize, &mut i32); 8] = [
+            ("tensor_parallel", self.tensor_parallel, &mut c.tensor_parallel_size),
+            ("pipeline_parallel", self.pipeline_parallel, &mut c.pipeline_parallel_size),
+            ("expert_parallel", self.expert_parallel, &mut c.expert_parallel_size),
+            ("attention_data_parallel", self.attention_data_parallel, &mut c.attention_data_parallel_size),
+            ("attention_context_parallel", self.attention_context_parallel, &mut c.attention_context_parallel_size),
+            ("moe_data_parallel", self.moe_data_parallel, &mut c.moe_data_parallel_size),
+            ("decode_context_parallel", self.decode_context_parallel, &mut c.decode_context_parallel_size),
+            ("shared_experts_tensor_parallel", self.shared_experts_tensor_parallel, &mut c.shared_experts_tensor_parallel_size),
         ];
-        for (v, f) in fields {
-            *f = i32::try_from(v).map_err(|_| Error::new(Status::InvalidArgument, format!("parallel size {v} too large")))?;
+        for (name, v, f) in fields {
+            *f = i32::try_from(v).map_err(|_| {
+                Error::new(Status::InvalidArgument, format!("{op}: ParallelConfig::{name} {v} is more than a C int holds"))
+            })?;
         }
         Ok(Some(c))
     }
@@ -214,7 +221,11 @@ impl PState {
     pub fn init(opts: &InitOptions) -> Result<PState> {
         let mut p = sys::pstate_init_params_init();
         let int = |what: &str, v: Option<usize>| -> Result<i32> {
-            v.map_or(Ok(-1), |v| i32::try_from(v).map_err(|_| Error::new(Status::InvalidArgument, format!("{what} {v} too large"))))
+            v.map_or(Ok(-1), |v| {
+                i32::try_from(v).map_err(|_| {
+                    Error::new(Status::InvalidArgument, format!("PState::init: InitOptions::{what} {v} is more than a C int holds"))
+                })
+            })
         };
         p.world_size = int("world_size", opts.world_size)?;
         p.rank = int("rank", opts.rank)?;
@@ -232,7 +243,7 @@ impl PState {
         p.socket_ifname = ifname.as_ref().map_or(ptr::null(), |s| s.as_ptr());
         let mut out = ptr::null_mut();
         check(unsafe { sys::pstate_init(&p, &mut out) })?;
-        let raw = NonNull::new(out).ok_or_else(|| Error::new(Status::Internal, "pstate_init returned NULL"))?;
+        let raw = NonNull::new(out).ok_or_else(|| Error::new(Status::Internal, "PState::init: the library returned no context (please report this)"))?;
         let mut ps = PState {
             raw,
             rank: 0,
@@ -323,7 +334,7 @@ impl PState {
 
     /// Cuts the world into SGLang's groups (collective over the world).
     pub fn initialize_model_parallel(&mut self, cfg: &ParallelConfig) -> Result<()> {
-        let c = cfg.to_c()?;
+        let c = cfg.to_c("PState::initialize_model_parallel")?;
         check(unsafe { sys::pstate_initialize_model_parallel(self.as_raw(), config_ptr(&c)) })
     }
 
@@ -343,16 +354,25 @@ impl PState {
     /// SIGUSR1 when the process was started with `PSTATE_TRACE_SIGNAL=1`.
     pub fn trace_dump(&self, path: Option<&str>) -> Result<()> {
         let path = path
-            .map(|p| CString::new(p).map_err(|_| Error::new(Status::InvalidArgument, "trace_dump: path holds a NUL byte")))
+            .map(|p| CString::new(p).map_err(|_| Error::new(Status::InvalidArgument, "PState::trace_dump: path contains a NUL byte")))
             .transpose()?;
         check(unsafe { sys::pstate_trace_dump(self.as_raw(), path.as_ref().map_or(ptr::null(), |p| p.as_ptr())) })
     }
 
-    /// The group of kind containing this rank.
+    /// The group of kind containing this rank. [`GroupKind::Custom`] is refused
+    /// (`Status::InvalidArgument`): a custom group is the [`Group`] [`PState::new_group`]
+    /// returned; keep it.
     pub fn group(&self, kind: GroupKind) -> Result<Group<'_>> {
+        if kind == GroupKind::Custom {
+            return Err(Error::new(
+                Status::InvalidArgument,
+                "PState::group: GroupKind::Custom is not a kind of the layout: a custom group is the Group that \
+                 PState::new_group returned (keep it; its name is custom:<n>); the layout's kinds are GroupKind::ALL",
+            ));
+        }
         let mut g = ptr::null_mut();
         check(unsafe { sys::pstate_get_group(self.as_raw(), kind.raw(), &mut g) })?;
-        let raw = NonNull::new(g).ok_or_else(|| Error::new(Status::Internal, "pstate_get_group returned NULL"))?;
+        let raw = NonNull::new(g).ok_or_else(|| Error::new(Status::Internal, "PState::group: the library returned no group (please report this)"))?;
         let mut info = sys::pstate_group_info_init();
         check(unsafe { sys::pstate_group_info(raw.as_ptr(), &mut info) })?;
         Ok(Group { raw, info: GroupInfo::from_c(kind, &info), _ps: PhantomData })
@@ -373,7 +393,7 @@ impl PState {
     /// tensor_model_parallel_all_gather: recv (tp size * send.len()) = every TP rank's send.
     pub fn tp_all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         let tp = self.group(GroupKind::Tp)?;
-        need("recv", recv.len(), send.len() * tp.world_size())?;
+        need("PState::tp_all_gather", "recv", recv.len(), send.len() * tp.world_size())?;
         check(unsafe {
             sys::pstate_tp_allgather(self.as_raw(), send.as_ptr().cast(), recv.as_mut_ptr().cast(), send.len(), T::DTYPE.raw(), ptr::null_mut())
         })
@@ -456,7 +476,7 @@ impl Drop for GraphCapture<'_> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupInfo {
     pub kind: GroupKind,
-    /// "<kind>:<index among its kind>", e.g. "tp:0"
+    /// `"<kind>:<index among its kind>"`, e.g. `"tp:0"`
     pub name: String,
     pub rank: usize,
     pub rank_in_group: usize,
@@ -487,9 +507,10 @@ impl GroupInfo {
     }
 }
 
-fn need(name: &str, have: usize, want: usize) -> Result<()> {
+/// A buffer of at least `want` elements; `op` names the call ("all_gather on tp:0").
+fn need(op: &str, name: &str, have: usize, want: usize) -> Result<()> {
     if have < want {
-        return Err(Error::new(Status::InvalidArgument, format!("{name} holds {have} elements, the operation needs {want}")));
+        return Err(Error::new(Status::InvalidArgument, format!("{op}: {name} holds {have} elements, {want} needed")));
     }
     Ok(())
 }
@@ -527,6 +548,24 @@ impl<'ps> Group<'ps> {
         self.raw.as_ptr()
     }
 
+    /// `"<method> on <group name>"`, how this crate's messages name a call on the group.
+    pub(crate) fn op(&self, method: &str) -> String {
+        format!("{method} on {}", self.name())
+    }
+
+    /// rank_arg for a call on this group.
+    pub(crate) fn rank_of(&self, method: &str, what: &str, rank: usize) -> Result<i32> {
+        rank_arg(&self.op(method), what, rank)
+    }
+
+    /// need for a call on this group.
+    pub(crate) fn need(&self, method: &str, name: &str, have: usize, want: usize) -> Result<()> {
+        if have < want {
+            return need(&self.op(method), name, have, want);
+        }
+        Ok(())
+    }
+
     pub fn info(&self) -> &GroupInfo {
         &self.info
     }
@@ -556,19 +595,19 @@ impl<'ps> Group<'ps> {
     pub fn same_node(&self, source: usize) -> Result<Vec<bool>> {
         let mut flags = vec![0i32; self.world_size()];
         let mut n = 0usize;
-        check(unsafe { sys::pstate_group_same_node(self.g(), rank_arg("source", source)?, flags.as_mut_ptr(), flags.len(), &mut n) })?;
+        check(unsafe { sys::pstate_group_same_node(self.g(), self.rank_of("same_node", "source", source)?, flags.as_mut_ptr(), flags.len(), &mut n) })?;
         Ok(flags[..n].iter().map(|&f| f != 0).collect())
     }
 
-    /// buf[i] = op over the group of buf[i], in place.
+    /// `buf[i]` = op over the group of `buf[i]`, in place.
     pub fn all_reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
         let p = buf.as_mut_ptr();
         check(unsafe { sys::pstate_all_reduce(self.g(), p.cast(), p.cast(), buf.len(), T::DTYPE.raw(), op.raw(), ptr::null_mut()) })
     }
 
-    /// recv[i] = op over the group of send[i].
+    /// `recv[i]` = op over the group of `send[i]`.
     pub fn all_reduce_into<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
-        need("recv", recv.len(), send.len())?;
+        self.need("all_reduce_into", "recv", recv.len(), send.len())?;
         check(unsafe {
             sys::pstate_all_reduce(self.g(), send.as_ptr().cast(), recv.as_mut_ptr().cast(), send.len(), T::DTYPE.raw(), op.raw(), ptr::null_mut())
         })
@@ -576,7 +615,7 @@ impl<'ps> Group<'ps> {
 
     /// recv (world_size * send.len()) = every rank's send in group-rank order.
     pub fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        need("recv", recv.len(), send.len() * self.world_size())?;
+        self.need("all_gather", "recv", recv.len(), send.len() * self.world_size())?;
         check(unsafe {
             sys::pstate_all_gather(self.g(), send.as_ptr().cast(), recv.as_mut_ptr().cast(), send.len(), T::DTYPE.raw(), ptr::null_mut())
         })
@@ -585,7 +624,7 @@ impl<'ps> Group<'ps> {
     /// send holds world_size blocks of recv.len(); this rank receives block rank_in_group of
     /// their reduction.
     pub fn reduce_scatter<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
-        need("send", send.len(), recv.len() * self.world_size())?;
+        self.need("reduce_scatter", "send", send.len(), recv.len() * self.world_size())?;
         check(unsafe {
             sys::pstate_reduce_scatter(self.g(), send.as_ptr().cast(), recv.as_mut_ptr().cast(), recv.len(), T::DTYPE.raw(), op.raw(), ptr::null_mut())
         })
@@ -594,21 +633,24 @@ impl<'ps> Group<'ps> {
     /// buf of group rank src copied into buf on every rank.
     pub fn broadcast<T: Element>(&self, buf: &mut [T], src: usize) -> Result<()> {
         check(unsafe {
-            sys::pstate_broadcast(self.g(), buf.as_mut_ptr().cast(), buf.len(), T::DTYPE.raw(), rank_arg("src", src)?, ptr::null_mut())
+            sys::pstate_broadcast(self.g(), buf.as_mut_ptr().cast(), buf.len(), T::DTYPE.raw(), self.rank_of("broadcast", "src", src)?, ptr::null_mut())
         })
     }
 
     /// On group rank dst, recv (world_size * send.len()) = every rank's send in rank order;
     /// recv must be Some there and is ignored elsewhere.
     pub fn gather<T: Element>(&self, send: &[T], recv: Option<&mut [T]>, dst: usize) -> Result<()> {
-        let dst_i = rank_arg("dst", dst)?;
+        let dst_i = self.rank_of("gather", "dst", dst)?;
         let recv_ptr = match recv {
             Some(r) => {
-                need("recv", r.len(), send.len() * self.world_size())?;
+                self.need("gather", "recv", r.len(), send.len() * self.world_size())?;
                 r.as_mut_ptr().cast()
             }
             None if self.rank_in_group() == dst => {
-                return Err(Error::new(Status::InvalidArgument, "gather: the destination rank needs a recv buffer"))
+                return Err(Error::new(
+                    Status::InvalidArgument,
+                    format!("{}: recv is None on dst (group rank {dst}), which needs Some of {} elements", self.op("gather"), send.len() * self.world_size()),
+                ))
             }
             None => ptr::null_mut(),
         };
@@ -619,9 +661,9 @@ impl<'ps> Group<'ps> {
     pub fn all_to_all<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         let n = self.world_size().max(1);
         if send.len() % n != 0 {
-            return Err(Error::new(Status::InvalidArgument, format!("all_to_all: send holds {} elements, not a multiple of {n}", send.len())));
+            return Err(Error::new(Status::InvalidArgument, format!("{}: send holds {} elements, not a multiple of the group size {n}", self.op("all_to_all"), send.len())));
         }
-        need("recv", recv.len(), send.len())?;
+        self.need("all_to_all", "recv", recv.len(), send.len())?;
         check(unsafe {
             sys::pstate_all_to_all(self.g(), send.as_ptr().cast(), recv.as_mut_ptr().cast(), send.len() / n, T::DTYPE.raw(), ptr::null_mut())
         })
@@ -629,12 +671,12 @@ impl<'ps> Group<'ps> {
 
     /// Sends buf to group rank dst.
     pub fn send<T: Element>(&self, buf: &[T], dst: usize) -> Result<()> {
-        check(unsafe { sys::pstate_send(self.g(), buf.as_ptr().cast(), buf.len(), T::DTYPE.raw(), rank_arg("dst", dst)?, ptr::null_mut()) })
+        check(unsafe { sys::pstate_send(self.g(), buf.as_ptr().cast(), buf.len(), T::DTYPE.raw(), self.rank_of("send", "dst", dst)?, ptr::null_mut()) })
     }
 
     /// Receives exactly buf.len() elements from group rank src.
     pub fn recv<T: Element>(&self, buf: &mut [T], src: usize) -> Result<()> {
-        check(unsafe { sys::pstate_recv(self.g(), buf.as_mut_ptr().cast(), buf.len(), T::DTYPE.raw(), rank_arg("src", src)?, ptr::null_mut()) })
+        check(unsafe { sys::pstate_recv(self.g(), buf.as_mut_ptr().cast(), buf.len(), T::DTYPE.raw(), self.rank_of("recv", "src", src)?, ptr::null_mut()) })
     }
 
     /// Returns once every rank of the group has entered it.
@@ -645,7 +687,7 @@ impl<'ps> Group<'ps> {
     /// data of group rank src on every rank (other ranks' data is ignored).
     pub fn broadcast_object(&self, data: &[u8], src: usize) -> Result<Vec<u8>> {
         let mut out = Bytes::new();
-        check(unsafe { sys::pstate_broadcast_object(self.g(), data.as_ptr().cast(), data.len(), rank_arg("src", src)?, &mut out.0) })?;
+        check(unsafe { sys::pstate_broadcast_object(self.g(), data.as_ptr().cast(), data.len(), self.rank_of("broadcast_object", "src", src)?, &mut out.0) })?;
         Ok(out.as_slice().to_vec())
     }
 
@@ -669,13 +711,13 @@ impl<'ps> Group<'ps> {
 
     /// Sends data to group rank dst; the receiver learns the size.
     pub fn send_object(&self, data: &[u8], dst: usize) -> Result<()> {
-        check(unsafe { sys::pstate_send_object(self.g(), data.as_ptr().cast(), data.len(), rank_arg("dst", dst)?) })
+        check(unsafe { sys::pstate_send_object(self.g(), data.as_ptr().cast(), data.len(), self.rank_of("send_object", "dst", dst)?) })
     }
 
     /// The next object sent by group rank src.
     pub fn recv_object(&self, src: usize) -> Result<Vec<u8>> {
         let mut out = Bytes::new();
-        check(unsafe { sys::pstate_recv_object(self.g(), rank_arg("src", src)?, &mut out.0) })?;
+        check(unsafe { sys::pstate_recv_object(self.g(), self.rank_of("recv_object", "src", src)?, &mut out.0) })?;
         Ok(out.as_slice().to_vec())
     }
 
@@ -710,11 +752,13 @@ unsafe impl Sync for Layout {}
 impl Layout {
     /// The groups SGLang's initialize_model_parallel builds for world_size ranks.
     pub fn new(world_size: usize, cfg: &ParallelConfig) -> Result<Layout> {
-        let world = i32::try_from(world_size).map_err(|_| Error::new(Status::InvalidArgument, "world_size too large"))?;
-        let c = cfg.to_c()?;
+        let world = i32::try_from(world_size).map_err(|_| {
+            Error::new(Status::InvalidArgument, format!("Layout::new: world_size {world_size} is more than a C int holds"))
+        })?;
+        let c = cfg.to_c("Layout::new")?;
         let mut out = ptr::null_mut();
         check(unsafe { sys::pstate_layout_create(world, config_ptr(&c), &mut out) })?;
-        let raw = NonNull::new(out).ok_or_else(|| Error::new(Status::Internal, "pstate_layout_create returned NULL"))?;
+        let raw = NonNull::new(out).ok_or_else(|| Error::new(Status::Internal, "Layout::new: the library returned no layout (please report this)"))?;
         Ok(Layout { raw, world_size })
     }
 
@@ -736,7 +780,7 @@ impl Layout {
     /// Index of the group of kind containing global rank.
     pub fn group_of(&self, kind: GroupKind, rank: usize) -> Result<usize> {
         let mut idx = 0;
-        check(unsafe { sys::pstate_layout_group_of(self.raw.as_ptr(), kind.raw(), rank_arg("rank", rank)?, &mut idx) })?;
+        check(unsafe { sys::pstate_layout_group_of(self.raw.as_ptr(), kind.raw(), rank_arg("Layout::group_of", "rank", rank)?, &mut idx) })?;
         Ok(idx)
     }
 

@@ -21,12 +21,13 @@ pub struct P2POp<'a> {
 
 impl<'a> P2POp<'a> {
     fn new(is_send: bool, buf: *mut std::ffi::c_void, count: usize, dtype: sys::pstate_dtype_t, peer: usize) -> Result<P2POp<'a>> {
+        let op = if is_send { "P2POp::send" } else { "P2POp::recv" };
         let mut raw = sys::pstate_p2p_op_init();
         raw.is_send = is_send as i32;
         raw.buf = buf;
         raw.count = count;
         raw.dtype = dtype;
-        raw.peer = rank_arg("peer", peer)?;
+        raw.peer = rank_arg(op, "peer", peer)?;
         Ok(P2POp { raw, _buf: PhantomData })
     }
 
@@ -67,7 +68,7 @@ impl<'ps> Group<'ps> {
                 format!("all_gatherv on {}: send holds {} elements but counts[{}] (this rank) is {mine}", self.name(), send.len(), self.rank_in_group()),
             ));
         }
-        crate::need("recv", recv.len(), total)?;
+        self.need("all_gatherv", "recv", recv.len(), total)?;
         check(unsafe {
             sys::pstate_all_gatherv(self.g(), send.as_ptr().cast(), recv.as_mut_ptr().cast(), counts.as_ptr(), T::DTYPE.raw(), ptr::null_mut())
         })
@@ -84,7 +85,7 @@ impl<'ps> Group<'ps> {
                 format!("reduce_scatterv on {}: send holds {} elements but sum(counts) is {total}", self.name(), send.len()),
             ));
         }
-        crate::need("recv", recv.len(), counts[self.rank_in_group()])?;
+        self.need("reduce_scatterv", "recv", recv.len(), counts[self.rank_in_group()])?;
         check(unsafe {
             sys::pstate_reduce_scatterv(self.g(), send.as_ptr().cast(), recv.as_mut_ptr().cast(), counts.as_ptr(), T::DTYPE.raw(), op.raw(), ptr::null_mut())
         })
@@ -107,16 +108,16 @@ impl<'ps> Group<'ps> {
     /// divides by ag's size S > 1 goes as this rank's 1/S slice; the receiver gathers it whole
     /// over its own ag ([`Group::recv_tensor_dict_sliced`]).
     pub fn send_tensor_dict_sliced(&self, tensors: &[crate::Tensor], dst: usize, ag: &Group<'ps>) -> Result<()> {
-        let dst = rank_arg("dst", dst)?;
+        let dst = self.rank_of("send_tensor_dict_sliced", "dst", dst)?;
         let a = self.ag(ag);
-        self.send_dict(tensors, |dict| unsafe { sys::pstate_send_tensor_dict_sliced(self.g(), dict.ptr(), dict.len(), dst, a, ptr::null_mut()) })
+        self.send_dict("send_tensor_dict_sliced", tensors, |dict| unsafe { sys::pstate_send_tensor_dict_sliced(self.g(), dict.ptr(), dict.len(), dst, a, ptr::null_mut()) })
     }
 
     /// The next dict sent with [`Group::send_tensor_dict_sliced`] by group rank `src`;
     /// collective over `ag` (every rank of ag calls it, each from its own sender). Every tensor
     /// arrives whole.
     pub fn recv_tensor_dict_sliced(&self, src: usize, ag: &Group<'ps>) -> Result<Vec<crate::Tensor>> {
-        let src = rank_arg("src", src)?;
+        let src = self.rank_of("recv_tensor_dict_sliced", "src", src)?;
         let a = self.ag(ag);
         self.receive_dict(|alloc, user| unsafe { sys::pstate_recv_tensor_dict_sliced(self.g(), src, a, alloc, user, ptr::null_mut()) })
     }
@@ -126,10 +127,10 @@ impl PState {
     /// SGLang's create_custom_parallel_group (vLLM's new_group): collective over the world,
     /// every rank passing the global ranks of the group it joins (strictly ascending, itself
     /// among them) or `&[]` to join none (`Ok(None)`). The group's kind is
-    /// [`GroupKind::Custom`], its name "custom:<n>"; [`PState::destroy_model_parallel`] retires
+    /// [`GroupKind::Custom`], its name `"custom:<n>"`; [`PState::destroy_model_parallel`] retires
     /// it (it borrows the PState, like every group).
     pub fn new_group(&self, ranks: &[usize]) -> Result<Option<Group<'_>>> {
-        let c = ranks.iter().map(|&r| rank_arg("rank", r)).collect::<Result<Vec<i32>>>()?;
+        let c = ranks.iter().map(|&r| rank_arg("PState::new_group", "rank", r)).collect::<Result<Vec<i32>>>()?;
         let mut g = ptr::null_mut();
         check(unsafe { sys::pstate_new_group(self.as_raw(), c.as_ptr(), c.len(), &mut g) })?;
         let Some(raw) = NonNull::new(g) else { return Ok(None) };

@@ -171,7 +171,7 @@
 //! ```
 use crate::error::{check, Error, Result, Status};
 use crate::types::Element;
-use crate::{rank_arg, sys, Group, PState};
+use crate::{sys, Group, PState};
 use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
@@ -336,7 +336,7 @@ impl<'ps, B: SendBuf> Request<'ps, B> {
         post(unsafe { req.buf.assume_init_mut() }, &mut raw)?;
         if raw.is_null() {
             req.held = false; // OK without a request breaks pstate.h: leak the buffer, to be safe
-            return Err(Error::new(Status::Internal, "pstate_isend/pstate_irecv returned OK without a request"));
+            return Err(Error::new(Status::Internal, "isend/irecv: the library returned OK without a request (please report this)"));
         }
         req.state = State::Pending(raw);
         Ok(req)
@@ -405,7 +405,7 @@ impl<'ps> Group<'ps> {
     /// rank `dst` and returns at once. The request owns `buf` until [`Request::wait`] gives it
     /// back; to send one buffer to several peers, post clones of an `Arc<[T]>`.
     pub fn isend<B: SendBuf>(&self, buf: B, dst: usize) -> Result<Request<'ps, B>> {
-        let dst = rank_arg("dst", dst)?;
+        let dst = self.rank_of("isend", "dst", dst)?;
         Request::post(buf, |b, raw| {
             let s = b.as_slice();
             check(unsafe { sys::pstate_isend(self.g(), s.as_ptr().cast(), s.len(), B::Elem::DTYPE.raw(), dst, ptr::null_mut(), raw) })
@@ -416,7 +416,7 @@ impl<'ps> Group<'ps> {
     /// `Vec<T>`, `Box<[T]>` or `&'static mut [T]`: any [`RecvBuf`]) and returns at once. The
     /// request owns `buf` until [`Request::wait`] gives it back, filled.
     pub fn irecv<B: RecvBuf>(&self, buf: B, src: usize) -> Result<Request<'ps, B>> {
-        let src = rank_arg("src", src)?;
+        let src = self.rank_of("irecv", "src", src)?;
         Request::post(buf, |b, raw| {
             let s = b.as_mut_slice();
             check(unsafe { sys::pstate_irecv(self.g(), s.as_mut_ptr().cast(), s.len(), B::Elem::DTYPE.raw(), src, ptr::null_mut(), raw) })
@@ -507,7 +507,8 @@ impl Slots {
                 if matches!(&result, Err(e) if e.status == Status::InvalidArgument) {
                     // The library says this is not a request, yet it never freed it: nothing
                     // is known about the borrowed buffer, so nothing may continue.
-                    eprintln!("pstate: pstate_wait refused a pending request of a scope ({result:?}); aborting");
+                    let why = result.as_ref().err().map_or(String::new(), ToString::to_string);
+                    eprintln!("pstate: the end of a scope: waiting for a pending request was refused ({why}); aborting the process");
                     std::process::abort();
                 }
                 std::thread::sleep(std::time::Duration::from_millis(1));
@@ -531,7 +532,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// Posts a send of `buf` to group rank `dst` of `g`; `buf` stays borrowed (readable, not
     /// writable) until the scope ends, or until [`ScopedRequest::wait`] gives it back.
     pub fn isend<'ps: 'scope, T: Element>(&'scope self, g: &Group<'ps>, buf: &'scope [T], dst: usize) -> Result<ScopedRequest<'scope, &'scope [T]>> {
-        let dst = rank_arg("dst", dst)?;
+        let dst = g.rank_of("Scope::isend", "dst", dst)?;
         let mut raw = ptr::null_mut();
         check(unsafe { sys::pstate_isend(g.g(), buf.as_ptr().cast(), buf.len(), T::DTYPE.raw(), dst, ptr::null_mut(), &mut raw) })?;
         Ok(self.handle(raw, buf.as_ptr() as *mut T, buf.len()))
@@ -541,7 +542,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// which stays lent to the library until the scope ends, or until [`ScopedRequest::wait`]
     /// gives it back, filled.
     pub fn irecv<'ps: 'scope, T: Element>(&'scope self, g: &Group<'ps>, buf: &'scope mut [T], src: usize) -> Result<ScopedRequest<'scope, &'scope mut [T]>> {
-        let src = rank_arg("src", src)?;
+        let src = g.rank_of("Scope::irecv", "src", src)?;
         let (p, n) = (buf.as_mut_ptr(), buf.len());
         let mut raw = ptr::null_mut();
         check(unsafe { sys::pstate_irecv(g.g(), p.cast(), n, T::DTYPE.raw(), src, ptr::null_mut(), &mut raw) })?;

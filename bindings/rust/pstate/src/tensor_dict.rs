@@ -11,7 +11,7 @@
 //! Host memory only: a CUDA tensor gets no memory (the call fails on every rank, nothing is
 //! transferred) and the error says why.
 use crate::error::check;
-use crate::{rank_arg, DType, Element, Error, Group, Result, Status};
+use crate::{DType, Element, Error, Group, Result, Status};
 use pstate_sys as sys;
 use std::ffi::{c_void, CStr, CString};
 use std::os::raw::{c_char, c_int};
@@ -33,9 +33,9 @@ impl Tensor {
     /// A tensor over `data`, checked: its length must be what dtype and shape need.
     pub fn new(name: impl Into<String>, dtype: DType, shape: Vec<i64>, data: Vec<u8>) -> Result<Tensor> {
         let t = Tensor { name: name.into(), dtype, shape, data };
-        let need = t.byte_size()?;
+        let need = t.byte_size().map_err(|e| e.during("Tensor::new"))?;
         if t.data.len() != need {
-            return Err(t.invalid(format!("data holds {} bytes, {:?} of shape {:?} needs {need}", t.data.len(), t.dtype, t.shape)));
+            return Err(t.invalid(format!("data holds {} bytes, {:?} of shape {:?} needs {need}", t.data.len(), t.dtype, t.shape)).during("Tensor::new"));
         }
         Ok(t)
     }
@@ -52,11 +52,11 @@ impl Tensor {
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         let fp8 = matches!(self.dtype, DType::Fp8E4M3 | DType::Fp8E5M2) && T::DTYPE == DType::Uint8;
         if T::DTYPE != self.dtype && !fp8 {
-            return Err(self.invalid(format!("is {:?}, not {:?}", self.dtype, T::DTYPE)));
+            return Err(self.invalid(format!("is {:?}, not {:?}", self.dtype, T::DTYPE)).during("Tensor::to_vec"));
         }
         let size = std::mem::size_of::<T>();
         if self.data.len() % size != 0 {
-            return Err(self.invalid(format!("holds {} bytes, not a multiple of {size}", self.data.len())));
+            return Err(self.invalid(format!("holds {} bytes, not a multiple of {size}", self.data.len())).during("Tensor::to_vec"));
         }
         let n = self.data.len() / size;
         let mut out: Vec<T> = Vec::with_capacity(n);
@@ -216,9 +216,9 @@ impl Group<'_> {
     /// rank, whose `tensors` is ignored (pass `Vec::new()`). Returns `tensors` itself on src and
     /// the received dict elsewhere. A dict src cannot send fails on every rank with its reason.
     pub fn broadcast_tensor_dict(&self, tensors: Vec<Tensor>, src: usize) -> Result<Vec<Tensor>> {
-        let src_i = rank_arg("src", src)?;
+        let src_i = self.rank_of("broadcast_tensor_dict", "src", src)?;
         if self.rank_in_group() == src {
-            self.send_dict(&tensors, |dict| unsafe {
+            self.send_dict("broadcast_tensor_dict", &tensors, |dict| unsafe {
                 sys::pstate_broadcast_tensor_dict(self.g(), dict.ptr(), dict.len(), src_i, None, ptr::null_mut(), ptr::null_mut())
             })?;
             return Ok(tensors);
@@ -231,24 +231,25 @@ impl Group<'_> {
     /// SGLang's send_tensor_dict: sends `tensors` to group rank `dst`, which receives them with
     /// [`Group::recv_tensor_dict`]. A dict refused here fails the receiver too.
     pub fn send_tensor_dict(&self, tensors: &[Tensor], dst: usize) -> Result<()> {
-        let dst = rank_arg("dst", dst)?;
-        self.send_dict(tensors, |dict| unsafe { sys::pstate_send_tensor_dict(self.g(), dict.ptr(), dict.len(), dst, ptr::null_mut()) })
+        let dst = self.rank_of("send_tensor_dict", "dst", dst)?;
+        self.send_dict("send_tensor_dict", tensors, |dict| unsafe { sys::pstate_send_tensor_dict(self.g(), dict.ptr(), dict.len(), dst, ptr::null_mut()) })
     }
 
     /// SGLang's recv_tensor_dict: the next dict sent by group rank `src`.
     pub fn recv_tensor_dict(&self, src: usize) -> Result<Vec<Tensor>> {
-        let src = rank_arg("src", src)?;
+        let src = self.rank_of("recv_tensor_dict", "src", src)?;
         self.receive_dict(|alloc, user| unsafe { sys::pstate_recv_tensor_dict(self.g(), src, alloc, user, ptr::null_mut()) })
     }
 
     /// Runs send with the C view of tensors; a dict the binding refuses is still sent, as one the
-    /// library refuses, and the binding's error is returned.
-    pub(crate) fn send_dict(&self, tensors: &[Tensor], send: impl Fn(&CDict) -> sys::pstate_status_t) -> Result<()> {
+    /// library refuses (with the reason alone), and the binding's error is returned, naming
+    /// `method` on this group.
+    pub(crate) fn send_dict(&self, method: &str, tensors: &[Tensor], send: impl Fn(&CDict) -> sys::pstate_status_t) -> Result<()> {
         match CDict::new(tensors) {
             Ok(dict) => check(send(&dict)),
             Err(refused) => {
                 let _ = send(&CDict::refusal(&refused));
-                Err(refused)
+                Err(refused.during(&self.op(method)))
             }
         }
     }

@@ -88,7 +88,7 @@ pub enum GroupKind {
     Dcp,
     SharedExpertsTp,
     SelfPp,
-    /// A group made by [`crate::PState::new_group`] ("custom:<n>"); not in the layout
+    /// A group made by [`crate::PState::new_group`] (`"custom:<n>"`); not in the layout
     /// ([`crate::PState::group`] refuses it, and [`GroupKind::ALL`] lists the layout kinds).
     /// Kinds from 1000 on are not layout kinds (pstate.h).
     Custom = 1000,

@@ -58,6 +58,33 @@ fn messages_name_rust_calls() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Every message names its call once, in Rust names (before: "new_group: new_group: ...",
+/// "PSTATE_GROUP_CUSTOM", binding messages without the call: "dst 18446744073709551615 is not a
+/// rank", "recv holds 1 elements, the operation needs 2").
+#[test]
+fn messages_name_the_call_once_in_rust_names() {
+    let dir = temp_dir("once");
+    let ps = one_rank(&dir);
+    let once = |err: &pstate::Error, call: &str, has: &str| {
+        assert!(err.detail.starts_with(&format!("{call}: ")) && err.detail.contains(has), "{err}");
+        assert_eq!(err.detail.matches(call).count(), 1, "{err}");
+        assert!(!err.detail.contains("pstate_") && !err.detail.contains("PSTATE_GROUP"), "{err}");
+    };
+    let err = ps.group(GroupKind::Custom).err().unwrap();
+    assert_eq!(err.status, Status::InvalidArgument);
+    once(&err, "PState::group", "GroupKind::Custom is not a kind of the layout: a custom group is the Group that PState::new_group returned");
+    let err = ps.new_group(&[0, 0]).err().unwrap();
+    once(&err, "PState::new_group", "");
+    let w = ps.world().unwrap();
+    once(&w.broadcast(&mut [1f32], usize::MAX).err().unwrap(), "broadcast on world:0", "src 18446744073709551615 is not a rank");
+    once(&w.all_gather(&[1f32, 2.0], &mut [0f32; 1]).err().unwrap(), "all_gather on world:0", "recv holds 1 elements, 2 needed");
+    once(&w.gather(&[1f32], None, 0).err().unwrap(), "gather on world:0", "recv is None on dst (group rank 0), which needs Some of 1 elements");
+    once(&pstate::Tensor::new("x", pstate::DType::Float32, vec![2], vec![0; 3]).err().unwrap(), "Tensor::new", "tensor 'x': data holds 3 bytes");
+    drop(w);
+    ps.finalize().unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// Rank 0 blocks in recv from rank 1, which never sends; a thread interrupts it 0.5 s in. recv
 /// returns Status::Interrupted within a second, the PState is failed (Aborted naming the
 /// interruption and PState::abort), abort frees it. Rank 1 waits for rank 0's verdict, then aborts.

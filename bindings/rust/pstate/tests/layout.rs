@@ -27,7 +27,24 @@ fn layout_rejects_world_not_tp_times_pp_with_library_text() {
     let err = Layout::new(6, &ParallelConfig { tensor_parallel: 4, ..Default::default() }).err().unwrap();
     assert_eq!(err.status, Status::InvalidArgument);
     assert!(err.detail.contains("tp x pp"), "{err}");
-    assert!(err.to_string().starts_with("PSTATE_ERR_INVALID_ARGUMENT: "), "{err}");
+    // the status as text, then the operation once, in Rust names
+    assert!(err.to_string().starts_with("invalid argument: Layout::new: "), "{err}");
+}
+
+/// Status reads as text (before: no Display; an error printed the C name in front).
+#[test]
+fn status_displays_as_text_and_keeps_its_c_name() {
+    let texts: Vec<String> = (1..=13).map(|n| Status::from_raw(n).unwrap().to_string()).collect();
+    assert_eq!(
+        texts,
+        [
+            "invalid argument", "invalid state", "unsupported", "out of memory", "timeout", "peer lost", "transport error",
+            "mismatch", "authentication failed", "aborted", "internal error", "interrupted", "busy"
+        ]
+    );
+    assert_eq!(Status::Unknown(42).to_string(), "unknown status 42");
+    assert_eq!(Status::NotLoaded.to_string(), "libpstate not loaded");
+    assert_eq!((Status::Busy.name(), Status::NotLoaded.name(), Status::NotLoaded.raw()), ("PSTATE_ERR_BUSY", "PSTATE_ERR_UNSUPPORTED", 3));
 }
 
 #[test]
