@@ -52,12 +52,12 @@ _CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _PyCapsule_New = ctypes.pythonapi.PyCapsule_New
 _PyCapsule_New.restype = ctypes.py_object
 _PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _CAPSULE_DESTRUCTOR]
-_PyCapsule_IsValid = ctypes.pythonapi.PyCapsule_IsValid
-_PyCapsule_IsValid.restype = ctypes.c_int
-_PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_PyCapsule_GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
-_PyCapsule_GetPointer.restype = ctypes.c_void_p
-_PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+# The destructor gets the dying capsule's address: read it as a plain pointer (a py_object over an
+# object being freed would take a reference to it).
+_PyCapsule_IsValid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_IsValid", ctypes.pythonapi))
+_PyCapsule_GetPointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
 
 # Exported tensors alive in a consumer: address of the DLManagedTensor -> (its ctypes parts, owner)
 _live: dict = {}
@@ -71,10 +71,8 @@ def _delete(managed: Any) -> None:
 @_CAPSULE_DESTRUCTOR
 def _capsule_gone(capsule: int) -> None:
     # An unconsumed capsule ("dltensor", not renamed "used_dltensor") owns its tensor.
-    obj = ctypes.cast(capsule, ctypes.py_object)
-    if _PyCapsule_IsValid(obj, b"dltensor"):
-        address = _PyCapsule_GetPointer(obj, b"dltensor")
-        _live.pop(address, None)
+    if _PyCapsule_IsValid(capsule, b"dltensor"):
+        _live.pop(_PyCapsule_GetPointer(capsule, b"dltensor"), None)
 
 
 def export(address: int, dtype: DType, shape: Sequence[int], device: int, owner: Any) -> Any:
@@ -91,7 +89,7 @@ def export(address: int, dtype: DType, shape: Sequence[int], device: int, owner:
     managed.dl_tensor.byte_offset = 0
     managed.deleter = _delete
     _live[ctypes.addressof(managed)] = (managed, shape_array, owner)
-    return _PyCapsule_New(ctypes.addressof(managed), b"dltensor", _CAPSULE_DESTRUCTOR(_capsule_gone))
+    return _PyCapsule_New(ctypes.addressof(managed), b"dltensor", _capsule_gone)  # module-level: never freed
 
 
 class DeviceTensor:

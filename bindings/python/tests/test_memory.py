@@ -39,3 +39,37 @@ def _devsim_env() -> dict:
 @pytest.mark.parametrize("n", [1, 2])
 def test_allocator_symmetric_exact_pool_local_on_devsim(ranks, n):
     ranks(n, "group_memory", extra_env=_devsim_env())
+
+
+def test_dlpack_export_keeps_its_owner_until_the_consumer_or_the_capsule_lets_go():
+    """The capsule protocol without a device: an unconsumed capsule releases its export when it is
+    collected; a consumer renames it "used_dltensor" and calls the tensor's deleter."""
+    import ctypes
+    import gc
+
+    from pstate import DType, _memory
+
+    class Owner:
+        pass
+
+    capsule = _memory.export(0x1000, DType.BFLOAT16, (2, 3), 5, Owner())
+    assert len(_memory._live) == 1
+    address = _memory._PyCapsule_GetPointer(id(capsule), b"dltensor")
+    managed = _memory._DLManagedTensor.from_address(address)
+    t = managed.dl_tensor
+    assert (t.data, t.device.device_type, t.device.device_id, t.ndim) == (0x1000, 2, 5, 2)
+    assert (t.dtype.code, t.dtype.bits, t.dtype.lanes) == (4, 16, 1) and [t.shape[0], t.shape[1]] == [2, 3]
+    del capsule, t, managed
+    gc.collect()
+    assert not _memory._live  # unconsumed: released with the capsule
+    capsule = _memory.export(0x2000, DType.INT32, (4,), 0, Owner())
+    set_name = ctypes.pythonapi.PyCapsule_SetName
+    set_name.argtypes, set_name.restype = [ctypes.py_object, ctypes.c_char_p], ctypes.c_int
+    address = _memory._PyCapsule_GetPointer(id(capsule), b"dltensor")
+    assert set_name(capsule, b"used_dltensor") == 0  # what a consumer does
+    del capsule
+    gc.collect()
+    assert len(_memory._live) == 1  # the consumer's tensor holds it now
+    managed = _memory._DLManagedTensor.from_address(address)
+    managed.deleter(ctypes.pointer(managed))  # the consumer's tensor is gone
+    assert not _memory._live
