@@ -203,7 +203,7 @@ fi
   echo
   for f in "$OUT"/*_bench_w*.md; do [ -f "$f" ] && { cat "$f"; echo; }; done
   for w in 1 2; do  # group memory: which path NCCL gave, and the count of exact checks
-    if [ -f "$OUT/gpu_mem_check_w$w.log" ]; then grep -h '^gpu_mem_check:' "$OUT/gpu_mem_check_w$w.log" || true; echo; fi
+    if [ -f "$OUT/gpu_mem_check_w$w.log" ]; then grep -h 'gpu_mem_check:' "$OUT/gpu_mem_check_w$w.log" || true; echo; fi
   done
   if [ "$RANKS_PER_GPU" = 1 ] && [ -f "$OUT/ranks_per_gpu.md" ]; then
     echo "Several ranks on one GPU (tests/gpu/ranks_per_gpu.sh: an NCCL host per rank, loopback sockets; semantics, not speed):"
