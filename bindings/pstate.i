@@ -103,6 +103,26 @@ static char *pstate_swig_strdup(const char *s) {
   }
   ~pstate_parallel_config_t() { free($self); }
 }
+%immutable pstate_mem_info_t::struct_size;
+%immutable pstate_mem_stats_t::struct_size;
+%extend pstate_mem_info_t {
+  pstate_mem_info_t() {
+    static const pstate_mem_info_t defaults = PSTATE_MEM_INFO_INIT;
+    pstate_mem_info_t *p = (pstate_mem_info_t *)malloc(sizeof *p);
+    if (p) *p = defaults;
+    return p;
+  }
+  ~pstate_mem_info_t() { free($self); }
+}
+%extend pstate_mem_stats_t {
+  pstate_mem_stats_t() {
+    static const pstate_mem_stats_t defaults = PSTATE_MEM_STATS_INIT;
+    pstate_mem_stats_t *p = (pstate_mem_stats_t *)malloc(sizeof *p);
+    if (p) *p = defaults;
+    return p;
+  }
+  ~pstate_mem_stats_t() { free($self); }
+}
 %extend pstate_group_info_t {
   pstate_group_info_t() {
     static const pstate_group_info_t defaults = PSTATE_GROUP_INFO_INIT;
@@ -376,6 +396,21 @@ static void pstate_py_note_interrupt(void) {
 }
 %typemap(argout) void **capture_stream {
   $result = SWIG_Python_AppendOutput($result, PyLong_FromVoidPtr(captured$argnum));
+}
+/* ---- group memory (pstate_mem_*): device addresses as ints ---- */
+%typemap(in) void *ptr {
+  if (pstate_py_address($input, &$1) != 0) SWIG_fail;
+}
+%typemap(in) const void *ptr (void *address) {
+  if (pstate_py_address($input, &address) != 0) SWIG_fail;
+  $1 = address;
+}
+%typemap(in, numinputs=0) void **out (void *address) {
+  address = NULL;
+  $1 = &address;
+}
+%typemap(argout) void **out {
+  $result = SWIG_Python_AppendOutput($result, PyLong_FromVoidPtr(address$argnum));
 }
 
 /* ---- handles returned through **out ---- */
@@ -1009,9 +1044,13 @@ func swigPstateFailure(addr int64) error {
 %typemap(gotype) size_t *count, size_t *index "*uint64"
 %typemap(imtype) size_t *count, size_t *index "*uint64"
 %typemap(in) size_t *count, size_t *index %{ $1 = (size_t *)$input; %}
-%typemap(gotype) void **capture_stream "*uintptr"
-%typemap(imtype) void **capture_stream "*uintptr"
-%typemap(in) void **capture_stream %{ $1 = (void **)$input; %}
+%typemap(gotype) void **capture_stream, void **out "*uintptr"
+%typemap(imtype) void **capture_stream, void **out "*uintptr"
+%typemap(in) void **capture_stream, void **out %{ $1 = (void **)$input; %}
+/* ---- group memory (pstate_mem_*): device addresses, never Go memory ---- */
+%typemap(gotype) void *ptr, const void *ptr "uintptr"
+%typemap(imtype) void *ptr, const void *ptr "uintptr"
+%typemap(in) void *ptr, const void *ptr %{ $1 = ($1_ltype)$input; %}
 %typemap(gotype) (int *ranks, size_t capacity), (int *same_node, size_t capacity), (int *new_rank, size_t capacity) "[]int32"
 %typemap(in) (int *ranks, size_t capacity), (int *same_node, size_t capacity), (int *new_rank, size_t capacity) %{
   $1 = (int *)$input.array;

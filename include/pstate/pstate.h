@@ -901,6 +901,128 @@ PSTATE_API pstate_status_t pstate_graph_capture_begin(pstate_t *ps, void *stream
 PSTATE_API pstate_status_t pstate_graph_capture_end(pstate_t *ps);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Group memory and registered buffers (NCCL symmetric memory; CUDA contexts)                   */
+/*                                                                                              */
+/* SGLang's use_symmetric_memory(group) / pynccl allocator and vLLM's VLLM_USE_NCCL_SYMM_MEM:   */
+/* device memory that NCCL (>= 2.27) registers as a symmetric window (ncclMemAlloc +            */
+/* ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC) on the group's communicator, so that     */
+/* all_reduce, all_gather and reduce_scatter whose send and recv both lie in it run NCCL's        */
+/* symmetric kernels (the small-message fast path). Fallback: in a group of one rank, with an    */
+/* NCCL older than 2.27, or when NCCL refuses the window on any rank (no NVLink, no address      */
+/* space left), the memory is plain device memory (ncclMemAlloc, else cudaMalloc) and every call */
+/* works the same, only without the fast path; pstate says so once per group at INFO, and       */
+/* pstate_group_mem_stats tells (symmetric_available 0). Each allocation is registered once per  */
+/* communicator (never twice: nccl #2331); pstate_shrink carries the world group's memory, pool  */
+/* included, to the new world group and registers it on the shrunk communicator. CUDA graphs:   */
+/* NCCL before 2.30.7 gave silently wrong results for symmetric memory in captured graphs       */
+/* (sglang #37768): there a device collective on symmetric memory while capturing is            */
+/* UNSUPPORTED (capture it with plain buffers, or use NCCL >= 2.30.7). NCCL 2.29.2 may register */
+/* silently without effect where GPU-initiated networking is unsupported (nccl #1963): the       */
+/* results stay right, only the speed-up is missing. CPU contexts: every call here is           */
+/* UNSUPPORTED. Memory lives until pstate_mem_free, or until the group is destroyed             */
+/* (pstate_destroy_model_parallel and pstate_finalize free it; groups dropped by pstate_abort,   */
+/* pstate_grow or, model-parallel ones, pstate_shrink leave it to the process): never use it    */
+/* after.                                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+/** What holds a pointer (pstate_mem_query). */
+typedef enum pstate_mem_kind_t PSTATE_ENUM_BASE {
+  PSTATE_MEM_NONE = 0,      /**< nothing of pstate's: plain memory of the caller */
+  PSTATE_MEM_GROUP = 1,     /**< a collective allocation of pstate_mem_alloc (or the pool's reserve) */
+  PSTATE_MEM_POOL = 2,      /**< a local allocation from the group's pool (pstate_mem_pool_reserve) */
+  PSTATE_MEM_REGISTERED = 3 /**< a buffer registered by pstate_mem_register or at graph capture end */
+} pstate_mem_kind_t;
+
+/** Which memory path a device collective took (pstate_mem_stats_t.last_path). */
+typedef enum pstate_mem_path_t PSTATE_ENUM_BASE {
+  PSTATE_MEM_PATH_NONE = 0,       /**< no device all_reduce/all_gather/reduce_scatter yet */
+  PSTATE_MEM_PATH_PLAIN = 1,      /**< a buffer outside registered memory: NCCL's ordinary path */
+  PSTATE_MEM_PATH_REGISTERED = 2, /**< both buffers registered (ncclCommRegister or a window): zero-copy */
+  PSTATE_MEM_PATH_SYMMETRIC = 3   /**< both buffers in symmetric windows: NCCL's symmetric kernels */
+} pstate_mem_path_t;
+
+/** Answer of pstate_mem_query (an out struct: fill from PSTATE_MEM_INFO_INIT first). */
+typedef struct pstate_mem_info_t {
+  size_t struct_size;
+  void *base;              /**< start of the allocation, pool piece or registration holding the pointer; NULL for NONE */
+  size_t size;             /**< its bytes; 0 for NONE */
+  pstate_mem_kind_t kind;
+  int symmetric;           /**< 1: inside a symmetric window of the group's current NCCL communicator */
+  int registered;          /**< 1: registered with it (a window, or ncclCommRegister) */
+  int reserved0;           /**< 0 */
+} pstate_mem_info_t;
+#define PSTATE_MEM_INFO_INIT { sizeof(pstate_mem_info_t), NULL, 0, PSTATE_MEM_NONE, 0, 0, 0 }
+
+/** Answer of pstate_group_mem_stats (an out struct: fill from PSTATE_MEM_STATS_INIT first). The
+ *  counts cover this rank's device all_reduce, all_gather and reduce_scatter on the group. */
+typedef struct pstate_mem_stats_t {
+  size_t struct_size;
+  uint64_t symmetric_calls;  /**< calls that took PSTATE_MEM_PATH_SYMMETRIC */
+  uint64_t registered_calls; /**< calls that took PSTATE_MEM_PATH_REGISTERED */
+  uint64_t plain_calls;      /**< calls that took PSTATE_MEM_PATH_PLAIN */
+  size_t windows;            /**< live symmetric windows of the group (one per collective allocation) */
+  size_t registrations;      /**< live ncclCommRegister registrations */
+  size_t allocated;          /**< bytes of collective allocations, the reserve included */
+  size_t pool_reserved;      /**< bytes of the reserve (0: none) */
+  size_t pool_used;          /**< bytes of it in local allocations */
+  int symmetric_available;   /**< 1 when the group's memory gets symmetric windows; 0: fallback (INFO says why) */
+  pstate_mem_path_t last_path; /**< the path of the last such call */
+  int nccl_version;          /**< NCCL_VERSION_CODE of the loaded NCCL (22809); 0 when none is loaded */
+  int reserved0;             /**< 0 */
+} pstate_mem_stats_t;
+#define PSTATE_MEM_STATS_INIT { sizeof(pstate_mem_stats_t), 0, 0, 0, 0, 0, 0, 0, 0, 0, PSTATE_MEM_PATH_NONE, 0, 0 }
+
+/** Allocates bytes (> 0) of device memory for group g and returns it in *out (256-byte aligned).
+ *  Without a pool (pstate_mem_pool_reserve): collective over the group, like NCCL's window
+ *  registration: every rank calls it with the same bytes; ranks that disagree get MISMATCH on
+ *  every rank, naming both sizes, and nothing is allocated. The memory comes from ncclMemAlloc and
+ *  is registered as a symmetric window on the group's NCCL communicator (made now if needed), or
+ *  is plain device memory (see the section's fallback). NO_MEMORY on every rank when any rank
+ *  could not allocate. With a pool: local, never communicates: a piece of the reserve, NO_MEMORY
+ *  naming the reserve when it does not fit. INVALID_STATE while capturing a graph (collective
+ *  form), or on a destroyed group; UNSUPPORTED in a CPU context. */
+PSTATE_API pstate_status_t pstate_mem_alloc(pstate_group_t *g, size_t bytes, void **out);
+/** Frees what pstate_mem_alloc returned. A pool piece: local. A collective allocation: collective
+ *  over the group (every rank frees its allocation of the same call; ranks whose allocations'
+ *  sizes differ get MISMATCH on every rank), its window deregistered first. Work enqueued on
+ *  streams that still uses it must have completed (as for cudaFree). ptr NULL is a no-op; a
+ *  pointer that is not the start of such an allocation is INVALID_ARGUMENT (on every rank of the
+ *  group when no pool holds it: the others learn of it). */
+PSTATE_API pstate_status_t pstate_mem_free(pstate_group_t *g, void *ptr);
+/** Reserves bytes (> 0) of group memory up front as the group's pool: collective as
+ *  pstate_mem_alloc (MISMATCH when ranks disagree), one symmetric window for all of it. Every
+ *  later pstate_mem_alloc on g is local (a piece of it) and never communicates: growing memory
+ *  at run time on some ranks only cannot deadlock (sglang #36943). Once per group: a second call
+ *  is INVALID_STATE. The pool survives pstate_shrink (with the world group). */
+PSTATE_API pstate_status_t pstate_mem_pool_reserve(pstate_group_t *g, size_t bytes);
+/** Registers the caller's device buffer [ptr, ptr + bytes) with the group's NCCL communicator
+ *  (ncclCommRegister: zero-copy collectives, and captured graphs). Local, never communicates;
+ *  applied when the communicator exists (now, or at its creation). A range inside group memory or
+ *  inside an earlier registration is counted and not registered again (deregister it as often);
+ *  a range that partly overlaps one is INVALID_ARGUMENT. ptr must be device memory of the
+ *  context's device. Registrations end at pstate_mem_deregister or when the group is destroyed;
+ *  keep the buffer allocated while registered. A group of one, or an NCCL that refuses: the call
+ *  succeeds and the buffer stays unregistered (pstate_mem_query says so; INFO once). */
+PSTATE_API pstate_status_t pstate_mem_register(pstate_group_t *g, void *ptr, size_t bytes);
+/** Drops one registration made at ptr (pstate_mem_register's ptr, or a captured buffer's start);
+ *  the last one deregisters (ncclCommDeregister). Local. INVALID_ARGUMENT when none is there. */
+PSTATE_API pstate_status_t pstate_mem_deregister(pstate_group_t *g, void *ptr);
+/** Says what holds ptr for group g (kind, base, size) and whether it is registered or in a
+ *  symmetric window of the group's current communicator. Local. */
+PSTATE_API pstate_status_t pstate_mem_query(pstate_group_t *g, const void *ptr, pstate_mem_info_t *out);
+/** This rank's facts about the group's memory: windows, registrations, pool, and which path its
+ *  device collectives took (last_path and counts). Local. */
+PSTATE_API pstate_status_t pstate_group_mem_stats(pstate_group_t *g, pstate_mem_stats_t *out);
+/** enable nonzero: from the next pstate_graph_capture_end on, every buffer of the device
+ *  all_reduce/all_gather/reduce_scatter calls captured since pstate_graph_capture_begin is
+ *  registered with its group's communicator (ncclCommRegister, local, as SGLang's graph_capture
+ *  registers graph buffers), each range once (ranges that overlap are merged, ranges already in
+ *  group memory or registered are skipped). The registrations last until pstate_mem_deregister
+ *  (at the range's start, pstate_mem_query's base) or until the group is destroyed: keep the
+ *  graph's buffers allocated as long. 0 (the default): nothing is registered. Local. */
+PSTATE_API pstate_status_t pstate_set_graph_registration(pstate_t *ps, int enable);
+
+/* ------------------------------------------------------------------------------------------ */
 /* The function table for dlopen users                                                          */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -986,6 +1108,15 @@ struct pstate_api_t {
   pstate_status_t (*graph_capture_begin)(pstate_t *ps, void *stream, void **capture_stream);
   pstate_status_t (*graph_capture_end)(pstate_t *ps);
   /* 1.x additions go here, at the end, in the order they are released */
+  /* group memory and registered buffers (issue 29) */
+  pstate_status_t (*mem_alloc)(pstate_group_t *g, size_t bytes, void **out);
+  pstate_status_t (*mem_free)(pstate_group_t *g, void *ptr);
+  pstate_status_t (*mem_pool_reserve)(pstate_group_t *g, size_t bytes);
+  pstate_status_t (*mem_register)(pstate_group_t *g, void *ptr, size_t bytes);
+  pstate_status_t (*mem_deregister)(pstate_group_t *g, void *ptr);
+  pstate_status_t (*mem_query)(pstate_group_t *g, const void *ptr, pstate_mem_info_t *out);
+  pstate_status_t (*group_mem_stats)(pstate_group_t *g, pstate_mem_stats_t *out);
+  pstate_status_t (*set_graph_registration)(pstate_t *ps, int enable);
 };
 
 /** The table for ABI `abi_major` (pass PSTATE_ABI_MAJOR), or NULL when this library does not

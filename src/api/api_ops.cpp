@@ -114,7 +114,10 @@ PSTATE_API pstate_status_t pstate_all_reduce(pstate_group_t *g, const void *send
     require_disjoint(g, "pstate_all_reduce", send, bytes, recv, bytes, send == recv, "send == recv");
     if (g->on_device())
       return g->run_device(describe(OpKind::kAllReduce, count, dtype, op, -1),
-                           [&](DeviceComm &d) { d.all_reduce(send, recv, count, dtype, op, stream); });
+                           [&](DeviceComm &d) {
+                             g->note_device_call(send, bytes, recv, bytes, "pstate_all_reduce");
+                             d.all_reduce(send, recv, count, dtype, op, stream);
+                           });
     require_reducible(dtype, op);
     require_host(g, send, recv, "all_reduce");
     g->all_reduce(send, recv, count, dtype, op);
@@ -135,7 +138,10 @@ PSTATE_API pstate_status_t pstate_all_gather(pstate_group_t *g, const void *send
                        "send == recv + rank_in_group * count (NCCL's; in a CUDA context send == recv works "
                        "on rank_in_group 0 only)");
       return g->run_device(describe(OpKind::kAllGather, count, dtype, -1, -1),
-                           [&](DeviceComm &d) { d.all_gather(send, recv, count, dtype, stream); });
+                           [&](DeviceComm &d) {
+                             g->note_device_call(send, block, recv, total, "pstate_all_gather");
+                             d.all_gather(send, recv, count, dtype, stream);
+                           });
     }
     require_disjoint(g, "pstate_all_gather", send, block, recv, total, nccl_in_place || send == recv,
                      "send == recv + rank_in_group * count, or send == recv");
@@ -157,7 +163,10 @@ PSTATE_API pstate_status_t pstate_reduce_scatter(pstate_group_t *g, const void *
                        "recv == send + rank_in_group * count (NCCL's; in a CUDA context recv == send works "
                        "on rank_in_group 0 only)");
       return g->run_device(describe(OpKind::kReduceScatter, count, dtype, op, -1),
-                           [&](DeviceComm &d) { d.reduce_scatter(send, recv, count, dtype, op, stream); });
+                           [&](DeviceComm &d) {
+                             g->note_device_call(send, total, recv, block, "pstate_reduce_scatter");
+                             d.reduce_scatter(send, recv, count, dtype, op, stream);
+                           });
     }
     require_disjoint(g, "pstate_reduce_scatter", send, total, recv, block, nccl_in_place || recv == send,
                      "recv == send + rank_in_group * count, or recv == send");

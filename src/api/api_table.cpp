@@ -83,6 +83,14 @@ constexpr pstate_api_t make_table() {
   // graph capture
   t.graph_capture_begin = pstate_graph_capture_begin;
   t.graph_capture_end = pstate_graph_capture_end;
+  t.mem_alloc = pstate_mem_alloc;
+  t.mem_free = pstate_mem_free;
+  t.mem_pool_reserve = pstate_mem_pool_reserve;
+  t.mem_register = pstate_mem_register;
+  t.mem_deregister = pstate_mem_deregister;
+  t.mem_query = pstate_mem_query;
+  t.group_mem_stats = pstate_group_mem_stats;
+  t.set_graph_registration = pstate_set_graph_registration;
   return t;
 }
 

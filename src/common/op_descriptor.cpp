@@ -36,6 +36,9 @@ const char *op_kind_name(OpKind kind) {
     case OpKind::kSlicedDictAgree: return "recv_tensor_dict_sliced (agreement over the ag group)";
     case OpKind::kGrowDecision: return "pstate_grow";
     case OpKind::kRefused: return "a call it refused";
+    case OpKind::kMemAlloc: return "pstate_mem_alloc";
+    case OpKind::kMemFree: return "pstate_mem_free";
+    case OpKind::kMemReserve: return "pstate_mem_pool_reserve";
   }
   return "an unknown operation";
 }
@@ -63,7 +66,9 @@ std::string describe_op(const OpDescriptor &d, bool with_seq) {
   if (with_seq) s += cat(" #", d.seq);
   const auto kind = static_cast<OpKind>(d.op);
   if (kind == OpKind::kBarrier || kind == OpKind::kFinalize || kind == OpKind::kDestroy) return s;
-  if (kind == OpKind::kRefused) return cat(s, " (", d.count, " bytes)");
+  if (kind == OpKind::kRefused || kind == OpKind::kMemAlloc || kind == OpKind::kMemFree ||
+      kind == OpKind::kMemReserve)
+    return cat(s, " (", d.count, " bytes)");
   if (internal_kind(d.op)) return d.root >= 0 ? cat(s, " root ", d.root) : s;
   if (carries_counts_hash(d.op)) s += cat(" total ", d.count);
   else if (kind != OpKind::kBroadcastObject && kind != OpKind::kAllGatherObject) s += cat(" count ", d.count);

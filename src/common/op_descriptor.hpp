@@ -44,7 +44,12 @@ enum class OpKind : uint32_t {
   // every rank of the call fails at once with INVALID_ARGUMENT naming it (issue 27: a refused
   // size tells the peers) and nothing is sent.
   kRefused,
-  kLast = kRefused,
+  // issue 29: group memory (pstate_mem_alloc / pstate_mem_free / pstate_mem_pool_reserve), count =
+  // the bytes, so ranks that disagree about a size get MISMATCH naming both.
+  kMemAlloc,    // 28
+  kMemFree,     // 29
+  kMemReserve,  // 30
+  kLast = kMemReserve,
 };
 // pack_call_code holds 32 kinds (5 bits).
 static_assert(static_cast<uint32_t>(OpKind::kLast) <= 32,

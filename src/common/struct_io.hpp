@@ -42,6 +42,8 @@ PSTATE_STRUCT_TRAITS(pstate_parallel_config_t, shared_experts_tensor_parallel_si
 PSTATE_STRUCT_TRAITS(pstate_group_info_t, name, PSTATE_GROUP_INFO_INIT);
 PSTATE_STRUCT_TRAITS(pstate_p2p_op_t, peer, PSTATE_P2P_OP_INIT);
 PSTATE_STRUCT_TRAITS(pstate_tensor_t, device, PSTATE_TENSOR_INIT);
+PSTATE_STRUCT_TRAITS(pstate_mem_info_t, reserved0, PSTATE_MEM_INFO_INIT);
+PSTATE_STRUCT_TRAITS(pstate_mem_stats_t, reserved0, PSTATE_MEM_STATS_INIT);
 #undef PSTATE_STRUCT_TRAITS
 
 // A struct_size past this is no struct of pstate.h (an uninitialized field, more likely): refused

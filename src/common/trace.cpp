@@ -154,7 +154,10 @@ const char *trace_op_name(TraceOp op) {
                                        "tensor_dict_agree",
                                        "sliced_dict_agree",
                                        "grow_decision",
-                                       "refused"};
+                                       "refused",
+                                       "mem_alloc",
+                                       "mem_free",
+                                       "mem_reserve"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(TraceOp::kCount));
   const auto i = static_cast<size_t>(op);
   return i < static_cast<size_t>(TraceOp::kCount) ? kNames[i] : "-";

@@ -110,6 +110,9 @@ enum class TraceOp : uint8_t {
   kSlicedDictAgree,
   kGrowDecision,
   kRefused,
+  kMemAlloc,    // OpKind::kMemAlloc..kMemReserve, in that order
+  kMemFree,
+  kMemReserve,
   kCount
 };
 const char *trace_op_name(TraceOp op);

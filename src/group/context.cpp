@@ -757,7 +757,10 @@ void *Context::begin_graph_capture_now(void *stream) {
                 "called twice): call pstate_graph_capture_end first");
   // A stream capture cannot create an NCCL communicator (it allocates device memory): every
   // group makes its own now, in the same order on every rank.
-  for (Group *g : live_groups()) g->ensure_device_ready("pstate_graph_capture_begin");
+  for (Group *g : live_groups()) {
+    g->ensure_device_ready("pstate_graph_capture_begin");
+    g->sync_memory("pstate_graph_capture_begin");  // no window can be registered inside a capture
+  }
   return device_ctx_->begin_capture(stream);
 }
 
@@ -767,6 +770,9 @@ void Context::end_graph_capture_now() {
     throw_error(PSTATE_ERR_UNSUPPORTED, "graph capture needs a CUDA context (device = PSTATE_DEVICE_CUDA); this "
                 "context is CPU");
   device_ctx_->end_capture();
+  // SGLang's graph_capture registers the graph's buffers: each group its own (local)
+  if (graph_registration_)
+    for (Group *g : live_groups()) g->register_graph_buffers();
 }
 
 void Context::abort_device_comms() noexcept {

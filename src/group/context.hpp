@@ -144,6 +144,9 @@ class Context {
     int64_t saved_;
   };
   bool check_enabled() const { return check_; }
+  // pstate_set_graph_registration: register captured buffers at pstate_graph_capture_end.
+  bool graph_registration() const { return graph_registration_; }
+  void set_graph_registration(bool on) { graph_registration_ = on; }
   const std::string &host_id(int world_rank) const { return peers_.at(static_cast<size_t>(world_rank)).host_id; }
   UcxWorker &worker() { return *worker_; }
   int64_t peer_pid(int world_rank) const { return peers_.at(static_cast<size_t>(world_rank)).pid; }
@@ -230,6 +233,7 @@ class Context {
   void require_usable(const char *call) const;
 
  private:
+  bool graph_registration_ = false;
   void rendezvous();
   void rendezvous_with_store(Deadline deadline);
   // The flight recorder's dump watcher (dump_watcher.hpp), when the recorder is on and the store

@@ -199,6 +199,8 @@ void pstate_group_s::release_p2p() noexcept {
 void pstate_group_s::retire() noexcept {
   abort_requests();  // first: the channel and the worker are still there to cancel them
   retired_ = true;
+  if (memory_) memory_->release(device_comm_.get());  // windows before their communicator
+  memory_.reset();
   device_comm_.reset();  // graceful (ncclCommFinalize, bounded), or nothing after abort_device()
   mq_.reset();
   shm_.reset();

@@ -23,6 +23,7 @@
 #include "common/op_descriptor.hpp"
 #include "common/p2p_what.hpp"
 #include "common/trace.hpp"
+#include "group/group_memory.hpp"
 #include "group/request.hpp"
 #include "transport/nccl/device_comm.hpp"
 
@@ -168,6 +169,26 @@ struct pstate_group_s {
   // Point-to-point cannot create the NCCL communicator of a group of more than two ranks (the
   // others would have to join): INVALID_STATE naming the fix when it does not exist yet.
   void require_device_p2p_ready(const char *call);
+
+  // ---- group memory and registered buffers (CUDA contexts; group_mem.cpp, group_memory.hpp) ----
+  void *mem_alloc(size_t bytes);             // collective, or local from the pool
+  void mem_free(void *p);                    // collective for a collective allocation, else local
+  void mem_pool_reserve(size_t bytes);       // collective, once
+  void mem_register(void *p, size_t bytes);  // local
+  void mem_deregister(void *p);              // local
+  pstate_mem_info_t mem_query(const void *p);
+  pstate_mem_stats_t mem_stats();
+  // A device all_reduce/all_gather/reduce_scatter about to be enqueued: counts its memory path,
+  // refuses symmetric memory in a capture on NCCL < 2.30.7, records capture buffers.
+  void note_device_call(const void *send, size_t send_bytes, const void *recv, size_t recv_bytes, const char *call);
+  // pstate_graph_capture_end with graph registration on: register what the capture used.
+  void register_graph_buffers();
+  // A point every rank of the group reaches (graph capture begin, pstate_shrink): windows onto
+  // the group's current communicator.
+  void sync_memory(const char *call);
+  // pstate_shrink: the world's memory passes from the failed world group to the new one.
+  std::unique_ptr<pstate::GroupMemory> take_memory() { return std::move(memory_); }
+  void adopt_memory(std::unique_ptr<pstate::GroupMemory> m);
   // ncclCommAbort, local; later device operations return ABORTED. Never throws.
   void abort_device() noexcept;
   // One numbered CPU operation that copies n bytes from group rank 0 to every rank (the NCCL
@@ -301,6 +322,11 @@ struct pstate_group_s {
   bool p2p_released_ = false;
   std::vector<std::unique_ptr<pstate::ucx::ProcessWatch>> watches_;  // same-host peers in other processes
   std::unique_ptr<pstate::DeviceComm> device_comm_;  // CUDA contexts, after the first device op
+  std::unique_ptr<pstate::GroupMemory> memory_;      // after the first pstate_mem_* call (group_mem.cpp)
+  pstate::GroupMemory &memory(const char *call);
+  int agree_min(int flag);
+  void agree_size(size_t bytes, pstate::OpKind kind, const char *call);
+  void *collective_block(size_t bytes, bool pool, pstate::OpKind kind, const char *call);
   bool retired_ = false;
   pstate::TraceGroup *trace_group_ = nullptr;  // this group's record in the context's flight recorder
 

@@ -117,6 +117,10 @@ pstate::DeviceComm &pstate_group_s::begin_device_op(const pstate::OpDescriptor &
     // Every rank reaches its first device operation of this group at the same point of the
     // group's order, so the communicator (and the sequence number its id consumes) stay in step.
     pstate::DeviceComm &comm = device_comm();
+    // Group memory's windows follow the communicator (group_memory.hpp): a collective is a point
+    // every rank reaches (a point-to-point call only in a group of two).
+    if (memory_ && !ctx_.capturing() && (!point_to_point || size() <= 2))
+      memory_->sync(comm, true, [this](int flag) { return agree_min(flag); });
     if (ctx_.check_enabled() && size() > 1) {
       if (point_to_point) verify_device_p2p(desc);
       else verify_only(desc);
@@ -189,5 +193,6 @@ void pstate_group_s::require_device_p2p_ready(const char *call) {
 }
 
 void pstate_group_s::abort_device() noexcept {
+  if (memory_) memory_->abandon();  // no NCCL call, no free that may wait for the device
   if (device_comm_) device_comm_->abort();
 }

@@ -28,7 +28,10 @@
 // old handles stay valid and answer INVALID_STATE. The world's NCCL communicator is kept, where
 // NCCL has ncclCommShrink (2.27; from 2.28 a failed one is revoked, not aborted, so it survives
 // its failure), and the new world's is shrunk from it once the outcome is "ok"
-// (shrink_device_world), without a unique id; otherwise it is made anew on first use.
+// (shrink_device_world), without a unique id; otherwise it is made anew on first use. The world
+// group's memory (pstate_mem_alloc, the pool) is handed to the new world group and its windows
+// registered on the new communicator before pstate_shrink returns (issue 29); pstate_grow drops it
+// with the world group (the newcomers hold none, and registration is collective).
 //
 // pstate_grow: a replacement process (PSTATE_REJOIN=1, the RANK of a dead rank) connects to the
 // job's store (the job token checked in the handshake as at start), adds its record under
@@ -222,6 +225,8 @@ std::vector<int> Context::shrink_now() {
   const char *shrink_env = std::getenv("PSTATE_NCCL_SHRINK");
   if (world_ && device_ctx_ && (shrink_env == nullptr || std::string(shrink_env) != "0"))
     device_parent = world_->take_shrinkable_device_comm();
+  // The world group's memory (pstate_mem_alloc, its pool) passes to the new world group (issue 29)
+  std::unique_ptr<GroupMemory> world_memory = world_ ? world_->take_memory() : nullptr;
   drop_all_groups();
   for (;;) {
     const uint32_t epoch = epoch_ + 1;
@@ -284,7 +289,10 @@ std::vector<int> Context::shrink_now() {
   if (trace_) trace_->clear_failure();
   if (device_ctx_) {
     try {
+      world_->adopt_memory(std::move(world_memory));
       shrink_device_world(std::move(device_parent), before, deadline);
+      // Its windows onto the survivors' communicator, now, while every survivor is here
+      world_->sync_memory("pstate_shrink");
     } catch (const Error &e) {
       fail(e.what());
       throw store_lost(e);

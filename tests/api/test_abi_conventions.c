@@ -344,12 +344,22 @@ static void test_every_table_member_is_its_function(void **state) {
   SAME(p2p_batch);
   SAME(graph_capture_begin);
   SAME(graph_capture_end);
+  /* 1.x additions, appended after the 1.0 table in their release order */
+  SAME(mem_alloc);
+  SAME(mem_free);
+  SAME(mem_pool_reserve);
+  SAME(mem_register);
+  SAME(mem_deregister);
+  SAME(mem_query);
+  SAME(group_mem_stats);
+  SAME(set_graph_registration);
 #undef SAME
   /* The 1.0 order follows the header's sections: a few landmarks. */
   assert_true(offsetof(pstate_api_t, status_string) < offsetof(pstate_api_t, layout_create));
   assert_true(offsetof(pstate_api_t, init) < offsetof(pstate_api_t, get_group));
   assert_true(offsetof(pstate_api_t, group_same_node) < offsetof(pstate_api_t, all_reduce));
   assert_true(offsetof(pstate_api_t, p2p_batch) < offsetof(pstate_api_t, graph_capture_end));
+  assert_true(offsetof(pstate_api_t, graph_capture_end) < offsetof(pstate_api_t, mem_alloc));
 }
 
 /* ---- Struct arrays and returned arrays, on 2 and 3 processes ---------------------------------- */

@@ -46,6 +46,13 @@ void devsim_nccl_counts(unsigned long long *init_calls, unsigned long long *uniq
  * the same way; either pointer may be NULL). */
 void devsim_nccl_shrink_counts(unsigned long long *shrink_calls, unsigned long long *revoke_calls);
 
+/* Issue 29: registered memory in this process since the NCCL stand-in was loaded (found the same
+ * way): out[0] ncclCommWindowRegister successes, [1] ncclCommWindowDeregister, [2]
+ * ncclCommRegister, [3] ncclCommDeregister, [4] all_reduce/all_gather/reduce_scatter calls whose
+ * buffers both lay in the communicator's symmetric windows (NCCL's symmetric kernels), [5] calls
+ * whose buffers were registered otherwise (zero-copy), [6] ncclMemAlloc, [7] ncclMemFree. */
+void devsim_nccl_memory_counts(unsigned long long out[8]);
+
 #ifdef __cplusplus
 }
 #endif

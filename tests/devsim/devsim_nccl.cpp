@@ -24,6 +24,10 @@
 // the launch is done; a second call before that is ncclInvalidUsage. Faults on demand:
 // DEVSIM_NCCL_FAIL, DEVSIM_NCCL_ASYNC, DEVSIM_NCCL_HANG (tests/devsim/README.md).
 //
+// Registered memory (issue 29): ncclMemAlloc, ncclCommWindowRegister as a collective with
+// agreement, windows per communicator, a window budget, ncclCommRegister and a version override
+// (see "registered memory" below and tests/devsim/README.md).
+//
 // Two ranks of one host on one device are refused at init ("Duplicate GPU detected",
 // ncclInvalidUsage), as NCCL refuses them; a host is what NCCL takes for one: NCCL_HOSTID when set,
 // else the host name and boot id, so ranks with NCCL_HOSTIDs of their own may share a device
@@ -558,6 +562,12 @@ struct CommState {
   unsigned shrinks = 0;             // ncclCommShrink calls so far (the same count on every survivor)
   std::atomic<bool> revoked{false}; // ncclCommRevoke / NCCL_SHRINK_ABORT: waits released, shrink or free only
   void *scratch = nullptr;          // device memory NCCL would hold (cudaMalloc at init)
+  // Registered memory (issue 29): this communicator's symmetric windows and user registrations,
+  // live ones only (owner thread; a stream worker reads them under reg_mu).
+  std::mutex reg_mu;
+  std::vector<std::pair<uintptr_t, size_t>> windows;        // base, bytes
+  std::vector<std::pair<uintptr_t, size_t>> registrations;  // base, bytes
+  size_t window_bytes = 0;                                  // against the address-space budget
   // launcher (non-blocking mode)
   std::mutex mu;
   std::condition_variable cv;
@@ -871,7 +881,8 @@ CommState *state(ncclComm_t comm) {
 }
 
 // Common checks of every call on a communicator: usable, not busy, no injected failure.
-ncclResult_t precheck(ncclComm_t comm, const char *func) {
+// faults false: the caller checks DEVSIM_NCCL_FAIL itself (ncclCommWindowRegister: after its exchange).
+ncclResult_t precheck(ncclComm_t comm, const char *func, bool faults = true) {
   CommState *c = state(comm);
   if (c == nullptr) {
     set_error("devsim NCCL: %s: comm is NULL", func);
@@ -889,7 +900,7 @@ ncclResult_t precheck(ncclComm_t comm, const char *func) {
     return ncclInvalidUsage;
   }
   ncclResult_t r = ncclSuccess;
-  if (fault_hit("DEVSIM_NCCL_FAIL", func, c->rank, &r)) {
+  if (faults && fault_hit("DEVSIM_NCCL_FAIL", func, c->rank, &r)) {
     set_error("devsim NCCL: %s on rank %d: injected %s (DEVSIM_NCCL_FAIL)", func, c->rank, result_name(r));
     return r;
   }
@@ -953,6 +964,46 @@ ncclResult_t submit(ncclComm_t comm, Op op, cudaStream_t stream) {
       st, [st, op, stream] { return enqueue(st, {op}, stream); }, hang);
 }
 
+// ---- registered memory (issue 29) -----------------------------------------------------------------
+//
+// ncclMemAlloc is cudaMalloc of the runtime stand-in, remembered as NCCL memory (a symmetric window
+// needs it, as NCCL's needs cuMem memory). ncclCommWindowRegister is collective with agreement:
+// every rank of the communicator waits until its enqueued operations ran (so the phase barriers of
+// the registration never pair with a collective's), then the ranks exchange (bytes, refusal) in
+// their slots: different sizes are ncclInvalidUsage on every rank, and a refusal by any rank —
+// DEVSIM_NCCL_WINDOWS=refuse, DEVSIM_NCCL_FAIL=ncclCommWindowRegister:RANK:NTH (checked after the
+// exchange, so the others are told), a buffer not from ncclMemAlloc, a buffer inside a window
+// already registered on this communicator (nccl #2331), or the window budget (the symmetric address
+// space: DEVSIM_NCCL_WINDOW_BUDGET bytes per communicator, default 1 GiB) — fails it on every rank.
+// ncclCommRegister is local. Collectives whose buffers both lie in this communicator's windows,
+// or registrations, are counted (devsim_nccl_memory_counts): what NCCL would run as symmetric or
+// zero-copy. DEVSIM_NCCL_VERSION=MAJOR.MINOR.PATCH makes ncclGetVersion report another version.
+
+struct MemCounts {
+  std::atomic<unsigned long long> window_registers{0}, window_deregisters{0}, buffer_registers{0},
+      buffer_deregisters{0}, symmetric_colls{0}, registered_colls{0}, mem_allocs{0}, mem_frees{0};
+};
+MemCounts *g_mem = new MemCounts;
+std::mutex g_nccl_mem_mu;
+std::map<uintptr_t, size_t> *g_nccl_mem = new std::map<uintptr_t, size_t>;  // ncclMemAlloc'ed, live
+
+bool in_ranges(const std::vector<std::pair<uintptr_t, size_t>> &v, const void *p, size_t bytes) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  for (const auto &[b, n] : v)
+    if (a >= b && a + bytes <= b + n) return true;
+  return false;
+}
+
+void note_memory_path(CommState &c, const void *send, size_t send_bytes, const void *recv, size_t recv_bytes) {
+  std::lock_guard<std::mutex> lock(c.reg_mu);
+  if (in_ranges(c.windows, send, send_bytes) && in_ranges(c.windows, recv, recv_bytes)) {
+    g_mem->symmetric_colls.fetch_add(1);
+    return;
+  }
+  auto registered = [&](const void *p, size_t n) { return in_ranges(c.windows, p, n) || in_ranges(c.registrations, p, n); };
+  if (registered(send, send_bytes) && registered(recv, recv_bytes)) g_mem->registered_colls.fetch_add(1);
+}
+
 ncclResult_t coll(const char *func, Kind kind, const void *send, void *recv, size_t count, size_t send_bytes,
                   size_t recv_bytes, ncclDataType_t dtype, ncclRedOp_t op, int peer, ncclComm_t comm,
                   cudaStream_t stream) {
@@ -979,6 +1030,7 @@ ncclResult_t coll(const char *func, Kind kind, const void *send, void *recv, siz
   if ((r = check_buffer(c, send, send_bytes, "sendbuff", func)) != ncclSuccess) return r;
   if ((r = check_buffer(c, recv, recv_bytes, "recvbuff", func)) != ncclSuccess) return r;
   if (count == 0) return ncclSuccess;
+  if (kind == Kind::kAllReduce || kind == Kind::kAllGather || kind == Kind::kReduceScatter) note_memory_path(c, send, send_bytes, recv, recv_bytes);
   Op o{kind, func, static_cast<const char *>(send), static_cast<char *>(recv), count, dtype, op, peer};
   return submit(comm, o, stream);
 }
@@ -1215,6 +1267,10 @@ void stop_launcher(CommState &c) {
 DEVSIM_API ncclResult_t ncclGetVersion(int *version) {
   if (version == nullptr) return ncclInvalidArgument;
   *version = NCCL_VERSION_CODE;
+  if (const char *v = std::getenv("DEVSIM_NCCL_VERSION")) {  // MAJOR.MINOR.PATCH: another NCCL
+    int major = 0, minor = 0, patch = 0;
+    if (std::sscanf(v, "%d.%d.%d", &major, &minor, &patch) == 3) *version = NCCL_VERSION(major, minor, patch);
+  }
   return ncclSuccess;
 }
 
@@ -1312,6 +1368,197 @@ DEVSIM_API void devsim_nccl_counts(unsigned long long *init_calls, unsigned long
   if (unique_ids != nullptr) *unique_ids = g_unique_ids.load();
   if (split_calls != nullptr) *split_calls = g_split_calls.load();
   if (communicators != nullptr) *communicators = g_communicators.load();
+}
+
+// ---- registered memory (issue 29; see note_memory_path) ----
+
+struct ncclWindow_vidmem {
+  std::weak_ptr<CommState> comm;
+  uintptr_t base;
+  size_t bytes;
+};
+
+DEVSIM_API ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
+  if (ptr == nullptr) return ncclInvalidArgument;
+  *ptr = nullptr;
+  if (cudaMalloc(ptr, size) != cudaSuccess) {
+    set_error("devsim NCCL: ncclMemAlloc of %zu bytes: cudaMalloc failed", size);
+    return ncclUnhandledCudaError;
+  }
+  std::lock_guard<std::mutex> lock(g_nccl_mem_mu);
+  (*g_nccl_mem)[reinterpret_cast<uintptr_t>(*ptr)] = size;
+  g_mem->mem_allocs.fetch_add(1);
+  return ncclSuccess;
+}
+
+DEVSIM_API ncclResult_t ncclMemFree(void *ptr) {
+  {
+    std::lock_guard<std::mutex> lock(g_nccl_mem_mu);
+    if (g_nccl_mem->erase(reinterpret_cast<uintptr_t>(ptr)) == 0) {
+      set_error("devsim NCCL: ncclMemFree(%p): not an ncclMemAlloc allocation", ptr);
+      return ncclInvalidArgument;
+    }
+  }
+  g_mem->mem_frees.fetch_add(1);
+  return cudaFree(ptr) == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
+}
+
+namespace {
+struct WindowVote {  // what each rank puts in its slot
+  uint64_t bytes;
+  int32_t refuse;  // 0, or the ncclResult_t it refuses with
+  char why[200];
+};
+}  // namespace
+
+DEVSIM_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags) {
+  if (win != nullptr) *win = nullptr;
+  ncclResult_t r = precheck(comm, "ncclCommWindowRegister", false);
+  if (r != ncclSuccess) return r;
+  if (win == nullptr) return ncclInvalidArgument;
+  CommState &c = *comm->st;
+  WindowVote mine{size, 0, {0}};
+  auto refuse = [&](ncclResult_t why_r, const std::string &why) {
+    if (mine.refuse != 0) return;
+    mine.refuse = why_r;
+    std::snprintf(mine.why, sizeof mine.why, "%s", why.c_str());
+  };
+  auto hex = [](const void *p) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%p", p);
+    return std::string(b);
+  };
+  const auto base = reinterpret_cast<uintptr_t>(buff);
+  {
+    std::lock_guard<std::mutex> lock(g_nccl_mem_mu);
+    auto it = g_nccl_mem->upper_bound(base);
+    if (it == g_nccl_mem->begin() || base + size > std::prev(it)->first + std::prev(it)->second)
+      refuse(ncclInvalidArgument, "buffer " + hex(buff) + " + " + std::to_string(size) + " is not ncclMemAlloc memory");
+  }
+  const char *budget_env = std::getenv("DEVSIM_NCCL_WINDOW_BUDGET");
+  const size_t budget = budget_env != nullptr ? std::strtoull(budget_env, nullptr, 10) : (size_t{1} << 30);
+  {
+    std::lock_guard<std::mutex> lock(c.reg_mu);
+    for (const auto &[b, n] : c.windows)
+      if (base < b + n && b < base + size)
+        refuse(ncclInvalidUsage, "buffer " + hex(buff) + " is registered as a window of this communicator already "
+               "(registering one allocation again exhausts the symmetric address space, nccl #2331)");
+    if (c.window_bytes + size > budget)
+      refuse(ncclSystemError, "symmetric address space exhausted: " + std::to_string(c.window_bytes) +
+             " bytes in windows + " + std::to_string(size) + " > budget " + std::to_string(budget) +
+             " (DEVSIM_NCCL_WINDOW_BUDGET)");
+  }
+  const char *windows_env = std::getenv("DEVSIM_NCCL_WINDOWS");
+  if (windows_env != nullptr && std::string(windows_env) == "refuse")
+    refuse(ncclInvalidUsage, "symmetric windows refused (DEVSIM_NCCL_WINDOWS=refuse: as without NVLink)");
+  ncclResult_t injected = ncclSuccess;
+  if (fault_hit("DEVSIM_NCCL_FAIL", "ncclCommWindowRegister", c.rank, &injected))
+    refuse(injected, std::string("injected ") + result_name(injected) + " (DEVSIM_NCCL_FAIL)");
+  (void)winFlags;
+  // Collective: after this rank's enqueued work ran (the barriers must not pair with a
+  // collective's), every rank's vote through the slots.
+  if (!wait_until(c, [&] { return c.outstanding.load() == 0; })) return ncclInternalError;
+  std::vector<WindowVote> votes(static_cast<size_t>(c.nranks));
+  {
+    std::lock_guard<std::mutex> lock(c.exec_mu);
+    std::memcpy(c.slot(c.rank), &mine, sizeof mine);
+    if (!phase_barrier(c)) return ncclInternalError;
+    for (int q = 0; q < c.nranks; ++q) std::memcpy(&votes[static_cast<size_t>(q)], c.slot(q), sizeof mine);
+    if (!phase_barrier(c)) return ncclInternalError;
+  }
+  for (int q = 0; q < c.nranks; ++q) {
+    const WindowVote &v = votes[static_cast<size_t>(q)];
+    if (v.bytes != size) {
+      set_error("devsim NCCL: ncclCommWindowRegister on rank %d: rank %d registers %llu bytes, this rank %zu: "
+                "the sizes of one window must agree", c.rank, q, static_cast<unsigned long long>(v.bytes), size);
+      return ncclInvalidUsage;
+    }
+    if (v.refuse != 0) {
+      set_error("devsim NCCL: ncclCommWindowRegister on rank %d: rank %d refused: %s", c.rank, q, v.why);
+      return static_cast<ncclResult_t>(v.refuse);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(c.reg_mu);
+    c.windows.emplace_back(base, size);
+    c.window_bytes += size;
+  }
+  *win = new ncclWindow_vidmem{comm->st, base, size};
+  g_mem->window_registers.fetch_add(1);
+  return ncclSuccess;
+}
+
+DEVSIM_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  ncclResult_t r = precheck(comm, "ncclCommWindowDeregister");
+  if (r != ncclSuccess) return r;
+  if (win == nullptr || win->comm.lock() != comm->st) {
+    set_error("devsim NCCL: ncclCommWindowDeregister: window %p is not one of this communicator", static_cast<void *>(win));
+    return ncclInvalidArgument;
+  }
+  CommState &c = *comm->st;
+  {
+    std::lock_guard<std::mutex> lock(c.reg_mu);
+    auto it = std::find(c.windows.begin(), c.windows.end(), std::make_pair(win->base, win->bytes));
+    if (it != c.windows.end()) c.windows.erase(it);
+    c.window_bytes -= win->bytes;
+  }
+  delete win;
+  g_mem->window_deregisters.fetch_add(1);
+  return ncclSuccess;
+}
+
+namespace {
+struct BufferRegistration {
+  std::weak_ptr<CommState> comm;
+  uintptr_t base;
+  size_t bytes;
+};
+}  // namespace
+
+DEVSIM_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle) {
+  if (handle != nullptr) *handle = nullptr;
+  ncclResult_t r = precheck(comm, "ncclCommRegister");
+  if (r != ncclSuccess) return r;
+  if (handle == nullptr) return ncclInvalidArgument;
+  CommState &c = *comm->st;
+  if ((r = check_buffer(c, buff, size, "buff", "ncclCommRegister")) != ncclSuccess) return r;
+  {
+    std::lock_guard<std::mutex> lock(c.reg_mu);
+    c.registrations.emplace_back(reinterpret_cast<uintptr_t>(buff), size);
+  }
+  *handle = new BufferRegistration{comm->st, reinterpret_cast<uintptr_t>(buff), size};
+  g_mem->buffer_registers.fetch_add(1);
+  return ncclSuccess;
+}
+
+DEVSIM_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle) {
+  ncclResult_t r = precheck(comm, "ncclCommDeregister");
+  if (r != ncclSuccess) return r;
+  auto *h = static_cast<BufferRegistration *>(handle);
+  if (h == nullptr || h->comm.lock() != comm->st) {
+    set_error("devsim NCCL: ncclCommDeregister: handle %p is not one of this communicator", handle);
+    return ncclInvalidArgument;
+  }
+  CommState &c = *comm->st;
+  {
+    std::lock_guard<std::mutex> lock(c.reg_mu);
+    auto it = std::find(c.registrations.begin(), c.registrations.end(), std::make_pair(h->base, h->bytes));
+    if (it != c.registrations.end()) c.registrations.erase(it);
+  }
+  delete h;
+  g_mem->buffer_deregisters.fetch_add(1);
+  return ncclSuccess;
+}
+
+DEVSIM_API void devsim_nccl_memory_counts(unsigned long long out[8]) {
+  out[0] = g_mem->window_registers.load();
+  out[1] = g_mem->window_deregisters.load();
+  out[2] = g_mem->buffer_registers.load();
+  out[3] = g_mem->buffer_deregisters.load();
+  out[4] = g_mem->symmetric_colls.load();
+  out[5] = g_mem->registered_colls.load();
+  out[6] = g_mem->mem_allocs.load();
+  out[7] = g_mem->mem_frees.load();
 }
 
 DEVSIM_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async) {

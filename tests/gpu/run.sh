@@ -12,8 +12,12 @@
 #        gpu_api_check      the public C API with CUDA contexts, one process per GPU (only
 #                           compiled when CMake cannot build libpstate, e.g. without UCX);
 #        gpu_multi_check    the public C API with several ranks (tests/gpu/ranks_per_gpu.sh);
+#        gpu_mem_check      group memory and registered buffers (issue 29: pstate_mem_*,
+#                           symmetric windows or their fallback, the pool, graph registration);
 #   4. runs each at world 1 and at world = the GPU count when there are several GPUs (threads;
-#      `pstate run -n N` for the API check), and collects the cost tables in $OUT;
+#      `pstate run -n N` for the API check), and collects the cost tables in $OUT; gpu_mem_check
+#      at world 1 and at world 2 on device 0 with an NCCL host id per rank (own_host_id.sh; NCCL
+#      may refuse symmetric windows there, which the check accepts: results exact either way);
 #   5. with --ranks-per-gpu: world 2 and 4 on ONE GPU, each rank an NCCL host of its own over
 #      loopback sockets (tests/gpu/ranks_per_gpu.sh; semantics, not speed): every device
 #      collective on world, tp and a custom group, p2p, dicts, a replayed graph, a SIGKILLed rank
@@ -129,20 +133,20 @@ log "built $BUILD/gpu/device_comm_check"
 
 API_CHECK=0
 if [ "$LIBPSTATE_BUILT" = 1 ] && nm -D --defined-only "$BUILD/libpstate.so" | grep -q " pstate_init@"; then
-  for p in gpu_api_check gpu_multi_check; do  # the two programs of the C API, compiled side by side
+  for p in gpu_api_check gpu_multi_check gpu_mem_check; do  # the programs of the C API, compiled side by side
     timeout 300 $CXX "${FLAGS[@]}" "tests/gpu/$p.cpp" -L"$BUILD" -Wl,-rpath,"$BUILD" -lpstate "${LIBS[@]}" \
       -o "$BUILD/gpu/$p" >"$BUILD/gpu/$p.build.log" 2>&1 &
   done
-  for p in gpu_api_check gpu_multi_check; do
+  for p in gpu_api_check gpu_multi_check gpu_mem_check; do
     wait -n || { cat "$BUILD"/gpu/*.build.log >&2; fail "compiling the C API programs"; }
   done
   API_CHECK=1
-  log "built $BUILD/gpu/gpu_api_check, $BUILD/gpu/gpu_multi_check"
+  log "built $BUILD/gpu/gpu_api_check, $BUILD/gpu/gpu_multi_check, $BUILD/gpu/gpu_mem_check"
 else
-  for p in gpu_api_check gpu_multi_check; do
+  for p in gpu_api_check gpu_multi_check gpu_mem_check; do
     $CXX "${FLAGS[@]}" -c "tests/gpu/$p.cpp" -o "$BUILD/gpu/$p.o" || fail "compiling $p"
   done
-  log "gpu_api_check and gpu_multi_check compile; not linked: libpstate was not built (see above)"
+  log "gpu_api_check, gpu_multi_check and gpu_mem_check compile; not linked: libpstate was not built (see above)"
 fi
 [ "$COMPILE_ONLY" = 1 ] && { log "compile only: done"; exit 0; }
 
@@ -167,6 +171,11 @@ if [ "$API_CHECK" = 1 ]; then
   step gpu_api_check_w1 60 "$BUILD/gpu/gpu_api_check" "$OUT"
   if [ "$NGPU" -gt 1 ] && [ -x "$BUILD/pstate" ]; then
     step "gpu_api_check_w$NGPU" 90 "$BUILD/pstate" run -n "$NGPU" "$BUILD/gpu/gpu_api_check" "$OUT"
+  fi
+  # group memory (issue 29): world 1, and world 2 on device 0, each rank an NCCL host of its own
+  step gpu_mem_check_w1 60 "$BUILD/gpu/gpu_mem_check"
+  if [ -x "$BUILD/pstate" ]; then
+    step gpu_mem_check_w2 90 "$BUILD/pstate" run -n 2 tests/gpu/own_host_id.sh "$BUILD/gpu/gpu_mem_check"
   fi
 fi
 # ---- 5. several ranks on one GPU ----------------------------------------------------------------------
@@ -193,6 +202,9 @@ fi
   fi
   echo
   for f in "$OUT"/*_bench_w*.md; do [ -f "$f" ] && { cat "$f"; echo; }; done
+  for w in 1 2; do  # group memory: which path NCCL gave, and the count of exact checks
+    if [ -f "$OUT/gpu_mem_check_w$w.log" ]; then grep -h 'gpu_mem_check:' "$OUT/gpu_mem_check_w$w.log" || true; echo; fi
+  done
   if [ "$RANKS_PER_GPU" = 1 ] && [ -f "$OUT/ranks_per_gpu.md" ]; then
     echo "Several ranks on one GPU (tests/gpu/ranks_per_gpu.sh: an NCCL host per rank, loopback sockets; semantics, not speed):"
     echo

@@ -27,6 +27,7 @@ add_test(NAME bindings_go_vet
          WORKING_DIRECTORY ${_go_dir})
 add_test(NAME bindings_go_test
          COMMAND ${CMAKE_COMMAND} -E env ${PSTATE_GO_ENV} "GODEBUG=cgocheck=2" "PSTATE_CLI=$<TARGET_FILE:pstate_cli>"
+                 "PSTATE_BUILD_DIR=${PROJECT_BINARY_DIR}"
                  ${PSTATE_GO} test -count=1 -v ./...
          WORKING_DIRECTORY ${_go_dir})
 add_test(NAME bindings_go_example COMMAND $<TARGET_FILE:pstate_cli> run -n 2 -- ${PROJECT_BINARY_DIR}/bindings/go/tworanks)

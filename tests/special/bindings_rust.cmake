@@ -19,7 +19,7 @@ endif()
 get_filename_component(_cargo_dir ${PSTATE_CARGO} DIRECTORY)
 add_test(NAME bindings_rust
          COMMAND ${CMAKE_COMMAND} -E env ${PSTATE_RUST_ENV} "PATH=${_cargo_dir}:$ENV{PATH}"
-                 "PSTATE_CLI=$<TARGET_FILE:pstate_cli>" ${PSTATE_CARGO} test --offline
+                 "PSTATE_CLI=$<TARGET_FILE:pstate_cli>" "PSTATE_BUILD_DIR=${PROJECT_BINARY_DIR}" ${PSTATE_CARGO} test --offline
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}/bindings/rust)
 add_test(NAME bindings_rust_doc
          COMMAND ${CMAKE_COMMAND} -E env ${PSTATE_RUST_ENV} "PATH=${_cargo_dir}:$ENV{PATH}" "RUSTDOCFLAGS=-D warnings"

@@ -24,6 +24,7 @@ from ._buffers import Buffer, BufferLike, new_like, require, resolve, same_dtype
 from ._enums import Device, DType, GroupKind, ReduceOp, coerce
 from ._errors import Error, InvalidArgumentError, InvalidStateError, NoMemoryError, UnsupportedError
 from ._layout import make_config
+from ._memory import DeviceMemory
 from ._requests import Request
 
 
@@ -443,6 +444,56 @@ class Group:
             entries.append((is_send, b.obj, b.count, int(b.dtype), int(peer)))
         self._call(capi.p2p_batch, entries, stream)
 
+    # ---- group memory and registered buffers (issue 29; CUDA contexts) -----------------------
+    def mem_alloc(self, nbytes: int) -> DeviceMemory:
+        """pstate_mem_alloc: nbytes of group memory (a symmetric NCCL window where NCCL can), as a
+        DLPack-capable DeviceMemory. Collective over the group unless it has a pool
+        (mem_pool_reserve), then local. MismatchError when ranks ask for different sizes."""
+        ptr = int(self._call(capi.mem_alloc, int(nbytes)))
+        pooled = self.mem_query(ptr)["kind"] == "pool"
+        device = self._ps._device_ordinal if self._ps._device_ordinal is not None else self.local_rank
+        return DeviceMemory(self, int(ptr), int(nbytes), pooled, device)
+
+    def _mem_free(self, ptr: int) -> None:
+        self._call(capi.mem_free, ptr)
+
+    def mem_pool_reserve(self, nbytes: int) -> None:
+        """pstate_mem_pool_reserve: collective, once; later mem_alloc calls are local pieces of it."""
+        self._call(capi.mem_pool_reserve, int(nbytes))
+
+    def mem_register(self, ptr: int, nbytes: int) -> None:
+        """pstate_mem_register: registers your device buffer (an address int) with the group's
+        NCCL communicator (ncclCommRegister). Local."""
+        self._call(capi.mem_register, int(ptr), int(nbytes))
+
+    def mem_deregister(self, ptr: int) -> None:
+        self._call(capi.mem_deregister, int(ptr))
+
+    def mem_query(self, ptr: int) -> Dict[str, Any]:
+        """pstate_mem_query: {"kind": "none"|"group"|"pool"|"registered", "base", "size",
+        "symmetric", "registered"} for a device address."""
+        info = capi.pstate_mem_info_t()
+        self._call(capi.mem_query, int(ptr), info)
+        kinds = {capi.PSTATE_MEM_NONE: "none", capi.PSTATE_MEM_GROUP: "group", capi.PSTATE_MEM_POOL: "pool",
+                 capi.PSTATE_MEM_REGISTERED: "registered"}
+        base = info.base
+        return {"kind": kinds.get(int(info.kind), "none"), "base": int(base) if base else 0, "size": int(info.size),
+                "symmetric": bool(info.symmetric), "registered": bool(info.registered)}
+
+    def mem_stats(self) -> Dict[str, Any]:
+        """pstate_group_mem_stats: windows, registrations, pool, and the path device collectives took
+        ("none", "plain", "registered", "symmetric")."""
+        st = capi.pstate_mem_stats_t()
+        self._call(capi.group_mem_stats, st)
+        paths = {capi.PSTATE_MEM_PATH_NONE: "none", capi.PSTATE_MEM_PATH_PLAIN: "plain",
+                 capi.PSTATE_MEM_PATH_REGISTERED: "registered", capi.PSTATE_MEM_PATH_SYMMETRIC: "symmetric"}
+        return {"symmetric_calls": int(st.symmetric_calls), "registered_calls": int(st.registered_calls),
+                "plain_calls": int(st.plain_calls), "windows": int(st.windows),
+                "registrations": int(st.registrations), "allocated": int(st.allocated),
+                "pool_reserved": int(st.pool_reserved), "pool_used": int(st.pool_used),
+                "symmetric_available": bool(st.symmetric_available), "last_path": paths.get(int(st.last_path), "none"),
+                "nccl_version": int(st.nccl_version)}
+
     def barrier(self) -> None:
         """Returns once every rank of the group has entered it."""
         self._call(capi.barrier)
@@ -617,6 +668,7 @@ class PState:
         # taken to be freed, so a revoke never reaches a freed context.
         self._handle_lock = threading.Lock()
         self._world: Optional[Group] = None
+        self._device_ordinal: Optional[int] = None  # init's device_ordinal (None: the local rank)
 
     def _h(self) -> Any:
         if self._handle is None:
@@ -821,6 +873,12 @@ class PState:
 
     # ---- graph capture ---------------------------------------------------------------------
     @contextlib.contextmanager
+    def set_graph_registration(self, enable: bool = True) -> None:
+        """pstate_set_graph_registration: register the buffers of captured device collectives with
+        their group's communicator at the end of each graph_capture() block (SGLang's graph-buffer
+        registration). Keep those buffers allocated while the graph lives."""
+        self._call(capi.set_graph_registration, 1 if enable else 0)
+
     def graph_capture(self, stream: Optional[int] = None) -> Iterator[int]:
         """SGLang's graph_capture(): every group in capture mode for the block; yields the
         cudaStream_t (as an int) to capture on. CUDA contexts only (UnsupportedError on CPU)."""
@@ -856,6 +914,7 @@ def init(*, world_size: Optional[int] = None, rank: Optional[int] = None, local_
                          device=int(device), device_ordinal=device_ordinal, timeout_ms=timeout_ms,
                          job_token=job_token, socket_ifname=socket_ifname)
     ps = PState(capi.init(params))
+    ps._device_ordinal = device_ordinal if device_ordinal is not None and device_ordinal >= 0 else None
     ps._world = ps.group(GroupKind.WORLD)  # kept: its size sizes shrink() after a failure (get_group refuses then)
     # Ctrl-C: every wait of a call on ps runs Python's signal handlers every 20-50 ms (the
     # GIL stays released in between); a handler that raises stops the call with its exception.

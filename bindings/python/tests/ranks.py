@@ -779,6 +779,51 @@ def nonblocking() -> None:
     ps.abort()
 
 
+def group_memory() -> None:
+    """Group memory (issue 29) on the devsim stand-ins, which the test names through
+    PSTATE_CUDA_RUNTIME_LIBRARY / PSTATE_NCCL_LIBRARY: their device memory is host memory, so this
+    rank writes and reads it with ctypes, and waits for the stream with the stand-in runtime's
+    cudaDeviceSynchronize. Expected sums are computed here."""
+    import ctypes
+
+    cudart = ctypes.CDLL(os.environ["PSTATE_CUDA_RUNTIME_LIBRARY"])
+    ps = pstate.init(timeout_ms=TIMEOUT_MS, device="cuda")
+    w, n, r = ps.world, ps.world_size, ps.rank
+    mem = w.mem_alloc(4096)
+    assert not mem.pooled and mem.nbytes == 4096, mem
+    q = w.mem_query(mem.ptr + 40)
+    assert q["kind"] == "group" and q["base"] == mem.ptr and q["symmetric"] == (n > 1), q
+    t = mem.view("float32", (1024,))
+    assert t.__dlpack_device__() == (2, ps.rank) and mem.__dlpack_device__() == (2, ps.rank)
+    capsule = t.__dlpack__()
+    is_valid = ctypes.pythonapi.PyCapsule_IsValid
+    is_valid.restype, is_valid.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
+    assert is_valid(capsule, b"dltensor") == 1
+    del capsule  # unconsumed: its destructor releases the export
+    host = (ctypes.c_float * 1024).from_address(mem.ptr)
+    for i in range(1024):
+        host[i] = float((r * 7 + i) % 13)
+    w.all_reduce(mem.ptr, dtype=DType.FLOAT32, count=1024)
+    assert cudart.cudaDeviceSynchronize() == 0
+    for i in range(1024):
+        want = float(sum((k * 7 + i) % 13 for k in range(n)))
+        assert host[i] == want, (i, host[i], want)
+    st = w.mem_stats()
+    assert st["last_path"] == ("symmetric" if n > 1 else "plain") and st["windows"] == (1 if n > 1 else 0), st
+    if n > 1:
+        err = expect_raises(pstate.MismatchError, w.mem_alloc, 4096 if r == 0 else 8192)
+        assert "disagree" in err.detail, err.detail
+    mem.free()
+    mem.free()  # idempotent
+    w.mem_pool_reserve(1 << 16)
+    pieces = [w.mem_alloc(1000) for _ in range(r + 1)]  # local: a different number per rank
+    assert all(p.pooled for p in pieces) and w.mem_stats()["pool_used"] == 1024 * (r + 1)
+    expect_raises(pstate.NoMemoryError, w.mem_alloc, 1 << 17)
+    del pieces  # the collector frees pool pieces (local)
+    assert w.mem_stats()["pool_used"] == 0
+    ps.finalize()
+
+
 # ---- torch tensors (python3-torch, CPU) ---------------------------------------------------------
 
 def _torch_block(torch, rank: int, shape, dtype):

@@ -103,6 +103,35 @@ const NcclLib &CudaDeviceContext::nccl() {
   return *nccl_;
 }
 
+// ---- group memory (issue 29) -------------------------------------------------------------------
+
+void *CudaDeviceContext::mem_alloc(size_t bytes, bool *from_nccl, const std::string &where) {
+  DeviceGuard guard(*cuda_, device_, where);
+  void *p = nullptr;
+  *from_nccl = nccl_ && nccl_->has_mem_alloc();
+  if (*from_nccl) {
+    ncclResult_t r = nccl_->api().MemAlloc(&p, bytes);
+    if (r != ncclSuccess || p == nullptr)
+      throw_error(PSTATE_ERR_NO_MEMORY, where, ": ncclMemAlloc of ", bytes, " bytes on cuda:", device_, " failed: ",
+                  nccl_->error_text(r, nullptr), "; free device memory or ask for less");
+    return p;
+  }
+  cudaError_t e = cuda_->api().Malloc(&p, bytes);
+  if (e != cudaSuccess || p == nullptr)
+    throw_error(PSTATE_ERR_NO_MEMORY, where, ": cudaMalloc of ", bytes, " bytes on cuda:", device_, " failed: ",
+                cuda_->api().GetErrorString(e), "; free device memory or ask for less");
+  return p;
+}
+
+void CudaDeviceContext::mem_free(void *p, bool from_nccl) noexcept {
+  if (p == nullptr) return;
+  if (from_nccl && nccl_ && nccl_->has_mem_alloc()) {
+    if (nccl_->api().MemFree(p) != ncclSuccess) log_.warn("cuda: ncclMemFree(", p, ") failed");
+    return;
+  }
+  if (cuda_->api().Free(p) != cudaSuccess) log_.warn("cuda: cudaFree(", p, ") failed");
+}
+
 bool CudaDeviceContext::fp8_reductions_supported() { return nccl().has_fp8() && cc_major_ >= 9; }
 
 std::string CudaDeviceContext::fp8_requirement_text() {

@@ -42,6 +42,9 @@ class CudaDeviceContext final : public DeviceContext {
   void trace_bracket(bool end, void *stream) override;
   bool trace_times(uint64_t id, int64_t *start_unix_ns, int64_t *end_unix_ns) override;
   void *capture_stream() const override { return capturing_ ? capture_stream_ : nullptr; }
+  void *mem_alloc(size_t bytes, bool *from_nccl, const std::string &where) override;
+  void mem_free(void *p, bool from_nccl) noexcept override;
+  int nccl_version() const override { return nccl_ ? nccl_->version() : 0; }
 
   // ---- for NcclCommunicator ----
   const CudaLib &cuda() const { return *cuda_; }

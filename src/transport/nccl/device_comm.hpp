@@ -151,6 +151,23 @@ class DeviceContext {
   virtual void trace_op(uint64_t) {}
   virtual void trace_bracket(bool /*end*/, void * /*cuda stream*/) {}
   virtual bool trace_times(uint64_t, int64_t *, int64_t *) { return false; }
+
+  // ---- group memory (pstate_mem_alloc, issue 29; group/group_memory.hpp) ----
+  // bytes of device memory of this context's device: ncclMemAlloc when NCCL is loaded and has it
+  // (NCCL >= 2.19: memory NCCL can map for peers and register as a window), else cudaMalloc;
+  // *from_nccl says which (the one mem_free must use). NO_MEMORY naming `where` when it fails.
+  virtual void *mem_alloc(size_t bytes, bool *from_nccl, const std::string &where) {
+    (void)bytes;
+    (void)from_nccl;
+    throw_error(PSTATE_ERR_UNSUPPORTED, where, ": this libpstate was built without the CUDA backend");
+  }
+  // Frees what mem_alloc returned (ncclMemFree / cudaFree). Never throws.
+  virtual void mem_free(void *p, bool from_nccl) noexcept {
+    (void)p;
+    (void)from_nccl;
+  }
+  // NCCL_VERSION_CODE of the NCCL this context loaded (22809), 0 when none is loaded (a world of one).
+  virtual int nccl_version() const { return 0; }
 };
 
 // Loads the CUDA runtime (and NCCL when options.load_nccl), checks the device and makes it
@@ -263,6 +280,34 @@ class DeviceComm {
     (void)child;
     throw_error(PSTATE_ERR_INTERNAL, "DeviceComm::shrink without ncclCommShrink");
   }
+
+  // ---- registered memory (issue 29; group/group_memory.hpp decides what to register) ----
+  // The NCCL communicator a registration belongs to (nullptr while there is none): when it
+  // changes (made anew, shrunk), registrations made on the old one are gone with it.
+  virtual const void *nccl_handle() const { return nullptr; }
+  // Why symmetric windows cannot be had on this communicator, "" when they can: one rank (no NCCL
+  // communicator), NCCL older than 2.27 or without ncclCommWindowRegister.
+  virtual std::string windows_unavailable() const { return "no NCCL communicator"; }
+  // ncclCommWindowRegister(p, bytes, NCCL_WIN_COLL_SYMMETRIC): collective over the communicator
+  // (made first if needed). Returns the window, or nullptr with *why when NCCL refused it (an
+  // argument or usage error: the communicator stays usable); a fatal error throws as an operation's.
+  virtual void *window_register(void *p, size_t bytes, std::string *why) {
+    (void)p;
+    (void)bytes;
+    *why = windows_unavailable();
+    return nullptr;
+  }
+  // ncclCommWindowDeregister; never throws (a failure is logged).
+  virtual void window_deregister(void *window) noexcept { (void)window; }
+  // ncclCommRegister: local (the communicator must exist: nullptr + *why otherwise, as for a
+  // refusal or an NCCL without it).
+  virtual void *buffer_register(void *p, size_t bytes, std::string *why) {
+    (void)p;
+    (void)bytes;
+    *why = "no NCCL communicator";
+    return nullptr;
+  }
+  virtual void buffer_deregister(void *handle) noexcept { (void)handle; }
 };
 
 // The NCCL device communicator of one group. `context` must outlive it (destroy every

@@ -386,6 +386,76 @@ void NcclCommunicator::abort() noexcept {
   if (failure_.empty()) failure_ = options_.group_name + ": aborted (pstate_abort)";
 }
 
+// ---- registered memory (issue 29) --------------------------------------------------------------
+// A registration NCCL refuses (an argument or usage error, no address space left, no NVLink for a
+// symmetric window) is not a failure of the communicator: the caller falls back to plain memory.
+// Only a peer's loss (ncclRemoteError) or a wait past the deadline fails it, as an operation would.
+
+std::string NcclCommunicator::windows_unavailable() const {
+  if (size() == 1) return "a group of one rank has no NCCL communicator";
+  const NcclLib &lib = context_.nccl();
+  if (!lib.has_windows())
+    return cat("NCCL ", lib.version_text(), " has no symmetric windows (ncclMemAlloc + ncclCommWindowRegister need "
+               "NCCL >= 2.27)");
+  return "";
+}
+
+void *NcclCommunicator::window_register(void *p, size_t bytes, std::string *why) {
+  constexpr const char *kOp = "window register";
+  *why = windows_unavailable();
+  if (!why->empty()) return nullptr;
+  ensure_ready();
+  DeviceGuard guard(cuda_, context_.device_ordinal(), where(kOp));
+  void *window = nullptr;
+  ncclResult_t r = nccl_->api().CommWindowRegister(comm_, p, bytes, &window, NcclLib::kWinCollSymmetric);
+  r = settle(r, "ncclCommWindowRegister", kOp);
+  if (r == ncclSuccess && window != nullptr) return window;
+  if (r == ncclRemoteError) complete(r, "ncclCommWindowRegister", kOp);  // throws
+  *why = cat("ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC) of ", bytes, " bytes refused: ",
+             r == ncclSuccess ? std::string("no window returned") : nccl_->error_text(r, comm_));
+  return nullptr;
+}
+
+void NcclCommunicator::window_deregister(void *window) noexcept {
+  if (window == nullptr || comm_ == nullptr || !failure_.empty()) return;
+  try {
+    ncclResult_t r = settle(nccl_->api().CommWindowDeregister(comm_, window), "ncclCommWindowDeregister", "window deregister");
+    if (r != ncclSuccess) log_.warn(where("window deregister"), ": ", nccl_->error_text(r, comm_));
+  } catch (const Error &e) {
+    log_.warn(e.what());
+  }
+}
+
+void *NcclCommunicator::buffer_register(void *p, size_t bytes, std::string *why) {
+  constexpr const char *kOp = "buffer register";
+  if (comm_ == nullptr || !failure_.empty()) {
+    *why = size() == 1 ? "a group of one rank has no NCCL communicator" : "the NCCL communicator is not made yet";
+    return nullptr;
+  }
+  if (!nccl_->has_buffer_register()) {
+    *why = cat("NCCL ", nccl_->version_text(), " has no ncclCommRegister (NCCL >= 2.19)");
+    return nullptr;
+  }
+  DeviceGuard guard(cuda_, context_.device_ordinal(), where(kOp));
+  void *handle = nullptr;
+  ncclResult_t r = settle(nccl_->api().CommRegister(comm_, p, bytes, &handle), "ncclCommRegister", kOp);
+  if (r == ncclSuccess && handle != nullptr) return handle;
+  if (r == ncclRemoteError) complete(r, "ncclCommRegister", kOp);  // throws
+  *why = cat("ncclCommRegister of ", bytes, " bytes refused: ",
+             r == ncclSuccess ? std::string("no handle returned") : nccl_->error_text(r, comm_));
+  return nullptr;
+}
+
+void NcclCommunicator::buffer_deregister(void *handle) noexcept {
+  if (handle == nullptr || comm_ == nullptr || !failure_.empty()) return;
+  try {
+    ncclResult_t r = settle(nccl_->api().CommDeregister(comm_, handle), "ncclCommDeregister", "buffer deregister");
+    if (r != ncclSuccess) log_.warn(where("buffer deregister"), ": ", nccl_->error_text(r, comm_));
+  } catch (const Error &e) {
+    log_.warn(e.what());
+  }
+}
+
 void NcclCommunicator::copy(void *dst, const void *src, size_t bytes, cudaStream_t stream, const char *op) const {
   if (dst == src) return;
   const cudaError_t e = cuda_.api().MemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream);

@@ -74,6 +74,13 @@ class NcclCommunicator final : public DeviceComm {
   // The survivors' communicator made by ncclCommShrink (pstate_shrink)
   bool can_shrink() const override;
   std::unique_ptr<DeviceComm> shrink(const std::vector<int> &exclude, DeviceCommOptions child) override;
+  // Registered memory (issue 29): symmetric windows (collective) and user buffers (local)
+  const void *nccl_handle() const override { return comm_; }
+  std::string windows_unavailable() const override;
+  void *window_register(void *p, size_t bytes, std::string *why) override;
+  void window_deregister(void *window) noexcept override;
+  void *buffer_register(void *p, size_t bytes, std::string *why) override;
+  void buffer_deregister(void *handle) noexcept override;
 
  private:
   class OpScope;

@@ -63,6 +63,14 @@ const char *NcclLib::resolve() {
   api_.CommSplit = reinterpret_cast<decltype(api_.CommSplit)>(dlsym(handle_, "ncclCommSplit"));
   api_.CommShrink = reinterpret_cast<decltype(api_.CommShrink)>(dlsym(handle_, "ncclCommShrink"));
   api_.CommRevoke = reinterpret_cast<decltype(api_.CommRevoke)>(dlsym(handle_, "ncclCommRevoke"));
+  api_.MemAlloc = reinterpret_cast<decltype(api_.MemAlloc)>(dlsym(handle_, "ncclMemAlloc"));
+  api_.MemFree = reinterpret_cast<decltype(api_.MemFree)>(dlsym(handle_, "ncclMemFree"));
+  api_.CommRegister = reinterpret_cast<decltype(api_.CommRegister)>(dlsym(handle_, "ncclCommRegister"));
+  api_.CommDeregister = reinterpret_cast<decltype(api_.CommDeregister)>(dlsym(handle_, "ncclCommDeregister"));
+  api_.CommWindowRegister =
+      reinterpret_cast<decltype(api_.CommWindowRegister)>(dlsym(handle_, "ncclCommWindowRegister"));
+  api_.CommWindowDeregister =
+      reinterpret_cast<decltype(api_.CommWindowDeregister)>(dlsym(handle_, "ncclCommWindowDeregister"));
   return nullptr;
 }
 

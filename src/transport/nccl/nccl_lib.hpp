@@ -71,7 +71,19 @@ class NcclLib {
     ncclResult_t (*CommShrink)(ncclComm_t comm, int *exclude, int exclude_count, ncclComm_t *newcomm,
                                ncclConfig_t *config, int flags) = nullptr;
     ncclResult_t (*CommRevoke)(ncclComm_t comm, int flags) = nullptr;
+    // Optional, for group memory (issue 29), typed here for the same reason: ncclMemAlloc/Free
+    // (>= 2.19), user-buffer registration ncclCommRegister/Deregister (>= 2.19) and symmetric
+    // windows ncclCommWindowRegister/Deregister (>= 2.27; the window is an ncclWindow_t).
+    ncclResult_t (*MemAlloc)(void **ptr, size_t size) = nullptr;
+    ncclResult_t (*MemFree)(void *ptr) = nullptr;
+    ncclResult_t (*CommRegister)(ncclComm_t comm, void *buff, size_t size, void **handle) = nullptr;
+    ncclResult_t (*CommDeregister)(ncclComm_t comm, void *handle) = nullptr;
+    ncclResult_t (*CommWindowRegister)(ncclComm_t comm, void *buff, size_t size, void **win, int flags) = nullptr;
+    ncclResult_t (*CommWindowDeregister)(ncclComm_t comm, void *win) = nullptr;
   };
+  // ncclCommWindowRegister's flag for a window the symmetric kernels use (NCCL_WIN_COLL_SYMMETRIC, 2.27).
+  static constexpr int kWinCollSymmetric = 0x01;
+
   // ncclCommShrink's flag: terminate the parent's ongoing operations first (nccl.h's
   // NCCL_SHRINK_ABORT, 2.27).
   static constexpr int kShrinkAbort = 0x01;
@@ -108,6 +120,15 @@ class NcclLib {
   // ncclCommRevoke (NCCL >= 2.28): stops a communicator's in-flight operations (a kernel waiting
   // for a dead peer) without freeing it, so it can still be shrunk.
   bool has_revoke() const { return api_.CommRevoke != nullptr && has_shrink(); }
+  // ncclMemAlloc / ncclMemFree (NCCL >= 2.19): memory NCCL can register and map for peers.
+  bool has_mem_alloc() const { return api_.MemAlloc != nullptr && api_.MemFree != nullptr; }
+  // ncclCommRegister / ncclCommDeregister (NCCL >= 2.19): local user-buffer registration.
+  bool has_buffer_register() const { return api_.CommRegister != nullptr && api_.CommDeregister != nullptr; }
+  // Symmetric windows (NCCL >= 2.27): ncclCommWindowRegister with NCCL_WIN_COLL_SYMMETRIC.
+  bool has_windows() const {
+    return api_.CommWindowRegister != nullptr && api_.CommWindowDeregister != nullptr && has_mem_alloc() &&
+           version_ >= NCCL_VERSION(2, 27, 0);
+  }
 
   // "ncclRemoteError: remote process exited or there was a network error (NCCL: <last error>)"
   // comm may be nullptr (then NCCL's last global error is used).

@@ -418,11 +418,25 @@ SWIGINTERN struct pstate_group_info_t *new_pstate_group_info_t(void){
     return p;
   }
 SWIGINTERN void delete_pstate_group_info_t(struct pstate_group_info_t *self){ free(self); }
+SWIGINTERN struct pstate_mem_info_t *new_pstate_mem_info_t(void){
+    static const pstate_mem_info_t defaults = PSTATE_MEM_INFO_INIT;
+    pstate_mem_info_t *p = (pstate_mem_info_t *)malloc(sizeof *p);
+    if (p) *p = defaults;
+    return p;
+  }
+SWIGINTERN void delete_pstate_mem_info_t(struct pstate_mem_info_t *self){ free(self); }
+SWIGINTERN struct pstate_mem_stats_t *new_pstate_mem_stats_t(void){
+    static const pstate_mem_stats_t defaults = PSTATE_MEM_STATS_INIT;
+    pstate_mem_stats_t *p = (pstate_mem_stats_t *)malloc(sizeof *p);
+    if (p) *p = defaults;
+    return p;
+  }
+SWIGINTERN void delete_pstate_mem_stats_t(struct pstate_mem_stats_t *self){ free(self); }
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-void _wrap_Swig_free_capi_ff2d2cd2b2250927(void *_swig_go_0) {
+void _wrap_Swig_free_capi_daec082b5fd669ef(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = *(void **)&_swig_go_0; 
@@ -432,7 +446,7 @@ void _wrap_Swig_free_capi_ff2d2cd2b2250927(void *_swig_go_0) {
 }
 
 
-void *_wrap_Swig_malloc_capi_ff2d2cd2b2250927(intgo _swig_go_0) {
+void *_wrap_Swig_malloc_capi_daec082b5fd669ef(intgo _swig_go_0) {
   int arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -445,7 +459,7 @@ void *_wrap_Swig_malloc_capi_ff2d2cd2b2250927(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_PSTATE_VERSION_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_VERSION_capi_daec082b5fd669ef() {
   int result;
   intgo _swig_go_result;
   
@@ -456,7 +470,7 @@ intgo _wrap_PSTATE_VERSION_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_OK_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_OK_capi_daec082b5fd669ef() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -468,7 +482,7 @@ intgo _wrap_PSTATE_OK_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_daec082b5fd669ef() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -480,7 +494,7 @@ intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_daec082b5fd669ef() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -492,7 +506,7 @@ intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_daec082b5fd669ef() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -504,7 +518,7 @@ intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_daec082b5fd669ef() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -516,7 +530,7 @@ intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_ERR_TIMEOUT_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_ERR_TIMEOUT_capi_daec082b5fd669ef() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -528,7 +542,7 @@ intgo _wrap_PSTATE_ERR_TIMEOUT_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_ERR_PEER_LOST_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_ERR_PEER_LOST_capi_daec082b5fd669ef() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -540,7 +554,7 @@ intgo _wrap_PSTATE_ERR_PEER_LOST_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_ERR_TRANSPORT_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_ERR_TRANSPORT_capi_daec082b5fd669ef() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -552,7 +566,7 @@ intgo _wrap_PSTATE_ERR_TRANSPORT_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_ERR_MISMATCH_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_ERR_MISMATCH_capi_daec082b5fd669ef() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -564,7 +578,7 @@ intgo _wrap_PSTATE_ERR_MISMATCH_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_ERR_AUTH_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_ERR_AUTH_capi_daec082b5fd669ef() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -576,7 +590,7 @@ intgo _wrap_PSTATE_ERR_AUTH_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_ERR_ABORTED_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_ERR_ABORTED_capi_daec082b5fd669ef() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -588,7 +602,7 @@ intgo _wrap_PSTATE_ERR_ABORTED_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INTERNAL_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_ERR_INTERNAL_capi_daec082b5fd669ef() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -600,7 +614,7 @@ intgo _wrap_PSTATE_ERR_INTERNAL_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_daec082b5fd669ef() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -612,7 +626,7 @@ intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_ERR_BUSY_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_ERR_BUSY_capi_daec082b5fd669ef() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -624,7 +638,7 @@ intgo _wrap_PSTATE_ERR_BUSY_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_INT8_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_INT8_capi_daec082b5fd669ef() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -636,7 +650,7 @@ intgo _wrap_PSTATE_INT8_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_UINT8_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_UINT8_capi_daec082b5fd669ef() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -648,7 +662,7 @@ intgo _wrap_PSTATE_UINT8_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_INT32_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_INT32_capi_daec082b5fd669ef() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -660,7 +674,7 @@ intgo _wrap_PSTATE_INT32_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_UINT32_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_UINT32_capi_daec082b5fd669ef() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -672,7 +686,7 @@ intgo _wrap_PSTATE_UINT32_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_INT64_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_INT64_capi_daec082b5fd669ef() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -684,7 +698,7 @@ intgo _wrap_PSTATE_INT64_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_UINT64_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_UINT64_capi_daec082b5fd669ef() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -696,7 +710,7 @@ intgo _wrap_PSTATE_UINT64_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_FLOAT16_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_FLOAT16_capi_daec082b5fd669ef() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -708,7 +722,7 @@ intgo _wrap_PSTATE_FLOAT16_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_FLOAT32_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_FLOAT32_capi_daec082b5fd669ef() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -720,7 +734,7 @@ intgo _wrap_PSTATE_FLOAT32_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_FLOAT64_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_FLOAT64_capi_daec082b5fd669ef() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -732,7 +746,7 @@ intgo _wrap_PSTATE_FLOAT64_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_BFLOAT16_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_BFLOAT16_capi_daec082b5fd669ef() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -744,7 +758,7 @@ intgo _wrap_PSTATE_BFLOAT16_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_FP8_E4M3_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_FP8_E4M3_capi_daec082b5fd669ef() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -756,7 +770,7 @@ intgo _wrap_PSTATE_FP8_E4M3_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_FP8_E5M2_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_FP8_E5M2_capi_daec082b5fd669ef() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -768,7 +782,7 @@ intgo _wrap_PSTATE_FP8_E5M2_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_SUM_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_SUM_capi_daec082b5fd669ef() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -780,7 +794,7 @@ intgo _wrap_PSTATE_SUM_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_PROD_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_PROD_capi_daec082b5fd669ef() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -792,7 +806,7 @@ intgo _wrap_PSTATE_PROD_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_MAX_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_MAX_capi_daec082b5fd669ef() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -804,7 +818,7 @@ intgo _wrap_PSTATE_MAX_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_MIN_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_MIN_capi_daec082b5fd669ef() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -816,7 +830,7 @@ intgo _wrap_PSTATE_MIN_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_AVG_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_AVG_capi_daec082b5fd669ef() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -828,7 +842,7 @@ intgo _wrap_PSTATE_AVG_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_DEVICE_CPU_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_DEVICE_CPU_capi_daec082b5fd669ef() {
   enum pstate_device_t result;
   intgo _swig_go_result;
   
@@ -840,7 +854,7 @@ intgo _wrap_PSTATE_DEVICE_CPU_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_DEVICE_CUDA_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_DEVICE_CUDA_capi_daec082b5fd669ef() {
   enum pstate_device_t result;
   intgo _swig_go_result;
   
@@ -852,7 +866,7 @@ intgo _wrap_PSTATE_DEVICE_CUDA_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_WORLD_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_GROUP_WORLD_capi_daec082b5fd669ef() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -864,7 +878,7 @@ intgo _wrap_PSTATE_GROUP_WORLD_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_TP_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_GROUP_TP_capi_daec082b5fd669ef() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -876,7 +890,7 @@ intgo _wrap_PSTATE_GROUP_TP_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_PP_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_GROUP_PP_capi_daec082b5fd669ef() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -888,7 +902,7 @@ intgo _wrap_PSTATE_GROUP_PP_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_daec082b5fd669ef() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -900,7 +914,7 @@ intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_daec082b5fd669ef() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -912,7 +926,7 @@ intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_MOE_EP_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_GROUP_MOE_EP_capi_daec082b5fd669ef() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -924,7 +938,7 @@ intgo _wrap_PSTATE_GROUP_MOE_EP_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_MOE_TP_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_GROUP_MOE_TP_capi_daec082b5fd669ef() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -936,7 +950,7 @@ intgo _wrap_PSTATE_GROUP_MOE_TP_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_MOE_DP_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_GROUP_MOE_DP_capi_daec082b5fd669ef() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -948,7 +962,7 @@ intgo _wrap_PSTATE_GROUP_MOE_DP_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_DCP_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_GROUP_DCP_capi_daec082b5fd669ef() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -960,7 +974,7 @@ intgo _wrap_PSTATE_GROUP_DCP_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_daec082b5fd669ef() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -972,7 +986,7 @@ intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_SELF_PP_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_GROUP_SELF_PP_capi_daec082b5fd669ef() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -984,7 +998,7 @@ intgo _wrap_PSTATE_GROUP_SELF_PP_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_CUSTOM_capi_ff2d2cd2b2250927() {
+intgo _wrap_PSTATE_GROUP_CUSTOM_capi_daec082b5fd669ef() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -996,7 +1010,7 @@ intgo _wrap_PSTATE_GROUP_CUSTOM_capi_ff2d2cd2b2250927() {
 }
 
 
-long long _wrap_pstate_init_params_t_struct_size_get_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0) {
+long long _wrap_pstate_init_params_t_struct_size_get_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -1009,7 +1023,7 @@ long long _wrap_pstate_init_params_t_struct_size_get_capi_ff2d2cd2b2250927(struc
 }
 
 
-void _wrap_pstate_init_params_t_world_size_set_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_world_size_set_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1021,7 +1035,7 @@ void _wrap_pstate_init_params_t_world_size_set_capi_ff2d2cd2b2250927(struct psta
 }
 
 
-intgo _wrap_pstate_init_params_t_world_size_get_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_world_size_get_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1034,7 +1048,7 @@ intgo _wrap_pstate_init_params_t_world_size_get_capi_ff2d2cd2b2250927(struct pst
 }
 
 
-void _wrap_pstate_init_params_t_rank_set_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_rank_set_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1046,7 +1060,7 @@ void _wrap_pstate_init_params_t_rank_set_capi_ff2d2cd2b2250927(struct pstate_ini
 }
 
 
-intgo _wrap_pstate_init_params_t_rank_get_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_rank_get_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1059,7 +1073,7 @@ intgo _wrap_pstate_init_params_t_rank_get_capi_ff2d2cd2b2250927(struct pstate_in
 }
 
 
-void _wrap_pstate_init_params_t_local_rank_set_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_local_rank_set_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1071,7 +1085,7 @@ void _wrap_pstate_init_params_t_local_rank_set_capi_ff2d2cd2b2250927(struct psta
 }
 
 
-intgo _wrap_pstate_init_params_t_local_rank_get_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_local_rank_get_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1084,7 +1098,7 @@ intgo _wrap_pstate_init_params_t_local_rank_get_capi_ff2d2cd2b2250927(struct pst
 }
 
 
-void _wrap_pstate_init_params_t_init_method_set_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_pstate_init_params_t_init_method_set_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1104,7 +1118,7 @@ void _wrap_pstate_init_params_t_init_method_set_capi_ff2d2cd2b2250927(struct pst
 }
 
 
-_gostring_ _wrap_pstate_init_params_t_init_method_get_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0) {
+_gostring_ _wrap_pstate_init_params_t_init_method_get_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1120,7 +1134,7 @@ _gostring_ _wrap_pstate_init_params_t_init_method_get_capi_ff2d2cd2b2250927(stru
 }
 
 
-void _wrap_pstate_init_params_t_device_set_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_device_set_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   pstate_device_t arg2 ;
   
@@ -1132,7 +1146,7 @@ void _wrap_pstate_init_params_t_device_set_capi_ff2d2cd2b2250927(struct pstate_i
 }
 
 
-intgo _wrap_pstate_init_params_t_device_get_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_device_get_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   pstate_device_t result;
   intgo _swig_go_result;
@@ -1145,7 +1159,7 @@ intgo _wrap_pstate_init_params_t_device_get_capi_ff2d2cd2b2250927(struct pstate_
 }
 
 
-void _wrap_pstate_init_params_t_device_ordinal_set_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_device_ordinal_set_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1157,7 +1171,7 @@ void _wrap_pstate_init_params_t_device_ordinal_set_capi_ff2d2cd2b2250927(struct 
 }
 
 
-intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1170,7 +1184,7 @@ intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_ff2d2cd2b2250927(struct
 }
 
 
-void _wrap_pstate_init_params_t_timeout_ms_set_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_init_params_t_timeout_ms_set_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int64_t arg2 ;
   
@@ -1182,7 +1196,7 @@ void _wrap_pstate_init_params_t_timeout_ms_set_capi_ff2d2cd2b2250927(struct psta
 }
 
 
-long long _wrap_pstate_init_params_t_timeout_ms_get_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0) {
+long long _wrap_pstate_init_params_t_timeout_ms_get_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int64_t result;
   long long _swig_go_result;
@@ -1195,7 +1209,7 @@ long long _wrap_pstate_init_params_t_timeout_ms_get_capi_ff2d2cd2b2250927(struct
 }
 
 
-void _wrap_pstate_init_params_t_job_token_set_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_pstate_init_params_t_job_token_set_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1215,7 +1229,7 @@ void _wrap_pstate_init_params_t_job_token_set_capi_ff2d2cd2b2250927(struct pstat
 }
 
 
-_gostring_ _wrap_pstate_init_params_t_job_token_get_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0) {
+_gostring_ _wrap_pstate_init_params_t_job_token_get_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1231,7 +1245,7 @@ _gostring_ _wrap_pstate_init_params_t_job_token_get_capi_ff2d2cd2b2250927(struct
 }
 
 
-void _wrap_pstate_init_params_t_socket_ifname_set_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_pstate_init_params_t_socket_ifname_set_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1251,7 +1265,7 @@ void _wrap_pstate_init_params_t_socket_ifname_set_capi_ff2d2cd2b2250927(struct p
 }
 
 
-_gostring_ _wrap_pstate_init_params_t_socket_ifname_get_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0) {
+_gostring_ _wrap_pstate_init_params_t_socket_ifname_get_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1267,7 +1281,7 @@ _gostring_ _wrap_pstate_init_params_t_socket_ifname_get_capi_ff2d2cd2b2250927(st
 }
 
 
-struct pstate_init_params_t *_wrap_new_pstate_init_params_t_capi_ff2d2cd2b2250927() {
+struct pstate_init_params_t *_wrap_new_pstate_init_params_t_capi_daec082b5fd669ef() {
   struct pstate_init_params_t *result = 0 ;
   struct pstate_init_params_t *_swig_go_result;
   
@@ -1278,7 +1292,7 @@ struct pstate_init_params_t *_wrap_new_pstate_init_params_t_capi_ff2d2cd2b225092
 }
 
 
-void _wrap_delete_pstate_init_params_t_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0) {
+void _wrap_delete_pstate_init_params_t_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   
   arg1 = *(struct pstate_init_params_t **)&_swig_go_0; 
@@ -1288,7 +1302,7 @@ void _wrap_delete_pstate_init_params_t_capi_ff2d2cd2b2250927(struct pstate_init_
 }
 
 
-long long _wrap_pstate_parallel_config_t_struct_size_get_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0) {
+long long _wrap_pstate_parallel_config_t_struct_size_get_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -1301,7 +1315,7 @@ long long _wrap_pstate_parallel_config_t_struct_size_get_capi_ff2d2cd2b2250927(s
 }
 
 
-void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1313,7 +1327,7 @@ void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_ff2d2cd2b22509
 }
 
 
-intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1326,7 +1340,7 @@ intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_ff2d2cd2b2250
 }
 
 
-void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1338,7 +1352,7 @@ void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_ff2d2cd2b225
 }
 
 
-intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1351,7 +1365,7 @@ intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_ff2d2cd2b22
 }
 
 
-void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1363,7 +1377,7 @@ void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_ff2d2cd2b22509
 }
 
 
-intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1376,7 +1390,7 @@ intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_ff2d2cd2b2250
 }
 
 
-void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1388,7 +1402,7 @@ void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_ff2d2c
 }
 
 
-intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1401,7 +1415,7 @@ intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_ff2d2
 }
 
 
-void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1413,7 +1427,7 @@ void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_ff2
 }
 
 
-intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1426,7 +1440,7 @@ intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_ff
 }
 
 
-void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1438,7 +1452,7 @@ void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_ff2d2cd2b225
 }
 
 
-intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1451,7 +1465,7 @@ intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_ff2d2cd2b22
 }
 
 
-void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1463,7 +1477,7 @@ void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_ff2d2c
 }
 
 
-intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1476,7 +1490,7 @@ intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_ff2d2
 }
 
 
-void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1488,7 +1502,7 @@ void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi
 }
 
 
-intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1501,7 +1515,7 @@ intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_cap
 }
 
 
-struct pstate_parallel_config_t *_wrap_new_pstate_parallel_config_t_capi_ff2d2cd2b2250927() {
+struct pstate_parallel_config_t *_wrap_new_pstate_parallel_config_t_capi_daec082b5fd669ef() {
   struct pstate_parallel_config_t *result = 0 ;
   struct pstate_parallel_config_t *_swig_go_result;
   
@@ -1512,7 +1526,7 @@ struct pstate_parallel_config_t *_wrap_new_pstate_parallel_config_t_capi_ff2d2cd
 }
 
 
-void _wrap_delete_pstate_parallel_config_t_capi_ff2d2cd2b2250927(struct pstate_parallel_config_t *_swig_go_0) {
+void _wrap_delete_pstate_parallel_config_t_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   
   arg1 = *(struct pstate_parallel_config_t **)&_swig_go_0; 
@@ -1522,7 +1536,7 @@ void _wrap_delete_pstate_parallel_config_t_capi_ff2d2cd2b2250927(struct pstate_p
 }
 
 
-long long _wrap_pstate_group_info_t_struct_size_get_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
+long long _wrap_pstate_group_info_t_struct_size_get_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -1535,7 +1549,7 @@ long long _wrap_pstate_group_info_t_struct_size_get_capi_ff2d2cd2b2250927(struct
 }
 
 
-void _wrap_pstate_group_info_t_kind_set_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_kind_set_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   pstate_group_kind_t arg2 ;
   
@@ -1547,7 +1561,7 @@ void _wrap_pstate_group_info_t_kind_set_capi_ff2d2cd2b2250927(struct pstate_grou
 }
 
 
-intgo _wrap_pstate_group_info_t_kind_get_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_kind_get_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   pstate_group_kind_t result;
   intgo _swig_go_result;
@@ -1560,7 +1574,7 @@ intgo _wrap_pstate_group_info_t_kind_get_capi_ff2d2cd2b2250927(struct pstate_gro
 }
 
 
-void _wrap_pstate_group_info_t_rank_set_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_rank_set_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1572,7 +1586,7 @@ void _wrap_pstate_group_info_t_rank_set_capi_ff2d2cd2b2250927(struct pstate_grou
 }
 
 
-intgo _wrap_pstate_group_info_t_rank_get_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_rank_get_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1585,7 +1599,7 @@ intgo _wrap_pstate_group_info_t_rank_get_capi_ff2d2cd2b2250927(struct pstate_gro
 }
 
 
-void _wrap_pstate_group_info_t_rank_in_group_set_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_rank_in_group_set_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1597,7 +1611,7 @@ void _wrap_pstate_group_info_t_rank_in_group_set_capi_ff2d2cd2b2250927(struct ps
 }
 
 
-intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1610,7 +1624,7 @@ intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_ff2d2cd2b2250927(struct p
 }
 
 
-void _wrap_pstate_group_info_t_world_size_set_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_world_size_set_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1622,7 +1636,7 @@ void _wrap_pstate_group_info_t_world_size_set_capi_ff2d2cd2b2250927(struct pstat
 }
 
 
-intgo _wrap_pstate_group_info_t_world_size_get_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_world_size_get_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1635,7 +1649,7 @@ intgo _wrap_pstate_group_info_t_world_size_get_capi_ff2d2cd2b2250927(struct psta
 }
 
 
-void _wrap_pstate_group_info_t_local_rank_set_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_local_rank_set_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1647,7 +1661,7 @@ void _wrap_pstate_group_info_t_local_rank_set_capi_ff2d2cd2b2250927(struct pstat
 }
 
 
-intgo _wrap_pstate_group_info_t_local_rank_get_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_local_rank_get_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1660,7 +1674,7 @@ intgo _wrap_pstate_group_info_t_local_rank_get_capi_ff2d2cd2b2250927(struct psta
 }
 
 
-void _wrap_pstate_group_info_t_first_rank_set_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_first_rank_set_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1672,7 +1686,7 @@ void _wrap_pstate_group_info_t_first_rank_set_capi_ff2d2cd2b2250927(struct pstat
 }
 
 
-intgo _wrap_pstate_group_info_t_first_rank_get_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_first_rank_get_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1685,7 +1699,7 @@ intgo _wrap_pstate_group_info_t_first_rank_get_capi_ff2d2cd2b2250927(struct psta
 }
 
 
-void _wrap_pstate_group_info_t_last_rank_set_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_last_rank_set_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1697,7 +1711,7 @@ void _wrap_pstate_group_info_t_last_rank_set_capi_ff2d2cd2b2250927(struct pstate
 }
 
 
-intgo _wrap_pstate_group_info_t_last_rank_get_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_last_rank_get_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1710,7 +1724,7 @@ intgo _wrap_pstate_group_info_t_last_rank_get_capi_ff2d2cd2b2250927(struct pstat
 }
 
 
-void _wrap_pstate_group_info_t_next_rank_set_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_next_rank_set_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1722,7 +1736,7 @@ void _wrap_pstate_group_info_t_next_rank_set_capi_ff2d2cd2b2250927(struct pstate
 }
 
 
-intgo _wrap_pstate_group_info_t_next_rank_get_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_next_rank_get_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1735,7 +1749,7 @@ intgo _wrap_pstate_group_info_t_next_rank_get_capi_ff2d2cd2b2250927(struct pstat
 }
 
 
-void _wrap_pstate_group_info_t_prev_rank_set_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_prev_rank_set_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1747,7 +1761,7 @@ void _wrap_pstate_group_info_t_prev_rank_set_capi_ff2d2cd2b2250927(struct pstate
 }
 
 
-intgo _wrap_pstate_group_info_t_prev_rank_get_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_prev_rank_get_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1760,7 +1774,7 @@ intgo _wrap_pstate_group_info_t_prev_rank_get_capi_ff2d2cd2b2250927(struct pstat
 }
 
 
-_gostring_ _wrap_pstate_group_info_t_name_get_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
+_gostring_ _wrap_pstate_group_info_t_name_get_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1776,7 +1790,7 @@ _gostring_ _wrap_pstate_group_info_t_name_get_capi_ff2d2cd2b2250927(struct pstat
 }
 
 
-struct pstate_group_info_t *_wrap_new_pstate_group_info_t_capi_ff2d2cd2b2250927() {
+struct pstate_group_info_t *_wrap_new_pstate_group_info_t_capi_daec082b5fd669ef() {
   struct pstate_group_info_t *result = 0 ;
   struct pstate_group_info_t *_swig_go_result;
   
@@ -1787,7 +1801,7 @@ struct pstate_group_info_t *_wrap_new_pstate_group_info_t_capi_ff2d2cd2b2250927(
 }
 
 
-void _wrap_delete_pstate_group_info_t_capi_ff2d2cd2b2250927(struct pstate_group_info_t *_swig_go_0) {
+void _wrap_delete_pstate_group_info_t_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   
   arg1 = *(struct pstate_group_info_t **)&_swig_go_0; 
@@ -1797,7 +1811,7 @@ void _wrap_delete_pstate_group_info_t_capi_ff2d2cd2b2250927(struct pstate_group_
 }
 
 
-_gostring_ _wrap_status_string_capi_ff2d2cd2b2250927(intgo _swig_go_0) {
+_gostring_ _wrap_status_string_capi_daec082b5fd669ef(intgo _swig_go_0) {
   pstate_status_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1813,7 +1827,7 @@ _gostring_ _wrap_status_string_capi_ff2d2cd2b2250927(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_last_error_capi_ff2d2cd2b2250927() {
+_gostring_ _wrap_last_error_capi_daec082b5fd669ef() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -1827,7 +1841,7 @@ _gostring_ _wrap_last_error_capi_ff2d2cd2b2250927() {
 }
 
 
-intgo _wrap_version_capi_ff2d2cd2b2250927() {
+intgo _wrap_version_capi_daec082b5fd669ef() {
   uint32_t result;
   intgo _swig_go_result;
   
@@ -1838,7 +1852,7 @@ intgo _wrap_version_capi_ff2d2cd2b2250927() {
 }
 
 
-_gostring_ _wrap_dtype_name_capi_ff2d2cd2b2250927(intgo _swig_go_0) {
+_gostring_ _wrap_dtype_name_capi_daec082b5fd669ef(intgo _swig_go_0) {
   pstate_dtype_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1854,7 +1868,7 @@ _gostring_ _wrap_dtype_name_capi_ff2d2cd2b2250927(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_reduce_op_name_capi_ff2d2cd2b2250927(intgo _swig_go_0) {
+_gostring_ _wrap_reduce_op_name_capi_daec082b5fd669ef(intgo _swig_go_0) {
   pstate_reduce_op_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1870,7 +1884,7 @@ _gostring_ _wrap_reduce_op_name_capi_ff2d2cd2b2250927(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_group_kind_name_capi_ff2d2cd2b2250927(intgo _swig_go_0) {
+_gostring_ _wrap_group_kind_name_capi_daec082b5fd669ef(intgo _swig_go_0) {
   pstate_group_kind_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1886,7 +1900,7 @@ _gostring_ _wrap_group_kind_name_capi_ff2d2cd2b2250927(intgo _swig_go_0) {
 }
 
 
-long long _wrap_dtype_size_capi_ff2d2cd2b2250927(intgo _swig_go_0) {
+long long _wrap_dtype_size_capi_daec082b5fd669ef(intgo _swig_go_0) {
   pstate_dtype_t arg1 ;
   size_t result;
   long long _swig_go_result;
@@ -1899,7 +1913,7 @@ long long _wrap_dtype_size_capi_ff2d2cd2b2250927(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_layout_create_capi_ff2d2cd2b2250927(intgo _swig_go_0, struct pstate_parallel_config_t *_swig_go_1, pstate_layout_t **_swig_go_2) {
+intgo _wrap_layout_create_capi_daec082b5fd669ef(intgo _swig_go_0, struct pstate_parallel_config_t *_swig_go_1, pstate_layout_t **_swig_go_2) {
   int arg1 ;
   pstate_parallel_config_t *arg2 = (pstate_parallel_config_t *) 0 ;
   pstate_layout_t **arg3 = (pstate_layout_t **) 0 ;
@@ -1916,7 +1930,7 @@ intgo _wrap_layout_create_capi_ff2d2cd2b2250927(intgo _swig_go_0, struct pstate_
 }
 
 
-intgo _wrap_layout_group_count_capi_ff2d2cd2b2250927(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_layout_group_count_capi_daec082b5fd669ef(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long *_swig_go_2) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   pstate_group_kind_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1933,7 +1947,7 @@ intgo _wrap_layout_group_count_capi_ff2d2cd2b2250927(pstate_layout_t *_swig_go_0
 }
 
 
-intgo _wrap_layout_group_ranks_capi_ff2d2cd2b2250927(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
+intgo _wrap_layout_group_ranks_capi_daec082b5fd669ef(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   pstate_group_kind_t arg2 ;
   size_t arg3 ;
@@ -1958,7 +1972,7 @@ intgo _wrap_layout_group_ranks_capi_ff2d2cd2b2250927(pstate_layout_t *_swig_go_0
 }
 
 
-intgo _wrap_layout_group_of_capi_ff2d2cd2b2250927(pstate_layout_t *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, long long *_swig_go_3) {
+intgo _wrap_layout_group_of_capi_daec082b5fd669ef(pstate_layout_t *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, long long *_swig_go_3) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   pstate_group_kind_t arg2 ;
   int arg3 ;
@@ -1977,7 +1991,7 @@ intgo _wrap_layout_group_of_capi_ff2d2cd2b2250927(pstate_layout_t *_swig_go_0, i
 }
 
 
-void _wrap_layout_destroy_capi_ff2d2cd2b2250927(pstate_layout_t *_swig_go_0) {
+void _wrap_layout_destroy_capi_daec082b5fd669ef(pstate_layout_t *_swig_go_0) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   
   arg1 = (pstate_layout_t *)_swig_go_0; 
@@ -1987,7 +2001,7 @@ void _wrap_layout_destroy_capi_ff2d2cd2b2250927(pstate_layout_t *_swig_go_0) {
 }
 
 
-intgo _wrap_init_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0, pstate_t **_swig_go_1) {
+intgo _wrap_init_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0, pstate_t **_swig_go_1) {
   pstate_init_params_t *arg1 = (pstate_init_params_t *) 0 ;
   pstate_t **arg2 = (pstate_t **) 0 ;
   pstate_status_t result;
@@ -2002,7 +2016,7 @@ intgo _wrap_init_capi_ff2d2cd2b2250927(struct pstate_init_params_t *_swig_go_0, 
 }
 
 
-intgo _wrap_initialize_model_parallel_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, struct pstate_parallel_config_t *_swig_go_1) {
+intgo _wrap_initialize_model_parallel_capi_daec082b5fd669ef(pstate_t *_swig_go_0, struct pstate_parallel_config_t *_swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_parallel_config_t *arg2 = (pstate_parallel_config_t *) 0 ;
   pstate_status_t result;
@@ -2017,7 +2031,7 @@ intgo _wrap_initialize_model_parallel_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0
 }
 
 
-intgo _wrap_model_parallel_is_initialized_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0) {
+intgo _wrap_model_parallel_is_initialized_capi_daec082b5fd669ef(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -2030,7 +2044,7 @@ intgo _wrap_model_parallel_is_initialized_capi_ff2d2cd2b2250927(pstate_t *_swig_
 }
 
 
-intgo _wrap_destroy_model_parallel_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0) {
+intgo _wrap_destroy_model_parallel_capi_daec082b5fd669ef(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2043,7 +2057,7 @@ intgo _wrap_destroy_model_parallel_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_finalize_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0) {
+intgo _wrap_finalize_capi_daec082b5fd669ef(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2056,7 +2070,7 @@ intgo _wrap_finalize_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_abort_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0) {
+intgo _wrap_abort_capi_daec082b5fd669ef(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2069,7 +2083,7 @@ intgo _wrap_abort_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_revoke_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0) {
+intgo _wrap_revoke_capi_daec082b5fd669ef(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2082,7 +2096,7 @@ intgo _wrap_revoke_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_set_interrupt_check_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, pstate_interrupt_fn _swig_go_1) {
+intgo _wrap_set_interrupt_check_capi_daec082b5fd669ef(pstate_t *_swig_go_0, pstate_interrupt_fn _swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_interrupt_fn arg2 = (pstate_interrupt_fn) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2101,7 +2115,7 @@ intgo _wrap_set_interrupt_check_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, psta
 }
 
 
-intgo _wrap_trace_dump_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_trace_dump_capi_daec082b5fd669ef(pstate_t *_swig_go_0, _gostring_ _swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   char *arg2 = (char *) 0 ;
   pstate_status_t result;
@@ -2121,7 +2135,7 @@ intgo _wrap_trace_dump_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, _gostring_ _s
 }
 
 
-intgo _wrap_get_group_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, intgo _swig_go_1, pstate_group_t **_swig_go_2) {
+intgo _wrap_get_group_capi_daec082b5fd669ef(pstate_t *_swig_go_0, intgo _swig_go_1, pstate_group_t **_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_group_kind_t arg2 ;
   pstate_group_t **arg3 = (pstate_group_t **) 0 ;
@@ -2138,7 +2152,7 @@ intgo _wrap_get_group_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, intgo _swig_go
 }
 
 
-intgo _wrap_group_info_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, struct pstate_group_info_t *_swig_go_1) {
+intgo _wrap_group_info_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, struct pstate_group_info_t *_swig_go_1) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_group_info_t *arg2 = (pstate_group_info_t *) 0 ;
   pstate_status_t result;
@@ -2153,7 +2167,7 @@ intgo _wrap_group_info_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, struct 
 }
 
 
-intgo _wrap_group_ranks_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_group_ranks_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2174,7 +2188,7 @@ intgo _wrap_group_ranks_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, _gosli
 }
 
 
-intgo _wrap_live_ranks_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_live_ranks_capi_daec082b5fd669ef(pstate_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2195,7 +2209,7 @@ intgo _wrap_live_ranks_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, _goslice_ _sw
 }
 
 
-intgo _wrap_shrink_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_shrink_capi_daec082b5fd669ef(pstate_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2216,7 +2230,7 @@ intgo _wrap_shrink_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, _goslice_ _swig_g
 }
 
 
-intgo _wrap_grow_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, long long _swig_go_1) {
+intgo _wrap_grow_capi_daec082b5fd669ef(pstate_t *_swig_go_0, long long _swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int64_t arg2 ;
   pstate_status_t result;
@@ -2231,7 +2245,7 @@ intgo _wrap_grow_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, long long _swig_go_
 }
 
 
-intgo _wrap_new_group_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, _goslice_ _swig_go_1, pstate_group_t **_swig_go_2) {
+intgo _wrap_new_group_capi_daec082b5fd669ef(pstate_t *_swig_go_0, _goslice_ _swig_go_1, pstate_group_t **_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2252,7 +2266,7 @@ intgo _wrap_new_group_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, _goslice_ _swi
 }
 
 
-intgo _wrap_group_same_node_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2, long long *_swig_go_3) {
+intgo _wrap_group_same_node_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2, long long *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   int *arg3 = (int *) 0 ;
@@ -2275,7 +2289,7 @@ intgo _wrap_group_same_node_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, in
 }
 
 
-intgo _wrap_all_reduce_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_all_reduce_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2300,7 +2314,7 @@ intgo _wrap_all_reduce_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_
 }
 
 
-intgo _wrap_all_gather_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_all_gather_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2323,7 +2337,7 @@ intgo _wrap_all_gather_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_
 }
 
 
-intgo _wrap_reduce_scatter_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_reduce_scatter_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2348,7 +2362,7 @@ intgo _wrap_reduce_scatter_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, voi
 }
 
 
-intgo _wrap_broadcast_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_broadcast_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2371,7 +2385,7 @@ intgo _wrap_broadcast_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_s
 }
 
 
-intgo _wrap_gather_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_gather_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2396,7 +2410,7 @@ intgo _wrap_gather_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_all_to_all_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_all_to_all_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2419,7 +2433,7 @@ intgo _wrap_all_to_all_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_
 }
 
 
-intgo _wrap_reduce_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, intgo _swig_go_6, void *_swig_go_7) {
+intgo _wrap_reduce_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, intgo _swig_go_6, void *_swig_go_7) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2446,7 +2460,7 @@ intgo _wrap_reduce_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_scatter_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_scatter_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2471,7 +2485,7 @@ intgo _wrap_scatter_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swi
 }
 
 
-intgo _wrap_all_gatherv_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_all_gatherv_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2494,7 +2508,7 @@ intgo _wrap_all_gatherv_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *
 }
 
 
-intgo _wrap_reduce_scatterv_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_reduce_scatterv_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2519,7 +2533,7 @@ intgo _wrap_reduce_scatterv_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, vo
 }
 
 
-intgo _wrap_send_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_send_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2542,7 +2556,7 @@ intgo _wrap_send_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_g
 }
 
 
-intgo _wrap_recv_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_recv_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2565,7 +2579,7 @@ intgo _wrap_recv_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_g
 }
 
 
-intgo _wrap_barrier_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0) {
+intgo _wrap_barrier_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2578,7 +2592,7 @@ intgo _wrap_barrier_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0) {
 }
 
 
-intgo _wrap_tp_allreduce_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_tp_allreduce_capi_daec082b5fd669ef(pstate_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2601,7 +2615,7 @@ intgo _wrap_tp_allreduce_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_tp_allgather_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_tp_allgather_capi_daec082b5fd669ef(pstate_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2624,7 +2638,7 @@ intgo _wrap_tp_allgather_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_broadcast_object_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, pstate_bytes_t *_swig_go_3) {
+intgo _wrap_broadcast_object_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, pstate_bytes_t *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2647,7 +2661,7 @@ intgo _wrap_broadcast_object_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, _
 }
 
 
-intgo _wrap_all_gather_object_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, pstate_bytes_t *_swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
+intgo _wrap_all_gather_object_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, pstate_bytes_t *_swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2676,7 +2690,7 @@ intgo _wrap_all_gather_object_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, 
 }
 
 
-intgo _wrap_send_object_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_send_object_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2697,7 +2711,7 @@ intgo _wrap_send_object_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, _gosli
 }
 
 
-intgo _wrap_recv_object_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_bytes_t *_swig_go_2) {
+intgo _wrap_recv_object_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_bytes_t *_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   pstate_bytes_t *arg3 = (pstate_bytes_t *) 0 ;
@@ -2714,7 +2728,7 @@ intgo _wrap_recv_object_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, intgo 
 }
 
 
-intgo _wrap_broadcast_tensor_dict_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
+intgo _wrap_broadcast_tensor_dict_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_tensor_t *arg2 = (pstate_tensor_t *) 0 ;
   size_t arg3 ;
@@ -2743,7 +2757,7 @@ intgo _wrap_broadcast_tensor_dict_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go
 }
 
 
-intgo _wrap_send_tensor_dict_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, void *_swig_go_3) {
+intgo _wrap_send_tensor_dict_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, void *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_tensor_t *arg2 = (pstate_tensor_t *) 0 ;
   size_t arg3 ;
@@ -2766,7 +2780,7 @@ intgo _wrap_send_tensor_dict_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, p
 }
 
 
-intgo _wrap_recv_tensor_dict_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_alloc_fn _swig_go_2, void *_swig_go_3) {
+intgo _wrap_recv_tensor_dict_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_alloc_fn _swig_go_2, void *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   pstate_alloc_fn arg3 = (pstate_alloc_fn) 0 ;
@@ -2789,7 +2803,7 @@ intgo _wrap_recv_tensor_dict_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, i
 }
 
 
-intgo _wrap_send_tensor_dict_sliced_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_group_t *_swig_go_3, void *_swig_go_4) {
+intgo _wrap_send_tensor_dict_sliced_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_group_t *_swig_go_3, void *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_tensor_t *arg2 = (pstate_tensor_t *) 0 ;
   size_t arg3 ;
@@ -2814,7 +2828,7 @@ intgo _wrap_send_tensor_dict_sliced_capi_ff2d2cd2b2250927(pstate_group_t *_swig_
 }
 
 
-intgo _wrap_recv_tensor_dict_sliced_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_group_t *_swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
+intgo _wrap_recv_tensor_dict_sliced_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_group_t *_swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   pstate_group_t *arg3 = (pstate_group_t *) 0 ;
@@ -2839,7 +2853,7 @@ intgo _wrap_recv_tensor_dict_sliced_capi_ff2d2cd2b2250927(pstate_group_t *_swig_
 }
 
 
-intgo _wrap_isend_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
+intgo _wrap_isend_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2864,7 +2878,7 @@ intgo _wrap_isend_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_
 }
 
 
-intgo _wrap_irecv_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
+intgo _wrap_irecv_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2889,7 +2903,7 @@ intgo _wrap_irecv_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, void *_swig_
 }
 
 
-intgo _wrap_wait_capi_ff2d2cd2b2250927(pstate_request_t *_swig_go_0) {
+intgo _wrap_wait_capi_daec082b5fd669ef(pstate_request_t *_swig_go_0) {
   pstate_request_t *arg1 = (pstate_request_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2902,7 +2916,7 @@ intgo _wrap_wait_capi_ff2d2cd2b2250927(pstate_request_t *_swig_go_0) {
 }
 
 
-intgo _wrap_test_capi_ff2d2cd2b2250927(pstate_request_t *_swig_go_0, int *_swig_go_1) {
+intgo _wrap_test_capi_daec082b5fd669ef(pstate_request_t *_swig_go_0, int *_swig_go_1) {
   pstate_request_t *arg1 = (pstate_request_t *) 0 ;
   int *arg2 = (int *) 0 ;
   pstate_status_t result;
@@ -2917,7 +2931,7 @@ intgo _wrap_test_capi_ff2d2cd2b2250927(pstate_request_t *_swig_go_0, int *_swig_
 }
 
 
-intgo _wrap_p2p_batch_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, pstate_p2p_op_t *_swig_go_1, void *_swig_go_2) {
+intgo _wrap_p2p_batch_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, pstate_p2p_op_t *_swig_go_1, void *_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_p2p_op_t *arg2 = (pstate_p2p_op_t *) 0 ;
   size_t arg3 ;
@@ -2938,7 +2952,7 @@ intgo _wrap_p2p_batch_capi_ff2d2cd2b2250927(pstate_group_t *_swig_go_0, pstate_p
 }
 
 
-intgo _wrap_graph_capture_begin_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, void *_swig_go_1, void **_swig_go_2) {
+intgo _wrap_graph_capture_begin_capi_daec082b5fd669ef(pstate_t *_swig_go_0, void *_swig_go_1, void **_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void **arg3 = (void **) 0 ;
@@ -2955,7 +2969,7 @@ intgo _wrap_graph_capture_begin_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0, void
 }
 
 
-intgo _wrap_graph_capture_end_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0) {
+intgo _wrap_graph_capture_end_capi_daec082b5fd669ef(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2963,6 +2977,746 @@ intgo _wrap_graph_capture_end_capi_ff2d2cd2b2250927(pstate_t *_swig_go_0) {
   arg1 = (pstate_t *)_swig_go_0; 
   
   result = (pstate_status_t)pstate_graph_capture_end(arg1);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_PSTATE_MEM_NONE_capi_daec082b5fd669ef() {
+  enum pstate_mem_kind_t result;
+  intgo _swig_go_result;
+  
+  
+  result = PSTATE_MEM_NONE;
+  
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_PSTATE_MEM_GROUP_capi_daec082b5fd669ef() {
+  enum pstate_mem_kind_t result;
+  intgo _swig_go_result;
+  
+  
+  result = PSTATE_MEM_GROUP;
+  
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_PSTATE_MEM_POOL_capi_daec082b5fd669ef() {
+  enum pstate_mem_kind_t result;
+  intgo _swig_go_result;
+  
+  
+  result = PSTATE_MEM_POOL;
+  
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_PSTATE_MEM_REGISTERED_capi_daec082b5fd669ef() {
+  enum pstate_mem_kind_t result;
+  intgo _swig_go_result;
+  
+  
+  result = PSTATE_MEM_REGISTERED;
+  
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_PSTATE_MEM_PATH_NONE_capi_daec082b5fd669ef() {
+  enum pstate_mem_path_t result;
+  intgo _swig_go_result;
+  
+  
+  result = PSTATE_MEM_PATH_NONE;
+  
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_PSTATE_MEM_PATH_PLAIN_capi_daec082b5fd669ef() {
+  enum pstate_mem_path_t result;
+  intgo _swig_go_result;
+  
+  
+  result = PSTATE_MEM_PATH_PLAIN;
+  
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_PSTATE_MEM_PATH_REGISTERED_capi_daec082b5fd669ef() {
+  enum pstate_mem_path_t result;
+  intgo _swig_go_result;
+  
+  
+  result = PSTATE_MEM_PATH_REGISTERED;
+  
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_PSTATE_MEM_PATH_SYMMETRIC_capi_daec082b5fd669ef() {
+  enum pstate_mem_path_t result;
+  intgo _swig_go_result;
+  
+  
+  result = PSTATE_MEM_PATH_SYMMETRIC;
+  
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
+long long _wrap_pstate_mem_info_t_struct_size_get_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0) {
+  struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
+  size_t result;
+  long long _swig_go_result;
+  
+  arg1 = *(struct pstate_mem_info_t **)&_swig_go_0; 
+  
+  result =  ((arg1)->struct_size);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+void _wrap_pstate_mem_info_t_base_set_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0, void *_swig_go_1) {
+  struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
+  void *arg2 = (void *) 0 ;
+  
+  arg1 = *(struct pstate_mem_info_t **)&_swig_go_0; 
+  arg2 = *(void **)&_swig_go_1; 
+  
+  if (arg1) (arg1)->base = arg2;
+  
+}
+
+
+void *_wrap_pstate_mem_info_t_base_get_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0) {
+  struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
+  void *result = 0 ;
+  void *_swig_go_result;
+  
+  arg1 = *(struct pstate_mem_info_t **)&_swig_go_0; 
+  
+  result = (void *) ((arg1)->base);
+  *(void **)&_swig_go_result = (void *)result; 
+  return _swig_go_result;
+}
+
+
+void _wrap_pstate_mem_info_t_size_set_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0, long long _swig_go_1) {
+  struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
+  size_t arg2 ;
+  
+  arg1 = *(struct pstate_mem_info_t **)&_swig_go_0; 
+  arg2 = (size_t)_swig_go_1; 
+  
+  if (arg1) (arg1)->size = arg2;
+  
+}
+
+
+long long _wrap_pstate_mem_info_t_size_get_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0) {
+  struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
+  size_t result;
+  long long _swig_go_result;
+  
+  arg1 = *(struct pstate_mem_info_t **)&_swig_go_0; 
+  
+  result =  ((arg1)->size);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+void _wrap_pstate_mem_info_t_kind_set_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
+  struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
+  pstate_mem_kind_t arg2 ;
+  
+  arg1 = *(struct pstate_mem_info_t **)&_swig_go_0; 
+  arg2 = (pstate_mem_kind_t)_swig_go_1; 
+  
+  if (arg1) (arg1)->kind = arg2;
+  
+}
+
+
+intgo _wrap_pstate_mem_info_t_kind_get_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0) {
+  struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
+  pstate_mem_kind_t result;
+  intgo _swig_go_result;
+  
+  arg1 = *(struct pstate_mem_info_t **)&_swig_go_0; 
+  
+  result = (pstate_mem_kind_t) ((arg1)->kind);
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
+void _wrap_pstate_mem_info_t_symmetric_set_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
+  struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
+  int arg2 ;
+  
+  arg1 = *(struct pstate_mem_info_t **)&_swig_go_0; 
+  arg2 = (int)_swig_go_1; 
+  
+  if (arg1) (arg1)->symmetric = arg2;
+  
+}
+
+
+intgo _wrap_pstate_mem_info_t_symmetric_get_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0) {
+  struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
+  int result;
+  intgo _swig_go_result;
+  
+  arg1 = *(struct pstate_mem_info_t **)&_swig_go_0; 
+  
+  result = (int) ((arg1)->symmetric);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+void _wrap_pstate_mem_info_t_registered_set_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
+  struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
+  int arg2 ;
+  
+  arg1 = *(struct pstate_mem_info_t **)&_swig_go_0; 
+  arg2 = (int)_swig_go_1; 
+  
+  if (arg1) (arg1)->registered = arg2;
+  
+}
+
+
+intgo _wrap_pstate_mem_info_t_registered_get_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0) {
+  struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
+  int result;
+  intgo _swig_go_result;
+  
+  arg1 = *(struct pstate_mem_info_t **)&_swig_go_0; 
+  
+  result = (int) ((arg1)->registered);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+void _wrap_pstate_mem_info_t_reserved0_set_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
+  struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
+  int arg2 ;
+  
+  arg1 = *(struct pstate_mem_info_t **)&_swig_go_0; 
+  arg2 = (int)_swig_go_1; 
+  
+  if (arg1) (arg1)->reserved0 = arg2;
+  
+}
+
+
+intgo _wrap_pstate_mem_info_t_reserved0_get_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0) {
+  struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
+  int result;
+  intgo _swig_go_result;
+  
+  arg1 = *(struct pstate_mem_info_t **)&_swig_go_0; 
+  
+  result = (int) ((arg1)->reserved0);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+struct pstate_mem_info_t *_wrap_new_pstate_mem_info_t_capi_daec082b5fd669ef() {
+  struct pstate_mem_info_t *result = 0 ;
+  struct pstate_mem_info_t *_swig_go_result;
+  
+  
+  result = (struct pstate_mem_info_t *)new_pstate_mem_info_t();
+  *(struct pstate_mem_info_t **)&_swig_go_result = (struct pstate_mem_info_t *)result; 
+  return _swig_go_result;
+}
+
+
+void _wrap_delete_pstate_mem_info_t_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0) {
+  struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
+  
+  arg1 = *(struct pstate_mem_info_t **)&_swig_go_0; 
+  
+  delete_pstate_mem_info_t(arg1);
+  
+}
+
+
+long long _wrap_pstate_mem_stats_t_struct_size_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  size_t result;
+  long long _swig_go_result;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  
+  result =  ((arg1)->struct_size);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+void _wrap_pstate_mem_stats_t_symmetric_calls_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  uint64_t arg2 ;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  arg2 = (uint64_t)_swig_go_1; 
+  
+  if (arg1) (arg1)->symmetric_calls = arg2;
+  
+}
+
+
+long long _wrap_pstate_mem_stats_t_symmetric_calls_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  uint64_t result;
+  long long _swig_go_result;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  
+  result = (uint64_t) ((arg1)->symmetric_calls);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+void _wrap_pstate_mem_stats_t_registered_calls_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  uint64_t arg2 ;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  arg2 = (uint64_t)_swig_go_1; 
+  
+  if (arg1) (arg1)->registered_calls = arg2;
+  
+}
+
+
+long long _wrap_pstate_mem_stats_t_registered_calls_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  uint64_t result;
+  long long _swig_go_result;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  
+  result = (uint64_t) ((arg1)->registered_calls);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+void _wrap_pstate_mem_stats_t_plain_calls_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  uint64_t arg2 ;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  arg2 = (uint64_t)_swig_go_1; 
+  
+  if (arg1) (arg1)->plain_calls = arg2;
+  
+}
+
+
+long long _wrap_pstate_mem_stats_t_plain_calls_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  uint64_t result;
+  long long _swig_go_result;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  
+  result = (uint64_t) ((arg1)->plain_calls);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+void _wrap_pstate_mem_stats_t_windows_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  size_t arg2 ;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  arg2 = (size_t)_swig_go_1; 
+  
+  if (arg1) (arg1)->windows = arg2;
+  
+}
+
+
+long long _wrap_pstate_mem_stats_t_windows_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  size_t result;
+  long long _swig_go_result;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  
+  result =  ((arg1)->windows);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+void _wrap_pstate_mem_stats_t_registrations_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  size_t arg2 ;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  arg2 = (size_t)_swig_go_1; 
+  
+  if (arg1) (arg1)->registrations = arg2;
+  
+}
+
+
+long long _wrap_pstate_mem_stats_t_registrations_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  size_t result;
+  long long _swig_go_result;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  
+  result =  ((arg1)->registrations);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+void _wrap_pstate_mem_stats_t_allocated_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  size_t arg2 ;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  arg2 = (size_t)_swig_go_1; 
+  
+  if (arg1) (arg1)->allocated = arg2;
+  
+}
+
+
+long long _wrap_pstate_mem_stats_t_allocated_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  size_t result;
+  long long _swig_go_result;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  
+  result =  ((arg1)->allocated);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+void _wrap_pstate_mem_stats_t_pool_reserved_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  size_t arg2 ;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  arg2 = (size_t)_swig_go_1; 
+  
+  if (arg1) (arg1)->pool_reserved = arg2;
+  
+}
+
+
+long long _wrap_pstate_mem_stats_t_pool_reserved_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  size_t result;
+  long long _swig_go_result;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  
+  result =  ((arg1)->pool_reserved);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+void _wrap_pstate_mem_stats_t_pool_used_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  size_t arg2 ;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  arg2 = (size_t)_swig_go_1; 
+  
+  if (arg1) (arg1)->pool_used = arg2;
+  
+}
+
+
+long long _wrap_pstate_mem_stats_t_pool_used_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  size_t result;
+  long long _swig_go_result;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  
+  result =  ((arg1)->pool_used);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+void _wrap_pstate_mem_stats_t_symmetric_available_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  int arg2 ;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  arg2 = (int)_swig_go_1; 
+  
+  if (arg1) (arg1)->symmetric_available = arg2;
+  
+}
+
+
+intgo _wrap_pstate_mem_stats_t_symmetric_available_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  int result;
+  intgo _swig_go_result;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  
+  result = (int) ((arg1)->symmetric_available);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+void _wrap_pstate_mem_stats_t_last_path_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  pstate_mem_path_t arg2 ;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  arg2 = (pstate_mem_path_t)_swig_go_1; 
+  
+  if (arg1) (arg1)->last_path = arg2;
+  
+}
+
+
+intgo _wrap_pstate_mem_stats_t_last_path_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  pstate_mem_path_t result;
+  intgo _swig_go_result;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  
+  result = (pstate_mem_path_t) ((arg1)->last_path);
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
+void _wrap_pstate_mem_stats_t_nccl_version_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  int arg2 ;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  arg2 = (int)_swig_go_1; 
+  
+  if (arg1) (arg1)->nccl_version = arg2;
+  
+}
+
+
+intgo _wrap_pstate_mem_stats_t_nccl_version_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  int result;
+  intgo _swig_go_result;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  
+  result = (int) ((arg1)->nccl_version);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+void _wrap_pstate_mem_stats_t_reserved0_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  int arg2 ;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  arg2 = (int)_swig_go_1; 
+  
+  if (arg1) (arg1)->reserved0 = arg2;
+  
+}
+
+
+intgo _wrap_pstate_mem_stats_t_reserved0_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  int result;
+  intgo _swig_go_result;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  
+  result = (int) ((arg1)->reserved0);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+struct pstate_mem_stats_t *_wrap_new_pstate_mem_stats_t_capi_daec082b5fd669ef() {
+  struct pstate_mem_stats_t *result = 0 ;
+  struct pstate_mem_stats_t *_swig_go_result;
+  
+  
+  result = (struct pstate_mem_stats_t *)new_pstate_mem_stats_t();
+  *(struct pstate_mem_stats_t **)&_swig_go_result = (struct pstate_mem_stats_t *)result; 
+  return _swig_go_result;
+}
+
+
+void _wrap_delete_pstate_mem_stats_t_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+  struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
+  
+  arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
+  
+  delete_pstate_mem_stats_t(arg1);
+  
+}
+
+
+intgo _wrap_mem_alloc_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, long long _swig_go_1, void **_swig_go_2) {
+  pstate_group_t *arg1 = (pstate_group_t *) 0 ;
+  size_t arg2 ;
+  void **arg3 = (void **) 0 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_group_t *)_swig_go_0; 
+  arg2 = (size_t)_swig_go_1; 
+  arg3 = (void **)_swig_go_2; 
+  
+  result = (pstate_status_t)pstate_mem_alloc(arg1,arg2,arg3);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_mem_free_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1) {
+  pstate_group_t *arg1 = (pstate_group_t *) 0 ;
+  void *arg2 = (void *) 0 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_group_t *)_swig_go_0; 
+  arg2 = (void *)_swig_go_1; 
+  
+  result = (pstate_status_t)pstate_mem_free(arg1,arg2);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_mem_pool_reserve_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, long long _swig_go_1) {
+  pstate_group_t *arg1 = (pstate_group_t *) 0 ;
+  size_t arg2 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_group_t *)_swig_go_0; 
+  arg2 = (size_t)_swig_go_1; 
+  
+  result = (pstate_status_t)pstate_mem_pool_reserve(arg1,arg2);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_mem_register_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2) {
+  pstate_group_t *arg1 = (pstate_group_t *) 0 ;
+  void *arg2 = (void *) 0 ;
+  size_t arg3 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_group_t *)_swig_go_0; 
+  arg2 = (void *)_swig_go_1; 
+  arg3 = (size_t)_swig_go_2; 
+  
+  result = (pstate_status_t)pstate_mem_register(arg1,arg2,arg3);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_mem_deregister_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1) {
+  pstate_group_t *arg1 = (pstate_group_t *) 0 ;
+  void *arg2 = (void *) 0 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_group_t *)_swig_go_0; 
+  arg2 = (void *)_swig_go_1; 
+  
+  result = (pstate_status_t)pstate_mem_deregister(arg1,arg2);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_mem_query_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, struct pstate_mem_info_t *_swig_go_2) {
+  pstate_group_t *arg1 = (pstate_group_t *) 0 ;
+  void *arg2 = (void *) 0 ;
+  pstate_mem_info_t *arg3 = (pstate_mem_info_t *) 0 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_group_t *)_swig_go_0; 
+  arg2 = (void *)_swig_go_1; 
+  arg3 = *(pstate_mem_info_t **)&_swig_go_2; 
+  
+  result = (pstate_status_t)pstate_mem_query(arg1,(void const *)arg2,arg3);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_group_mem_stats_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, struct pstate_mem_stats_t *_swig_go_1) {
+  pstate_group_t *arg1 = (pstate_group_t *) 0 ;
+  pstate_mem_stats_t *arg2 = (pstate_mem_stats_t *) 0 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_group_t *)_swig_go_0; 
+  arg2 = *(pstate_mem_stats_t **)&_swig_go_1; 
+  
+  result = (pstate_status_t)pstate_group_mem_stats(arg1,arg2);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_set_graph_registration_capi_daec082b5fd669ef(pstate_t *_swig_go_0, intgo _swig_go_1) {
+  pstate_t *arg1 = (pstate_t *) 0 ;
+  int arg2 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_t *)_swig_go_0; 
+  arg2 = (int)_swig_go_1; 
+  
+  result = (pstate_status_t)pstate_set_graph_registration(arg1,arg2);
   _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
   return _swig_go_result;
 }

@@ -15,6 +15,7 @@ pub const PSTATE_GROUP_NAME_MAX: u32 = 32;
 pub const PSTATE_TENSOR_MAX_NDIM: u32 = 64;
 pub type __uint32_t = ::std::os::raw::c_uint;
 pub type __int64_t = ::std::os::raw::c_long;
+pub type __uint64_t = ::std::os::raw::c_ulong;
 impl pstate_status_t {
     pub const PSTATE_OK: pstate_status_t = pstate_status_t(0);
 }
@@ -1116,6 +1117,430 @@ fn bindgen_test_layout_pstate_p2p_op_t() {
     }
     test_field_peer();
 }
+impl pstate_mem_kind_t {
+    pub const PSTATE_MEM_NONE: pstate_mem_kind_t = pstate_mem_kind_t(0);
+}
+impl pstate_mem_kind_t {
+    pub const PSTATE_MEM_GROUP: pstate_mem_kind_t = pstate_mem_kind_t(1);
+}
+impl pstate_mem_kind_t {
+    pub const PSTATE_MEM_POOL: pstate_mem_kind_t = pstate_mem_kind_t(2);
+}
+impl pstate_mem_kind_t {
+    pub const PSTATE_MEM_REGISTERED: pstate_mem_kind_t = pstate_mem_kind_t(3);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct pstate_mem_kind_t(pub ::std::os::raw::c_uint);
+impl pstate_mem_path_t {
+    pub const PSTATE_MEM_PATH_NONE: pstate_mem_path_t = pstate_mem_path_t(0);
+}
+impl pstate_mem_path_t {
+    pub const PSTATE_MEM_PATH_PLAIN: pstate_mem_path_t = pstate_mem_path_t(1);
+}
+impl pstate_mem_path_t {
+    pub const PSTATE_MEM_PATH_REGISTERED: pstate_mem_path_t = pstate_mem_path_t(2);
+}
+impl pstate_mem_path_t {
+    pub const PSTATE_MEM_PATH_SYMMETRIC: pstate_mem_path_t = pstate_mem_path_t(3);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct pstate_mem_path_t(pub ::std::os::raw::c_uint);
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pstate_mem_info_t {
+    pub struct_size: usize,
+    pub base: *mut ::std::os::raw::c_void,
+    pub size: usize,
+    pub kind: pstate_mem_kind_t,
+    pub symmetric: ::std::os::raw::c_int,
+    pub registered: ::std::os::raw::c_int,
+    pub reserved0: ::std::os::raw::c_int,
+}
+#[test]
+fn bindgen_test_layout_pstate_mem_info_t() {
+    assert_eq!(
+        ::std::mem::size_of::<pstate_mem_info_t>(),
+        40usize,
+        concat!("Size of: ", stringify!(pstate_mem_info_t))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<pstate_mem_info_t>(),
+        8usize,
+        concat!("Alignment of ", stringify!(pstate_mem_info_t))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_mem_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_mem_info_t),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_base() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_mem_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).base) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_mem_info_t),
+                "::",
+                stringify!(base)
+            )
+        );
+    }
+    test_field_base();
+    fn test_field_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_mem_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).size) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_mem_info_t),
+                "::",
+                stringify!(size)
+            )
+        );
+    }
+    test_field_size();
+    fn test_field_kind() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_mem_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).kind) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_mem_info_t),
+                "::",
+                stringify!(kind)
+            )
+        );
+    }
+    test_field_kind();
+    fn test_field_symmetric() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_mem_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).symmetric) as usize - ptr as usize
+            },
+            28usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_mem_info_t),
+                "::",
+                stringify!(symmetric)
+            )
+        );
+    }
+    test_field_symmetric();
+    fn test_field_registered() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_mem_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).registered) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_mem_info_t),
+                "::",
+                stringify!(registered)
+            )
+        );
+    }
+    test_field_registered();
+    fn test_field_reserved0() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_mem_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reserved0) as usize - ptr as usize
+            },
+            36usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_mem_info_t),
+                "::",
+                stringify!(reserved0)
+            )
+        );
+    }
+    test_field_reserved0();
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pstate_mem_stats_t {
+    pub struct_size: usize,
+    pub symmetric_calls: u64,
+    pub registered_calls: u64,
+    pub plain_calls: u64,
+    pub windows: usize,
+    pub registrations: usize,
+    pub allocated: usize,
+    pub pool_reserved: usize,
+    pub pool_used: usize,
+    pub symmetric_available: ::std::os::raw::c_int,
+    pub last_path: pstate_mem_path_t,
+    pub nccl_version: ::std::os::raw::c_int,
+    pub reserved0: ::std::os::raw::c_int,
+}
+#[test]
+fn bindgen_test_layout_pstate_mem_stats_t() {
+    assert_eq!(
+        ::std::mem::size_of::<pstate_mem_stats_t>(),
+        88usize,
+        concat!("Size of: ", stringify!(pstate_mem_stats_t))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<pstate_mem_stats_t>(),
+        8usize,
+        concat!("Alignment of ", stringify!(pstate_mem_stats_t))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_mem_stats_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_mem_stats_t),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_symmetric_calls() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_mem_stats_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).symmetric_calls) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_mem_stats_t),
+                "::",
+                stringify!(symmetric_calls)
+            )
+        );
+    }
+    test_field_symmetric_calls();
+    fn test_field_registered_calls() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_mem_stats_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).registered_calls) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_mem_stats_t),
+                "::",
+                stringify!(registered_calls)
+            )
+        );
+    }
+    test_field_registered_calls();
+    fn test_field_plain_calls() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_mem_stats_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).plain_calls) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_mem_stats_t),
+                "::",
+                stringify!(plain_calls)
+            )
+        );
+    }
+    test_field_plain_calls();
+    fn test_field_windows() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_mem_stats_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).windows) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_mem_stats_t),
+                "::",
+                stringify!(windows)
+            )
+        );
+    }
+    test_field_windows();
+    fn test_field_registrations() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_mem_stats_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).registrations) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_mem_stats_t),
+                "::",
+                stringify!(registrations)
+            )
+        );
+    }
+    test_field_registrations();
+    fn test_field_allocated() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_mem_stats_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).allocated) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_mem_stats_t),
+                "::",
+                stringify!(allocated)
+            )
+        );
+    }
+    test_field_allocated();
+    fn test_field_pool_reserved() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_mem_stats_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).pool_reserved) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_mem_stats_t),
+                "::",
+                stringify!(pool_reserved)
+            )
+        );
+    }
+    test_field_pool_reserved();
+    fn test_field_pool_used() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_mem_stats_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).pool_used) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_mem_stats_t),
+                "::",
+                stringify!(pool_used)
+            )
+        );
+    }
+    test_field_pool_used();
+    fn test_field_symmetric_available() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_mem_stats_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).symmetric_available) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_mem_stats_t),
+                "::",
+                stringify!(symmetric_available)
+            )
+        );
+    }
+    test_field_symmetric_available();
+    fn test_field_last_path() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_mem_stats_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).last_path) as usize - ptr as usize
+            },
+            76usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_mem_stats_t),
+                "::",
+                stringify!(last_path)
+            )
+        );
+    }
+    test_field_last_path();
+    fn test_field_nccl_version() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_mem_stats_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).nccl_version) as usize - ptr as usize
+            },
+            80usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_mem_stats_t),
+                "::",
+                stringify!(nccl_version)
+            )
+        );
+    }
+    test_field_nccl_version();
+    fn test_field_reserved0() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_mem_stats_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).reserved0) as usize - ptr as usize
+            },
+            84usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_mem_stats_t),
+                "::",
+                stringify!(reserved0)
+            )
+        );
+    }
+    test_field_reserved0();
+}
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pstate_api_t {
@@ -1540,12 +1965,57 @@ pub struct pstate_api_t {
     >,
     pub graph_capture_end:
         ::std::option::Option<unsafe extern "C" fn(ps: *mut pstate_t) -> pstate_status_t>,
+    pub mem_alloc: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            bytes: usize,
+            out: *mut *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
+    pub mem_free: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            ptr: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
+    pub mem_pool_reserve: ::std::option::Option<
+        unsafe extern "C" fn(g: *mut pstate_group_t, bytes: usize) -> pstate_status_t,
+    >,
+    pub mem_register: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            ptr: *mut ::std::os::raw::c_void,
+            bytes: usize,
+        ) -> pstate_status_t,
+    >,
+    pub mem_deregister: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            ptr: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
+    pub mem_query: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            ptr: *const ::std::os::raw::c_void,
+            out: *mut pstate_mem_info_t,
+        ) -> pstate_status_t,
+    >,
+    pub group_mem_stats: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            out: *mut pstate_mem_stats_t,
+        ) -> pstate_status_t,
+    >,
+    pub set_graph_registration: ::std::option::Option<
+        unsafe extern "C" fn(ps: *mut pstate_t, enable: ::std::os::raw::c_int) -> pstate_status_t,
+    >,
 }
 #[test]
 fn bindgen_test_layout_pstate_api_t() {
     assert_eq!(
         ::std::mem::size_of::<pstate_api_t>(),
-        504usize,
+        568usize,
         concat!("Size of: ", stringify!(pstate_api_t))
     );
     assert_eq!(
@@ -2641,4 +3111,140 @@ fn bindgen_test_layout_pstate_api_t() {
         );
     }
     test_field_graph_capture_end();
+    fn test_field_mem_alloc() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).mem_alloc) as usize - ptr as usize
+            },
+            504usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(mem_alloc)
+            )
+        );
+    }
+    test_field_mem_alloc();
+    fn test_field_mem_free() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).mem_free) as usize - ptr as usize
+            },
+            512usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(mem_free)
+            )
+        );
+    }
+    test_field_mem_free();
+    fn test_field_mem_pool_reserve() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).mem_pool_reserve) as usize - ptr as usize
+            },
+            520usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(mem_pool_reserve)
+            )
+        );
+    }
+    test_field_mem_pool_reserve();
+    fn test_field_mem_register() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).mem_register) as usize - ptr as usize
+            },
+            528usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(mem_register)
+            )
+        );
+    }
+    test_field_mem_register();
+    fn test_field_mem_deregister() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).mem_deregister) as usize - ptr as usize
+            },
+            536usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(mem_deregister)
+            )
+        );
+    }
+    test_field_mem_deregister();
+    fn test_field_mem_query() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).mem_query) as usize - ptr as usize
+            },
+            544usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(mem_query)
+            )
+        );
+    }
+    test_field_mem_query();
+    fn test_field_group_mem_stats() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).group_mem_stats) as usize - ptr as usize
+            },
+            552usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(group_mem_stats)
+            )
+        );
+    }
+    test_field_group_mem_stats();
+    fn test_field_set_graph_registration() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).set_graph_registration) as usize - ptr as usize
+            },
+            560usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(set_graph_registration)
+            )
+        );
+    }
+    test_field_set_graph_registration();
 }

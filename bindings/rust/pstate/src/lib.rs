@@ -46,6 +46,7 @@
 //! fn f(ps: pstate::PState) -> pstate::Group<'static> { ps.world().unwrap() }
 //! ```
 mod error;
+mod memory;
 mod nonblocking;
 pub mod requests;
 mod rooted;
@@ -53,6 +54,7 @@ mod tensor_dict;
 mod types;
 
 pub use error::{Error, Result, Status};
+pub use memory::{GroupMemory, MemInfo, MemKind, MemPath, MemStats};
 pub use nonblocking::P2POp;
 pub use requests::{scope, RecvBuf, Request, Scope, ScopedRequest, SendBuf};
 pub use tensor_dict::Tensor;
@@ -542,7 +544,7 @@ pub struct Group<'ps> {
 }
 
 impl<'ps> Group<'ps> {
-    fn g(&self) -> *mut sys::pstate_group_t {
+    pub(crate) fn g(&self) -> *mut sys::pstate_group_t {
         self.raw.as_ptr()
     }
 
