@@ -1108,7 +1108,7 @@ struct pstate_api_t {
   pstate_status_t (*graph_capture_begin)(pstate_t *ps, void *stream, void **capture_stream);
   pstate_status_t (*graph_capture_end)(pstate_t *ps);
   /* 1.x additions go here, at the end, in the order they are released */
-  /* group memory and registered buffers (issue 29) */
+  /* group memory and registered buffers (docs/abi.md: what 1.x added) */
   pstate_status_t (*mem_alloc)(pstate_group_t *g, size_t bytes, void **out);
   pstate_status_t (*mem_free)(pstate_group_t *g, void *ptr);
   pstate_status_t (*mem_pool_reserve)(pstate_group_t *g, size_t bytes);
