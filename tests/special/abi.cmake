@@ -22,4 +22,4 @@ add_test(NAME abi_gate_variants COMMAND ${CMAKE_COMMAND} -E env CXX=${CMAKE_CXX_
                                         ${PROJECT_SOURCE_DIR}/tests/abi/test_gate.sh ${PROJECT_BINARY_DIR})
 set_tests_properties(abi_gate abi_gate_variants PROPERTIES LABELS abi SKIP_RETURN_CODE 77 RESOURCE_LOCK pstate_abi_probe)
 set_tests_properties(abi_gate PROPERTIES TIMEOUT 300)
-set_tests_properties(abi_gate_variants PROPERTIES TIMEOUT 600)
+set_tests_properties(abi_gate_variants PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE) # 13 compiles of the probe: alone under ctest -j

@@ -22,7 +22,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 from . import _objects, _tensor_dict, _torch, capi
 from ._buffers import Buffer, BufferLike, new_like, require, resolve, same_dtype
 from ._enums import Device, DType, GroupKind, ReduceOp, coerce
-from ._errors import Error, InvalidArgumentError, InvalidStateError, NoMemoryError, UnsupportedError
+from ._errors import BusyError, Error, InvalidArgumentError, InvalidStateError, NoMemoryError, UnsupportedError
 from ._layout import make_config
 from ._memory import DeviceMemory
 from ._requests import Request
@@ -669,6 +669,7 @@ class PState:
         self._handle_lock = threading.Lock()
         self._world: Optional[Group] = None
         self._device_ordinal: Optional[int] = None  # init's device_ordinal (None: the local rank)
+        self._capturing = False  # inside graph_capture(): pstate_finalize refuses and frees nothing
 
     def _h(self) -> Any:
         if self._handle is None:
@@ -712,13 +713,24 @@ class PState:
             capi.trace_dump(self._h(), None if path is None else str(path))
 
     def finalize(self) -> None:
-        """Graceful teardown: waits for peers (up to the timeout), frees the state. Always frees,
-        even when it raises."""
+        """Graceful teardown: waits for peers (up to the timeout), frees the state, and frees it
+        even when it raises, except in the one case pstate_finalize frees nothing: inside a
+        ps.graph_capture() block it raises InvalidStateError and this PState stays usable (leave
+        the block, then finalize() again; abort() always frees)."""
         with self._lock:
-            with self._handle_lock:
+            with self._handle_lock:  # taken out first: a revoke from another thread never meets a freed context
                 handle, self._handle = self._handle, None
-            if handle is not None:
+            if handle is None:
+                return
+            try:
                 capi.finalize(handle)
+            except (InvalidStateError, BusyError) as e:
+                # The two refusals that free nothing (pstate.h): BUSY, and INVALID_STATE in capture
+                # mode. Keep the handle for the capture's end, finalize again, abort.
+                if isinstance(e, BusyError) or self._capturing:
+                    with self._handle_lock:
+                        self._handle = handle
+                raise
 
     def abort(self) -> None:
         """Local teardown that never blocks on peers (after PeerLostError / TimeoutError), from any
@@ -883,11 +895,13 @@ class PState:
         """SGLang's graph_capture(): every group in capture mode for the block; yields the
         cudaStream_t (as an int) to capture on. CUDA contexts only (UnsupportedError on CPU)."""
         capture_stream = self._call(capi.graph_capture_begin, stream)
+        self._capturing = True
         try:
             yield capture_stream
         finally:
             if self._handle is not None:
                 self._call(capi.graph_capture_end)
+            self._capturing = False
 
 
 def init(*, world_size: Optional[int] = None, rank: Optional[int] = None, local_rank: Optional[int] = None,

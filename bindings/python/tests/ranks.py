@@ -824,6 +824,23 @@ def group_memory() -> None:
     ps.finalize()
 
 
+def finalize_in_capture() -> None:
+    """finalize() inside ps.graph_capture() (a CUDA context: the devsim stand-ins): pstate_finalize
+    refuses and frees nothing, so the PState must stay usable: InvalidStateError, then the world
+    group still answers, the block's end leaves capture mode, and finalize() then frees. Before,
+    finalize() dropped its handle first: the context leaked and every later call said
+    "finalized"."""
+    ps = pstate.init(timeout_ms=TIMEOUT_MS, device="cuda")
+    with ps.graph_capture():
+        e = expect_raises(pstate.InvalidStateError, ps.finalize)
+        assert "graph-capture" in e.detail, e.detail
+        assert not ps.closed and ps.world.world_size == ps.world_size
+    ps.world.barrier()
+    ps.finalize()
+    assert ps.closed
+    ps.finalize()  # a no-op
+
+
 # ---- torch tensors (python3-torch, CPU) ---------------------------------------------------------
 
 def _torch_block(torch, rank: int, shape, dtype):

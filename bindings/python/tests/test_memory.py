@@ -41,6 +41,10 @@ def test_allocator_symmetric_exact_pool_local_on_devsim(ranks, n):
     ranks(n, "group_memory", extra_env=_devsim_env())
 
 
+def test_finalize_inside_graph_capture_keeps_the_context_on_devsim(ranks):
+    ranks(1, "finalize_in_capture", extra_env=_devsim_env())
+
+
 def test_dlpack_export_keeps_its_owner_until_the_consumer_or_the_capsule_lets_go():
     """The capsule protocol without a device: an unconsumed capsule releases its export when it is
     collected; a consumer renames it "used_dltensor" and calls the tensor's deleter."""
