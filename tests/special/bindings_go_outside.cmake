@@ -47,7 +47,7 @@ endif()
 set(path "${go_bin}:/usr/bin:/bin")
 execute_process(COMMAND ${CMAKE_COMMAND} -E env --unset=CGO_LDFLAGS --unset=CGO_CFLAGS --unset=LD_LIBRARY_PATH
                         "PATH=${path}" "PKG_CONFIG_PATH=${PKG_CONFIG_DIR}" GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local
-                        CGO_ENABLED=1 ${cache} ${GO} build -o ${WORK}/app/app .
+                        CGO_ENABLED=1 ${cache} ${GO} build ${GO_BUILD_FLAGS} -o ${WORK}/app/app .
                 WORKING_DIRECTORY ${WORK}/app RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "go build of a module that uses a copy of bindings/go failed (${rc}):\n${out}\n${err}")
