@@ -27,7 +27,7 @@ t0=$(date +%s)
 git clone --quiet --no-hardlinks "$SRC" "$DIR"
 # The working tree as it is now: changes to tracked files, then untracked files that are not ignored.
 (cd "$SRC" && git diff --binary HEAD) | (cd "$DIR" && git apply --allow-empty --whitespace=nowarn)
-(cd "$SRC" && git ls-files -z --others --exclude-standard) | (cd "$SRC" && xargs -0r tar -cf - --) | tar -xf - -C "$DIR"
+(cd "$SRC" && git ls-files -z --others --exclude-standard | tar --null -T - -cf -) | tar -xf - -C "$DIR"
 
 cd "$DIR"
 export BUILD_DIR=b
