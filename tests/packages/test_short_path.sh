@@ -21,8 +21,13 @@ fail() { echo "test_short_path.sh: FAIL: $*" >&2; exit 1; }
 command -v git >/dev/null || { echo "test_short_path.sh: no git: skipped"; exit 77; }
 git -C "$SRC" rev-parse --git-dir >/dev/null 2>&1 || { echo "test_short_path.sh: $SRC is not a git checkout: skipped"; exit 77; }
 
-DIR=$(mktemp -d /tmp/pXXXX)
-trap 'rm -rf "$DIR"' EXIT
+# PSTATE_SHORT_PATH_DIR (a new, short directory) instead of a fresh /tmp/pXXXX: a rerun at the
+# same path hits ccache. Kept after a failure when PSTATE_SHORT_PATH_KEEP=1.
+DIR=${PSTATE_SHORT_PATH_DIR:-$(mktemp -d /tmp/pXXXX)}
+mkdir -p "$DIR"
+[ -z "$(ls -A "$DIR")" ] || fail "$DIR is not empty"
+trap 'rc=$?; [ "$rc" -ne 0 ] && [ "${PSTATE_SHORT_PATH_KEEP:-0}" = 1 ] || rm -rf "$DIR"' EXIT
+trap 'echo "test_short_path.sh: FAIL: line $LINENO: $BASH_COMMAND" >&2' ERR
 t0=$(date +%s)
 git clone --quiet --no-hardlinks "$SRC" "$DIR"
 # The working tree as it is now: changes to tracked files, then untracked files that are not ignored.
