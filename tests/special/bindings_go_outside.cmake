@@ -42,12 +42,15 @@ get_filename_component(go_bin ${GO} DIRECTORY)
 set(cache "")
 if("$ENV{HOME}" STREQUAL "")  # the go tool needs a cache folder (env.cmake does the same)
   set(cache "GOCACHE=${WORK}-cache" "GOPATH=${WORK}-path")
+elseif(GO_FRESH_CACHE)
+  file(REMOVE_RECURSE ${WORK}-cache)
+  set(cache "GOCACHE=${WORK}-cache")
 endif()
 # PATH without swig: the committed wrapper must be enough.
 set(path "${go_bin}:/usr/bin:/bin")
 execute_process(COMMAND ${CMAKE_COMMAND} -E env --unset=CGO_LDFLAGS --unset=CGO_CFLAGS --unset=LD_LIBRARY_PATH
                         "PATH=${path}" "PKG_CONFIG_PATH=${PKG_CONFIG_DIR}" GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local
-                        CGO_ENABLED=1 ${cache} ${GO} build ${GO_BUILD_FLAGS} -o ${WORK}/app/app .
+                        CGO_ENABLED=1 ${cache} ${GO} build -o ${WORK}/app/app .
                 WORKING_DIRECTORY ${WORK}/app RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "go build of a module that uses a copy of bindings/go failed (${rc}):\n${out}\n${err}")
@@ -58,4 +61,12 @@ if(NOT rc EQUAL 0 OR NOT out MATCHES "outside the tree: rank 0/1 all_reduce -> \
   message(FATAL_ERROR "the program built outside the tree failed (${rc}):\n${out}\n${err}")
 endif()
 message(STATUS "${out}")
-file(REMOVE_RECURSE ${WORK})
+# The library it runs with is the one PKG_CONFIG_DIR describes (not a stale cached build's).
+execute_process(COMMAND ${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH ldd ${WORK}/app/app OUTPUT_VARIABLE deps)
+set(ENV{PKG_CONFIG_PATH} ${PKG_CONFIG_DIR})
+execute_process(COMMAND pkg-config --variable=libdir pstate OUTPUT_VARIABLE libdir OUTPUT_STRIP_TRAILING_WHITESPACE)
+get_filename_component(libdir "${libdir}" REALPATH)
+if(NOT deps MATCHES "libpstate\\.so\\.[0-9]+ => ${libdir}/")
+  message(FATAL_ERROR "the program does not load libpstate from ${libdir} (${PKG_CONFIG_DIR}):\n${deps}")
+endif()
+file(REMOVE_RECURSE ${WORK} ${WORK}-cache)
