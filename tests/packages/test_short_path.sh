@@ -57,7 +57,8 @@ installed=$(ls "$PREFIX"/lib/python3*/dist-packages/pstate/_capi*.so 2>/dev/null
 
 # Item 2: the prefix is not a loader directory, so pstate.pc gives the rpath; the program starts.
 grep -q "is not a directory the dynamic loader searches" install.log || fail "./build.sh install did not say that $PREFIX/lib needs an rpath"
-pc=$(ls "$PREFIX"/lib*/pkgconfig/pstate.pc "$PREFIX"/lib/*/pkgconfig/pstate.pc 2>/dev/null | head -1)
+pc=$(find "$PREFIX" -path "*/pkgconfig/pstate.pc" | head -1)
+[ -n "$pc" ] || fail "no pstate.pc under $PREFIX"
 printf '#include <pstate/pstate.h>\n#include <stdio.h>\nint main(void) { puts(pstate_status_string(PSTATE_OK)); return 0; }\n' >app.c
 # shellcheck disable=SC2046
 cc app.c $(PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --cflags --libs pstate) -o app || fail "cc with $pc failed"
