@@ -37,14 +37,16 @@ Digest sha256(std::span<const uint8_t> data) {
 }
 
 Digest hmac_sha256(std::span<const uint8_t> key, std::span<const uint8_t> message) {
-  if (key.size() > static_cast<size_t>(INT_MAX)) throw_error(PSTATE_ERR_INVALID_ARGUMENT, "HMAC key of ", key.size(), " bytes is too long");
+  if (key.size() > static_cast<size_t>(INT_MAX))
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "HMAC key of ", key.size(), " bytes is too long");
   Digest out{};
   unsigned int len = 0;
   // OpenSSL reads the key through a non-null pointer even when it is empty (an empty job token
   // never reaches here, but the function takes any key).
   static const uint8_t kNoKey = 0;
   const uint8_t *k = key.empty() ? &kNoKey : key.data();
-  if (HMAC(EVP_sha256(), k, static_cast<int>(key.size()), message.data(), message.size(), out.data(), &len) == nullptr ||
+  if (HMAC(EVP_sha256(), k, static_cast<int>(key.size()), message.data(), message.size(), out.data(), &len) ==
+          nullptr ||
       len != out.size()) {
     throw_openssl("HMAC(SHA-256)");
   }

@@ -111,7 +111,8 @@ Ranks resolve_lws_ranks(const pstate_init_params_t &p, const EnvLookup &env) {
   };
   Sourced pods = need(kLwsGroupSize, kLwsWorkerIndex);
   Sourced index = need(kLwsWorkerIndex, kLwsGroupSize);
-  if (pods.value < 1) throw_error(PSTATE_ERR_INVALID_ARGUMENT, pods.shown(), ": a LeaderWorkerSet group has at least 1 pod");
+  if (pods.value < 1)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, pods.shown(), ": a LeaderWorkerSet group has at least 1 pod");
   if (index.value >= pods.value)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, index.shown(), " is out of range for ", pods.shown(), " (pods are 0..",
                 pods.value - 1, ")");
@@ -128,16 +129,18 @@ Ranks resolve_lws_ranks(const pstate_init_params_t &p, const EnvLookup &env) {
   } else if (auto text = lookup(env, "LOCAL_RANK")) {
     r.local_rank = {parse_non_negative(*text, "LOCAL_RANK"), "LOCAL_RANK"};
   } else if (r.local_world.value > 1) {
-    throw_error(PSTATE_ERR_INVALID_ARGUMENT, r.local_world.shown(), " ranks per pod of a LeaderWorkerSet need LOCAL_RANK ",
-                "(0..", r.local_world.value - 1, ") in each, to number them: set it, or pass local_rank");
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, r.local_world.shown(),
+                " ranks per pod of a LeaderWorkerSet need LOCAL_RANK ", "(0..", r.local_world.value - 1,
+                ") in each, to number them: set it, or pass local_rank");
   }
   if (r.local_rank.value >= r.local_world.value)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "local rank ", r.local_rank.value, " is out of range for ",
                 r.local_world.value, " ranks per pod (", r.local_rank.shown(), ", ", r.local_world.shown(), ")");
-  r.world = p.world_size != -1 ? Sourced{p.world_size, "the world_size parameter"}
-                               : Sourced{pods.value * r.local_world.value,
-                                         cat(kLwsGroupSize, " x ", r.local_world.origin == "LOCAL_WORLD_SIZE"
-                                                                      ? "LOCAL_WORLD_SIZE" : "1")};
+  r.world =
+      p.world_size != -1
+          ? Sourced{p.world_size, "the world_size parameter"}
+          : Sourced{pods.value * r.local_world.value,
+                    cat(kLwsGroupSize, " x ", r.local_world.origin == "LOCAL_WORLD_SIZE" ? "LOCAL_WORLD_SIZE" : "1")};
   r.rank = p.rank != -1 ? Sourced{p.rank, "the rank parameter"}
                         : Sourced{index.value * r.local_world.value + r.local_rank.value,
                                   cat(kLwsWorkerIndex, "=", index.value, " x ", r.local_world.value, " + local rank")};
@@ -151,14 +154,15 @@ Ranks resolve_ranks(const pstate_init_params_t &p, const EnvLookup &env, std::st
   check_param(p.rank, "rank");
   check_param(p.local_rank, "local_rank");
   if (p.world_size == 0)
-    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "world_size 0 is invalid: it must be at least 1, or -1 to take it "
-                                             "from the environment");
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT,
+                "world_size 0 is invalid: it must be at least 1, or -1 to take it "
+                "from the environment");
   const Launcher *l = detect_launcher(env);
   if (l == nullptr && lws_present(env) && (p.world_size == -1 || p.rank == -1)) {
     Ranks r = resolve_lws_ranks(p, env);
     if (r.rank.value >= r.world.value) {
-      std::string problem = cat("rank ", r.rank.value, " is out of range for world_size ", r.world.value, " (ranks are 0..",
-                                r.world.value - 1, "; ", r.rank.shown(), ", ", r.world.shown(), ")");
+      std::string problem = cat("rank ", r.rank.value, " is out of range for world_size ", r.world.value,
+                                " (ranks are 0..", r.world.value - 1, "; ", r.rank.shown(), ", ", r.world.shown(), ")");
       if (rank_out_of_range == nullptr) throw_error(PSTATE_ERR_INVALID_ARGUMENT, problem);
       *rank_out_of_range = problem;
     }
@@ -344,7 +348,7 @@ LaunchEnv resolve_launch_env(const pstate_init_params_t &params, const EnvLookup
   InitMethod method = parse_init_method(params.init_method != nullptr ? params.init_method : "env://");
   out.store = method.kind != InitMethod::Kind::kEnv ? method
               : ranks.launcher == "LeaderWorkerSet" ? resolve_lws_store(env)
-                                                   : resolve_env_store(env);
+                                                    : resolve_env_store(env);
   if (out.store.kind == InitMethod::Kind::kTcp && out.store.port == 0 && out.world_size > 1)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "store port 0 (", out.store.url(),
                 ") only works for world_size 1: every rank must know rank 0's port");

@@ -99,7 +99,9 @@ void test_torchrun_wins_over_slurm_and_open_mpi(void **) {
 }
 
 // A LeaderWorkerSet pod: 3 pods, this one the second worker, the leader at a service name.
-const Vars kLws = {{"LWS_GROUP_SIZE", "3"}, {"LWS_WORKER_INDEX", "2"}, {"LWS_LEADER_ADDRESS", "sgl-0.sgl.default"},
+const Vars kLws = {{"LWS_GROUP_SIZE", "3"},
+                   {"LWS_WORKER_INDEX", "2"},
+                   {"LWS_LEADER_ADDRESS", "sgl-0.sgl.default"},
                    {"LWS_NAME", "sgl"}};
 
 void test_leaderworkerset_pods_give_one_rank_each_and_the_leaders_store(void **) {
@@ -139,7 +141,8 @@ void test_leaderworkerset_errors_name_the_variable_and_the_fix(void **) {
   expect_invalid(without(kLws, "LWS_WORKER_INDEX"), {"LWS_GROUP_SIZE is set but LWS_WORKER_INDEX is not"});
   expect_invalid(without(kLws, "LWS_GROUP_SIZE"), {"LWS_WORKER_INDEX is set but LWS_GROUP_SIZE is not"});
   expect_invalid(with(kLws, {{"LWS_WORKER_INDEX", "3"}}), {"LWS_WORKER_INDEX=3 is out of range for LWS_GROUP_SIZE=3"});
-  expect_invalid(with(kLws, {{"LWS_GROUP_SIZE", "0"}, {"LWS_WORKER_INDEX", "0"}}), {"LWS_GROUP_SIZE=0", "at least 1 pod"});
+  expect_invalid(with(kLws, {{"LWS_GROUP_SIZE", "0"}, {"LWS_WORKER_INDEX", "0"}}),
+                 {"LWS_GROUP_SIZE=0", "at least 1 pod"});
   expect_invalid(with(kLws, {{"LWS_WORKER_INDEX", "x"}}), {"LWS_WORKER_INDEX='x' is not a non-negative integer"});
   expect_invalid(with(kLws, {{"LOCAL_WORLD_SIZE", "2"}}), {"LOCAL_WORLD_SIZE=2 ranks per pod", "need LOCAL_RANK"});
   expect_invalid(with(kLws, {{"LOCAL_WORLD_SIZE", "2"}, {"LOCAL_RANK", "2"}}),

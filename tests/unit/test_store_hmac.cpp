@@ -2,8 +2,8 @@
 // bootstrap/crypto.hpp) against published vectors (FIPS 180-2 examples, RFC 4231 test cases) and
 // against an independent implementation computed while the test runs (Python's hashlib/hmac, for
 // keys and messages around the 64-byte block size), the constant-time compare, random bytes.
-#include "bootstrap/handshake.hpp"
 #include "bootstrap/crypto.hpp"
+#include "bootstrap/handshake.hpp"
 
 #include <cstdio>
 #include <string>
@@ -50,9 +50,11 @@ void test_hmac_sha256_matches_rfc4231(void **) {
 
 // Python's answer for HMAC-SHA256 and SHA-256 of (key, message), both given as hex.
 std::string python_reference(const std::string &what, const std::string &key_hex, const std::string &msg_hex) {
-  std::string cmd = "/usr/bin/python3 -c 'import hashlib, hmac, sys; k, m = bytes.fromhex(sys.argv[2]), bytes.fromhex(sys.argv[3]); "
-                    "print(hmac.new(k, m, hashlib.sha256).hexdigest() if sys.argv[1] == \"hmac\" else hashlib.sha256(m).hexdigest())' " +
-                    what + " '" + key_hex + "' '" + msg_hex + "'";
+  std::string cmd =
+      "/usr/bin/python3 -c 'import hashlib, hmac, sys; k, m = bytes.fromhex(sys.argv[2]), bytes.fromhex(sys.argv[3]); "
+      "print(hmac.new(k, m, hashlib.sha256).hexdigest() if sys.argv[1] == \"hmac\" else "
+      "hashlib.sha256(m).hexdigest())' " +
+      what + " '" + key_hex + "' '" + msg_hex + "'";
   FILE *p = popen(cmd.c_str(), "r");
   assert_non_null(p);
   char line[128] = {0};
@@ -74,7 +76,8 @@ void test_hmac_sha256_and_sha256_match_python_for_every_size_around_a_block(void
       assert_string_equal(crypto::to_hex(crypto::hmac_sha256(key, msg)).c_str(),
                           python_reference("hmac", key_hex, msg_hex).c_str());
       if (key_len == 0) {
-        assert_string_equal(crypto::to_hex(crypto::sha256(msg)).c_str(), python_reference("sha256", "", msg_hex).c_str());
+        assert_string_equal(crypto::to_hex(crypto::sha256(msg)).c_str(),
+                            python_reference("sha256", "", msg_hex).c_str());
       }
     }
   }
