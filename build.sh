@@ -14,7 +14,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 
 # Debian packages the build and the tests need (one list, so README and CI agree).
-PACKAGES=(cmake g++ make pkg-config dpkg-dev libucx-dev ucx-utils libcmocka-dev
+PACKAGES=(cmake g++ make pkg-config dpkg-dev libucx-dev ucx-utils libssl-dev libcmocka-dev
           python3 python3-numpy python3-pytest python3-torch python3-dev python3-pip python3-setuptools python3-wheel
           swig golang-go bindgen
           openmpi-bin libopenmpi-dev libgloo-dev gnuplot-nox clang iproute2 valgrind

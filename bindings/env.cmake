@@ -25,8 +25,12 @@ if(PSTATE_SWIG_EXE)
   endif()
 endif()
 
+# PSTATE_BUILD_GO / PSTATE_BUILD_RUST OFF leave a language out although its toolchain is here
+# (the short-path install test builds only what is installed and packaged).
+option(PSTATE_BUILD_GO "Build the Go binding when go >= 1.18 is found" ON)
+option(PSTATE_BUILD_RUST "Build the Rust binding when cargo is found" ON)
 find_program(PSTATE_GO_EXE go PATHS /usr/lib/go-1.19/bin /usr/lib/go/bin /usr/local/go/bin)
-if(PSTATE_GO_EXE)
+if(PSTATE_GO_EXE AND PSTATE_BUILD_GO)
   execute_process(COMMAND ${PSTATE_GO_EXE} env GOVERSION OUTPUT_VARIABLE _go_version OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(_go_version MATCHES "^go1\\.([0-9]+)" AND CMAKE_MATCH_1 GREATER_EQUAL 18)
     set(PSTATE_GO ${PSTATE_GO_EXE})
@@ -34,7 +38,7 @@ if(PSTATE_GO_EXE)
 endif()
 
 find_program(PSTATE_CARGO_EXE cargo HINTS $ENV{HOME}/.cargo/bin)
-if(PSTATE_CARGO_EXE)
+if(PSTATE_CARGO_EXE AND PSTATE_BUILD_RUST)
   set(PSTATE_CARGO ${PSTATE_CARGO_EXE})
 endif()
 find_program(PSTATE_BINDGEN_EXE bindgen)

@@ -2,7 +2,7 @@
 // start-up failures it passes on and how it treats an earlier job's leftovers).
 #include "bootstrap/file_store.hpp"
 
-#include "bootstrap/hmac_sha256.hpp"
+#include "bootstrap/crypto.hpp"
 #include "bootstrap/wire.hpp"
 #include "common/error.hpp"
 

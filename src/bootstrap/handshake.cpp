@@ -1,7 +1,7 @@
 // handshake.cpp — the TCP store's handshake MACs (see handshake.hpp).
 #include "bootstrap/handshake.hpp"
 
-#include "bootstrap/hmac_sha256.hpp"
+#include "bootstrap/crypto.hpp"
 
 #include <string>
 

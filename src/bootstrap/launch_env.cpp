@@ -30,7 +30,17 @@ constexpr Launcher kLaunchers[] = {
 constexpr std::string_view kLaunchHint =
     "set pstate_init_params_t.world_size and pstate_init_params_t.rank, or start the program with torchrun (or "
     "`pstate run`), "
-    "mpirun or srun";
+    "mpirun, srun or in a Kubernetes LeaderWorkerSet (LWS_GROUP_SIZE, LWS_WORKER_INDEX)";
+
+// Kubernetes LeaderWorkerSet: one group of LWS_GROUP_SIZE pods, the leader (LWS_WORKER_INDEX 0)
+// reachable at LWS_LEADER_ADDRESS. It says nothing about processes inside a pod: LOCAL_WORLD_SIZE
+// (with LOCAL_RANK) gives ranks per pod, one without it; ranks are numbered pod by pod.
+constexpr const char *kLwsGroupSize = "LWS_GROUP_SIZE";
+constexpr const char *kLwsWorkerIndex = "LWS_WORKER_INDEX";
+constexpr const char *kLwsLeaderAddress = "LWS_LEADER_ADDRESS";
+// The store's port when MASTER_PORT is not set: every pod of a group runs the same template, so
+// one fixed port is the same on all of them (torch's default).
+constexpr int kLwsDefaultPort = 29500;
 
 // An environment lookup that treats an empty value as unset.
 std::optional<std::string> lookup(const EnvLookup &env, const char *name) {
@@ -84,15 +94,81 @@ struct Ranks {
   std::string launcher;
 };
 
+bool lws_present(const EnvLookup &env) {
+  return lookup(env, kLwsGroupSize) || lookup(env, kLwsWorkerIndex);
+}
+
+// Rank and world size from a LeaderWorkerSet pod (torchrun, mpirun and srun inside the pod come
+// first): world = LWS_GROUP_SIZE x LOCAL_WORLD_SIZE, rank = LWS_WORKER_INDEX x LOCAL_WORLD_SIZE +
+// LOCAL_RANK. Parameters, when given, win field by field as for the other launchers.
+Ranks resolve_lws_ranks(const pstate_init_params_t &p, const EnvLookup &env) {
+  auto need = [&](const char *var, const char *other) {
+    std::optional<std::string> text = lookup(env, var);
+    if (!text)
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, other, " is set but ", var,
+                  " is not (a LeaderWorkerSet sets both in every pod): set ", var, ", or pass world_size and rank");
+    return Sourced{parse_non_negative(*text, var), var};
+  };
+  Sourced pods = need(kLwsGroupSize, kLwsWorkerIndex);
+  Sourced index = need(kLwsWorkerIndex, kLwsGroupSize);
+  if (pods.value < 1)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, pods.shown(), ": a LeaderWorkerSet group has at least 1 pod");
+  if (index.value >= pods.value)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, index.shown(), " is out of range for ", pods.shown(), " (pods are 0..",
+                pods.value - 1, ")");
+  Ranks r;
+  r.local_world = {1, "one rank per pod (no LOCAL_WORLD_SIZE)"};
+  r.local_rank = {0, "derived"};
+  if (auto text = lookup(env, "LOCAL_WORLD_SIZE")) {
+    r.local_world = {parse_non_negative(*text, "LOCAL_WORLD_SIZE"), "LOCAL_WORLD_SIZE"};
+    if (r.local_world.value < 1)
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, r.local_world.shown(), ": the ranks per pod must be at least 1");
+  }
+  if (p.local_rank != -1) {
+    r.local_rank = {p.local_rank, "the local_rank parameter"};
+  } else if (auto text = lookup(env, "LOCAL_RANK")) {
+    r.local_rank = {parse_non_negative(*text, "LOCAL_RANK"), "LOCAL_RANK"};
+  } else if (r.local_world.value > 1) {
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, r.local_world.shown(),
+                " ranks per pod of a LeaderWorkerSet need LOCAL_RANK ", "(0..", r.local_world.value - 1,
+                ") in each, to number them: set it, or pass local_rank");
+  }
+  if (r.local_rank.value >= r.local_world.value)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "local rank ", r.local_rank.value, " is out of range for ",
+                r.local_world.value, " ranks per pod (", r.local_rank.shown(), ", ", r.local_world.shown(), ")");
+  r.world =
+      p.world_size != -1
+          ? Sourced{p.world_size, "the world_size parameter"}
+          : Sourced{pods.value * r.local_world.value,
+                    cat(kLwsGroupSize, " x ", r.local_world.origin == "LOCAL_WORLD_SIZE" ? "LOCAL_WORLD_SIZE" : "1")};
+  r.rank = p.rank != -1 ? Sourced{p.rank, "the rank parameter"}
+                        : Sourced{index.value * r.local_world.value + r.local_rank.value,
+                                  cat(kLwsWorkerIndex, "=", index.value, " x ", r.local_world.value, " + local rank")};
+  r.launcher = p.world_size != -1 && p.rank != -1 ? "parameters" : "LeaderWorkerSet";
+  if (p.world_size != -1) r.local_world = {-1, "unknown"};  // describes the pod group, not this world
+  return r;
+}
+
 Ranks resolve_ranks(const pstate_init_params_t &p, const EnvLookup &env, std::string *rank_out_of_range) {
   check_param(p.world_size, "world_size");
   check_param(p.rank, "rank");
   check_param(p.local_rank, "local_rank");
   if (p.world_size == 0)
-    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "world_size 0 is invalid: it must be at least 1, or -1 to take it "
-                                             "from the environment");
-  Ranks r;
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT,
+                "world_size 0 is invalid: it must be at least 1, or -1 to take it "
+                "from the environment");
   const Launcher *l = detect_launcher(env);
+  if (l == nullptr && lws_present(env) && (p.world_size == -1 || p.rank == -1)) {
+    Ranks r = resolve_lws_ranks(p, env);
+    if (r.rank.value >= r.world.value) {
+      std::string problem = cat("rank ", r.rank.value, " is out of range for world_size ", r.world.value,
+                                " (ranks are 0..", r.world.value - 1, "; ", r.rank.shown(), ", ", r.world.shown(), ")");
+      if (rank_out_of_range == nullptr) throw_error(PSTATE_ERR_INVALID_ARGUMENT, problem);
+      *rank_out_of_range = problem;
+    }
+    return r;
+  }
+  Ranks r;
   if (p.world_size != -1) {
     r.world = {p.world_size, "the world_size parameter"};
   } else if (l != nullptr) {
@@ -143,6 +219,30 @@ Ranks resolve_ranks(const pstate_init_params_t &p, const EnvLookup &env, std::st
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "local rank ", r.local_rank.value, " is out of range for world_size ",
                 r.world.value, " (", r.local_rank.shown(), ")");
   return r;
+}
+
+// env:// under a LeaderWorkerSet: MASTER_ADDR, else LWS_LEADER_ADDRESS (the leader pod runs rank
+// 0, which serves the store); MASTER_PORT, else 29500.
+InitMethod resolve_lws_store(const EnvLookup &env) {
+  std::optional<std::string> addr = lookup(env, "MASTER_ADDR");
+  const char *addr_var = "MASTER_ADDR";
+  if (!addr) {
+    addr = lookup(env, kLwsLeaderAddress);
+    addr_var = kLwsLeaderAddress;
+  }
+  if (!addr)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "init_method env:// in a LeaderWorkerSet needs ", kLwsLeaderAddress,
+                " (the leader pod's address; LeaderWorkerSet sets it in every pod) or MASTER_ADDR, or pass "
+                "init_method \"tcp://HOST:PORT\"");
+  std::string host = *addr;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  validate_host(host, addr_var);
+  InitMethod m;
+  m.kind = InitMethod::Kind::kTcp;
+  m.host = host;
+  std::optional<std::string> port = lookup(env, "MASTER_PORT");
+  m.port = port ? parse_port(*port, "MASTER_PORT") : kLwsDefaultPort;
+  return m;
 }
 
 InitMethod resolve_env_store(const EnvLookup &env) {
@@ -246,7 +346,9 @@ LaunchEnv resolve_launch_env(const pstate_init_params_t &params, const EnvLookup
   out.launcher = ranks.launcher;
 
   InitMethod method = parse_init_method(params.init_method != nullptr ? params.init_method : "env://");
-  out.store = method.kind == InitMethod::Kind::kEnv ? resolve_env_store(env) : method;
+  out.store = method.kind != InitMethod::Kind::kEnv ? method
+              : ranks.launcher == "LeaderWorkerSet" ? resolve_lws_store(env)
+                                                    : resolve_env_store(env);
   if (out.store.kind == InitMethod::Kind::kTcp && out.store.port == 0 && out.world_size > 1)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "store port 0 (", out.store.url(),
                 ") only works for world_size 1: every rank must know rank 0's port");

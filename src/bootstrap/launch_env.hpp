@@ -9,6 +9,12 @@
 //   mpirun    OMPI_COMM_WORLD_RANK  OMPI_COMM_WORLD_SIZE  OMPI_COMM_WORLD_LOCAL_RANK
 //             OMPI_COMM_WORLD_LOCAL_SIZE
 //   srun      SLURM_PROCID  SLURM_NTASKS  SLURM_LOCALID
+//   Kubernetes LeaderWorkerSet (checked last: a launcher inside a pod wins)
+//             LWS_GROUP_SIZE pods, this pod LWS_WORKER_INDEX (0: the leader), LOCAL_WORLD_SIZE
+//             ranks per pod (default 1; more need LOCAL_RANK): world = pods x ranks per pod,
+//             rank = LWS_WORKER_INDEX x ranks per pod + LOCAL_RANK; env:// is
+//             tcp://LWS_LEADER_ADDRESS:MASTER_PORT (MASTER_ADDR wins when set; port default 29500,
+//             the same in every pod of the template)
 // and rank and world size are both read from that launcher's variables (never mixed across
 // launchers). An empty variable counts as unset.
 // init_method NULL or "env://" means tcp://MASTER_ADDR:MASTER_PORT. mpirun and srun do not set
@@ -72,7 +78,8 @@ struct LaunchEnv {
   // (rank >= world size), kept so the caller can tell the store before failing; rank and world
   // size are then as given.
   std::string rank_out_of_range;
-  std::string launcher;       // where rank and world size came from: "torchrun", "mpirun", "srun", "parameters"
+  std::string launcher;       // where rank and world size came from: "torchrun", "mpirun", "srun",
+                              // "LeaderWorkerSet", "parameters"
 
   // One line for INFO logs: "rank 3 of 8 (local 1 of 4, from torchrun), store tcp://10.0.0.1:29500,
   // timeout 600000 ms, job token set, interface eth1". Never prints the token.

@@ -2,7 +2,7 @@
 #include "bootstrap/tcp_store.hpp"
 
 #include "bootstrap/handshake.hpp"
-#include "bootstrap/hmac_sha256.hpp"
+#include "bootstrap/crypto.hpp"
 #include "bootstrap/netif.hpp"
 #include "common/error.hpp"
 

@@ -41,7 +41,7 @@
 #include "bootstrap/tcp_store_server.hpp"
 
 #include "bootstrap/handshake.hpp"
-#include "bootstrap/hmac_sha256.hpp"
+#include "bootstrap/crypto.hpp"
 #include "bootstrap/socket.hpp"
 #include "bootstrap/wire.hpp"
 #include "common/error.hpp"

@@ -37,7 +37,7 @@
 // running when one fails (for jobs that survive a dead rank), naming each failure as it happens;
 // --respawn K also starts a replacement for each failed rank (same RANK, PSTATE_REJOIN=1: its
 // pstate_init waits until the survivors admit it with pstate_grow), at most K in all.
-#include "bootstrap/hmac_sha256.hpp"
+#include "bootstrap/crypto.hpp"
 #include "bootstrap/init_method.hpp"
 #include "bootstrap/tcp_store_server.hpp"
 #include "bootstrap/wire.hpp"

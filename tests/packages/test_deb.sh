@@ -47,6 +47,7 @@ has python3-pstate '^\./usr/lib/python3/dist-packages/pstate/__init__\.py$'
 has python3-pstate '^\./usr/lib/python3/dist-packages/pstate/_capi.*\.so$'
 field() { dpkg-deb --field "$(deb "$1")" "$2"; }
 field "$RT" Depends | grep -q libucx0 || fail "$RT does not depend on libucx0: $(field "$RT" Depends)"
+field "$RT" Depends | grep -q libssl3 || fail "$RT does not depend on libssl3 (libcrypto, the store's HMAC): $(field "$RT" Depends)"
 field libpstate-dev Depends | grep -q "$RT (= " || fail "libpstate-dev: $(field libpstate-dev Depends)"
 field python3-pstate Depends | grep -q "$RT (= " || fail "python3-pstate: $(field python3-pstate Depends)"
 field python3-pstate Depends | grep -q "python3" || fail "python3-pstate: $(field python3-pstate Depends)"

@@ -10,6 +10,7 @@
 #                     `pstate run -n 2|4`
 #   bindings_go_outside_tree  a copy of bindings/go used through `replace` by a module outside
 #                     this tree, built without SWIG and run (bindings_go_outside.cmake)
+#   consumer_go_installed  the same against consumers_install's prefix (installed pstate.pc), a fresh build cache
 #   bindings_go_example docs/bindings.md's example: pstate run -n 2 -- tworanks
 #   bindings_go_devsim the tests that need a CUDA context (Close while a graph capture is open,
 #                     capture_test.go), on the devsim stand-ins of tests/devsim (PSTATE_HAVE_CUDA:
@@ -53,3 +54,13 @@ add_test(NAME bindings_go_outside_tree
                  -DWORK=${PROJECT_BINARY_DIR}/bindings/go_outside -DPKG_CONFIG_DIR=${PROJECT_BINARY_DIR}/pkgconfig
                  -P ${CMAKE_CURRENT_LIST_DIR}/bindings_go_outside.cmake)
 set_tests_properties(bindings_go_outside_tree PROPERTIES TIMEOUT 600)
+# The same program against the prefix consumers_install made (tests/special/consumers.cmake), a
+# directory the loader does not search, built with a cache of its own (cgo caches pkg-config's
+# answers; README tells users `go build -a`).
+include(GNUInstallDirs)
+add_test(NAME consumer_go_installed
+         COMMAND ${CMAKE_COMMAND} -DGO=${PSTATE_GO} -DSOURCE=${PROJECT_SOURCE_DIR} -DGO_FRESH_CACHE=ON
+                 -DWORK=${PROJECT_BINARY_DIR}/bindings/go_installed
+                 -DPKG_CONFIG_DIR=${PROJECT_BINARY_DIR}/tests/consumers_work/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig
+                 -P ${CMAKE_CURRENT_LIST_DIR}/bindings_go_outside.cmake)
+set_tests_properties(consumer_go_installed PROPERTIES TIMEOUT 600 FIXTURES_REQUIRED pstate_installed)

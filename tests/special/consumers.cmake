@@ -1,7 +1,9 @@
 # consumers — an installed pstate works for the three kinds of user it promises to serve.
 #
 #   consumers_install          cmake --install into a fresh prefix under the build tree (fixture)
-#   consumer_pkgconfig         a C program built only with `pkg-config --cflags --libs pstate`
+#   consumer_pkgconfig         a C program built only with `pkg-config --cflags --libs pstate`, run
+#                              without LD_LIBRARY_PATH (the prefix is not one the loader searches:
+#                              pstate.pc gives the rpath)
 #   consumer_cmake_package     a CMake project using find_package(pstate CONFIG) -> pstate::pstate
 #   consumer_dlopen_get_api    a program that dlopens libpstate.so.<major> and dlsyms only pstate_get_api
 #
@@ -77,7 +79,12 @@ elseif(STEP STREQUAL "pkgconfig")
   file(MAKE_DIRECTORY ${WORK}/pkgconfig)
   run("build with pkg-config flags" ${CC} -std=c99 -Wall -Wextra -Werror ${SOURCES}/consumer.c ${flags}
       -o ${WORK}/pkgconfig/consumer)
-  run("run pkg-config consumer" ${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=${libdir} ${WORK}/pkgconfig/consumer)
+  # No LD_LIBRARY_PATH: the prefix is one the loader does not search, so the installed pstate.pc
+  # carries the rpath (issue 31 item 2: such programs could not start).
+  if(NOT flags MATCHES "-Wl,-rpath,${libdir}")
+    message(FATAL_ERROR "pstate.pc of ${prefix}, outside the loader's directories, gives no rpath: ${flags}")
+  endif()
+  run("run pkg-config consumer" ${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH ${WORK}/pkgconfig/consumer)
 
 elseif(STEP STREQUAL "cmake_package")
   set(bin ${WORK}/cmake_package)

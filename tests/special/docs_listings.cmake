@@ -8,3 +8,13 @@ if(PSTATE_PYTHON3)
   add_test(NAME docs_listings COMMAND ${PSTATE_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/docs_listings.py ${PROJECT_SOURCE_DIR})
   set_tests_properties(docs_listings PROPERTIES TIMEOUT 60)
 endif()
+
+# readme_listings — README.md's C programs (the first listing a user copies, and the dlopen one)
+# compile with -Wpedantic -Werror and run: the pipeline listing under `pstate run -n 4`, checking
+# its own results (tests/special/readme_listings.py).
+if(PSTATE_PYTHON3)
+  add_test(NAME readme_listings
+           COMMAND ${PSTATE_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/readme_listings.py ${PROJECT_SOURCE_DIR}
+                   $<TARGET_FILE_DIR:pstate> ${CMAKE_C_COMPILER} $<TARGET_FILE:pstate_cli>)
+  set_tests_properties(readme_listings PROPERTIES TIMEOUT 180)
+endif()

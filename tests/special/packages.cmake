@@ -8,3 +8,9 @@ if(NOT TARGET pstate_python)
 endif()
 add_test(NAME packages_deb COMMAND ${CMAKE_CURRENT_LIST_DIR}/../packages/test_deb.sh ${PROJECT_BINARY_DIR})
 set_tests_properties(packages_deb PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 RUN_SERIAL ON)
+
+# short_path_install — README's `./build.sh install` and `./build.sh package` from a clone at a
+# short path, /tmp/pXXXX (issue 31 item 1), with only what they need built (tests/packages/
+# test_short_path.sh). Not root-only; skipped (77) outside a git checkout.
+add_test(NAME short_path_install COMMAND ${CMAKE_CURRENT_LIST_DIR}/../packages/test_short_path.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(short_path_install PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77 RUN_SERIAL ON)

@@ -1,5 +1,6 @@
 // test_launch_env.cpp — resolving a rank's launch settings from pstate_init_params_t and a fixed
-// environment: torchrun variables, the Open MPI and Slurm fallbacks and their precedence,
+// environment: torchrun variables, the Open MPI, Slurm and Kubernetes LeaderWorkerSet fallbacks
+// and their precedence,
 // parameters overriding the environment, init_method parsing (env://, tcp:// with IPv4, names
 // and bracketed IPv6, file://), timeout, job token and socket interface; and one test per error
 // message. Also the interface-name → IPv4 helper on this host's loopback.
@@ -95,6 +96,60 @@ void test_torchrun_wins_over_slurm_and_open_mpi(void **) {
   assert_int_equal(e.rank, 3);
   assert_int_equal(e.world_size, 8);
   assert_string_equal(e.launcher.c_str(), "torchrun");
+}
+
+// A LeaderWorkerSet pod: 3 pods, this one the second worker, the leader at a service name.
+const Vars kLws = {{"LWS_GROUP_SIZE", "3"},
+                   {"LWS_WORKER_INDEX", "2"},
+                   {"LWS_LEADER_ADDRESS", "sgl-0.sgl.default"},
+                   {"LWS_NAME", "sgl"}};
+
+void test_leaderworkerset_pods_give_one_rank_each_and_the_leaders_store(void **) {
+  LaunchEnv e = resolve(kLws);
+  assert_int_equal(e.rank, 2);
+  assert_int_equal(e.world_size, 3);
+  assert_int_equal(e.local_rank, 0);
+  assert_int_equal(e.local_world_size, 1);
+  assert_string_equal(e.launcher.c_str(), "LeaderWorkerSet");
+  assert_string_equal(e.store.url().c_str(), "tcp://sgl-0.sgl.default:29500");  // torch's default port
+  LaunchEnv leader = resolve(with(kLws, {{"LWS_WORKER_INDEX", "0"}}));
+  assert_int_equal(leader.rank, 0);
+  assert_string_equal(leader.store.url().c_str(), "tcp://sgl-0.sgl.default:29500");
+}
+
+void test_leaderworkerset_with_local_world_size_numbers_ranks_pod_by_pod(void **) {
+  LaunchEnv e = resolve(with(kLws, {{"LOCAL_WORLD_SIZE", "4"}, {"LOCAL_RANK", "3"}, {"MASTER_PORT", "31000"}}));
+  assert_int_equal(e.world_size, 12);
+  assert_int_equal(e.rank, 2 * 4 + 3);
+  assert_int_equal(e.local_rank, 3);
+  assert_int_equal(e.local_world_size, 4);
+  assert_string_equal(e.store.url().c_str(), "tcp://sgl-0.sgl.default:31000");
+  assert_true(e.describe().find("rank 11 of 12 (local 3 of 4, from LeaderWorkerSet)") != std::string::npos);
+  // MASTER_ADDR, when the job sets it, names the store instead of the leader's address.
+  LaunchEnv m = resolve(with(kLws, {{"MASTER_ADDR", "10.1.2.3"}}));
+  assert_string_equal(m.store.url().c_str(), "tcp://10.1.2.3:29500");
+}
+
+void test_a_launcher_inside_a_leaderworkerset_pod_wins(void **) {
+  LaunchEnv e = resolve(with(kLws, kTorchrun));
+  assert_string_equal(e.launcher.c_str(), "torchrun");
+  assert_int_equal(e.rank, 3);
+  assert_string_equal(e.store.url().c_str(), "tcp://10.0.0.1:29500");
+}
+
+void test_leaderworkerset_errors_name_the_variable_and_the_fix(void **) {
+  expect_invalid(without(kLws, "LWS_WORKER_INDEX"), {"LWS_GROUP_SIZE is set but LWS_WORKER_INDEX is not"});
+  expect_invalid(without(kLws, "LWS_GROUP_SIZE"), {"LWS_WORKER_INDEX is set but LWS_GROUP_SIZE is not"});
+  expect_invalid(with(kLws, {{"LWS_WORKER_INDEX", "3"}}), {"LWS_WORKER_INDEX=3 is out of range for LWS_GROUP_SIZE=3"});
+  expect_invalid(with(kLws, {{"LWS_GROUP_SIZE", "0"}, {"LWS_WORKER_INDEX", "0"}}),
+                 {"LWS_GROUP_SIZE=0", "at least 1 pod"});
+  expect_invalid(with(kLws, {{"LWS_WORKER_INDEX", "x"}}), {"LWS_WORKER_INDEX='x' is not a non-negative integer"});
+  expect_invalid(with(kLws, {{"LOCAL_WORLD_SIZE", "2"}}), {"LOCAL_WORLD_SIZE=2 ranks per pod", "need LOCAL_RANK"});
+  expect_invalid(with(kLws, {{"LOCAL_WORLD_SIZE", "2"}, {"LOCAL_RANK", "2"}}),
+                 {"local rank 2 is out of range for 2 ranks per pod"});
+  expect_invalid(with(kLws, {{"LOCAL_WORLD_SIZE", "0"}}), {"LOCAL_WORLD_SIZE=0", "at least 1"});
+  expect_invalid(without(kLws, "LWS_LEADER_ADDRESS"), {"needs LWS_LEADER_ADDRESS"});
+  expect_invalid(with(kLws, {{"LWS_LEADER_ADDRESS", "bad host!"}}), {"LWS_LEADER_ADDRESS"});
 }
 
 void test_parameters_override_the_environment(void **) {
@@ -410,6 +465,10 @@ int main(void) {
       cmocka_unit_test(test_torchrun_variables_give_ranks_and_store),
       cmocka_unit_test(test_open_mpi_variables_are_the_first_fallback),
       cmocka_unit_test(test_slurm_variables_are_the_second_fallback),
+      cmocka_unit_test(test_leaderworkerset_pods_give_one_rank_each_and_the_leaders_store),
+      cmocka_unit_test(test_leaderworkerset_with_local_world_size_numbers_ranks_pod_by_pod),
+      cmocka_unit_test(test_a_launcher_inside_a_leaderworkerset_pod_wins),
+      cmocka_unit_test(test_leaderworkerset_errors_name_the_variable_and_the_fix),
       cmocka_unit_test(test_torchrun_wins_over_slurm_and_open_mpi),
       cmocka_unit_test(test_parameters_override_the_environment),
       cmocka_unit_test(test_world_size_parameter_with_rank_from_environment),

@@ -4,7 +4,7 @@
 // the server killed under its clients; clients that start before the server. Every wait has a
 // deadline and every child a time limit, so a bug fails a test instead of hanging it.
 #include "bootstrap/handshake.hpp"
-#include "bootstrap/hmac_sha256.hpp"
+#include "bootstrap/crypto.hpp"
 #include "bootstrap/init_method.hpp"
 #include "bootstrap/socket.hpp"
 #include "bootstrap/tcp_store.hpp"
