@@ -204,8 +204,8 @@ void EtcdStore::open_now(Deadline deadline) {
     json answer = client_->call("/v3/kv/txn", txn, deadline, "open");
     if (answer.value("succeeded", false)) {
       if (rank >= options_.world_size)  // the creator is out of range: the job cannot start
-        refuse(PSTATE_ERR_MISMATCH, cat("rank ", rank, " is outside the world of ", options_.world_size,
-                                        " (ranks 0..", options_.world_size - 1, ")"), true, deadline);
+        refuse(PSTATE_ERR_MISMATCH, cat("rank ", rank, " is out of range for world_size ", options_.world_size,
+                                        " (ranks are 0..", options_.world_size - 1, ")"), true, deadline);
       return;
     }
     json metas = kvs_of(answer, 0);
@@ -231,12 +231,11 @@ void EtcdStore::open_now(Deadline deadline) {
     json failed = kvs_of(answer, 2);
     if (!failed.empty()) check_failed(failed);
     if (options_.world_size != meta.world_size)
-      refuse(PSTATE_ERR_MISMATCH, cat("world size ", options_.world_size, " of rank ", rank,
-                                      " disagrees with world size ", meta.world_size, " of rank ", meta.creator,
-                                      ", which opened the store first"), true, deadline);
+      refuse(PSTATE_ERR_MISMATCH, cat("rank ", rank, " says world_size ", options_.world_size, ", rank ", meta.creator, " says ",
+                                      meta.world_size, " (it opened the store first)"), true, deadline);
     if (rank >= options_.world_size)
-      refuse(PSTATE_ERR_MISMATCH, cat("rank ", rank, " is outside the world of ", options_.world_size,
-                                      " (ranks 0..", options_.world_size - 1, ")"), true, deadline);
+      refuse(PSTATE_ERR_MISMATCH, cat("rank ", rank, " is out of range for world_size ", options_.world_size,
+                                      " (ranks are 0..", options_.world_size - 1, ")"), true, deadline);
     claim_rank(deadline);
     return;
   }
@@ -258,8 +257,8 @@ void EtcdStore::claim_rank(Deadline deadline) {
     if (holder.empty()) continue;
     std::string who = value_of(holder[0]);
     if (lapse.expired())
-      refuse(PSTATE_ERR_MISMATCH, cat("rank ", options_.rank, " is taken by ", who,
-                                      ", which still renews its etcd lease (two processes started as the same rank?)"),
+      refuse(PSTATE_ERR_MISMATCH, cat("rank ", options_.rank, " is already taken by another process (", who,
+                                      "), which still renews its etcd lease (two processes started as the same rank?)"),
              true, deadline);
     const int64_t rev = json_i64(answer["header"], "revision");
     client_->watch({{"key", base64_encode(key)}, {"start_revision", std::to_string(rev + 1)}}, lapse,
@@ -374,7 +373,9 @@ bool EtcdStore::await(const std::vector<std::string> &keys, Deadline deadline, c
       json ops = json::array({range_op(k("failed"))});
       size_t last = std::min(todo.size(), first + kMaxOpsPerTxn);
       for (size_t j = first; j < last; ++j) ops.push_back(range_op(keys[todo[j]]));
-      json answer = client_->call("/v3/kv/txn", json{{"success", ops}}, deadline, what);
+      // A key that arrived as the deadline passes still gets its read (half a second at most).
+      Deadline read = deadline.remaining_ms() < 500 ? Deadline::after_ms(500) : deadline;
+      json answer = client_->call("/v3/kv/txn", json{{"success", ops}}, read, what);
       revision = std::min(revision, json_i64(answer["header"], "revision"));
       check_failed(kvs_of(answer, 0));
       for (size_t j = first; j < last; ++j) {
@@ -399,15 +400,17 @@ bool EtcdStore::await(const std::vector<std::string> &keys, Deadline deadline, c
                    {"range_end", base64_encode(prefix_end(prefix_))},
                    {"start_revision", std::to_string(revision + 1)},
                    {"filters", json::array({"NODELETE"})}};
-    client_->watch(create, slice, [&](const json &result) {
+    bool woke = client_->watch(create, slice, [&](const json &result) {
       for (const auto &ev : result.value("events", json::array()))
         if (wanted.count(key_of(ev.value("kv", json::object())))) return true;
       return false;
     });
+    if (!woke && deadline.expired()) return false;
   }
 }
 
-// "ranks 2 and 3 of 0..3 never joined; rank 1 joined and is gone (its etcd lease lapsed)", or "".
+// "ranks 2 and 3 of 0..3 never connected; rank 1 joined and left (closed, or the etcd lease
+// lapsed)", or "" when every rank is here.
 std::string EtcdStore::absent_ranks(Deadline deadline) {
   if (options_.world_size <= 0) return "";
   try {
@@ -423,10 +426,10 @@ std::string EtcdStore::absent_ranks(Deadline deadline) {
       (joined.count(r) ? gone : never).push_back(r);
     }
     std::string of = cat(" of 0..", options_.world_size - 1), text;
-    if (!never.empty()) text = ranks_phrase(never, never.size()) + of + " never joined";
+    if (!never.empty()) text = ranks_phrase(never, never.size()) + of + " never connected";
     if (!gone.empty())
       text += (text.empty() ? ranks_phrase(gone, gone.size()) + of : "; " + ranks_phrase(gone, gone.size())) +
-              " joined and are gone (closed, or their etcd lease lapsed)";
+              " joined and left (closed, or the etcd lease lapsed)";
     return text;
   } catch (const Error &e) {
     return cat("who is absent is unknown (", e.what(), ")");
