@@ -7,7 +7,7 @@ namespace pstate {
 namespace {
 
 constexpr std::string_view kSchemes =
-    "use env://, tcp://HOST:PORT, file:///PATH or etcd://HOST:PORT[,HOST:PORT...]/PREFIX";
+    "use env://, tcp://HOST:PORT or file:///PATH, or etcd://HOST:PORT[,HOST:PORT...]/PREFIX";
 
 // The text quoted for an error, with unprintable bytes escaped and long text cut.
 std::string shown(std::string_view text) {

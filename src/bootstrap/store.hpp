@@ -1,7 +1,7 @@
 // store.hpp — the rendezvous key-value store every rank meets at (torch TCPStore, gloo Store).
 //
-// One interface, two implementations: TcpStore (rank 0 serves, every rank is a client) and
-// FileStore (a directory on a shared filesystem). Values are opaque bytes. Every blocking call
+// One interface, three implementations: TcpStore (rank 0 serves, every rank is a client),
+// FileStore (a directory on a shared filesystem) and EtcdStore (an etcd cluster: etcd_store.hpp). Values are opaque bytes. Every blocking call
 // takes a Deadline and throws pstate::Error(PSTATE_ERR_TIMEOUT) when it passes, naming the keys it
 // waited for; PSTATE_ERR_PEER_LOST when the server is gone; PSTATE_ERR_AUTH when the job token is
 // refused. Keys are namespaced by the caller ("addr/3", "mp/1/tp/ready").
@@ -81,7 +81,7 @@ class Store {
 };
 
 struct StoreOptions {
-  std::string init_method;  // "tcp://HOST:PORT" or "file:///PATH" (env:// resolved by the caller)
+  std::string init_method;  // "tcp://HOST:PORT", "file:///PATH" or "etcd://H:P,.../PREFIX" (env:// resolved by the caller)
   int rank = 0;             // rank 0 serves a TcpStore; -1 = observer (claims no rank)
   int world_size = 1;       // with rank -1, 0 = unknown (not checked)
   std::string job_token;    // empty = no token
