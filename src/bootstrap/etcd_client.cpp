@@ -151,7 +151,7 @@ void EtcdClient::authenticate(Deadline deadline) {
 }
 
 nlohmann::json EtcdClient::call(const char *path, const nlohmann::json &body, Deadline deadline,
-                                const std::string &what) {
+                                const std::string &what, int64_t attempt_ms) {
   if (!config_.user.empty() && auth_token_.empty() && std::string_view(path) != "/v3/auth/authenticate")
     authenticate(deadline);
   const std::string text = body.dump();
@@ -159,11 +159,11 @@ nlohmann::json EtcdClient::call(const char *path, const nlohmann::json &body, De
   bool reauthenticated = false;
   for (;;) {
     const std::string &base = config_.endpoints[current_];
-    Deadline attempt = Deadline::after_ms(std::min<int64_t>(kAttemptMs, deadline.remaining_ms()));
+    Deadline attempt = Deadline::after_ms(std::min<int64_t>(attempt_ms, deadline.remaining_ms()));
     Reply r = post(base + path, text, attempt, nullptr, nullptr);
     std::string why;
     if (r.curl_code != CURLE_OK) {
-      why = r.curl_code == CURLE_OPERATION_TIMEDOUT ? cat("no answer in ", kAttemptMs, " ms")
+      why = r.curl_code == CURLE_OPERATION_TIMEDOUT ? cat("no answer in ", attempt_ms, " ms")
                                                     : std::string(curl_easy_strerror(static_cast<CURLcode>(r.curl_code)));
     } else {
       nlohmann::json answer = nlohmann::json::parse(r.body, nullptr, false);
@@ -172,8 +172,6 @@ nlohmann::json EtcdClient::call(const char *path, const nlohmann::json &body, De
       } else if (r.http == 200 && !answer.contains("error")) {
         return answer;
       } else {
-        // A gRPC status: 14 unavailable / 4 deadline exceeded / 2 unknown (no leader, timed out)
-        // are the member's trouble: try another. The rest are the request's.
         int code = answer.value("code", 2);
         std::string message = answer.value("message", answer.value("error", std::string("?")));
         if (code == 16 && !config_.user.empty() && !reauthenticated) {  // the token expired
@@ -186,7 +184,11 @@ nlohmann::json EtcdClient::call(const char *path, const nlohmann::json &body, De
                       endpoint_of(base), ": ", message,
                       config_.user.empty() ? " (this etcd has users enabled: set PSTATE_ETCD_USER and PSTATE_ETCD_PASSWORD)"
                                            : " (check PSTATE_ETCD_USER / PSTATE_ETCD_PASSWORD and the user's role on the prefix)");
-        if (code != 14 && code != 4 && code != 2 && code != 10)
+        // The request's own fault (invalid argument, not found, exists, exhausted: too large,
+        // failed precondition, out of range, unimplemented) is not another member's to fix;
+        // anything else (unavailable, deadline, unknown, canceled, aborted: no leader, request
+        // timed out, the member shutting down) is, so try the next endpoint.
+        if (code == 3 || code == 5 || code == 6 || code == 8 || code == 9 || code == 11 || code == 12)
           throw_error(PSTATE_ERR_TRANSPORT, "etcd store ", config_.name, ": ", what, " refused by etcd at ",
                       endpoint_of(base), ": ", message, " (gRPC code ", code, ")");
         why = message;

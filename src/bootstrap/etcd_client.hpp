@@ -59,7 +59,9 @@ class EtcdClient {
   // POSTs body to path ("/v3/kv/range") and returns the answer. `what` names the store call in
   // errors ("get('addr/3')"). Throws PEER_LOST (no endpoint answered by deadline), AUTH (user
   // refused), TRANSPORT (any other refusal), ABORTED (interrupt()).
-  nlohmann::json call(const char *path, const nlohmann::json &body, Deadline deadline, const std::string &what);
+  // attempt_ms bounds each endpoint's try (the lease renewal tries several within its period).
+  nlohmann::json call(const char *path, const nlohmann::json &body, Deadline deadline, const std::string &what,
+                      int64_t attempt_ms = kAttemptMs);
 
   // Opens a watch (create_request `create`) on the current endpoint and hands every result
   // message to on_result until it returns true (then returns true) or `until` passes, the watch is

@@ -322,8 +322,11 @@ void EtcdStore::keep_alive_loop() {
   while (!keeper_cv_.wait_for(lock, period, [&] { return keeper_stop_; })) {
     lock.unlock();
     try {
+      // Up to two periods, a short try per endpoint: a member that hangs (restarting, cut off)
+      // costs a fraction of the TTL, and the next member renews in time.
       json answer = client->call("/v3/lease/keepalive", json{{"ID", std::to_string(lease_)}},
-                                 Deadline::after_ms(period.count()), "renew the lease");
+                                 Deadline::after_ms(2 * period.count()), "renew the lease",
+                                 std::max<int64_t>(period.count() / 2, 200));
       const json &result = answer.value("result", answer);
       if (json_i64(result, "TTL") <= 0) {
         logger_.warn("store: rank ", options_.rank, "'s etcd lease on ", url_,

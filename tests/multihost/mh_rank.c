@@ -40,8 +40,9 @@
  *                       survivors, an exact all_reduce; pstate_grow admits the replacement
  *                       (MH_REPLACEMENT=1: this process is it, started with PSTATE_REJOIN=1),
  *                       an exact all_reduce on the grown world; prints "grown"; then waits for
- *                       the file MH_QUORUM_GONE (the script kills a second etcd member): pstate_grow
- *                       must fail with PEER_LOST naming etcd within MH_TIMEOUT_MS + 3 s; abort.
+ *                       the file MH_QUORUM_GONE (the script kills a second etcd member): pstate_shrink
+ *                       (every rank's own store calls) must fail with PEER_LOST naming etcd within
+ *                       MH_TIMEOUT_MS + 3 s; abort.
  *
  * Common environment: the torchrun (or mpirun, srun) variables; MH_TIMEOUT_MS (pstate timeout,
  * default 30000); MH_SOCKET_IFNAME_PARAM: passed as pstate_init_params_t.socket_ifname.
@@ -609,10 +610,11 @@ static int mode_etcd(void) {
   if (gone != NULL && *gone) {
     while (access(gone, F_OK) != 0) usleep(20000);
     double t0 = now_ms();
-    pstate_status_t s = pstate_grow(ps, 1000);
+    /* pstate_shrink: every rank asks the store itself (pstate_grow's leader would tell the others) */
+    pstate_status_t s = pstate_shrink(ps, NULL, 0, &(size_t){0});
     double took = now_ms() - t0;
     const char *why = pstate_last_error();
-    printf("mh: rank %d: without etcd quorum pstate_grow gave %s after %.0f ms (bound %d ms): %s\n", g_rank,
+    printf("mh: rank %d: without etcd quorum pstate_shrink gave %s after %.0f ms (bound %d ms): %s\n", g_rank,
            pstate_status_string(s), took, timeout + 3000, why);
     CHECK(s == PSTATE_ERR_PEER_LOST, "status %s, expected PEER_LOST", pstate_status_string(s));
     CHECK(strstr(why, "etcd") != NULL, "the error does not name etcd: %s", why);
