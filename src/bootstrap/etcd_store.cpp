@@ -153,6 +153,15 @@ std::unique_ptr<EtcdStore> EtcdStore::open(const StoreOptions &options, const In
 EtcdStore::~EtcdStore() { stop_keeper(); }
 
 void EtcdStore::stop_keeper() {
+  {
+    std::lock_guard<std::mutex> lock(keeper_mutex_);
+    keeper_stop_ = true;
+  }
+  {
+    std::lock_guard<std::mutex> lock(departures_mutex_);
+    if (departures_client_) departures_client_->interrupt();
+  }
+  if (departures_.joinable()) departures_.join();
   if (keeper_.joinable()) {
     {
       std::lock_guard<std::mutex> lock(keeper_mutex_);
@@ -562,6 +571,64 @@ std::optional<std::vector<int>> EtcdStore::members(Deadline deadline) {
 }
 
 void EtcdStore::interrupt() noexcept { client_->interrupt(); }
+
+void EtcdStore::watch_departures(std::function<void(int rank, bool gone)> on_change) {
+  if (departures_.joinable() || !on_change) return;
+  departures_ = std::thread([this, fn = std::move(on_change)] { departures_loop(fn); });
+}
+
+void EtcdStore::departures_loop(std::function<void(int, bool)> on_change) {
+  std::unique_ptr<EtcdClient> client;
+  try {
+    client = std::make_unique<EtcdClient>(config_);
+  } catch (const Error &e) {
+    logger_.warn("store: ", url_, ": cannot watch the ranks' leases: ", e.what());
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(departures_mutex_);
+    std::lock_guard<std::mutex> stop_lock(keeper_mutex_);
+    if (keeper_stop_) return;
+    departures_client_ = client.get();
+  }
+  const std::string ranks = k("rank/");
+  int64_t revision = 0;  // watched up to here; 0: read the current revision first
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(keeper_mutex_);
+      if (keeper_stop_) break;
+    }
+    try {
+      if (revision == 0) {
+        json r = range_op(ranks, prefix_end(ranks), true)["request_range"];
+        r["count_only"] = true;
+        revision = json_i64(client->call("/v3/kv/range", r, Deadline::after_ms(2000), "watch the leases")["header"],
+                            "revision");
+      }
+      json create = {{"key", base64_encode(ranks)},
+                     {"range_end", base64_encode(prefix_end(ranks))},
+                     {"start_revision", std::to_string(revision + 1)}};
+      bool cancelled = !client->watch(create, Deadline::after_ms(kWatchSliceMs), [&](const json &result) {
+        for (const auto &ev : result.value("events", json::array())) {
+          const json &kv = ev.value("kv", json::object());
+          revision = std::max(revision, json_i64(kv, "mod_revision"));
+          int rank = std::atoi(key_of(kv).substr(ranks.size()).c_str());
+          bool gone = ev.value("type", "PUT") == "DELETE";
+          if (gone) logger_.info("store: rank ", rank, "'s etcd lease is gone (its process or host ended)");
+          on_change(rank, gone);
+        }
+        return false;
+      });
+      (void)cancelled;
+    } catch (const Error &e) {
+      if (e.status() == PSTATE_ERR_ABORTED) break;
+      revision = 0;  // re-read after an outage (a compaction, a lost member)
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+  std::lock_guard<std::mutex> lock(departures_mutex_);
+  departures_client_ = nullptr;
+}
 
 bool EtcdStore::close(Deadline deadline) {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -19,7 +19,8 @@
 //
 // Liveness: each rank grants a lease of PSTATE_ETCD_LEASE_TTL_S seconds (default 3; etcd's
 // minimum, about 2, and at most 60) and a thread renews it every TTL/3. A rank whose host
-// vanished is gone from members() within the TTL. A lease that expired under a live rank (etcd
+// vanished is gone from members() within the TTL, and watch_departures() tells the context at
+// once (its UCX waits then fail with PEER_LOST instead of waiting for their timeout). A lease that expired under a live rank (etcd
 // unreachable longer than the TTL) is logged at WARN: the others have taken it for dead.
 //
 // Waits use watches, not polling: one transaction reads every missing key and PREFIX/failed at
@@ -68,6 +69,8 @@ class EtcdStore final : public Store {
   bool erase(const std::string &key, Deadline deadline) override;
   void abandon(pstate_status_t status, const std::string &why) noexcept override;
   std::optional<std::vector<int>> members(Deadline deadline) override;  // ranks with a live lease
+  // A thread watches PREFIX/rank/: a DELETE (lease lapsed, revoked) is on_change(rank, true).
+  void watch_departures(std::function<void(int rank, bool gone)> on_change) override;
   void interrupt() noexcept override;
   std::string describe() const override { return url_; }
   // Revokes the lease (the rank leaves members() at once); the last rank of the world to close
@@ -89,6 +92,7 @@ class EtcdStore final : public Store {
   bool await(const std::vector<std::string> &keys, Deadline deadline, const std::string &what,
              std::vector<std::string> *values, std::vector<std::string> *missing);
   void keep_alive_loop();
+  void departures_loop(std::function<void(int, bool)> on_change);
   void stop_keeper();
   void require_open(const char *call) const;
   std::string k(const std::string &name) const { return prefix_ + name; }
@@ -110,6 +114,10 @@ class EtcdStore final : public Store {
   std::condition_variable keeper_cv_;
   bool keeper_stop_ = false;
   std::atomic<uint64_t> keeper_requests_{0};
+
+  std::thread departures_;  // watch_departures
+  std::mutex departures_mutex_;  // guards departures_client_ against its thread ending
+  EtcdClient *departures_client_ = nullptr;
 };
 
 }  // namespace pstate

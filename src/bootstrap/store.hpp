@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -66,6 +67,14 @@ class Store {
     (void)deadline;
     return std::nullopt;
   }
+  // Tells on_change(rank, true) when a rank's claim vanishes from the store (an etcd store: its
+  // lease lapsed or was revoked — the process or its whole host is gone, no FIN needed) and
+  // on_change(rank, false) when a rank is claimed again (a replacement), from a thread of the
+  // store's, until the store is closed or destroyed. The context turns it into its UCX waits'
+  // liveness checks, so a collective blocked on a vanished host fails within the lease TTL
+  // instead of at its timeout. Default: nothing (a TCP store's members() sees a connection
+  // close at once, a file store cannot tell).
+  virtual void watch_departures(std::function<void(int rank, bool gone)> on_change) { (void)on_change; }
   // Stops the call another thread is blocked in (and every later call) with PSTATE_ERR_ABORTED:
   // pstate_abort / pstate_revoke from another thread (Context::request_abort). Any thread; never
   // blocks. A TCP store shuts its socket down (at once); a file store ends its poll at the next

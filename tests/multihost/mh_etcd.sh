@@ -11,9 +11,10 @@
 #   2. Host 0 dies entirely: its cable goes down first (no FIN, no RST reaches anyone), then its
 #      ranks, its launcher and its etcd member are SIGKILLed. Polling etcd from host 1 measures
 #      when the dead ranks' leases lapse (must be within the TTL + 1 s of the kill, plus the
-#      poll's own 0.1 s). The 4 survivors' all-reduce fails (UCX cannot see a vanished host: at
-#      their timeout), pstate_live_ranks (the etcd leases) says ranks 0 and 1 are gone, they
-#      shrink to a world of 4 and compute exactly.
+#      poll's own 0.1 s). The 4 survivors' all-reduce fails with PEER_LOST when the leases lapse
+#      (the store's lease watch marks ranks 0 and 1 departed for the UCX waits, which cannot see
+#      a vanished host themselves), well before its 5 s timeout; pstate_live_ranks (the leases)
+#      says ranks 0 and 1 are gone; they shrink to a world of 4 and compute exactly.
 #   3. A replacement of rank 0 starts on host 3 once etcd dropped rank 0 (PSTATE_REJOIN=1); the survivors admit it with
 #      pstate_grow; the world of 5 computes exactly.
 #   4. Quorum is lost (host 2's member is killed: 1 of 3 left): every rank's next store call
@@ -110,7 +111,10 @@ for i in $(seq 300); do
 done
 [ "$(cat "$MH_LOGS"/L1.log "$MH_LOGS"/L2.log | grep -c "first exact collective")" -ge 4 ] || fail "the survivors did not shrink"
 recovered=$(($(now_ms) - t_kill))
-mh_log "the 4 survivors shrank and computed exactly ${recovered} ms after the kill (their all-reduce failed at its ${TIMEOUT_MS} ms timeout)"
+mh_log "the 4 survivors shrank and computed exactly ${recovered} ms after the kill (collective timeout ${TIMEOUT_MS} ms)"
+[ "$(cat "$MH_LOGS"/L1.log "$MH_LOGS"/L2.log | grep "loop ended" | grep -c "PSTATE_ERR_PEER_LOST")" = 4 ] ||
+  fail "a survivor's all-reduce did not fail with PEER_LOST (the lease watch), but with its timeout"
+[ "$recovered" -lt "$TIMEOUT_MS" ] || fail "the survivors recovered only after the collective timeout"
 mh_wait L0 5
 # 3. A replacement of rank 0 on host 3 (it waits to be admitted; its rendezvous deadline covers
 # the survivors' failed call, at their timeout, and their shrink).

@@ -167,6 +167,7 @@ bool UcxWorker::peer_lost(int world_rank) {
   if (it == peers_.end()) return false;
   Peer &p = *it->second;
   if (!p.exited && p.watch && p.watch->exited()) p.exited = true;
+  if (!p.departed) p.departed = departed(world_rank);
   return p.lost();
 }
 
