@@ -4,7 +4,8 @@
 // wait, check, erase; get waiting for a later set; atomic add and first-writer-wins across
 // processes; deadlines naming keys and absent ranks; job token, rank claims, world size, refused
 // members failing the waiting ranks at once), plus what etcd adds: members() from leases (a
-// killed rank is gone within the lease TTL, a closed one at once), failover past a dead endpoint,
+// killed rank is gone within the lease TTL, a closed one at once; watch_departures tells it),
+// failover past a dead endpoint,
 // a lost cluster named as etcd within the caller's deadline, interrupt(), clean-up of the job's
 // keys and of a killed job's leftover, the init method and PSTATE_STORE. Each test uses its own
 // prefix. Exits 77 (skipped) when no etcd binary is installed (`./build.sh deps` installs it).
@@ -15,7 +16,9 @@
 #include <poll.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <chrono>
 #include <thread>
 
@@ -248,6 +251,42 @@ void test_etcd_killed_rank_leaves_members_within_the_ttl_and_can_be_claimed(void
   ::close(claimed[1]);
 }
 
+// watch_departures: the store tells (rank, true) when a rank's lease lapses (a killed process:
+// no close, no revoke) within the TTL, and (rank, false) when the rank is claimed again.
+void test_etcd_watch_departures_tells_a_lapsed_lease_and_a_new_claim(void **) {
+  const std::string url = url_of(fresh_prefix("departures"));
+  auto rank0 = open_etcd(url, 0, 3);
+  std::mutex mutex;
+  std::vector<std::pair<int, bool>> seen;
+  rank0->watch_departures([&](int r, bool gone) {
+    std::lock_guard<std::mutex> lock(mutex);
+    seen.emplace_back(r, gone);
+  });
+  auto count = [&](std::pair<int, bool> what) {
+    std::lock_guard<std::mutex> lock(mutex);
+    return std::count(seen.begin(), seen.end(), what);
+  };
+  ChildBody holder = [&](int) -> int {
+    auto store = open_etcd(url, 2, 3);
+    ::kill(::getpid(), SIGKILL);
+    return 0;
+  };
+  pid_t child = pstest::fork_child(holder, 2);
+  for (int i = 0; i < 200 && count({2, false}) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  assert_int_equal(count({2, false}), 1);  // its claim
+  assert_int_equal(pst_wait(child, kLongMs), 128 + SIGKILL);
+  auto t0 = std::chrono::steady_clock::now();
+  while (count({2, true}) == 0 && seconds_since(t0) < kTtlS + 3)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  double after = seconds_since(t0);
+  std::printf("watch_departures told rank 2 gone %.2f s after its process was killed (lease TTL %d s)\n", after, kTtlS);
+  assert_int_equal(count({2, true}), 1);
+  assert_true(after <= kTtlS + 1.0);
+  auto again = open_etcd(url, 2, 3);
+  for (int i = 0; i < 100 && count({2, false}) < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  assert_int_equal(count({2, false}), 2);
+}
+
 void test_etcd_members_are_the_ranks_with_a_live_lease(void **) {
   const std::string url = url_of(fresh_prefix("members"));
   auto rank0 = open_etcd(url, 0, 4);
@@ -478,6 +517,7 @@ int main(void) {
       cmocka_unit_test(test_etcd_job_id_names_the_other_job),
       cmocka_unit_test(test_etcd_duplicate_rank_is_mismatch_naming_the_holder),
       cmocka_unit_test(test_etcd_killed_rank_leaves_members_within_the_ttl_and_can_be_claimed),
+      cmocka_unit_test(test_etcd_watch_departures_tells_a_lapsed_lease_and_a_new_claim),
       cmocka_unit_test(test_etcd_members_are_the_ranks_with_a_live_lease),
       cmocka_unit_test(test_etcd_rank_outside_world_is_mismatch),
       cmocka_unit_test(test_etcd_world_size_disagreement_is_mismatch_naming_both_ranks),
