@@ -170,6 +170,7 @@ nlohmann::json EtcdClient::call(const char *path, const nlohmann::json &body, De
       if (answer.is_discarded() || !answer.is_object()) {
         why = cat("HTTP ", r.http, ", not an etcd answer (", r.body.substr(0, 80), ")");
       } else if (r.http == 200 && !answer.contains("error")) {
+        if (answer.contains("header")) last_revision_ = std::max(last_revision_, json_i64(answer["header"], "revision"));
         return answer;
       } else {
         int code = answer.value("code", 2);

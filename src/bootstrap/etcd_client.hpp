@@ -74,6 +74,8 @@ class EtcdClient {
   // Requests sent so far (unary calls and watches, retries included): the start-up benchmark's
   // per-rank count.
   uint64_t requests() const { return requests_; }
+  // The newest store revision any answer carried (0: none yet).
+  int64_t last_revision() const { return last_revision_; }
   const std::string &name() const { return config_.name; }
 
  private:
@@ -95,6 +97,7 @@ class EtcdClient {
   size_t current_ = 0;
   std::atomic<bool> interrupted_{false};
   uint64_t requests_ = 0;
+  int64_t last_revision_ = 0;
 };
 
 // Base64 (RFC 4648, with padding) of the gateway's keys and values.

@@ -572,6 +572,18 @@ std::optional<std::vector<int>> EtcdStore::members(Deadline deadline) {
 
 void EtcdStore::interrupt() noexcept { client_->interrupt(); }
 
+void EtcdStore::await_change() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  require_open("await_change");
+  const int64_t since = client_->last_revision();
+  json create = {{"key", base64_encode(prefix_)},
+                 {"range_end", base64_encode(prefix_end(prefix_))},
+                 {"start_revision", std::to_string(since + 1)}};
+  client_->watch(create, Deadline::after_ms(250), [](const json &result) {
+    return !result.value("events", json::array()).empty();
+  });
+}
+
 void EtcdStore::watch_departures(std::function<void(int rank, bool gone)> on_change) {
   if (departures_.joinable() || !on_change) return;
   departures_ = std::thread([this, fn = std::move(on_change)] { departures_loop(fn); });

@@ -71,6 +71,9 @@ class EtcdStore final : public Store {
   std::optional<std::vector<int>> members(Deadline deadline) override;  // ranks with a live lease
   // A thread watches PREFIX/rank/: a DELETE (lease lapsed, revoked) is on_change(rank, true).
   void watch_departures(std::function<void(int rank, bool gone)> on_change) override;
+  // Waits in a watch, up to 250 ms, for the next write or lapsed lease under the job's prefix
+  // since this store's last read (await_store_change, store_wait.hpp).
+  void await_change();
   void interrupt() noexcept override;
   std::string describe() const override { return url_; }
   // Revokes the lease (the rank leaves members() at once); the last rank of the world to close

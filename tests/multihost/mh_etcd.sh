@@ -13,7 +13,7 @@
 #      when the dead ranks' leases lapse (must be within the TTL + 1 s of the kill, plus the
 #      poll's own 0.1 s). The 4 survivors' all-reduce fails with PEER_LOST when the leases lapse
 #      (the store's lease watch marks ranks 0 and 1 departed for the UCX waits, which cannot see
-#      a vanished host themselves), well before its 5 s timeout; pstate_live_ranks (the leases)
+#      a vanished host themselves), well before its 10 s timeout; pstate_live_ranks (the leases)
 #      says ranks 0 and 1 are gone; they shrink to a world of 4 and compute exactly.
 #   3. A replacement of rank 0 starts on host 3 once etcd dropped rank 0 (PSTATE_REJOIN=1); the survivors admit it with
 #      pstate_grow; the world of 5 computes exactly.
@@ -29,7 +29,7 @@ ETCDCTL=$(command -v etcdctl || true)
 [ -n "$ETCD" ] && [ -n "$ETCDCTL" ] || mh_skip "etcd / etcdctl are not installed (./build.sh deps installs etcd-server and etcd-client)"
 mh_setup etcdst 4
 TTL=2
-TIMEOUT_MS=5000
+TIMEOUT_MS=10000  # the collective and store-call deadline: room for an etcd election on a loaded machine
 PREFIX="pmh/etcd-$$"
 ENDPOINTS="$(mh_addr 0):2379,$(mh_addr 1):2379,$(mh_addr 2):2379"
 URL="etcd://$ENDPOINTS/$PREFIX"
@@ -38,7 +38,7 @@ QUORUM_GONE="$MH_LOGS/quorum-gone"
 ETCD_DATA=$(mktemp -d /tmp/pmh-etcdst-XXXXXX)  # etcd preallocates its WAL: not in the kept logs
 trap 'mh_cleanup; rm -rf "$ETCD_DATA"' EXIT
 # The job id the launchers and the replacement share (pstate run would derive one from the token).
-export PSTATE_DEBUG=INFO PSTATE_ETCD_LEASE_TTL_S=$TTL ETCDCTL_API=3 PSTATE_JOB_ID="mh-etcd-$$"
+export PSTATE_DEBUG=INFO PSTATE_ETCD_LEASE_TTL_S=$TTL ETCDCTL_API=3 PSTATE_JOB_ID="mh-etcd-$$" PSTATE_TRACE_DIR="$MH_LOGS/trace"
 
 # etcd member k on host k (state: new or existing); its data under $ETCD_DATA/m$k.
 start_member() {
