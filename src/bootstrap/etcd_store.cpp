@@ -611,12 +611,13 @@ void EtcdStore::departures_loop(std::function<void(int, bool)> on_change) {
       if (keeper_stop_) break;
     }
     try {
-      if (revision == 0) {
-        json r = range_op(ranks, prefix_end(ranks), true)["request_range"];
-        r["count_only"] = true;
-        revision = json_i64(client->call("/v3/kv/range", r, Deadline::after_ms(2000), "watch the leases")["header"],
-                            "revision");
-      }
+      // A read first, every slice: it fails over past a member that went silent (a dead host
+      // leaves a watch on it quiet, not broken), so the watch below runs on one that answers.
+      json r = range_op(ranks, prefix_end(ranks), true)["request_range"];
+      r["count_only"] = true;
+      int64_t now = json_i64(client->call("/v3/kv/range", r, Deadline::after_ms(4000), "watch the leases")["header"],
+                             "revision");
+      if (revision == 0) revision = now;
       json create = {{"key", base64_encode(ranks)},
                      {"range_end", base64_encode(prefix_end(ranks))},
                      {"start_revision", std::to_string(revision + 1)}};
