@@ -55,13 +55,14 @@ run_one() {
   t0=$(date +%s%N)
   if ! PSTATE_DEBUG=INFO timeout --kill-after=10 "$CASE_TIMEOUT" "$PSTATE" run --no-bind "${args[@]}" -n "$n" -- \
       "$PSTATE" bench --op startup --tp "$tp" --pp "$pp" >"$out" 2>&1; then
-    cat "$out" >>"$LOG"
+    { echo "\$ pstate run ${args[*]} -n $n (failed)"; tail -20 "$out"; } >>"$LOG"
     rm -f "$out"
     echo "null null null null null"
     return
   fi
   t1=$(date +%s%N)
-  cat "$out" >>"$LOG"
+  # the log keeps what the numbers come from (the INFO output of every rank would be ~1 MB)
+  { echo "\$ pstate run ${args[*]} -n $n"; grep -E "# pstate bench startup|requests to etcd" "$out"; } >>"$LOG"
   line=$(grep "# pstate bench startup, $n ranks" "$out" | tail -1 || true)
   init=$(sed -n 's/.*pstate_init \([0-9.]*\) ms.*/\1/p' <<<"$line" | cut -d. -f1)
   mp=$(sed -n 's/.*initialize_model_parallel \([0-9.]*\) ms.*/\1/p' <<<"$line" | cut -d. -f1)
