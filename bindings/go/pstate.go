@@ -20,7 +20,8 @@ func WithRank(r int) Option { return func(p capi.Pstate_init_params_t) { p.SetRa
 // WithLocalRank sets the rank on this host (default: LOCAL_RANK).
 func WithLocalRank(r int) Option { return func(p capi.Pstate_init_params_t) { p.SetLocal_rank(r) } }
 
-// WithInitMethod sets "env://" (default), "tcp://HOST:PORT" or "file:///PATH".
+// WithInitMethod sets "env://" (default), "tcp://HOST:PORT", "file:///PATH" or
+// "etcd://HOST:PORT[,HOST:PORT...]/PREFIX".
 func WithInitMethod(m string) Option {
 	return func(p capi.Pstate_init_params_t) { p.SetInit_method(m) }
 }

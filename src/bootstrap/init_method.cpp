@@ -6,7 +6,8 @@
 namespace pstate {
 namespace {
 
-constexpr std::string_view kSchemes = "use env://, tcp://HOST:PORT or file:///PATH";
+constexpr std::string_view kSchemes =
+    "use env://, tcp://HOST:PORT or file:///PATH, or etcd://HOST:PORT[,HOST:PORT...]/PREFIX";
 
 // The text quoted for an error, with unprintable bytes escaped and long text cut.
 std::string shown(std::string_view text) {
@@ -81,6 +82,47 @@ InitMethod parse_file(std::string_view whole, std::string_view rest) {
   return m;
 }
 
+// etcd://H1:P1,H2:P2/PREFIX: the endpoints are tcp://-style host:port pairs (parse_tcp checks
+// each); the prefix is the job's key namespace in etcd, [A-Za-z0-9._/-], "pstate" when absent.
+InitMethod parse_etcd(std::string_view whole, std::string_view rest, bool tls) {
+  InitMethod m;
+  m.kind = InitMethod::Kind::kEtcd;
+  m.tls = tls;
+  size_t slash = rest.find('/');
+  std::string_view hosts = rest.substr(0, slash);
+  std::string_view prefix = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
+  while (!prefix.empty() && prefix.back() == '/') prefix.remove_suffix(1);
+  while (!prefix.empty() && prefix.front() == '/') prefix.remove_prefix(1);
+  if (hosts.empty())
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "init_method ", shown(whole),
+                ": no etcd endpoint: use etcd://HOST:PORT[,HOST:PORT...]/PREFIX (etcd's client port, 2379)");
+  size_t start = 0;
+  while (start <= hosts.size()) {
+    size_t comma = hosts.find(',', start);
+    std::string_view one = hosts.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    if (one.empty())
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, "init_method ", shown(whole), ": an empty endpoint in the list");
+    InitMethod e = parse_tcp(whole, one);
+    if (e.port == 0)
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, "init_method ", shown(whole), ": etcd endpoint ", shown(one),
+                  " needs a port (etcd's client port, 2379)");
+    m.endpoints.push_back(e.host.find(':') != std::string::npos ? cat("[", e.host, "]:", e.port) : cat(e.host, ":", e.port));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  if (prefix.size() > 512)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "init_method ", shown(whole), ": the etcd prefix is over 512 bytes");
+  for (char ch : prefix) {
+    bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
+              ch == '_' || ch == '-' || ch == '/';
+    if (!ok)
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, "init_method ", shown(whole), ": the etcd prefix ", shown(prefix),
+                  " may hold only letters, digits and . _ - /");
+  }
+  m.path = prefix.empty() ? "pstate" : std::string(prefix);
+  return m;
+}
+
 }  // namespace
 
 std::string InitMethod::url() const {
@@ -92,6 +134,11 @@ std::string InitMethod::url() const {
       return cat("tcp://", host, ":", port);
     case Kind::kFile:
       return "file://" + path;
+    case Kind::kEtcd: {
+      std::string out = tls ? "etcds://" : "etcd://";
+      for (size_t i = 0; i < endpoints.size(); ++i) out += (i ? "," : "") + endpoints[i];
+      return out + "/" + path;
+    }
   }
   return "?";
 }
@@ -133,6 +180,7 @@ InitMethod parse_init_method(std::string_view text) {
   }
   if (scheme == "tcp") return parse_tcp(text, rest);
   if (scheme == "file") return parse_file(text, rest);
+  if (scheme == "etcd" || scheme == "etcds") return parse_etcd(text, rest, scheme == "etcds");
   throw_error(PSTATE_ERR_INVALID_ARGUMENT, "init_method ", shown(text), ": scheme ", shown(scheme),
               " is not supported: ", kSchemes);
 }

@@ -1,5 +1,5 @@
 // init_method.hpp — parsing of pstate_init_params_t.init_method: "env://", "tcp://HOST:PORT",
-// "file:///PATH".
+// "file:///PATH", "etcd://HOST:PORT,HOST:PORT/PREFIX" (etcds:// for TLS).
 //
 // Strict: one clear PSTATE_ERR_INVALID_ARGUMENT message per cause (unknown scheme, missing port,
 // port out of range, an IPv6 address without brackets, a relative file path, trailing text), so a
@@ -9,15 +9,18 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace pstate {
 
 struct InitMethod {
-  enum class Kind { kEnv, kTcp, kFile };
+  enum class Kind { kEnv, kTcp, kFile, kEtcd };
   Kind kind = Kind::kEnv;
   std::string host;  // kTcp: a name, an IPv4 address or an IPv6 address (without brackets)
   int port = 0;      // kTcp: 0..65535 (0 = any free port; only a serving rank can use it)
-  std::string path;  // kFile: an absolute path
+  std::string path;  // kFile: an absolute path; kEtcd: the job's key prefix ("pstate/job7")
+  std::vector<std::string> endpoints;  // kEtcd: "host:port" or "[v6]:port", in the given order
+  bool tls = false;                    // kEtcd: etcds:// (https endpoints)
 
   // Canonical text: "env://", "tcp://10.0.0.1:29500", "tcp://[::1]:29500", "file:///tmp/x".
   std::string url() const;

@@ -246,6 +246,15 @@ InitMethod resolve_lws_store(const EnvLookup &env) {
 }
 
 InitMethod resolve_env_store(const EnvLookup &env) {
+  // PSTATE_STORE names the store outright (etcd://..., tcp://..., file:///...): how a launcher
+  // without MASTER_ADDR's meaning (the etcd store has no rank 0 host) points ranks at it.
+  if (std::optional<std::string> store = lookup(env, "PSTATE_STORE")) {
+    InitMethod m = parse_init_method(*store);
+    if (m.kind == InitMethod::Kind::kEnv)
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, "PSTATE_STORE='env://' names no store: give etcd://HOST:PORT,.../PREFIX, "
+                  "tcp://HOST:PORT or file:///PATH, or unset it to use MASTER_ADDR and MASTER_PORT");
+    return m;
+  }
   std::optional<std::string> addr = lookup(env, "MASTER_ADDR");
   if (!addr)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT,

@@ -17,7 +17,9 @@
 //             the same in every pod of the template)
 // and rank and world size are both read from that launcher's variables (never mixed across
 // launchers). An empty variable counts as unset.
-// init_method NULL or "env://" means tcp://MASTER_ADDR:MASTER_PORT. mpirun and srun do not set
+// init_method NULL or "env://" means PSTATE_STORE when set (any init method but env://, e.g.
+// etcd://h1:2379,h2:2379,h3:2379/job7: the etcd store, etcd_store.hpp), else
+// tcp://MASTER_ADDR:MASTER_PORT. mpirun and srun do not set
 // those: export them (MASTER_ADDR = the host of rank 0, e.g. the first of
 // `scontrol show hostnames "$SLURM_JOB_NODELIST"`; MASTER_PORT = a free port agreed by the job,
 // e.g. 29500) or pass init_method; pstate does not guess them, since a guess that is wrong on one
@@ -61,7 +63,7 @@ struct LaunchEnv {
   bool local_rank_given = true;  // false: nothing gave it; the rendezvous derives it (the rank's
                                  // index among the ranks of its host, in rank order)
   int local_world_size = -1;  // -1 = unknown (srun, or world_size given as a parameter)
-  InitMethod store;           // kTcp or kFile; env:// is already resolved to tcp://MASTER_ADDR:MASTER_PORT
+  InitMethod store;           // kTcp, kFile or kEtcd; env:// is already resolved (PSTATE_STORE, MASTER_ADDR)
   int64_t timeout_ms = 600000;
   int64_t init_timeout_ms = 120000;  // the rendezvous' deadline (see above)
   std::string init_timeout_origin;   // "PSTATE_INIT_TIMEOUT_MS", "the timeout_ms parameter", ...

@@ -1,8 +1,11 @@
-// store.cpp — open_store (picks the TCP or file store from init_method) and the helpers every
+// store.cpp — open_store (picks the TCP, file or etcd store from init_method) and the helpers every
 // store shares: key/value validation, key quoting for messages, the add() counter format, and a
 // barrier built from add + wait.
 #include "bootstrap/store.hpp"
 
+#ifdef PSTATE_HAVE_ETCD
+#include "bootstrap/etcd_store.hpp"
+#endif
 #include "bootstrap/file_store.hpp"
 #include "bootstrap/init_method.hpp"
 #include "bootstrap/tcp_store.hpp"
@@ -25,6 +28,13 @@ std::unique_ptr<Store> open_store(const StoreOptions &options, const Logger &log
       return TcpStore::open(options, method, logger);
     case InitMethod::Kind::kFile:
       return FileStore::open(options, method.path, logger);
+    case InitMethod::Kind::kEtcd:
+#ifdef PSTATE_HAVE_ETCD
+      return EtcdStore::open(options, method, logger);
+#else
+      throw_error(PSTATE_ERR_UNSUPPORTED, "store ", method.url(), ": this libpstate was built without the etcd store "
+                  "(libcurl4-openssl-dev and nlohmann-json3-dev were missing at build time): install them and rebuild");
+#endif
     case InitMethod::Kind::kEnv:
       break;
   }

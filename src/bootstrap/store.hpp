@@ -1,7 +1,7 @@
 // store.hpp — the rendezvous key-value store every rank meets at (torch TCPStore, gloo Store).
 //
-// One interface, two implementations: TcpStore (rank 0 serves, every rank is a client) and
-// FileStore (a directory on a shared filesystem). Values are opaque bytes. Every blocking call
+// One interface, three implementations: TcpStore (rank 0 serves, every rank is a client),
+// FileStore (a directory on a shared filesystem) and EtcdStore (an etcd cluster: etcd_store.hpp). Values are opaque bytes. Every blocking call
 // takes a Deadline and throws pstate::Error(PSTATE_ERR_TIMEOUT) when it passes, naming the keys it
 // waited for; PSTATE_ERR_PEER_LOST when the server is gone; PSTATE_ERR_AUTH when the job token is
 // refused. Keys are namespaced by the caller ("addr/3", "mp/1/tp/ready").
@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -66,6 +67,14 @@ class Store {
     (void)deadline;
     return std::nullopt;
   }
+  // Tells on_change(rank, true) when a rank's claim vanishes from the store (an etcd store: its
+  // lease lapsed or was revoked — the process or its whole host is gone, no FIN needed) and
+  // on_change(rank, false) when a rank is claimed again (a replacement), from a thread of the
+  // store's, until the store is closed or destroyed. The context turns it into its UCX waits'
+  // liveness checks, so a collective blocked on a vanished host fails within the lease TTL
+  // instead of at its timeout. Default: nothing (a TCP store's members() sees a connection
+  // close at once, a file store cannot tell).
+  virtual void watch_departures(std::function<void(int rank, bool gone)> on_change) { (void)on_change; }
   // Stops the call another thread is blocked in (and every later call) with PSTATE_ERR_ABORTED:
   // pstate_abort / pstate_revoke from another thread (Context::request_abort). Any thread; never
   // blocks. A TCP store shuts its socket down (at once); a file store ends its poll at the next
@@ -81,7 +90,7 @@ class Store {
 };
 
 struct StoreOptions {
-  std::string init_method;  // "tcp://HOST:PORT" or "file:///PATH" (env:// resolved by the caller)
+  std::string init_method;  // "tcp://HOST:PORT", "file:///PATH" or "etcd://H:P,.../PREFIX" (env:// resolved by the caller)
   int rank = 0;             // rank 0 serves a TcpStore; -1 = observer (claims no rank)
   int world_size = 1;       // with rank -1, 0 = unknown (not checked)
   std::string job_token;    // empty = no token

@@ -97,6 +97,10 @@ constexpr OptionSpec kOptions[] = {
     {"--respawn", "K",
      "when a rank fails, start a replacement with the same RANK and PSTATE_REJOIN=1 (the survivors admit it with "
      "pstate_grow), at most K times in all; implies --keep-going"},
+    {"--store", "URL",
+     "the job's store is URL, an etcd cluster (etcd://H1:2379,H2:2379,H3:2379/PREFIX) or any init method: the "
+     "ranks get PSTATE_STORE=URL and no launcher serves a store, so the job outlives any host (with --nnodes, "
+     "--master is then not needed)"},
     {"--rank0-store", nullptr,
      "rank 0 serves the rendezvous store (default: the launcher of node 0 does, so the store outlives any rank)"},
     {"--dump-signal", nullptr,
@@ -285,6 +289,11 @@ class Launcher {
     host_store_ = host_store;
   }
   void keep_going() { keep_going_ = true; }
+  // --store URL: the job's store is URL (an etcd cluster); no launcher serves one.
+  void external_store(std::string url) {
+    store_url_ = std::move(url);
+    host_store_ = false;
+  }
   void dump_signal() { dump_signal_ = true; }
   void respawn(int max) {
     keep_going_ = true;
@@ -323,7 +332,7 @@ class Launcher {
     store_method.kind = InitMethod::Kind::kTcp;
     store_method.host = addr_;
     store_method.port = port_;
-    job_store_ = std::make_unique<JobStoreClient>(store_method.url(), token_, job_id_);
+    job_store_ = std::make_unique<JobStoreClient>(store_url_.empty() ? store_method.url() : store_url_, token_, job_id_);
     for (int local = 0; local < nproc_; ++local) {
       ranks_.emplace_back();
       start_rank(ranks_.back(), local, false);
@@ -351,6 +360,7 @@ class Launcher {
                                                             {"PSTATE_JOB_TOKEN", token_},
                                                             {"PSTATE_JOB_ID", job_id_}};
     if (host_store_) env.push_back({"PSTATE_STORE_EXTERNAL", "1"});
+    if (!store_url_.empty()) env.push_back({"PSTATE_STORE", store_url_});
     if (rejoin) env.push_back({"PSTATE_REJOIN", "1"});
     if (dump_signal_) env.push_back({"PSTATE_TRACE_SIGNAL", "1"});
     int cpu = cpus_.empty() ? -1 : cpus_[static_cast<size_t>(local) % cpus_.size()];
@@ -772,6 +782,7 @@ class Launcher {
   std::string addr_;
   int port_, grace_ms_, max_wait_s_, status_every_s_;
   bool host_store_ = true;
+  std::string store_url_;  // --store
   bool keep_going_ = false;  // --keep-going
   int max_respawns_ = 0;     // --respawn K
   int respawned_ = 0;        // replacements started so far
@@ -817,8 +828,9 @@ int run_run(const ParsedArgs &args) {
     if (addr.size() > 2 && addr.front() == '[' && addr.back() == ']') addr = addr.substr(1, addr.size() - 2);
     port = std::atoi(master->c_str() + colon + 1);
     if (port <= 0 || port > 65535) throw UsageError("--master port must be 1..65535");
-  } else if (nnodes > 1) {
-    throw UsageError("--master HOST:PORT is required with --nnodes > 1 (the address of node 0)");
+  } else if (nnodes > 1 && !args.value("--store")) {
+    throw UsageError("--master HOST:PORT is required with --nnodes > 1 (the address of node 0), unless --store "
+                     "names the job's store");
   } else if (args.flag("--rank0-store")) {
     port = free_loopback_port();  // rank 0 binds it later (another process could take it between)
   }  // else: the launcher's store binds a free port itself
@@ -838,12 +850,22 @@ int run_run(const ParsedArgs &args) {
               (!args.flag("--no-bind") && static_cast<size_t>(nproc) <= allowed_cpus().size());
   Launcher launcher(nproc, nnodes, node_rank, addr, port, grace, max_wait, status_every, !args.flag("--no-prefix"),
                     bind, !args.flag("--rank0-store"));
+  if (auto store = args.value("--store")) {
+    if (args.flag("--rank0-store")) throw UsageError("--store and --rank0-store exclude each other");
+    try {
+      InitMethod m = parse_init_method(*store);
+      if (m.kind == InitMethod::Kind::kEnv) throw UsageError("--store needs a store's URL, not env://");
+      launcher.external_store(m.url());
+    } catch (const Error &e) {
+      throw UsageError(cat("--store: ", e.what()));
+    }
+  }
   if (args.flag("--keep-going")) launcher.keep_going();
   if (args.flag("--dump-signal")) launcher.dump_signal();
   if (args.value("--respawn")) {
     int k = args.int_value("--respawn", 0);
     if (k < 1) throw UsageError("--respawn K needs K >= 1 (the most replacements in all)");
-    if (args.flag("--rank0-store"))
+    if (args.flag("--rank0-store") && !args.value("--store"))
       throw UsageError("--respawn needs the launcher's store (a replacement meets the survivors there): drop --rank0-store");
     launcher.respawn(k);
   }

@@ -277,10 +277,17 @@ std::unique_ptr<UcxWorker> Context::make_worker() const {
   wo.logger = log_;
   auto worker = std::make_unique<UcxWorker>(std::move(wo));
   worker->set_abort_flag(&abort_requested_);
+  worker->set_departed_flags(departed_.get(), departed_ ? launch_.world_size : 0);
   return worker;
 }
 
 void Context::rendezvous_with_store(Deadline deadline) {
+  // A store that watches its ranks' leases (etcd) marks the departed for the UCX waits.
+  departed_ = std::make_unique<std::atomic<bool>[]>(static_cast<size_t>(launch_.world_size));
+  for (int r = 0; r < launch_.world_size; ++r) departed_[static_cast<size_t>(r)].store(false);
+  store_->watch_departures([flags = departed_.get(), n = launch_.world_size, self = launch_.rank](int r, bool gone) {
+    if (r >= 0 && r < n && r != self) flags[r].store(gone, std::memory_order_release);
+  });
   {
     std::lock_guard<std::mutex> lock(wake_mutex_);
     worker_ = make_worker();

@@ -310,6 +310,9 @@ class Context {
   int device_ordinal_param_ = -1;
   std::vector<int> given_local_ranks_;  // per world rank, from the rank directory; -1: derived
   std::vector<std::string> interfaces_;  // per world rank: the interfaces it named ("" = none)
+  // One flag per launch rank: the store saw its lease lapse (Store::watch_departures); read by
+  // every UCX worker's liveness checks. Declared before store_, whose thread writes it.
+  std::unique_ptr<std::atomic<bool>[]> departed_;
   std::unique_ptr<Store> store_;
   bool directory_published_ = false;  // rank 0 set "pstate/peers" (init failing after that lingers: see the constructor)
   std::unique_ptr<UcxWorker> worker_;

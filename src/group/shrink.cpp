@@ -42,6 +42,7 @@
 // peer directory. Everyone then rebuilds the world with the newcomers appended in launch-rank
 // order and meets in its barrier.
 #include "bootstrap/netif.hpp"
+#include "bootstrap/store_wait.hpp"
 #include "bootstrap/wire.hpp"
 #include "common/le_bytes.hpp"
 #include "group/context.hpp"
@@ -164,7 +165,7 @@ Context::Arrivals Context::await_members(uint32_t epoch, const char *what, const
                   " alive but ", std::string(what) == "here" ? "did not call pstate_shrink" : "did not take the answer up",
                   " within ", launch_.timeout_ms,
                   " ms (every live rank must call it; a rank that is merely slow is never declared dead)");
-    std::this_thread::sleep_for(pause);
+    await_store_change(*store_, pause);  // a sleep, or an etcd watch
     pause = std::min(pause * 2, std::chrono::milliseconds(8));
   }
 }
@@ -393,7 +394,7 @@ int Context::grow_now(int64_t timeout_ms) {
     for (;;) {
       count = store_->add(kRejoinCount, 0, Deadline::after_ms(launch_.timeout_ms));
       if (count > rejoins_seen_ || patience.expired()) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      await_store_change(*store_, std::chrono::milliseconds(2));  // a sleep, or an etcd watch
     }
     deadline = Deadline::after_ms(launch_.timeout_ms);
     std::vector<Arrival> arrivals;

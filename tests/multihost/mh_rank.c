@@ -33,6 +33,16 @@
  *                       it failed with a message naming the store within the timeout + 2 s.
  *   mh_rank stranger    pstate_init with the environment it got (a wrong or missing job token):
  *                       exits 0 when refused with PSTATE_ERR_AUTH.
+ *   mh_rank etcd        the job on an etcd store (PSTATE_STORE=etcd://...) losing a whole host:
+ *                       all_reduces until one fails (the script kills host 0: ranks, launcher,
+ *                       etcd member); pstate_live_ranks must be the world less MH_EXPECT_DEAD (a
+ *                       comma list: their etcd leases lapsed); pstate_shrink to exactly the
+ *                       survivors, an exact all_reduce; pstate_grow admits the replacement
+ *                       (MH_REPLACEMENT=1: this process is it, started with PSTATE_REJOIN=1),
+ *                       an exact all_reduce on the grown world; prints "grown"; then waits for
+ *                       the file MH_QUORUM_GONE (the script kills a second etcd member): pstate_shrink
+ *                       (every rank's own store calls) must fail with PEER_LOST naming etcd within
+ *                       MH_TIMEOUT_MS + 3 s; abort.
  *
  * Common environment: the torchrun (or mpirun, srun) variables; MH_TIMEOUT_MS (pstate timeout,
  * default 30000); MH_SOCKET_IFNAME_PARAM: passed as pstate_init_params_t.socket_ifname.
@@ -512,6 +522,111 @@ static int mode_shrink(void) {
   return 0;
 }
 
+/* MH_EXPECT_DEAD as a set: "0,1" -> dead[0] = dead[1] = 1. */
+static int parse_dead(int *dead, int n) {
+  const char *v = getenv("MH_EXPECT_DEAD");
+  int count = 0;
+  memset(dead, 0, sizeof(int) * (size_t)n);
+  for (const char *p = v; p != NULL && *p;) {
+    int r = atoi(p);
+    if (r >= 0 && r < n && !dead[r]) dead[r] = 1, ++count;
+    p = strchr(p, ',');
+    if (p) ++p;
+  }
+  return count;
+}
+
+static int mode_etcd(void) {
+  const int replacement = env_int("MH_REPLACEMENT", 0);
+  const int timeout = env_int("MH_TIMEOUT_MS", 30000);
+  pstate_t *ps = NULL;
+  double t_init = now_ms();
+  OK(init_from_env(&ps));
+  group_t world;
+  if (get_group(ps, PSTATE_GROUP_WORLD, &world)) return 1;
+  g_rank = world.info.rank;
+  if (!replacement) {
+    const int old_size = world.size, old_rank = g_rank;
+    int dead[64];
+    const int ndead = parse_dead(dead, old_size);
+    size_t count = 16 * 1024;
+    float *buf = malloc(count * sizeof(float));
+    pstate_status_t s = PSTATE_OK;
+    for (long iter = 0; s == PSTATE_OK; ++iter) {
+      fill(PSTATE_FLOAT32, buf, count, g_rank, (int)(iter % 5));
+      s = pstate_all_reduce(world.g, buf, buf, count, PSTATE_FLOAT32, PSTATE_SUM, NULL);
+      if (s != PSTATE_OK) break;
+      for (size_t i = 0; i < count; i += 997)
+        CHECK(buf[i] == (float)reduce_ref(PSTATE_SUM, world.ranks, world.size, i, (int)(iter % 5)), "loop element %zu", i);
+      if (iter == 0) {
+        printf("mh: rank %d: looping (init took %.0f ms)\n", g_rank, now_ms() - t_init);
+        fflush(stdout);
+      }
+    }
+    const double failed_at = now_ms();
+    printf("mh: rank %d: loop ended with %s: %s\n", g_rank, pstate_status_string(s), pstate_last_error());
+    fflush(stdout);
+    CHECK(s == PSTATE_ERR_PEER_LOST || s == PSTATE_ERR_TIMEOUT || s == PSTATE_ERR_ABORTED, "status %s",
+          pstate_status_string(s));
+    int live[64];
+    size_t n = 0;
+    OK(pstate_live_ranks(ps, live, 64, &n));
+    char text[256] = "";
+    for (size_t i = 0; i < n; ++i) snprintf(text + strlen(text), sizeof text - strlen(text), "%s%d", i ? " " : "", live[i]);
+    printf("mh: rank %d: live ranks (from the etcd leases) %s\n", g_rank, text);
+    size_t k = 0;
+    for (int r = 0; r < old_size; ++r) {
+      if (dead[r]) continue;
+      CHECK(k < n && live[k] == r, "live rank #%zu should be %d (live: %s)", k, r, text);
+      ++k;
+    }
+    CHECK(n == k, "%zu live ranks, expected %zu (live: %s)", n, k, text);
+    int new_rank[64];
+    OK(pstate_shrink(ps, new_rank, 64, &(size_t){0}));
+    for (int r = 0, j = 0; r < old_size; ++r) {
+      int want = dead[r] ? -1 : j++;
+      CHECK(new_rank[r] == want, "new_rank[%d] = %d, expected %d", r, new_rank[r], want);
+    }
+    if (get_group(ps, PSTATE_GROUP_WORLD, &world)) return 1;
+    g_rank = world.info.rank;
+    CHECK(world.size == old_size - ndead && g_rank == new_rank[old_rank], "world of %d, rank %d", world.size, g_rank);
+    if (check_all_reduce(&world, PSTATE_FLOAT32, PSTATE_SUM, count, 1)) return 1;
+    printf("mh: rank %d (was %d): first exact collective %.0f ms after the failed call (world of %d)\n", g_rank,
+           old_rank, now_ms() - failed_at, world.size);
+    fflush(stdout);
+    free(buf);
+    const int before = world.size;
+    OK(pstate_grow(ps, 60000));
+    if (get_group(ps, PSTATE_GROUP_WORLD, &world)) return 1;
+    g_rank = world.info.rank;
+    CHECK(world.size == before + 1, "after pstate_grow: world of %d, expected %d", world.size, before + 1);
+  }
+  if (check_all_reduce(&world, PSTATE_FLOAT32, PSTATE_SUM, 4096, 2)) return 1;
+  if (check_all_reduce(&world, PSTATE_INT64, PSTATE_MAX, 1000, 3)) return 1;
+  printf("mh: rank %d: grown: world of %d, exact%s\n", g_rank, world.size, replacement ? " (the replacement)" : "");
+  fflush(stdout);
+  /* Quorum loss: the script kills a second etcd member, then creates MH_QUORUM_GONE. */
+  const char *gone = getenv("MH_QUORUM_GONE");
+  if (gone != NULL && *gone) {
+    while (access(gone, F_OK) != 0) usleep(20000);
+    double t0 = now_ms();
+    /* pstate_shrink: every rank asks the store itself (pstate_grow's leader would tell the others) */
+    pstate_status_t s = pstate_shrink(ps, NULL, 0, &(size_t){0});
+    double took = now_ms() - t0;
+    const char *why = pstate_last_error();
+    printf("mh: rank %d: without etcd quorum pstate_shrink gave %s after %.0f ms (bound %d ms): %s\n", g_rank,
+           pstate_status_string(s), took, timeout + 3000, why);
+    CHECK(s == PSTATE_ERR_PEER_LOST, "status %s, expected PEER_LOST", pstate_status_string(s));
+    CHECK(strstr(why, "etcd") != NULL, "the error does not name etcd: %s", why);
+    CHECK(took <= timeout + 3000, "took %.0f ms (bound %d ms)", took, timeout + 3000);
+    OK(pstate_abort(ps));
+  } else {
+    OK(pstate_finalize(ps));
+  }
+  printf("mh: rank %d: done\n", g_rank);
+  return 0;
+}
+
 static int mode_job(void) {
   pstate_t *ps = NULL;
   OK(init_from_env(&ps));
@@ -568,6 +683,7 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "job") == 0) return mode_job();
   if (strcmp(mode, "init_fails") == 0) return mode_init_fails();
   if (strcmp(mode, "stranger") == 0) return mode_stranger();
+  if (strcmp(mode, "etcd") == 0) return mode_etcd();
   fprintf(stderr, "usage: mh_rank lifecycle|loop|job|init_fails|stranger (see the comment at the top)\n");
   return 2;
 }

@@ -170,6 +170,7 @@ int UcxWorker::check_peers(const OpId *ops, size_t n, const WaitScope &scope) {
     if (op.state == OpState::kDone) continue;
     Peer &p = peer(op.target.peer_world);
     if (p.watch && !p.exited) p.exited = p.watch->exited();
+    if (!p.departed) p.departed = departed(p.world_rank);
     if (!p.lost()) continue;
     if (!p.lost_at) p.lost_at = now;
     auto left = std::chrono::milliseconds(options_.wait.peer_lost_grace_ms) - (now - *p.lost_at);
@@ -285,6 +286,9 @@ void UcxWorker::throw_peer_lost(const Peer &p, const Op &op, const WaitScope &sc
   if (p.ep_error != UCS_OK)
     throw_error(PSTATE_ERR_PEER_LOST, what, " became unreachable (UCX: ", ucs_status_string(p.ep_error), ") ", waited,
                 "; ", ucx::kPeerLostWayOut);
+  if (p.departed && !p.exited)
+    throw_error(PSTATE_ERR_PEER_LOST, what, " is gone: its lease in the job's store lapsed (its process or its "
+                "whole host ended) ", waited, "; ", ucx::kPeerLostWayOut);
   throw_error(PSTATE_ERR_PEER_LOST, what, " exited ", waited, "; ", ucx::kPeerLostWayOut);
 }
 

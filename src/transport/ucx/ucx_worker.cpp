@@ -167,6 +167,7 @@ bool UcxWorker::peer_lost(int world_rank) {
   if (it == peers_.end()) return false;
   Peer &p = *it->second;
   if (!p.exited && p.watch && p.watch->exited()) p.exited = true;
+  if (!p.departed) p.departed = departed(world_rank);
   return p.lost();
 }
 
@@ -207,6 +208,7 @@ void UcxWorker::post_notices(const std::vector<int> &world_ranks, int dead, psta
     if (r == options_.world_rank || r == dead) continue;
     try {
       Peer *p = &peer(r);
+      if (!p->departed) p->departed = departed(r);  // its host may be gone: never connect to it
       if (p->lost()) continue;
       if (!may_connect && !p->same_host && (p->ep == nullptr || p->ep_closed)) continue;
       // The failed wait force-closed the endpoints of its stuck sends: those peers are the ones

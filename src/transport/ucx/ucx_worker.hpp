@@ -188,6 +188,13 @@ class UcxWorker {
   // their liveness checks and throw PSTATE_ERR_ABORTED once it is set; the aborting thread wakes a
   // sleeping wait with signal(), so a wait ends within a round of progress.
   void set_abort_flag(const std::atomic<bool> *flag) { abort_flag_ = flag; }
+  // The context's departed flags (nullptr: none), one per world rank: set from the job's store
+  // (Store::watch_departures: an etcd lease lapsed, the rank's process or host is gone). wait()
+  // reads them with its liveness checks and takes such a peer for lost, as an exited one.
+  void set_departed_flags(const std::atomic<bool> *flags, int count) {
+    departed_flags_ = flags;
+    departed_count_ = count;
+  }
   // Wakes a wait of another thread that sleeps on this worker (ucp_worker_signal, which UCX allows
   // from any thread, whatever the worker's thread mode). Never blocks; no-op once closed.
   void signal() noexcept;
@@ -280,8 +287,9 @@ class UcxWorker {
     ucs_status_t ep_error = UCS_OK;          // from the PEER-mode error callback
     std::optional<ucx::ProcessWatch> watch;  // same host, other process
     bool exited = false;                     // the watch fired
+    bool departed = false;                   // the store saw its lease lapse (set_departed_flags)
     std::optional<Deadline::Clock::time_point> lost_at;  // when a wait first saw it dead
-    bool lost() const { return exited || ep_error != UCS_OK; }
+    bool lost() const { return exited || departed || ep_error != UCS_OK; }
   };
 
   void init_context();
@@ -350,6 +358,12 @@ class UcxWorker {
   Deadline::Clock::time_point wait_start_{};
   Deadline::Clock::time_point last_liveness_check_{};
   uint32_t epoch_ = 0;
+  const std::atomic<bool> *departed_flags_ = nullptr;  // set_departed_flags
+  int departed_count_ = 0;
+  bool departed(int world_rank) const {
+    return departed_flags_ != nullptr && world_rank >= 0 && world_rank < departed_count_ &&
+           departed_flags_[world_rank].load(std::memory_order_acquire);
+  }
   std::deque<std::vector<uint8_t>> notice_words_;  // what post_notices sent (UCX reads them until done)
   std::vector<void *> notice_sends_;   // their requests, freed once complete
   [[noreturn]] void throw_notice(const Notice &n, const WaitScope &scope);

@@ -97,7 +97,7 @@ pub struct InitOptions {
     pub world_size: Option<usize>,
     pub rank: Option<usize>,
     pub local_rank: Option<usize>,
-    /// "env://" (default), "tcp://HOST:PORT" or "file:///PATH".
+    /// "env://" (default), "tcp://HOST:PORT", "file:///PATH" or "etcd://HOST:PORT[,...]/PREFIX".
     pub init_method: Option<String>,
     pub device: Device,
     pub device_ordinal: Option<usize>,
