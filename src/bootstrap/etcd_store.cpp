@@ -1,7 +1,7 @@
 // etcd_store.cpp — the store on etcd (see etcd_store.hpp for the layout, leases and watches).
 #include "bootstrap/etcd_store.hpp"
 
-#include "bootstrap/hmac_sha256.hpp"
+#include "bootstrap/crypto.hpp"
 #include "bootstrap/wire.hpp"
 #include "common/error.hpp"
 
