@@ -884,13 +884,13 @@ class PState:
                            send, out, dim, dtype, count, stream)
 
     # ---- graph capture ---------------------------------------------------------------------
-    @contextlib.contextmanager
     def set_graph_registration(self, enable: bool = True) -> None:
         """pstate_set_graph_registration: register the buffers of captured device collectives with
         their group's communicator at the end of each graph_capture() block (SGLang's graph-buffer
         registration). Keep those buffers allocated while the graph lives."""
         self._call(capi.set_graph_registration, 1 if enable else 0)
 
+    @contextlib.contextmanager
     def graph_capture(self, stream: Optional[int] = None) -> Iterator[int]:
         """SGLang's graph_capture(): every group in capture mode for the block; yields the
         cudaStream_t (as an int) to capture on. CUDA contexts only (UnsupportedError on CPU)."""

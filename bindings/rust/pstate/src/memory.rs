@@ -1,7 +1,7 @@
 //! Group memory and registered buffers of a [`Group`] (issue 29): `pstate_mem_alloc`,
 //! `pstate_mem_free`, `pstate_mem_pool_reserve`, `pstate_mem_register` / `deregister`,
 //! `pstate_mem_query`, `pstate_group_mem_stats`, and [`PState::set_graph_registration`]. CUDA
-//! contexts only (a CPU context answers [`Status::Unsupported`]).
+//! contexts only (a CPU context answers [`Status::Unsupported`](crate::Status::Unsupported)).
 //!
 //! A [`GroupMemory`] owns its allocation and borrows its group, so it cannot outlive the group
 //! (nor, through the group, its [`PState`]): dropping it frees it. A piece of the group's pool is
