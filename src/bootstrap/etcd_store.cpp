@@ -586,10 +586,24 @@ void EtcdStore::await_change() {
 
 void EtcdStore::watch_departures(std::function<void(int rank, bool gone)> on_change) {
   if (departures_.joinable() || !on_change) return;
-  departures_ = std::thread([this, fn = std::move(on_change)] { departures_loop(fn); });
+  // The revision to watch from is read here, before returning, so that every change after this
+  // call is told (a claim made while the watcher thread starts is not missed); 0 when the read
+  // fails: the thread reads it again.
+  int64_t start = 0;
+  try {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::string ranks = k("rank/");
+    json r = range_op(ranks, prefix_end(ranks), true)["request_range"];
+    r["count_only"] = true;
+    start = json_i64(client_->call("/v3/kv/range", r, Deadline::after_ms(4000), "watch the leases")["header"],
+                     "revision");
+  } catch (const Error &) {
+    start = 0;
+  }
+  departures_ = std::thread([this, fn = std::move(on_change), start] { departures_loop(fn, start); });
 }
 
-void EtcdStore::departures_loop(std::function<void(int, bool)> on_change) {
+void EtcdStore::departures_loop(std::function<void(int, bool)> on_change, int64_t start_revision) {
   std::unique_ptr<EtcdClient> client;
   try {
     client = std::make_unique<EtcdClient>(config_);
@@ -604,7 +618,7 @@ void EtcdStore::departures_loop(std::function<void(int, bool)> on_change) {
     departures_client_ = client.get();
   }
   const std::string ranks = k("rank/");
-  int64_t revision = 0;  // watched up to here; 0: read the current revision first
+  int64_t revision = start_revision;  // watched up to here; 0: read the current revision first
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(keeper_mutex_);

@@ -95,7 +95,7 @@ class EtcdStore final : public Store {
   bool await(const std::vector<std::string> &keys, Deadline deadline, const std::string &what,
              std::vector<std::string> *values, std::vector<std::string> *missing);
   void keep_alive_loop();
-  void departures_loop(std::function<void(int, bool)> on_change);
+  void departures_loop(std::function<void(int, bool)> on_change, int64_t start_revision);
   void stop_keeper();
   void require_open(const char *call) const;
   std::string k(const std::string &name) const { return prefix_ + name; }

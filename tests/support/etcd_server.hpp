@@ -9,6 +9,7 @@
 
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -56,6 +57,7 @@ class EtcdServer {
     std::string client = "http://127.0.0.1:" + std::to_string(port_), peer_url = "http://127.0.0.1:" + std::to_string(peer);
     pid_ = ::fork();
     if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a test that dies (an abort, a sanitizer) takes its etcd along
       std::string log = dir_ + "/etcd.log";
       std::freopen(log.c_str(), "w", stdout);
       std::freopen(log.c_str(), "a", stderr);
