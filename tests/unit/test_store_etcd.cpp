@@ -212,20 +212,34 @@ void test_etcd_duplicate_rank_is_mismatch_naming_the_holder(void **) {
   assert_true(seconds_since(t0) < 1.0);
 }
 
+// A child that opens a store must be forked before this process starts threads of its own (a
+// store's lease keeper and watcher): a fork of a multi-threaded process can inherit a lock that
+// one of those threads held (the allocator's, libcurl's), and the child then hangs in its open.
+// So the child is forked first and waits here for the parent's go (a byte on the pipe), or gives
+// up after kLongMs.
+bool wait_for_go(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  char c;
+  return ::poll(&p, 1, static_cast<int>(kLongMs)) == 1 && ::read(fd, &c, 1) == 1;
+}
+
 // A killed rank: its lease lapses within the TTL; members() drops it and its rank can be claimed
 // again (by a replacement that started while the lease was still live).
 void test_etcd_killed_rank_leaves_members_within_the_ttl_and_can_be_claimed(void **) {
   const std::string url = url_of(fresh_prefix("killed"));
-  int claimed[2];
+  int claimed[2], go[2];
   assert_int_equal(::pipe(claimed), 0);
+  assert_int_equal(::pipe(go), 0);
   ChildBody holder = [&](int) -> int {
+    if (!wait_for_go(go[0])) return 1;
     auto store = open_etcd(url, 2, 3);
     (void)!::write(claimed[1], "x", 1);
     ::sleep(120);  // until killed
     return 0;
   };
+  pid_t child = pstest::fork_child(holder, 2);  // before rank0's threads (wait_for_go)
   auto rank0 = open_etcd(url, 0, 3);
-  pid_t child = pstest::fork_child(holder, 2);
+  assert_int_equal(::write(go[1], "g", 1), 1);
   char c;
   pollfd p{claimed[0], POLLIN, 0};
   assert_int_equal(::poll(&p, 1, kLongMs), 1);
@@ -249,12 +263,26 @@ void test_etcd_killed_rank_leaves_members_within_the_ttl_and_can_be_claimed(void
   assert_true(gone_after <= kTtlS + 1.0);
   ::close(claimed[0]);
   ::close(claimed[1]);
+  ::close(go[0]);
+  ::close(go[1]);
 }
 
 // watch_departures: the store tells (rank, true) when a rank's lease lapses (a killed process:
 // no close, no revoke) within the TTL, and (rank, false) when the rank is claimed again.
 void test_etcd_watch_departures_tells_a_lapsed_lease_and_a_new_claim(void **) {
   const std::string url = url_of(fresh_prefix("departures"));
+  int go[2];
+  assert_int_equal(::pipe(go), 0);
+  pid_t child = -1;
+  {
+    ChildBody waiting = [&](int) -> int {  // forked before rank0's threads (wait_for_go)
+      if (!wait_for_go(go[0])) return 1;
+      auto store = open_etcd(url, 2, 3);
+      ::kill(::getpid(), SIGKILL);
+      return 0;
+    };
+    child = pstest::fork_child(waiting, 2);
+  }
   auto rank0 = open_etcd(url, 0, 3);
   std::mutex mutex;
   std::vector<std::pair<int, bool>> seen;
@@ -266,12 +294,8 @@ void test_etcd_watch_departures_tells_a_lapsed_lease_and_a_new_claim(void **) {
     std::lock_guard<std::mutex> lock(mutex);
     return std::count(seen.begin(), seen.end(), what);
   };
-  ChildBody holder = [&](int) -> int {
-    auto store = open_etcd(url, 2, 3);
-    ::kill(::getpid(), SIGKILL);
-    return 0;
-  };
-  pid_t child = pstest::fork_child(holder, 2);
+  assert_int_equal(count({2, false}), 0);
+  assert_int_equal(::write(go[1], "g", 1), 1);
   for (int i = 0; i < 200 && count({2, false}) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   assert_int_equal(count({2, false}), 1);  // its claim
   assert_int_equal(pst_wait(child, kLongMs), 128 + SIGKILL);
@@ -285,6 +309,8 @@ void test_etcd_watch_departures_tells_a_lapsed_lease_and_a_new_claim(void **) {
   auto again = open_etcd(url, 2, 3);
   for (int i = 0; i < 100 && count({2, false}) < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   assert_int_equal(count({2, false}), 2);
+  ::close(go[0]);
+  ::close(go[1]);
 }
 
 void test_etcd_members_are_the_ranks_with_a_live_lease(void **) {
