@@ -33,7 +33,7 @@
 // the call like any other transport error.
 //
 // Off by default (ShmGroupOptions::cma_bytes; PSTATE_SHM_GATHERV_CMA_BYTES turns it on): on the
-// reference VM, measured A/B against staging under the load of other jobs, it was 3-13% slower at
+// reference VM, measured A/B against staging under the load of other jobs, it was 3-24% slower at
 // 128 KiB-2 MiB (bench/analysis.md, issue 30 item 6): the copy is not what costs there, the waits
 // are, and this protocol ends every call with a wait for every reader.
 #include "transport/shm/shm_group.hpp"
