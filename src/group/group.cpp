@@ -145,6 +145,13 @@ pstate::shm::ShmGroup &pstate_group_s::shm() {
     o.label = name_;
     o.liveness = [this] { check_waiting(); };
     o.global_ranks = ranks_;
+    // PSTATE_SHM_GATHERV_CMA_BYTES=N: all_gatherv whose largest part is N bytes or more reads the
+    // peers' parts from their memory (off by default; every rank must set the same N).
+    // PSTATE_SHM_CMA=0: no collective reads a peer's memory either (the group decides together).
+    if (const char *n = std::getenv("PSTATE_SHM_GATHERV_CMA_BYTES"); n != nullptr && *n != '\0')
+      o.cma_bytes = std::strtoull(n, nullptr, 10);
+    const char *cma = std::getenv("PSTATE_SHM_CMA");
+    if (cma != nullptr && std::string(cma) == "0") o.cma_allowed = false;
     shm_ = std::make_unique<pstate::shm::ShmGroup>(shm_name("coll"), rank_in_group_, size(), ctx_.op_deadline(), o);
     ctx_.log().info(shm_->describe());
   }

@@ -14,7 +14,10 @@
  * representable in every dtype; the reference is computed here by walking the ranks (float AVG
  * with one rounding's tolerance). recv is followed by a sentinel that must stay, and send (out
  * of place) must come back unchanged. The dlopen table's two new members reach the same
- * functions and work.
+ * functions and work. Around the shared-memory switch to copies by reference (opt-in; largest part 32 KiB
+ * in float32, below and above, and 2 MiB), with every rank holding the largest part in turn, in
+ * place and not; and the same where one rank refuses references (PSTATE_SHM_CMA=0), so the group
+ * stages instead (see switch_rank).
  *
  * Errors: counts NULL, counts whose sum overflows size_t, a sum whose bytes overflow or pass
  * 2^47 -> INVALID_ARGUMENT on every rank, before any message (the context stays usable); ranks
@@ -87,11 +90,11 @@ static int untouched(const unsigned char *p, size_t bytes) {
 
 /* ---- the data checks ------------------------------------------------------------------------ */
 
-static int check_all_gatherv(const pstate_test_rank_t *self, pstate_group_t *g, pstate_dtype_t d, int pattern,
-                             int in_place, int call, unsigned char *send, unsigned char *recv) {
+/* One all_gatherv of the given counts (pattern: a number for messages), checked byte by byte. */
+static int check_all_gatherv_counts(const pstate_test_rank_t *self, pstate_group_t *g, pstate_dtype_t d,
+                                    const size_t *counts, int pattern, int in_place, int call, unsigned char *send,
+                                    unsigned char *recv) {
   const int n = self->world_size, me = self->rank;
-  size_t counts[MAX_RANKS];
-  fill_counts(pattern, n, counts);
   const size_t es = pstate_dtype_size(d), total = offset_of(counts, n) * es, off = offset_of(counts, me) * es;
   const size_t mine = counts[me] * es;
   memset(recv, SENTINEL, total + 8);
@@ -114,6 +117,13 @@ static int check_all_gatherv(const pstate_test_rank_t *self, pstate_group_t *g, 
   if (!in_place)
     for (size_t j = 0; j < mine; ++j) RANK_CHECK(self, send[j] == part_byte(me, call, j), "all_gatherv changed send");
   return 0;
+}
+
+static int check_all_gatherv(const pstate_test_rank_t *self, pstate_group_t *g, pstate_dtype_t d, int pattern,
+                             int in_place, int call, unsigned char *send, unsigned char *recv) {
+  size_t counts[MAX_RANKS];
+  fill_counts(pattern, self->world_size, counts);
+  return check_all_gatherv_counts(self, g, d, counts, pattern, in_place, call, send, recv);
 }
 
 static int check_reduce_scatterv(const pstate_test_rank_t *self, pstate_group_t *g, pstate_dtype_t d,
@@ -198,6 +208,64 @@ static int data_rank(const pstate_test_rank_t *self) {
   RANK_OK(self, pstate_finalize(ps));
   return 0;
 }
+
+/* ---- around the switch to copies by reference ---------------------------------------------------
+ * With PSTATE_SHM_GATHERV_CMA_BYTES=32768 (set here; off by default), an all_gatherv in shared
+ * memory whose largest part is 32 KiB or more goes by reference (each rank reads its peers' parts
+ * from their buffers, shm_group_cma.cpp); below, through the staging areas. Largest parts of 32 KiB - 64, - 4, exactly, + 4 and 2 MiB + 4 bytes in float32, held by
+ * each rank in turn, with a small and an empty part beside it, out of place and in place, over 2
+ * to 4 processes. refuse_rank >= 0: that rank runs with PSTATE_SHM_CMA=0, so the group's first
+ * call by reference finds a rank that may not read, and every call (that one included) must
+ * still be right through the staging areas. */
+#define BIG_PART ((2u << 20) / 4 + 1)
+
+typedef struct switch_job_t {
+  int refuse_rank;
+} switch_job_t;
+
+static int switch_rank(const pstate_test_rank_t *self) {
+  const switch_job_t *job = self->arg;
+  if (self->rank == job->refuse_rank) setenv("PSTATE_SHM_CMA", "0", 1);
+  pstate_t *ps = NULL;
+  RANK_OK(self, pstate_test_init(self, 60000, &ps));
+  pstate_group_t *g = NULL;
+  RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &g));
+  const int n = self->world_size;
+  const size_t total_max = (size_t)BIG_PART * 4 + 64 * (size_t)n;
+  unsigned char *send = malloc(total_max + 8), *recv = malloc(total_max + 8);
+  RANK_CHECK(self, send != NULL && recv != NULL, "malloc");
+  const size_t largest[] = {8192 - 16, 8192 - 1, 8192, 8192 + 1, BIG_PART};
+  int call = 0;
+  for (size_t k = 0; k < sizeof largest / sizeof largest[0]; ++k)
+    for (int holder = 0; holder < n; ++holder)
+      for (int in_place = 0; in_place < 2; ++in_place, ++call) {
+        size_t counts[MAX_RANKS];
+        for (int r = 0; r < n; ++r)  /* the holder's part, an empty one after it, small ones */
+          counts[r] = r == holder ? largest[k] : r == (holder + 1) % n ? 0 : (size_t)(7 * r + 3);
+        if (check_all_gatherv_counts(self, g, PSTATE_FLOAT32, counts, 100 + (int)k, in_place, call, send, recv))
+          return 1;
+      }
+  free(send);
+  free(recv);
+  RANK_OK(self, pstate_finalize(ps));
+  return 0;
+}
+
+static void run_switch(int world, int refuse_rank) {
+  unsetenv("PSTATE_SHM");
+  unsetenv("PSTATE_SHM_CMA");
+  setenv("PSTATE_SHM_GATHERV_CMA_BYTES", "32768", 1);  /* off by default (README) */
+  switch_job_t job = {refuse_rank};
+  const int failed = pstate_test_run_processes(world, 120, switch_rank, &job, NULL);
+  unsetenv("PSTATE_SHM_GATHERV_CMA_BYTES");
+  assert_int_equal(failed, 0);
+}
+
+static void test_gatherv_by_reference_2_ranks(void **s) { (void)s; run_switch(2, -1); }
+static void test_gatherv_by_reference_3_ranks(void **s) { (void)s; run_switch(3, -1); }
+static void test_gatherv_by_reference_4_ranks(void **s) { (void)s; run_switch(4, -1); }
+static void test_gatherv_by_reference_refused_by_rank_0(void **s) { (void)s; run_switch(3, 0); }
+static void test_gatherv_by_reference_refused_by_last_rank(void **s) { (void)s; run_switch(3, 2); }
 
 /* The environment is set here, in the parent: forked ranks inherit it and thread ranks share it. */
 static void run_data(int world, int ucx, int threads) {
@@ -442,6 +510,13 @@ int main(void) {
       cmocka_unit_test(test_gatherv_4_ranks_ucx),
 #endif
       cmocka_unit_test(test_gatherv_3_threads),
+      cmocka_unit_test(test_gatherv_by_reference_2_ranks),
+#if !defined(__SANITIZE_THREAD__)
+      cmocka_unit_test(test_gatherv_by_reference_3_ranks),
+      cmocka_unit_test(test_gatherv_by_reference_4_ranks),
+      cmocka_unit_test(test_gatherv_by_reference_refused_by_rank_0),
+      cmocka_unit_test(test_gatherv_by_reference_refused_by_last_rank),
+#endif
       cmocka_unit_test(test_bad_counts_are_invalid_argument_on_every_rank),
       cmocka_unit_test(test_different_counts_are_mismatch_under_check_shm),
       cmocka_unit_test(test_different_counts_are_mismatch_under_check_ucx),

@@ -24,8 +24,8 @@ namespace {
 
 // 4: line words carry the call code; 5: kind - 1 in it (16 kinds); 6: 5 bits of kind (32 kinds)
 // and 8 of root, the counts hash in arrival lines.
-// 7: the verdict block after the control blocks.
-constexpr uint64_t kGroupLayoutVersion = 7;
+// 7: the verdict block after the control blocks. 8: ref_addr, ref_ok in the control blocks.
+constexpr uint64_t kGroupLayoutVersion = 8;
 constexpr size_t kMaxInlineBytes = 72 * kLineData;  // 4032 < kCodedCountLarge
 
 
@@ -79,7 +79,7 @@ ShmGroup::ShmGroup(const std::string &name, int rank, int size, const Deadline &
   for (uint64_t v : {uint64_t{area_bytes_}, uint64_t(depth_), uint64_t{options_.small_bytes},
                      uint64_t{options_.inline_bytes}, uint64_t(options_.inline_depth), uint64_t(size),
                      uint64_t{options_.stream_bytes}, uint64_t{options_.min_step_bytes},
-                     uint64_t{options_.inline_reduce_bytes}})
+                     uint64_t{options_.inline_reduce_bytes}, uint64_t{options_.cma_bytes}})
     params.layout_tag = mix(params.layout_tag, v);
   params.attach_flags = options_.wait.asymmetric_fences && register_for_asymmetric_fences()
                             ? 0
@@ -517,7 +517,8 @@ void ShmGroup::all_gatherv(const void *send, void *recv, const size_t *counts, p
     } else {
       begin_call(desc, false, deadline);
       publish_arrival(deadline);
-      staged_all_gatherv(in, out, counts, off.data(), esize, deadline);
+      if (!by_reference(largest * esize) || !cma_all_gatherv(in, out, counts, off.data(), esize, deadline))
+        staged_all_gatherv(in, out, counts, off.data(), esize, deadline);
     }
   });
 }

@@ -109,6 +109,13 @@ struct ShmGroupOptions {
                                             // speed; all_gather steps below it choose per call,
                                             // for the group (see stage_copy, ar_reduce,
                                             // staged_all_gather; SIZE_MAX: always ordinary)
+  size_t cma_bytes = SIZE_MAX;      // all_gatherv whose largest part is this large goes by reference:
+                                    // each rank copies the peers' parts straight from their send
+                                    // buffers (one copy; shm_group_cma.cpp). SIZE_MAX: never (the
+                                    // default: not faster than staging on the reference VM under
+                                    // load, bench/analysis.md). Ranks must agree (checked at attach)
+  bool cma_allowed = true;          // false: this rank refuses references (PSTATE_SHM_CMA=0), so the
+                                    // whole group stages (decided together, see shm_group_cma.cpp)
   WaitOptions wait;                 // spin/yield/futex policy (-1s resolved per machine)
   std::function<void()> liveness;   // throws PSTATE_ERR_PEER_LOST when a peer is gone; may be empty
   std::vector<int> global_ranks;    // the world rank of each group rank, for messages (may be empty)
@@ -314,6 +321,18 @@ class ShmGroup {
                           size_t esize, const Deadline &deadline);
   void agv_gather(uint64_t step, const uint8_t *send, uint8_t *recv, const size_t *counts, const size_t *offsets,
                   size_t index, size_t per_step, size_t esize, const Deadline &deadline);
+  // ---- by reference (shm_group_cma.cpp)
+  // True when a v-gather whose largest part is `bytes` goes by reference (the same answer on
+  // every rank: options, pids and the group's decision are the same everywhere).
+  bool by_reference(size_t bytes);
+  // all_gatherv by reference; false (nothing done, the call's first step used up) when this was
+  // the group's first such call and some rank could not read its peers: the caller stages.
+  bool cma_all_gatherv(const uint8_t *send, uint8_t *recv, const size_t *counts, const size_t *offsets,
+                       size_t esize, const Deadline &deadline);
+  // Copies each peer's part (bytes of counts[j] * esize at its published address) into recv;
+  // false when the kernel refused one (errno in *err), before anything else was read.
+  bool cma_read_peers(uint64_t step, uint8_t *recv, const size_t *counts, const size_t *offsets, size_t esize,
+                      bool first, int *err, const Deadline &deadline);
   void staged_reduce_scatterv(const uint8_t *send, uint8_t *recv, const size_t *counts, const size_t *offsets,
                               size_t esize, pstate_dtype_t dtype, pstate_reduce_op_t op, const Deadline &deadline);
   void rsv_publish(uint64_t step, const uint8_t *send, const size_t *counts, const size_t *offsets, size_t index,
@@ -365,6 +384,8 @@ class ShmGroup {
   } stage_choice_, broadcast_choice_, reduce_choice_,  // broadcast steps, all_reduce's fold
       gather_choice_;  // (ar_reduce) and medium all_gather calls (whole calls) are measured apart
   int call_kind_ = -1;  // >= 0: stage_copy uses this kind for the call in progress (medium all_gather)
+  enum class Cma { kUnknown, kOn, kOff };  // the group's decision on references (shm_group_cma.cpp)
+  Cma cma_ = Cma::kUnknown;
   uint64_t medium_gathers_ = 0;  // medium all_gather calls so far (the same count on every rank)
   const char *current_op_ = "";
   // The call in progress (agreement): its first step, code, descriptor, and which peers were

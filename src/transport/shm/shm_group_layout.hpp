@@ -28,6 +28,11 @@ struct ShmGroup::Control {
   // verdict" in shm_group.hpp).
   std::atomic<int64_t> gave_up_unix_ms;
   std::atomic<int32_t> gave_up_status;
+  // By reference (shm_group_cma.cpp): the address of this rank's part of the current call, in
+  // its own address space (stored before `in`), and, in the group's first such call, whether it
+  // could read every peer's (1) or not (2; stored before `out`).
+  std::atomic<uint64_t> ref_addr;
+  std::atomic<uint32_t> ref_ok;
 };
 static_assert(sizeof(ShmGroup::Control) <= kControlStride);
 
