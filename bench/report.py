@@ -625,6 +625,10 @@ def main():
                f"| {fmt(startup.get('pstate_ms'), 1)} |", ""]
     if curve:
         md += startup_curve_section(curve, before, curve_png, rel)
+    counts_md = os.path.join(HERE, "startup_counts.md")  # issue 30: what start-up costs, counted
+    if os.path.exists(counts_md):
+        with open(counts_md) as f:
+            md += f.read().rstrip("\n").split("\n") + [""]
     md += ["## Reproduce", "", "```", "bench/run.sh          # builds, measures, rewrites BENCHMARKS.md",
            "bench/run.sh --cases all_gatherv.2,sendrecv.2   # only those cases, the others' results kept"]
     if curve:
