@@ -29,7 +29,7 @@ REPEATS=${REPEATS:-3}
 CASE_TIMEOUT=${CASE_TIMEOUT:-300}
 PSTATE=${PSTATE:-$ROOT/$BUILD_DIR/pstate}  # PSTATE=/path/to/pstate measures another build (a "before")
 BIN=$(dirname "$OUT")/bin
-LOG=$(dirname "$OUT")/logs/startup_curve.log
+LOG=$(dirname "$OUT")/logs/$(basename "$OUT" .json).log
 mkdir -p "$BIN" "$(dirname "$LOG")"
 : >"$LOG"
 log() { echo "bench/startup_curve.sh: $*" >&2; }
