@@ -1,6 +1,7 @@
 // store_protocol.cpp — start-up's store traffic at scale, ranks as threads (issue 30, item 5).
 //
-//   store_protocol [--sizes 256,1024,4096] [--address-bytes B] [--no-watcher] [--json OUT]
+//   store_protocol [--sizes 256,1024,4096] [--address-bytes B] [--connect-batch K] [--no-watcher]
+//                  [--json OUT]
 //
 // For each size N, runs N simulated ranks (store_protocol.hpp: the library's TcpStore client,
 // its server and the rendezvous function pstate_init calls) and prints, per size, the requests,
@@ -65,7 +66,7 @@ std::string row_json(const ProtocolOptions &o, const ProtocolResult &r) {
   const StoreTraffic &z = r.rank[0];
   std::ostringstream s;
   s << "{\"ranks\": " << o.world_size << ", \"address_bytes\": " << o.address_bytes
-    << ", \"watcher\": " << (o.watcher ? "true" : "false") << ", \"exchange_ms\": " << r.exchange_ms
+    << ", \"watcher\": " << (o.watcher ? "true" : "false") << ", \"connect_batch\": " << o.connect_batch << ", \"exchange_ms\": " << r.exchange_ms
     << ", \"total_ms\": " << r.total_ms << ",\n  \"rank_requests\": " << req.json()
     << ", \"rank_frames\": " << frames.json() << ", \"rank_sent_bytes\": " << sent.json()
     << ", \"rank_received_bytes\": " << recv.json() << ",\n  \"rank0\": {\"requests\": " << z.requests
@@ -99,13 +100,15 @@ int main(int argc, char **argv) {
       for (std::string item; std::getline(ss, item, ',');) sizes.push_back(std::atoi(item.c_str()));
     } else if (a == "--address-bytes") {
       o.address_bytes = static_cast<size_t>(std::atol(value().c_str()));
+    } else if (a == "--connect-batch") {
+      o.connect_batch = std::atoi(value().c_str());
     } else if (a == "--no-watcher") {
       o.watcher = false;
     } else if (a == "--json") {
       json_path = value();
     } else {
       std::fprintf(stderr,
-                   "usage: store_protocol [--sizes 256,1024,4096] [--address-bytes B] [--no-watcher] [--json OUT]\n");
+                   "usage: store_protocol [--sizes 256,1024,4096] [--address-bytes B] [--connect-batch K] [--no-watcher] [--json OUT]\n");
       return 2;
     }
   }
