@@ -67,14 +67,16 @@ for n in $SIZES; do
     if [ "$SKIP_MPI" = 1 ]; then mpi+=(null); else mpi+=("$(timed "${MPIRUN[@]}" -np "$n" "$BIN/mpi_bench" --op startup)"); fi
     before=$(wc -l <"$LOG")
     ps+=("$(timed env PSTATE_DEBUG=INFO "$PSTATE" run --no-bind -n "$n" -- "$PSTATE" bench --op startup --tp "$tp" --pp "$pp")")
-    tail -n +"$((before + 1))" "$LOG" >"$LOG.run"
-    counts=$(/usr/bin/python3 bench/startup_counts.py "$LOG.run" | /usr/bin/python3 -c '
+    run_log=$(mktemp)
+    tail -n +"$((before + 1))" "$LOG" >"$run_log"
+    counts=$(/usr/bin/python3 bench/startup_counts.py "$run_log" | /usr/bin/python3 -c '
 import json, sys
 c = json.load(sys.stdin)
 out = {"server": c["server"]}
 for phase, e in c["phases"].items():
     out[phase] = {k: v for k, v in e.items() if k != "ranks"}
 print(json.dumps(out))' 2>/dev/null || echo null)
+    rm -f "$run_log"
     # rank 0's line of that run: "# pstate bench startup, N ranks, rank 0: pstate_init X ms, initialize_model_parallel Y ms, ..."
     line=$(grep "# pstate bench startup, $n ranks" "$LOG" | tail -1 || true)
     v=$(sed -n 's/.*pstate_init \([0-9.]*\) ms.*/\1/p' <<<"$line" | cut -d. -f1)
