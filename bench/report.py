@@ -625,10 +625,16 @@ def main():
                f"| {fmt(startup.get('pstate_ms'), 1)} |", ""]
     if curve:
         md += startup_curve_section(curve, before, curve_png, rel)
+    counts_md = os.path.join(HERE, "startup_counts.md")  # issue 30: what start-up costs, counted
+    if os.path.exists(counts_md):
+        with open(counts_md) as f:
+            md += f.read().rstrip("\n").split("\n") + [""]
     md += ["## Reproduce", "", "```", "bench/run.sh          # builds, measures, rewrites BENCHMARKS.md",
            "bench/run.sh --cases all_gatherv.2,sendrecv.2   # only those cases, the others' results kept"]
     if curve:
         md += ["bench/startup_curve.sh  # start-up as the job grows, on its own (startup_curve.json)"]
+    if os.path.exists(counts_md):
+        md += ["build/tests/store_protocol --sizes 256,1024,4096   # start-up's store traffic, ranks as threads (issue 30)"]
     if os.path.exists(os.path.join(HERE, "results", "recovery.json")):
         md += ["bench/recovery.sh       # what a dead rank costs: shrink against restart (recovery.json)"]
     if os.path.exists(os.path.join(HERE, "results", "torch_call", "torch_call.md")):

@@ -82,6 +82,12 @@ class EtcdStore final : public Store {
 
   int64_t lease_ttl_s() const { return ttl_s_; }
   uint64_t requests() const;  // requests sent to etcd by this store (its lease thread included)
+  // requests() as StoreTraffic (requests and frames; bytes and connections are not counted here).
+  StoreTraffic traffic() const override {
+    StoreTraffic t;
+    t.requests = t.frames = requests();
+    return t;
+  }
 
  private:
   EtcdStore(const StoreOptions &options, const InitMethod &method, const Logger &logger);

@@ -71,6 +71,11 @@ void validate_value(const std::string &key, const Bytes &value) {
                 " bytes; values are at most ", kStoreMaxValueBytes, " (64 MiB)");
 }
 
+std::string describe_traffic(const StoreTraffic &t) {
+  return cat("requests ", t.requests, " frames ", t.frames, " sent_bytes ", t.bytes_sent, " received_bytes ",
+             t.bytes_received, " connects ", t.connects);
+}
+
 std::string quote_key(std::string_view key) {
   constexpr size_t kShown = 120;
   std::string out = "'";

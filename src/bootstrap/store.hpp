@@ -38,6 +38,20 @@ inline constexpr size_t kStoreMaxKeyBytes = 4096;
 inline constexpr size_t kStoreMaxValueBytes = size_t{64} << 20;
 inline constexpr size_t kStoreMaxKeys = size_t{1} << 20;
 
+// What this process's store client has sent since it opened (start-up cost, issue 30): plain
+// counters, read for the INFO lines at the end of pstate_init, initialize_model_parallel and
+// finalize. `requests` counts calls of this interface (a get or wait that the TCP store sends in
+// several slices is one request), `frames` what went on the wire for them (>= requests), bytes the
+// request and reply frames (handshakes not included), `connects` connections opened (with their
+// handshake). A store that does not count leaves everything 0 (the file store).
+struct StoreTraffic {
+  uint64_t requests = 0;
+  uint64_t frames = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t connects = 0;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -80,6 +94,8 @@ class Store {
   // blocks. A TCP store shuts its socket down (at once); a file store ends its poll at the next
   // try (at most 64 ms).
   virtual void interrupt() noexcept = 0;
+  // This client's counters so far (see StoreTraffic); any thread.
+  virtual StoreTraffic traffic() const { return {}; }
   // Human-readable address for logs and errors ("tcp://127.0.0.1:29500").
   virtual std::string describe() const = 0;
   // Leaves the store gracefully: the rank that serves a TCP store first waits, until deadline,
@@ -125,6 +141,10 @@ std::string quote_keys(const std::vector<std::string> &keys, size_t total, size_
 // "ranks 2 and 5", "ranks 8-15".
 std::string rank_list(const std::vector<int> &ranks, size_t total, size_t limit = 12);
 std::string ranks_phrase(const std::vector<int> &ranks, size_t total);
+
+// "requests 5 frames 5 sent_bytes 412 received_bytes 1230 connects 1" for the INFO lines (one
+// word and its number each, so that scripts read them: bench/startup_curve.sh).
+std::string describe_traffic(const StoreTraffic &t);
 
 // Decimal text of an add() counter, and its parse (false when the bytes are not one).
 Bytes counter_to_bytes(int64_t value);

@@ -168,6 +168,7 @@ void TcpStore::connect(Deadline deadline) {
       }
       adopt_connection(std::move(fd));  // from here on interrupt() reaches it
       if (handshake(fd_, deadline, &last_problem)) {
+        connects_.fetch_add(1, std::memory_order_relaxed);
         logger_.info("store: rank ", options_.rank, " connected to ", url_, " from ",
                      net::local_address(fd_.get()).text());
         return;
@@ -327,7 +328,18 @@ uint32_t TcpStore::wait_ms_for(Deadline deadline) const {
   return static_cast<uint32_t>(std::max(0, deadline.remaining_ms()));
 }
 
-wire::Message TcpStore::call(const wire::Message &request, Deadline deadline, const std::string &what) {
+StoreTraffic TcpStore::traffic() const {
+  StoreTraffic t;
+  t.requests = requests_.load(std::memory_order_relaxed);
+  t.frames = frames_.load(std::memory_order_relaxed);
+  t.bytes_sent = bytes_sent_.load(std::memory_order_relaxed);
+  t.bytes_received = bytes_received_.load(std::memory_order_relaxed);
+  t.connects = connects_.load(std::memory_order_relaxed);
+  return t;
+}
+
+wire::Message TcpStore::call(const wire::Message &request, Deadline deadline, const std::string &what,
+                             bool continuation) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (interrupted_.load())
     throw_error(PSTATE_ERR_ABORTED, what, " on the store at ", url_, ": interrupted by this process");
@@ -335,6 +347,9 @@ wire::Message TcpStore::call(const wire::Message &request, Deadline deadline, co
   if (lost_) fail_lost(what, lost_detail_);
   if (!fd_.valid()) connect(deadline);
   Bytes frame = wire::encode(request);
+  if (!continuation) requests_.fetch_add(1, std::memory_order_relaxed);
+  frames_.fetch_add(1, std::memory_order_relaxed);
+  bytes_sent_.fetch_add(frame.size(), std::memory_order_relaxed);
   int err = 0;
   switch (net::send_all(fd_.get(), frame.data(), frame.size(), deadline, &err)) {
     case net::IoResult::kDone:
@@ -351,7 +366,9 @@ wire::Message TcpStore::call(const wire::Message &request, Deadline deadline, co
   // trip back, so a client-side timeout means the server is stuck or unreachable.
   uint32_t wait_ms = wait_ms_for(deadline);
   Deadline reply_deadline = Deadline::after_ms(int64_t{wait_ms} + kReplyGraceMs);
-  return read_reply(fd_, reply_deadline, wire::kMaxFrameBytes, what, false);
+  wire::Message reply = read_reply(fd_, reply_deadline, wire::kMaxFrameBytes, what, false);
+  bytes_received_.fetch_add(last_reply_bytes_, std::memory_order_relaxed);
+  return reply;
 }
 
 wire::Message TcpStore::read_reply(net::Fd &fd, Deadline deadline, size_t limit, const std::string &what,
@@ -380,6 +397,7 @@ wire::Message TcpStore::read_reply(net::Fd &fd, Deadline deadline, size_t limit,
   }
   if (r == net::IoResult::kClosed) return closed("connection closed");
   if (r == net::IoResult::kError) return closed(std::strerror(err));
+  last_reply_bytes_ = frame.size();
   wire::Decoded d = wire::decode_frame(frame, limit);
   if (d.status != wire::DecodeStatus::kFrame) {
     reset_fd(fd);
@@ -426,11 +444,11 @@ void TcpStore::set(const std::string &key, const Bytes &value, Deadline deadline
 // each timed-out slice is logged (INFO) when the store says ranks are missing. Returns the last
 // reply (a TimedOut when the deadline passed).
 wire::Message TcpStore::wait_in_slices(const std::string &what, Deadline deadline,
-                                       const std::function<wire::Message(uint32_t wait_ms)> &request) {
+                                       const std::function<wire::Message(uint32_t wait_ms, bool continuation)> &request) {
   auto start = Clock::now();
-  for (;;) {
+  for (bool continuation = false;; continuation = true) {
     Deadline slice = earlier(deadline, Deadline::after_ms(slice_ms_));
-    wire::Message reply = request(wait_ms_for(slice));
+    wire::Message reply = request(wait_ms_for(slice), continuation);
     auto *t = std::get_if<wire::TimedOut>(&reply);
     if (t == nullptr || deadline.expired()) return reply;
     if (!t->waiting_for.empty())
@@ -452,8 +470,8 @@ Bytes TcpStore::get(const std::string &key, Deadline deadline) {
   validate_key(key);
   std::string what = cat("get(", quote_key(key), ")");
   auto start = Clock::now();
-  wire::Message reply = wait_in_slices(what, deadline, [&](uint32_t wait_ms) {
-    return call(wire::Get{key, wait_ms}, Deadline::after_ms(wait_ms), what);
+  wire::Message reply = wait_in_slices(what, deadline, [&](uint32_t wait_ms, bool continuation) {
+    return call(wire::Get{key, wait_ms}, Deadline::after_ms(wait_ms), what, continuation);
   });
   if (auto *v = std::get_if<wire::Value>(&reply)) return std::move(v->value);
   if (auto *t = std::get_if<wire::TimedOut>(&reply))
@@ -475,8 +493,8 @@ void TcpStore::wait(const std::vector<std::string> &keys, Deadline deadline) {
   for (const auto &k : keys) validate_key(k);
   std::string what = cat("wait(", quote_keys(keys, keys.size(), 3), ")");
   auto start = Clock::now();
-  wire::Message reply = wait_in_slices(what, deadline, [&](uint32_t wait_ms) {
-    return call(wire::Wait{keys, wait_ms}, Deadline::after_ms(wait_ms), what);
+  wire::Message reply = wait_in_slices(what, deadline, [&](uint32_t wait_ms, bool continuation) {
+    return call(wire::Wait{keys, wait_ms}, Deadline::after_ms(wait_ms), what, continuation);
   });
   if (std::holds_alternative<wire::Ok>(reply)) return;
   if (auto *t = std::get_if<wire::TimedOut>(&reply))
@@ -530,6 +548,7 @@ bool TcpStore::close(Deadline deadline) {
   std::lock_guard<std::mutex> lock(mutex_);
   drop_connection();
   closed_ = true;
+  if (server_) logger_.info("store: server ", url_, " at close: ", describe_server_traffic(server_->stats()));
   server_.reset();
   return everyone_left;
 }

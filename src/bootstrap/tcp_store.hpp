@@ -59,6 +59,7 @@ class TcpStore final : public Store {
   bool erase(const std::string &key, Deadline deadline) override;
   void abandon(pstate_status_t status, const std::string &why) noexcept override;
   std::string describe() const override { return url_; }
+  StoreTraffic traffic() const override;
   bool close(Deadline deadline) override;
   // Any thread: the call blocked in this store now, and every later one, fail with
   // PSTATE_ERR_ABORTED at once (the connection is shut down). Never blocks on the calls; not
@@ -81,11 +82,14 @@ class TcpStore final : public Store {
   void join_port_holder(Deadline deadline);
   bool handshake(net::Fd &fd, Deadline deadline, std::string *retry_reason);
   bool read_server_preamble(net::Fd &fd, Deadline deadline, std::string *retry_reason);
+  // request(wait_ms, continuation): continuation is false for the first slice only (one request,
+  // however many frames: StoreTraffic).
   wire::Message wait_in_slices(const std::string &what, Deadline deadline,
-                               const std::function<wire::Message(uint32_t wait_ms)> &request);
+                               const std::function<wire::Message(uint32_t wait_ms, bool continuation)> &request);
   [[noreturn]] void fail_waiting(const wire::TimedOut &t, const std::string &what, int64_t waited_ms,
                                  const std::string &keys_text);
-  wire::Message call(const wire::Message &request, Deadline deadline, const std::string &what);
+  wire::Message call(const wire::Message &request, Deadline deadline, const std::string &what,
+                     bool continuation = false);
   wire::Message read_reply(net::Fd &fd, Deadline deadline, size_t limit, const std::string &what, bool handshaking);
   [[noreturn]] void fail_lost(const std::string &what, const std::string &detail);
   // fd_ changes only through these (under fd_guard_); reset_fd(f) resets f, through
@@ -115,6 +119,9 @@ class TcpStore final : public Store {
   bool lost_ = false;
   bool closed_ = false;
   std::string lost_detail_;
+  // StoreTraffic, written under mutex_ (connects: by connect(), under it too), read by traffic().
+  size_t last_reply_bytes_ = 0;  // read_reply's last frame (under mutex_, or in the handshake)
+  std::atomic<uint64_t> requests_{0}, frames_{0}, bytes_sent_{0}, bytes_received_{0}, connects_{0};
 };
 
 }  // namespace pstate

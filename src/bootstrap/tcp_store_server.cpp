@@ -200,6 +200,8 @@ struct TcpStoreServer::Impl {
   std::atomic<size_t> stat_ever_joined{0};
   std::atomic<size_t> stat_handshaking{0};
   std::atomic<uint64_t> stat_refused{0}, stat_dropped{0}, stat_shed{0};
+  std::atomic<uint64_t> stat_accepted{0}, stat_requests{0}, stat_bytes_in{0}, stat_bytes_out{0};
+  std::atomic<size_t> stat_peak_connections{0};
   uint64_t shed_total = 0;  // published with the handshake count (publish_stats), so the two agree
   mutable std::mutex ranks_mutex;  // with ranks_changed: wakes wait_for_ranks_at_most
   mutable std::condition_variable ranks_changed;
@@ -349,6 +351,9 @@ void TcpStoreServer::Impl::accept_all(int listener) {
     fresh.handshake_until = Clock::now() + std::chrono::milliseconds(options.handshake_timeout_ms);
     logger.trace("store: connection from ", fresh.peer);
     Connection &c = connections.emplace(fresh.id, std::move(fresh)).first->second;
+    stat_accepted.fetch_add(1, std::memory_order_relaxed);
+    if (connections.size() > stat_peak_connections.load(std::memory_order_relaxed))
+      stat_peak_connections.store(connections.size(), std::memory_order_relaxed);
     handshaking.insert(c.id);
     read_input(c);  // a pstate client's preamble and Hello are usually here already
     if (handshaking.size() > options.max_handshakes) shed_one_for_a_newcomer();
@@ -442,6 +447,7 @@ void TcpStoreServer::Impl::read_input(Connection &c) {
     ssize_t got = ::recv(c.fd.get(), c.in.data() + old_size, want, MSG_DONTWAIT);
     c.in.resize(old_size + static_cast<size_t>(std::max<ssize_t>(got, 0)));
     if (got > 0) {
+      stat_bytes_in.fetch_add(static_cast<uint64_t>(got), std::memory_order_relaxed);
       if (static_cast<size_t>(got) < want) break;
       continue;
     }
@@ -724,6 +730,7 @@ void TcpStoreServer::Impl::absent_ranks(wire::TimedOut &t) const {
 // ---- requests -------------------------------------------------------------------------------
 
 void TcpStoreServer::Impl::on_request(Connection &c, wire::Message &&m) {
+  stat_requests.fetch_add(1, std::memory_order_relaxed);
   if (job_failure && !std::holds_alternative<wire::Members>(m))
     return reply(c, std::holds_alternative<wire::Abandon>(m) ? wire::Message(wire::Ok{}) : wire::Message(*job_failure));
   if (auto *set = std::get_if<wire::Set>(&m)) return on_set(c, std::move(*set));
@@ -910,6 +917,7 @@ void TcpStoreServer::Impl::write_some(Connection &c) {
       return drop(c, cat("send failed: ", std::strerror(errno)));
     }
     chunk.offset += static_cast<size_t>(sent);
+    stat_bytes_out.fetch_add(static_cast<uint64_t>(sent), std::memory_order_relaxed);
     if (chunk.offset == chunk.size()) c.out.pop_front();
   }
   if (c.out.empty() && c.close_after_reply && !c.dead) {
@@ -1098,7 +1106,17 @@ StoreServerStats TcpStoreServer::stats() const {
   s.dropped = impl_->stat_dropped.load();
   s.handshaking = impl_->stat_handshaking.load();
   s.shed = impl_->stat_shed.load();
+  s.accepted = impl_->stat_accepted.load();
+  s.peak_connections = impl_->stat_peak_connections.load();
+  s.requests = impl_->stat_requests.load();
+  s.bytes_received = impl_->stat_bytes_in.load();
+  s.bytes_sent = impl_->stat_bytes_out.load();
   return s;
+}
+
+std::string describe_server_traffic(const StoreServerStats &s) {
+  return cat("accepted ", s.accepted, " peak_connections ", s.peak_connections, " requests ", s.requests,
+             " received_bytes ", s.bytes_received, " sent_bytes ", s.bytes_sent);
 }
 
 }  // namespace pstate

@@ -71,7 +71,18 @@ struct StoreServerStats {
   uint64_t refused = 0;          // connections refused by the handshake (token, rank, world size)
   uint64_t dropped = 0;          // connections closed for malformed frames or protocol violations
   uint64_t shed = 0;             // connections closed in the handshake: shed for a newcomer, or too slow
+  // Since the server started (start-up cost, issue 30): connections accepted, the most open at
+  // once, requests of members answered (frames: a get sent in slices counts each slice), and every
+  // byte received and sent (handshakes included).
+  uint64_t accepted = 0;
+  size_t peak_connections = 0;
+  uint64_t requests = 0;
+  uint64_t bytes_received = 0;
+  uint64_t bytes_sent = 0;
 };
+
+// "accepted 9 peak_connections 8 requests 40 received_bytes 5120 sent_bytes 4096" for INFO lines.
+std::string describe_server_traffic(const StoreServerStats &s);
 
 class TcpStoreServer {
  public:

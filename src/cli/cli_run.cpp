@@ -767,6 +767,8 @@ class Launcher {
           const int code = exit_code_of(first->status);
           return code == 0 ? kExitFailure : code;
         }
+        // The job's store traffic in all (its ranks and this launcher's observer), at PSTATE_DEBUG=INFO.
+        if (store_) store_log_.info("store: server at exit: ", describe_server_traffic(store_->stats()));
         return kExitOk;
       }
       if (!someone_done && ended_ > 0) {  // the first clean exit: the first status line in --status-every s

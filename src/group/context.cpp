@@ -29,6 +29,7 @@
 #include "transport/ucx/ucx_tag.hpp"
 
 #include <algorithm>
+#include <ctime>
 #include <unistd.h>
 #include <cstdlib>
 #include <map>
@@ -47,8 +48,6 @@ std::string random_job_id() {
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
   return buf;
 }
-
-std::string peer_key(int rank) { return "pstate/peer/" + std::to_string(rank); }
 
 // Group ids in the UCX tag: 0 is the world; model-parallel groups get 1 + generation * kinds +
 // kind, so a group of a re-initialized layout never receives a stale message of an old one. They
@@ -308,6 +307,17 @@ void Context::rendezvous_with_store(Deadline deadline) {
   world_ = make_group(PSTATE_GROUP_WORLD, 0, all, 0);
   world_->barrier(/*allow_shm=*/false);
   log_.info("init: world group of ", launch_.world_size, " ranks ready (job ", job_id_, ")");
+  log_counts("pstate_init");
+}
+
+void Context::log_counts(const char *phase, const std::string &detail) const {
+  StoreTraffic t = store_ ? store_->traffic() : StoreTraffic{};
+  timespec cpu{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+  const auto wall = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - created_);
+  log_.info("counts after ", phase, ": store ", describe_traffic(t), "; ucx endpoints ",
+            worker_ ? worker_->endpoints_created() : 0, " peers ", worker_ ? worker_->peers_known() : 0,
+            "; wall_ms ", wall.count(), " cpu_ms ", cpu.tv_sec * 1000 + cpu.tv_nsec / 1000000, detail);
 }
 
 // Every rank publishes its record; after a store barrier rank 0 reads each and publishes the
@@ -318,26 +328,9 @@ void Context::exchange_peers(Deadline deadline) {
       launch_.local_rank_given ? launch_.local_rank : -1,
       launch_.socket_ifname.empty() ? std::string() : describe_interfaces(select_interfaces(launch_.socket_ifname)),
       worker_->self_entry()};
-  store_->set(peer_key(launch_.rank), encode_rank_record(mine), deadline);
-  // The barrier also refuses an old job's keys (a reused file:// directory): more arrivals than ranks.
-  store_barrier(*store_, "pstate/init", launch_.world_size, deadline);
-  Bytes directory;
-  if (launch_.rank == 0) {
-    std::vector<Bytes> records(static_cast<size_t>(launch_.world_size));
-    size_t total = 0;
-    for (int r = 0; r < launch_.world_size; ++r) {
-      records[static_cast<size_t>(r)] = store_->get(peer_key(r), deadline);
-      total += records[static_cast<size_t>(r)].size() + 4;
-    }
-    if (total > kStoreMaxValueBytes)
-      throw_error(PSTATE_ERR_INVALID_ARGUMENT, "init: the rank directory of ", launch_.world_size, " ranks takes ",
-                  total, " bytes, over the store's value limit of ", kStoreMaxValueBytes, " bytes");
-    directory = encode_rank_directory(random_job_id(), records);
-    store_->set("pstate/peers", directory, deadline);
-    directory_published_ = true;
-  } else {
-    directory = store_->get("pstate/peers", deadline);
-  }
+  Bytes directory = exchange_rank_records(*store_, launch_.rank, launch_.world_size, encode_rank_record(mine),
+                                          launch_.rank == 0 ? random_job_id() : std::string(), deadline);
+  directory_published_ = launch_.rank == 0;
   adopt_directory(decode_rank_directory(directory), "init: the rank directory on the store");
 }
 
@@ -480,7 +473,12 @@ std::string describe_config_pair(int ra, const ConfigWire &a, int rb, const Conf
 void Context::require_same_parallel_config(const layout::ParallelConfig &pc) {
   ConfigWire mine = to_wire(pc);
   std::vector<ConfigWire> all(static_cast<size_t>(world_size()));
-  world_->all_gather(mine.data(), all.data(), kConfigFields, PSTATE_INT32, OpKind::kModelParallelConfig);
+  // Over UCX, as pstate_init's barrier, on the endpoints that barrier made (the Bruck all_gather
+  // meets the same peers, r +- 2^k): in shared memory this first world call would create the
+  // world's segment (2 MiB a rank) and meet every process of the host in it, which is what made
+  // this call grow with the job (issue 30: 64 ranks oversubscribed, 3.9 s against 0.19 s).
+  world_->all_gather(mine.data(), all.data(), kConfigFields, PSTATE_INT32, OpKind::kModelParallelConfig,
+                     /*allow_shm=*/false);
   for (size_t r = 1; r < all.size(); ++r) {
     if (all[r] == all[0]) continue;
     throw_error(PSTATE_ERR_MISMATCH, "pstate_initialize_model_parallel: the ranks disagree about the parallel config (",
@@ -507,7 +505,13 @@ void Context::initialize_model_parallel_now(const pstate_parallel_config_t *cfg)
   } catch (const Error &e) {
     no_default = e;
   }
+  using MpClock = std::chrono::steady_clock;
+  const auto mp_start = MpClock::now();
+  auto ms_since = [](MpClock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(MpClock::now() - t).count();
+  };
   require_same_parallel_config(pc);  // before validating it: a rank with a bad config fails with the others
+  const auto agreed_ms = ms_since(mp_start);
   if (no_default) throw *no_default;
   layout::Layout lay(world_size(), pc);
   ++generation_;
@@ -537,11 +541,16 @@ void Context::initialize_model_parallel_now(const pstate_parallel_config_t *cfg)
     for (const auto &g : groups_)
       if (g->size() > 1) split_from_world_into(g.get());
   warn_tensor_parallel_across_hosts();  // host awareness: allowed, but said (host_order.cpp)
-  // Every rank leaves together, so the first collective on any group finds its peers ready.
-  world_->barrier(true, OpKind::kModelParallelReady);
+  const auto groups_ms = ms_since(mp_start);
+  // Every rank leaves together, so the first collective on any group finds its peers ready. Over
+  // UCX unless the world's segment exists already (the config agreement above says why).
+  world_->barrier(world_->shm_open(), OpKind::kModelParallelReady);
+  const auto barrier_ms = ms_since(mp_start);
   log_.info("initialize_model_parallel: tp ", pc.tp, " pp ", pc.pp, " ep ", pc.ep, " attn_dp ", pc.attn_dp,
             " attn_cp ", pc.attn_cp, " moe_dp ", pc.moe_dp, " dcp ", pc.dcp, ": ", groups_.size(),
             " groups created");
+  log_counts("initialize_model_parallel", cat(" (config agreement ", agreed_ms, " ms, groups ", groups_ms - agreed_ms,
+                                              " ms, ready barrier ", barrier_ms - groups_ms, " ms)"));
 }
 
 // The groups pstate_destroy_model_parallel retires: the model-parallel ones and the custom ones.
@@ -811,8 +820,10 @@ void Context::finalize_now() {
   pstate_status_t first_status = PSTATE_OK;
   if (state_ != State::kFailed && world_) {
     try {
-      world_->barrier(true, OpKind::kFinalize);  // peers finish their last messages first; a peer in
-                                                 // any other collective is a mismatch, not a partner
+      // Peers finish their last messages first; a peer in any other collective is a mismatch, not a
+      // partner. In shared memory where the world has it, segment or not: a peer in its first world
+      // collective waits in the segment, and only an arrival there tells it this rank finalized.
+      world_->barrier(true, OpKind::kFinalize);
     } catch (const Error &e) {
       first_error = e.what();
       first_status = e.status();
@@ -821,6 +832,7 @@ void Context::finalize_now() {
   bool failed = state_ == State::kFailed || !first_error.empty();
   stop_dump_watcher();  // its connection goes before the store's
   // The serving rank keeps the store up until every other rank has left it.
+  if (!failed) log_counts("finalize");  // before the store's close (a serving rank logs the server's totals there)
   if (store_ && !failed) store_->close(Deadline::after_ms(std::min<int64_t>(launch_.timeout_ms, 10000)));
   // Device communicators: finalized with their peers, unless a peer may be gone.
   if (failed) abort_device_comms();

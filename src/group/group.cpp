@@ -342,11 +342,14 @@ void pstate_group_s::all_reduce(const void *send, void *recv, size_t count, psta
   });
 }
 
-void pstate_group_s::all_gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, OpKind kind) {
+void pstate_group_s::all_gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, OpKind kind,
+                                bool allow_shm) {
   OpDescriptor d{static_cast<uint32_t>(kind), 0, send_count, dtype, -1, -1, 0};
   run(d, [&](uint32_t tag) {
     size_t bytes = send_count * pstate::dtype_size(dtype);
-    if (use_shm()) {
+    if (!allow_shm && use_shm()) {
+      if (pstate::TraceRecorder *tr = ctx_.trace()) tr->set_path(tr->recorded(), pstate::TracePath::kUcx);
+    } else if (use_shm()) {
       explain("all_gather", "shared memory", bytes, 2);
       return shm_for_call().all_gather(send, recv, send_count, dtype, ctx_.op_deadline(), kind);
     }

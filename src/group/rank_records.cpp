@@ -85,4 +85,26 @@ RankDirectory decode_rank_directory(const std::vector<uint8_t> &bytes) {
   return d;
 }
 
+std::string rank_record_key(int rank) { return "pstate/peer/" + std::to_string(rank); }
+
+std::vector<uint8_t> exchange_rank_records(Store &store, int rank, int world_size, const std::vector<uint8_t> &record,
+                                           const std::string &job_id, Deadline deadline) {
+  store.set(rank_record_key(rank), record, deadline);
+  // The barrier also refuses an old job's keys (a reused file:// directory): more arrivals than ranks.
+  store_barrier(store, "pstate/init", world_size, deadline);
+  if (rank != 0) return store.get("pstate/peers", deadline);
+  std::vector<Bytes> records(static_cast<size_t>(world_size));
+  size_t total = 0;
+  for (int r = 0; r < world_size; ++r) {
+    records[static_cast<size_t>(r)] = store.get(rank_record_key(r), deadline);
+    total += records[static_cast<size_t>(r)].size() + 4;
+  }
+  if (total > kStoreMaxValueBytes)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "init: the rank directory of ", world_size, " ranks takes ", total,
+                " bytes, over the store's value limit of ", kStoreMaxValueBytes, " bytes");
+  Bytes directory = encode_rank_directory(job_id, records);
+  store.set("pstate/peers", directory, deadline);
+  return directory;
+}
+
 }  // namespace pstate

@@ -14,6 +14,7 @@
 // writer), never read out of bounds.
 #pragma once
 
+#include "bootstrap/store.hpp"
 #include "transport/ucx/ucx_worker.hpp"
 
 #include <cstdint>
@@ -39,5 +40,16 @@ RankRecord decode_rank_record(const std::vector<uint8_t> &bytes);
 // Built by rank 0 from the raw records it read (no decode and re-encode of each).
 std::vector<uint8_t> encode_rank_directory(const std::string &job_id, const std::vector<std::vector<uint8_t>> &records);
 RankDirectory decode_rank_directory(const std::vector<uint8_t> &bytes);
+
+// The rendezvous' store traffic, all of it (pstate_init's exchange_peers, and
+// bench/store_protocol.cpp, which runs it for thousands of clients): set "pstate/peer/<rank>" to
+// `record`, meet every rank at the store barrier "pstate/init" (add, the last arrival's set, wait),
+// then rank 0 gets each record and sets "pstate/peers" to the directory and every other rank gets
+// that one value. Returns the directory's bytes. Per rank: 4 requests (5 for the barrier's last
+// arrival); rank 0: world_size + 4 (it reads every record: one get each). Throws what the store
+// throws; INVALID_ARGUMENT when the directory is over the store's value limit.
+std::vector<uint8_t> exchange_rank_records(Store &store, int rank, int world_size, const std::vector<uint8_t> &record,
+                                           const std::string &job_id, Deadline deadline);
+std::string rank_record_key(int rank);
 
 }  // namespace pstate

@@ -337,6 +337,7 @@ ucp_ep_h UcxWorker::endpoint(Peer &p) {
     p.ep = nullptr;
     throw_ucx("ucp_ep_create", st, cat("rank ", options_.world_rank, " -> rank ", p.world_rank));
   }
+  ++endpoints_created_;
   log_endpoint(p);
   return p.ep;
 }

@@ -203,6 +203,12 @@ class UcxWorker {
   // Outstanding ops of owner (0 = all owners); for tests and leak checks.
   size_t outstanding(uint32_t owner = 0) const;
 
+  // Start-up cost (issue 30): endpoints this worker created (ucp_ep_create; each one connects to
+  // that peer), and the peers it holds a record of (an endpoint, a process watch, or both). Plain
+  // counters, read by the context's INFO lines; the worker's thread only.
+  uint64_t endpoints_created() const { return endpoints_created_; }
+  size_t peers_known() const { return peers_.size(); }
+
   // Graceful teardown: flushes and closes every endpoint (bounded by deadline, then forced),
   // destroys the worker and context. Throws nothing; idempotent.
   void close(Deadline deadline) noexcept;
@@ -355,6 +361,7 @@ class UcxWorker {
   // proves which transport it uses (shared memory inside a host, TCP across); later endpoints to
   // the same host go to TRACE.
   std::unordered_set<std::string> logged_hosts_;
+  uint64_t endpoints_created_ = 0;  // endpoints_created()
   Deadline::Clock::time_point wait_start_{};
   Deadline::Clock::time_point last_liveness_check_{};
   uint32_t epoch_ = 0;
