@@ -355,6 +355,7 @@ void pstate_group_s::all_reduce(const void *send, void *recv, size_t count, psta
     size_t bytes = count * pstate::dtype_size(dtype);
     if (fold) {
       explain("all_reduce", "folded into the agreement exchange", bytes, 0);
+      check_peers_stayed();
       return reduce_folded(recv, count, dtype, op);
     }
     if (use_shm()) {
@@ -365,6 +366,10 @@ void pstate_group_s::all_reduce(const void *send, void *recv, size_t count, psta
     explain("all_reduce", choice.name, bytes, 0);
     choice.fn(*channel_, send, recv, count, dtype, op, tag);
   }, fold ? send : nullptr);
+}
+
+void pstate_group_s::check_peers_stayed() {
+  ctx_.check_notices(name_, channel_->op(), "its part of the call had arrived; the peer's verdict came first");
 }
 
 // The balanced tree of allreduce_recursive_doubling.cpp over the payloads, in place in agree_:
@@ -394,6 +399,7 @@ void pstate_group_s::all_gather(const void *send, void *recv, size_t send_count,
     size_t bytes = send_count * pstate::dtype_size(dtype);
     if (fold) {
       explain("all_gather", "folded into the agreement exchange", bytes, 2);
+      check_peers_stayed();
       for (int r = 0; r < size(); ++r)
         std::memcpy(static_cast<uint8_t *>(recv) + static_cast<size_t>(r) * bytes, agree_.payload(r), bytes);
       return;
@@ -432,6 +438,7 @@ void pstate_group_s::broadcast(void *buf, size_t count, pstate_dtype_t dtype, in
     size_t bytes = count * pstate::dtype_size(dtype);
     if (fold) {
       explain("broadcast", "folded into the agreement exchange", bytes, 6);
+      check_peers_stayed();
       if (rank_in_group_ != src) std::memcpy(buf, agree_.payload(src), bytes);
       return;
     }
@@ -478,6 +485,7 @@ void pstate_group_s::reduce(const void *send, void *recv, size_t count, pstate_d
     size_t bytes = count * pstate::dtype_size(dtype);
     if (fold) {
       explain("reduce", "folded into the agreement exchange", bytes, 16);
+      check_peers_stayed();
       if (rank_in_group_ == root) reduce_folded(recv, count, dtype, op);
       return;
     }
@@ -551,6 +559,7 @@ void pstate_group_s::barrier(bool allow_shm, OpKind kind) {
       tr->set_path(tr->recorded(), pstate::TracePath::kUcx);  // run() recorded this call last
     if (exchanges() && !selector_.barrier_forced()) {  // every rank's record arrived: the exchange was a barrier
       explain("barrier", "the agreement exchange", 0, 12);
+      check_peers_stayed();
       return;
     }
     auto choice = selector_.barrier(size());

@@ -278,6 +278,11 @@ struct pstate_group_s {
   // A folded all_reduce/reduce: every rank's payload in agree_, reduced into out in the order
   // recursive doubling uses (the same bits on every rank, and as the unfolded path).
   void reduce_folded(void *out, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op);
+  // Before a call that the exchange completed returns: a peer that gave up on it (it timed out
+  // waiting for this rank, failed and told every rank) makes it fail here too, as the algorithm's
+  // wait would have (one call, one verdict: a late rank never returns OK from a call its peers
+  // failed, although their records did reach it).
+  void check_peers_stayed();
   void verify_device_p2p(const pstate::OpDescriptor &desc);  // PSTATE_CHECK, device send/recv
   // Point-to-point tags live in their own space (ucx_tag.hpp): one running counter per stream,
   // peer and direction; `what` (kind, dtype) rides in the tag and is checked on arrival.

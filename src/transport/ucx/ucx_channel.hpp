@@ -50,6 +50,7 @@ class UcxChannel final : public Channel {
   // text is only built when needed: this runs before every collective, and most never fail.
   void set_op_name(const char *op) { op_ = op; }
   std::string op_name() const { return op_ != nullptr ? name_ + " " + op_ : name_; }
+  const char *op() const { return op_ != nullptr ? op_ : "call"; }
 
   const std::string &name() const { return name_; }
   uint32_t group_id() const { return group_id_; }
