@@ -234,8 +234,11 @@ bool pstate_group_s::exchanges() const {
 #endif
 }
 
-bool pstate_group_s::can_fold(size_t bytes) const {
-  return !use_shm() && exchanges() && bytes > 0 && bytes <= pstate::agree::fold_cap(size());
+bool pstate_group_s::can_fold(size_t count, pstate_dtype_t dtype) const {
+  // count first: count * size must not wrap (the API refuses such counts, but this decides alone)
+  const size_t esize = pstate::dtype_size(dtype);
+  return !use_shm() && exchanges() && count > 0 && esize > 0 && count <= pstate::agree::kFoldMax &&
+         count * esize <= pstate::agree::fold_cap(size());
 }
 
 template <typename Body>
@@ -349,7 +352,7 @@ void pstate_group_s::all_reduce(const void *send, void *recv, size_t count, psta
   OpDescriptor d{static_cast<uint32_t>(kind), 0, count, dtype, op, -1, 0};
   const size_t fold_bytes = count * pstate::dtype_size(dtype);
   const bool fold = pstate::is_reducible(dtype) && static_cast<int>(op) >= 0 && op < PSTATE_REDUCE_OP_COUNT &&
-                    !selector_.allreduce_forced() && can_fold(fold_bytes);
+                    !selector_.allreduce_forced() && can_fold(count, dtype);
   if (fold) d.detail = static_cast<uint32_t>(fold_bytes);
   run(d, [&](uint32_t tag) {
     size_t bytes = count * pstate::dtype_size(dtype);
@@ -393,7 +396,7 @@ void pstate_group_s::reduce_folded(void *out, size_t count, pstate_dtype_t dtype
 void pstate_group_s::all_gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, OpKind kind) {
   OpDescriptor d{static_cast<uint32_t>(kind), 0, send_count, dtype, -1, -1, 0};
   const size_t fold_bytes = send_count * pstate::dtype_size(dtype);
-  const bool fold = !selector_.allgather_forced() && can_fold(fold_bytes);
+  const bool fold = !selector_.allgather_forced() && can_fold(send_count, dtype);
   if (fold) d.detail = static_cast<uint32_t>(fold_bytes);
   run(d, [&](uint32_t tag) {
     size_t bytes = send_count * pstate::dtype_size(dtype);
@@ -432,7 +435,7 @@ void pstate_group_s::reduce_scatter(const void *send, void *recv, size_t recv_co
 void pstate_group_s::broadcast(void *buf, size_t count, pstate_dtype_t dtype, int src) {
   OpDescriptor d{static_cast<uint32_t>(OpKind::kBroadcast), 0, count, dtype, -1, src, 0};
   const size_t fold_bytes = count * pstate::dtype_size(dtype);
-  const bool fold = src >= 0 && src < size() && !selector_.broadcast_forced() && can_fold(fold_bytes);  // only the root's record carries data
+  const bool fold = src >= 0 && src < size() && !selector_.broadcast_forced() && can_fold(count, dtype);  // only the root's record carries data
   if (fold) d.detail = static_cast<uint32_t>(fold_bytes);
   run(d, [&](uint32_t tag) {
     size_t bytes = count * pstate::dtype_size(dtype);
@@ -479,7 +482,7 @@ void pstate_group_s::reduce(const void *send, void *recv, size_t count, pstate_d
   OpDescriptor d{static_cast<uint32_t>(OpKind::kReduce), 0, count, dtype, op, root, 0};
   const size_t fold_bytes = count * pstate::dtype_size(dtype);
   const bool fold = root >= 0 && root < size() && pstate::is_reducible(dtype) && static_cast<int>(op) >= 0 &&
-                    op < PSTATE_REDUCE_OP_COUNT && !selector_.reduce_forced() && can_fold(fold_bytes);
+                    op < PSTATE_REDUCE_OP_COUNT && !selector_.reduce_forced() && can_fold(count, dtype);
   if (fold) d.detail = static_cast<uint32_t>(fold_bytes);
   run(d, [&](uint32_t tag) {
     size_t bytes = count * pstate::dtype_size(dtype);

@@ -272,9 +272,9 @@ struct pstate_group_s {
   void verify_same_op(const pstate::OpDescriptor &desc, const void *fold_payload = nullptr);
   // Whether run() exchanges descriptors before this group's calls (UCX groups; every group under
   // PSTATE_CHECK=1), and whether a call of `bytes` per record rides in that exchange: a UCX group,
-  // 0 < bytes <= agree::fold_cap(size()).
+  // 0 < count * dtype size <= agree::fold_cap(size()).
   bool exchanges() const;
-  bool can_fold(size_t bytes) const;
+  bool can_fold(size_t count, pstate_dtype_t dtype) const;
   // A folded all_reduce/reduce: every rank's payload in agree_, reduced into out in the order
   // recursive doubling uses (the same bits on every rank, and as the unfolded path).
   void reduce_folded(void *out, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op);
