@@ -54,3 +54,11 @@ void RingReduceStep::run(const uint8_t *out, size_t out_elems, uint8_t *target, 
 }
 
 }  // namespace pstate::coll::detail
+
+namespace pstate {
+
+Channel::Request Channel::irecv_upto(int, void *, size_t, uint32_t, size_t *) {
+  throw_error(PSTATE_ERR_INTERNAL, "this channel has no receive of a bounded length (irecv_upto)");
+}
+
+}  // namespace pstate

@@ -84,6 +84,15 @@ class AlgorithmSelector {
   Choice<AlltoallFn> alltoall(int group_size, size_t bytes) const;
   Choice<BarrierFn> barrier(int group_size) const;
 
+  // Whether PSTATE_ALGO_<family> forces an algorithm: then the family's small calls on UCX groups
+  // are not folded into the agreement exchange (src/group/agreement_exchange.hpp), so the forced
+  // algorithm runs at every size (the transport-variant tests rely on that).
+  bool allreduce_forced() const { return allreduce_ >= 0; }
+  bool allgather_forced() const { return allgather_ >= 0; }
+  bool broadcast_forced() const { return broadcast_ >= 0; }
+  bool reduce_forced() const { return reduce_ >= 0; }
+  bool barrier_forced() const { return barrier_ >= 0; }
+
  private:
   // -1 = auto, else the index of the forced algorithm in that family's table.
   int allreduce_ = -1, reduce_scatter_ = -1, allgather_ = -1, broadcast_ = -1, gather_ = -1, alltoall_ = -1,

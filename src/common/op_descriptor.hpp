@@ -8,7 +8,8 @@
 // PSTATE_ERR_MISMATCH on every rank of the call. How the descriptors travel depends on the
 // transport: inside a host they ride in the flag words of the shared-memory protocol
 // (src/transport/shm/, packed by pack_call_code; the counts hash beside the code), over UCX they
-// are exchanged before the operation (src/group/group.cpp).
+// are exchanged before the operation, a small operation's data riding in the same exchange
+// (src/group/agreement_exchange.hpp: detail then holds the bytes of data each record carries).
 #pragma once
 
 #include <pstate/pstate.h>
@@ -77,7 +78,9 @@ struct OpDescriptor {
   int32_t dtype = -1;
   int32_t reduce_op = -1;
   int32_t root = -1;
-  uint32_t detail = 0;  // all_gatherv / reduce_scatterv: counts_hash of the counts array; else 0
+  // all_gatherv / reduce_scatterv: counts_hash of the counts array; a call folded into a UCX
+  // group's agreement exchange: the bytes of data its record carries; else 0
+  uint32_t detail = 0;
 };
 static_assert(sizeof(OpDescriptor) == 32);
 

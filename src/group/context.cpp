@@ -635,11 +635,16 @@ void Context::fail(const std::string &why, pstate_status_t status) {
     worker_->post_notices(members_, -1, status, why);
 }
 
-void Context::check_notices(const std::string &where) {
+void Context::check_notices(const std::string &group, const char *op, const char *self) {
   if (!worker_ || worker_->closed()) return;
   if (auto n = worker_->take_notice())
-    throw UcxWorker::notice_error(*n, where, cat("rank ", rank(), " (waiting in shared memory)"),
-                                  global_rank_of(n->from));
+    throw UcxWorker::notice_error(*n, cat(group, " ", op), cat("rank ", rank(), " (", self, ")"), global_rank_of(n->from));
+}
+
+void Context::check_notices(const std::string &where, const char *self) {
+  if (!worker_ || worker_->closed()) return;
+  if (auto n = worker_->take_notice())
+    throw UcxWorker::notice_error(*n, where, cat("rank ", rank(), " (", self, ")"), global_rank_of(n->from));
 }
 
 void Context::set_interrupt_check(pstate_interrupt_fn fn, void *user) {

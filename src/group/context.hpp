@@ -229,7 +229,10 @@ class Context {
   void fail(const std::string &why, pstate_status_t status);
   // The shared-memory waits' check (every 20 ms): PEER_LOST when a failure notice of this
   // world arrived. where: the group and call ("tp:0 all_reduce").
-  void check_notices(const std::string &where);
+  // self: how this rank is described in the error (default: waiting in shared memory).
+  void check_notices(const std::string &where, const char *self = "waiting in shared memory");
+  // The same, naming "group op" (built only when a notice arrived: on every UCX call's fast path).
+  void check_notices(const std::string &group, const char *op, const char *self);
   // Throws ABORTED when failed, INVALID_STATE when closed.
   void require_usable(const char *call) const;
 

@@ -227,11 +227,29 @@ void pstate_group_s::check_alive(const char *call) const {
 // Agreement: inside a host the descriptors ride in the shared-memory protocol itself (every
 // operation of a shared-memory group takes part there: the ones UCX carries arrive first, see
 // arrive_in_shm); a group on UCX exchanges them before the operation (verify_same_op), and so
-// does PSTATE_CHECK=1 on every group. A mismatch found by the exchange moved no data and every
-// rank saw it: the context stays usable. One found inside the shared-memory protocol leaves the
-// segment mid-call: the context fails like after a timeout.
+// does PSTATE_CHECK=1 on every group. On a UCX group a small all_reduce, all_gather, reduce or
+// broadcast rides in that exchange (its data in each rank's record, group/agreement_exchange.hpp)
+// and a barrier is the exchange alone: no round trip of the agreement's own. A mismatch found by
+// the exchange moved no data (nothing was written to a user's buffer) and every rank saw it: the
+// context stays usable. One found inside the shared-memory protocol leaves the segment mid-call:
+// the context fails like after a timeout.
+bool pstate_group_s::exchanges() const {
+#ifndef PSTATE_NO_AGREEMENT
+  return size() > 1 && (!use_shm() || ctx_.check_enabled());
+#else
+  return size() > 1 && ctx_.check_enabled();
+#endif
+}
+
+bool pstate_group_s::can_fold(size_t count, pstate_dtype_t dtype) const {
+  // count first: count * size must not wrap (the API refuses such counts, but this decides alone)
+  const size_t esize = pstate::dtype_size(dtype);
+  return !use_shm() && exchanges() && count > 0 && esize > 0 && count <= pstate::agree::kFoldMax &&
+         count * esize <= pstate::agree::fold_cap(size());
+}
+
 template <typename Body>
-void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body) {
+void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body, const void *fold_payload) {
   pstate::TraceRecorder *tr = ctx_.trace();
   const char *op_name = pstate::op_kind_name(static_cast<OpKind>(desc_in.op));
   try {
@@ -247,13 +265,8 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body) {
   channel_->set_op_name(op_name);
   bool agreeing = true;
   try {
-#ifndef PSTATE_NO_AGREEMENT
-    const bool exchange = size() > 1 && (!use_shm() || ctx_.check_enabled());
-#else
-    const bool exchange = size() > 1 && ctx_.check_enabled();
-#endif
-    if (exchange) {
-      verify_same_op(desc);
+    if (exchanges()) {
+      verify_same_op(desc, fold_payload);
       if (tid != 0) tr->started(tid);  // agreed; in shared memory the agreement is part of the call
     }
     agreeing = false;
@@ -300,12 +313,12 @@ uint64_t pstate_group_s::trace_begin(pstate::TraceRecorder &tr, const OpDescript
                   d.reduce_op, d.root, -1, path);
 }
 
-// Every rank gathers every rank's descriptor and compares with its own; all ranks see the same
-// table, so all of them report the mismatch (and none of them hangs in the real operation).
-void pstate_group_s::verify_same_op(const OpDescriptor &desc) {
-  std::vector<OpDescriptor> all(ranks_.size());
-  pstate::coll::allgather_bruck(*channel_, &desc, all.data(), sizeof(OpDescriptor), PSTATE_UINT8,
-                                pstate::tag_base(desc.seq) | pstate::kCheckStepBase);
+// Every rank gathers every rank's record (descriptor, and a folded call's data) and compares the
+// descriptors with its own; all ranks see the same table, so all of them report the mismatch
+// (and none of them hangs in the real operation).
+void pstate_group_s::verify_same_op(const OpDescriptor &desc, const void *fold_payload) {
+  pstate::agree::exchange(*channel_, desc, fold_payload, pstate::tag_base(desc.seq) | pstate::kCheckStepBase, &agree_);
+  const std::vector<OpDescriptor> &all = agree_.desc;
   constexpr auto kRefused = static_cast<uint32_t>(OpKind::kRefused);
   for (size_t n = 1; n < all.size(); ++n) {
     const size_t r = (static_cast<size_t>(rank_in_group_) + n) % all.size();
@@ -317,9 +330,23 @@ void pstate_group_s::verify_same_op(const OpDescriptor &desc) {
                           " bytes: more than 2^47, or no data; its own error says why), so no rank sent anything and "
                           "every rank of the call returns this error; the context is still usable");
     if (std::memcmp(&all[r], &desc, sizeof(OpDescriptor)) == 0) continue;
+    if (all[r].op == pstate::agree::kUnparsed)
+      pstate::throw_error(PSTATE_ERR_MISMATCH, name_, " #", desc.seq, ": rank ", ctx_.rank(), " (group rank ",
+                          rank_in_group_, ") called ", pstate::describe_op(desc, true),
+                          ", but the agreement record of group rank ", r, " (rank ", global_[r],
+                          ") could not be read (a message of ", all[r].count,
+                          " bytes that is not records of this pstate version): every rank of the group must run the "
+                          "same pstate; the call fails on every rank before any data moved");
+    // Equal but for detail: one rank folded its data into the exchange, the other did not.
+    const bool fold_differs = !pstate::carries_counts_hash(desc.op) && all[r].detail != desc.detail &&
+                              all[r].op == desc.op && all[r].count == desc.count && all[r].dtype == desc.dtype &&
+                              all[r].reduce_op == desc.reduce_op && all[r].root == desc.root && all[r].seq == desc.seq;
     pstate::throw_error(PSTATE_ERR_MISMATCH, name_, " #", desc.seq, ": rank ", ctx_.rank(), " (group rank ",
                         rank_in_group_, ") called ", pstate::describe_op(desc, true), ", rank ", global_[r],
                         " (group rank ", r, ") called ", pstate::describe_op(all[r], true),
+                        fold_differs ? " (one rank sent its data with the agreement, the other not: do PSTATE_SHM or "
+                                       "PSTATE_CHECK differ between the ranks?)"
+                                     : "",
                         ": every rank of a group must call the same collectives in the same order, with the same "
                         "counts, dtypes, reduce ops and roots (",
                         ctx_.check_enabled() ? "PSTATE_CHECK" : "UCX", " descriptor exchange; the call fails on every rank, before any data moved: the context stays usable, "
@@ -330,8 +357,17 @@ void pstate_group_s::verify_same_op(const OpDescriptor &desc) {
 void pstate_group_s::all_reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype,
                                 pstate_reduce_op_t op, OpKind kind) {
   OpDescriptor d{static_cast<uint32_t>(kind), 0, count, dtype, op, -1, 0};
+  const size_t fold_bytes = count * pstate::dtype_size(dtype);
+  const bool fold = pstate::is_reducible(dtype) && static_cast<int>(op) >= 0 && op < PSTATE_REDUCE_OP_COUNT &&
+                    !selector_.allreduce_forced() && can_fold(count, dtype);
+  if (fold) d.detail = static_cast<uint32_t>(fold_bytes);
   run(d, [&](uint32_t tag) {
     size_t bytes = count * pstate::dtype_size(dtype);
+    if (fold) {
+      explain("all_reduce", "folded into the agreement exchange", bytes, 0);
+      check_peers_stayed();
+      return reduce_folded(recv, count, dtype, op);
+    }
     if (use_shm()) {
       explain("all_reduce", "shared memory", bytes, 0);
       return shm_for_call().all_reduce(send, recv, count, dtype, op, ctx_.op_deadline(), kind);
@@ -339,14 +375,46 @@ void pstate_group_s::all_reduce(const void *send, void *recv, size_t count, psta
     auto choice = selector_.allreduce(size(), count, bytes);
     explain("all_reduce", choice.name, bytes, 0);
     choice.fn(*channel_, send, recv, count, dtype, op, tag);
-  });
+  }, fold ? send : nullptr);
+}
+
+void pstate_group_s::check_peers_stayed() {
+  ctx_.check_notices(name_, channel_->op(), "its part of the call had arrived; the peer's verdict came first");
+}
+
+// The balanced tree of allreduce_recursive_doubling.cpp over the payloads, in place in agree_:
+// leaves x[2i] op x[2i+1] for i < rem (P = p2 + rem), else x[i + rem]; inner nodes left op right.
+void pstate_group_s::reduce_folded(void *out, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op) {
+  const int p = size();
+  int p2 = 1;
+  while (p2 * 2 <= p) p2 *= 2;
+  const int rem = p - p2;
+  auto leaf = [&](int i) { return i < rem ? 2 * i + 1 : i + rem; };
+  for (int i = 0; i < rem; ++i)
+    pstate::reduce_into(agree_.payload(2 * i + 1), agree_.payload(2 * i), agree_.payload(2 * i + 1), count, dtype, op);
+  for (int w = 1; w < p2; w *= 2)
+    for (int i = 0; i + w < p2; i += 2 * w)
+      pstate::reduce_into(agree_.payload(leaf(i)), agree_.payload(leaf(i)), agree_.payload(leaf(i + w)), count, dtype,
+                          op);
+  if (op == PSTATE_AVG) pstate::finish_avg(agree_.payload(leaf(0)), count, dtype, p);
+  std::memcpy(out, agree_.payload(leaf(0)), count * pstate::dtype_size(dtype));
 }
 
 void pstate_group_s::all_gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, OpKind kind,
                                 bool allow_shm) {
   OpDescriptor d{static_cast<uint32_t>(kind), 0, send_count, dtype, -1, -1, 0};
+  const size_t fold_bytes = send_count * pstate::dtype_size(dtype);
+  const bool fold = !selector_.allgather_forced() && can_fold(send_count, dtype);
+  if (fold) d.detail = static_cast<uint32_t>(fold_bytes);
   run(d, [&](uint32_t tag) {
     size_t bytes = send_count * pstate::dtype_size(dtype);
+    if (fold) {
+      explain("all_gather", "folded into the agreement exchange", bytes, 2);
+      check_peers_stayed();
+      for (int r = 0; r < size(); ++r)
+        std::memcpy(static_cast<uint8_t *>(recv) + static_cast<size_t>(r) * bytes, agree_.payload(r), bytes);
+      return;
+    }
     if (!allow_shm && use_shm()) {
       if (pstate::TraceRecorder *tr = ctx_.trace()) tr->set_path(tr->recorded(), pstate::TracePath::kUcx);
     } else if (use_shm()) {
@@ -356,7 +424,7 @@ void pstate_group_s::all_gather(const void *send, void *recv, size_t send_count,
     auto choice = selector_.allgather(size(), bytes);
     explain("all_gather", choice.name, bytes, 2);
     choice.fn(*channel_, send, recv, send_count, dtype, tag);
-  });
+  }, fold ? send : nullptr);
 }
 
 void pstate_group_s::reduce_scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype,
@@ -376,8 +444,17 @@ void pstate_group_s::reduce_scatter(const void *send, void *recv, size_t recv_co
 
 void pstate_group_s::broadcast(void *buf, size_t count, pstate_dtype_t dtype, int src) {
   OpDescriptor d{static_cast<uint32_t>(OpKind::kBroadcast), 0, count, dtype, -1, src, 0};
+  const size_t fold_bytes = count * pstate::dtype_size(dtype);
+  const bool fold = src >= 0 && src < size() && !selector_.broadcast_forced() && can_fold(count, dtype);  // only the root's record carries data
+  if (fold) d.detail = static_cast<uint32_t>(fold_bytes);
   run(d, [&](uint32_t tag) {
     size_t bytes = count * pstate::dtype_size(dtype);
+    if (fold) {
+      explain("broadcast", "folded into the agreement exchange", bytes, 6);
+      check_peers_stayed();
+      if (rank_in_group_ != src) std::memcpy(buf, agree_.payload(src), bytes);
+      return;
+    }
     if (use_shm()) {
       explain("broadcast", "shared memory", bytes, 6);
       return shm_for_call().broadcast(buf, count, dtype, src, ctx_.op_deadline());
@@ -385,7 +462,7 @@ void pstate_group_s::broadcast(void *buf, size_t count, pstate_dtype_t dtype, in
     auto choice = selector_.broadcast(size(), bytes);
     explain("broadcast", choice.name, bytes, 6);
     choice.fn(*channel_, buf, count, dtype, src, tag);
-  });
+  }, fold && rank_in_group_ == src ? buf : nullptr);
 }
 
 void pstate_group_s::gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, int dst) {
@@ -413,8 +490,18 @@ void pstate_group_s::all_to_all(const void *send, void *recv, size_t count_per_r
 void pstate_group_s::reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op,
                             int root) {
   OpDescriptor d{static_cast<uint32_t>(OpKind::kReduce), 0, count, dtype, op, root, 0};
+  const size_t fold_bytes = count * pstate::dtype_size(dtype);
+  const bool fold = root >= 0 && root < size() && pstate::is_reducible(dtype) && static_cast<int>(op) >= 0 &&
+                    op < PSTATE_REDUCE_OP_COUNT && !selector_.reduce_forced() && can_fold(count, dtype);
+  if (fold) d.detail = static_cast<uint32_t>(fold_bytes);
   run(d, [&](uint32_t tag) {
     size_t bytes = count * pstate::dtype_size(dtype);
+    if (fold) {
+      explain("reduce", "folded into the agreement exchange", bytes, 16);
+      check_peers_stayed();
+      if (rank_in_group_ == root) reduce_folded(recv, count, dtype, op);
+      return;
+    }
     if (use_shm()) {
       explain("reduce", "shared memory", bytes, 16);
       return shm_for_call().reduce(send, recv, count, dtype, op, root, ctx_.op_deadline());
@@ -422,7 +509,7 @@ void pstate_group_s::reduce(const void *send, void *recv, size_t count, pstate_d
     auto choice = selector_.reduce(size(), count, bytes);
     explain("reduce", choice.name, bytes, 16);
     choice.fn(*channel_, send, recv, count, dtype, op, root, tag);
-  });
+  }, fold ? send : nullptr);
 }
 
 void pstate_group_s::scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, int root) {
@@ -483,6 +570,11 @@ void pstate_group_s::barrier(bool allow_shm, OpKind kind) {
     }
     if (pstate::TraceRecorder *tr = ctx_.trace(); tr != nullptr && use_shm())
       tr->set_path(tr->recorded(), pstate::TracePath::kUcx);  // run() recorded this call last
+    if (exchanges() && !selector_.barrier_forced()) {  // every rank's record arrived: the exchange was a barrier
+      explain("barrier", "the agreement exchange", 0, 12);
+      check_peers_stayed();
+      return;
+    }
     auto choice = selector_.barrier(size());
     explain("barrier", choice.name, 0, 12);
     choice.fn(*channel_, tag);

@@ -19,6 +19,7 @@
 #include "bootstrap/store.hpp"
 #include "coll/channel.hpp"
 #include "coll/select.hpp"
+#include "group/agreement_exchange.hpp"
 #include "common/error.hpp"
 #include "common/op_descriptor.hpp"
 #include "common/p2p_what.hpp"
@@ -263,15 +264,30 @@ struct pstate_group_s {
   void device_op_enqueued(uint64_t tid);
 
   static constexpr uint32_t kMagic = 0x70677270;  // "pgrp"
+  // fold_payload: the data of a call folded into the agreement exchange (desc.detail = its bytes,
+  // see can_fold and group/agreement_exchange.hpp); the body then finds every rank's data in agree_.
   template <typename Body>
-  void run(const pstate::OpDescriptor &desc, Body &&body);
+  void run(const pstate::OpDescriptor &desc, Body &&body, const void *fold_payload = nullptr);
   template <typename Body>
   void run_p2p(pstate::TraceOp op, int peer, uint64_t count, int dtype, Body &&body);
   uint64_t trace_outer_begin(pstate::TraceOp op, int rank);
   void trace_outer_end(uint64_t id, const pstate::Error *e);
   // A flight-recorder entry for a collective (numbered: it takes the group's next trace seq).
   uint64_t trace_begin(pstate::TraceRecorder &tr, const pstate::OpDescriptor &d, bool numbered);
-  void verify_same_op(const pstate::OpDescriptor &desc);
+  void verify_same_op(const pstate::OpDescriptor &desc, const void *fold_payload = nullptr);
+  // Whether run() exchanges descriptors before this group's calls (UCX groups; every group under
+  // PSTATE_CHECK=1), and whether a call of `bytes` per record rides in that exchange: a UCX group,
+  // 0 < count * dtype size <= agree::fold_cap(size()).
+  bool exchanges() const;
+  bool can_fold(size_t count, pstate_dtype_t dtype) const;
+  // A folded all_reduce/reduce: every rank's payload in agree_, reduced into out in the order
+  // recursive doubling uses (the same bits on every rank, and as the unfolded path).
+  void reduce_folded(void *out, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op);
+  // Before a call that the exchange completed returns: a peer that gave up on it (it timed out
+  // waiting for this rank, failed and told every rank) makes it fail here too, as the algorithm's
+  // wait would have (one call, one verdict: a late rank never returns OK from a call its peers
+  // failed, although their records did reach it).
+  void check_peers_stayed();
   void verify_device_p2p(const pstate::OpDescriptor &desc);  // PSTATE_CHECK, device send/recv
   // Point-to-point tags live in their own space (ucx_tag.hpp): one running counter per stream,
   // peer and direction; `what` (kind, dtype) rides in the tag and is checked on arrival.
@@ -315,6 +331,7 @@ struct pstate_group_s {
   uint32_t group_id_;
   std::unique_ptr<pstate::UcxChannel> channel_;
   uint32_t seq_ = 0;
+  pstate::agree::Table agree_;  // the last agreement exchange's records (reused between calls)
   pstate::coll::AlgorithmSelector selector_;
   uint32_t logged_choices_ = 0;  // bit per (operation, algorithm) already explained at INFO
   // Messages posted per (stream, peer): index stream * size() + peer (UCX; shared-memory rings

@@ -75,6 +75,12 @@ Channel::Request UcxChannel::irecv(int peer, void *buf, size_t bytes, uint32_t t
   return post([&] { return worker_.post_recv(target(peer, full), buf, bytes); });
 }
 
+Channel::Request UcxChannel::irecv_upto(int peer, void *buf, size_t capacity, uint32_t tag, size_t *received) {
+  check_peer(peer, "receive");
+  uint64_t full = ucx::make_tag(group_id_, world_rank_of(peer), tag);
+  return post([&] { return worker_.post_recv_upto(target(peer, full), buf, capacity, received); });
+}
+
 Channel::Request UcxChannel::irecv_any_size(int peer, std::vector<uint8_t> *out, uint32_t tag) {
   check_peer(peer, "receive");
   uint64_t full = ucx::make_tag(group_id_, world_rank_of(peer), tag);

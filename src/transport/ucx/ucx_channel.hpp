@@ -37,6 +37,7 @@ class UcxChannel final : public Channel {
   Request isend(int peer, const void *buf, size_t bytes, uint32_t tag) override;
   Request irecv(int peer, void *buf, size_t bytes, uint32_t tag) override;
   Request irecv_any_size(int peer, std::vector<uint8_t> *out, uint32_t tag) override;
+  Request irecv_upto(int peer, void *buf, size_t capacity, uint32_t tag, size_t *received) override;
   // A point-to-point receive of any size and any "what" (ucx_tag.hpp): for discarding messages
   // no call took (pstate_destroy_model_parallel).
   Request irecv_any_what(int peer, std::vector<uint8_t> *out, uint32_t tag);
@@ -49,6 +50,7 @@ class UcxChannel final : public Channel {
   // text is only built when needed: this runs before every collective, and most never fail.
   void set_op_name(const char *op) { op_ = op; }
   std::string op_name() const { return op_ != nullptr ? name_ + " " + op_ : name_; }
+  const char *op() const { return op_ != nullptr ? op_ : "call"; }
 
   const std::string &name() const { return name_; }
   uint32_t group_id() const { return group_id_; }

@@ -470,6 +470,14 @@ UcxWorker::OpId UcxWorker::post_recv(const OpTarget &target, void *buf, size_t b
   return id;
 }
 
+UcxWorker::OpId UcxWorker::post_recv_upto(const OpTarget &target, void *buf, size_t capacity, size_t *received) {
+  OpId id = post_recv(target, buf, capacity);
+  Op &op = *find_op(id);
+  op.received_out = received;
+  if (op.state == OpState::kDone) *received = op.received;
+  return id;
+}
+
 UcxWorker::OpId UcxWorker::post_recv_any_size(const OpTarget &target, std::vector<uint8_t> *out) {
   own_endpoint(peer(target.peer_world));
   OpId id = alloc_op(target, OpKind::kRecvAnySize);
@@ -521,7 +529,10 @@ bool UcxWorker::test_op(Op &op) {
   } else {
     ucp_tag_recv_info_t info{};
     st = ucp_tag_recv_request_test(op.request, &info);
-    if (st == UCS_OK) op.received = info.length;
+    if (st == UCS_OK) {
+      op.received = info.length;
+      if (op.received_out != nullptr) *op.received_out = info.length;
+    }
     // UCX fills info once the receive completed, truncated too; any-size receives know the tag
     // from their probe already
     if (st != UCS_INPROGRESS && op.kind == OpKind::kRecv && info.sender_tag != 0) {

@@ -168,6 +168,10 @@ class UcxWorker {
   OpId post_send(const OpTarget &target, const void *buf, size_t bytes);
   // Exactly `bytes`; any other length is PSTATE_ERR_MISMATCH at wait().
   OpId post_recv(const OpTarget &target, void *buf, size_t bytes);
+  // At most `capacity` bytes (a longer message is PSTATE_ERR_MISMATCH at wait()); the length that
+  // arrived is written to *received when the receive completes. For the agreement exchange's
+  // self-describing records (src/group/agreement_exchange.hpp), whose length the receiver learns.
+  OpId post_recv_upto(const OpTarget &target, void *buf, size_t capacity, size_t *received);
   // Unknown length: probed (ucp_tag_probe_nb, remove) then received into *out (resized).
   // Any-size receives on one tag are matched in the order they were posted.
   OpId post_recv_any_size(const OpTarget &target, std::vector<uint8_t> *out);
@@ -273,6 +277,7 @@ class UcxWorker {
     void *request = nullptr;              // UCX request while kPending
     ucs_status_t status = UCS_OK;         // final status once kDone
     size_t received = 0;                  // receives: bytes that arrived
+    size_t *received_out = nullptr;       // post_recv_upto: where the arrived length goes
     uint64_t sender_tag = 0;              // receives: the arrived message's full tag ...
     bool sender_tag_known = false;        // ... once UCX said it
     // A receive whose message differs from target.tag in target.check_mask bits.

@@ -86,6 +86,7 @@ class ThreadFabric {
     void *rbuf = nullptr;
     size_t rbytes = 0;
     std::vector<uint8_t> *any = nullptr;  // irecv_any_size
+    size_t *upto = nullptr;               // irecv_upto: the length that arrived
     bool done = false;
     std::string error;
   };
@@ -118,6 +119,15 @@ class ThreadFabric {
       op->owner = rank_;
       op->any = out;
       fabric_->post(Key{checked(peer, "irecv_any_size"), rank_, tag}, op);
+      return remember(op);
+    }
+    Request irecv_upto(int peer, void *buf, size_t capacity, uint32_t tag, size_t *received) override {
+      auto op = std::make_shared<Op>();
+      op->owner = rank_;
+      op->rbuf = buf;
+      op->rbytes = capacity;
+      op->upto = received;
+      fabric_->post(Key{checked(peer, "irecv_upto"), rank_, tag}, op);
       return remember(op);
     }
     void wait_all(const Request *requests, size_t n) override {
@@ -173,6 +183,9 @@ class ThreadFabric {
     if (recv.any != nullptr) {
       auto *p = static_cast<const uint8_t *>(send.sbuf);
       recv.any->assign(p, p + send.sbytes);
+    } else if (recv.upto != nullptr && send.sbytes <= recv.rbytes) {
+      if (send.sbytes != 0) std::memcpy(recv.rbuf, send.sbuf, send.sbytes);
+      *recv.upto = send.sbytes;
     } else if (send.sbytes != recv.rbytes) {
       send.error = recv.error = pstate::cat("message ", std::get<0>(key), " -> ", std::get<1>(key), " tag 0x",
                                             std::hex, std::get<2>(key), std::dec, " has ", send.sbytes,
