@@ -7,12 +7,14 @@
 # Needs: root (network namespaces), iproute2 and util-linux (unshare), the `pstate` command in
 # $BUILD_DIR (default build/), and the Debian packages openmpi-bin + libopenmpi-dev (mpirun,
 # mpicc), python3-torch (torch.distributed's gloo with Debian's /usr/bin/python3), ucx-utils
-# (ucx_perftest), gnuplot (the plot) — all in build.sh's PACKAGES (`./build.sh deps`).
+# (ucx_perftest), linux-perf (perf stat), gnuplot (the plot) — all in build.sh's PACKAGES (`./build.sh deps`).
 #
 # The hosts: tests/multihost/mh_lib.sh's network namespaces pmh-xbenchN-h0.. on one bridge,
 # 198.18.0.(10+k) on eth0, one rank per host (LOCAL_WORLD_SIZE=1), PSTATE_SOCKET_IFNAME=eth0.
 # They are built for N = 2, then N = 4, and removed at exit (also on failure and Ctrl-C: mh_lib's
 # trap). Per N and per repeat (REPEATS), in turn, so all sides see the same machine load:
+#   - what the waits do (N = 2 only, run_waits): waits and sleeps per call of pstate, with and
+#     without the network-sized spin (PSTATE_NETWORK_SPIN_US=0), from its counters and perf stat;
 #   - the floor (N = 2 only): ucx_perftest -t tag_lat -s 8 (one-way latency, median = "typical")
 #     and -t tag_bw -s 64M (MB/s) between h0 and h1 over UCX_TLS=tcp, UCX_NET_DEVICES=eth0;
 #   - pstate: `pstate bench --group world` in every host (rank k in h_k, torchrun variables);
@@ -61,7 +63,7 @@ fi
 # ---- preconditions and build -----------------------------------------------------------------
 [ "$(id -u)" -eq 0 ] || { echo "bench/across_hosts.sh: run as root (it creates network namespaces)" >&2; exit 1; }
 [ -x "$PSTATE" ] || { echo "bench/across_hosts.sh: $PSTATE is missing: run ./build.sh build first" >&2; exit 1; }
-for tool in mpirun mpicc ucx_perftest unshare; do
+for tool in mpirun mpicc ucx_perftest unshare perf; do
   command -v "$tool" >/dev/null || { echo "bench/across_hosts.sh: $tool is missing: ./build.sh deps" >&2; exit 1; }
 done
 "$PY" -c 'import torch.distributed' 2>/dev/null ||
@@ -139,6 +141,28 @@ run_mpi() {
   fi
 }
 
+# What the waits do (2 hosts): 8 B all_reduce and 1 KiB broadcast_object, 1000 timed + 100 warm-up
+# calls (each after a world barrier), with the spin of network waits sized to the wire (as pstate
+# ships) and with PSTATE_NETWORK_SPIN_US=0 (network waits spin as same-host ones, 50 us: the budget
+# before issue 30); rank 0's INFO line "ucx: waits: N (... ) K slept (S sleeps in poll)" at close
+# gives waits and sleeps per call (counted, not timed), and perf stat its context switches.
+run_waits() {  # REP
+  local rep=$1 spin op b name
+  for spin in default 0; do
+    for op in all_reduce:8 broadcast_object:1K; do
+      b=${op#*:}
+      op=${op%%:*}
+      name="waits-$op-spin$spin-$rep"
+      # shellcheck disable=SC2046
+      run_world "$name" 2 -- PSTATE_DEBUG=INFO $([ "$spin" = 0 ] && echo PSTATE_NETWORK_SPIN_US=0) -- \
+        perf stat -e context-switches,task-clock -o "$RAW/h2/$rep/$name.perf" \
+        "$PSTATE" bench --group world --op "$op" -b "$b" -e "$b" --iters 1000 --warmup 100 \
+        --json "$RAW/h2/$rep/$name.json" || true
+      grep -h "ucx: waits:" "$MH_LOGS/$name-r0.log" >"$RAW/h2/$rep/$name.waits" || true
+    done
+  done
+}
+
 # The floor: ucx_perftest server in host 1, client in host 0; the client's output is kept.
 run_perftest() {  # REP TEST SIZE ITERS
   local rep=$1 test=$2 size=$3 iters=$4 out
@@ -165,6 +189,7 @@ for n in $HOSTS; do
     if [ "$n" = 2 ]; then
       run_perftest "$rep" tag_lat 8 $([ "$QUICK" = 1 ] && echo 2000 || echo 20000)
       run_perftest "$rep" tag_bw $((64 << 20)) $([ "$QUICK" = 1 ] && echo 5 || echo 40)
+      run_waits "$rep"
     fi
     for c in "${CASES[@]}"; do
       IFS='|' read -r name op b e f <<<"$c"

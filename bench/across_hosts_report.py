@@ -145,6 +145,53 @@ class Run:
         return median(q)
 
 
+def waits_table(results, run):
+    """'What the waits do': per spin setting and op, time and per-call waits/sleeps (rank 0's
+    counters) and context switches / CPU (perf stat of rank 0), medians over repeats."""
+    base = os.path.join(results, "raw", f"h{run.n}")
+    calls = 1100  # --iters 1000 --warmup 100, each call after a world barrier
+    rows = []
+    for spin, label in (("default", "sized to the wire (as shipped)"), ("0", "PSTATE_NETWORK_SPIN_US=0 (50 us, as before)")):
+        for op, nbytes in (("all_reduce", 8), ("broadcast_object", 1024)):
+            t, w, sl, cs, cpu, budget = [], [], [], [], [], []
+            for rep in run.reps:
+                name = os.path.join(base, rep, f"waits-{op}-spin{spin}-{rep}")
+                d = load(name + ".json")
+                if d and nbytes in d:
+                    t.append(d[nbytes]["time_us"])
+                try:
+                    line = open(name + ".waits").read()
+                    m = re.search(r"waits: (\d+) \((\d+) on a peer.*?budget (\d+) us.*?(\d+) slept \((\d+) sleeps", line)
+                    if m:
+                        w.append(int(m.group(1)) / calls)
+                        sl.append(int(m.group(5)) / calls)
+                        budget.append(int(m.group(3)))
+                except OSError:
+                    pass
+                try:
+                    text = open(name + ".perf").read()
+                    m = re.search(r"([\d,]+)\s+context-switches", text)
+                    if m:
+                        cs.append(int(m.group(1).replace(",", "")) / calls)
+                    m = re.search(r"([\d.,]+)\s+msec task-clock", text)
+                    if m:
+                        cpu.append(float(m.group(1).replace(",", "")) * 1e3 / calls)
+                except OSError:
+                    pass
+            if t or w:
+                rows.append([label, f"{op} {human(nbytes)}", fmt(median(t)), fmt(median(w)), fmt(median(sl)),
+                             fmt(median(cs)), fmt(median(cpu), 1), fmt(median(budget), 0)])
+    if not rows:
+        return []
+    md = ["What the waits do (rank 0 of 2 hosts; per call = per barrier + operation, 1100 calls; waits and sleeps "
+          "from the worker's counters, logged at INFO at close; context switches and CPU from `perf stat`, all "
+          "medians over repeats):", "",
+          "| network spin | call | time (us) | waits / call | sleeps / call | context switches / call | CPU us / call | "
+          "network budget at the end (us) |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    md += ["| " + " | ".join(r) + " |" for r in rows]
+    return md + [""]
+
+
 def verdict(x, bar, higher_better=False):
     if x is None:
         return "not measured"
@@ -262,6 +309,7 @@ def section(results, runs, m, png, rel):
                    "| goal (issue 30) | bar | measured | verdict |", "| --- | --- | --- | --- |"]
             md += ["| " + " | ".join(r) + " |" for r in goals(run)]
             md.append("")
+            md += waits_table(results, run)
         for case in CASES:
             if run.sizes(case):
                 md += [f"**{TITLES[case]}**", ""] + case_table(run, case) + [""]
