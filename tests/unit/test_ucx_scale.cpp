@@ -196,7 +196,7 @@ void test_network_spin_budget_is_sized_to_the_path(void **) {
   assert_int_equal(pstate::network_spin_budget_us(p, 5.0), 50);      // a fast wire: the host budget
   assert_int_equal(pstate::network_spin_budget_us(p, 40.0), 80);     // 2 x a 40 us round trip
   assert_int_equal(pstate::network_spin_budget_us(p, 125.0), 250);   // at the cap
-  assert_int_equal(pstate::network_spin_budget_us(p, 5000.0), 250);  // a late peer: still the cap
+  assert_int_equal(pstate::network_spin_budget_us(p, 5000.0), 250);  // a slow wire: the cap
   pstate::WaitPolicy off = p;
   off.network_spin_max_us = 0;  // network sizing off: as same-host waits
   assert_int_equal(pstate::network_spin_budget_us(off, 40.0), 50);

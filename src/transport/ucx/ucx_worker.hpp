@@ -76,9 +76,12 @@ using PeerDirectory = std::function<PeerEntry(int world_rank)>;
 // over TCP costs ~12 us more per message than polling (ucx_perftest -t tag_lat on a veth: 10.0 us
 // one way polling, 22.4 us with -E sleep), so a budget sized for shared memory would make every
 // cross-host message pay a sleep and a wake-up. Such a wait spins network_spin_budget_us(): about
-// twice the typical time this worker's recent network waits took to complete (a running average,
-// each wait counted at most network_spin_max_us, so a peer that is late by milliseconds does not
-// make the budget grow past the cap), within [spin_us, network_spin_max_us]. The CPU an idle
+// twice the typical time this worker's recent network waits took to complete while spinning (a
+// running average over the waits the spin ended, each counted at most network_spin_max_us; a
+// wait that slept is left out: it was long for another reason than the wire, a late peer or
+// CPUs taken by other load, and spinning longer for it only burns the CPU the peer needs),
+// within [spin_us, network_spin_max_us]. So the budget settles near 2 round trips of the wire,
+// at least the host's spin_us. The CPU an idle
 // waiter burns stays bounded: at most network_spin_max_us after the wait begins and after each
 // wake-up, and a wait whose peer never comes wakes at most every max_block_ms, so an idle rank
 // uses at most network_spin_max_us / max_block_ms of a core (250 us / 100 ms = 0.25%).
@@ -100,8 +103,9 @@ struct WaitPolicy {
 WaitPolicy wait_policy_for_host(int local_ranks);
 
 // The spin budget (us) of a wait on a peer of another host, given the typical completion time
-// (us) of this worker's recent such waits: 2 x typical_us within [spin_us, network_spin_max_us];
-// spin_us when network_spin_max_us is 0 (no network sizing), 0 when the policy never spins.
+// (us) of this worker's recent such waits that ended while spinning: 2 x typical_us within
+// [spin_us, network_spin_max_us]; spin_us when network_spin_max_us is 0 (no network sizing), 0
+// when the policy never spins.
 int network_spin_budget_us(const WaitPolicy &policy, double typical_us);
 
 // What a worker's waits did, for INFO logs at close and for tests (counted, never timed).
@@ -388,8 +392,8 @@ class UcxWorker {
   Deadline::Clock::time_point wait_start_{};
   Deadline::Clock::time_point last_liveness_check_{};
   WaitStats stats_;
-  // Running average (1/8 per wait) of how long network waits took, each counted at most
-  // network_spin_max_us; starts at half the cap, so the first budget is the cap.
+  // Running average (1/8 per wait) of how long network waits the spin ended took, each counted
+  // at most network_spin_max_us; starts at half the cap, so the first budget is the cap.
   double net_typical_us_ = 0;
   bool waits_on_network(const OpId *ops, size_t n);
   uint32_t epoch_ = 0;
