@@ -18,6 +18,7 @@ PACKAGES=(cmake g++ make pkg-config dpkg-dev libucx-dev ucx-utils libssl-dev lib
           python3 python3-numpy python3-pytest python3-torch python3-dev python3-pip python3-setuptools python3-wheel
           swig golang-go bindgen
           openmpi-bin libopenmpi-dev libgloo-dev gnuplot-nox clang iproute2 valgrind
+          linux-perf  # perf stat in bench/across_hosts.sh (ucx-utils' ucx_perftest, openmpi-bin, python3-torch: its peers)
           abigail-tools  # abidw/abidiff: the ABI gate, abi/check.sh
           libcurl4-openssl-dev nlohmann-json3-dev etcd-server etcd-client)  # the etcd store and its tests
 

@@ -603,6 +603,10 @@ def main():
         with open(trace) as f:
             md += ["## What the flight recorder costs", "", f.read().strip(), ""]
     md += recovery_section()
+    across = os.path.join(HERE, "results", "across_hosts", "across_hosts.md")
+    if os.path.exists(across):  # bench/across_hosts.sh, run on its own (as root)
+        with open(across) as f:
+            md += ["## Across hosts", "", f.read().strip(), ""]
     md += gpu_section()
     analysis = os.path.join(HERE, "analysis.md")
     if os.path.exists(analysis):

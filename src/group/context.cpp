@@ -273,6 +273,16 @@ std::unique_ptr<UcxWorker> Context::make_worker() const {
   wo.socket_ifname = launch_.socket_ifname;
   wo.default_timeout_ms = launch_.timeout_ms;
   wo.wait = wait_policy_for_host(launch_.local_world_size > 0 ? launch_.local_world_size : launch_.world_size);
+  // PSTATE_NETWORK_SPIN_US: the ceiling of the spin of waits on another host (WaitPolicy); 0 turns
+  // the network sizing off (such waits spin as same-host ones: what bench/across_hosts.sh compares).
+  if (const char *net = std::getenv("PSTATE_NETWORK_SPIN_US"); net != nullptr && *net != '\0') {
+    char *end = nullptr;
+    const long us = std::strtol(net, &end, 10);
+    if (*end != '\0' || us < 0 || us > 100000)
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, "PSTATE_NETWORK_SPIN_US='", net,
+                  "' is not a number of microseconds in 0..100000 (the spin ceiling of waits on another host)");
+    wo.wait.network_spin_max_us = wo.wait.spin_us > 0 ? static_cast<int>(us) : 0;
+  }
   wo.logger = log_;
   auto worker = std::make_unique<UcxWorker>(std::move(wo));
   worker->set_abort_flag(&abort_requested_);

@@ -9,6 +9,7 @@
 
 #include <sched.h>
 
+#include <atomic>
 #include <mutex>
 
 using namespace ucxtest;
@@ -185,12 +186,97 @@ void test_wait_policy_spins_only_when_cores_are_free(void **) {
   assert_int_equal(pstate::WaitPolicy{}.spin_us, 0);
 }
 
+// The spin of a wait is sized to its path (issue 30): a few tens of us on one host, about twice
+// what recent waits took on another host, within [spin_us, network_spin_max_us]; never any where
+// the policy does not spin. The policy of a host that spins at all caps network waits at 250 us.
+void test_network_spin_budget_is_sized_to_the_path(void **) {
+  pstate::WaitPolicy p;
+  p.spin_us = 50;
+  p.network_spin_max_us = 250;
+  assert_int_equal(pstate::network_spin_budget_us(p, 5.0), 50);      // a fast wire: the host budget
+  assert_int_equal(pstate::network_spin_budget_us(p, 40.0), 80);     // 2 x a 40 us round trip
+  assert_int_equal(pstate::network_spin_budget_us(p, 125.0), 250);   // at the cap
+  assert_int_equal(pstate::network_spin_budget_us(p, 5000.0), 250);  // a slow wire: the cap
+  pstate::WaitPolicy off = p;
+  off.network_spin_max_us = 0;  // network sizing off: as same-host waits
+  assert_int_equal(pstate::network_spin_budget_us(off, 40.0), 50);
+  pstate::WaitPolicy none;  // no spin at all (cores shared): none on the network either
+  none.network_spin_max_us = 250;
+  assert_int_equal(pstate::network_spin_budget_us(none, 40.0), 0);
+  assert_int_equal(pstate::network_spin_budget_us(pstate::WaitPolicy{}, 40.0), 0);
+  assert_int_equal(pstate::wait_policy_for_host(100000).network_spin_max_us, 0);
+  const int online = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  const pstate::WaitPolicy host = pstate::wait_policy_for_host(1);
+  if (host.spin_us > 0) assert_int_equal(host.network_spin_max_us, 250);
+  if (online > 1) assert_int_equal(host.spin_us, 50);
+}
+
+// A wait whose peer never sends still sleeps once its spin budget is spent, on either path:
+// counted (WaitStats), not timed. Rank 1 (this thread) waits for a message rank 0 (a thread that
+// only publishes its entry) never sends, until its 300 ms deadline; with other_host the two
+// workers have different host ids, so the wait is a network wait.
+pstate::WaitStats idle_wait_stats(bool other_host) {
+  SharedDirectory directory(2);
+  std::atomic<bool> done{false};
+  std::string peer_failure;
+  std::thread peer([&] {
+    try {
+      UcxWorker w(test_options(0, 2, other_host ? "host-a" : "testhost"));
+      directory.publish(0, w.self_entry());
+      w.set_directory([&](int r) { return directory.get(r); });
+      while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      w.close(Deadline::after_ms(2000));
+    } catch (const std::exception &e) {
+      peer_failure = e.what();
+    }
+  });
+  UcxWorkerOptions o = test_options(1, 2, other_host ? "host-b" : "testhost");
+  o.wait.spin_us = 50;
+  o.wait.network_spin_max_us = 250;
+  o.default_timeout_ms = 300;
+  pstate::WaitStats stats;
+  pstate_status_t status = PSTATE_OK;
+  {
+    UcxWorker w(o);
+    directory.publish(1, w.self_entry());
+    w.set_directory([&](int r) { return directory.get(r); });
+    auto ch = world_channel(w);
+    int64_t v = 0;
+    try {
+      ch->recv(0, &v, 8, 7);
+    } catch (const pstate::Error &e) {
+      status = e.status();
+    }
+    stats = w.wait_stats();
+    done = true;
+    peer.join();
+    w.close(Deadline::after_ms(2000));
+  }
+  if (!peer_failure.empty()) std::fprintf(stderr, "rank 0: %s\n", peer_failure.c_str());
+  assert_true(peer_failure.empty());
+  assert_int_equal(status, PSTATE_ERR_TIMEOUT);
+  return stats;
+}
+
+void test_idle_wait_sleeps_after_the_budget_on_either_path(void **) {
+  const pstate::WaitStats net = idle_wait_stats(true);
+  assert_int_equal(net.waits, 1);
+  assert_int_equal(net.network_waits, 1);
+  assert_true(net.blocks >= 1);  // it slept: the spin ended at its budget, not at the deadline
+  const pstate::WaitStats local = idle_wait_stats(false);
+  assert_int_equal(local.waits, 1);
+  assert_int_equal(local.network_waits, 0);
+  assert_true(local.blocks >= 1);
+}
+
 }  // namespace
 
 int main() {
   alarm(kLimitS * 2);  // the threads test has no child processes to kill: bound the whole binary
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_wait_policy_spins_only_when_cores_are_free),
+      cmocka_unit_test(test_network_spin_budget_is_sized_to_the_path),
+      cmocka_unit_test(test_idle_wait_sleeps_after_the_budget_on_either_path),
       cmocka_unit_test(test_8_processes_on_2_cores_all_to_all_and_waiting_rank_uses_little_cpu),
       cmocka_unit_test(test_8_ranks_as_8_threads_exchange_and_waiting_thread_uses_little_cpu),
   };

@@ -11,7 +11,8 @@
 //      (the context's abort flag; that thread also wakes poll with ucp_worker_signal) — throw
 //      ABORTED; the interrupt check (pstate_set_interrupt_check) asked to stop — throw
 //      INTERRUPTED; both at the liveness checks of step 3 (every 50 ms, and after a wake-up);
-//   5. within the spin budget (WaitPolicy::spin_us after the wait began or after a wake-up;
+//   5. within the spin budget (WaitPolicy::spin_us after the wait began or after a wake-up, or
+//      for a wait on a peer of another host the adaptive network_spin_budget_us, see WaitPolicy;
 //      while spinning, steps 3-5 run every 8th round, as a clock read costs about a round)?
 //      — go round again; otherwise arm the worker (ucp_worker_arm; BUSY means events are
 //      pending: go round) and sleep in poll() on the UCX wake-up fd plus the pidfds of the
@@ -57,7 +58,26 @@ WaitPolicy wait_policy_for_host(int local_ranks) {
   // A pinned rank has its core when the ranks fit the machine; an unpinned one spins only with a
   // core to spare for whatever else runs (the measurements in ucx_worker.hpp).
   policy.spin_us = (pinned ? local_ranks <= cpus : local_ranks < cpus) ? 50 : 0;
+  // Waits on another host spin up to about a network round trip or two (WaitPolicy), only where
+  // spinning is on at all: a core shared with other ranks is better given to them.
+  policy.network_spin_max_us = policy.spin_us > 0 ? 250 : 0;
   return policy;
+}
+
+int network_spin_budget_us(const WaitPolicy &policy, double typical_us) {
+  if (policy.spin_us <= 0 || policy.network_spin_max_us <= 0) return policy.spin_us > 0 ? policy.spin_us : 0;
+  const double budget = std::clamp(2.0 * typical_us, static_cast<double>(policy.spin_us),
+                                   static_cast<double>(std::max(policy.network_spin_max_us, policy.spin_us)));
+  return static_cast<int>(budget + 0.5);
+}
+
+// True when a pending op of the wait has its peer on another host (the network budget applies).
+bool UcxWorker::waits_on_network(const OpId *ops, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const Op *op = find_op(ops[i]);
+    if (op != nullptr && op->state != OpState::kDone && !peer(op->target.peer_world).same_host) return true;
+  }
+  return false;
 }
 
 void UcxWorker::progress_until_idle() {
@@ -112,15 +132,31 @@ bool UcxWorker::test(OpId id, const WaitScope &scope) {
 void UcxWorker::run_wait_loop(const OpId *ops, size_t n, const WaitScope &scope) {
   wait_start_ = Clock::now();
   last_liveness_check_ = wait_start_;
-  const auto spin = std::chrono::microseconds(options_.wait.spin_us);
+  ++stats_.waits;
+  const bool network = options_.wait.network_spin_max_us > 0 && options_.wait.spin_us > 0 && waits_on_network(ops, n);
+  if (network) ++stats_.network_waits;
+  const auto spin = std::chrono::microseconds(network ? network_spin_us() : options_.wait.spin_us);
   auto spin_until = wait_start_ + spin;
   bool woke = false;
   bool spinning = false;
+  bool slept = false;
   int grace_left_ms = INT32_MAX;  // INT32_MAX: no peer we wait on is dying
   for (unsigned round = 0;; ++round) {
     progress_until_idle();
     start_probed_recvs();
-    if (all_done(ops, n, scope)) return;
+    if (all_done(ops, n, scope)) {
+      if (slept) ++stats_.blocked_waits;
+      // The running average the next network budget is sized from: waits the spin ended only.
+      // A wait that slept was longer than the budget for another reason than the wire (a late
+      // peer, or its CPU taken by other load): counting it made the budget climb to the cap at
+      // load 16 on the 2-core machine, where spinning that long made an 8 B all_reduce 3x slower
+      // while as many waits slept (bench/across_hosts.sh's wait counters).
+      if (network && !slept) {
+        const double took_us = std::chrono::duration<double, std::micro>(Clock::now() - wait_start_).count();
+        net_typical_us_ += (std::min(took_us, static_cast<double>(options_.wait.network_spin_max_us)) - net_typical_us_) / 8;
+      }
+      return;
+    }
     // While spinning, the clock is read every 8th round only: a read costs about what a round of
     // progress does, and it delays noticing the message that ends the wait (a 2-rank 8 B
     // all_reduce over UCX spends a fifth of its time in clock_gettime otherwise).
@@ -138,6 +174,8 @@ void UcxWorker::run_wait_loop(const OpId *ops, size_t n, const WaitScope &scope)
     spinning = now < spin_until && grace_left_ms == INT32_MAX;
     if (now < spin_until) continue;
     if (block(ops, n, scope, grace_left_ms)) {
+      ++stats_.blocks;
+      slept = true;
       woke = true;
       spin_until = Clock::now() + spin;
     }

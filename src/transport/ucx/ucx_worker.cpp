@@ -73,8 +73,10 @@ UcxWorker::UcxWorker(UcxWorkerOptions options) : options_(std::move(options)) {
   if (options_.world_rank < 0 || options_.world_rank >= options_.world_size)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "ucx: world rank ", options_.world_rank, " is outside 0..",
                 options_.world_size - 1);
-  if (options_.wait.spin_us < 0 || options_.wait.max_block_ms < 1)
-    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "ucx: wait policy needs spin_us >= 0 and max_block_ms >= 1");
+  if (options_.wait.spin_us < 0 || options_.wait.max_block_ms < 1 || options_.wait.network_spin_max_us < 0)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT,
+                "ucx: wait policy needs spin_us >= 0, network_spin_max_us >= 0 and max_block_ms >= 1");
+  net_typical_us_ = options_.wait.network_spin_max_us / 2.0;
   options_.logger.set_rank(options_.world_rank);
   try {
     init_context();
@@ -637,6 +639,10 @@ void UcxWorker::close_endpoint(Peer &p, bool force) noexcept {
 
 void UcxWorker::close(Deadline deadline) noexcept {
   if (worker_ == nullptr) return;
+  if (stats_.waits > 0)
+    options_.logger.info("ucx: waits: ", stats_.waits, " (", stats_.network_waits, " on a peer of another host, next ",
+                         "spin budget ", network_spin_us(), " us; ", options_.wait.spin_us, " us on this host), ",
+                         stats_.blocked_waits, " slept (", stats_.blocks, " sleeps in poll)");
   cancel_owner(0);
   if (poisoned_) {
     options_.logger.info("ucx: requests were abandoned after an error; closing endpoints by force");

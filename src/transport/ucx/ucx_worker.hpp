@@ -71,8 +71,25 @@ using PeerDirectory = std::function<PeerEntry(int world_rank)>;
 // 200 µs, ~20-40 ms at 1 ms; 2 ranks, 8-byte round trip ~20-30 µs at spin 0 and ~2x the
 // budget at 50-200 µs once other load shares the cores). Hence the default: no spin beyond one
 // progress pass; wait_policy_for_host() turns spinning on where cores are free.
+//
+// A wait on a peer of another host is sized to the network instead (issue 30): one UCX wake-up
+// over TCP costs ~12 us more per message than polling (ucx_perftest -t tag_lat on a veth: 10.0 us
+// one way polling, 22.4 us with -E sleep), so a budget sized for shared memory would make every
+// cross-host message pay a sleep and a wake-up. Such a wait spins network_spin_budget_us(): about
+// twice the typical time this worker's recent network waits took to complete while spinning (a
+// running average over the waits the spin ended, each counted at most network_spin_max_us; a
+// wait that slept is left out: it was long for another reason than the wire, a late peer or
+// CPUs taken by other load, and spinning longer for it only burns the CPU the peer needs),
+// within [spin_us, network_spin_max_us]. So the budget settles near 2 round trips of the wire,
+// at least the host's spin_us. The CPU an idle
+// waiter burns stays bounded: at most network_spin_max_us after the wait begins and after each
+// wake-up, and a wait whose peer never comes wakes at most every max_block_ms, so an idle rank
+// uses at most network_spin_max_us / max_block_ms of a core (250 us / 100 ms = 0.25%).
 struct WaitPolicy {
   int spin_us = 0;         // busy-poll budget per wait (and per wake-up) before blocking
+  // Ceiling of the adaptive spin of waits on a peer of another host; 0: such waits spin spin_us
+  // as any other (wait_policy_for_host sets 250 where it spins at all).
+  int network_spin_max_us = 0;
   int max_block_ms = 100;  // longest single poll(): bounds deadline and liveness checks
   // After a peer is seen dead, keep progressing this long before PEER_LOST: what it sent before
   // dying may sit in a shared-memory FIFO behind a slot another (descheduled) sender has
@@ -84,6 +101,20 @@ struct WaitPolicy {
 // of its own: with one to spare (local_ranks < online CPUs), or, for a rank its launcher pinned
 // to one CPU, local_ranks <= online CPUs; else no spin.
 WaitPolicy wait_policy_for_host(int local_ranks);
+
+// The spin budget (us) of a wait on a peer of another host, given the typical completion time
+// (us) of this worker's recent such waits that ended while spinning: 2 x typical_us within
+// [spin_us, network_spin_max_us]; spin_us when network_spin_max_us is 0 (no network sizing), 0
+// when the policy never spins.
+int network_spin_budget_us(const WaitPolicy &policy, double typical_us);
+
+// What a worker's waits did, for INFO logs at close and for tests (counted, never timed).
+struct WaitStats {
+  uint64_t waits = 0;          // wait() calls that ran the wait loop
+  uint64_t network_waits = 0;  // ... of them on a peer of another host (the network budget)
+  uint64_t blocked_waits = 0;  // ... of them that slept in poll() at least once
+  uint64_t blocks = 0;         // sleeps in poll() (the spin budget ran out, nothing pending)
+};
 
 struct UcxWorkerOptions {
   int world_rank = 0;
@@ -144,6 +175,9 @@ class UcxWorker {
   int world_size() const { return options_.world_size; }
   const Logger &logger() const { return options_.logger; }
   const WaitPolicy &wait_policy() const { return options_.wait; }
+  const WaitStats &wait_stats() const { return stats_; }
+  // The spin budget the next wait on a peer of another host gets (network_spin_budget_us).
+  int network_spin_us() const { return network_spin_budget_us(options_.wait, net_typical_us_); }
   int64_t default_timeout_ms() const { return options_.default_timeout_ms; }
 
   // This worker's address, to publish; and the entry others need (address, getpid(), host id).
@@ -369,6 +403,11 @@ class UcxWorker {
   uint64_t endpoints_created_ = 0;  // endpoints_created()
   Deadline::Clock::time_point wait_start_{};
   Deadline::Clock::time_point last_liveness_check_{};
+  WaitStats stats_;
+  // Running average (1/8 per wait) of how long network waits the spin ended took, each counted
+  // at most network_spin_max_us; starts at half the cap, so the first budget is the cap.
+  double net_typical_us_ = 0;
+  bool waits_on_network(const OpId *ops, size_t n);
   uint32_t epoch_ = 0;
   const std::atomic<bool> *departed_flags_ = nullptr;  // set_departed_flags
   int departed_count_ = 0;
