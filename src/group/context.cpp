@@ -483,12 +483,11 @@ std::string describe_config_pair(int ra, const ConfigWire &a, int rb, const Conf
 void Context::require_same_parallel_config(const layout::ParallelConfig &pc) {
   ConfigWire mine = to_wire(pc);
   std::vector<ConfigWire> all(static_cast<size_t>(world_size()));
-  // Over UCX, as pstate_init's barrier, on the endpoints that barrier made (the Bruck all_gather
-  // meets the same peers, r +- 2^k): in shared memory this first world call would create the
-  // world's segment (2 MiB a rank) and meet every process of the host in it, which is what made
-  // this call grow with the job (issue 30: 64 ranks oversubscribed, 3.9 s against 0.19 s).
-  world_->all_gather(mine.data(), all.data(), kConfigFields, PSTATE_INT32, OpKind::kModelParallelConfig,
-                     /*allow_shm=*/false);
+  // In shared memory, like every world call: its descriptor rides in the segment's flag words, so a
+  // rank in a user's collective gets MISMATCH naming this exchange (test_no_wrong_answer). Over UCX
+  // without an exchange it was faster at 64 oversubscribed ranks (the segment's creation is met by
+  // every process of the host) but a mismatch became a TIMEOUT: BENCHMARKS.md "Start-up counted".
+  world_->all_gather(mine.data(), all.data(), kConfigFields, PSTATE_INT32, OpKind::kModelParallelConfig);
   for (size_t r = 1; r < all.size(); ++r) {
     if (all[r] == all[0]) continue;
     throw_error(PSTATE_ERR_MISMATCH, "pstate_initialize_model_parallel: the ranks disagree about the parallel config (",
@@ -552,9 +551,8 @@ void Context::initialize_model_parallel_now(const pstate_parallel_config_t *cfg)
       if (g->size() > 1) split_from_world_into(g.get());
   warn_tensor_parallel_across_hosts();  // host awareness: allowed, but said (host_order.cpp)
   const auto groups_ms = ms_since(mp_start);
-  // Every rank leaves together, so the first collective on any group finds its peers ready. Over
-  // UCX unless the world's segment exists already (the config agreement above says why).
-  world_->barrier(world_->shm_open(), OpKind::kModelParallelReady);
+  // Every rank leaves together, so the first collective on any group finds its peers ready.
+  world_->barrier(true, OpKind::kModelParallelReady);
   const auto barrier_ms = ms_since(mp_start);
   log_.info("initialize_model_parallel: tp ", pc.tp, " pp ", pc.pp, " ep ", pc.ep, " attn_dp ", pc.attn_dp,
             " attn_cp ", pc.attn_cp, " moe_dp ", pc.moe_dp, " dcp ", pc.dcp, ": ", groups_.size(),

@@ -400,8 +400,7 @@ void pstate_group_s::reduce_folded(void *out, size_t count, pstate_dtype_t dtype
   std::memcpy(out, agree_.payload(leaf(0)), count * pstate::dtype_size(dtype));
 }
 
-void pstate_group_s::all_gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, OpKind kind,
-                                bool allow_shm) {
+void pstate_group_s::all_gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, OpKind kind) {
   OpDescriptor d{static_cast<uint32_t>(kind), 0, send_count, dtype, -1, -1, 0};
   const size_t fold_bytes = send_count * pstate::dtype_size(dtype);
   const bool fold = !selector_.allgather_forced() && can_fold(send_count, dtype);
@@ -415,9 +414,7 @@ void pstate_group_s::all_gather(const void *send, void *recv, size_t send_count,
         std::memcpy(static_cast<uint8_t *>(recv) + static_cast<size_t>(r) * bytes, agree_.payload(r), bytes);
       return;
     }
-    if (!allow_shm && use_shm()) {
-      if (pstate::TraceRecorder *tr = ctx_.trace()) tr->set_path(tr->recorded(), pstate::TracePath::kUcx);
-    } else if (use_shm()) {
+    if (use_shm()) {
       explain("all_gather", "shared memory", bytes, 2);
       return shm_for_call().all_gather(send, recv, send_count, dtype, ctx_.op_deadline(), kind);
     }

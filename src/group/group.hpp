@@ -81,10 +81,8 @@ struct pstate_group_s {
   // they never pair with a user's call of the same shape.
   void all_reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op,
                   pstate::OpKind kind = pstate::OpKind::kAllReduce);
-  // allow_shm false: over UCX even in a shared-memory group (as barrier's), so that the library's
-  // own start-up exchanges never create the group's segment (initialize_model_parallel).
   void all_gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype,
-                  pstate::OpKind kind = pstate::OpKind::kAllGather, bool allow_shm = true);
+                  pstate::OpKind kind = pstate::OpKind::kAllGather);
   void reduce_scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, pstate_reduce_op_t op);
   void broadcast(void *buf, size_t count, pstate_dtype_t dtype, int src);
   void gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, int dst);
@@ -110,9 +108,6 @@ struct pstate_group_s {
   // allow_shm false: over the CPU channel (UCX) even inside a host, e.g. to prove the transport.
   // kind: kBarrier, or kFinalize / kDestroy for the library's own barriers (named in mismatches).
   void barrier(bool allow_shm = true, pstate::OpKind kind = pstate::OpKind::kBarrier);
-  // True once this group's shared-memory segment exists (its first shared-memory call made it;
-  // every rank makes the same calls, so every rank sees the same answer).
-  bool shm_open() const { return shm_ != nullptr; }
   pstate::Bytes broadcast_object(const void *data, size_t size, int src,
                                  pstate::OpKind kind = pstate::OpKind::kBroadcastObject);
   void broadcast_object_mq(const void *data, size_t size, pstate::Bytes *out, uint32_t tag);
