@@ -232,6 +232,9 @@ class Context {
   // self: how this rank is described in the error (default: waiting in shared memory).
   void check_notices(const std::string &where, const char *self = "waiting in shared memory");
   // The same, naming "group op" (built only when a notice arrived: on every UCX call's fast path).
+  // Without progressing the worker: the caller's wait has just progressed it until idle, so a
+  // notice that had reached this host is in UCX's unexpected queue already; one more
+  // ucp_worker_progress cost about as much as the rest of the check (agreement_cost.sh, 8 B).
   void check_notices(const std::string &group, const char *op, const char *self);
   // Throws ABORTED when failed, INVALID_STATE when closed.
   void require_usable(const char *call) const;

@@ -254,9 +254,9 @@ bool UcxWorker::progress_notices() noexcept {
   return notice_sends_.empty();
 }
 
-std::optional<UcxWorker::Notice> UcxWorker::take_notice() {
+std::optional<UcxWorker::Notice> UcxWorker::take_notice(bool progress) {
   if (worker_ == nullptr || no_progress_) return std::nullopt;
-  progress_notices();
+  if (progress) progress_notices();
   for (;;) {
     ucp_tag_recv_info_t info{};
     ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, ucx::make_tag(kNoticeGroupId, 0, 0),

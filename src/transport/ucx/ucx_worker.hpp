@@ -294,8 +294,9 @@ class UcxWorker {
   static Error notice_error(const Notice &n, const std::string &what, const std::string &self, int from_rank);
   // Progresses the worker (connections and notices in flight); true when no notice is in flight.
   bool progress_notices() noexcept;
-  // Progresses the worker once and returns a notice of this epoch that arrived, if any.
-  std::optional<Notice> take_notice();
+  // Progresses the worker once (progress false: not at all, for a caller whose wait just
+  // progressed it until idle) and returns a notice of this epoch that arrived, if any.
+  std::optional<Notice> take_notice(bool progress = true);
  private:
   enum class OpKind : uint8_t { kSend, kRecv, kRecvAnySize };
   enum class OpState : uint8_t { kFree, kProbing, kPending, kDone };
