@@ -60,12 +60,18 @@ static size_t counts_for(size_t es, size_t out[5]) {
   return 5;
 }
 
+/* send holds this rank's reduce inputs, recv and 8 bytes past it the sentinel. */
+static void fill_reduce_inputs(pstate_dtype_t d, pstate_reduce_op_t op, int me, size_t count, unsigned char *send,
+                               unsigned char *recv) {
+  for (size_t i = 0; i < count; ++i) pstate_test_store(d, send, i, pstate_test_reduce_input(d, op, me, i));
+  memset(recv, SENTINEL, count * pstate_dtype_size(d) + 8);
+}
+
 static int check_all_reduce(const pstate_test_rank_t *self, pstate_group_t *g, pstate_dtype_t d, pstate_reduce_op_t op,
                             size_t count, int in_place, unsigned char *send, unsigned char *recv) {
   const int n = self->world_size, me = self->rank;
   const size_t bytes = count * pstate_dtype_size(d);
-  for (size_t i = 0; i < count; ++i) pstate_test_store(d, send, i, pstate_test_reduce_input(d, op, me, i));
-  memset(recv, SENTINEL, bytes + 8);
+  fill_reduce_inputs(d, op, me, count, send, recv);
   unsigned char *out = in_place ? send : recv;
   RANK_OK(self, pstate_all_reduce(g, send, out, count, d, op, NULL));
   for (size_t i = 0; i < count; ++i) {
@@ -85,8 +91,7 @@ static int check_reduce(const pstate_test_rank_t *self, pstate_group_t *g, pstat
                         size_t count, int root, unsigned char *send, unsigned char *recv) {
   const int n = self->world_size, me = self->rank;
   const size_t bytes = count * pstate_dtype_size(d);
-  for (size_t i = 0; i < count; ++i) pstate_test_store(d, send, i, pstate_test_reduce_input(d, op, me, i));
-  memset(recv, SENTINEL, bytes + 8);
+  fill_reduce_inputs(d, op, me, count, send, recv);
   RANK_OK(self, pstate_reduce(g, send, recv, count, d, op, root, NULL));
   if (me != root) {
     RANK_CHECK(self, untouched(recv, bytes + 8), "reduce %zu root %d: recv written off the root", count, root);
