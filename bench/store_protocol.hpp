@@ -9,7 +9,8 @@
 //     group/dump_watcher.cpp) a second connection as an observer that checks the dump counter
 //     and then parks a get for the first dump request until the rank finalizes;
 //   - exchange_rank_records (group/rank_records.cpp, the function pstate_init calls): its record
-//     set, the store barrier, rank 0's reads and directory, the others' one get of the directory.
+//     set, the store barrier, rank 0's reads, compact directory and first-peer records, the
+//     others' gets of the directory and of their first peers' records.
 // initialize_model_parallel sends nothing to the store (its agreement and barrier run over UCX),
 // so nothing is simulated for it; the whole-process counts (bench/startup_curve.sh) show that.
 // Then each rank closes its store as finalize does (rank 0 waits for the others to leave).
@@ -156,12 +157,15 @@ inline ProtocolResult run_store_protocol(const ProtocolOptions &opt) {
         mine.peer.address.assign(opt.address_bytes, static_cast<uint8_t>(r));
         mine.peer.pid = 100000 + r;
         mine.peer.host_id = "store-protocol-host";
-        Bytes directory = exchange_rank_records(*store, r, n, encode_rank_record(mine), r == 0 ? "job" : "",
-                                                Deadline::after_ms(opt.timeout_ms));
+        Rendezvous rv = exchange_rank_records(*store, r, n, encode_rank_record(mine), r == 0 ? "job" : "",
+                                              Deadline::after_ms(opt.timeout_ms), world_barrier_peers);
         // One rank decodes it (a real rank decodes its own; here that would hold N copies at once).
-        if (r == n - 1 && decode_rank_directory(directory).ranks.size() != static_cast<size_t>(n))
+        if (r == n - 1 && decode_rank_directory(rv.directory).ranks.size() != static_cast<size_t>(n))
           throw_error(PSTATE_ERR_INTERNAL, "the directory does not list ", n, " ranks");
-        directory = Bytes();
+        for (const auto &[peer, rec] : rv.first)  // the first peers' records are theirs, whole
+          if (rec.peer.pid != 100000 + peer || rec.peer.address != Bytes(opt.address_bytes, static_cast<uint8_t>(peer)))
+            throw_error(PSTATE_ERR_INTERNAL, "rank ", r, " got a wrong record for its first peer ", peer);
+        rv = Rendezvous();
         exchanged.fetch_add(1);
         last_exchange_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
         res.rank[i] = store->traffic();

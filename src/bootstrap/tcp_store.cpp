@@ -339,7 +339,7 @@ StoreTraffic TcpStore::traffic() const {
 }
 
 wire::Message TcpStore::call(const wire::Message &request, Deadline deadline, const std::string &what,
-                             bool continuation) {
+                             bool continuation, std::optional<Deadline> reply_by) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (interrupted_.load())
     throw_error(PSTATE_ERR_ABORTED, what, " on the store at ", url_, ": interrupted by this process");
@@ -363,8 +363,12 @@ wire::Message TcpStore::call(const wire::Message &request, Deadline deadline, co
       fail_lost(what, std::strerror(err));
   }
   // The server answers a wait by itself when the wait time passes; the grace covers its reply's
-  // trip back, so a client-side timeout means the server is stuck or unreachable.
+  // trip back. A slice of a longer wait may be answered late by a busy server (one thread, and
+  // thousands of ranks arriving at once): that is no failure while the whole wait's deadline
+  // holds, so the reply is awaited until then. A client-side timeout means the server is stuck or
+  // unreachable for longer than the caller allowed.
   uint32_t wait_ms = wait_ms_for(deadline);
+  if (reply_by) wait_ms = std::max(wait_ms, wait_ms_for(*reply_by));
   Deadline reply_deadline = Deadline::after_ms(int64_t{wait_ms} + kReplyGraceMs);
   wire::Message reply = read_reply(fd_, reply_deadline, wire::kMaxFrameBytes, what, false);
   bytes_received_.fetch_add(last_reply_bytes_, std::memory_order_relaxed);
@@ -471,7 +475,7 @@ Bytes TcpStore::get(const std::string &key, Deadline deadline) {
   std::string what = cat("get(", quote_key(key), ")");
   auto start = Clock::now();
   wire::Message reply = wait_in_slices(what, deadline, [&](uint32_t wait_ms, bool continuation) {
-    return call(wire::Get{key, wait_ms}, Deadline::after_ms(wait_ms), what, continuation);
+    return call(wire::Get{key, wait_ms}, Deadline::after_ms(wait_ms), what, continuation, deadline);
   });
   if (auto *v = std::get_if<wire::Value>(&reply)) return std::move(v->value);
   if (auto *t = std::get_if<wire::TimedOut>(&reply))
@@ -494,7 +498,7 @@ void TcpStore::wait(const std::vector<std::string> &keys, Deadline deadline) {
   std::string what = cat("wait(", quote_keys(keys, keys.size(), 3), ")");
   auto start = Clock::now();
   wire::Message reply = wait_in_slices(what, deadline, [&](uint32_t wait_ms, bool continuation) {
-    return call(wire::Wait{keys, wait_ms}, Deadline::after_ms(wait_ms), what, continuation);
+    return call(wire::Wait{keys, wait_ms}, Deadline::after_ms(wait_ms), what, continuation, deadline);
   });
   if (std::holds_alternative<wire::Ok>(reply)) return;
   if (auto *t = std::get_if<wire::TimedOut>(&reply))

@@ -88,8 +88,10 @@ class TcpStore final : public Store {
                                const std::function<wire::Message(uint32_t wait_ms, bool continuation)> &request);
   [[noreturn]] void fail_waiting(const wire::TimedOut &t, const std::string &what, int64_t waited_ms,
                                  const std::string &keys_text);
+  // `deadline` bounds the request (its wait_ms for the server); the reply is awaited until the later
+  // of it and `reply_by` (a sliced wait's whole deadline), plus kReplyGraceMs.
   wire::Message call(const wire::Message &request, Deadline deadline, const std::string &what,
-                     bool continuation = false);
+                     bool continuation = false, std::optional<Deadline> reply_by = std::nullopt);
   wire::Message read_reply(net::Fd &fd, Deadline deadline, size_t limit, const std::string &what, bool handshaking);
   [[noreturn]] void fail_lost(const std::string &what, const std::string &detail);
   // fd_ changes only through these (under fd_guard_); reset_fd(f) resets f, through

@@ -308,7 +308,7 @@ void Context::rendezvous_with_store(Deadline deadline) {
   check_interfaces_reach();
   settle_local_ranks();
   if (device_ == PSTATE_DEVICE_CUDA && !device_ctx_) open_device(device_ordinal_param_);  // its ordinal is known now
-  worker_->set_directory([this](int r) { return peers_.at(static_cast<size_t>(r)); });
+  worker_->set_directory([this](int r, bool urgent) { return peer_entry(r, urgent); });
 
   std::vector<int> all(static_cast<size_t>(launch_.world_size));
   for (int r = 0; r < launch_.world_size; ++r) all[static_cast<size_t>(r)] = r;
@@ -331,23 +331,36 @@ void Context::log_counts(const char *phase, const std::string &detail) const {
 }
 
 // Every rank publishes its record; after a store barrier rank 0 reads each and publishes the
-// directory (job id and every record) that the others read in one get (rank_records.hpp: O(world)
-// store messages).
+// compact directory (no addresses) that the others read in one get, and each rank's first peers'
+// whole records (rank_records.hpp: O(1) requests per rank, O(world) bytes without the addresses).
 void Context::exchange_peers(Deadline deadline) {
   RankRecord mine{
       launch_.local_rank_given ? launch_.local_rank : -1,
       launch_.socket_ifname.empty() ? std::string() : describe_interfaces(select_interfaces(launch_.socket_ifname)),
       worker_->self_entry()};
-  Bytes directory = exchange_rank_records(*store_, launch_.rank, launch_.world_size, encode_rank_record(mine),
-                                          launch_.rank == 0 ? random_job_id() : std::string(), deadline);
+  Rendezvous rv = exchange_rank_records(*store_, launch_.rank, launch_.world_size, encode_rank_record(mine),
+                                        launch_.rank == 0 ? random_job_id() : std::string(), deadline,
+                                        world_barrier_peers);
   directory_published_ = launch_.rank == 0;
-  adopt_directory(decode_rank_directory(directory), "init: the rank directory on the store");
+  adopt_directory(decode_rank_directory(rv.directory), "init: the rank directory on the store");
+  peers_.at(static_cast<size_t>(launch_.rank)).address = mine.peer.address;
+  address_on_store_.at(static_cast<size_t>(launch_.rank)) = 0;
+  for (auto &[r, rec] : rv.first) {
+    PeerEntry &p = peers_.at(static_cast<size_t>(r));
+    if (rec.peer.host_id != p.host_id || rec.peer.pid != p.pid)
+      throw_error(PSTATE_ERR_MISMATCH, "init: rank ", r, "'s record (host ", host_identity_name(rec.peer.host_id),
+                  ", pid ", rec.peer.pid, ") differs from the directory's (host ", host_identity_name(p.host_id),
+                  ", pid ", p.pid, "): two jobs share this store prefix?");
+    p.address = std::move(rec.peer.address);
+    address_on_store_.at(static_cast<size_t>(r)) = 0;
+  }
 }
 
 void Context::adopt_directory(RankDirectory d, const char *what) {
   if (d.ranks.size() != static_cast<size_t>(launch_.world_size))
     throw_error(PSTATE_ERR_MISMATCH, what, " lists ", d.ranks.size(), " ranks, not ", launch_.world_size,
                 " (a store of another job?)");
+  std::lock_guard<std::mutex> lock(peers_mutex_);
   job_id_ = d.job_id;
   peers_.clear();
   given_local_ranks_.clear();
@@ -357,6 +370,39 @@ void Context::adopt_directory(RankDirectory d, const char *what) {
     interfaces_.push_back(std::move(rec.interfaces));
     peers_.push_back(std::move(rec.peer));
   }
+  address_on_store_.assign(peers_.size(), d.addresses_on_store ? 1 : 0);
+}
+
+PeerEntry Context::peer_entry(int world_rank, bool urgent) {
+  std::lock_guard<std::mutex> lock(peers_mutex_);
+  PeerEntry &p = peers_.at(static_cast<size_t>(world_rank));
+  if (!p.address.empty() || !address_on_store_.at(static_cast<size_t>(world_rank))) return p;
+  // A failure notice (urgent) reads the store only for a peer of this host, never twice after a
+  // failed read: a peer of another host that this rank never talked to learns of the failure by
+  // itself (its own waits, the store), and a cut network must not hold the failure on its way to
+  // the caller for the store's reply grace. No address returned: the worker skips that peer.
+  if (urgent && (urgent_read_failed_ || p.host_id != peers_.at(static_cast<size_t>(launch_.rank)).host_id)) return p;
+  const std::string key = rank_record_key(world_rank);
+  RankRecord rec;
+  try {
+    rec = decode_rank_record(store_->get(key, Deadline::after_ms(urgent ? std::min<int64_t>(timeout_ms(), 1000)
+                                                                        : timeout_ms())));
+  } catch (const Error &e) {
+    if (urgent) {
+      urgent_read_failed_ = true;
+      return p;
+    }
+    throw_error(e.status(), "rank ", launch_.rank, ": reading rank ", world_rank, "'s UCX address from the store (",
+                key, ") to connect to it for the first time: ", e.what());
+  }
+  if (rec.peer.host_id != p.host_id || rec.peer.pid != p.pid)
+    throw_error(PSTATE_ERR_MISMATCH, "rank ", launch_.rank, ": rank ", world_rank, "'s record on the store (", key,
+                ": host ", host_identity_name(rec.peer.host_id), ", pid ", rec.peer.pid,
+                ") differs from the rank directory's (host ", host_identity_name(p.host_id), ", pid ", p.pid,
+                "): two jobs share this store prefix?");
+  p.address = std::move(rec.peer.address);
+  address_on_store_[static_cast<size_t>(world_rank)] = 0;
+  return p;
 }
 
 namespace {

@@ -111,7 +111,12 @@ void Context::rebuild_world(std::vector<int> members, bool after_failure, std::u
       std::lock_guard<std::mutex> lock(wake_mutex_);  // request_abort may signal the worker now
       worker_ = std::move(fresh);
     }
-    worker_->set_directory([this](int r) { return peers_.at(static_cast<size_t>(r)); });
+    // The survivors' fresh workers' addresses are in peers_; "pstate/peer/<r>" has old ones.
+    {
+      std::lock_guard<std::mutex> lock(peers_mutex_);
+      std::fill(address_on_store_.begin(), address_on_store_.end(), 0);
+    }
+    worker_->set_directory([this](int r, bool urgent) { return peer_entry(r, urgent); });
     if (interrupt_fn_ != nullptr) worker_->set_interrupt_check([this] { return interrupted(); });
   } else {
     for (int r : members_)
@@ -375,7 +380,7 @@ void Context::join_as_replacement(Deadline deadline) {
     launch_.local_rank = local;
   }
   if (device_ == PSTATE_DEVICE_CUDA && !device_ctx_) open_device(device_ordinal_param_);
-  worker_->set_directory([this](int r) { return peers_.at(static_cast<size_t>(r)); });
+  worker_->set_directory([this](int r, bool urgent) { return peer_entry(r, urgent); });
   rebuild_world(members, /*after_failure=*/false);
   log_.info("init: rejoined job ", job_id_, " as rank ", rank(), " of ", world_size(), " (epoch ", epoch_, ")");
 }
@@ -453,7 +458,11 @@ int Context::grow_now(int64_t timeout_ms) {
     RankRecord record = decode_rank_record(rec);
     given_local_ranks_[static_cast<size_t>(rank)] = record.local_rank;
     interfaces_[static_cast<size_t>(rank)] = record.interfaces;
-    peers_[static_cast<size_t>(rank)] = record.peer;
+    {
+      std::lock_guard<std::mutex> lock(peers_mutex_);
+      peers_[static_cast<size_t>(rank)] = record.peer;
+      address_on_store_[static_cast<size_t>(rank)] = 0;
+    }
     worker_->forget_peer(rank);  // the dead process's endpoint, if any: the next use reaches the new one
     if (static_cast<size_t>(rank) < live_watches_.size()) live_watches_[static_cast<size_t>(rank)].reset();
     admitted.emplace_back(n, rank);
@@ -477,6 +486,7 @@ int Context::grow_now(int64_t timeout_ms) {
   ++epoch_;
   ++generation_;
   if (rank() == 0) {
+    for (int r : members_) peer_entry(r, false);  // every member's address, read if not yet (the newcomer gets them)
     std::vector<Bytes> records;
     for (int r = 0; r < launch_.world_size; ++r)
       records.push_back(encode_rank_record({given_local_ranks_[static_cast<size_t>(r)], interfaces_[static_cast<size_t>(r)],

@@ -3,9 +3,11 @@
 # `pstate run -n N -- pstate bench --op startup --tp T --pp P` at PSTATE_DEBUG=INFO, and every
 # rank's "counts after PHASE" lines (bench/startup_counts.py reads them) must match the rules,
 # computed here from the protocol and the algorithms, not read from the code:
-#   store, per rank, pstate_init: 1 connection; set its record, add and wait at the barrier, and
-#     a get of the directory (ranks 1..N-1) -> 4 requests; rank 0 gets every record and sets the
-#     directory -> N + 4; the barrier's last arrival sets its "done" key -> 1 more (one rank);
+#   store, per rank, pstate_init: 1 connection; set its record, add and wait at the barrier, a
+#     get of the directory and one of its first peers' records (ranks 1..N-1) -> 5 requests;
+#     rank 0 gets every record, sets the directory and the others' first peers' records -> 2N + 3;
+#     the barrier's last arrival sets its "done" key -> 1 more (one rank);
+#   the first peers are the world barrier's (below): no rank reads another record later here;
 #   initialize_model_parallel and finalize send nothing more to the store (their agreement and
 #     barriers run over UCX and shared memory);
 #   UCX endpoints: the world barrier at the end of pstate_init is the dissemination barrier,

@@ -17,13 +17,13 @@ if problems:
 init = {int(k): v for k, v in ph["pstate_init"]["ranks"].items()}
 extra = 0
 for r in range(n):
-    base = n + 4 if r == 0 else 4
+    base = 2 * n + 3 if r == 0 else 5
     got = init[r]["requests"]
     check(got in (base, base + 1), f"rank {r}: {got} store requests in pstate_init, expected {base} or {base + 1}")
     extra += got == base + 1
     check(init[r]["connects"] == 1, f"rank {r}: {init[r]['connects']} store connections")
 check(extra == 1, f"{extra} ranks made the barrier's last set, expected 1")
-check(sum(v["requests"] for v in init.values()) == 5 * n + 1, "5N + 1 requests in all")
+check(sum(v["requests"] for v in init.values()) == 7 * n - 1, "7N - 1 requests in all")
 for r in range(n):
     peers = set()
     d = 1

@@ -3,16 +3,20 @@
 // client and server and the rendezvous function pstate_init calls) and the counters must match
 // the protocol's rules, written out here from the documented steps, not read from the code:
 //   every rank: 1 connection; set its record, add to the barrier, wait for it, and
-//     ranks 1..N-1: 1 get of the directory            -> 4 requests
-//     rank 0: N gets of the records, 1 set of the directory -> N + 4
+//     ranks 1..N-1: 1 get of the directory, 1 get of its first peers' records -> 5 requests
+//     rank 0: N gets of the records, 1 set of the directory, N - 1 sets of the others' first
+//       peers' records -> 2N + 3
 //     the barrier's last arrival: 1 set more
-//   so N ranks send 5N + 1 requests in all, a client rank O(1), rank 0 O(N);
+//   so N ranks send 7N - 1 requests in all, a client rank O(1), rank 0 O(N);
 //   the dump watcher of each rank: 1 connection (an observer), 1 check, 1 parked get -> 2;
 //   the server accepts 2N connections and answers every frame the clients sent.
-// The directory a rank receives is "PSD1", u32 job id length, job id, u32 count, and per rank a
-// u32 length and the record ("PSR2", i32 local rank, u32 interfaces length, interfaces, then the
-// peer entry "PSU1", u32 address length, address, i64 pid, u32 host id length, host id): what a
-// client receives grows with N by exactly that, and by nothing else.
+// The directory a rank receives is compact: "PSD2", u32 job id length, job id, u32 text count, the
+// texts (u32 length + bytes: here the one host id and the empty interfaces), u32 rank count, and
+// 20 bytes per rank (two text indices, local rank, pid): no address. Its first peers' records
+// (r +- 2^k mod N, 2^k < N, without r) are "PSF1", u32 count, and per peer u32 rank, u32 length
+// and the record ("PSR2", i32 local rank, u32 interfaces length, interfaces, then the peer entry
+// "PSU1", u32 address length, address, i64 pid, u32 host id length, host id): what a client
+// receives grows with N by exactly those two, and by nothing else.
 #include "../../bench/store_protocol.hpp"
 
 #include <sys/resource.h>
@@ -20,6 +24,7 @@
 #include <cstdarg>
 #include <csetjmp>
 #include <cstddef>
+#include <set>
 extern "C" {
 #include <cmocka.h>
 }
@@ -33,7 +38,19 @@ constexpr size_t kAddressBytes = 200;
 const std::string kHostId = "store-protocol-host";  // what store_protocol.hpp's ranks publish
 
 size_t record_bytes() { return 4 + 4 + 4 + 0 + (4 + 4 + kAddressBytes + 8 + 4 + kHostId.size()); }
-size_t directory_bytes(int n) { return 4 + 4 + 3 /* "job" */ + 4 + static_cast<size_t>(n) * (4 + record_bytes()); }
+size_t directory_bytes(int n) {
+  return 4 + 4 + 3 /* "job" */ + 4 + (4 + kHostId.size()) + 4 + 4 + static_cast<size_t>(n) * 20;
+}
+size_t first_peer_count(int rank, int n) {
+  std::set<int> peers;
+  for (int d = 1; d < n; d <<= 1) {
+    peers.insert((rank + d) % n);
+    peers.insert((rank - d + n * d) % n);
+  }
+  peers.erase(rank);
+  return peers.size();
+}
+size_t first_bytes(int rank, int n) { return 4 + 4 + first_peer_count(rank, n) * (4 + 4 + record_bytes()); }
 
 ProtocolResult run(int n, bool watcher) {
   ProtocolOptions o;
@@ -58,7 +75,7 @@ void check_rank_requests(const ProtocolResult &r, int n) {
   int extra = 0;
   for (int i = 0; i < n; ++i) {
     const StoreTraffic &t = r.rank[static_cast<size_t>(i)];
-    const uint64_t base = i == 0 ? static_cast<uint64_t>(n) + 4 : 4;
+    const uint64_t base = i == 0 ? 2 * static_cast<uint64_t>(n) + 3 : 5;
     assert_true(t.requests == base || t.requests == base + 1);
     extra += t.requests == base + 1;
     assert_int_equal(t.connects, 1);
@@ -66,10 +83,10 @@ void check_rank_requests(const ProtocolResult &r, int n) {
     total += t.requests;
   }
   assert_int_equal(extra, 1);
-  assert_int_equal(total, 5 * static_cast<uint64_t>(n) + 1);
+  assert_int_equal(total, 7 * static_cast<uint64_t>(n) - 1);
 }
 
-void test_a_client_rank_sends_four_requests_whatever_the_world_size(void **) {
+void test_a_client_rank_sends_five_requests_whatever_the_world_size(void **) {
   for (int n : {4, 16, 48}) {
     ProtocolResult r = run(n, false);
     check_rank_requests(r, n);
@@ -97,9 +114,10 @@ void test_what_a_client_receives_grows_by_the_directory_and_nothing_else(void **
   // A client rank that was not the barrier's last arrival in either run (that one also receives
   // the Ok of its extra set): its only reply that depends on N is the directory.
   size_t i = 1;
-  while (small.rank[i].requests != 4 || large.rank[i].requests != 4) ++i;
+  while (small.rank[i].requests != 5 || large.rank[i].requests != 5) ++i;
+  const int r = static_cast<int>(i);
   const uint64_t grew = large.rank[i].bytes_received - small.rank[i].bytes_received;
-  assert_int_equal(grew, directory_bytes(16) - directory_bytes(4));
+  assert_int_equal(grew, directory_bytes(16) + first_bytes(r, 16) - directory_bytes(4) - first_bytes(r, 4));
   // The server sends at least what every client received, and receives what they sent.
   uint64_t received = 0, sent = 0;
   for (const auto &t : large.rank) received += t.bytes_received, sent += t.bytes_sent;
@@ -116,7 +134,7 @@ int main() {
     setrlimit(RLIMIT_NOFILE, &l);
   }
   const CMUnitTest tests[] = {
-      cmocka_unit_test(test_a_client_rank_sends_four_requests_whatever_the_world_size),
+      cmocka_unit_test(test_a_client_rank_sends_five_requests_whatever_the_world_size),
       cmocka_unit_test(test_the_dump_watcher_adds_one_connection_and_two_requests_per_rank),
       cmocka_unit_test(test_what_a_client_receives_grows_by_the_directory_and_nothing_else),
   };

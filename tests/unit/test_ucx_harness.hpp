@@ -137,7 +137,7 @@ inline UcxWorkerOptions test_options(int rank, int world, const std::string &hos
 // Publishes the worker's entry to dir and installs a directory that reads the others'.
 inline void join_via_files(UcxWorker &w, const std::string &dir) {
   write_file(dir + "/rank." + std::to_string(w.world_rank()), pstate::encode_peer_entry(w.self_entry()));
-  w.set_directory([dir](int rank) {
+  w.set_directory([dir](int rank, bool) {
     std::string path = dir + "/rank." + std::to_string(rank);
     if (!wait_for_file(path, Deadline::after_ms(30000)))
       pstate::throw_error(PSTATE_ERR_TIMEOUT, "test directory: no entry for rank ", rank, " in ", dir);

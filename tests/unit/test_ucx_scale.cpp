@@ -124,7 +124,7 @@ void test_8_ranks_as_8_threads_exchange_and_waiting_thread_uses_little_cpu(void 
       try {
         UcxWorker w(test_options(rank, kWorld));
         directory.publish(rank, w.self_entry());
-        w.set_directory([&](int r) { return directory.get(r); });
+        w.set_directory([&](int r, bool) { return directory.get(r); });
         auto ch = world_channel(w);
         for (uint32_t round = 0; round < 20; ++round) all_to_all_round(*ch, round, round % 4 == 0 ? 30000 : 64);
         std::vector<uint8_t> obj;  // any-size receive between threads too
@@ -223,7 +223,7 @@ pstate::WaitStats idle_wait_stats(bool other_host) {
     try {
       UcxWorker w(test_options(0, 2, other_host ? "host-a" : "testhost"));
       directory.publish(0, w.self_entry());
-      w.set_directory([&](int r) { return directory.get(r); });
+      w.set_directory([&](int r, bool) { return directory.get(r); });
       while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
       w.close(Deadline::after_ms(2000));
     } catch (const std::exception &e) {
@@ -239,7 +239,7 @@ pstate::WaitStats idle_wait_stats(bool other_host) {
   {
     UcxWorker w(o);
     directory.publish(1, w.self_entry());
-    w.set_directory([&](int r) { return directory.get(r); });
+    w.set_directory([&](int r, bool) { return directory.get(r); });
     auto ch = world_channel(w);
     int64_t v = 0;
     try {

@@ -209,7 +209,7 @@ void UcxWorker::post_notices(const std::vector<int> &world_ranks, int dead, psta
   for (int r : world_ranks) {
     if (r == options_.world_rank || r == dead) continue;
     try {
-      Peer *p = &peer(r);
+      Peer *p = &peer(r, /*urgent=*/true);
       if (!p->departed) p->departed = departed(r);  // its host may be gone: never connect to it
       if (p->lost()) continue;
       if (!may_connect && !p->same_host && (p->ep == nullptr || p->ep_closed)) continue;
@@ -217,7 +217,7 @@ void UcxWorker::post_notices(const std::vector<int> &world_ranks, int dead, psta
       // most likely blocked on this rank, so they get the notice over a new endpoint.
       if (p->ep_closed) {
         forget_peer(r);
-        p = &peer(r);
+        p = &peer(r, /*urgent=*/true);
       }
       ucp_ep_h ep = endpoint(*p);
       if (ep == nullptr) continue;
@@ -289,7 +289,7 @@ bool UcxWorker::peer_broken(int world_rank) const {
   return it != peers_.end() && (it->second->ep_closed || it->second->lost() || it->second->lost_at.has_value());
 }
 
-UcxWorker::Peer &UcxWorker::peer(int world_rank) {
+UcxWorker::Peer &UcxWorker::peer(int world_rank, bool urgent) {
   auto it = peers_.find(world_rank);
   if (it != peers_.end()) return *it->second;
   if (world_rank < 0 || world_rank >= options_.world_size)
@@ -302,7 +302,7 @@ UcxWorker::Peer &UcxWorker::peer(int world_rank) {
     if (!directory_)
       throw_error(PSTATE_ERR_INVALID_STATE, "ucx: rank ", options_.world_rank, " has no peer directory to reach rank ",
                   world_rank, " (UcxWorker::set_directory was not called)");
-    entry = directory_(world_rank);
+    entry = directory_(world_rank, urgent);
   }
   if (entry.address.empty())
     throw_error(PSTATE_ERR_MISMATCH, "ucx: the directory returned no worker address for rank ", world_rank);

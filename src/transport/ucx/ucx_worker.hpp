@@ -61,8 +61,11 @@ struct PeerEntry {
 std::vector<uint8_t> encode_peer_entry(const PeerEntry &entry);
 PeerEntry decode_peer_entry(const std::vector<uint8_t> &bytes);
 
-// world rank -> its entry; may block (e.g. a store get); may throw pstate::Error.
-using PeerDirectory = std::function<PeerEntry(int world_rank)>;
+// world rank -> its entry; may block (e.g. a store get); may throw pstate::Error. `urgent`: the
+// worker is sending failure notices (a failure is on its way to the caller): a directory that
+// would have to block (a store read, maybe over a cut network) may return an entry with no
+// address instead, and the worker skips that peer, which learns of the failure by itself.
+using PeerDirectory = std::function<PeerEntry(int world_rank, bool urgent)>;
 
 // How a wait burns CPU before sleeping. Spinning only pays when the peer has a core of its
 // own: when ranks share cores, a spinning rank delays the very peer it waits for by the whole
@@ -341,7 +344,7 @@ class UcxWorker {
   void init_context();
   void init_worker();
   void check_socket_ifname() const;
-  Peer &peer(int world_rank);
+  Peer &peer(int world_rank, bool urgent = false);
   ucp_ep_h endpoint(Peer &p);
   void own_endpoint(Peer &p);  // endpoint(p) before receiving, errors ignored (see the .cpp)
   void log_endpoint(Peer &p);
