@@ -15,3 +15,10 @@ foreach(shape IN ITEMS "4;2;2" "8;2;4")
   set_tests_properties(startup_counts_${_n}_ranks PROPERTIES TIMEOUT 180 LABELS startup
                        ENVIRONMENT "PSTATE_BUILD_DIR=${PROJECT_BINARY_DIR};PSTATE_CLI=$<TARGET_FILE:pstate_cli>")
 endforeach()
+# Everything over UCX (PSTATE_SHM=0) and an all_reduce on each TP group of 4 (rank r meets r + 3,
+# which the world barrier of 8 does not): each peer met after pstate_init costs exactly one store
+# read of its record (rank_records.hpp).
+add_test(NAME startup_counts_8_ranks_ucx COMMAND bash ${PROJECT_SOURCE_DIR}/tests/startup/startup_counts.sh 8 4 2
+                                                 --op all_reduce --group tp -b 8 -e 64K -f 8 --iters 3 --warmup 1)
+set_tests_properties(startup_counts_8_ranks_ucx PROPERTIES TIMEOUT 180 LABELS startup
+                     ENVIRONMENT "PSTATE_SHM=0;PSTATE_BUILD_DIR=${PROJECT_BINARY_DIR};PSTATE_CLI=$<TARGET_FILE:pstate_cli>")

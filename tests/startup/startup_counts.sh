@@ -14,10 +14,16 @@
 #     rank r sends to r + 2^k and receives from r - 2^k (mod N), with an endpoint to each:
 #     |{r +- 2^k mod N, 2^k < N} - {r}|, not N - 1; a one-host world of up to 255 ranks runs the
 #     model-parallel agreement and barriers in shared memory: no endpoint more later;
+#   with PSTATE_SHM=0 (everything over UCX) and an all_reduce on the tensor-parallel group, that
+#     group meets peers beyond the world barrier's, and each peer met after pstate_init costs
+#     exactly one store request (the read of its record);
 #   the launcher's store server answered at least every frame the ranks sent.
-# Usage: startup_counts.sh N TP PP
+# Usage: startup_counts.sh N TP PP [BENCH ARGS...]   (default --op startup: no collective of its own)
 set -euo pipefail
-N=${1:?usage: startup_counts.sh N TP PP} TP=${2:?} PP=${3:?}
+N=${1:?usage: startup_counts.sh N TP PP [BENCH ARGS...]} TP=${2:?} PP=${3:?}
+shift 3
+BENCH_ARGS=("$@")
+[ ${#BENCH_ARGS[@]} -gt 0 ] || BENCH_ARGS=(--op startup)
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${PSTATE_BUILD_DIR:-$ROOT/build}
 PSTATE_CLI=${PSTATE_CLI:-$BUILD/pstate}
@@ -26,7 +32,7 @@ LOG=$(mktemp "${TMPDIR:-/tmp}/startup_counts.XXXXXX")
 trap 'rm -f "$LOG"' EXIT
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT PSTATE_STORE
 if ! PSTATE_DEBUG=INFO PSTATE_TIMEOUT_MS=${PSTATE_TIMEOUT_MS:-60000} timeout 120 \
-  "$PSTATE_CLI" run --no-bind -n "$N" -- "$PSTATE_CLI" bench --op startup --tp "$TP" --pp "$PP" >"$LOG" 2>&1; then
+  "$PSTATE_CLI" run --no-bind -n "$N" -- "$PSTATE_CLI" bench "${BENCH_ARGS[@]}" --tp "$TP" --pp "$PP" >"$LOG" 2>&1; then
   tail -40 "$LOG"
   echo "startup_counts.sh: the job failed" >&2
   exit 1

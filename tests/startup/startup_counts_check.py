@@ -2,7 +2,7 @@
 """startup_counts_check.py N < COUNTS.json — checks bench/startup_counts.py's summary of a job of N
 ranks against the rules written in startup_counts.sh (exact counts; see there)."""
 
-import json, sys
+import json, os, sys
 n = int(sys.argv[1])
 c = json.load(sys.stdin)
 ph = c["phases"]
@@ -24,6 +24,7 @@ for r in range(n):
     check(init[r]["connects"] == 1, f"rank {r}: {init[r]['connects']} store connections")
 check(extra == 1, f"{extra} ranks made the barrier's last set, expected 1")
 check(sum(v["requests"] for v in init.values()) == 7 * n - 1, "7N - 1 requests in all")
+ucx_only = os.environ.get("PSTATE_SHM") == "0"
 for r in range(n):
     peers = set()
     d = 1
@@ -31,11 +32,23 @@ for r in range(n):
         peers |= {(r + d) % n, (r - d) % n}
         d *= 2
     peers.discard(r)
-    for phase in ("pstate_init", "initialize_model_parallel", "finalize"):
+    check(init[r]["endpoints"] == len(peers), f"rank {r} pstate_init: {init[r]['endpoints']} UCX endpoints, expected {len(peers)} (of {n - 1} peers)")
+    check(init[r]["peers"] == len(peers), f"rank {r} pstate_init: {init[r]['peers']} UCX peers known, expected {len(peers)}")
+    for phase in ("initialize_model_parallel", "finalize"):
         got = ph[phase]["ranks"][str(r)]
-        check(got["endpoints"] == len(peers), f"rank {r} {phase}: {got['endpoints']} UCX endpoints, expected {len(peers)} (of {n - 1} peers)")
-        check(got["requests"] == init[r]["requests"] and got["sent_bytes"] == init[r]["sent_bytes"],
-              f"rank {r} {phase}: store traffic after pstate_init ({got['requests']} requests)")
+        if not ucx_only:
+            check(got["endpoints"] == len(peers), f"rank {r} {phase}: {got['endpoints']} UCX endpoints, expected {len(peers)} (of {n - 1} peers)")
+            check(got["requests"] == init[r]["requests"] and got["sent_bytes"] == init[r]["sent_bytes"],
+                  f"rank {r} {phase}: store traffic after pstate_init ({got['requests']} requests)")
+        else:
+            # Every peer met after pstate_init costs one read of its record, and nothing else does.
+            new_peers = got["peers"] - init[r]["peers"]
+            check(got["requests"] - init[r]["requests"] == new_peers,
+                  f"rank {r} {phase}: {got['requests'] - init[r]['requests']} store requests after pstate_init for {new_peers} peers met since")
+            check(got["peers"] <= n - 1, f"rank {r} {phase}: {got['peers']} peers known of {n - 1}")
+if ucx_only:
+    check(any(ph["finalize"]["ranks"][str(q)]["peers"] > init[q]["peers"] for q in range(n)),
+          "no rank met a peer after pstate_init in this UCX-only job: choose a shape whose groups do (the lazy read is untested)")
 server = c["server"]
 check(server is not None, "the launcher logged its store server at exit")
 if server:
