@@ -644,7 +644,7 @@ void Context::fail(const std::string &why, pstate_status_t status) {
 }
 
 void Context::check_notices(const std::string &group, const char *op, const char *self) {
-  if (!worker_ || worker_->closed()) return;
+  if (!worker_ || !worker_->notice_waiting()) return;  // the case of every call: one probe
   if (auto n = worker_->take_notice(/*progress=*/false))
     throw UcxWorker::notice_error(*n, cat(group, " ", op), cat("rank ", rank(), " (", self, ")"), global_rank_of(n->from));
 }

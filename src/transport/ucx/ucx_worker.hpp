@@ -297,6 +297,10 @@ class UcxWorker {
   // Progresses the worker once (progress false: not at all, for a caller whose wait just
   // progressed it until idle) and returns a notice of this epoch that arrived, if any.
   std::optional<Notice> take_notice(bool progress = true);
+  // Whether a notice (of any epoch) has arrived and waits to be taken, without progress and
+  // without taking it: one probe, for the per-call check of a collective that completed
+  // (Context::check_notices); take_notice then reads it, or drops it when of another epoch.
+  bool notice_waiting() noexcept;
  private:
   enum class OpKind : uint8_t { kSend, kRecv, kRecvAnySize };
   enum class OpState : uint8_t { kFree, kProbing, kPending, kDone };
