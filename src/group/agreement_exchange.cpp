@@ -31,8 +31,11 @@ size_t payload_bytes(const OpDescriptor &d, int rank) {
   return d.detail;
 }
 
-bool parse_records(const uint8_t *msg, size_t len, int first, int n, int p, size_t cap, OpDescriptor *descs,
-                   size_t *payload_offsets) {
+namespace {
+
+// parse_records' body, inlined into exchange (a call with eight arguments per round otherwise).
+inline bool parse(const uint8_t *msg, size_t len, int first, int n, int p, size_t cap, OpDescriptor *descs,
+                  size_t *payload_offsets) {
   size_t at = 0;
   int rank = first < p ? first : first % p;  // the ranks run first, first + 1, ... mod p (no division per record)
   for (int k = 0; k < n; ++k, rank = rank + 1 == p ? 0 : rank + 1) {
@@ -44,6 +47,13 @@ bool parse_records(const uint8_t *msg, size_t len, int first, int n, int p, size
     at += record_bytes(payload);
   }
   return at == len;
+}
+
+}  // namespace
+
+bool parse_records(const uint8_t *msg, size_t len, int first, int n, int p, size_t cap, OpDescriptor *descs,
+                   size_t *payload_offsets) {
+  return parse(msg, len, first, n, p, cap, descs, payload_offsets);
 }
 
 // Sizes the table for a group of p ranks (once: a group's size never changes).
@@ -92,7 +102,7 @@ void exchange(Channel &ch, const OpDescriptor &mine, const void *payload, uint32
                              ch.isend(to, buf, t->slot_end[static_cast<size_t>(n - 1)],
                                       coll::detail::step_tag(tag_base, round))};
     ch.wait_all(q, 2);
-    if (!parse_records(buf + used, got, from, n, p, cap, descs, offsets)) {
+    if (!parse(buf + used, got, from, n, p, cap, descs, offsets)) {
       // Not records of this format: poisoned entries, forwarded as such (n * 32 <= what arrived
       // room was made for).
       for (int k = 0; k < n; ++k) {

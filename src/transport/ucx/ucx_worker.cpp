@@ -254,13 +254,6 @@ bool UcxWorker::progress_notices() noexcept {
   return notice_sends_.empty();
 }
 
-bool UcxWorker::notice_waiting() noexcept {
-  if (worker_ == nullptr || no_progress_) return false;
-  ucp_tag_recv_info_t info;
-  return ucp_tag_probe_nb(worker_, ucx::make_tag(kNoticeGroupId, 0, 0), uint64_t{ucx::kMaxGroupId} << 52, 0, &info) !=
-         nullptr;
-}
-
 std::optional<UcxWorker::Notice> UcxWorker::take_notice(bool progress) {
   if (worker_ == nullptr || no_progress_) return std::nullopt;
   if (progress) progress_notices();
