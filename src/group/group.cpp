@@ -320,12 +320,16 @@ uint64_t pstate_group_s::trace_begin(pstate::TraceRecorder &tr, const OpDescript
 // (and none of them hangs in the real operation).
 void pstate_group_s::verify_same_op(const OpDescriptor &desc, const void *fold_payload) {
   pstate::agree::exchange(*channel_, desc, fold_payload, pstate::tag_base(desc.seq) | pstate::kCheckStepBase, &agree_);
-  const std::vector<OpDescriptor> &all = agree_.desc;
   // Every record equal to this rank's (the case of every call that works): done, in one pass.
-  // Otherwise the peers are visited from the next rank on (the same one in every message).
   bool all_same = true;
-  for (const OpDescriptor &d : all) all_same &= std::memcmp(&d, &desc, sizeof(OpDescriptor)) == 0;
-  if (all_same) return;
+  for (const OpDescriptor &d : agree_.desc) all_same &= std::memcmp(&d, &desc, sizeof(OpDescriptor)) == 0;
+  if (!all_same) report_disagreement(desc);
+}
+
+// Out of line (the error texts need a large frame): the peers are visited from the next rank on,
+// so every rank names the same kind of disagreement first.
+[[gnu::noinline]] void pstate_group_s::report_disagreement(const OpDescriptor &desc) {
+  const std::vector<OpDescriptor> &all = agree_.desc;
   constexpr auto kRefused = static_cast<uint32_t>(OpKind::kRefused);
   for (size_t n = 1; n < all.size(); ++n) {
     const size_t r = (static_cast<size_t>(rank_in_group_) + n) % all.size();
