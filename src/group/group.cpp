@@ -399,6 +399,11 @@ void pstate_group_s::check_peers_stayed() {
 // copies in agree_, so out may be the caller's send buffer).
 void pstate_group_s::reduce_folded(void *out, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op) {
   const int p = size();
+  if (p == 2) {  // the tree is its root alone: x[0] op x[1] (what the loops below do, without them)
+    pstate::reduce_into(out, agree_.payload(0), agree_.payload(1), count, dtype, op);
+    if (op == PSTATE_AVG) pstate::finish_avg(out, count, dtype, p);
+    return;
+  }
   int p2 = 1;
   while (p2 * 2 <= p) p2 *= 2;
   const int rem = p - p2;
