@@ -244,10 +244,9 @@ bool pstate_group_s::exchanges() const {
 bool pstate_group_s::can_fold(size_t count, pstate_dtype_t dtype) const {
   // count first: count * size must not wrap (the API refuses such counts, but this decides alone)
   const size_t esize = pstate::dtype_size(dtype);
+  if (use_shm() || !exchanges() || count == 0 || esize == 0 || count > pstate::agree::kFoldMax) return false;
   // the cap of the table the last exchange sized (no division per call), else computed
-  const size_t cap = agree_.ranks == size() ? agree_.cap : pstate::agree::fold_cap(size());
-  return !use_shm() && exchanges() && count > 0 && esize > 0 && count <= pstate::agree::kFoldMax &&
-         count * esize <= cap;
+  return count * esize <= (agree_.ranks == size() ? agree_.cap : pstate::agree::fold_cap(size()));
 }
 
 template <typename Body>
