@@ -28,6 +28,8 @@
 #   all_reduce 1 KiB (staged: an arrival line), all_gather 8 B, broadcast 8 B (the root now
 #   waits for every rank's arrival), barrier, in shared memory; all_reduce 8 B with PSTATE_SHM=0
 #   (UCX: the descriptor exchange).
+# bench/agreement_instructions.sh counts the UCX case in instructions per call instead (callgrind),
+# which the load of a shared machine does not move.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

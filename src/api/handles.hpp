@@ -115,11 +115,11 @@ class ContextEntry {
       ctx_.throw_abort_requested(call);
     }
     ctx_.set_inside_call(call);
-    outer_ = std::exchange(pstate::Context::current_on_this_thread(), &ctx_);
+    outer_ = std::exchange(*current_, &ctx_);
     ctx_.trace_enter(call);  // a dump names the call a blocked rank is in
   }
   ~ContextEntry() {
-    pstate::Context::current_on_this_thread() = outer_;
+    *current_ = outer_;
     ctx_.set_inside_call(nullptr);
     ctx_.leave();
   }
@@ -133,6 +133,9 @@ class ContextEntry {
   pstate::Context &ctx_;
 #ifndef PSTATE_NO_AGREEMENT
   const pstate::Context *outer_ = nullptr;  // the context this thread was inside before (another one's callback)
+  // This thread's slot, looked up once per call (a thread-local of a shared library costs a call
+  // to __tls_get_addr per lookup).
+  const pstate::Context **current_ = &pstate::Context::current_on_this_thread();
 #endif
 };
 

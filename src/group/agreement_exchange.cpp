@@ -31,13 +31,17 @@ size_t payload_bytes(const OpDescriptor &d, int rank) {
   return d.detail;
 }
 
-bool parse_records(const uint8_t *msg, size_t len, int first, int n, int p, size_t cap, OpDescriptor *descs,
-                   size_t *payload_offsets) {
+namespace {
+
+// parse_records' body, inlined into exchange (a call with eight arguments per round otherwise).
+inline bool parse(const uint8_t *msg, size_t len, int first, int n, int p, size_t cap, OpDescriptor *descs,
+                  size_t *payload_offsets) {
   size_t at = 0;
-  for (int k = 0; k < n; ++k) {
+  int rank = first < p ? first : first % p;  // the ranks run first, first + 1, ... mod p (no division per record)
+  for (int k = 0; k < n; ++k, rank = rank + 1 == p ? 0 : rank + 1) {
     if (len - at < sizeof(OpDescriptor)) return false;
     std::memcpy(&descs[k], msg + at, sizeof(OpDescriptor));
-    const size_t payload = payload_bytes(descs[k], (first + k) % p);
+    const size_t payload = payload_bytes(descs[k], rank);
     if (payload > cap || len - at < record_bytes(payload)) return false;
     payload_offsets[k] = at + sizeof(OpDescriptor);
     at += record_bytes(payload);
@@ -45,20 +49,39 @@ bool parse_records(const uint8_t *msg, size_t len, int first, int n, int p, size
   return at == len;
 }
 
+}  // namespace
+
+bool parse_records(const uint8_t *msg, size_t len, int first, int n, int p, size_t cap, OpDescriptor *descs,
+                   size_t *payload_offsets) {
+  return parse(msg, len, first, n, p, cap, descs, payload_offsets);
+}
+
+// Sizes the table for a group of p ranks (once: a group's size never changes).
+void Table::size_for(int p) {
+  const auto ps = static_cast<size_t>(p);
+  ranks = p;
+  cap = fold_cap(p);
+  buf.resize(ps * record_bytes(cap));
+  desc.resize(ps);
+  payload_at.resize(ps);
+  slot_end.resize(ps);
+  round_desc.resize(ps);
+  round_offsets.resize(ps);
+}
+
+// Per call this runs on every collective of a UCX group, so it keeps to what the protocol needs:
+// no allocation (the table is sized once per group), no division (ranks wrap by a compare), one
+// receive and one send per round.
 void exchange(Channel &ch, const OpDescriptor &mine, const void *payload, uint32_t tag_base, Table *t) {
   const int p = ch.size(), r = ch.rank();
-  const size_t cap = fold_cap(p), largest = record_bytes(cap);
+  if (t->ranks != p) t->size_for(p);
+  const size_t cap = t->cap, largest = record_bytes(cap);
   const size_t own_payload = payload_bytes(mine, r);
   if (own_payload > cap)
     throw_error(PSTATE_ERR_INTERNAL, "agreement exchange: a record of ", own_payload, " payload bytes in a group of ",
                 p, " (at most ", cap, ")");
-  const auto ps = static_cast<size_t>(p);
-  if (t->buf.size() < ps * largest) t->buf.resize(ps * largest);
-  t->desc.resize(ps);
-  t->payload_at.resize(ps);
-  t->slot_end.resize(ps);
-  std::vector<OpDescriptor> &descs = t->round_desc;
-  std::vector<size_t> &offsets = t->round_offsets;
+  OpDescriptor *descs = t->round_desc.data();
+  size_t *offsets = t->round_offsets.data();
 
   uint8_t *buf = t->buf.data();
   std::memcpy(buf, &mine, sizeof mine);
@@ -71,16 +94,15 @@ void exchange(Channel &ch, const OpDescriptor &mine, const void *payload, uint32
   uint32_t round = 0;
   for (int d = 1; d < p; d *= 2, ++round) {
     const int n = std::min(d, p - d);
-    const int from = coll::detail::mod(r + d, p);
+    const int from = r + d < p ? r + d : r + d - p;  // (r + d) mod p, 0 < d < p
+    const int to = r - d >= 0 ? r - d : r - d + p;   // (r - d) mod p
     size_t got = 0;
     Channel::Request q[2] = {ch.irecv_upto(from, buf + used, static_cast<size_t>(n) * largest,
                                            coll::detail::step_tag(tag_base, round), &got),
-                             ch.isend(coll::detail::mod(r - d, p), buf, t->slot_end[static_cast<size_t>(n - 1)],
+                             ch.isend(to, buf, t->slot_end[static_cast<size_t>(n - 1)],
                                       coll::detail::step_tag(tag_base, round))};
     ch.wait_all(q, 2);
-    descs.resize(static_cast<size_t>(n));
-    offsets.resize(static_cast<size_t>(n));
-    if (!parse_records(buf + used, got, from, n, p, cap, descs.data(), offsets.data())) {
+    if (!parse(buf + used, got, from, n, p, cap, descs, offsets)) {
       // Not records of this format: poisoned entries, forwarded as such (n * 32 <= what arrived
       // room was made for).
       for (int k = 0; k < n; ++k) {
@@ -88,18 +110,18 @@ void exchange(Channel &ch, const OpDescriptor &mine, const void *payload, uint32
         poison.op = kUnparsed;
         poison.count = got;
         std::memcpy(buf + used + static_cast<size_t>(k) * sizeof poison, &poison, sizeof poison);
-        descs[static_cast<size_t>(k)] = poison;
-        offsets[static_cast<size_t>(k)] = static_cast<size_t>(k + 1) * sizeof poison;
+        descs[k] = poison;
+        offsets[k] = static_cast<size_t>(k + 1) * sizeof poison;
       }
       got = static_cast<size_t>(n) * sizeof(OpDescriptor);
     }
-    for (int k = 0; k < n; ++k) {
-      const auto rank = static_cast<size_t>((from + k) % p), slot = static_cast<size_t>(d + k);
-      const size_t payload_at = used + offsets[static_cast<size_t>(k)];
-      t->desc[rank] = descs[static_cast<size_t>(k)];
-      t->payload_at[rank] = payload_at;
-      t->slot_end[slot] = payload_at + ((payload_bytes(descs[static_cast<size_t>(k)], static_cast<int>(rank)) + 7) &
-                                        ~size_t{7});
+    int rank = from;
+    for (int k = 0; k < n; ++k, rank = rank + 1 == p ? 0 : rank + 1) {
+      const auto at = static_cast<size_t>(rank), slot = static_cast<size_t>(d + k);
+      const size_t payload_at = used + offsets[k];
+      t->desc[at] = descs[k];
+      t->payload_at[at] = payload_at;
+      t->slot_end[slot] = payload_at + ((payload_bytes(descs[k], rank) + 7) & ~size_t{7});
     }
     used += got;
   }

@@ -62,8 +62,10 @@ bool parse_records(const uint8_t *msg, size_t len, int first, int n, int p, size
                    size_t *payload_offsets);
 
 // The result of one exchange: every rank's descriptor and payload, by group rank. Kept by the
-// group between calls (its buffer is reused).
+// group between calls: sized at its first exchange (size_for), then reused without allocating.
 struct Table {
+  int ranks = 0;   // the group size it is sized for (0: not yet)
+  size_t cap = 0;  // fold_cap(ranks)
   std::vector<OpDescriptor> desc;
   std::vector<size_t> payload_at;  // offset of each rank's payload in buf
   std::vector<size_t> slot_end;    // Bruck slots' end offsets in buf
@@ -71,6 +73,7 @@ struct Table {
   std::vector<OpDescriptor> round_desc;  // scratch of one round's parse
   std::vector<size_t> round_offsets;
   uint8_t *payload(int rank) { return buf.data() + payload_at[static_cast<size_t>(rank)]; }
+  void size_for(int p);
 };
 
 // Bruck's allgather of records over ch (tags tag_base + round): mine with `payload`

@@ -689,8 +689,8 @@ void Context::fail(const std::string &why, pstate_status_t status) {
     worker_->post_notices(members_, -1, status, why);
 }
 
-void Context::check_notices(const std::string &group, const char *op, const char *self) {
-  if (!worker_ || worker_->closed()) return;
+// A notice waits (check_notices): take it; one of another epoch is dropped, and the call goes on.
+void Context::throw_waiting_notice(const std::string &group, const char *op, const char *self) {
   if (auto n = worker_->take_notice(/*progress=*/false))
     throw UcxWorker::notice_error(*n, cat(group, " ", op), cat("rank ", rank(), " (", self, ")"), global_rank_of(n->from));
 }

@@ -235,7 +235,10 @@ class Context {
   // Without progressing the worker: the caller's wait has just progressed it until idle, so a
   // notice that had reached this host is in UCX's unexpected queue already; one more
   // ucp_worker_progress cost about as much as the rest of the check (agreement_cost.sh, 8 B).
-  void check_notices(const std::string &group, const char *op, const char *self);
+  // Inline, the notice taken out of line: one probe is all it costs when none arrived.
+  void check_notices(const std::string &group, const char *op, const char *self) {
+    if (worker_ && worker_->notice_waiting()) throw_waiting_notice(group, op, self);
+  }
   // Throws ABORTED when failed, INVALID_STATE when closed.
   void require_usable(const char *call) const;
 
@@ -250,6 +253,8 @@ class Context {
   void start_dump_watcher();
   void stop_dump_watcher() noexcept;
   [[noreturn]] void refuse_rank_out_of_range();
+  // check_notices found one waiting: takes it and throws its error (returns: another epoch's).
+  void throw_waiting_notice(const std::string &group, const char *op, const char *self);
   void exchange_peers(Deadline deadline);
   // One INFO line of what start-up cost this rank so far (issue 30): "counts after pstate_init:
   // store requests 5 frames 5 ... connects 1; ucx endpoints 3 peers 3". Plain counters.

@@ -244,8 +244,9 @@ bool pstate_group_s::exchanges() const {
 bool pstate_group_s::can_fold(size_t count, pstate_dtype_t dtype) const {
   // count first: count * size must not wrap (the API refuses such counts, but this decides alone)
   const size_t esize = pstate::dtype_size(dtype);
-  return !use_shm() && exchanges() && count > 0 && esize > 0 && count <= pstate::agree::kFoldMax &&
-         count * esize <= pstate::agree::fold_cap(size());
+  if (use_shm() || !exchanges() || count == 0 || esize == 0 || count > pstate::agree::kFoldMax) return false;
+  // the cap of the table the last exchange sized (no division per call), else computed
+  return count * esize <= (agree_.ranks == size() ? agree_.cap : pstate::agree::fold_cap(size()));
 }
 
 template <typename Body>
@@ -318,6 +319,15 @@ uint64_t pstate_group_s::trace_begin(pstate::TraceRecorder &tr, const OpDescript
 // (and none of them hangs in the real operation).
 void pstate_group_s::verify_same_op(const OpDescriptor &desc, const void *fold_payload) {
   pstate::agree::exchange(*channel_, desc, fold_payload, pstate::tag_base(desc.seq) | pstate::kCheckStepBase, &agree_);
+  // Every record equal to this rank's (the case of every call that works): done, in one pass.
+  bool all_same = true;
+  for (const OpDescriptor &d : agree_.desc) all_same &= std::memcmp(&d, &desc, sizeof(OpDescriptor)) == 0;
+  if (!all_same) report_disagreement(desc);
+}
+
+// Out of line (the error texts need a large frame): the peers are visited from the next rank on,
+// so every rank names the same kind of disagreement first.
+[[gnu::noinline]] void pstate_group_s::report_disagreement(const OpDescriptor &desc) {
   const std::vector<OpDescriptor> &all = agree_.desc;
   constexpr auto kRefused = static_cast<uint32_t>(OpKind::kRefused);
   for (size_t n = 1; n < all.size(); ++n) {
@@ -383,21 +393,31 @@ void pstate_group_s::check_peers_stayed() {
 }
 
 // The balanced tree of allreduce_recursive_doubling.cpp over the payloads, in place in agree_:
-// leaves x[2i] op x[2i+1] for i < rem (P = p2 + rem), else x[i + rem]; inner nodes left op right.
+// leaves x[2i] op x[2i+1] for i < rem (P = p2 + rem), else x[i + rem]; inner nodes left op right;
+// the root (left op right of the top level) is written straight into out (the payloads are
+// copies in agree_, so out may be the caller's send buffer).
 void pstate_group_s::reduce_folded(void *out, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op) {
   const int p = size();
+  if (p == 2) {  // the tree is its root alone: x[0] op x[1] (what the loops below do, without them)
+    pstate::reduce_into(out, agree_.payload(0), agree_.payload(1), count, dtype, op);
+    if (op == PSTATE_AVG) pstate::finish_avg(out, count, dtype, p);
+    return;
+  }
   int p2 = 1;
   while (p2 * 2 <= p) p2 *= 2;
   const int rem = p - p2;
   auto leaf = [&](int i) { return i < rem ? 2 * i + 1 : i + rem; };
   for (int i = 0; i < rem; ++i)
     pstate::reduce_into(agree_.payload(2 * i + 1), agree_.payload(2 * i), agree_.payload(2 * i + 1), count, dtype, op);
-  for (int w = 1; w < p2; w *= 2)
+  for (int w = 1; 2 * w < p2; w *= 2)
     for (int i = 0; i + w < p2; i += 2 * w)
       pstate::reduce_into(agree_.payload(leaf(i)), agree_.payload(leaf(i)), agree_.payload(leaf(i + w)), count, dtype,
                           op);
-  if (op == PSTATE_AVG) pstate::finish_avg(agree_.payload(leaf(0)), count, dtype, p);
-  std::memcpy(out, agree_.payload(leaf(0)), count * pstate::dtype_size(dtype));
+  if (p2 == 1)  // one rank: never folded (fold_cap(1) is 0), but exact all the same
+    std::memcpy(out, agree_.payload(leaf(0)), count * pstate::dtype_size(dtype));
+  else
+    pstate::reduce_into(out, agree_.payload(leaf(0)), agree_.payload(leaf(p2 / 2)), count, dtype, op);
+  if (op == PSTATE_AVG) pstate::finish_avg(out, count, dtype, p);
 }
 
 void pstate_group_s::all_gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, OpKind kind) {

@@ -270,6 +270,9 @@ struct pstate_group_s {
   // A flight-recorder entry for a collective (numbered: it takes the group's next trace seq).
   uint64_t trace_begin(pstate::TraceRecorder &tr, const pstate::OpDescriptor &d, bool numbered);
   void verify_same_op(const pstate::OpDescriptor &desc, const void *fold_payload = nullptr);
+  // verify_same_op found a record unlike desc: throws the error that names the first such rank
+  // after this one (returns when this rank itself refused the call: the caller throws its own).
+  void report_disagreement(const pstate::OpDescriptor &desc);
   // Whether run() exchanges descriptors before this group's calls (UCX groups; every group under
   // PSTATE_CHECK=1), and whether a call of `bytes` per record rides in that exchange: a UCX group,
   // 0 < count * dtype size <= agree::fold_cap(size()).

@@ -29,6 +29,7 @@
 #include "common/deadline.hpp"
 #include "common/log.hpp"
 #include "transport/ucx/process_watch.hpp"
+#include "transport/ucx/ucx_tag.hpp"
 
 #include <poll.h>
 #include <ucp/api/ucp.h>
@@ -300,6 +301,16 @@ class UcxWorker {
   // Progresses the worker once (progress false: not at all, for a caller whose wait just
   // progressed it until idle) and returns a notice of this epoch that arrived, if any.
   std::optional<Notice> take_notice(bool progress = true);
+  // Whether a notice (of any epoch) has arrived and waits to be taken, without progress and
+  // without taking it: one probe, for the per-call check of a collective that completed
+  // (Context::check_notices); take_notice then reads it, or drops it when of another epoch.
+  // Inline: it runs on every collective of a UCX group.
+  bool notice_waiting() noexcept {
+    if (worker_ == nullptr || no_progress_) return false;
+    ucp_tag_recv_info_t info;
+    return ucp_tag_probe_nb(worker_, ucx::make_tag(kNoticeGroupId, 0, 0), uint64_t{ucx::kMaxGroupId} << 52, 0,
+                            &info) != nullptr;
+  }
  private:
   enum class OpKind : uint8_t { kSend, kRecv, kRecvAnySize };
   enum class OpState : uint8_t { kFree, kProbing, kPending, kDone };

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# bench/agreement_instructions.sh — what the agreement costs per call on UCX, in instructions:
+# a measure that a shared machine does not move (bench/agreement_cost.sh's nanoseconds do).
+#
+#   bench/agreement_instructions.sh [OP BYTES]      (default: all_reduce 8; 2 ranks, PSTATE_SHM=0)
+#
+# Builds libpstate as it ships ($BUILD_DIR, default build/) and with the agreement compiled out
+# (-DPSTATE_AGREEMENT=OFF, $OFF_DIR, default build-noagree/, as agreement_cost.sh does), runs
+# bench/agreement_loop.c under valgrind's callgrind on both (CALLS untimed + CALLS timed calls
+# + the final check, collected inside the pstate_ entry point only), and prints per call and
+# rank 0: all instructions, those inside UcxWorker::wait (progress and the spin until the peer's
+# message is there: they grow with how long the peer takes, so they differ between runs) and
+# those outside it (the work of the call itself: the stable number to compare), then the
+# functions whose instructions per call differ most between on and off. The callgrind files stay
+# in $OUT (default $BUILD_DIR/agreement_instructions/) for callgrind_annotate.
+#
+# perf stat would count the same on real hardware; this VM exposes no hardware counters.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD_DIR=${BUILD_DIR:-build}
+OFF_DIR=${OFF_DIR:-build-noagree}
+OP=${1:-all_reduce}
+BYTES=${2:-8}
+CALLS=${CALLS:-2000}
+OUT=${OUT:-$ROOT/$BUILD_DIR/agreement_instructions}  # callgrind files (ignored by git)
+mkdir -p "$OUT"
+log() { echo "bench/agreement_instructions.sh: $*" >&2; }
+command -v valgrind >/dev/null || { log "needs valgrind (./build.sh deps installs it)"; exit 1; }
+
+type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD_DIR/CMakeCache.txt" 2>/dev/null || true)
+[ -f "$BUILD_DIR/CMakeCache.txt" ] || cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+type=${type:-RelWithDebInfo}
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target pstate_cli pstate >/dev/null
+cmake -S . -B "$OFF_DIR" -DCMAKE_BUILD_TYPE="$type" -DPSTATE_AGREEMENT=OFF -DPSTATE_BUILD_TESTS=OFF >/dev/null
+cmake --build "$OFF_DIR" -j "$(nproc)" --target pstate_cli pstate >/dev/null
+
+entry=pstate_$OP  # the C entry point the loop calls
+for side in on off; do
+  dir=$BUILD_DIR
+  [ "$side" = off ] && dir=$OFF_DIR
+  cc -O2 -Wall -Wextra -I include bench/agreement_loop.c -L "$dir" -Wl,-rpath,"$ROOT/$dir" -lpstate \
+    -o "$OUT/agreement_loop.$side"
+  rm -f "$OUT/callgrind.$side".*
+  # a long deadline: every call is ~50x slower under valgrind
+  PSTATE_SHM=0 PSTATE_TIMEOUT_MS=600000 timeout 900 "$dir/pstate" run --bind-cores -n 2 -- sh -c \
+    "valgrind --tool=callgrind --toggle-collect=$entry --callgrind-out-file=$OUT/callgrind.$side.\$RANK \
+       $OUT/agreement_loop.$side $OP $BYTES $CALLS 1 2>$OUT/valgrind.$side.\$RANK.log" >/dev/null
+done
+
+/usr/bin/python3 - "$OUT" $((2 * CALLS + 1)) "$OP" "$BYTES" <<'EOF'
+import collections, re, subprocess, sys
+out, calls, op, nbytes = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+
+def annotate(path, inclusive):
+    text = subprocess.run(['callgrind_annotate', '--threshold=100', f'--inclusive={"yes" if inclusive else "no"}', path],
+                          capture_output=True, text=True, check=True).stdout
+    rows = collections.Counter()
+    for line in text.splitlines():
+        m = re.match(r'\s*([\d,]+) \([ \d.]+%\)\s+(.*)$', line)
+        if m:
+            name = re.sub(r' \[/[^\]]*\]$', '', m.group(2))
+            rows[re.sub(r'^(\?\?\?|[^:]*\.[chS](pp)?):', '', name)] += int(m.group(1).replace(',', ''))
+    return rows
+
+summary, self_cost = {}, {}
+for side in ('on', 'off'):
+    inc = annotate(f'{out}/callgrind.{side}.0', True)
+    total = inc['PROGRAM TOTALS']
+    wait = max((v for k, v in inc.items() if k.startswith('pstate::UcxWorker::wait(')), default=0)
+    summary[side] = (total / calls, wait / calls, (total - wait) / calls)
+    self_cost[side] = annotate(f'{out}/callgrind.{side}.0', False)
+print(f'{op} {nbytes} B, 2 ranks, PSTATE_SHM=0, rank 0, instructions per call ({calls} calls):')
+print(f'{"":6} {"all":>8} {"in wait":>8} {"outside":>8}')
+for side in ('on', 'off'):
+    print(f'{side:6} ' + ' '.join(f'{v:8.0f}' for v in summary[side]))
+print(f'on-off {summary["on"][2] - summary["off"][2]:+35.0f} outside the wait')
+print('\nfunctions (self instructions per call; wait-loop functions vary with timing):')
+on, off = self_cost['on'], self_cost['off']
+names = sorted((set(on) | set(off)) - {'PROGRAM TOTALS'}, key=lambda k: -abs(on[k] - off[k]))
+for k in names[:25]:
+    if abs(on[k] - off[k]) / calls < 2:
+        break
+    print(f'{on[k] / calls:8.1f} {off[k] / calls:8.1f} {(on[k] - off[k]) / calls:+8.1f}  {k[:100]}')
+EOF
