@@ -27,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace pstate {
@@ -59,6 +60,19 @@ class Store {
   virtual void set(const std::string &key, const Bytes &value, Deadline deadline) = 0;
   // Waits until key exists, then returns its value.
   virtual Bytes get(const std::string &key, Deadline deadline) = 0;
+  // get() and set() of many keys, in order, as one request each: a store may pipeline them (the
+  // TCP store sends the next requests before the replies come), so that one rank's thousands of
+  // requests (rank 0 at rendezvous) cost a few round trips, not thousands. The first failure
+  // throws, as get() or set() of that key would.
+  virtual std::vector<Bytes> get_many(const std::vector<std::string> &keys, Deadline deadline) {
+    std::vector<Bytes> out;
+    out.reserve(keys.size());
+    for (const auto &k : keys) out.push_back(get(k, deadline));
+    return out;
+  }
+  virtual void set_many(const std::vector<std::pair<std::string, Bytes>> &items, Deadline deadline) {
+    for (const auto &[k, v] : items) set(k, v, deadline);
+  }
   // Atomically adds delta to the integer at key (missing = 0) and returns the new value. The
   // integer is stored as decimal text, so get() of the key returns e.g. "4".
   virtual int64_t add(const std::string &key, int64_t delta, Deadline deadline) = 0;

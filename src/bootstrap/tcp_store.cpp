@@ -375,6 +375,45 @@ wire::Message TcpStore::call(const wire::Message &request, Deadline deadline, co
   return reply;
 }
 
+std::vector<wire::Message> TcpStore::call_many(const std::vector<wire::Message> &requests, Deadline deadline,
+                                                const std::string &what) {
+  constexpr size_t kPipelineDepth = 64;  // requests in flight: bounds what waits in the socket buffers
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (interrupted_.load())
+    throw_error(PSTATE_ERR_ABORTED, what, " on the store at ", url_, ": interrupted by this process");
+  if (closed_) throw_error(PSTATE_ERR_INVALID_STATE, what, ": the store at ", url_, " was closed by this rank");
+  if (lost_) fail_lost(what, lost_detail_);
+  if (!fd_.valid()) connect(deadline);
+  std::vector<wire::Message> replies;
+  replies.reserve(requests.size());
+  const Deadline reply_deadline = Deadline::after_ms(int64_t{wait_ms_for(deadline)} + kReplyGraceMs);
+  size_t sent = 0;
+  while (replies.size() < requests.size()) {
+    for (; sent < requests.size() && sent - replies.size() < kPipelineDepth; ++sent) {
+      Bytes frame = wire::encode(requests[sent]);
+      requests_.fetch_add(1, std::memory_order_relaxed);
+      frames_.fetch_add(1, std::memory_order_relaxed);
+      bytes_sent_.fetch_add(frame.size(), std::memory_order_relaxed);
+      int err = 0;
+      switch (net::send_all(fd_.get(), frame.data(), frame.size(), deadline, &err)) {
+        case net::IoResult::kDone:
+          break;
+        case net::IoResult::kTimeout:
+          drop_connection();
+          throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, ": timed out sending request ", sent + 1,
+                      " of ", requests.size());
+        case net::IoResult::kClosed:
+          fail_lost(what, "connection closed");
+        case net::IoResult::kError:
+          fail_lost(what, std::strerror(err));
+      }
+    }
+    replies.push_back(read_reply(fd_, reply_deadline, wire::kMaxFrameBytes, what, false));
+    bytes_received_.fetch_add(last_reply_bytes_, std::memory_order_relaxed);
+  }
+  return replies;
+}
+
 wire::Message TcpStore::read_reply(net::Fd &fd, Deadline deadline, size_t limit, const std::string &what,
                                    bool handshaking) {
   auto closed = [&](const std::string &detail) -> wire::Message {
@@ -482,6 +521,48 @@ Bytes TcpStore::get(const std::string &key, Deadline deadline) {
     fail_waiting(*t, what, ms_since(start),
                  cat("waiting for key ", quote_key(key), " (did the rank that sets it fail or not start?)"));
   fail_from_reply(reply, what);
+}
+
+std::vector<Bytes> TcpStore::get_many(const std::vector<std::string> &keys, Deadline deadline) {
+  std::vector<wire::Message> requests;
+  requests.reserve(keys.size());
+  for (const auto &k : keys) {
+    validate_key(k);
+    requests.push_back(wire::Get{k, wait_ms_for(deadline)});
+  }
+  std::string what = cat("get of ", keys.size(), " keys (", quote_keys(keys, keys.size(), 3), ")");
+  auto start = Clock::now();
+  std::vector<wire::Message> replies = call_many(requests, deadline, what);
+  std::vector<Bytes> out;
+  out.reserve(keys.size());
+  for (size_t i = 0; i < replies.size(); ++i) {
+    if (auto *v = std::get_if<wire::Value>(&replies[i])) {
+      out.push_back(std::move(v->value));
+      continue;
+    }
+    std::string one = cat("get(", quote_key(keys[i]), ")");
+    if (auto *t = std::get_if<wire::TimedOut>(&replies[i]))
+      fail_waiting(*t, one, ms_since(start),
+                   cat("waiting for key ", quote_key(keys[i]), " (did the rank that sets it fail or not start?)"));
+    fail_from_reply(replies[i], one);
+  }
+  return out;
+}
+
+void TcpStore::set_many(const std::vector<std::pair<std::string, Bytes>> &items, Deadline deadline) {
+  std::vector<wire::Message> requests;
+  requests.reserve(items.size());
+  for (const auto &[k, v] : items) {
+    validate_key(k);
+    validate_value(k, v);
+    requests.push_back(wire::Set{k, v});
+  }
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < items.size() && i < 3; ++i) keys.push_back(items[i].first);
+  std::string what = cat("set of ", items.size(), " keys (", quote_keys(keys, items.size(), 3), ")");
+  std::vector<wire::Message> replies = call_many(requests, deadline, what);
+  for (size_t i = 0; i < replies.size(); ++i)
+    if (!std::holds_alternative<wire::Ok>(replies[i])) fail_from_reply(replies[i], cat("set(", quote_key(items[i].first), ")"));
 }
 
 int64_t TcpStore::add(const std::string &key, int64_t delta, Deadline deadline) {

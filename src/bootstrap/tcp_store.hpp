@@ -51,6 +51,8 @@ class TcpStore final : public Store {
 
   void set(const std::string &key, const Bytes &value, Deadline deadline) override;
   Bytes get(const std::string &key, Deadline deadline) override;
+  std::vector<Bytes> get_many(const std::vector<std::string> &keys, Deadline deadline) override;
+  void set_many(const std::vector<std::pair<std::string, Bytes>> &items, Deadline deadline) override;
   int64_t add(const std::string &key, int64_t delta, Deadline deadline) override;
   void wait(const std::vector<std::string> &keys, Deadline deadline) override;
   bool check(const std::string &key, Deadline deadline) override;
@@ -92,6 +94,11 @@ class TcpStore final : public Store {
   // of it and `reply_by` (a sliced wait's whole deadline), plus kReplyGraceMs.
   wire::Message call(const wire::Message &request, Deadline deadline, const std::string &what,
                      bool continuation = false, std::optional<Deadline> reply_by = std::nullopt);
+  // call() of many requests, pipelined: up to kPipelineDepth in flight on the connection (the
+  // server answers a connection's requests one at a time, in order). Every reply is read before
+  // it returns, whatever it is, so the connection stays in step.
+  std::vector<wire::Message> call_many(const std::vector<wire::Message> &requests, Deadline deadline,
+                                       const std::string &what);
   wire::Message read_reply(net::Fd &fd, Deadline deadline, size_t limit, const std::string &what, bool handshaking);
   [[noreturn]] void fail_lost(const std::string &what, const std::string &detail);
   // fd_ changes only through these (under fd_guard_); reset_fd(f) resets f, through

@@ -232,10 +232,12 @@ Rendezvous exchange_rank_records(Store &store, int rank, int world_size, const s
     if (!mine.empty()) out.first = decode_first(store.get(first_peers_key(rank), deadline), mine);
     return out;
   }
-  std::vector<Bytes> raw(static_cast<size_t>(world_size));
+  std::vector<std::string> keys;
+  keys.reserve(static_cast<size_t>(world_size));
+  for (int r = 0; r < world_size; ++r) keys.push_back(rank_record_key(r));
+  std::vector<Bytes> raw = store.get_many(keys, deadline);  // pipelined: a few round trips, not N
   std::vector<RankRecord> records(static_cast<size_t>(world_size));
   for (int r = 0; r < world_size; ++r) {
-    raw[static_cast<size_t>(r)] = store.get(rank_record_key(r), deadline);
     try {
       records[static_cast<size_t>(r)] = decode_rank_record(raw[static_cast<size_t>(r)]);
     } catch (const Error &e) {
@@ -248,10 +250,12 @@ Rendezvous exchange_rank_records(Store &store, int rank, int world_size, const s
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "init: the rank directory of ", world_size, " ranks takes ",
                 out.directory.size(), " bytes, over the store's value limit of ", kStoreMaxValueBytes, " bytes");
   store.set("pstate/peers", out.directory, deadline);
+  std::vector<std::pair<std::string, Bytes>> firsts;
   for (int r = 1; r < world_size; ++r) {
     std::vector<int> peers = first_peers(r, world_size);
-    if (!peers.empty()) store.set(first_peers_key(r), encode_first(peers, raw), deadline);
+    if (!peers.empty()) firsts.emplace_back(first_peers_key(r), encode_first(peers, raw));
   }
+  store.set_many(firsts, deadline);  // pipelined too
   for (int p : mine) out.first.emplace_back(p, records.at(static_cast<size_t>(p)));
   return out;
 }

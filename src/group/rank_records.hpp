@@ -81,7 +81,8 @@ struct Rendezvous {
 // then rank 0 gets each record, sets "pstate/peers" and each other rank's "pstate/first/<r>"
 // (none where first_peers(r) is empty), and every other rank gets those two values. Per rank: 5
 // requests (one more for the barrier's last arrival; 4 where first_peers is empty); rank 0: 2N + 3
-// (it reads every record and writes N - 1 first-peer values). Throws what the store throws;
+// (it reads every record and writes N - 1 first-peer values, each batch pipelined by the TCP store:
+// Store::get_many, set_many). Throws what the store throws;
 // MISMATCH on a malformed record (the rank is named); INVALID_ARGUMENT when the directory is over
 // the store's value limit.
 Rendezvous exchange_rank_records(Store &store, int rank, int world_size, const std::vector<uint8_t> &record,

@@ -1019,6 +1019,30 @@ void test_tcp_erase_and_check(void **) {
   assert_false(rank0->check("e", soon()));
 }
 
+// get_many / set_many pipeline their requests (rank 0's thousands at rendezvous): every value
+// in order, one request each, and the connection still in step for the calls after them; a
+// missing key fails like get() of it, naming it, and the connection stays usable.
+void test_tcp_many_keys_pipelined_in_order_one_request_each(void **) {
+  auto rank0 = serve(1);
+  constexpr int kKeys = 300;  // several pipeline windows
+  std::vector<std::pair<std::string, Bytes>> items;
+  std::vector<std::string> keys;
+  for (int i = 0; i < kKeys; ++i) {
+    keys.push_back("many/" + std::to_string(i));
+    items.emplace_back(keys.back(), bytes_of(std::string(static_cast<size_t>(i % 7) * 100, 'a') + std::to_string(i)));
+  }
+  const uint64_t before = rank0->traffic().requests;
+  rank0->set_many(items, soon());
+  std::vector<Bytes> got = rank0->get_many(keys, soon());
+  assert_int_equal(rank0->traffic().requests - before, 2 * kKeys);
+  assert_int_equal(got.size(), kKeys);
+  for (int i = 0; i < kKeys; ++i) assert_true(got[static_cast<size_t>(i)] == items[static_cast<size_t>(i)].second);
+  assert_string_equal(text_of(rank0->get("many/5", soon())).c_str(), text_of(items[5].second).c_str());
+  keys.insert(keys.begin() + 100, "many/never");
+  expect_error([&] { rank0->get_many(keys, Deadline::after_ms(200)); }, PSTATE_ERR_TIMEOUT, {"get('many/never')", "waiting for key 'many/never'"});
+  assert_string_equal(text_of(rank0->get("many/7", soon())).c_str(), text_of(items[7].second).c_str());
+}
+
 void test_tcp_open_store_picks_the_tcp_store(void **) {
   StoreOptions o = options_for(0, 1, 0);
   auto store = open_store(o);
@@ -1036,6 +1060,7 @@ int main(void) {
   alarm(600);  // the whole file, in the worst case; each test bounds itself far below this
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tcp_four_processes_set_get_add_wait_check),
+      cmocka_unit_test(test_tcp_many_keys_pipelined_in_order_one_request_each),
       cmocka_unit_test(test_tcp_four_threads_as_ranks_meet_at_a_barrier),
       cmocka_unit_test(test_tcp_get_waits_for_a_later_set),
       cmocka_unit_test(test_tcp_parked_waits_of_many_clients_are_released_by_one_set),
