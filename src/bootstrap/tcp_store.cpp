@@ -338,14 +338,19 @@ StoreTraffic TcpStore::traffic() const {
   return t;
 }
 
-wire::Message TcpStore::call(const wire::Message &request, Deadline deadline, const std::string &what,
-                             bool continuation, std::optional<Deadline> reply_by) {
-  std::lock_guard<std::mutex> lock(mutex_);
+// Under mutex_: refuses a call on an interrupted, closed or lost store, and connects if needed.
+void TcpStore::begin_call(const std::string &what, Deadline deadline) {
   if (interrupted_.load())
     throw_error(PSTATE_ERR_ABORTED, what, " on the store at ", url_, ": interrupted by this process");
   if (closed_) throw_error(PSTATE_ERR_INVALID_STATE, what, ": the store at ", url_, " was closed by this rank");
   if (lost_) fail_lost(what, lost_detail_);
   if (!fd_.valid()) connect(deadline);
+}
+
+// Under mutex_: one request's frame onto the connection, counted (a continuation is a frame of a
+// request already counted).
+void TcpStore::send_request(const wire::Message &request, Deadline deadline, const std::string &what,
+                            bool continuation) {
   Bytes frame = wire::encode(request);
   if (!continuation) requests_.fetch_add(1, std::memory_order_relaxed);
   frames_.fetch_add(1, std::memory_order_relaxed);
@@ -353,7 +358,7 @@ wire::Message TcpStore::call(const wire::Message &request, Deadline deadline, co
   int err = 0;
   switch (net::send_all(fd_.get(), frame.data(), frame.size(), deadline, &err)) {
     case net::IoResult::kDone:
-      break;
+      return;
     case net::IoResult::kTimeout:
       drop_connection();  // a partial frame is on the wire: this connection is unusable
       throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, ": timed out sending the request");
@@ -362,6 +367,13 @@ wire::Message TcpStore::call(const wire::Message &request, Deadline deadline, co
     case net::IoResult::kError:
       fail_lost(what, std::strerror(err));
   }
+}
+
+wire::Message TcpStore::call(const wire::Message &request, Deadline deadline, const std::string &what,
+                             bool continuation, std::optional<Deadline> reply_by) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  begin_call(what, deadline);
+  send_request(request, deadline, what, continuation);
   // The server answers a wait by itself when the wait time passes; the grace covers its reply's
   // trip back. A slice of a longer wait may be answered late by a busy server (one thread, and
   // thousands of ranks arriving at once): that is no failure while the whole wait's deadline
@@ -379,35 +391,14 @@ std::vector<wire::Message> TcpStore::call_many(const std::vector<wire::Message> 
                                                 const std::string &what) {
   constexpr size_t kPipelineDepth = 64;  // requests in flight: bounds what waits in the socket buffers
   std::lock_guard<std::mutex> lock(mutex_);
-  if (interrupted_.load())
-    throw_error(PSTATE_ERR_ABORTED, what, " on the store at ", url_, ": interrupted by this process");
-  if (closed_) throw_error(PSTATE_ERR_INVALID_STATE, what, ": the store at ", url_, " was closed by this rank");
-  if (lost_) fail_lost(what, lost_detail_);
-  if (!fd_.valid()) connect(deadline);
+  begin_call(what, deadline);
   std::vector<wire::Message> replies;
   replies.reserve(requests.size());
   const Deadline reply_deadline = Deadline::after_ms(int64_t{wait_ms_for(deadline)} + kReplyGraceMs);
   size_t sent = 0;
   while (replies.size() < requests.size()) {
-    for (; sent < requests.size() && sent - replies.size() < kPipelineDepth; ++sent) {
-      Bytes frame = wire::encode(requests[sent]);
-      requests_.fetch_add(1, std::memory_order_relaxed);
-      frames_.fetch_add(1, std::memory_order_relaxed);
-      bytes_sent_.fetch_add(frame.size(), std::memory_order_relaxed);
-      int err = 0;
-      switch (net::send_all(fd_.get(), frame.data(), frame.size(), deadline, &err)) {
-        case net::IoResult::kDone:
-          break;
-        case net::IoResult::kTimeout:
-          drop_connection();
-          throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, ": timed out sending request ", sent + 1,
-                      " of ", requests.size());
-        case net::IoResult::kClosed:
-          fail_lost(what, "connection closed");
-        case net::IoResult::kError:
-          fail_lost(what, std::strerror(err));
-      }
-    }
+    for (; sent < requests.size() && sent - replies.size() < kPipelineDepth; ++sent)
+      send_request(requests[sent], deadline, what, false);
     replies.push_back(read_reply(fd_, reply_deadline, wire::kMaxFrameBytes, what, false));
     bytes_received_.fetch_add(last_reply_bytes_, std::memory_order_relaxed);
   }

@@ -90,6 +90,9 @@ class TcpStore final : public Store {
                                const std::function<wire::Message(uint32_t wait_ms, bool continuation)> &request);
   [[noreturn]] void fail_waiting(const wire::TimedOut &t, const std::string &what, int64_t waited_ms,
                                  const std::string &keys_text);
+  // call() and call_many()'s parts, under mutex_.
+  void begin_call(const std::string &what, Deadline deadline);
+  void send_request(const wire::Message &request, Deadline deadline, const std::string &what, bool continuation);
   // `deadline` bounds the request (its wait_ms for the server); the reply is awaited until the later
   // of it and `reply_by` (a sliced wait's whole deadline), plus kReplyGraceMs.
   wire::Message call(const wire::Message &request, Deadline deadline, const std::string &what,
