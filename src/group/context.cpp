@@ -345,15 +345,19 @@ void Context::exchange_peers(Deadline deadline) {
   adopt_directory(decode_rank_directory(rv.directory), "init: the rank directory on the store");
   peers_.at(static_cast<size_t>(launch_.rank)).address = mine.peer.address;
   address_on_store_.at(static_cast<size_t>(launch_.rank)) = 0;
-  for (auto &[r, rec] : rv.first) {
-    PeerEntry &p = peers_.at(static_cast<size_t>(r));
-    if (rec.peer.host_id != p.host_id || rec.peer.pid != p.pid)
-      throw_error(PSTATE_ERR_MISMATCH, "init: rank ", r, "'s record (host ", host_identity_name(rec.peer.host_id),
-                  ", pid ", rec.peer.pid, ") differs from the directory's (host ", host_identity_name(p.host_id),
-                  ", pid ", p.pid, "): two jobs share this store prefix?");
-    p.address = std::move(rec.peer.address);
-    address_on_store_.at(static_cast<size_t>(r)) = 0;
-  }
+  for (auto &[r, rec] : rv.first) take_address(r, std::move(rec.peer), "init: the first peers' records");
+}
+
+// The address of `from`, rank r's entry as read from the store, becomes r's, once its host and pid
+// are the directory's (else MISMATCH naming `source`: another job's record under the same prefix).
+void Context::take_address(int r, PeerEntry &&from, const std::string &source) {
+  PeerEntry &p = peers_.at(static_cast<size_t>(r));
+  if (from.host_id != p.host_id || from.pid != p.pid)
+    throw_error(PSTATE_ERR_MISMATCH, "rank ", launch_.rank, ": rank ", r, "'s record in ", source, " (host ",
+                host_identity_name(from.host_id), ", pid ", from.pid, ") differs from the rank directory's (host ",
+                host_identity_name(p.host_id), ", pid ", p.pid, "): two jobs share this store prefix?");
+  p.address = std::move(from.address);
+  address_on_store_.at(static_cast<size_t>(r)) = 0;
 }
 
 void Context::adopt_directory(RankDirectory d, const char *what) {
@@ -377,31 +381,18 @@ PeerEntry Context::peer_entry(int world_rank, bool urgent) {
   std::lock_guard<std::mutex> lock(peers_mutex_);
   PeerEntry &p = peers_.at(static_cast<size_t>(world_rank));
   if (!p.address.empty() || !address_on_store_.at(static_cast<size_t>(world_rank))) return p;
-  // A failure notice (urgent) reads the store only for a peer of this host, never twice after a
-  // failed read: a peer of another host that this rank never talked to learns of the failure by
-  // itself (its own waits, the store), and a cut network must not hold the failure on its way to
-  // the caller for the store's reply grace. No address returned: the worker skips that peer.
-  if (urgent && (urgent_read_failed_ || p.host_id != peers_.at(static_cast<size_t>(launch_.rank)).host_id)) return p;
+  // A failure notice (urgent) never reads the store one peer at a time: fail() has read, in one
+  // batch, the addresses its notices need. No address returned: the worker skips that peer.
+  if (urgent) return p;
   const std::string key = rank_record_key(world_rank);
   RankRecord rec;
   try {
-    rec = decode_rank_record(store_->get(key, Deadline::after_ms(urgent ? std::min<int64_t>(timeout_ms(), 1000)
-                                                                        : timeout_ms())));
+    rec = decode_rank_record(store_->get(key, Deadline::after_ms(timeout_ms())));
   } catch (const Error &e) {
-    if (urgent) {
-      urgent_read_failed_ = true;
-      return p;
-    }
     throw_error(e.status(), "rank ", launch_.rank, ": reading rank ", world_rank, "'s UCX address from the store (",
                 key, ") to connect to it for the first time: ", e.what());
   }
-  if (rec.peer.host_id != p.host_id || rec.peer.pid != p.pid)
-    throw_error(PSTATE_ERR_MISMATCH, "rank ", launch_.rank, ": rank ", world_rank, "'s record on the store (", key,
-                ": host ", host_identity_name(rec.peer.host_id), ", pid ", rec.peer.pid,
-                ") differs from the rank directory's (host ", host_identity_name(p.host_id), ", pid ", p.pid,
-                "): two jobs share this store prefix?");
-  p.address = std::move(rec.peer.address);
-  address_on_store_[static_cast<size_t>(world_rank)] = 0;
+  take_address(world_rank, std::move(rec.peer), cat("the store (", key, ")"));
   return p;
 }
 
@@ -685,8 +676,37 @@ void Context::fail(const std::string &why, pstate_status_t status) {
   // rank that gave up (a timeout, a mismatch only it could see, no memory for a segment its
   // peers wait on, an interruption) must not leave them waiting for it until their deadline, nor
   // let a late peer complete the call it gave up on (issue 27).
-  if (first && worker_ && why.find(ucx::kNoticeMarker) == std::string::npos)
+  if (first && worker_ && why.find(ucx::kNoticeMarker) == std::string::npos) {
+    read_addresses_for_notices(status);
     worker_->post_notices(members_, -1, status, why);
+  }
+}
+
+// The notices of a death (PEER_LOST) go to every member, over new endpoints where needed (the
+// hosts stay reachable); those of any other failure, which may be a cut network, to this host's
+// members and over endpoints already open (UcxWorker::post_notices). The members among those
+// whose address this rank never read (rank_records.hpp) are read here in one pipelined batch,
+// bounded to 1 s; if the store does not answer, those peers learn of the failure by themselves.
+void Context::read_addresses_for_notices(pstate_status_t status) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(peers_mutex_);
+    if (!store_ || address_on_store_.empty()) return;
+    const std::string &my_host = peers_.at(static_cast<size_t>(launch_.rank)).host_id;
+    std::vector<int> ranks;
+    std::vector<std::string> keys;
+    for (int r : members_) {
+      const PeerEntry &p = peers_.at(static_cast<size_t>(r));
+      if (!address_on_store_.at(static_cast<size_t>(r)) || !p.address.empty()) continue;
+      if (status != PSTATE_ERR_PEER_LOST && p.host_id != my_host) continue;
+      ranks.push_back(r);
+      keys.push_back(rank_record_key(r));
+    }
+    if (keys.empty()) return;
+    std::vector<Bytes> values = store_->get_many(keys, Deadline::after_ms(std::min<int64_t>(timeout_ms(), 1000)));
+    for (size_t i = 0; i < ranks.size(); ++i)
+      take_address(ranks[i], std::move(decode_rank_record(values[i]).peer), "the store (for a failure notice)");
+  } catch (...) {  // the notices go where addresses are known
+  }
 }
 
 // A notice waits (check_notices): take it; one of another epoch is dropped, and the call goes on.

@@ -266,8 +266,12 @@ class Context {
   void adopt_directory(RankDirectory d, const char *what);
   // The UCX worker's PeerDirectory: rank r's entry, its address read from the store at
   // rank_record_key(r) on first use where the compact directory left it out (rank_records.hpp).
-  // `urgent` (failure notices): a read that fails is not retried and gives no address.
+  // `urgent` (failure notices): no read; fail() read what they need (read_addresses_for_notices).
   PeerEntry peer_entry(int world_rank, bool urgent);
+  void read_addresses_for_notices(pstate_status_t status) noexcept;
+  // Rank r's address from a record read from the store; MISMATCH unless its host and pid are the
+  // directory's. Under peers_mutex_ or before the worker has the directory.
+  void take_address(int r, PeerEntry &&from, const std::string &source);
   // Ranks of different hosts that limited UCX to loopback interfaces cannot reach each other:
   // TRANSPORT on every rank, naming both ranks' interfaces, before UCX tries.
   void check_interfaces_reach() const;
@@ -344,7 +348,6 @@ class Context {
   // Guards the addresses in peers_ and address_on_store_ (peer_entry fills them on first use).
   std::mutex peers_mutex_;
   std::vector<uint8_t> address_on_store_;  // per launch rank: 1 = its address is still to be read
-  bool urgent_read_failed_ = false;        // an urgent peer_entry read failed: no more urgent reads
   std::vector<std::unique_ptr<ucx::ProcessWatch>> live_watches_;  // live_ranks(): same-host peers
   std::unique_ptr<Group> world_;
   std::vector<int> members_;  // the current world: launch rank of each global rank
