@@ -413,17 +413,21 @@ PSTATE_API pstate_status_t pstate_finalize(pstate_t *ps);
  *  it interrupts then returns ABORTED, and a second pstate_abort after it frees. No thread may
  *  start a call on ps after pstate_abort: a watchdog
  *  that cannot rule that out calls pstate_revoke, and the thread that drives ps calls
- *  pstate_abort when its call has returned ABORTED. Peers learn it from the failure notice of
- *  the stopped call (or, without one, as of a rank that died). */
+ *  pstate_abort when its call has returned ABORTED. Peers learn it from a failure notice: the
+ *  stopped call's, or, when no call was in flight and the context had not failed, one that
+ *  pstate_abort sends before it frees (a peer blocked in a call with this rank returns ABORTED
+ *  at its next liveness check, not at its timeout). */
 PSTATE_API pstate_status_t pstate_abort(pstate_t *ps);
 
 /** Stops every call in flight on ps, from any thread, at any time while ps is allocated, without
  *  freeing anything (ncclCommRevoke's role): the call another thread is inside returns
  *  PSTATE_ERR_ABORTED within milliseconds (shared memory: at its next liveness check, every 20
  *  ms; UCX and the TCP store: at once; NCCL: at the next poll of a non-blocking call), its peers
- *  hear it from the context's failure notice, and every later call on ps or its groups returns
- *  ABORTED at entry, except pstate_abort and pstate_finalize, which free ps (finalize then never
- *  waits for peers). Idempotent. Never blocks. For watchdogs and language bindings whose threads
+ *  hear it from the context's failure notice (with no call in flight, pstate_revoke sends that
+ *  notice itself), and every later call on ps or its groups returns ABORTED at entry, except
+ *  pstate_abort and pstate_finalize, which free ps (finalize then never waits for peers).
+ *  Idempotent. Never waits for peers (a notice to a peer whose address this rank never read
+ *  first reads it from the store, bounded to 1 s). For watchdogs and language bindings whose threads
  *  cannot know whether the thread that drives ps is about to start a call: revoke, let that
  *  thread see ABORTED, then free with pstate_abort from the thread that drives ps. */
 PSTATE_API pstate_status_t pstate_revoke(pstate_t *ps);

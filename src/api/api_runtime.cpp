@@ -121,6 +121,12 @@ PSTATE_API pstate_status_t pstate_revoke(pstate_t *ps) {
   return PSTATE_GUARD({
     pstate::api::require_context(ps);
     ps->request_abort();
+    // No call in flight: none will fail and tell the peers, so this thread does, holding the context
+    // (a call that starts meanwhile is refused with ABORTED, ContextEntry).
+    if (ps->try_enter()) {
+      ps->tell_peers_aborted("pstate_revoke");
+      ps->leave();
+    }
   });
 }
 

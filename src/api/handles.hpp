@@ -109,7 +109,10 @@ class ContextEntry {
   // After the busy flag: a context whose abort was requested (pstate_revoke, or pstate_abort from
   // another thread that waits for this flag) refuses every call with ABORTED.
   ContextEntry(pstate::Context &ctx, const char *call) : ctx_(ctx) {
-    if (!ctx_.try_enter()) throw_context_busy(ctx_, call);
+    if (!ctx_.try_enter()) {
+      if (ctx_.abort_requested()) ctx_.throw_abort_requested(call);  // revoked: ABORTED, whoever holds it
+      throw_context_busy(ctx_, call);
+    }
     if (ctx_.abort_requested()) {
       ctx_.leave();
       ctx_.throw_abort_requested(call);

@@ -678,8 +678,20 @@ void Context::fail(const std::string &why, pstate_status_t status) {
   // let a late peer complete the call it gave up on (issue 27).
   if (first && worker_ && why.find(ucx::kNoticeMarker) == std::string::npos) {
     read_addresses_for_notices(status);
-    worker_->post_notices(members_, -1, status, why);
+    worker_->post_notices(members_, -1, status, why, calls_returned());
   }
+}
+
+// Where this rank's collectives stood, for its notices: per live group, the calls that returned
+// (a peer inside one of those calls completes it; the notice decides only the calls after).
+std::vector<std::pair<uint32_t, uint32_t>> Context::calls_returned() const {
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  try {
+    for (const Group *g : live_groups()) out.emplace_back(g->group_id(), g->calls_returned());
+  } catch (...) {  // no memory: the notice decides whatever its receivers wait for, as before
+    out.clear();
+  }
+  return out;
 }
 
 // The notices of a death (PEER_LOST) go to every member, over new endpoints where needed (the
@@ -709,15 +721,17 @@ void Context::read_addresses_for_notices(pstate_status_t status) noexcept {
   }
 }
 
-// A notice waits (check_notices): take it; one of another epoch is dropped, and the call goes on.
-void Context::throw_waiting_notice(const std::string &group, const char *op, const char *self) {
-  if (auto n = worker_->take_notice(/*progress=*/false))
+// A notice waits (check_notices): take it; one of another epoch is dropped, one of a later call
+// is held for it (UcxWorker::take_notice), and the call goes on.
+void Context::throw_waiting_notice(const std::string &group, const char *op, const char *self,
+                                   const CallPosition *at) {
+  if (auto n = worker_->take_notice(/*progress=*/false, at))
     throw UcxWorker::notice_error(*n, cat(group, " ", op), cat("rank ", rank(), " (", self, ")"), global_rank_of(n->from));
 }
 
-void Context::check_notices(const std::string &where, const char *self) {
+void Context::check_notices(const std::string &where, const char *self, const CallPosition *at) {
   if (!worker_ || worker_->closed()) return;
-  if (auto n = worker_->take_notice())
+  if (auto n = worker_->take_notice(true, at))
     throw UcxWorker::notice_error(*n, where, cat("rank ", rank(), " (", self, ")"), global_rank_of(n->from));
 }
 
@@ -948,8 +962,19 @@ void Context::split_from_world_into(Group *child) {
   }
 }
 
+void Context::tell_peers_aborted(const char *call) noexcept {
+  if (state_ == State::kFailed || state_ == State::kClosed) return;  // told already, or nothing to tell
+  try {
+    fail(cat(call, " on rank ", rank_, ": the application stopped this rank's context while no call of it was in "
+             "flight (a watchdog or a shutdown); it takes part in no further call"),
+         PSTATE_ERR_ABORTED);
+  } catch (...) {  // no memory for the text: the peers learn of it by themselves
+  }
+}
+
 void Context::abort() noexcept {
   if (state_ == State::kClosed) return;
+  tell_peers_aborted("pstate_abort");  // a peer blocked in a call with this rank hears it now
   stop_dump_watcher();
   if (trace_) trace_life_end(trace_life(TraceOp::kAbort), PSTATE_OK);
   abort_device_comms();  // ncclCommAbort: local, waits for no peer

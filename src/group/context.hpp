@@ -230,15 +230,21 @@ class Context {
   // The shared-memory waits' check (every 20 ms): PEER_LOST when a failure notice of this
   // world arrived. where: the group and call ("tp:0 all_reduce").
   // self: how this rank is described in the error (default: waiting in shared memory).
-  void check_notices(const std::string &where, const char *self = "waiting in shared memory");
+  // at: the group's collectives (a notice of a call after the one in flight does not decide it).
+  void check_notices(const std::string &where, const char *self = "waiting in shared memory",
+                     const CallPosition *at = nullptr);
   // The same, naming "group op" (built only when a notice arrived: on every UCX call's fast path).
   // Without progressing the worker: the caller's wait has just progressed it until idle, so a
   // notice that had reached this host is in UCX's unexpected queue already; one more
   // ucp_worker_progress cost about as much as the rest of the check (agreement_cost.sh, 8 B).
   // Inline, the notice taken out of line: one probe is all it costs when none arrived.
-  void check_notices(const std::string &group, const char *op, const char *self) {
-    if (worker_ && worker_->notice_waiting()) throw_waiting_notice(group, op, self);
+  void check_notices(const std::string &group, const char *op, const char *self, const CallPosition *at) {
+    if (worker_ && worker_->notice_waiting()) throw_waiting_notice(group, op, self, at);
   }
+  // pstate_abort / pstate_revoke with no call in flight (the caller holds the context): fails the
+  // context with ABORTED, which posts the failure notices, so a peer blocked in a call with this
+  // rank ends at once instead of at its deadline. Nothing when the context failed already.
+  void tell_peers_aborted(const char *call) noexcept;
   // Throws ABORTED when failed, INVALID_STATE when closed.
   void require_usable(const char *call) const;
 
@@ -254,7 +260,7 @@ class Context {
   void stop_dump_watcher() noexcept;
   [[noreturn]] void refuse_rank_out_of_range();
   // check_notices found one waiting: takes it and throws its error (returns: another epoch's).
-  void throw_waiting_notice(const std::string &group, const char *op, const char *self);
+  void throw_waiting_notice(const std::string &group, const char *op, const char *self, const CallPosition *at);
   void exchange_peers(Deadline deadline);
   // One INFO line of what start-up cost this rank so far (issue 30): "counts after pstate_init:
   // store requests 5 frames 5 ... connects 1; ucx endpoints 3 peers 3". Plain counters.
@@ -269,6 +275,7 @@ class Context {
   // `urgent` (failure notices): no read; fail() read what they need (read_addresses_for_notices).
   PeerEntry peer_entry(int world_rank, bool urgent);
   void read_addresses_for_notices(pstate_status_t status) noexcept;
+  std::vector<std::pair<uint32_t, uint32_t>> calls_returned() const;
   // Rank r's address from a record read from the store; MISMATCH unless its host and pid are the
   // directory's. Under peers_mutex_ or before the worker has the directory.
   void take_address(int r, PeerEntry &&from, const std::string &source);

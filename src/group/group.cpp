@@ -59,6 +59,9 @@ pstate_group_s::pstate_group_s(pstate::Context &ctx, pstate_group_kind_t kind, s
   rank_in_group_ = static_cast<int>(it - ranks_.begin());
   for (int r : ranks_) global_.push_back(ctx.global_rank_of(r));
   channel_ = std::make_unique<pstate::UcxChannel>(ctx.worker(), ranks_, rank_in_group_, group_id_, name_);
+  position_.group_id = group_id_;
+  position_.members = ranks_;
+  channel_->set_position(&position_);
   p2p_sent_.assign(2 * ranks_.size(), 0);
   p2p_received_.assign(2 * ranks_.size(), 0);
   if (pstate::TraceRecorder *tr = ctx.trace()) trace_group_ = tr->add_group(name_, ranks_, rank_in_group_);
@@ -101,7 +104,7 @@ void pstate_group_s::check_peers_alive() {
 
 void pstate_group_s::check_waiting() {
   if (p2p_) p2p_->progress();  // pending shared-memory sends move while this rank waits for anything
-  ctx_.check_notices(name_);    // first: a peer's notice says why, its exit after it only that it left
+  ctx_.check_notices(name_, "waiting in shared memory", &position_);  // first: a peer's notice says why, its exit only that it left
   check_peers_alive();
   if (ctx_.abort_requested())
     ctx_.throw_abort_requested(pstate::cat(name_, ": while it waited for its peers in shared memory"));
@@ -160,7 +163,7 @@ pstate::shm::ShmGroup &pstate_group_s::shm() {
 
 pstate::shm::ShmGroup &pstate_group_s::shm_for_call() {
   auto &s = shm();
-  s.set_seq(seq_ - 1);  // run() numbered this call
+  s.set_seq(position_.begun - 1);  // run() numbered this call
   return s;
 }
 
@@ -261,7 +264,7 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body, const void *f
   }
   const uint64_t tid = tr ? trace_begin(*tr, desc_in, true) : 0;
   OpDescriptor desc = desc_in;
-  desc.seq = seq_++;
+  desc.seq = position_.begun++;
   channel_->set_deadline(ctx_.op_deadline());
   channel_->set_op_name(op_name);
   bool agreeing = true;
@@ -278,10 +281,12 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body, const void *f
     const bool agreed_error = e.status() == PSTATE_ERR_MISMATCH || e.status() == PSTATE_ERR_INVALID_ARGUMENT;
     // An abort from another thread fails the context too, and tells the peers (ctx_.fail's notices).
     if (ctx_.abort_requested() || (agreeing ? !agreed_error : pstate::is_fatal(e.status())))
-      ctx_.fail(e.what(), e.status());
+      ctx_.fail(e.what(), e.status());  // its notices say this call had not returned here
+    position_.returned.store(desc.seq + 1, std::memory_order_relaxed);
     ctx_.trace_call_failed(tid, e);
     throw;
   }
+  position_.returned.store(desc.seq + 1, std::memory_order_relaxed);
   if (tid != 0) tr->completed(tid);
 }
 
@@ -389,7 +394,8 @@ void pstate_group_s::all_reduce(const void *send, void *recv, size_t count, psta
 }
 
 void pstate_group_s::check_peers_stayed() {
-  ctx_.check_notices(name_, channel_->op(), "its part of the call had arrived; the peer's verdict came first");
+  ctx_.check_notices(name_, channel_->op(), "its part of the call had arrived; the peer's verdict came first",
+                     &position_);
 }
 
 // The balanced tree of allreduce_recursive_doubling.cpp over the payloads, in place in agree_:

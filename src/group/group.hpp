@@ -20,6 +20,7 @@
 #include "coll/channel.hpp"
 #include "coll/select.hpp"
 #include "group/agreement_exchange.hpp"
+#include "common/call_position.hpp"
 #include "common/error.hpp"
 #include "common/op_descriptor.hpp"
 #include "common/p2p_what.hpp"
@@ -235,6 +236,8 @@ struct pstate_group_s {
   // so they arrive). Returns how many it dropped. Throws as a receive does.
   uint32_t drop_undelivered(pstate::P2PStream stream, int peer, uint32_t sent);
   uint32_t group_id() const { return group_id_; }
+  // How many collectives of this group returned on this rank (a failure notice's account).
+  uint32_t calls_returned() const { return position_.returned.load(std::memory_order_relaxed); }
   // ---- device communicators split from a parent group's (group_device.cpp) ----
   // Whether this group's NCCL communicator exists and can be split (ncclCommSplit).
   bool device_splittable() const;
@@ -328,7 +331,9 @@ struct pstate_group_s {
   int rank_in_group_ = -1;
   uint32_t group_id_;
   std::unique_ptr<pstate::UcxChannel> channel_;
-  uint32_t seq_ = 0;
+  // The collectives' sequence (begun: the next call's seq) and the calls returned, for failure
+  // notices: this rank's go out with its own (Context::fail), a peer's are read against it.
+  pstate::CallPosition position_;
   pstate::agree::Table agree_;  // the last agreement exchange's records (reused between calls)
   pstate::coll::AlgorithmSelector selector_;
   uint32_t logged_choices_ = 0;  // bit per (operation, algorithm) already explained at INFO

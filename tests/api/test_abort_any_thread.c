@@ -201,6 +201,60 @@ static void test_the_peer_of_an_aborted_rank_hears_it_before_its_timeout(void **
   run_case(kRecv, kAbort, 1, 1);
 }
 
+/* ---- an idle stop is heard (reliability round 3, item 5) ------------------------------------------
+ * Rank 0 calls pstate_abort, or pstate_revoke, while no call of it is in flight, and stays alive;
+ * rank 1 is blocked in a call with it (a shared-memory all_reduce; a UCX recv) with a 60 s
+ * timeout. Rank 1's call must end with ABORTED from rank 0's failure notice, well before that
+ * timeout (before the fix it waited the whole timeout and was told rank 0 "is alive"). After the
+ * revoke, rank 0's own next call is ABORTED at entry and pstate_abort frees: the watchdog pattern. */
+
+static int idle_stop_rank(const pstate_test_rank_t *self) {
+  const case_t *c = self->arg;
+  if (c->ucx) setenv("PSTATE_SHM", "0", 1);
+  pstate_t *ps = NULL;
+  pstate_group_t *world = NULL;
+  float x[4] = {1, 2, 3, 4};
+  RANK_OK(self, pstate_test_init(self, TIMEOUT_MS, &ps));
+  RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &world));
+  RANK_OK(self, pstate_barrier(world));
+  if (self->rank == 0) {
+    usleep(WATCHDOG_DELAY_MS * 1000); /* rank 1 is deep in its wait */
+    if (c->stop == kRevoke) {
+      RANK_OK(self, pstate_revoke(ps));
+      pstate_status_t s = pstate_all_reduce(world, x, x, 4, PSTATE_FLOAT32, PSTATE_SUM, NULL);
+      RANK_CHECK(self, s == PSTATE_ERR_ABORTED, "the driving thread's call after the revoke: %s (%s)",
+                 pstate_status_string(s), pstate_last_error());
+      usleep(3000 * 1000); /* alive: rank 1 must hear the revoke, not a death */
+      RANK_OK(self, pstate_abort(ps));
+    } else {
+      RANK_OK(self, pstate_abort(ps));
+      usleep(3000 * 1000); /* alive after the abort */
+    }
+    return 0;
+  }
+  double t0 = pstate_test_now_ms();
+  pstate_status_t s = c->op == kAllReduce ? pstate_all_reduce(world, x, x, 4, PSTATE_FLOAT32, PSTATE_SUM, NULL)
+                                          : pstate_recv(world, x, 4, PSTATE_FLOAT32, 0, NULL);
+  double took = pstate_test_now_ms() - t0;
+  RANK_CHECK(self, s == PSTATE_ERR_ABORTED && took < BOUND_MS && strstr(pstate_last_error(), "failure notice: rank 0"),
+             "rank 1's %s after rank 0's idle %s: %s after %.0f ms (%s)", op_name(c->op),
+             c->stop == kAbort ? "pstate_abort" : "pstate_revoke", pstate_status_string(s), took, pstate_last_error());
+  printf("rank 1: %s ended %s after %.0f ms\n", op_name(c->op), pstate_status_string(s), took);
+  RANK_OK(self, pstate_abort(ps));
+  return 0;
+}
+
+static void test_an_idle_abort_or_revoke_is_heard_by_a_blocked_peer(void **state) {
+  (void)state;
+  const case_t cases[] = {{kAllReduce, kAbort, 0, 0}, {kRecv, kRevoke, 1, 0}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    printf("  %s, rank 0 idle, %s\n", cases[i].ucx ? "UCX recv" : "shared-memory all_reduce",
+           cases[i].stop == kAbort ? "pstate_abort" : "pstate_revoke then pstate_abort");
+    fflush(stdout);
+    assert_int_equal(pstate_test_run_processes(2, 60, idle_stop_rank, (void *)&cases[i], NULL), 0);
+  }
+}
+
 /* ---- pstate_abort from inside a call on the same thread (a signal handler run by the interrupt
  * check): BUSY at once, the call returns ABORTED, a second abort frees ---------------------------- */
 
@@ -359,6 +413,7 @@ int main(void) {
       cmocka_unit_test(test_abort_from_a_watchdog_stops_the_wait_of_an_irecv),
       cmocka_unit_test(test_revoke_stops_the_call_frees_nothing_and_refuses_later_calls),
       cmocka_unit_test(test_the_peer_of_an_aborted_rank_hears_it_before_its_timeout),
+      cmocka_unit_test(test_an_idle_abort_or_revoke_is_heard_by_a_blocked_peer),
       cmocka_unit_test(test_abort_from_inside_a_call_on_the_same_thread_is_busy_then_the_call_is_aborted),
       cmocka_unit_test(test_finalize_while_another_thread_is_inside_is_busy_and_frees_nothing),
       cmocka_unit_test(test_abort_from_a_watchdog_thread_with_ranks_as_threads),

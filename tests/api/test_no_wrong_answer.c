@@ -21,7 +21,8 @@
  * 14  a receive of another dtype (same bytes) is MISMATCH naming both, blocking and requests, and
  *     the sender's next call hears it from the receiver's failure notice.
  * 15  a rank that reaches a collective after its peers gave up on it gets an error naming who
- *     gave up (never OK), over shared memory and UCX.
+ *     gave up (never OK), over shared memory and UCX; the same after a rank stopped the call (its
+ *     interrupt check): round 3's item 2.
  * (4: test_tensor_dict.c; 8: tests/cli/test_small_dev_shm.sh; the pairwise matrix of every pair
  * of operation kinds: test_pairwise_matrix.c.)
  */
@@ -406,6 +407,42 @@ static void test_a_late_rank_gets_the_verdict_its_peers_got(void **state) {
   run_both_paths(4, 60, late_rank);
 }
 
+/* The same when the call was stopped, not timed out (reliability round 3, item 2): rank 0 stops
+ * its all_reduce by its interrupt check, rank 1 is inside and gets the verdict, rank 2 arrives
+ * 1.5 s later with every other part in the segment. Before the fix rank 2 returned OK with the
+ * full sum on shared memory, and TRANSPORT "Shared memory error" over UCX. The context timeout
+ * (20 s) is far beyond the case. An abort or revoke from a watchdog thread stops the call on the
+ * same path (the call's failure, ShmGroup::give_up; test_abort_any_thread.c stops calls so). */
+static int stop_after_300ms(void *user) { return pstate_test_now_ms() - *(const double *)user > 300; }
+
+static int stopped_call_rank(const pstate_test_rank_t *self) {
+  choose_path(self);
+  pstate_t *ps = NULL;
+  RANK_OK(self, pstate_test_init(self, 20000, &ps));
+  pstate_group_t *w = world_of(ps);
+  RANK_OK(self, pstate_barrier(w)); /* the segment exists: a late rank would find its peers' data */
+  double t0 = pstate_test_now_ms();
+  if (self->rank == 0) RANK_OK(self, pstate_set_interrupt_check(ps, stop_after_300ms, &t0));
+  if (self->rank == 2) usleep(1500 * 1000); /* in its own code while its peers' call is stopped */
+  float x[4] = {1, 1, 1, 1};
+  pstate_status_t s = pstate_all_reduce(w, x, x, 4, PSTATE_FLOAT32, PSTATE_SUM, NULL);
+  RANK_CHECK(self, s != PSTATE_OK, "rank %d returned OK (sum %g) from a call rank 0 stopped", self->rank, x[0]);
+  if (self->rank == 0)
+    RANK_CHECK(self, s == PSTATE_ERR_INTERRUPTED, "rank 0: %s (%s)", pstate_status_string(s), pstate_last_error());
+  else
+    RANK_CHECK(self, s == PSTATE_ERR_ABORTED && (contains(pstate_last_error(), "gave up on this call") ||
+                                                 contains(pstate_last_error(), "failure notice: rank ")),
+               "rank %d: %s (%s)", self->rank, pstate_status_string(s), pstate_last_error());
+  sleep(1);
+  pstate_abort(ps);
+  return 0;
+}
+
+static void test_a_late_rank_gets_the_verdict_of_a_stopped_call(void **state) {
+  (void)state;
+  run_both_paths(3, 60, stopped_call_rank);
+}
+
 int main(void) {
   unsetenv("PSTATE_SHM");
   unsetenv("PSTATE_CHECK");
@@ -420,6 +457,7 @@ int main(void) {
       cmocka_unit_test(test_grow_without_a_replacement_is_timeout_with_the_world_unchanged),
       cmocka_unit_test(test_a_receive_of_another_dtype_is_mismatch),
       cmocka_unit_test(test_a_late_rank_gets_the_verdict_its_peers_got),
+      cmocka_unit_test(test_a_late_rank_gets_the_verdict_of_a_stopped_call),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -311,12 +311,12 @@ void ShmGroup::run_guarded(const char *op, Body &&body) {
       throw;
     }
     broken_ = true;
-    if (in_call_) mark_failed(e.status());  // later arrivals hear that this call failed
+    if (in_call_) give_up(e.status());  // later arrivals hear that this call failed
     in_call_ = false;
     throw;
   } catch (...) {
     broken_ = true;
-    if (in_call_) mark_failed(PSTATE_ERR_INTERNAL);
+    if (in_call_) give_up(PSTATE_ERR_INTERNAL);
     in_call_ = false;
     throw;
   }
@@ -329,13 +329,30 @@ ShmGroup::Verdict &ShmGroup::verdict() const {
   return *reinterpret_cast<Verdict *>(controls_ + kControlStride * static_cast<size_t>(size_));
 }
 
-int ShmGroup::on_deadline(const std::function<bool()> &ready) {
-  if (!in_call_) return DeadlineGuard::kGiveUp;  // set-up waits: nothing to decide
+// Raises `watch` to this call, then fences: from here on every rank that ends the call looks at
+// the verdict word (and a rank that ended it before has its flags visible to this one).
+void ShmGroup::raise_watch() {
   Verdict &v = verdict();
   uint64_t seen = v.watch.load(std::memory_order_relaxed);
   while (seen < call_step_ && !v.watch.compare_exchange_weak(seen, call_step_, std::memory_order_seq_cst)) {
   }
   heavy_fence(waiter_.light_notify());
+}
+
+// Any failure of a call this rank is in (an abort, an interruption, a peer's notice, a lost peer,
+// a mismatch): the same order as at a deadline, so a rank that arrives later and finds everything
+// it needs in the segment still ends with this verdict, not OK.
+void ShmGroup::give_up(pstate_status_t status) {
+  try {
+    raise_watch();
+  } catch (...) {  // the verdict below is what counts
+  }
+  mark_failed(status);
+}
+
+int ShmGroup::on_deadline(const std::function<bool()> &ready) {
+  if (!in_call_) return DeadlineGuard::kGiveUp;  // set-up waits: nothing to decide
+  raise_watch();
   if (ready()) return DeadlineGuard::kReady;
   const uint64_t w = mark_failed(PSTATE_ERR_TIMEOUT);
   if (verdict_step(w) == call_step_ && verdict_state(w) == kVerdictCommitted) return DeadlineGuard::kKeepWaiting;

@@ -67,7 +67,9 @@
 // waiter that later gives up sees this rank's flags instead, so it does not); otherwise it swaps in
 // COMMITTED, or finds FAILED and returns the giver's status naming who gave up and when. The fast
 // path adds one load of a line nobody writes. A rank whose call fails for another reason
-// (PEER_LOST, INTERRUPTED, a mismatch) marks the call FAILED too, unless it was committed.
+// (PEER_LOST, INTERRUPTED, ABORTED, a mismatch) raises `watch` the same way and marks the call
+// FAILED too, unless it was committed (give_up): a rank that arrives seconds later gets that
+// verdict, not OK with the data the others left.
 //
 // Threads: one thread drives a ShmGroup at a time; different ShmGroups are independent (N ranks
 // may be N threads of one process, each with its own ShmGroup on the same name).
@@ -236,6 +238,8 @@ class ShmGroup {
   int on_deadline(const std::function<bool()> &ready);
   // Swaps in FAILED(call) for this rank with status unless the call was decided; returns the word.
   uint64_t mark_failed(pstate_status_t status);
+  void raise_watch();
+  void give_up(pstate_status_t status);
   // The end of a call that some rank gave up on (watch reached it): COMMITTED, or the late error.
   void commit_call();
   // Throws the late error when the verdict of the current call is FAILED by another rank.

@@ -101,6 +101,7 @@ void UcxChannel::wait_all(const Request *requests, size_t n) {
   scope.op = op_;
   scope.deadline = deadline_ ? *deadline_ : Deadline::after_ms(worker_.default_timeout_ms());
   scope.my_group_rank = my_index_;
+  scope.position = position_;
   worker_.wait(requests, n, scope);
 }
 

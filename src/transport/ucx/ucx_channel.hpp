@@ -52,6 +52,8 @@ class UcxChannel final : public Channel {
   std::string op_name() const { return op_ != nullptr ? name_ + " " + op_ : name_; }
   const char *op() const { return op_ != nullptr ? op_ : "call"; }
 
+  // The group's collectives, which this channel's waits hand to failure notices (WaitScope).
+  void set_position(const CallPosition *position) { position_ = position; }
   const std::string &name() const { return name_; }
   uint32_t group_id() const { return group_id_; }
   const std::vector<int> &world_ranks() const { return world_ranks_; }
@@ -86,6 +88,7 @@ class UcxChannel final : public Channel {
   const char *op_ = nullptr;
   uint32_t owner_;
   std::optional<Deadline> deadline_;
+  const CallPosition *position_ = nullptr;
 };
 
 }  // namespace pstate

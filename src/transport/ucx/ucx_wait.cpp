@@ -165,7 +165,7 @@ void UcxWorker::run_wait_loop(const OpId *ops, size_t n, const WaitScope &scope)
     if (woke || grace_left_ms < INT32_MAX || now - last_liveness_check_ >= kLivenessInterval) {
       grace_left_ms = check_peers(ops, n, scope);
       last_liveness_check_ = now;
-      if (auto notice = take_notice()) throw_notice(*notice, scope);
+      if (auto notice = take_notice(true, scope.position)) throw_notice(*notice, scope);
       if (abort_requested()) throw_aborted(ops, n, scope);
       if (interrupt_check_ && interrupt_check_()) throw_interrupted(ops, n, scope);
     }
@@ -335,6 +335,10 @@ void UcxWorker::throw_failed_op(const Op &op, const WaitScope &scope) {
   Peer &p = peer(op.target.peer_world);
   if (p.watch && !p.exited) p.exited = p.watch->exited();
   if (op.status != UCS_OK && p.lost()) throw_peer_lost(p, op, scope);
+  // A live peer that failed (aborted, interrupted, gave up) and closed its worker leaves UCX errors
+  // behind ("Shared memory error"): its notice, already here, names the real cause.
+  if (op.status != UCS_OK)
+    if (auto n = take_notice(true, scope.position)) throw_notice(*n, scope);
   std::string peer = describe_peer(p, op);
   if (op.foreign()) throw_foreign(op, p, scope);
   if (op.status == UCS_ERR_MESSAGE_TRUNCATED || (op.status == UCS_OK && op.kind == OpKind::kRecv))

@@ -181,9 +181,11 @@ void UcxWorker::forget_peer(int world_rank) noexcept {
   peers_.erase(it);
 }
 
-// The notice on the wire: u32 epoch, i32 dead, i32 status, u32 text bytes, i64 unix ms, text.
+// The notice on the wire: u32 epoch, i32 dead, i32 status, u32 text bytes, i64 unix ms, text,
+// then u32 n and n pairs of u32 (group id, calls returned).
 void UcxWorker::post_notices(const std::vector<int> &world_ranks, int dead, pstate_status_t status,
-                             const std::string &text) noexcept {
+                             const std::string &text,
+                             const std::vector<std::pair<uint32_t, uint32_t>> &returned) noexcept {
   if (worker_ == nullptr) return;
   std::vector<uint8_t> notice;
   try {
@@ -191,12 +193,19 @@ void UcxWorker::post_notices(const std::vector<int> &world_ranks, int dead, psta
     timespec ts{};
     clock_gettime(CLOCK_REALTIME, &ts);
     const int64_t unix_ms = static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-    notice.resize(24 + cut.size());
+    const uint32_t groups = static_cast<uint32_t>(std::min(returned.size(), kNoticeMaxGroups));
+    notice.resize(24 + cut.size() + 4 + 8 * size_t{groups});
     const uint32_t words[4] = {epoch_, static_cast<uint32_t>(dead), static_cast<uint32_t>(status),
                                static_cast<uint32_t>(cut.size())};
     std::memcpy(notice.data(), words, sizeof words);
     std::memcpy(notice.data() + 16, &unix_ms, 8);
     std::memcpy(notice.data() + 24, cut.data(), cut.size());
+    uint8_t *at = notice.data() + 24 + cut.size();
+    std::memcpy(at, &groups, 4);
+    for (uint32_t i = 0; i < groups; ++i) {
+      const uint32_t pair[2] = {returned[i].first, returned[i].second};
+      std::memcpy(at + 4 + 8 * size_t{i}, pair, 8);
+    }
   } catch (...) {
     return;  // no memory: the peers learn of the failure by themselves
   }
@@ -254,14 +263,23 @@ bool UcxWorker::progress_notices() noexcept {
   return notice_sends_.empty();
 }
 
-std::optional<UcxWorker::Notice> UcxWorker::take_notice(bool progress) {
+bool UcxWorker::Notice::decides(const CallPosition *at) const {
+  if (at == nullptr || !at->in_call()) return true;
+  if (std::find(at->members.begin(), at->members.end(), from) == at->members.end()) return true;
+  const uint32_t seq = at->begun - 1;
+  for (const auto &[group_id, calls] : returned)
+    if (group_id == at->group_id) return static_cast<int32_t>(calls - seq) <= 0;  // returned from seq: not this one's
+  return true;
+}
+
+std::optional<UcxWorker::Notice> UcxWorker::take_notice(bool progress, const CallPosition *at) {
   if (worker_ == nullptr || no_progress_) return std::nullopt;
   if (progress) progress_notices();
-  for (;;) {
+  for (;;) {  // every notice that arrived joins the held ones, in arrival order
     ucp_tag_recv_info_t info{};
     ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, ucx::make_tag(kNoticeGroupId, 0, 0),
                                              uint64_t{ucx::kMaxGroupId} << 52, 1, &info);
-    if (msg == nullptr) return std::nullopt;
+    if (msg == nullptr) break;
     std::vector<uint8_t> bytes(info.length);
     ucp_request_param_t param = recv_param();
     ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker_, bytes.data(), bytes.size(), msg, &param);
@@ -270,18 +288,38 @@ std::optional<UcxWorker::Notice> UcxWorker::take_notice(bool progress) {
       while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);  // local: it arrived
       ucp_request_free(r);
     }
-    if (bytes.size() < 24) continue;  // not a notice of this version
-    uint32_t words[4];
-    std::memcpy(words, bytes.data(), sizeof words);
-    if (words[0] != epoch_ || words[3] != bytes.size() - 24) continue;  // another world's, or torn
-    Notice n;
-    n.from = ucx::tag_source(info.sender_tag);
-    n.dead = static_cast<int>(words[1]);
-    n.status = static_cast<pstate_status_t>(words[2]);
-    std::memcpy(&n.unix_ms, bytes.data() + 16, 8);
-    n.text.assign(reinterpret_cast<const char *>(bytes.data()) + 24, words[3]);
+    if (auto n = parse_notice(bytes, ucx::tag_source(info.sender_tag))) held_notices_.push_back(std::move(*n));
+  }
+  for (auto it = held_notices_.begin(); it != held_notices_.end(); ++it) {
+    if (!it->decides(at)) continue;
+    Notice n = std::move(*it);
+    held_notices_.erase(it);
     return n;
   }
+  return std::nullopt;
+}
+
+std::optional<UcxWorker::Notice> UcxWorker::parse_notice(const std::vector<uint8_t> &bytes, int from) const {
+  if (bytes.size() < 24) return std::nullopt;  // not a notice of this version
+  uint32_t words[4];
+  std::memcpy(words, bytes.data(), sizeof words);
+  const size_t text_end = 24 + size_t{words[3]};
+  if (words[0] != epoch_ || bytes.size() < text_end + 4) return std::nullopt;  // another world's, or torn
+  uint32_t groups = 0;
+  std::memcpy(&groups, bytes.data() + text_end, 4);
+  if (groups > kNoticeMaxGroups || bytes.size() != text_end + 4 + 8 * size_t{groups}) return std::nullopt;
+  Notice n;
+  n.from = from;
+  n.dead = static_cast<int>(words[1]);
+  n.status = static_cast<pstate_status_t>(words[2]);
+  std::memcpy(&n.unix_ms, bytes.data() + 16, 8);
+  n.text.assign(reinterpret_cast<const char *>(bytes.data()) + 24, words[3]);
+  for (uint32_t i = 0; i < groups; ++i) {
+    uint32_t pair[2];
+    std::memcpy(pair, bytes.data() + text_end + 4 + 8 * size_t{i}, 8);
+    n.returned.emplace_back(pair[0], pair[1]);
+  }
+  return n;
 }
 
 bool UcxWorker::peer_broken(int world_rank) const {

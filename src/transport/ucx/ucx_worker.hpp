@@ -26,6 +26,7 @@
 // runs in UCS_THREAD_MODE_SINGLE). Different UcxWorkers are independent.
 #pragma once
 
+#include "common/call_position.hpp"
 #include "common/deadline.hpp"
 #include "common/log.hpp"
 #include "transport/ucx/process_watch.hpp"
@@ -152,6 +153,8 @@ struct WaitScope {
   // When the waiting began, for messages ("timed out after N ms"); unset: at this wait() or
   // test(). A request polled with test() sets its posting time.
   std::optional<Deadline::Clock::time_point> since;
+  // The group's collectives, for failure notices (Notice::decides); nullptr: none.
+  const CallPosition *position = nullptr;
 };
 
 // One message as seen by the worker: to/from which world rank, with which full tag.
@@ -278,19 +281,35 @@ class UcxWorker {
   // on a live peer that gave up learns it at its next liveness check (every ~50 ms of a wait)
   // instead of at its deadline. Notices of another epoch (an older world) are dropped unread.
   static constexpr uint32_t kNoticeGroupId = 4095;
-  void set_epoch(uint32_t epoch) { epoch_ = epoch; }
+  void set_epoch(uint32_t epoch) {
+    epoch_ = epoch;
+    held_notices_.clear();  // of the older world
+  }
   // Fire and forget: never blocks, never throws; peers this worker knows dead are skipped.
   // status: why this rank failed (PEER_LOST for a death); text: its error (cut to
   // kNoticeTextBytes).
+  // returned: where this rank's collectives stood (Notice::returned), so a peer still inside a
+  // call this rank returned from is not failed by it.
   void post_notices(const std::vector<int> &world_ranks, int dead, pstate_status_t status = PSTATE_ERR_PEER_LOST,
-                    const std::string &text = {}) noexcept;
+                    const std::string &text = {},
+                    const std::vector<std::pair<uint32_t, uint32_t>> &returned = {}) noexcept;
   static constexpr size_t kNoticeTextBytes = 600;
+  // What a notice says of the sender's collectives: per group id, how many calls of that group
+  // had returned on the sender when it failed (CallPosition::returned). At most this many
+  // entries travel (a rank is in one group of each id: groups that share an id are disjoint).
+  static constexpr size_t kNoticeMaxGroups = 256;
   struct Notice {
     int from = -1;  // the world rank that sent it
     int dead = -1;  // the rank it saw die (-1: unknown)
     pstate_status_t status = PSTATE_ERR_PEER_LOST;  // what the sender failed with
     int64_t unix_ms = 0;                           // when (the sender's clock; 0: unknown)
     std::string text;                              // the start of the sender's error
+    std::vector<std::pair<uint32_t, uint32_t>> returned;  // (group id, calls returned) of the sender
+    // Whether this notice is the verdict of a call at `at` (nullptr or no collective in flight:
+    // whatever this rank waits for). One verdict per call: a sender that had returned from the
+    // very call this rank is in (a member of its group whose count passed the call's seq) failed
+    // in a later call, so its notice must not decide this one; it waits for the next (held).
+    bool decides(const CallPosition *at) const;
   };
   // The error a notice means for a rank that waits: a death is PEER_LOST, an interruption
   // ABORTED, anything else the sender's status; the text names the sender, when, and why. `what`
@@ -299,14 +318,17 @@ class UcxWorker {
   // Progresses the worker (connections and notices in flight); true when no notice is in flight.
   bool progress_notices() noexcept;
   // Progresses the worker once (progress false: not at all, for a caller whose wait just
-  // progressed it until idle) and returns a notice of this epoch that arrived, if any.
-  std::optional<Notice> take_notice(bool progress = true);
+  // progressed it until idle) and returns a notice of this epoch that arrived and decides the
+  // call at `at` (Notice::decides), if any. Notices that do not decide it are held, in arrival
+  // order, for the calls after it (a new epoch drops them).
+  std::optional<Notice> take_notice(bool progress = true, const CallPosition *at = nullptr);
   // Whether a notice (of any epoch) has arrived and waits to be taken, without progress and
   // without taking it: one probe, for the per-call check of a collective that completed
   // (Context::check_notices); take_notice then reads it, or drops it when of another epoch.
   // Inline: it runs on every collective of a UCX group.
   bool notice_waiting() noexcept {
     if (worker_ == nullptr || no_progress_) return false;
+    if (!held_notices_.empty()) return true;
     ucp_tag_recv_info_t info;
     return ucp_tag_probe_nb(worker_, ucx::make_tag(kNoticeGroupId, 0, 0), uint64_t{ucx::kMaxGroupId} << 52, 0,
                             &info) != nullptr;
@@ -430,6 +452,8 @@ class UcxWorker {
     return departed_flags_ != nullptr && world_rank >= 0 && world_rank < departed_count_ &&
            departed_flags_[world_rank].load(std::memory_order_acquire);
   }
+  std::optional<Notice> parse_notice(const std::vector<uint8_t> &bytes, int from) const;
+  std::vector<Notice> held_notices_;  // taken, of this epoch, that decided no call yet (take_notice)
   std::deque<std::vector<uint8_t>> notice_words_;  // what post_notices sent (UCX reads them until done)
   std::vector<void *> notice_sends_;   // their requests, freed once complete
   [[noreturn]] void throw_notice(const Notice &n, const WaitScope &scope);
