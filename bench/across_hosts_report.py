@@ -351,12 +351,12 @@ def main():
     runs.sort(key=lambda r: r.n)
     png = write_plot(results, runs)
 
-    def rel(p):
-        return os.path.relpath(p, os.path.dirname(bench_md))
+    def rel_to(folder):  # a link to p from a file in folder
+        return lambda p: os.path.relpath(p, folder)
 
-    body = "\n".join(section(results, runs, m, png, rel))
-    with open(os.path.join(results, "across_hosts.md"), "w") as f:
-        f.write(body + "\n")
+    with open(os.path.join(results, "across_hosts.md"), "w") as f:  # links relative to itself
+        f.write("\n".join(section(results, runs, m, png, rel_to(results))) + "\n")
+    body = "\n".join(section(results, runs, m, png, rel_to(os.path.dirname(bench_md))))
     splice(bench_md, body)
     print(body)
 
