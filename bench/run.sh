@@ -256,8 +256,10 @@ cases() {
 main() {
   local t_start=$SECONDS
   build
-  # startup_curve*.json come from bench/startup_curve.sh, run on its own: kept
-  find "$RESULTS" -maxdepth 1 -name '*.json' ! -name 'startup_curve*.json' -delete
+  # only this script's own JSON (the per-repeat files and rounds.json, which report.py folds them
+  # into); the other scripts' results (startup_curve*.json, recovery.json, ...) are kept
+  find "$RESULTS" -maxdepth 1 \( -name '*.[0-9].json' -o -name '*.[0-9][0-9].json' -o -name rounds.json \
+    -o -name memcpy.json -o -name startup.json \) -delete
   rm -rf "$RESULTS/logs" "$RESULTS/failures.txt" "$RESULTS/plot"
   mkdir -p "$RESULTS/logs"
   machine
