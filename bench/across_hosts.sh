@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/across_hosts.sh — pstate across hosts against torch.distributed gloo, Open MPI over TCP and
-# the wire's floor (ucx_perftest), in one run; writes the "Across hosts" section of BENCHMARKS.md.
+# the wire's floor (ucx_perftest), in one run; writes the "Across hosts" section of
+# docs/bench/across-hosts.md.
 #
 #   sudo bench/across_hosts.sh            (after ./build.sh build; REPEATS=3 HOSTS="2 4" by default)
 #
@@ -27,8 +28,8 @@
 # machine with REPEATS=3. bench/across_hosts_report.py then writes
 # bench/results/across_hosts/across_hosts.md (ratios to each peer and to the floor, the goals of
 # issue 30), across_hosts.png (gnuplot), and replaces the "## Across hosts" section of
-# BENCHMARKS.md (bench/report.py also includes the .md when it rewrites BENCHMARKS.md).
-# Raw JSON, perftest output and logs stay in bench/results/across_hosts/raw/. Every command is
+# docs/bench/across-hosts.md. Raw JSON, perftest output, logs and binaries stay in
+# bench/results/across_hosts/raw/ (git-ignored: only the .md and .png are committed). Every command is
 # bounded by `timeout` (CASE_TIMEOUT seconds); a failed side is reported as missing, not fatal.
 # Environment: REPEATS, HOSTS ("2 4"), BUILD_DIR, CASE_TIMEOUT (300), GLOO_BUDGET_MS (300),
 # RESULTS (bench/results/across_hosts), QUICK=1 (a few sizes, REPEATS=1: a smoke test).
@@ -210,5 +211,5 @@ for n in $HOSTS; do
 done
 echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$RAW/machine.txt"
 
-"$PY" "$ROOT/bench/across_hosts_report.py" "$RESULTS" "$([ "$QUICK" = 1 ] && echo "$RESULTS/BENCHMARKS.md" || echo "$ROOT/BENCHMARKS.md")"
+"$PY" "$ROOT/bench/across_hosts_report.py" "$RESULTS" "$([ "$QUICK" = 1 ] && echo "$RESULTS/across-hosts.md" || echo "$ROOT/docs/bench/across-hosts.md")"
 log "done: $RESULTS/across_hosts.md"

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """bench/across_hosts_report.py — turns bench/across_hosts.sh's results into the "Across hosts"
-section (RESULTS/across_hosts.md), its plot (RESULTS/across_hosts.png) and BENCHMARKS.md.
+section (RESULTS/across_hosts.md), its plot (RESULTS/across_hosts.png) and the page
+docs/bench/across-hosts.md.
 
-    python3 bench/across_hosts_report.py RESULTS_DIR BENCHMARKS.md
+    python3 bench/across_hosts_report.py RESULTS_DIR docs/bench/across-hosts.md
 
 Reads RESULTS_DIR/raw/machine.txt and raw/hN/REP/{pstate,gloo,mpi}-CASE.json (the JSON of
 `pstate bench`, bench/mpi_bench.c and bench/torch_gloo_bench.py) and raw/h2/REP/ucx-tag_{lat,bw}.txt
@@ -13,8 +14,8 @@ repeat ran minutes apart at most, under the same load). The floor: ucx_perftest'
 (MB/s of 2^20 bytes), per repeat. The goals of issue 30 (2 hosts): 8 B all_reduce <= 1.5 round
 trips; broadcast_object 1 KiB <= 2 round trips; 64 MiB all_reduce busbw >= 0.8 x tag_bw; at every
 size faster than gloo and not slower than Open MPI. The section replaces the "## Across hosts"
-section of BENCHMARKS.md (inserted before "## On a GPU" when there is none); bench/report.py
-includes the same file when it rewrites BENCHMARKS.md.
+section of that page (appended when there is none; a new page gets a title). The raw results are
+git-ignored: the report is made right after a run, on the machine that ran it.
 """
 import glob
 import json
@@ -327,7 +328,7 @@ def section(results, runs, m, png, rel):
 
 
 def splice(path, body):
-    text = open(path).read() if os.path.exists(path) else "# BENCHMARKS\n"
+    text = open(path).read() if os.path.exists(path) else "# Benchmarks: across hosts\n\n"
     new = "## Across hosts\n\n" + body.strip() + "\n\n"
     m = re.search(r"^## Across hosts\n.*?(?=^## |\Z)", text, flags=re.S | re.M)
     if m:
@@ -342,7 +343,7 @@ def splice(path, body):
 
 def main():
     if len(sys.argv) != 3:
-        sys.exit("usage: across_hosts_report.py RESULTS_DIR BENCHMARKS.md")
+        sys.exit("usage: across_hosts_report.py RESULTS_DIR PAGE.md (docs/bench/across-hosts.md)")
     results, bench_md = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     m = machine(results)
     runs = [Run(results, int(d[1:])) for d in sorted(os.listdir(os.path.join(results, "raw")))
@@ -350,12 +351,12 @@ def main():
     runs.sort(key=lambda r: r.n)
     png = write_plot(results, runs)
 
-    def rel(p):
-        return os.path.relpath(p, os.path.dirname(bench_md))
+    def rel_to(folder):  # a link to p from a file in folder
+        return lambda p: os.path.relpath(p, folder)
 
-    body = "\n".join(section(results, runs, m, png, rel))
-    with open(os.path.join(results, "across_hosts.md"), "w") as f:
-        f.write(body + "\n")
+    with open(os.path.join(results, "across_hosts.md"), "w") as f:  # links relative to itself
+        f.write("\n".join(section(results, runs, m, png, rel_to(results))) + "\n")
+    body = "\n".join(section(results, runs, m, png, rel_to(os.path.dirname(bench_md))))
     splice(bench_md, body)
     print(body)
 

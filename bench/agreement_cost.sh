@@ -20,7 +20,7 @@
 # both see the same machine, in the same rounds (the peer here is the library itself without the agreement; bench/run.sh compares
 # with Open MPI). bench/agreement_report.py then takes per case the median over rounds
 # of each side and of the paired differences (on - off of the same round) and writes
-# bench/results/agreement/agreement.md, which BENCHMARKS.md quotes.
+# bench/results/agreement/agreement.md, which docs/bench/agreement.md and BENCHMARKS.md quote.
 #
 # Cases (2 ranks on this host, each bound to its own core; bench/agreement_loop.c: 100,000 calls
 # back to back per batch, median of 9 batches, ns per call):

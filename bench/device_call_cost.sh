@@ -18,7 +18,7 @@
 # goes first alternating; world 1 and world 2 (`pstate run -n 2`, stand-in NCCL between two
 # processes, each rank on a core of its own). bench/device_call_report.py then writes, per world
 # and size, the median and range over rounds of each side and of the paired difference pstate -
-# direct (same round): pstate's host cost per device call, what BENCHMARKS.md quotes.
+# direct (same round): pstate's host cost per device call, what docs/bench/device-call.md quotes.
 #
 # What it does not say: anything about GPU time, or what the real CUDA runtime's pointer query
 # costs (the stand-in's is a map lookup under a mutex); tests/gpu/ measures on a GPU.

@@ -14,7 +14,8 @@
 # Each run: wall time of the whole job, rank 0's pstate_init and initialize_model_parallel times
 # (its "# pstate bench startup" line), and for etcd the requests each rank sent to etcd (its
 # "closed ... after K requests to etcd" INFO line at pstate_finalize; lease renewals included).
-# Writes medians to OUT.json and prints the markdown table BENCHMARKS.md carries.
+# Writes medians to OUT.json and prints the markdown table bench/etcd_startup.md
+# carries (docs/bench/startup.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

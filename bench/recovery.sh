@@ -13,7 +13,8 @@
 #   restart  `mpirun -np N mpi_bench --op startup` (MPI_Init, a barrier, MPI_Finalize) and
 #            `pstate run -n N -- pstate bench --op startup` (pstate_init, initialize_model_parallel,
 #            finalize): the least a restart costs, whole processes, wall time.
-# Writes the medians (and every run) to OUT.json; BENCHMARKS.md "What a dead rank costs" quotes it.
+# Writes the medians (and every run) to OUT.json; docs/bench/recovery.md quotes it
+# (`python3 bench/report.py --topic recovery`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

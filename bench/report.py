@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
-"""bench/report.py — turns the results of bench/run.sh into BENCHMARKS.md and the gnuplot PNG.
+"""bench/report.py — turns the results of bench/run.sh into docs/bench/collectives.md and
+docs/bench/startup.md, and the gnuplot PNGs.
 
-    python3 bench/report.py RESULTS_DIR OUTPUT.md
+    python3 bench/report.py RESULTS_DIR OUT_DIR        (bench/run.sh: bench/results docs/bench)
+    python3 bench/report.py --topic recovery|gpu|device-call|torch-call   (prints that section)
 
 RESULTS_DIR holds what run.sh wrote: machine.txt (key=value lines), memcpy.json,
 handoff_floor.REPEAT.json, CASE.mpi.REPEAT.json and CASE.pstate.REPEAT.json for each case (the
 `pstate bench` / mpi_bench JSON), CASE.gloo.REPEAT.json for the cases gloo joins (bench/gloo_bench.cc,
 same JSON; absent in older results, and then the tables and plot are MPI and pstate only),
 startup.json, failures.txt (cases that failed or timed out) and logs/ (every command, then its
-output). The issue's targets are judged here, from those numbers only; a hand-written analysis of
-misses (profiles) is taken from bench/analysis.md when it exists.
+output). The per-repeat JSON files and logs/ are git-ignored: this script folds the repeats and the
+commands into RESULTS_DIR/rounds.json (committed), and reads that file for any side of a case whose
+per-repeat files are absent, so a fresh clone makes the same pages. The issue's targets are judged
+here, from those numbers only; a hand-written analysis of misses (profiles) is taken from
+bench/analysis.md when it exists.
 
 Start-up as the job grows comes from bench/startup_curve.sh, run on its own: startup_curve.json
 (and, to compare with a start-up change, startup_curve_before.json in the same format, shown as
@@ -119,15 +124,54 @@ def combine(docs):
     return out
 
 
-def load_repeats(results, name, side):
-    """{repeat number: JSON document} of one side of a case."""
+ROUNDS = "rounds.json"  # the per-repeat JSON of every case in one file: what is committed
+
+
+def load_rounds(results):
+    """RESULTS_DIR/rounds.json: {"runs": {"NAME.SIDE": {repeat: doc}}, "commands": [...]} (empty
+    when absent). run.sh writes one file per repeat (NAME.SIDE.REPEAT.json, git-ignored); this
+    report folds them into rounds.json, so a fresh clone re-makes the tables from it."""
+    doc = load_json(os.path.join(results, ROUNDS))
+    return doc if isinstance(doc, dict) else {}
+
+
+def load_repeats(results, name, side, rounds=None):
+    """{repeat number: JSON document} of one side of a case: the per-repeat files run.sh wrote,
+    else that side's entry in rounds.json."""
     out = {}
     for path in glob.glob(os.path.join(results, f"{name}.{side}.*.json")):
         m = re.search(r"\.(\d+)\.json$", path)
         doc = load_json(path)
         if m and doc:
             out[int(m.group(1))] = doc
+    if not out:
+        kept = (rounds if rounds is not None else load_rounds(results)).get("runs", {}).get(f"{name}.{side}", {})
+        out = {int(rep): doc for rep, doc in kept.items()}
     return out
+
+
+def load_floor_repeats(results, rounds):
+    """{repeat: doc} of bench/handoff_floor.c's runs (handoff_floor.REPEAT.json, else rounds.json)."""
+    out = {}
+    for path in glob.glob(os.path.join(results, "handoff_floor.*.json")):
+        m, doc = re.search(r"\.(\d+)\.json$", path), load_json(path)
+        if m and doc:
+            out[int(m.group(1))] = doc
+    if not out:
+        out = {int(rep): doc for rep, doc in rounds.get("runs", {}).get("handoff_floor", {}).items()}
+    return out
+
+
+def write_rounds(results, cases, floor_reps, commands_run):
+    """Folds every repeat the tables were made from into RESULTS_DIR/rounds.json."""
+    runs = {f"{c.name}.{side}": {str(rep): doc for rep, doc in sorted(reps.items())}
+            for c in cases.values() for side, reps in c.repeats.items() if reps}
+    if floor_reps:
+        runs["handoff_floor"] = {str(rep): doc for rep, doc in sorted(floor_reps.items())}
+    with open(os.path.join(results, ROUNDS), "w") as f:
+        json.dump({"about": "bench/run.sh's per-repeat JSON (NAME.SIDE.REPEAT.json), folded by bench/report.py",
+                   "runs": runs, "commands": commands_run}, f, indent=None, separators=(",", ":"))
+        f.write("\n")
 
 
 def median(values):
@@ -162,16 +206,17 @@ def median_times(docs):
 class Case:
     """One benchmark case: MPI, pstate (and gloo, where run.sh ran it) rows joined on bytes."""
 
-    def __init__(self, results, name, title):
+    def __init__(self, results, name, title, rounds=None):
         self.name, self.title = name, title
-        mpi_reps, pstate_reps = load_repeats(results, name, "mpi"), load_repeats(results, name, "pstate")
-        gloo_reps = load_repeats(results, name, "gloo")
+        mpi_reps, pstate_reps = load_repeats(results, name, "mpi", rounds), load_repeats(results, name, "pstate", rounds)
+        gloo_reps = load_repeats(results, name, "gloo", rounds)
         self.mpi = combine(list(mpi_reps.values())) if mpi_reps else {}
         self.pstate = combine(list(pstate_reps.values())) if pstate_reps else {}
         self.gloo = combine(list(gloo_reps.values())) if gloo_reps else {}
         self.ratios = paired_ratios(mpi_reps, pstate_reps)
         self.gloo_ratios = paired_ratios(gloo_reps, pstate_reps)  # pstate/gloo, repeat i of each
-        floor_reps = load_repeats(results, name, "floor")
+        floor_reps = load_repeats(results, name, "floor", rounds)
+        self.repeats = {"mpi": mpi_reps, "pstate": pstate_reps, "gloo": gloo_reps, "floor": floor_reps}
         self.floor = median_times(floor_reps.values())  # the minimal implementation, over repeats
         self.floor_ratios = paired_ratios(mpi_reps, floor_reps)  # minimal / MPI, same repeats
         self.sizes = sorted(set(self.mpi) | set(self.pstate) | set(self.gloo))
@@ -290,8 +335,9 @@ def case_table(case):
     return lines + [""]
 
 
-def commands(results):
-    """The exact commands run.sh ran, from the logs, in run order."""
+def commands(results, rounds=None):
+    """The exact commands run.sh ran, from the logs (git-ignored), in run order; else the list
+    rounds.json kept."""
     seen, out = set(), []
     logs = os.path.join(results, "logs")
     order = (["memcpy", "handoff_floor"]
@@ -307,7 +353,9 @@ def commands(results):
                         out.append(line[2:].rstrip().replace(os.path.dirname(HERE) + "/", ""))
         except OSError:
             pass
-    return out
+    if not out:
+        out = list((rounds if rounds is not None else load_rounds(results)).get("commands", []))
+    return [re.sub(r"/\S*?/(?=(?:bench/results|build)/)", "", line) for line in out]  # any checkout's root
 
 
 def write_plot(results, cases):
@@ -458,8 +506,7 @@ def gpu_section():
     title = lines[0].lstrip("# ").strip() if lines and lines[0].startswith("#") else ""
     body = "\n".join(lines[1:] if title else lines).strip()
     return ["## On a GPU (tests/gpu/run.sh)", "",
-            f"The last run of `tests/gpu/run.sh` on a GPU machine ({title}; `bench/results/gpu/`: the summary and "
-            "each program's log). One GPU, so world 1 only: every operation, dtype and reduce op against a host "
+            f"The last run of `tests/gpu/run.sh` on a GPU machine ({title}; `bench/results/gpu/summary.md`). One GPU, so world 1 only: every operation, dtype and reduce op against a host "
             "reference, the argument and capture-mode errors, a graph of 100 all_reduces replayed, both through the "
             "backend (`device_comm_check`) and the C API (`gpu_api_check`); and the cost of one all_reduce against a "
             "raw `ncclAllReduce` on the same communicator size (GPU time by CUDA events and host time of the call, "
@@ -513,30 +560,32 @@ def torch_call_section():
             table, ""]
 
 
-def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: report.py RESULTS_DIR OUTPUT.md")
-    results, output = sys.argv[1], sys.argv[2]
+def collectives_page(results, out_dir, rounds):
+    """docs/bench/collectives.md: bench/run.sh's session (machine, targets, why targets are missed,
+    the tables and plot, 8-rank start-up, the commands)."""
     machine = load_machine(results)
     memcpy = load_json(os.path.join(results, "memcpy.json"))
-    floor = median_times(d for d in map(load_json, glob.glob(os.path.join(results, "handoff_floor.*.json"))) if d)
+    floor_reps = load_floor_repeats(results, rounds)
+    floor = median_times(floor_reps.values())
     startup = load_json(os.path.join(results, "startup.json"))
-    cases = {name: Case(results, name, title) for name, title in CASES}
+    cases = {name: Case(results, name, title, rounds) for name, title in CASES}
+    commands_run = commands(results, rounds)
+    write_rounds(results, cases, floor_reps, commands_run)
     try:
         with open(os.path.join(results, "failures.txt")) as f:
             failures = [line.strip() for line in f if line.strip()]
     except OSError:
         failures = []
     png = write_plot(results, cases)
-    curve, before = load_startup_curves(results)
-    curve_png = write_startup_plot(results, curve, before) if curve else None
-    out_dir = os.path.dirname(os.path.abspath(output))
-    rel = lambda p: os.path.relpath(p, out_dir)
+    rel = lambda p: os.path.relpath(p, out_dir)  # links, from the page
+    here = lambda p: os.path.relpath(os.path.abspath(p), os.path.dirname(HERE))  # paths in the text, from the root
 
-    md = ["# BENCHMARKS", "",
+    md = ["# Benchmarks: collectives against Open MPI and gloo", "",
           "pstate's CPU collectives against Open MPI (and, for three 2-rank cases, gloo, torch's CPU backend) "
           "on one machine, measured by `bench/run.sh` in one "
-          "session (this file is its output; do not edit by hand). Method: nccl-tests' sizes and formulas; "
+          "session (this page is its output, `bench/report.py`; do not edit by hand: the prose comes from "
+          "`bench/analysis.md`); [BENCHMARKS.md](../../BENCHMARKS.md) has the current figures of every topic. "
+          "Method: nccl-tests' sizes and formulas; "
           "every call is preceded by a barrier and timed alone on each rank; the time of a size is the median "
           "over calls of the slowest rank's time, and the median of that over the repeats of the case (MPI and "
           "pstate runs alternate) (`src/cli/bench_common.h`, shared by `pstate bench` and "
@@ -576,43 +625,16 @@ def main():
     if machine.get("quick") == "1":
         md += ["**Quick run (`bench/run.sh --quick`): a smoke test of the script, not a measurement.**", ""]
     if failures:
-        md += [f"**Failed or timed out (see `{rel(results)}/logs/`):** " + ", ".join(failures), ""]
+        md += [f"**Failed or timed out (see `{here(results)}/logs/`):** " + ", ".join(failures), ""]
 
     md += ["## Targets of the issue", "", "| what | bar | measured | verdict |", "| --- | --- | --- | --- |"]
     for row in target_rows(cases, memcpy, startup):
         md.append("| " + " | ".join(row) + " |")
     md.append("")
-    agreement = os.path.join(HERE, "results", "agreement", "agreement.md")
-    if os.path.exists(agreement):  # bench/agreement_cost.sh, run on its own
-        with open(agreement) as f:
-            md += ["## What the agreement of collectives costs", "", f.read().strip(), ""]
-    protocol = os.path.join(HERE, "results", "agreement", "protocol.md")
-    if os.path.exists(protocol):  # BASE_REF=... bench/agreement_cost.sh, run on its own
-        with open(protocol) as f:
-            md += ["## What the protocol of issue 27 costs", "", f.read().strip(), ""]
-        picked = os.path.join(HERE, "results", "agreement", "picked", "protocol.md")
-        if os.path.exists(picked):  # the same with BASE_PICK: the protocol alone
-            with open(picked) as f:
-                md += ["The UCX row above includes the wait policy of 8865268 (ranks pinned to a core of their own "
-                       "spin before sleeping), which the base lacks. The protocol alone, against the base with that "
-                       "commit cherry-picked onto it:", "", f.read().strip(), ""]
-    md += device_call_section()
-    md += torch_call_section()
-    trace = os.path.join(HERE, "results", "trace", "trace.md")
-    if os.path.exists(trace):  # bench/trace_cost.sh, run on its own
-        with open(trace) as f:
-            md += ["## What the flight recorder costs", "", f.read().strip(), ""]
-    md += recovery_section()
-    across = os.path.join(HERE, "results", "across_hosts", "across_hosts.md")
-    if os.path.exists(across):  # bench/across_hosts.sh, run on its own (as root)
-        with open(across) as f:
-            md += ["## Across hosts", "", f.read().strip(), ""]
-    md += gpu_section()
     analysis = os.path.join(HERE, "analysis.md")
     if os.path.exists(analysis):
         with open(analysis) as f:
             md += ["## Why targets are missed", "", f.read().strip(), ""]
-
     md += ["## Time vs size", "", f"![time vs size, Open MPI, gloo and pstate]({rel(png)})", "", "## Tables", "",
            "`pstate/MPI` is pstate's time over Open MPI's: below 1 pstate is faster (`pstate/gloo` the same "
            "against gloo, where it ran). busbw follows nccl-tests "
@@ -626,31 +648,67 @@ def main():
                "| | median wall time of 5 runs (ms) |", "| --- | ---: |",
                f"| `mpirun -np 8` MPI_Init + MPI_Barrier + MPI_Finalize | {fmt(startup.get('mpi_ms'), 1)} |",
                f"| `pstate run -n 8` pstate_init, initialize_model_parallel (tp 4 x pp 2), destroy, finalize "
-               f"| {fmt(startup.get('pstate_ms'), 1)} |", ""]
+               f"| {fmt(startup.get('pstate_ms'), 1)} |", "",
+               "Start-up as the job grows, counted and on etcd: [startup.md](startup.md).", ""]
+    md += ["## Reproduce", "", "```", "bench/run.sh          # builds, measures, rewrites this page and startup.md",
+           "bench/run.sh --cases all_gatherv.2,sendrecv.2   # only those cases, the others' results kept",
+           "python3 bench/report.py bench/results docs/bench   # the pages again from bench/results/rounds.json",
+           "```", "",
+           f"The commands it ran, each REPEAT times (REPEAT = 1, 2, ...; raw output in `{here(results)}/logs/` and one "
+           f"JSON file per repeat in `{here(results)}/`, both git-ignored; `bench/report.py` folds the JSON into "
+           f"`{here(results)}/{ROUNDS}`, which is committed):", "", "```"]
+    md += commands_run
+    md += ["```", ""]
+    return md
+
+
+def startup_page(results, out_dir):
+    """docs/bench/startup.md: start-up as the job grows (bench/startup_curve.sh), counted
+    (bench/startup_counts.md) and on etcd (bench/etcd_startup.md)."""
+    rel = lambda p: os.path.relpath(p, out_dir)
+    curve, before = load_startup_curves(results)
+    curve_png = write_startup_plot(results, curve, before) if curve else None
+    md = ["# Benchmarks: start-up", "",
+          "How long a job takes to start and what start-up costs each rank and the store (this page is written by "
+          "`bench/report.py`; its prose comes from `bench/startup_counts.md` and `bench/etcd_startup.md`). "
+          "The 8-rank start-up against `mpirun` of the main session is in [collectives.md](collectives.md).", ""]
     if curve:
         md += startup_curve_section(curve, before, curve_png, rel)
-    counts_md = os.path.join(HERE, "startup_counts.md")  # issue 30: what start-up costs, counted
-    if os.path.exists(counts_md):
-        with open(counts_md) as f:
-            md += f.read().rstrip("\n").split("\n") + [""]
-    md += ["## Reproduce", "", "```", "bench/run.sh          # builds, measures, rewrites BENCHMARKS.md",
-           "bench/run.sh --cases all_gatherv.2,sendrecv.2   # only those cases, the others' results kept"]
+    for name in ("startup_counts.md", "etcd_startup.md"):  # hand-written, with their measurements
+        path = os.path.join(HERE, name)
+        if os.path.exists(path):
+            with open(path) as f:
+                md += f.read().rstrip("\n").split("\n") + [""]
+    md += ["## Reproduce", "", "```"]
     if curve:
         md += ["bench/startup_curve.sh  # start-up as the job grows, on its own (startup_curve.json)"]
-    if os.path.exists(counts_md):
-        md += ["build/tests/store_protocol --sizes 256,1024,4096   # start-up's store traffic, ranks as threads (issue 30)"]
-    if os.path.exists(os.path.join(HERE, "results", "recovery.json")):
-        md += ["bench/recovery.sh       # what a dead rank costs: shrink against restart (recovery.json)"]
-    if os.path.exists(os.path.join(HERE, "results", "torch_call", "torch_call.md")):
-        md += ["PYTHONPATH=build/bindings/python /usr/bin/python3 bench/torch_call_cost.py   # torch vs numpy per call"]
-    if os.path.exists(os.path.join(HERE, "results", "gpu", "summary.md")):
-        md += ["tests/gpu/run.sh        # on a GPU machine; copy $OUT/summary.md and the logs to bench/results/gpu/"]
-    md += ["```", "",
-           f"The commands it ran, each REPEAT times (REPEAT = 1, 2, ...; raw output in `{rel(results)}/logs/`, JSON in `{rel(results)}/`):", "", "```"]
-    md += commands(results)
-    md += ["```", ""]
-    with open(output, "w") as f:
-        f.write("\n".join(md))
+    md += ["build/tests/store_protocol --sizes 256,1024,2048,4096   # start-up's store traffic, ranks as threads",
+           "python3 bench/startup_counts.py   # the counts of whole processes (startup_counts.json)",
+           "bench/etcd_startup.sh   # start-up on the etcd store against the TCP store (etcd_startup.json)",
+           "```", ""]
+    return md
+
+
+# The sections of the pages that quote another script's summary (docs/bench/recovery.md, gpu.md,
+# device-call.md): `bench/report.py --topic NAME` prints the section, to paste into its page.
+TOPICS = {"recovery": lambda: recovery_section(), "gpu": lambda: gpu_section(),
+          "device-call": lambda: device_call_section(), "torch-call": lambda: torch_call_section()}
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--topic" and sys.argv[2] in TOPICS:
+        print("\n".join(TOPICS[sys.argv[2]]()))
+        return
+    if len(sys.argv) != 3:
+        sys.exit("usage: report.py RESULTS_DIR OUT_DIR   (writes OUT_DIR/collectives.md and OUT_DIR/startup.md)\n"
+                 "       report.py --topic " + "|".join(TOPICS) + "   (prints that section)")
+    results, out_dir = sys.argv[1], os.path.abspath(sys.argv[2])
+    os.makedirs(out_dir, exist_ok=True)
+    rounds = load_rounds(results)
+    for name, md in (("collectives.md", collectives_page(results, out_dir, rounds)),
+                     ("startup.md", startup_page(results, out_dir))):
+        with open(os.path.join(out_dir, name), "w") as f:
+            f.write("\n".join(md))
 
 
 if __name__ == "__main__":

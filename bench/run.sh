@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench/run.sh — pstate against Open MPI (and gloo) on this machine, in one session, and BENCHMARKS.md.
+# bench/run.sh — pstate against Open MPI (and gloo) on this machine, in one session, and
+# docs/bench/collectives.md (BENCHMARKS.md quotes its current figures).
 #
 #   bench/run.sh [--quick]
 #   bench/run.sh --cases NAME[,NAME...]   re-measure only those cases (e.g. all_gatherv.2,sendrecv.2),
@@ -33,8 +34,10 @@
 #   - start-up of 8 ranks to model parallel initialized (tp 4 x pp 2) and finalized, whole
 #     processes, vs `mpirun -np 8` of MPI_Init + MPI_Barrier + MPI_Finalize (median wall time of 5 runs each,
 #     alternating)
-# and finally runs bench/report.py, which writes BENCHMARKS.md (tables, ratios, targets) and
-# bench/results/time_vs_size.png (gnuplot). Raw JSON and logs stay in bench/results/.
+# and finally runs bench/report.py, which writes docs/bench/collectives.md (tables, ratios, targets),
+# docs/bench/startup.md and bench/results/time_vs_size.png (gnuplot). The per-repeat JSON, the logs
+# and the binaries stay in bench/results/, git-ignored; report.py folds the JSON into
+# bench/results/rounds.json, which is committed.
 #
 # Open MPI runs with its fastest shared-memory path here: --mca pml ob1 --mca btl self,vader;
 # oversubscribed runs add --oversubscribe --mca mpi_yield_when_idle 1. Ranks are not bound to
@@ -58,10 +61,10 @@ fi
 REPEATS=${REPEATS:-$([ "$QUICK" = 1 ] && echo 1 || echo 5)}
 if [ "$QUICK" = 1 ]; then  # a smoke test never overwrites the real results
   RESULTS=${RESULTS:-$ROOT/$BUILD_DIR/bench-quick}
-  REPORT=$RESULTS/BENCHMARKS.md
+  REPORT=$RESULTS  # its collectives.md and startup.md
 else
   RESULTS=${RESULTS:-$ROOT/bench/results}
-  REPORT=$ROOT/BENCHMARKS.md
+  REPORT=$ROOT/docs/bench  # collectives.md and startup.md
 fi
 
 log() { echo "bench/run.sh: $*" >&2; }
@@ -228,7 +231,7 @@ partial() {
   done
   rm -f "$MACHINE_TXT"
   python3 bench/report.py "$RESULTS" "$REPORT"
-  log "re-measured ${ONLY//,/ } and wrote $REPORT in $((SECONDS - t_start)) s"
+  log "re-measured ${ONLY//,/ } and wrote $REPORT/collectives.md in $((SECONDS - t_start)) s"
 }
 
 # Every case of the full run (pair skips those --cases does not name).
@@ -253,8 +256,10 @@ cases() {
 main() {
   local t_start=$SECONDS
   build
-  # startup_curve*.json come from bench/startup_curve.sh, run on its own: kept
-  find "$RESULTS" -maxdepth 1 -name '*.json' ! -name 'startup_curve*.json' -delete
+  # only this script's own JSON (the per-repeat files and rounds.json, which report.py folds them
+  # into); the other scripts' results (startup_curve*.json, recovery.json, ...) are kept
+  find "$RESULTS" -maxdepth 1 \( -name '*.[0-9].json' -o -name '*.[0-9][0-9].json' -o -name rounds.json \
+    -o -name memcpy.json -o -name startup.json \) -delete
   rm -rf "$RESULTS/logs" "$RESULTS/failures.txt" "$RESULTS/plot"
   mkdir -p "$RESULTS/logs"
   machine
@@ -279,7 +284,7 @@ main() {
   echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$RESULTS/machine.txt"
   echo "elapsed_s=$((SECONDS - t_start))" >>"$RESULTS/machine.txt"
   python3 bench/report.py "$RESULTS" "$REPORT"
-  log "wrote $REPORT and $RESULTS/time_vs_size.png in $((SECONDS - t_start)) s"
+  log "wrote $REPORT/collectives.md and $RESULTS/time_vs_size.png in $((SECONDS - t_start)) s"
 }
 
 if [ -n "$ONLY" ]; then

@@ -11,7 +11,7 @@
 #   MPI     `mpirun -np N --oversubscribe mpi_bench --op startup`: MPI_Init, MPI_Barrier,
 #           MPI_Finalize
 # and writes the median wall time of each (and pstate_init / initialize_model_parallel on rank 0)
-# to OUT.json, which bench/report.py turns into the start-up table and plot of BENCHMARKS.md. A
+# to OUT.json, which bench/report.py turns into the start-up table and plot of docs/bench/startup.md. A
 # size that fails or passes CASE_TIMEOUT (default 300 s) is recorded as null.
 # The pstate runs log at PSTATE_DEBUG=INFO, and each size's row gets the counts of its last run
 # (bench/startup_counts.py: every rank's "counts after PHASE" lines and the launcher's store server

@@ -3,7 +3,7 @@
 against a numpy array (issue 31 item 5: at most 1.5x), in one run.
 
     PYTHONPATH=build/bindings/python /usr/bin/python3 bench/torch_call_cost.py [--build build]
-        (writes bench/results/torch_call/torch_call.md; bench/report.py puts it in BENCHMARKS.md)
+        (writes bench/results/torch_call/torch_call.md; docs/bench/device-call.md quotes it)
 
 Method. Three measurements, each on three kinds of argument of the same 16 KiB float32 memory:
 a numpy array, a torch tensor (read directly: data_ptr, dtype, shape) and, as the baseline, the

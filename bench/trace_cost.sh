@@ -11,7 +11,7 @@
 # machine in the same rounds); Open MPI's MPI_Allreduce runs the same loop in each round as the
 # benchmark peer (bench/trace_cost_mpi.c). bench/agreement_report.py (kind "trace") takes per case
 # the median over rounds of each side and of the paired differences, and writes
-# bench/results/trace/trace.md, which BENCHMARKS.md quotes.
+# bench/results/trace/trace.md, which docs/bench/trace.md quotes.
 #
 # Cases (2 ranks on this host, each bound to its own core; bench/agreement_loop.c: 100,000 calls
 # back to back per batch, median of 9 batches, ns per call):

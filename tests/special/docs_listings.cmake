@@ -9,7 +9,8 @@ if(PSTATE_PYTHON3)
   set_tests_properties(docs_listings PROPERTIES TIMEOUT 60)
 endif()
 
-# readme_listings — README.md's C programs (the first listing a user copies, and the dlopen one)
+# readme_listings — README.md's C programs (the first listing a user copies, and the dlopen one),
+# and any under docs/
 # compile with -Wpedantic -Werror and run: the pipeline listing under `pstate run -n 4`, checking
 # its own results (tests/special/readme_listings.py).
 if(PSTATE_PYTHON3)
@@ -17,4 +18,12 @@ if(PSTATE_PYTHON3)
            COMMAND ${PSTATE_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/readme_listings.py ${PROJECT_SOURCE_DIR}
                    $<TARGET_FILE_DIR:pstate> ${CMAKE_C_COMPILER} $<TARGET_FILE:pstate_cli>)
   set_tests_properties(readme_listings PROPERTIES TIMEOUT 180)
+endif()
+
+# docs_links — every relative link of every Markdown file of the tree resolves, anchors included
+# (tests/special/docs_links.py; issue 41: the guides moved out of README.md, TESTING.md and
+# BENCHMARKS.md, and a moved section must not leave a link behind).
+if(PSTATE_PYTHON3)
+  add_test(NAME docs_links COMMAND ${PSTATE_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/docs_links.py ${PROJECT_SOURCE_DIR})
+  set_tests_properties(docs_links PROPERTIES TIMEOUT 60)
 endif()
