@@ -135,7 +135,7 @@ struct TraceGroup {
   int rank_in_group = -1;
   std::atomic<uint64_t> collectives{0};  // the next collective's seq
   // p2p seq per stream and peer (index stream * members + peer; the tensor stream 0, objects and
-  // tensor dicts 1, as common/p2p_what.hpp; owner thread only)
+  // tensor dicts 1, as common/p2p_message_kind.hpp; owner thread only)
   std::vector<uint32_t> sent, received;
 };
 

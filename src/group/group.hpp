@@ -23,7 +23,7 @@
 #include "common/call_position.hpp"
 #include "common/error.hpp"
 #include "common/op_descriptor.hpp"
-#include "common/p2p_what.hpp"
+#include "common/p2p_message_kind.hpp"
 #include "common/trace.hpp"
 #include "group/group_memory.hpp"
 #include "group/request.hpp"
@@ -97,7 +97,7 @@ struct pstate_group_s {
   void all_gatherv(const void *send, void *recv, const size_t *counts, size_t total, pstate_dtype_t dtype);
   void reduce_scatterv(const void *send, void *recv, const size_t *counts, size_t total, pstate_dtype_t dtype,
                        pstate_reduce_op_t op);
-  // Point-to-point on the group's two streams per peer and direction (common/p2p_what.hpp):
+  // Point-to-point on the group's two streams per peer and direction (common/p2p_message_kind.hpp):
   // tensors (send/recv; kind: a user's send, or a tensor dict's CPU payload) and objects
   // (send_object/recv_object; kind: a user's object, or a tensor dict's metadata,
   // acknowledgement or plan). A receive takes only a message of its own kind, dtype and size:
@@ -319,8 +319,26 @@ struct pstate_group_s {
   // interrupt check (pstate_set_interrupt_check) asks to stop.
   void check_waiting();
   std::string shm_name(const char *what) const;
+  // The operations whose algorithm choice explain() logs, in the order of their two bits in
+  // logged_choices_ (the first algorithm seen, and a second one when it differs).
+  enum class ExplainedOp : uint8_t {
+    kAllReduce,
+    kAllGather,
+    kReduceScatter,
+    kBroadcast,
+    kGather,
+    kAllToAll,
+    kBarrier,
+    kBroadcastObject,
+    kReduce,
+    kScatter,
+    kAllGatherv,
+    kReduceScatterv,
+    kCount
+  };
+  static_assert(2 * static_cast<int>(ExplainedOp::kCount) <= 32, "logged_choices_ has two bits per operation");
   // INFO-logs the selector's choice the first time this group makes it.
-  void explain(const char *op, const char *algorithm, size_t bytes, int slot);
+  void explain(ExplainedOp op, const char *algorithm, size_t bytes);
 
   uint32_t magic_ = kMagic;
   pstate::Context &ctx_;

@@ -12,7 +12,7 @@
 //
 // So pstate_destroy_model_parallel (and pstate_grow, for the world it replaces) is collective
 // over the world and does, before any group is retired:
-//   1. every rank lists, for each group it retires and each peer and stream (common/p2p_what.hpp),
+//   1. every rank lists, for each group it retires and each peer and stream (common/p2p_message_kind.hpp),
 //      how many UCX messages it sent there (only the non-zero counts);
 //   2. one all_gather_object over the world (kind kDestroyExchange) gives every rank every list;
 //   3. each rank receives and drops, per (group, peer, stream), the messages the peer sent beyond

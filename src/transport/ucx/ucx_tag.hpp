@@ -14,7 +14,7 @@
 // field (below): matched by everything else, compared once the message has arrived.
 //
 // The algorithm tag of a collective: bit 31 clear, bits 30..16 the operation's sequence number,
-// bits 15..0 the algorithm's step (group.cpp). Of point-to-point (common/p2p_what.hpp):
+// bits 15..0 the algorithm's step (group.cpp). Of point-to-point (common/p2p_message_kind.hpp):
 //   bit  31      1
 //   bit  30      the stream: 0 tensors, 1 objects
 //   bits 29..24  what the message is (kind, dtype): not matched, compared after arrival, so a
@@ -24,7 +24,7 @@
 #pragma once
 
 #include "common/error.hpp"
-#include "common/p2p_what.hpp"
+#include "common/p2p_message_kind.hpp"
 
 #include <cstdint>
 
