@@ -668,15 +668,16 @@ void Context::fail(const std::string &why) {
   log_.info("context failed: ", why, " — further collectives return PSTATE_ERR_ABORTED; call pstate_abort");
 }
 
-void Context::fail(const std::string &why, pstate_status_t status) {
+void Context::fail(const std::string &why, pstate_status_t status, bool tell_peers) {
   const bool first = state_ != State::kFailed && state_ != State::kClosed;
   fail(why);
   if (first) failure_status_ = status;
   // Every peer hears it at once, with the cause, unless the failure is itself a peer's notice: a
   // rank that gave up (a timeout, a mismatch only it could see, no memory for a segment its
   // peers wait on, an interruption) must not leave them waiting for it until their deadline, nor
-  // let a late peer complete the call it gave up on (issue 27).
-  if (first && worker_ && why.find(ucx::kNoticeMarker) == std::string::npos) {
+  // let a late peer complete the call it gave up on (one verdict per call: a call that one rank
+  // gave up on fails on every rank).
+  if (first && worker_ && tell_peers) {
     read_addresses_for_notices(status);
     worker_->post_notices(members_, -1, status, why, calls_returned());
   }

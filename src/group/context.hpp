@@ -224,9 +224,12 @@ class Context {
   // Failure bookkeeping: the first fatal error poisons the context.
   State state() const { return state_; }
   void fail(const std::string &why);
-  // The same for an error of `status`: a PEER_LOST this rank saw itself is also told to every
-  // other member (UcxWorker::post_notices), so ranks blocked on live peers learn it at once.
-  void fail(const std::string &why, pstate_status_t status);
+  // The same for a call that failed with e, which is also told to every other member
+  // (UcxWorker::post_notices), so ranks blocked on live peers learn it at once, unless e is itself
+  // a peer's failure notice (Error::is_from_notice: that peer told everyone already).
+  void fail(const Error &e) { fail(e.what(), e.status(), !e.is_from_notice()); }
+  // The same for a failure this rank found without an exception (told to every other member).
+  void fail(const std::string &why, pstate_status_t status) { fail(why, status, true); }
   // The shared-memory waits' check (every 20 ms): PEER_LOST when a failure notice of this
   // world arrived. where: the group and call ("tp:0 all_reduce").
   // self: how this rank is described in the error (default: waiting in shared memory).
@@ -260,6 +263,7 @@ class Context {
   void stop_dump_watcher() noexcept;
   [[noreturn]] void refuse_rank_out_of_range();
   // check_notices found one waiting: takes it and throws its error (returns: another epoch's).
+  void fail(const std::string &why, pstate_status_t status, bool tell_peers);
   void throw_waiting_notice(const std::string &group, const char *op, const char *self, const CallPosition *at);
   void exchange_peers(Deadline deadline);
   // One INFO line of what start-up cost this rank so far (issue 30): "counts after pstate_init:

@@ -282,7 +282,7 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body, const void *f
     const bool agreed_error = e.status() == PSTATE_ERR_MISMATCH || e.status() == PSTATE_ERR_INVALID_ARGUMENT;
     // An abort from another thread fails the context too, and tells the peers (ctx_.fail's notices).
     if (ctx_.abort_requested() || (agreeing ? !agreed_error : pstate::is_fatal(e.status())))
-      ctx_.fail(e.what(), e.status());  // its notices say this call had not returned here
+      ctx_.fail(e);  // its notices say this call had not returned here
     position_.returned.store(desc.seq + 1, std::memory_order_relaxed);
     ctx_.trace_call_failed(tid, e);
     throw;
@@ -692,7 +692,7 @@ void pstate_group_s::run_p2p(pstate::TraceOp top, int peer, uint64_t count, int 
   try {
     body();
   } catch (const pstate::Error &e) {
-    if (pstate::is_fatal(e.status()) || ctx_.abort_requested()) ctx_.fail(e.what(), e.status());
+    if (pstate::is_fatal(e.status()) || ctx_.abort_requested()) ctx_.fail(e);
     ctx_.trace_call_failed(tid, e);
     throw;
   }

@@ -35,8 +35,8 @@ inline constexpr int kTagRankBits = 20;
 inline constexpr uint32_t kMaxGroupId = (1u << kTagGroupBits) - 1;  // 4095
 inline constexpr int kMaxWorldSize = 1 << kTagRankBits;             // 1,048,576
 inline constexpr uint64_t kTagMatchAll = ~uint64_t{0};
-// Errors that a failure notice caused (UcxWorker::take_notice) contain this: the rank that got
-// one does not send notices of its own (the sender told everyone already).
+// The words that name the sender in the errors a failure notice causes (UcxWorker::notice_error);
+// such an error is also marked (Error::is_from_notice), which is what Context::fail reads.
 inline constexpr const char kNoticeMarker[] = "failure notice: rank ";
 // What a survivor of a dead peer can do: the end of every PEER_LOST that a wait raises (UCX,
 // shared memory, notice).

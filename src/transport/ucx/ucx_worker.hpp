@@ -313,7 +313,8 @@ class UcxWorker {
   };
   // The error a notice means for a rank that waits: a death is PEER_LOST, an interruption
   // ABORTED, anything else the sender's status; the text names the sender, when, and why. `what`
-  // names the waiting call, `self` this rank ("rank 2 (group rank 1)").
+  // names the waiting call, `self` this rank ("rank 2 (group rank 1)"). Marked as a notice's
+  // (Error::is_from_notice): the context it fails does not tell the peers again.
   static Error notice_error(const Notice &n, const std::string &what, const std::string &self, int from_rank);
   // Progresses the worker (connections and notices in flight); true when no notice is in flight.
   bool progress_notices() noexcept;
