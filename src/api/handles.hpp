@@ -9,7 +9,7 @@
 //
 // Threads: one thread at a time drives a pstate_t and its groups. ContextEntry enforces it with
 // one atomic exchange per call on the context's busy flag: a second thread that enters while a
-// call runs gets INVALID_STATE at once instead of corrupting the transports.
+// call runs gets PSTATE_ERR_BUSY at once instead of corrupting the transports.
 #pragma once
 
 #include "api/boundary.hpp"

@@ -29,9 +29,10 @@ enum class OpKind : uint32_t {
   kScatter,         // 16
   kAllGatherV,      // 17: counts array (count = its total, detail = its hash)
   kReduceScatterV,  // 18: the same
-  // pstate's own exchanges (issue 27): each has a kind of its own, so a rank in one of them and a
-  // rank in a user call (or in another of them) disagree like any two different collectives,
-  // instead of handing pstate's bytes to the user or the user's to pstate.
+  // pstate's own exchanges (agreement covers every message pstate sends): each has a kind of its
+  // own, so a rank in one of them and a rank in a user call (or in another of them) disagree like
+  // any two different collectives, instead of handing pstate's bytes to the user or the user's to
+  // pstate.
   kNewGroup,             // 19: pstate_new_group's member-list exchange (over the world)
   kModelParallelConfig,  // 20: pstate_initialize_model_parallel's config exchange
   kModelParallelReady,   // 21: its closing barrier
@@ -42,10 +43,10 @@ enum class OpKind : uint32_t {
   kGrowDecision,         // 26: pstate_grow's decision from rank 0
   // 27: a rank refused its part of a collective object call (a size past 2^47 bytes, NULL data):
   // it still takes part in the call's agreement with this kind, count = the refused size, so
-  // every rank of the call fails at once with INVALID_ARGUMENT naming it (issue 27: a refused
-  // size tells the peers) and nothing is sent.
+  // every rank of the call fails at once with INVALID_ARGUMENT naming it (a rank that refuses a
+  // call tells its peers, never leaves them waiting) and nothing is sent.
   kRefused,
-  // issue 29: group memory (pstate_mem_alloc / pstate_mem_free / pstate_mem_pool_reserve), count =
+  // Group memory (pstate_mem_alloc / pstate_mem_free / pstate_mem_pool_reserve), count =
   // the bytes, so ranks that disagree about a size get MISMATCH naming both.
   kMemAlloc,    // 28
   kMemFree,     // 29

@@ -1,5 +1,6 @@
 // trace.hpp — the flight recorder: every rank's last operations, always on, cheap enough for the
-// 8 B all_reduce fast path, dumped to a file when something goes wrong (issue 14).
+// 8 B all_reduce fast path, dumped to a file when something goes wrong, so that a hang or a
+// timeout names the rank to blame.
 //
 // A job that hangs or times out rarely says which rank is to blame: the rank whose decision is
 // needed is the one that cannot report. So every context keeps a fixed ring of its last

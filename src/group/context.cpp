@@ -11,7 +11,7 @@
 //      (rank_records.hpp); local ranks nobody gave are derived from the hosts, duplicates refused;
 //      a CUDA context whose device ordinal was not known opens its device now; ranks of different
 //      hosts that limited UCX to loopback interfaces are refused on every rank, naming both;
-//   5. build the world group and run one barrier over UCX: when pstate_init returns, every
+//   4. build the world group and run one barrier over UCX: when pstate_init returns, every
 //      rank has finished with the store and the transport has carried a message both ways.
 // A CUDA context loads CUDA (and NCCL when the world has more than one rank) and checks its
 // device before step 2 when it knows the ordinal (device_ordinal or LOCAL_RANK): a host that

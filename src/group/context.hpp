@@ -80,9 +80,10 @@ class Context {
   // id (4095) is UcxWorker::kNoticeGroupId, the failure notices'.
   static constexpr uint32_t kFirstCustomGroupId = 2048;
   static constexpr uint32_t kCustomGroupIds = 2047;
-  // Device communicators by splitting (issue 13): true when new groups' NCCL communicators are
-  // split from the world's (a CUDA context of more than one rank whose world communicator exists,
-  // an NCCL with ncclCommSplit, PSTATE_NCCL_SPLIT not 0). The same answer on every rank.
+  // Device communicators by splitting (no unique-id bootstrap per group): true when new groups'
+  // NCCL communicators are split from the world's (a CUDA context of more than one rank whose
+  // world communicator exists, an NCCL with ncclCommSplit, PSTATE_NCCL_SPLIT not 0). The same
+  // answer on every rank.
   bool split_from_world() const;
   // Collective over the world: child (this rank's group of one creation step, or nullptr) gets its
   // communicator by ncclCommSplit from the world's.
@@ -266,8 +267,9 @@ class Context {
   void fail(const std::string &why, pstate_status_t status, bool tell_peers);
   void throw_waiting_notice(const std::string &group, const char *op, const char *self, const CallPosition *at);
   void exchange_peers(Deadline deadline);
-  // One INFO line of what start-up cost this rank so far (issue 30): "counts after pstate_init:
-  // store requests 5 frames 5 ... connects 1; ucx endpoints 3 peers 3". Plain counters.
+  // One INFO line of what start-up cost this rank so far (start-up is counted, not guessed):
+  // "counts after pstate_init: store requests 5 frames 5 ... connects 1; ucx endpoints 3 peers 3".
+  // Plain counters.
   // With the process's CPU time so far and the wall time since the context was made, so that the
   // lines of one rank tell which phase worked and which waited (oversubscribed start-up).
   void log_counts(const char *phase, const std::string &detail = {}) const;

@@ -30,8 +30,9 @@
 // its failure), and the new world's is shrunk from it once the outcome is "ok"
 // (shrink_device_world), without a unique id; otherwise it is made anew on first use. The world
 // group's memory (pstate_mem_alloc, the pool) is handed to the new world group and its windows
-// registered on the new communicator before pstate_shrink returns (issue 29); pstate_grow drops it
-// with the world group (the newcomers hold none, and registration is collective).
+// registered on the new communicator before pstate_shrink returns (group memory survives a shrink);
+// pstate_grow drops it with the world group (the newcomers hold none, and registration is
+// collective).
 //
 // pstate_grow: a replacement process (PSTATE_REJOIN=1, the RANK of a dead rank) connects to the
 // job's store (the job token checked in the handshake as at start), adds its record under
@@ -231,7 +232,7 @@ std::vector<int> Context::shrink_now() {
   const char *shrink_env = std::getenv("PSTATE_NCCL_SHRINK");
   if (world_ && device_ctx_ && (shrink_env == nullptr || std::string(shrink_env) != "0"))
     device_parent = world_->take_shrinkable_device_comm();
-  // The world group's memory (pstate_mem_alloc, its pool) passes to the new world group (issue 29)
+  // The world group's memory (pstate_mem_alloc, its pool) survives: it passes to the new world group
   std::unique_ptr<GroupMemory> world_memory = world_ ? world_->take_memory() : nullptr;
   drop_all_groups();
   for (;;) {

@@ -1,5 +1,5 @@
 // undelivered.cpp — messages no receive took, found and dropped before their group's id can be
-// used again (issue 27: "group ids are reused while old messages are still in flight").
+// used again: a group id is never reused while an old message of it can still be delivered.
 //
 // A UCX message carries its group's 12-bit id in its tag (ucx_tag.hpp), and an id is free for a
 // later group once its group is destroyed (context.cpp group_id_for, custom_group.cpp). A

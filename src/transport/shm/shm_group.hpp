@@ -54,19 +54,19 @@
 // every further call throws PSTATE_ERR_ABORTED (peers are at unknown steps). Reductions use
 // src/reduce/reduce.hpp; dtypes that cannot be reduced (fp8) give PSTATE_ERR_UNSUPPORTED.
 //
-// One call, one verdict (issue 27). A rank that gives up on a call (its deadline passed while it
-// waited for a peer that is off in its own code) must not leave that peer to arrive later, find
-// everything it needs already in the segment, and return OK from a call the others failed. The
-// group's verdict block holds one word, changed only by compare-and-swap: FAILED(call, rank) or
-// COMMITTED(call, rank). A waiter at its deadline first raises `watch` to the call's first step,
-// then fences (the heavy side of the asymmetric fence pair, shm_wait.hpp), then looks at what it
-// waits for once more: there now, it goes on; else it swaps in FAILED, unless a rank has
-// COMMITTED this call (then everything it needs is published or on its way, and it waits on, up to
-// one more timeout). Every rank, at the end of every call (after its last flag store and that
-// store's fence), reads `watch`: below the call, nobody gave up (the fence pair guarantees that a
-// waiter that later gives up sees this rank's flags instead, so it does not); otherwise it swaps in
-// COMMITTED, or finds FAILED and returns the giver's status naming who gave up and when. The fast
-// path adds one load of a line nobody writes. A rank whose call fails for another reason
+// One call, one verdict: a call fails on every rank or on none. A rank that gives up on a call (its
+// deadline passed while it waited for a peer that is off in its own code) must not leave that peer
+// to arrive later, find everything it needs already in the segment, and return OK from a call the
+// others failed. The group's verdict block holds one word, changed only by compare-and-swap:
+// FAILED(call, rank) or COMMITTED(call, rank). A waiter at its deadline first raises `watch` to the
+// call's first step, then fences (the heavy side of the asymmetric fence pair, shm_wait.hpp), then
+// looks at what it waits for once more: there now, it goes on; else it swaps in FAILED, unless a
+// rank has COMMITTED this call (then everything it needs is published or on its way, and it waits
+// on, up to one more timeout). Every rank, at the end of every call (after its last flag store and
+// that store's fence), reads `watch`: below the call, nobody gave up (the fence pair guarantees
+// that a waiter that later gives up sees this rank's flags instead, so it does not); otherwise it
+// swaps in COMMITTED, or finds FAILED and returns the giver's status naming who gave up and when.
+// The fast path adds one load of a line nobody writes. A rank whose call fails for another reason
 // (PEER_LOST, INTERRUPTED, ABORTED, a mismatch) raises `watch` the same way and marks the call
 // FAILED too, unless it was committed (give_up): a rank that arrives seconds later gets that
 // verdict, not OK with the data the others left.
