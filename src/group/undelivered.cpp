@@ -2,7 +2,7 @@
 // used again: a group id is never reused while an old message of it can still be delivered.
 //
 // A UCX message carries its group's 12-bit id in its tag (ucx_tag.hpp), and an id is free for a
-// later group once its group is destroyed (context.cpp group_id_for, custom_group.cpp). A
+// later group once its group is destroyed (group_registry.hpp, custom_group.cpp). A
 // point-to-point message that its receiver never asked for (a bug of the program, or a receive
 // that failed locally) would otherwise wait in the receiver's UCX queue and be delivered, with
 // PSTATE_OK, to the later group with the same id. Collectives cannot leave such a message in a
@@ -50,7 +50,7 @@ constexpr size_t kRecordBytes = 20;
 }  // namespace
 
 void Context::drop_undelivered(const std::vector<Group *> &groups, const char *call) {
-  if (world_size() == 1 || state_ == State::kFailed || !world_) return;
+  if (world_size() == 1 || state_ == State::kFailed || !world()) return;
   Bytes mine;
   for (Group *g : groups) {
     for (int peer = 0; peer < g->size(); ++peer) {
@@ -67,7 +67,7 @@ void Context::drop_undelivered(const std::vector<Group *> &groups, const char *c
     }
   }
   std::vector<size_t> sizes;
-  const Bytes all = world_->all_gather_object(mine.data(), mine.size(), &sizes, OpKind::kDestroyExchange);
+  const Bytes all = world()->all_gather_object(mine.data(), mine.size(), &sizes, OpKind::kDestroyExchange);
   // (group id, first launch rank) -> my group
   std::map<std::pair<uint32_t, int>, Group *> by_id;
   for (Group *g : groups) by_id[{g->group_id(), g->launch_ranks().front()}] = g;
