@@ -1,5 +1,6 @@
-// op_descriptor.hpp — what one rank says it is doing in a collective: the descriptor every rank
-// of a group compares before it reads or reduces anything (issue "no wrong answer").
+// op_descriptor.hpp — what one rank says it is doing in a collective: the descriptor every rank of
+// a group compares before it reads or reduces anything, so that no rank ever returns a wrong
+// answer.
 //
 // A descriptor names the operation kind, the group's sequence number, the count, dtype, reduce
 // op and root; the variable-size collectives (all_gatherv, reduce_scatterv) put the total of

@@ -21,7 +21,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <iterator>
 
 namespace pstate {
 
@@ -380,16 +379,16 @@ void pstate_group_s::all_reduce(const void *send, void *recv, size_t count, psta
   run(d, [&](uint32_t tag) {
     size_t bytes = count * pstate::dtype_size(dtype);
     if (fold) {
-      explain(ExplainedOp::kAllReduce, "folded into the agreement exchange", bytes);
+      explain(OpKind::kAllReduce, "folded into the agreement exchange", bytes);
       check_peers_stayed();
       return reduce_folded(recv, count, dtype, op);
     }
     if (use_shm()) {
-      explain(ExplainedOp::kAllReduce, "shared memory", bytes);
+      explain(OpKind::kAllReduce, "shared memory", bytes);
       return shm_for_call().all_reduce(send, recv, count, dtype, op, ctx_.op_deadline(), kind);
     }
     auto choice = selector_.allreduce(size(), count, bytes);
-    explain(ExplainedOp::kAllReduce, choice.name, bytes);
+    explain(OpKind::kAllReduce, choice.name, bytes);
     choice.fn(*channel_, send, recv, count, dtype, op, tag);
   }, fold ? send : nullptr);
 }
@@ -435,18 +434,18 @@ void pstate_group_s::all_gather(const void *send, void *recv, size_t send_count,
   run(d, [&](uint32_t tag) {
     size_t bytes = send_count * pstate::dtype_size(dtype);
     if (fold) {
-      explain(ExplainedOp::kAllGather, "folded into the agreement exchange", bytes);
+      explain(OpKind::kAllGather, "folded into the agreement exchange", bytes);
       check_peers_stayed();
       for (int r = 0; r < size(); ++r)
         std::memcpy(static_cast<uint8_t *>(recv) + static_cast<size_t>(r) * bytes, agree_.payload(r), bytes);
       return;
     }
     if (use_shm()) {
-      explain(ExplainedOp::kAllGather, "shared memory", bytes);
+      explain(OpKind::kAllGather, "shared memory", bytes);
       return shm_for_call().all_gather(send, recv, send_count, dtype, ctx_.op_deadline(), kind);
     }
     auto choice = selector_.allgather(size(), bytes);
-    explain(ExplainedOp::kAllGather, choice.name, bytes);
+    explain(OpKind::kAllGather, choice.name, bytes);
     choice.fn(*channel_, send, recv, send_count, dtype, tag);
   }, fold ? send : nullptr);
 }
@@ -457,11 +456,11 @@ void pstate_group_s::reduce_scatter(const void *send, void *recv, size_t recv_co
   run(d, [&](uint32_t tag) {
     size_t bytes = recv_count * pstate::dtype_size(dtype) * static_cast<size_t>(size());
     if (use_shm()) {
-      explain(ExplainedOp::kReduceScatter, "shared memory", bytes);
+      explain(OpKind::kReduceScatter, "shared memory", bytes);
       return shm_for_call().reduce_scatter(send, recv, recv_count, dtype, op, ctx_.op_deadline());
     }
     auto choice = selector_.reduce_scatter(size(), bytes);
-    explain(ExplainedOp::kReduceScatter, choice.name, bytes);
+    explain(OpKind::kReduceScatter, choice.name, bytes);
     choice.fn(*channel_, send, recv, recv_count, dtype, op, tag);
   });
 }
@@ -474,17 +473,17 @@ void pstate_group_s::broadcast(void *buf, size_t count, pstate_dtype_t dtype, in
   run(d, [&](uint32_t tag) {
     size_t bytes = count * pstate::dtype_size(dtype);
     if (fold) {
-      explain(ExplainedOp::kBroadcast, "folded into the agreement exchange", bytes);
+      explain(OpKind::kBroadcast, "folded into the agreement exchange", bytes);
       check_peers_stayed();
       if (rank_in_group_ != src) std::memcpy(buf, agree_.payload(src), bytes);
       return;
     }
     if (use_shm()) {
-      explain(ExplainedOp::kBroadcast, "shared memory", bytes);
+      explain(OpKind::kBroadcast, "shared memory", bytes);
       return shm_for_call().broadcast(buf, count, dtype, src, ctx_.op_deadline());
     }
     auto choice = selector_.broadcast(size(), bytes);
-    explain(ExplainedOp::kBroadcast, choice.name, bytes);
+    explain(OpKind::kBroadcast, choice.name, bytes);
     choice.fn(*channel_, buf, count, dtype, src, tag);
   }, fold && rank_in_group_ == src ? buf : nullptr);
 }
@@ -495,7 +494,7 @@ void pstate_group_s::gather(const void *send, void *recv, size_t send_count, pst
     arrive_in_shm(d);
     size_t bytes = send_count * pstate::dtype_size(dtype);
     auto choice = selector_.gather(size(), bytes);
-    explain(ExplainedOp::kGather, choice.name, bytes);
+    explain(OpKind::kGather, choice.name, bytes);
     choice.fn(*channel_, send, recv, send_count, dtype, dst, tag);
   });
 }
@@ -506,7 +505,7 @@ void pstate_group_s::all_to_all(const void *send, void *recv, size_t count_per_r
     arrive_in_shm(d);
     size_t bytes = count_per_rank * pstate::dtype_size(dtype);
     auto choice = selector_.alltoall(size(), bytes);
-    explain(ExplainedOp::kAllToAll, choice.name, bytes);
+    explain(OpKind::kAllToAll, choice.name, bytes);
     choice.fn(*channel_, send, recv, count_per_rank, dtype, tag);
   });
 }
@@ -521,17 +520,17 @@ void pstate_group_s::reduce(const void *send, void *recv, size_t count, pstate_d
   run(d, [&](uint32_t tag) {
     size_t bytes = count * pstate::dtype_size(dtype);
     if (fold) {
-      explain(ExplainedOp::kReduce, "folded into the agreement exchange", bytes);
+      explain(OpKind::kReduce, "folded into the agreement exchange", bytes);
       check_peers_stayed();
       if (rank_in_group_ == root) reduce_folded(recv, count, dtype, op);
       return;
     }
     if (use_shm()) {
-      explain(ExplainedOp::kReduce, "shared memory", bytes);
+      explain(OpKind::kReduce, "shared memory", bytes);
       return shm_for_call().reduce(send, recv, count, dtype, op, root, ctx_.op_deadline());
     }
     auto choice = selector_.reduce(size(), count, bytes);
-    explain(ExplainedOp::kReduce, choice.name, bytes);
+    explain(OpKind::kReduce, choice.name, bytes);
     choice.fn(*channel_, send, recv, count, dtype, op, root, tag);
   }, fold ? send : nullptr);
 }
@@ -541,11 +540,11 @@ void pstate_group_s::scatter(const void *send, void *recv, size_t recv_count, ps
   run(d, [&](uint32_t tag) {
     size_t bytes = recv_count * pstate::dtype_size(dtype);
     if (use_shm()) {
-      explain(ExplainedOp::kScatter, "shared memory", bytes);
+      explain(OpKind::kScatter, "shared memory", bytes);
       return shm_for_call().scatter(send, recv, recv_count, dtype, root, ctx_.op_deadline());
     }
     auto choice = selector_.scatter(size(), bytes);
-    explain(ExplainedOp::kScatter, choice.name, bytes);
+    explain(OpKind::kScatter, choice.name, bytes);
     choice.fn(*channel_, send, recv, recv_count, dtype, root, tag);
   });
 }
@@ -560,10 +559,10 @@ void pstate_group_s::all_gatherv(const void *send, void *recv, const size_t *cou
     run(d, [&](uint32_t tag) {
       const size_t bytes = total * pstate::dtype_size(dtype);
       if (use_shm()) {
-        explain(ExplainedOp::kAllGatherv, "shared memory", bytes);
+        explain(OpKind::kAllGatherV, "shared memory", bytes);
         return shm_for_call().all_gatherv(send, recv, counts, dtype, d, ctx_.op_deadline());
       }
-      explain(ExplainedOp::kAllGatherv, "ring", bytes);
+      explain(OpKind::kAllGatherV, "ring", bytes);
       pstate::coll::allgatherv_ring(*channel_, send, recv, counts, dtype, tag);
     });
   });
@@ -576,10 +575,10 @@ void pstate_group_s::reduce_scatterv(const void *send, void *recv, const size_t 
     run(d, [&](uint32_t tag) {
       const size_t bytes = total * pstate::dtype_size(dtype);
       if (use_shm()) {
-        explain(ExplainedOp::kReduceScatterv, "shared memory", bytes);
+        explain(OpKind::kReduceScatterV, "shared memory", bytes);
         return shm_for_call().reduce_scatterv(send, recv, counts, dtype, op, d, ctx_.op_deadline());
       }
-      explain(ExplainedOp::kReduceScatterv, "ring", bytes);
+      explain(OpKind::kReduceScatterV, "ring", bytes);
       pstate::coll::reduce_scatterv_ring(*channel_, send, recv, counts, dtype, op, tag);
     });
   });
@@ -589,18 +588,18 @@ void pstate_group_s::barrier(bool allow_shm, OpKind kind) {
   OpDescriptor d = pstate::make_op(kind, 0);
   run(d, [&](uint32_t tag) {
     if (allow_shm && use_shm()) {
-      explain(ExplainedOp::kBarrier, "shared memory", 0);
+      explain(OpKind::kBarrier, "shared memory", 0);
       return shm_for_call().barrier(ctx_.op_deadline(), kind);
     }
     if (pstate::TraceRecorder *tr = ctx_.trace(); tr != nullptr && use_shm())
       tr->set_path(tr->recorded(), pstate::TracePath::kUcx);  // run() recorded this call last
     if (exchanges() && !selector_.barrier_forced()) {  // every rank's record arrived: the exchange was a barrier
-      explain(ExplainedOp::kBarrier, "the agreement exchange", 0);
+      explain(OpKind::kBarrier, "the agreement exchange", 0);
       check_peers_stayed();
       return;
     }
     auto choice = selector_.barrier(size());
-    explain(ExplainedOp::kBarrier, choice.name, 0);
+    explain(OpKind::kBarrier, choice.name, 0);
     choice.fn(*channel_, tag);
   });
 }
@@ -621,7 +620,7 @@ Bytes pstate_group_s::broadcast_object(const void *data, size_t size, int src, O
 void pstate_group_s::broadcast_object_mq(const void *data, size_t size, Bytes *out, uint32_t tag) {
   auto &mq = message_queue();
   if (rank_in_group_ == 0) {
-    explain(ExplainedOp::kBroadcastObject, "message queue", size);
+    explain(OpKind::kBroadcastObject, "message queue", size);
     if (!mq.enqueue(data, size, ctx_.op_deadline())) pstate::coll::broadcast_object(*channel_, data, size, 0, out, tag);
     else if (out != nullptr) out->assign(static_cast<const uint8_t *>(data), static_cast<const uint8_t *>(data) + size);
     return;
@@ -640,21 +639,17 @@ Bytes pstate_group_s::all_gather_object(const void *data, size_t size, std::vect
   return out;
 }
 
-void pstate_group_s::explain(ExplainedOp op, const char *algorithm, size_t bytes) {
-  static constexpr const char *kNames[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast",
-                                           "gather", "all_to_all", "barrier", "broadcast_object",
-                                           "reduce", "scatter", "all_gatherv", "reduce_scatterv"};
-  static_assert(std::size(kNames) == static_cast<size_t>(ExplainedOp::kCount), "one name per operation");
-  // Two bits per operation: the first and (when it differs) a second algorithm seen.
+void pstate_group_s::explain(OpKind op, const char *algorithm, size_t bytes) {
+  // Two bits per operation kind: the first and (when it differs) a second algorithm seen.
   const auto &log = ctx_.log();
   if (!log.enabled(pstate::LogLevel::kInfo)) return;
-  uint32_t bit = 1u << (2 * static_cast<unsigned>(op));
+  uint64_t bit = uint64_t{1} << (2 * (static_cast<unsigned>(op) - 1));
   if (logged_choices_ & bit) {
     if (logged_choices_ & (bit << 1)) return;
     bit <<= 1;
   }
   logged_choices_ |= bit;
-  log.info(name_, " ", kNames[static_cast<size_t>(op)], ": ", bytes, " B on ", size(), " ranks -> ", algorithm);
+  log.info(name_, " ", pstate::op_kind_name(op), ": ", bytes, " B on ", size(), " ranks -> ", algorithm);
 }
 
 uint32_t pstate_group_s::p2p_tag(int peer, bool sending, pstate::P2PStream stream, uint32_t what) {

@@ -319,26 +319,9 @@ struct pstate_group_s {
   // interrupt check (pstate_set_interrupt_check) asks to stop.
   void check_waiting();
   std::string shm_name(const char *what) const;
-  // The operations whose algorithm choice explain() logs, in the order of their two bits in
-  // logged_choices_ (the first algorithm seen, and a second one when it differs).
-  enum class ExplainedOp : uint8_t {
-    kAllReduce,
-    kAllGather,
-    kReduceScatter,
-    kBroadcast,
-    kGather,
-    kAllToAll,
-    kBarrier,
-    kBroadcastObject,
-    kReduce,
-    kScatter,
-    kAllGatherv,
-    kReduceScatterv,
-    kCount
-  };
-  static_assert(2 * static_cast<int>(ExplainedOp::kCount) <= 32, "logged_choices_ has two bits per operation");
   // INFO-logs the selector's choice the first time this group makes it.
-  void explain(ExplainedOp op, const char *algorithm, size_t bytes);
+  // op: the public operation (kAllReduce .. kReduceScatterV), whatever kind the call carries.
+  void explain(pstate::OpKind op, const char *algorithm, size_t bytes);
 
   uint32_t magic_ = kMagic;
   pstate::Context &ctx_;
@@ -354,7 +337,9 @@ struct pstate_group_s {
   pstate::CallPosition position_;
   pstate::agree::Table agree_;  // the last agreement exchange's records (reused between calls)
   pstate::coll::AlgorithmSelector selector_;
-  uint32_t logged_choices_ = 0;  // bit per (operation, algorithm) already explained at INFO
+  // Two bits per operation kind: its first and its second algorithm already explained at INFO.
+  uint64_t logged_choices_ = 0;
+  static_assert(2 * static_cast<int>(pstate::OpKind::kReduceScatterV) <= 64, "two bits per operation kind");
   // Messages posted per (stream, peer): index stream * size() + peer (UCX; shared-memory rings
   // count their own). What pstate_destroy_model_parallel compares to find undelivered ones.
   std::vector<uint32_t> p2p_sent_, p2p_received_;
