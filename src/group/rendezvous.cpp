@@ -30,6 +30,7 @@
 #include "group/host_order.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <ctime>
 #include <cstdlib>
 #include <random>
