@@ -128,6 +128,7 @@ struct StoreOptions {
   std::string socket_ifname;    // PSTATE_SOCKET_IFNAME rule (netif.hpp); empty = by the address alone
   int64_t timeout_ms = 600000;  // bounds open_store (connect, handshake); calls take a Deadline
   bool serve = true;        // tcp:// only: rank 0 starts the server (false: someone else serves)
+  bool rejoin = false;      // PSTATE_REJOIN=1: this process replaces a dead rank of a running job
 };
 
 // Opens the store named by options.init_method; rank 0 of a tcp:// store starts the server first.
