@@ -1058,10 +1058,16 @@ bool EtcdStore::close(Deadline deadline) {
         current = kvs_of(answer, 0);
         continue;
       }
-      if (n + 1 >= options_.world_size)
-        client_->call("/v3/kv/deleterange",
-                      json{{"key", base64_encode(prefix_)}, {"range_end", base64_encode(prefix_end(prefix_))}}, deadline,
-                      "close: remove the job's keys");
+      // Every rank of the world closed (the world as pstate_shrink / pstate_grow left it: a
+      // shrunk world's dead never close), or no rank holds a claim any more; the second in one
+      // transaction, so a claim made meanwhile keeps the keys.
+      const json remove = {{"request_delete_range",
+                            {{"key", base64_encode(prefix_)}, {"range_end", base64_encode(prefix_end(prefix_))}}}};
+      const std::string ranks = k("rank/");
+      const int world = world_now_.load() > 0 ? world_now_.load() : options_.world_size;
+      json when = n + 1 >= world ? json::array() : json::array({none_in(ranks, prefix_end(ranks))});
+      client_->call("/v3/kv/txn", json{{"compare", when}, {"success", json::array({remove})}}, deadline,
+                    "close: remove the job's keys");
       break;
     }
   } catch (const Error &e) {

@@ -19,7 +19,8 @@
 //   ROOT/joined/R      rank R opened the store (stays: "joined and left" vs "never joined")
 //   ROOT/failed        a process of this job was refused before the world was complete, or gave
 //                      up (abandon): every waiting rank throws its reason at once
-//   ROOT/left          counts clean close()s; the last rank of the world removes ROOT
+//   ROOT/left          counts clean close()s; the last rank of the world removes ROOT (so does a
+//                      close that leaves no rank claimed: a world that shrank)
 //
 // Liveness: each rank grants a lease of PSTATE_ETCD_LEASE_TTL_S seconds (default 3; etcd's
 // minimum, about 2, and at most 60) and a thread renews it every TTL/3. A rank whose host
@@ -94,9 +95,11 @@ class EtcdStore final : public Store {
   // since this store's last read (await_store_change, store_wait.hpp).
   void await_change();
   void interrupt() noexcept override;
+  void world_resized(int world_size) override { world_now_ = world_size; }
   std::string describe() const override { return url_; }
-  // Revokes the lease (the rank leaves members() at once); the last rank of the world to close
-  // removes PREFIX/. Never waits for other ranks.
+  // Revokes the lease (the rank leaves members() at once; one that lapsed already is fine); the
+  // last rank of the world to close, or the last one holding a claim, removes ROOT. Never waits
+  // for other ranks.
   bool close(Deadline deadline) override;
 
   int64_t lease_ttl_s() const { return ttl_s_; }
@@ -160,6 +163,7 @@ class EtcdStore final : public Store {
   int64_t ttl_s_ = 3;
   std::atomic<int64_t> lease_{0};  // 0: none (an observer); replaced after a lapse (lease_mutex_)
   bool closed_ = false;
+  std::atomic<int> world_now_{0};  // world_resized (0: the world it opened with)
 
   mutable std::mutex lease_mutex_;   // one replacement of a lapsed lease at a time
   std::atomic<bool> claimed_{false};  // ROOT/rank/R is this rank's: a new lease claims it again

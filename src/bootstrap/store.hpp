@@ -95,6 +95,10 @@ class Store {
     (void)deadline;
     return std::nullopt;
   }
+  // The job's world now has world_size ranks (pstate_shrink, pstate_grow rebuilt it). A store
+  // that removes the job's state when the last rank of the world closes (etcd) counts to this,
+  // not to the world it was opened with: a shrunk world's dead never close. Default: nothing.
+  virtual void world_resized(int world_size) { (void)world_size; }
   // Tells on_change(rank, true) when a rank's claim vanishes from the store (an etcd store: its
   // lease lapsed or was revoked — the process or its whole host is gone, no FIN needed) and
   // on_change(rank, false) when a rank is claimed again (a replacement), from a thread of the
