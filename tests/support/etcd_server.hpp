@@ -70,14 +70,21 @@ class EtcdServer {
             "--log-level", "error", static_cast<char *>(nullptr));
       _exit(127);
     }
-    // Ready when it answers a read.
+    // Ready when it answers a read (a refused connection ends a call after 2 s: ask again until
+    // it listens, 30 s at most).
     pstate::EtcdConfig config;
     config.endpoints = {client};
     config.name = "test etcd " + client;
     pstate::EtcdClient probe(config);
-    probe.call("/v3/kv/range", nlohmann::json{{"key", pstate::base64_encode("probe")}}, pstate::Deadline::after_ms(30000),
-               "probe");
-    return true;
+    const pstate::Deadline ready = pstate::Deadline::after_ms(30000);
+    for (;;) {
+      try {
+        probe.call("/v3/kv/range", nlohmann::json{{"key", pstate::base64_encode("probe")}}, ready, "probe");
+        return true;
+      } catch (const pstate::Error &) {
+        if (ready.expired()) throw;
+      }
+    }
   }
   ~EtcdServer() {
     if (pid_ > 0) {
