@@ -237,6 +237,7 @@ void EtcdStore::open_now(Deadline deadline) {
   json grant = client_->call("/v3/lease/grant", json{{"TTL", std::to_string(ttl_s_)}}, deadline, "open: lease grant");
   lease_ = json_i64(grant, "ID");
   ttl_s_ = std::max<int64_t>(json_i64(grant, "TTL"), 1);
+  renewed_ms_ = steady_ms();
   keeper_ = std::thread([this] { keep_alive_loop(); });
   const std::string me = this_process();
   const std::string ranks = k("rank/"), joined = k("joined/");
@@ -448,6 +449,7 @@ json EtcdStore::txn_with_lease(const std::function<json(int64_t lease)> &make, D
     } catch (const Error &e) {
       // etcd says NOT_FOUND for a put with a lease it revoked: this rank's lapsed in a stall.
       if (e.status() != PSTATE_ERR_TRANSPORT || client_->last_refusal_code() != 5 || attempt >= 3) throw;
+      note_lease_lapsed();
       logger_.warn("store: rank ", options_.rank, "'s etcd lease on ", url_, " lapsed while it opened the store (", e.what(),
                    "); taking a new one");
       if (!replace_lapsed_lease(*client_, lease, deadline))
@@ -535,13 +537,17 @@ void EtcdStore::check_failed(const json &kvs) {
   throw_error(static_cast<pstate_status_t>(status), text, " (told by the store at ", url_, ")");
 }
 
-void EtcdStore::note_lease_trouble() {
-  lease_ok_ = false;
-  lease_trouble_ms_ = steady_ms();
-}
+void EtcdStore::note_lease_lapsed() { lapsed_ms_ = steady_ms(); }
 
+// Whether this rank's own lease is in the same trouble a peer's lapse may come from: it lapsed
+// within the last TTL and a second, or no renewal got through for two thirds of the TTL (a
+// healthy keeper renews every third; etcd revokes a lease it heard nothing of for a whole TTL,
+// so a stall that cost a peer its lease kept this rank from renewing for at least that long,
+// less the one period by which their renewals may be apart). An observer has no lease: never.
 bool EtcdStore::lease_trouble_recent() const {
-  return !lease_ok_.load() || steady_ms() - lease_trouble_ms_.load() <= ttl_s_ * 1000 + 1000;
+  if (lease_.load() == 0) return false;
+  const int64_t now = steady_ms(), ttl_ms = ttl_s_ * 1000;
+  return now - lapsed_ms_.load() <= ttl_ms + 1000 || now - renewed_ms_.load() >= ttl_ms * 2 / 3 - 100;
 }
 
 bool EtcdStore::replace_lapsed_lease(EtcdClient &client, int64_t lapsed, Deadline deadline) {
@@ -552,6 +558,7 @@ bool EtcdStore::replace_lapsed_lease(EtcdClient &client, int64_t lapsed, Deadlin
   const int64_t fresh = json_i64(grant, "ID");
   if (!claimed_) {  // still opening: the open transaction claims with the new lease
     lease_ = fresh;
+    renewed_ms_ = steady_ms();
     return true;
   }
   // Claim the rank again, only if its key is free and the job is still the one this rank joined.
@@ -562,6 +569,7 @@ bool EtcdStore::replace_lapsed_lease(EtcdClient &client, int64_t lapsed, Deadlin
   json answer = client.call("/v3/kv/txn", txn, deadline, "claim the rank again with a new lease");
   if (answer.value("succeeded", false)) {
     lease_ = fresh;
+    renewed_ms_ = steady_ms();
     logger_.warn("store: rank ", options_.rank, " holds its rank on ", url_, " again, with a new etcd lease");
     return true;
   }
@@ -617,7 +625,7 @@ void EtcdStore::keep_alive_loop() {
                                  "renew the lease", std::max<int64_t>(period.count() / 2, 200));
       const json &result = answer.value("result", answer);
       if (json_i64(result, "TTL") <= 0) {
-        note_lease_trouble();
+        note_lease_lapsed();
         logger_.warn("store: rank ", options_.rank, "'s etcd lease on ", url_,
                      " lapsed (etcd did not hear from this rank for longer than its TTL of ", ttl_s_,
                      " s: etcd, or the way to it, stalled); taking a new lease and claiming rank ", options_.rank, " again");
@@ -628,10 +636,9 @@ void EtcdStore::keep_alive_loop() {
       } else if (outage) {
         logger_.info("store: etcd at ", url_, " renews this rank's lease again");
       }
-      lease_ok_ = true;
+      renewed_ms_ = steady_ms();
       outage = false;
     } catch (const Error &e) {
-      note_lease_trouble();
       if (!outage)
         logger_.warn("store: cannot renew rank ", options_.rank, "'s etcd lease (", e.what(), "); trying again every ",
                      period.count(), " ms");
@@ -954,7 +961,7 @@ void EtcdStore::departures_loop(std::function<void(int, bool)> on_change, int64_
   auto lapsed = [&](int rank) {
     if (rank == options_.rank) return;  // this rank's own lease: the keeper claims it again
     if (!lease_trouble_recent()) return tell_gone(rank, "its process or host ended");
-    auto until = std::max(Clock::now(), Clock::time_point(std::chrono::milliseconds(lease_trouble_ms_.load()))) + hold;
+    const auto until = Clock::now() + hold;
     if (!held.count(rank))
       logger_.info("store: rank ", rank, "'s etcd lease lapsed while this rank's own lease had trouble too (an etcd "
                    "stall?): it is not counted gone unless it fails to claim its rank again within ",
@@ -1019,7 +1026,6 @@ void EtcdStore::departures_loop(std::function<void(int, bool)> on_change, int64_
       if (client->last_watch_cancelled()) revision = 0;  // compacted: read the claims afresh
     } catch (const Error &e) {
       if (e.status() == PSTATE_ERR_ABORTED) break;
-      note_lease_trouble();  // etcd is out of this rank's reach: lapses it sees next may be a stall's
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
   }

@@ -144,8 +144,8 @@ class EtcdStore final : public Store {
   // The lease `lapsed` is gone: grants a new one and (once the rank is claimed) claims the rank
   // with it again. False when the rank cannot be had back (lost_why_ says why). Any thread.
   bool replace_lapsed_lease(EtcdClient &client, int64_t lapsed, Deadline deadline);
-  void note_lease_trouble();
-  bool lease_trouble_recent() const;  // this rank's own lease had trouble within a TTL and a second
+  void note_lease_lapsed();
+  bool lease_trouble_recent() const;  // this rank's own lease lapsed lately, or cannot be renewed now
   void departures_loop(std::function<void(int, bool)> on_change, int64_t start_revision);
   void stop_keeper();
   void require_open(const char *call) const;
@@ -170,8 +170,8 @@ class EtcdStore final : public Store {
   int64_t meta_created_ = 0;          // create_revision of the meta this rank joined
   std::atomic<bool> lost_{false};     // the rank could not be claimed again after a lapse
   std::string lost_why_;              // (lease_mutex_)
-  std::atomic<bool> lease_ok_{true};  // the last renewal worked
-  std::atomic<int64_t> lease_trouble_ms_{INT64_MIN / 2};  // steady ms of the last failed renewal or lapse
+  std::atomic<int64_t> renewed_ms_{0};                // steady ms of the last renewal (or grant) that worked
+  std::atomic<int64_t> lapsed_ms_{INT64_MIN / 2};     // steady ms of the last lapse this rank saw of its lease
 
   std::thread keeper_;  // renews the lease every TTL/3
   std::mutex keeper_mutex_;
