@@ -186,6 +186,11 @@ std::unique_ptr<EtcdStore> EtcdStore::open(const StoreOptions &options, const In
   return store;
 }
 
+std::unique_ptr<EtcdStore> EtcdStore::open_unconnected(const StoreOptions &options, const InitMethod &method,
+                                                       const Logger &logger) {
+  return std::unique_ptr<EtcdStore>(new EtcdStore(options, method, logger));
+}
+
 EtcdStore::~EtcdStore() { stop_keeper(); }
 
 void EtcdStore::stop_keeper() {
@@ -709,7 +714,7 @@ bool EtcdStore::await(const std::vector<std::string> &keys, Deadline deadline, c
       logger_.info("store: ", what, " still waiting after ", ms_since(start), " ms for ", missing->size(),
                    " keys; ", absent_ranks(Deadline::after_ms(1000)));
     }
-    Deadline slice = Deadline::after_ms(std::min<int64_t>(kWatchSliceMs, deadline.remaining_ms()));
+    Deadline slice = Deadline::after_ms(std::min<int64_t>(wait_slice_ms_, deadline.remaining_ms()));
     json create = {{"key", base64_encode(prefix_)},
                    {"range_end", base64_encode(prefix_end(prefix_))},
                    {"start_revision", std::to_string(revision + 1)},

@@ -78,6 +78,14 @@ class EtcdStore final : public Store {
   // (token, job id, world size), claims the rank. Throws INVALID_ARGUMENT, PEER_LOST (etcd not
   // reachable in timeout_ms), AUTH, MISMATCH, TRANSPORT.
   static std::unique_ptr<EtcdStore> open(const StoreOptions &options, const InitMethod &method, const Logger &logger);
+  // The store without its opening (no request sent): connect() opens it later, from another
+  // thread, while interrupt() can already stop it (the flight recorder's DumpWatcher).
+  static std::unique_ptr<EtcdStore> open_unconnected(const StoreOptions &options, const InitMethod &method,
+                                                     const Logger &logger);
+  void connect(Deadline deadline) { open_now(deadline); }
+  // How long a wait watches before it reads again (default 2 s: failover, progress lines); a
+  // watcher that waits for hours asks for longer slices, so it costs etcd a read a slice.
+  void set_wait_slice_ms(int64_t ms) { wait_slice_ms_ = ms; }
   ~EtcdStore() override;  // stops renewing the lease (the rank's key lapses within the TTL)
 
   void set(const std::string &key, const Bytes &value, Deadline deadline) override;
@@ -161,6 +169,7 @@ class EtcdStore final : public Store {
   mutable std::mutex mutex_;  // one call at a time on client_
   std::unique_ptr<EtcdClient> client_;
   int64_t ttl_s_ = 3;
+  int64_t wait_slice_ms_ = 2000;
   std::atomic<int64_t> lease_{0};  // 0: none (an observer); replaced after a lapse (lease_mutex_)
   bool closed_ = false;
   std::atomic<int> world_now_{0};  // world_resized (0: the world it opened with)

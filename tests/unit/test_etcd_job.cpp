@@ -1,9 +1,12 @@
 // test_etcd_job.cpp — whole jobs on the etcd store through the public API (pstate_init with
 // init_method etcd://...), against a real etcd started by this test (tests/support/etcd_server.hpp),
 // for what only a job shows: liveness after an etcd stall as pstate_live_ranks and pstate_shrink
-// see it, and what finalize leaves in etcd. The store's own behaviour is test_store_etcd's.
+// see it, what finalize leaves in etcd, and flight-recorder dumps asked for through the store.
+// The store's own behaviour is test_store_etcd's.
 // Exits 77 (skipped) when no etcd binary is installed (`./build.sh deps` installs it).
 #include "bootstrap/etcd_client.hpp"
+#include "bootstrap/store.hpp"
+#include "common/log.hpp"
 
 #include <pstate/pstate.h>
 
@@ -145,6 +148,63 @@ void test_etcd_job_shrinks_to_every_live_rank_after_a_stall_longer_than_the_ttl(
   for (int fd : {ready[0], ready[1], go[0], go[1]}) ::close(fd);
 }
 
+// `pstate run` asks a job on etcd for its flight-recorder dumps through the store (n = add
+// "pstate/dump/count", set "pstate/dump/<n>"), as on a TCP store: every rank writes its dump
+// (issue 44's carried item: ranks on etcd had no watcher and wrote none).
+void test_etcd_job_ranks_dump_when_asked_through_the_store(void **) {
+  const std::string prefix = "pstest/job-dump-" + std::to_string(::getpid());
+  const std::string url = "etcd://" + g_etcd->endpoint() + "/" + prefix;
+  pstest::TempDir dir;
+  setenv("PSTATE_TRACE_DIR", dir.path().c_str(), 1);
+  int ready[2], go[2];
+  assert_int_equal(::pipe(ready), 0);
+  assert_int_equal(::pipe(go), 0);
+  ChildBody rank_body = [&](int rank) -> int {
+    pstate_init_params_t params = PSTATE_INIT_PARAMS_INIT;
+    params.world_size = 2;
+    params.rank = rank;
+    params.local_rank = rank;
+    params.init_method = url.c_str();
+    params.timeout_ms = 30000;
+    pstate_t *ps = nullptr;
+    CHILD_OK(pstate_init(&params, &ps));
+    (void)!::write(ready[1], "r", 1);
+    char c;
+    pollfd p{go[0], POLLIN, 0};
+    CHILD_CHECK(::poll(&p, 1, 60000) == 1 && ::read(go[0], &c, 1) == 1);
+    CHILD_OK(pstate_finalize(ps));
+    return 0;
+  };
+  pid_t pids[2];
+  for (int r = 0; r < 2; ++r) pids[r] = pstest::fork_child(rank_body, r);
+  char c;
+  for (int r = 0; r < 2; ++r) {
+    pollfd p{ready[0], POLLIN, 0};
+    assert_int_equal(::poll(&p, 1, 60000), 1);
+    assert_int_equal(::read(ready[0], &c, 1), 1);
+  }
+  StoreOptions o;
+  o.init_method = url;
+  o.rank = -1;
+  o.world_size = 0;
+  o.timeout_ms = 10000;
+  auto launcher = open_store(o, Logger(LogLevel::kNone));
+  const int64_t n = launcher->add("pstate/dump/count", 1, Deadline::after_ms(10000));
+  launcher->set("pstate/dump/" + std::to_string(n), Bytes{'t', 'e', 's', 't'}, Deadline::after_ms(10000));
+  auto dumped = [&](int r) { return ::access((dir.path() + "/rank" + std::to_string(r) + ".pstate-trace").c_str(), F_OK) == 0; };
+  auto t0 = std::chrono::steady_clock::now();
+  while (!(dumped(0) && dumped(1)) && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const bool both = dumped(0) && dumped(1);
+  for (int r = 0; r < 2; ++r) assert_int_equal(::write(go[1], "g", 1), 1);
+  int failed = 0;
+  for (int r = 0; r < 2; ++r) failed += pst_wait(pids[r], 60000) != 0;
+  unsetenv("PSTATE_TRACE_DIR");
+  for (int fd : {ready[0], ready[1], go[0], go[1]}) ::close(fd);
+  assert_true(both);
+  assert_int_equal(failed, 0);
+}
+
 }  // namespace
 
 int main(void) {
@@ -158,6 +218,7 @@ int main(void) {
   setenv("PSTATE_ETCD_LEASE_TTL_S", std::to_string(kTtlS).c_str(), 1);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_etcd_job_shrinks_to_every_live_rank_after_a_stall_longer_than_the_ttl),
+      cmocka_unit_test(test_etcd_job_ranks_dump_when_asked_through_the_store),
   };
   if (const char *only = std::getenv("PSTATE_TEST_FILTER")) cmocka_set_test_filter(only);
   int failed = cmocka_run_group_tests(tests, nullptr, nullptr);
