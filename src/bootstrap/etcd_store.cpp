@@ -48,12 +48,17 @@ json put_op(const std::string &key, const std::string &value, int64_t lease = 0)
   return {{"request_put", put}};
 }
 
-json range_op(const std::string &key, const std::string &end = "", bool keys_only = false) {
+json range_op(const std::string &key, const std::string &end = "", bool keys_only = false, int64_t limit = 0) {
   json r = {{"key", base64_encode(key)}};
   if (!end.empty()) r["range_end"] = base64_encode(end);
   if (keys_only) r["keys_only"] = true;
+  if (limit > 0) r["limit"] = std::to_string(limit);
   return {{"request_range", r}};
 }
+
+// The claims read to judge a job on a prefix: a few holders to name, and the count (a world of
+// thousands costs each opening rank a few hundred bytes, not every claim).
+constexpr int64_t kHoldersShown = 4;
 
 json absent(const std::string &key) {
   return {{"key", base64_encode(key)}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}};
@@ -76,6 +81,12 @@ int64_t count_of(const json &txn, size_t i) {
   const json &responses = txn.value("responses", json::array());
   if (i >= responses.size()) return 0;
   return json_i64(responses[i].value("response_range", json::object()), "count");
+}
+
+json count_op(const std::string &key, const std::string &end) {
+  json r = range_op(key, end, true);
+  r["request_range"]["count_only"] = true;
+  return r;
 }
 
 // A compare that holds when no key in [key, end) exists (etcd compares every key of a range; an
@@ -161,7 +172,9 @@ std::string env_or_empty(const char *name) {
 struct EtcdStore::Found {
   Meta meta;
   int64_t meta_mod = 0, meta_created = 0;  // the meta's revisions
-  json live;                               // ROOT/rank/* with values (holders) and leases
+  json live;                               // some of ROOT/rank/* with values (holders)
+  int64_t live_count = 0;                  // how many claims there are
+  json mine;                               // ROOT/rank/<this rank>
   json failed;                             // ROOT/failed
   bool joined_before = false;              // ROOT/joined/<this rank> exists
   int64_t joined = 0, left = 0;            // ranks that joined, clean closes
@@ -255,9 +268,10 @@ void EtcdStore::open_now(Deadline deadline) {
           return json{{"compare", json::array({absent(meta_key)})},
                       {"success", json::array({put_op(meta_key, mine.text()), put_op(k(cat("rank/", rank)), me, lease),
                                                put_op(k(cat("joined/", rank)), me)})},
-                      {"failure", json::array({range_op(meta_key), range_op(ranks, prefix_end(ranks)),
+                      {"failure", json::array({range_op(meta_key), range_op(ranks, prefix_end(ranks), false, kHoldersShown),
                                                range_op(k("failed")), range_op(k(cat("joined/", rank)), "", true),
-                                               range_op(joined, prefix_end(joined), true), range_op(k("left"))})}};
+                                               count_op(joined, prefix_end(joined)), range_op(k("left")),
+                                               range_op(k(cat("rank/", rank)))})}};
         },
         deadline, "open");
     if (answer.value("succeeded", false)) {
@@ -275,6 +289,8 @@ void EtcdStore::open_now(Deadline deadline) {
     found.meta_mod = json_i64(metas[0], "mod_revision");
     found.meta_created = json_i64(metas[0], "create_revision");
     found.live = kvs_of(answer, 1);
+    found.live_count = count_of(answer, 1);
+    found.mine = kvs_of(answer, 6);
     found.failed = kvs_of(answer, 2);
     found.joined_before = !kvs_of(answer, 3).empty();
     found.joined = count_of(answer, 4);
@@ -311,26 +327,23 @@ void EtcdStore::open_now(Deadline deadline) {
   }
 }
 
-// "rank 0 (pid 12 on host a), rank 1 (pid 13 on host a)": who holds the claims in rank_kvs.
-std::string EtcdStore::holders_phrase(const json &rank_kvs) const {
+// "rank 0 (pid 12 on host a), rank 1 (pid 13 on host a) and 6 more": who holds the claims
+// (rank_kvs: some of them; total: how many there are).
+std::string EtcdStore::holders_phrase(const json &rank_kvs, int64_t total) const {
   std::string out;
-  size_t n = 0;
-  for (const auto &kv : rank_kvs) {
-    if (n == 4) {
-      out += cat(" and ", rank_kvs.size() - n, " more");
-      break;
-    }
+  int64_t n = 0;
+  for (const auto &kv : rank_kvs)
     out += cat(n++ ? ", " : "", "rank ", key_of(kv).substr(k("rank/").size()), " (", value_of(kv), ")");
-  }
+  if (total > n) out += cat(" and ", total - n, " more");
   return out;
 }
 
 std::string EtcdStore::foreign_job(const Found &found, pstate_status_t *status, std::string *kind) const {
   const std::string on = cat("the prefix '", path_, "' holds a job");
-  const std::string running = found.live.empty() ? std::string(" whose ranks' etcd leases lapsed")
-                              : found.live.size() == 1
-                                  ? cat(" still running (", holders_phrase(found.live), " renews its etcd lease)")
-                                  : cat(" still running (", holders_phrase(found.live), " renew their etcd leases)");
+  const std::string holders = holders_phrase(found.live, found.live_count);
+  const std::string running = found.live.empty()      ? std::string(" whose ranks' etcd leases lapsed")
+                              : found.live_count == 1 ? cat(" still running (", holders, " renews its etcd lease)")
+                                                      : cat(" still running (", holders, " renew their etcd leases)");
   if (found.meta.token != token_fingerprint(options_.job_token)) {
     *status = PSTATE_ERR_AUTH;
     *kind = "its job token differs from this process's";
@@ -348,12 +361,10 @@ std::string EtcdStore::foreign_job(const Found &found, pstate_status_t *status, 
   if (found.joined_before && !options_.rejoin) {
     *status = PSTATE_ERR_MISMATCH;
     *kind = cat("rank ", options_.rank, " had joined it: an earlier run of this job");
-    const std::string mine = k(cat("rank/", options_.rank));
-    for (const auto &kv : found.live)
-      if (key_of(kv) == mine)
-        return cat("rank ", options_.rank, " is already taken by another process (", value_of(kv), ") on prefix '",
-                   path_, "', which still renews its etcd lease: two processes started as the same rank, or one "
-                   "job started twice on one prefix (give each job its own)");
+    if (!found.mine.empty())
+      return cat("rank ", options_.rank, " is already taken by another process (", value_of(found.mine[0]),
+                 ") on prefix '", path_, "', which still renews its etcd lease: two processes started as the same "
+                 "rank, or one job started twice on one prefix (give each job its own)");
     return cat("rank ", options_.rank, " joined the job on prefix '", path_, "' before, and ", on, running,
                ": a process that replaces a dead rank of a running job sets PSTATE_REJOIN=1 (`pstate run --respawn` "
                "does); a new run of a job needs the old run ended (its leases lapse within ",
@@ -379,6 +390,7 @@ EtcdStore::Verdict EtcdStore::await_job_over(const Found &found, bool foreign, D
   bool seen_live = !found.live.empty(), stalled = false, logged = false;
   std::optional<Deadline> comeback;  // the grace for claims to come back, once none is left
   json live = found.live;
+  int64_t live_count = found.live_count;
   int64_t revision = 0;
   for (;;) {
     if (live.empty()) {
@@ -403,7 +415,7 @@ EtcdStore::Verdict EtcdStore::await_job_over(const Found &found, bool foreign, D
     } else if (!logged) {
       logged = true;
       logger_.info("store: the prefix '", path_, "' at ", url_, " holds a job this process cannot join (",
-                   holders_phrase(live), " hold etcd leases); waiting up to ", ttl_ms + 1000,
+                   holders_phrase(live, live_count), " hold etcd leases); waiting up to ", ttl_ms + 1000,
                    " ms for them to lapse (a job that ended moments ago)");
     }
     // Wait for a change under ROOT/rank/ (at most 250 ms), then read the meta and the claims.
@@ -413,7 +425,7 @@ EtcdStore::Verdict EtcdStore::await_job_over(const Found &found, bool foreign, D
                      {"start_revision", std::to_string(revision + 1)}};
       client_->watch(create, Deadline::after_ms(250), [](const json &r) { return !r.value("events", json::array()).empty(); });
     }
-    json txn = {{"success", json::array({range_op(k("meta")), range_op(ranks, prefix_end(ranks))})}};
+    json txn = {{"success", json::array({range_op(k("meta")), range_op(ranks, prefix_end(ranks), false, kHoldersShown)})}};
     const auto asked = Clock::now();
     json answer = client_->call("/v3/kv/txn", txn, Deadline::after_ms(std::max<int64_t>(deadline.remaining_ms(), 1000)),
                                 "open: is the job on the prefix over?");
@@ -422,8 +434,9 @@ EtcdStore::Verdict EtcdStore::await_job_over(const Found &found, bool foreign, D
     json metas = kvs_of(answer, 0);
     if (metas.empty() || json_i64(metas[0], "mod_revision") != found.meta_mod) return Verdict::kChanged;
     json now_live = kvs_of(answer, 1);
+    live_count = count_of(answer, 1);
     if (!now_live.empty() && live.empty()) {
-      logger_.info("store: the job on prefix '", path_, "' claims its ranks again (", holders_phrase(now_live), ") after ",
+      logger_.info("store: the job on prefix '", path_, "' claims its ranks again (", holders_phrase(now_live, live_count), ") after ",
                    ms_since(start), " ms");
       if (!foreign) return Verdict::kChanged;
     }

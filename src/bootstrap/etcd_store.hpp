@@ -136,7 +136,7 @@ class EtcdStore final : public Store {
   // again) or still running after its leases had time to lapse (kRunning).
   Verdict await_job_over(const Found &found, bool foreign, Deadline deadline);
   void remove_leftover(const Found &found, const std::string &why, Deadline deadline);
-  std::string holders_phrase(const nlohmann::json &rank_kvs) const;
+  std::string holders_phrase(const nlohmann::json &rank_kvs, int64_t total) const;
   // A transaction whose puts carry this rank's lease: a lease that lapsed meanwhile (an etcd
   // stall during open) is replaced and the transaction sent again.
   nlohmann::json txn_with_lease(const std::function<nlohmann::json(int64_t lease)> &make, Deadline deadline,
