@@ -30,9 +30,12 @@
 // etcd revokes every such lease when it runs again) is not the end of the rank: the keeper logs
 // it at WARN, takes a new lease and claims the rank again (the claim only if the rank's key is
 // free and the job's meta is the one it joined), and goes on renewing; it never stops while the
-// store is open. The other ranks do not take such a rank for gone: a lapse that watch_departures
-// sees while this rank's own lease had trouble too (an etcd-wide stall) is held for a TTL and a
-// second, and dropped when the rank claims its rank again; members() counts held ranks live.
+// store is open (a rank whose rank another process took meanwhile, or whose job's keys were
+// removed, is out of the job: its calls then fail with PEER_LOST saying so). The other ranks do
+// not take such a rank for gone: a lapse that watch_departures sees while this rank's own lease
+// is in the same trouble (it lapsed lately, or no renewal got through for 2/3 of the TTL: an
+// etcd-wide stall) is held for a TTL and a second, and dropped when the rank claims its rank
+// again; members() counts held ranks live (and, in such trouble, every rank it believed live).
 //
 // Waits use watches, not polling: one transaction reads every missing key and ROOT/failed at
 // revision R, then a watch on ROOT from R+1 wakes the waiter on the first put of interest (or
