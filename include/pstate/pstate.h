@@ -237,8 +237,11 @@ typedef struct pstate_init_params_t {
   int world_size;          /**< -1: WORLD_SIZE, OMPI_COMM_WORLD_SIZE or SLURM_NTASKS */
   int rank;                /**< -1: RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID */
   int local_rank;          /**< -1: LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, else 0 */
-  const char *init_method; /**< NULL or "env://": MASTER_ADDR/MASTER_PORT; "tcp://HOST:PORT";
-                                "file:///PATH" (a shared-filesystem store) */
+  const char *init_method; /**< NULL or "env://": PSTATE_STORE, else MASTER_ADDR/MASTER_PORT (in a
+                                LeaderWorkerSet pod LWS_LEADER_ADDRESS); "tcp://HOST:PORT";
+                                "file:///PATH" (a shared-filesystem store);
+                                "etcd://HOST:PORT[,HOST:PORT...]/PREFIX" (an etcd cluster's
+                                client endpoints and the job's key prefix; "etcds://" for TLS) */
   pstate_device_t device;  /**< PSTATE_DEVICE_CPU (default) or PSTATE_DEVICE_CUDA */
   int device_ordinal;      /**< CUDA device index; -1: the local rank */
   int64_t timeout_ms;      /**< every blocking call's deadline; 0: PSTATE_TIMEOUT_MS or 600000 */
