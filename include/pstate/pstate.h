@@ -237,8 +237,11 @@ typedef struct pstate_init_params_t {
   int world_size;          /**< -1: WORLD_SIZE, OMPI_COMM_WORLD_SIZE or SLURM_NTASKS */
   int rank;                /**< -1: RANK, OMPI_COMM_WORLD_RANK or SLURM_PROCID */
   int local_rank;          /**< -1: LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, else 0 */
-  const char *init_method; /**< NULL or "env://": MASTER_ADDR/MASTER_PORT; "tcp://HOST:PORT";
-                                "file:///PATH" (a shared-filesystem store) */
+  const char *init_method; /**< NULL or "env://": PSTATE_STORE, else MASTER_ADDR/MASTER_PORT (in a
+                                LeaderWorkerSet pod LWS_LEADER_ADDRESS); "tcp://HOST:PORT";
+                                "file:///PATH" (a shared-filesystem store);
+                                "etcd://HOST:PORT[,HOST:PORT...]/PREFIX" (an etcd cluster's
+                                client endpoints and the job's key prefix; "etcds://" for TLS) */
   pstate_device_t device;  /**< PSTATE_DEVICE_CPU (default) or PSTATE_DEVICE_CUDA */
   int device_ordinal;      /**< CUDA device index; -1: the local rank */
   int64_t timeout_ms;      /**< every blocking call's deadline; 0: PSTATE_TIMEOUT_MS or 600000 */
@@ -979,22 +982,30 @@ typedef struct pstate_mem_stats_t {
 /** Allocates bytes (> 0) of device memory for group g and returns it in *out (256-byte aligned).
  *  Without a pool (pstate_mem_pool_reserve): collective over the group, like NCCL's window
  *  registration: every rank calls it with the same bytes; ranks that disagree get MISMATCH on
- *  every rank, naming both sizes, and nothing is allocated. The memory comes from ncclMemAlloc and
- *  is registered as a symmetric window on the group's NCCL communicator (made now if needed), or
- *  is plain device memory (see the section's fallback). NO_MEMORY on every rank when any rank
- *  could not allocate. With a pool: local, never communicates: a piece of the reserve, NO_MEMORY
- *  naming the reserve when it does not fit. INVALID_STATE while capturing a graph (collective
- *  form), or on a destroyed group; UNSUPPORTED in a CPU context. */
+ *  every rank, naming both sizes, and nothing is allocated. A rank whose arguments are refused
+ *  (bytes 0 or past 2^47, out NULL) still takes part in the call: INVALID_ARGUMENT on every rank
+ *  (the others name that rank), nothing allocated, the group goes on. The memory comes from
+ *  ncclMemAlloc and is registered as a symmetric window on the group's NCCL communicator (made
+ *  now if needed), or is plain device memory (see the section's fallback). NO_MEMORY on every rank
+ *  when any rank could not allocate. With a pool: local, never communicates: a piece of the
+ *  reserve, NO_MEMORY naming the reserve when it does not fit, INVALID_ARGUMENT for refused
+ *  arguments on this rank only. INVALID_STATE while capturing a graph (collective form), or on a
+ *  destroyed group; UNSUPPORTED in a CPU context (every call, on every rank; refused arguments
+ *  are INVALID_ARGUMENT there first). */
 PSTATE_API pstate_status_t pstate_mem_alloc(pstate_group_t *g, size_t bytes, void **out);
-/** Frees what pstate_mem_alloc returned. A pool piece: local. A collective allocation: collective
- *  over the group (every rank frees its allocation of the same call; ranks whose allocations'
- *  sizes differ get MISMATCH on every rank), its window deregistered first. Work enqueued on
- *  streams that still uses it must have completed (as for cudaFree). ptr NULL is a no-op; a
- *  pointer that is not the start of such an allocation is INVALID_ARGUMENT (on every rank of the
- *  group when no pool holds it: the others learn of it). */
+/** Frees what pstate_mem_alloc returned. A pool piece (the first one too, which starts at the
+ *  reserve's own address): local, only that piece; the reserve itself is freed with the group. A
+ *  collective allocation: collective over the group (every rank frees its allocation of the same
+ *  call; ranks that free allocations of other sizes or of other calls get MISMATCH on every rank,
+ *  nothing freed), its window deregistered first. Work enqueued on streams that still uses it
+ *  must have completed (as for cudaFree). ptr NULL is a no-op (local: pass NULL on every rank or
+ *  on none). A pointer that is not the start of a live allocation is INVALID_ARGUMENT: inside
+ *  the pool, on this rank only; elsewhere (the others are in the collective form of the call) on
+ *  every rank of the group, the others naming this rank, nothing freed, the group going on. */
 PSTATE_API pstate_status_t pstate_mem_free(pstate_group_t *g, void *ptr);
 /** Reserves bytes (> 0) of group memory up front as the group's pool: collective as
- *  pstate_mem_alloc (MISMATCH when ranks disagree), one symmetric window for all of it. Every
+ *  pstate_mem_alloc (MISMATCH when ranks disagree; bytes 0 or past 2^47 on one rank:
+ *  INVALID_ARGUMENT on every rank), one symmetric window for all of it. Every
  *  later pstate_mem_alloc on g is local (a piece of it) and never communicates: growing memory
  *  at run time on some ranks only cannot deadlock (sglang #36943). Once per group: a second call
  *  is INVALID_STATE. The pool survives pstate_shrink (with the world group). */

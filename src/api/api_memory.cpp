@@ -1,8 +1,10 @@
 // api_memory.cpp — the C entry points of group memory and registered buffers (issue 29:
 // pstate_mem_alloc/free/pool_reserve, pstate_mem_register/deregister, pstate_mem_query,
 // pstate_group_mem_stats, pstate_set_graph_registration): argument and handle checks, then the
-// group (group/group_mem.cpp) does the work. Device collectives report their buffers to the
-// group in api_ops.cpp.
+// group (group/group_mem.cpp) does the work. The arguments of pstate_mem_alloc and
+// pstate_mem_pool_reserve are checked here but refused by the group, which knows whether the call
+// is collective (then the refusal takes part in it: issue 44). Device collectives report their
+// buffers to the group in api_ops.cpp.
 #include "api/boundary.hpp"
 #include "api/handles.hpp"
 #include "common/limits.hpp"
@@ -10,14 +12,30 @@
 #include "group/context.hpp"
 #include "group/group.hpp"
 
+#include <optional>
+
 using namespace pstate::api;
 
 namespace {
 
-void require_bytes(size_t bytes, const char *call) {
-  if (bytes == 0) pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, call, ": bytes is 0 (ask for at least one byte)");
+// (PSTATE_GUARD names the call in front of the text.)
+void require_bytes(size_t bytes) {
+  if (bytes == 0) pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "bytes is 0 (ask for at least one byte)");
   if (bytes > pstate::kMaxBufferBytes)
-    pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, call, ": bytes ", bytes, " is past 2^47 (no address space holds it)");
+    pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "bytes ", bytes, " is past 2^47 (no address space holds it)");
+}
+
+// The error of checks, if they throw one. The arguments of a call that may be collective are not
+// refused here: the group decides (group_mem.cpp), because a collective call's refusal must take
+// part in the call, or the other ranks would pair their call with this rank's next one.
+template <typename Checks>
+std::optional<pstate::Error> refusal_of(Checks &&checks) {
+  try {
+    checks();
+  } catch (const pstate::Error &e) {
+    return e;
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -28,10 +46,13 @@ PSTATE_API pstate_status_t pstate_mem_alloc(pstate_group_t *g, size_t bytes, voi
   if (out != nullptr) *out = nullptr;
   return PSTATE_GUARD({
     require_group(g, "pstate_mem_alloc");
-    require_nonnull(out, "out");
     ContextEntry entry(g->context(), "pstate_mem_alloc");
-    require_bytes(bytes, "pstate_mem_alloc");
-    *out = g->mem_alloc(bytes);
+    const std::optional<pstate::Error> refused = refusal_of([&] {
+      require_nonnull(out, "out");
+      require_bytes(bytes);
+    });
+    void *p = g->mem_alloc(bytes, refused ? &*refused : nullptr);
+    *out = p;
   });
 }
 
@@ -48,8 +69,8 @@ PSTATE_API pstate_status_t pstate_mem_pool_reserve(pstate_group_t *g, size_t byt
   return PSTATE_GUARD({
     require_group(g, "pstate_mem_pool_reserve");
     ContextEntry entry(g->context(), "pstate_mem_pool_reserve");
-    require_bytes(bytes, "pstate_mem_pool_reserve");
-    g->mem_pool_reserve(bytes);
+    const std::optional<pstate::Error> refused = refusal_of([&] { require_bytes(bytes); });
+    g->mem_pool_reserve(bytes, refused ? &*refused : nullptr);
   });
 }
 
@@ -58,7 +79,7 @@ PSTATE_API pstate_status_t pstate_mem_register(pstate_group_t *g, void *ptr, siz
     require_group(g, "pstate_mem_register");
     require_nonnull(ptr, "ptr");
     ContextEntry entry(g->context(), "pstate_mem_register");
-    require_bytes(bytes, "pstate_mem_register");
+    require_bytes(bytes);
     g->mem_register(ptr, bytes);
   });
 }

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <mutex>
 
 namespace pstate {
@@ -84,6 +86,7 @@ EtcdClient::EtcdClient(EtcdConfig config) : config_(std::move(config)) {
     if (!config_.cacert.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, config_.cacert.c_str());
     if (!config_.cert.empty()) curl_easy_setopt(e, CURLOPT_SSLCERT, config_.cert.c_str());
     if (!config_.key.empty()) curl_easy_setopt(e, CURLOPT_SSLKEY, config_.key.c_str());
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, error_buffer_);
     *slot = e;
   }
 }
@@ -115,6 +118,7 @@ EtcdClient::Reply EtcdClient::post(const std::string &url, const std::string &bo
   curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_fn ? reinterpret_cast<curl_write_callback>(write_fn) : append_body);
   curl_easy_setopt(e, CURLOPT_WRITEDATA, write_fn ? write_ctx : &reply.body);
   ++requests_;
+  error_buffer_[0] = '\0';
   curl_multi_add_handle(m, e);
   bool done = false;
   CURLcode result = CURLE_OK;
@@ -140,6 +144,13 @@ EtcdClient::Reply EtcdClient::post(const std::string &url, const std::string &bo
   curl_multi_remove_handle(m, e);
   curl_slist_free_all(headers);
   reply.curl_code = result;
+  if (result != CURLE_OK) {
+    long os_errno = 0;  // the system's word for a failed connection ("Connection refused") is the clearest
+    curl_easy_getinfo(e, CURLINFO_OS_ERRNO, &os_errno);
+    reply.error = result == CURLE_COULDNT_CONNECT && os_errno != 0 ? std::string(std::strerror(static_cast<int>(os_errno)))
+                  : error_buffer_[0] != '\0'                     ? std::string(error_buffer_)
+                                                                  : std::string(curl_easy_strerror(result));
+  }
   return reply;
 }
 
@@ -150,25 +161,48 @@ void EtcdClient::authenticate(Deadline deadline) {
   auth_token_ = answer.value("token", "");
 }
 
+// What one try of an endpoint came to, for call()'s loop and its final error.
+struct EtcdClient::Outcome {
+  std::string said;       // "" when it answered; else what it said, in words
+  bool definite = false;  // it refused the connection or is not etcd: trying on will not help soon
+};
+
 nlohmann::json EtcdClient::call(const char *path, const nlohmann::json &body, Deadline deadline,
                                 const std::string &what, int64_t attempt_ms) {
   if (!config_.user.empty() && auth_token_.empty() && std::string_view(path) != "/v3/auth/authenticate")
     authenticate(deadline);
+  last_refusal_code_ = 0;
   const std::string text = body.dump();
-  std::vector<std::string> last(config_.endpoints.size());
+  const size_t n = config_.endpoints.size();
+  std::vector<Outcome> last(n);
   bool reauthenticated = false;
+  // Since when every endpoint has said something definite (refused, not etcd); max() otherwise.
+  auto all_definite_since = Deadline::Clock::time_point::max();
   for (;;) {
-    const std::string &base = config_.endpoints[current_];
-    Deadline attempt = Deadline::after_ms(std::min<int64_t>(attempt_ms, deadline.remaining_ms()));
-    Reply r = post(base + path, text, attempt, nullptr, nullptr);
-    std::string why;
+    const size_t at = current_;
+    const std::string &base = config_.endpoints[at];
+    const int64_t budget = std::min<int64_t>(attempt_ms, deadline.remaining_ms());
+    const auto started = Deadline::Clock::now();
+    Reply r = post(base + path, text, Deadline::after_ms(budget), nullptr, nullptr);
+    const int64_t took = std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - started).count();
+    Outcome o;
     if (r.curl_code != CURLE_OK) {
-      why = r.curl_code == CURLE_OPERATION_TIMEDOUT ? cat("no answer in ", attempt_ms, " ms")
-                                                    : std::string(curl_easy_strerror(static_cast<CURLcode>(r.curl_code)));
+      const bool silent = r.curl_code == CURLE_OPERATION_TIMEDOUT;
+      o.said = silent ? cat("no answer in ", took, " ms") : r.error;
+      o.definite = r.curl_code == CURLE_COULDNT_CONNECT || r.curl_code == CURLE_COULDNT_RESOLVE_HOST;
+      if (o.definite && r.curl_code == CURLE_COULDNT_CONNECT)
+        o.said += " (is etcd running there, listening on this address and port: its --listen-client-urls?)";
+      // A silence cut short by the caller's deadline says less than what this endpoint said
+      // before: keep that.
+      if (silent && budget < attempt_ms && !last[at].said.empty()) o = last[at];
     } else {
       nlohmann::json answer = nlohmann::json::parse(r.body, nullptr, false);
       if (answer.is_discarded() || !answer.is_object()) {
-        why = cat("HTTP ", r.http, ", not an etcd answer (", r.body.substr(0, 80), ")");
+        std::string shown = r.body.substr(0, 80);
+        while (!shown.empty() && (shown.back() == '\n' || shown.back() == '\r')) shown.pop_back();
+        o.said = cat("answered HTTP ", r.http, " '", shown, "', which is not etcd's client API (is ", endpoint_of(base),
+                     " etcd's client port, 2379 by default, and not its peer port, 2380?)");
+        o.definite = true;
       } else if (r.http == 200 && !answer.contains("error")) {
         if (answer.contains("header")) last_revision_ = std::max(last_revision_, json_i64(answer["header"], "revision"));
         return answer;
@@ -180,35 +214,50 @@ nlohmann::json EtcdClient::call(const char *path, const nlohmann::json &body, De
           authenticate(deadline);
           continue;
         }
-        if (code == 16 || code == 7)
+        if (code == 16 || code == 7) {
+          last_refusal_code_ = code;
           throw_error(PSTATE_ERR_AUTH, "etcd store ", config_.name, ": ", what, " refused by etcd at ",
                       endpoint_of(base), ": ", message,
                       config_.user.empty() ? " (this etcd has users enabled: set PSTATE_ETCD_USER and PSTATE_ETCD_PASSWORD)"
                                            : " (check PSTATE_ETCD_USER / PSTATE_ETCD_PASSWORD and the user's role on the prefix)");
+        }
         // The request's own fault (invalid argument, not found, exists, exhausted: too large,
         // failed precondition, out of range, unimplemented) is not another member's to fix;
         // anything else (unavailable, deadline, unknown, canceled, aborted: no leader, request
         // timed out, the member shutting down) is, so try the next endpoint.
-        if (code == 3 || code == 5 || code == 6 || code == 8 || code == 9 || code == 11 || code == 12)
+        if (code == 3 || code == 5 || code == 6 || code == 8 || code == 9 || code == 11 || code == 12) {
+          last_refusal_code_ = code;
           throw_error(PSTATE_ERR_TRANSPORT, "etcd store ", config_.name, ": ", what, " refused by etcd at ",
                       endpoint_of(base), ": ", message, " (gRPC code ", code, ")");
-        why = message;
+        }
+        o.said = cat("etcd answered '", message, "'");
       }
     }
-    last[current_] = why;
+    last[at] = o;
     rotate();
-    if (deadline.expired()) {
-      std::string said;
-      for (size_t i = 0; i < config_.endpoints.size(); ++i)
-        said += cat(i ? "; " : "", endpoint_of(config_.endpoints[i]), ": ", last[i].empty() ? "not tried" : last[i]);
-      throw_error(PSTATE_ERR_PEER_LOST, "etcd store ", config_.name, ": ", what,
-                  ": no etcd member answered before the deadline (", said,
-                  "): has the etcd cluster lost quorum, or are its members down? check `etcdctl endpoint health "
-                  "--cluster` on a member");
-    }
+    const bool all_definite = std::all_of(last.begin(), last.end(), [](const Outcome &x) { return x.definite; });
+    if (!all_definite) all_definite_since = Deadline::Clock::time_point::max();
+    else if (all_definite_since == Deadline::Clock::time_point::max()) all_definite_since = started;
+    const bool given_up = all_definite && Deadline::Clock::now() - all_definite_since >=
+                                              std::chrono::milliseconds(std::min<int64_t>(attempt_ms, kAttemptMs));
+    if (deadline.expired() || given_up) throw_unreachable(what, last, all_definite);
     // Every endpoint failed once in a row: pause briefly rather than spin on refused connections.
     if (current_ == 0) ::usleep(static_cast<useconds_t>(std::min(50, deadline.remaining_ms())) * 1000);
   }
+}
+
+void EtcdClient::throw_unreachable(const std::string &what, const std::vector<Outcome> &last, bool all_definite) const {
+  std::string said;
+  for (size_t i = 0; i < config_.endpoints.size(); ++i)
+    said += cat(i ? "; " : "", endpoint_of(config_.endpoints[i]), ": ", last[i].said.empty() ? "not tried" : last[i].said);
+  if (all_definite)
+    throw_error(PSTATE_ERR_PEER_LOST, "etcd store ", config_.name, ": ", what, ": no etcd member could be reached (",
+                said, "): check the endpoints of the init method (etcd's client URLs, `etcdctl --endpoints URL endpoint "
+                "health`)");
+  throw_error(PSTATE_ERR_PEER_LOST, "etcd store ", config_.name, ": ", what,
+              ": no etcd member answered before the deadline (", said,
+              "): has the etcd cluster lost quorum, or are its members down? check `etcdctl endpoint health "
+              "--cluster` on a member");
 }
 
 bool EtcdClient::watch(const nlohmann::json &create, Deadline until,
@@ -217,6 +266,7 @@ bool EtcdClient::watch(const nlohmann::json &create, Deadline until,
   nlohmann::json body = {{"create_request", create}};
   Reply r = post(config_.endpoints[current_] + "/v3/watch", body.dump(), until, reinterpret_cast<void *>(&watch_write),
                  &sink);
+  last_watch_cancelled_ = sink.cancelled;
   if (sink.done) return true;
   // A refused connection or an error message: this member is in trouble; the caller's next read
   // goes to the next one (and fails over from there).

@@ -18,6 +18,13 @@
 // last said ("has the etcd cluster lost quorum?"), so a lost quorum is a clear error within the
 // caller's deadline, never a hang. Answers that are the caller's mistake (invalid argument, a
 // refused user) throw at once.
+// An endpoint that says something definite — it refuses the connection, its name does not
+// resolve, or what answers is not etcd's client API (etcd's peer port answers HTTP 404) — is
+// retried for one attempt's time (kAttemptMs: a member restarting), not until the caller's
+// deadline: when every endpoint has said so for that long the call throws PEER_LOST with those
+// words and what to check, instead of waiting out a rendezvous' minutes to report a lost quorum.
+// What an endpoint said is kept: a later try that the caller's deadline cut short does not
+// replace it with "no answer".
 //
 // Every request runs on a curl multi handle polled in slices of at most 100 ms, so interrupt()
 // (another thread: curl_multi_wakeup) ends a call at once with PSTATE_ERR_ABORTED.
@@ -69,8 +76,14 @@ class EtcdClient {
   // call(), which fails over and reports a lost cluster). Throws ABORTED on interrupt().
   bool watch(const nlohmann::json &create, Deadline until, const std::function<bool(const nlohmann::json &)> &on_result);
 
+  // The last watch() ended because etcd cancelled it (its start revision was compacted, or an
+  // error message): the caller must read the state afresh, a watch from there cannot resume.
+  bool last_watch_cancelled() const { return last_watch_cancelled_; }
   // Any thread: stops the call in progress and every later one with ABORTED.
   void interrupt() noexcept;
+  // The gRPC code of the last answer that refused a request (5: not found, e.g. a lapsed
+  // lease), 0 when the last call was not refused: lets the caller accept a refusal it expects.
+  int last_refusal_code() const { return last_refusal_code_; }
   // Requests sent so far (unary calls and watches, retries included): the start-up benchmark's
   // per-rank count.
   uint64_t requests() const { return requests_; }
@@ -83,8 +96,11 @@ class EtcdClient {
     int curl_code = 0;  // CURLcode
     long http = 0;
     std::string body;
+    std::string error;  // curl's own words for a failed transfer ("Failed to connect to ... refused")
   };
   Reply post(const std::string &url, const std::string &body, Deadline deadline, void *write_fn, void *write_ctx);
+  struct Outcome;
+  [[noreturn]] void throw_unreachable(const std::string &what, const std::vector<Outcome> &last, bool all_definite) const;
   void authenticate(Deadline deadline);
   void rotate() { current_ = (current_ + 1) % config_.endpoints.size(); }
 
@@ -98,6 +114,9 @@ class EtcdClient {
   std::atomic<bool> interrupted_{false};
   uint64_t requests_ = 0;
   int64_t last_revision_ = 0;
+  int last_refusal_code_ = 0;
+  bool last_watch_cancelled_ = false;
+  char error_buffer_[256] = {0};  // CURLOPT_ERRORBUFFER of both handles (one transfer at a time)
 };
 
 // Base64 (RFC 4648, with padding) of the gateway's keys and values.

@@ -221,9 +221,24 @@ Ranks resolve_ranks(const pstate_init_params_t &p, const EnvLookup &env, std::st
   return r;
 }
 
-// env:// under a LeaderWorkerSet: MASTER_ADDR, else LWS_LEADER_ADDRESS (the leader pod runs rank
-// 0, which serves the store); MASTER_PORT, else 29500.
+// PSTATE_STORE names the store outright (etcd://..., tcp://..., file:///...): how a launcher
+// without MASTER_ADDR's meaning (the etcd store has no rank 0 host) points ranks at it. It comes
+// first under every launcher, a LeaderWorkerSet's included (issue 44: LWS pods used the leader's
+// tcp:// store and said nothing).
+std::optional<InitMethod> pstate_store_variable(const EnvLookup &env) {
+  std::optional<std::string> store = lookup(env, "PSTATE_STORE");
+  if (!store) return std::nullopt;
+  InitMethod m = parse_init_method(*store);
+  if (m.kind == InitMethod::Kind::kEnv)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "PSTATE_STORE='env://' names no store: give etcd://HOST:PORT,.../PREFIX, "
+                "tcp://HOST:PORT or file:///PATH, or unset it to use MASTER_ADDR and MASTER_PORT");
+  return m;
+}
+
+// env:// under a LeaderWorkerSet: PSTATE_STORE; else MASTER_ADDR, else LWS_LEADER_ADDRESS (the
+// leader pod runs rank 0, which serves the store); MASTER_PORT, else 29500.
 InitMethod resolve_lws_store(const EnvLookup &env) {
+  if (std::optional<InitMethod> named = pstate_store_variable(env)) return *named;
   std::optional<std::string> addr = lookup(env, "MASTER_ADDR");
   const char *addr_var = "MASTER_ADDR";
   if (!addr) {
@@ -246,15 +261,7 @@ InitMethod resolve_lws_store(const EnvLookup &env) {
 }
 
 InitMethod resolve_env_store(const EnvLookup &env) {
-  // PSTATE_STORE names the store outright (etcd://..., tcp://..., file:///...): how a launcher
-  // without MASTER_ADDR's meaning (the etcd store has no rank 0 host) points ranks at it.
-  if (std::optional<std::string> store = lookup(env, "PSTATE_STORE")) {
-    InitMethod m = parse_init_method(*store);
-    if (m.kind == InitMethod::Kind::kEnv)
-      throw_error(PSTATE_ERR_INVALID_ARGUMENT, "PSTATE_STORE='env://' names no store: give etcd://HOST:PORT,.../PREFIX, "
-                  "tcp://HOST:PORT or file:///PATH, or unset it to use MASTER_ADDR and MASTER_PORT");
-    return m;
-  }
+  if (std::optional<InitMethod> named = pstate_store_variable(env)) return *named;
   std::optional<std::string> addr = lookup(env, "MASTER_ADDR");
   if (!addr)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT,
@@ -355,8 +362,11 @@ LaunchEnv resolve_launch_env(const pstate_init_params_t &params, const EnvLookup
   out.launcher = ranks.launcher;
 
   InitMethod method = parse_init_method(params.init_method != nullptr ? params.init_method : "env://");
+  // Inside a LeaderWorkerSet pod and under no other launcher, env:// finds the leader's store
+  // even when world size and rank came as parameters.
+  const bool lws_pod = detect_launcher(env) == nullptr && lws_present(env);
   out.store = method.kind != InitMethod::Kind::kEnv ? method
-              : ranks.launcher == "LeaderWorkerSet" ? resolve_lws_store(env)
+              : lws_pod                             ? resolve_lws_store(env)
                                                     : resolve_env_store(env);
   if (out.store.kind == InitMethod::Kind::kTcp && out.store.port == 0 && out.world_size > 1)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "store port 0 (", out.store.url(),
@@ -414,6 +424,7 @@ StoreOptions LaunchEnv::store_options() const {
   o.socket_ifname = socket_ifname;
   o.timeout_ms = init_timeout_ms;
   o.serve = !store_external && !rejoin;  // a replacement never serves: the job's store is running
+  o.rejoin = rejoin;
   return o;
 }
 

@@ -95,6 +95,10 @@ class Store {
     (void)deadline;
     return std::nullopt;
   }
+  // The job's world now has world_size ranks (pstate_shrink, pstate_grow rebuilt it). A store
+  // that removes the job's state when the last rank of the world closes (etcd) counts to this,
+  // not to the world it was opened with: a shrunk world's dead never close. Default: nothing.
+  virtual void world_resized(int world_size) { (void)world_size; }
   // Tells on_change(rank, true) when a rank's claim vanishes from the store (an etcd store: its
   // lease lapsed or was revoked — the process or its whole host is gone, no FIN needed) and
   // on_change(rank, false) when a rank is claimed again (a replacement), from a thread of the
@@ -128,6 +132,7 @@ struct StoreOptions {
   std::string socket_ifname;    // PSTATE_SOCKET_IFNAME rule (netif.hpp); empty = by the address alone
   int64_t timeout_ms = 600000;  // bounds open_store (connect, handshake); calls take a Deadline
   bool serve = true;        // tcp:// only: rank 0 starts the server (false: someone else serves)
+  bool rejoin = false;      // PSTATE_REJOIN=1: this process replaces a dead rank of a running job
 };
 
 // Opens the store named by options.init_method; rank 0 of a tcp:// store starts the server first.

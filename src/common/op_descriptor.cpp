@@ -66,9 +66,9 @@ std::string describe_op(const OpDescriptor &d, bool with_seq) {
   if (with_seq) s += cat(" #", d.seq);
   const auto kind = static_cast<OpKind>(d.op);
   if (kind == OpKind::kBarrier || kind == OpKind::kFinalize || kind == OpKind::kDestroy) return s;
-  if (kind == OpKind::kRefused || kind == OpKind::kMemAlloc || kind == OpKind::kMemFree ||
-      kind == OpKind::kMemReserve)
-    return cat(s, " (", d.count, " bytes)");
+  if (kind == OpKind::kMemAlloc || kind == OpKind::kMemFree || kind == OpKind::kMemReserve)
+    return d.count != 0 ? cat(s, " (", d.count, " bytes)") : s;  // the sizes travel in the call's data
+  if (kind == OpKind::kRefused) return cat(s, " (", d.count, " bytes)");
   if (internal_kind(d.op)) return d.root >= 0 ? cat(s, " root ", d.root) : s;
   if (carries_counts_hash(d.op)) s += cat(" total ", d.count);
   else if (kind != OpKind::kBroadcastObject && kind != OpKind::kAllGatherObject) s += cat(" count ", d.count);

@@ -42,13 +42,15 @@ enum class OpKind : uint32_t {
   kTensorDictAgree,      // 24: broadcast_tensor_dict's agreement before CUDA payload
   kSlicedDictAgree,      // 25: recv_tensor_dict_sliced's agreement over the ag group
   kGrowDecision,         // 26: pstate_grow's decision from rank 0
-  // 27: a rank refused its part of a collective object call (a size past 2^47 bytes, NULL data):
-  // it still takes part in the call's agreement with this kind, count = the refused size, so
-  // every rank of the call fails at once with INVALID_ARGUMENT naming it (a rank that refuses a
-  // call tells its peers, never leaves them waiting) and nothing is sent.
+  // 27: a rank refused its part of a collective object call (a size past 2^47 bytes, NULL data;
+  // group memory's calls, whose agreement is an object call, for 0 bytes, out NULL or a pointer
+  // that is no group memory): it still takes part in the call's agreement with this kind, count =
+  // the refused size, so every rank of the call fails at once with INVALID_ARGUMENT naming it (a
+  // rank that refuses a call tells its peers, never leaves them waiting) and nothing is sent.
   kRefused,
-  // Group memory (pstate_mem_alloc / pstate_mem_free / pstate_mem_pool_reserve), count =
-  // the bytes, so ranks that disagree about a size get MISMATCH naming both.
+  // Group memory (pstate_mem_alloc / pstate_mem_free / pstate_mem_pool_reserve): the kinds of
+  // their agreement (an all_gather_object of each rank's size and, for a free, which allocation;
+  // count 0), so ranks that disagree get MISMATCH naming every rank's record.
   kMemAlloc,    // 28
   kMemFree,     // 29
   kMemReserve,  // 30

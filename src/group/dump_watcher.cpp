@@ -2,14 +2,20 @@
 // through the job's store (see dump_watcher.hpp).
 #include "group/dump_watcher.hpp"
 
+#include "bootstrap/tcp_store.hpp"
 #include "bootstrap/wire.hpp"
 #include "common/error.hpp"
+#ifdef PSTATE_HAVE_ETCD
+#include "bootstrap/etcd_store.hpp"
+#endif
 
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <string_view>
+#include <thread>
 
 namespace pstate {
 namespace {
@@ -17,6 +23,9 @@ namespace {
 // How long each parked get lasts before the client sends the next one: the store's only cost
 // of an idle watcher.
 constexpr int64_t kSliceMs = 3600 * 1000;
+// On etcd: how long the get's watch lasts before it reads again (a member that went silent is
+// left for another then).
+constexpr int64_t kEtcdSliceMs = 30 * 1000;
 // The longest request text a dump's reason carries.
 constexpr size_t kMaxWhy = 200;
 
@@ -39,8 +48,22 @@ DumpWatcher::DumpWatcher(StoreOptions options, const InitMethod &method, TraceRe
   options.rank = -1;  // an observer: claims no rank
   options.serve = false;
   Logger quiet(LogLevel::kNone);  // its connect and progress lines would only repeat the context's
-  store_ = TcpStore::open_unconnected(options, method, quiet);
-  store_->set_wait_slice_ms(kSliceMs);
+  if (method.kind == InitMethod::Kind::kTcp) {
+    auto tcp = TcpStore::open_unconnected(options, method, quiet);
+    tcp->set_wait_slice_ms(kSliceMs);
+    store_ = std::move(tcp);
+  }
+#ifdef PSTATE_HAVE_ETCD
+  if (method.kind == InitMethod::Kind::kEtcd) {
+    auto etcd = EtcdStore::open_unconnected(options, method, quiet);
+    etcd->set_wait_slice_ms(kEtcdSliceMs);
+    store_ = std::move(etcd);
+    replicated_ = true;
+  }
+#endif
+  if (!store_)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "flight recorder: dumps on request need a tcp:// or etcd:// store, not ",
+                method.url());
   // Every signal blocked in the thread (it inherits the mask), so that a signal sent to the
   // process is taken by a thread of the program, as it would be without pstate (trace_signal.cpp's
   // watchdog does the same).
@@ -70,6 +93,9 @@ void DumpWatcher::stop() noexcept {
 
 void DumpWatcher::run() noexcept {
   try {
+#ifdef PSTATE_HAVE_ETCD
+    if (auto *etcd = dynamic_cast<EtcdStore *>(store_.get())) etcd->connect(Deadline::after_ms(connect_ms_));
+#endif
     store_->check(kCountKey, Deadline::after_ms(connect_ms_));  // connects: bounded, unlike the waits
   } catch (const Error &e) {
     // ABORTED: stop() came first. A store that failed the job: the rank's init says why.
@@ -85,6 +111,10 @@ void DumpWatcher::run() noexcept {
       why = store_->get(request_key(next_), Deadline::never());
     } catch (const Error &e) {
       if (e.status() == PSTATE_ERR_TIMEOUT) continue;  // the store did not answer in time: ask again
+      if (replicated_ && e.status() == PSTATE_ERR_PEER_LOST) {  // etcd out of reach: it comes back
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        continue;
+      }
       if (e.status() != PSTATE_ERR_ABORTED)         // ABORTED: stop() interrupted it
         log_.info("flight recorder: no more dumps on request through the store: ", e.what());
       return;

@@ -11,12 +11,13 @@
 //
 //   n = add("pstate/dump/count", 1);  set("pstate/dump/<n>", why)
 //
-// and each context whose store is a TCP store and whose flight recorder is on runs one
-// DumpWatcher: a thread of pstate's own, with an observer connection of its own (rank -1: it
+// and each context whose store is a TCP or an etcd store and whose flight recorder is on runs
+// one DumpWatcher: a thread of pstate's own, with an observer connection of its own (rank -1: it
 // claims no rank; the context's connection stays free for its calls, which a long get would
-// block, since a Store serializes its calls), parked in get("pstate/dump/<n>"): the server holds
-// a parked get at no cost, and the get asks for hour-long slices, so an idle watcher costs the
-// store one request an hour. When the key appears it dumps the context's recorder (reason "a
+// block, since a Store serializes its calls), parked in get("pstate/dump/<n>"): the TCP server
+// holds a parked get at no cost, and the get asks for hour-long slices, so an idle watcher costs
+// the store one request an hour; on etcd the get is a watch, re-read every 30 s (one read a
+// rank every 30 s, beside the watch). When the key appears it dumps the context's recorder (reason "a
 // request through the store (<why>)") and waits for n + 1. A rank blocked inside a call and one
 // idle in its own code dump alike; no signal, no handler, no thread of the program is touched (the
 // thread blocks every signal, so none sent to the process lands in it).
@@ -27,15 +28,18 @@
 // after the requests the store counts when it joins (Context reads the count), so it does not
 // answer for the rank it replaces. stop() (context teardown: finalize, abort, a failed
 // pstate_init) interrupts the thread's connect or parked get (TcpStore::interrupt: the socket is
-// shut down) and joins it: at once. When the store goes away (the launcher ended, the rank
-// serving it died) the thread ends by itself; so does one that cannot connect within the
-// options' timeout (a warning, unless the store has failed the job: the rank says that itself).
+// shut down; EtcdStore::interrupt: curl's wait is woken) and joins it: at once. When a TCP store
+// goes away (the launcher ended, the rank serving it died) the thread ends by itself; so does one
+// that cannot connect within the options' timeout (a warning, unless the store has failed the
+// job: the rank says that itself). An etcd cluster out of reach is not the end: it is a
+// replicated store that comes back, so the thread asks again until it does or stop().
 //
 // File stores have no watcher (no server to park a get at): their ranks dump on a failed call,
 // on pstate_trace_dump and, with PSTATE_TRACE_SIGNAL=1, on SIGUSR1 (trace_signal.cpp).
 #pragma once
 
-#include "bootstrap/tcp_store.hpp"
+#include "bootstrap/init_method.hpp"
+#include "bootstrap/store.hpp"
 #include "common/log.hpp"
 #include "common/trace.hpp"
 
@@ -56,7 +60,8 @@ class DumpWatcher {
   // The dump reason of a request whose value is `why`.
   static std::string reason_of(const Bytes &why);
 
-  // Starts the thread, which connects as an observer to the store named by `method` (options:
+  // Starts the thread, which connects as an observer to the store named by `method` (tcp:// or
+  // etcd://; INVALID_ARGUMENT for another kind) (options:
   // the context's, rank and serving overridden; the connect bounded by options.timeout_ms) and
   // answers the requests from number first_request on. `trace` must outlive the watcher.
   DumpWatcher(StoreOptions options, const InitMethod &method, TraceRecorder &trace, const Logger &log,
@@ -73,7 +78,8 @@ class DumpWatcher {
  private:
   void run() noexcept;
 
-  std::unique_ptr<TcpStore> store_;
+  std::unique_ptr<Store> store_;
+  bool replicated_ = false;  // an etcd store: out of reach is not gone
   int64_t connect_ms_;
   TraceRecorder &trace_;
   Logger log_;

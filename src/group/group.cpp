@@ -341,8 +341,9 @@ void pstate_group_s::verify_same_op(const OpDescriptor &desc, const void *fold_p
     if (all[r].op == kRefused)
       pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, name_, " #", desc.seq, " ",
                           pstate::op_kind_name(static_cast<OpKind>(desc.op)), ": rank ", global_[r], " (group rank ", r,
-                          ") refused its part of this call (", all[r].count,
-                          " bytes: more than 2^47, or no data; its own error says why), so no rank sent anything and "
+                          ") refused its part of this call (an argument it could not take: a size past 2^47 "
+                          "bytes or of none, NULL data, a pointer that is no group memory, ...; its own error says "
+                          "which; the size it passed: ", all[r].count, " bytes), so no rank sent anything and "
                           "every rank of the call returns this error; the context is still usable");
     if (std::memcmp(&all[r], &desc, sizeof(OpDescriptor)) == 0) continue;
     if (all[r].op == pstate::agree::kUnparsed)

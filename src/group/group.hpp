@@ -173,9 +173,12 @@ struct pstate_group_s {
   void require_device_p2p_ready(const char *call);
 
   // ---- group memory and registered buffers (CUDA contexts; group_mem.cpp, group_memory.hpp) ----
-  void *mem_alloc(size_t bytes);             // collective, or local from the pool
-  void mem_free(void *p);                    // collective for a collective allocation, else local
-  void mem_pool_reserve(size_t bytes);       // collective, once
+  // refused: this rank's own arguments were refused (src/api/); where the call is collective
+  // (no pool; a reserve) the refusal takes part in it, so every rank fails with INVALID_ARGUMENT
+  // and the group goes on; where it is local (a pool; a CPU context) it is this rank's error only.
+  void *mem_alloc(size_t bytes, const pstate::Error *refused);        // collective, or local from the pool
+  void mem_free(void *p);                                             // local for a pool piece, else collective
+  void mem_pool_reserve(size_t bytes, const pstate::Error *refused);  // collective, once
   void mem_register(void *p, size_t bytes);  // local
   void mem_deregister(void *p);              // local
   pstate_mem_info_t mem_query(const void *p);
@@ -353,8 +356,8 @@ struct pstate_group_s {
   std::unique_ptr<pstate::GroupMemory> memory_;      // after the first pstate_mem_* call (group_mem.cpp)
   pstate::GroupMemory &memory(const char *call);
   int agree_min(int flag);
-  void agree_size(size_t bytes, pstate::OpKind kind, const char *call);
-  void *collective_block(size_t bytes, bool pool, pstate::OpKind kind, const char *call);
+  void agree_memory_call(pstate::OpKind kind, const char *call, uint64_t bytes, uint64_t allocation);
+  void *collective_block(size_t bytes, bool pool, pstate::OpKind kind, const char *call, const pstate::Error *refused);
   bool retired_ = false;
   pstate::TraceGroup *trace_group_ = nullptr;  // this group's record in the context's flight recorder
 

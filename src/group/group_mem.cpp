@@ -2,15 +2,28 @@
 // ranks' agreement, and the hooks of device collectives and graph capture. What memory, windows
 // and registrations are is group_memory.hpp's; here is when they are made and who agrees.
 //
-// Agreement: a collective allocation (pstate_mem_alloc without a pool, pstate_mem_pool_reserve,
-// pstate_mem_free of such an allocation) first all-gathers every rank's size over the group's CPU
-// communicator, as an operation of its own kind (kMemAlloc, kMemReserve, kMemFree: a rank in one
-// and a rank in any other call disagree like two different collectives); ranks whose sizes differ
-// all throw MISMATCH naming every size, with nothing allocated or freed. Then each rank
-// allocates, and one all_reduce (MIN) of "I have it" makes the outcome common (NO_MEMORY on every
-// rank when one failed), and one more per window (group_memory.cpp) before a window is kept.
+// Agreement: a collective call (pstate_mem_alloc without a pool, pstate_mem_pool_reserve,
+// pstate_mem_free of a collective allocation) first all-gathers every rank's record (the size and,
+// for a free, which allocation: its number, oldest live one first) over the group's CPU
+// communicator as an object call of its own kind (kMemAlloc, kMemReserve, kMemFree: a rank in one
+// and a rank in any other call disagree like two different collectives); ranks whose records
+// differ all throw MISMATCH naming every record, with nothing allocated or freed. A rank that
+// refuses its own arguments (0 bytes, past 2^47, out NULL, a pointer that is no group memory)
+// takes part in that exchange as a refusal (pstate_group_s::refuse), so every rank returns
+// INVALID_ARGUMENT and the group goes on; the exchange is an object call, not a data collective,
+// because only an object call's arrival meets a refusal in shared memory (a data collective's
+// inline lines would take it for a mismatch and fail the context). Then each rank allocates, and
+// one all_reduce (MIN) of "I have it" makes the outcome common (NO_MEMORY on every rank when one
+// failed), and one more per window (group_memory.cpp) before a window is kept.
+//
+// Local calls stay local, and so do their refusals: a pool's pieces (allocated and freed without
+// communicating; the first piece starts at the reserve's own address, so "is it in the pool?" is
+// asked before "is it a collective allocation?"), and every call of a CPU context (UNSUPPORTED on
+// every rank, or this rank's argument error first).
 #include "group/context.hpp"
 #include "group/group.hpp"
+
+#include <cstring>
 
 namespace pstate {
 namespace {
@@ -41,26 +54,51 @@ int pstate_group_s::agree_min(int flag) {
   return all;
 }
 
-void pstate_group_s::agree_size(size_t bytes, OpKind kind, const char *call) {
-  std::vector<uint64_t> sizes(static_cast<size_t>(size()));
-  const uint64_t mine = bytes;
-  all_gather(&mine, sizes.data(), 1, PSTATE_UINT64, kind);
-  bool same = true;
-  for (uint64_t s : sizes) same = same && s == mine;
-  if (same) return;
+void pstate_group_s::agree_memory_call(OpKind kind, const char *call, uint64_t bytes, uint64_t allocation) {
+  const uint64_t mine[2] = {bytes, allocation};
+  std::vector<size_t> lengths;
+  const pstate::Bytes all = all_gather_object(mine, sizeof mine, &lengths, kind);
+  const auto n = static_cast<size_t>(size());
+  std::vector<uint64_t> sizes(n), allocations(n);
+  bool same_size = true, same_allocation = true;
+  for (size_t r = 0; r < n; ++r) {
+    if (lengths.size() != n || lengths[r] != sizeof mine)
+      pstate::throw_error(PSTATE_ERR_MISMATCH, name_, ": ", call, ": group rank ", r, " sent a record of ",
+                          r < lengths.size() ? lengths[r] : 0, " bytes, not ", sizeof mine,
+                          ": every rank of the group must run the same pstate");
+    std::memcpy(&sizes[r], all.data() + r * sizeof mine, 8);
+    std::memcpy(&allocations[r], all.data() + r * sizeof mine + 8, 8);
+    same_size = same_size && sizes[r] == bytes;
+    same_allocation = same_allocation && allocations[r] == allocation;
+  }
+  if (same_size && same_allocation) return;
   std::string list;
-  for (size_t r = 0; r < sizes.size(); ++r)
-    list += pstate::cat(r ? ", " : "", "rank ", global_[r], " (group rank ", r, ") ", sizes[r], " bytes");
+  for (size_t r = 0; r < n; ++r) {
+    list += pstate::cat(r ? ", " : "", "rank ", global_[r], " (group rank ", r, ") ");
+    list += kind == OpKind::kMemFree ? pstate::cat("allocation #", allocations[r], " of ", sizes[r], " bytes")
+                                     : pstate::cat(sizes[r], " bytes");
+  }
+  if (kind == OpKind::kMemFree)
+    pstate::throw_error(PSTATE_ERR_MISMATCH, name_, ": ", call, ": the ranks disagree about which allocation to free (",
+                        list, "; numbered in the order pstate_mem_alloc made them, oldest live one first): it is "
+                        "collective, every rank frees its memory of the same pstate_mem_alloc call; nothing was freed "
+                        "on any rank");
   pstate::throw_error(PSTATE_ERR_MISMATCH, name_, ": ", call, ": the ranks disagree about the size (", list,
-                      "): it is collective, every rank passes the same size; nothing was ",
-                      kind == OpKind::kMemFree ? "freed" : "allocated");
+                      "): it is collective, every rank passes the same size; nothing was allocated on any rank");
 }
 
-void *pstate_group_s::collective_block(size_t bytes, bool pool, OpKind kind, const char *call) {
+void *pstate_group_s::collective_block(size_t bytes, bool pool, OpKind kind, const char *call,
+                                       const pstate::Error *refused) {
   pstate::GroupMemory &m = memory(call);
   ctx_.require_not_capturing(call);
   try {
-    agree_size(bytes, kind, call);
+    if (refused != nullptr)  // the peers are in this call too: they learn of the refusal
+      refuse(kind, -1, bytes,
+             pstate::Error(refused->status(),
+                           pstate::cat(name_, " rank ", ctx_.rank(), ": ", refused->what(), " (refused on every rank "
+                                       "of the group: the others return INVALID_ARGUMENT naming this rank; nothing "
+                                       "was allocated, the group goes on)")));
+    agree_memory_call(kind, call, bytes, 0);
     pstate::DeviceComm &comm = device_comm();
     return m.alloc_block(bytes, pool, &comm, [this](int flag) { return agree_min(flag); }, call);
   } catch (const pstate::Error &e) {
@@ -69,34 +107,43 @@ void *pstate_group_s::collective_block(size_t bytes, bool pool, OpKind kind, con
   }
 }
 
-void *pstate_group_s::mem_alloc(size_t bytes) {
-  pstate::GroupMemory &m = memory("pstate_mem_alloc");
-  if (m.has_pool()) return m.pool_alloc(bytes, "pstate_mem_alloc");
-  return collective_block(bytes, false, OpKind::kMemAlloc, "pstate_mem_alloc");
+void *pstate_group_s::mem_alloc(size_t bytes, const pstate::Error *refused) {
+  constexpr const char *kCall = "pstate_mem_alloc";
+  if (refused != nullptr && ctx_.device_context() == nullptr) throw *refused;  // CPU: nothing is collective
+  pstate::GroupMemory &m = memory(kCall);
+  if (m.has_pool()) {  // a piece of the reserve: local, and so is its refusal
+    if (refused != nullptr) throw *refused;
+    return m.pool_alloc(bytes, kCall);
+  }
+  return collective_block(bytes, false, OpKind::kMemAlloc, kCall, refused);
 }
 
-void pstate_group_s::mem_pool_reserve(size_t bytes) {
-  pstate::GroupMemory &m = memory("pstate_mem_pool_reserve");
-  if (m.has_pool())
-    pstate::throw_error(PSTATE_ERR_INVALID_STATE, name_, ": pstate_mem_pool_reserve: the group has its pool already "
+void pstate_group_s::mem_pool_reserve(size_t bytes, const pstate::Error *refused) {
+  constexpr const char *kCall = "pstate_mem_pool_reserve";
+  if (refused != nullptr && ctx_.device_context() == nullptr) throw *refused;  // CPU: nothing is collective
+  pstate::GroupMemory &m = memory(kCall);
+  if (m.has_pool())  // every rank has it (the reserve was agreed): every rank returns this, locally
+    pstate::throw_error(PSTATE_ERR_INVALID_STATE, name_, ": ", kCall, ": the group has its pool already "
                         "(once per group: the pool never grows, as growing it would be collective)");
-  collective_block(bytes, true, OpKind::kMemReserve, "pstate_mem_pool_reserve");
+  collective_block(bytes, true, OpKind::kMemReserve, kCall, refused);
 }
 
 void pstate_group_s::mem_free(void *p) {
   constexpr const char *kCall = "pstate_mem_free";
   pstate::GroupMemory &m = memory(kCall);
-  if (m.in_pool(p) && !m.owns_collective(p)) return m.pool_free(p, kCall);
+  // Pool memory first: the first piece starts where the reserve does, and a piece is local.
+  if (m.in_pool(p)) return m.pool_free(p, kCall);
   ctx_.require_not_capturing(kCall);
   try {
-    if (!m.owns_collective(p)) {
-      // The peers are in this call too, with their own pointers: they learn of the refusal.
+    const size_t allocation = m.allocation_number(p);
+    if (allocation == 0)  // the peers are in this call too, with their own pointers: they learn of it
       refuse(OpKind::kMemFree, -1, 0,
              pstate::Error(PSTATE_ERR_INVALID_ARGUMENT,
-                           pstate::cat(name_, ": ", kCall, ": ", p, " is not the start of group memory of this group "
-                                       "(pstate_mem_alloc's pointer, not yet freed)")));
-    }
-    agree_size(m.block_bytes(p), OpKind::kMemFree, kCall);
+                           pstate::cat(name_, " rank ", ctx_.rank(), ": ", kCall, ": ", p, " is not the start of group "
+                                       "memory of this group (pstate_mem_alloc's pointer, not yet freed): refused on "
+                                       "every rank of the group (the others return INVALID_ARGUMENT naming this "
+                                       "rank); nothing was freed on any rank, the group goes on")));
+    agree_memory_call(OpKind::kMemFree, kCall, m.block_bytes(p), allocation);
     m.free_block(p, device_comm_.get());
   } catch (const pstate::Error &e) {
     if (pstate::fatal_status(e.status())) device_op_failed(e);

@@ -41,6 +41,16 @@ GroupMemory::Block *GroupMemory::find_block(const void *p) {
   return nullptr;
 }
 
+size_t GroupMemory::allocation_number(const void *p) const {
+  size_t n = 0;
+  for (const Block &b : blocks_) {
+    if (b.pool) continue;
+    ++n;
+    if (b.base == p) return n;
+  }
+  return 0;
+}
+
 bool GroupMemory::in_pool(const void *p) const {
   return pool_ >= 0 && inside(p, 1, blocks_[static_cast<size_t>(pool_)].base, blocks_[static_cast<size_t>(pool_)].bytes);
 }
@@ -110,19 +120,13 @@ size_t GroupMemory::block_bytes(const void *p) const {
 }
 
 void GroupMemory::free_block(void *p, DeviceComm *comm) {
-  auto it = std::find_if(blocks_.begin(), blocks_.end(), [p](const Block &b) { return b.base == p; });
-  if (it == blocks_.end()) throw_error(PSTATE_ERR_INTERNAL, group_, ": free_block of an unknown block");
+  auto it = std::find_if(blocks_.begin(), blocks_.end(), [p](const Block &b) { return b.base == p && !b.pool; });
+  if (it == blocks_.end()) throw_error(PSTATE_ERR_INTERNAL, group_, ": free_block of no collective allocation");
   if (it->window != nullptr && comm != nullptr && comm->nccl_handle() == windows_comm_) comm->window_deregister(it->window);
   device_.mem_free(it->base, it->from_nccl);
   const long index = it - blocks_.begin();
   blocks_.erase(it);
-  if (index == pool_) {
-    pool_ = -1;
-    pieces_.clear();
-    pool_used_ = 0;
-  } else if (pool_ > index) {
-    --pool_;
-  }
+  if (pool_ > index) --pool_;
 }
 
 void *GroupMemory::pool_alloc(size_t bytes, const char *call) {
@@ -158,7 +162,11 @@ void GroupMemory::pool_free(void *p, const char *call) {
   auto it = pieces_.find(offset);
   if (it == pieces_.end())
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, group_, ": ", call, ": ", p, " lies in the group's pool but is not the "
-                "start of a live allocation from it (freed twice, or a pointer into one)");
+                "start of a live allocation from it (freed twice, or a pointer into one",
+                offset == 0 ? "; the reserve itself is freed with the group, by pstate_destroy_model_parallel or "
+                              "pstate_finalize"
+                            : "",
+                "); nothing was freed, and no other rank was involved (pool memory is local)");
   pool_used_ -= it->second;
   pieces_.erase(it);
 }

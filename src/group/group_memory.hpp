@@ -51,14 +51,19 @@ class GroupMemory {
   // The group it serves now (pstate_shrink renames: "world" of the new world).
   void rename(std::string group_name) { group_ = std::move(group_name); }
   bool has_pool() const { return pool_ >= 0; }
-  bool owns_collective(const void *p) const { return find_block(p, false) != nullptr; }
+  // Whether p lies in the reserve. The pool's first piece starts at the reserve's own address, so
+  // a pointer there is a piece (or no allocation at all), never the reserve: the reserve is no
+  // pointer of pstate_mem_alloc's and goes only with the group.
   bool in_pool(const void *p) const;
+  // 1, 2, ...: p starts the n-th live collective allocation of pstate_mem_alloc, oldest first
+  // (the same number on every rank: the ranks make and free them together); 0: it starts none.
+  size_t allocation_number(const void *p) const;
 
   // A collective allocation (pool: the reserve). The ranks agreed on bytes; here: allocate,
   // agree that every rank has it, then the window (agreed too). Throws NO_MEMORY on every rank
   // when any rank could not allocate.
   void *alloc_block(size_t bytes, bool pool, DeviceComm *comm, const AgreeMin &agree, const char *call);
-  // Frees a collective block (window deregistered first). p must be owns_collective.
+  // Frees a collective allocation (window deregistered first). p must have an allocation_number.
   void free_block(void *p, DeviceComm *comm);
   size_t block_bytes(const void *p) const;
   // Local: a piece of the reserve. NO_MEMORY naming the reserve when it does not fit.

@@ -101,9 +101,10 @@ void Context::rendezvous() {
 
 void Context::start_dump_watcher() {
   auto *tcp = dynamic_cast<TcpStore *>(store_.get());
-  if (!trace_ || tcp == nullptr) return;  // file:// stores: dumps on failures, pstate_trace_dump, SIGUSR1 (opt-in)
+  // file:// stores: dumps on failures, pstate_trace_dump, SIGUSR1 (opt-in)
+  if (!trace_ || (tcp == nullptr && launch_.store.kind != InitMethod::Kind::kEtcd)) return;
   InitMethod method = launch_.store;
-  method.port = tcp->port();  // the port actually served (a serving rank 0 may have asked for 0)
+  if (tcp) method.port = tcp->port();  // the port actually served (a serving rank 0 may have asked for 0)
   StoreOptions o = launch_.store_options();
   o.timeout_ms = std::min<int64_t>(o.timeout_ms, 10000);
   try {

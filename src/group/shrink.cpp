@@ -95,6 +95,7 @@ void Context::drop_all_groups() noexcept {
 void Context::rebuild_world(std::vector<int> members, bool after_failure, std::unique_ptr<UcxWorker> fresh) {
   members_ = std::move(members);
   rank_ = global_rank_of(launch_rank());
+  if (store_) store_->world_resized(static_cast<int>(members_.size()));  // the last one out cleans up
   if (fresh) {
     worker_->force_close();
     {

@@ -17,7 +17,13 @@
  *   pstate_graph_capture_end, replays are exact; pstate_mem_register never registers an allocation
  *   twice; symmetric memory in a capture is UNSUPPORTED on NCCL < 2.30.7 and exact on 2.30.7;
  * - shrink with windows: a rank dies, the survivors shrink, the world's memory and pool are
- *   registered on the shrunk communicator and all_reduce on them is exact.
+ *   registered on the shrunk communicator and all_reduce on them is exact;
+ * - refusals and the pool's first piece (issue 44): the first piece, which starts at the reserve's
+ *   address, frees itself only (on every rank, or on one alone, locally); a foreign pointer freed
+ *   or an allocation or reserve refused (0 bytes, past 2^47, out NULL) on one rank is
+ *   INVALID_ARGUMENT on every rank with nothing allocated or freed and the group going on, in
+ *   shared memory and over UCX; ranks freeing different allocations of one size are MISMATCH;
+ *   with a pool, allocations and their refusals are local.
  * References are computed here from the inputs (small integers: exact in float32).
  */
 /* cmocka.h needs these first */
@@ -510,6 +516,152 @@ static int shrink_with_windows(const pstate_test_rank_t *self) {
   return 0;
 }
 
+/* ---- refusals and the pool's first piece (issue 44) ---------------------------------------- */
+
+/* arg of the three below: 1 = every operation over UCX (PSTATE_SHM=0), 0 = shared memory */
+static void choose_transport(const pstate_test_rank_t *self) {
+  if (self->arg != NULL && *(const int *)self->arg) setenv("PSTATE_SHM", "0", 1);
+}
+
+#define REFUSED "refused its part of this call"
+#define PAST_2_47 (((size_t)1 << 47) + 1)
+
+static int expect_held(const pstate_test_rank_t *self, pstate_group_t *g, size_t allocated, size_t reserved,
+                         size_t used) {
+  pstate_mem_stats_t st = PSTATE_MEM_STATS_INIT;
+  RANK_OK(self, pstate_group_mem_stats(g, &st));
+  RANK_CHECK(self, st.allocated == allocated && st.pool_reserved == reserved && st.pool_used == used,
+             "%zu bytes allocated (want %zu), pool %zu reserved (want %zu), %zu used (want %zu)", st.allocated,
+             allocated, st.pool_reserved, reserved, st.pool_used, used);
+  return 0;
+}
+
+/* The pool's first piece starts at the reserve's address: pstate_mem_free of it frees that piece
+ * only, locally, whether every rank frees it or one alone; the reserve, its window and the other
+ * pieces stay. */
+static int pool_first_piece(const pstate_test_rank_t *self) {
+  const int n = self->world_size;
+  pstate_t *ps = NULL;
+  RANK_OK(self, devsim_init(self, 30000, &ps));
+  pstate_group_t *world = NULL;
+  RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &world));
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  RANK_OK(self, pstate_mem_pool_reserve(world, RESERVE));
+  float *a = NULL, *b = NULL;
+  RANK_OK(self, pstate_mem_alloc(world, COUNT * sizeof(float), (void **)&a));
+  RANK_OK(self, pstate_mem_alloc(world, COUNT * sizeof(float), (void **)&b));
+  pstate_mem_info_t info = PSTATE_MEM_INFO_INIT;
+  RANK_OK(self, pstate_mem_query(world, a, &info));
+  RANK_CHECK(self, info.kind == PSTATE_MEM_POOL && info.base == a, "the first piece: kind %d", (int)info.kind);
+  /* every rank frees its first piece: the piece goes, nothing else */
+  RANK_OK(self, pstate_mem_free(world, a));
+  if (expect_held(self, world, RESERVE, RESERVE, 4096)) return 1;
+  RANK_OK(self, pstate_mem_query(world, b, &info));
+  RANK_CHECK(self, info.kind == PSTATE_MEM_POOL && info.base == b && info.symmetric == (n > 1),
+             "b after freeing a: kind %d symmetric %d", (int)info.kind, info.symmetric);
+  if (all_reduce_exact(self, world, b, n, s)) return 1;
+  /* the first piece again (first fit), freed by rank 0 alone: local, the group goes on */
+  float *again = NULL;
+  RANK_OK(self, pstate_mem_alloc(world, COUNT * sizeof(float), (void **)&again));
+  RANK_CHECK(self, again == a, "first fit gave %p, expected the reserve's start %p", (void *)again, (void *)a);
+  if (self->rank == 0) {
+    RANK_OK(self, pstate_mem_free(world, again));
+    /* the reserve's address without a piece there: a pool pointer, refused locally */
+    RANK_STATUS(self, pstate_mem_free(world, again), PSTATE_ERR_INVALID_ARGUMENT, "not the start of a live allocation");
+  }
+  if (all_reduce_exact(self, world, b, n, s)) return 1;
+  if (expect_held(self, world, RESERVE, RESERVE, self->rank == 0 ? 4096u : 8192u)) return 1;
+  cudaStreamDestroy(s);
+  RANK_OK(self, pstate_finalize(ps));
+  return 0;
+}
+
+/* pstate_mem_free of a pointer that is no group memory on one rank: INVALID_ARGUMENT on every rank
+ * (the others name the refusing rank), nothing freed anywhere, the group goes on. */
+static int foreign_free(const pstate_test_rank_t *self) {
+  choose_transport(self);
+  const int n = self->world_size;
+  pstate_t *ps = NULL;
+  RANK_OK(self, devsim_init(self, 30000, &ps));
+  pstate_group_t *world = NULL;
+  RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &world));
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  float *a = NULL, *b = NULL;
+  float *plain = devsim_device_copy(NULL, COUNT * sizeof(float));
+  RANK_OK(self, pstate_mem_alloc(world, COUNT * sizeof(float), (void **)&a));
+  const int bad = n - 1; /* the rank with the wrong pointer */
+  RANK_STATUS(self, pstate_mem_free(world, self->rank == bad ? plain : a), PSTATE_ERR_INVALID_ARGUMENT,
+              self->rank == bad ? "not the start of group memory" : REFUSED);
+  if (expect_held(self, world, 4096, 0, 0)) return 1;
+  /* a pointer into an allocation, not its start */
+  RANK_STATUS(self, pstate_mem_free(world, self->rank == bad ? a + 1 : a), PSTATE_ERR_INVALID_ARGUMENT,
+              self->rank == bad ? "not the start of group memory" : REFUSED);
+  if (all_reduce_exact(self, world, a, n, s)) return 1;
+  /* two allocations of one size: ranks freeing different ones disagree (MISMATCH), nothing freed */
+  RANK_OK(self, pstate_mem_alloc(world, COUNT * sizeof(float), (void **)&b));
+  RANK_STATUS(self, pstate_mem_free(world, self->rank == bad ? b : a), PSTATE_ERR_MISMATCH, "allocation #");
+  if (expect_held(self, world, 8192, 0, 0)) return 1;
+  RANK_OK(self, pstate_mem_free(world, a));
+  /* with a pool: a collective allocation from before it, and a foreign pointer on one rank */
+  RANK_OK(self, pstate_mem_pool_reserve(world, RESERVE));
+  RANK_STATUS(self, pstate_mem_free(world, self->rank == bad ? plain : b), PSTATE_ERR_INVALID_ARGUMENT,
+              self->rank == bad ? "not the start of group memory" : REFUSED);
+  if (expect_held(self, world, 4096 + RESERVE, RESERVE, 0)) return 1;
+  if (all_reduce_exact(self, world, b, n, s)) return 1;
+  RANK_OK(self, pstate_mem_free(world, b));
+  if (expect_held(self, world, RESERVE, RESERVE, 0)) return 1;
+  cudaFree(plain);
+  cudaStreamDestroy(s);
+  RANK_OK(self, pstate_finalize(ps));
+  return 0;
+}
+
+/* pstate_mem_alloc and pstate_mem_pool_reserve refused on one rank (0 bytes, past 2^47, out NULL):
+ * INVALID_ARGUMENT on every rank, nothing allocated, and each rank's next call pairs with the
+ * others' next call. With a pool, allocation is local and so is its refusal. */
+static int refused_alloc(const pstate_test_rank_t *self) {
+  choose_transport(self);
+  const int n = self->world_size, bad = n - 1, me_bad = self->rank == bad;
+  pstate_t *ps = NULL;
+  RANK_OK(self, devsim_init(self, 30000, &ps));
+  pstate_group_t *world = NULL;
+  RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &world));
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  void *p = (void *)1;
+  RANK_STATUS(self, pstate_mem_alloc(world, me_bad ? 0 : 4096, &p), PSTATE_ERR_INVALID_ARGUMENT,
+              me_bad ? "bytes is 0" : REFUSED);
+  RANK_CHECK(self, p == NULL, "out is NULL after a refusal");
+  RANK_STATUS(self, pstate_mem_alloc(world, me_bad ? PAST_2_47 : 4096, &p), PSTATE_ERR_INVALID_ARGUMENT,
+              me_bad ? "2^47" : REFUSED);
+  RANK_STATUS(self, pstate_mem_alloc(world, 4096, me_bad ? NULL : &p), PSTATE_ERR_INVALID_ARGUMENT,
+              me_bad ? "out" : REFUSED);
+  if (expect_held(self, world, 0, 0, 0)) return 1;
+  float *x = NULL;
+  RANK_OK(self, pstate_mem_alloc(world, COUNT * sizeof(float), (void **)&x));
+  if (expect_held(self, world, 4096, 0, 0)) return 1;
+  RANK_STATUS(self, pstate_mem_pool_reserve(world, me_bad ? 0 : RESERVE), PSTATE_ERR_INVALID_ARGUMENT,
+              me_bad ? "bytes is 0" : REFUSED);
+  RANK_STATUS(self, pstate_mem_pool_reserve(world, me_bad ? PAST_2_47 : RESERVE), PSTATE_ERR_INVALID_ARGUMENT,
+              me_bad ? "2^47" : REFUSED);
+  if (expect_held(self, world, 4096, 0, 0)) return 1;
+  RANK_OK(self, pstate_mem_pool_reserve(world, RESERVE));
+  if (me_bad) { /* local now: the others make no call */
+    RANK_STATUS(self, pstate_mem_alloc(world, 0, &p), PSTATE_ERR_INVALID_ARGUMENT, "bytes is 0");
+    RANK_STATUS(self, pstate_mem_alloc(world, 4096, NULL), PSTATE_ERR_INVALID_ARGUMENT, "out");
+  }
+  float *piece = NULL;
+  RANK_OK(self, pstate_mem_alloc(world, COUNT * sizeof(float), (void **)&piece));
+  if (all_reduce_exact(self, world, piece, n, s)) return 1;
+  if (all_reduce_exact(self, world, x, n, s)) return 1;
+  if (expect_held(self, world, 4096 + RESERVE, RESERVE, 4096)) return 1;
+  cudaStreamDestroy(s);
+  RANK_OK(self, pstate_finalize(ps));
+  return 0;
+}
+
 /* ---- the tests ----------------------------------------------------------------------------- */
 
 static void test_allocation_symmetric_exact_1_to_4_processes(void **state) {
@@ -546,6 +698,21 @@ static void test_shrink_carries_windows_and_pool_to_the_survivors(void **state) 
   assert_int_equal(pstate_test_run_job(&job), 0);
 }
 
+static void test_pool_first_piece_frees_itself_only_on_any_ranks(void **state) {
+  (void)state;
+  assert_int_equal(pstate_test_run_processes(2, 60, pool_first_piece, NULL, NULL), 0);
+}
+static void test_foreign_free_on_one_rank_is_invalid_argument_on_every_rank(void **state) {
+  (void)state;
+  for (int ucx = 0; ucx <= 1; ++ucx) /* shared memory at 2 ranks, UCX at 3 */
+    assert_int_equal(pstate_test_run_processes(2 + ucx, 60, foreign_free, &ucx, NULL), 0);
+}
+static void test_alloc_refused_on_one_rank_is_invalid_argument_on_every_rank(void **state) {
+  (void)state;
+  for (int ucx = 0; ucx <= 1; ++ucx) /* shared memory at 2 ranks, UCX at 3 */
+    assert_int_equal(pstate_test_run_processes(2 + ucx, 60, refused_alloc, &ucx, NULL), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_allocation_symmetric_exact_1_to_4_processes),
@@ -555,6 +722,10 @@ int main(void) {
       cmocka_unit_test(test_capture_registers_graph_buffers_once_and_replays_exact),
       cmocka_unit_test(test_symmetric_memory_captured_on_nccl_2_30_7_replays_exact),
       cmocka_unit_test(test_shrink_carries_windows_and_pool_to_the_survivors),
+      cmocka_unit_test(test_pool_first_piece_frees_itself_only_on_any_ranks),
+      cmocka_unit_test(test_foreign_free_on_one_rank_is_invalid_argument_on_every_rank),
+      cmocka_unit_test(test_alloc_refused_on_one_rank_is_invalid_argument_on_every_rank),
   };
+  if (getenv("PSTATE_TEST_FILTER") != NULL) cmocka_set_test_filter(getenv("PSTATE_TEST_FILTER")); /* e.g. "*refused*" */
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

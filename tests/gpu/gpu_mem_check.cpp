@@ -8,7 +8,11 @@
 //   - pstate_mem_alloc: all_reduce, all_gather and reduce_scatter of float32 with both buffers in
 //     group memory, and which path they took (symmetric where NCCL gave windows, else plain);
 //   - a size disagreement is MISMATCH (world > 1);
+//   - arguments one rank refuses (world > 1: 0 bytes, past 2^47, out NULL, a reserve of 0 bytes,
+//     a foreign pointer freed): INVALID_ARGUMENT on every rank, and the group goes on (issue 44);
 //   - the pool: a reserve, local pieces, an all_reduce on a piece, NO_MEMORY naming the reserve;
+//     the first piece (at the reserve's address) freed on every rank, then on rank 0 alone, frees
+//     that piece only (issue 44);
 //   - a user buffer registered (pstate_mem_register) and an all_reduce on it;
 //   - graph registration: a captured all_reduce on cudaMalloc'ed memory, registered at
 //     pstate_graph_capture_end, replayed twice exact;
@@ -77,6 +81,39 @@ const char *path_name(pstate_mem_path_t p) {
   }
 }
 
+bool refused(pstate_status_t st, bool mine, const char *own_text) {
+  return st == PSTATE_ERR_INVALID_ARGUMENT &&
+         std::strstr(pstate_last_error(), mine ? own_text : "refused its part of this call") != nullptr;
+}
+
+// Arguments one rank refuses (issue 44): INVALID_ARGUMENT on every rank, nothing allocated or
+// freed, and each rank's next call pairs with the others' next one. a: group memory of kCount floats.
+void refusals(pstate_group_t *w, int me, int n, float *a, cudaStream_t s) {
+  constexpr size_t kCount = 4096;
+  const bool bad = me == n - 1;
+  const size_t past = (size_t{1} << 47) + 1;
+  void *x = nullptr;
+  expect(refused(pstate_mem_alloc(w, bad ? 0 : 4096, &x), bad, "bytes is 0") && x == nullptr,
+         "pstate_mem_alloc of 0 bytes on one rank: INVALID_ARGUMENT on every rank");
+  expect(refused(pstate_mem_alloc(w, bad ? past : 4096, &x), bad, "2^47"),
+         "pstate_mem_alloc past 2^47 on one rank: INVALID_ARGUMENT on every rank");
+  expect(refused(pstate_mem_alloc(w, 4096, bad ? nullptr : &x), bad, "out is NULL"),
+         "pstate_mem_alloc with out NULL on one rank: INVALID_ARGUMENT on every rank");
+  expect(refused(pstate_mem_pool_reserve(w, bad ? 0 : 4096), bad, "bytes is 0"),
+         "pstate_mem_pool_reserve of 0 bytes on one rank: INVALID_ARGUMENT on every rank");
+  float *mine = nullptr;
+  cudaMalloc(reinterpret_cast<void **>(&mine), 4096);
+  expect(refused(pstate_mem_free(w, bad ? mine : a), bad, "not the start of group memory"),
+         "pstate_mem_free of a foreign pointer on one rank: INVALID_ARGUMENT on every rank");
+  cudaFree(mine);
+  pstate_mem_stats_t st = PSTATE_MEM_STATS_INIT;
+  pstate_group_mem_stats(w, &st);
+  fill(a, me, kCount);
+  expect(st.pool_reserved == 0 && ok(pstate_all_reduce(w, a, a, kCount, PSTATE_FLOAT32, PSTATE_SUM, s)) &&
+             sums_exact(back(a, kCount, s), n),
+         "after the refusals: no pool, a still allocated, all_reduce on it exact");
+}
+
 }  // namespace
 
 int main() {
@@ -134,6 +171,7 @@ int main() {
     void *x = nullptr;
     expect(pstate_mem_alloc(w, me == 0 ? 4096 : 8192, &x) == PSTATE_ERR_MISMATCH && x == nullptr,
            "different sizes: MISMATCH");
+    refusals(w, me, n, a, s);
   }
   expect(ok(pstate_mem_free(w, b)), "pstate_mem_free b");
 
@@ -182,7 +220,23 @@ int main() {
   void *big = nullptr;
   expect(pstate_mem_alloc(w, 2 << 20, &big) == PSTATE_ERR_NO_MEMORY && std::strstr(pstate_last_error(), "reserve"),
          "past the reserve: NO_MEMORY naming it");
-  expect(ok(pstate_mem_free(w, piece)), "pstate_mem_free of a pool piece");
+  // the first piece starts at the reserve's own address: freeing it frees that piece only (issue 44)
+  float *second = nullptr;
+  expect(ok(pstate_mem_alloc(w, kCount * sizeof(float), reinterpret_cast<void **>(&second))), "a second pool piece");
+  expect(ok(pstate_mem_free(w, piece)), "pstate_mem_free of the first pool piece");
+  pstate_group_mem_stats(w, &st);
+  fill(second, me, kCount);
+  expect(st.pool_reserved == 1 << 20 &&
+             ok(pstate_all_reduce(w, second, second, kCount, PSTATE_FLOAT32, PSTATE_SUM, s)) &&
+             sums_exact(back(second, kCount, s), n),
+         "the reserve and the other pieces stay: all_reduce on a second piece exact");
+  // the first piece again, freed by rank 0 alone: local (the others would wait for nothing)
+  expect(ok(pstate_mem_alloc(w, kCount * sizeof(float), reinterpret_cast<void **>(&piece))), "the first piece again");
+  if (me == 0) expect(ok(pstate_mem_free(w, piece)), "pstate_mem_free of the first piece on rank 0 alone");
+  fill(second, me, kCount);
+  expect(ok(pstate_all_reduce(w, second, second, kCount, PSTATE_FLOAT32, PSTATE_SUM, s)) &&
+             sums_exact(back(second, kCount, s), n),
+         "then the group goes on: all_reduce on the second piece exact");
   expect(ok(pstate_mem_free(w, a)), "pstate_mem_free a");
   pstate_group_mem_stats(w, &st);
   cudaFree(u);

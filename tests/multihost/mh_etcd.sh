@@ -54,7 +54,7 @@ start_member() {
 ctl() {  # ctl HOST ARGS...: etcdctl from HOST against its own member
   ip netns exec "$(mh_host_ns "$1")" "$ETCDCTL" --endpoints "http://$(mh_addr "$1"):2379" --command-timeout=1s "${@:2}"
 }
-rank_keys() { ctl "$1" get --prefix --keys-only "$PREFIX/rank/" 2>/dev/null | grep -c . || true; }
+rank_keys() { ctl "$1" get --prefix --keys-only "$PREFIX/@/rank/" 2>/dev/null | grep -c . || true; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 fail() { mh_log "FAILED: $*"; for f in "$MH_LOGS"/*.log; do mh_show "$f"; done; exit 1; }
 
@@ -96,7 +96,7 @@ for i in $(seq 50); do [ -z "$(ip netns pids "$(mh_host_ns 0)")" ] && break; sle
 mh_log "host 0 is gone (cable down, ranks 0 and 1, its launcher and etcd member killed)"
 detected="" gone0="" gone1=""
 for i in $(seq 200); do
-  keys=$(ctl 1 get --prefix --keys-only "$PREFIX/rank/" 2>/dev/null || true)
+  keys=$(ctl 1 get --prefix --keys-only "$PREFIX/@/rank/" 2>/dev/null || true)
   if [ -n "$keys" ] && [ -z "$gone0" ] && ! grep -qE "/rank/0$" <<<"$keys"; then gone0=$(($(now_ms) - t_kill)); fi
   if [ -n "$keys" ] && [ -z "$gone1" ] && ! grep -qE "/rank/1$" <<<"$keys"; then gone1=$(($(now_ms) - t_kill)); fi
   if [ -n "$gone0" ] && [ -n "$gone1" ]; then detected=$((gone0 > gone1 ? gone0 : gone1)); break; fi

@@ -53,7 +53,8 @@ class EtcdServer {
     if (mkdtemp(pattern) == nullptr) std::abort();
     dir_ = pattern;
     port_ = free_port();
-    int peer = free_port();
+    peer_port_ = free_port();
+    const int peer = peer_port_;
     std::string client = "http://127.0.0.1:" + std::to_string(port_), peer_url = "http://127.0.0.1:" + std::to_string(peer);
     pid_ = ::fork();
     if (pid_ == 0) {
@@ -69,14 +70,21 @@ class EtcdServer {
             "--log-level", "error", static_cast<char *>(nullptr));
       _exit(127);
     }
-    // Ready when it answers a read.
+    // Ready when it answers a read (a refused connection ends a call after 2 s: ask again until
+    // it listens, 30 s at most).
     pstate::EtcdConfig config;
     config.endpoints = {client};
     config.name = "test etcd " + client;
     pstate::EtcdClient probe(config);
-    probe.call("/v3/kv/range", nlohmann::json{{"key", pstate::base64_encode("probe")}}, pstate::Deadline::after_ms(30000),
-               "probe");
-    return true;
+    const pstate::Deadline ready = pstate::Deadline::after_ms(30000);
+    for (;;) {
+      try {
+        probe.call("/v3/kv/range", nlohmann::json{{"key", pstate::base64_encode("probe")}}, ready, "probe");
+        return true;
+      } catch (const pstate::Error &) {
+        if (ready.expired()) throw;
+      }
+    }
   }
   ~EtcdServer() {
     if (pid_ > 0) {
@@ -90,6 +98,8 @@ class EtcdServer {
   }
   int port() const { return port_; }
   std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
+  // etcd's peer port (HTTP, but not the client API: it answers 404 to /v3/... requests).
+  std::string peer_endpoint() const { return "127.0.0.1:" + std::to_string(peer_port_); }
   // Stops and resumes the server (SIGSTOP/SIGCONT): etcd there but not answering.
   void pause() { ::kill(pid_, SIGSTOP); }
   void resume() { ::kill(pid_, SIGCONT); }
@@ -97,6 +107,7 @@ class EtcdServer {
  private:
   pid_t pid_ = -1;
   int port_ = 0;
+  int peer_port_ = 0;
   std::string dir_;
 };
 

@@ -130,6 +130,25 @@ void test_leaderworkerset_with_local_world_size_numbers_ranks_pod_by_pod(void **
   assert_string_equal(m.store.url().c_str(), "tcp://10.1.2.3:29500");
 }
 
+// PSTATE_STORE comes first in a LeaderWorkerSet pod too (an etcd cluster instead of the leader's
+// store), and a pod whose world size and rank are parameters still finds the leader's store.
+void test_leaderworkerset_honours_pstate_store_and_parameters(void **) {
+  LaunchEnv e = resolve(with(kLws, {{"PSTATE_STORE", "etcd://10.0.0.5:2379,10.0.0.6:2379/jobs/sgl"},
+                                    {"MASTER_ADDR", "10.1.2.3"}}));
+  assert_string_equal(e.launcher.c_str(), "LeaderWorkerSet");
+  assert_int_equal(e.rank, 2);
+  assert_string_equal(e.store.url().c_str(), "etcd://10.0.0.5:2379,10.0.0.6:2379/jobs/sgl");
+  expect_invalid(with(kLws, {{"PSTATE_STORE", "env://"}}), {"PSTATE_STORE='env://' names no store"});
+  pstate_init_params_t p = defaults();
+  p.rank = 1;
+  p.world_size = 3;
+  LaunchEnv given = resolve(kLws, p);
+  assert_string_equal(given.launcher.c_str(), "parameters");
+  assert_string_equal(given.store.url().c_str(), "tcp://sgl-0.sgl.default:29500");
+  LaunchEnv given_etcd = resolve(with(kLws, {{"PSTATE_STORE", "etcd://e1:2379/j"}}), p);
+  assert_string_equal(given_etcd.store.url().c_str(), "etcd://e1:2379/j");
+}
+
 void test_a_launcher_inside_a_leaderworkerset_pod_wins(void **) {
   LaunchEnv e = resolve(with(kLws, kTorchrun));
   assert_string_equal(e.launcher.c_str(), "torchrun");
@@ -467,6 +486,7 @@ int main(void) {
       cmocka_unit_test(test_slurm_variables_are_the_second_fallback),
       cmocka_unit_test(test_leaderworkerset_pods_give_one_rank_each_and_the_leaders_store),
       cmocka_unit_test(test_leaderworkerset_with_local_world_size_numbers_ranks_pod_by_pod),
+      cmocka_unit_test(test_leaderworkerset_honours_pstate_store_and_parameters),
       cmocka_unit_test(test_a_launcher_inside_a_leaderworkerset_pod_wins),
       cmocka_unit_test(test_leaderworkerset_errors_name_the_variable_and_the_fix),
       cmocka_unit_test(test_torchrun_wins_over_slurm_and_open_mpi),

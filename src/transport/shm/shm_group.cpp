@@ -285,9 +285,10 @@ void ShmGroup::arrive_now(const OpDescriptor &desc, const Deadline &deadline) {
   if (refused_by_ >= 0 && call_desc_.op != static_cast<uint32_t>(OpKind::kRefused)) {
     refusal_ = true;  // not a failure of the group: run_guarded keeps it usable
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, options_.label, " #", call_desc_.seq, " ", current_op_, ": rank ",
-                global_rank(refused_by_), " (group rank ", refused_by_, ") refused its part of this call (",
-                refused_count_, " bytes: more than 2^47, or no data; its own error says why), so no rank sent "
-                "anything and every rank of the call returns this error; the group is still usable");
+                global_rank(refused_by_), " (group rank ", refused_by_, ") refused its part of this call (an "
+                "argument it could not take: a size past 2^47 bytes or of none, NULL data, a pointer that is no "
+                "group memory, ...; its own error says which; the size it passed: ", refused_count_, " bytes), so "
+                "no rank sent anything and every rank of the call returns this error; the group is still usable");
   }
 }
 
