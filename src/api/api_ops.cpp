@@ -58,6 +58,16 @@ void require_host(pstate_group_t *g, const void *send, const void *recv, const c
   g->context().require_host_memory(send, "send", recv, "recv", g->name().c_str(), op);
 }
 
+// A buffer the device communicator will read or write, checked before the call's exchange under
+// PSTATE_CHECK=1, where device refusals reach the peers (check_together): one rank's host or
+// other-device buffer then fails every rank, instead of the others' NCCL call waiting on their
+// streams for a rank that refused it. Without PSTATE_CHECK the device communicator checks it
+// (once, locally) as before.
+void require_device(pstate_group_t *g, const void *p, size_t bytes, const char *name, const char *call) {
+  if (bytes == 0 || !g->context().check_enabled()) return;
+  g->context().device_context()->require_device_pointer(p, name, pstate::cat(g->name(), ": ", call));
+}
+
 // Copies bytes into a pstate_bytes_t the caller frees with pstate_bytes_free.
 void export_bytes(const pstate::Bytes &in, pstate_bytes_t *out) {
   out->data = nullptr;
@@ -119,7 +129,10 @@ PSTATE_API pstate_status_t pstate_all_reduce(pstate_group_t *g, const void *send
       bytes = require_buffer(send, count, dtype, 1, "send");
       require_present(recv, bytes, count, "recv");
       require_disjoint(g, "pstate_all_reduce", send, bytes, recv, bytes, send == recv, "send == recv");
-      if (g->on_device()) return;
+      if (g->on_device()) {
+        require_device(g, send, bytes, "send", "pstate_all_reduce");
+        return require_device(g, recv, bytes, "recv", "pstate_all_reduce");
+      }
       require_reducible(dtype, op);
       require_host(g, send, recv, "all_reduce");
     });
@@ -145,10 +158,13 @@ PSTATE_API pstate_status_t pstate_all_gather(pstate_group_t *g, const void *send
       block = require_buffer(send, count, dtype, 1, "send");
       total = require_buffer(recv, count, dtype, static_cast<size_t>(g->size()), "recv");
       const bool nccl_in_place = send == at(recv, static_cast<size_t>(r) * block);
-      if (g->on_device())
+      if (g->on_device()) {
+        require_device(g, send, block, "send", "pstate_all_gather");
+        require_device(g, recv, total, "recv", "pstate_all_gather");
         return require_disjoint(g, "pstate_all_gather", send, block, recv, total, nccl_in_place,
                                 "send == recv + rank_in_group * count (NCCL's; in a CUDA context send == recv works "
                                 "on rank_in_group 0 only)");
+      }
       require_disjoint(g, "pstate_all_gather", send, block, recv, total, nccl_in_place || send == recv,
                        "send == recv + rank_in_group * count, or send == recv");
       require_host(g, send, recv, "all_gather");
@@ -175,10 +191,13 @@ PSTATE_API pstate_status_t pstate_reduce_scatter(pstate_group_t *g, const void *
       total = require_buffer(send, count, dtype, static_cast<size_t>(g->size()), "send");
       block = require_buffer(recv, count, dtype, 1, "recv");
       const bool nccl_in_place = recv == at(send, static_cast<size_t>(r) * block);
-      if (g->on_device())
+      if (g->on_device()) {
+        require_device(g, send, total, "send", "pstate_reduce_scatter");
+        require_device(g, recv, block, "recv", "pstate_reduce_scatter");
         return require_disjoint(g, "pstate_reduce_scatter", send, total, recv, block, nccl_in_place,
                                 "recv == send + rank_in_group * count (NCCL's; in a CUDA context recv == send works "
                                 "on rank_in_group 0 only)");
+      }
       require_disjoint(g, "pstate_reduce_scatter", send, total, recv, block, nccl_in_place || recv == send,
                        "recv == send + rank_in_group * count, or recv == send");
       require_reducible(dtype, op);
@@ -212,8 +231,9 @@ PSTATE_API pstate_status_t pstate_broadcast(pstate_group_t *g, void *buf, size_t
     check_together(g, "pstate_broadcast", OpKind::kBroadcast, root, count, [&] {
       check_op(g, dtype, stream);
       require_rank(g, root, "root");
-      require_buffer(buf, count, dtype, 1, "buf");
-      if (!g->on_device()) require_host(g, buf, "buf", "broadcast");
+      const size_t bytes = require_buffer(buf, count, dtype, 1, "buf");
+      if (g->on_device()) return require_device(g, buf, bytes, "buf", "pstate_broadcast");
+      require_host(g, buf, "buf", "broadcast");
     });
     if (g->on_device())
       return g->run_device(describe(OpKind::kBroadcast, count, dtype, -1, root),
@@ -237,14 +257,17 @@ PSTATE_API pstate_status_t pstate_gather(pstate_group_t *g, const void *send, vo
       require_rank(g, root, "root");
       block = require_buffer(send, count, dtype, 1, "send");
       const size_t total = require_fits(count, dtype, static_cast<size_t>(g->size()), "recv");
-      if (!g->on_device()) require_host(g, send, "send", "gather");
+      if (g->on_device()) require_device(g, send, block, "send", "pstate_gather");
+      else require_host(g, send, "send", "gather");
       if (!is_root) return;
       require_buffer(recv, count, dtype, static_cast<size_t>(g->size()), "recv");
       const bool nccl_in_place = send == at(recv, static_cast<size_t>(root) * block);
-      if (g->on_device())
+      if (g->on_device()) {
+        require_device(g, recv, total, "recv", "pstate_gather");
         return require_disjoint(g, "pstate_gather", send, block, recv, total, nccl_in_place,
                                 "send == recv + root * count on root (in a CUDA context send == recv works for root "
                                 "0 only)");
+      }
       require_disjoint(g, "pstate_gather", send, block, recv, total, nccl_in_place || send == recv,
                        "send == recv + root * count on root, or send == recv");
       require_host(g, recv, "recv", "gather");
@@ -266,9 +289,12 @@ PSTATE_API pstate_status_t pstate_all_to_all(pstate_group_t *g, const void *send
       check_op(g, dtype, stream);
       const size_t total = require_buffer(send, count, dtype, static_cast<size_t>(g->size()), "send");
       require_buffer(recv, count, dtype, static_cast<size_t>(g->size()), "recv");
-      if (g->on_device())  // NCCL has no in-place all_to_all: the device communicator refuses send == recv itself.
+      if (g->on_device()) {  // NCCL has no in-place all_to_all: the device communicator refuses send == recv too.
+        require_device(g, send, total, "send", "pstate_all_to_all");
+        require_device(g, recv, total, "recv", "pstate_all_to_all");
         return require_disjoint(g, "pstate_all_to_all", send, total, recv, total, send == recv,
                                 "none in a CUDA context (send == recv is refused too)");
+      }
       require_disjoint(g, "pstate_all_to_all", send, total, recv, total, send == recv, "send == recv");
       require_host(g, send, recv, "all_to_all");
     });
@@ -298,7 +324,10 @@ PSTATE_API pstate_status_t pstate_reduce(pstate_group_t *g, const void *send, vo
         require_present(recv, bytes, count, "recv");
         require_disjoint(g, "pstate_reduce", send, bytes, recv, bytes, send == recv, "send == recv on root");
       }
-      if (g->on_device()) return;
+      if (g->on_device()) {
+        require_device(g, send, bytes, "send", "pstate_reduce");
+        return require_device(g, is_root ? recv : nullptr, is_root ? bytes : 0, "recv", "pstate_reduce");
+      }
       require_reducible(dtype, op);
       require_host(g, send, "send", "reduce");
       if (is_root) require_host(g, recv, "recv", "reduce");
@@ -326,14 +355,17 @@ PSTATE_API pstate_status_t pstate_scatter(pstate_group_t *g, const void *send, v
       require_rank(g, root, "root");
       const size_t total = require_fits(count, dtype, static_cast<size_t>(g->size()), "send");
       block = require_buffer(recv, count, dtype, 1, "recv");
-      if (!g->on_device()) require_host(g, recv, "recv", "scatter");
+      if (g->on_device()) require_device(g, recv, block, "recv", "pstate_scatter");
+      else require_host(g, recv, "recv", "scatter");
       if (!is_root) return;
       require_present(send, total, count, "send");
       const bool nccl_in_place = recv == at(send, static_cast<size_t>(root) * block);
-      if (g->on_device())
+      if (g->on_device()) {
+        require_device(g, send, total, "send", "pstate_scatter");
         return require_disjoint(g, "pstate_scatter", send, total, recv, block, nccl_in_place,
                                 "recv == send + root * count on root (in a CUDA context recv == send works for root 0 "
                                 "only)");
+      }
       require_disjoint(g, "pstate_scatter", send, total, recv, block, nccl_in_place || recv == send,
                        "recv == send + root * count on root, or recv == send");
       require_host(g, send, "send", "scatter");
@@ -372,7 +404,11 @@ PSTATE_API pstate_status_t pstate_all_gatherv(pstate_group_t *g, const void *sen
       require_disjoint(g, "pstate_all_gatherv", send, part, recv, total, in_place,
                        "send == recv + (counts[0] + ... + counts[rank_in_group - 1]) elements (this rank's part of "
                        "recv)");
-      if (!g->on_device()) require_host(g, send, recv, "all_gatherv");
+      if (g->on_device()) {
+        require_device(g, send, part, "send", "pstate_all_gatherv");
+        return require_device(g, recv, total, "recv", "pstate_all_gatherv");
+      }
+      require_host(g, send, recv, "all_gatherv");
     });
     if (g->on_device())
       return g->naming_counts_on_mismatch(counts, [&] {
@@ -399,7 +435,10 @@ PSTATE_API pstate_status_t pstate_reduce_scatterv(pstate_group_t *g, const void 
       require_disjoint(g, "pstate_reduce_scatterv", send, total, recv, part, in_place,
                        "recv == send + (counts[0] + ... + counts[rank_in_group - 1]) elements (this rank's part of "
                        "send)");
-      if (g->on_device()) return;
+      if (g->on_device()) {
+        require_device(g, send, total, "send", "pstate_reduce_scatterv");
+        return require_device(g, recv, part, "recv", "pstate_reduce_scatterv");
+      }
       require_reducible(dtype, op);
       require_host(g, send, recv, "reduce_scatterv");
     });
