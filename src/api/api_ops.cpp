@@ -123,7 +123,7 @@ PSTATE_API pstate_status_t pstate_all_reduce(pstate_group_t *g, const void *send
     require_group(g, "pstate_all_reduce");
     ContextEntry entry(g->context(), "pstate_all_reduce");
     size_t bytes = 0;
-    check_together(g, "pstate_all_reduce", OpKind::kAllReduce, -1, count, [&] {
+    check_together(g, OpKind::kAllReduce, -1, count, [&] {
       check_op(g, dtype, stream);
       require_op(op);
       bytes = require_buffer(send, count, dtype, 1, "send");
@@ -153,7 +153,7 @@ PSTATE_API pstate_status_t pstate_all_gather(pstate_group_t *g, const void *send
     ContextEntry entry(g->context(), "pstate_all_gather");
     const int r = g->rank_in_group();
     size_t block = 0, total = 0;
-    check_together(g, "pstate_all_gather", OpKind::kAllGather, -1, count, [&] {
+    check_together(g, OpKind::kAllGather, -1, count, [&] {
       check_op(g, dtype, stream);
       block = require_buffer(send, count, dtype, 1, "send");
       total = require_buffer(recv, count, dtype, static_cast<size_t>(g->size()), "recv");
@@ -185,7 +185,7 @@ PSTATE_API pstate_status_t pstate_reduce_scatter(pstate_group_t *g, const void *
     ContextEntry entry(g->context(), "pstate_reduce_scatter");
     const int r = g->rank_in_group();
     size_t total = 0, block = 0;
-    check_together(g, "pstate_reduce_scatter", OpKind::kReduceScatter, -1, count, [&] {
+    check_together(g, OpKind::kReduceScatter, -1, count, [&] {
       check_op(g, dtype, stream);
       require_op(op);
       total = require_buffer(send, count, dtype, static_cast<size_t>(g->size()), "send");
@@ -228,7 +228,7 @@ PSTATE_API pstate_status_t pstate_broadcast(pstate_group_t *g, void *buf, size_t
   return PSTATE_GUARD({
     require_group(g, "pstate_broadcast");
     ContextEntry entry(g->context(), "pstate_broadcast");
-    check_together(g, "pstate_broadcast", OpKind::kBroadcast, root, count, [&] {
+    check_together(g, OpKind::kBroadcast, root, count, [&] {
       check_op(g, dtype, stream);
       require_rank(g, root, "root");
       const size_t bytes = require_buffer(buf, count, dtype, 1, "buf");
@@ -252,7 +252,7 @@ PSTATE_API pstate_status_t pstate_gather(pstate_group_t *g, const void *send, vo
     ContextEntry entry(g->context(), "pstate_gather");
     const bool is_root = g->rank_in_group() == root;
     size_t block = 0;
-    check_together(g, "pstate_gather", OpKind::kGather, root, count, [&] {
+    check_together(g, OpKind::kGather, root, count, [&] {
       check_op(g, dtype, stream);
       require_rank(g, root, "root");
       block = require_buffer(send, count, dtype, 1, "send");
@@ -285,7 +285,7 @@ PSTATE_API pstate_status_t pstate_all_to_all(pstate_group_t *g, const void *send
   return PSTATE_GUARD({
     require_group(g, "pstate_all_to_all");
     ContextEntry entry(g->context(), "pstate_all_to_all");
-    check_together(g, "pstate_all_to_all", OpKind::kAllToAll, -1, count, [&] {
+    check_together(g, OpKind::kAllToAll, -1, count, [&] {
       check_op(g, dtype, stream);
       const size_t total = require_buffer(send, count, dtype, static_cast<size_t>(g->size()), "send");
       require_buffer(recv, count, dtype, static_cast<size_t>(g->size()), "recv");
@@ -315,7 +315,7 @@ PSTATE_API pstate_status_t pstate_reduce(pstate_group_t *g, const void *send, vo
     ContextEntry entry(g->context(), "pstate_reduce");
     const bool is_root = g->rank_in_group() == root;
     void *out = is_root ? recv : nullptr;
-    check_together(g, "pstate_reduce", OpKind::kReduce, root, count, [&] {
+    check_together(g, OpKind::kReduce, root, count, [&] {
       check_op(g, dtype, stream);
       require_op(op);
       require_rank(g, root, "root");
@@ -350,7 +350,7 @@ PSTATE_API pstate_status_t pstate_scatter(pstate_group_t *g, const void *send, v
     const bool is_root = g->rank_in_group() == root;
     const void *in = is_root ? send : nullptr;
     size_t block = 0;
-    check_together(g, "pstate_scatter", OpKind::kScatter, root, count, [&] {
+    check_together(g, OpKind::kScatter, root, count, [&] {
       check_op(g, dtype, stream);
       require_rank(g, root, "root");
       const size_t total = require_fits(count, dtype, static_cast<size_t>(g->size()), "send");
@@ -395,7 +395,7 @@ PSTATE_API pstate_status_t pstate_all_gatherv(pstate_group_t *g, const void *sen
     require_group(g, "pstate_all_gatherv");
     ContextEntry entry(g->context(), "pstate_all_gatherv");
     VarCounts v;
-    check_together(g, "pstate_all_gatherv", OpKind::kAllGatherV, -1, 0, [&] {
+    check_together(g, OpKind::kAllGatherV, -1, 0, [&] {
       check_op(g, dtype, stream);
       v = require_counts(g, counts, dtype, "pstate_all_gatherv");
       const size_t part = require_buffer(send, v.mine, dtype, 1, "send");
@@ -425,7 +425,7 @@ PSTATE_API pstate_status_t pstate_reduce_scatterv(pstate_group_t *g, const void 
     require_group(g, "pstate_reduce_scatterv");
     ContextEntry entry(g->context(), "pstate_reduce_scatterv");
     VarCounts v;
-    check_together(g, "pstate_reduce_scatterv", OpKind::kReduceScatterV, -1, 0, [&] {
+    check_together(g, OpKind::kReduceScatterV, -1, 0, [&] {
       check_op(g, dtype, stream);
       require_op(op);
       v = require_counts(g, counts, dtype, "pstate_reduce_scatterv");
@@ -524,7 +524,7 @@ PSTATE_API pstate_status_t pstate_broadcast_object(pstate_group_t *g, const void
     ContextEntry entry(g->context(), "pstate_broadcast_object");
     const bool is_root = g->rank_in_group() == root;
     check_together(
-        g, "pstate_broadcast_object", OpKind::kBroadcastObject, root, size,
+        g, OpKind::kBroadcastObject, root, size,
         [&] {
           require_rank(g, root, "root");
           if (!is_root) return require_nonnull(out, "out");
@@ -549,7 +549,7 @@ PSTATE_API pstate_status_t pstate_all_gather_object(pstate_group_t *g, const voi
     ContextEntry entry(g->context(), "pstate_all_gather_object");
     const size_t n = static_cast<size_t>(g->size());
     check_together(
-        g, "pstate_all_gather_object", OpKind::kAllGatherObject, -1, size,
+        g, OpKind::kAllGatherObject, -1, size,
         [&] {
           require_nonnull(out, "out");
           require_nonnull(count, "count");

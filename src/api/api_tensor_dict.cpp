@@ -34,7 +34,7 @@ PSTATE_API pstate_status_t pstate_broadcast_tensor_dict(pstate_group_t *g, const
     // The call begins with the metadata's broadcast_object on the CPU communicator in every
     // context: a refusal here meets it, so the other ranks fail at once (handles.hpp).
     check_together(
-        g, "pstate_broadcast_tensor_dict", pstate::OpKind::kTensorDictMeta, root, count,
+        g, pstate::OpKind::kTensorDictMeta, root, count,
         [&] {
           require_rank(g, root, "root");
           require_cpu_stream(g, stream);

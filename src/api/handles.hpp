@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <string_view>
 #include <utility>
 
 namespace pstate::api {
@@ -160,23 +161,26 @@ inline void require_cpu_stream(const pstate_group_t *g, void *stream) {
 // call and return that call's data with PSTATE_OK (a gather with a bad recv on its root gave
 // [20, 20, 11, 11] for [20, 20, 21, 21]). So the refusal takes part in the call's agreement
 // (Group::refuse): every rank of the call returns INVALID_ARGUMENT at once, this rank its own
-// error (prefixed with the call, group and rank), the others one that names this rank; nothing
-// is paired with a later call and the group stays usable. Checks that agree on every rank (a
+// error (naming the group and rank), the others one that names this rank; nothing is paired
+// with a later call and the group stays usable. Checks that agree on every rank (a
 // count past 2^47 bytes) cost one agreement round there, on an error path only. kind, root,
-// count: the call's, for the flight recorder and the peers' messages.
+// count: the call's, for the flight recorder.
 //
 // on_cpu: the call begins on the CPU communicator in every context (objects, tensor dicts).
 // Otherwise, in a CUDA context without PSTATE_CHECK=1, the ranks never meet on the CPU
 // communicator for a device call (NCCL carries it alone), so the refusal stays local there, as
 // NCCL's own argument errors do (Group::refusals_reach_peers).
 template <typename Checks>
-void check_together(pstate_group_t *g, const char *call, OpKind kind, int root, size_t count, Checks &&checks,
-                    bool on_cpu = false) {
+void check_together(pstate_group_t *g, OpKind kind, int root, size_t count, Checks &&checks, bool on_cpu = false) {
   try {
     checks();
   } catch (const pstate::Error &e) {
-    const pstate::Error why(e.status(), pstate::cat(call, " on group ", g->name(), " (group rank ",
-                                                    g->rank_in_group(), "): ", e.what()));
+    // The entry point names itself first (PSTATE_GUARD); the group and rank go in unless named.
+    const std::string_view what = e.what();
+    const pstate::Error why = what.find(g->name()) != std::string_view::npos
+                                  ? e
+                                  : pstate::Error(e.status(), pstate::cat("group ", g->name(), " (group rank ",
+                                                                          g->rank_in_group(), "): ", what));
     if (!on_cpu && !g->refusals_reach_peers()) throw why;
     g->refuse(kind, root, count, why);
   }

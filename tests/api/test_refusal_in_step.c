@@ -69,8 +69,8 @@ static int check_refusal_text(const pstate_test_rank_t *self) {
   const char *e = refusal_.text;
   if (self->rank == refusal_.refuser)
     RANK_CHECK(self, strstr(e, refusal_.own) != NULL && strstr(e, refusal_.call) != NULL &&
-                         strstr(e, "on group world") != NULL,
-               "%s: the refusing rank's error should name %s and %s on group world: %s", refusal_.what, refusal_.own,
+                         strstr(e, "group world:0") != NULL,
+               "%s: the refusing rank's error should name %s, %s and group world:0: %s", refusal_.what, refusal_.own,
                refusal_.call, e);
   else
     RANK_CHECK(self, strstr(e, "refused its part of this call") != NULL && strstr(e, "group rank") != NULL,
