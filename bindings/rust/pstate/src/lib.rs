@@ -668,7 +668,7 @@ impl<'ps> Group<'ps> {
 
     /// On group rank dst, recv (world_size * send.len()) = every rank's send in rank order;
     /// recv must be Some there and is ignored elsewhere. A recv dst refuses fails the call on
-    /// every rank of the group at once ([`Group::together`]).
+    /// every rank of the group at once (`Group::together`).
     pub fn gather<T: Element>(&self, send: &[T], recv: Option<&mut [T]>, dst: usize) -> Result<()> {
         let checked = (|| {
             let dst_i = self.rank_of("gather", "dst", dst)?;

@@ -10,7 +10,7 @@ use std::ptr;
 impl Group<'_> {
     /// On group rank `root`, recv (send.len() elements) = op over the group of send. recv must be
     /// `Some` there and is ignored (pass `None`) elsewhere. A recv the root refuses fails the call
-    /// on every rank of the group at once ([`Group::together`]).
+    /// on every rank of the group at once (`Group::together`).
     pub fn reduce<T: Element>(&self, send: &[T], recv: Option<&mut [T]>, op: ReduceOp, root: usize) -> Result<()> {
         let checked = (|| {
             let root_i = self.rank_of("reduce", "root", root)?;
@@ -52,7 +52,7 @@ impl Group<'_> {
     /// send on group rank `root` holds world_size blocks of recv.len() elements; block r lands
     /// in recv on group rank r. send must be `Some` on the root and is ignored (pass `None`)
     /// elsewhere. A send the root refuses fails the call on every rank of the group at once
-    /// ([`Group::together`]).
+    /// (`Group::together`).
     pub fn scatter<T: Element>(&self, send: Option<&[T]>, recv: &mut [T], root: usize) -> Result<()> {
         let checked = (|| {
             let root_i = self.rank_of("scatter", "root", root)?;
