@@ -587,6 +587,14 @@ PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int r
 /* overlapping buffers, a count too large), INVALID_STATE (a destroyed group), BUSY (another    */
 /* thread is inside a call on the same pstate_t), UNSUPPORTED (reduction on fp8), TIMEOUT,      */
 /* PEER_LOST, MISMATCH (ranks disagree about the call), ABORTED (an earlier failure).           */
+/* An argument error on one rank fails the call on every rank of the group (none pairs it with  */
+/* that rank's next call): the refusing rank (a root's bad recv or send, one rank's NULL or     */
+/* overlapping buffer, its own dtype, count or stream) returns INVALID_ARGUMENT with its own    */
+/* message, every other rank INVALID_ARGUMENT naming it, and the group stays in step and usable */
+/* (the refusal takes part in the call's agreement; on the shared-memory path buffers the call  */
+/* would have written may hold part of the data). In a CUDA context without PSTATE_CHECK=1 a    */
+/* device collective's argument errors stay on the refusing rank, as NCCL's do (no host round   */
+/* trip meets the peers there): the others' calls are enqueued and wait for it.                 */
 /*                                                                                              */
 /* Memory: in a CPU context every buffer is host memory (CUDA device memory is                  */
 /* INVALID_ARGUMENT; pinned and managed memory are accepted); in a CUDA context every buffer is  */

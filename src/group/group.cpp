@@ -341,10 +341,11 @@ void pstate_group_s::verify_same_op(const OpDescriptor &desc, const void *fold_p
     if (all[r].op == kRefused)
       pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, name_, " #", desc.seq, " ",
                           pstate::op_kind_name(static_cast<OpKind>(desc.op)), ": rank ", global_[r], " (group rank ", r,
-                          ") refused its part of this call (an argument it could not take: a size past 2^47 "
-                          "bytes or of none, NULL data, a pointer that is no group memory, ...; its own error says "
-                          "which; the size it passed: ", all[r].count, " bytes), so no rank sent anything and "
-                          "every rank of the call returns this error; the context is still usable");
+                          ") refused its part of this call (an argument only it could check: a NULL, too small or "
+                          "overlapping buffer, a size past 2^47 bytes or of none, a pointer that is no group memory, "
+                          "...; its own error names it; the count or size it passed: ", all[r].count, "), so no rank "
+                          "sent anything and every rank of the call returns this error; the group is still in step "
+                          "and usable: fix that rank's arguments");
     if (std::memcmp(&all[r], &desc, sizeof(OpDescriptor)) == 0) continue;
     if (all[r].op == pstate::agree::kUnparsed)
       pstate::throw_error(PSTATE_ERR_MISMATCH, name_, " #", desc.seq, ": rank ", ctx_.rank(), " (group rank ",
@@ -766,10 +767,23 @@ void pstate_group_s::broadcast_from_rank0(void *bytes, size_t n) {
 }
 
 void pstate_group_s::refuse(OpKind kind, int root, uint64_t size, const pstate::Error &why) {
+  try {
+    check_alive(pstate::op_kind_name(kind));
+  } catch (const pstate::Error &) {  // no rank can be inside a call of this group: nobody to tell
+    throw why;
+  }
   OpDescriptor d{static_cast<uint32_t>(OpKind::kRefused), 0, size, -1, -1, root, 0};
-  static_cast<void>(kind);
-  run(d, [&](uint32_t) { arrive_in_shm(d); });
+  // Where the exchange ran (UCX, PSTATE_CHECK=1) every peer has failed there already, before its
+  // shared-memory part: arriving there too would leave this rank waiting for them.
+  const bool exchanged = exchanges();
+  run(d, [&](uint32_t) {
+    if (!exchanged) arrive_in_shm(d);
+  });
   throw why;
+}
+
+bool pstate_group_s::refusals_reach_peers() const {
+  return size() == 1 || !on_device() || ctx_.check_enabled();
 }
 
 void pstate_group_s::verify_only(const OpDescriptor &desc) {

@@ -199,11 +199,19 @@ struct pstate_group_s {
   // One numbered CPU operation that copies n bytes from group rank 0 to every rank (the NCCL
   // unique id); called by the device communicator on every rank at its creation.
   void broadcast_from_rank0(void *bytes, size_t n);
-  // A rank that refuses its part of a collective object call (kind, root; a size past 2^47
-  // bytes, NULL data) still takes part in the call's agreement as OpKind::kRefused, so every rank
-  // of the call fails at once with INVALID_ARGUMENT naming it and nothing is sent; then throws
-  // `why` here. The group stays usable.
+  // A rank that refuses its part of a collective call (an argument only it can see: a root's
+  // recv or send, its own NULL, overlapping or device buffer, a size past 2^47 bytes, NULL data
+  // of an object) still takes part in the call's agreement as OpKind::kRefused, so every rank of
+  // the call fails at once with INVALID_ARGUMENT naming it, none pairs the call with this rank's
+  // next one, and the group stays usable and in step; then throws `why` here. Over UCX (and
+  // under PSTATE_CHECK=1) the exchange carries the refusal before any data moves; inside a host
+  // the shared-memory protocol does (shm_group.hpp, "Refusals"). A retired group or a failed
+  // context throws `why` at once (nobody can be waiting in its call). size: the refused count.
   [[noreturn]] void refuse(pstate::OpKind kind, int root, uint64_t size, const pstate::Error &why);
+  // Whether refuse() reaches the other ranks of a call of this group: always for the CPU
+  // communicator; for a device call only under PSTATE_CHECK=1, whose CPU exchange precedes each
+  // device collective (without it NCCL carries the call alone and nothing meets on the CPU).
+  bool refusals_reach_peers() const;
   // PSTATE_CHECK for an operation that another communicator carries: one numbered operation
   // whose only content is the cross-rank comparison of desc.
   void verify_only(const pstate::OpDescriptor &desc);

@@ -49,6 +49,16 @@
 // peer's lines by construction; broadcast, scatter, the other ranks of a reduce and the staged
 // protocol check the peers they did not read (verify_peers).
 //
+// Refusals: a rank that refuses its part of a call (an argument only it can check, found by
+// src/api/ before the call) arrives at the call's first step with the code of OpKind::kRefused
+// instead (arrive). Whoever meets that code where it checks the peer (verify_peer, or the line
+// it reads) stops its own protocol there with INVALID_ARGUMENT naming the refusing rank; since
+// every rank checks every peer's code before its done counter passes the call's first step,
+// every rank of the call gets the error. Each of them, and the refusing rank, then leaves the
+// call at the same step, a fixed number of steps past anything the call can have published
+// (leave_refused_call), so the lines and counters it left are never taken for a later call's,
+// and the group stays usable.
+//
 // Failures: every wait is bounded by the call's Deadline (PSTATE_ERR_TIMEOUT) and calls the
 // liveness check of the options (PSTATE_ERR_PEER_LOST). After any failure the group is broken and
 // every further call throws PSTATE_ERR_ABORTED (peers are at unknown steps). Reductions use
@@ -246,8 +256,6 @@ class ShmGroup {
   void check_verdict() const;
   [[noreturn]] void throw_failed_call(uint64_t word, bool completed) const;
   bool in_call_ = false;  // between begin_call and the end of the call (for the verdict)
-  int refused_by_ = -1;        // arrive_now: the first peer that refused the call (OpKind::kRefused)
-  uint64_t refused_count_ = 0;  // ... and the size it refused
   bool refusal_ = false;       // the error in flight is a peer's refusal: the group stays usable
   size_t checked_dtype_size(const char *op, pstate_dtype_t dtype, size_t count, size_t multiple) const;
   void check_reduce(const char *op, pstate_dtype_t dtype, pstate_reduce_op_t op_kind) const;
@@ -263,15 +271,21 @@ class ShmGroup {
   static bool step_reached(uint64_t word, uint64_t step) {
     return static_cast<int32_t>(static_cast<uint32_t>(word) - static_cast<uint32_t>(step)) >= 0;
   }
-  // After a line's step was reached: MISMATCH unless it is exactly this call's step and code.
-  void check_line_word(int peer, const Line *line, uint64_t word, uint64_t step) const {
+  // After a line's step was reached: MISMATCH unless it is exactly this call's step and code (or
+  // INVALID_ARGUMENT when the peer refused the call: disagreement).
+  void check_line_word(int peer, const Line *line, uint64_t word, uint64_t step) {
 #ifndef PSTATE_NO_AGREEMENT
-    if (word != line_word(step)) mismatch(peer, line, word);
+    if (word != line_word(step)) [[unlikely]] disagreement(peer, line, word, step);
 #else
     static_cast<void>(peer), static_cast<void>(line), static_cast<void>(word), static_cast<void>(step);
 #endif
   }
+  [[noreturn]] void disagreement(int peer, const Line *line, uint64_t word, uint64_t step);
   [[noreturn]] void mismatch(int peer, const Line *line, uint64_t word) const;
+  // A peer's arrival line says it refused this call: INVALID_ARGUMENT naming it (refusal_ set).
+  [[noreturn]] void refused(int peer, const Line *line);
+  void leave_refused_call();
+  uint64_t refused_call_steps() const;
   void publish_arrival(const Deadline &deadline);  // line 0 of slot call_step_, count in its data
   // The arrival line's data (count, seq, detail: kInlineVHeader bytes), which also heads the
   // inline payload of all_gatherv and reduce_scatterv.
