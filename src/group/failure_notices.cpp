@@ -64,7 +64,7 @@ void Context::read_addresses_for_notices(pstate_status_t status) noexcept {
 // is held for it (UcxWorker::take_notice), and the call goes on.
 void Context::throw_waiting_notice(const std::string &group, const char *op, const char *self,
                                    const CallPosition *at) {
-  if (auto n = worker_->take_notice(/*progress=*/false, at))
+  if (auto n = worker_->take_notice(/*progress=*/false, at, /*arrived=*/true))
     throw UcxWorker::notice_error(*n, cat(group, " ", op), cat("rank ", rank(), " (", self, ")"), global_rank_of(n->from));
 }
 

@@ -120,8 +120,10 @@ Channel::Request UcxChannel::irecv_owned(uint32_t owner, int peer, void *buf, si
 }
 
 namespace {
-WaitScope owned_scope(uint32_t owner, std::string_view name, const char *op, Deadline deadline, int my_index) {
+WaitScope owned_scope(uint32_t owner, std::string_view name, const char *op, Deadline deadline, int my_index,
+                      const CallPosition *position) {
   WaitScope scope;
+  scope.position = position;
   scope.owner = owner;
   scope.what = name;
   scope.op = op;
@@ -132,12 +134,12 @@ WaitScope owned_scope(uint32_t owner, std::string_view name, const char *op, Dea
 }  // namespace
 
 void UcxChannel::wait_owned(uint32_t owner, Request r, const char *op, Deadline deadline) {
-  worker_.wait(&r, 1, owned_scope(owner, name_, op, deadline, my_index_));
+  worker_.wait(&r, 1, owned_scope(owner, name_, op, deadline, my_index_, position_));
 }
 
 bool UcxChannel::test_owned(uint32_t owner, Request r, const char *op, Deadline deadline,
                             Deadline::Clock::time_point posted) {
-  WaitScope scope = owned_scope(owner, name_, op, deadline, my_index_);
+  WaitScope scope = owned_scope(owner, name_, op, deadline, my_index_, position_);
   scope.since = posted;
   return worker_.test(r, scope);
 }

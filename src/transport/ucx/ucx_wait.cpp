@@ -336,10 +336,6 @@ void UcxWorker::throw_failed_op(const Op &op, const WaitScope &scope) {
   Peer &p = peer(op.target.peer_world);
   if (p.watch && !p.exited) p.exited = p.watch->exited();
   if (op.status != UCS_OK && p.lost()) throw_peer_lost(p, op, scope);
-  // A live peer that failed (aborted, interrupted, gave up) and closed its worker leaves UCX errors
-  // behind ("Shared memory error"): its notice, already here, names the real cause.
-  if (op.status != UCS_OK)
-    if (auto n = take_notice(true, scope.position)) throw_notice(*n, scope);
   std::string peer = describe_peer(p, op);
   if (op.foreign()) throw_foreign(op, p, scope);
   if (op.status == UCS_ERR_MESSAGE_TRUNCATED || (op.status == UCS_OK && op.kind == OpKind::kRecv))
@@ -350,6 +346,9 @@ void UcxWorker::throw_failed_op(const Op &op, const WaitScope &scope) {
   if (op.status == UCS_ERR_NO_MEMORY && op.kind == OpKind::kRecvAnySize)
     throw_error(PSTATE_ERR_NO_MEMORY, scope.text(), ": no memory for the ", op.bytes, "-byte message from ", peer,
                 " (", describe_op(op), ")");
+  // A live peer that failed (aborted, interrupted, gave up) and closed its worker leaves UCX errors
+  // behind ("Shared memory error"): its notice, already here, names the real cause.
+  if (auto n = take_notice(true, scope.position)) throw_notice(*n, scope);
   if (op.status == UCS_ERR_NOT_CONNECTED && p.ep_closed)
     throw_error(PSTATE_ERR_TRANSPORT, scope.text(), ": the endpoint to ", peer,
                 " was closed after an earlier error; call pstate_abort");

@@ -263,16 +263,29 @@ bool UcxWorker::progress_notices() noexcept {
   return notice_sends_.empty();
 }
 
-bool UcxWorker::Notice::decides(const CallPosition *at) const {
-  if (at == nullptr || !at->in_call()) return true;
-  if (std::find(at->members.begin(), at->members.end(), from) == at->members.end()) return true;
-  const uint32_t seq = at->begun - 1;
-  for (const auto &[group_id, calls] : returned)
-    if (group_id == at->group_id) return static_cast<int32_t>(calls - seq) <= 0;  // returned from seq: not this one's
-  return true;
+namespace {
+bool is_member(const std::vector<int> &members, int rank) {
+  return rank >= 0 && std::find(members.begin(), members.end(), rank) != members.end();
+}
+}  // namespace
+
+bool UcxWorker::Notice::decides(const CallPosition *at, bool arrived) const {
+  if (at == nullptr) return true;
+  const bool sender_member = is_member(at->members, from);
+  const bool dead_member = is_member(at->members, dead);
+  if (!sender_member && !dead_member) return false;  // another group's failure
+  if (!at->in_call()) return true;                    // point-to-point, objects, requests
+  if (sender_member) {
+    const uint32_t seq = at->begun - 1;
+    bool returned = false;
+    for (const auto &[group_id, calls] : returned_calls)
+      if (group_id == at->group_id) returned = static_cast<int32_t>(calls - seq) > 0;
+    if (!returned) return true;  // it gave up on this call, or never reached it
+  }
+  return dead_member && !arrived;  // a member died while this rank still waits for its part
 }
 
-std::optional<UcxWorker::Notice> UcxWorker::take_notice(bool progress, const CallPosition *at) {
+std::optional<UcxWorker::Notice> UcxWorker::take_notice(bool progress, const CallPosition *at, bool arrived) {
   if (worker_ == nullptr || no_progress_) return std::nullopt;
   if (progress) progress_notices();
   for (;;) {  // every notice that arrived joins the held ones, in arrival order
@@ -291,7 +304,7 @@ std::optional<UcxWorker::Notice> UcxWorker::take_notice(bool progress, const Cal
     if (auto n = parse_notice(bytes, ucx::tag_source(info.sender_tag))) held_notices_.push_back(std::move(*n));
   }
   for (auto it = held_notices_.begin(); it != held_notices_.end(); ++it) {
-    if (!it->decides(at)) continue;
+    if (!it->decides(at, arrived)) continue;
     Notice n = std::move(*it);
     held_notices_.erase(it);
     return n;
@@ -317,7 +330,7 @@ std::optional<UcxWorker::Notice> UcxWorker::parse_notice(const std::vector<uint8
   for (uint32_t i = 0; i < groups; ++i) {
     uint32_t pair[2];
     std::memcpy(pair, bytes.data() + text_end + 4 + 8 * size_t{i}, 8);
-    n.returned.emplace_back(pair[0], pair[1]);
+    n.returned_calls.emplace_back(pair[0], pair[1]);
   }
   return n;
 }

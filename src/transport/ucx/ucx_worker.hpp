@@ -153,7 +153,7 @@ struct WaitScope {
   // When the waiting began, for messages ("timed out after N ms"); unset: at this wait() or
   // test(). A request polled with test() sets its posting time.
   std::optional<Deadline::Clock::time_point> since;
-  // The group's collectives, for failure notices (Notice::decides); nullptr: none.
+  // The group waited in, for failure notices (Notice::decides); nullptr: none.
   const CallPosition *position = nullptr;
 };
 
@@ -304,12 +304,15 @@ class UcxWorker {
     pstate_status_t status = PSTATE_ERR_PEER_LOST;  // what the sender failed with
     int64_t unix_ms = 0;                           // when (the sender's clock; 0: unknown)
     std::string text;                              // the start of the sender's error
-    std::vector<std::pair<uint32_t, uint32_t>> returned;  // (group id, calls returned) of the sender
-    // Whether this notice is the verdict of a call at `at` (nullptr or no collective in flight:
-    // whatever this rank waits for). One verdict per call: a sender that had returned from the
-    // very call this rank is in (a member of its group whose count passed the call's seq) failed
-    // in a later call, so its notice must not decide this one; it waits for the next (held).
-    bool decides(const CallPosition *at) const;
+    std::vector<std::pair<uint32_t, uint32_t>> returned_calls;  // (group id, calls returned) of the sender
+    // Whether this notice ends a wait of the group at `at` (nullptr: a wait of no group, which
+    // every notice ends). A failure concerns a group when the failed rank, or the rank it saw
+    // die, is a member; another group's waits go on (if they depend on it, a member's own notice
+    // follows). Inside a collective, one verdict per call: a member that had returned from this
+    // very call failed in a later one, so its notice decides the calls after (it is held), not
+    // this one; a member's death decides it only while this rank still waits for parts
+    // (arrived: every part of the call is here, the check after a folded call).
+    bool decides(const CallPosition *at, bool arrived) const;
   };
   // The error a notice means for a rank that waits: a death is PEER_LOST, an interruption
   // ABORTED, anything else the sender's status; the text names the sender, when, and why. `what`
@@ -322,7 +325,7 @@ class UcxWorker {
   // progressed it until idle) and returns a notice of this epoch that arrived and decides the
   // call at `at` (Notice::decides), if any. Notices that do not decide it are held, in arrival
   // order, for the calls after it (a new epoch drops them).
-  std::optional<Notice> take_notice(bool progress = true, const CallPosition *at = nullptr);
+  std::optional<Notice> take_notice(bool progress = true, const CallPosition *at = nullptr, bool arrived = false);
   // Whether a notice (of any epoch) has arrived and waits to be taken, without progress and
   // without taking it: one probe, for the per-call check of a collective that completed
   // (Context::check_notices); take_notice then reads it, or drops it when of another epoch.
