@@ -20,6 +20,7 @@
 #include "common/deadline.hpp"
 #include "common/log.hpp"
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -107,6 +108,12 @@ class Store {
   // instead of at its timeout. Default: nothing (a TCP store's members() sees a connection
   // close at once, a file store cannot tell).
   virtual void watch_departures(std::function<void(int rank, bool gone)> on_change) { (void)on_change; }
+  // The pause between two polls of a loop that waits for other ranks' keys (pstate_shrink's
+  // agreement, pstate_grow's rank 0 waiting for replacements): returns after `pause`, or sooner
+  // when the store may have changed. Default: sleeps `pause` (a TCP or file store is cheap to
+  // poll). An etcd store, which every rank of the job shares, waits in a watch on the job's keys
+  // instead, up to 250 ms. Throws what the store's calls throw (ABORTED on interrupt).
+  virtual void await_change(std::chrono::milliseconds pause);
   // Stops the call another thread is blocked in (and every later call) with PSTATE_ERR_ABORTED:
   // pstate_abort / pstate_revoke from another thread (Context::request_abort). Any thread; never
   // blocks. A TCP store shuts its socket down (at once); a file store ends its poll at the next
