@@ -22,7 +22,6 @@
 
 #include <signal.h>
 
-#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <thread>
@@ -81,19 +80,20 @@ std::string holder_words(pid_t holder) {
 class Place {
  public:
   explicit Place(const char *name) {
-    static int n = 0;
     switch (g_kind) {
       case Kind::kTcp:
         break;
       case Kind::kFile:
         url_ = "file://" + dir_.path() + "/store";  // the store makes it (the last rank out removes it)
         break;
-      case Kind::kEtcd:
+      case Kind::kEtcd: {
 #ifdef PSTATE_HAVE_ETCD
+        static int n = 0;
         prefix_ = cat("pstest/", name, "-", ::getpid(), "-", ++n);
         url_ = cat("etcd://", g_etcd->endpoint(), "/", prefix_);
 #endif
         break;
+      }
     }
     (void)name;
   }
