@@ -76,6 +76,42 @@ func (g *Group) call(op string, fn func(h uintptr) error) error {
 	})
 }
 
+// refusedDType is the dtype of a collective's refused form (see together).
+const refusedDType = int(Int8)
+
+// together returns err, the binding's refusal of a collective's arguments, after taking part in
+// the call: refuse is the C call in its refused form (NULL buffers of one element, refusedDType),
+// which C refuses on this rank inside the call's agreement, so every rank of the group fails at
+// once (ErrInvalidArgument naming this rank there) and none pairs the call with this rank's next
+// one. Most checks see what only this rank sees (its buffers, a root's recv or send): a rank that
+// returned alone would leave the others inside the call, and they would return another call's
+// data without an error (issue 46). A nil err is returned at once.
+func (g *Group) together(method string, err error, refuse func(h uintptr) error) error {
+	if err != nil {
+		_ = g.call(method, refuse) // C refuses it; the binding's error says more
+	}
+	return err
+}
+
+// firstError is the first non-nil of errs (the checks of one call, in order).
+func firstError(errs ...func() error) error {
+	for _, f := range errs {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ones is a counts array of n ones (a v-collective's refused form).
+func ones(n int) []uint64 {
+	c := make([]uint64, n)
+	for i := range c {
+		c[i] = 1
+	}
+	return c
+}
+
 // Ranks are the global ranks of the group, in group order.
 func (g *Group) Ranks() ([]int, error) {
 	ranks := make([]int32, g.info.WorldSize)
@@ -109,16 +145,15 @@ func (g *Group) SameNode(source int) ([]bool, error) {
 // AllReduce: recv[i] = op over the group of send[i]. send and recv may be the same (in place).
 func (g *Group) AllReduce(send, recv Buffer, op ReduceOp, opts ...CallOption) error {
 	o := collect(opts)
-	if err := checkOp(g.op("AllReduce"), op); err != nil {
-		return err
-	}
-	if err := send.check(g.op("AllReduce"), "send", 0); err != nil {
-		return err
-	}
-	if err := sameDType(g.op("AllReduce"), send, recv); err != nil {
-		return err
-	}
-	if err := recv.check(g.op("AllReduce"), "recv", send.count); err != nil {
+	op_ := g.op("AllReduce")
+	err := firstError(
+		func() error { return checkOp(op_, op) },
+		func() error { return send.check(op_, "send", 0) },
+		func() error { return sameDType(op_, send, recv) },
+		func() error { return recv.check(op_, "recv", send.count) })
+	if err := g.together("AllReduce", err, func(h uintptr) error {
+		return capi.All_reduce(h, nil, nil, 1, refusedDType, int(Sum), 0)
+	}); err != nil {
 		return err
 	}
 	return g.call("AllReduce", func(h uintptr) error {
@@ -129,13 +164,14 @@ func (g *Group) AllReduce(send, recv Buffer, op ReduceOp, opts ...CallOption) er
 // AllGather: recv (WorldSize * send.Len() elements) = every rank's send in group-rank order.
 func (g *Group) AllGather(send, recv Buffer, opts ...CallOption) error {
 	o := collect(opts)
-	if err := send.check(g.op("AllGather"), "send", 0); err != nil {
-		return err
-	}
-	if err := sameDType(g.op("AllGather"), send, recv); err != nil {
-		return err
-	}
-	if err := recv.check(g.op("AllGather"), "recv", send.count*g.info.WorldSize); err != nil {
+	op := g.op("AllGather")
+	err := firstError(
+		func() error { return send.check(op, "send", 0) },
+		func() error { return sameDType(op, send, recv) },
+		func() error { return recv.check(op, "recv", send.count*g.info.WorldSize) })
+	if err := g.together("AllGather", err, func(h uintptr) error {
+		return capi.All_gather(h, nil, nil, 1, refusedDType, 0)
+	}); err != nil {
 		return err
 	}
 	return g.call("AllGather", func(h uintptr) error {
@@ -147,16 +183,15 @@ func (g *Group) AllGather(send, recv Buffer, opts ...CallOption) error {
 // RankInGroup of their reduction.
 func (g *Group) ReduceScatter(send, recv Buffer, op ReduceOp, opts ...CallOption) error {
 	o := collect(opts)
-	if err := checkOp(g.op("ReduceScatter"), op); err != nil {
-		return err
-	}
-	if err := recv.check(g.op("ReduceScatter"), "recv", 0); err != nil {
-		return err
-	}
-	if err := sameDType(g.op("ReduceScatter"), send, recv); err != nil {
-		return err
-	}
-	if err := send.check(g.op("ReduceScatter"), "send", recv.count*g.info.WorldSize); err != nil {
+	op_ := g.op("ReduceScatter")
+	err := firstError(
+		func() error { return checkOp(op_, op) },
+		func() error { return recv.check(op_, "recv", 0) },
+		func() error { return sameDType(op_, send, recv) },
+		func() error { return send.check(op_, "send", recv.count*g.info.WorldSize) })
+	if err := g.together("ReduceScatter", err, func(h uintptr) error {
+		return capi.Reduce_scatter(h, nil, nil, 1, refusedDType, int(Sum), 0)
+	}); err != nil {
 		return err
 	}
 	return g.call("ReduceScatter", func(h uintptr) error {
@@ -167,7 +202,9 @@ func (g *Group) ReduceScatter(send, recv Buffer, op ReduceOp, opts ...CallOption
 // Broadcast copies buf of group rank src into buf on every rank.
 func (g *Group) Broadcast(buf Buffer, src int, opts ...CallOption) error {
 	o := collect(opts)
-	if err := buf.check(g.op("Broadcast"), "buf", 0); err != nil {
+	if err := g.together("Broadcast", buf.check(g.op("Broadcast"), "buf", 0), func(h uintptr) error {
+		return capi.Broadcast(h, nil, 1, refusedDType, 0, 0)
+	}); err != nil {
 		return err
 	}
 	return g.call("Broadcast", func(h uintptr) error {
@@ -176,16 +213,23 @@ func (g *Group) Broadcast(buf Buffer, src int, opts ...CallOption) error {
 }
 
 // Gather: on group rank dst, recv (WorldSize * send.Len()) = every rank's send in rank order;
-// recv is ignored elsewhere (pass Buffer{}).
+// recv is ignored elsewhere (pass Buffer{}). A recv dst refuses fails the call on every rank of
+// the group at once (ErrInvalidArgument naming dst there), so no rank pairs it with another call.
 func (g *Group) Gather(send, recv Buffer, dst int, opts ...CallOption) error {
 	o := collect(opts)
-	if err := send.check(g.op("Gather"), "send", 0); err != nil {
+	op := g.op("Gather")
+	err := firstError(
+		func() error { return send.check(op, "send", 0) },
+		func() error {
+			if g.info.RankInGroup != dst {
+				return nil
+			}
+			return rootBuffer(op, "recv", "dst", dst, recv, send.dtype, send.count*g.info.WorldSize)
+		})
+	if err := g.together("Gather", err, func(h uintptr) error {
+		return capi.Gather(h, nil, nil, 1, refusedDType, 0, 0)
+	}); err != nil {
 		return err
-	}
-	if g.info.RankInGroup == dst {
-		if err := rootBuffer(g.op("Gather"), "recv", "dst", dst, recv, send.dtype, send.count*g.info.WorldSize); err != nil {
-			return err
-		}
 	}
 	return g.call("Gather", func(h uintptr) error {
 		return capi.Gather(h, send.p, recv.p, int64(send.count), int(send.dtype), dst, o.stream)
@@ -196,17 +240,21 @@ func (g *Group) Gather(send, recv Buffer, dst int, opts ...CallOption) error {
 // recv comes from rank i.
 func (g *Group) AllToAll(send, recv Buffer, opts ...CallOption) error {
 	o := collect(opts)
-	if err := send.check(g.op("AllToAll"), "send", 0); err != nil {
-		return err
-	}
+	op := g.op("AllToAll")
 	n := g.info.WorldSize
-	if n == 0 || send.count%n != 0 {
-		return invalid(g.op("AllToAll"), "send holds %d elements, not a multiple of the group size %d", send.count, n)
-	}
-	if err := sameDType(g.op("AllToAll"), send, recv); err != nil {
-		return err
-	}
-	if err := recv.check(g.op("AllToAll"), "recv", send.count); err != nil {
+	err := firstError(
+		func() error { return send.check(op, "send", 0) },
+		func() error {
+			if n == 0 || send.count%n != 0 {
+				return invalid(op, "send holds %d elements, not a multiple of the group size %d", send.count, n)
+			}
+			return nil
+		},
+		func() error { return sameDType(op, send, recv) },
+		func() error { return recv.check(op, "recv", send.count) })
+	if err := g.together("AllToAll", err, func(h uintptr) error {
+		return capi.All_to_all(h, nil, nil, 1, refusedDType, 0)
+	}); err != nil {
 		return err
 	}
 	return g.call("AllToAll", func(h uintptr) error {

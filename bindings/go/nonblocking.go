@@ -42,18 +42,23 @@ func (g *Group) counts(op string, counts []int) ([]uint64, int, error) {
 // every rank's part packed in group-rank order.
 func (g *Group) AllGatherV(send, recv Buffer, counts []int, opts ...CallOption) error {
 	o := collect(opts)
-	c, total, err := g.counts("AllGatherV", counts)
-	if err != nil {
-		return err
-	}
-	if mine := counts[g.info.RankInGroup]; send.count != mine {
-		return invalid(g.op("AllGatherV"), "send holds %d elements but counts[%d] (this rank) is %d",
-			send.count, g.info.RankInGroup, mine)
-	}
-	if err := sameDType(g.op("AllGatherV"), send, recv); err != nil {
-		return err
-	}
-	if err := recv.check(g.op("AllGatherV"), "recv", total); err != nil {
+	op := g.op("AllGatherV")
+	var c []uint64
+	var total int
+	err := firstError(
+		func() (err error) { c, total, err = g.counts("AllGatherV", counts); return err },
+		func() error {
+			if mine := counts[g.info.RankInGroup]; send.count != mine {
+				return invalid(op, "send holds %d elements but counts[%d] (this rank) is %d",
+					send.count, g.info.RankInGroup, mine)
+			}
+			return nil
+		},
+		func() error { return sameDType(op, send, recv) },
+		func() error { return recv.check(op, "recv", total) })
+	if err := g.together("AllGatherV", err, func(h uintptr) error {
+		return capi.All_gatherv(h, nil, nil, ones(g.info.WorldSize), refusedDType, 0)
+	}); err != nil {
 		return err
 	}
 	return g.call("AllGatherV", func(h uintptr) error {
@@ -66,20 +71,23 @@ func (g *Group) AllGatherV(send, recv Buffer, counts []int, opts ...CallOption) 
 // counts[i-1].
 func (g *Group) ReduceScatterV(send, recv Buffer, counts []int, op ReduceOp, opts ...CallOption) error {
 	o := collect(opts)
-	if err := checkOp(g.op("ReduceScatterV"), op); err != nil {
-		return err
-	}
-	c, total, err := g.counts("ReduceScatterV", counts)
-	if err != nil {
-		return err
-	}
-	if send.count != total {
-		return invalid(g.op("ReduceScatterV"), "send holds %d elements but sum(counts) is %d", send.count, total)
-	}
-	if err := sameDType(g.op("ReduceScatterV"), send, recv); err != nil {
-		return err
-	}
-	if err := recv.check(g.op("ReduceScatterV"), "recv", counts[g.info.RankInGroup]); err != nil {
+	op_ := g.op("ReduceScatterV")
+	var c []uint64
+	var total int
+	err := firstError(
+		func() error { return checkOp(op_, op) },
+		func() (err error) { c, total, err = g.counts("ReduceScatterV", counts); return err },
+		func() error {
+			if send.count != total {
+				return invalid(op_, "send holds %d elements but sum(counts) is %d", send.count, total)
+			}
+			return nil
+		},
+		func() error { return sameDType(op_, send, recv) },
+		func() error { return recv.check(op_, "recv", counts[g.info.RankInGroup]) })
+	if err := g.together("ReduceScatterV", err, func(h uintptr) error {
+		return capi.Reduce_scatterv(h, nil, nil, ones(g.info.WorldSize), refusedDType, int(Sum), 0)
+	}); err != nil {
 		return err
 	}
 	return g.call("ReduceScatterV", func(h uintptr) error {

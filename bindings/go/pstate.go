@@ -384,12 +384,14 @@ func (ps *PState) Grow(timeoutMs int) error {
 }
 
 // TPAllReduce is communication_op.py tensor_model_parallel_all_reduce: in place on the TP group.
+// Arguments refused here fail the call on every rank of the TP group (Group.together).
 func (ps *PState) TPAllReduce(buf Buffer, op ReduceOp, opts ...CallOption) error {
 	o := collect(opts)
-	if err := checkOp("TPAllReduce", op); err != nil {
-		return err
-	}
-	if err := buf.check("TPAllReduce", "buf", 0); err != nil {
+	err := firstError(
+		func() error { return checkOp("TPAllReduce", op) },
+		func() error { return buf.check("TPAllReduce", "buf", 0) })
+	if err != nil {
+		_ = ps.call("TPAllReduce", func(h uintptr) error { return capi.Tp_allreduce(h, nil, 1, refusedDType, int(Sum), 0) })
 		return err
 	}
 	return ps.call("TPAllReduce", func(h uintptr) error {
@@ -398,16 +400,18 @@ func (ps *PState) TPAllReduce(buf Buffer, op ReduceOp, opts ...CallOption) error
 }
 
 // TPAllGather is tensor_model_parallel_all_gather: recv = every TP rank's send, in rank order.
+// Arguments refused here fail the call on every rank of the TP group (Group.together).
 func (ps *PState) TPAllGather(send, recv Buffer, opts ...CallOption) error {
 	tp, err := ps.Group(TP)
 	if err != nil {
 		return err
 	}
 	o := collect(opts)
-	if err := sameDType("TPAllGather", send, recv); err != nil {
-		return err
-	}
-	if err := recv.check("TPAllGather", "recv", send.count*tp.info.WorldSize); err != nil {
+	err = firstError(
+		func() error { return sameDType("TPAllGather", send, recv) },
+		func() error { return recv.check("TPAllGather", "recv", send.count*tp.info.WorldSize) })
+	if err != nil {
+		_ = ps.call("TPAllGather", func(h uintptr) error { return capi.Tp_allgather(h, nil, nil, 1, refusedDType, 0) })
 		return err
 	}
 	return ps.call("TPAllGather", func(h uintptr) error {

@@ -453,7 +453,7 @@ typedef int (*pstate_interrupt_fn)(void *user);
  *  Nonzero: the call fails with PSTATE_ERR_INTERRUPTED ("interrupted while waiting for ...") and
  *  the context is failed, as after PEER_LOST: the peers were left inside the operation, so later
  *  calls return ABORTED; call pstate_abort (never blocks) or pstate_finalize (skips the world
- *  barrier of a failed context) next. fn must not call pstate on ps (INVALID_STATE: the call it
+ *  barrier of a failed context) next. fn must not call pstate on ps (PSTATE_ERR_BUSY: the call it
  *  interrupts still holds the context) and should return quickly. Not collective; a check is
  *  per context (ranks as threads each register their own). */
 PSTATE_API pstate_status_t pstate_set_interrupt_check(pstate_t *ps, pstate_interrupt_fn fn, void *user);
@@ -584,9 +584,17 @@ PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int r
 /* scatter are ignored (may be NULL) on the ranks other than root.                              */
 /*                                                                                              */
 /* Errors common to all: INVALID_ARGUMENT (NULL buffer with count > 0, bad dtype/op/rank,       */
-/* overlapping buffers, a count too large), INVALID_STATE (another thread is inside a call on   */
-/* the same pstate_t, a destroyed group), UNSUPPORTED (reduction on fp8), TIMEOUT, PEER_LOST,    */
-/* MISMATCH (ranks disagree about the call), ABORTED (an earlier failure).                      */
+/* overlapping buffers, a count too large), INVALID_STATE (a destroyed group), BUSY (another    */
+/* thread is inside a call on the same pstate_t), UNSUPPORTED (reduction on fp8), TIMEOUT,      */
+/* PEER_LOST, MISMATCH (ranks disagree about the call), ABORTED (an earlier failure).           */
+/* An argument error on one rank fails the call on every rank of the group (none pairs it with  */
+/* that rank's next call): the refusing rank (a root's bad recv or send, one rank's NULL or     */
+/* overlapping buffer, its own dtype, count or stream) returns INVALID_ARGUMENT with its own    */
+/* message, every other rank INVALID_ARGUMENT naming it, and the group stays in step and usable */
+/* (the refusal takes part in the call's agreement; on the shared-memory path buffers the call  */
+/* would have written may hold part of the data). In a CUDA context without PSTATE_CHECK=1 a    */
+/* device collective's argument errors stay on the refusing rank, as NCCL's do (no host round   */
+/* trip meets the peers there): the others' calls are enqueued and wait for it.                 */
 /*                                                                                              */
 /* Memory: in a CPU context every buffer is host memory (CUDA device memory is                  */
 /* INVALID_ARGUMENT; pinned and managed memory are accepted); in a CUDA context every buffer is  */

@@ -6,6 +6,11 @@
 // buffers are device memory of the context's device), in a CPU context to the CPU
 // communicator (after checking that no buffer is CUDA device memory, which costs nothing while
 // the process has not loaded CUDA). Object operations always use the CPU communicator.
+//
+// Argument checks of a collective run inside check_together: a refusal that only this rank can
+// see (a root's recv or send, its own NULL, overlapping or device buffer, its own count, dtype or
+// stream) takes part in the call's agreement, so the other ranks fail with it instead of pairing
+// the call with this rank's next one (issue 46: wrong data with PSTATE_OK).
 #include "api/boundary.hpp"
 #include "api/handles.hpp"
 
@@ -19,9 +24,8 @@ using pstate::OpKind;
 
 namespace {
 
-// Common prologue of every tensor operation.
-void check_op(const pstate_group_t *g, pstate_dtype_t dtype, void *stream, const char *call) {
-  require_group(g, call);
+// The argument checks every tensor collective shares (after its group and context entry).
+void check_op(const pstate_group_t *g, pstate_dtype_t dtype, void *stream) {
   require_dtype(dtype);
   require_cpu_stream(g, stream);
 }
@@ -52,6 +56,16 @@ void require_host(pstate_group_t *g, const void *p, const char *name, const char
 }
 void require_host(pstate_group_t *g, const void *send, const void *recv, const char *op) {
   g->context().require_host_memory(send, "send", recv, "recv", g->name().c_str(), op);
+}
+
+// A buffer the device communicator will read or write, checked before the call's exchange under
+// PSTATE_CHECK=1, where device refusals reach the peers (check_together): one rank's host or
+// other-device buffer then fails every rank, instead of the others' NCCL call waiting on their
+// streams for a rank that refused it. Without PSTATE_CHECK the device communicator checks it
+// (once, locally) as before.
+void require_device(pstate_group_t *g, const void *p, size_t bytes, const char *name, const char *call) {
+  if (bytes == 0 || !g->context().check_enabled()) return;
+  g->context().device_context()->require_device_pointer(p, name, pstate::cat(g->name(), ": ", call));
 }
 
 // Copies bytes into a pstate_bytes_t the caller frees with pstate_bytes_free.
@@ -106,20 +120,28 @@ extern "C" {
 PSTATE_API pstate_status_t pstate_all_reduce(pstate_group_t *g, const void *send, void *recv, size_t count,
                                              pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream) {
   return PSTATE_GUARD({
-    check_op(g, dtype, stream, "pstate_all_reduce");
+    require_group(g, "pstate_all_reduce");
     ContextEntry entry(g->context(), "pstate_all_reduce");
-    require_op(op);
-    size_t bytes = require_buffer(send, count, dtype, 1, "send");
-    require_present(recv, bytes, count, "recv");
-    require_disjoint(g, "pstate_all_reduce", send, bytes, recv, bytes, send == recv, "send == recv");
+    size_t bytes = 0;
+    check_together(g, OpKind::kAllReduce, -1, count, [&] {
+      check_op(g, dtype, stream);
+      require_op(op);
+      bytes = require_buffer(send, count, dtype, 1, "send");
+      require_present(recv, bytes, count, "recv");
+      require_disjoint(g, "pstate_all_reduce", send, bytes, recv, bytes, send == recv, "send == recv");
+      if (g->on_device()) {
+        require_device(g, send, bytes, "send", "pstate_all_reduce");
+        return require_device(g, recv, bytes, "recv", "pstate_all_reduce");
+      }
+      require_reducible(dtype, op);
+      require_host(g, send, recv, "all_reduce");
+    });
     if (g->on_device())
       return g->run_device(describe(OpKind::kAllReduce, count, dtype, op, -1),
                            [&](DeviceComm &d) {
                              g->note_device_call(send, bytes, recv, bytes, "pstate_all_reduce");
                              d.all_reduce(send, recv, count, dtype, op, stream);
                            });
-    require_reducible(dtype, op);
-    require_host(g, send, recv, "all_reduce");
     g->all_reduce(send, recv, count, dtype, op);
   });
 }
@@ -127,56 +149,70 @@ PSTATE_API pstate_status_t pstate_all_reduce(pstate_group_t *g, const void *send
 PSTATE_API pstate_status_t pstate_all_gather(pstate_group_t *g, const void *send, void *recv, size_t count,
                                              pstate_dtype_t dtype, void *stream) {
   return PSTATE_GUARD({
-    check_op(g, dtype, stream, "pstate_all_gather");
+    require_group(g, "pstate_all_gather");
     ContextEntry entry(g->context(), "pstate_all_gather");
-    size_t block = require_buffer(send, count, dtype, 1, "send");
-    size_t total = require_buffer(recv, count, dtype, static_cast<size_t>(g->size()), "recv");
     const int r = g->rank_in_group();
-    const bool nccl_in_place = send == at(recv, static_cast<size_t>(r) * block);
-    if (g->on_device()) {
-      require_disjoint(g, "pstate_all_gather", send, block, recv, total, nccl_in_place,
-                       "send == recv + rank_in_group * count (NCCL's; in a CUDA context send == recv works "
-                       "on rank_in_group 0 only)");
+    size_t block = 0, total = 0;
+    check_together(g, OpKind::kAllGather, -1, count, [&] {
+      check_op(g, dtype, stream);
+      block = require_buffer(send, count, dtype, 1, "send");
+      total = require_buffer(recv, count, dtype, static_cast<size_t>(g->size()), "recv");
+      const bool nccl_in_place = send == at(recv, static_cast<size_t>(r) * block);
+      if (g->on_device()) {
+        require_device(g, send, block, "send", "pstate_all_gather");
+        require_device(g, recv, total, "recv", "pstate_all_gather");
+        return require_disjoint(g, "pstate_all_gather", send, block, recv, total, nccl_in_place,
+                                "send == recv + rank_in_group * count (NCCL's; in a CUDA context send == recv works "
+                                "on rank_in_group 0 only)");
+      }
+      require_disjoint(g, "pstate_all_gather", send, block, recv, total, nccl_in_place || send == recv,
+                       "send == recv + rank_in_group * count, or send == recv");
+      require_host(g, send, recv, "all_gather");
+    });
+    if (g->on_device())
       return g->run_device(describe(OpKind::kAllGather, count, dtype, -1, -1),
                            [&](DeviceComm &d) {
                              g->note_device_call(send, block, recv, total, "pstate_all_gather");
                              d.all_gather(send, recv, count, dtype, stream);
                            });
-    }
-    require_disjoint(g, "pstate_all_gather", send, block, recv, total, nccl_in_place || send == recv,
-                     "send == recv + rank_in_group * count, or send == recv");
-    require_host(g, send, recv, "all_gather");
     g->all_gather(own_block_in_place(send, recv, r, block), recv, count, dtype);
   });
 }
 PSTATE_API pstate_status_t pstate_reduce_scatter(pstate_group_t *g, const void *send, void *recv, size_t count,
                                                  pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream) {
   return PSTATE_GUARD({
-    check_op(g, dtype, stream, "pstate_reduce_scatter");
+    require_group(g, "pstate_reduce_scatter");
     ContextEntry entry(g->context(), "pstate_reduce_scatter");
-    require_op(op);
-    size_t total = require_buffer(send, count, dtype, static_cast<size_t>(g->size()), "send");
-    size_t block = require_buffer(recv, count, dtype, 1, "recv");
-    const bool nccl_in_place = recv == at(send, static_cast<size_t>(g->rank_in_group()) * block);
-    if (g->on_device()) {
-      require_disjoint(g, "pstate_reduce_scatter", send, total, recv, block, nccl_in_place,
-                       "recv == send + rank_in_group * count (NCCL's; in a CUDA context recv == send works "
-                       "on rank_in_group 0 only)");
+    const int r = g->rank_in_group();
+    size_t total = 0, block = 0;
+    check_together(g, OpKind::kReduceScatter, -1, count, [&] {
+      check_op(g, dtype, stream);
+      require_op(op);
+      total = require_buffer(send, count, dtype, static_cast<size_t>(g->size()), "send");
+      block = require_buffer(recv, count, dtype, 1, "recv");
+      const bool nccl_in_place = recv == at(send, static_cast<size_t>(r) * block);
+      if (g->on_device()) {
+        require_device(g, send, total, "send", "pstate_reduce_scatter");
+        require_device(g, recv, block, "recv", "pstate_reduce_scatter");
+        return require_disjoint(g, "pstate_reduce_scatter", send, total, recv, block, nccl_in_place,
+                                "recv == send + rank_in_group * count (NCCL's; in a CUDA context recv == send works "
+                                "on rank_in_group 0 only)");
+      }
+      require_disjoint(g, "pstate_reduce_scatter", send, total, recv, block, nccl_in_place || recv == send,
+                       "recv == send + rank_in_group * count, or recv == send");
+      require_reducible(dtype, op);
+      require_host(g, send, recv, "reduce_scatter");
+    });
+    if (g->on_device())
       return g->run_device(describe(OpKind::kReduceScatter, count, dtype, op, -1),
                            [&](DeviceComm &d) {
                              g->note_device_call(send, total, recv, block, "pstate_reduce_scatter");
                              d.reduce_scatter(send, recv, count, dtype, op, stream);
                            });
-    }
-    require_disjoint(g, "pstate_reduce_scatter", send, total, recv, block, nccl_in_place || recv == send,
-                     "recv == send + rank_in_group * count, or recv == send");
-    require_reducible(dtype, op);
-    require_host(g, send, recv, "reduce_scatter");
     // recv == send on a rank r >= 1: block 0 of this rank's send is still being read by the
     // others while the result would land on it (shared memory reads it in place). Reduce into
     // block r instead (the in-place form: only this rank reads it) and move the result to the
     // front, which is what the caller asked for; block r of the buffer is scratch then.
-    const int r = g->rank_in_group();
     if (recv == send && r != 0 && block != 0) {
       uint8_t *own = static_cast<uint8_t *>(recv) + static_cast<size_t>(r) * block;
       g->reduce_scatter(send, own, count, dtype, op);
@@ -190,48 +226,56 @@ PSTATE_API pstate_status_t pstate_reduce_scatter(pstate_group_t *g, const void *
 PSTATE_API pstate_status_t pstate_broadcast(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype, int root,
                                             void *stream) {
   return PSTATE_GUARD({
-    check_op(g, dtype, stream, "pstate_broadcast");
+    require_group(g, "pstate_broadcast");
     ContextEntry entry(g->context(), "pstate_broadcast");
-    require_rank(g, root, "root");
-    require_buffer(buf, count, dtype, 1, "buf");
+    check_together(g, OpKind::kBroadcast, root, count, [&] {
+      check_op(g, dtype, stream);
+      require_rank(g, root, "root");
+      const size_t bytes = require_buffer(buf, count, dtype, 1, "buf");
+      if (g->on_device()) return require_device(g, buf, bytes, "buf", "pstate_broadcast");
+      require_host(g, buf, "buf", "broadcast");
+    });
     if (g->on_device())
       return g->run_device(describe(OpKind::kBroadcast, count, dtype, -1, root),
                            [&](DeviceComm &d) { d.broadcast(buf, count, dtype, root, stream); });
-    require_host(g, buf, "buf", "broadcast");
     g->broadcast(buf, count, dtype, root);
   });
 }
 
+// gather: recv matters on root only, but its size (world_size * count) is checked on every
+// rank, so a count whose gather cannot exist fails everywhere alike; the root's own checks of
+// recv (NULL, overlap, device memory) reach the others through check_together.
 PSTATE_API pstate_status_t pstate_gather(pstate_group_t *g, const void *send, void *recv, size_t count,
                                          pstate_dtype_t dtype, int root, void *stream) {
   return PSTATE_GUARD({
-    check_op(g, dtype, stream, "pstate_gather");
+    require_group(g, "pstate_gather");
     ContextEntry entry(g->context(), "pstate_gather");
-    require_rank(g, root, "root");
-    size_t block = require_buffer(send, count, dtype, 1, "send");
-    // recv's size is checked on every rank, not only on root: a count whose gather cannot exist
-    // fails the call everywhere, so no rank waits for a root that refused it.
-    size_t total = require_fits(count, dtype, static_cast<size_t>(g->size()), "recv");
-    bool is_root = g->rank_in_group() == root;
-    bool nccl_in_place = false;
-    if (is_root) {
+    const bool is_root = g->rank_in_group() == root;
+    size_t block = 0;
+    check_together(g, OpKind::kGather, root, count, [&] {
+      check_op(g, dtype, stream);
+      require_rank(g, root, "root");
+      block = require_buffer(send, count, dtype, 1, "send");
+      const size_t total = require_fits(count, dtype, static_cast<size_t>(g->size()), "recv");
+      if (g->on_device()) require_device(g, send, block, "send", "pstate_gather");
+      else require_host(g, send, "send", "gather");
+      if (!is_root) return;
       require_buffer(recv, count, dtype, static_cast<size_t>(g->size()), "recv");
-      nccl_in_place = send == at(recv, static_cast<size_t>(root) * block);
-    }
-    if (g->on_device()) {
-      if (is_root)
-        require_disjoint(g, "pstate_gather", send, block, recv, total, nccl_in_place,
-                         "send == recv + root * count on root (in a CUDA context send == recv works for root 0 only)");
-      return g->run_device(describe(OpKind::kGather, count, dtype, -1, root),
-                           [&](DeviceComm &d) { d.gather(send, recv, count, dtype, root, stream); });
-    }
-    require_host(g, send, "send", "gather");
-    if (is_root) {
+      const bool nccl_in_place = send == at(recv, static_cast<size_t>(root) * block);
+      if (g->on_device()) {
+        require_device(g, recv, total, "recv", "pstate_gather");
+        return require_disjoint(g, "pstate_gather", send, block, recv, total, nccl_in_place,
+                                "send == recv + root * count on root (in a CUDA context send == recv works for root "
+                                "0 only)");
+      }
       require_disjoint(g, "pstate_gather", send, block, recv, total, nccl_in_place || send == recv,
                        "send == recv + root * count on root, or send == recv");
       require_host(g, recv, "recv", "gather");
-      send = own_block_in_place(send, recv, root, block);
-    }
+    });
+    if (g->on_device())
+      return g->run_device(describe(OpKind::kGather, count, dtype, -1, root),
+                           [&](DeviceComm &d) { d.gather(send, recv, count, dtype, root, stream); });
+    if (is_root) send = own_block_in_place(send, recv, root, block);
     g->gather(send, recv, count, dtype, root);
   });
 }
@@ -239,88 +283,104 @@ PSTATE_API pstate_status_t pstate_gather(pstate_group_t *g, const void *send, vo
 PSTATE_API pstate_status_t pstate_all_to_all(pstate_group_t *g, const void *send, void *recv, size_t count,
                                              pstate_dtype_t dtype, void *stream) {
   return PSTATE_GUARD({
-    check_op(g, dtype, stream, "pstate_all_to_all");
+    require_group(g, "pstate_all_to_all");
     ContextEntry entry(g->context(), "pstate_all_to_all");
-    size_t total = require_buffer(send, count, dtype, static_cast<size_t>(g->size()), "send");
-    require_buffer(recv, count, dtype, static_cast<size_t>(g->size()), "recv");
-    if (g->on_device()) {
-      // NCCL has no in-place all_to_all: the device communicator refuses send == recv itself.
-      require_disjoint(g, "pstate_all_to_all", send, total, recv, total, send == recv,
-                       "none in a CUDA context (send == recv is refused too)");
+    check_together(g, OpKind::kAllToAll, -1, count, [&] {
+      check_op(g, dtype, stream);
+      const size_t total = require_buffer(send, count, dtype, static_cast<size_t>(g->size()), "send");
+      require_buffer(recv, count, dtype, static_cast<size_t>(g->size()), "recv");
+      if (g->on_device()) {  // NCCL has no in-place all_to_all: the device communicator refuses send == recv too.
+        require_device(g, send, total, "send", "pstate_all_to_all");
+        require_device(g, recv, total, "recv", "pstate_all_to_all");
+        return require_disjoint(g, "pstate_all_to_all", send, total, recv, total, send == recv,
+                                "none in a CUDA context (send == recv is refused too)");
+      }
+      require_disjoint(g, "pstate_all_to_all", send, total, recv, total, send == recv, "send == recv");
+      require_host(g, send, recv, "all_to_all");
+    });
+    if (g->on_device())
       return g->run_device(describe(OpKind::kAllToAll, count, dtype, -1, -1),
                            [&](DeviceComm &d) { d.all_to_all(send, recv, count, dtype, stream); });
-    }
-    require_disjoint(g, "pstate_all_to_all", send, total, recv, total, send == recv, "send == recv");
-    require_host(g, send, recv, "all_to_all");
     g->all_to_all(send, recv, count, dtype);
   });
 }
 
 // reduce: recv matters on root only. The other ranks' recv is neither checked nor passed on
 // (the group and the device get NULL there), so it is never written, whatever the caller gave.
+// The root's checks of recv reach the others through check_together.
 PSTATE_API pstate_status_t pstate_reduce(pstate_group_t *g, const void *send, void *recv, size_t count,
                                          pstate_dtype_t dtype, pstate_reduce_op_t op, int root, void *stream) {
   return PSTATE_GUARD({
-    check_op(g, dtype, stream, "pstate_reduce");
+    require_group(g, "pstate_reduce");
     ContextEntry entry(g->context(), "pstate_reduce");
-    require_op(op);
-    require_rank(g, root, "root");
-    const size_t bytes = require_buffer(send, count, dtype, 1, "send");
     const bool is_root = g->rank_in_group() == root;
     void *out = is_root ? recv : nullptr;
-    if (is_root) {
-      require_present(recv, bytes, count, "recv");
-      require_disjoint(g, "pstate_reduce", send, bytes, recv, bytes, send == recv, "send == recv on root");
-    }
+    check_together(g, OpKind::kReduce, root, count, [&] {
+      check_op(g, dtype, stream);
+      require_op(op);
+      require_rank(g, root, "root");
+      const size_t bytes = require_buffer(send, count, dtype, 1, "send");
+      if (is_root) {
+        require_present(recv, bytes, count, "recv");
+        require_disjoint(g, "pstate_reduce", send, bytes, recv, bytes, send == recv, "send == recv on root");
+      }
+      if (g->on_device()) {
+        require_device(g, send, bytes, "send", "pstate_reduce");
+        return require_device(g, is_root ? recv : nullptr, is_root ? bytes : 0, "recv", "pstate_reduce");
+      }
+      require_reducible(dtype, op);
+      require_host(g, send, "send", "reduce");
+      if (is_root) require_host(g, recv, "recv", "reduce");
+    });
     if (g->on_device())
       return g->run_device(describe(OpKind::kReduce, count, dtype, op, root),
                            [&](DeviceComm &d) { d.reduce(send, out, count, dtype, op, root, stream); });
-    require_reducible(dtype, op);
-    require_host(g, send, "send", "reduce");
-    if (is_root) require_host(g, recv, "recv", "reduce");
     g->reduce(send, out, count, dtype, op, root);
   });
 }
 
 // scatter: send matters on root only, but its size (world_size * count) is checked on
-// every rank, as gather's recv is, so a count no root could send fails the call everywhere.
+// every rank, as gather's recv is, so a count no root could send fails the call everywhere
+// alike; the root's checks of send reach the others through check_together.
 PSTATE_API pstate_status_t pstate_scatter(pstate_group_t *g, const void *send, void *recv, size_t count,
                                           pstate_dtype_t dtype, int root, void *stream) {
   return PSTATE_GUARD({
-    check_op(g, dtype, stream, "pstate_scatter");
+    require_group(g, "pstate_scatter");
     ContextEntry entry(g->context(), "pstate_scatter");
-    require_rank(g, root, "root");
-    const size_t total = require_fits(count, dtype, static_cast<size_t>(g->size()), "send");
-    const size_t block = require_buffer(recv, count, dtype, 1, "recv");
     const bool is_root = g->rank_in_group() == root;
     const void *in = is_root ? send : nullptr;
-    bool nccl_in_place = false;
-    if (is_root) {
+    size_t block = 0;
+    check_together(g, OpKind::kScatter, root, count, [&] {
+      check_op(g, dtype, stream);
+      require_rank(g, root, "root");
+      const size_t total = require_fits(count, dtype, static_cast<size_t>(g->size()), "send");
+      block = require_buffer(recv, count, dtype, 1, "recv");
+      if (g->on_device()) require_device(g, recv, block, "recv", "pstate_scatter");
+      else require_host(g, recv, "recv", "scatter");
+      if (!is_root) return;
       require_present(send, total, count, "send");
-      nccl_in_place = recv == at(send, static_cast<size_t>(root) * block);
-    }
-    if (g->on_device()) {
-      if (is_root)
-        require_disjoint(g, "pstate_scatter", send, total, recv, block, nccl_in_place,
-                         "recv == send + root * count on root (in a CUDA context recv == send works for root 0 "
-                         "only)");
-      return g->run_device(describe(OpKind::kScatter, count, dtype, -1, root),
-                           [&](DeviceComm &d) { d.scatter(in, recv, count, dtype, root, stream); });
-    }
-    require_host(g, recv, "recv", "scatter");
-    if (is_root) {
+      const bool nccl_in_place = recv == at(send, static_cast<size_t>(root) * block);
+      if (g->on_device()) {
+        require_device(g, send, total, "send", "pstate_scatter");
+        return require_disjoint(g, "pstate_scatter", send, total, recv, block, nccl_in_place,
+                                "recv == send + root * count on root (in a CUDA context recv == send works for root 0 "
+                                "only)");
+      }
       require_disjoint(g, "pstate_scatter", send, total, recv, block, nccl_in_place || recv == send,
                        "recv == send + root * count on root, or recv == send");
       require_host(g, send, "send", "scatter");
-      // recv == send on a root r >= 1: recv's front is block 0 of send, which still has to
-      // reach rank 0. Scatter into block r (the in-place form: nothing is copied for the root)
-      // and move it to the front once the call has returned, when every block has left.
-      if (recv == send && root != 0 && block != 0) {
-        uint8_t *own = static_cast<uint8_t *>(recv) + static_cast<size_t>(root) * block;
-        g->scatter(send, own, count, dtype, root);
-        std::memcpy(recv, own, block);
-        return;
-      }
+    });
+    if (g->on_device())
+      return g->run_device(describe(OpKind::kScatter, count, dtype, -1, root),
+                           [&](DeviceComm &d) { d.scatter(in, recv, count, dtype, root, stream); });
+    // recv == send on a root r >= 1: recv's front is block 0 of send, which still has to
+    // reach rank 0. Scatter into block r (the in-place form: nothing is copied for the root)
+    // and move it to the front once the call has returned, when every block has left.
+    if (is_root && recv == send && root != 0 && block != 0) {
+      uint8_t *own = static_cast<uint8_t *>(recv) + static_cast<size_t>(root) * block;
+      g->scatter(send, own, count, dtype, root);
+      std::memcpy(recv, own, block);
+      return;
     }
     g->scatter(in, recv, count, dtype, root);
   });
@@ -332,21 +392,29 @@ PSTATE_API pstate_status_t pstate_scatter(pstate_group_t *g, const void *send, v
 PSTATE_API pstate_status_t pstate_all_gatherv(pstate_group_t *g, const void *send, void *recv, const size_t *counts,
                                               pstate_dtype_t dtype, void *stream) {
   return PSTATE_GUARD({
-    check_op(g, dtype, stream, "pstate_all_gatherv");
+    require_group(g, "pstate_all_gatherv");
     ContextEntry entry(g->context(), "pstate_all_gatherv");
-    const VarCounts v = require_counts(g, counts, dtype, "pstate_all_gatherv");
-    const size_t part = require_buffer(send, v.mine, dtype, 1, "send");
-    const size_t total = require_buffer(recv, v.total, dtype, 1, "recv");
-    const bool in_place = recv != nullptr && send == at(recv, v.offset * element_size(dtype));
-    require_disjoint(g, "pstate_all_gatherv", send, part, recv, total, in_place,
-                     "send == recv + (counts[0] + ... + counts[rank_in_group - 1]) elements (this rank's part of "
-                     "recv)");
+    VarCounts v;
+    check_together(g, OpKind::kAllGatherV, -1, 0, [&] {
+      check_op(g, dtype, stream);
+      v = require_counts(g, counts, dtype, "pstate_all_gatherv");
+      const size_t part = require_buffer(send, v.mine, dtype, 1, "send");
+      const size_t total = require_buffer(recv, v.total, dtype, 1, "recv");
+      const bool in_place = recv != nullptr && send == at(recv, v.offset * element_size(dtype));
+      require_disjoint(g, "pstate_all_gatherv", send, part, recv, total, in_place,
+                       "send == recv + (counts[0] + ... + counts[rank_in_group - 1]) elements (this rank's part of "
+                       "recv)");
+      if (g->on_device()) {
+        require_device(g, send, part, "send", "pstate_all_gatherv");
+        return require_device(g, recv, total, "recv", "pstate_all_gatherv");
+      }
+      require_host(g, send, recv, "all_gatherv");
+    });
     if (g->on_device())
       return g->naming_counts_on_mismatch(counts, [&] {
         g->run_device(pstate::make_v_op(OpKind::kAllGatherV, counts, static_cast<size_t>(g->size()), v.total, dtype),
                       [&](DeviceComm &d) { d.all_gatherv(send, recv, counts, dtype, stream); });
       });
-    require_host(g, send, recv, "all_gatherv");
     g->all_gatherv(send, recv, counts, v.total, dtype);
   });
 }
@@ -354,24 +422,32 @@ PSTATE_API pstate_status_t pstate_all_gatherv(pstate_group_t *g, const void *sen
 PSTATE_API pstate_status_t pstate_reduce_scatterv(pstate_group_t *g, const void *send, void *recv, const size_t *counts,
                                                   pstate_dtype_t dtype, pstate_reduce_op_t op, void *stream) {
   return PSTATE_GUARD({
-    check_op(g, dtype, stream, "pstate_reduce_scatterv");
+    require_group(g, "pstate_reduce_scatterv");
     ContextEntry entry(g->context(), "pstate_reduce_scatterv");
-    require_op(op);
-    const VarCounts v = require_counts(g, counts, dtype, "pstate_reduce_scatterv");
-    const size_t total = require_buffer(send, v.total, dtype, 1, "send");
-    const size_t part = require_buffer(recv, v.mine, dtype, 1, "recv");
-    const bool in_place = send != nullptr && recv == at(send, v.offset * element_size(dtype));
-    require_disjoint(g, "pstate_reduce_scatterv", send, total, recv, part, in_place,
-                     "recv == send + (counts[0] + ... + counts[rank_in_group - 1]) elements (this rank's part of "
-                     "send)");
+    VarCounts v;
+    check_together(g, OpKind::kReduceScatterV, -1, 0, [&] {
+      check_op(g, dtype, stream);
+      require_op(op);
+      v = require_counts(g, counts, dtype, "pstate_reduce_scatterv");
+      const size_t total = require_buffer(send, v.total, dtype, 1, "send");
+      const size_t part = require_buffer(recv, v.mine, dtype, 1, "recv");
+      const bool in_place = send != nullptr && recv == at(send, v.offset * element_size(dtype));
+      require_disjoint(g, "pstate_reduce_scatterv", send, total, recv, part, in_place,
+                       "recv == send + (counts[0] + ... + counts[rank_in_group - 1]) elements (this rank's part of "
+                       "send)");
+      if (g->on_device()) {
+        require_device(g, send, total, "send", "pstate_reduce_scatterv");
+        return require_device(g, recv, part, "recv", "pstate_reduce_scatterv");
+      }
+      require_reducible(dtype, op);
+      require_host(g, send, recv, "reduce_scatterv");
+    });
     if (g->on_device())
       return g->naming_counts_on_mismatch(counts, [&] {
         g->run_device(
             pstate::make_v_op(OpKind::kReduceScatterV, counts, static_cast<size_t>(g->size()), v.total, dtype, op),
             [&](DeviceComm &d) { d.reduce_scatterv(send, recv, counts, dtype, op, stream); });
       });
-    require_reducible(dtype, op);
-    require_host(g, send, recv, "reduce_scatterv");
     g->reduce_scatterv(send, recv, counts, v.total, dtype, op);
   });
 }
@@ -381,7 +457,8 @@ PSTATE_API pstate_status_t pstate_reduce_scatterv(pstate_group_t *g, const void 
 PSTATE_API pstate_status_t pstate_send(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t dtype, int peer,
                                        void *stream) {
   return PSTATE_GUARD({
-    check_op(g, dtype, stream, "pstate_send");
+    require_group(g, "pstate_send");
+    check_op(g, dtype, stream);
     ContextEntry entry(g->context(), "pstate_send");
     require_rank(g, peer, "peer");
     require(peer != g->rank_in_group(), "peer is this rank: pstate_send needs another rank of the group");
@@ -399,7 +476,8 @@ PSTATE_API pstate_status_t pstate_send(pstate_group_t *g, const void *buf, size_
 PSTATE_API pstate_status_t pstate_recv(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype, int peer,
                                        void *stream) {
   return PSTATE_GUARD({
-    check_op(g, dtype, stream, "pstate_recv");
+    require_group(g, "pstate_recv");
+    check_op(g, dtype, stream);
     ContextEntry entry(g->context(), "pstate_recv");
     require_rank(g, peer, "peer");
     require(peer != g->rank_in_group(), "peer is this rank: pstate_recv needs another rank of the group");
@@ -436,24 +514,24 @@ PSTATE_API pstate_status_t pstate_tp_allgather(pstate_t *ps, const void *send, v
   return s != PSTATE_OK ? s : pstate_all_gather(g, send, recv, count, dtype, stream);
 }
 
+// Objects start on the CPU communicator in every context, so every refusal reaches the peers:
+// the source's data or size, another rank's out.
 PSTATE_API pstate_status_t pstate_broadcast_object(pstate_group_t *g, const void *data, size_t size, int root,
                                                    pstate_bytes_t *out) {
   if (out != nullptr) *out = pstate_bytes_t{nullptr, 0};
   return PSTATE_GUARD({
     require_group(g, "pstate_broadcast_object");
     ContextEntry entry(g->context(), "pstate_broadcast_object");
-    require_rank(g, root, "root");
-    bool is_root = g->rank_in_group() == root;
-    if (is_root) {  // a refusal still takes part in the call, so the others fail at once with it
-      try {
-        require(data != nullptr || size == 0, "data is NULL with size > 0");
-        require_fits(size, PSTATE_UINT8, 1, "size");
-      } catch (const pstate::Error &e) {
-        g->refuse(pstate::OpKind::kBroadcastObject, root, size, e);
-      }
-    } else {
-      require_nonnull(out, "out");
-    }
+    const bool is_root = g->rank_in_group() == root;
+    check_together(
+        g, OpKind::kBroadcastObject, root, size,
+        [&] {
+          require_rank(g, root, "root");
+          if (!is_root) return require_nonnull(out, "out");
+          require(data != nullptr || size == 0, "data is NULL with size > 0");
+          require_fits(size, PSTATE_UINT8, 1, "size");
+        },
+        true);
     pstate::Bytes got = g->broadcast_object(data, size, root);
     if (out != nullptr) export_bytes(got, out);
   });
@@ -469,16 +547,17 @@ PSTATE_API pstate_status_t pstate_all_gather_object(pstate_group_t *g, const voi
   return PSTATE_GUARD({
     require_group(g, "pstate_all_gather_object");
     ContextEntry entry(g->context(), "pstate_all_gather_object");
-    require_nonnull(out, "out");
-    require_nonnull(count, "count");
     const size_t n = static_cast<size_t>(g->size());
-    try {  // a refusal still takes part in the call, so the others fail at once with it
-      require(data != nullptr || size == 0, "data is NULL with size > 0");
-      require_fits(size, PSTATE_UINT8, 1, "size");
-      require_capacity(sizes, capacity, count, n, "sizes", pstate::cat("group ", g->name(), "'s size"));
-    } catch (const pstate::Error &e) {
-      g->refuse(pstate::OpKind::kAllGatherObject, -1, size, e);  // *count says n on a small capacity
-    }
+    check_together(
+        g, OpKind::kAllGatherObject, -1, size,
+        [&] {
+          require_nonnull(out, "out");
+          require_nonnull(count, "count");
+          require(data != nullptr || size == 0, "data is NULL with size > 0");
+          require_fits(size, PSTATE_UINT8, 1, "size");
+          require_capacity(sizes, capacity, count, n, "sizes", pstate::cat("group ", g->name(), "'s size"));
+        },
+        true);  // *count says n on a small capacity
     *count = 0;  // until the call succeeds: another rank's refusal is not this rank's capacity
     std::vector<size_t> got_sizes;
     pstate::Bytes got = g->all_gather_object(data, size, &got_sizes);

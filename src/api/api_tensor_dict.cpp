@@ -31,12 +31,19 @@ PSTATE_API pstate_status_t pstate_broadcast_tensor_dict(pstate_group_t *g, const
   return PSTATE_GUARD({
     require_group(g, "pstate_broadcast_tensor_dict");
     ContextEntry entry(g->context(), "pstate_broadcast_tensor_dict");
-    require_rank(g, root, "root");
-    require_cpu_stream(g, stream);
-    if (g->rank_in_group() == root)
-      check_dict(tensors, count);
-    else
-      check_alloc(alloc);
+    // The call begins with the metadata's broadcast_object on the CPU communicator in every
+    // context: a refusal here meets it, so the other ranks fail at once (handles.hpp).
+    check_together(
+        g, pstate::OpKind::kTensorDictMeta, root, count,
+        [&] {
+          require_rank(g, root, "root");
+          require_cpu_stream(g, stream);
+          if (g->rank_in_group() == root)
+            check_dict(tensors, count);
+          else
+            check_alloc(alloc);
+        },
+        true);
     g->traced(pstate::TraceOp::kBroadcastTensorDict, root, [&] {
       pstate::broadcast_tensor_dict(*g, tensors, count, root, pstate::TensorAllocator{alloc, user}, stream);
     });

@@ -9,18 +9,20 @@
 //
 // Threads: one thread at a time drives a pstate_t and its groups. ContextEntry enforces it with
 // one atomic exchange per call on the context's busy flag: a second thread that enters while a
-// call runs gets INVALID_STATE at once instead of corrupting the transports.
+// call runs gets PSTATE_ERR_BUSY at once instead of corrupting the transports.
 #pragma once
 
 #include "api/boundary.hpp"
 #include "common/arith.hpp"
 #include "group/context.hpp"
 #include "common/limits.hpp"
+#include "common/op_descriptor.hpp"
 #include "group/group.hpp"
 #include "reduce/reduce.hpp"
 
 #include <cstdint>
 #include <limits>
+#include <string_view>
 #include <utility>
 
 namespace pstate::api {
@@ -47,7 +49,7 @@ inline void require_rank(const pstate_group_t *g, int rank, const char *name) {
 
 // The bytes of count elements of dtype times `blocks`: INVALID_ARGUMENT when that overflows size_t
 // or exceeds kMaxBufferBytes. Checked on every rank (a gather's recv size too), so a bad count
-// fails the call everywhere, locally, before any message.
+// fails the call everywhere alike, before any data moves.
 // Element sizes, inline: the exported pstate_dtype_size is a call through the PLT on every use.
 inline size_t element_size(pstate_dtype_t dtype) {
   constexpr size_t kSizes[PSTATE_DTYPE_COUNT] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
@@ -152,6 +154,36 @@ inline void require_reducible(pstate_dtype_t dtype, pstate_reduce_op_t op) {
 inline void require_cpu_stream(const pstate_group_t *g, void *stream) {
   if (g->context().device() == PSTATE_DEVICE_CPU && stream != nullptr)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "stream must be NULL in a CPU context (group ", g->name(), ")");
+}
+
+// Runs the argument checks of one collective call of g. A check that fails on one rank only
+// would let the other ranks go on into the collective, where they pair it with this rank's next
+// call and return that call's data with PSTATE_OK (a gather with a bad recv on its root gave
+// [20, 20, 11, 11] for [20, 20, 21, 21]). So the refusal takes part in the call's agreement
+// (Group::refuse): every rank of the call returns INVALID_ARGUMENT at once, this rank its own
+// error (naming the group and rank), the others one that names this rank; nothing is paired
+// with a later call and the group stays usable. Checks that agree on every rank (a
+// count past 2^47 bytes) cost one agreement round there, on an error path only. kind, root,
+// count: the call's, for the flight recorder.
+//
+// on_cpu: the call begins on the CPU communicator in every context (objects, tensor dicts).
+// Otherwise, in a CUDA context without PSTATE_CHECK=1, the ranks never meet on the CPU
+// communicator for a device call (NCCL carries it alone), so the refusal stays local there, as
+// NCCL's own argument errors do (Group::refusals_reach_peers).
+template <typename Checks>
+void check_together(pstate_group_t *g, OpKind kind, int root, size_t count, Checks &&checks, bool on_cpu = false) {
+  try {
+    checks();
+  } catch (const pstate::Error &e) {
+    // The entry point names itself first (PSTATE_GUARD); the group and rank go in unless named.
+    const std::string_view what = e.what();
+    const pstate::Error why = what.find(g->name()) != std::string_view::npos
+                                  ? e
+                                  : pstate::Error(e.status(), pstate::cat("group ", g->name(), " (group rank ",
+                                                                          g->rank_in_group(), "): ", what));
+    if (!on_cpu && !g->refusals_reach_peers()) throw why;
+    g->refuse(kind, root, count, why);
+  }
 }
 
 }  // namespace pstate::api

@@ -1,6 +1,6 @@
 // request_handles.hpp — what a pstate_request_t handle is: a number never reused while the process
 // lives, looked up before anything is touched, so a freed, stale or made-up handle is refused
-// (INVALID_ARGUMENT) and can never reach another request (issue 27, item 7).
+// (INVALID_ARGUMENT) and can never reach another request: a bad handle is an error, never a crash.
 //
 // A handle used to be its request's heap address, checked by a magic word inside: a second
 // pstate_wait read freed memory, and since the next request often got the same address,

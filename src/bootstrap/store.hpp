@@ -10,7 +10,7 @@
 // outside the world, or a world size that disagrees with the store's is PSTATE_ERR_MISMATCH. One
 // Store object may be used from several threads (calls are serialized inside it).
 //
-// Start-up failures reach every rank (issue 19): a process of the job refused for its rank claim
+// Start-up failures reach every rank, at once: a process of the job refused for its rank claim
 // before the world is complete fails the whole job, so the ranks waiting in get()/wait() get that
 // refusal's status and reason at once ("the job cannot start: ..."); a wait that times out names
 // the ranks that never arrived and what the store last saw of them; and while a get()/wait()
@@ -42,7 +42,7 @@ inline constexpr size_t kStoreMaxKeyBytes = 4096;
 inline constexpr size_t kStoreMaxValueBytes = size_t{64} << 20;
 inline constexpr size_t kStoreMaxKeys = size_t{1} << 20;
 
-// What this process's store client has sent since it opened (start-up cost, issue 30): plain
+// What this process's store client has sent since it opened (start-up cost, counted): plain
 // counters, read for the INFO lines at the end of pstate_init, initialize_model_parallel and
 // finalize. `requests` counts calls of this interface (a get or wait that the TCP store sends in
 // several slices is one request), `frames` what went on the wire for them (>= requests), bytes the

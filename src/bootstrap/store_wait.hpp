@@ -5,7 +5,7 @@
 // cluster that every rank of the job shares: polling it every few milliseconds from every rank
 // loads it for nothing (and, on a busy cluster, delays everyone's requests), so the pause is a
 // watch on the job's prefix from the store's last read, which returns at the first write or
-// lapsed lease (at most 250 ms), as issue 34 asks: watches instead of polling. Each store says
+// lapsed lease (at most 250 ms): a store that can watch is watched, not polled. Each store says
 // which by its Store::await_change.
 #pragma once
 

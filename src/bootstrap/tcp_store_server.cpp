@@ -17,16 +17,16 @@
 // is parked, its later frames wait in the socket. That bounds each connection's buffers to one
 // frame in and one reply out (large values are shared between readers, not copied).
 //
-// Strangers (issue 27, item 10). Anyone who reaches the port can open connections; only the job's
-// processes can finish the handshake. So the two are counted apart: members (past the handshake)
-// up to max_members, and connections in the handshake up to max_handshakes, each of those closed
-// when it has not finished within handshake_timeout_ms (wire::kHandshakeMs, which the client uses
-// for its attempts too: a legitimate client needs a few round trips). When a newcomer finds the
-// handshake budget full, one connection in the handshake is shed, not the newcomer refused:
-// refusing would let a flood that holds the budget lock every legitimate client out for as long
-// as it keeps its connections open (what happened before: 400 silent connections held the store's
-// every place, and a replacement rank timed out). Shedding makes a flood out-pace the handshake
-// instead, and the order it sheds in makes that hard:
+// Strangers: a connection that is not the job's must never starve the job's own. Anyone who reaches
+// the port can open connections; only the job's processes can finish the handshake. So the two are
+// counted apart: members (past the handshake) up to max_members, and connections in the handshake
+// up to max_handshakes, each of those closed when it has not finished within handshake_timeout_ms
+// (wire::kHandshakeMs, which the client uses for its attempts too: a legitimate client needs a few
+// round trips). When a newcomer finds the handshake budget full, one connection in the handshake is
+// shed, not the newcomer refused: refusing would let a flood that holds the budget lock every
+// legitimate client out for as long as it keeps its connections open (what happened before: 400
+// silent connections held the store's every place, and a replacement rank timed out). Shedding
+// makes a flood out-pace the handshake instead, and the order it sheds in makes that hard:
 //   1. the least advanced first: a connection being refused, then one that has not sent the
 //      whole preamble (a silent connection), then one that sent it but no Hello, then one that
 //      sent its Hello and owes its Proof. A pstate client sends its preamble and Hello at once,

@@ -71,7 +71,7 @@ struct StoreServerStats {
   uint64_t refused = 0;          // connections refused by the handshake (token, rank, world size)
   uint64_t dropped = 0;          // connections closed for malformed frames or protocol violations
   uint64_t shed = 0;             // connections closed in the handshake: shed for a newcomer, or too slow
-  // Since the server started (start-up cost, issue 30): connections accepted, the most open at
+  // Since the server started (start-up cost, counted): connections accepted, the most open at
   // once, requests of members answered (frames: a get sent in slices counts each slice), and every
   // byte received and sent (handshakes included).
   uint64_t accepted = 0;

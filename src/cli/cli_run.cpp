@@ -19,16 +19,15 @@
 // --max-wait S it stops them S seconds after the first rank exited 0 and exits 124, naming them.
 // SIGINT/SIGTERM to the launcher stop every rank at once (SIGTERM, then SIGKILL).
 // Before it stops ranks (a rank failed, --max-wait, SIGINT/SIGTERM) it asks every live rank for its
-// flight-recorder dump (issue 14) through the job's store (job_store_client.hpp; each pstate
-// context answers from a thread of its own, group/dump_watcher.hpp), waits up to 2 s for the
-// dumps of the ranks connected to the store, and says where the job's dumps are and the `pstate
-// doctor` command that reads them. It sends no signal for it (issue 27: SIGUSR1 ended a process
-// that had no handler, and interrupted the system calls of the program's threads in one that
-// had); --dump-signal sends SIGUSR1 as well, and sets PSTATE_TRACE_SIGNAL=1 in the ranks so that
-// pstate installs its handler. Once every rank has ended it removes the /dev/shm names its job's
-// ranks left (a rank killed while a peer had yet to attach to a segment it made leaves the name:
-// the signal runs none of its code), by the job's id, never another job's
-// (job_store_client.hpp).
+// flight-recorder dump through the job's store (job_store_client.hpp; each pstate context answers
+// from a thread of its own, group/dump_watcher.hpp), waits up to 2 s for the dumps of the ranks
+// connected to the store, and says where the job's dumps are and the `pstate doctor` command that
+// reads them. It sends no signal for it (asking must not disturb: SIGUSR1 ended a process that had
+// no handler, and interrupted the system calls of the program's threads in one that had);
+// --dump-signal sends SIGUSR1 as well, and sets PSTATE_TRACE_SIGNAL=1 in the ranks so that pstate
+// installs its handler. Once every rank has ended it removes the /dev/shm names its job's ranks
+// left (a rank killed while a peer had yet to attach to a segment it made leaves the name: the
+// signal runs none of its code), by the job's id, never another job's (job_store_client.hpp).
 // The job's rendezvous store is served by the launcher of node 0 itself (as torchrun's agent
 // does), not by rank 0: it listens before any rank starts (on the --master address, or a free
 // loopback port it binds, so no other process can take that port in between) and lives until

@@ -1,5 +1,6 @@
 // job_store_client.hpp — what `pstate run` asks of its job's store, and the /dev/shm names it
-// removes once its ranks have ended (issue 27, items 11, 13 and 16).
+// removes once its ranks have ended: dumps are asked for without a signal, and a job leaves no
+// segment behind.
 //
 // Dumps: `pstate run` asks every rank for its flight-recorder dump through the store (the key
 // protocol of group/dump_watcher.hpp: add "pstate/dump/count", set "pstate/dump/<n>"), never with

@@ -18,10 +18,19 @@ class Error : public std::runtime_error {
  public:
   Error(pstate_status_t status, std::string message)
       : std::runtime_error(std::move(message)), status_(status) {}
+  // The error a peer's failure notice causes on this rank (UcxWorker::notice_error): the peer has
+  // told every rank already, so the context it fails sends no notices of its own (Context::fail).
+  static Error from_notice(pstate_status_t status, std::string message) {
+    Error e(status, std::move(message));
+    e.from_notice_ = true;
+    return e;
+  }
   pstate_status_t status() const noexcept { return status_; }
+  bool is_from_notice() const noexcept { return from_notice_; }
 
  private:
   pstate_status_t status_;
+  bool from_notice_ = false;
 };
 
 // Why a call was stopped by pstate_abort / pstate_revoke from another thread (Context::request_abort):

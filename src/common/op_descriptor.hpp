@@ -1,5 +1,6 @@
-// op_descriptor.hpp — what one rank says it is doing in a collective: the descriptor every rank
-// of a group compares before it reads or reduces anything (issue "no wrong answer").
+// op_descriptor.hpp — what one rank says it is doing in a collective: the descriptor every rank of
+// a group compares before it reads or reduces anything, so that no rank ever returns a wrong
+// answer.
 //
 // A descriptor names the operation kind, the group's sequence number, the count, dtype, reduce
 // op and root; the variable-size collectives (all_gatherv, reduce_scatterv) put the total of
@@ -29,9 +30,10 @@ enum class OpKind : uint32_t {
   kScatter,         // 16
   kAllGatherV,      // 17: counts array (count = its total, detail = its hash)
   kReduceScatterV,  // 18: the same
-  // pstate's own exchanges (issue 27): each has a kind of its own, so a rank in one of them and a
-  // rank in a user call (or in another of them) disagree like any two different collectives,
-  // instead of handing pstate's bytes to the user or the user's to pstate.
+  // pstate's own exchanges (agreement covers every message pstate sends): each has a kind of its
+  // own, so a rank in one of them and a rank in a user call (or in another of them) disagree like
+  // any two different collectives, instead of handing pstate's bytes to the user or the user's to
+  // pstate.
   kNewGroup,             // 19: pstate_new_group's member-list exchange (over the world)
   kModelParallelConfig,  // 20: pstate_initialize_model_parallel's config exchange
   kModelParallelReady,   // 21: its closing barrier
@@ -41,14 +43,14 @@ enum class OpKind : uint32_t {
   kSlicedDictAgree,      // 25: recv_tensor_dict_sliced's agreement over the ag group
   kGrowDecision,         // 26: pstate_grow's decision from rank 0
   // 27: a rank refused its part of a collective object call (a size past 2^47 bytes, NULL data;
-  // issue 44: group memory's calls, whose agreement is an object call, for 0 bytes, out NULL or a
-  // pointer that is no group memory): it still takes part in the call's agreement with this
-  // kind, count = the refused size, so every rank of the call fails at once with
-  // INVALID_ARGUMENT naming it (issue 27: a refused size tells the peers) and nothing is sent.
+  // group memory's calls, whose agreement is an object call, for 0 bytes, out NULL or a pointer
+  // that is no group memory): it still takes part in the call's agreement with this kind, count =
+  // the refused size, so every rank of the call fails at once with INVALID_ARGUMENT naming it (a
+  // rank that refuses a call tells its peers, never leaves them waiting) and nothing is sent.
   kRefused,
-  // issue 29: group memory (pstate_mem_alloc / pstate_mem_free / pstate_mem_pool_reserve): the
-  // kinds of their agreement (an all_gather_object of each rank's size and, for a free, which
-  // allocation; count 0), so ranks that disagree get MISMATCH naming every rank's record.
+  // Group memory (pstate_mem_alloc / pstate_mem_free / pstate_mem_pool_reserve): the kinds of
+  // their agreement (an all_gather_object of each rank's size and, for a free, which allocation;
+  // count 0), so ranks that disagree get MISMATCH naming every rank's record.
   kMemAlloc,    // 28
   kMemFree,     // 29
   kMemReserve,  // 30

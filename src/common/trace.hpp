@@ -1,5 +1,6 @@
 // trace.hpp — the flight recorder: every rank's last operations, always on, cheap enough for the
-// 8 B all_reduce fast path, dumped to a file when something goes wrong (issue 14).
+// 8 B all_reduce fast path, dumped to a file when something goes wrong, so that a hang or a
+// timeout names the rank to blame.
 //
 // A job that hangs or times out rarely says which rank is to blame: the rank whose decision is
 // needed is the one that cannot report. So every context keeps a fixed ring of its last
@@ -135,7 +136,7 @@ struct TraceGroup {
   int rank_in_group = -1;
   std::atomic<uint64_t> collectives{0};  // the next collective's seq
   // p2p seq per stream and peer (index stream * members + peer; the tensor stream 0, objects and
-  // tensor dicts 1, as common/p2p_what.hpp; owner thread only)
+  // tensor dicts 1, as common/p2p_message_kind.hpp; owner thread only)
   std::vector<uint32_t> sent, received;
 };
 

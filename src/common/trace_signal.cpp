@@ -1,14 +1,14 @@
 // trace_signal.cpp — the flight recorder's watchdog thread: it keeps the recorder's cached clock
 // (trace.hpp) fresh, and, where the program asked for it (PSTATE_TRACE_SIGNAL=1), SIGUSR1 asks it
 // for a dump of every context of the process, also while the rank is blocked inside a pstate call
-// or idle outside one (issue 14).
+// or idle outside one.
 //
-// The handler is opt-in (issue 27): a signal sent to a process interrupts the system calls of
-// whichever program thread takes it (nanosleep returns early; poll, and reads without
-// SA_RESTART, fail with EINTR), and a process that has not installed the handler yet is ended by
-// it. Launchers ask for dumps through the job's store instead (group/dump_watcher.hpp), which
-// touches no thread of the program; `kill -USR1` by hand, and `pstate run --dump-signal`, need
-// PSTATE_TRACE_SIGNAL=1.
+// The handler is opt-in (asking for a dump must never disturb the program): a signal sent to a
+// process interrupts the system calls of whichever program thread takes it (nanosleep returns
+// early; poll, and reads without SA_RESTART, fail with EINTR), and a process that has not installed
+// the handler yet is ended by it. Launchers ask for dumps through the job's store instead
+// (group/dump_watcher.hpp), which touches no thread of the program; `kill -USR1` by hand, and
+// `pstate run --dump-signal`, need PSTATE_TRACE_SIGNAL=1.
 //
 // A signal handler may not allocate or take locks, so it only writes one byte to a pipe; a
 // watchdog thread blocked on the pipe's other end does the dumps (trace.cpp) of every recorder

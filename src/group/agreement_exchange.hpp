@@ -1,5 +1,5 @@
 // agreement_exchange.hpp — the agreement of a UCX group's collective, with small operations'
-// data folded into it (issue 30 item 3: no round trip of its own for agreement).
+// data folded into it, so that agreeing costs a small call no round trip of its own.
 //
 // Every rank of a UCX group (and every group under PSTATE_CHECK=1) gathers every rank's
 // OpDescriptor before it touches a user buffer, so that ranks that disagree all return

@@ -1,10 +1,26 @@
 // context.hpp — pstate_t: one rank's parallel state and its lifecycle (the spine of the library).
 //
 // A Context is SGLang's module-level state of parallel_state.py made into an object: the launch
-// facts of this rank, the rendezvous store, the UCX worker, every peer's published entry (address,
-// pid, host), the world group, and after initialize_model_parallel one group object per canonical
-// group kind (aliased kinds share the object, as in SGLang). Nothing is global, so N contexts in
-// one process (N ranks as N threads) are independent.
+// facts of this rank, the rendezvous store, the UCX worker, every peer's published record, the
+// world group, and after initialize_model_parallel one group object per canonical group kind
+// (aliased kinds share the object, as in SGLang). Nothing is global, so N contexts in one process
+// (N ranks as N threads) are independent.
+//
+// The class is declared here whole; its parts live along their seams:
+//   context.cpp         the lifecycle: pstate_init's steps, finalize, abort, the flight recorder's
+//                       lifecycle entries and dumps
+//   rendezvous.cpp      pstate_init's rendezvous: the store, the UCX worker, the rank directory,
+//                       the world group; what start-up cost (log_counts); the dump watcher
+//   peer_table.hpp      PeerTable (owned): every launch rank's record, its UCX address read on
+//                       first use, the start-up checks on the records
+//   failure_notices.cpp the failure of the context: fail, the failure notices sent and taken,
+//                       abort from any thread, the interrupt check, the live ranks
+//   model_parallel.cpp  initialize/destroy_model_parallel, the group of a kind, making groups,
+//                       device communicators split from the world's
+//   group_registry.hpp  GroupRegistry (owned): every group object, their ids, their teardown
+//   graph_capture.cpp   the device side: the CUDA device, host-memory checks, graph capture
+//   custom_group.cpp    pstate_new_group;  shrink.cpp  pstate_shrink, pstate_grow;
+//   undelivered.cpp     dropping messages no receive took;  host_order.cpp  host awareness
 //
 // A CUDA context (device = PSTATE_DEVICE_CUDA) also owns the DeviceContext of
 // src/transport/nccl/device_comm.hpp: the CUDA runtime and NCCL loaded at run time, the device
@@ -27,7 +43,8 @@
 #include "common/deadline.hpp"
 #include "common/log.hpp"
 #include "common/trace.hpp"
-#include "group/rank_records.hpp"
+#include "group/group_registry.hpp"
+#include "group/peer_table.hpp"
 #include "layout/layout.hpp"
 #include "transport/nccl/device_comm.hpp"
 #include "transport/ucx/process_watch.hpp"
@@ -35,64 +52,69 @@
 
 #include <pstate/pstate.h>
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
-struct pstate_group_s;
-
 namespace pstate {
 
-using Group = pstate_group_s;
 class DumpWatcher;  // group/dump_watcher.hpp
 
 class Context {
  public:
   enum class State { kReady, kParallel, kFailed, kClosed };
 
+  // ---- the lifecycle (context.cpp) ----
   // init_distributed_environment: rendezvous, world group, transports; collective.
   explicit Context(const pstate_init_params_t *params);
   ~Context();
   Context(const Context &) = delete;
   Context &operator=(const Context &) = delete;
-
-  void initialize_model_parallel(const pstate_parallel_config_t *cfg);
-  void destroy_model_parallel();
-  bool model_parallel_initialized() const { return layout_.has_value(); }
   // Graceful: world barrier (skipped when failed), device communicators finalized, then close
   // transports and store. INVALID_STATE in graph-capture mode (nothing is released then).
   void finalize();
   // Local, never blocks on peers: device communicators are aborted (ncclCommAbort).
   void abort() noexcept;
 
+  // ---- model parallel (model_parallel.cpp) ----
+  void initialize_model_parallel(const pstate_parallel_config_t *cfg);
+  void destroy_model_parallel();
+  bool model_parallel_initialized() const { return groups_.model_parallel(); }
   Group *group(pstate_group_kind_t kind);
-
-  // ---- custom groups (pstate_new_group; custom_group.cpp) ----
-  // Collective over the world: this rank's group of the call (nullptr when it joins none).
-  Group *new_group(const int *ranks, size_t count);
-  // The custom calls' group ids: the upper half of the UCX tag's 12-bit field (the model-parallel
-  // kinds use the lower half, see context.cpp group_id_for), one id per call, cycling; the last
-  // id (4095) is UcxWorker::kNoticeGroupId, the failure notices'.
-  static constexpr uint32_t kFirstCustomGroupId = 2048;
-  static constexpr uint32_t kCustomGroupIds = 2047;
-  // Device communicators by splitting (issue 13): true when new groups' NCCL communicators are
-  // split from the world's (a CUDA context of more than one rank whose world communicator exists,
-  // an NCCL with ncclCommSplit, PSTATE_NCCL_SPLIT not 0). The same answer on every rank.
+  Group *world() { return groups_.world(); }
+  // Device communicators by splitting (no unique-id bootstrap per group): true when new groups'
+  // NCCL communicators are split from the world's (a CUDA context of more than one rank whose
+  // world communicator exists, an NCCL with ncclCommSplit, PSTATE_NCCL_SPLIT not 0). The same
+  // answer on every rank.
   bool split_from_world() const;
   // Collective over the world: child (this rank's group of one creation step, or nullptr) gets its
   // communicator by ncclCommSplit from the world's.
   void split_from_world_into(Group *child);
-  Group *world() { return world_.get(); }
 
-  // Facts. rank() and world_size() are of the current world: the launch world until
-  // pstate_shrink / pstate_grow renumber it. A process keeps its launch rank (the rank it was
-  // started with) for life: the transports, the peer directory, pids, hosts, shm names and the
-  // flight recorder speak launch ranks; the groups translate (Group::ranks / launch_ranks).
+  // ---- custom groups (pstate_new_group; custom_group.cpp) ----
+  // Collective over the world: this rank's group of the call (nullptr when it joins none). Group
+  // ids: GroupRegistry's custom range.
+  Group *new_group(const int *ranks, size_t count);
+
+  // ---- surviving a dead rank (shrink.cpp) ----
+  // pstate_shrink: collective over the survivors after a failure; they agree on who is alive
+  // through the job's store, every group is dropped and the world rebuilt from the survivors in
+  // their old order. Returns, per rank of the world before the call, its new rank (-1: gone).
+  std::vector<int> shrink();
+  // pstate_grow: collective over the world; admits the processes started with PSTATE_REJOIN=1 that
+  // are waiting, appended in launch-rank order. Returns how many joined.
+  int grow(int64_t timeout_ms);
+  // How many times the world was rebuilt (shrink or grow): names its store keys and group ids.
+  uint32_t epoch() const { return epoch_; }
+
+  // ---- facts ----
+  // rank() and world_size() are of the current world: the launch world until pstate_shrink /
+  // pstate_grow renumber it. A process keeps its launch rank (the rank it was started with) for
+  // life: the transports, the peer table, pids, hosts, shm names and the flight recorder speak
+  // launch ranks; the groups translate (Group::ranks / launch_ranks).
   int rank() const { return rank_; }
   int world_size() const { return static_cast<int>(members_.size()); }
   int launch_rank() const { return launch_.rank; }
@@ -100,29 +122,6 @@ class Context {
   // The current world's rank of a launch rank (-1: not a member), and the reverse.
   int global_rank_of(int launch_rank) const;
   int launch_rank_of(int global_rank) const { return members_.at(static_cast<size_t>(global_rank)); }
-  // pstate_shrink (shrink.cpp): collective over the survivors after a failure; they agree on who is
-  // alive through the job's store, every group is dropped and the world rebuilt from the
-  // survivors in their old order. Returns, per rank of the world before the call, its new rank
-  // (-1: gone).
-  std::vector<int> shrink();
-  std::vector<int> shrink_now();
-  // pstate_grow (shrink.cpp): collective over the world; admits the processes started with
-  // PSTATE_REJOIN=1 that are waiting, appended in launch-rank order. Returns how many joined.
-  int grow(int64_t timeout_ms);
-  int grow_now(int64_t timeout_ms);
-  // The UCX group id of the world of generation g (model-parallel groups of that generation take
-  // the ids after it; see context.cpp).
-  static uint32_t world_group_id(uint32_t generation);
-  // How many times the world was rebuilt (shrink or grow): names its store keys and group ids.
-  uint32_t epoch() const { return epoch_; }
-  // The world ranks this rank does not know to be dead, ascending (pstate_live_ranks): dead is a
-  // peer whose connection to the TCP store has closed (the store sees that on every host: one
-  // round trip), whose process has exited (same host: a pidfd per peer, made at the first call)
-  // or whose UCX endpoint reported a peer failure. A rank that is merely slow is live. After this
-  // context failed with PEER_LOST, while the store still lists every member, it asks the store
-  // again for up to 1 s: the death can reach this rank (another rank's failure notice) before the
-  // dead's connection end reaches the store's thread.
-  std::vector<int> live_ranks();
   int local_rank() const { return launch_.local_rank; }
   pstate_device_t device() const { return device_; }
   const Logger &log() const { return log_; }
@@ -148,12 +147,12 @@ class Context {
   // pstate_set_graph_registration: register captured buffers at pstate_graph_capture_end.
   bool graph_registration() const { return graph_registration_; }
   void set_graph_registration(bool on) { graph_registration_ = on; }
-  const std::string &host_id(int world_rank) const { return peers_.at(static_cast<size_t>(world_rank)).host_id; }
+  const std::string &host_id(int world_rank) const { return peers_.host_id(world_rank); }
   UcxWorker &worker() { return *worker_; }
-  int64_t peer_pid(int world_rank) const { return peers_.at(static_cast<size_t>(world_rank)).pid; }
-  const std::string &job_id() const { return job_id_; }
+  int64_t peer_pid(int world_rank) const { return peers_.pid(world_rank); }
+  const std::string &job_id() const { return peers_.job_id(); }
 
-  // ---- the device side ----
+  // ---- the device side (graph_capture.cpp) ----
   // The CUDA side of a CUDA context; nullptr in a CPU context.
   DeviceContext *device_context() const { return device_ctx_.get(); }
   // Refuses device memory where the CPU communicator must read or write p (CPU contexts: only
@@ -172,9 +171,10 @@ class Context {
   // INVALID_STATE naming `call` in graph-capture mode (the lifecycle calls refuse to run then).
   void require_not_capturing(const char *call) const;
 
-  // One thread at a time: every C entry point that uses the context or its groups takes this flag
-  // at entry and gives it back at exit (api::ContextEntry); false from try_enter means another
-  // thread is inside a call now.
+  // ---- one thread at a time ----
+  // Every C entry point that uses the context or its groups takes this flag at entry and gives it
+  // back at exit (api::ContextEntry); false from try_enter means another thread is inside a call
+  // now.
   bool try_enter() noexcept { return !busy_.exchange(true, std::memory_order_acquire); }
   void leave() noexcept { busy_.store(false, std::memory_order_release); }
   // The C entry point the thread inside is in (api::ContextEntry sets it; nullptr: none or not
@@ -189,44 +189,34 @@ class Context {
     return current;
   }
 
-  // ---- abort from any thread (pstate_revoke; pstate_abort while another thread is inside) ----
-  // request_abort: any thread, any time while the context is allocated; idempotent; frees
-  // nothing. Every wait of a call in flight then ends with PSTATE_ERR_ABORTED at its next check:
-  // shared memory at its liveness check (every 20 ms of a sleeping wait), UCX at once (woken by
-  // ucp_worker_signal), the TCP store at once (its socket shut down), NCCL at the next poll of a
-  // non-blocking call or of a stream. Every later call is refused with ABORTED at entry.
+  // ---- abort from any thread, the interrupt check (failure_notices.cpp) ----
+  // request_abort (pstate_revoke; pstate_abort while another thread is inside): any thread, any
+  // time while the context is allocated; idempotent; frees nothing. Every wait of a call in
+  // flight then ends with PSTATE_ERR_ABORTED at its next check: shared memory at its liveness
+  // check (every 20 ms of a sleeping wait), UCX at once (woken by ucp_worker_signal), the TCP
+  // store at once (its socket shut down), NCCL at the next poll of a non-blocking call or of a
+  // stream. Every later call is refused with ABORTED at entry.
   void request_abort() noexcept;
   bool abort_requested() const noexcept { return abort_requested_.load(std::memory_order_acquire); }
   // ABORTED naming call and the request (the refusal at entry, and the waits of the groups).
   [[noreturn]] void throw_abort_requested(const std::string &where) const;
-
   // The interrupt check of pstate_set_interrupt_check (fn NULL: none). interrupted() asks it: true
   // when it returned nonzero; the waits of the worker and of the groups' shared memory ask it at
-  // their liveness checks (every 20 ms of a shared-memory wait, 50 ms of a UCX one) and throw PSTATE_ERR_INTERRUPTED.
+  // their liveness checks (every 20 ms of a shared-memory wait, 50 ms of a UCX one) and throw
+  // PSTATE_ERR_INTERRUPTED.
   void set_interrupt_check(pstate_interrupt_fn fn, void *user);
   bool interrupted() const { return interrupt_fn_ != nullptr && interrupt_fn_(interrupt_user_) != 0; }
 
-  // ---- the flight recorder (common/trace.hpp); nullptr when PSTATE_TRACE_ENTRIES=0 ----
-  TraceRecorder *trace() const { return trace_.get(); }
-  // The C entry point a thread is inside now (api::ContextEntry), for dumps.
-  void trace_enter(const char *call) {
-    if (trace_) trace_->enter_call(call);
-  }
-  // A lifecycle step begins / ends (id 0: recorder off).
-  uint64_t trace_life(TraceOp op);
-  void trace_life_end(uint64_t id, pstate_status_t status);
-  // A recorded call failed with e (after fail() when it was fatal): marks the entry and writes the
-  // automatic dump for TIMEOUT, PEER_LOST, MISMATCH and ABORTED (ABORTED: once per failure).
-  void trace_call_failed(uint64_t id, const Error &e) noexcept;
-  // pstate_trace_dump: the file written.
-  std::string trace_dump(const char *path);
-
-  // Failure bookkeeping: the first fatal error poisons the context.
+  // ---- failure and notices (failure_notices.cpp) ----
+  // The first fatal error poisons the context.
   State state() const { return state_; }
   void fail(const std::string &why);
-  // The same for an error of `status`: a PEER_LOST this rank saw itself is also told to every
-  // other member (UcxWorker::post_notices), so ranks blocked on live peers learn it at once.
-  void fail(const std::string &why, pstate_status_t status);
+  // The same for a call that failed with e, which is also told to every other member
+  // (UcxWorker::post_notices), so ranks blocked on live peers learn it at once, unless e is itself
+  // a peer's failure notice (Error::is_from_notice: that peer told everyone already).
+  void fail(const Error &e) { fail(e.what(), e.status(), !e.is_from_notice()); }
+  // The same for a failure this rank found without an exception (told to every other member).
+  void fail(const std::string &why, pstate_status_t status) { fail(why, status, true); }
   // The shared-memory waits' check (every 20 ms): PEER_LOST when a failure notice of this
   // world arrived. where: the group and call ("tp:0 all_reduce").
   // self: how this rank is described in the error (default: waiting in shared memory).
@@ -247,71 +237,98 @@ class Context {
   void tell_peers_aborted(const char *call) noexcept;
   // Throws ABORTED when failed, INVALID_STATE when closed.
   void require_usable(const char *call) const;
+  // The world ranks this rank does not know to be dead, ascending (pstate_live_ranks): dead is a
+  // peer whose connection to the TCP store has closed (the store sees that on every host: one
+  // round trip), whose process has exited (same host: a pidfd per peer, made at the first call)
+  // or whose UCX endpoint reported a peer failure. A rank that is merely slow is live. After this
+  // context failed with PEER_LOST, while the store still lists every member, it asks the store
+  // again for up to 1 s: the death can reach this rank (another rank's failure notice) before the
+  // dead's connection end reaches the store's thread.
+  std::vector<int> live_ranks();
+
+  // ---- the flight recorder (common/trace.hpp); nullptr when PSTATE_TRACE_ENTRIES=0 (context.cpp) ----
+  TraceRecorder *trace() const { return trace_.get(); }
+  // The C entry point a thread is inside now (api::ContextEntry), for dumps.
+  void trace_enter(const char *call) {
+    if (trace_) trace_->enter_call(call);
+  }
+  // A lifecycle step begins / ends (id 0: recorder off).
+  uint64_t trace_life(TraceOp op);
+  void trace_life_end(uint64_t id, pstate_status_t status);
+  // A recorded call failed with e (after fail() when it was fatal): marks the entry and writes the
+  // automatic dump for TIMEOUT, PEER_LOST, MISMATCH and ABORTED (ABORTED: once per failure).
+  void trace_call_failed(uint64_t id, const Error &e) noexcept;
+  // pstate_trace_dump: the file written.
+  std::string trace_dump(const char *path);
 
  private:
-  bool graph_registration_ = false;
+  // ---- the lifecycle (context.cpp) ----
+  // The steps behind the public lifecycle calls, which record them (trace_life) around these.
+  template <typename F>
+  auto traced_life(TraceOp op, F &&f) -> decltype(f());
+  void finalize_now();
+
+  // ---- rendezvous (rendezvous.cpp) ----
+  [[noreturn]] void refuse_rank_out_of_range();
   void rendezvous();
   void rendezvous_with_store(Deadline deadline);
+  std::unique_ptr<UcxWorker> make_worker() const;
+  // Every rank's record through the store; the rank directory's facts become the peer table's.
+  void exchange_peers(Deadline deadline);
+  // The UCX worker's PeerDirectory: the peer table's entry of rank r (its address read from the
+  // store on first use; `urgent`, a failure notice's: never read).
+  PeerEntry peer_entry(int world_rank, bool urgent) {
+    return peers_.entry(world_rank, urgent, *store_, timeout_ms());
+  }
+  // One INFO line of what start-up cost this rank so far (start-up is counted, not guessed):
+  // "counts after pstate_init: store requests 5 frames 5 ... connects 1; ucx endpoints 3 peers 3".
+  // Plain counters. With the process's CPU time so far and the wall time since the context was
+  // made, so that the lines of one rank tell which phase worked and which waited (oversubscribed
+  // start-up).
+  void log_counts(const char *phase, const std::string &detail = {}) const;
   // The flight recorder's dump watcher (dump_watcher.hpp), when the recorder is on and the store
   // is a TCP store: a thread that connects by itself (a replacement first reads the request count
   // on the context's store); one that cannot connect is a warning from that thread, never a failed
   // init. stop: at once (interrupts its wait), idempotent.
   void start_dump_watcher();
   void stop_dump_watcher() noexcept;
-  [[noreturn]] void refuse_rank_out_of_range();
-  // check_notices found one waiting: takes it and throws its error (returns: another epoch's).
-  void throw_waiting_notice(const std::string &group, const char *op, const char *self, const CallPosition *at);
-  void exchange_peers(Deadline deadline);
-  // One INFO line of what start-up cost this rank so far (issue 30): "counts after pstate_init:
-  // store requests 5 frames 5 ... connects 1; ucx endpoints 3 peers 3". Plain counters.
-  // With the process's CPU time so far and the wall time since the context was made, so that the
-  // lines of one rank tell which phase worked and which waited (oversubscribed start-up).
-  void log_counts(const char *phase, const std::string &detail = {}) const;
-  std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
-  // The rank directory's facts (job id, every launch rank's record) become this context's.
-  void adopt_directory(RankDirectory d, const char *what);
-  // The UCX worker's PeerDirectory: rank r's entry, its address read from the store at
-  // rank_record_key(r) on first use where the compact directory left it out (rank_records.hpp).
-  // `urgent` (failure notices): no read; fail() read what they need (read_addresses_for_notices).
-  PeerEntry peer_entry(int world_rank, bool urgent);
-  void read_addresses_for_notices(pstate_status_t status) noexcept;
-  std::vector<std::pair<uint32_t, uint32_t>> calls_returned() const;
-  // Rank r's address from a record read from the store; MISMATCH unless its host and pid are the
-  // directory's. Under peers_mutex_ or before the worker has the directory.
-  void take_address(int r, PeerEntry &&from, const std::string &source);
-  // Ranks of different hosts that limited UCX to loopback interfaces cannot reach each other:
-  // TRANSPORT on every rank, naming both ranks' interfaces, before UCX tries.
-  void check_interfaces_reach() const;
-  // initialize_model_parallel: MISMATCH on every rank unless every rank passed the same sizes.
-  void require_same_parallel_config(const layout::ParallelConfig &pc);
-  void settle_local_ranks();
   // Host awareness (host_order.cpp): PSTATE_ORDER_RANKS_BY_HOST=1 renumbers launch_.rank host by
   // host during rendezvous; a TP group spanning hosts is logged as a warning.
   void order_ranks_by_host(Deadline deadline);
   void warn_tensor_parallel_across_hosts() const;
-  // The steps behind the public lifecycle calls, which record them (trace_life) around these.
+
+  // ---- failure and notices (failure_notices.cpp) ----
+  void fail(const std::string &why, pstate_status_t status, bool tell_peers);
+  // check_notices found one waiting: takes it and throws its error (returns: another epoch's).
+  void throw_waiting_notice(const std::string &group, const char *op, const char *self, const CallPosition *at);
+  // The addresses the notices of a failure of `status` need, read from the store in one batch.
+  void read_addresses_for_notices(pstate_status_t status) noexcept;
+  // Per live group, the calls that returned on this rank (a notice decides only the later ones).
+  std::vector<std::pair<uint32_t, uint32_t>> calls_returned() const;
+  std::vector<int> live_launch_ranks(bool for_agreement, bool *store_answered = nullptr);
+
+  // ---- model parallel (model_parallel.cpp) ----
   void initialize_model_parallel_now(const pstate_parallel_config_t *cfg);
   void destroy_model_parallel_now();
-  void finalize_now();
-  void *begin_graph_capture_now(void *stream);
-  void end_graph_capture_now();
-  template <typename F>
-  auto traced_life(TraceOp op, F &&f) -> decltype(f());
+  // initialize_model_parallel: MISMATCH on every rank unless every rank passed the same sizes.
+  void require_same_parallel_config(const layout::ParallelConfig &pc);
   std::unique_ptr<Group> make_group(pstate_group_kind_t kind, size_t index, const std::vector<int> &ranks,
                                     uint32_t group_id);
-  void close_groups() noexcept;
-  void retire_custom_groups() noexcept;  // destroy_model_parallel: custom groups go with the others
-  void open_device(int device_ordinal);
-  std::unique_ptr<UcxWorker> make_worker() const;
-  // shrink.cpp: the steps of shrink() and grow()
-  void drop_all_groups() noexcept;
-  std::vector<Group *> retiring_groups() const;
   // INVALID_STATE when a group pstate_destroy_model_parallel would retire has requests pending.
   void refuse_pending_requests() const;
   // Collective over the world: drops the UCX point-to-point messages of `groups` that no receive
   // took, before their ids can be reused (undelivered.cpp). call names the caller in errors.
   void drop_undelivered(const std::vector<Group *> &groups, const char *call);
-  std::vector<int> live_launch_ranks(bool for_agreement, bool *store_answered = nullptr);
+
+  // ---- the device side (graph_capture.cpp) ----
+  void open_device(int device_ordinal);
+  void *begin_graph_capture_now(void *stream);
+  void end_graph_capture_now();
+
+  // ---- surviving a dead rank (shrink.cpp) ----
+  std::vector<int> shrink_now();
+  int grow_now(int64_t timeout_ms);
+  void drop_all_groups() noexcept;
   void rebuild_world(std::vector<int> members, bool after_failure, std::unique_ptr<UcxWorker> fresh = nullptr);
   bool shrink_outcome_ok(uint32_t epoch, const Deadline &deadline);
   struct Arrivals {
@@ -324,9 +341,6 @@ class Context {
   void shrink_device_world(std::unique_ptr<DeviceComm> parent, const std::vector<int> &old_members,
                            const Deadline &deadline);
   void join_as_replacement(Deadline deadline);
-  // world first, then the model-parallel groups in creation order (the same order on every rank)
-  std::vector<Group *> live_groups() const;
-  void abort_device_comms() noexcept;
 
   TracePtr trace_;  // first: destroyed last (the groups point into it)
   // Dumps on request through a tcp:// store (dump_watcher.hpp): started once the store is open,
@@ -334,15 +348,14 @@ class Context {
   // goes before the recorder it dumps.
   std::unique_ptr<DumpWatcher> dump_watcher_;
   bool dumped_since_failure_ = false;
+  std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
   LaunchEnv launch_;
   pstate_device_t device_ = PSTATE_DEVICE_CPU;
   Logger log_;
   bool check_ = false;
+  bool graph_registration_ = false;
   int64_t op_extra_ms_ = 0;  // LongerOps
-  std::string job_id_;
   int device_ordinal_param_ = -1;
-  std::vector<int> given_local_ranks_;  // per world rank, from the rank directory; -1: derived
-  std::vector<std::string> interfaces_;  // per world rank: the interfaces it named ("" = none)
   // One flag per launch rank: the store saw its lease lapse (Store::watch_departures); read by
   // every UCX worker's liveness checks. Declared before store_, whose thread writes it.
   std::unique_ptr<std::atomic<bool>[]> departed_;
@@ -351,28 +364,13 @@ class Context {
   std::unique_ptr<UcxWorker> worker_;
   std::unique_ptr<DeviceContext> device_ctx_;  // before the groups: destroyed after them
   HostPointerCheck host_check_;
-  std::vector<PeerEntry> peers_;
-  // Guards the addresses in peers_ and address_on_store_ (peer_entry fills them on first use).
-  std::mutex peers_mutex_;
-  std::vector<uint8_t> address_on_store_;  // per launch rank: 1 = its address is still to be read
+  PeerTable peers_;  // per launch rank
   std::vector<std::unique_ptr<ucx::ProcessWatch>> live_watches_;  // live_ranks(): same-host peers
-  std::unique_ptr<Group> world_;
+  GroupRegistry groups_;
   std::vector<int> members_;  // the current world: launch rank of each global rank
   int rank_ = 0;              // this process's global rank in it
   uint32_t epoch_ = 0;        // world rebuilds so far (shrink.cpp)
   int64_t rejoins_seen_ = 0;  // replacement arrivals pstate_grow has looked at (shrink.cpp)
-
-  std::optional<layout::Layout> layout_;
-  uint32_t generation_ = 0;  // how many times initialize_model_parallel ran (tags stay distinct)
-  std::vector<std::unique_ptr<Group>> groups_;           // the live model-parallel groups
-  std::array<Group *, PSTATE_GROUP_KIND_COUNT> by_kind_{};  // kind -> (shared) group object
-  std::vector<std::unique_ptr<Group>> retired_;          // destroyed groups: kept to answer
-                                                         // INVALID_STATE instead of a crash
-  // custom groups (pstate_new_group)
-  std::vector<std::unique_ptr<Group>> custom_groups_;  // live ones this rank belongs to
-  uint32_t custom_groups_made_ = 0;  // custom groups of the world so far (their names' index)
-  uint32_t custom_id_cursor_ = 0;    // new_group calls so far (their group ids cycle with it)
-  uint32_t custom_calls_live_ = 0;   // new_group calls since the last destroy_model_parallel
 
   State state_ = State::kReady;
   std::string failure_;

@@ -14,11 +14,11 @@
 // Ids and names: the groups of one call are disjoint, as the groups of one model-parallel kind
 // are, so they share one group id (the UCX tag's group field carries the sender's world rank
 // beside it; the first rank tells their shared-memory segments apart, see Group::shm_name). The
-// custom calls take the upper half of the 12-bit id space (kFirstCustomGroupId..4094, one id per
-// call, cycling; 4095 carries failure notices; the model-parallel kinds stay below it, context.cpp group_id_for), so a custom
-// group never receives a message meant for another group. Names are "custom:<n>", n counting the
-// custom groups of the world in creation order (the groups of one call by their first rank): the
-// same on every member, distinct from every other group's.
+// custom calls take the upper half of the 12-bit id space (GroupRegistry::kFirstCustomGroupId..4094,
+// one id per call, cycling; 4095 carries failure notices; the model-parallel kinds stay below it,
+// group_registry.hpp), so a custom group never receives a message meant for another group. Names
+// are "custom:<n>", n counting the custom groups of the world in creation order (the groups of one
+// call by their first rank): the same on every member, distinct from every other group's.
 //
 // Lifetime: as the model-parallel groups: retired (handle kept, every call INVALID_STATE) by
 // pstate_destroy_model_parallel, freed by pstate_finalize / pstate_abort.
@@ -165,33 +165,30 @@ Group *Context::new_group(const int *ranks, size_t count) {
   const int w = world_size();
   std::vector<int64_t> mine = encode_list(ranks, count, w);
   std::vector<size_t> sizes;
-  Bytes all = world_->all_gather_object(mine.data(), mine.size() * sizeof(int64_t), &sizes, OpKind::kNewGroup);
+  Bytes all = world()->all_gather_object(mine.data(), mine.size() * sizeof(int64_t), &sizes, OpKind::kNewGroup);
   const std::vector<RankList> lists = decode_lists(all, sizes);
   check_lists(lists, w);
-  if (custom_calls_live_ >= kCustomGroupIds)
-    throw_error(PSTATE_ERR_INVALID_STATE, "pstate_new_group: ", custom_calls_live_,
+  if (groups_.custom_calls_live() >= GroupRegistry::kCustomGroupIds)
+    throw_error(PSTATE_ERR_INVALID_STATE, "pstate_new_group: ", groups_.custom_calls_live(),
                 " calls made custom groups since the last pstate_destroy_model_parallel, the most that can live at "
                 "once: destroy them (pstate_destroy_model_parallel) first; no group was created");
   // The call's groups in order of their first rank; this rank's is made, the others only counted.
   std::map<int64_t, const std::vector<int64_t> *> by_first;
   for (const auto &l : lists)
     if (!l.ranks.empty()) by_first.emplace(l.ranks.front(), &l.ranks);
-  const uint32_t id = kFirstCustomGroupId + (custom_id_cursor_ % kCustomGroupIds);
+  const uint32_t id = groups_.next_custom_group_id();
   Group *made = nullptr;
-  uint32_t index = custom_groups_made_;
+  uint32_t index = groups_.custom_groups_made();
   const auto &own = lists[static_cast<size_t>(rank())].ranks;
   for (const auto &[first, l] : by_first) {
     if (!own.empty() && first == own.front()) {
       std::vector<int> launch_ranks;
       for (int64_t g : *l) launch_ranks.push_back(launch_rank_of(static_cast<int>(g)));
-      custom_groups_.push_back(make_group(PSTATE_GROUP_CUSTOM, index, launch_ranks, id));
-      made = custom_groups_.back().get();
+      made = groups_.add_custom(make_group(PSTATE_GROUP_CUSTOM, index, launch_ranks, id));
     }
     ++index;
   }
-  custom_groups_made_ = index;
-  ++custom_id_cursor_;
-  ++custom_calls_live_;
+  groups_.custom_call_done(index);
   // Device communicators (CUDA contexts): split from the world's when it exists, one split for the
   // whole call (every rank takes part, those in no group or in a group of one with no colour).
   bool any_shared = false;
@@ -200,15 +197,6 @@ Group *Context::new_group(const int *ranks, size_t count) {
   log_.info("new_group: ", by_first.size(), " group(s) made by this call, group id ", id,
             made != nullptr ? cat(", this rank in ", made->name()) : std::string(", this rank in none"));
   return made;
-}
-
-void Context::retire_custom_groups() noexcept {
-  for (auto &g : custom_groups_) {
-    g->retire();
-    retired_.push_back(std::move(g));
-  }
-  custom_groups_.clear();
-  custom_calls_live_ = 0;
 }
 
 }  // namespace pstate

@@ -1,5 +1,6 @@
-// dump_watcher.hpp — flight-recorder dumps asked for through the job's store (issue 27, items 13
-// and 16), so that asking never disturbs the program.
+// dump_watcher.hpp — flight-recorder dumps asked for through the job's store, not by a signal, so
+// that asking never disturbs the program (a signal interrupts its system calls, or ends a process
+// without a handler).
 //
 // A launcher asked its ranks for their dumps with SIGUSR1, which ended a process that had no
 // handler (a rank that failed before it loaded pstate, a program without pstate) and, in one

@@ -281,7 +281,7 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body, const void *f
     const bool agreed_error = e.status() == PSTATE_ERR_MISMATCH || e.status() == PSTATE_ERR_INVALID_ARGUMENT;
     // An abort from another thread fails the context too, and tells the peers (ctx_.fail's notices).
     if (ctx_.abort_requested() || (agreeing ? !agreed_error : pstate::is_fatal(e.status())))
-      ctx_.fail(e.what(), e.status());  // its notices say this call had not returned here
+      ctx_.fail(e);  // its notices say this call had not returned here
     position_.returned.store(desc.seq + 1, std::memory_order_relaxed);
     ctx_.trace_call_failed(tid, e);
     throw;
@@ -341,10 +341,11 @@ void pstate_group_s::verify_same_op(const OpDescriptor &desc, const void *fold_p
     if (all[r].op == kRefused)
       pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, name_, " #", desc.seq, " ",
                           pstate::op_kind_name(static_cast<OpKind>(desc.op)), ": rank ", global_[r], " (group rank ", r,
-                          ") refused its part of this call (an argument it could not take: a size past 2^47 "
-                          "bytes or of none, NULL data, a pointer that is no group memory, ...; its own error says "
-                          "which; the size it passed: ", all[r].count, " bytes), so no rank sent anything and "
-                          "every rank of the call returns this error; the context is still usable");
+                          ") refused its part of this call (an argument only it could check: a NULL, too small or "
+                          "overlapping buffer, a size past 2^47 bytes or of none, a pointer that is no group memory, "
+                          "...; its own error names it; the count or size it passed: ", all[r].count, "), so no rank "
+                          "sent anything and every rank of the call returns this error; the group is still in step "
+                          "and usable: fix that rank's arguments");
     if (std::memcmp(&all[r], &desc, sizeof(OpDescriptor)) == 0) continue;
     if (all[r].op == pstate::agree::kUnparsed)
       pstate::throw_error(PSTATE_ERR_MISMATCH, name_, " #", desc.seq, ": rank ", ctx_.rank(), " (group rank ",
@@ -380,16 +381,16 @@ void pstate_group_s::all_reduce(const void *send, void *recv, size_t count, psta
   run(d, [&](uint32_t tag) {
     size_t bytes = count * pstate::dtype_size(dtype);
     if (fold) {
-      explain("all_reduce", "folded into the agreement exchange", bytes, 0);
+      explain(OpKind::kAllReduce, "folded into the agreement exchange", bytes);
       check_peers_stayed();
       return reduce_folded(recv, count, dtype, op);
     }
     if (use_shm()) {
-      explain("all_reduce", "shared memory", bytes, 0);
+      explain(OpKind::kAllReduce, "shared memory", bytes);
       return shm_for_call().all_reduce(send, recv, count, dtype, op, ctx_.op_deadline(), kind);
     }
     auto choice = selector_.allreduce(size(), count, bytes);
-    explain("all_reduce", choice.name, bytes, 0);
+    explain(OpKind::kAllReduce, choice.name, bytes);
     choice.fn(*channel_, send, recv, count, dtype, op, tag);
   }, fold ? send : nullptr);
 }
@@ -435,18 +436,18 @@ void pstate_group_s::all_gather(const void *send, void *recv, size_t send_count,
   run(d, [&](uint32_t tag) {
     size_t bytes = send_count * pstate::dtype_size(dtype);
     if (fold) {
-      explain("all_gather", "folded into the agreement exchange", bytes, 2);
+      explain(OpKind::kAllGather, "folded into the agreement exchange", bytes);
       check_peers_stayed();
       for (int r = 0; r < size(); ++r)
         std::memcpy(static_cast<uint8_t *>(recv) + static_cast<size_t>(r) * bytes, agree_.payload(r), bytes);
       return;
     }
     if (use_shm()) {
-      explain("all_gather", "shared memory", bytes, 2);
+      explain(OpKind::kAllGather, "shared memory", bytes);
       return shm_for_call().all_gather(send, recv, send_count, dtype, ctx_.op_deadline(), kind);
     }
     auto choice = selector_.allgather(size(), bytes);
-    explain("all_gather", choice.name, bytes, 2);
+    explain(OpKind::kAllGather, choice.name, bytes);
     choice.fn(*channel_, send, recv, send_count, dtype, tag);
   }, fold ? send : nullptr);
 }
@@ -457,11 +458,11 @@ void pstate_group_s::reduce_scatter(const void *send, void *recv, size_t recv_co
   run(d, [&](uint32_t tag) {
     size_t bytes = recv_count * pstate::dtype_size(dtype) * static_cast<size_t>(size());
     if (use_shm()) {
-      explain("reduce_scatter", "shared memory", bytes, 4);
+      explain(OpKind::kReduceScatter, "shared memory", bytes);
       return shm_for_call().reduce_scatter(send, recv, recv_count, dtype, op, ctx_.op_deadline());
     }
     auto choice = selector_.reduce_scatter(size(), bytes);
-    explain("reduce_scatter", choice.name, bytes, 4);
+    explain(OpKind::kReduceScatter, choice.name, bytes);
     choice.fn(*channel_, send, recv, recv_count, dtype, op, tag);
   });
 }
@@ -474,17 +475,17 @@ void pstate_group_s::broadcast(void *buf, size_t count, pstate_dtype_t dtype, in
   run(d, [&](uint32_t tag) {
     size_t bytes = count * pstate::dtype_size(dtype);
     if (fold) {
-      explain("broadcast", "folded into the agreement exchange", bytes, 6);
+      explain(OpKind::kBroadcast, "folded into the agreement exchange", bytes);
       check_peers_stayed();
       if (rank_in_group_ != src) std::memcpy(buf, agree_.payload(src), bytes);
       return;
     }
     if (use_shm()) {
-      explain("broadcast", "shared memory", bytes, 6);
+      explain(OpKind::kBroadcast, "shared memory", bytes);
       return shm_for_call().broadcast(buf, count, dtype, src, ctx_.op_deadline());
     }
     auto choice = selector_.broadcast(size(), bytes);
-    explain("broadcast", choice.name, bytes, 6);
+    explain(OpKind::kBroadcast, choice.name, bytes);
     choice.fn(*channel_, buf, count, dtype, src, tag);
   }, fold && rank_in_group_ == src ? buf : nullptr);
 }
@@ -495,7 +496,7 @@ void pstate_group_s::gather(const void *send, void *recv, size_t send_count, pst
     arrive_in_shm(d);
     size_t bytes = send_count * pstate::dtype_size(dtype);
     auto choice = selector_.gather(size(), bytes);
-    explain("gather", choice.name, bytes, 8);
+    explain(OpKind::kGather, choice.name, bytes);
     choice.fn(*channel_, send, recv, send_count, dtype, dst, tag);
   });
 }
@@ -506,7 +507,7 @@ void pstate_group_s::all_to_all(const void *send, void *recv, size_t count_per_r
     arrive_in_shm(d);
     size_t bytes = count_per_rank * pstate::dtype_size(dtype);
     auto choice = selector_.alltoall(size(), bytes);
-    explain("all_to_all", choice.name, bytes, 10);
+    explain(OpKind::kAllToAll, choice.name, bytes);
     choice.fn(*channel_, send, recv, count_per_rank, dtype, tag);
   });
 }
@@ -521,17 +522,17 @@ void pstate_group_s::reduce(const void *send, void *recv, size_t count, pstate_d
   run(d, [&](uint32_t tag) {
     size_t bytes = count * pstate::dtype_size(dtype);
     if (fold) {
-      explain("reduce", "folded into the agreement exchange", bytes, 16);
+      explain(OpKind::kReduce, "folded into the agreement exchange", bytes);
       check_peers_stayed();
       if (rank_in_group_ == root) reduce_folded(recv, count, dtype, op);
       return;
     }
     if (use_shm()) {
-      explain("reduce", "shared memory", bytes, 16);
+      explain(OpKind::kReduce, "shared memory", bytes);
       return shm_for_call().reduce(send, recv, count, dtype, op, root, ctx_.op_deadline());
     }
     auto choice = selector_.reduce(size(), count, bytes);
-    explain("reduce", choice.name, bytes, 16);
+    explain(OpKind::kReduce, choice.name, bytes);
     choice.fn(*channel_, send, recv, count, dtype, op, root, tag);
   }, fold ? send : nullptr);
 }
@@ -541,11 +542,11 @@ void pstate_group_s::scatter(const void *send, void *recv, size_t recv_count, ps
   run(d, [&](uint32_t tag) {
     size_t bytes = recv_count * pstate::dtype_size(dtype);
     if (use_shm()) {
-      explain("scatter", "shared memory", bytes, 18);
+      explain(OpKind::kScatter, "shared memory", bytes);
       return shm_for_call().scatter(send, recv, recv_count, dtype, root, ctx_.op_deadline());
     }
     auto choice = selector_.scatter(size(), bytes);
-    explain("scatter", choice.name, bytes, 18);
+    explain(OpKind::kScatter, choice.name, bytes);
     choice.fn(*channel_, send, recv, recv_count, dtype, root, tag);
   });
 }
@@ -560,10 +561,10 @@ void pstate_group_s::all_gatherv(const void *send, void *recv, const size_t *cou
     run(d, [&](uint32_t tag) {
       const size_t bytes = total * pstate::dtype_size(dtype);
       if (use_shm()) {
-        explain("all_gatherv", "shared memory", bytes, 20);
+        explain(OpKind::kAllGatherV, "shared memory", bytes);
         return shm_for_call().all_gatherv(send, recv, counts, dtype, d, ctx_.op_deadline());
       }
-      explain("all_gatherv", "ring", bytes, 20);
+      explain(OpKind::kAllGatherV, "ring", bytes);
       pstate::coll::allgatherv_ring(*channel_, send, recv, counts, dtype, tag);
     });
   });
@@ -576,10 +577,10 @@ void pstate_group_s::reduce_scatterv(const void *send, void *recv, const size_t 
     run(d, [&](uint32_t tag) {
       const size_t bytes = total * pstate::dtype_size(dtype);
       if (use_shm()) {
-        explain("reduce_scatterv", "shared memory", bytes, 22);
+        explain(OpKind::kReduceScatterV, "shared memory", bytes);
         return shm_for_call().reduce_scatterv(send, recv, counts, dtype, op, d, ctx_.op_deadline());
       }
-      explain("reduce_scatterv", "ring", bytes, 22);
+      explain(OpKind::kReduceScatterV, "ring", bytes);
       pstate::coll::reduce_scatterv_ring(*channel_, send, recv, counts, dtype, op, tag);
     });
   });
@@ -589,18 +590,18 @@ void pstate_group_s::barrier(bool allow_shm, OpKind kind) {
   OpDescriptor d = pstate::make_op(kind, 0);
   run(d, [&](uint32_t tag) {
     if (allow_shm && use_shm()) {
-      explain("barrier", "shared memory", 0, 12);
+      explain(OpKind::kBarrier, "shared memory", 0);
       return shm_for_call().barrier(ctx_.op_deadline(), kind);
     }
     if (pstate::TraceRecorder *tr = ctx_.trace(); tr != nullptr && use_shm())
       tr->set_path(tr->recorded(), pstate::TracePath::kUcx);  // run() recorded this call last
     if (exchanges() && !selector_.barrier_forced()) {  // every rank's record arrived: the exchange was a barrier
-      explain("barrier", "the agreement exchange", 0, 12);
+      explain(OpKind::kBarrier, "the agreement exchange", 0);
       check_peers_stayed();
       return;
     }
     auto choice = selector_.barrier(size());
-    explain("barrier", choice.name, 0, 12);
+    explain(OpKind::kBarrier, choice.name, 0);
     choice.fn(*channel_, tag);
   });
 }
@@ -621,7 +622,7 @@ Bytes pstate_group_s::broadcast_object(const void *data, size_t size, int src, O
 void pstate_group_s::broadcast_object_mq(const void *data, size_t size, Bytes *out, uint32_t tag) {
   auto &mq = message_queue();
   if (rank_in_group_ == 0) {
-    explain("broadcast_object", "message queue", size, 14);
+    explain(OpKind::kBroadcastObject, "message queue", size);
     if (!mq.enqueue(data, size, ctx_.op_deadline())) pstate::coll::broadcast_object(*channel_, data, size, 0, out, tag);
     else if (out != nullptr) out->assign(static_cast<const uint8_t *>(data), static_cast<const uint8_t *>(data) + size);
     return;
@@ -640,17 +641,17 @@ Bytes pstate_group_s::all_gather_object(const void *data, size_t size, std::vect
   return out;
 }
 
-void pstate_group_s::explain(const char *op, const char *algorithm, size_t bytes, int slot) {
-  // Two slots per operation: the first and (when it differs) a second algorithm seen.
+void pstate_group_s::explain(OpKind op, const char *algorithm, size_t bytes) {
+  // Two bits per operation kind: the first and (when it differs) a second algorithm seen.
   const auto &log = ctx_.log();
   if (!log.enabled(pstate::LogLevel::kInfo)) return;
-  uint32_t bit = 1u << slot;
+  uint64_t bit = uint64_t{1} << (2 * (static_cast<unsigned>(op) - 1));
   if (logged_choices_ & bit) {
     if (logged_choices_ & (bit << 1)) return;
     bit <<= 1;
   }
   logged_choices_ |= bit;
-  log.info(name_, " ", op, ": ", bytes, " B on ", size(), " ranks -> ", algorithm);
+  log.info(name_, " ", pstate::op_kind_name(op), ": ", bytes, " B on ", size(), " ranks -> ", algorithm);
 }
 
 uint32_t pstate_group_s::p2p_tag(int peer, bool sending, pstate::P2PStream stream, uint32_t what) {
@@ -688,7 +689,7 @@ void pstate_group_s::run_p2p(pstate::TraceOp top, int peer, uint64_t count, int 
   try {
     body();
   } catch (const pstate::Error &e) {
-    if (pstate::is_fatal(e.status()) || ctx_.abort_requested()) ctx_.fail(e.what(), e.status());
+    if (pstate::is_fatal(e.status()) || ctx_.abort_requested()) ctx_.fail(e);
     ctx_.trace_call_failed(tid, e);
     throw;
   }
@@ -766,10 +767,23 @@ void pstate_group_s::broadcast_from_rank0(void *bytes, size_t n) {
 }
 
 void pstate_group_s::refuse(OpKind kind, int root, uint64_t size, const pstate::Error &why) {
+  try {
+    check_alive(pstate::op_kind_name(kind));
+  } catch (const pstate::Error &) {  // no rank can be inside a call of this group: nobody to tell
+    throw why;
+  }
   OpDescriptor d{static_cast<uint32_t>(OpKind::kRefused), 0, size, -1, -1, root, 0};
-  static_cast<void>(kind);
-  run(d, [&](uint32_t) { arrive_in_shm(d); });
+  // Where the exchange ran (UCX, PSTATE_CHECK=1) every peer has failed there already, before its
+  // shared-memory part: arriving there too would leave this rank waiting for them.
+  const bool exchanged = exchanges();
+  run(d, [&](uint32_t) {
+    if (!exchanged) arrive_in_shm(d);
+  });
   throw why;
+}
+
+bool pstate_group_s::refusals_reach_peers() const {
+  return size() == 1 || !on_device() || ctx_.check_enabled();
 }
 
 void pstate_group_s::verify_only(const OpDescriptor &desc) {

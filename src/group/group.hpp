@@ -23,7 +23,7 @@
 #include "common/call_position.hpp"
 #include "common/error.hpp"
 #include "common/op_descriptor.hpp"
-#include "common/p2p_what.hpp"
+#include "common/p2p_message_kind.hpp"
 #include "common/trace.hpp"
 #include "group/group_memory.hpp"
 #include "group/request.hpp"
@@ -97,7 +97,7 @@ struct pstate_group_s {
   void all_gatherv(const void *send, void *recv, const size_t *counts, size_t total, pstate_dtype_t dtype);
   void reduce_scatterv(const void *send, void *recv, const size_t *counts, size_t total, pstate_dtype_t dtype,
                        pstate_reduce_op_t op);
-  // Point-to-point on the group's two streams per peer and direction (common/p2p_what.hpp):
+  // Point-to-point on the group's two streams per peer and direction (common/p2p_message_kind.hpp):
   // tensors (send/recv; kind: a user's send, or a tensor dict's CPU payload) and objects
   // (send_object/recv_object; kind: a user's object, or a tensor dict's metadata,
   // acknowledgement or plan). A receive takes only a message of its own kind, dtype and size:
@@ -199,11 +199,19 @@ struct pstate_group_s {
   // One numbered CPU operation that copies n bytes from group rank 0 to every rank (the NCCL
   // unique id); called by the device communicator on every rank at its creation.
   void broadcast_from_rank0(void *bytes, size_t n);
-  // A rank that refuses its part of a collective object call (kind, root; a size past 2^47
-  // bytes, NULL data) still takes part in the call's agreement as OpKind::kRefused, so every rank
-  // of the call fails at once with INVALID_ARGUMENT naming it and nothing is sent; then throws
-  // `why` here. The group stays usable.
+  // A rank that refuses its part of a collective call (an argument only it can see: a root's
+  // recv or send, its own NULL, overlapping or device buffer, a size past 2^47 bytes, NULL data
+  // of an object) still takes part in the call's agreement as OpKind::kRefused, so every rank of
+  // the call fails at once with INVALID_ARGUMENT naming it, none pairs the call with this rank's
+  // next one, and the group stays usable and in step; then throws `why` here. Over UCX (and
+  // under PSTATE_CHECK=1) the exchange carries the refusal before any data moves; inside a host
+  // the shared-memory protocol does (shm_group.hpp, "Refusals"). A retired group or a failed
+  // context throws `why` at once (nobody can be waiting in its call). size: the refused count.
   [[noreturn]] void refuse(pstate::OpKind kind, int root, uint64_t size, const pstate::Error &why);
+  // Whether refuse() reaches the other ranks of a call of this group: always for the CPU
+  // communicator; for a device call only under PSTATE_CHECK=1, whose CPU exchange precedes each
+  // device collective (without it NCCL carries the call alone and nothing meets on the CPU).
+  bool refusals_reach_peers() const;
   // PSTATE_CHECK for an operation that another communicator carries: one numbered operation
   // whose only content is the cross-rank comparison of desc.
   void verify_only(const pstate::OpDescriptor &desc);
@@ -323,7 +331,8 @@ struct pstate_group_s {
   void check_waiting();
   std::string shm_name(const char *what) const;
   // INFO-logs the selector's choice the first time this group makes it.
-  void explain(const char *op, const char *algorithm, size_t bytes, int slot);
+  // op: the public operation (kAllReduce .. kReduceScatterV), whatever kind the call carries.
+  void explain(pstate::OpKind op, const char *algorithm, size_t bytes);
 
   uint32_t magic_ = kMagic;
   pstate::Context &ctx_;
@@ -339,7 +348,9 @@ struct pstate_group_s {
   pstate::CallPosition position_;
   pstate::agree::Table agree_;  // the last agreement exchange's records (reused between calls)
   pstate::coll::AlgorithmSelector selector_;
-  uint32_t logged_choices_ = 0;  // bit per (operation, algorithm) already explained at INFO
+  // Two bits per operation kind: its first and its second algorithm already explained at INFO.
+  uint64_t logged_choices_ = 0;
+  static_assert(2 * static_cast<int>(pstate::OpKind::kReduceScatterV) <= 64, "two bits per operation kind");
   // Messages posted per (stream, peer): index stream * size() + peer (UCX; shared-memory rings
   // count their own). What pstate_destroy_model_parallel compares to find undelivered ones.
   std::vector<uint32_t> p2p_sent_, p2p_received_;

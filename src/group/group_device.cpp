@@ -147,7 +147,7 @@ void pstate_group_s::verify_device_p2p(const pstate::OpDescriptor &desc) {
     if (sending) return channel_->send(peer, &count, sizeof count, tag);
     channel_->recv(peer, &count, sizeof count, tag);
   } catch (const pstate::Error &e) {
-    ctx_.fail(e.what(), e.status());  // the stream is out of step, or the peer is gone
+    ctx_.fail(e);  // the stream is out of step, or the peer is gone
     throw;
   }
   if (count != desc.count) {
@@ -163,7 +163,7 @@ void pstate_group_s::verify_device_p2p(const pstate::OpDescriptor &desc) {
 
 void pstate_group_s::device_op_failed(const pstate::Error &e, uint64_t tid) {
   if (tid != 0) ctx_.device_context()->trace_op(0);
-  if (pstate::is_fatal_device_status(e.status())) ctx_.fail(e.what(), e.status());
+  if (pstate::is_fatal_device_status(e.status())) ctx_.fail(e);
   ctx_.trace_call_failed(tid, e);
 }
 

@@ -90,7 +90,7 @@ void pstate_group_s::post_request(RequestState &r, TraceOp top, void *buf, size_
                         : channel_->irecv_owned(r.owner, peer, buf, bytes, tag);
     }
   } catch (const pstate::Error &e) {
-    if (is_fatal_p2p(e.status())) ctx_.fail(e.what(), e.status());
+    if (is_fatal_p2p(e.status())) ctx_.fail(e);
     ctx_.trace_call_failed(r.trace_id, e);
     throw;
   }
@@ -134,7 +134,7 @@ bool pstate_group_s::complete_request(RequestState &r, bool block) {
     // The buffer is the caller's again: the rings must never move into or out of it later
     // (a no-op when the operation already left the engine).
     if (r.shm && p2p_) p2p_->cancel(r.op);
-    if (is_fatal_p2p(e.status())) ctx_.fail(e.what(), e.status());
+    if (is_fatal_p2p(e.status())) ctx_.fail(e);
     ctx_.trace_call_failed(r.trace_id, e);
     finish_request(r, e.status(), e.what());
     return true;
@@ -238,7 +238,7 @@ void pstate_group_s::p2p_batch(const pstate_p2p_op_t *ops, size_t n) {
   } catch (const pstate::Error &e) {
     if (p2p_)
       for (uint64_t id : shm_ops) p2p_->cancel(id);  // the batch is over: its buffers are the caller's again
-    if (is_fatal_p2p(e.status())) ctx_.fail(e.what(), e.status());
+    if (is_fatal_p2p(e.status())) ctx_.fail(e);
     ctx_.trace_call_failed(tids[0], e);
     for (size_t i = 1; tr != nullptr && i < n; ++i)
       if (tids[i] != 0) tr->failed(tids[i], e.status());

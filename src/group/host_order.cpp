@@ -84,11 +84,9 @@ void Context::order_ranks_by_host(Deadline deadline) {
 // a launcher that interleaved ranks: say so once per group, from its first rank, naming where
 // each rank runs and the fix.
 void Context::warn_tensor_parallel_across_hosts() const {
-  Group *tp = by_kind_[PSTATE_GROUP_TP];
+  Group *tp = groups_.by_kind(PSTATE_GROUP_TP);
   if (tp == nullptr || tp->rank_in_group() != 0) return;
-  std::vector<std::string> hosts;
-  hosts.reserve(peers_.size());
-  for (const auto &p : peers_) hosts.push_back(p.host_id);
+  const std::vector<std::string> hosts = peers_.host_ids();
   int n = count_hosts(tp->launch_ranks(), hosts);
   if (n <= 1) return;
   log_.warn("group ", tp->name(), " (tensor parallel) spans ", n, " hosts: ", describe_hosts(tp->launch_ranks(), hosts),

@@ -13,7 +13,7 @@
 //   - "pstate/first/<rank>", the whole records of the peers that rank meets first (pstate_init's
 //     world barrier: `first_peers`), so that pstate_init connects without another request.
 // Any other peer's record a rank reads from "pstate/peer/<r>" when it first connects to it (one
-// request per peer, Context::peer_entry): a rank connects to the peers its groups need, when they
+// request per peer, PeerTable::entry): a rank connects to the peers its groups need, when they
 // first need them, and reads only their addresses.
 //
 // Bytes (little-endian): record = "PSR2", i32 local rank, u32 interfaces length, interfaces, then

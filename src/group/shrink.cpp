@@ -30,8 +30,9 @@
 // its failure), and the new world's is shrunk from it once the outcome is "ok"
 // (shrink_device_world), without a unique id; otherwise it is made anew on first use. The world
 // group's memory (pstate_mem_alloc, the pool) is handed to the new world group and its windows
-// registered on the new communicator before pstate_shrink returns (issue 29); pstate_grow drops it
-// with the world group (the newcomers hold none, and registration is collective).
+// registered on the new communicator before pstate_shrink returns (group memory survives a shrink);
+// pstate_grow drops it with the world group (the newcomers hold none, and registration is
+// collective).
 //
 // pstate_grow: a replacement process (PSTATE_REJOIN=1, the RANK of a dead rank) connects to the
 // job's store (the job token checked in the handshake as at start), adds its record under
@@ -79,19 +80,8 @@ std::string launch_list(const std::vector<int> &ranks) { return rank_list(ranks,
 }  // namespace
 
 void Context::drop_all_groups() noexcept {
-  abort_device_comms();  // a dead peer can never finalize a communicator with us
-  for (auto &g : groups_) {
-    g->retire();
-    retired_.push_back(std::move(g));
-  }
-  groups_.clear();
-  retire_custom_groups();
-  if (world_) {
-    world_->retire();
-    retired_.push_back(std::move(world_));
-  }
-  by_kind_.fill(nullptr);
-  layout_.reset();
+  groups_.abort_device();  // a dead peer can never finalize a communicator with us
+  groups_.retire_all();
 }
 
 // The world becomes `members` (launch ranks, in world order). After a failure (pstate_shrink)
@@ -113,10 +103,7 @@ void Context::rebuild_world(std::vector<int> members, bool after_failure, std::u
       worker_ = std::move(fresh);
     }
     // The survivors' fresh workers' addresses are in peers_; "pstate/peer/<r>" has old ones.
-    {
-      std::lock_guard<std::mutex> lock(peers_mutex_);
-      std::fill(address_on_store_.begin(), address_on_store_.end(), 0);
-    }
+    peers_.forget_store_addresses();
     worker_->set_directory([this](int r, bool urgent) { return peer_entry(r, urgent); });
     if (interrupt_fn_ != nullptr) worker_->set_interrupt_check([this] { return interrupted(); });
   } else {
@@ -126,8 +113,9 @@ void Context::rebuild_world(std::vector<int> members, bool after_failure, std::u
   worker_->set_epoch(epoch_);  // failure notices of older worlds are ignored from now on
   state_ = State::kReady;
   if (trace_) trace_->begin_epoch(epoch_);
-  world_ = make_group(PSTATE_GROUP_WORLD, 0, members_, world_group_id(generation_));
-  if (!after_failure) world_->barrier(/*allow_shm=*/false);
+  groups_.set_world(make_group(PSTATE_GROUP_WORLD, 0, members_,
+                               GroupRegistry::group_id_for(groups_.generation(), PSTATE_GROUP_WORLD)));
+  if (!after_failure) world()->barrier(/*allow_shm=*/false);
 }
 
 // Step 5 of the agreement: did every member of the answer take it up? Each sets "ready"; the
@@ -193,7 +181,7 @@ void Context::shrink_device_world(std::unique_ptr<DeviceComm> parent, const std:
     for (size_t i = 0; i < old_members.size(); ++i)
       if (global_rank_of(old_members[i]) < 0) exclude.push_back(static_cast<int>(i));
     try {
-      world_->shrink_device_from(*parent, exclude);
+      world()->shrink_device_from(*parent, exclude);
     } catch (const Error &e) {
       log_.warn("shrink: ncclCommShrink failed (", e.what(), "); the new world's NCCL communicator will be made "
                 "anew at its first device operation");
@@ -230,10 +218,10 @@ std::vector<int> Context::shrink_now() {
   // The failed world's NCCL communicator, kept for ncclCommShrink (PSTATE_NCCL_SHRINK=0: never)
   std::unique_ptr<DeviceComm> device_parent;
   const char *shrink_env = std::getenv("PSTATE_NCCL_SHRINK");
-  if (world_ && device_ctx_ && (shrink_env == nullptr || std::string(shrink_env) != "0"))
-    device_parent = world_->take_shrinkable_device_comm();
-  // The world group's memory (pstate_mem_alloc, its pool) passes to the new world group (issue 29)
-  std::unique_ptr<GroupMemory> world_memory = world_ ? world_->take_memory() : nullptr;
+  if (world() && device_ctx_ && (shrink_env == nullptr || std::string(shrink_env) != "0"))
+    device_parent = world()->take_shrinkable_device_comm();
+  // The world group's memory (pstate_mem_alloc, its pool) survives: it passes to the new world group
+  std::unique_ptr<GroupMemory> world_memory = world() ? world()->take_memory() : nullptr;
   drop_all_groups();
   for (;;) {
     const uint32_t epoch = epoch_ + 1;
@@ -252,7 +240,7 @@ std::vector<int> Context::shrink_now() {
     }
     // 3. the first proposal stored is the answer
     Bytes proposal;
-    put_u32(proposal, generation_ + 1);
+    put_u32(proposal, groups_.generation() + 1);
     put_list(proposal, live);
     Bytes answer;
     try {
@@ -271,14 +259,14 @@ std::vector<int> Context::shrink_now() {
                   launch_list(agreed), ") left out this rank (launch rank ", launch_rank(),
                   "): they saw it dead (its store connection closed?); call pstate_abort");
     }
-    generation_ = generation;
+    groups_.set_generation(generation);
     // 4. the new world, 5. taken up by all its members, or agreed again without the dead
     bool ok = false;
     try {
       for (int r : agreed)  // every member of the answer was here: its new worker's address too
         if (r != launch_rank())
-          peers_.at(static_cast<size_t>(r)) = decode_peer_entry(store_->get(shrink_key(epoch, cat("here/", r)), deadline));
-      peers_.at(static_cast<size_t>(launch_rank())) = fresh->self_entry();
+          peers_.set_entry(r, decode_peer_entry(store_->get(shrink_key(epoch, cat("here/", r)), deadline)));
+      peers_.set_entry(launch_rank(), fresh->self_entry());
       rebuild_world(agreed, /*after_failure=*/true, std::move(fresh));
       ok = shrink_outcome_ok(epoch, deadline);
     } catch (const Error &e) {
@@ -288,18 +276,17 @@ std::vector<int> Context::shrink_now() {
     }
     if (ok) break;
     log_.info("shrink: epoch ", epoch, ": a rank of the answer died before taking it up; agreeing once more");
-    world_->retire();
-    retired_.push_back(std::move(world_));
+    groups_.retire_world();
   }
   failure_.clear();
   dumped_since_failure_ = false;
   if (trace_) trace_->clear_failure();
   if (device_ctx_) {
     try {
-      world_->adopt_memory(std::move(world_memory));
+      world()->adopt_memory(std::move(world_memory));
       shrink_device_world(std::move(device_parent), before, deadline);
       // Its windows onto the survivors' communicator, now, while every survivor is here
-      world_->sync_memory("pstate_shrink");
+      world()->sync_memory("pstate_shrink");
     } catch (const Error &e) {
       fail(e.what());
       throw store_lost(e);
@@ -367,23 +354,23 @@ void Context::join_as_replacement(Deadline deadline) {
                 "): the survivors refused this process: ", std::string(why.begin(), why.end()));
   }
   epoch_ = in.u32();
-  generation_ = in.u32();
+  groups_.set_generation(in.u32());
   rejoins_seen_ = in.u32();
   std::vector<int> members = get_list(in);
-  adopt_directory(decode_rank_directory(in.rest()),
-                  "pstate_init (rejoin): the survivors' directory");
-  peers_[static_cast<size_t>(launch_rank())] = worker_->self_entry();
+  peers_.adopt(decode_rank_directory(in.rest()), launch_.world_size, launch_rank(),
+               "pstate_init (rejoin): the survivors' directory");
+  peers_.set_entry(launch_rank(), worker_->self_entry());
   if (!launch_.local_rank_given) {  // this process's index among the members of its host
     int local = 0;
     for (int r : members)
-      if (r < launch_rank() && peers_[static_cast<size_t>(r)].host_id == peers_[static_cast<size_t>(launch_rank())].host_id)
+      if (r < launch_rank() && peers_.host_id(r) == peers_.host_id(launch_rank()))
         ++local;
     launch_.local_rank = local;
   }
   if (device_ == PSTATE_DEVICE_CUDA && !device_ctx_) open_device(device_ordinal_param_);
   worker_->set_directory([this](int r, bool urgent) { return peer_entry(r, urgent); });
   rebuild_world(members, /*after_failure=*/false);
-  log_.info("init: rejoined job ", job_id_, " as rank ", rank(), " of ", world_size(), " (epoch ", epoch_, ")");
+  log_.info("init: rejoined job ", peers_.job_id(), " as rank ", rank(), " of ", world_size(), " (epoch ", epoch_, ")");
 }
 
 int Context::grow_now(int64_t timeout_ms) {
@@ -438,7 +425,7 @@ int Context::grow_now(int64_t timeout_ms) {
     // for its decision is that long plus the context timeout, so a grow with no replacement ends
     // in TIMEOUT with the world unchanged on every rank, not in a failed world.
     LongerOps longer(*this, timeout_ms);
-    decision = world_->broadcast_object(decision.data(), decision.size(), 0, OpKind::kGrowDecision);
+    decision = world()->broadcast_object(decision.data(), decision.size(), 0, OpKind::kGrowDecision);
   }
   LeReader in(decision, "pstate_grow: rank 0's decision");
   const int64_t count = in.u32();
@@ -456,14 +443,7 @@ int Context::grow_now(int64_t timeout_ms) {
       refused.push_back(n);
       continue;
     }
-    RankRecord record = decode_rank_record(rec);
-    given_local_ranks_[static_cast<size_t>(rank)] = record.local_rank;
-    interfaces_[static_cast<size_t>(rank)] = record.interfaces;
-    {
-      std::lock_guard<std::mutex> lock(peers_mutex_);
-      peers_[static_cast<size_t>(rank)] = record.peer;
-      address_on_store_[static_cast<size_t>(rank)] = 0;
-    }
+    peers_.admit(rank, decode_rank_record(rec));
     worker_->forget_peer(rank);  // the dead process's endpoint, if any: the next use reaches the new one
     if (static_cast<size_t>(rank) < live_watches_.size()) live_watches_[static_cast<size_t>(rank)].reset();
     admitted.emplace_back(n, rank);
@@ -485,25 +465,23 @@ int Context::grow_now(int64_t timeout_ms) {
   std::vector<int> members = members_;
   for (auto &[n, r] : admitted) members.push_back(r);
   ++epoch_;
-  ++generation_;
+  groups_.next_generation();
   if (rank() == 0) {
     for (int r : members_) peer_entry(r, false);  // every member's address, read if not yet (the newcomer gets them)
     std::vector<Bytes> records;
-    for (int r = 0; r < launch_.world_size; ++r)
-      records.push_back(encode_rank_record({given_local_ranks_[static_cast<size_t>(r)], interfaces_[static_cast<size_t>(r)],
-                                            peers_[static_cast<size_t>(r)]}));
+    for (int r = 0; r < launch_.world_size; ++r) records.push_back(encode_rank_record(peers_.record(r)));
     Bytes admit;
     put_u32(admit, kAdmitted);
     put_u32(admit, epoch_);
-    put_u32(admit, generation_);
+    put_u32(admit, groups_.generation());
     put_u32(admit, static_cast<uint32_t>(rejoins_seen_));
     put_list(admit, members);
-    Bytes dir = encode_rank_directory(job_id_, records);
+    Bytes dir = encode_rank_directory(peers_.job_id(), records);
     admit.insert(admit.end(), dir.begin(), dir.end());
     for (auto &[n, r] : admitted) store_->set(rejoin_key(n) + "/admit", admit, deadline);
   }
   const int before = world_size();
-  drop_undelivered(live_groups(), "pstate_grow");  // the old world's ids are free after this
+  drop_undelivered(groups_.live(), "pstate_grow");  // the old world's ids are free after this
   drop_all_groups();
   rebuild_world(members, /*after_failure=*/false);
   log_.info("grow: epoch ", epoch_, ": world of ", world_size(), " ranks (was ", before, "), this rank is ", rank());

@@ -18,8 +18,8 @@
 // does not match its ag: MISMATCH) makes every rank of ag return an error and nothing is gathered.
 // The agreement is an all_gather over ag (its own kind, kSlicedDictAgree) of "failed" and a hash
 // of the dict each rank received (names, dtypes, devices, full shapes, sliced or not, in order):
-// slices of different dicts (two senders with different keys of the same shape, issue 27) are
-// never gathered into one tensor; every rank of ag gets MISMATCH naming both hashes and its keys.
+// slices of different dicts (two senders with different keys of the same shape) are never
+// gathered into one tensor; every rank of ag gets MISMATCH naming both hashes and its keys.
 #include "common/struct_io.hpp"
 #include "group/context.hpp"
 #include "group/tensor_dict.hpp"

@@ -1,8 +1,8 @@
 // undelivered.cpp — messages no receive took, found and dropped before their group's id can be
-// used again (issue 27: "group ids are reused while old messages are still in flight").
+// used again: a group id is never reused while an old message of it can still be delivered.
 //
 // A UCX message carries its group's 12-bit id in its tag (ucx_tag.hpp), and an id is free for a
-// later group once its group is destroyed (context.cpp group_id_for, custom_group.cpp). A
+// later group once its group is destroyed (group_registry.hpp, custom_group.cpp). A
 // point-to-point message that its receiver never asked for (a bug of the program, or a receive
 // that failed locally) would otherwise wait in the receiver's UCX queue and be delivered, with
 // PSTATE_OK, to the later group with the same id. Collectives cannot leave such a message in a
@@ -12,7 +12,7 @@
 //
 // So pstate_destroy_model_parallel (and pstate_grow, for the world it replaces) is collective
 // over the world and does, before any group is retired:
-//   1. every rank lists, for each group it retires and each peer and stream (common/p2p_what.hpp),
+//   1. every rank lists, for each group it retires and each peer and stream (common/p2p_message_kind.hpp),
 //      how many UCX messages it sent there (only the non-zero counts);
 //   2. one all_gather_object over the world (kind kDestroyExchange) gives every rank every list;
 //   3. each rank receives and drops, per (group, peer, stream), the messages the peer sent beyond
@@ -50,7 +50,7 @@ constexpr size_t kRecordBytes = 20;
 }  // namespace
 
 void Context::drop_undelivered(const std::vector<Group *> &groups, const char *call) {
-  if (world_size() == 1 || state_ == State::kFailed || !world_) return;
+  if (world_size() == 1 || state_ == State::kFailed || !world()) return;
   Bytes mine;
   for (Group *g : groups) {
     for (int peer = 0; peer < g->size(); ++peer) {
@@ -67,7 +67,7 @@ void Context::drop_undelivered(const std::vector<Group *> &groups, const char *c
     }
   }
   std::vector<size_t> sizes;
-  const Bytes all = world_->all_gather_object(mine.data(), mine.size(), &sizes, OpKind::kDestroyExchange);
+  const Bytes all = world()->all_gather_object(mine.data(), mine.size(), &sizes, OpKind::kDestroyExchange);
   // (group id, first launch rank) -> my group
   std::map<std::pair<uint32_t, int>, Group *> by_id;
   for (Group *g : groups) by_id[{g->group_id(), g->launch_ranks().front()}] = g;

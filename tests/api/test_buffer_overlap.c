@@ -9,9 +9,10 @@
  * count and recv == send. Each is checked for the right data on 2 and 3 ranks, at 8 and
  * 65536 elements, over shared memory (PSTATE_SHM unset) and over UCX (PSTATE_SHM=0). Partly
  * overlapping buffers (recv = send +- 1 element, all_gather send = recv + N/2, ...) must return
- * INVALID_ARGUMENT on the rank that passed them, before any message (so the ranks stay in step),
- * with a message naming the call, both ranges and the in-place forms. Off the root, reduce's
- * recv and scatter's send are ignored, so buffers that overlap there are no error.
+ * INVALID_ARGUMENT on the rank that passed them, with a message naming the call, both ranges and
+ * the in-place forms, and on every other rank of the call (the refusal rides in the call's
+ * agreement, before any data moves, so the ranks stay in step). Off the root, reduce's recv and
+ * scatter's send are ignored, so buffers that overlap there are no error.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -44,6 +45,21 @@ static uint32_t sum_of(int world, size_t i) {
     RANK_CHECK(self, strstr(m_, name) && strstr(m_, "send [0x") && strstr(m_, "recv [0x") &&             \
                          strstr(m_, "overlap") && strstr(m_, "in-place forms"),                          \
                "%s: message lacks the call, the ranges or the forms: %s", #call, m_);                    \
+  } while (0)
+
+/* A rooted call whose root (group rank 0) passed overlapping buffers: the root's own error as
+ * above, every other rank's names the root's refusal of the same call. */
+#define RANK_ROOT_REFUSED(self, r, call, name)                                                           \
+  do {                                                                                                   \
+    if ((r) == 0) {                                                                                      \
+      RANK_REFUSED(self, call, name);                                                                    \
+      break;                                                                                             \
+    }                                                                                                    \
+    pstate_status_t s_ = (call);                                                                         \
+    const char *m_ = pstate_last_error();                                                                \
+    RANK_CHECK(self, s_ == PSTATE_ERR_INVALID_ARGUMENT && strstr(m_, name) && strstr(m_, "group rank 0") &&   \
+                         strstr(m_, "refused its part"),                                                 \
+               "%s off the root returned %s (%s), want the root's refusal", #call, pstate_status_string(s_), m_); \
   } while (0)
 
 /* Every in-place form gives the out-of-place answer. */
@@ -131,7 +147,8 @@ static int in_place_forms_work(const pstate_test_rank_t *self, pstate_group_t *g
   return 0;
 }
 
-/* Partial overlaps: refused locally on every rank (no rank waits, so the next call still pairs). */
+/* Partial overlaps: refused on every rank, before any data moves (no rank waits, so the next call
+ * still pairs). */
 static int partial_overlaps_are_refused(const pstate_test_rank_t *self, pstate_group_t *g, size_t n) {
   const int p = self->world_size, r = self->rank;
   const size_t total = n * (size_t)p;
@@ -153,19 +170,25 @@ static int partial_overlaps_are_refused(const pstate_test_rank_t *self, pstate_g
                "pstate_reduce_scatter");
   RANK_REFUSED(self, pstate_all_to_all(g, mid, mid + 1, n, PSTATE_UINT32, NULL), "pstate_all_to_all");
   RANK_REFUSED(self, pstate_all_to_all(g, mid + 1, mid, n, PSTATE_UINT32, NULL), "pstate_all_to_all");
-  /* gather, reduce, scatter: checked on the root only (the other side is ignored elsewhere), so
-   * only the root calls */
-  if (r == 0) RANK_REFUSED(self, pstate_gather(g, mid + 1, mid, n, PSTATE_UINT32, 0, NULL), "pstate_gather");
-  if (r == 0) {
-    RANK_REFUSED(self, pstate_reduce(g, mid, mid + 1, n, PSTATE_UINT32, PSTATE_SUM, 0, NULL), "pstate_reduce");
+  /* gather, reduce, scatter: the overlap is the root's alone (the other side is ignored
+   * elsewhere), and every rank calls: the root refuses, the others fail with it in the same call
+   * (issue 46), naming the root, instead of pairing this call with the root's next one */
+  uint32_t *spare = buf + total; /* n + 2 elements after the first total: disjoint from mid's n */
+  RANK_ROOT_REFUSED(self, r, pstate_gather(g, r == 0 ? mid + 1 : spare, mid, n, PSTATE_UINT32, 0, NULL), "pstate_gather");
+  RANK_ROOT_REFUSED(self, r, pstate_reduce(g, r == 0 ? mid : spare, mid + 1, n, PSTATE_UINT32, PSTATE_SUM, 0, NULL),
+                    "pstate_reduce");
+  if (r == 0)
     RANK_CHECK(self, strstr(pstate_last_error(), "send == recv on root") != NULL, "reduce form: %s", pstate_last_error());
-    RANK_REFUSED(self, pstate_reduce(g, mid + 1, mid, n, PSTATE_UINT32, PSTATE_MAX, 0, NULL), "pstate_reduce");
-    RANK_REFUSED(self, pstate_scatter(g, mid, mid + 1, n, PSTATE_UINT32, 0, NULL), "pstate_scatter");
+  RANK_ROOT_REFUSED(self, r, pstate_reduce(g, mid + 1, r == 0 ? mid : NULL, n, PSTATE_UINT32, PSTATE_MAX, 0, NULL),
+                    "pstate_reduce");
+  RANK_ROOT_REFUSED(self, r, pstate_scatter(g, r == 0 ? mid : NULL, r == 0 ? mid + 1 : spare, n, PSTATE_UINT32, 0, NULL),
+                    "pstate_scatter");
+  if (r == 0)
     RANK_CHECK(self, strstr(pstate_last_error(), "root * count") != NULL, "scatter form: %s", pstate_last_error());
-    RANK_REFUSED(self, pstate_scatter(g, mid + n / 2, mid, n, PSTATE_UINT32, 0, NULL), "pstate_scatter");
-  }
+  RANK_ROOT_REFUSED(self, r, pstate_scatter(g, r == 0 ? mid + n / 2 : NULL, r == 0 ? mid : spare, n, PSTATE_UINT32, 0, NULL),
+                    "pstate_scatter");
   /* off the root the ignored buffer may overlap: every rank calls, only the root's are disjoint */
-  uint32_t *own = buf + total; /* n + 2 elements after the first total */
+  uint32_t *own = spare;
   for (size_t i = 0; i < n; ++i) mid[i] = val(r, i);
   RANK_OK(self, pstate_reduce(g, mid, r == 0 ? own : mid + 1, n, PSTATE_UINT32, PSTATE_SUM, 0, NULL));
   if (r == 0)

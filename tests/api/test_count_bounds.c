@@ -1,6 +1,6 @@
 /*
  * test_count_bounds.c — counts no address space can hold are INVALID_ARGUMENT on every rank,
- * locally and before any message, instead of a crash, a huge allocation or an INTERNAL error.
+ * before any data moves, instead of a crash, a huge allocation or an INTERNAL error.
  *
  * The bound (pstate.h): one operation's buffer is at most 2^47 bytes (count x element size x
  * blocks). Covered: every tensor operation with count SIZE_MAX and just past the bound; a gather

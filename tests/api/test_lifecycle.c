@@ -57,7 +57,7 @@ static int out_of_order(const pstate_test_rank_t *self) {
   RANK_ERR(self, pstate_graph_capture_begin(ps, NULL, &cap), PSTATE_ERR_UNSUPPORTED, "CUDA");
   RANK_ERR(self, pstate_graph_capture_end(ps), PSTATE_ERR_UNSUPPORTED, "CUDA");
 
-  /* bad arguments are refused locally, before any message (so no rank hangs) */
+  /* bad arguments are refused on every rank, before any data moves (so no rank hangs) */
   RANK_ERR(self, pstate_broadcast(tp, &x, 1, PSTATE_FLOAT32, self->world_size, NULL), PSTATE_ERR_INVALID_ARGUMENT,
            "rank_in_group");
   RANK_ERR(self, pstate_all_reduce(tp, NULL, &x, 1, PSTATE_FLOAT32, PSTATE_SUM, NULL), PSTATE_ERR_INVALID_ARGUMENT,

@@ -338,7 +338,7 @@ static void test_negative_extent_is_refused_on_every_rank(void **state) {
   assert_int_equal(pstate_test_run_processes(3, 120, refused_dict, &c, NULL), 0);
 }
 
-/* Arguments every rank can check itself: refused locally, nothing sent. */
+/* Arguments every rank can check itself: refused on every rank, no data sent. */
 static int local_argument_errors(const pstate_test_rank_t *self) {
   pstate_t *ps = NULL;
   RANK_OK(self, pstate_test_init(self, 60000, &ps));

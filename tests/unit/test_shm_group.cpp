@@ -490,6 +490,96 @@ void test_mixed_operation_sequence_keeps_ranks_in_step(void **) {
   free_shared(board, 1);
 }
 
+// ---- refusals: one rank refuses, every rank fails the call, the group stays in step ------------
+
+// The mixed program again, 3 and 4 ranks, but in about one operation of three a random rank refuses
+// its part (arrive with OpKind::kRefused, as Group::refuse does) while the others call the
+// operation: those must fail with INVALID_ARGUMENT wherever in their protocol they meet the
+// refusal (inline reads, arrival checks, the first step of a staged pipeline, with depth 2 and
+// inline depth 3 so that every slot and area is reused right after), the group must not break,
+// and every operation after it must be exact, on every rank.
+int refusal_program_rank(int rank, int size, const std::string &name, Board *board) {
+  PeerWatch watch(board, size, rank);
+  ShmGroup g(name, rank, size, generous(), small_chunk_options(&watch));
+  std::mt19937 program(4321);  // same seed everywhere: same program
+  const pstate_dtype_t t = PSTATE_INT32;
+  for (int i = 0; i < 300; ++i) {
+    const size_t count = 1 + program() % 3000;
+    const int op = static_cast<int>(program() % 7);
+    const int root = static_cast<int>(program() % size);
+    const int refuser = program() % 3 == 0 ? static_cast<int>(program() % size) : -1;
+    if (rank == refuser) {
+      const pstate::OpDescriptor refused{static_cast<uint32_t>(pstate::OpKind::kRefused), 0, count, -1, -1, root, 0};
+      g.arrive(refused, generous());  // the refusing rank returns; the caller throws its own error
+      continue;
+    }
+    std::string message;
+    std::vector<uint8_t> send = inputs(t, rank, size * count), recv(size * count * 4 + kGuard, kGuardByte);
+    std::vector<uint8_t> rooted = inputs(t, root, size * count);
+    const pstate_status_t s = status_of(
+        [&] {
+          switch (op) {
+            case 0: return g.all_reduce(send.data(), recv.data(), count, t, PSTATE_SUM, generous());
+            case 1: return g.all_gather(send.data(), recv.data(), count, t, generous());
+            case 2: return g.reduce_scatter(send.data(), recv.data(), count, t, PSTATE_MAX, generous());
+            case 3: return g.broadcast(rank == root ? rooted.data() : recv.data(), count, t, root, generous());
+            case 4:
+              return g.reduce(send.data(), rank == root ? recv.data() : nullptr, count, t, PSTATE_SUM, root,
+                              generous());
+            case 5: return g.scatter(rank == root ? rooted.data() : nullptr, recv.data(), count, t, root, generous());
+            default: return g.barrier(generous());
+          }
+        },
+        &message);
+    if (refuser >= 0) {
+      if (s != PSTATE_ERR_INVALID_ARGUMENT || message.find("refused its part") == std::string::npos) {
+        fprintf(stderr, "rank %d: op %d (kind %d, count %zu): rank %d refused, got %s: %s\n", rank, i, op, count,
+                refuser, pstate_status_string(s), message.c_str());
+        return 10;
+      }
+      if (g.broken()) return 11;
+      continue;
+    }
+    if (s != PSTATE_OK) {
+      fprintf(stderr, "rank %d: op %d (kind %d, count %zu): %s: %s\n", rank, i, op, count, pstate_status_string(s),
+              message.c_str());
+      return 12;
+    }
+    bool ok = true;
+    switch (op) {
+      case 0: ok = check_reduced("all_reduce", t, PSTATE_SUM, size, rank, recv, count); break;
+      case 1:
+        for (int r = 0; r < size; ++r)
+          ok = ok && std::memcmp(recv.data() + r * count * 4, inputs(t, r, count).data(), count * 4) == 0;
+        break;
+      case 2: ok = check_reduced("reduce_scatter", t, PSTATE_MAX, size, rank, recv, count, rank * count); break;
+      case 3:
+        ok = std::memcmp(rank == root ? rooted.data() : recv.data(), inputs(t, root, count).data(), count * 4) == 0;
+        break;
+      case 4: ok = rank != root || check_reduced("reduce", t, PSTATE_SUM, size, rank, recv, count); break;
+      case 5: ok = std::memcmp(recv.data(), inputs(t, root, count, rank * count).data(), count * 4) == 0; break;
+      default: break;
+    }
+    if (!ok) {
+      fprintf(stderr, "rank %d: op %d (kind %d, count %zu, root %d): wrong result after a refusal\n", rank, i, op,
+              count, root);
+      return 13;
+    }
+  }
+  return 0;
+}
+
+void run_refusal_program(int size) {
+  Board *board = shared_array<Board>(1);
+  std::string name = unique_name("refusals");
+  auto statuses = run_ranks(size, board, [&](int r) { return refusal_program_rank(r, size, name, board); });
+  expect_all_ranks_ok_and_identical(statuses, board, size, false);
+  free_shared(board, 1);
+}
+
+void test_a_refusing_rank_fails_the_call_everywhere_and_keeps_step_3_ranks(void **) { run_refusal_program(3); }
+void test_a_refusing_rank_fails_the_call_everywhere_and_keeps_step_4_ranks(void **) { run_refusal_program(4); }
+
 // ---- the futex sleep path ----------------------------------------------------------------------
 
 // Every wait goes straight to a futex sleep (no spinning, no yielding) and ranks stall at random,
@@ -750,6 +840,8 @@ int main(void) {
       cmocka_unit_test(test_scatter_from_every_root_8_ranks),
       cmocka_unit_test(test_barrier_lets_no_rank_pass_before_all_arrive),
       cmocka_unit_test(test_mixed_operation_sequence_keeps_ranks_in_step),
+      cmocka_unit_test(test_a_refusing_rank_fails_the_call_everywhere_and_keeps_step_3_ranks),
+      cmocka_unit_test(test_a_refusing_rank_fails_the_call_everywhere_and_keeps_step_4_ranks),
       cmocka_unit_test(test_threads_as_ranks_all_reduce_in_one_process),
     cmocka_unit_test(test_adaptive_paths_2_ranks_are_all_measured_and_exact),
     cmocka_unit_test(test_adaptive_paths_2_ranks_in_place_are_all_measured_and_exact),

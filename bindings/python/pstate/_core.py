@@ -5,7 +5,9 @@ destroy_model_parallel() -> finalize() (abort() after a peer is lost). Python ad
 check: a Group remembers the "generation" of the model-parallel groups it came from, so using a
 group after destroy_model_parallel() or finalize() raises InvalidStateError instead of touching a
 freed C object. Buffer arguments are resolved and size-checked in _buffers before any C call;
-the C calls release the GIL (SWIG threads="1").
+the C calls release the GIL (SWIG threads="1"). A collective whose arguments this binding refuses
+on one rank still takes part in the call (_refusing_together): the group's other ranks fail with
+it instead of pairing the call with this rank's next one.
 
 Thread rules are the C library's: one PState and its groups are driven by one thread at a time;
 different PStates are independent.
@@ -26,6 +28,31 @@ from ._errors import BusyError, Error, InvalidArgumentError, InvalidStateError, 
 from ._layout import make_config
 from ._memory import DeviceMemory
 from ._requests import Request
+
+
+# The refused form of each collective's C call: buffers NULL with one element (INT8), which C
+# refuses on this rank inside the call's agreement, so every rank of the group fails at once.
+_REFUSED_DTYPE = int(DType.INT8)
+
+
+@contextlib.contextmanager
+def _refusing_together(refuse: Any, where: str, who: str) -> Iterator[None]:
+    """Runs the binding's checks of a collective's arguments (the with block). Most of them see
+    what only this rank sees (its buffers, a root's out or send), and a rank that raised here
+    alone would leave the group's other ranks inside the call, pairing it with this rank's next
+    one: another call's data, no error (issue 46). So a refusal still takes part in the call:
+    refuse() is the C call in its refused form (_REFUSED_DTYPE), which fails it on every rank of
+    the group at once (InvalidArgumentError naming this rank there) and keeps the group in step;
+    then this rank raises its own, more precise error (naming the call and, in who, this rank)."""
+    try:
+        yield
+    except Exception as e:
+        with contextlib.suppress(Exception):
+            refuse()
+        if type(e) is InvalidArgumentError:
+            detail = e.detail if e.detail.startswith(where) else f"{where}: {e.detail}"
+            raise InvalidArgumentError(detail.replace(where, f"{where} ({who})", 1)) from None
+        raise
 
 
 def _out(out: BufferLike, like: Buffer, like_name: str, dtype: Optional[DType], count: int) -> Buffer:
@@ -53,34 +80,36 @@ def _gather_shape(s: Buffer, world: int, dim: Any, where: str) -> Tuple[Tuple[in
     return want, axis, all(extent == 1 for extent in shape[:axis])
 
 
-def _all_gather(where: str, world: int, call: Any, send: BufferLike, out: Optional[BufferLike], dim: Any,
-                dtype: Optional[DType], count: Optional[int], stream: Optional[int]) -> Any:
+def _all_gather(where: str, world: int, call: Any, refuse: Any, who: str, send: BufferLike, out: Optional[BufferLike],
+                dim: Any, dtype: Optional[DType], count: Optional[int], stream: Optional[int]) -> Any:
     """Group.all_gather and PState.tp_all_gather: call(send, recv, count, dtype, stream) is the C
-    all-gather of the group."""
-    s = resolve(send, "send", writable=False, dtype=dtype, count=count)
-    total = s.count * world
-    want, axis, blocks_in_order = _gather_shape(s, world, dim, where)
-    if out is None:
-        out = new_like(s, send, total, shape=want)
-    o = _out(out, s, "send", dtype, total)
-    same_dtype(s, o, "send/out")
-    if s.is_device:
-        if axis != 0:
-            raise InvalidArgumentError(f"{where}: dim={dim} on a device address: only dim 0 (the C call's layout)")
-        require(o, "out", total)
-    elif o.shape != want and not (blocks_in_order and o.count == total and
-                                  (len(o.shape) == 1 or o.shape == (world,) + shape_of(s))):
-        raise InvalidArgumentError(
-            f"{where}: out has shape {o.shape} ({o.count} elements); the result of gathering send of shape "
-            f"{shape_of(s)} from {world} ranks along dim {dim} has shape {want}"
-            + (f" (or 1-d of {total} elements, or stacked: {(world,) + shape_of(s)})" if blocks_in_order else ""))
+    all-gather of the group, refuse() its refused form and who this rank (_refusing_together)."""
+    with _refusing_together(refuse, where, who):
+        s = resolve(send, "send", writable=False, dtype=dtype, count=count)
+        total = s.count * world
+        want, axis, blocks_in_order = _gather_shape(s, world, dim, where)
+        if out is None:
+            out = new_like(s, send, total, shape=want)
+        o = _out(out, s, "send", dtype, total)
+        same_dtype(s, o, "send/out")
+        if s.is_device:
+            if axis != 0:
+                raise InvalidArgumentError(f"{where}: dim={dim} on a device address: only dim 0 (the C call's layout)")
+            require(o, "out", total)
+        elif o.shape != want and not (blocks_in_order and o.count == total and
+                                      (len(o.shape) == 1 or o.shape == (world,) + shape_of(s))):
+            raise InvalidArgumentError(
+                f"{where}: out has shape {o.shape} ({o.count} elements); the result of gathering send of shape "
+                f"{shape_of(s)} from {world} ranks along dim {dim} has shape {want}"
+                + (f" (or 1-d of {total} elements, or stacked: {(world,) + shape_of(s)})" if blocks_in_order else ""))
+        if not blocks_in_order:
+            # the blocks interleave in the result: gather them one after another, then move the
+            # rank axis to its place (one copy)
+            staged = new_like(o, out, total, shape=(world,) + want[:axis] + (want[axis] // world,) + want[axis + 1:])
+            t = resolve(staged, "staging buffer", writable=True, dtype=s.dtype)
     if blocks_in_order:
         call(s.obj, o.obj, s.count, int(s.dtype), stream)
         return out
-    # the blocks interleave in the result: gather them one after another, then move the rank
-    # axis to its place (one copy)
-    staged = new_like(o, out, total, shape=(world,) + want[:axis] + (want[axis] // world,) + want[axis + 1:])
-    t = resolve(staged, "staging buffer", writable=True, dtype=s.dtype)
     call(s.obj, t.obj, s.count, int(s.dtype), stream)
     split = want[:axis] + (world, want[axis] // world) + want[axis + 1:]
     if _torch.is_tensor(out):
@@ -129,6 +158,11 @@ class Group:
                 "again after initialize_model_parallel()"
             )
         return self._handle
+
+    def _together(self, where: str, fn: Any, *refused: Any) -> Any:
+        """_refusing_together for a collective of this group: fn(handle, *refused) is its
+        refused form."""
+        return _refusing_together(functools.partial(self._call, fn, *refused), where, f"group rank {self.rank_in_group}")
 
     # ---- facts (SGLang's GroupCoordinator properties) ---------------------------------------
     @property
@@ -208,11 +242,13 @@ class Group:
                    dtype: Optional[DType] = None, count: Optional[int] = None, stream: Optional[int] = None) -> Any:
         """buf reduced with op over the group. In place when out is None (buf must be
         writable); else the result goes to out and buf is only read. Returns the result buffer."""
-        src = resolve(buf, "buf", writable=out is None, dtype=dtype, count=count)
-        dst = src if out is None else _out(out, src, "buf", dtype, src.count)
-        same_dtype(src, dst, "buf/out")
-        require(dst, "out", src.count)
-        self._call(capi.all_reduce, src.obj, dst.obj, src.count, int(src.dtype), int(coerce(ReduceOp, op, "op")), stream)
+        with self._together(f"all_reduce on {self.name}", capi.all_reduce, None, None, 1, _REFUSED_DTYPE, 0, None):
+            src = resolve(buf, "buf", writable=out is None, dtype=dtype, count=count)
+            dst = src if out is None else _out(out, src, "buf", dtype, src.count)
+            same_dtype(src, dst, "buf/out")
+            require(dst, "out", src.count)
+            reduce_op = int(coerce(ReduceOp, op, "op"))
+        self._call(capi.all_reduce, src.obj, dst.obj, src.count, int(src.dtype), reduce_op, stream)
         return buf if out is None else out
 
     def all_gather(self, send: BufferLike, out: Optional[BufferLike] = None, *, dim: int = 0,
@@ -227,31 +263,36 @@ class Group:
         gathered into a temporary and copied into place (one copy, as torch does). Returns out,
         allocated like send when None (a torch tensor for a torch tensor, numpy for numpy)."""
         return _all_gather(f"all_gather on {self.name}", self.world_size, functools.partial(self._call, capi.all_gather),
-                           send, out, dim, dtype, count, stream)
+                           functools.partial(self._call, capi.all_gather, None, None, 1, _REFUSED_DTYPE, None),
+                           f"group rank {self.rank_in_group}", send, out, dim, dtype, count, stream)
 
     def reduce_scatter(self, send: BufferLike, op: ReduceOp = ReduceOp.SUM, out: Optional[BufferLike] = None, *,
                        dtype: Optional[DType] = None, count: Optional[int] = None,
                        stream: Optional[int] = None) -> Any:
         """send (world_size blocks) reduced with op; this rank gets block rank_in_group.
         len(send) must be a multiple of world_size. Returns out (allocated when None)."""
-        s = resolve(send, "send", writable=False, dtype=dtype, count=count)
-        if s.count % self.world_size:
-            raise InvalidArgumentError(
-                f"reduce_scatter on {self.name}: send holds {s.count} elements, not a multiple of world_size {self.world_size}")
-        block = s.count // self.world_size
-        if out is None:
-            lead = s.shape[0] // self.world_size if s.shape and s.shape[0] % self.world_size == 0 else None
-            out = new_like(s, send, block, leading=lead)
-        o = _out(out, s, "send", dtype, block)
-        same_dtype(s, o, "send/out")
-        require(o, "out", block)
-        self._call(capi.reduce_scatter, s.obj, o.obj, block, int(s.dtype), int(coerce(ReduceOp, op, "op")), stream)
+        where = f"reduce_scatter on {self.name}"
+        with self._together(where, capi.reduce_scatter, None, None, 1, _REFUSED_DTYPE, 0, None):
+            s = resolve(send, "send", writable=False, dtype=dtype, count=count)
+            if s.count % self.world_size:
+                raise InvalidArgumentError(
+                    f"{where}: send holds {s.count} elements, not a multiple of world_size {self.world_size}")
+            block = s.count // self.world_size
+            if out is None:
+                lead = s.shape[0] // self.world_size if s.shape and s.shape[0] % self.world_size == 0 else None
+                out = new_like(s, send, block, leading=lead)
+            o = _out(out, s, "send", dtype, block)
+            same_dtype(s, o, "send/out")
+            require(o, "out", block)
+            reduce_op = int(coerce(ReduceOp, op, "op"))
+        self._call(capi.reduce_scatter, s.obj, o.obj, block, int(s.dtype), reduce_op, stream)
         return out
 
     def broadcast(self, buf: BufferLike, src: int = 0, *, dtype: Optional[DType] = None,
                   count: Optional[int] = None, stream: Optional[int] = None) -> Any:
         """buf of group rank src copied into buf on every rank. Returns buf."""
-        b = resolve(buf, "buf", writable=True, dtype=dtype, count=count)
+        with self._together(f"broadcast on {self.name}", capi.broadcast, None, 1, _REFUSED_DTYPE, 0, None):
+            b = resolve(buf, "buf", writable=True, dtype=dtype, count=count)
         self._call(capi.broadcast, b.obj, b.count, int(b.dtype), src, stream)
         return buf
 
@@ -259,19 +300,23 @@ class Group:
                dtype: Optional[DType] = None, count: Optional[int] = None,
                stream: Optional[int] = None) -> Optional[Any]:
         """Every rank's send, in group-rank order, on group rank dst (like all_gather there).
-        Returns the result on dst and None elsewhere."""
-        s = resolve(send, "send", writable=False, dtype=dtype, count=count)
-        total = s.count * self.world_size
-        if self.rank_in_group != dst:
-            self._call(capi.gather, s.obj, None, s.count, int(s.dtype), dst, stream)
-            return None
-        if out is None:
-            out = new_like(s, send, total, leading=(s.shape[0] * self.world_size) if s.shape else None)
-        o = _out(out, s, "send", dtype, total)
-        same_dtype(s, o, "send/out")
-        require(o, "out", total)
-        self._call(capi.gather, s.obj, o.obj, s.count, int(s.dtype), dst, stream)
-        return out
+        Returns the result on dst and None elsewhere. out is checked on dst only (ignored
+        elsewhere); an out dst refuses fails the call on every rank of the group at once
+        (InvalidArgumentError naming dst there), so no rank pairs it with another call."""
+        is_dst = self.rank_in_group == dst
+        with self._together(f"gather on {self.name}", capi.gather, None, None, 1, _REFUSED_DTYPE, 0, None):
+            s = resolve(send, "send", writable=False, dtype=dtype, count=count)
+            total = s.count * self.world_size
+            recv = None
+            if is_dst:
+                if out is None:
+                    out = new_like(s, send, total, leading=(s.shape[0] * self.world_size) if s.shape else None)
+                o = _out(out, s, "send", dtype, total)
+                same_dtype(s, o, "send/out")
+                require(o, "out", total)
+                recv = o.obj
+        self._call(capi.gather, s.obj, recv, s.count, int(s.dtype), dst, stream)
+        return out if is_dst else None
 
     def reduce(self, buf: BufferLike, dst: int = 0, op: ReduceOp = ReduceOp.SUM, *,
                out: Optional[BufferLike] = None, dtype: Optional[DType] = None, count: Optional[int] = None,
@@ -279,51 +324,60 @@ class Group:
         """torch.distributed.reduce: buf reduced with op over the group, on group rank dst only.
         On dst the result goes to out, or into buf itself when out is None (buf must then be
         writable), and is returned; every other rank only reads buf (out is ignored there) and
-        gets None."""
+        gets None. An out (or buf) dst refuses fails the call on every rank of the group at once."""
         is_dst = self.rank_in_group == dst
-        src = resolve(buf, "buf", writable=is_dst and out is None, dtype=dtype, count=count)
+        with self._together(f"reduce on {self.name}", capi.reduce, None, None, 1, _REFUSED_DTYPE, 0, 0, None):
+            src = resolve(buf, "buf", writable=is_dst and out is None, dtype=dtype, count=count)
+            recv = None
+            if is_dst:
+                res = src if out is None else _out(out, src, "buf", dtype, src.count)
+                same_dtype(src, res, "buf/out")
+                require(res, "out", src.count)
+                recv = res.obj
+            reduce_op = int(coerce(ReduceOp, op, "op"))
+        self._call(capi.reduce, src.obj, recv, src.count, int(src.dtype), reduce_op, dst, stream)
         if not is_dst:
-            self._call(capi.reduce, src.obj, None, src.count, int(src.dtype), int(coerce(ReduceOp, op, "op")), dst, stream)
             return None
-        res = src if out is None else _out(out, src, "buf", dtype, src.count)
-        same_dtype(src, res, "buf/out")
-        require(res, "out", src.count)
-        self._call(capi.reduce, src.obj, res.obj, src.count, int(src.dtype), int(coerce(ReduceOp, op, "op")), dst, stream)
         return buf if out is None else out
 
     def scatter(self, out: BufferLike, send: Optional[BufferLike] = None, src: int = 0, *,
                 dtype: Optional[DType] = None, count: Optional[int] = None, stream: Optional[int] = None) -> Any:
         """torch.distributed.scatter: send of group rank src holds world_size blocks of len(out)
         elements; block r lands in out on group rank r. send is needed on src only (ignored
-        elsewhere); out may be send's own block there (a view: nothing is copied). Returns out."""
-        o = resolve(out, "out", writable=True, dtype=dtype, count=count)
-        if self.rank_in_group != src:
-            self._call(capi.scatter, None, o.obj, o.count, int(o.dtype), src, stream)
-            return out
-        total = o.count * self.world_size
-        if send is None:
-            raise InvalidArgumentError(f"scatter on {self.name}: group rank {src} is the source and needs send "
-                                       f"({total} elements)")
-        s = resolve(send, "send", writable=False, dtype=dtype or o.dtype, implied_by=None if dtype else "out",
-                    count=total if o.is_device else None)
-        same_dtype(s, o, "send/out")
-        require(s, "send", total)
-        self._call(capi.scatter, s.obj, o.obj, o.count, int(o.dtype), src, stream)
+        elsewhere); out may be send's own block there (a view: nothing is copied). A send src
+        refuses fails the call on every rank of the group at once. Returns out."""
+        where = f"scatter on {self.name}"
+        with self._together(where, capi.scatter, None, None, 1, _REFUSED_DTYPE, 0, None):
+            o = resolve(out, "out", writable=True, dtype=dtype, count=count)
+            sent = None
+            if self.rank_in_group == src:
+                total = o.count * self.world_size
+                if send is None:
+                    raise InvalidArgumentError(f"{where}: group rank {src} is the source and needs send "
+                                               f"({total} elements)")
+                s = resolve(send, "send", writable=False, dtype=dtype or o.dtype, implied_by=None if dtype else "out",
+                            count=total if o.is_device else None)
+                same_dtype(s, o, "send/out")
+                require(s, "send", total)
+                sent = s.obj
+        self._call(capi.scatter, sent, o.obj, o.count, int(o.dtype), src, stream)
         return out
 
     def all_to_all(self, send: BufferLike, out: Optional[BufferLike] = None, *, dtype: Optional[DType] = None,
                    count: Optional[int] = None, stream: Optional[int] = None) -> Any:
         """Block j of send goes to group rank j; block i of the result came from rank i.
         len(send) must be a multiple of world_size. Returns out (allocated when None)."""
-        s = resolve(send, "send", writable=False, dtype=dtype, count=count)
-        if s.count % self.world_size:
-            raise InvalidArgumentError(
-                f"all_to_all on {self.name}: send holds {s.count} elements, not a multiple of world_size {self.world_size}")
-        if out is None:
-            out = new_like(s, send, s.count, leading=s.shape[0] if s.shape else None)
-        o = _out(out, s, "send", dtype, s.count)
-        same_dtype(s, o, "send/out")
-        require(o, "out", s.count)
+        where = f"all_to_all on {self.name}"
+        with self._together(where, capi.all_to_all, None, None, 1, _REFUSED_DTYPE, None):
+            s = resolve(send, "send", writable=False, dtype=dtype, count=count)
+            if s.count % self.world_size:
+                raise InvalidArgumentError(
+                    f"{where}: send holds {s.count} elements, not a multiple of world_size {self.world_size}")
+            if out is None:
+                out = new_like(s, send, s.count, leading=s.shape[0] if s.shape else None)
+            o = _out(out, s, "send", dtype, s.count)
+            same_dtype(s, o, "send/out")
+            require(o, "out", s.count)
         self._call(capi.all_to_all, s.obj, o.obj, s.count // self.world_size, int(s.dtype), stream)
         return out
 
@@ -373,17 +427,18 @@ class Group:
         out (sum(counts) elements; numpy: concatenated along axis 0 when the counts allow).
         Returns out (allocated when None)."""
         where = f"all_gatherv on {self.name}"
-        c = self._counts(counts, where)
-        mine, total = c[self.rank_in_group], sum(c)
-        s = resolve(send, "send", writable=False, dtype=dtype, count=mine if isinstance(send, int) else None)
-        if s.count != mine:
-            raise InvalidArgumentError(f"{where}: send holds {s.count} elements but counts[{self.rank_in_group}] "
-                                       f"(this rank) is {mine}")
-        if out is None:
-            out = new_like(s, send, total, leading=self._leading(send, total))
-        o = _out(out, s, "send", dtype, total)
-        same_dtype(s, o, "send/out")
-        require(o, "out", total)
+        with self._together(where, capi.all_gatherv, None, None, [1] * self.world_size, _REFUSED_DTYPE, None):
+            c = self._counts(counts, where)
+            mine, total = c[self.rank_in_group], sum(c)
+            s = resolve(send, "send", writable=False, dtype=dtype, count=mine if isinstance(send, int) else None)
+            if s.count != mine:
+                raise InvalidArgumentError(f"{where}: send holds {s.count} elements but counts[{self.rank_in_group}] "
+                                           f"(this rank) is {mine}")
+            if out is None:
+                out = new_like(s, send, total, leading=self._leading(send, total))
+            o = _out(out, s, "send", dtype, total)
+            same_dtype(s, o, "send/out")
+            require(o, "out", total)
         self._call(capi.all_gatherv, s.obj, o.obj, c, int(s.dtype), stream)
         return out
 
@@ -394,17 +449,19 @@ class Group:
         group rank i gets in out the reduction over the group of the counts[i] elements at offset
         counts[0] + ... + counts[i-1]. Returns out (allocated when None)."""
         where = f"reduce_scatterv on {self.name}"
-        c = self._counts(counts, where)
-        mine, total = c[self.rank_in_group], sum(c)
-        s = resolve(send, "send", writable=False, dtype=dtype, count=total if isinstance(send, int) else None)
-        if s.count != total:
-            raise InvalidArgumentError(f"{where}: send holds {s.count} elements but sum(counts) is {total}")
-        if out is None:
-            out = new_like(s, send, mine, leading=self._leading(send, mine))
-        o = _out(out, s, "send", dtype, mine)
-        same_dtype(s, o, "send/out")
-        require(o, "out", mine)
-        self._call(capi.reduce_scatterv, s.obj, o.obj, c, int(s.dtype), int(coerce(ReduceOp, op, "op")), stream)
+        with self._together(where, capi.reduce_scatterv, None, None, [1] * self.world_size, _REFUSED_DTYPE, 0, None):
+            c = self._counts(counts, where)
+            mine, total = c[self.rank_in_group], sum(c)
+            s = resolve(send, "send", writable=False, dtype=dtype, count=total if isinstance(send, int) else None)
+            if s.count != total:
+                raise InvalidArgumentError(f"{where}: send holds {s.count} elements but sum(counts) is {total}")
+            if out is None:
+                out = new_like(s, send, mine, leading=self._leading(send, mine))
+            o = _out(out, s, "send", dtype, mine)
+            same_dtype(s, o, "send/out")
+            require(o, "out", mine)
+            reduce_op = int(coerce(ReduceOp, op, "op"))
+        self._call(capi.reduce_scatterv, s.obj, o.obj, c, int(s.dtype), reduce_op, stream)
         return out
 
     # ---- non-blocking and batched point-to-point ---------------------------------------------
@@ -558,7 +615,14 @@ class Group:
         dtypes={key: DType.BFLOAT16 | FP8_E4M3 | FP8_E5M2}. A dict src cannot send raises
         InvalidArgumentError there and on every other rank (nobody waits for it)."""
         where = f"broadcast_tensor_dict on {self.name}"
-        kind = _tensor_dict.tensors_kind(tensors, where)
+        try:
+            kind = _tensor_dict.tensors_kind(tensors, where)
+        except InvalidArgumentError as e:  # the others are in the call: they fail with this rank
+            refused = _tensor_dict.Refused("", f"tensors={tensors!r} (\"numpy\" or \"torch\")", where)
+            entries = _tensor_dict.refusal(refused) if self.rank_in_group == src else None
+            with contextlib.suppress(Exception):
+                self._call(capi.broadcast_tensor_dict, entries, src, None, None)
+            raise e from None
         if self.rank_in_group == src:
             self._send_dict(capi.broadcast_tensor_dict, tensor_dict, dtypes, where, src, None, None)
             return tensor_dict  # type: ignore[return-value]
@@ -872,8 +936,11 @@ class PState:
     def tp_all_reduce(self, buf: BufferLike, op: ReduceOp = ReduceOp.SUM, *, dtype: Optional[DType] = None,
                       count: Optional[int] = None, stream: Optional[int] = None) -> Any:
         """tensor_model_parallel_all_reduce: in place on the TP group. Returns buf."""
-        b = resolve(buf, "buf", writable=True, dtype=dtype, count=count)
-        self._call(capi.tp_allreduce, b.obj, b.count, int(b.dtype), int(coerce(ReduceOp, op, "op")), stream)
+        with _refusing_together(functools.partial(self._call, capi.tp_allreduce, None, 1, _REFUSED_DTYPE, 0, None),
+                                "tp_all_reduce", f"rank {self.rank}"):
+            b = resolve(buf, "buf", writable=True, dtype=dtype, count=count)
+            reduce_op = int(coerce(ReduceOp, op, "op"))
+        self._call(capi.tp_allreduce, b.obj, b.count, int(b.dtype), reduce_op, stream)
         return buf
 
     def tp_all_gather(self, send: BufferLike, out: Optional[BufferLike] = None, *, dim: int = 0,
@@ -881,7 +948,8 @@ class PState:
         """tensor_model_parallel_all_gather(input, dim) on the TP group: Group.all_gather's rules.
         Returns out (allocated when None)."""
         return _all_gather("tp_all_gather", self.tp.world_size, functools.partial(self._call, capi.tp_allgather),
-                           send, out, dim, dtype, count, stream)
+                           functools.partial(self._call, capi.tp_allgather, None, None, 1, _REFUSED_DTYPE, None),
+                           f"rank {self.rank}", send, out, dim, dtype, count, stream)
 
     # ---- graph capture ---------------------------------------------------------------------
     def set_graph_registration(self, enable: bool = True) -> None:

@@ -207,6 +207,94 @@ def reduce_and_scatter() -> None:
         ps.world.barrier()  # still in step
 
 
+_REFUSALS: list = []
+
+
+def _refused_everywhere(fn, *args, refuser: int, me: int, text: str, **kw):
+    """fn(*args, **kw) raises InvalidArgumentError on every rank of the call. Its text is checked
+    by _refusal_texts, after the next call: a rank out of step shows in that call's data first."""
+    err = expect_raises(pstate.InvalidArgumentError, fn, *args, **kw)
+    _REFUSALS.append((err.detail, refuser, me, text))
+
+
+def _refusal_texts() -> None:
+    """On the refusing rank the binding's own error (text in it, with the call and the rank), on
+    the others the library's, naming the refusing rank."""
+    for detail, refuser, me, text in _REFUSALS:
+        if me == refuser:
+            assert text in detail and f"(group rank {refuser})" in detail, detail
+        else:
+            assert "refused its part of this call" in detail and f"(group rank {refuser})" in detail, detail
+    _REFUSALS.clear()
+
+
+def rooted_refusals() -> None:
+    """Issue 46: an argument the binding checks on one rank only (a root's out or send: missing,
+    too short, another dtype, read-only, vLLM's gather(x, dst, dim) whose dim lands in out; one
+    rank's out of a symmetric call) raises on every rank of the call at once, and every call after
+    it returns its own data: no gather one call behind ([20, 20, 11, 11] for [20, 20, 21, 21]).
+    2 ranks; run over shared memory, UCX and PSTATE_CHECK=1. PSTATE_TEST_CALLS: the calls to
+    check (gather, reduce, scatter, symmetric; default all)."""
+    only = os.environ.get("PSTATE_TEST_CALLS", "gather,reduce,scatter,symmetric").split(",")
+    with pstate.init(timeout_ms=TIMEOUT_MS) as ps:
+        w, me, n = ps.world, ps.world.rank_in_group, ps.world.world_size
+        calls = iter(range(1, 1000))
+
+        def row(k: int, r: int) -> np.ndarray:  # rank r's input of call k: 10 k + r
+            return np.full(2, 10 * k + r, np.int32)
+
+        read_only = np.zeros(2 * n, np.int32)
+        read_only.flags.writeable = False
+        for root in range(n):
+            for bad, text in ((np.zeros(2 * n - 1, np.int32), "out"), (np.zeros(2 * n, np.float32), "out"),
+                              (-1, "out"), (read_only, "out")) if "gather" in only else ():
+                k = next(calls)
+                _refused_everywhere(w.gather, row(k, me), root, bad if me == root else None, refuser=root, me=me,
+                                    text=text)
+                k = next(calls)
+                got = w.gather(row(k, me), root)
+                assert me != root or got.tolist() == [10 * k + r for r in range(n) for _ in range(2)], (k, got)
+                _refusal_texts()
+            for bad, text in ((np.zeros(1, np.int32), "out"), (np.zeros(2, np.float64), "out"), (None, "buf")) \
+                    if "reduce" in only else ():
+                k = next(calls)
+                buf = row(k, me)
+                if bad is None:  # in place: buf must be writable on root only
+                    buf.flags.writeable = False
+                _refused_everywhere(w.reduce, buf, root, out=bad if me == root else None, refuser=root, me=me,
+                                    text=text)
+                k = next(calls)
+                got = w.reduce(row(k, me), root)
+                assert me != root or got.tolist() == [sum(10 * k + r for r in range(n))] * 2, (k, got)
+                _refusal_texts()
+            for bad, text in ((None, "needs send"), (np.zeros(2 * n - 1, np.int32), "send"),
+                              (np.zeros(2 * n, np.int64), "send")) if "scatter" in only else ():
+                k = next(calls)
+                _refused_everywhere(w.scatter, np.zeros(2, np.int32), bad if me == root else None, root,
+                                    refuser=root, me=me, text=text)
+                k = next(calls)
+                send = np.concatenate([row(k, r) for r in range(n)]) if me == root else None
+                got = w.scatter(np.zeros(2, np.int32), send, root)
+                assert got.tolist() == row(k, me).tolist(), (k, got)
+                _refusal_texts()
+            if "symmetric" not in only:
+                continue
+            # symmetric calls: one rank's own out
+            k = next(calls)
+            _refused_everywhere(w.all_reduce, row(k, me), out=np.zeros(1, np.int32) if me == root else None,
+                                refuser=root, me=me, text="out")
+            k = next(calls)
+            assert w.all_reduce(row(k, me)).tolist() == [sum(10 * k + r for r in range(n))] * 2
+            _refusal_texts()
+            k = next(calls)
+            _refused_everywhere(w.all_gather, row(k, me), np.zeros(2 * n + 1, np.int32) if me == root else None,
+                                refuser=root, me=me, text="out")
+            k = next(calls)
+            assert w.all_gather(row(k, me)).tolist() == [10 * k + r for r in range(n) for _ in range(2)]
+            _refusal_texts()
+        w.barrier()  # still in step
+
+
 class Payload:
     """A user class: broadcast_object takes anything picklable."""
 

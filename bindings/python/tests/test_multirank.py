@@ -29,6 +29,17 @@ def test_variable_counts_requests_p2p_batch_custom_and_sliced_dicts_four_ranks(r
     ranks(4, "nonblocking", extra_env={"PSTATE_TIMEOUT_MS": "20000"})
 
 
+@pytest.mark.parametrize("calls,env", [("gather", {}), ("reduce", {}), ("scatter", {}), ("symmetric", {}),
+                                       ("gather,reduce,scatter,symmetric", {"PSTATE_SHM": "0"}),
+                                       ("gather,reduce,scatter,symmetric", {"PSTATE_CHECK": "1"})],
+                         ids=["gather", "reduce", "scatter", "symmetric", "all-ucx", "all-check"])
+def test_an_argument_one_rank_refuses_fails_the_call_on_every_rank_and_keeps_step_two_ranks(ranks, calls, env):
+    """Issue 46: a root's bad out or send, or one rank's bad out, raises on every rank at once;
+    every later call returns its own data (ranks.py: rooted_refusals)."""
+    ranks(2, "rooted_refusals", extra_env={"PSTATE_TIMEOUT_MS": "10000", "PSTATE_TEST_CALLS": calls, **env},
+          timeout=60)
+
+
 def test_broadcast_object_takes_any_picklable_two_ranks(ranks):
     ranks(2, "objects")
 

@@ -103,7 +103,7 @@ const NcclLib &CudaDeviceContext::nccl() {
   return *nccl_;
 }
 
-// ---- group memory (issue 29) -------------------------------------------------------------------
+// ---- group memory (pstate_mem_alloc) ----------------------------------------------------------
 
 void *CudaDeviceContext::mem_alloc(size_t bytes, bool *from_nccl, const std::string &where) {
   DeviceGuard guard(*cuda_, device_, where);

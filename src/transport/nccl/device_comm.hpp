@@ -152,7 +152,7 @@ class DeviceContext {
   virtual void trace_bracket(bool /*end*/, void * /*cuda stream*/) {}
   virtual bool trace_times(uint64_t, int64_t *, int64_t *) { return false; }
 
-  // ---- group memory (pstate_mem_alloc, issue 29; group/group_memory.hpp) ----
+  // ---- group memory (pstate_mem_alloc; group/group_memory.hpp) ----
   // bytes of device memory of this context's device: ncclMemAlloc when NCCL is loaded and has it
   // (NCCL >= 2.19: memory NCCL can map for peers and register as a window), else cudaMalloc;
   // *from_nccl says which (the one mem_free must use). NO_MEMORY naming `where` when it fails.
@@ -281,7 +281,7 @@ class DeviceComm {
     throw_error(PSTATE_ERR_INTERNAL, "DeviceComm::shrink without ncclCommShrink");
   }
 
-  // ---- registered memory (issue 29; group/group_memory.hpp decides what to register) ----
+  // ---- registered memory (group/group_memory.hpp decides what to register) ----
   // The NCCL communicator a registration belongs to (nullptr while there is none): when it
   // changes (made anew, shrunk), registrations made on the old one are gone with it.
   virtual const void *nccl_handle() const { return nullptr; }

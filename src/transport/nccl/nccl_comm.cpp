@@ -44,8 +44,9 @@ class Backoff {
 }  // namespace
 
 // What every operation holds while it enqueues: the context's device made current and the
-// stream resolved (NULL, capture mode). Nothing here builds text unless it fails (issue 28: the
-// "group: op" string of every message, built up front, was 90% of an eager call's host time).
+// stream resolved (NULL, capture mode). Nothing here builds text unless it fails: an eager call
+// costs the host only its enqueue (the "group: op" string of every message, built up front, was
+// 90% of an eager call's host time).
 class NcclCommunicator::OpScope {
  public:
   OpScope(NcclCommunicator &comm, const char *op, void *stream)
@@ -386,7 +387,7 @@ void NcclCommunicator::abort() noexcept {
   if (failure_.empty()) failure_ = options_.group_name + ": aborted (pstate_abort)";
 }
 
-// ---- registered memory (issue 29) --------------------------------------------------------------
+// ---- registered memory (group memory's windows and buffers) -------------------------------------
 // A registration NCCL refuses (an argument or usage error, no address space left, no NVLink for a
 // symmetric window) is not a failure of the communicator: the caller falls back to plain memory.
 // Only a peer's loss (ncclRemoteError) or a wait past the deadline fails it, as an operation would.

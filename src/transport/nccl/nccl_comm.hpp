@@ -11,13 +11,13 @@
 // Creation: group rank 0 calls ncclGetUniqueId and the id is broadcast over the group's CPU
 // communicator (the callback); every rank calls ncclCommInitRankConfig with blocking = 0 and
 // polls ncclCommGetAsyncError until it is ready or the context timeout passes (then it aborts the
-// communicator: TIMEOUT). Or (issue 13) the communicator is made by split() on a parent's
-// (ncclCommSplit with splitShare, collective over the parent's ranks, no unique id), settled the
-// same way; or (issue 15) by shrink() on the failed world's (ncclCommShrink with
-// NCCL_SHRINK_ABORT over the survivors, the dead excluded, no unique id). Non-blocking mode is also why every later NCCL call that answers
-// ncclInProgress is waited out the same way before the next one (NCCL runs each such call on a
-// helper thread; DeviceCommOptions::nccl_blocking trades the bound for NCCL's faster blocking
-// mode). A group of one never creates an NCCL communicator: its operations are
+// communicator: TIMEOUT). Or the communicator is made by split() on a parent's (ncclCommSplit with
+// splitShare, collective over the parent's ranks, no unique id), settled the same way; or, after a
+// failure, by shrink() on the failed world's (ncclCommShrink with NCCL_SHRINK_ABORT over the
+// survivors, the dead excluded, no unique id). Non-blocking mode is also why every later NCCL call
+// that answers ncclInProgress is waited out the same way before the next one (NCCL runs each such
+// call on a helper thread; DeviceCommOptions::nccl_blocking trades the bound for NCCL's faster
+// blocking mode). A group of one never creates an NCCL communicator: its operations are
 // device-to-device copies on the stream, or nothing.
 //
 // Operations check, in order: the communicator is usable (else ABORTED with the first failure),
@@ -74,7 +74,7 @@ class NcclCommunicator final : public DeviceComm {
   // The survivors' communicator made by ncclCommShrink (pstate_shrink)
   bool can_shrink() const override;
   std::unique_ptr<DeviceComm> shrink(const std::vector<int> &exclude, DeviceCommOptions child) override;
-  // Registered memory (issue 29): symmetric windows (collective) and user buffers (local)
+  // Registered memory (group memory): symmetric windows (collective) and user buffers (local)
   const void *nccl_handle() const override { return comm_; }
   std::string windows_unavailable() const override;
   void *window_register(void *p, size_t bytes, std::string *why) override;

@@ -71,9 +71,10 @@ class NcclLib {
     ncclResult_t (*CommShrink)(ncclComm_t comm, int *exclude, int exclude_count, ncclComm_t *newcomm,
                                ncclConfig_t *config, int flags) = nullptr;
     ncclResult_t (*CommRevoke)(ncclComm_t comm, int flags) = nullptr;
-    // Optional, for group memory (issue 29), typed here for the same reason: ncclMemAlloc/Free
-    // (>= 2.19), user-buffer registration ncclCommRegister/Deregister (>= 2.19) and symmetric
-    // windows ncclCommWindowRegister/Deregister (>= 2.27; the window is an ncclWindow_t).
+    // Optional, for group memory (pstate_mem_alloc), typed here for the same reason:
+    // ncclMemAlloc/Free (>= 2.19), user-buffer registration ncclCommRegister/Deregister (>= 2.19)
+    // and symmetric windows ncclCommWindowRegister/Deregister (>= 2.27; the window is an
+    // ncclWindow_t).
     ncclResult_t (*MemAlloc)(void **ptr, size_t size) = nullptr;
     ncclResult_t (*MemFree)(void *ptr) = nullptr;
     ncclResult_t (*CommRegister)(ncclComm_t comm, void *buff, size_t size, void **handle) = nullptr;

@@ -220,15 +220,9 @@ void ShmGroup::verify_peer(int peer, const Deadline &deadline) {
         return cat(options_.label, " rank ", rank_, ": ", current_op_, " (step ", s, "): waiting for rank ", peer,
                    " to arrive at this call");
       });
-  // A refusal (OpKind::kRefused) at this call's step is no disagreement: every rank completes the
-  // step, then each fails with INVALID_ARGUMENT (arrive_now), the group in step and usable.
-  const OpDescriptor theirs = unpack_call_code(static_cast<uint32_t>(word >> 32));
-  if (static_cast<uint32_t>(word) == static_cast<uint32_t>(s) &&
-      (theirs.op == static_cast<uint32_t>(OpKind::kRefused) || call_desc_.op == static_cast<uint32_t>(OpKind::kRefused))) {
-    if (theirs.op == static_cast<uint32_t>(OpKind::kRefused) && refused_by_ < 0) {
-      refused_by_ = peer;
-      std::memcpy(&refused_count_, line->data, sizeof refused_count_);
-    }
+  // A refusal (OpKind::kRefused) at this call's step is no disagreement: a rank that refused
+  // takes any call of its peers, and a peer's refusal ends this rank's call (see "Refusals").
+  if (call_desc_.op == static_cast<uint32_t>(OpKind::kRefused) && static_cast<uint32_t>(word) == static_cast<uint32_t>(s)) {
     verified_[static_cast<size_t>(peer)] = s;
     --pending_;
     return;
@@ -255,6 +249,48 @@ void ShmGroup::verify_peers(const Deadline &deadline) {
   }
 }
 
+void ShmGroup::disagreement(int peer, const Line *line, uint64_t word, uint64_t step) {
+  const OpDescriptor theirs = unpack_call_code(static_cast<uint32_t>(word >> 32));
+  if (theirs.op == static_cast<uint32_t>(OpKind::kRefused) && static_cast<uint32_t>(word) == static_cast<uint32_t>(step) &&
+      step == call_step_)
+    refused(peer, line);
+  mismatch(peer, line, word);
+}
+
+void ShmGroup::refused(int peer, const Line *line) {
+  uint64_t count = 0;  // the arrival line's data: the count or size the peer passed
+  std::memcpy(&count, line->data, sizeof count);
+  refusal_ = true;  // not a failure of the group: run_guarded ends the call on every rank alike
+  throw_error(PSTATE_ERR_INVALID_ARGUMENT, options_.label, " #", call_desc_.seq, " ", current_op_, ": rank ",
+              global_rank(peer), " (group rank ", peer, ") refused its part of this call (an argument only it could "
+              "check: a NULL, too small or overlapping buffer, a size past 2^47 bytes or of none, a pointer that is "
+              "no group memory, ...; its own error names it; the count or size it passed: ", count, "), so every "
+              "rank of the call returns this error (buffers it would have written may hold part of the data); the "
+              "group is still in step and usable: fix that rank's arguments");
+}
+
+// The end of a refused call, on the rank that refused it (after its arrival step) and on every
+// rank that found the refusal (wherever in its protocol that was): every rank leaves it at the
+// same step, call_step_ + kRefusedCallSteps, and says so in all three counters. A rank may have
+// published lines or staged steps of the call past its first step before it found the refusal
+// (at most a step or two: every protocol reads or verifies its peers in its first step); their
+// flags and counters are all below the new step, so no later call takes them for its own, and a
+// peer still waiting on one of them in this call is released to find the refusal itself.
+void ShmGroup::leave_refused_call() {
+  const uint64_t next = call_step_ + refused_call_steps();
+  Control &mine = control(rank_);
+  mine.in.store(next, std::memory_order_release);
+  mine.out.store(next, std::memory_order_release);
+  set_counter(&Control::done, next);
+  step_ = next;
+}
+
+uint64_t ShmGroup::refused_call_steps() const {
+  // Past anything a rank can have published in the call: its inline slots and staging areas
+  // turn every inline_depth / depth_ steps (the same values on every rank: they shape the segment).
+  return 2 * (static_cast<uint64_t>(depth_) + static_cast<uint64_t>(options_.inline_depth)) + 4;
+}
+
 void ShmGroup::mismatch(int peer, const Line *line, uint64_t word) const {
   OpDescriptor theirs = unpack_call_code(static_cast<uint32_t>(word >> 32));
   if (theirs.count == kCodedCountLarge) std::memcpy(&theirs.count, line->data, sizeof theirs.count);
@@ -278,18 +314,10 @@ void ShmGroup::arrive(const OpDescriptor &desc, const Deadline &deadline) {
 
 void ShmGroup::arrive_now(const OpDescriptor &desc, const Deadline &deadline) {
   begin_call(desc, false, deadline);
-  refused_by_ = -1;
   publish_arrival(deadline);
-  verify_peers(deadline);
+  verify_peers(deadline);  // a peer's refusal throws here (refused)
   finish_step(call_step_);
-  if (refused_by_ >= 0 && call_desc_.op != static_cast<uint32_t>(OpKind::kRefused)) {
-    refusal_ = true;  // not a failure of the group: run_guarded keeps it usable
-    throw_error(PSTATE_ERR_INVALID_ARGUMENT, options_.label, " #", call_desc_.seq, " ", current_op_, ": rank ",
-                global_rank(refused_by_), " (group rank ", refused_by_, ") refused its part of this call (an "
-                "argument it could not take: a size past 2^47 bytes or of none, NULL data, a pointer that is no "
-                "group memory, ...; its own error says which; the size it passed: ", refused_count_, " bytes), so "
-                "no rank sent anything and every rank of the call returns this error; the group is still usable");
-  }
+  if (call_desc_.op == static_cast<uint32_t>(OpKind::kRefused)) leave_refused_call();
 }
 
 template <typename Body>
@@ -307,7 +335,8 @@ void ShmGroup::run_guarded(const char *op, Body &&body) {
     // nobody writes while every call succeeds.
     if (in_call_ && verdict().watch.load(std::memory_order_relaxed) >= call_step_) commit_call();
   } catch (const Error &e) {
-    if (refusal_) {  // a peer refused the call; every rank completed its step (arrive_now)
+    if (refusal_) {  // a peer refused the call: every rank leaves it at the same step
+      leave_refused_call();
       in_call_ = false;
       throw;
     }

@@ -49,24 +49,34 @@
 // peer's lines by construction; broadcast, scatter, the other ranks of a reduce and the staged
 // protocol check the peers they did not read (verify_peers).
 //
+// Refusals: a rank that refuses its part of a call (an argument only it can check, found by
+// src/api/ before the call) arrives at the call's first step with the code of OpKind::kRefused
+// instead (arrive). Whoever meets that code where it checks the peer (verify_peer, or the line
+// it reads) stops its own protocol there with INVALID_ARGUMENT naming the refusing rank; since
+// every rank checks every peer's code before its done counter passes the call's first step,
+// every rank of the call gets the error. Each of them, and the refusing rank, then leaves the
+// call at the same step, a fixed number of steps past anything the call can have published
+// (leave_refused_call), so the lines and counters it left are never taken for a later call's,
+// and the group stays usable.
+//
 // Failures: every wait is bounded by the call's Deadline (PSTATE_ERR_TIMEOUT) and calls the
 // liveness check of the options (PSTATE_ERR_PEER_LOST). After any failure the group is broken and
 // every further call throws PSTATE_ERR_ABORTED (peers are at unknown steps). Reductions use
 // src/reduce/reduce.hpp; dtypes that cannot be reduced (fp8) give PSTATE_ERR_UNSUPPORTED.
 //
-// One call, one verdict (issue 27). A rank that gives up on a call (its deadline passed while it
-// waited for a peer that is off in its own code) must not leave that peer to arrive later, find
-// everything it needs already in the segment, and return OK from a call the others failed. The
-// group's verdict block holds one word, changed only by compare-and-swap: FAILED(call, rank) or
-// COMMITTED(call, rank). A waiter at its deadline first raises `watch` to the call's first step,
-// then fences (the heavy side of the asymmetric fence pair, shm_wait.hpp), then looks at what it
-// waits for once more: there now, it goes on; else it swaps in FAILED, unless a rank has
-// COMMITTED this call (then everything it needs is published or on its way, and it waits on, up to
-// one more timeout). Every rank, at the end of every call (after its last flag store and that
-// store's fence), reads `watch`: below the call, nobody gave up (the fence pair guarantees that a
-// waiter that later gives up sees this rank's flags instead, so it does not); otherwise it swaps in
-// COMMITTED, or finds FAILED and returns the giver's status naming who gave up and when. The fast
-// path adds one load of a line nobody writes. A rank whose call fails for another reason
+// One call, one verdict: a call fails on every rank or on none. A rank that gives up on a call (its
+// deadline passed while it waited for a peer that is off in its own code) must not leave that peer
+// to arrive later, find everything it needs already in the segment, and return OK from a call the
+// others failed. The group's verdict block holds one word, changed only by compare-and-swap:
+// FAILED(call, rank) or COMMITTED(call, rank). A waiter at its deadline first raises `watch` to the
+// call's first step, then fences (the heavy side of the asymmetric fence pair, shm_wait.hpp), then
+// looks at what it waits for once more: there now, it goes on; else it swaps in FAILED, unless a
+// rank has COMMITTED this call (then everything it needs is published or on its way, and it waits
+// on, up to one more timeout). Every rank, at the end of every call (after its last flag store and
+// that store's fence), reads `watch`: below the call, nobody gave up (the fence pair guarantees
+// that a waiter that later gives up sees this rank's flags instead, so it does not); otherwise it
+// swaps in COMMITTED, or finds FAILED and returns the giver's status naming who gave up and when.
+// The fast path adds one load of a line nobody writes. A rank whose call fails for another reason
 // (PEER_LOST, INTERRUPTED, ABORTED, a mismatch) raises `watch` the same way and marks the call
 // FAILED too, unless it was committed (give_up): a rank that arrives seconds later gets that
 // verdict, not OK with the data the others left.
@@ -246,8 +256,6 @@ class ShmGroup {
   void check_verdict() const;
   [[noreturn]] void throw_failed_call(uint64_t word, bool completed) const;
   bool in_call_ = false;  // between begin_call and the end of the call (for the verdict)
-  int refused_by_ = -1;        // arrive_now: the first peer that refused the call (OpKind::kRefused)
-  uint64_t refused_count_ = 0;  // ... and the size it refused
   bool refusal_ = false;       // the error in flight is a peer's refusal: the group stays usable
   size_t checked_dtype_size(const char *op, pstate_dtype_t dtype, size_t count, size_t multiple) const;
   void check_reduce(const char *op, pstate_dtype_t dtype, pstate_reduce_op_t op_kind) const;
@@ -263,15 +271,21 @@ class ShmGroup {
   static bool step_reached(uint64_t word, uint64_t step) {
     return static_cast<int32_t>(static_cast<uint32_t>(word) - static_cast<uint32_t>(step)) >= 0;
   }
-  // After a line's step was reached: MISMATCH unless it is exactly this call's step and code.
-  void check_line_word(int peer, const Line *line, uint64_t word, uint64_t step) const {
+  // After a line's step was reached: MISMATCH unless it is exactly this call's step and code (or
+  // INVALID_ARGUMENT when the peer refused the call: disagreement).
+  void check_line_word(int peer, const Line *line, uint64_t word, uint64_t step) {
 #ifndef PSTATE_NO_AGREEMENT
-    if (word != line_word(step)) mismatch(peer, line, word);
+    if (word != line_word(step)) [[unlikely]] disagreement(peer, line, word, step);
 #else
     static_cast<void>(peer), static_cast<void>(line), static_cast<void>(word), static_cast<void>(step);
 #endif
   }
+  [[noreturn]] void disagreement(int peer, const Line *line, uint64_t word, uint64_t step);
   [[noreturn]] void mismatch(int peer, const Line *line, uint64_t word) const;
+  // A peer's arrival line says it refused this call: INVALID_ARGUMENT naming it (refusal_ set).
+  [[noreturn]] void refused(int peer, const Line *line);
+  void leave_refused_call();
+  uint64_t refused_call_steps() const;
   void publish_arrival(const Deadline &deadline);  // line 0 of slot call_step_, count in its data
   // The arrival line's data (count, seq, detail: kInlineVHeader bytes), which also heads the
   // inline payload of all_gatherv and reduce_scatterv.

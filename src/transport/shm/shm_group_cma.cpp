@@ -3,7 +3,7 @@
 //
 // Why: through the staging areas a part is copied twice (its owner stages it, every reader copies
 // it out), and from 128 KiB to 2 MiB that left all_gatherv at 1.1-1.5x Open MPI here, whose vader
-// moves large messages with this same single-copy system call (BENCHMARKS.md, issue 30 item 6).
+// moves large messages with this same single-copy system call (BENCHMARKS.md).
 // shm_p2p.cpp does the same for point-to-point messages of 32 KiB and more.
 //
 // A call (its first step s; its arrival line is published first, as for every staged call):
@@ -34,7 +34,7 @@
 //
 // Off by default (ShmGroupOptions::cma_bytes; PSTATE_SHM_GATHERV_CMA_BYTES turns it on): on the
 // reference VM, measured A/B against staging under the load of other jobs, it was 3-24% slower at
-// 128 KiB-2 MiB (bench/analysis.md, issue 30 item 6): the copy is not what costs there, the waits
+// 128 KiB-2 MiB (bench/analysis.md): the copy is not what costs there, the waits
 // are, and this protocol ends every call with a wait for every reader.
 #include "transport/shm/shm_group.hpp"
 #include "transport/shm/shm_group_layout.hpp"

@@ -1,4 +1,5 @@
-// shm_names.hpp — the names of pstate's shared-memory segments, in one place (issue 27, item 11).
+// shm_names.hpp — the names of pstate's shared-memory segments, in one place, so that whatever a
+// job leaves in /dev/shm can be found and removed by its name.
 //
 // Every segment of a job is /dev/shm/pstate-<job>-...: <job> is the job's random id that rank 0
 // makes at each pstate_init and publishes in the rank directory (group/rank_records.hpp

@@ -2,7 +2,7 @@
 // is in shm_p2p.hpp).
 #include "transport/shm/shm_p2p.hpp"
 
-#include "common/p2p_what.hpp"
+#include "common/p2p_message_kind.hpp"
 
 #include "common/arith.hpp"
 #include "common/dev_shm.hpp"
@@ -33,7 +33,7 @@ constexpr uint32_t kRefMagic = 0x72656631;      // "ref1": pid and address follo
 constexpr size_t kHeaderBytes = 16;             // payload bytes, sequence number, magic
 constexpr size_t kRefHeaderBytes = 32;          // + the sender's pid and buffer address
 // The header's first word: payload bytes (< 2^48: buffers hold at most 2^47) and, above them,
-// what the message is (common/p2p_what.hpp).
+// what the message is (common/p2p_message_kind.hpp).
 constexpr int kWhatShift = 48;
 constexpr uint64_t kSizeMask = (uint64_t{1} << kWhatShift) - 1;
 // The stream. Every message starts on a kSlot boundary: its header (16 bytes, or 32 by

@@ -22,7 +22,7 @@
 // A ring is capacity bytes of data, a tail the writer advances and a head the reader advances
 // (each on its own cache line, written only by its owner, release; read by the other, acquire).
 // A message is a 16-byte header (payload bytes with, in bits 48..53, what the message is: its kind
-// and dtype, common/p2p_what.hpp; then a word of the per-direction sequence number and a magic
+// and dtype, common/p2p_message_kind.hpp; then a word of the per-direction sequence number and a magic
 // word) followed by its payload padded to 16 bytes, wrapping at the end of the ring.
 // The reader polls the header's second word where the next message will start (the writer
 // zeroed it before publishing the previous message, and stores it last): a small message is
@@ -104,7 +104,7 @@ class ShmP2p {
   // Queue a send / receive of bytes with group rank peer (not this rank); moves what it can at
   // once. The buffer belongs to the engine until the operation completed (test/wait) or was
   // cancelled. Attaching to the pair segment may throw (PSTATE_ERR_TRANSPORT: shm_open failed).
-  // what: the message's kind and dtype (common/p2p_what.hpp); a receive takes only a message of
+  // what: the message's kind and dtype (common/p2p_message_kind.hpp); a receive takes only a message of
   // its own size and what.
   OpId post_send(int peer, const void *buf, size_t bytes, const Deadline &deadline, uint32_t what = 0);
   OpId post_recv(int peer, void *buf, size_t bytes, const Deadline &deadline, uint32_t what = 0);
@@ -135,7 +135,7 @@ class ShmP2p {
     int peer = -1;
     uint8_t *buf = nullptr;
     size_t bytes = 0;
-    uint32_t what = 0;         // kind and dtype (common/p2p_what.hpp)
+    uint32_t what = 0;         // kind and dtype (common/p2p_message_kind.hpp)
     size_t moved = 0;          // payload bytes written / read so far
     size_t header_len = 0;     // 16 (by value) or 32 (by reference), once written / read whole; 0: not yet
     uint8_t header[32] = {};   // the header being written / read

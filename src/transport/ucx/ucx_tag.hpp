@@ -14,7 +14,7 @@
 // field (below): matched by everything else, compared once the message has arrived.
 //
 // The algorithm tag of a collective: bit 31 clear, bits 30..16 the operation's sequence number,
-// bits 15..0 the algorithm's step (group.cpp). Of point-to-point (common/p2p_what.hpp):
+// bits 15..0 the algorithm's step (group.cpp). Of point-to-point (common/p2p_message_kind.hpp):
 //   bit  31      1
 //   bit  30      the stream: 0 tensors, 1 objects
 //   bits 29..24  what the message is (kind, dtype): not matched, compared after arrival, so a
@@ -24,7 +24,7 @@
 #pragma once
 
 #include "common/error.hpp"
-#include "common/p2p_what.hpp"
+#include "common/p2p_message_kind.hpp"
 
 #include <cstdint>
 
@@ -35,8 +35,8 @@ inline constexpr int kTagRankBits = 20;
 inline constexpr uint32_t kMaxGroupId = (1u << kTagGroupBits) - 1;  // 4095
 inline constexpr int kMaxWorldSize = 1 << kTagRankBits;             // 1,048,576
 inline constexpr uint64_t kTagMatchAll = ~uint64_t{0};
-// Errors that a failure notice caused (UcxWorker::take_notice) contain this: the rank that got
-// one does not send notices of its own (the sender told everyone already).
+// The words that name the sender in the errors a failure notice causes (UcxWorker::notice_error);
+// such an error is also marked (Error::is_from_notice), which is what Context::fail reads.
 inline constexpr const char kNoticeMarker[] = "failure notice: rank ";
 // What a survivor of a dead peer can do: the end of every PEER_LOST that a wait raises (UCX,
 // shared memory, notice).

@@ -304,16 +304,17 @@ std::string when_text(int64_t unix_ms) {
 
 Error UcxWorker::notice_error(const Notice &n, const std::string &what, const std::string &self, int from_rank) {
   if (n.status == PSTATE_ERR_PEER_LOST || n.status == PSTATE_OK)
-    return Error(PSTATE_ERR_PEER_LOST,
-                 cat(what, ": ", ucx::kNoticeMarker, from_rank,
-                     n.dead >= 0 ? cat(" saw rank ", n.dead, " die") : std::string(" lost a peer"),
-                     " and left the job's collectives, so ", self, " cannot complete this wait; ",
-                     ucx::kPeerLostWayOut));
+    return Error::from_notice(PSTATE_ERR_PEER_LOST,
+                              cat(what, ": ", ucx::kNoticeMarker, from_rank,
+                                  n.dead >= 0 ? cat(" saw rank ", n.dead, " die") : std::string(" lost a peer"),
+                                  " and left the job's collectives, so ", self, " cannot complete this wait; ",
+                                  ucx::kPeerLostWayOut));
   const pstate_status_t status = n.status == PSTATE_ERR_INTERRUPTED ? PSTATE_ERR_ABORTED : n.status;
-  return Error(status, cat(what, ": ", ucx::kNoticeMarker, from_rank, " failed ", when_text(n.unix_ms), " with ",
-                           pstate_status_string(n.status), " and left the job's collectives, so ", self,
-                           " cannot complete this call (its error: \"", n.text, n.text.size() >= kNoticeTextBytes ? "..." : "",
-                           "\"); the context is failed: call pstate_abort"));
+  return Error::from_notice(
+      status, cat(what, ": ", ucx::kNoticeMarker, from_rank, " failed ", when_text(n.unix_ms), " with ",
+                  pstate_status_string(n.status), " and left the job's collectives, so ", self,
+                  " cannot complete this call (its error: \"", n.text, n.text.size() >= kNoticeTextBytes ? "..." : "",
+                  "\"); the context is failed: call pstate_abort"));
 }
 
 void UcxWorker::throw_peer_lost(const Peer &p, const Op &op, const WaitScope &scope) {

@@ -77,7 +77,7 @@ using PeerDirectory = std::function<PeerEntry(int world_rank, bool urgent)>;
 // budget at 50-200 µs once other load shares the cores). Hence the default: no spin beyond one
 // progress pass; wait_policy_for_host() turns spinning on where cores are free.
 //
-// A wait on a peer of another host is sized to the network instead (issue 30): one UCX wake-up
+// A wait on a peer of another host is sized to the network instead: one UCX wake-up
 // over TCP costs ~12 us more per message than polling (ucx_perftest -t tag_lat on a veth: 10.0 us
 // one way polling, 22.4 us with -E sleep), so a budget sized for shared memory would make every
 // cross-host message pay a sleep and a wake-up. Such a wait spins network_spin_budget_us(): about
@@ -248,9 +248,9 @@ class UcxWorker {
   // Outstanding ops of owner (0 = all owners); for tests and leak checks.
   size_t outstanding(uint32_t owner = 0) const;
 
-  // Start-up cost (issue 30): endpoints this worker created (ucp_ep_create; each one connects to
-  // that peer), and the peers it holds a record of (an endpoint, a process watch, or both). Plain
-  // counters, read by the context's INFO lines; the worker's thread only.
+  // Start-up cost (counted, not guessed): endpoints this worker created (ucp_ep_create; each one
+  // connects to that peer), and the peers it holds a record of (an endpoint, a process watch, or
+  // both). Plain counters, read by the context's INFO lines; the worker's thread only.
   uint64_t endpoints_created() const { return endpoints_created_; }
   size_t peers_known() const { return peers_.size(); }
 
@@ -274,7 +274,7 @@ class UcxWorker {
   // the rebuilt world uses it.
   bool peer_broken(int world_rank) const;
 
-  // ---- failure notices (pstate_shrink; issue 27) ----
+  // ---- failure notices (pstate_shrink; one verdict per call, on every rank) ----
   // A rank whose context fails tells the other members of its world with a notice (on the
   // reserved group id kNoticeGroupId: the world's epoch, the dead rank it saw die or -1, the
   // status it failed with, when, and the first kNoticeTextBytes of its error), so a rank blocked
@@ -313,7 +313,8 @@ class UcxWorker {
   };
   // The error a notice means for a rank that waits: a death is PEER_LOST, an interruption
   // ABORTED, anything else the sender's status; the text names the sender, when, and why. `what`
-  // names the waiting call, `self` this rank ("rank 2 (group rank 1)").
+  // names the waiting call, `self` this rank ("rank 2 (group rank 1)"). Marked as a notice's
+  // (Error::is_from_notice): the context it fails does not tell the peers again.
   static Error notice_error(const Notice &n, const std::string &what, const std::string &self, int from_rank);
   // Progresses the worker (connections and notices in flight); true when no notice is in flight.
   bool progress_notices() noexcept;

@@ -393,7 +393,11 @@ impl PState {
     /// tensor_model_parallel_all_gather: recv (tp size * send.len()) = every TP rank's send.
     pub fn tp_all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         let tp = self.group(GroupKind::Tp)?;
-        need("PState::tp_all_gather", "recv", recv.len(), send.len() * tp.world_size())?;
+        if let Err(e) = need("PState::tp_all_gather", "recv", recv.len(), send.len() * tp.world_size()) {
+            // the others are inside the call: they fail with this rank (Group::together)
+            let _ = unsafe { sys::pstate_tp_allgather(self.as_raw(), ptr::null(), ptr::null_mut(), 1, REFUSED_DTYPE, ptr::null_mut()) };
+            return Err(e);
+        }
         check(unsafe {
             sys::pstate_tp_allgather(self.as_raw(), send.as_ptr().cast(), recv.as_mut_ptr().cast(), send.len(), T::DTYPE.raw(), ptr::null_mut())
         })
@@ -507,6 +511,9 @@ impl GroupInfo {
     }
 }
 
+/// The dtype of a collective's refused form (Group::together).
+pub(crate) const REFUSED_DTYPE: sys::pstate_dtype_t = sys::pstate_dtype_t::PSTATE_INT8;
+
 /// A buffer of at least `want` elements; `op` names the call ("all_gather on tp:0").
 fn need(op: &str, name: &str, have: usize, want: usize) -> Result<()> {
     if have < want {
@@ -566,6 +573,21 @@ impl<'ps> Group<'ps> {
         Ok(())
     }
 
+    /// `checked`, the result of a collective's argument checks, after taking part in the call
+    /// when they refused it: `refuse` is the C call in its refused form (null buffers of one
+    /// element, [`REFUSED_DTYPE`]), which C refuses on this rank inside the call's agreement, so
+    /// every rank of the group fails at once (`Status::InvalidArgument` naming this rank there)
+    /// and none pairs the call with this rank's next one. Most checks see what only this rank
+    /// sees (its buffers, a root's recv or send): a rank that returned alone would leave the
+    /// others inside the call, and they would return another call's data without an error
+    /// (issue 46).
+    pub(crate) fn together<R>(&self, checked: Result<R>, refuse: impl FnOnce(*mut sys::pstate_group_t) -> sys::pstate_status_t) -> Result<R> {
+        if checked.is_err() {
+            let _ = refuse(self.g()); // C refuses it; this crate's error says more
+        }
+        checked
+    }
+
     pub fn info(&self) -> &GroupInfo {
         &self.info
     }
@@ -607,7 +629,9 @@ impl<'ps> Group<'ps> {
 
     /// `recv[i]` = op over the group of `send[i]`.
     pub fn all_reduce_into<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
-        self.need("all_reduce_into", "recv", recv.len(), send.len())?;
+        self.together(self.need("all_reduce_into", "recv", recv.len(), send.len()), |g| unsafe {
+            sys::pstate_all_reduce(g, ptr::null(), ptr::null_mut(), 1, REFUSED_DTYPE, ReduceOp::Sum.raw(), ptr::null_mut())
+        })?;
         check(unsafe {
             sys::pstate_all_reduce(self.g(), send.as_ptr().cast(), recv.as_mut_ptr().cast(), send.len(), T::DTYPE.raw(), op.raw(), ptr::null_mut())
         })
@@ -615,7 +639,9 @@ impl<'ps> Group<'ps> {
 
     /// recv (world_size * send.len()) = every rank's send in group-rank order.
     pub fn all_gather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        self.need("all_gather", "recv", recv.len(), send.len() * self.world_size())?;
+        self.together(self.need("all_gather", "recv", recv.len(), send.len() * self.world_size()), |g| unsafe {
+            sys::pstate_all_gather(g, ptr::null(), ptr::null_mut(), 1, REFUSED_DTYPE, ptr::null_mut())
+        })?;
         check(unsafe {
             sys::pstate_all_gather(self.g(), send.as_ptr().cast(), recv.as_mut_ptr().cast(), send.len(), T::DTYPE.raw(), ptr::null_mut())
         })
@@ -624,7 +650,9 @@ impl<'ps> Group<'ps> {
     /// send holds world_size blocks of recv.len(); this rank receives block rank_in_group of
     /// their reduction.
     pub fn reduce_scatter<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
-        self.need("reduce_scatter", "send", send.len(), recv.len() * self.world_size())?;
+        self.together(self.need("reduce_scatter", "send", send.len(), recv.len() * self.world_size()), |g| unsafe {
+            sys::pstate_reduce_scatter(g, ptr::null(), ptr::null_mut(), 1, REFUSED_DTYPE, ReduceOp::Sum.raw(), ptr::null_mut())
+        })?;
         check(unsafe {
             sys::pstate_reduce_scatter(self.g(), send.as_ptr().cast(), recv.as_mut_ptr().cast(), recv.len(), T::DTYPE.raw(), op.raw(), ptr::null_mut())
         })
@@ -632,38 +660,49 @@ impl<'ps> Group<'ps> {
 
     /// buf of group rank src copied into buf on every rank.
     pub fn broadcast<T: Element>(&self, buf: &mut [T], src: usize) -> Result<()> {
-        check(unsafe {
-            sys::pstate_broadcast(self.g(), buf.as_mut_ptr().cast(), buf.len(), T::DTYPE.raw(), self.rank_of("broadcast", "src", src)?, ptr::null_mut())
-        })
+        let src_i = self.together(self.rank_of("broadcast", "src", src), |g| unsafe {
+            sys::pstate_broadcast(g, ptr::null_mut(), 1, REFUSED_DTYPE, 0, ptr::null_mut())
+        })?;
+        check(unsafe { sys::pstate_broadcast(self.g(), buf.as_mut_ptr().cast(), buf.len(), T::DTYPE.raw(), src_i, ptr::null_mut()) })
     }
 
     /// On group rank dst, recv (world_size * send.len()) = every rank's send in rank order;
-    /// recv must be Some there and is ignored elsewhere.
+    /// recv must be Some there and is ignored elsewhere. A recv dst refuses fails the call on
+    /// every rank of the group at once (`Group::together`).
     pub fn gather<T: Element>(&self, send: &[T], recv: Option<&mut [T]>, dst: usize) -> Result<()> {
-        let dst_i = self.rank_of("gather", "dst", dst)?;
-        let recv_ptr = match recv {
-            Some(r) => {
-                self.need("gather", "recv", r.len(), send.len() * self.world_size())?;
-                r.as_mut_ptr().cast()
-            }
-            None if self.rank_in_group() == dst => {
-                return Err(Error::new(
-                    Status::InvalidArgument,
-                    format!("{}: recv is None on dst (group rank {dst}), which needs Some of {} elements", self.op("gather"), send.len() * self.world_size()),
-                ))
-            }
-            None => ptr::null_mut(),
-        };
+        let checked = (|| {
+            let dst_i = self.rank_of("gather", "dst", dst)?;
+            let recv_ptr: *mut c_void = match recv {
+                Some(r) if self.rank_in_group() == dst => {
+                    self.need("gather", "recv", r.len(), send.len() * self.world_size())?;
+                    r.as_mut_ptr().cast()
+                }
+                Some(_) => ptr::null_mut(), // ignored off dst: never written
+                None if self.rank_in_group() == dst => {
+                    return Err(Error::new(
+                        Status::InvalidArgument,
+                        format!("{}: recv is None on dst (group rank {dst}), which needs Some of {} elements", self.op("gather"), send.len() * self.world_size()),
+                    ))
+                }
+                None => ptr::null_mut(),
+            };
+            Ok((dst_i, recv_ptr))
+        })();
+        let (dst_i, recv_ptr) = self.together(checked, |g| unsafe {
+            sys::pstate_gather(g, ptr::null(), ptr::null_mut(), 1, REFUSED_DTYPE, 0, ptr::null_mut())
+        })?;
         check(unsafe { sys::pstate_gather(self.g(), send.as_ptr().cast(), recv_ptr, send.len(), T::DTYPE.raw(), dst_i, ptr::null_mut()) })
     }
 
     /// Block j of send goes to group rank j; block i of recv came from rank i.
     pub fn all_to_all<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         let n = self.world_size().max(1);
-        if send.len() % n != 0 {
-            return Err(Error::new(Status::InvalidArgument, format!("{}: send holds {} elements, not a multiple of the group size {n}", self.op("all_to_all"), send.len())));
-        }
-        self.need("all_to_all", "recv", recv.len(), send.len())?;
+        let checked = if send.len() % n != 0 {
+            Err(Error::new(Status::InvalidArgument, format!("{}: send holds {} elements, not a multiple of the group size {n}", self.op("all_to_all"), send.len())))
+        } else {
+            self.need("all_to_all", "recv", recv.len(), send.len())
+        };
+        self.together(checked, |g| unsafe { sys::pstate_all_to_all(g, ptr::null(), ptr::null_mut(), 1, REFUSED_DTYPE, ptr::null_mut()) })?;
         check(unsafe {
             sys::pstate_all_to_all(self.g(), send.as_ptr().cast(), recv.as_mut_ptr().cast(), send.len() / n, T::DTYPE.raw(), ptr::null_mut())
         })

@@ -9,7 +9,7 @@
 //! library refuses host memory there, and the safe API passes nothing else.
 use crate::error::{check, Error, Result, Status};
 use crate::types::{Element, GroupKind, ReduceOp};
-use crate::{rank_arg, sys, Group, GroupInfo, PState};
+use crate::{rank_arg, sys, Group, GroupInfo, PState, REFUSED_DTYPE};
 use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
 
@@ -60,15 +60,18 @@ impl<'ps> Group<'ps> {
     /// every rank); `send` holds `counts[rank_in_group]` elements; `recv` (at least sum(counts))
     /// receives every rank's part packed in group-rank order.
     pub fn all_gatherv<T: Element>(&self, send: &[T], recv: &mut [T], counts: &[usize]) -> Result<()> {
-        let total = counts_arg(self, "all_gatherv", counts)?;
-        let mine = counts[self.rank_in_group()];
-        if send.len() != mine {
-            return Err(Error::new(
-                Status::InvalidArgument,
-                format!("all_gatherv on {}: send holds {} elements but counts[{}] (this rank) is {mine}", self.name(), send.len(), self.rank_in_group()),
-            ));
-        }
-        self.need("all_gatherv", "recv", recv.len(), total)?;
+        let checked = counts_arg(self, "all_gatherv", counts).and_then(|total| {
+            let mine = counts[self.rank_in_group()];
+            if send.len() != mine {
+                return Err(Error::new(
+                    Status::InvalidArgument,
+                    format!("all_gatherv on {}: send holds {} elements but counts[{}] (this rank) is {mine}", self.name(), send.len(), self.rank_in_group()),
+                ));
+            }
+            self.need("all_gatherv", "recv", recv.len(), total)
+        });
+        let ones = vec![1usize; self.world_size()];
+        self.together(checked, |g| unsafe { sys::pstate_all_gatherv(g, ptr::null(), ptr::null_mut(), ones.as_ptr(), REFUSED_DTYPE, ptr::null_mut()) })?;
         check(unsafe {
             sys::pstate_all_gatherv(self.g(), send.as_ptr().cast(), recv.as_mut_ptr().cast(), counts.as_ptr(), T::DTYPE.raw(), ptr::null_mut())
         })
@@ -78,14 +81,19 @@ impl<'ps> Group<'ps> {
     /// receives in `recv` (at least `counts[i]`) the reduction of the `counts[i]` elements at
     /// offset `counts[0] + ... + counts[i-1]`.
     pub fn reduce_scatterv<T: Element>(&self, send: &[T], recv: &mut [T], counts: &[usize], op: ReduceOp) -> Result<()> {
-        let total = counts_arg(self, "reduce_scatterv", counts)?;
-        if send.len() != total {
-            return Err(Error::new(
-                Status::InvalidArgument,
-                format!("reduce_scatterv on {}: send holds {} elements but sum(counts) is {total}", self.name(), send.len()),
-            ));
-        }
-        self.need("reduce_scatterv", "recv", recv.len(), counts[self.rank_in_group()])?;
+        let checked = counts_arg(self, "reduce_scatterv", counts).and_then(|total| {
+            if send.len() != total {
+                return Err(Error::new(
+                    Status::InvalidArgument,
+                    format!("reduce_scatterv on {}: send holds {} elements but sum(counts) is {total}", self.name(), send.len()),
+                ));
+            }
+            self.need("reduce_scatterv", "recv", recv.len(), counts[self.rank_in_group()])
+        });
+        let ones = vec![1usize; self.world_size()];
+        self.together(checked, |g| unsafe {
+            sys::pstate_reduce_scatterv(g, ptr::null(), ptr::null_mut(), ones.as_ptr(), REFUSED_DTYPE, ReduceOp::Sum.raw(), ptr::null_mut())
+        })?;
         check(unsafe {
             sys::pstate_reduce_scatterv(self.g(), send.as_ptr().cast(), recv.as_mut_ptr().cast(), counts.as_ptr(), T::DTYPE.raw(), op.raw(), ptr::null_mut())
         })

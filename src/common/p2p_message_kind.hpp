@@ -1,4 +1,5 @@
-// p2p_what.hpp — what a point-to-point message is, in 6 bits that travel with it (issue 27).
+// p2p_message_kind.hpp — what a point-to-point message is (its stream, kind and dtype), in 6 bits
+// that travel with it, so that a receive never takes a message of another call.
 //
 // pstate's point-to-point is "the k-th send from a to b is b's k-th receive from a", per group
 // and per stream. There are two streams per (group, peer, direction), on every path:
