@@ -5,13 +5,14 @@
 // run_children: fork_ranks.h with a C++ lambda per child; exceptions in a child become its exit
 // status 2 with the message on stderr. CHILD_CHECK: an assertion for children (no cmocka there).
 // TempDir: a fresh directory under /tmp, removed with its contents at the end of the test.
-// soon(): a deadline far past what a store call should take. Refusal / refusal_of: the status and
+// soon(): a deadline far past what a store call should take; store_options: one rank's options. Refusal / refusal_of: the status and
 // text an open (or any call) failed with, from any thread (cmocka asserts stay on the main one).
 // wait_for_go: a forked child waits for its parent's byte on a pipe (see there why).
 // Include this header after every other header of the test (see the note on cmocka below).
 #pragma once
 
 // Every C++ header first: cmocka defines a fail() macro that breaks std::basic_ios::fail().
+#include "bootstrap/store.hpp"
 #include "common/deadline.hpp"
 #include "common/error.hpp"
 #include "fork_ranks.h"
@@ -48,6 +49,19 @@ namespace pstest {
 
 inline constexpr int64_t kLongMs = 30000;  // a generous bound for what should take milliseconds
 inline pstate::Deadline soon() { return pstate::Deadline::after_ms(kLongMs); }
+
+// A store's options for one rank of a world (rank -1 and world 0: an observer), with soon()'s
+// bound on the open.
+inline pstate::StoreOptions store_options(const std::string &init_method, int rank, int world,
+                                          const std::string &token = "") {
+  pstate::StoreOptions o;
+  o.init_method = init_method;
+  o.rank = rank;
+  o.world_size = world;
+  o.job_token = token;
+  o.timeout_ms = kLongMs;
+  return o;
+}
 
 inline double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();

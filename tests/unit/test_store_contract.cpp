@@ -99,12 +99,7 @@ class Place {
   }
 
   StoreOptions options(int rank, int world, const std::string &token = "") {
-    StoreOptions o;
-    o.rank = rank;
-    o.world_size = world;
-    o.job_token = token;
-    o.timeout_ms = kLongMs;
-    o.init_method = url_;
+    StoreOptions o = pstest::store_options(url_, rank, world, token);
     if (g_kind == Kind::kTcp && url_.empty()) {
       if (rank == 0)
         o.init_method = "tcp://127.0.0.1:0";
@@ -157,6 +152,18 @@ void run_ranks(Place &place, int world, const std::string &token, const std::fun
         return rc;
       },
       60000);
+}
+
+// Forks the process of one rank before this one starts threads of its own (pstest::wait_for_go):
+// it opens its rank when told `go` (a TCP rank learns rank 0's port then), runs body, and exits
+// with body's result.
+pid_t fork_rank(Place &place, int rank, int world, Pipe &go, const std::function<int(Store &)> &body) {
+  ChildBody child = [&](int) -> int {
+    if (!go.await()) return 1;
+    auto store = place.open(rank, world);
+    return body(*store);
+  };
+  return pstest::fork_child(child, rank);
 }
 
 std::vector<int> members_of(Store &store) { return store.members(soon()).value_or(std::vector<int>{}); }
@@ -280,15 +287,12 @@ void test_set_if_absent_gives_the_winners_value_and_wakes_a_get(void **) {
 void test_get_waits_for_a_later_set(void **) {
   Place place("later");
   Pipe go, about_to_get;
-  ChildBody reader = [&](int) -> int {
-    if (!go.await()) return 1;  // forked before rank 0's threads
-    auto store = place.open(1, 2);
-    CHILD_CHECK(!store->check("late", soon()));
+  pid_t child = fork_rank(place, 1, 2, go, [&](Store &store) -> int {
+    CHILD_CHECK(!store.check("late", soon()));
     about_to_get.signal();
-    CHILD_CHECK(text_of(store->get("late", soon())) == "worth the wait");
-    return store->close(soon()) ? 0 : 1;
-  };
-  pid_t child = pstest::fork_child(reader, 1);
+    CHILD_CHECK(text_of(store.get("late", soon())) == "worth the wait");
+    return store.close(soon()) ? 0 : 1;
+  });
   auto rank0 = place.open(0, 2, "", 1);
   go.signal();
   assert_true(about_to_get.await());
@@ -397,14 +401,11 @@ void test_duplicate_rank_is_mismatch_naming_the_holder(void **) {
 void test_rank_of_a_killed_process_can_be_claimed_again(void **) {
   Place place("killed");
   Pipe go, claimed;
-  ChildBody holder = [&](int) -> int {
-    if (!go.await()) return 1;  // forked before rank 0's threads
-    auto store = place.open(1, 2);
+  pid_t child = fork_rank(place, 1, 2, go, [&](Store &) -> int {
     claimed.signal();
     ::sleep(120);  // until killed
     return 0;
-  };
-  pid_t child = pstest::fork_child(holder, 1);
+  });
   auto rank0 = place.open(0, 2, "", 1);
   go.signal();
   assert_true(claimed.await());
@@ -536,25 +537,16 @@ void test_refused_member_fails_the_waiting_ranks_at_once(void **) {
   Place place("refused");
   auto rank0 = place.open(0, 3);
   auto rank1 = place.open(1, 3);
-  std::atomic<int> status{-1};
-  std::string text;
-  std::thread waiter([&] {
-    try {
-      rank1->wait({"pstate/init/done"}, Deadline::after_ms(20000));
-      status = PSTATE_OK;
-    } catch (const Error &e) {
-      text = e.what();
-      status = e.status();
-    }
-  });
+  Refusal waited;
+  std::thread waiter([&] { waited = refusal_of([&] { rank1->wait({"pstate/init/done"}, Deadline::after_ms(20000)); }); });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   auto t0 = std::chrono::steady_clock::now();
   expect_error([&] { place.open(2, 4); }, PSTATE_ERR_MISMATCH, {"rank 2 says world_size 4, rank 0 says 3"});
   waiter.join();
   assert_true(seconds_since(t0) < 2.0);
-  assert_int_equal(status.load(), PSTATE_ERR_MISMATCH);
-  assert_non_null(std::strstr(text.c_str(), "the job cannot start: the store refused rank 2"));
-  assert_non_null(std::strstr(text.c_str(), "rank 2 says world_size 4, rank 0 says 3"));
+  assert_int_equal(waited.status, PSTATE_ERR_MISMATCH);
+  assert_true(waited.has("the job cannot start: the store refused rank 2"));
+  assert_true(waited.has("rank 2 says world_size 4, rank 0 says 3"));
   expect_error([&] { rank0->get("x", soon()); }, PSTATE_ERR_MISMATCH, {"the job cannot start"});
 }
 
@@ -573,21 +565,14 @@ void test_abandon_fails_the_waiting_ranks(void **) {
 void test_interrupt_ends_a_waiting_get_from_another_thread(void **) {
   Place place("interrupt");
   auto store = place.open(0, 1);
-  std::atomic<int> status{-1};
-  std::thread getter([&] {
-    try {
-      store->get("never", Deadline::after_ms(60000));
-      status = PSTATE_OK;
-    } catch (const Error &e) {
-      status = e.status();
-    }
-  });
+  Refusal got;
+  std::thread getter([&] { got = refusal_of([&] { store->get("never", Deadline::after_ms(60000)); }); });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // it waits (if not yet: interrupt is sticky)
   auto t0 = std::chrono::steady_clock::now();
   store->interrupt();
   getter.join();
   assert_true(seconds_since(t0) < 1.0);
-  assert_int_equal(status.load(), PSTATE_ERR_ABORTED);
+  assert_int_equal(got.status, PSTATE_ERR_ABORTED);
   expect_error([&] { store->get("never", soon()); }, PSTATE_ERR_ABORTED, {"interrupted"});
 }
 

@@ -51,13 +51,7 @@ std::string fresh_prefix(const char *name) {
 std::string url_of(const std::string &prefix) { return "etcd://" + g_etcd->endpoint() + "/" + prefix; }
 
 StoreOptions options_for(const std::string &url, int rank, int world, const std::string &token = "") {
-  StoreOptions o;
-  o.init_method = url;
-  o.rank = rank;
-  o.world_size = world;
-  o.job_token = token;
-  o.timeout_ms = kLongMs;
-  return o;
+  return pstest::store_options(url, rank, world, token);
 }
 
 std::unique_ptr<Store> open_etcd(const std::string &url, int rank, int world, const std::string &token = "") {

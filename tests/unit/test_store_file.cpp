@@ -22,13 +22,7 @@ using pstest::TempDir;
 namespace {
 
 std::unique_ptr<Store> open_file(const std::string &dir, int rank, int world, const std::string &token = "") {
-  StoreOptions o;
-  o.init_method = "file://" + dir;
-  o.rank = rank;
-  o.world_size = world;
-  o.job_token = token;
-  o.timeout_ms = kLongMs;
-  return open_store(o, Logger(LogLevel::kNone));
+  return open_store(pstest::store_options("file://" + dir, rank, world, token), Logger(LogLevel::kNone));
 }
 
 void test_file_token_is_not_stored_in_clear(void **) {
