@@ -605,20 +605,23 @@ class Group:
 
     # ---- tensor dicts (numpy arrays or torch CPU tensors; see _tensor_dict for dtypes) ----------------------------
     def broadcast_tensor_dict(self, tensor_dict: Optional[Mapping[str, Any]] = None, src: int = 0, *,
-                              dtypes: Optional[Mapping[str, DType]] = None, tensors: str = "numpy") -> Dict[str, Any]:
-        """SGLang's broadcast_tensor_dict: the dict of numpy arrays or torch CPU tensors of group
-        rank src on every rank (others pass None; their argument is ignored). Returns tensor_dict
-        itself on src and a TensorDict (a dict in the sender's order, plus .dtypes) elsewhere,
-        shapes kept, 0-d and 0-size tensors included: numpy arrays, or torch tensors with
-        tensors="torch" (bfloat16 as torch.bfloat16). torch tensors carry their dtype, bfloat16
-        included; in numpy bfloat16/fp8 travel in uint16/uint8 containers named with
-        dtypes={key: DType.BFLOAT16 | FP8_E4M3 | FP8_E5M2}. A dict src cannot send raises
-        InvalidArgumentError there and on every other rank (nobody waits for it)."""
+                              dtypes: Optional[Mapping[str, DType]] = None,
+                              tensors: Optional[str] = None) -> Dict[str, Any]:
+        """SGLang's broadcast_tensor_dict: the dict of group rank src on every rank (others pass
+        None; their argument is ignored). Values are torch tensors, numpy arrays and anything
+        picklable (strings, ints, None, lists, dicts), mixed as the engines mix them (_tensor_dict).
+        Returns tensor_dict itself on src and a TensorDict (a dict in the sender's order, plus
+        .dtypes) elsewhere, shapes kept, 0-d and 0-size tensors included, each tensor of the kind
+        src sent (torch tensors for torch, bfloat16 as torch.bfloat16, bool and int16 as
+        themselves; numpy arrays for numpy); tensors="numpy" or "torch" forces one kind. In numpy
+        bfloat16/fp8 travel in uint16/uint8 containers named with
+        dtypes={key: DType.BFLOAT16 | FP8_E4M3 | FP8_E5M2}. A dict src cannot send (a value that
+        cannot be pickled) raises InvalidArgumentError there and on every other rank."""
         where = f"broadcast_tensor_dict on {self.name}"
         try:
             kind = _tensor_dict.tensors_kind(tensors, where)
         except InvalidArgumentError as e:  # the others are in the call: they fail with this rank
-            refused = _tensor_dict.Refused("", f"tensors={tensors!r} (\"numpy\" or \"torch\")", where)
+            refused = _tensor_dict.Refused("", f"tensors={tensors!r} (None, \"numpy\" or \"torch\")", where)
             entries = _tensor_dict.refusal(refused) if self.rank_in_group == src else None
             with contextlib.suppress(Exception):
                 self._call(capi.broadcast_tensor_dict, entries, src, None, None)
@@ -626,7 +629,7 @@ class Group:
         if self.rank_in_group == src:
             self._send_dict(capi.broadcast_tensor_dict, tensor_dict, dtypes, where, src, None, None)
             return tensor_dict  # type: ignore[return-value]
-        return self._receive_dict(capi.broadcast_tensor_dict, where, kind, None, src)
+        return self._receive_dict(capi.broadcast_tensor_dict, where, kind, src, None, src)
 
     def send_tensor_dict(self, tensor_dict: Mapping[str, Any], dst: Optional[int] = None, *,
                          dtypes: Optional[Mapping[str, DType]] = None) -> None:
@@ -638,15 +641,16 @@ class Group:
             dst = (self.rank_in_group + 1) % self.world_size
         self._send_dict(capi.send_tensor_dict, tensor_dict, dtypes, f"send_tensor_dict on {self.name}", dst, None)
 
-    def recv_tensor_dict(self, src: Optional[int] = None, *, tensors: str = "numpy") -> Dict[str, Any]:
+    def recv_tensor_dict(self, src: Optional[int] = None, *, tensors: Optional[str] = None) -> Dict[str, Any]:
         """SGLang's recv_tensor_dict: the next dict sent by group rank src (default: the
-        previous rank, (rank_in_group - 1) % world_size), as a TensorDict of numpy arrays, or of
-        torch tensors with tensors="torch"."""
+        previous rank, (rank_in_group - 1) % world_size), as a TensorDict of what the sender sent
+        (torch tensors for torch, numpy arrays for numpy, other values as they were); tensors=
+        "numpy" or "torch" forces one kind."""
         where = f"recv_tensor_dict on {self.name}"
         kind = _tensor_dict.tensors_kind(tensors, where)
         if src is None:
             src = (self.rank_in_group - 1) % self.world_size
-        return self._receive_dict(capi.recv_tensor_dict, where, kind, src)
+        return self._receive_dict(capi.recv_tensor_dict, where, kind, src, src)
 
     def send_tensor_dict_sliced(self, tensor_dict: Mapping[str, Any], dst: Optional[int] = None, *,
                                 ag: "Group", dtypes: Optional[Mapping[str, DType]] = None) -> None:
@@ -659,15 +663,15 @@ class Group:
                         f"send_tensor_dict_sliced on {self.name}", dst, self._ag(ag), None)
 
     def recv_tensor_dict_sliced(self, src: Optional[int] = None, *, ag: "Group",
-                                tensors: str = "numpy") -> Dict[str, Any]:
+                                tensors: Optional[str] = None) -> Dict[str, Any]:
         """recv_tensor_dict with all_gather_group=ag: collective over ag (every rank of ag calls
-        it, each from its own sender); every tensor arrives whole (slices gathered over ag), as
-        numpy arrays or, with tensors="torch", torch tensors."""
+        it, each from its own sender); every tensor arrives whole (slices gathered over ag), of
+        the kind the sender sent (tensors= forces one)."""
         where = f"recv_tensor_dict_sliced on {self.name}"
         kind = _tensor_dict.tensors_kind(tensors, where)
         if src is None:
             src = (self.rank_in_group - 1) % self.world_size
-        return self._receive_dict(capi.recv_tensor_dict_sliced, where, kind, src, self._ag(ag))
+        return self._receive_dict(capi.recv_tensor_dict_sliced, where, kind, src, src, self._ag(ag))
 
     def _ag(self, ag: Any) -> Any:
         if not isinstance(ag, Group) or ag._ps is not self._ps:
@@ -686,7 +690,7 @@ class Group:
             raise InvalidArgumentError(refused.detail) from None
         self._call(fn, entries, *args)
 
-    def _receive_dict(self, fn: Any, where: str, tensors: str, *args: Any) -> Dict[str, Any]:
+    def _receive_dict(self, fn: Any, where: str, tensors: Optional[str], src: int, *args: Any) -> Dict[str, Any]:
         """fn(handle, *args, collector, stream=None) into a ReceivedDict (the C allocation
         callback), then the tensors it collected as numpy arrays or torch tensors (tensors)."""
         received = capi.ReceivedDict()
@@ -699,7 +703,7 @@ class Group:
                     f"{where}: tensor '{cuda}' is a CUDA tensor; the Python binding receives host tensors "
                     f"only (numpy), so it had no memory for it and nothing was transferred ({e.detail})") from e
             raise
-        return _tensor_dict.decode(received.take(), tensors)
+        return _tensor_dict.decode(received.take(), tensors, where, src)
 
 
 def _set_params(**fields: Any) -> "capi.pstate_init_params_t":
