@@ -46,12 +46,13 @@ from ._errors import (
 from ._errors import pythonic as _pythonic
 from ._layout import CONFIG_FIELDS, Layout
 from ._objects import ObjectFrameError, ObjectRefusedError
+from ._dict_p2p import DictRequest
 from ._requests import P2POp, Request
 from ._memory import DeviceMemory, DeviceTensor
 from ._tensor_dict import NUMPY_DTYPE_NAMES, TensorDict
 
 __all__ = [
-    "AbortedError", "AuthError", "BufferLike", "BusyError", "CONFIG_FIELDS", "Device", "DType", "Error", "Group", "GroupKind",
+    "AbortedError", "AuthError", "BufferLike", "BusyError", "CONFIG_FIELDS", "Device", "DictRequest", "DType", "Error", "Group", "GroupKind",
     "InternalError", "InterruptedError", "InvalidArgumentError", "InvalidStateError", "Layout", "MismatchError", "NoMemoryError",
     "NUMPY_DTYPE_NAMES", "ObjectFrameError", "ObjectRefusedError", "P2POp", "PState", "PeerLostError", "ReduceOp", "Status",
     "Request", "TensorDict", "TimeoutError", "DeviceMemory", "DeviceTensor",

@@ -21,12 +21,13 @@ import threading
 import warnings
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
-from . import _objects, _tensor_dict, _torch, capi
+from . import _dict_p2p, _objects, _tensor_dict, _torch, capi
 from ._buffers import Buffer, BufferLike, new_like, require, resolve, same_dtype
 from ._enums import Device, DType, GroupKind, ReduceOp, coerce
 from ._errors import BusyError, Error, InvalidArgumentError, InvalidStateError, NoMemoryError, UnsupportedError
 from ._layout import make_config
 from ._memory import DeviceMemory
+from ._dict_p2p import DictRequest
 from ._requests import Request
 
 
@@ -672,6 +673,41 @@ class Group:
         if src is None:
             src = (self.rank_in_group - 1) % self.world_size
         return self._receive_dict(capi.recv_tensor_dict_sliced, where, kind, src, src, self._ag(ag))
+
+    # ---- non-blocking tensor dicts (the engines' wire: one object message, then the tensors) --
+    def isend_tensor_dict(self, tensor_dict: Mapping[str, Any], dst: Optional[int] = None, *,
+                          ag: Optional["Group"] = None, ag_tensors: Optional[Mapping[str, bool]] = None,
+                          dtypes: Optional[Mapping[str, DType]] = None) -> "DictRequest":
+        """vLLM's isend_tensor_dict / SGLang's send_tensor_dict(async_send=True): sends the dict's
+        header (keys, non-tensor values, each tensor's dtype and shape) as one object message to
+        group rank dst (default: the next rank), then posts one isend per tensor and returns a
+        DictRequest at once; the requests hold the tensors until they complete (wait() it). With
+        ag (all_gather_group) a tensor whose bytes divide by ag's size goes as this rank's slice,
+        unless ag_tensors maps its key to False. Pairs with irecv_tensor_dict (not with
+        recv_tensor_dict, the C dict's receive); see pstate._dict_p2p."""
+        if dst is None:
+            dst = (self.rank_in_group + 1) % self.world_size
+        where = f"isend_tensor_dict on {self.name}"
+        return _dict_p2p.send(self, tensor_dict, dst, self._ag_group(ag), ag_tensors, dtypes, where)
+
+    def irecv_tensor_dict(self, src: Optional[int] = None, *, ag: Optional["Group"] = None,
+                          tensors: Optional[str] = None) -> "DictRequest":
+        """vLLM's irecv_tensor_dict: takes the header isend_tensor_dict of group rank src (default:
+        the previous rank) sent (waiting for it), allocates the dict's tensors (of the sender's
+        kind; tensors= forces one), posts their receives and returns a DictRequest whose wait()
+        completes them, all-gathers sliced tensors over ag (every rank of ag waits for its own)
+        and returns the TensorDict."""
+        where = f"irecv_tensor_dict on {self.name}"
+        kind = _tensor_dict.tensors_kind(tensors, where)
+        if src is None:
+            src = (self.rank_in_group - 1) % self.world_size
+        return _dict_p2p.receive(self, src, self._ag_group(ag), kind, where)
+
+    def _ag_group(self, ag: Any) -> Optional["Group"]:
+        if ag is None:
+            return None
+        self._ag(ag)
+        return ag
 
     def _ag(self, ag: Any) -> Any:
         if not isinstance(ag, Group) or ag._ps is not self._ps:
