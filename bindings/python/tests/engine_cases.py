@@ -3,6 +3,7 @@
     pstate run -n 2 -- python3 engine_cases.py tp2       # TP 2
     pstate run -n 4 -- python3 engine_cases.py tp4       # TP 4
     pstate run -n 4 -- python3 engine_cases.py tp2pp2    # TP 2 x PP 2
+    pstate run -n 4 -- python3 engine_cases.py tp4,tp2pp2   # both in one job (test_parallel_state.py)
 
 Each function below mirrors one case of the engines' tests (its docstring names it) and keeps
 its body: the same calls, arguments and assertions, written against pstate.parallel_state instead
@@ -10,8 +11,8 @@ of vllm.distributed / sglang.srt.distributed. What is adapted, and why:
 
 - ``cuda`` -> ``cpu`` (devices, ``.cuda(rank)``, ``torch.cuda.synchronize()`` dropped: CPU calls
   return when complete);
-- one job per configuration runs every case that the engines run at that configuration, in one
-  set of processes started by ``pstate run`` (the engines start processes per case with
+- one job runs every case that the engines run at a configuration, in one set of processes
+  started by ``pstate run`` (TP 4 and TP 2 x PP 2 share a job of 4 ranks) (the engines start processes per case with
   multiprocessing/Ray and a tcp:// port): the engines' per-case set-up
   (init_test_distributed_environment / worker_fn_wrapper) becomes init_distributed_environment()
   from the launcher's environment plus ensure_model_parallel_initialized, which is a no-op once
@@ -45,6 +46,7 @@ import torch.distributed as dist  # noqa: F401 - the engines' import; only its R
 from pstate.parallel_state import (
     PyNcclCommunicator,
     broadcast_tensor_dict,
+    destroy_distributed_environment,
     destroy_model_parallel,
     ensure_model_parallel_initialized,
     get_attn_cp_group,
@@ -527,25 +529,27 @@ def mixed_dict_every_torch_dtype(tp_size, pp_size, rank):
 
 
 def main() -> None:
-    config = sys.argv[1]
-    tp_size, pp_size = CONFIGS[config]
+    """Runs the cases of each configuration named (comma-separated; those of one world size share
+    the job: the model-parallel groups are remade between them)."""
     init_distributed_environment()
     rank = get_world_group().rank
-    ensure_model_parallel_initialized(tp_size, pp_size)
     random.seed(42)
     torch.manual_seed(42 + rank)
-    ran = []
-    for fn, configs in CASES:
-        if config not in configs:
-            continue
-        started = time.monotonic()
-        fn(tp_size, pp_size, rank)
-        ran.append(f"{fn.__name__} {1000 * (time.monotonic() - started):.0f} ms")
-    get_world_group().barrier()
-    if rank == 0:
-        print(f"{config}: {len(ran)} cases passed: " + ", ".join(ran))
+    for config in sys.argv[1].split(","):
+        tp_size, pp_size = CONFIGS[config]
+        destroy_model_parallel()
+        initialize_model_parallel(tp_size, pp_size)
+        ran = []
+        for fn, configs in CASES:
+            if config not in configs:
+                continue
+            started = time.monotonic()
+            fn(tp_size, pp_size, rank)
+            ran.append(f"{fn.__name__} {1000 * (time.monotonic() - started):.0f} ms")
+        get_world_group().barrier()
+        if rank == 0:
+            print(f"{config}: {len(ran)} cases passed: " + ", ".join(ran), flush=True)
     destroy_model_parallel()
-    from pstate.parallel_state import destroy_distributed_environment
     destroy_distributed_environment()
 
 

@@ -2,8 +2,9 @@
 
 - engine_cases.py runs the cases of vLLM's tests/distributed/test_comm_ops.py and test_pynccl.py
   and SGLang's test_custom_allreduce.py and test_parallel_state.py, written as the engines write
-  them, at TP 2, TP 4 and TP 2 x PP 2: one `pstate run` job per configuration, every case of that
-  configuration in its processes (each case names the engine case it mirrors);
+  them, at TP 2, TP 4 and TP 2 x PP 2: one `pstate run` job of 2 ranks and one of 4 (TP 4, then
+  TP 2 x PP 2), every case of a configuration in its processes (each names the engine case it
+  mirrors);
 - SGLang's group-construction cases at 8 ranks through pstate.Layout (SGLang mocks its backend to
   read the groups; pstate computes them without communication);
 - on one rank: both engines' spellings where they differ, the argument errors, the module's state.
@@ -28,14 +29,15 @@ ps_mod = pytest.importorskip("pstate.parallel_state")
 CASES = Path(__file__).resolve().parent / "engine_cases.py"
 
 
-@pytest.mark.parametrize("n, config", [(2, "tp2"), (4, "tp4"), (4, "tp2pp2")])
-def test_engine_cases(n, config):
+@pytest.mark.parametrize("n, configs", [(2, "tp2"), (4, "tp4,tp2pp2")])
+def test_engine_cases(n, configs):
     env = dict(os.environ)
     env.setdefault("PSTATE_TIMEOUT_MS", "60000")
-    done = subprocess.run([launcher(), "run", "-n", str(n), "--grace-ms", "3000", "--", sys.executable, str(CASES), config],
+    done = subprocess.run([launcher(), "run", "-n", str(n), "--grace-ms", "3000", "--", sys.executable, str(CASES), configs],
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240, check=False)
-    assert done.returncode == 0, f"pstate run -n {n} engine_cases.py {config} exited {done.returncode}:\n{done.stdout}"
-    assert f"{config}: " in done.stdout and "cases passed" in done.stdout, done.stdout
+    assert done.returncode == 0, f"pstate run -n {n} engine_cases.py {configs} exited {done.returncode}:\n{done.stdout}"
+    for config in configs.split(","):
+        assert f"] {config}: " in done.stdout, done.stdout
 
 
 def test_sglang_group_construction_at_eight_ranks_through_layout():
