@@ -773,6 +773,7 @@ class PState:
         self._handle_lock = threading.Lock()
         self._world: Optional[Group] = None
         self._device_ordinal: Optional[int] = None  # init's device_ordinal (None: the local rank)
+        self._device = Device.CPU  # init's device: the memory the context's tensor operations take
         self._capturing = False  # inside graph_capture(): pstate_finalize refuses and frees nothing
 
     def _h(self) -> Any:
@@ -865,6 +866,12 @@ class PState:
     @property
     def closed(self) -> bool:
         return self._handle is None
+
+    @property
+    def device(self) -> Device:
+        """The context's device (init's device=): CPU contexts move host memory, CUDA contexts
+        device memory (objects, tensor dicts and barriers take host data in both)."""
+        return self._device
 
     def __enter__(self) -> "PState":
         return self
@@ -1037,6 +1044,7 @@ def init(*, world_size: Optional[int] = None, rank: Optional[int] = None, local_
                          job_token=job_token, socket_ifname=socket_ifname)
     ps = PState(capi.init(params))
     ps._device_ordinal = device_ordinal if device_ordinal is not None and device_ordinal >= 0 else None
+    ps._device = device
     ps._world = ps.group(GroupKind.WORLD)  # kept: its size sizes shrink() after a failure (get_group refuses then)
     # Ctrl-C: every wait of a call on ps runs Python's signal handlers every 20-50 ms (the
     # GIL stays released in between); a handler that raises stops the call with its exception.

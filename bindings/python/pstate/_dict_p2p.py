@@ -21,6 +21,11 @@ numpy.empty of the sender's kind, or of tensors=), posts one irecv per tensor in
 all-gathers the sliced tensors over ag in place, and returns the TensorDict. Posting every receive
 before returning keeps a later receive from the same peer from taking this dict's messages.
 
+In a CUDA context (whose tensor messages are device memory) a CUDA tensor goes over the device
+communicator (isend/irecv of its address on the current torch stream, allocated on the receiver's
+current CUDA device) and a host tensor as one more object message right after the header (whole,
+never sliced).
+
 This wire is not the C tensor dict's (pstate_send_tensor_dict, whose payload messages a receive
 of the tensor stream refuses): isend_tensor_dict pairs with irecv_tensor_dict (and with
 pstate.parallel_state's send_tensor_dict / recv_tensor_dict, which use it in both forms, blocking
@@ -32,7 +37,7 @@ import sys
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import _torch
-from ._enums import DType, coerce
+from ._enums import Device, DType, coerce
 from ._errors import Error, InvalidArgumentError
 from ._tensor_dict import NUMPY_DTYPE_NAMES, TensorDict, is_tensor_value, numpy
 
@@ -106,16 +111,20 @@ class DictRequest:
         return f"<pstate.DictRequest {self.where} {'done' if self._done else 'pending'}>"
 
 
-def _bytes_of(value: Any, key: str) -> Tuple[Any, Dict[str, Any]]:
-    """(the flat uint8 bytes to send, the header fields) of one tensor of a dict to send."""
+def _bytes_of(value: Any, key: str, cuda_context: bool) -> Tuple[Any, Dict[str, Any]]:
+    """(the flat uint8 bytes to send, the header fields) of one tensor of a dict to send: host
+    bytes, or in a CUDA context a CUDA tensor's own flat uint8 view."""
     np = numpy()
     if _torch.is_tensor(value):
         device = "cuda" if value.device.type == "cuda" else None
+        spec = {"kind": "torch", "torch": str(value.dtype).replace("torch.", ""), "numpy": None,
+                "shape": tuple(value.shape), "dtype": _torch.result_dtype_of(value.dtype), "device": device}
+        if device == "cuda" and cuda_context:
+            return _byte_view(_contiguous(value.detach())), spec
         if value.device.type not in ("cpu", "meta"):
             value = value.detach().cpu()
-        data, name, shape = _torch.raw_bytes(value, f"tensor '{key}'")
-        return data, {"kind": "torch", "torch": name, "numpy": None, "shape": shape,
-                      "dtype": _torch.result_dtype_of(value.dtype), "device": device}
+        data, _, _ = _torch.raw_bytes(value, f"tensor '{key}'")
+        return data, spec
     if isinstance(value, np.generic):
         value = np.asarray(value)
     if not value.dtype.isnative:
@@ -128,41 +137,99 @@ def _bytes_of(value: Any, key: str) -> Tuple[Any, Dict[str, Any]]:
                                               "device": None}
 
 
+def _contiguous(t: Any) -> Any:
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _count(data: Any) -> int:
+    return data.numel() if _torch.is_tensor(data) else data.size
+
+
+def _is_cuda(data: Any) -> bool:
+    return _torch.is_tensor(data) and data.device.type == "cuda"
+
+
+def _stream() -> int:
+    return int(sys.modules["torch"].cuda.current_stream().cuda_stream)
+
+
+def _isend(group: Any, data: Any, dst: int) -> Any:
+    if _is_cuda(data):  # a CUDA context: the device communicator, on the current stream
+        req = group.isend(data.data_ptr(), dst, dtype=DType.UINT8, count=data.numel(), stream=_stream())
+        req._buf = data  # held until complete, as a host buffer is
+        return req
+    return group.isend(data, dst)
+
+
+def _irecv(group: Any, data: Any, src: int) -> Any:
+    if _is_cuda(data):
+        req = group.irecv(data.data_ptr(), src, dtype=DType.UINT8, count=data.numel(), stream=_stream())
+        req._buf = data
+        return req
+    return group.irecv(data, src)
+
+
+class _ObjectDone:
+    """The handle of a tensor that travelled as an object message (host bytes in a CUDA context):
+    complete when made."""
+
+    def wait(self) -> None:
+        return None
+
+    def test(self) -> bool:
+        return True
+
+
 def send(group: Any, tensor_dict: Mapping[str, Any], dst: int, ag: Any, ag_tensors: Optional[Mapping[str, bool]],
          dtypes: Optional[Mapping[str, Any]], where: str) -> DictRequest:
     np = numpy()
     if not isinstance(tensor_dict, Mapping):
         raise InvalidArgumentError(f"{where}: expected a dict, got {type(tensor_dict).__name__}")
+    cuda_context = group._ps.device == Device.CUDA
     chosen: Dict[str, Any] = dict(getattr(tensor_dict, "dtypes", None) or {})
     chosen.update(dtypes or {})
     size, rank = (ag.world_size, ag.rank_in_group) if ag is not None else (1, 0)
     items: List[Tuple[Any, Tuple[Any, ...]]] = []
     payload: List[Any] = []
+    objects: List[Any] = []
     for key, value in tensor_dict.items():
         if not is_tensor_value(np, value):
             items.append((key, ("v", value)))
             continue
-        data, spec = _bytes_of(value, str(key))
+        data, spec = _bytes_of(value, str(key), cuda_context)
         if key in chosen:
             spec["dtype"] = coerce(DType, chosen[key], f"dtypes['{key}']")
-        sliced = size > 1 and data.size > 0 and data.size % size == 0
+        # a CUDA context moves device memory: its host tensors go as object messages, whole
+        spec["channel"] = "object" if cuda_context and not _is_cuda(data) else "tensor"
+        count = _count(data)
+        sliced = size > 1 and count > 0 and count % size == 0 and spec["channel"] == "tensor"
         if ag_tensors is not None:
             sliced = sliced and bool(ag_tensors.get(key, True))
         spec["sliced"] = sliced
         spec["dtype"] = int(spec["dtype"]) if spec["dtype"] is not None else None
         items.append((key, ("t", spec)))
-        if data.size:
+        if not count:
+            continue
+        if spec["channel"] == "object":
+            objects.append(data.tobytes())
+        else:
             payload.append(data.reshape(size, -1)[rank] if sliced else data)
     header = {"magic": _MAGIC, "version": _VERSION, "ag_size": size, "items": items}
     group.send_object(header, dst)  # a value pickle refuses: sent as a refusal, raised here
-    requests = [group.isend(data, dst) for data in payload]
+    for data in objects:
+        group.send_object(data, dst)
+    requests = [_isend(group, data, dst) for data in payload]
     return DictRequest(where, requests, [], None)
 
 
-def _allocate(np: Any, spec: Dict[str, Any], kind: str) -> Any:
+def _allocate(np: Any, spec: Dict[str, Any], kind: str, cuda_context: bool) -> Any:
     """An empty tensor for a header entry, of kind ("torch" or "numpy") where that kind has its
-    dtype, else of the other kind."""
+    dtype, else of the other kind; a CUDA tensor sent over the device communicator (a CUDA
+    context) on this process's current CUDA device."""
     shape = tuple(spec["shape"])
+    if cuda_context and spec.get("channel") == "tensor" and spec["device"] == "cuda":
+        torch = sys.modules["torch"]
+        return torch.empty(shape, dtype=getattr(torch, spec["torch"]), device=torch.device("cuda", torch.cuda.current_device()))
     pdtype = DType(spec["dtype"]) if spec["dtype"] is not None else None
     if kind == "torch":
         torch = sys.modules.get("torch")
@@ -219,6 +286,7 @@ def receive(group: Any, src: int, ag: Any, tensors: Optional[str], where: str) -
         error = InvalidArgumentError(
             f"{where}: group rank {src} sent slices for an all_gather_group of {size} ranks, this rank passed "
             + (f"one of {mine}" if ag is not None else "none") + "; pass the receiving all_gather_group of that size")
+    cuda_context = group._ps.device == Device.CUDA
     out = TensorDict()
     requests: List[Any] = []
     postprocess: List[Callable[[], None]] = []
@@ -228,31 +296,49 @@ def receive(group: Any, src: int, ag: Any, tensors: Optional[str], where: str) -
             out[key] = spec[1]
             continue
         t = spec[1]
-        value = _allocate(np, t, tensors or t["kind"])
+        value = _allocate(np, t, tensors or t["kind"], cuda_context)
         data = _byte_view(value)
-        count = data.numel() if _torch.is_tensor(data) else data.size
-        if t["sliced"] and error is None:
+        count = _count(data)
+        if not count:
+            pass
+        elif t.get("channel") == "object":  # host bytes of a CUDA context: already here
+            got = np.frombuffer(group.recv_object(src), np.uint8)
+            if _torch.is_tensor(data):
+                data.copy_(sys.modules["torch"].from_numpy(got.copy()))
+            else:
+                data[:] = got
+            requests.append(_ObjectDone())
+        elif t["sliced"] and error is None:
             part = data.reshape(size, -1)[rank]
-            requests.append(group.irecv(part, src))
+            requests.append(_irecv(group, part, src))
             postprocess.append(_gather(ag, part, data))
         elif t["sliced"]:  # drained into scratch: the tensor stream stays in step
-            requests.append(group.irecv(np.empty(count // size, np.uint8), src))
-        elif count:
-            requests.append(group.irecv(data, src))
+            requests.append(_irecv(group, _scratch(data, count // size), src))
+        else:
+            requests.append(_irecv(group, data, src))
         if t["dtype"] is not None:
             out.dtypes[key] = DType(t["dtype"])
         out[key] = value
-        if t["device"] == "cuda":
+        if t["device"] == "cuda" and not _is_cuda(value):
             staged.append(key)
     if staged:
         postprocess.append(lambda: out.update((key, _on_device(out[key], "cuda")) for key in staged))
     return DictRequest(where, requests, postprocess, out, error)
 
 
+def _scratch(like: Any, count: int) -> Any:
+    if _is_cuda(like):
+        return sys.modules["torch"].empty(count, dtype=like.dtype, device=like.device)
+    return numpy().empty(count, numpy().uint8)
+
+
 def _gather(ag: Any, part: Any, whole: Any) -> Callable[[], None]:
     """The all-gather of one sliced tensor over ag, in place (part is this rank's place in whole)."""
     def run() -> None:
-        ag.all_gather(part, whole)
+        if _is_cuda(whole):
+            ag.all_gather(part.data_ptr(), whole.data_ptr(), dtype=DType.UINT8, count=part.numel(), stream=_stream())
+        else:
+            ag.all_gather(part, whole)
     return run
 
 

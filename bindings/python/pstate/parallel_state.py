@@ -32,6 +32,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from . import _torch
 from ._core import Group, PState, init
+from ._enums import Device as _Device
 from ._enums import DType, GroupKind, ReduceOp, coerce
 from ._errors import InvalidArgumentError, InvalidStateError, UnsupportedError
 
@@ -716,21 +717,25 @@ def _timeout_ms(timeout: Any) -> Optional[int]:
 
 def init_distributed_environment(world_size: int = -1, rank: int = -1, distributed_init_method: str = "env://",
                                  local_rank: int = -1, backend: str = "nccl", timeout: Any = None,
-                                 **engine_options: Any) -> None:
+                                 *, device: Optional[str] = None, **engine_options: Any) -> None:
     """vLLM's and SGLang's init_distributed_environment: rendezvous with the other ranks and make
     the world group (pstate.init). -1 and "env://" take RANK, WORLD_SIZE, LOCAL_RANK,
     MASTER_ADDR/MASTER_PORT (or PSTATE_STORE) from the environment, as `pstate run` and torchrun
     set them; "tcp://HOST:PORT" and "file:///DIR" work too. backend "nccl" (the default) makes a
     CUDA context where torch has CUDA, else (as vLLM falls back to gloo) a CPU one; "gloo", "cpu"
-    and the others a CPU context. timeout: a timedelta or seconds. A second call with a world of
-    the same size is a no-op, as in both engines."""
+    and the others a CPU context; device="cuda" or "cpu" (pstate's own keyword) chooses the
+    context whatever torch has (the devsim stand-ins: a CUDA context for a CPU-only torch). timeout:
+    a timedelta or seconds. Other keywords of the engines' versions are accepted and ignored. A
+    second call with a world of the same size is a no-op, as in both engines."""
     torch = _torch_module()
     if _State.ps is not None and not _State.ps.closed:
         if world_size not in (-1, None) and _State.ps.world_size != world_size:
             raise InvalidStateError(f"init_distributed_environment: the world is already initialized with "
                                     f"{_State.ps.world_size} ranks, not {world_size}")
         return
-    device = "cuda" if str(backend).lower() == "nccl" and torch.cuda.is_available() else "cpu"
+    if device is None:
+        device = "cuda" if str(backend).lower() == "nccl" and torch.cuda.is_available() else "cpu"
+    device = str(coerce(_Device, device, "device").name.lower())
     ps = init(world_size=None if world_size in (-1, None) else world_size, rank=None if rank in (-1, None) else rank,
               local_rank=None if local_rank in (-1, None) else local_rank,
               init_method=None if distributed_init_method in (None, "env://") else distributed_init_method,

@@ -68,13 +68,16 @@ from pstate.parallel_state import (
     tensor_model_parallel_reduce_scatter,
 )
 
-CONFIGS = {"tp2": (2, 1), "tp4": (4, 1), "tp2pp2": (2, 2)}
+CONFIGS = {"tp2": (2, 1), "tp4": (4, 1), "tp2pp2": (2, 2),
+           # a CUDA context on the devsim stand-ins (torch without CUDA: the cases whose tensors stay
+           # in host memory in a GPU run, tensor dicts and objects)
+           "pp2@cuda": (1, 2)}
 CASES = []  # (function, the configurations the engines run it at)
 
 
 def case(*configs):
     def register(fn):
-        CASES.append((fn, configs or tuple(CONFIGS)))
+        CASES.append((fn, configs or ("tp2", "tp4", "tp2pp2")))
         return fn
     return register
 
@@ -133,7 +136,7 @@ def all_gather_test_worker(tp_size, pp_size, rank, distributed_init_port=None):
         torch.testing.assert_close(t, expected)
 
 
-@case()
+@case("tp2", "tp4", "tp2pp2", "pp2@cuda")
 def broadcast_tensor_dict_test_worker(tp_size, pp_size, rank, distributed_init_port=None):
     """vLLM test_comm_ops.py::broadcast_tensor_dict_test_worker: tensors mixed with a str, a list,
     a dict and an empty tensor."""
@@ -162,7 +165,7 @@ def broadcast_tensor_dict_test_worker(tp_size, pp_size, rank, distributed_init_p
         torch.testing.assert_close(recv_dict["f"], test_dict["f"])
 
 
-@case()
+@case("tp2", "tp4", "tp2pp2", "pp2@cuda")
 def send_recv_tensor_dict_test_worker(tp_size, pp_size, rank, distributed_init_port=None):
     """vLLM test_comm_ops.py::send_recv_tensor_dict_test_worker (PP 2, TP 2 x PP 2; a no-op at PP 1)."""
     init_test_distributed_environment(tp_size, pp_size, rank, distributed_init_port)
@@ -497,7 +500,7 @@ def parallel_group_construction_attn_cp2(tp_size, pp_size, rank):
 
 # ---- what the engines send that pstate refused before (issue 46) ------------------------------
 
-@case()
+@case("tp2", "tp4", "tp2pp2", "pp2@cuda")
 def mixed_dict_every_torch_dtype(tp_size, pp_size, rank):
     """Not an engine case: every dtype torch has on the CPU (bool and int16 included) with
     strings, ints, None, nested containers, through broadcast_tensor_dict on the TP group and,
@@ -517,10 +520,11 @@ def mixed_dict_every_torch_dtype(tp_size, pp_size, rank):
             else:
                 assert got[key] == want, (key, got[key])
 
-    tp, pp = get_tp_group(), get_pp_group()
-    got = tp.broadcast_tensor_dict(d if tp.rank_in_group == 0 else None, src=0)
-    if tp.rank_in_group:
-        check(got)
+    tp, pp, world = get_tp_group(), get_pp_group(), get_world_group()
+    for group in (tp, world):
+        got = group.broadcast_tensor_dict(d if group.rank_in_group == 0 else None, src=0)
+        if group.rank_in_group:
+            check(got)
     if pp.world_size > 1:
         works = pp.send_tensor_dict(d, async_send=True)  # a ring: every stage sends, then receives
         check(pp.recv_tensor_dict())
@@ -528,14 +532,30 @@ def mixed_dict_every_torch_dtype(tp_size, pp_size, rank):
             work.wait()
 
 
+@case("pp2@cuda")
+def cpu_tensors_in_a_cuda_context(tp_size, pp_size, rank):
+    """Not an engine case: in a CUDA context (a GPU run) tensor collectives take CUDA tensors; a
+    CPU tensor is refused before any C call on every rank alike, saying where CPU data goes."""
+    try:
+        get_world_group().all_reduce(torch.ones(4))
+    except Exception as e:  # noqa: BLE001
+        assert type(e).__name__ == "UnsupportedError" and "a CPU tensor in a CUDA context" in str(e), e
+    else:
+        raise AssertionError("a CPU tensor all_reduce in a CUDA context was not refused")
+    got = get_world_group().broadcast_object({"step": 1} if rank == 0 else None, src=0)
+    assert got == {"step": 1}, got
+    get_world_group().barrier()
+
+
 def main() -> None:
     """Runs the cases of each configuration named (comma-separated; those of one world size share
     the job: the model-parallel groups are remade between them)."""
-    init_distributed_environment()
+    configs = sys.argv[1].split(",")
+    init_distributed_environment(device="cuda" if any(c.endswith("@cuda") for c in configs) else None)
     rank = get_world_group().rank
     random.seed(42)
     torch.manual_seed(42 + rank)
-    for config in sys.argv[1].split(","):
+    for config in configs:
         tp_size, pp_size = CONFIGS[config]
         destroy_model_parallel()
         initialize_model_parallel(tp_size, pp_size)

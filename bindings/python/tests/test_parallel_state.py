@@ -40,6 +40,21 @@ def test_engine_cases(n, configs):
         assert f"] {config}: " in done.stdout, done.stdout
 
 
+def test_engine_cases_in_a_cuda_context_on_devsim():
+    """The cases whose tensors stay in host memory in a GPU run (tensor dicts, objects), in a CUDA
+    context on the devsim stand-ins (torch here has no CUDA: CUDA tensors need a GPU host)."""
+    build = os.environ.get("PSTATE_BUILD_DIR", "")
+    devsim = Path(build) / "tests" / "devsim"
+    cudart, nccl = devsim / "libpstate_devsim_cudart.so", devsim / "libpstate_devsim_nccl.so"
+    if not (cudart.exists() and nccl.exists()):
+        pytest.skip(f"the devsim stand-ins are not built in {devsim} (a build without the CUDA/NCCL headers)")
+    env = dict(os.environ, PSTATE_CUDA_RUNTIME_LIBRARY=str(cudart), PSTATE_NCCL_LIBRARY=str(nccl))
+    env.setdefault("PSTATE_TIMEOUT_MS", "60000")
+    done = subprocess.run([launcher(), "run", "-n", "2", "--grace-ms", "3000", "--", sys.executable, str(CASES), "pp2@cuda"],
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240, check=False)
+    assert done.returncode == 0 and "] pp2@cuda: 4 cases passed" in done.stdout, done.stdout
+
+
 def test_sglang_group_construction_at_eight_ranks_through_layout():
     """SGLang test_parallel_state.py::test_parallel_group_construction_tp8_attn_cp2 and
     ::test_parallel_group_construction_tp8_moe_ep4_cp2 (moe_context_model_parallel_size is
