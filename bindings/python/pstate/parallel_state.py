@@ -166,6 +166,11 @@ def _byte_view(torch: Any, t: Any) -> Any:
         return flat.view(_torch._same_size_int(torch, t.element_size())).view(torch.uint8)
 
 
+def _counted(kw: Dict[str, Any]) -> Dict[str, Any]:
+    """kw for the variable-count calls, whose counts say the sizes (no count=)."""
+    return {k: v for k, v in kw.items() if k != "count"}
+
+
 def _contiguous(t: Any) -> Any:
     return t if t.is_contiguous() else t.contiguous()
 
@@ -332,7 +337,7 @@ class GroupCoordinator:
         send, kw = src.args()
         recv, _ = dst.args()
         counts = [s * row for s in sizes]
-        self._group.all_gatherv(send, counts, recv if src.cuda else dst.tensor.reshape(-1), **kw)
+        self._group.all_gatherv(send, counts, recv if src.cuda else dst.tensor.reshape(-1), **_counted(kw))
         return out
 
     def reduce_scatter(self, input_: Any, dim: Any = -1) -> Any:
@@ -405,7 +410,7 @@ class GroupCoordinator:
             send, kw = src.args()
             recv, _ = dst.args()
             self._group.reduce_scatterv(send, [s * row for s in sizes], ReduceOp.SUM,
-                                        recv if src.cuda else dst.tensor.reshape(-1), **kw)
+                                        recv if src.cuda else dst.tensor.reshape(-1), **_counted(kw))
             result = out.movedim(0, d).contiguous()
         if output is not None:
             output.copy_(result.reshape(output.shape))
@@ -681,7 +686,7 @@ class PyNcclCommunicator:
         row = int(_prod(x.shape[1:]))
         src, dst = _Flat(x, where, move=False), _Flat(output_tensor, where, move=False)
         send, kw = src.args()
-        self._g().reduce_scatterv(send, [int(s) * row for s in sizes], _op(op, where), dst.args()[0], **kw)
+        self._g().reduce_scatterv(send, [int(s) * row for s in sizes], _op(op, where), dst.args()[0], **_counted(kw))
 
     def send(self, tensor: Any, dst: int, stream: Any = None) -> None:
         self._c.send(tensor, dst)
