@@ -18,6 +18,9 @@ fails the context the same way: every later call raises AbortedError.
 torch CPU tensors work wherever numpy arrays do (read directly; torch in, torch out; tensor dicts
 give torch tensors back with tensors="torch").
 Layout(world_size, ...) computes SGLang's groups without communication.
+pstate.parallel_state is vLLM's and SGLang's parallel_state on pstate: their function names,
+GroupCoordinator methods and argument orders on torch tensors (docs/bindings.md, "Coming from
+vLLM or SGLang").
 """
 from __future__ import annotations
 

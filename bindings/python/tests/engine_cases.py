@@ -532,6 +532,34 @@ def mixed_dict_every_torch_dtype(tp_size, pp_size, rank):
             work.wait()
 
 
+@case("tp2pp2")
+def dict_refusal_reaches_the_receiver(tp_size, pp_size, rank):
+    """Not an engine case: a dict holding a value pickle refuses raises its pickling error on the
+    sender and ObjectRefusedError on the receiver (the engines' receiver waits), and the next dict
+    goes through, sync and async alike."""
+    import pstate
+
+    pp = get_pp_group()
+    if pp.is_first_rank:
+        for async_send in (False, True):
+            try:
+                pp.send_tensor_dict({"x": torch.ones(2), "fn": lambda: 0}, async_send=async_send)
+            except Exception as e:  # noqa: BLE001 - what pickle raises for a lambda
+                assert "lambda" in str(e) or "pickle" in str(e), e
+            else:
+                raise AssertionError("a lambda in a dict was sent")
+        pp.send_tensor_dict({"x": torch.ones(2)})
+    else:
+        for _ in range(2):
+            try:
+                pp.recv_tensor_dict()
+            except pstate.ObjectRefusedError as e:
+                assert e.rank == 0 and "lambda" in e.reason, e
+            else:
+                raise AssertionError("the refused dict was received")
+        assert torch.equal(pp.recv_tensor_dict()["x"], torch.ones(2))
+
+
 @case("pp2@cuda")
 def cpu_tensors_in_a_cuda_context(tp_size, pp_size, rank):
     """Not an engine case: in a CUDA context (a GPU run) tensor collectives take CUDA tensors; a
