@@ -28,7 +28,7 @@ import contextlib
 import dataclasses
 import datetime
 import sys
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from . import _torch
 from ._core import Group, PState, init

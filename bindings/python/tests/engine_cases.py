@@ -41,7 +41,6 @@ import time
 
 import numpy as np
 import torch
-import torch.distributed as dist  # noqa: F401 - the engines' import; only its ReduceOp is used
 
 from pstate.parallel_state import (
     PyNcclCommunicator,
@@ -530,6 +529,54 @@ def mixed_dict_every_torch_dtype(tp_size, pp_size, rank):
         check(pp.recv_tensor_dict())
         for work in works:
             work.wait()
+
+
+@case()
+def both_engines_spellings(tp_size, pp_size, rank):
+    """Not an engine case: the calls where vLLM and SGLang differ, and those the cases above leave
+    out, on the TP group against torch: gather along -1, reduce_scatter along -1 of a 2-d tensor,
+    SGLang's all_gatherv(input_, sizes) and reduce_scatterv(input_, output=, sizes=), vLLM's
+    reduce_scatterv(input_, dim, sizes), SGLang's reduce_scatter(output, input_list),
+    all_gather_into_tensor and reduce_scatter_tensor, bool and int16 tensors moved, an async send
+    of an int16 tensor, objects."""
+    tp = get_tp_group()
+    r, n = tp.rank_in_group, tp.world_size
+    base = torch.arange(12.0).reshape(3, 4)
+    x = base * (r + 1)
+    got = tensor_model_parallel_gather(x, 1, -1)
+    assert got is None if r != 1 else torch.equal(got, torch.cat([base * (q + 1) for q in range(n)], -1)), got
+    wide = torch.arange(6.0 * n).reshape(3, 2 * n) * (r + 1)
+    want = sum(torch.arange(6.0 * n).reshape(3, 2 * n) * (q + 1) for q in range(n)).chunk(n, -1)[r]
+    assert torch.equal(tp.reduce_scatter(wide, -1), want)
+    sizes = [q + 1 for q in range(n)]
+    mine = torch.full((sizes[r], 3), float(r), dtype=torch.bfloat16)
+    got = tp.all_gatherv(mine, sizes)
+    assert got.dtype == torch.bfloat16 and torch.equal(got, torch.cat([torch.full((s, 3), float(q)) for q, s in
+                                                                       enumerate(sizes)]).to(torch.bfloat16)), got
+    out = torch.zeros(sizes[r], 3)
+    assert tp.reduce_scatterv(torch.ones(sum(sizes), 3), output=out, sizes=sizes) is out
+    assert torch.equal(out, torch.full((sizes[r], 3), float(n)))
+    assert torch.equal(tp.reduce_scatterv(torch.ones(sum(sizes), 3), 0, sizes), torch.full((sizes[r], 3), float(n)))
+    out = torch.zeros(2)
+    assert tp.reduce_scatter(out, [torch.full((2,), float(q + r)) for q in range(n)]) is out
+    assert torch.equal(out, torch.full((2,), float(n * r + n * (n - 1) // 2)))
+    assert torch.equal(tp.reduce_scatter_tensor(torch.zeros(2), torch.ones(2 * n)), torch.full((2,), float(n)))
+    flat = tp.all_gather_into_tensor(torch.zeros(2 * n), torch.full((2,), float(r)))
+    assert torch.equal(flat, torch.arange(n, dtype=torch.float32).repeat_interleave(2))
+    mask = torch.tensor([True, r % 2 == 0])
+    assert tp.all_gather(mask, 0).tolist() == sum(([True, q % 2 == 0] for q in range(n)), [])
+    h = torch.arange(4, dtype=torch.int16).reshape(2, 2) + r
+    assert torch.equal(tp.all_gather(h, -1), torch.cat([torch.arange(4, dtype=torch.int16).reshape(2, 2) + q
+                                                        for q in range(n)], -1))
+    if r == 0:
+        tp.send(torch.arange(5, dtype=torch.int16), 1, async_send=True).wait()
+    elif r == 1:
+        got = tp.recv(torch.Size([5]), torch.int16, 0)
+        assert got.dtype == torch.int16 and got.tolist() == list(range(5)), got
+    objs = [None, None]
+    tp.broadcast_object_list(objs if r else ["a", 2], src=0)
+    assert objs == ["a", 2] or r == 0, objs
+    assert tp.all_gather_object(r) == list(range(n))
 
 
 @case("tp2pp2")
