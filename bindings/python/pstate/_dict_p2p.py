@@ -84,7 +84,8 @@ class DictRequest:
         return self._complete()
 
     def test(self) -> bool:
-        """True once every transfer completed (then wait() returns at once); never blocks."""
+        """True once every transfer completed (wait() then only runs the all-gathers of sliced
+        tensors, which wait for the other ranks of ag); never blocks."""
         if self._done:
             return True
         if all(req.test() for req in self.requests):
