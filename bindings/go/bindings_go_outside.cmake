@@ -1,11 +1,13 @@
+# bindings/go/bindings_go_outside.cmake: a script run by bindings_go_outside_tree and
+# consumer_go_installed (declared in bindings_go.cmake beside it), never included.
+#
 # bindings_go_outside — the Go module as a user outside this tree gets it (issue 18): a copy of
 # bindings/go in a temporary folder, no SWIG on PATH, and a module of its own that requires
 # pstate.dev/pstate through a `replace` to that copy; `go build` finds the header and library with
 # `pkg-config pstate` (PKG_CONFIG_PATH = the build tree's pkgconfig folder) and the program runs a
-# world of one without LD_LIBRARY_PATH. Script mode (-P); tests/special/bindings_go.cmake
-# declares it.
+# world of one without LD_LIBRARY_PATH. Script mode (-P); bindings_go.cmake declares it.
 #   -DGO=... -DSOURCE=<repo> -DWORK=<scratch> -DPKG_CONFIG_DIR=<build>/pkgconfig
-if(NOT CMAKE_SCRIPT_MODE_FILE)  # included with the other special tests: the declaration is elsewhere
+if(NOT CMAKE_SCRIPT_MODE_FILE)  # a script only: the declaration is in bindings_go.cmake
   return()
 endif()
 file(REMOVE_RECURSE ${WORK})

@@ -1,3 +1,6 @@
+# tests/trace/trace.cmake: beside scenarios.sh and hang_rank.c, what it runs; tests/CMakeLists.txt
+# includes it.
+#
 # trace.cmake — the flight recorder end to end (issue 14): tests/trace/scenarios.sh runs a job of
 # four ranks that goes wrong on purpose (tests/trace/hang_rank.c: a skipped all_reduce, a different
 # collective, a different count, a stopped rank, a rank idle in its own code, a killed rank) under

@@ -3,7 +3,7 @@
 
 `sglang_groups` recomputes SGLang's initialize_model_parallel groups the way parallel_state.py
 writes them (nested loops over tp groups, range() with strides, the same aliasing decisions),
-in Python, without pstate. The modes, one ctest each (tests/special/cli_layout.cmake):
+in Python, without pstate. The modes, one ctest each (tests/cli/cli_layout.cmake):
 
   json     `pstate layout --json` equals the reference for SGLang's docstring cases, DESIGN.md's
            worked layouts, alias corner cases and a fixed-seed sample (300, or

@@ -1,3 +1,6 @@
+# tests/unit/crypto_library.cmake: beside test_store_hmac.cpp, which checks libcrypto's answers;
+# tests/CMakeLists.txt includes it.
+#
 # crypto_library — the store's cryptography is OpenSSL's, none of our own (issue 31 item 14):
 # libpstate.so.<major> needs libcrypto.so.3 (readelf -d), and no file under src/ holds a SHA-256
 # round or initial-state constant (what any hand-written SHA-256 or HMAC-SHA256 must spell out)

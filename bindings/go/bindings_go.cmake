@@ -1,3 +1,6 @@
+# bindings/go/bindings_go.cmake: the Go binding's ctest declarations, beside the Go tests they
+# run; tests/CMakeLists.txt includes it (the tests share the suite's build folder and fixtures).
+#
 # bindings_go — the Go binding (bindings/go; SWIG's output for pstate.i is committed in
 # internal/capi, the header and library come from `pkg-config pstate`):
 #
@@ -33,7 +36,7 @@ add_test(NAME bindings_go_test
          WORKING_DIRECTORY ${_go_dir})
 add_test(NAME bindings_go_example COMMAND $<TARGET_FILE:pstate_cli> run -n 2 -- ${PROJECT_BINARY_DIR}/bindings/go/tworanks)
 set_tests_properties(bindings_go_vet bindings_go_test bindings_go_example PROPERTIES TIMEOUT 600)
-if(PSTATE_HAVE_CUDA)  # tests/special/devsim.cmake builds the stand-ins (its targets resolve at generate time)
+if(PSTATE_HAVE_CUDA)  # tests/devsim builds the stand-ins (their targets resolve at generate time)
   add_test(NAME bindings_go_devsim
            COMMAND ${CMAKE_COMMAND} -E env ${PSTATE_GO_ENV} "GODEBUG=cgocheck=2"
                    "PSTATE_CUDA_RUNTIME_LIBRARY=$<TARGET_FILE:pstate_devsim_cudart>"
@@ -54,7 +57,7 @@ add_test(NAME bindings_go_outside_tree
                  -DWORK=${PROJECT_BINARY_DIR}/bindings/go_outside -DPKG_CONFIG_DIR=${PROJECT_BINARY_DIR}/pkgconfig
                  -P ${CMAKE_CURRENT_LIST_DIR}/bindings_go_outside.cmake)
 set_tests_properties(bindings_go_outside_tree PROPERTIES TIMEOUT 600)
-# The same program against the prefix consumers_install made (tests/special/consumers.cmake), a
+# The same program against the prefix consumers_install made (tests/consumers/consumers.cmake), a
 # directory the loader does not search, built with a cache of its own (cgo caches pkg-config's
 # answers; README tells users `go build -a`).
 include(GNUInstallDirs)

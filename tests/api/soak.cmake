@@ -1,3 +1,6 @@
+# tests/api/soak.cmake: beside test_soak.c, the test it runs again at full length;
+# tests/CMakeLists.txt includes it.
+#
 # soak.cmake — the full soak on demand. test_soak (tests/api/test_soak.c) runs in every build in
 # its short form (2,000 mixed operations on 4 processes, 300 on 4 threads); configure with
 # -DPSTATE_SOAK_FULL=ON to add soak_full: 100,000 operations (about 3 minutes here), or run

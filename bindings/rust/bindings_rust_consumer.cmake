@@ -1,10 +1,13 @@
+# bindings/rust/bindings_rust_consumer.cmake: a script run by bindings_rust_consumer (declared in
+# bindings_rust.cmake beside it), never included.
+#
 # bindings_rust_consumer — the Rust crate as a user's project gets it (issue 18): a crate outside
 # this tree whose only pstate dependency is `pstate = { path = ... }` (not pstate-sys, no build
 # script of its own), built against the build tree as docs/bindings.md says (PSTATE_LIB_DIR), and
 # its binary run without LD_LIBRARY_PATH: it must find libpstate.so.0 and run a world of one.
-# Script mode (-P); tests/special/bindings_rust.cmake declares it.
+# Script mode (-P); bindings_rust.cmake declares it.
 #   -DCARGO=... -DSOURCE=<repo> -DWORK=<scratch> -DLIB_DIR=<dir of libpstate.so>
-if(NOT CMAKE_SCRIPT_MODE_FILE)  # included with the other special tests: the declaration is elsewhere
+if(NOT CMAKE_SCRIPT_MODE_FILE)  # a script only: the declaration is in bindings_rust.cmake
   return()
 endif()
 file(REMOVE_RECURSE ${WORK}/app)

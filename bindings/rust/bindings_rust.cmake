@@ -1,3 +1,6 @@
+# bindings/rust/bindings_rust.cmake: the Rust binding's ctest declarations, beside the workspace
+# whose tests they run; tests/CMakeLists.txt includes it.
+#
 # bindings_rust — the Rust binding (bindings/rust), `cargo test --offline` of the workspace:
 #   pstate-sys: bindgen's layout tests, the initializer-macro equivalents, and the drift test
 #               (regenerates src/bindings.rs with Debian's bindgen and compares)

@@ -1,3 +1,6 @@
+# tests/trace/doctor.cmake: beside doctor_fixtures.sh and fixtures/, what it runs;
+# tests/CMakeLists.txt includes it.
+#
 # doctor — `pstate doctor` on the hand-written flight-recorder dumps of tests/trace/fixtures/
 # (tests/trace/doctor_fixtures.sh): the verdict line and exit status of each scenario (mismatch,
 # behind, cycle, missing rank, p2p, all good, two jobs), --json, the refusal of torn and foreign

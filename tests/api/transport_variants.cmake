@@ -1,3 +1,6 @@
+# tests/api/transport_variants.cmake: beside the API tests it runs again with a path forced;
+# tests/CMakeLists.txt includes it.
+#
 # transport_variants.cmake — the end-to-end suites again with each path forced, so both the
 # shared-memory path (the default inside a host) and the UCX path (between hosts, or PSTATE_SHM=0)
 # and every algorithm of the selector are exercised by the same checks.

@@ -1,3 +1,6 @@
+# tests/cli/cli_run.cmake: beside the scripts it runs (test_run*.sh, test_store.sh,
+# test_elastic.sh, launch_rank.c); tests/CMakeLists.txt includes it.
+#
 # cli_run.cmake — `pstate run`: environment, prefixes, failure propagation, exit statuses; and a
 # small /dev/shm seen through it.
 add_test(NAME cli_run_launcher COMMAND ${PROJECT_SOURCE_DIR}/tests/cli/test_run.sh $<TARGET_FILE:pstate_cli>)

@@ -1,3 +1,6 @@
+# tests/startup/startup_counts.cmake: beside startup_counts.sh, what it runs; tests/CMakeLists.txt
+# includes it.
+#
 # startup_counts.cmake — bench/store_protocol.cpp (issue 30): start-up's store traffic for N ranks as
 # threads against the real TCP store server, and a short run of it as a test (its exact counts are
 # asserted by tests/unit/test_startup_store_counts.cpp; this one proves the bench itself runs).

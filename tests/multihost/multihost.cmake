@@ -1,3 +1,6 @@
+# tests/multihost/multihost.cmake: beside the mh_*.sh scripts it declares; tests/CMakeLists.txt
+# includes it.
+#
 # multihost.cmake — tests across test hosts made of network namespaces (tests/multihost/).
 #
 # mh_rank is the rank program (public API only); mh_linkemu the user-space lossy cable used where

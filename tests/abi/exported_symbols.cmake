@@ -1,3 +1,6 @@
+# tests/abi/exported_symbols.cmake: with the other checks of what the library exposes (the ABI
+# gate, header_rules.py); tests/CMakeLists.txt includes it, ctest runs it with -P.
+#
 # exported_symbols — libpstate.so.<major> exports nothing but pstate_*, each under the version
 # node PSTATE_<major>, and its SONAME is libpstate.so.<major> (libpstate.so.1, PSTATE_1).
 #
@@ -5,7 +8,7 @@
 # test does) it is the check: `nm -D --defined-only` must list only pstate_* symbols (plus the
 # version node PSTATE_<major> of cmake/pstate.map), each as pstate_x@@PSTATE_<major>, must
 # include pstate_get_api, and `readelf -d` must show SONAME libpstate.so.<major>. That every
-# function of pstate.h is among them is header_check_abi_rules' (tests/special/header_rules.py).
+# function of pstate.h is among them is header_check_abi_rules' (tests/abi/header_rules.py).
 if(NOT CMAKE_SCRIPT_MODE_FILE)
   add_test(NAME exported_symbols_are_only_pstate
            COMMAND ${CMAKE_COMMAND} -DLIB=$<TARGET_FILE:pstate> -DMAJOR=${PROJECT_VERSION_MAJOR}

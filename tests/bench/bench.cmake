@@ -1,3 +1,6 @@
+# tests/bench/bench.cmake: beside its driver bench_check.py (the benchmarks themselves are in
+# bench/, which holds no test); tests/CMakeLists.txt includes it.
+#
 # bench — `pstate bench --check` on small sizes, correctness only (benchmarks are not timed
 # tests): every op on 2 ranks under `pstate run`, the ops that cut buffers per rank on 3 ranks,
 # other element types and reductions, a tp x pp layout, start-up, usage errors; and

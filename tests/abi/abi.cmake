@@ -1,3 +1,6 @@
+# tests/abi/abi.cmake: the gate's ctest declarations, beside the script it runs
+# (tests/abi/test_gate.sh, variants.py); tests/CMakeLists.txt includes it.
+#
 # abi — the ABI gate (abi/check.sh; docs/abi.md, "The gate"), label `abi` (ctest -L abi):
 #
 #   abi_gate            this tree against the baseline abi/libpstate.so.<major>.abi: identical, or

@@ -1,3 +1,6 @@
+# tests/cli/cli_layout.cmake: beside cli_layout_reference.py, the script it runs, with the other
+# `pstate` command tests; tests/CMakeLists.txt includes it.
+#
 # cli_layout — the `pstate` command against an independent Python reference of SGLang's formulas
 # (cli_layout_reference.py): --json output, error exits, --help/--version/info.
 find_program(PSTATE_PYTHON3 python3 PATHS /usr/bin NO_DEFAULT_PATH)

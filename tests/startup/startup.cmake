@@ -1,3 +1,6 @@
+# tests/startup/startup.cmake: beside startup.sh and startup_rank.c, what it runs;
+# tests/CMakeLists.txt includes it.
+#
 # startup.cmake — start-up deployed wrongly (issue 19): tests/startup/startup.sh runs one scenario
 # per test (a wrong WORLD_SIZE, a duplicate RANK, a missing rank, an HTTP server on MASTER_PORT,
 # two jobs on one port, file:// leftovers, `pstate run` waiting on a hung rank, ...) with ranks

@@ -1,3 +1,6 @@
+# tests/cli/cli_info_cuda.cmake: with the other `pstate` command tests; tests/CMakeLists.txt
+# includes it.
+#
 # cli_info_cuda — `pstate info` reports the CUDA backend as pstate_init would find it: a last
 # "CUDA context" line with the verdict, and with PSTATE_NCCL_LIBRARY naming a missing file (in a
 # build with the backend) the NCCL line names that path and the variable.

@@ -1,3 +1,6 @@
+# tests/fuzz/fuzz.cmake: beside the fuzz targets and the corpus it replays; tests/CMakeLists.txt
+# includes it.
+#
 # fuzz.cmake — replays the committed fuzz corpus (tests/fuzz/corpus/<target>) through each fuzz
 # target with a plain main() (tests/fuzz/replay_main.cpp), so every build — g++, and the
 # ASan/UBSan build of .ci/sanitizers.sh — rechecks every input the fuzzers ever kept. Fuzzing

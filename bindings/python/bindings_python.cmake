@@ -1,3 +1,6 @@
+# bindings/python/bindings_python.cmake: the Python binding's ctest declarations, beside the
+# pytest suite they run (bindings/python/tests); tests/CMakeLists.txt includes it.
+#
 # bindings_python — the Python binding (bindings/python) under pytest, with the interpreter it was
 # built for (/usr/bin/python3 by default):
 #

@@ -1,3 +1,6 @@
+# tests/consumers/consumers.cmake: beside the consumer programs it builds (consumer.c,
+# dlopen_consumer.c, cmake/); tests/CMakeLists.txt includes it.
+#
 # consumers — an installed pstate works for the three kinds of user it promises to serve.
 #
 #   consumers_install          cmake --install into a fresh prefix under the build tree (fixture)

@@ -1,3 +1,6 @@
+# tests/abi/header_compile.cmake: beside header_rules.py, the script it runs, and the ABI gate
+# (the header is the ABI's text); tests/CMakeLists.txt includes it.
+#
 # header_compile — include/pstate/pstate.h compiles as C99 (-pedantic -Werror) and as C++17.
 # Compiles tests/consumers/header_check.c, which includes the header twice and uses every
 # initializer macro, with -fsyntax-only (nothing is linked or run).
@@ -11,7 +14,7 @@ add_test(NAME header_compiles_as_cxx17_pedantic
 set_tests_properties(header_compiles_as_c99_pedantic header_compiles_as_cxx17_pedantic PROPERTIES TIMEOUT 60)
 
 # header_check_abi_rules — the ABI rules of pstate.h against the header and the built library
-# (tests/special/header_rules.py): every struct starts with size_t struct_size (pstate_bytes_t
+# (tests/abi/header_rules.py): every struct starts with size_t struct_size (pstate_bytes_t
 # exempt, pstate_tensor_t pending: see the script), every PSTATE_API function is in the dlopen
 # table with its type and in the version script, exported as PSTATE_<major>, the table filled.
 find_program(PSTATE_PYTHON3 python3 PATHS /usr/bin NO_DEFAULT_PATH)
