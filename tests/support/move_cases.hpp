@@ -1,3 +1,7 @@
+// tests/support/move_cases.hpp: in the one folder of test helpers (every suite's, found through
+// pstate_test_support's include path); used by tests/unit/test_coll_allgather, _alltoall_barrier,
+// _broadcast_gather, _object and _scatter.
+//
 // move_cases.hpp — inputs for the data-movement algorithm tests (allgather, broadcast, gather,
 // all_to_all, objects): every byte is a hash of (rank, destination block, byte index), so a byte
 // in the wrong place, from the wrong rank, or never written (buffers start as 0xEE) is caught.

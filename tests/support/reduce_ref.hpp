@@ -1,3 +1,6 @@
+// tests/support/reduce_ref.hpp: in the one folder of test helpers (every suite's, found through
+// pstate_test_support's include path); used by tests/unit/test_reduce.cpp and coll_cases.hpp.
+//
 // reduce_ref.hpp — test-side reference for one reduction step, independent of src/reduce/.
 //
 // reference(dtype, op, a, b) gives the bits the library must produce for a op b (operands and

@@ -1,3 +1,7 @@
+// tests/support/coll_cases.hpp: in the one folder of test helpers (every suite's, found through
+// pstate_test_support's include path); used by tests/unit/test_coll_allreduce, _reduce,
+// _reduce_scatter, _v and move_cases.hpp.
+//
 // coll_cases.hpp — inputs and independent expected results for the collective algorithm tests.
 //
 // Inputs are chosen so the exact result does not depend on reduction order, which lets one

@@ -1,3 +1,6 @@
+// tests/support/float_ref.hpp: in the one folder of test helpers (every suite's, found through
+// pstate_test_support's include path); used by tests/unit/test_reduce.cpp and reduce_ref.hpp.
+//
 // float_ref.hpp — test-side reference arithmetic for float16/bfloat16, written independently of
 // src/reduce/half.hpp so tests do not check the library against itself.
 //

@@ -1,3 +1,7 @@
+// tests/support/thread_channel.hpp: in the one folder of test helpers (every suite's, found
+// through pstate_test_support's include path); used by tests/unit/test_coll_*.cpp and
+// test_agreement_records.cpp.
+//
 // thread_channel.hpp — THE ALGORITHM UNIT-TEST HARNESS: an in-process pstate::Channel whose ranks
 // are threads, so src/coll/ algorithms can be tested for every group size without a transport.
 //
