@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# tests/abi/header_rules.py: run by header_check_abi_rules (header_compile.cmake beside it).
 """header_rules.py — the ABI rules of pstate.h, checked against the header and a built library.
 
 ctest `header_check_abi_rules` (tests/abi/header_compile.cmake). It reads

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# tests/bench/bench_check.py: the driver of the bench_* tests, beside bench.cmake (their list).
 """bench_check.py — correctness (never timing) of `pstate bench` and bench/mpi_bench.c.
 
     bench_check.py PSTATE op OP RANKS [BENCH ARGS...]   pstate run -n RANKS -- pstate bench --check

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# tests/cli/cli_layout_reference.py: run by cli_layout_*, beside cli_layout.cmake (their list).
 """cli_layout_reference.py — checks the `pstate` command against an independent reference.
 
 `sglang_groups` recomputes SGLang's initialize_model_parallel groups the way parallel_state.py

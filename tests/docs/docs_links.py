@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# tests/docs/docs_links.py: run by docs_links, beside docs_listings.cmake (the doc checks).
 """docs_links.py REPO — every relative link of every tracked Markdown file resolves (issue 41).
 
 For each `[text](target)` and `![alt](target)` outside code (fenced blocks and `inline code` are

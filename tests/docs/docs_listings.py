@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# tests/docs/docs_listings.py: run by docs_listings, beside docs_listings.cmake (the doc checks).
 """docs_listings.py REPO — every code block of docs/bindings.md whose first line is a comment
 naming an example file ("# bindings/python/examples/two_ranks.py", "// bindings/rust/...rs") must
 be that file, less the file's head comment (a module docstring or //! lines) and blank lines

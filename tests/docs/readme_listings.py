@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# tests/docs/readme_listings.py: run by readme_listings, beside docs_listings.cmake (doc checks).
 """readme_listings.py REPO BUILD_DIR CC PSTATE_CLI — the C listings of README.md (and of the guides
 under docs/, where a listing may move with its text) are programs a user can copy (issue 31 items
 3, 4): every ```c block that has `int main(` is compiled as it
