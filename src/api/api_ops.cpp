@@ -110,12 +110,10 @@ PSTATE_API pstate_status_t pstate_all_gather(pstate_group_t *g, const void *send
       const size_t block = require_buffer(send, count, dtype, 1, "send");
       const size_t total = require_buffer(recv, count, dtype, static_cast<size_t>(g->size()), "recv");
       const bool nccl_in_place = send == at(recv, static_cast<size_t>(r) * block);
-      t.apart_on_cpu(send, block, recv, total, nccl_in_place || send == recv,
-                     "send == recv + rank_in_group * count, or send == recv");
-      t.memory(send, block, recv, total);
-      t.apart_on_device(send, block, recv, total, nccl_in_place,
-                        "send == recv + rank_in_group * count (NCCL's; in a CUDA context send == recv works on "
-                        "rank_in_group 0 only)");
+      t.apart(send, block, recv, total, nccl_in_place, send == recv,
+              "send == recv + rank_in_group * count (NCCL's; in a CUDA context send == recv works on rank_in_group 0 "
+              "only)",
+              "send == recv + rank_in_group * count, or send == recv", [&] { t.memory(send, block, recv, total); });
     });
     g->all_gather(send, recv, count, dtype, stream);
   });
@@ -133,13 +131,13 @@ PSTATE_API pstate_status_t pstate_reduce_scatter(pstate_group_t *g, const void *
       const size_t total = require_buffer(send, count, dtype, static_cast<size_t>(g->size()), "send");
       const size_t block = require_buffer(recv, count, dtype, 1, "recv");
       const bool nccl_in_place = recv == at(send, static_cast<size_t>(r) * block);
-      t.apart_on_cpu(send, total, recv, block, nccl_in_place || recv == send,
-                     "recv == send + rank_in_group * count, or recv == send");
-      t.reducible(dtype, op);
-      t.memory(send, total, recv, block);
-      t.apart_on_device(send, total, recv, block, nccl_in_place,
-                        "recv == send + rank_in_group * count (NCCL's; in a CUDA context recv == send works on "
-                        "rank_in_group 0 only)");
+      t.apart(send, total, recv, block, nccl_in_place, recv == send,
+              "recv == send + rank_in_group * count (NCCL's; in a CUDA context recv == send works on rank_in_group 0 "
+              "only)",
+              "recv == send + rank_in_group * count, or recv == send", [&] {
+                t.reducible(dtype, op);
+                t.memory(send, total, recv, block);
+              });
     });
     g->reduce_scatter(send, recv, count, dtype, op, stream);
   });
@@ -179,11 +177,9 @@ PSTATE_API pstate_status_t pstate_gather(pstate_group_t *g, const void *send, vo
       if (!is_root) return;
       require_buffer(recv, count, dtype, static_cast<size_t>(g->size()), "recv");
       const bool nccl_in_place = send == at(recv, static_cast<size_t>(root) * block);
-      t.apart_on_cpu(send, block, recv, total, nccl_in_place || send == recv,
-                     "send == recv + root * count on root, or send == recv");
-      t.memory(recv, total, "recv");
-      t.apart_on_device(send, block, recv, total, nccl_in_place,
-                        "send == recv + root * count on root (in a CUDA context send == recv works for root 0 only)");
+      t.apart(send, block, recv, total, nccl_in_place, send == recv,
+              "send == recv + root * count on root (in a CUDA context send == recv works for root 0 only)",
+              "send == recv + root * count on root, or send == recv", [&] { t.memory(recv, total, "recv"); });
     });
     g->gather(send, recv, count, dtype, root, stream);
   });
@@ -199,10 +195,9 @@ PSTATE_API pstate_status_t pstate_all_to_all(pstate_group_t *g, const void *send
       check_op(g, dtype, stream);
       const size_t total = require_buffer(send, count, dtype, static_cast<size_t>(g->size()), "send");
       require_buffer(recv, count, dtype, static_cast<size_t>(g->size()), "recv");
-      t.apart_on_cpu(send, total, recv, total, send == recv, "send == recv");
-      t.memory(send, total, recv, total);
       // NCCL has no in-place all_to_all: the device communicator refuses send == recv too.
-      t.apart_on_device(send, total, recv, total, send == recv, "none in a CUDA context (send == recv is refused too)");
+      t.apart(send, total, recv, total, send == recv, send == recv, "none in a CUDA context (send == recv is refused too)",
+              "send == recv", [&] { t.memory(send, total, recv, total); });
     });
     g->all_to_all(send, recv, count, dtype, stream);
   });
@@ -256,11 +251,9 @@ PSTATE_API pstate_status_t pstate_scatter(pstate_group_t *g, const void *send, v
       if (!is_root) return;
       require_present(send, total, count, "send");
       const bool nccl_in_place = recv == at(send, static_cast<size_t>(root) * block);
-      t.apart_on_cpu(send, total, recv, block, nccl_in_place || recv == send,
-                     "recv == send + root * count on root, or recv == send");
-      t.memory(send, total, "send");
-      t.apart_on_device(send, total, recv, block, nccl_in_place,
-                        "recv == send + root * count on root (in a CUDA context recv == send works for root 0 only)");
+      t.apart(send, total, recv, block, nccl_in_place, recv == send,
+              "recv == send + root * count on root (in a CUDA context recv == send works for root 0 only)",
+              "recv == send + root * count on root, or recv == send", [&] { t.memory(send, total, "send"); });
     });
     g->scatter(in, recv, count, dtype, root, stream);
   });

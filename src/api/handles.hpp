@@ -181,16 +181,16 @@ class TensorChecks {
   void p2p_memory(const void *p, const char *name) const {
     if (!device_) g_->context().require_host_memory(p, name, g_->name().c_str(), op_);
   }
-  // send and recv overlap only in an in-place form (require_disjoint), checked where each place
-  // checks it: on the CPU before the memory (in_place: the call's forms there, spelled `forms`),
-  // on the device after it (NCCL's).
-  void apart_on_cpu(const void *send, size_t send_bytes, const void *recv, size_t recv_bytes, bool in_place,
-                    const char *forms) const {
-    if (!device_) require_disjoint(g_, call_, send, send_bytes, recv, recv_bytes, in_place, forms);
-  }
-  void apart_on_device(const void *send, size_t send_bytes, const void *recv, size_t recv_bytes, bool in_place,
-                       const char *forms) const {
-    if (device_) require_disjoint(g_, call_, send, send_bytes, recv, recv_bytes, in_place, forms);
+  // send and recv overlap only in an in-place form (require_disjoint): on the CPU nccl_in_place
+  // or cpu_in_place (spelled cpu_forms), checked before `memory_checks`; on the device
+  // nccl_in_place alone (nccl_forms), checked after them.
+  template <typename MemoryChecks>
+  void apart(const void *send, size_t send_bytes, const void *recv, size_t recv_bytes, bool nccl_in_place,
+             bool cpu_in_place, const char *nccl_forms, const char *cpu_forms, MemoryChecks &&memory_checks) const {
+    if (!device_)
+      require_disjoint(g_, call_, send, send_bytes, recv, recv_bytes, nccl_in_place || cpu_in_place, cpu_forms);
+    memory_checks();
+    if (device_) require_disjoint(g_, call_, send, send_bytes, recv, recv_bytes, nccl_in_place, nccl_forms);
   }
   // A reduction the CPU has a kernel for (NCCL has every dtype and op pstate names).
   void reducible(pstate_dtype_t dtype, pstate_reduce_op_t op) const {

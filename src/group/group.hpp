@@ -96,7 +96,7 @@ struct pstate_group_s {
   void send(const void *buf, size_t count, pstate_dtype_t dtype, int dst, void *stream);
   void recv(void *buf, size_t count, pstate_dtype_t dtype, int src, void *stream);
   // pstate_isend / pstate_irecv into r (fresh, owned by the caller's handle): a CUDA context
-  // enqueues the transfer and finishes r; a CPU context posts it (isend / irecv below).
+  // enqueues the transfer and finishes r; a CPU context posts it (post_request below).
   void isend(pstate::RequestState &r, const void *buf, size_t count, pstate_dtype_t dtype, int dst, void *stream);
   void irecv(pstate::RequestState &r, void *buf, size_t count, pstate_dtype_t dtype, int src, void *stream);
   void p2p_batch(const pstate_p2p_op_t *ops, size_t n, void *stream);
@@ -239,12 +239,10 @@ struct pstate_group_s {
   void verify_only(const pstate::OpDescriptor &desc);
 
   // ---- non-blocking and batched point-to-point (group_requests.cpp; request.hpp) ----
-  // isend / irecv on the host communicator: the request outlives the call (no other operation's
-  // failure cancels it), takes the per-peer order of send/recv (mixing them keeps order) and
-  // records the entry; the state is pending, and held by the group, until complete_request.
-  // Post into r (fresh, owned by the caller's handle; listed by the group while pending).
-  void isend(pstate::RequestState &r, const void *buf, size_t count, pstate_dtype_t dtype, int dst);
-  void irecv(pstate::RequestState &r, void *buf, size_t count, pstate_dtype_t dtype, int src);
+  // isend / irecv on the host communicator (post_request): the request outlives the call (no
+  // other operation's failure cancels it), takes the per-peer order of send/recv (mixing them
+  // keeps order) and records the entry; the state is pending, and held by the group, until
+  // complete_request.
   // Drives a pending state of this group: block = wait (until done or the context timeout from
   // now), else one non-blocking test. True when the state finished (status and message set;
   // a fatal error has failed the context); never throws pstate::Error.
@@ -376,6 +374,10 @@ struct pstate_group_s {
   pstate::TraceGroup *trace_group_ = nullptr;  // this group's record in the context's flight recorder
 
   // ---- non-blocking point-to-point (group_requests.cpp) ----
+  // isend (sending) / irecv into r: the device's or the host's (post_request).
+  void request(pstate::RequestState &r, bool sending, void *buf, size_t count, pstate_dtype_t dtype, int peer,
+               void *stream);
+  // Posts into r on the host communicator (listed by the group while pending).
   void post_request(pstate::RequestState &r, pstate::TraceOp op, void *buf, size_t count, pstate_dtype_t dtype,
                     int peer);
   void finish_request(pstate::RequestState &r, pstate_status_t status, std::string message) noexcept;

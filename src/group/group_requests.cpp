@@ -44,14 +44,6 @@ bool sends(pstate::TraceOp op) { return op == pstate::TraceOp::kSend; }
 using pstate::RequestState;
 using pstate::TraceOp;
 
-void pstate_group_s::isend(RequestState &r, const void *buf, size_t count, pstate_dtype_t dtype, int dst) {
-  post_request(r, TraceOp::kSend, const_cast<void *>(buf), count, dtype, dst);
-}
-
-void pstate_group_s::irecv(RequestState &r, void *buf, size_t count, pstate_dtype_t dtype, int src) {
-  post_request(r, TraceOp::kRecv, buf, count, dtype, src);
-}
-
 void pstate_group_s::post_request(RequestState &r, TraceOp top, void *buf, size_t count, pstate_dtype_t dtype,
                                   int peer) {
   const char *op = sends(top) ? "isend" : "irecv";

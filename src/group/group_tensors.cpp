@@ -179,24 +179,24 @@ void pstate_group_s::recv(void *buf, size_t count, pstate_dtype_t dtype, int src
 // stream orders the rest); a host one is pending until pstate_wait / pstate_test.
 void pstate_group_s::isend(pstate::RequestState &r, const void *buf, size_t count, pstate_dtype_t dtype, int dst,
                            void *stream) {
-  tensors(
-      describe(OpKind::kSend, count, dtype, -1, dst),
-      [&](DeviceComm &d) {
-        r.pending = false;
-        d.send(buf, count, dtype, dst, stream);
-      },
-      [&] { isend(r, buf, count, dtype, dst); });
+  request(r, true, const_cast<void *>(buf), count, dtype, dst, stream);
 }
 
 void pstate_group_s::irecv(pstate::RequestState &r, void *buf, size_t count, pstate_dtype_t dtype, int src,
                            void *stream) {
+  request(r, false, buf, count, dtype, src, stream);
+}
+
+void pstate_group_s::request(pstate::RequestState &r, bool sending, void *buf, size_t count, pstate_dtype_t dtype,
+                             int peer, void *stream) {
   tensors(
-      describe(OpKind::kRecv, count, dtype, -1, src),
+      describe(sending ? OpKind::kSend : OpKind::kRecv, count, dtype, -1, peer),
       [&](DeviceComm &d) {
         r.pending = false;
-        d.recv(buf, count, dtype, src, stream);
+        if (sending) return d.send(buf, count, dtype, peer, stream);
+        d.recv(buf, count, dtype, peer, stream);
       },
-      [&] { irecv(r, buf, count, dtype, src); });
+      [&] { post_request(r, sending ? pstate::TraceOp::kSend : pstate::TraceOp::kRecv, buf, count, dtype, peer); });
 }
 
 void pstate_group_s::p2p_batch(const pstate_p2p_op_t *ops, size_t n, void *stream) {
