@@ -95,9 +95,9 @@ void pstate_group_s::gather(const void *send, void *recv, size_t send_count, pst
       describe(OpKind::kGather, send_count, dtype, -1, root),
       [&](DeviceComm &d) { d.gather(send, recv, send_count, dtype, root, stream); },
       [&] {
-        const void *in = send;
-        if (rank_in_group_ == root) in = own_block_in_place(send, recv, root, send_count * pstate::dtype_size(dtype));
-        gather(in, recv, send_count, dtype, root);
+        const size_t block = send_count * pstate::dtype_size(dtype);
+        gather(rank_in_group_ == root ? own_block_in_place(send, recv, root, block) : send, recv, send_count, dtype,
+               root);
       });
 }
 
@@ -119,19 +119,18 @@ void pstate_group_s::reduce(const void *send, void *recv, size_t count, pstate_d
 
 void pstate_group_s::scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, int root,
                              void *stream) {
+  // On the host, recv == send on a root r >= 1: recv's front is block 0 of send, which still has
+  // to reach rank 0. Scatter into block r (the in-place form: nothing is copied for the root) and
+  // move it to the front once the call has returned, when every block has left.
+  const size_t block = recv_count * pstate::dtype_size(dtype);
+  const bool via_own = rank_in_group_ == root && recv == send && root != 0 && block != 0;
+  uint8_t *own = static_cast<uint8_t *>(recv) + (via_own ? static_cast<size_t>(root) * block : 0);
   tensors(
       describe(OpKind::kScatter, recv_count, dtype, -1, root),
       [&](DeviceComm &d) { d.scatter(send, recv, recv_count, dtype, root, stream); },
       [&] {
-        // recv == send on a root r >= 1: recv's front is block 0 of send, which still has to
-        // reach rank 0. Scatter into block r (the in-place form: nothing is copied for the root)
-        // and move it to the front once the call has returned, when every block has left.
-        const size_t block = recv_count * pstate::dtype_size(dtype);
-        if (rank_in_group_ != root || recv != send || root == 0 || block == 0)
-          return scatter(send, recv, recv_count, dtype, root);
-        uint8_t *own = static_cast<uint8_t *>(recv) + static_cast<size_t>(root) * block;
         scatter(send, own, recv_count, dtype, root);
-        std::memcpy(recv, own, block);
+        if (via_own) std::memcpy(recv, own, block);
       });
 }
 
