@@ -1,11 +1,11 @@
 // api_ops.cpp — the C entry points of collectives, point-to-point, object operations, the TP
 // shortcuts of communication_op.py and graph capture: validate arguments, then call the group.
 //
-// Where a tensor goes depends on the context, as in SGLang's GroupCoordinator: in a CUDA
-// context to the group's device communicator (NCCL, enqueued on the stream; it checks that the
-// buffers are device memory of the context's device), in a CPU context to the CPU
-// communicator (after checking that no buffer is CUDA device memory, which costs nothing while
-// the process has not loaded CUDA). Object operations always use the CPU communicator.
+// Where a tensor goes is the group's choice (group_tensors.cpp), as in SGLang's GroupCoordinator:
+// in a CUDA context its device communicator (NCCL, enqueued on the stream), in a CPU context its
+// host communicator. Here the arguments are checked for where they go (TensorChecks: device
+// memory and NCCL's in-place forms, or host memory, the CPU's in-place forms and a CPU kernel for
+// the reduction) and passed on. Object operations always use the host communicator.
 //
 // Argument checks of a collective run inside check_together: a refusal that only this rank can
 // see (a root's recv or send, its own NULL, overlapping or device buffer, its own count, dtype or
@@ -18,8 +18,6 @@
 #include <cstring>
 
 using namespace pstate::api;
-using pstate::DeviceComm;
-using pstate::OpDescriptor;
 using pstate::OpKind;
 
 namespace {
@@ -31,42 +29,6 @@ void check_op(const pstate_group_t *g, pstate_dtype_t dtype, void *stream) {
 }
 
 const uint8_t *at(const void *p, size_t offset) { return static_cast<const uint8_t *>(p) + offset; }
-
-// all_gather / gather with send == recv on a rank r >= 1: send is recv's block 0, which the
-// algorithms overwrite with rank 0's data before (shared memory: while) they read send. Copying
-// it to recv's block r (disjoint from block 0 when r >= 1) turns the call into the in-place form
-// send == recv + r * block that every path supports, at the cost of one local copy and no
-// allocation. Returns the send pointer to use. CUDA contexts keep NCCL's in-place forms only
-// (the caller refuses send == recv there).
-const void *own_block_in_place(const void *send, void *recv, int r, size_t block_bytes) {
-  if (send != recv || r == 0 || block_bytes == 0) return send;
-  uint8_t *own = static_cast<uint8_t *>(recv) + static_cast<size_t>(r) * block_bytes;
-  std::memcpy(own, send, block_bytes);
-  return own;
-}
-
-// What PSTATE_CHECK compares for a device operation (the CPU operations fill the same fields).
-OpDescriptor describe(OpKind kind, size_t count, int dtype, int op, int root) {
-  return OpDescriptor{static_cast<uint32_t>(kind), 0, count, dtype, op, root, 0};
-}
-
-// A buffer the CPU communicator will read or write must not be CUDA device memory.
-void require_host(pstate_group_t *g, const void *p, const char *name, const char *op) {
-  g->context().require_host_memory(p, name, g->name().c_str(), op);
-}
-void require_host(pstate_group_t *g, const void *send, const void *recv, const char *op) {
-  g->context().require_host_memory(send, "send", recv, "recv", g->name().c_str(), op);
-}
-
-// A buffer the device communicator will read or write, checked before the call's exchange under
-// PSTATE_CHECK=1, where device refusals reach the peers (check_together): one rank's host or
-// other-device buffer then fails every rank, instead of the others' NCCL call waiting on their
-// streams for a rank that refused it. Without PSTATE_CHECK the device communicator checks it
-// (once, locally) as before.
-void require_device(pstate_group_t *g, const void *p, size_t bytes, const char *name, const char *call) {
-  if (bytes == 0 || !g->context().check_enabled()) return;
-  g->context().device_context()->require_device_pointer(p, name, pstate::cat(g->name(), ": ", call));
-}
 
 // Copies bytes into a pstate_bytes_t the caller frees with pstate_bytes_free.
 void export_bytes(const pstate::Bytes &in, pstate_bytes_t *out) {
@@ -122,27 +84,17 @@ PSTATE_API pstate_status_t pstate_all_reduce(pstate_group_t *g, const void *send
   return PSTATE_GUARD({
     require_group(g, "pstate_all_reduce");
     ContextEntry entry(g->context(), "pstate_all_reduce");
-    size_t bytes = 0;
+    const TensorChecks t(g, "pstate_all_reduce");
     check_together(g, OpKind::kAllReduce, -1, count, [&] {
       check_op(g, dtype, stream);
       require_op(op);
-      bytes = require_buffer(send, count, dtype, 1, "send");
+      const size_t bytes = require_buffer(send, count, dtype, 1, "send");
       require_present(recv, bytes, count, "recv");
       require_disjoint(g, "pstate_all_reduce", send, bytes, recv, bytes, send == recv, "send == recv");
-      if (g->on_device()) {
-        require_device(g, send, bytes, "send", "pstate_all_reduce");
-        return require_device(g, recv, bytes, "recv", "pstate_all_reduce");
-      }
-      require_reducible(dtype, op);
-      require_host(g, send, recv, "all_reduce");
+      t.reducible(dtype, op);
+      t.memory(send, bytes, recv, bytes);
     });
-    if (g->on_device())
-      return g->run_device(describe(OpKind::kAllReduce, count, dtype, op, -1),
-                           [&](DeviceComm &d) {
-                             g->note_device_call(send, bytes, recv, bytes, "pstate_all_reduce");
-                             d.all_reduce(send, recv, count, dtype, op, stream);
-                           });
-    g->all_reduce(send, recv, count, dtype, op);
+    g->all_reduce(send, recv, count, dtype, op, stream);
   });
 }
 
@@ -151,31 +103,19 @@ PSTATE_API pstate_status_t pstate_all_gather(pstate_group_t *g, const void *send
   return PSTATE_GUARD({
     require_group(g, "pstate_all_gather");
     ContextEntry entry(g->context(), "pstate_all_gather");
+    const TensorChecks t(g, "pstate_all_gather");
     const int r = g->rank_in_group();
-    size_t block = 0, total = 0;
     check_together(g, OpKind::kAllGather, -1, count, [&] {
       check_op(g, dtype, stream);
-      block = require_buffer(send, count, dtype, 1, "send");
-      total = require_buffer(recv, count, dtype, static_cast<size_t>(g->size()), "recv");
+      const size_t block = require_buffer(send, count, dtype, 1, "send");
+      const size_t total = require_buffer(recv, count, dtype, static_cast<size_t>(g->size()), "recv");
       const bool nccl_in_place = send == at(recv, static_cast<size_t>(r) * block);
-      if (g->on_device()) {
-        require_device(g, send, block, "send", "pstate_all_gather");
-        require_device(g, recv, total, "recv", "pstate_all_gather");
-        return require_disjoint(g, "pstate_all_gather", send, block, recv, total, nccl_in_place,
-                                "send == recv + rank_in_group * count (NCCL's; in a CUDA context send == recv works "
-                                "on rank_in_group 0 only)");
-      }
-      require_disjoint(g, "pstate_all_gather", send, block, recv, total, nccl_in_place || send == recv,
-                       "send == recv + rank_in_group * count, or send == recv");
-      require_host(g, send, recv, "all_gather");
+      t.apart(send, block, recv, total, nccl_in_place, send == recv,
+              "send == recv + rank_in_group * count (NCCL's; in a CUDA context send == recv works on rank_in_group 0 "
+              "only)",
+              "send == recv + rank_in_group * count, or send == recv", [&] { t.memory(send, block, recv, total); });
     });
-    if (g->on_device())
-      return g->run_device(describe(OpKind::kAllGather, count, dtype, -1, -1),
-                           [&](DeviceComm &d) {
-                             g->note_device_call(send, block, recv, total, "pstate_all_gather");
-                             d.all_gather(send, recv, count, dtype, stream);
-                           });
-    g->all_gather(own_block_in_place(send, recv, r, block), recv, count, dtype);
+    g->all_gather(send, recv, count, dtype, stream);
   });
 }
 PSTATE_API pstate_status_t pstate_reduce_scatter(pstate_group_t *g, const void *send, void *recv, size_t count,
@@ -183,43 +123,23 @@ PSTATE_API pstate_status_t pstate_reduce_scatter(pstate_group_t *g, const void *
   return PSTATE_GUARD({
     require_group(g, "pstate_reduce_scatter");
     ContextEntry entry(g->context(), "pstate_reduce_scatter");
+    const TensorChecks t(g, "pstate_reduce_scatter");
     const int r = g->rank_in_group();
-    size_t total = 0, block = 0;
     check_together(g, OpKind::kReduceScatter, -1, count, [&] {
       check_op(g, dtype, stream);
       require_op(op);
-      total = require_buffer(send, count, dtype, static_cast<size_t>(g->size()), "send");
-      block = require_buffer(recv, count, dtype, 1, "recv");
+      const size_t total = require_buffer(send, count, dtype, static_cast<size_t>(g->size()), "send");
+      const size_t block = require_buffer(recv, count, dtype, 1, "recv");
       const bool nccl_in_place = recv == at(send, static_cast<size_t>(r) * block);
-      if (g->on_device()) {
-        require_device(g, send, total, "send", "pstate_reduce_scatter");
-        require_device(g, recv, block, "recv", "pstate_reduce_scatter");
-        return require_disjoint(g, "pstate_reduce_scatter", send, total, recv, block, nccl_in_place,
-                                "recv == send + rank_in_group * count (NCCL's; in a CUDA context recv == send works "
-                                "on rank_in_group 0 only)");
-      }
-      require_disjoint(g, "pstate_reduce_scatter", send, total, recv, block, nccl_in_place || recv == send,
-                       "recv == send + rank_in_group * count, or recv == send");
-      require_reducible(dtype, op);
-      require_host(g, send, recv, "reduce_scatter");
+      t.apart(send, total, recv, block, nccl_in_place, recv == send,
+              "recv == send + rank_in_group * count (NCCL's; in a CUDA context recv == send works on rank_in_group 0 "
+              "only)",
+              "recv == send + rank_in_group * count, or recv == send", [&] {
+                t.reducible(dtype, op);
+                t.memory(send, total, recv, block);
+              });
     });
-    if (g->on_device())
-      return g->run_device(describe(OpKind::kReduceScatter, count, dtype, op, -1),
-                           [&](DeviceComm &d) {
-                             g->note_device_call(send, total, recv, block, "pstate_reduce_scatter");
-                             d.reduce_scatter(send, recv, count, dtype, op, stream);
-                           });
-    // recv == send on a rank r >= 1: block 0 of this rank's send is still being read by the
-    // others while the result would land on it (shared memory reads it in place). Reduce into
-    // block r instead (the in-place form: only this rank reads it) and move the result to the
-    // front, which is what the caller asked for; block r of the buffer is scratch then.
-    if (recv == send && r != 0 && block != 0) {
-      uint8_t *own = static_cast<uint8_t *>(recv) + static_cast<size_t>(r) * block;
-      g->reduce_scatter(send, own, count, dtype, op);
-      std::memcpy(recv, own, block);
-      return;
-    }
-    g->reduce_scatter(send, recv, count, dtype, op);
+    g->reduce_scatter(send, recv, count, dtype, op, stream);
   });
 }
 
@@ -228,17 +148,13 @@ PSTATE_API pstate_status_t pstate_broadcast(pstate_group_t *g, void *buf, size_t
   return PSTATE_GUARD({
     require_group(g, "pstate_broadcast");
     ContextEntry entry(g->context(), "pstate_broadcast");
+    const TensorChecks t(g, "pstate_broadcast");
     check_together(g, OpKind::kBroadcast, root, count, [&] {
       check_op(g, dtype, stream);
       require_rank(g, root, "root");
-      const size_t bytes = require_buffer(buf, count, dtype, 1, "buf");
-      if (g->on_device()) return require_device(g, buf, bytes, "buf", "pstate_broadcast");
-      require_host(g, buf, "buf", "broadcast");
+      t.memory(buf, require_buffer(buf, count, dtype, 1, "buf"), "buf");
     });
-    if (g->on_device())
-      return g->run_device(describe(OpKind::kBroadcast, count, dtype, -1, root),
-                           [&](DeviceComm &d) { d.broadcast(buf, count, dtype, root, stream); });
-    g->broadcast(buf, count, dtype, root);
+    g->broadcast(buf, count, dtype, root, stream);
   });
 }
 
@@ -250,33 +166,22 @@ PSTATE_API pstate_status_t pstate_gather(pstate_group_t *g, const void *send, vo
   return PSTATE_GUARD({
     require_group(g, "pstate_gather");
     ContextEntry entry(g->context(), "pstate_gather");
+    const TensorChecks t(g, "pstate_gather");
     const bool is_root = g->rank_in_group() == root;
-    size_t block = 0;
     check_together(g, OpKind::kGather, root, count, [&] {
       check_op(g, dtype, stream);
       require_rank(g, root, "root");
-      block = require_buffer(send, count, dtype, 1, "send");
+      const size_t block = require_buffer(send, count, dtype, 1, "send");
       const size_t total = require_fits(count, dtype, static_cast<size_t>(g->size()), "recv");
-      if (g->on_device()) require_device(g, send, block, "send", "pstate_gather");
-      else require_host(g, send, "send", "gather");
+      t.memory(send, block, "send");
       if (!is_root) return;
       require_buffer(recv, count, dtype, static_cast<size_t>(g->size()), "recv");
       const bool nccl_in_place = send == at(recv, static_cast<size_t>(root) * block);
-      if (g->on_device()) {
-        require_device(g, recv, total, "recv", "pstate_gather");
-        return require_disjoint(g, "pstate_gather", send, block, recv, total, nccl_in_place,
-                                "send == recv + root * count on root (in a CUDA context send == recv works for root "
-                                "0 only)");
-      }
-      require_disjoint(g, "pstate_gather", send, block, recv, total, nccl_in_place || send == recv,
-                       "send == recv + root * count on root, or send == recv");
-      require_host(g, recv, "recv", "gather");
+      t.apart(send, block, recv, total, nccl_in_place, send == recv,
+              "send == recv + root * count on root (in a CUDA context send == recv works for root 0 only)",
+              "send == recv + root * count on root, or send == recv", [&] { t.memory(recv, total, "recv"); });
     });
-    if (g->on_device())
-      return g->run_device(describe(OpKind::kGather, count, dtype, -1, root),
-                           [&](DeviceComm &d) { d.gather(send, recv, count, dtype, root, stream); });
-    if (is_root) send = own_block_in_place(send, recv, root, block);
-    g->gather(send, recv, count, dtype, root);
+    g->gather(send, recv, count, dtype, root, stream);
   });
 }
 
@@ -285,34 +190,28 @@ PSTATE_API pstate_status_t pstate_all_to_all(pstate_group_t *g, const void *send
   return PSTATE_GUARD({
     require_group(g, "pstate_all_to_all");
     ContextEntry entry(g->context(), "pstate_all_to_all");
+    const TensorChecks t(g, "pstate_all_to_all");
     check_together(g, OpKind::kAllToAll, -1, count, [&] {
       check_op(g, dtype, stream);
       const size_t total = require_buffer(send, count, dtype, static_cast<size_t>(g->size()), "send");
       require_buffer(recv, count, dtype, static_cast<size_t>(g->size()), "recv");
-      if (g->on_device()) {  // NCCL has no in-place all_to_all: the device communicator refuses send == recv too.
-        require_device(g, send, total, "send", "pstate_all_to_all");
-        require_device(g, recv, total, "recv", "pstate_all_to_all");
-        return require_disjoint(g, "pstate_all_to_all", send, total, recv, total, send == recv,
-                                "none in a CUDA context (send == recv is refused too)");
-      }
-      require_disjoint(g, "pstate_all_to_all", send, total, recv, total, send == recv, "send == recv");
-      require_host(g, send, recv, "all_to_all");
+      // NCCL has no in-place all_to_all: the device communicator refuses send == recv too.
+      t.apart(send, total, recv, total, send == recv, send == recv, "none in a CUDA context (send == recv is refused too)",
+              "send == recv", [&] { t.memory(send, total, recv, total); });
     });
-    if (g->on_device())
-      return g->run_device(describe(OpKind::kAllToAll, count, dtype, -1, -1),
-                           [&](DeviceComm &d) { d.all_to_all(send, recv, count, dtype, stream); });
-    g->all_to_all(send, recv, count, dtype);
+    g->all_to_all(send, recv, count, dtype, stream);
   });
 }
 
 // reduce: recv matters on root only. The other ranks' recv is neither checked nor passed on
-// (the group and the device get NULL there), so it is never written, whatever the caller gave.
+// (the group gets NULL there), so it is never written, whatever the caller gave.
 // The root's checks of recv reach the others through check_together.
 PSTATE_API pstate_status_t pstate_reduce(pstate_group_t *g, const void *send, void *recv, size_t count,
                                          pstate_dtype_t dtype, pstate_reduce_op_t op, int root, void *stream) {
   return PSTATE_GUARD({
     require_group(g, "pstate_reduce");
     ContextEntry entry(g->context(), "pstate_reduce");
+    const TensorChecks t(g, "pstate_reduce");
     const bool is_root = g->rank_in_group() == root;
     void *out = is_root ? recv : nullptr;
     check_together(g, OpKind::kReduce, root, count, [&] {
@@ -324,18 +223,11 @@ PSTATE_API pstate_status_t pstate_reduce(pstate_group_t *g, const void *send, vo
         require_present(recv, bytes, count, "recv");
         require_disjoint(g, "pstate_reduce", send, bytes, recv, bytes, send == recv, "send == recv on root");
       }
-      if (g->on_device()) {
-        require_device(g, send, bytes, "send", "pstate_reduce");
-        return require_device(g, is_root ? recv : nullptr, is_root ? bytes : 0, "recv", "pstate_reduce");
-      }
-      require_reducible(dtype, op);
-      require_host(g, send, "send", "reduce");
-      if (is_root) require_host(g, recv, "recv", "reduce");
+      t.reducible(dtype, op);
+      t.memory(send, bytes, "send");
+      if (is_root) t.memory(recv, bytes, "recv");
     });
-    if (g->on_device())
-      return g->run_device(describe(OpKind::kReduce, count, dtype, op, root),
-                           [&](DeviceComm &d) { d.reduce(send, out, count, dtype, op, root, stream); });
-    g->reduce(send, out, count, dtype, op, root);
+    g->reduce(send, out, count, dtype, op, root, stream);
   });
 }
 
@@ -347,42 +239,23 @@ PSTATE_API pstate_status_t pstate_scatter(pstate_group_t *g, const void *send, v
   return PSTATE_GUARD({
     require_group(g, "pstate_scatter");
     ContextEntry entry(g->context(), "pstate_scatter");
+    const TensorChecks t(g, "pstate_scatter");
     const bool is_root = g->rank_in_group() == root;
     const void *in = is_root ? send : nullptr;
-    size_t block = 0;
     check_together(g, OpKind::kScatter, root, count, [&] {
       check_op(g, dtype, stream);
       require_rank(g, root, "root");
       const size_t total = require_fits(count, dtype, static_cast<size_t>(g->size()), "send");
-      block = require_buffer(recv, count, dtype, 1, "recv");
-      if (g->on_device()) require_device(g, recv, block, "recv", "pstate_scatter");
-      else require_host(g, recv, "recv", "scatter");
+      const size_t block = require_buffer(recv, count, dtype, 1, "recv");
+      t.memory(recv, block, "recv");
       if (!is_root) return;
       require_present(send, total, count, "send");
       const bool nccl_in_place = recv == at(send, static_cast<size_t>(root) * block);
-      if (g->on_device()) {
-        require_device(g, send, total, "send", "pstate_scatter");
-        return require_disjoint(g, "pstate_scatter", send, total, recv, block, nccl_in_place,
-                                "recv == send + root * count on root (in a CUDA context recv == send works for root 0 "
-                                "only)");
-      }
-      require_disjoint(g, "pstate_scatter", send, total, recv, block, nccl_in_place || recv == send,
-                       "recv == send + root * count on root, or recv == send");
-      require_host(g, send, "send", "scatter");
+      t.apart(send, total, recv, block, nccl_in_place, recv == send,
+              "recv == send + root * count on root (in a CUDA context recv == send works for root 0 only)",
+              "recv == send + root * count on root, or recv == send", [&] { t.memory(send, total, "send"); });
     });
-    if (g->on_device())
-      return g->run_device(describe(OpKind::kScatter, count, dtype, -1, root),
-                           [&](DeviceComm &d) { d.scatter(in, recv, count, dtype, root, stream); });
-    // recv == send on a root r >= 1: recv's front is block 0 of send, which still has to
-    // reach rank 0. Scatter into block r (the in-place form: nothing is copied for the root)
-    // and move it to the front once the call has returned, when every block has left.
-    if (is_root && recv == send && root != 0 && block != 0) {
-      uint8_t *own = static_cast<uint8_t *>(recv) + static_cast<size_t>(root) * block;
-      g->scatter(send, own, count, dtype, root);
-      std::memcpy(recv, own, block);
-      return;
-    }
-    g->scatter(in, recv, count, dtype, root);
+    g->scatter(in, recv, count, dtype, root, stream);
   });
 }
 
@@ -394,6 +267,7 @@ PSTATE_API pstate_status_t pstate_all_gatherv(pstate_group_t *g, const void *sen
   return PSTATE_GUARD({
     require_group(g, "pstate_all_gatherv");
     ContextEntry entry(g->context(), "pstate_all_gatherv");
+    const TensorChecks t(g, "pstate_all_gatherv");
     VarCounts v;
     check_together(g, OpKind::kAllGatherV, -1, 0, [&] {
       check_op(g, dtype, stream);
@@ -404,18 +278,9 @@ PSTATE_API pstate_status_t pstate_all_gatherv(pstate_group_t *g, const void *sen
       require_disjoint(g, "pstate_all_gatherv", send, part, recv, total, in_place,
                        "send == recv + (counts[0] + ... + counts[rank_in_group - 1]) elements (this rank's part of "
                        "recv)");
-      if (g->on_device()) {
-        require_device(g, send, part, "send", "pstate_all_gatherv");
-        return require_device(g, recv, total, "recv", "pstate_all_gatherv");
-      }
-      require_host(g, send, recv, "all_gatherv");
+      t.memory(send, part, recv, total);
     });
-    if (g->on_device())
-      return g->naming_counts_on_mismatch(counts, [&] {
-        g->run_device(pstate::make_v_op(OpKind::kAllGatherV, counts, static_cast<size_t>(g->size()), v.total, dtype),
-                      [&](DeviceComm &d) { d.all_gatherv(send, recv, counts, dtype, stream); });
-      });
-    g->all_gatherv(send, recv, counts, v.total, dtype);
+    g->all_gatherv(send, recv, counts, v.total, dtype, stream);
   });
 }
 
@@ -424,6 +289,7 @@ PSTATE_API pstate_status_t pstate_reduce_scatterv(pstate_group_t *g, const void 
   return PSTATE_GUARD({
     require_group(g, "pstate_reduce_scatterv");
     ContextEntry entry(g->context(), "pstate_reduce_scatterv");
+    const TensorChecks t(g, "pstate_reduce_scatterv");
     VarCounts v;
     check_together(g, OpKind::kReduceScatterV, -1, 0, [&] {
       check_op(g, dtype, stream);
@@ -435,20 +301,10 @@ PSTATE_API pstate_status_t pstate_reduce_scatterv(pstate_group_t *g, const void 
       require_disjoint(g, "pstate_reduce_scatterv", send, total, recv, part, in_place,
                        "recv == send + (counts[0] + ... + counts[rank_in_group - 1]) elements (this rank's part of "
                        "send)");
-      if (g->on_device()) {
-        require_device(g, send, total, "send", "pstate_reduce_scatterv");
-        return require_device(g, recv, part, "recv", "pstate_reduce_scatterv");
-      }
-      require_reducible(dtype, op);
-      require_host(g, send, recv, "reduce_scatterv");
+      t.reducible(dtype, op);
+      t.memory(send, total, recv, part);
     });
-    if (g->on_device())
-      return g->naming_counts_on_mismatch(counts, [&] {
-        g->run_device(
-            pstate::make_v_op(OpKind::kReduceScatterV, counts, static_cast<size_t>(g->size()), v.total, dtype, op),
-            [&](DeviceComm &d) { d.reduce_scatterv(send, recv, counts, dtype, op, stream); });
-      });
-    g->reduce_scatterv(send, recv, counts, v.total, dtype, op);
+    g->reduce_scatterv(send, recv, counts, v.total, dtype, op, stream);
   });
 }
 
@@ -463,13 +319,8 @@ PSTATE_API pstate_status_t pstate_send(pstate_group_t *g, const void *buf, size_
     require_rank(g, peer, "peer");
     require(peer != g->rank_in_group(), "peer is this rank: pstate_send needs another rank of the group");
     require_buffer(buf, count, dtype, 1, "buf");
-    if (g->on_device()) {
-      g->require_device_p2p_ready("pstate_send");
-      return g->run_device(describe(OpKind::kSend, count, dtype, -1, peer),
-                           [&](DeviceComm &d) { d.send(buf, count, dtype, peer, stream); });
-    }
-    require_host(g, buf, "buf", "send");
-    g->send(buf, count, dtype, peer);
+    TensorChecks(g, "pstate_send").p2p_memory(buf, "buf");
+    g->send(buf, count, dtype, peer, stream);
   });
 }
 
@@ -482,13 +333,8 @@ PSTATE_API pstate_status_t pstate_recv(pstate_group_t *g, void *buf, size_t coun
     require_rank(g, peer, "peer");
     require(peer != g->rank_in_group(), "peer is this rank: pstate_recv needs another rank of the group");
     require_buffer(buf, count, dtype, 1, "buf");
-    if (g->on_device()) {
-      g->require_device_p2p_ready("pstate_recv");
-      return g->run_device(describe(OpKind::kRecv, count, dtype, -1, peer),
-                           [&](DeviceComm &d) { d.recv(buf, count, dtype, peer, stream); });
-    }
-    require_host(g, buf, "buf", "recv");
-    g->recv(buf, count, dtype, peer);
+    TensorChecks(g, "pstate_recv").p2p_memory(buf, "buf");
+    g->recv(buf, count, dtype, peer, stream);
   });
 }
 

@@ -16,9 +16,6 @@
 #include "common/struct_io.hpp"
 
 using namespace pstate::api;
-using pstate::DeviceComm;
-using pstate::OpDescriptor;
-using pstate::OpKind;
 using pstate::RequestState;
 using pstate::throw_error;
 using pstate::api::RequestClaim;
@@ -41,26 +38,16 @@ void check_p2p(pstate_group_t *g, const void *buf, size_t count, pstate_dtype_t 
   require_buffer(buf, count, dtype, 1, "buf");
 }
 
-// Makes the request (first: a posted message always has its handle), then posts it. In a CUDA
-// context it is complete once the work is on the stream.
+// Makes the request (first: a posted message always has its handle), then has the group post it
+// (in a CUDA context it is complete once the work is on the stream).
 template <typename Post>
-pstate_request_t *post(pstate_group_t *g, bool sending, const void *buf, size_t count, pstate_dtype_t dtype, int peer,
-                       void *stream, Post &&post_cpu) {
-  if (g->on_device()) g->require_device_p2p_ready(sending ? "pstate_isend" : "pstate_irecv");
-  else g->context().require_host_memory(buf, "buf", g->name().c_str(), sending ? "isend" : "irecv");
+pstate_request_t *post(pstate_group_t *g, bool sending, const void *buf, Post &&post_it) {
+  const char *call = sending ? "pstate_isend" : "pstate_irecv";
+  TensorChecks(g, call).p2p_memory(buf, "buf");
+  g->require_p2p_ready(call);
   RequestClaim req = RequestRegistry::process().make();
   try {
-    if (g->on_device()) {
-      req.state().pending = false;
-      g->run_device(OpDescriptor{static_cast<uint32_t>(sending ? OpKind::kSend : OpKind::kRecv), 0, count, dtype, -1,
-                                 peer, 0},
-                    [&](DeviceComm &d) {
-                      if (sending) d.send(buf, count, dtype, peer, stream);
-                      else d.recv(const_cast<void *>(buf), count, dtype, peer, stream);
-                    });
-    } else {
-      post_cpu(req.state());
-    }
+    post_it(req.state());
   } catch (...) {
     req.free();
     throw;
@@ -92,6 +79,7 @@ std::vector<pstate_p2p_op_t> checked_batch(pstate_group_t *g, const pstate_p2p_o
   } catch (const pstate::Error &e) {
     throw_error(e.status(), e.what(), "; nothing was sent");
   }
+  const TensorChecks checks(g, "pstate_p2p_batch");
   for (size_t i = 0; i < n; ++i) {
     const pstate_p2p_op_t &o = batch[i];
     auto where = [&] { return pstate::cat("ops[", i, "]"); };
@@ -105,8 +93,7 @@ std::vector<pstate_p2p_op_t> checked_batch(pstate_group_t *g, const pstate_p2p_o
       throw_error(PSTATE_ERR_INVALID_ARGUMENT, where(), ".dtype ", static_cast<int>(o.dtype),
                   " is not a pstate_dtype_t; nothing was sent");
     require_buffer(o.buf, o.count, o.dtype, 1, where().c_str());
-    if (!g->on_device())
-      g->context().require_host_memory(o.buf, where().c_str(), g->name().c_str(), "p2p_batch");
+    if (!checks.device()) checks.p2p_memory(o.buf, where().c_str());  // the name only built where it is checked
   }
   return batch;
 }
@@ -120,7 +107,7 @@ PSTATE_API pstate_status_t pstate_isend(pstate_group_t *g, const void *buf, size
   return PSTATE_GUARD({
     check_p2p(g, buf, count, dtype, peer, stream, req, "pstate_isend", "peer");
     ContextEntry entry(g->context(), "pstate_isend");
-    *req = post(g, true, buf, count, dtype, peer, stream, [&](RequestState &r) { g->isend(r, buf, count, dtype, peer); });
+    *req = post(g, true, buf, [&](RequestState &r) { g->isend(r, buf, count, dtype, peer, stream); });
   });
 }
 
@@ -129,7 +116,7 @@ PSTATE_API pstate_status_t pstate_irecv(pstate_group_t *g, void *buf, size_t cou
   return PSTATE_GUARD({
     check_p2p(g, buf, count, dtype, peer, stream, req, "pstate_irecv", "peer");
     ContextEntry entry(g->context(), "pstate_irecv");
-    *req = post(g, false, buf, count, dtype, peer, stream, [&](RequestState &r) { g->irecv(r, buf, count, dtype, peer); });
+    *req = post(g, false, buf, [&](RequestState &r) { g->irecv(r, buf, count, dtype, peer, stream); });
   });
 }
 
@@ -174,11 +161,7 @@ PSTATE_API pstate_status_t pstate_p2p_batch(pstate_group_t *g, const pstate_p2p_
     ContextEntry entry(g->context(), "pstate_p2p_batch");
     const std::vector<pstate_p2p_op_t> batch = checked_batch(g, ops, n);
     if (n == 0) return;
-    if (g->on_device()) {
-      g->require_device_p2p_ready("pstate_p2p_batch");
-      return g->p2p_batch_device(batch.data(), n, stream);
-    }
-    g->p2p_batch(batch.data(), n);
+    g->p2p_batch(batch.data(), n, stream);
   });
 }
 

@@ -151,6 +151,59 @@ inline void require_reducible(pstate_dtype_t dtype, pstate_reduce_op_t op) {
                 " is not supported on CPU: fp8 types are move-only (all_gather, broadcast, send/recv)");
 }
 
+// The buffer checks of one tensor call, for where the group sends its tensors (asked once per
+// call; the group dispatches the call itself, group_tensors.cpp). In a CUDA context: device memory
+// of the context's device (checked here under PSTATE_CHECK=1, before the call's exchange, so one
+// rank's host or other-device buffer fails every rank; without it the device communicator checks
+// it, locally), overlapping only in NCCL's in-place forms. Otherwise: host memory (no CUDA device
+// memory, which costs nothing while the process has not loaded CUDA), overlapping also in the CPU
+// communicator's forms, and a CPU kernel for the dtype and op. Each place keeps its order of
+// checks: the device's memory before overlap, the host's overlap first.
+class TensorChecks {
+ public:
+  // call: the entry point ("pstate_all_reduce"); host memory checks name it without "pstate_".
+  TensorChecks(const pstate_group_t *g, const char *call)
+      : g_(g), call_(call), op_(call + sizeof("pstate_") - 1), device_(g->on_device()) {}
+  bool device() const { return device_; }
+  // A buffer the call's communicator reads or writes (bytes: its size; 0 = none).
+  void memory(const void *p, size_t bytes, const char *name) const {
+    if (!device_) return g_->context().require_host_memory(p, name, g_->name().c_str(), op_);
+    if (bytes == 0 || !g_->context().check_enabled()) return;
+    g_->context().device_context()->require_device_pointer(p, name, pstate::cat(g_->name(), ": ", call_));
+  }
+  // Both buffers of the call, send first (on the CPU one look at whether CUDA is loaded for both).
+  void memory(const void *send, size_t send_bytes, const void *recv, size_t recv_bytes) const {
+    if (!device_) return g_->context().require_host_memory(send, "send", recv, "recv", g_->name().c_str(), op_);
+    memory(send, send_bytes, "send");
+    memory(recv, recv_bytes, "recv");
+  }
+  // A point-to-point buffer: host memory in a CPU context (the device communicator checks its own).
+  void p2p_memory(const void *p, const char *name) const {
+    if (!device_) g_->context().require_host_memory(p, name, g_->name().c_str(), op_);
+  }
+  // send and recv overlap only in an in-place form (require_disjoint): on the CPU nccl_in_place
+  // or cpu_in_place (spelled cpu_forms), checked before `memory_checks`; on the device
+  // nccl_in_place alone (nccl_forms), checked after them.
+  template <typename MemoryChecks>
+  void apart(const void *send, size_t send_bytes, const void *recv, size_t recv_bytes, bool nccl_in_place,
+             bool cpu_in_place, const char *nccl_forms, const char *cpu_forms, MemoryChecks &&memory_checks) const {
+    if (!device_)
+      require_disjoint(g_, call_, send, send_bytes, recv, recv_bytes, nccl_in_place || cpu_in_place, cpu_forms);
+    memory_checks();
+    if (device_) require_disjoint(g_, call_, send, send_bytes, recv, recv_bytes, nccl_in_place, nccl_forms);
+  }
+  // A reduction the CPU has a kernel for (NCCL has every dtype and op pstate names).
+  void reducible(pstate_dtype_t dtype, pstate_reduce_op_t op) const {
+    if (!device_) require_reducible(dtype, op);
+  }
+
+ private:
+  const pstate_group_t *g_;
+  const char *call_;
+  const char *op_;
+  bool device_;
+};
+
 inline void require_cpu_stream(const pstate_group_t *g, void *stream) {
   if (g->context().device() == PSTATE_DEVICE_CPU && stream != nullptr)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "stream must be NULL in a CPU context (group ", g->name(), ")");

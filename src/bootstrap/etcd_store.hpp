@@ -1,13 +1,13 @@
 // etcd_store.hpp — the rendezvous store on an etcd v3 cluster (etcd://H1:2379,H2:2379,H3:2379/PREFIX):
 // the job's deciding state lives in a replicated store, so the job survives losing any host,
-// the one that started it included (issue 34).
+// the one that started it included.
 //
 // Talks to etcd's HTTP/JSON gateway through EtcdClient (etcd_client.hpp says why not gRPC, and
 // how failover across the listed endpoints, TLS and etcd users work). Every key of the job sits
 // under ROOT = "PREFIX/@/": '@' may not appear in a prefix (init_method.cpp), so no other job's
 // keys are ever under ROOT, even a job on PREFIX/b or one whose prefix is PREFIX/kv; every range
-// this store reads, watches or deletes is within ROOT (issue 44: a job on P used to delete a live
-// job's P/b when it closed). Layout under ROOT:
+// this store reads, watches or deletes is within ROOT (so a job on P, when it closes, never deletes
+// a live job's P/b). Layout under ROOT:
 //   ROOT/meta          "world_size", the job token's fingerprint (HMAC, never the token), the job
 //                      id, the rank that created it, its lease TTL; made in the same transaction
 //                      as that rank's claim (create_revision == 0: the first writer wins)

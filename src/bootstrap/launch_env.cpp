@@ -223,8 +223,8 @@ Ranks resolve_ranks(const pstate_init_params_t &p, const EnvLookup &env, std::st
 
 // PSTATE_STORE names the store outright (etcd://..., tcp://..., file:///...): how a launcher
 // without MASTER_ADDR's meaning (the etcd store has no rank 0 host) points ranks at it. It comes
-// first under every launcher, a LeaderWorkerSet's included (issue 44: LWS pods used the leader's
-// tcp:// store and said nothing).
+// first under every launcher, a LeaderWorkerSet's included (else LWS pods would take the leader's
+// tcp:// store and say nothing).
 std::optional<InitMethod> pstate_store_variable(const EnvLookup &env) {
   std::optional<std::string> store = lookup(env, "PSTATE_STORE");
   if (!store) return std::nullopt;

@@ -4,7 +4,7 @@
 // device = PSTATE_DEVICE_CUDA (the same candidates, PSTATE_NCCL_LIBRARY, the same messages).
 #include "cli/probe.hpp"
 
-#include "transport/nccl/device_comm.hpp"
+#include "transport/device_comm.hpp"
 
 #include <dlfcn.h>
 

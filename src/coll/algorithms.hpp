@@ -28,7 +28,7 @@
 // reduce_scatterv recv == send + that offset. Other partial overlaps are not supported.
 #pragma once
 
-#include "coll/channel.hpp"
+#include "transport/channel.hpp"
 
 #include <pstate/pstate.h>
 

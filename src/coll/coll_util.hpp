@@ -5,7 +5,7 @@
 // used by every ring that reduces (allreduce_ring, reduce_scatter_ring, reduce_scatterv_ring).
 #pragma once
 
-#include "coll/channel.hpp"
+#include "transport/channel.hpp"
 #include "common/error.hpp"
 #include "reduce/reduce.hpp"
 

@@ -85,7 +85,7 @@ class AlgorithmSelector {
   Choice<BarrierFn> barrier(int group_size) const;
 
   // Whether PSTATE_ALGO_<family> forces an algorithm: then the family's small calls on UCX groups
-  // are not folded into the agreement exchange (src/group/agreement_exchange.hpp), so the forced
+  // are not folded into the agreement exchange (src/coll/agreement_exchange.hpp), so the forced
   // algorithm runs at every size (the transport-variant tests rely on that).
   bool allreduce_forced() const { return allreduce_ >= 0; }
   bool allgather_forced() const { return allgather_ >= 0; }

@@ -10,7 +10,7 @@
 // transport: inside a host they ride in the flag words of the shared-memory protocol
 // (src/transport/shm/, packed by pack_call_code; the counts hash beside the code), over UCX they
 // are exchanged before the operation, a small operation's data riding in the same exchange
-// (src/group/agreement_exchange.hpp: detail then holds the bytes of data each record carries).
+// (src/coll/agreement_exchange.hpp: detail then holds the bytes of data each record carries).
 #pragma once
 
 #include <pstate/pstate.h>

@@ -23,7 +23,7 @@
 //   undelivered.cpp     dropping messages no receive took;  host_order.cpp  host awareness
 //
 // A CUDA context (device = PSTATE_DEVICE_CUDA) also owns the DeviceContext of
-// src/transport/nccl/device_comm.hpp: the CUDA runtime and NCCL loaded at run time, the device
+// src/transport/device_comm.hpp: the CUDA runtime and NCCL loaded at run time, the device
 // and its context stream, and graph-capture mode. It is made before the store is opened, so a
 // host without a usable GPU fails pstate_init at once and locally (UNSUPPORTED "no CUDA
 // device: ..."), leaving no rendezvous half-done. Each group makes its own device communicator
@@ -46,8 +46,8 @@
 #include "group/group_registry.hpp"
 #include "group/peer_table.hpp"
 #include "layout/layout.hpp"
-#include "transport/nccl/device_comm.hpp"
-#include "transport/ucx/process_watch.hpp"
+#include "transport/device_comm.hpp"
+#include "common/process_watch.hpp"
 #include "transport/ucx/ucx_worker.hpp"
 
 #include <pstate/pstate.h>
@@ -365,7 +365,7 @@ class Context {
   std::unique_ptr<DeviceContext> device_ctx_;  // before the groups: destroyed after them
   HostPointerCheck host_check_;
   PeerTable peers_;  // per launch rank
-  std::vector<std::unique_ptr<ucx::ProcessWatch>> live_watches_;  // live_ranks(): same-host peers
+  std::vector<std::unique_ptr<ProcessWatch>> live_watches_;  // live_ranks(): same-host peers
   GroupRegistry groups_;
   std::vector<int> members_;  // the current world: launch rank of each global rank
   int rank_ = 0;              // this process's global rank in it

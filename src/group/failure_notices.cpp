@@ -151,7 +151,7 @@ std::vector<int> Context::live_launch_ranks(bool for_agreement, bool *store_answ
       const int64_t pid = peers_.pid(r);
       if (!dead && peers_.host_id(r) == peers_.host_id(launch_rank()) && pid > 0 && pid != ::getpid()) {
         auto &w = live_watches_[static_cast<size_t>(r)];
-        if (!w || w->pid() != static_cast<pid_t>(pid)) w = std::make_unique<ucx::ProcessWatch>(static_cast<pid_t>(pid));
+        if (!w || w->pid() != static_cast<pid_t>(pid)) w = std::make_unique<ProcessWatch>(static_cast<pid_t>(pid));
         dead = w->exited();
       }
     }

@@ -1,25 +1,28 @@
 // group.hpp — pstate_group_t: SGLang's GroupCoordinator for one group seen from one rank.
 //
-// A group knows its ranks (global, in group order), this rank's place in it, and owns its CPU
-// communicator: a Channel over UCX (any host) that the algorithms of src/coll/ run on. Every
-// operation goes through run(): it refuses work on a failed context, numbers the operation
-// (the sequence number becomes the tag base, so messages of different operations never mix),
-// makes every rank agree on what is being called (kind, count, dtype, op, root, the v-collectives'
-// counts array as its total and hash: inside a host in
-// the shared-memory protocol, on UCX by a descriptor exchange; PSTATE_CHECK=1 adds the exchange
-// everywhere) and reports a mismatch on every rank instead of a wrong answer or a hang, sets the
-// deadline, and on a fatal error (TIMEOUT, PEER_LOST, TRANSPORT) poisons the context so every
-// later collective returns ABORTED.
+// A group knows its ranks (global, in group order), this rank's place in it, and owns its host
+// communicator (transport/host_comm.hpp), chosen once when the group is made: shared memory
+// (ShmComm) when every rank is on this host, else UCX (UcxComm). Every operation goes through
+// run(): it refuses work on a failed context, numbers the operation (the sequence number becomes
+// the tag base, so messages of different operations never mix), makes every rank agree on what is
+// being called (kind, count, dtype, op, root, the v-collectives' counts array as its total and
+// hash: inside the shared-memory protocol where the communicator carries it, else by a descriptor
+// exchange on the communicator's network; PSTATE_CHECK=1 adds the exchange everywhere) and reports
+// a mismatch on every rank instead of a wrong answer or a hang, sets the deadline, hands the
+// operation to the communicator, and on a fatal error (TIMEOUT, PEER_LOST, TRANSPORT) poisons the
+// context so every later collective returns ABORTED. What a call is (its number, its agreement,
+// a small call folded into the exchange, its flight-recorder entry, what its failure does) is the
+// group's, the same for every communicator; how its bytes move is the communicator's.
 //
 // In a CUDA context the group also owns a device communicator (DeviceComm: NCCL), made on its
-// first device operation; tensors go there through run_device() (see group_device.cpp), while
-// barriers of the library itself, objects and metadata stay on the CPU communicator.
+// first device operation. The tensor operations src/api/ calls (they take a stream) go there
+// through run_device() (group_device.cpp), or to the host communicator in a CPU context: the
+// choice is made here (group_tensors.cpp), once per call in one place; barriers of the library
+// itself, objects and metadata stay on the host communicator in every context.
 #pragma once
 
 #include "bootstrap/store.hpp"
-#include "coll/channel.hpp"
-#include "coll/select.hpp"
-#include "group/agreement_exchange.hpp"
+#include "coll/agreement_exchange.hpp"
 #include "common/call_position.hpp"
 #include "common/error.hpp"
 #include "common/op_descriptor.hpp"
@@ -27,7 +30,8 @@
 #include "common/trace.hpp"
 #include "group/group_memory.hpp"
 #include "group/request.hpp"
-#include "transport/nccl/device_comm.hpp"
+#include "transport/device_comm.hpp"
+#include "transport/host_comm.hpp"
 
 #include <pstate/pstate.h>
 
@@ -39,16 +43,6 @@
 namespace pstate {
 
 class Context;
-class UcxChannel;
-namespace shm {
-class ShmGroup;
-class ShmMessageQueue;
-class ShmP2p;
-}  // namespace shm
-namespace ucx {
-class ProcessWatch;
-}  // namespace ucx
-
 
 }  // namespace pstate
 
@@ -77,7 +71,41 @@ struct pstate_group_s {
   void check_alive(const char *call) const;  // throws INVALID_STATE / ABORTED
   bool valid_magic() const { return magic_ == kMagic; }
 
-  // Operations on host memory (CPU communicator). Arguments were checked by src/api/.
+  // ---- tensor operations of src/api/ (group_tensors.cpp; arguments checked there) ----
+  // The device communicator in a CUDA context (enqueued on stream), the host communicator
+  // otherwise (stream NULL); the host path also turns the API's extra in-place forms into the
+  // communicator's (an all_gather's send == recv on rank r >= 1, ...).
+  void all_reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op,
+                  void *stream);
+  void all_gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, void *stream);
+  void reduce_scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, pstate_reduce_op_t op,
+                      void *stream);
+  void broadcast(void *buf, size_t count, pstate_dtype_t dtype, int root, void *stream);
+  void gather(const void *send, void *recv, size_t send_count, pstate_dtype_t dtype, int root, void *stream);
+  void all_to_all(const void *send, void *recv, size_t count_per_rank, pstate_dtype_t dtype, void *stream);
+  void reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op, int root,
+              void *stream);
+  void scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, int root, void *stream);
+  // The variable-size collectives: counts has size() entries summing to total (checked by
+  // src/api/); the descriptor carries total and counts_hash(counts), so ranks that pass
+  // different arrays get MISMATCH naming their arrays (naming_counts_on_mismatch).
+  void all_gatherv(const void *send, void *recv, const size_t *counts, size_t total, pstate_dtype_t dtype,
+                   void *stream);
+  void reduce_scatterv(const void *send, void *recv, const size_t *counts, size_t total, pstate_dtype_t dtype,
+                       pstate_reduce_op_t op, void *stream);
+  void send(const void *buf, size_t count, pstate_dtype_t dtype, int dst, void *stream);
+  void recv(void *buf, size_t count, pstate_dtype_t dtype, int src, void *stream);
+  // pstate_isend / pstate_irecv into r (fresh, owned by the caller's handle): a CUDA context
+  // enqueues the transfer and finishes r; a CPU context posts it (post_request below).
+  void isend(pstate::RequestState &r, const void *buf, size_t count, pstate_dtype_t dtype, int dst, void *stream);
+  void irecv(pstate::RequestState &r, void *buf, size_t count, pstate_dtype_t dtype, int src, void *stream);
+  void p2p_batch(const pstate_p2p_op_t *ops, size_t n, void *stream);
+  // Before a point-to-point call makes anything: in a CUDA context, a group of more than two ranks
+  // needs its NCCL communicator already (INVALID_STATE naming the fix); nothing in a CPU context.
+  void require_p2p_ready(const char *call);
+
+  // Operations on host memory (the host communicator), for src/group/ itself and the tensor
+  // operations above.
   // kind: what the ranks agree on; pstate's own exchanges pass their own (op_descriptor.hpp), so
   // they never pair with a user's call of the same shape.
   void all_reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op,
@@ -91,12 +119,6 @@ struct pstate_group_s {
   // recv is nullptr on every rank but root; send is nullptr on every rank but root.
   void reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op, int root);
   void scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, int root);
-  // The variable-size collectives: counts has size() entries summing to total (checked by
-  // src/api/); the descriptor carries total and counts_hash(counts), so ranks that pass
-  // different arrays get MISMATCH. UCX carries them (inside a host after arriving in shm).
-  void all_gatherv(const void *send, void *recv, const size_t *counts, size_t total, pstate_dtype_t dtype);
-  void reduce_scatterv(const void *send, void *recv, const size_t *counts, size_t total, pstate_dtype_t dtype,
-                       pstate_reduce_op_t op);
   // Point-to-point on the group's two streams per peer and direction (common/p2p_message_kind.hpp):
   // tensors (send/recv; kind: a user's send, or a tensor dict's CPU payload) and objects
   // (send_object/recv_object; kind: a user's object, or a tensor dict's metadata,
@@ -106,12 +128,11 @@ struct pstate_group_s {
             pstate::TensorKind kind = pstate::TensorKind::kSend);
   void recv(void *buf, size_t count, pstate_dtype_t dtype, int src,
             pstate::TensorKind kind = pstate::TensorKind::kSend);
-  // allow_shm false: over the CPU channel (UCX) even inside a host, e.g. to prove the transport.
+  // allow_shm false: on the communicator's network (UCX) even inside a host, to prove the transport.
   // kind: kBarrier, or kFinalize / kDestroy for the library's own barriers (named in mismatches).
   void barrier(bool allow_shm = true, pstate::OpKind kind = pstate::OpKind::kBarrier);
   pstate::Bytes broadcast_object(const void *data, size_t size, int src,
                                  pstate::OpKind kind = pstate::OpKind::kBroadcastObject);
-  void broadcast_object_mq(const void *data, size_t size, pstate::Bytes *out, uint32_t tag);
   pstate::Bytes all_gather_object(const void *data, size_t size, std::vector<size_t> *sizes,
                                   pstate::OpKind kind = pstate::OpKind::kAllGatherObject);
   void send_object(const void *data, size_t size, int dst, pstate::ObjectKind kind = pstate::ObjectKind::kObject);
@@ -147,8 +168,9 @@ struct pstate_group_s {
   }
 
   // ---- the device communicator (CUDA contexts; group_device.cpp) ----
-  // Whether tensors of this group go to the device communicator (the context is CUDA).
-  bool on_device() const;
+  // Whether tensors of this group go to the device communicator (the context is CUDA): the choice
+  // of the tensor operations above, which src/api/ asks only to check the buffers for it.
+  bool on_device() const { return device_; }
   // Runs body(DeviceComm &) as the device operation `desc` (count, dtype, op, root as the CPU
   // operations fill them): refuses a retired group or failed context, verifies the operation
   // across the group first under PSTATE_CHECK (a numbered CPU exchange), and poisons the
@@ -217,12 +239,10 @@ struct pstate_group_s {
   void verify_only(const pstate::OpDescriptor &desc);
 
   // ---- non-blocking and batched point-to-point (group_requests.cpp; request.hpp) ----
-  // isend / irecv on the CPU communicator: post under an owner of the request's own (so no other
-  // operation's failure cancels it), take the per-peer tag of send/recv (mixing them keeps order)
-  // and record the entry; the state is pending, and held by the group, until complete_request.
-  // Post into r (fresh, owned by the caller's handle; listed by the group while pending).
-  void isend(pstate::RequestState &r, const void *buf, size_t count, pstate_dtype_t dtype, int dst);
-  void irecv(pstate::RequestState &r, void *buf, size_t count, pstate_dtype_t dtype, int src);
+  // isend / irecv on the host communicator (post_request): the request outlives the call (no
+  // other operation's failure cancels it), takes the per-peer order of send/recv (mixing them
+  // keeps order) and records the entry; the state is pending, and held by the group, until
+  // complete_request.
   // Drives a pending state of this group: block = wait (until done or the context timeout from
   // now), else one non-blocking test. True when the state finished (status and message set;
   // a fatal error has failed the context); never throws pstate::Error.
@@ -232,15 +252,15 @@ struct pstate_group_s {
   // Requests posted and not completed yet (pstate_destroy_model_parallel refuses to run then: a
   // pending send cannot be cancelled without closing the endpoint to its peer for every group).
   size_t pending_requests() const { return requests_.size(); }
-  // pstate_p2p_batch, ops checked by src/api/: CPU (post all, wait all, one deadline) and CUDA
+  // pstate_p2p_batch, ops checked by src/api/: host (post all, wait all, one deadline) and CUDA
   // (one NCCL group on stream).
   void p2p_batch(const pstate_p2p_op_t *ops, size_t n);
   void p2p_batch_device(const pstate_p2p_op_t *ops, size_t n, void *stream);
   // ---- messages no call took, at retirement (pstate_destroy_model_parallel, pstate_grow) ----
-  // The UCX point-to-point messages this rank posted to / from group rank peer on stream so far.
+  // The network's (UCX) point-to-point messages this rank posted to / from group rank peer on
+  // stream so far (shared-memory rings count their own, and go with the group).
   uint32_t p2p_posted(pstate::P2PStream stream, int peer, bool sending) const {
-    const size_t at = static_cast<size_t>(stream) * ranks_.size() + static_cast<size_t>(peer);
-    return sending ? p2p_sent_[at] : p2p_received_[at];
+    return network_ != nullptr ? network_->posted(stream, peer, sending) : 0;
   }
   // Receives and drops the messages peer sent on stream up to its count `sent` that no receive of
   // this rank took (sent - p2p_posted(stream, peer, false) of them; all were sent and completed,
@@ -265,6 +285,13 @@ struct pstate_group_s {
   void shrink_device_from(pstate::DeviceComm &parent, const std::vector<int> &exclude);
 
  private:
+  // The tensor operations' choice (the one place that makes it): device_body(DeviceComm &) as the
+  // device operation desc in a CUDA context, else host_body().
+  template <typename DeviceBody, typename HostBody>
+  void tensors(const pstate::OpDescriptor &desc, DeviceBody &&device_body, HostBody &&host_body) {
+    if (on_device()) return run_device(desc, device_body);
+    host_body();
+  }
   pstate::DeviceComm &begin_device_op(const pstate::OpDescriptor &desc, uint64_t *tid);
   pstate::DeviceComm &device_comm();
   pstate::DeviceCommOptions device_comm_options();
@@ -273,8 +300,9 @@ struct pstate_group_s {
   void device_op_enqueued(uint64_t tid);
 
   static constexpr uint32_t kMagic = 0x70677270;  // "pgrp"
-  // fold_payload: the data of a call folded into the agreement exchange (desc.detail = its bytes,
-  // see can_fold and group/agreement_exchange.hpp); the body then finds every rank's data in agree_.
+  // body(const HostCall &): the operation, numbered and agreed. fold_payload: the data of a call
+  // folded into the agreement exchange (desc.detail = its bytes, see can_fold and
+  // coll/agreement_exchange.hpp); the body then finds every rank's data in agree_.
   template <typename Body>
   void run(const pstate::OpDescriptor &desc, Body &&body, const void *fold_payload = nullptr);
   template <typename Body>
@@ -283,15 +311,16 @@ struct pstate_group_s {
   void trace_outer_end(uint64_t id, const pstate::Error *e);
   // A flight-recorder entry for a collective (numbered: it takes the group's next trace seq).
   uint64_t trace_begin(pstate::TraceRecorder &tr, const pstate::OpDescriptor &d, bool numbered);
-  void verify_same_op(const pstate::OpDescriptor &desc, const void *fold_payload = nullptr);
+  void verify_same_op(const pstate::HostCall &call, const pstate::OpDescriptor &desc, const void *fold_payload);
   // verify_same_op found a record unlike desc: throws the error that names the first such rank
   // after this one (returns when this rank itself refused the call: the caller throws its own).
   void report_disagreement(const pstate::OpDescriptor &desc);
-  // Whether run() exchanges descriptors before this group's calls (UCX groups; every group under
-  // PSTATE_CHECK=1), and whether a call of `bytes` per record rides in that exchange: a UCX group,
-  // 0 < count * dtype size <= agree::fold_cap(size()).
+  // Whether run() exchanges descriptors before this group's calls (a communicator whose protocol
+  // does not agree by itself: UCX; every group under PSTATE_CHECK=1), and whether a call of
+  // operation `family` (kAllReduce, kAllGather, kBroadcast, kReduce) rides in that exchange: the
+  // communicator folds it, 0 < count * dtype size <= agree::fold_cap(size()).
   bool exchanges() const;
-  bool can_fold(size_t count, pstate_dtype_t dtype) const;
+  bool can_fold(pstate::OpKind family, size_t count, pstate_dtype_t dtype) const;
   // A folded all_reduce/reduce: every rank's payload in agree_, reduced into out in the order
   // recursive doubling uses (the same bits on every rank, and as the unfolded path).
   void reduce_folded(void *out, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op);
@@ -299,40 +328,22 @@ struct pstate_group_s {
   // waiting for this rank, failed and told every rank) makes it fail here too, as the algorithm's
   // wait would have (one call, one verdict: a late rank never returns OK from a call its peers
   // failed, although their records did reach it).
-  void check_peers_stayed();
+  void check_peers_stayed(const pstate::HostCall &call);
+  // The v-collectives on the host communicator (d: make_v_op's; the caller names the counts).
+  void host_all_gatherv(const pstate::OpDescriptor &d, const void *send, void *recv, const size_t *counts,
+                        size_t total, pstate_dtype_t dtype);
+  void host_reduce_scatterv(const pstate::OpDescriptor &d, const void *send, void *recv, const size_t *counts,
+                            size_t total, pstate_dtype_t dtype, pstate_reduce_op_t op);
   void verify_device_p2p(const pstate::OpDescriptor &desc);  // PSTATE_CHECK, device send/recv
-  // Point-to-point tags live in their own space (ucx_tag.hpp): one running counter per stream,
-  // peer and direction; `what` (kind, dtype) rides in the tag and is checked on arrival.
-  uint32_t p2p_tag(int peer, bool sending, pstate::P2PStream stream, uint32_t what);
-  // Shared memory: used for all_reduce, all_gather, reduce_scatter, broadcast, reduce, scatter
-  // and barrier when
-  // every rank of the group is on this host (and PSTATE_SHM is not 0). The segment is created on
-  // the first such call (every rank makes the same calls, so they all create it together).
-  bool use_shm() const { return shm_allowed_; }
-  pstate::shm::ShmGroup &shm();
-  // shm() for the operation run() just numbered (its sequence number goes into messages).
-  pstate::shm::ShmGroup &shm_for_call();
-  // In a shared-memory group, an operation that UCX carries first takes part in the agreement
-  // in shared memory (ShmGroup::arrive), so it meets whatever its peers call there.
-  void arrive_in_shm(const pstate::OpDescriptor &desc);
-  // The message-queue broadcaster (SGLang's shm_broadcast) for broadcast_object from group rank 0.
-  pstate::shm::ShmMessageQueue &message_queue();
-  // Point-to-point of a shared-memory group (send, recv, isend, irecv, p2p_batch): byte rings per
-  // pair of ranks (shm_p2p.hpp), made on first use without the other ranks; objects and tensor
-  // dicts stay on UCX (both sides choose by the call, so the k-th message still meets the k-th
-  // receive on each path).
-  pstate::shm::ShmP2p &p2p();
-  void release_p2p() noexcept;
-  void wait_or_cancel(uint64_t id, const pstate::Deadline &deadline, const char *what);
-  // Throws PEER_LOST when a same-host peer's process has exited (the shm liveness check).
-  void check_peers_alive();
-  // The shm waits' periodic check: check_peers_alive, then INTERRUPTED when the context's
-  // interrupt check (pstate_set_interrupt_check) asks to stop.
-  void check_waiting();
-  std::string shm_name(const char *what) const;
-  // INFO-logs the selector's choice the first time this group makes it.
-  // op: the public operation (kAllReduce .. kReduceScatterV), whatever kind the call carries.
-  void explain(pstate::OpKind op, const char *algorithm, size_t bytes);
+  // The host communicator of the group's ranks: shared memory when every rank is on this host
+  // (and PSTATE_SHM is not 0), else UCX. The one place that chooses; logs the choice.
+  std::unique_ptr<pstate::HostComm> make_host_comm();
+  // What the shared-memory communicator's waits check of the context: a peer's failure notice of
+  // this group's call; pstate_abort or the interrupt check (pstate_set_interrupt_check).
+  void check_notices_in_shm();
+  void check_stop_in_shm();
+  // A point-to-point call (no sequence number) for the host communicator.
+  pstate::HostCall p2p_call(const char *op, uint64_t trace_id = 0) const;
 
   uint32_t magic_ = kMagic;
   pstate::Context &ctx_;
@@ -342,24 +353,17 @@ struct pstate_group_s {
   std::vector<int> global_;  // the same ranks numbered in the current world
   int rank_in_group_ = -1;
   uint32_t group_id_;
-  std::unique_ptr<pstate::UcxChannel> channel_;
   // The collectives' sequence (begun: the next call's seq) and the calls returned, for failure
   // notices: this rank's go out with its own (Context::fail), a peer's are read against it.
   pstate::CallPosition position_;
   pstate::agree::Table agree_;  // the last agreement exchange's records (reused between calls)
-  pstate::coll::AlgorithmSelector selector_;
-  // Two bits per operation kind: its first and its second algorithm already explained at INFO.
-  uint64_t logged_choices_ = 0;
-  static_assert(2 * static_cast<int>(pstate::OpKind::kReduceScatterV) <= 64, "two bits per operation kind");
-  // Messages posted per (stream, peer): index stream * size() + peer (UCX; shared-memory rings
-  // count their own). What pstate_destroy_model_parallel compares to find undelivered ones.
-  std::vector<uint32_t> p2p_sent_, p2p_received_;
-  bool shm_allowed_ = false;
-  std::unique_ptr<pstate::shm::ShmGroup> shm_;
-  std::unique_ptr<pstate::shm::ShmMessageQueue> mq_;
-  std::unique_ptr<pstate::shm::ShmP2p> p2p_;
-  bool p2p_released_ = false;
-  std::vector<std::unique_ptr<pstate::ucx::ProcessWatch>> watches_;  // same-host peers in other processes
+  pstate::Explainer explain_;   // the INFO lines of the choices, shared with the communicators
+  std::unique_ptr<pstate::HostComm> comm_;  // until retire()
+  pstate::HostComm *network_ = nullptr;      // comm_->network()
+  // comm_'s paths for the flight recorder (its own calls; its objects), kept past retire(), whose
+  // refused calls are recorded too.
+  pstate::TracePath path_ = pstate::TracePath::kLocal, object_path_ = pstate::TracePath::kUcx;
+  bool device_ = false;  // a CUDA context: tensors go to the device communicator (fixed for the context)
   std::unique_ptr<pstate::DeviceComm> device_comm_;  // CUDA contexts, after the first device op
   std::unique_ptr<pstate::GroupMemory> memory_;      // after the first pstate_mem_* call (group_mem.cpp)
   pstate::GroupMemory &memory(const char *call);
@@ -370,10 +374,13 @@ struct pstate_group_s {
   pstate::TraceGroup *trace_group_ = nullptr;  // this group's record in the context's flight recorder
 
   // ---- non-blocking point-to-point (group_requests.cpp) ----
+  // isend (sending) / irecv into r: the device's or the host's (post_request).
+  void request(pstate::RequestState &r, bool sending, void *buf, size_t count, pstate_dtype_t dtype, int peer,
+               void *stream);
+  // Posts into r on the host communicator (listed by the group while pending).
   void post_request(pstate::RequestState &r, pstate::TraceOp op, void *buf, size_t count, pstate_dtype_t dtype,
                     int peer);
   void finish_request(pstate::RequestState &r, pstate_status_t status, std::string message) noexcept;
-  bool complete_shm_request(pstate::RequestState &r, bool block, const char *op);
   // Pending, in posting order. Not owning: a pending state is owned by its pstate_request_t handle,
   // which only a completing wait/test frees (and that removes it here first), so every state listed
   // is alive; holding no count keeps atomic reference counting off the post/complete path.

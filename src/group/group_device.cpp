@@ -5,7 +5,7 @@
 // communicator that it creates itself on first use (a group that never moves a device tensor
 // costs nothing; SGLang's eager MoE communicators cost ~700 MB each). Creation is collective over
 // the group: group rank 0 makes the NCCL unique id and broadcast_from_rank0 carries it over the
-// group's CPU channel as one numbered operation, so its tag cannot meet another collective's. A
+// group's host communicator as one numbered operation, so its tag cannot meet another collective's. A
 // group of one never creates an NCCL communicator (its operations are device copies). A group made
 // while the world's communicator exists gets its own at creation by split_device_into (ncclCommSplit
 // from the world's, collective over the world; Context::split_from_world) instead. After
@@ -18,7 +18,6 @@
 // finalize) destroys it gracefully.
 #include "group/context.hpp"
 #include "group/group.hpp"
-#include "transport/ucx/ucx_channel.hpp"
 
 namespace pstate {
 namespace {
@@ -30,10 +29,6 @@ bool is_fatal_device_status(pstate_status_t s) {
 
 }  // namespace
 }  // namespace pstate
-
-bool pstate_group_s::on_device() const {
-  return ctx_.device_context() != nullptr;
-}
 
 pstate::DeviceCommOptions pstate_group_s::device_comm_options() {
   pstate::DeviceCommOptions o;
@@ -132,20 +127,20 @@ pstate::DeviceComm &pstate_group_s::begin_device_op(const pstate::OpDescriptor &
   }
 }
 
-// PSTATE_CHECK=1, device point-to-point: the sender's count goes ahead on the CPU communicator
-// (kind kDeviceCheck, the dtype in the tag), the receiver compares it with its own: another
-// dtype is the tag check's MISMATCH, another count this one, and NCCL is never given the transfer.
+// PSTATE_CHECK=1, device point-to-point: the sender's count goes ahead on the host communicator's
+// network (kind kDeviceCheck, the dtype in its "what"), the receiver compares it with its own:
+// another dtype is the transport's MISMATCH, another count this one, and NCCL is never given the
+// transfer.
 void pstate_group_s::verify_device_p2p(const pstate::OpDescriptor &desc) {
   const bool sending = static_cast<pstate::OpKind>(desc.op) == pstate::OpKind::kSend;
   const int peer = desc.root;
-  const uint32_t tag = p2p_tag(peer, sending, pstate::P2PStream::kTensors,
-                               pstate::p2p_what(pstate::TensorKind::kDeviceCheck, static_cast<pstate_dtype_t>(desc.dtype)));
-  channel_->set_deadline(ctx_.op_deadline());
-  channel_->set_op_name(sending ? "send (PSTATE_CHECK)" : "recv (PSTATE_CHECK)");
+  const uint32_t what =
+      pstate::p2p_what(pstate::TensorKind::kDeviceCheck, static_cast<pstate_dtype_t>(desc.dtype));
+  const pstate::HostCall call = p2p_call(sending ? "send (PSTATE_CHECK)" : "recv (PSTATE_CHECK)");
   uint64_t count = desc.count;
   try {
-    if (sending) return channel_->send(peer, &count, sizeof count, tag);
-    channel_->recv(peer, &count, sizeof count, tag);
+    if (sending) return network_->send(call, peer, &count, sizeof count, what);
+    network_->recv(call, peer, &count, sizeof count, what);
   } catch (const pstate::Error &e) {
     ctx_.fail(e);  // the stream is out of step, or the peer is gone
     throw;
@@ -181,6 +176,10 @@ void pstate_group_s::ensure_device_ready(const char *call) {
     device_op_failed(e);
     throw;
   }
+}
+
+void pstate_group_s::require_p2p_ready(const char *call) {
+  if (on_device()) require_device_p2p_ready(call);
 }
 
 void pstate_group_s::require_device_p2p_ready(const char *call) {

@@ -27,7 +27,7 @@
 // the agreement: `agree(flag)` returns the minimum of flag over the group's ranks.
 #pragma once
 
-#include "transport/nccl/device_comm.hpp"
+#include "transport/device_comm.hpp"
 
 #include <pstate/pstate.h>
 

@@ -1,11 +1,11 @@
 // group_requests.cpp — non-blocking and batched point-to-point of a group (pstate_isend,
 // pstate_irecv, pstate_wait, pstate_test, pstate_p2p_batch).
 //
-// In a shared-memory group a request is an operation of the group's pair rings (ShmP2p,
-// shm_p2p.hpp: one FIFO per direction of each pair is the whole matching); its wait/test drive the
-// rings, and so does every other wait of the group (check_waiting), so a large send moves while
-// its rank waits in a collective. Otherwise (UCX):
-// a request is a message posted on the group's channel under a worker owner of its own
+// A request is an operation of the group's host communicator (HostComm::post, test, wait,
+// cancel). In a shared-memory group it is an operation of the pair rings (ShmP2p, shm_p2p.hpp: one
+// FIFO per direction of each pair is the whole matching); its wait/test drive the rings, and so
+// does every other wait of the group, so a large send moves while its rank waits in a collective.
+// On UCX it is a message posted on the group's channel under a worker owner of its own
 // (UcxChannel::new_request_owner). The channel's owner is cancelled whenever a collective or a
 // blocking call fails; a request must survive that (it belongs to the caller until completed),
 // so it never shares that owner, and its own failure cancels only itself. Its tag is the next
@@ -26,8 +26,6 @@
 #include "group/context.hpp"
 #include "group/group.hpp"
 #include "reduce/reduce.hpp"
-#include "transport/shm/shm_p2p.hpp"
-#include "transport/ucx/ucx_channel.hpp"
 
 #include <algorithm>
 
@@ -46,14 +44,6 @@ bool sends(pstate::TraceOp op) { return op == pstate::TraceOp::kSend; }
 using pstate::RequestState;
 using pstate::TraceOp;
 
-void pstate_group_s::isend(RequestState &r, const void *buf, size_t count, pstate_dtype_t dtype, int dst) {
-  post_request(r, TraceOp::kSend, const_cast<void *>(buf), count, dtype, dst);
-}
-
-void pstate_group_s::irecv(RequestState &r, void *buf, size_t count, pstate_dtype_t dtype, int src) {
-  post_request(r, TraceOp::kRecv, buf, count, dtype, src);
-}
-
 void pstate_group_s::post_request(RequestState &r, TraceOp top, void *buf, size_t count, pstate_dtype_t dtype,
                                   int peer) {
   const char *op = sends(top) ? "isend" : "irecv";
@@ -62,7 +52,7 @@ void pstate_group_s::post_request(RequestState &r, TraceOp top, void *buf, size_
     if (tr == nullptr) return 0;
     return tr->begin(pstate::TraceClass::kP2P, top, trace_group_,
                      numbered ? pstate::TraceRecorder::next_p2p(trace_group_, peer, sends(top)) : UINT64_MAX, count,
-                     dtype, -1, -1, peer, use_shm() ? pstate::TracePath::kShm : pstate::TracePath::kUcx);
+                     dtype, -1, -1, peer, path_);
   };
   try {
     check_alive(op);
@@ -77,18 +67,8 @@ void pstate_group_s::post_request(RequestState &r, TraceOp top, void *buf, size_
   r.test_deadline = pstate::Deadline::after_ms_from(r.posted, ctx_.timeout_ms());
   requests_.reserve(requests_.size() + 1);  // no allocation after the post: the state is always held
   try {
-    const size_t bytes = count * pstate::dtype_size(dtype);
-    const uint32_t what = pstate::p2p_what(pstate::TensorKind::kSend, dtype);
-    if (use_shm()) {
-      r.shm = true;
-      const pstate::Deadline d = ctx_.op_deadline();
-      r.op = sends(top) ? p2p().post_send(peer, buf, bytes, d, what) : p2p().post_recv(peer, buf, bytes, d, what);
-    } else {
-      r.owner = channel_->new_request_owner();
-      const uint32_t tag = p2p_tag(peer, sends(top), pstate::P2PStream::kTensors, what);
-      r.op = sends(top) ? channel_->isend_owned(r.owner, peer, buf, bytes, tag)
-                        : channel_->irecv_owned(r.owner, peer, buf, bytes, tag);
-    }
+    comm_->post(r.transfer, sends(top), peer, buf, count * pstate::dtype_size(dtype),
+                pstate::p2p_what(pstate::TensorKind::kSend, dtype), ctx_.op_deadline());
   } catch (const pstate::Error &e) {
     if (is_fatal_p2p(e.status())) ctx_.fail(e);
     ctx_.trace_call_failed(r.trace_id, e);
@@ -113,27 +93,25 @@ bool pstate_group_s::complete_request(RequestState &r, bool block) {
   pstate::TraceRecorder *tr = ctx_.trace();
   try {
     bool done = false;
-    if (r.shm) {
-      done = complete_shm_request(r, block, op);
-    } else if (ctx_.state() == pstate::Context::State::kFailed) {
+    if (ctx_.state() == pstate::Context::State::kFailed) {
       // The context failed while the request was pending: what already arrived is kept, the
       // rest is cancelled (its peer may be the one that failed).
-      done = channel_->test_owned(r.owner, r.op, op, r.test_deadline, r.posted);
+      done = comm_->settle(r.transfer, op, r.test_deadline, r.posted);
       if (!done) {
-        channel_->cancel_owned(r.owner);
+        comm_->cancel(r.transfer);
         check_alive(op);  // throws ABORTED naming the first failure
       }
     } else if (block) {
-      channel_->wait_owned(r.owner, r.op, op, ctx_.op_deadline());
+      comm_->wait(r.transfer, op, ctx_.op_deadline());
       done = true;
     } else {
-      done = channel_->test_owned(r.owner, r.op, op, r.test_deadline, r.posted);
+      done = comm_->test(r.transfer, op, r.peer, r.test_deadline, r.posted);
     }
     if (!done) return false;
   } catch (const pstate::Error &e) {
-    // The buffer is the caller's again: the rings must never move into or out of it later
-    // (a no-op when the operation already left the engine).
-    if (r.shm && p2p_) p2p_->cancel(r.op);
+    // The buffer is the caller's again: the transport must never move into or out of it later
+    // (a no-op when the operation already left it).
+    comm_->cancel(r.transfer);
     if (is_fatal_p2p(e.status())) ctx_.fail(e);
     ctx_.trace_call_failed(r.trace_id, e);
     finish_request(r, e.status(), e.what());
@@ -144,36 +122,10 @@ bool pstate_group_s::complete_request(RequestState &r, bool block) {
   return true;
 }
 
-// A request on the shared-memory rings: as the UCX one, with the rings' test and wait.
-bool pstate_group_s::complete_shm_request(RequestState &r, bool block, const char *op) {
-  if (ctx_.state() == pstate::Context::State::kFailed) {
-    if (p2p().test(r.op)) return true;  // what already arrived is kept
-    p2p().cancel(r.op);
-    check_alive(op);  // throws ABORTED naming the first failure
-  }
-  if (block) {
-    p2p().wait(r.op, ctx_.op_deadline(), op);
-    return true;
-  }
-  if (p2p().test(r.op)) return true;
-  if (r.test_deadline.expired()) {
-    p2p().progress();
-    if (p2p().test(r.op)) return true;
-    pstate::throw_error(PSTATE_ERR_TIMEOUT, name_, " rank ", ctx_.rank(), ": ", op, ": timed out after ",
-                        ctx_.timeout_ms(), " ms (pstate_test; the context timeout from the post): the transfer with group rank ",
-                        r.peer, " has not completed; is the peer calling the matching operation?");
-  }
-  return false;
-}
-
 void pstate_group_s::abort_requests() noexcept {
   while (!requests_.empty()) {
     RequestState &r = *requests_.back();
-    if (r.shm) {
-      if (p2p_) p2p_->cancel(r.op);
-    } else if (channel_) {
-      channel_->cancel_owned(r.owner);
-    }
+    if (comm_) comm_->cancel(r.transfer);
     if (pstate::TraceRecorder *tr = ctx_.trace(); tr != nullptr && r.trace_id != 0)
       tr->failed(r.trace_id, PSTATE_ERR_ABORTED);
     std::string why;
@@ -197,8 +149,7 @@ void pstate_group_s::p2p_batch(const pstate_p2p_op_t *ops, size_t n) {
     const bool s = ops[i].is_send != 0;
     return tr->begin(pstate::TraceClass::kP2P, s ? TraceOp::kSend : TraceOp::kRecv, trace_group_,
                      numbered ? pstate::TraceRecorder::next_p2p(trace_group_, ops[i].peer, s) : UINT64_MAX,
-                     ops[i].count, ops[i].dtype, -1, -1, ops[i].peer,
-                     use_shm() ? pstate::TracePath::kShm : pstate::TracePath::kUcx);
+                     ops[i].count, ops[i].dtype, -1, -1, ops[i].peer, path_);
   };
   try {
     check_alive(kOp);
@@ -206,38 +157,9 @@ void pstate_group_s::p2p_batch(const pstate_p2p_op_t *ops, size_t n) {
     ctx_.trace_call_failed(record(0, false), e);
     throw;
   }
-  channel_->set_deadline(ctx_.op_deadline());
-  channel_->set_op_name(kOp);
-  std::vector<pstate::Channel::Request> posted;
-  posted.reserve(n);
-  std::vector<uint64_t> shm_ops;
   try {
-    if (use_shm()) {
-      const pstate::Deadline d = ctx_.op_deadline();
-      shm_ops.reserve(n);
-      for (size_t i = 0; i < n; ++i) {
-        const pstate_p2p_op_t &o = ops[i];
-        tids[i] = record(i, true);
-        const size_t bytes = o.count * pstate::dtype_size(o.dtype);
-        const uint32_t what = pstate::p2p_what(pstate::TensorKind::kSend, o.dtype);
-        shm_ops.push_back(o.is_send != 0 ? p2p().post_send(o.peer, o.buf, bytes, d, what)
-                                         : p2p().post_recv(o.peer, o.buf, bytes, d, what));
-      }
-      p2p().wait(shm_ops.data(), shm_ops.size(), d, kOp);
-    }
-    for (size_t i = 0; i < n && !use_shm(); ++i) {
-      const pstate_p2p_op_t &o = ops[i];
-      tids[i] = record(i, true);
-      const size_t bytes = o.count * pstate::dtype_size(o.dtype);
-      const uint32_t tag = p2p_tag(o.peer, o.is_send != 0, pstate::P2PStream::kTensors,
-                                   pstate::p2p_what(pstate::TensorKind::kSend, o.dtype));
-      posted.push_back(o.is_send != 0 ? channel_->isend(o.peer, o.buf, bytes, tag)
-                                      : channel_->irecv(o.peer, o.buf, bytes, tag));
-    }
-    if (!use_shm()) channel_->wait_all(posted.data(), posted.size());
+    comm_->p2p_batch(p2p_call(kOp), ops, n, [&](size_t i) { tids[i] = record(i, true); });
   } catch (const pstate::Error &e) {
-    if (p2p_)
-      for (uint64_t id : shm_ops) p2p_->cancel(id);  // the batch is over: its buffers are the caller's again
     if (is_fatal_p2p(e.status())) ctx_.fail(e);
     ctx_.trace_call_failed(tids[0], e);
     for (size_t i = 1; tr != nullptr && i < n; ++i)

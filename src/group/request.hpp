@@ -20,6 +20,7 @@
 
 #include "common/deadline.hpp"
 #include "common/trace.hpp"
+#include "transport/host_comm.hpp"
 
 #include <pstate/pstate.h>
 
@@ -31,15 +32,13 @@ struct pstate_group_s;
 namespace pstate {
 
 struct RequestState {
-  // Pending: group is the owning group and `op` a live worker op of `owner`. Finished: status and
-  // (when not OK) message hold the result; group is nullptr.
+  // Pending: group is the owning group and `transfer` a live operation of its communicator.
+  // Finished: status and (when not OK) message hold the result; group is nullptr.
   pstate_group_s *group = nullptr;
   bool pending = true;
   pstate_status_t status = PSTATE_OK;
   std::string message;
-  bool shm = false;    // carried by the group's shared-memory rings (op: ShmP2p::OpId), else UCX
-  uint32_t owner = 0;  // the worker owner of this request alone (UcxChannel::new_request_owner)
-  uint64_t op = 0;     // UcxWorker::OpId, or ShmP2p::OpId
+  HostRequest transfer;  // the group's host communicator's handle of the transfer (host_comm.hpp)
   TraceOp trace_op = TraceOp::kSend;
   int peer = -1;        // group rank
   uint64_t trace_id = 0;  // its flight-recorder entry (0: none)

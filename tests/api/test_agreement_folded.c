@@ -1,6 +1,6 @@
 /*
  * test_agreement_folded.c — small collectives folded into the agreement exchange on UCX groups
- * (issue 30 item 3; src/group/agreement_exchange.hpp), on real processes with PSTATE_SHM=0 at 2,
+ * (issue 30 item 3; src/coll/agreement_exchange.hpp), on real processes with PSTATE_SHM=0 at 2,
  * 3 and 4 ranks.
  *
  * On a UCX group an all_reduce, all_gather, reduce or broadcast of at most a few KiB per rank

@@ -14,7 +14,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
-#include "transport/nccl/device_comm.hpp"
+#include "transport/device_comm.hpp"
 
 #include <barrier>
 #include <thread>

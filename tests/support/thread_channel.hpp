@@ -23,7 +23,7 @@
 //        err is empty on success, else it names the rank(s) and what went wrong.
 #pragma once
 
-#include "coll/channel.hpp"
+#include "transport/channel.hpp"
 #include "common/error.hpp"
 
 #include <chrono>

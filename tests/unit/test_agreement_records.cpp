@@ -1,4 +1,4 @@
-// test_agreement_records.cpp — the agreement exchange's records (src/group/agreement_exchange.hpp)
+// test_agreement_records.cpp — the agreement exchange's records (src/coll/agreement_exchange.hpp)
 // over the thread harness: every group size 1..9, ranks whose records carry payloads of different
 // lengths (folded calls of different counts), bare 32-byte ones, a broadcast (only the root's
 // record carries data), every rank's table checked against what each rank sent (the same table
@@ -7,7 +7,7 @@
 // a buffer; and parse_records on its own: exact, short, trailing bytes, payload past the cap.
 #include "common/op_descriptor.hpp"
 #include "coll/coll_util.hpp"
-#include "group/agreement_exchange.hpp"
+#include "coll/agreement_exchange.hpp"
 #include "thread_channel.hpp"
 
 #include <cstring>

@@ -6,7 +6,7 @@
 // build without the toolkit, the same entry points must say the backend was not built.
 #include "common/error.hpp"
 #include "common/log.hpp"
-#include "transport/nccl/device_comm.hpp"
+#include "transport/device_comm.hpp"
 
 #include <functional>
 #include <string>

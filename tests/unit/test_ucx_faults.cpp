@@ -253,18 +253,18 @@ void test_graceful_close_is_bounded_by_its_deadline(void **) {
 void test_process_watch_sees_zombie_and_reaped_child(void **) {
   pid_t child = fork();
   if (child == 0) _exit(0);
-  pstate::ucx::ProcessWatch by_fd(child), by_proc(child, false);
+  pstate::ProcessWatch by_fd(child), by_proc(child, false);
   double give_up = now_s() + 10;
   while (!(by_fd.exited() && by_proc.exited()) && now_s() < give_up)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   assert_true(by_fd.exited());
   assert_true(by_proc.exited());
-  assert_true(pstate::ucx::proc_stat_says_exited(child));  // zombie: not reaped yet
+  assert_true(pstate::proc_stat_says_exited(child));  // zombie: not reaped yet
   waitpid(child, nullptr, 0);
-  assert_true(pstate::ucx::proc_stat_says_exited(child));
-  pstate::ucx::ProcessWatch after(child);
+  assert_true(pstate::proc_stat_says_exited(child));
+  pstate::ProcessWatch after(child);
   assert_true(after.exited());
-  pstate::ucx::ProcessWatch me(getpid());
+  pstate::ProcessWatch me(getpid());
   assert_false(me.exited());
 }
 

@@ -5,7 +5,7 @@
 // libraries stay mapped: RTLD_NODELETE).
 #include "common/error.hpp"
 #include "transport/nccl/cuda_lib.hpp"
-#include "transport/nccl/device_comm.hpp"
+#include "transport/device_comm.hpp"
 #include "transport/nccl/nccl_lib.hpp"
 
 namespace pstate {

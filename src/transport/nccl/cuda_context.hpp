@@ -8,7 +8,7 @@
 #pragma once
 
 #include "transport/nccl/cuda_lib.hpp"
-#include "transport/nccl/device_comm.hpp"
+#include "transport/device_comm.hpp"
 #include "transport/nccl/nccl_lib.hpp"
 
 #include "common/deadline.hpp"

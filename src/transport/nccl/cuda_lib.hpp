@@ -23,7 +23,7 @@
 // never see their code unmapped, so dlclose only drops our reference.
 #pragma once
 
-#include "transport/nccl/device_comm.hpp"
+#include "transport/device_comm.hpp"
 
 #include <cuda_runtime_api.h>
 

@@ -31,7 +31,7 @@
 #pragma once
 
 #include "transport/nccl/cuda_context.hpp"
-#include "transport/nccl/device_comm.hpp"
+#include "transport/device_comm.hpp"
 
 #include <memory>
 #include <string>

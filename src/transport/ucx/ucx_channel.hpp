@@ -1,4 +1,4 @@
-// ucx_channel.hpp — a Channel (src/coll/channel.hpp) over a UcxWorker: one group seen from one
+// ucx_channel.hpp — a Channel (src/transport/channel.hpp) over a UcxWorker: one group seen from one
 // rank, so every collective in src/coll/ runs over UCX.
 //
 // A channel knows the group's world ranks (index = group rank), this rank's index, the group id
@@ -13,7 +13,7 @@
 // channel cancels what is still outstanding. Same thread rules as the worker.
 #pragma once
 
-#include "coll/channel.hpp"
+#include "transport/channel.hpp"
 #include "common/deadline.hpp"
 #include "transport/ucx/ucx_worker.hpp"
 

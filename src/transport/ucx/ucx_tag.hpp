@@ -38,11 +38,6 @@ inline constexpr uint64_t kTagMatchAll = ~uint64_t{0};
 // The words that name the sender in the errors a failure notice causes (UcxWorker::notice_error);
 // such an error is also marked (Error::is_from_notice), which is what Context::fail reads.
 inline constexpr const char kNoticeMarker[] = "failure notice: rank ";
-// What a survivor of a dead peer can do: the end of every PEER_LOST that a wait raises (UCX,
-// shared memory, notice).
-inline constexpr const char kPeerLostWayOut[] =
-    "the job cannot continue as it is: call pstate_shrink (survivors go on without the dead) or pstate_abort";
-
 inline constexpr uint32_t kP2PTagBit = 0x80000000u;
 inline constexpr uint32_t kP2PObjectStreamBit = 0x40000000u;
 inline constexpr int kP2PWhatShift = 24;

@@ -308,7 +308,7 @@ Error UcxWorker::notice_error(const Notice &n, const std::string &what, const st
                               cat(what, ": ", ucx::kNoticeMarker, from_rank,
                                   n.dead >= 0 ? cat(" saw rank ", n.dead, " die") : std::string(" lost a peer"),
                                   " and left the job's collectives, so ", self, " cannot complete this wait; ",
-                                  ucx::kPeerLostWayOut));
+                                  kPeerLostWayOut));
   const pstate_status_t status = n.status == PSTATE_ERR_INTERRUPTED ? PSTATE_ERR_ABORTED : n.status;
   return Error::from_notice(
       status, cat(what, ": ", ucx::kNoticeMarker, from_rank, " failed ", when_text(n.unix_ms), " with ",
@@ -325,11 +325,11 @@ void UcxWorker::throw_peer_lost(const Peer &p, const Op &op, const WaitScope &sc
                            ms_since(wait_start_), " ms into the wait)");
   if (p.ep_error != UCS_OK)
     throw_error(PSTATE_ERR_PEER_LOST, what, " became unreachable (UCX: ", ucs_status_string(p.ep_error), ") ", waited,
-                "; ", ucx::kPeerLostWayOut);
+                "; ", kPeerLostWayOut);
   if (p.departed && !p.exited)
     throw_error(PSTATE_ERR_PEER_LOST, what, " is gone: its lease in the job's store lapsed (its process or its "
-                "whole host ended) ", waited, "; ", ucx::kPeerLostWayOut);
-  throw_error(PSTATE_ERR_PEER_LOST, what, " exited ", waited, "; ", ucx::kPeerLostWayOut);
+                "whole host ended) ", waited, "; ", kPeerLostWayOut);
+  throw_error(PSTATE_ERR_PEER_LOST, what, " exited ", waited, "; ", kPeerLostWayOut);
 }
 
 void UcxWorker::throw_failed_op(const Op &op, const WaitScope &scope) {

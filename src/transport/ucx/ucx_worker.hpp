@@ -29,7 +29,7 @@
 #include "common/call_position.hpp"
 #include "common/deadline.hpp"
 #include "common/log.hpp"
-#include "transport/ucx/process_watch.hpp"
+#include "common/process_watch.hpp"
 #include "transport/ucx/ucx_tag.hpp"
 
 #include <poll.h>
@@ -211,7 +211,7 @@ class UcxWorker {
   OpId post_recv(const OpTarget &target, void *buf, size_t bytes);
   // At most `capacity` bytes (a longer message is PSTATE_ERR_MISMATCH at wait()); the length that
   // arrived is written to *received when the receive completes. For the agreement exchange's
-  // self-describing records (src/group/agreement_exchange.hpp), whose length the receiver learns.
+  // self-describing records (src/coll/agreement_exchange.hpp), whose length the receiver learns.
   OpId post_recv_upto(const OpTarget &target, void *buf, size_t capacity, size_t *received);
   // Unknown length: probed (ucp_tag_probe_nb, remove) then received into *out (resized).
   // Any-size receives on one tag are matched in the order they were posted.
@@ -371,7 +371,7 @@ class UcxWorker {
     ucp_ep_h ep = nullptr;
     bool ep_closed = false;                  // force-closed after an error; never reopened
     ucs_status_t ep_error = UCS_OK;          // from the PEER-mode error callback
-    std::optional<ucx::ProcessWatch> watch;  // same host, other process
+    std::optional<ProcessWatch> watch;  // same host, other process
     bool exited = false;                     // the watch fired
     bool departed = false;                   // the store saw its lease lapse (set_departed_flags)
     std::optional<Deadline::Clock::time_point> lost_at;  // when a wait first saw it dead

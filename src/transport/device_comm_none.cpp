@@ -7,7 +7,7 @@
 #ifndef PSTATE_HAVE_CUDA
 
 #include "common/error.hpp"
-#include "transport/nccl/device_comm.hpp"
+#include "transport/device_comm.hpp"
 
 namespace pstate {
 

@@ -14,7 +14,7 @@
 //
 // This header compiles without CUDA or NCCL headers: the implementations live in
 // src/transport/nccl/ (built only when the toolkit headers are found) and, when they are not,
-// src/group/device_comm_none.cpp defines the factories to throw PSTATE_ERR_UNSUPPORTED
+// src/transport/device_comm_none.cpp defines the factories to throw PSTATE_ERR_UNSUPPORTED
 // "this libpstate was built without the CUDA backend". Nothing links against CUDA: the runtime
 // and NCCL are dlopen'ed at run time, so one libpstate runs on hosts with and without GPUs.
 //

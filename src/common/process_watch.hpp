@@ -1,17 +1,24 @@
 // process_watch.hpp — has a process on this host exited? Answered without signals or ptrace.
 //
-// UCX's shared-memory transports never report a dead peer: a receive from a rank that was
-// SIGKILLed simply never completes. So for every peer on the same host pstate watches the peer's
-// process itself. Preferred: a pidfd (pidfd_open(2), Linux >= 5.3), which becomes readable when
-// the process exits, can sit in the same poll() set as the UCX wake-up fd (so a blocked rank
-// wakes at once), and cannot be fooled by pid reuse. Fallback (no pidfd_open, e.g. an old kernel
+// Process liveness, shared by every transport: UCX's shared-memory transports never report a
+// dead peer (a receive from a rank that was SIGKILLed simply never completes), and pstate's own
+// shared-memory communicator waits on flags a dead peer never sets. So for every peer on the same
+// host pstate watches the peer's process itself (the UCX worker's waits, the shared-memory
+// communicator's, the context's live ranks). Preferred: a pidfd (pidfd_open(2), Linux >= 5.3),
+// which becomes readable when the process exits, can sit in the same poll() set as the UCX
+// wake-up fd (so a blocked rank wakes at once), and cannot be fooled by pid reuse. Fallback (no pidfd_open, e.g. an old kernel
 // or a seccomp filter): /proc/PID/stat, where a missing entry or state 'Z'/'X' means exited —
 // 'Z' matters because a SIGKILLed child that its parent has not reaped yet is still listed.
 #pragma once
 
 #include <sys/types.h>
 
-namespace pstate::ucx {
+namespace pstate {
+
+// What a survivor of a dead peer can do: the end of every PEER_LOST that a wait raises (UCX,
+// shared memory, notice).
+inline constexpr const char kPeerLostWayOut[] =
+    "the job cannot continue as it is: call pstate_shrink (survivors go on without the dead) or pstate_abort";
 
 class ProcessWatch {
  public:
@@ -42,4 +49,4 @@ class ProcessWatch {
 // /proc/PID/stat says the process is gone or a zombie (exposed for tests of the fallback).
 bool proc_stat_says_exited(pid_t pid);
 
-}  // namespace pstate::ucx
+}  // namespace pstate

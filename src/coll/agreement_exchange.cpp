@@ -10,7 +10,7 @@
 // length UCX reports; a message that does not parse becomes n poisoned 32-byte records (op
 // kUnparsed), which later rounds forward as they are. At the end every rank has every record;
 // records are copied verbatim, so every rank has the same table.
-#include "group/agreement_exchange.hpp"
+#include "coll/agreement_exchange.hpp"
 
 #include "coll/coll_util.hpp"
 #include "common/error.hpp"

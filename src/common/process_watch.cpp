@@ -1,6 +1,6 @@
 // process_watch.cpp — pidfd_open(2) via syscall (glibc 2.36 has no wrapper on every target), with
 // a /proc/PID/stat fallback that also treats zombies as exited. See process_watch.hpp for why.
-#include "transport/ucx/process_watch.hpp"
+#include "common/process_watch.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -16,7 +16,7 @@
 #define SYS_pidfd_open 434  // same number on every Linux architecture
 #endif
 
-namespace pstate::ucx {
+namespace pstate {
 
 bool proc_stat_says_exited(pid_t pid) {
   std::string path = "/proc/" + std::to_string(pid) + "/stat";
@@ -77,4 +77,4 @@ bool ProcessWatch::exited() {
   return exited_;
 }
 
-}  // namespace pstate::ucx
+}  // namespace pstate

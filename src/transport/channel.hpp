@@ -31,7 +31,7 @@ class Channel {
   virtual Request irecv_any_size(int peer, std::vector<uint8_t> *out, uint32_t tag) = 0;
   // Posts a receive of at most capacity bytes into buf; wait_all writes the length that arrived
   // to *received (a longer message is MISMATCH). The agreement exchange's self-describing records
-  // (src/group/agreement_exchange.hpp). Channels that do not carry it throw INTERNAL.
+  // (src/coll/agreement_exchange.hpp). Channels that do not carry it throw INTERNAL.
   virtual Request irecv_upto(int peer, void *buf, size_t capacity, uint32_t tag, size_t *received);
   // Waits for every request (spin briefly, then block) until done or the deadline of the
   // current operation; throws on failure.
