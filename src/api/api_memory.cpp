@@ -1,9 +1,9 @@
-// api_memory.cpp — the C entry points of group memory and registered buffers (issue 29:
-// pstate_mem_alloc/free/pool_reserve, pstate_mem_register/deregister, pstate_mem_query,
+// api_memory.cpp — the C entry points of group memory and registered buffers
+// (pstate_mem_alloc/free/pool_reserve, pstate_mem_register/deregister, pstate_mem_query,
 // pstate_group_mem_stats, pstate_set_graph_registration): argument and handle checks, then the
 // group (group/group_mem.cpp) does the work. The arguments of pstate_mem_alloc and
 // pstate_mem_pool_reserve are checked here but refused by the group, which knows whether the call
-// is collective (then the refusal takes part in it: issue 44). Device collectives report their
+// is collective (then the refusal takes part in it, so no peer pairs the call with this rank's next one). Device collectives report their
 // buffers to the group in api_ops.cpp.
 #include "api/boundary.hpp"
 #include "api/handles.hpp"

@@ -10,7 +10,7 @@
 // Argument checks of a collective run inside check_together: a refusal that only this rank can
 // see (a root's recv or send, its own NULL, overlapping or device buffer, its own count, dtype or
 // stream) takes part in the call's agreement, so the other ranks fail with it instead of pairing
-// the call with this rank's next one (issue 46: wrong data with PSTATE_OK).
+// the call with this rank's next one (and returning its data with PSTATE_OK).
 #include "api/boundary.hpp"
 #include "api/handles.hpp"
 

@@ -1,8 +1,7 @@
 // etcd_store.cpp — the store on etcd (see etcd_store.hpp for the layout, leases and watches).
 #include "bootstrap/etcd_store.hpp"
 
-#include "bootstrap/crypto.hpp"
-#include "bootstrap/wire.hpp"
+#include "bootstrap/roster.hpp"
 #include "common/error.hpp"
 
 #include <unistd.h>
@@ -22,13 +21,6 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxOpsPerTxn = 100;  // etcd's --max-txn-ops is 128 by default
 constexpr int64_t kWatchSliceMs = 2000;  // a wait re-reads (failover, quorum, progress) this often
 constexpr int64_t kProgressLogMs = 5000;
-
-int64_t ms_since(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
-}
-
-std::string text_of(const Bytes &b) { return std::string(b.begin(), b.end()); }
-Bytes bytes_of(const std::string &s) { return Bytes(s.begin(), s.end()); }
 
 // The first key after every key starting with p (etcd's range_end for a prefix).
 std::string prefix_end(std::string p) {
@@ -108,48 +100,6 @@ int64_t steady_ms() {
 std::string key_of(const json &kv) { return base64_decode(kv.value("key", "")); }
 std::string value_of(const json &kv) { return base64_decode(kv.value("value", "")); }
 
-std::string token_fingerprint(const std::string &token) {
-  if (token.empty()) return "none";
-  return crypto::to_hex(crypto::hmac_sha256(crypto::as_bytes(token), crypto::as_bytes("pstate-etcd-store-v1")));
-}
-
-struct Meta {
-  int world_size = 0;
-  std::string token, job_id;
-  int creator = -1;
-  int64_t ttl_s = 0;  // the creator's lease TTL (0: not said)
-  std::string text() const {
-    return cat("pstate-etcd-store 1\nworld_size ", world_size, "\ntoken ", token, "\njob_id ",
-               crypto::to_hex(crypto::as_bytes(job_id)), "\ncreator ", creator, "\nttl ", ttl_s, "\n");
-  }
-  static Meta parse(const std::string &text) {
-    Meta m;
-    size_t pos = 0;
-    while (pos < text.size()) {
-      size_t nl = text.find('\n', pos);
-      std::string line = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
-      pos = nl == std::string::npos ? text.size() : nl + 1;
-      size_t sp = line.find(' ');
-      if (sp == std::string::npos) continue;
-      std::string name = line.substr(0, sp), value = line.substr(sp + 1);
-      if (name == "world_size") m.world_size = std::atoi(value.c_str());
-      if (name == "token") m.token = value;
-      if (name == "creator") m.creator = std::atoi(value.c_str());
-      if (name == "ttl") m.ttl_s = std::atoll(value.c_str());
-      if (name == "job_id")
-        for (size_t i = 0; i + 1 < value.size(); i += 2)
-          m.job_id += static_cast<char>(std::stoi(value.substr(i, 2), nullptr, 16));
-    }
-    return m;
-  }
-};
-
-std::string this_process() {
-  char host[256] = "?";
-  ::gethostname(host, sizeof host - 1);
-  return cat("pid ", ::getpid(), " on host ", host);
-}
-
 int64_t env_ttl() {
   const char *v = std::getenv("PSTATE_ETCD_LEASE_TTL_S");
   if (v == nullptr || *v == '\0') return 3;
@@ -170,7 +120,7 @@ std::string env_or_empty(const char *name) {
 
 // What the open transaction read when the meta existed already (its failure branch).
 struct EtcdStore::Found {
-  Meta meta;
+  JobMeta meta;
   int64_t meta_mod = 0, meta_created = 0;  // the meta's revisions
   json live;                               // some of ROOT/rank/* with values (holders)
   int64_t live_count = 0;                  // how many claims there are
@@ -237,16 +187,17 @@ void EtcdStore::open_now(Deadline deadline) {
   logger_.info("store: opening the etcd store ", url_, (rank >= 0 ? cat(" as rank ", rank) : std::string(" as an observer")),
                ", lease TTL ", ttl_s_, " s");
   const std::string meta_key = k("meta");
-  Meta mine;
+  JobMeta mine;
   mine.world_size = options_.world_size;
-  mine.token = token_fingerprint(options_.job_token);
+  mine.token = token_fingerprint(options_.job_token, MetaDialect::kEtcdStore);
   mine.job_id = options_.job_id;
-  mine.creator = rank;
+  mine.creator_rank = rank;
   mine.ttl_s = ttl_s_;
   if (rank < 0) {  // an observer checks the job's meta when there is one, claims nothing
     json got = client_->call("/v3/kv/range", range_op(meta_key)["request_range"], deadline, "open");
     if (got.value("kvs", json::array()).empty()) return;
-    Meta meta = Meta::parse(value_of(got["kvs"][0]));
+    JobMeta meta;
+    decode_job_meta(value_of(got["kvs"][0]), MetaDialect::kEtcdStore, &meta);
     if (meta.token != mine.token)
       throw_error(PSTATE_ERR_AUTH, "job token refused by the store at ", url_, ": the job on prefix '", path_,
                   "' has another token; set PSTATE_JOB_TOKEN to the job's token (the observer's differs from the job's)");
@@ -266,7 +217,7 @@ void EtcdStore::open_now(Deadline deadline) {
     json answer = txn_with_lease(
         [&](int64_t lease) {
           return json{{"compare", json::array({absent(meta_key)})},
-                      {"success", json::array({put_op(meta_key, mine.text()), put_op(k(cat("rank/", rank)), me, lease),
+                      {"success", json::array({put_op(meta_key, encode_job_meta(mine, MetaDialect::kEtcdStore)), put_op(k(cat("rank/", rank)), me, lease),
                                                put_op(k(cat("joined/", rank)), me)})},
                       {"failure", json::array({range_op(meta_key), range_op(ranks, prefix_end(ranks), false, kHoldersShown),
                                                range_op(k("failed")), range_op(k(cat("joined/", rank)), "", true),
@@ -285,7 +236,7 @@ void EtcdStore::open_now(Deadline deadline) {
     json metas = kvs_of(answer, 0);
     if (metas.empty()) continue;  // deleted meanwhile (a removal, a last close): try again
     Found found;
-    found.meta = Meta::parse(value_of(metas[0]));
+    decode_job_meta(value_of(metas[0]), MetaDialect::kEtcdStore, &found.meta);
     found.meta_mod = json_i64(metas[0], "mod_revision");
     found.meta_created = json_i64(metas[0], "create_revision");
     found.live = kvs_of(answer, 1);
@@ -316,7 +267,7 @@ void EtcdStore::open_now(Deadline deadline) {
     }
     if (!found.failed.empty()) check_failed(found.failed);
     if (options_.world_size != found.meta.world_size)
-      refuse(PSTATE_ERR_MISMATCH, cat("rank ", rank, " says world_size ", options_.world_size, ", rank ", found.meta.creator,
+      refuse(PSTATE_ERR_MISMATCH, cat("rank ", rank, " says world_size ", options_.world_size, ", rank ", found.meta.creator_rank,
                                       " says ", found.meta.world_size, " (it opened the store first)"), true, deadline);
     if (rank >= options_.world_size)
       refuse(PSTATE_ERR_MISMATCH, cat("rank ", rank, " is out of range for world_size ", options_.world_size,
@@ -344,7 +295,7 @@ std::string EtcdStore::foreign_job(const Found &found, pstate_status_t *status, 
   const std::string running = found.live.empty()      ? std::string(" whose ranks' etcd leases lapsed")
                               : found.live_count == 1 ? cat(" still running (", holders, " renews its etcd lease)")
                                                       : cat(" still running (", holders, " renew their etcd leases)");
-  if (found.meta.token != token_fingerprint(options_.job_token)) {
+  if (found.meta.token != token_fingerprint(options_.job_token, MetaDialect::kEtcdStore)) {
     *status = PSTATE_ERR_AUTH;
     *kind = "its job token differs from this process's";
     return cat("job token refused by the store at ", url_, ": ", on, " ('", found.meta.job_id, "')", running,
@@ -521,8 +472,7 @@ void EtcdStore::refuse(pstate_status_t status, const std::string &why, bool memb
       json joined = client_->call("/v3/kv/range", range_op(k("joined/"), prefix_end(k("joined/")), true)["request_range"],
                                   deadline, "open");
       if (static_cast<int>(joined.value("kvs", json::array()).size()) < options_.world_size) {
-        std::string text = cat("status ", static_cast<int>(status), "\n", std::string(wire::kJobFailedPrefix),
-                               "the store refused rank ", options_.rank, " (", this_process(), "): ", why);
+        std::string text = job_failure_record(status, refused_reason(options_.rank, this_process(), why));
         json txn = {{"compare", json::array({absent(k("failed"))})}, {"success", json::array({put_op(k("failed"), text)})}};
         client_->call("/v3/kv/txn", txn, deadline, "open");
       }
@@ -543,16 +493,7 @@ void EtcdStore::refuse(pstate_status_t status, const std::string &why, bool memb
 }
 
 void EtcdStore::check_failed(const json &kvs) {
-  if (kvs.empty()) return;
-  std::string text = value_of(kvs[0]);
-  int status = PSTATE_ERR_MISMATCH;
-  size_t nl = text.find('\n');
-  if (text.rfind("status ", 0) == 0 && nl != std::string::npos) {
-    status = std::atoi(text.c_str() + 7);
-    text = text.substr(nl + 1);
-  }
-  if (status <= PSTATE_OK || status > PSTATE_ERR_INTERNAL) status = PSTATE_ERR_MISMATCH;
-  throw_error(static_cast<pstate_status_t>(status), text, " (told by the store at ", url_, ")");
+  if (!kvs.empty()) throw_job_failure(value_of(kvs[0]), url_);
 }
 
 void EtcdStore::note_lease_lapsed() { lapsed_ms_ = steady_ms(); }
@@ -752,17 +693,10 @@ std::string EtcdStore::absent_ranks(Deadline deadline) {
     std::set<int> joined, live;
     for (const auto &kv : kvs_of(answer, 0)) joined.insert(std::atoi(key_of(kv).substr(k("joined/").size()).c_str()));
     for (const auto &kv : kvs_of(answer, 1)) live.insert(std::atoi(key_of(kv).substr(k("rank/").size()).c_str()));
-    std::vector<int> never, gone;
-    for (int r = 0; r < options_.world_size; ++r) {
-      if (r == options_.rank || live.count(r)) continue;
-      (joined.count(r) ? gone : never).push_back(r);
-    }
-    std::string of = cat(" of 0..", options_.world_size - 1), text;
-    if (!never.empty()) text = ranks_phrase(never, never.size()) + of + " never connected";
-    if (!gone.empty())
-      text += (text.empty() ? ranks_phrase(gone, gone.size()) + of : "; " + ranks_phrase(gone, gone.size())) +
-              " joined and left (closed, or the etcd lease lapsed)";
-    return text;
+    AbsentRanks absent(options_.world_size, {" joined and left (closed, or the etcd lease lapsed)", false});
+    for (int r = 0; r < options_.world_size; ++r)
+      if (r != options_.rank && !live.count(r)) absent.add(r, joined.count(r) ? Absence::kLeft : Absence::kNeverConnected);
+    return absent.describe();
   } catch (const Error &e) {
     return cat("who is absent is unknown (", e.what(), ")");
   }
@@ -775,12 +709,8 @@ Bytes EtcdStore::get(const std::string &key, Deadline deadline) {
   const auto start = Clock::now();
   const std::string what = cat("get(", quote_key(key), ")");
   std::vector<std::string> values, missing;
-  if (!await({user_key(key)}, deadline, what, &values, &missing)) {
-    std::string absent = absent_ranks(Deadline::after_ms(1000));
-    throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, " timed out after ", ms_since(start), " ms",
-                absent.empty() ? std::string() : ": " + absent, " (waiting for key ", quote_key(key),
-                ": did the rank that sets it fail or not start?)");
-  }
+  if (!await({user_key(key)}, deadline, what, &values, &missing))
+    throw_get_timeout(what, url_, ms_since(start), absent_ranks(Deadline::after_ms(1000)), key);
   return bytes_of(values[0]);
 }
 
@@ -794,10 +724,8 @@ void EtcdStore::wait(const std::vector<std::string> &keys, Deadline deadline) {
   for (const auto &key : keys) full.push_back(user_key(key));
   if (!await(full, deadline, what, &values, &missing)) {
     for (auto &m : missing) m = m.substr(prefix_.size() + 3);
-    std::string absent = absent_ranks(Deadline::after_ms(1000));
-    throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, " timed out after ", ms_since(start), " ms: ",
-                absent.empty() ? std::string() : absent + " (", missing.size(), " of ", keys.size(),
-                " keys never set: ", quote_keys(missing, missing.size()), absent.empty() ? "" : ")");
+    throw_wait_timeout(what, url_, ms_since(start), absent_ranks(Deadline::after_ms(1000)), missing, missing.size(),
+                       keys.size());
   }
 }
 
@@ -869,8 +797,7 @@ bool EtcdStore::erase(const std::string &key, Deadline deadline) {
 void EtcdStore::abandon(pstate_status_t status, const std::string &why) noexcept {
   try {
     std::lock_guard<std::mutex> lock(mutex_);
-    std::string text = cat("status ", static_cast<int>(status), "\n", wire::kJobFailedPrefix, "rank ", options_.rank,
-                           " gave up: ", why);
+    std::string text = job_failure_record(status, gave_up_reason(options_.rank, why));
     json txn = {{"compare", json::array({absent(k("failed"))})}, {"success", json::array({put_op(k("failed"), text)})}};
     client_->call("/v3/kv/txn", txn, Deadline::after_ms(1000), "abandon");
   } catch (const std::exception &) {
@@ -899,7 +826,7 @@ std::optional<std::vector<int>> EtcdStore::members(Deadline deadline) {
 
 void EtcdStore::interrupt() noexcept { client_->interrupt(); }
 
-void EtcdStore::await_change() {
+void EtcdStore::await_change(std::chrono::milliseconds) {
   std::lock_guard<std::mutex> lock(mutex_);
   require_open("await_change");
   const int64_t since = client_->last_revision();

@@ -102,9 +102,9 @@ class EtcdStore final : public Store {
   std::optional<std::vector<int>> members(Deadline deadline) override;  // ranks with a live lease
   // A thread watches PREFIX/rank/: a DELETE (lease lapsed, revoked) is on_change(rank, true).
   void watch_departures(std::function<void(int rank, bool gone)> on_change) override;
-  // Waits in a watch, up to 250 ms, for the next write or lapsed lease under the job's prefix
-  // since this store's last read (await_store_change, store_wait.hpp).
-  void await_change();
+  // Waits in a watch, up to 250 ms (whatever the pause), for the next write or lapsed lease under
+  // the job's prefix since this store's last read.
+  void await_change(std::chrono::milliseconds pause) override;
   void interrupt() noexcept override;
   void world_resized(int world_size) override { world_now_ = world_size; }
   std::string describe() const override { return url_; }

@@ -3,7 +3,7 @@
 #include "bootstrap/file_store.hpp"
 
 #include "bootstrap/crypto.hpp"
-#include "bootstrap/wire.hpp"
+#include "bootstrap/roster.hpp"
 #include "common/error.hpp"
 
 #include <dirent.h>
@@ -33,10 +33,6 @@ constexpr int kMaxBackoffMs = 64;
 constexpr int kProgressEveryMs = 3000;  // a waiting rank logs who is missing this often (INFO)
 constexpr size_t kMaxEscapedName = 200;
 
-int64_t ms_since(Clock::time_point start) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
-}
-
 // A file name for a key: safe bytes kept, others %XX; a hash when the result would be too long.
 std::string file_name_of(const std::string &key) {
   static const char kHex[] = "0123456789ABCDEF";
@@ -52,17 +48,6 @@ std::string file_name_of(const std::string &key) {
     if (name.size() > kMaxEscapedName) return "h" + crypto::to_hex(crypto::sha256(crypto::as_bytes(key)));
   }
   return name;
-}
-
-std::string token_fingerprint(const std::string &token) {
-  if (token.empty()) return "none";
-  return crypto::to_hex(crypto::hmac_sha256(crypto::as_bytes(token), crypto::as_bytes("pstate-file-store-v1")));
-}
-
-std::string this_host() {
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0) return "?";
-  return host;
 }
 
 std::string boot_id() {
@@ -98,11 +83,6 @@ struct ProcessRecord {
 std::string record_of_this_process() {
   long long pid = ::getpid();
   return cat("pid ", pid, " on host ", this_host(), " (boot ", boot_id(), ", start ", start_time_of(pid), ")");
-}
-
-// "pid 123 on host h1", for messages.
-std::string this_process() {
-  return cat("pid ", ::getpid(), " on host ", this_host());
 }
 
 bool parse_record(const std::string &text, ProcessRecord *r) {
@@ -153,21 +133,6 @@ bool write_all(int fd, const uint8_t *data, size_t n) {
   return true;
 }
 
-std::string text_of(const Bytes &b) {
-  return std::string(b.begin(), b.end());
-}
-
-std::string hex_of(const std::string &s) {
-  return s.empty() ? "-" : crypto::to_hex(crypto::as_bytes(s));
-}
-
-std::string unhex(const std::string &h) {
-  if (h == "-") return "";
-  std::string out;
-  for (size_t i = 0; i + 1 < h.size(); i += 2) out += static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16));
-  return out;
-}
-
 // Entries of a directory (no . and ..); empty when it cannot be read.
 std::vector<std::string> entries_of(const std::string &dir) {
   std::vector<std::string> out;
@@ -195,48 +160,6 @@ std::string user_name(uid_t uid) {
 }
 
 }  // namespace
-
-// The meta file: one "name value" line each.
-struct FileStore::Meta {
-  int version = 0;
-  int world_size = 0;
-  std::string token;  // fingerprint, "none" without a token
-  std::string job_id;
-  int created_by_rank = -1;
-  std::string creator;  // a process record; empty in version 1
-
-  std::string text() const {
-    return cat("pstate-file-store 2\nworld_size ", world_size, "\ntoken ", token, "\njob_id ", hex_of(job_id),
-               "\ncreated_by_rank ", created_by_rank, "\ncreated_by ", creator, "\n");
-  }
-  bool parse(const Bytes &bytes) {
-    std::istringstream in(text_of(bytes));
-    std::string line;
-    if (!std::getline(in, line) || (line != "pstate-file-store 1" && line != "pstate-file-store 2")) return false;
-    version = line.back() - '0';
-    int fields = 0;
-    while (std::getline(in, line)) {
-      size_t space = line.find(' ');
-      if (space == std::string::npos) continue;
-      std::string name = line.substr(0, space), value = line.substr(space + 1);
-      try {
-        if (name == "world_size")
-          world_size = std::stoi(value), ++fields;
-        else if (name == "token")
-          token = value, ++fields;
-        else if (name == "job_id")
-          job_id = unhex(value);
-        else if (name == "created_by_rank")
-          created_by_rank = std::stoi(value), ++fields;
-        else if (name == "created_by")
-          creator = value;
-      } catch (const std::exception &) {
-        return false;
-      }
-    }
-    return fields == 3;
-  }
-};
 
 std::unique_ptr<FileStore> FileStore::open(const StoreOptions &options, const std::string &dir, const Logger &logger) {
   std::unique_ptr<FileStore> store(new FileStore(options, dir, logger));
@@ -271,8 +194,8 @@ void FileStore::refuse_permission(const std::string &what, const std::string &pa
   std::string why = cat(what, " ", path, ": ", err == EACCES ? "permission denied" : std::strerror(err), owner,
                         ": run every rank of the job as the same user (the store's directory is private to its user)");
   if (options_.rank >= 0) {
-    std::string note = cat("status ", static_cast<int>(PSTATE_ERR_TRANSPORT), "\n", std::string(wire::kJobFailedPrefix),
-                           "rank ", options_.rank, " (", this_process(), ") cannot use the store: ", why);
+    std::string note = job_failure_record(
+        PSTATE_ERR_TRANSPORT, cat("rank ", options_.rank, " (", this_process(), ") cannot use the store: ", why));
     std::string tmp = cat(dir_, ".refused.", ::getpid());
     net::Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (fd.valid() && write_all(fd.get(), reinterpret_cast<const uint8_t *>(note.data()), note.size()) &&
@@ -343,8 +266,8 @@ void FileStore::check_meta() {
   bool in_range = options_.rank < options_.world_size;
   std::string me = record_of_this_process();
   std::optional<Bytes> bytes = read_if_exists(meta_path);
-  Meta meta;
-  if (bytes && !meta.parse(*bytes))
+  JobMeta meta;
+  if (bytes && !decode_job_meta(text_of(*bytes), MetaDialect::kFileStore, &meta))
     throw_error(PSTATE_ERR_MISMATCH, "store ", url_, ": ", meta_path,
                 " is not a pstate file store's meta file: delete the directory or use a new one");
   bool had_meta = bytes.has_value();
@@ -352,26 +275,25 @@ void FileStore::check_meta() {
   if (!bytes && !observer && in_range) {
     if (!had_meta) refuse_foreign_entries();
     // Publish our view unless someone did first: link() of a complete file fails with EEXIST then.
-    Meta mine;
+    JobMeta mine;
     mine.world_size = options_.world_size;
-    mine.token = token_fingerprint(options_.job_token);
+    mine.token = token_fingerprint(options_.job_token, MetaDialect::kFileStore);
     mine.job_id = options_.job_id;
-    mine.created_by_rank = options_.rank;
+    mine.creator_rank = options_.rank;
     mine.creator = me;
-    std::string text = mine.text();
-    std::string tmp = write_temporary(Bytes(text.begin(), text.end()));
+    std::string tmp = write_temporary(bytes_of(encode_job_meta(mine, MetaDialect::kFileStore)));
     int rc = ::link(tmp.c_str(), meta_path.c_str());
     int err = errno;
     ::unlink(tmp.c_str());
     if (rc != 0 && err != EEXIST) fail_fs("cannot create", meta_path, err);
     bytes = read_if_exists(meta_path);
-    if (bytes && !meta.parse(*bytes))
+    if (bytes && !decode_job_meta(text_of(*bytes), MetaDialect::kFileStore, &meta))
       throw_error(PSTATE_ERR_MISMATCH, "store ", url_, ": ", meta_path, " is not a pstate file store's meta file");
   }
   if (!in_range && !observer) {
     std::string why = cat("rank ", options_.rank, " is out of range for world_size ", options_.world_size,
                           " (ranks are 0..", options_.world_size - 1, ")");
-    if (bytes && meta.token == token_fingerprint(options_.job_token) && meta.job_id == options_.job_id &&
+    if (bytes && meta.token == token_fingerprint(options_.job_token, MetaDialect::kFileStore) && meta.job_id == options_.job_id &&
         meta.world_size == options_.world_size)
       refuse(PSTATE_ERR_MISMATCH, why, true);
     throw_error(PSTATE_ERR_MISMATCH, "store ", url_, ": ", why);
@@ -379,7 +301,7 @@ void FileStore::check_meta() {
   if (!bytes) return;  // an observer before anyone arrived
   struct stat st {};
   if (::stat(meta_path.c_str(), &st) == 0) meta_time_ = st.st_mtim;
-  if (meta.token != token_fingerprint(options_.job_token))
+  if (meta.token != token_fingerprint(options_.job_token, MetaDialect::kFileStore))
     throw_error(PSTATE_ERR_AUTH, "job token refused by the store at ", url_,
                 ": set PSTATE_JOB_TOKEN to the job's token",
                 " (or the directory holds another job's store: use a fresh directory per job)");
@@ -393,7 +315,7 @@ void FileStore::check_meta() {
   if (observer) return;
   if (meta.world_size != options_.world_size)
     refuse(PSTATE_ERR_MISMATCH,
-           cat("rank ", options_.rank, " says world_size ", options_.world_size, ", rank ", meta.created_by_rank,
+           cat("rank ", options_.rank, " says world_size ", options_.world_size, ", rank ", meta.creator_rank,
                " says ", meta.world_size),
            true);
 }
@@ -416,7 +338,7 @@ void FileStore::refuse_foreign_entries() const {
 // the directory is an earlier job's leftover: emptied (true). When a process of it is alive,
 // it is a job in progress (false: join it). When some ran on other hosts, pstate cannot tell:
 // MISMATCH naming them.
-bool FileStore::reclaim_if_leftover(const Meta &meta) {
+bool FileStore::reclaim_if_leftover(const JobMeta &meta) {
   std::string ranks_dir = dir_ + "/ranks";
   std::vector<std::string> rank_files = entries_of(ranks_dir);
   for (const auto &name : rank_files)
@@ -485,10 +407,9 @@ void FileStore::refuse(pstate_status_t status, const std::string &why, bool memb
     for (int r = 0; r < options_.world_size && complete; ++r)
       complete = ::access(cat(dir_, "/joined/", r).c_str(), F_OK) == 0;
     if (!complete) {
-      std::string text = cat("status ", static_cast<int>(status), "\n", std::string(wire::kJobFailedPrefix),
-                             "the store refused rank ", options_.rank, " (", this_process(), "): ", why);
       try {
-        write_atomically(dir_ + "/failed", Bytes(text.begin(), text.end()));
+        write_atomically(dir_ + "/failed",
+                         bytes_of(job_failure_record(status, refused_reason(options_.rank, this_process(), why))));
       } catch (const Error &) {
         // the refusal below still says it; the others will time out naming this rank
       }
@@ -501,15 +422,7 @@ void FileStore::refuse(pstate_status_t status, const std::string &why, bool memb
 // store's meta).
 void FileStore::check_job_failed() {
   auto throw_from = [&](const Bytes &bytes, const std::string &where) {
-    std::string text = text_of(bytes);
-    int status = PSTATE_ERR_MISMATCH;
-    size_t nl = text.find('\n');
-    if (text.rfind("status ", 0) == 0 && nl != std::string::npos) {
-      status = std::atoi(text.c_str() + 7);
-      text = text.substr(nl + 1);
-    }
-    if (status <= PSTATE_OK || status > PSTATE_ERR_INTERNAL) status = PSTATE_ERR_MISMATCH;
-    throw_error(static_cast<pstate_status_t>(status), text, " (told by the store at ", url_, " in ", where, ")");
+    throw_job_failure(text_of(bytes), cat(url_, " in ", where));
   };
   if (::access((dir_ + "/failed").c_str(), F_OK) == 0)
     if (auto bytes = read_if_exists(dir_ + "/failed")) throw_from(*bytes, "failed");
@@ -522,37 +435,28 @@ void FileStore::check_job_failed() {
   if (auto bytes = read_if_exists(note)) throw_from(*bytes, note);
 }
 
-// Who is absent now: ranks whose lock nobody holds. "rank 1 of 0..1 never connected; last seen:
-// none"; *waiting_for gets the short list ("1"). Empty when every rank is here.
-std::string FileStore::absent_ranks(std::string *waiting_for, size_t *absent_count) const {
-  std::vector<int> never, left, all;
-  size_t never_n = 0, left_n = 0;
-  std::string seen;
-  size_t seen_n = 0;
+// Who is absent now: ranks whose lock nobody holds, and of those the ones that joined and left
+// (what their rank file names is the "last seen" of the first few).
+AbsentRanks FileStore::absent_ranks() const {
+  AbsentRanks absent(options_.world_size);
+  size_t seen = 0;
   for (int r = 0; r < options_.world_size; ++r) {
     if (r == options_.rank) continue;
     std::string rank_file = cat(dir_, "/ranks/", r);
     if (locked_by_someone(rank_file)) continue;
-    bool joined = ::access(cat(dir_, "/joined/", r).c_str(), F_OK) == 0;
-    (joined ? left : never).push_back(r);
-    ++(joined ? left_n : never_n);
-    all.push_back(r);
-    if (joined && seen_n < 4) {
-      std::ifstream f(rank_file);
-      std::string who;
-      std::getline(f, who);
-      seen += cat(seen_n++ ? "; " : "", "rank ", r, " left (", who, ")");
+    if (::access(cat(dir_, "/joined/", r).c_str(), F_OK) != 0) {
+      absent.add(r, Absence::kNeverConnected);
+      continue;
     }
+    std::string who;
+    if (seen++ < 4) {
+      std::ifstream f(rank_file);
+      std::getline(f, who);
+      who = cat("left (", who, ")");
+    }
+    absent.add(r, Absence::kLeft, who);
   }
-  *absent_count = all.size();
-  if (all.empty()) return "";
-  *waiting_for = rank_list(all, all.size());
-  std::string of = cat(" of 0..", options_.world_size - 1);
-  std::string text;
-  if (never_n) text = ranks_phrase(never, never_n) + of + " never connected";
-  if (left_n)
-    text += (text.empty() ? ranks_phrase(left, left_n) + of : "; " + ranks_phrase(left, left_n)) + " joined and left";
-  return text + "; last seen: " + (seen.empty() ? std::string("none") : seen);
+  return absent;
 }
 
 // Calls ready() until it returns true or the deadline passes, sleeping 1, 2, 4 ... 64 ms between
@@ -569,13 +473,12 @@ bool FileStore::poll_until(Deadline deadline, const std::string &what, const std
     if (deadline.expired()) return false;
     if (Clock::now() >= next_report) {
       next_report += std::chrono::milliseconds(kProgressEveryMs);
-      std::string waiting_for, absent;
-      size_t absent_n = 0;
-      if (logger_.enabled(LogLevel::kInfo)) absent = absent_ranks(&waiting_for, &absent_n);
-      if (!absent.empty())
+      AbsentRanks absent(options_.world_size);
+      if (logger_.enabled(LogLevel::kInfo)) absent = absent_ranks();
+      if (absent.count() > 0)
         logger_.info("store: ", what, " waiting ", ms_since(start) / 1000,
-                     " s: ", static_cast<size_t>(options_.world_size) - absent_n, " of ", options_.world_size,
-                     " ranks joined; waiting for ", waiting_for, " (", absent, ")");
+                     " s: ", static_cast<size_t>(options_.world_size) - absent.count(), " of ", options_.world_size,
+                     " ranks joined; waiting for ", absent.waiting_for(), " (", absent.describe(), ")");
     }
     net::sleep_until_at_most(backoff, deadline);
     backoff = std::min(backoff * 2, kMaxBackoffMs);
@@ -634,14 +537,8 @@ Bytes FileStore::get(const std::string &key, Deadline deadline) {
   auto start = Clock::now();
   std::string path = key_path(key), what = cat("get(", quote_key(key), ")");
   std::optional<Bytes> value;
-  if (!poll_until(deadline, what, [&] { return (value = read_if_exists(path)).has_value(); })) {
-    std::string waiting_for;
-    size_t absent_n = 0;
-    std::string absent = absent_ranks(&waiting_for, &absent_n);
-    throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, " timed out after ", ms_since(start), " ms",
-                absent.empty() ? std::string() : ": " + absent, " (waiting for key ", quote_key(key),
-                ": did the rank that sets it fail or not start?)");
-  }
+  if (!poll_until(deadline, what, [&] { return (value = read_if_exists(path)).has_value(); }))
+    throw_get_timeout(what, url_, ms_since(start), absent_ranks().describe(), key);
   return std::move(*value);
 }
 
@@ -702,14 +599,8 @@ void FileStore::wait(const std::vector<std::string> &keys, Deadline deadline) {
     return missing.empty();
   };
   std::string what = cat("wait(", quote_keys(keys, keys.size(), 3), ")");
-  if (!poll_until(deadline, what, all_there)) {
-    std::string waiting_for;
-    size_t absent_n = 0;
-    std::string absent = absent_ranks(&waiting_for, &absent_n);
-    throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, " timed out after ", ms_since(start),
-                " ms: ", absent.empty() ? std::string() : absent + " (", missing.size(), " of ", keys.size(),
-                " keys never set: ", quote_keys(missing, missing.size()), absent.empty() ? "" : ")");
-  }
+  if (!poll_until(deadline, what, all_there))
+    throw_wait_timeout(what, url_, ms_since(start), absent_ranks().describe(), missing, missing.size(), keys.size());
 }
 
 // The last rank of the world to leave cleanly removes the store: what it created, and the
@@ -749,9 +640,7 @@ void FileStore::remove_store() {
 void FileStore::abandon(pstate_status_t status, const std::string &why) noexcept {
   try {
     if (::access((dir_ + "/failed").c_str(), F_OK) == 0) return;  // the job failed already
-    std::string text = cat("status ", static_cast<int>(status), "\n", wire::kJobFailedPrefix, "rank ", options_.rank,
-                           " gave up: ", why);
-    write_atomically(dir_ + "/failed", Bytes(text.begin(), text.end()));
+    write_atomically(dir_ + "/failed", bytes_of(job_failure_record(status, gave_up_reason(options_.rank, why))));
   } catch (const std::exception &) {
     // the others will time out, naming this rank
   }

@@ -36,6 +36,7 @@
 // ("holds the store of an earlier job ... delete it or use a new directory", MISMATCH).
 #pragma once
 
+#include "bootstrap/roster.hpp"
 #include "bootstrap/socket.hpp"
 #include "bootstrap/store.hpp"
 #include "common/log.hpp"
@@ -72,7 +73,6 @@ class FileStore final : public Store {
   bool close(Deadline deadline) override;
 
  private:
-  struct Meta;
   std::atomic<bool> interrupted_{false};  // interrupt(): the next try of poll_until throws ABORTED
   FileStore(const StoreOptions &options, const std::string &dir, const Logger &logger);
   void create_tree();
@@ -82,10 +82,10 @@ class FileStore final : public Store {
   template <typename Body>
   auto locked(const std::string &key, const char *call, Deadline deadline, Body &&body);
   void refuse_foreign_entries() const;
-  bool reclaim_if_leftover(const Meta &meta);
+  bool reclaim_if_leftover(const JobMeta &meta);
   void claim_rank();
   [[noreturn]] void refuse(pstate_status_t status, const std::string &why, bool member);
-  std::string absent_ranks(std::string *waiting_for, size_t *absent_count) const;
+  AbsentRanks absent_ranks() const;
   void check_job_failed();
   bool poll_until(Deadline deadline, const std::string &what, const std::function<bool()> &ready);
   void remove_store();

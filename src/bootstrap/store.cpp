@@ -12,6 +12,7 @@
 #include "common/error.hpp"
 
 #include <charconv>
+#include <thread>
 
 namespace pstate {
 
@@ -47,6 +48,8 @@ std::unique_ptr<Store> open_store(const StoreOptions &options) {
   logger.set_rank(options.rank);
   return open_store(options, logger);
 }
+
+void Store::await_change(std::chrono::milliseconds pause) { std::this_thread::sleep_for(pause); }
 
 void store_barrier(Store &store, const std::string &name, int world_size, Deadline deadline) {
   std::string arrived = name + "/arrived", done = name + "/done";

@@ -15,11 +15,14 @@
 // refusal's status and reason at once ("the job cannot start: ..."); a wait that times out names
 // the ranks that never arrived and what the store last saw of them; and while a get()/wait()
 // waits longer than a few seconds it logs at INFO how many ranks joined and which it waits for.
+// What the stores share behind this interface — the job's meta record and the token's
+// fingerprint, the job-failure record, the words for absent ranks — is written once, in roster.hpp.
 #pragma once
 
 #include "common/deadline.hpp"
 #include "common/log.hpp"
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -107,6 +110,12 @@ class Store {
   // instead of at its timeout. Default: nothing (a TCP store's members() sees a connection
   // close at once, a file store cannot tell).
   virtual void watch_departures(std::function<void(int rank, bool gone)> on_change) { (void)on_change; }
+  // The pause between two polls of a loop that waits for other ranks' keys (pstate_shrink's
+  // agreement, pstate_grow's rank 0 waiting for replacements): returns after `pause`, or sooner
+  // when the store may have changed. Default: sleeps `pause` (a TCP or file store is cheap to
+  // poll). An etcd store, which every rank of the job shares, waits in a watch on the job's keys
+  // instead, up to 250 ms, and throws what its calls throw (ABORTED on interrupt, PEER_LOST).
+  virtual void await_change(std::chrono::milliseconds pause);
   // Stops the call another thread is blocked in (and every later call) with PSTATE_ERR_ABORTED:
   // pstate_abort / pstate_revoke from another thread (Context::request_abort). Any thread; never
   // blocks. A TCP store shuts its socket down (at once); a file store ends its poll at the next

@@ -5,7 +5,8 @@
 // cluster that every rank of the job shares: polling it every few milliseconds from every rank
 // loads it for nothing (and, on a busy cluster, delays everyone's requests), so the pause is a
 // watch on the job's prefix from the store's last read, which returns at the first write or
-// lapsed lease (at most 250 ms): a store that can watch is watched, not polled.
+// lapsed lease (at most 250 ms): a store that can watch is watched, not polled. Each store says
+// which by its Store::await_change.
 #pragma once
 
 #include "bootstrap/store.hpp"
@@ -16,6 +17,6 @@ namespace pstate {
 
 // Sleeps `pause`, or (an etcd store) waits until the store may have changed. Throws what the
 // store's calls throw (ABORTED on interrupt, PEER_LOST when etcd is gone).
-void await_store_change(Store &store, std::chrono::milliseconds pause);
+inline void await_store_change(Store &store, std::chrono::milliseconds pause) { store.await_change(pause); }
 
 }  // namespace pstate

@@ -4,6 +4,7 @@
 #include "bootstrap/handshake.hpp"
 #include "bootstrap/crypto.hpp"
 #include "bootstrap/netif.hpp"
+#include "bootstrap/roster.hpp"
 #include "common/error.hpp"
 
 #include <arpa/inet.h>
@@ -46,10 +47,6 @@ std::string printable(const Bytes &b) {
   }
   while (!out.empty() && out.back() == ' ') out.pop_back();
   return out;
-}
-
-int64_t ms_since(Clock::time_point start) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
 }
 
 Deadline earlier(Deadline a, Deadline b) { return a.at() < b.at() ? a : b; }
@@ -574,9 +571,7 @@ void TcpStore::wait(const std::vector<std::string> &keys, Deadline deadline) {
   });
   if (std::holds_alternative<wire::Ok>(reply)) return;
   if (auto *t = std::get_if<wire::TimedOut>(&reply))
-    fail_waiting(
-        *t, what, ms_since(start),
-        cat(t->missing_count, " of ", keys.size(), " keys never set: ", quote_keys(t->missing, t->missing_count)));
+    throw_wait_timeout(what, url_, ms_since(start), t->absent, t->missing, t->missing_count, keys.size());
   fail_from_reply(reply, what);
 }
 

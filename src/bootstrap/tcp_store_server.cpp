@@ -42,6 +42,7 @@
 
 #include "bootstrap/handshake.hpp"
 #include "bootstrap/crypto.hpp"
+#include "bootstrap/roster.hpp"
 #include "bootstrap/socket.hpp"
 #include "bootstrap/wire.hpp"
 #include "common/error.hpp"
@@ -653,9 +654,7 @@ void TcpStoreServer::Impl::note_refusal(Connection &c, pstate_status_t status, c
     notes[rank] = RankNote{Clock::now(), "refused", cat(c.origin(), ": ", why)};
   if (!member) return;
   count_claim(c);
-  if (!complete())
-    fail_job(status, cat("the store refused ", rank >= 0 ? cat("rank ", rank) : std::string("an observer"), " (",
-                         c.origin(), "): ", why));
+  if (!complete()) fail_job(status, refused_reason(rank, c.origin(), why));
 }
 
 void TcpStoreServer::Impl::count_claim(Connection &c) {
@@ -685,46 +684,22 @@ void TcpStoreServer::Impl::fail_job(pstate_status_t status, const std::string &w
 // Fills t's picture of the world: who is connected, who is absent and why.
 void TcpStoreServer::Impl::absent_ranks(wire::TimedOut &t) const {
   t.joined = static_cast<uint32_t>(rank_holders.size());
-  size_t world = static_cast<size_t>(options.world_size);
-  if (rank_holders.size() >= world) return;
-  std::vector<int> never, refused, left, all;
-  size_t never_n = 0, refused_n = 0, left_n = 0;
-  constexpr size_t kListed = 64;
+  if (rank_holders.size() >= static_cast<size_t>(options.world_size)) return;
+  constexpr size_t kListed = 64;  // ranks of each kind named at most (the counts stay exact)
+  AbsentRanks absent(options.world_size, {}, kListed);
   for (int r = 0; r < options.world_size; ++r) {
     if (rank_holders.count(r)) continue;
     auto note = notes.find(r);
-    bool joined_once = ever_joined[static_cast<size_t>(r)];
-    auto &list = joined_once ? left : note != notes.end() ? refused : never;
-    size_t &n = joined_once ? left_n : note != notes.end() ? refused_n : never_n;
-    if (list.size() < kListed) list.push_back(r);
-    if (all.size() < kListed) all.push_back(r);
-    ++n;
+    Absence why = ever_joined[static_cast<size_t>(r)] ? Absence::kLeft
+                  : note != notes.end()               ? Absence::kRefused
+                                                      : Absence::kNeverConnected;
+    std::string seen;
+    if (note != notes.end() && !absent.full(why))
+      seen = cat(note->second.what, " ", seconds_ago(note->second.when), " (", note->second.detail, ")");
+    absent.add(r, why, std::move(seen));
   }
-  size_t absent = never_n + refused_n + left_n;
-  t.waiting_for = rank_list(all, absent);
-  std::string of = cat(" of 0..", world - 1);
-  std::string text;
-  auto add = [&](const std::vector<int> &list, size_t n, const char *what) {
-    if (n == 0) return;
-    text += (text.empty() ? "" : "; ") + ranks_phrase(list, n) + (text.empty() ? of : "") + what;
-  };
-  add(never, never_n, " never connected");
-  add(refused, refused_n, " never joined");
-  add(left, left_n, " joined and left");
-  std::string seen;
-  size_t shown = 0;
-  for (const auto *list : {&refused, &left}) {
-    for (int r : *list) {
-      auto note = notes.find(r);
-      if (note == notes.end() || shown == 4) continue;
-      seen += cat(shown ? "; " : "", "rank ", r, " ", note->second.what, " ", seconds_ago(note->second.when), " (",
-                  note->second.detail, ")");
-      ++shown;
-    }
-  }
-  text += "; last seen: " + (seen.empty() ? std::string("none") : seen);
-  t.absent = text.substr(0, wire::kMaxTextBytes);
-  t.waiting_for = t.waiting_for.substr(0, wire::kMaxTextBytes);
+  t.absent = absent.describe().substr(0, wire::kMaxTextBytes);
+  t.waiting_for = absent.waiting_for().substr(0, wire::kMaxTextBytes);
 }
 
 // ---- requests -------------------------------------------------------------------------------
@@ -760,8 +735,7 @@ void TcpStoreServer::Impl::on_request(Connection &c, wire::Message &&m) {
     pstate_status_t status = abandon->status > PSTATE_OK && abandon->status <= PSTATE_ERR_INTERNAL
                                  ? static_cast<pstate_status_t>(abandon->status)
                                  : PSTATE_ERR_INTERNAL;
-    fail_job(status,
-             cat(c.rank() >= 0 ? cat("rank ", c.rank()) : std::string("an observer"), " gave up: ", abandon->text));
+    fail_job(status, gave_up_reason(c.rank(), abandon->text));
     return reply(c, wire::Ok{});
   }
   stat_dropped.fetch_add(1);

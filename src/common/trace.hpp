@@ -189,15 +189,15 @@ class TraceRecorder {
     s.id.store(0, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);
     s.meta.store(static_cast<uint64_t>(op) | static_cast<uint64_t>(cls) << 8 | static_cast<uint64_t>(path) << 12 |
-                     static_cast<uint64_t>(static_cast<uint8_t>(dtype + 1)) << 16 |
-                     static_cast<uint64_t>(static_cast<uint8_t>(redop + 1)) << 24 |
+                     static_cast<uint64_t>(static_cast<uint8_t>(static_cast<uint32_t>(dtype) + 1U)) << 16 |
+                     static_cast<uint64_t>(static_cast<uint8_t>(static_cast<uint32_t>(redop) + 1U)) << 24 |
                      static_cast<uint64_t>(group != nullptr ? group->gid + 1 : 0) << 32,
                  std::memory_order_relaxed);
     s.state.store(static_cast<uint64_t>(TraceState::kPosted), std::memory_order_relaxed);
     s.seq.store(seq, std::memory_order_relaxed);
     s.count.store(count, std::memory_order_relaxed);
-    s.ends.store(static_cast<uint64_t>(static_cast<uint32_t>(root + 1)) |
-                     static_cast<uint64_t>(static_cast<uint32_t>(peer + 1)) << 32,
+    s.ends.store(static_cast<uint64_t>(static_cast<uint32_t>(root) + 1U) |
+                     static_cast<uint64_t>(static_cast<uint32_t>(peer) + 1U) << 32,
                  std::memory_order_relaxed);
     s.posted.store(trace_ticks(), std::memory_order_relaxed);  // `ended` is read only once ended
     s.id.store(id, std::memory_order_release);

@@ -1,4 +1,4 @@
-// group_mem.cpp — the group's side of group memory (issue 29): pstate_mem_* on one group, the
+// group_mem.cpp — the group's side of group memory: pstate_mem_* on one group, the
 // ranks' agreement, and the hooks of device collectives and graph capture. What memory, windows
 // and registrations are is group_memory.hpp's; here is when they are made and who agrees.
 //

@@ -1,4 +1,4 @@
-// group_memory.hpp — a group's device memory and registered buffers (issue 29: NCCL symmetric
+// group_memory.hpp — a group's device memory and registered buffers (NCCL symmetric
 // memory, SGLang's use_symmetric_memory / pynccl allocator, vLLM's VLLM_USE_NCCL_SYMM_MEM).
 //
 // GroupMemory holds what pstate_mem_* made for one group, in one CUDA context:

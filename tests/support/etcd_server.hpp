@@ -100,6 +100,18 @@ class EtcdServer {
   std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
   // etcd's peer port (HTTP, but not the client API: it answers 404 to /v3/... requests).
   std::string peer_endpoint() const { return "127.0.0.1:" + std::to_string(peer_port_); }
+  // The number of keys under "PREFIX/", read with a client of its own (not a store's).
+  int64_t keys_under(const std::string &prefix) const {
+    pstate::EtcdConfig config;
+    config.endpoints = {"http://" + endpoint()};
+    config.name = "test";
+    pstate::EtcdClient client(config);
+    std::string p = prefix + "/", end = prefix + "0";  // '0' follows '/'
+    nlohmann::json answer = client.call(
+        "/v3/kv/range", nlohmann::json{{"key", pstate::base64_encode(p)}, {"range_end", pstate::base64_encode(end)}, {"count_only", true}},
+        pstate::Deadline::after_ms(10000), "count");
+    return pstate::json_i64(answer, "count");
+  }
   // Stops and resumes the server (SIGSTOP/SIGCONT): etcd there but not answering.
   void pause() { ::kill(pid_, SIGSTOP); }
   void resume() { ::kill(pid_, SIGCONT); }

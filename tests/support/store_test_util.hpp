@@ -5,19 +5,26 @@
 // run_children: fork_ranks.h with a C++ lambda per child; exceptions in a child become its exit
 // status 2 with the message on stderr. CHILD_CHECK: an assertion for children (no cmocka there).
 // TempDir: a fresh directory under /tmp, removed with its contents at the end of the test.
+// soon(): a deadline far past what a store call should take; store_options: one rank's options. Refusal / refusal_of: the status and
+// text an open (or any call) failed with, from any thread (cmocka asserts stay on the main one).
+// wait_for_go: a forked child waits for its parent's byte on a pipe (see there why).
 // Include this header after every other header of the test (see the note on cmocka below).
 #pragma once
 
 // Every C++ header first: cmocka defines a fail() macro that breaks std::basic_ios::fail().
+#include "bootstrap/store.hpp"
+#include "common/deadline.hpp"
 #include "common/error.hpp"
 #include "fork_ranks.h"
 
 #include <ftw.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <chrono>
 #include <functional>
 #include <initializer_list>
 #include <iostream>
@@ -39,6 +46,71 @@ extern "C" {  // cmocka 1.1 declares its functions without C linkage for C++
 // clang-format on
 
 namespace pstest {
+
+inline constexpr int64_t kLongMs = 30000;  // a generous bound for what should take milliseconds
+inline pstate::Deadline soon() { return pstate::Deadline::after_ms(kLongMs); }
+
+// A store's options for one rank of a world (rank -1 and world 0: an observer), with soon()'s
+// bound on the open.
+inline pstate::StoreOptions store_options(const std::string &init_method, int rank, int world,
+                                          const std::string &token = "") {
+  pstate::StoreOptions o;
+  o.init_method = init_method;
+  o.rank = rank;
+  o.world_size = world;
+  o.job_token = token;
+  o.timeout_ms = kLongMs;
+  return o;
+}
+
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The status and text a call failed with (PSTATE_OK when it did not fail).
+struct Refusal {
+  pstate_status_t status = PSTATE_OK;
+  std::string text;
+  bool has(const std::string &fragment) const { return text.find(fragment) != std::string::npos; }
+};
+inline Refusal refusal_of(const std::function<void()> &call) {
+  Refusal r;
+  try {
+    call();
+  } catch (const pstate::Error &e) {
+    r.status = e.status();
+    r.text = e.what();
+  }
+  if (r.status != PSTATE_OK) std::printf("refused as expected: %s: %s\n", pstate_status_string(r.status), r.text.c_str());
+  return r;
+}
+
+// A child that opens a store must be forked before its parent starts threads of its own (a
+// store's lease keeper, watcher or server): a fork of a multi-threaded process can inherit a lock
+// that one of those threads held (the allocator's, libcurl's), and the child then hangs in its
+// open. So the child is forked first and waits for the parent's go (a byte on the pipe), or gives
+// up after kLongMs (false).
+inline bool wait_for_go(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  char c;
+  return ::poll(&p, 1, static_cast<int>(kLongMs)) == 1 && ::read(fd, &c, 1) == 1;
+}
+
+// A pipe, closed at the end of the test: a parent and the children it forked signal each other.
+struct Pipe {
+  int fds[2] = {-1, -1};
+  Pipe() {
+    if (::pipe(fds) != 0) std::abort();
+  }
+  ~Pipe() {
+    ::close(fds[0]);
+    ::close(fds[1]);
+  }
+  Pipe(const Pipe &) = delete;
+  Pipe &operator=(const Pipe &) = delete;
+  void signal() { (void)!::write(fds[1], "x", 1); }
+  bool await() { return wait_for_go(fds[0]); }  // false after kLongMs without a signal
+};
 
 inline void expect_error(const std::function<void()> &call, pstate_status_t status,
                          std::initializer_list<std::string> fragments) {

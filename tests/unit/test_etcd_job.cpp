@@ -31,19 +31,6 @@ constexpr int kTtlS = 2;  // PSTATE_ETCD_LEASE_TTL_S for this test (etcd's minim
 constexpr int kWorld = 3;
 pstest::EtcdServer *g_etcd = nullptr;
 
-// The number of etcd keys under a prefix, read with a client of its own.
-int64_t keys_under(const std::string &prefix) {
-  EtcdConfig config;
-  config.endpoints = {"http://" + g_etcd->endpoint()};
-  config.name = "test";
-  EtcdClient client(config);
-  std::string p = prefix + "/", end = prefix + "0";  // '0' follows '/'
-  nlohmann::json answer = client.call(
-      "/v3/kv/range", nlohmann::json{{"key", base64_encode(p)}, {"range_end", base64_encode(end)}, {"count_only", true}},
-      Deadline::after_ms(10000), "count");
-  return json_i64(answer, "count");
-}
-
 #define CHILD_OK(call)                                                                                      \
   do {                                                                                                      \
     pstate_status_t s_ = (call);                                                                            \
@@ -144,7 +131,7 @@ void test_etcd_job_shrinks_to_every_live_rank_after_a_stall_longer_than_the_ttl(
     failed += status != 0;
   }
   assert_int_equal(failed, 0);
-  assert_int_equal(keys_under(prefix), 0);
+  assert_int_equal(g_etcd->keys_under(prefix), 0);
   for (int fd : {ready[0], ready[1], go[0], go[1]}) ::close(fd);
 }
 

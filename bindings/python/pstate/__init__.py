@@ -18,6 +18,9 @@ fails the context the same way: every later call raises AbortedError.
 torch CPU tensors work wherever numpy arrays do (read directly; torch in, torch out; tensor dicts
 give torch tensors back with tensors="torch").
 Layout(world_size, ...) computes SGLang's groups without communication.
+pstate.parallel_state is vLLM's and SGLang's parallel_state on pstate: their function names,
+GroupCoordinator methods and argument orders on torch tensors (docs/bindings.md, "Coming from
+vLLM or SGLang").
 """
 from __future__ import annotations
 
@@ -46,12 +49,13 @@ from ._errors import (
 from ._errors import pythonic as _pythonic
 from ._layout import CONFIG_FIELDS, Layout
 from ._objects import ObjectFrameError, ObjectRefusedError
+from ._dict_p2p import DictRequest
 from ._requests import P2POp, Request
 from ._memory import DeviceMemory, DeviceTensor
 from ._tensor_dict import NUMPY_DTYPE_NAMES, TensorDict
 
 __all__ = [
-    "AbortedError", "AuthError", "BufferLike", "BusyError", "CONFIG_FIELDS", "Device", "DType", "Error", "Group", "GroupKind",
+    "AbortedError", "AuthError", "BufferLike", "BusyError", "CONFIG_FIELDS", "Device", "DictRequest", "DType", "Error", "Group", "GroupKind",
     "InternalError", "InterruptedError", "InvalidArgumentError", "InvalidStateError", "Layout", "MismatchError", "NoMemoryError",
     "NUMPY_DTYPE_NAMES", "ObjectFrameError", "ObjectRefusedError", "P2POp", "PState", "PeerLostError", "ReduceOp", "Status",
     "Request", "TensorDict", "TimeoutError", "DeviceMemory", "DeviceTensor",

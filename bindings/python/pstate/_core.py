@@ -21,12 +21,13 @@ import threading
 import warnings
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
-from . import _objects, _tensor_dict, _torch, capi
+from . import _dict_p2p, _objects, _tensor_dict, _torch, capi
 from ._buffers import Buffer, BufferLike, new_like, require, resolve, same_dtype
 from ._enums import Device, DType, GroupKind, ReduceOp, coerce
 from ._errors import BusyError, Error, InvalidArgumentError, InvalidStateError, NoMemoryError, UnsupportedError
 from ._layout import make_config
 from ._memory import DeviceMemory
+from ._dict_p2p import DictRequest
 from ._requests import Request
 
 
@@ -605,20 +606,23 @@ class Group:
 
     # ---- tensor dicts (numpy arrays or torch CPU tensors; see _tensor_dict for dtypes) ----------------------------
     def broadcast_tensor_dict(self, tensor_dict: Optional[Mapping[str, Any]] = None, src: int = 0, *,
-                              dtypes: Optional[Mapping[str, DType]] = None, tensors: str = "numpy") -> Dict[str, Any]:
-        """SGLang's broadcast_tensor_dict: the dict of numpy arrays or torch CPU tensors of group
-        rank src on every rank (others pass None; their argument is ignored). Returns tensor_dict
-        itself on src and a TensorDict (a dict in the sender's order, plus .dtypes) elsewhere,
-        shapes kept, 0-d and 0-size tensors included: numpy arrays, or torch tensors with
-        tensors="torch" (bfloat16 as torch.bfloat16). torch tensors carry their dtype, bfloat16
-        included; in numpy bfloat16/fp8 travel in uint16/uint8 containers named with
-        dtypes={key: DType.BFLOAT16 | FP8_E4M3 | FP8_E5M2}. A dict src cannot send raises
-        InvalidArgumentError there and on every other rank (nobody waits for it)."""
+                              dtypes: Optional[Mapping[str, DType]] = None,
+                              tensors: Optional[str] = None) -> Dict[str, Any]:
+        """SGLang's broadcast_tensor_dict: the dict of group rank src on every rank (others pass
+        None; their argument is ignored). Values are torch tensors, numpy arrays and anything
+        picklable (strings, ints, None, lists, dicts), mixed as the engines mix them (_tensor_dict).
+        Returns tensor_dict itself on src and a TensorDict (a dict in the sender's order, plus
+        .dtypes) elsewhere, shapes kept, 0-d and 0-size tensors included, each tensor of the kind
+        src sent (torch tensors for torch, bfloat16 as torch.bfloat16, bool and int16 as
+        themselves; numpy arrays for numpy); tensors="numpy" or "torch" forces one kind. In numpy
+        bfloat16/fp8 travel in uint16/uint8 containers named with
+        dtypes={key: DType.BFLOAT16 | FP8_E4M3 | FP8_E5M2}. A dict src cannot send (a value that
+        cannot be pickled) raises InvalidArgumentError there and on every other rank."""
         where = f"broadcast_tensor_dict on {self.name}"
         try:
             kind = _tensor_dict.tensors_kind(tensors, where)
         except InvalidArgumentError as e:  # the others are in the call: they fail with this rank
-            refused = _tensor_dict.Refused("", f"tensors={tensors!r} (\"numpy\" or \"torch\")", where)
+            refused = _tensor_dict.Refused("", f"tensors={tensors!r} (None, \"numpy\" or \"torch\")", where)
             entries = _tensor_dict.refusal(refused) if self.rank_in_group == src else None
             with contextlib.suppress(Exception):
                 self._call(capi.broadcast_tensor_dict, entries, src, None, None)
@@ -626,7 +630,7 @@ class Group:
         if self.rank_in_group == src:
             self._send_dict(capi.broadcast_tensor_dict, tensor_dict, dtypes, where, src, None, None)
             return tensor_dict  # type: ignore[return-value]
-        return self._receive_dict(capi.broadcast_tensor_dict, where, kind, None, src)
+        return self._receive_dict(capi.broadcast_tensor_dict, where, kind, src, None, src)
 
     def send_tensor_dict(self, tensor_dict: Mapping[str, Any], dst: Optional[int] = None, *,
                          dtypes: Optional[Mapping[str, DType]] = None) -> None:
@@ -638,15 +642,16 @@ class Group:
             dst = (self.rank_in_group + 1) % self.world_size
         self._send_dict(capi.send_tensor_dict, tensor_dict, dtypes, f"send_tensor_dict on {self.name}", dst, None)
 
-    def recv_tensor_dict(self, src: Optional[int] = None, *, tensors: str = "numpy") -> Dict[str, Any]:
+    def recv_tensor_dict(self, src: Optional[int] = None, *, tensors: Optional[str] = None) -> Dict[str, Any]:
         """SGLang's recv_tensor_dict: the next dict sent by group rank src (default: the
-        previous rank, (rank_in_group - 1) % world_size), as a TensorDict of numpy arrays, or of
-        torch tensors with tensors="torch"."""
+        previous rank, (rank_in_group - 1) % world_size), as a TensorDict of what the sender sent
+        (torch tensors for torch, numpy arrays for numpy, other values as they were); tensors=
+        "numpy" or "torch" forces one kind."""
         where = f"recv_tensor_dict on {self.name}"
         kind = _tensor_dict.tensors_kind(tensors, where)
         if src is None:
             src = (self.rank_in_group - 1) % self.world_size
-        return self._receive_dict(capi.recv_tensor_dict, where, kind, src)
+        return self._receive_dict(capi.recv_tensor_dict, where, kind, src, src)
 
     def send_tensor_dict_sliced(self, tensor_dict: Mapping[str, Any], dst: Optional[int] = None, *,
                                 ag: "Group", dtypes: Optional[Mapping[str, DType]] = None) -> None:
@@ -659,15 +664,50 @@ class Group:
                         f"send_tensor_dict_sliced on {self.name}", dst, self._ag(ag), None)
 
     def recv_tensor_dict_sliced(self, src: Optional[int] = None, *, ag: "Group",
-                                tensors: str = "numpy") -> Dict[str, Any]:
+                                tensors: Optional[str] = None) -> Dict[str, Any]:
         """recv_tensor_dict with all_gather_group=ag: collective over ag (every rank of ag calls
-        it, each from its own sender); every tensor arrives whole (slices gathered over ag), as
-        numpy arrays or, with tensors="torch", torch tensors."""
+        it, each from its own sender); every tensor arrives whole (slices gathered over ag), of
+        the kind the sender sent (tensors= forces one)."""
         where = f"recv_tensor_dict_sliced on {self.name}"
         kind = _tensor_dict.tensors_kind(tensors, where)
         if src is None:
             src = (self.rank_in_group - 1) % self.world_size
-        return self._receive_dict(capi.recv_tensor_dict_sliced, where, kind, src, self._ag(ag))
+        return self._receive_dict(capi.recv_tensor_dict_sliced, where, kind, src, src, self._ag(ag))
+
+    # ---- non-blocking tensor dicts (the engines' wire: one object message, then the tensors) --
+    def isend_tensor_dict(self, tensor_dict: Mapping[str, Any], dst: Optional[int] = None, *,
+                          ag: Optional["Group"] = None, ag_tensors: Optional[Mapping[str, bool]] = None,
+                          dtypes: Optional[Mapping[str, DType]] = None) -> "DictRequest":
+        """vLLM's isend_tensor_dict / SGLang's send_tensor_dict(async_send=True): sends the dict's
+        header (keys, non-tensor values, each tensor's dtype and shape) as one object message to
+        group rank dst (default: the next rank), then posts one isend per tensor and returns a
+        DictRequest at once; the requests hold the tensors until they complete (wait() it). With
+        ag (all_gather_group) a tensor whose bytes divide by ag's size goes as this rank's slice,
+        unless ag_tensors maps its key to False. Pairs with irecv_tensor_dict (not with
+        recv_tensor_dict, the C dict's receive); see pstate._dict_p2p."""
+        if dst is None:
+            dst = (self.rank_in_group + 1) % self.world_size
+        where = f"isend_tensor_dict on {self.name}"
+        return _dict_p2p.send(self, tensor_dict, dst, self._ag_group(ag), ag_tensors, dtypes, where)
+
+    def irecv_tensor_dict(self, src: Optional[int] = None, *, ag: Optional["Group"] = None,
+                          tensors: Optional[str] = None) -> "DictRequest":
+        """vLLM's irecv_tensor_dict: takes the header isend_tensor_dict of group rank src (default:
+        the previous rank) sent (waiting for it), allocates the dict's tensors (of the sender's
+        kind; tensors= forces one), posts their receives and returns a DictRequest whose wait()
+        completes them, all-gathers sliced tensors over ag (every rank of ag waits for its own)
+        and returns the TensorDict."""
+        where = f"irecv_tensor_dict on {self.name}"
+        kind = _tensor_dict.tensors_kind(tensors, where)
+        if src is None:
+            src = (self.rank_in_group - 1) % self.world_size
+        return _dict_p2p.receive(self, src, self._ag_group(ag), kind, where)
+
+    def _ag_group(self, ag: Any) -> Optional["Group"]:
+        if ag is None:
+            return None
+        self._ag(ag)
+        return ag
 
     def _ag(self, ag: Any) -> Any:
         if not isinstance(ag, Group) or ag._ps is not self._ps:
@@ -686,7 +726,7 @@ class Group:
             raise InvalidArgumentError(refused.detail) from None
         self._call(fn, entries, *args)
 
-    def _receive_dict(self, fn: Any, where: str, tensors: str, *args: Any) -> Dict[str, Any]:
+    def _receive_dict(self, fn: Any, where: str, tensors: Optional[str], src: int, *args: Any) -> Dict[str, Any]:
         """fn(handle, *args, collector, stream=None) into a ReceivedDict (the C allocation
         callback), then the tensors it collected as numpy arrays or torch tensors (tensors)."""
         received = capi.ReceivedDict()
@@ -699,7 +739,7 @@ class Group:
                     f"{where}: tensor '{cuda}' is a CUDA tensor; the Python binding receives host tensors "
                     f"only (numpy), so it had no memory for it and nothing was transferred ({e.detail})") from e
             raise
-        return _tensor_dict.decode(received.take(), tensors)
+        return _tensor_dict.decode(received.take(), tensors, where, src)
 
 
 def _set_params(**fields: Any) -> "capi.pstate_init_params_t":
@@ -733,6 +773,7 @@ class PState:
         self._handle_lock = threading.Lock()
         self._world: Optional[Group] = None
         self._device_ordinal: Optional[int] = None  # init's device_ordinal (None: the local rank)
+        self._device = Device.CPU  # init's device: the memory the context's tensor operations take
         self._capturing = False  # inside graph_capture(): pstate_finalize refuses and frees nothing
 
     def _h(self) -> Any:
@@ -825,6 +866,12 @@ class PState:
     @property
     def closed(self) -> bool:
         return self._handle is None
+
+    @property
+    def device(self) -> Device:
+        """The context's device (init's device=): CPU contexts move host memory, CUDA contexts
+        device memory (objects, tensor dicts and barriers take host data in both)."""
+        return self._device
 
     def __enter__(self) -> "PState":
         return self
@@ -997,6 +1044,7 @@ def init(*, world_size: Optional[int] = None, rank: Optional[int] = None, local_
                          job_token=job_token, socket_ifname=socket_ifname)
     ps = PState(capi.init(params))
     ps._device_ordinal = device_ordinal if device_ordinal is not None and device_ordinal >= 0 else None
+    ps._device = device
     ps._world = ps.group(GroupKind.WORLD)  # kept: its size sizes shrink() after a failure (get_group refuses then)
     # Ctrl-C: every wait of a call on ps runs Python's signal handlers every 20-50 ms (the
     # GIL stays released in between); a handler that raises stops the call with its exception.

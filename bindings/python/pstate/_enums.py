@@ -84,6 +84,10 @@ def coerce(cls: Type[_E], value: Any, what: str) -> _E:
 
     if isinstance(value, cls):
         return value
+    if type(value).__module__.startswith("torch"):  # torch.bfloat16, torch.distributed.ReduceOp.MAX
+        member = _from_torch(cls, value)
+        if member is not None:
+            return member
     if isinstance(value, str):
         member = cls.__members__.get(value.strip().upper())
         if member is not None:
@@ -94,4 +98,28 @@ def coerce(cls: Type[_E], value: Any, what: str) -> _E:
         except ValueError:
             pass
     names = ", ".join(f'"{m.name.lower()}"' for m in cls)
-    raise InvalidArgumentError(f"{what} {value!r} is not a {cls.__name__}: use {cls.__name__}.<NAME> or one of {names}")
+    torch_too = {"DType": " (or a torch dtype pstate has)", "ReduceOp": " (or a torch.distributed.ReduceOp)"}
+    raise InvalidArgumentError(f"{what} {value!r} is not a {cls.__name__}: use {cls.__name__}.<NAME> or one of "
+                               f"{names}{torch_too.get(cls.__name__, '')}")
+
+
+def _from_torch(cls: Any, value: Any) -> Any:
+    """The member a torch dtype (DType) or torch.distributed.ReduceOp (ReduceOp) stands for, or
+    None. torch is the caller's: it is imported already when such a value exists."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    if cls is DType and isinstance(value, torch.dtype):
+        from ._torch import result_dtype_of
+
+        return result_dtype_of(value)
+    if cls is ReduceOp:
+        dist_op = getattr(getattr(torch, "distributed", None), "ReduceOp", None)
+        for name, member in (("SUM", ReduceOp.SUM), ("PRODUCT", ReduceOp.PROD), ("MAX", ReduceOp.MAX),
+                             ("MIN", ReduceOp.MIN), ("AVG", ReduceOp.AVG)):
+            theirs = getattr(dist_op, name, None)
+            if theirs is not None and (value is theirs or value == theirs):
+                return member
+    return None

@@ -134,6 +134,78 @@ def as_numpy(t: Any, name: str) -> Tuple[Any, Optional[DType]]:
     return t.numpy(), None
 
 
+def result_dtype_of(torch_dtype: Any) -> Optional[DType]:
+    """The pstate dtype of a torch dtype (torch.bfloat16 -> BFLOAT16), None where pstate has none
+    (torch.bool, torch.int16 carry none of their own)."""
+    if _TABLE is None:
+        tensor_type()
+    entry = (_TABLE or {}).get(torch_dtype)
+    return entry[0] if entry is not None else None
+
+
+def _same_size_int(torch: Any, size: int) -> Any:
+    return {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(size)
+
+
+def raw_bytes(t: Any, name: str) -> Tuple[Any, str, Tuple[int, ...]]:
+    """A tensor of a dtype pstate has none for (bool, int16, complex, ...), as the flat uint8 numpy
+    array of its bytes (no copy when it is contiguous), its torch dtype's name and its shape: a
+    tensor dict carries it as bytes and the receiver views them as that dtype again."""
+    import numpy as np
+
+    torch = sys.modules["torch"]
+    if not t.is_cpu:
+        where = "a meta tensor has no data" if t.device.type == "meta" else f"a tensor on {t.device}, not the CPU"
+        raise InvalidArgumentError(f"{name}: {where}: the Python binding sends host tensors (t.cpu())")
+    if t.is_quantized or t.layout != torch.strided:
+        raise InvalidArgumentError(f"{name}: torch cannot give this tensor's memory ({t.layout}, {t.dtype}); "
+                                   "send t.dequantize() / t.to_dense()")
+    shape = tuple(t.shape)
+    t = t.detach()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    try:
+        arr = t.numpy()
+    except TypeError:  # a type numpy lacks (complex32): its bits through a same-size integer
+        container = _same_size_int(torch, t.element_size())
+        if container is None:
+            raise InvalidArgumentError(f"{name}: torch dtype {t.dtype} cannot be read as bytes") from None
+        arr = t.view(container).numpy()
+    return arr.reshape(-1).view(np.uint8), str(t.dtype).replace("torch.", ""), shape
+
+
+def from_raw_bytes(data: Any, dtype_name: str, shape: Tuple[int, ...], name: str) -> Any:
+    """What raw_bytes sent, as a torch tensor of its dtype over the received bytes (no copy)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        import torch  # noqa: F811 - the sender sent torch tensors
+    dtype = getattr(torch, dtype_name, None)
+    if not isinstance(dtype, torch.dtype):
+        from ._errors import UnsupportedError
+
+        raise UnsupportedError(f"received tensor '{name}' is a torch.{dtype_name} tensor, which this torch "
+                               f"({torch.__version__}) does not have")
+    if data is None or len(data) == 0:
+        return torch.empty(shape, dtype=dtype)
+    flat = torch.from_numpy(data)
+    size = torch.empty((), dtype=dtype).element_size()
+    container = _same_size_int(torch, size)
+    if dtype.is_complex and container is not None and dtype != torch.complex64:
+        flat = flat.view(container)  # complex32: torch views bytes as it only through an integer
+    return flat.view(dtype).reshape(shape)
+
+
+def from_numpy_any(array: Any) -> Any:
+    """torch.from_numpy(array) (no copy), or the array itself where torch has no such type."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        import torch  # noqa: F811 - the caller asked for torch results
+    try:
+        return torch.from_numpy(array)
+    except TypeError:
+        return array
+
+
 def zeros(source: Any, shape: Tuple[int, ...]) -> Any:
     """A zeroed CPU tensor of shape with source's torch dtype (a container keeps its meaning:
     int16 carrying bfloat16 stays int16, as the caller's dtype= says)."""

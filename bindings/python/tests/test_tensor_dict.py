@@ -8,7 +8,7 @@ import pytest
 
 import pstate
 from pstate import DType, capi
-from pstate._tensor_dict import Refused, decode, encode
+from pstate._tensor_dict import PY_META, Refused, decode, encode
 
 
 def test_numpy_dtypes_map_to_pstate_dtypes_and_shapes_are_kept():
@@ -40,13 +40,35 @@ def test_contiguous_native_arrays_are_not_copied():
     assert encode({"a": a}, None, "t")[0][3] is a
 
 
-@pytest.mark.parametrize("value,text", [(np.zeros(2, bool), "bool"), ([1, 2], "not a numpy array"),
-                                        (np.zeros(2, np.int16), "no pstate dtype"),
-                                        (np.zeros(2, np.complex64), "element type")])
-def test_values_pstate_cannot_carry_are_refused_naming_the_tensor(value, text):
-    with pytest.raises(Refused, match=text) as info:
-        encode({"x": value}, None, "op")
-    assert info.value.key == "x" and isinstance(info.value, pstate.InvalidArgumentError)
+@pytest.mark.parametrize("value", [np.zeros(2, bool), [1, 2], np.zeros(2, np.int16), np.zeros(2, np.complex64),
+                                   "text", None, {"a": 1}, np.array([{"x": 1}], dtype=object)])
+def test_values_pstate_has_no_dtype_for_travel_with_the_metadata_entry(value):
+    """vLLM's and SGLang's dicts mix tensors with other values: those values, and arrays of dtypes
+    pstate has none for, add the PY_META entry (first); an array of a pstate dtype stays a plain
+    entry, so a dict of only those is what the C API sends."""
+    entries = encode({"x": value, "y": np.zeros(1, np.float32)}, None, "op")
+    assert entries[0][0] == PY_META and entries[0][1] == DType.UINT8, entries[0]
+    assert ("y", int(DType.FLOAT32), (1,)) == entries[-1][:3]
+    assert [e[0] for e in encode({"y": np.zeros(1, np.float32)}, None, "op")] == ["y"]
+
+
+def test_a_mixed_dict_comes_back_with_its_values_dtypes_and_order():
+    d = {"c": "test", "m": np.array([True, False]), "h": np.arange(6, dtype=np.int16).reshape(2, 3),
+         "z": np.zeros((0, 2), np.complex64), "s": np.int16(-3), "n": None, "f": np.arange(3, dtype=np.float32),
+         "o": np.array([{"x": 1}], dtype=object)}
+    got = decode([(n, dt, sh, bytearray(np.asarray(a).tobytes()) or None, 0) for n, dt, sh, a in encode(d, None, "op")])
+    assert list(got) == list(d) and got["c"] == "test" and got["n"] is None and got["o"][0] == {"x": 1}, got
+    for key in ("m", "h", "z", "s", "f"):
+        assert got[key].dtype == np.asarray(d[key]).dtype and np.array_equal(got[key], d[key]), (key, got[key])
+    assert got.dtypes == {"f": DType.FLOAT32}, got.dtypes
+
+
+def test_values_that_cannot_be_pickled_and_pstates_own_key_are_refused_naming_them():
+    with pytest.raises(Refused, match="value 'fn' cannot be pickled") as info:
+        encode({"fn": lambda: 1, "x": np.zeros(1)}, None, "op")
+    assert info.value.key == "fn" and isinstance(info.value, pstate.InvalidArgumentError)
+    with pytest.raises(Refused, match="pstate's own"):
+        encode({PY_META: 1}, None, "op")
 
 
 def test_dtypes_naming_a_missing_key_is_refused():

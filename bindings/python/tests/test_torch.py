@@ -108,11 +108,13 @@ def test_all_gather_out_must_have_the_results_shape(one_rank):
 def test_one_rank_tensor_dict_broadcast_takes_torch_tensors_of_every_dtype(one_rank):
     d = {str(t): torch.ones(2, dtype=t) for t, _ in TORCH_TO_PSTATE}
     assert one_rank.world.broadcast_tensor_dict(d) is d
-    for bad, text in ((torch.zeros(2).to_sparse(), "torch cannot give its memory"), (torch.zeros(2, dtype=torch.bool),
-                      "torch.bool has no pstate dtype"), (torch.zeros(2, device="meta"), "meta tensor")):
+    mixed = {"m": torch.tensor([True, False]), "h": torch.arange(3, dtype=torch.int16), "c": torch.ones(2, dtype=torch.cfloat),
+             "s": "text", "l": [1, 2]}
+    assert one_rank.world.broadcast_tensor_dict(mixed) is mixed
+    for bad, text in ((torch.zeros(2).to_sparse(), "torch cannot give"), (torch.zeros(2, device="meta"), "meta tensor")):
         with pytest.raises(pstate.InvalidArgumentError, match=text):
             one_rank.world.broadcast_tensor_dict({"x": bad})
-    with pytest.raises(pstate.InvalidArgumentError, match=r"tensors must be \"numpy\" or \"torch\""):
+    with pytest.raises(pstate.InvalidArgumentError, match=r"tensors must be None \(as the sender sent them\), \"numpy\" or \"torch\""):
         one_rank.world.recv_tensor_dict(0, tensors="cupy")
 
 
