@@ -330,7 +330,7 @@ std::string counted(size_t n, const char *noun) { return cat(n, " ", noun, n == 
 // from a rank that has work. The job claims the CPUs it runs on even when its ranks outnumber
 // them, so that no later job pins a spinning rank there. --no-bind claims nothing and pins nothing
 // (the ranks run where the launcher may) but still turns spinning off when other jobs hold CPUs of
-// its set or the ranks outnumber the free ones.
+// its set or the ranks outnumber the free ones (said at INFO only: it asked for no placement).
 Placement place_ranks(int nproc, BindMode mode, const std::string &holder) {
   Placement p;
   const std::vector<int> allowed = allowed_cpus();
@@ -357,8 +357,8 @@ Placement place_ranks(int nproc, BindMode mode, const std::string &holder) {
     const size_t free = allowed.size() - s.held.size();
     if (free >= n) return p;
     p.no_spin = true;
-    if (!s.held.empty() || info_enabled())
-      say_line(cat(s.held.empty() ? "" : "warning: ", counted(n, "rank"), " (--no-bind) and ", counted(free, "free CPU"),
+    if (info_enabled())  // --no-bind asked for no placement: only at INFO
+      say_line(cat(counted(n, "rank"), " (--no-bind) and ", counted(free, "free CPU"),
                    " of ", mine, " (this launcher's affinity)", others, no_spin));
     return p;
   }
