@@ -1,5 +1,5 @@
 # env.cmake — the binding toolchains and the environment each needs, shared by
-# bindings/CMakeLists.txt (builds) and tests/special/bindings_*.cmake (tests).
+# bindings/CMakeLists.txt (builds) and bindings/<language>/bindings_*.cmake (tests).
 #
 #   PSTATE_SWIG      swig >= 4.0, or empty
 #   PSTATE_GO        go >= 1.18 (generics), or empty; Debian's golang-go may live in /usr/lib/go-1.19/bin

@@ -1,6 +1,6 @@
 /*
  * consumer.c — a program that links libpstate the ordinary way (built by the pkg-config and the
- * find_package consumers of tests/special/consumers.cmake): computes SGLang's docstring layout
+ * find_package consumers of tests/consumers/consumers.cmake): computes SGLang's docstring layout
  * through the C API and checks it. Exit 0 on success; prints what differed otherwise.
  */
 #include <pstate/pstate.h>

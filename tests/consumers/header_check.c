@@ -1,5 +1,5 @@
 /*
- * header_check.c — compiled (never run) by tests/special/header_compile.cmake as C99 with
+ * header_check.c — compiled (never run) by tests/abi/header_compile.cmake as C99 with
  * -pedantic -Werror and as C++17: pstate.h must be clean in both languages, including the
  * initializer macros users write in declarations, and its enumerations must be int-sized (with
  * int as their fixed underlying type in C++). The ABI rules (struct_size first, every function in

@@ -8,7 +8,7 @@
 #include "common/op_descriptor.hpp"
 #include "coll/coll_util.hpp"
 #include "group/agreement_exchange.hpp"
-#include "support/thread_channel.hpp"
+#include "thread_channel.hpp"
 
 #include <cstring>
 #include <string>

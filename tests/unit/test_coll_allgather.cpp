@@ -1,10 +1,10 @@
 // test_coll_allgather.cpp — allgather_ring and allgather_bruck over the thread harness: every
 // group size 1..9 × counts {0, 1, 7, 1000, 30011} × element sizes 1/2/4/8, out of place and in
 // place (send = recv + rank * block), every block checked byte for byte on every rank. Under TSan
-// the counts stop at 1000 (support/coll_cases.hpp, kSweepCounts).
+// the counts stop at 1000 (tests/support/coll_cases.hpp, kSweepCounts).
 #include "coll/algorithms.hpp"
-#include "support/move_cases.hpp"
-#include "support/thread_channel.hpp"
+#include "move_cases.hpp"
+#include "thread_channel.hpp"
 
 #include <string>
 #include <vector>

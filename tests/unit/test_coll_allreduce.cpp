@@ -1,13 +1,13 @@
 // test_coll_allreduce.cpp — allreduce_recursive_doubling and allreduce_ring over the thread
-// harness (tests/unit/support/thread_channel.hpp): every group size 1..9 × counts {0, 1, 7,
+// harness (tests/support/thread_channel.hpp): every group size 1..9 × counts {0, 1, 7,
 // 1000, 30011} × every reducible dtype × every op against an independent reference, in place and
 // out of place, deep pipelines (tiny chunks), and with random floats: the documented reduction
 // order reproduced bit for bit, hence the same bits on every rank. Under ASan and TSan the sweeps take
-// fewer dtypes, ops and counts (support/coll_cases.hpp, kSweep*).
+// fewer dtypes, ops and counts (tests/support/coll_cases.hpp, kSweep*).
 #include "coll/algorithms.hpp"
 #include "coll/select.hpp"
-#include "support/coll_cases.hpp"
-#include "support/thread_channel.hpp"
+#include "coll_cases.hpp"
+#include "thread_channel.hpp"
 
 #include <functional>
 #include <random>

@@ -2,8 +2,8 @@
 // sizes, in and out of place, byte for byte) and barrier_dissemination (no rank leaves a barrier
 // before every rank has entered it, over many consecutive barriers).
 #include "coll/algorithms.hpp"
-#include "support/move_cases.hpp"
-#include "support/thread_channel.hpp"
+#include "move_cases.hpp"
+#include "thread_channel.hpp"
 
 #include <atomic>
 #include <chrono>

@@ -2,10 +2,10 @@
 // tiny chunks) and gather_linear over the thread harness: every group size 1..9 × every root ×
 // counts {0, 1, 7, 1000, 30011} × element sizes, byte for byte, plus a chain long enough to span
 // many default chunks and an invalid root refused on every rank before any message. Under TSan
-// the counts stop at 1000 (support/coll_cases.hpp, kSweepCounts).
+// the counts stop at 1000 (tests/support/coll_cases.hpp, kSweepCounts).
 #include "coll/algorithms.hpp"
-#include "support/move_cases.hpp"
-#include "support/thread_channel.hpp"
+#include "move_cases.hpp"
+#include "thread_channel.hpp"
 
 #include <cstdint>
 #include <functional>

@@ -1,8 +1,9 @@
-// test_coll_harness.cpp — the algorithm unit-test harness itself (support/thread_channel.hpp):
-// the properties the algorithm tests lean on. A deadlock becomes an error within the timeout
-// (never a hang), a size mismatch fails both sides, a message nobody receives is reported, a
-// send completes only once received (rendezvous), and receives match in post order.
-#include "support/thread_channel.hpp"
+// test_coll_harness.cpp — the algorithm unit-test harness itself
+// (tests/support/thread_channel.hpp): the properties the algorithm tests lean on. A deadlock
+// becomes an error within the timeout (never a hang), a size mismatch fails both sides, a message
+// nobody receives is reported, a send completes only once received (rendezvous), and receives
+// match in post order.
+#include "thread_channel.hpp"
 
 #include <atomic>
 #include <string>

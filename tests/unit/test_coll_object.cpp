@@ -3,8 +3,8 @@
 // 100003}, all_gather_object with sizes differing per rank (zeros included), send/recv_object
 // ordering, and argument checks.
 #include "coll/algorithms.hpp"
-#include "support/move_cases.hpp"
-#include "support/thread_channel.hpp"
+#include "move_cases.hpp"
+#include "thread_channel.hpp"
 
 #include <string>
 #include <vector>

@@ -1,15 +1,15 @@
 // test_coll_reduce.cpp — reduce_binomial and reduce_ring over the thread harness
-// (tests/unit/support/thread_channel.hpp): every group size 1..9 × counts {0, 1, 7, 1000, 30011}
+// (tests/support/thread_channel.hpp): every group size 1..9 × counts {0, 1, 7, 1000, 30011}
 // × every reducible dtype × every op against an independent reference, the root moving through
 // every group rank as the sweep goes on; every root of every group size in place and out of
 // place; deep pipelines (ring with tiny chunks); the documented reduction orders reproduced bit
 // for bit with random floats (the ring's is allreduce_ring's: the root gets all_reduce's bits);
 // fp8 and a bad root refused on every rank before any message. The ranks other than the root
 // always pass recv = nullptr, so a write there would crash the test. Under ASan and TSan the
-// sweeps take fewer dtypes, ops and counts (support/coll_cases.hpp, kSweep*).
+// sweeps take fewer dtypes, ops and counts (tests/support/coll_cases.hpp, kSweep*).
 #include "coll/algorithms.hpp"
-#include "support/coll_cases.hpp"
-#include "support/thread_channel.hpp"
+#include "coll_cases.hpp"
+#include "thread_channel.hpp"
 
 #include <functional>
 #include <random>

@@ -2,10 +2,10 @@
 // 1..9 × recv counts {0, 1, 7, 1000, 3001} × every reducible dtype × every op against an
 // independent reference, in place (recv = send + rank * block) and out of place, deep pipelines
 // (tiny chunks), and the documented reduction order reproduced bit for bit with random floats.
-// Under ASan and TSan the sweeps take fewer dtypes and ops (support/coll_cases.hpp, kSweep*).
+// Under ASan and TSan the sweeps take fewer dtypes and ops (tests/support/coll_cases.hpp, kSweep*).
 #include "coll/algorithms.hpp"
-#include "support/coll_cases.hpp"
-#include "support/thread_channel.hpp"
+#include "coll_cases.hpp"
+#include "thread_channel.hpp"
 
 #include <random>
 #include <string>

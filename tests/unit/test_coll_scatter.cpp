@@ -3,10 +3,10 @@
 // destination block and its index, so a block sent to the wrong rank or a byte never written is
 // caught), in place on the root (recv == send + root * recv_count) and out of place; the ranks
 // other than the root pass send = nullptr; a bad root is refused on every rank before any
-// message. Under TSan the counts stop at 1000 (support/coll_cases.hpp, kSweepCounts).
+// message. Under TSan the counts stop at 1000 (tests/support/coll_cases.hpp, kSweepCounts).
 #include "coll/algorithms.hpp"
-#include "support/move_cases.hpp"
-#include "support/thread_channel.hpp"
+#include "move_cases.hpp"
+#include "thread_channel.hpp"
 
 #include <algorithm>
 #include <cstdint>

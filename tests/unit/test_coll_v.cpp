@@ -2,12 +2,12 @@
 // thread harness: every group size 1..9 × counts arrays with zeros in every place (all zero, one
 // rank only, every third rank empty, uneven) × dtypes of every element size (allgatherv: bytes
 // compared exactly; reduce_scatterv: every reducible dtype × op against the independent
-// reference of support/coll_cases.hpp), in place and out of place, deep pipelines (tiny chunks),
-// and no zero-byte message ever posted (a Channel wrapper refuses them). Under ASan and TSan the
-// sweeps take fewer dtypes and ops (support/coll_cases.hpp, kSweep*).
+// reference of tests/support/coll_cases.hpp), in place and out of place, deep pipelines (tiny
+// chunks), and no zero-byte message ever posted (a Channel wrapper refuses them). Under ASan and
+// TSan the sweeps take fewer dtypes and ops (tests/support/coll_cases.hpp, kSweep*).
 #include "coll/algorithms.hpp"
-#include "support/coll_cases.hpp"
-#include "support/thread_channel.hpp"
+#include "coll_cases.hpp"
+#include "thread_channel.hpp"
 
 #include <string>
 #include <vector>

@@ -8,8 +8,8 @@
 #include "common/error.hpp"
 #include "reduce/kernels.hpp"
 #include "reduce/reduce.hpp"
-#include "support/float_ref.hpp"
-#include "support/reduce_ref.hpp"
+#include "float_ref.hpp"
+#include "reduce_ref.hpp"
 
 #include <bit>
 #include <cmath>

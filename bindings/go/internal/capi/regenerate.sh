@@ -1,7 +1,7 @@
 #!/bin/sh
 # regenerate.sh — writes capi.go and capi_wrap.c, the raw layer of the Go binding, with SWIG (4.x)
 # from bindings/pstate.i. Both are committed, so the module builds anywhere without SWIG and
-# without this source tree around it (a copy, a `replace` path); tests/special/bindings_go.cmake's
+# without this source tree around it (a copy, a `replace` path); bindings/go/bindings_go.cmake's
 # bindings_go_drift runs this into a temporary folder and fails when the committed files differ
 # (pstate.h or pstate.i changed without them). capi.go is formatted with gofmt.
 #
