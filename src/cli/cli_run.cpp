@@ -36,13 +36,23 @@
 // running when one fails (for jobs that survive a dead rank), naming each failure as it happens;
 // --respawn K also starts a replacement for each failed rank (same RANK, PSTATE_REJOIN=1: its
 // pstate_init waits until the survivors admit it with pstate_grow), at most K in all.
+//
+// CPUs (place_ranks): the ranks run only on the CPUs the launcher may use (its affinity, which
+// taskset and the cgroup's cpuset set) and never on one another pstate job of the host pinned its
+// ranks to: each CPU a job uses is claimed in a host-wide record that cannot go stale
+// (cpu_claims.hpp: a lock per CPU that the kernel drops when the job's last process on that CPU
+// ends, SIGKILL included). One free CPU per rank: each rank is pinned alone to one. Fewer: the
+// ranks share the free ones (or, with none, the launcher's) unpinned, and get PSTATE_SPIN=0 so
+// that their waits never spin on a CPU other ranks need; pstate run says so.
 #include "bootstrap/crypto.hpp"
 #include "bootstrap/init_method.hpp"
 #include "bootstrap/tcp_store_server.hpp"
 #include "bootstrap/wire.hpp"
 #include "cli/cli.hpp"
+#include "cli/cpu_claims.hpp"
 #include "cli/job_store_client.hpp"
 #include "common/error.hpp"
+#include "common/log.hpp"
 #include "transport/shm/shm_names.hpp"
 
 #include <arpa/inet.h>
@@ -88,8 +98,12 @@ constexpr OptionSpec kOptions[] = {
     {"--status-every", "S",
      "while some ranks exited 0 and others run, name the running ones every S seconds (default 10)"},
     {"--no-prefix", nullptr, "do not prefix output lines with the rank"},
-    {"--bind-cores", nullptr, "pin local rank i to CPU i % (CPUs available), even when ranks outnumber CPUs"},
-    {"--no-bind", nullptr, "do not pin ranks (default: pinned one per CPU when they fit, as mpirun does)"},
+    {"--bind-cores", nullptr,
+     "pin local rank i to the i-th free CPU, in turn, even when ranks outnumber the free CPUs (free: in this "
+     "launcher's affinity and not held by another pstate job of the host)"},
+    {"--no-bind", nullptr,
+     "do not pin ranks nor claim CPUs (default: one free CPU per rank when they fit, as mpirun does, claimed "
+     "host-wide so that other pstate jobs pin elsewhere; ranks that share CPUs do not spin)"},
     {"--keep-going", nullptr,
      "when a rank fails, name it and leave the others running (default: stop them); the exit status is still "
      "the first failed rank's"},
@@ -242,8 +256,12 @@ std::vector<int> allowed_cpus() {
   return cpus;
 }
 
+// Starts argv with env added, its output into out_w/err_w, on `cpus` (empty: the launcher's
+// affinity), inheriting `keep_fds` (the record's locks of those CPUs, cpu_claims.hpp: they stay
+// claimed while the rank runs, even if the launcher is killed first).
 pid_t spawn(const std::vector<std::string> &argv, const std::vector<std::pair<std::string, std::string>> &env,
-            int out_w, int err_w, int close_a, int close_b, int cpu) {
+            int out_w, int err_w, int close_a, int close_b, const std::vector<int> &cpus,
+            const std::vector<int> &keep_fds) {
   pid_t pid = ::fork();
   if (pid < 0) throw_error(PSTATE_ERR_INTERNAL, "fork: ", std::strerror(errno));
   if (pid > 0) return pid;
@@ -257,12 +275,13 @@ pid_t spawn(const std::vector<std::string> &argv, const std::vector<std::pair<st
   ::close(out_w);
   ::close(err_w);
   for (const auto &[k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
-  if (cpu >= 0) {
+  if (!cpus.empty()) {
     cpu_set_t set;
     CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
+    for (int cpu : cpus) CPU_SET(cpu, &set);
     ::sched_setaffinity(0, sizeof set, &set);
   }
+  for (int fd : keep_fds) ::fcntl(fd, F_SETFD, 0);  // this child's descriptor only: not close-on-exec
   std::vector<char *> args;
   for (const auto &a : argv) args.push_back(const_cast<char *>(a.c_str()));
   args.push_back(nullptr);
@@ -271,10 +290,113 @@ pid_t spawn(const std::vector<std::string> &argv, const std::vector<std::pair<st
   ::_exit(127);
 }
 
+// --bind-cores, the default, --no-bind.
+enum class BindMode { kForce, kDefault, kNone };
+
+// Where this launcher's ranks run and whether they spin (cpu_claims.hpp has the host-wide record).
+struct Placement {
+  std::vector<CpuClaim> claims;  // this job's CPUs, held for its life
+  std::vector<int> pinned;       // local rank i runs alone on pinned[i % size] (empty: not pinned)
+  std::vector<int> shared;       // else every rank runs on these (empty: the launcher's affinity)
+  bool no_spin = false;          // the ranks share CPUs: PSTATE_SPIN=0, so their waits never spin
+
+  std::vector<int> cpus_of(int local) const {
+    if (!pinned.empty()) return {pinned[static_cast<size_t>(local) % pinned.size()]};
+    return shared;
+  }
+  // The locks a rank inherits: those of the CPUs it runs on.
+  std::vector<int> fds_of(int local) const {
+    const std::vector<int> cpus = cpus_of(local);
+    std::vector<int> fds;
+    for (const auto &c : claims)
+      if (std::find(cpus.begin(), cpus.end(), c.cpu()) != cpus.end()) fds.push_back(c.fd());
+    return fds;
+  }
+};
+
+void say_line(const std::string &line) { write_all(STDERR_FILENO, "pstate run: " + line + "\n"); }
+
+bool info_enabled() { return Logger().enabled(LogLevel::kInfo); }
+
+// "1 rank", "2 ranks"
+std::string counted(size_t n, const char *noun) { return cat(n, " ", noun, n == 1 ? "" : "s"); }
+
+// Places `nproc` ranks on the CPUs the launcher may use (its affinity: taskset, the cgroup's
+// cpuset), never outside them and never on a CPU another pstate job of the host holds. With a
+// free CPU per rank, each rank is pinned alone to one (and spins before it sleeps, as the library
+// decides). With fewer, the ranks are not pinned one per CPU: they share the free CPUs this job
+// claims (--bind-cores: pinned to them in turn), or, with none free, run where the launcher may
+// among the other jobs' ranks, and never spin (PSTATE_SPIN=0), so that a wait does not take a CPU
+// from a rank that has work. The job claims the CPUs it runs on even when its ranks outnumber
+// them, so that no later job pins a spinning rank there. --no-bind claims nothing and pins nothing
+// (the ranks run where the launcher may) but still turns spinning off when other jobs hold CPUs of
+// its set or the ranks outnumber the free ones (said at INFO only: it asked for no placement).
+Placement place_ranks(int nproc, BindMode mode, const std::string &holder) {
+  Placement p;
+  const std::vector<int> allowed = allowed_cpus();
+  const size_t n = static_cast<size_t>(nproc);
+  const std::string dir = cpu_claim_dir();
+  const std::string mine = cat(allowed.size() == 1 ? "CPU " : "CPUs ", cpu_list_text(allowed));
+  CpuSurvey s = claim_cpus(allowed, mode == BindMode::kNone ? 0 : n, holder);
+  if (!s.unusable.empty()) {  // blind to other jobs: as if this were the host's only one
+    say_line(cat("warning: cannot use the host-wide record of pinned CPUs (", s.unusable, "); ",
+                 mode == BindMode::kNone ? "--no-bind: the ranks are not pinned" : "pinning as if this job were alone "
+                                                                                  "on the host",
+                 " (PSTATE_CPU_CLAIM_DIR names another directory)"));
+    if (mode == BindMode::kForce || (mode == BindMode::kDefault && n <= allowed.size())) p.pinned = allowed;
+    return p;
+  }
+  // ": CPU 0 (job run-ab12, pstate run pid 77) is held by another pstate job; " or ": "
+  const std::string others =
+      s.held.empty() ? std::string(": ")
+                     : cat(": ", s.held_text, s.held.size() == 1 ? " is held by another pstate job; "
+                                                                 : " are held by other pstate jobs; ");
+  const std::string no_spin = cat(n == 1 ? "it does" : "they do", " not spin when ", n == 1 ? "it waits" : "they wait",
+                                  " (PSTATE_SPIN=0)");
+  if (mode == BindMode::kNone) {
+    const size_t free = allowed.size() - s.held.size();
+    if (free >= n) return p;
+    p.no_spin = true;
+    if (info_enabled())  // --no-bind asked for no placement: only at INFO
+      say_line(cat(counted(n, "rank"), " (--no-bind) and ", counted(free, "free CPU"),
+                   " of ", mine, " (this launcher's affinity)", others, no_spin));
+    return p;
+  }
+  std::vector<int> cpus;
+  for (const auto &c : s.claimed) cpus.push_back(c.cpu());
+  p.claims = std::move(s.claimed);
+  if (cpus.size() == n) {
+    p.pinned = cpus;
+    if (info_enabled())
+      say_line(cat(n == 1 ? "the rank is pinned to CPU " : "the ranks are pinned one per CPU, in rank order, to CPUs ",
+                   cpu_list_text(cpus), " (claimed in ", dir, " for the job's life)",
+                   s.held.empty() ? std::string()
+                                  : cat("; ", s.held_text, s.held.size() == 1 ? " is held by another pstate job"
+                                                                              : " are held by other pstate jobs")));
+    return p;
+  }
+  p.no_spin = true;
+  const std::string ours = cat(cpus.size() == 1 ? "CPU " : "CPUs ", cpu_list_text(cpus));
+  std::string where;
+  if (cpus.empty()) {
+    where = cat(n == 1 ? "the rank runs" : "the ranks run", " on ", mine, " among the other jobs' ranks");
+  } else if (mode == BindMode::kForce) {
+    p.pinned = cpus;
+    where = cat("--bind-cores: the ranks are pinned to ", ours, " in turn (claimed in ", dir, ")");
+  } else {
+    p.shared = cpus;
+    where = cat("the ranks share ", ours, " (claimed in ", dir, ")");
+  }
+  if (!s.held.empty() || info_enabled())
+    say_line(cat(s.held.empty() ? "" : "warning: ", counted(n, "rank"), " and ", counted(cpus.size(), "free CPU"), " of ",
+                 mine, " (this launcher's affinity)", others, where, "; ", no_spin));
+  return p;
+}
+
 class Launcher {
  public:
   Launcher(int nproc, int nnodes, int node_rank, std::string addr, int port, int grace_ms, int max_wait_s,
-           int status_every_s, bool prefix, bool bind_cores, bool host_store)
+           int status_every_s, bool prefix, BindMode bind, bool host_store)
       : nproc_(nproc),
         nnodes_(nnodes),
         node_rank_(node_rank),
@@ -283,8 +405,8 @@ class Launcher {
         grace_ms_(grace_ms),
         max_wait_s_(max_wait_s),
         status_every_s_(status_every_s),
-        prefix_(prefix) {
-    if (bind_cores) cpus_ = allowed_cpus();
+        prefix_(prefix),
+        bind_(bind) {
     host_store_ = host_store;
   }
   void keep_going() { keep_going_ = true; }
@@ -327,6 +449,9 @@ class Launcher {
     token_ = token;
     job_id_ = job_id;
     program_ = program;
+    placement_ = place_ranks(nproc_, bind_,
+                             cat("job ", job_id_, nnodes_ > 1 ? cat(" node ", node_rank_) : std::string(),
+                                 ", pstate run pid ", static_cast<long>(::getpid())));
     InitMethod store_method;
     store_method.kind = InitMethod::Kind::kTcp;
     store_method.host = addr_;
@@ -362,8 +487,8 @@ class Launcher {
     if (!store_url_.empty()) env.push_back({"PSTATE_STORE", store_url_});
     if (rejoin) env.push_back({"PSTATE_REJOIN", "1"});
     if (dump_signal_) env.push_back({"PSTATE_TRACE_SIGNAL", "1"});
-    int cpu = cpus_.empty() ? -1 : cpus_[static_cast<size_t>(local) % cpus_.size()];
-    r.pid = spawn(program_, env, out[1], err[1], out[0], err[0], cpu);
+    if (placement_.no_spin) env.push_back({"PSTATE_SPIN", "0"});  // it shares its CPUs (place_ranks)
+    r.pid = spawn(program_, env, out[1], err[1], out[0], err[0], placement_.cpus_of(local), placement_.fds_of(local));
     ::close(out[1]);
     ::close(err[1]);
     r.out_fd = out[0];
@@ -801,7 +926,8 @@ class Launcher {
   int64_t job_started_ns_ = 0;  // wall clock: dumps older than this are another job's
   Clock::time_point start_;
   bool prefix_;
-  std::vector<int> cpus_;  // --bind-cores: local rank i runs on cpus_[i % size]
+  BindMode bind_;
+  Placement placement_;  // where the ranks run, the CPUs this job claimed, whether they spin
   std::vector<Rank> ranks_;
 };
 
@@ -845,10 +971,12 @@ int run_run(const ParsedArgs &args) {
 
   // Like mpirun's default, ranks that fit on the CPUs get one each: left alone, the scheduler
   // often stacks two ranks of a shared-memory group on one core, and every hand-off between them
-  // then costs a context switch.
+  // then costs a context switch. Which CPUs are free of other pstate jobs is decided at the start
+  // (place_ranks).
   if (args.flag("--bind-cores") && args.flag("--no-bind")) throw UsageError("--bind-cores and --no-bind exclude each other");
-  bool bind = args.flag("--bind-cores") ||
-              (!args.flag("--no-bind") && static_cast<size_t>(nproc) <= allowed_cpus().size());
+  const BindMode bind = args.flag("--bind-cores") ? BindMode::kForce
+                        : args.flag("--no-bind")  ? BindMode::kNone
+                                                  : BindMode::kDefault;
   Launcher launcher(nproc, nnodes, node_rank, addr, port, grace, max_wait, status_every, !args.flag("--no-prefix"),
                     bind, !args.flag("--rank0-store"));
   if (auto store = args.value("--store")) {

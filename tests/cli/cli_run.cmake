@@ -34,3 +34,9 @@ set_tests_properties(cli_run_shm_leftovers PROPERTIES TIMEOUT 300)
 add_test(NAME cli_run_dumps
          COMMAND ${PROJECT_SOURCE_DIR}/tests/cli/test_run_dumps.sh $<TARGET_FILE:pstate_cli> $<TARGET_FILE:launch_rank>)
 set_tests_properties(cli_run_dumps PROPERTIES TIMEOUT 300)
+# Two jobs on one host (issue 42, item 4): each pins inside its launcher's affinity and onto CPUs
+# no other pstate job holds; a SIGKILLed job's CPUs go to the next job; a job with no free CPU
+# runs unpinned with spinning off. Counts of Cpus_allowed_list, PSTATE_SPIN and log lines.
+add_test(NAME cli_run_shared_host
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/cli/test_run_shared_host.sh $<TARGET_FILE:pstate_cli>)
+set_tests_properties(cli_run_shared_host PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)

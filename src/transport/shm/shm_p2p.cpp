@@ -7,6 +7,7 @@
 #include "common/arith.hpp"
 #include "common/dev_shm.hpp"
 #include "common/error.hpp"
+#include "common/host_cpus.hpp"
 #include "transport/shm/shm_wait.hpp"
 
 #include <fcntl.h>
@@ -101,6 +102,7 @@ static_assert(sizeof(ShmP2p::Header) == 64 && sizeof(ShmP2p::Ring) == 192, "pair
 ShmP2p::ShmP2p(std::string base, int rank, int size, ShmP2pOptions options)
     : base_(std::move(base)), rank_(rank), size_(size), options_(std::move(options)) {
   options_.ring_bytes = round_up(std::max<size_t>(options_.ring_bytes, 4096), 64);
+  options_.spin = options_.spin && spinning_allowed();  // PSTATE_SPIN=0: a CPU shared with another job
   segment_bytes_ = sizeof(Header) + 2 * sizeof(Ring) + 2 * options_.ring_bytes;
   pairs_.resize(static_cast<size_t>(size_));
 }

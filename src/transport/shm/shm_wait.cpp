@@ -58,7 +58,9 @@ bool oversubscribed(int group_size) { return online_cpus() < group_size; }
 
 WaitOptions resolve_wait_options(WaitOptions requested, int group_size) {
   const bool crowded = oversubscribed(group_size);
-  if (requested.spin_ns < 0) requested.spin_ns = crowded ? 0 : 50000;
+  // PSTATE_SPIN=0 (host_cpus.hpp): this rank shares its CPU with another job's; not `crowded`,
+  // which also shapes protocols and must be the same on every rank of the group.
+  if (requested.spin_ns < 0) requested.spin_ns = crowded || !spinning_allowed() ? 0 : 50000;
   if (requested.yield_ns < 0) requested.yield_ns = 200000;
   if (requested.liveness_interval_ms <= 0) requested.liveness_interval_ms = 20;
   return requested;

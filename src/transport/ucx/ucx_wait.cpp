@@ -57,7 +57,9 @@ WaitPolicy wait_policy_for_host(int local_ranks) {
   const bool pinned = sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) == 1;
   // A pinned rank has its core when the ranks fit the machine; an unpinned one spins only with a
   // core to spare for whatever else runs (the measurements in ucx_worker.hpp).
-  policy.spin_us = (pinned ? local_ranks <= cpus : local_ranks < cpus) ? 50 : 0;
+  // PSTATE_SPIN=0: the launcher could not give this rank a CPU of its own (another job's ranks
+  // run on it), so a spin would take the CPU from them.
+  policy.spin_us = spinning_allowed() && (pinned ? local_ranks <= cpus : local_ranks < cpus) ? 50 : 0;
   // Waits on another host spin up to about a network round trip or two (WaitPolicy), only where
   // spinning is on at all: a core shared with other ranks is better given to them.
   policy.network_spin_max_us = policy.spin_us > 0 ? 250 : 0;
