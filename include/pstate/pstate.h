@@ -401,10 +401,10 @@ PSTATE_API pstate_status_t pstate_destroy_model_parallel(pstate_t *ps);
  *  but frees. A store that could not be left cleanly is an error too: an etcd:// store whose
  *  close etcd refused or left unanswered (the job's keys stay under its prefix until a later job
  *  there reclaims them) returns the store's status (PSTATE_ERR_PEER_LOST when no etcd member
- *  answered), everything else released all the same. NULL is a no-op returning PSTATE_OK. Two cases free nothing and leave ps valid:
- *  another thread inside a call on ps (PSTATE_ERR_BUSY: call it again once that call returned),
- *  and graph-capture mode (CUDA; INVALID_STATE: call pstate_graph_capture_end, then finalize
- *  again; pstate_abort always frees). */
+ *  answered), everything else released all the same. NULL is a no-op returning PSTATE_OK. Two
+ *  cases free nothing and leave ps valid: another thread inside a call on ps (PSTATE_ERR_BUSY:
+ *  call it again once that call returned), and graph-capture mode (CUDA; INVALID_STATE: call
+ *  pstate_graph_capture_end, then finalize again; pstate_abort always frees). */
 PSTATE_API pstate_status_t pstate_finalize(pstate_t *ps);
 
 /** Local teardown that never blocks on peers (use after PEER_LOST/TIMEOUT, or from a watchdog):

@@ -1030,9 +1030,9 @@ bool EtcdStore::close(Deadline deadline) {
     }
   } catch (const Error &e) {
     logger_.warn("store: closing ", url_, ": ", e.what());
-    close_failure_ = Error(e.status(), cat(e.what(), "; the job's keys on prefix '", path_, "' stay in etcd until a ",
-                                           "later job on that prefix reclaims them (or `etcdctl del --prefix ", path_,
-                                           "/@/`)"));
+    close_failure_ =
+        Error(e.status(), cat(e.what(), "; the job's keys on prefix '", path_, "' stay in etcd until a ",
+                              "later job on that prefix reclaims them (or `etcdctl del --prefix ", path_, "/@/`)"));
     ok = false;
   }
   logger_.info("store: closed ", url_, " after ", client_->requests() + keeper_requests_.load(),

@@ -491,8 +491,7 @@ wire::Message TcpStore::wait_in_slices(const std::string &what, Deadline deadlin
 void TcpStore::fail_waiting(const wire::TimedOut &t, const std::string &what, int64_t waited_ms,
                             const std::string &keys_text) {
   if (t.absent.empty())
-    throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, " ", timed_out_after(waited_ms), ": ",
-                keys_text);
+    throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, " ", timed_out_after(waited_ms), ": ", keys_text);
   throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, " ", timed_out_after(waited_ms), ": ", t.absent,
               " (", keys_text, ")");
 }
@@ -574,7 +573,8 @@ void TcpStore::wait(const std::vector<std::string> &keys, Deadline deadline) {
   });
   if (std::holds_alternative<wire::Ok>(reply)) return;
   if (auto *t = std::get_if<wire::TimedOut>(&reply))
-    throw_wait_timeout(what, url_, waited_for_timeout(start, spent), t->absent, t->missing, t->missing_count, keys.size());
+    throw_wait_timeout(what, url_, waited_for_timeout(start, spent), t->absent, t->missing, t->missing_count,
+                       keys.size());
   fail_from_reply(reply, what);
 }
 

@@ -228,8 +228,8 @@ void pstate_group_s::check_alive(const char *call) const {
                           "the group again after pstate_initialize_model_parallel");
     const char *by = dropped_by_ == pstate::DroppedBy::kShrink ? "pstate_shrink" : "pstate_grow";
     pstate::throw_error(PSTATE_ERR_INVALID_STATE, call, ": group ", name_, " was replaced by ", by,
-                        " (it rebuilt the world and dropped every group of the old one): "
-                        "use the groups of the ", dropped_by_ == pstate::DroppedBy::kShrink ? "shrunk" : "grown",
+                        " (it rebuilt the world and dropped every group of the old one): use the groups of the ",
+                        dropped_by_ == pstate::DroppedBy::kShrink ? "shrunk" : "grown",
                         " context: pstate_get_group(PSTATE_GROUP_WORLD) again, and the model-parallel groups after "
                         "a new pstate_initialize_model_parallel");
   }
@@ -796,5 +796,6 @@ bool pstate_group_s::refusals_reach_peers() const {
 }
 
 void pstate_group_s::verify_only(const OpDescriptor &desc) {
-  run(desc, [](uint32_t) {}, nullptr, /*traced=*/false);
+  auto nothing_to_move = [](uint32_t) {};
+  run(desc, nothing_to_move, nullptr, /*traced=*/false);
 }

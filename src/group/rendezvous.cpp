@@ -90,13 +90,14 @@ void Context::rendezvous() {
     rendezvous_with_store(deadline);
   } catch (const Error &e) {
     bool told = std::string_view(e.what()).rfind(wire::kJobFailedPrefix, 0) == 0;  // by another rank: said already
-    Error out = e.status() != PSTATE_ERR_TIMEOUT || told
-                    ? e
-                    : Error(e.status(), cat(e.what(), " [the rendezvous' deadline: ", launch_.init_timeout_ms,
-                                            " ms, from ", launch_.init_timeout_origin, "; this rank gave up ",
-                                            std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                Deadline::Clock::now() - started).count(),
-                                            " ms after its rendezvous began]"));
+    Error out =
+        e.status() != PSTATE_ERR_TIMEOUT || told
+            ? e
+            : Error(e.status(),
+                    cat(e.what(), " [the rendezvous' deadline: ", launch_.init_timeout_ms, " ms, from ",
+                        launch_.init_timeout_origin, "; this rank gave up ",
+                        std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - started).count(),
+                        " ms after its rendezvous began]"));
     // The ranks that wait for this one hear why it gave up, at once, instead of at their deadline.
     if (store_) store_->abandon(out.status(), out.what());
     throw out;

@@ -48,11 +48,13 @@ static int shrink_rank(const pstate_test_rank_t *self) {
                "a group of before the shrink is refused");
     /* it names the call that dropped it and what to use (issue 44: it said pstate_destroy_model_parallel) */
     const char *why = pstate_last_error();
-    RANK_CHECK(self, strstr(why, "replaced by pstate_shrink") && strstr(why, "use the groups of the shrunk context") &&
-                         !strstr(why, "pstate_destroy_model_parallel"),
+    RANK_CHECK(self,
+               strstr(why, "replaced by pstate_shrink") && strstr(why, "use the groups of the shrunk context") &&
+                   !strstr(why, "pstate_destroy_model_parallel"),
                "round %d: the old tp group says: %s", round, why);
-    RANK_CHECK(self, pstate_barrier(old_world) == PSTATE_ERR_INVALID_STATE &&
-                         strstr(pstate_last_error(), "replaced by pstate_shrink"),
+    RANK_CHECK(self,
+               pstate_barrier(old_world) == PSTATE_ERR_INVALID_STATE &&
+                   strstr(pstate_last_error(), "replaced by pstate_shrink"),
                "round %d: the old world group says: %s", round, pstate_last_error());
     RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &old_world));
     if (world_sum_is(self, ps, 6)) return 1;

@@ -212,9 +212,10 @@ static int survive_alone(const pstate_test_rank_t *self) {
   RANK_CHECK(self, devsim_to_host(all, dr, sizeof all, s) == 0, "copy back");
   for (int i = 0; i < 8; ++i) RANK_CHECK(self, all[i] == (float)(7 + i), "all_gather [%d] = %g", i, all[i]);
   RANK_CHECK(self, read_counts(&after) == 0, "devsim counts");
-  RANK_CHECK(self, after.shrinks == before.shrinks && after.inits == before.inits && after.splits == before.splits,
-             "a world of one made an NCCL communicator: %llu shrinks, %llu inits, %llu splits (before: %llu, %llu, %llu)",
-             after.shrinks, after.inits, after.splits, before.shrinks, before.inits, before.splits);
+  RANK_CHECK(
+      self, after.shrinks == before.shrinks && after.inits == before.inits && after.splits == before.splits,
+      "a world of one made an NCCL communicator: %llu shrinks, %llu inits, %llu splits (before: %llu, %llu, %llu)",
+      after.shrinks, after.inits, after.splits, before.shrinks, before.inits, before.splits);
   RANK_OK(self, pstate_finalize(ps));
   cudaFree(d);
   cudaFree(ds);

@@ -220,7 +220,8 @@ void test_etcd_job_finalize_reports_a_store_close_that_etcd_left_unanswered(void
     CHILD_CHECK(::poll(&p, 1, 60000) == 1 && ::read(go[0], &c, 1) == 1);
     const auto t0 = std::chrono::steady_clock::now();
     pstate_status_t s = pstate_finalize(ps);
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
     const std::string why = s == PSTATE_OK ? "" : pstate_last_error();
     std::fprintf(stderr, "rank %d: finalize with etcd stalled: %s after %lld ms: %s\n", rank, pstate_status_string(s),
                  static_cast<long long>(ms), why.c_str());

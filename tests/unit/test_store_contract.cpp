@@ -327,8 +327,10 @@ void test_a_deadline_passed_before_the_call_is_said_so(void **) {
   for (int call = 0; call < 2; ++call) {
     std::string msg;
     try {
-      if (call == 0) store->get("never/set", spent);
-      else store->wait({"never/set"}, spent);
+      if (call == 0)
+        store->get("never/set", spent);
+      else
+        store->wait({"never/set"}, spent);
     } catch (const Error &e) {
       assert_int_equal(e.status(), PSTATE_ERR_TIMEOUT);
       msg = e.what();
