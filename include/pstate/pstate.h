@@ -398,10 +398,13 @@ PSTATE_API pstate_status_t pstate_destroy_model_parallel(pstate_t *ps);
 /** destroy_distributed_environment: drops every group, closes transports and the store, frees
  *  ps. Waits for peers (up to the timeout) so in-flight messages complete (not after a failure or
  *  pstate_revoke: then it releases everything locally, as pstate_abort); returns the first error
- *  but frees. NULL is a no-op returning PSTATE_OK. Two cases free nothing and leave ps valid:
- *  another thread inside a call on ps (PSTATE_ERR_BUSY: call it again once that call returned),
- *  and graph-capture mode (CUDA; INVALID_STATE: call pstate_graph_capture_end, then finalize
- *  again; pstate_abort always frees). */
+ *  but frees. A store that could not be left cleanly is an error too: an etcd:// store whose
+ *  close etcd refused or left unanswered (the job's keys stay under its prefix until a later job
+ *  there reclaims them) returns the store's status (PSTATE_ERR_PEER_LOST when no etcd member
+ *  answered), everything else released all the same. NULL is a no-op returning PSTATE_OK. Two
+ *  cases free nothing and leave ps valid: another thread inside a call on ps (PSTATE_ERR_BUSY:
+ *  call it again once that call returned), and graph-capture mode (CUDA; INVALID_STATE: call
+ *  pstate_graph_capture_end, then finalize again; pstate_abort always frees). */
 PSTATE_API pstate_status_t pstate_finalize(pstate_t *ps);
 
 /** Local teardown that never blocks on peers (use after PEER_LOST/TIMEOUT, or from a watchdog):
@@ -500,8 +503,9 @@ PSTATE_API pstate_status_t pstate_live_ranks(pstate_t *ps, int *ranks, size_t ca
  *  Every live rank calls it; they agree on the set of live ranks within the context timeout
  *  (through the job's store: a rank is dead once its process ended — its store connection
  *  closed, or, on this host, its pid exited; a rank that is merely slow is waited for), drop every
- *  model-parallel and custom group (their handles then answer INVALID_STATE; the old world
- *  group's too: get it again with pstate_get_group) and the dead ranks' state, and rebuild the
+ *  model-parallel and custom group (their handles then answer INVALID_STATE, saying they were
+ *  replaced by pstate_shrink; the old world group's too: get it again with pstate_get_group) and
+ *  the dead ranks' state, and rebuild the
  *  world group from the survivors, ranks renumbered in their old order. new_rank is a returned
  *  array of the world size before the call: new_rank[i] is rank i's new rank, -1 for a dead one
  *  (*count = the old world size). One exception to the returned-array rule: new_rank NULL with
@@ -517,7 +521,8 @@ PSTATE_API pstate_status_t pstate_shrink(pstate_t *ps, int *new_rank, size_t cap
 /** Collective over the world: admits the replacement processes waiting to join (started with
  *  PSTATE_REJOIN=1 and the RANK of a dead rank; their pstate_init returns once admitted) and
  *  rebuilds the world with them appended, in launch-rank order; every model-parallel and custom
- *  group is dropped, so call pstate_initialize_model_parallel again. Waits up to timeout_ms for
+ *  group is dropped, so call pstate_initialize_model_parallel again (the dropped handles, and the
+ *  old world group's, answer INVALID_STATE saying they were replaced by pstate_grow). Waits up to timeout_ms for
  *  at least one; none in time: PSTATE_ERR_TIMEOUT, the world unchanged and usable. The job
  *  token is checked as at start (a process without it never reaches the store). A negative
  *  timeout_ms is INVALID_ARGUMENT. */
@@ -892,7 +897,14 @@ typedef struct pstate_p2p_op_t {
  *  ops on each rank. Sends to one peer match that peer's receives from this rank in list order
  *  (and in order with blocking and non-blocking p2p). Every op is checked before anything moves:
  *  INVALID_ARGUMENT naming the op's index for a bad or differing struct_size, peer, dtype, count or buf. n 0 is
- *  a no-op (ops may then be NULL). Errors otherwise as pstate_send/pstate_recv. */
+ *  a no-op (ops may then be NULL). Errors otherwise as pstate_send/pstate_recv.
+ *  Such a refusal is local, as pstate_send's and pstate_recv's are: nothing of the batch moves and
+ *  the context goes on, but the peers are not told. A peer whose matching send or receive was in
+ *  the refused batch waits for it until its timeout (TIMEOUT, which fails its context, and its
+ *  notice then fails this one). Point-to-point takes part in no agreement (a batch's ops pair
+ *  with the peer's send, recv, isend, irecv or batch alike, and two ranks that refuse the same
+ *  batch stay in step), so the refusal has no call of the peer's to travel in: check a batch's
+ *  arguments alike on both sides of every pair. */
 PSTATE_API pstate_status_t pstate_p2p_batch(pstate_group_t *g, const pstate_p2p_op_t *ops, size_t n, void *stream);
 
 /* ------------------------------------------------------------------------------------------ */

@@ -707,10 +707,11 @@ Bytes EtcdStore::get(const std::string &key, Deadline deadline) {
   std::lock_guard<std::mutex> lock(mutex_);
   require_open("get");
   const auto start = Clock::now();
+  const bool spent = deadline.expired();
   const std::string what = cat("get(", quote_key(key), ")");
   std::vector<std::string> values, missing;
   if (!await({user_key(key)}, deadline, what, &values, &missing))
-    throw_get_timeout(what, url_, ms_since(start), absent_ranks(Deadline::after_ms(1000)), key);
+    throw_get_timeout(what, url_, waited_for_timeout(start, spent), absent_ranks(Deadline::after_ms(1000)), key);
   return bytes_of(values[0]);
 }
 
@@ -719,13 +720,14 @@ void EtcdStore::wait(const std::vector<std::string> &keys, Deadline deadline) {
   std::lock_guard<std::mutex> lock(mutex_);
   require_open("wait");
   const auto start = Clock::now();
+  const bool spent = deadline.expired();
   const std::string what = cat("wait(", quote_keys(keys, keys.size(), 3), ")");
   std::vector<std::string> full, values, missing;
   for (const auto &key : keys) full.push_back(user_key(key));
   if (!await(full, deadline, what, &values, &missing)) {
     for (auto &m : missing) m = m.substr(prefix_.size() + 3);
-    throw_wait_timeout(what, url_, ms_since(start), absent_ranks(Deadline::after_ms(1000)), missing, missing.size(),
-                       keys.size());
+    throw_wait_timeout(what, url_, waited_for_timeout(start, spent), absent_ranks(Deadline::after_ms(1000)), missing,
+                       missing.size(), keys.size());
   }
 }
 
@@ -978,6 +980,11 @@ void EtcdStore::departures_loop(std::function<void(int, bool)> on_change, int64_
   departures_client_ = nullptr;
 }
 
+std::optional<Error> EtcdStore::close_failure() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return close_failure_;
+}
+
 bool EtcdStore::close(Deadline deadline) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (closed_) return true;
@@ -1023,6 +1030,9 @@ bool EtcdStore::close(Deadline deadline) {
     }
   } catch (const Error &e) {
     logger_.warn("store: closing ", url_, ": ", e.what());
+    close_failure_ =
+        Error(e.status(), cat(e.what(), "; the job's keys on prefix '", path_, "' stay in etcd until a ",
+                              "later job on that prefix reclaims them (or `etcdctl del --prefix ", path_, "/@/`)"));
     ok = false;
   }
   logger_.info("store: closed ", url_, " after ", client_->requests() + keeper_requests_.load(),

@@ -112,6 +112,7 @@ class EtcdStore final : public Store {
   // last rank of the world to close, or the last one holding a claim, removes ROOT. Never waits
   // for other ranks.
   bool close(Deadline deadline) override;
+  std::optional<Error> close_failure() const override;
 
   int64_t lease_ttl_s() const { return ttl_s_; }
   int64_t lease_id() const { return lease_.load(); }  // this rank's current lease (changes after a lapse)
@@ -175,6 +176,7 @@ class EtcdStore final : public Store {
   int64_t wait_slice_ms_ = 2000;
   std::atomic<int64_t> lease_{0};  // 0: none (an observer); replaced after a lapse (lease_mutex_)
   bool closed_ = false;
+  std::optional<Error> close_failure_;  // what close() met (mutex_)
   std::atomic<int> world_now_{0};  // world_resized (0: the world it opened with)
 
   mutable std::mutex lease_mutex_;   // one replacement of a lapsed lease at a time

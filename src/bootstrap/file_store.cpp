@@ -535,10 +535,11 @@ Bytes FileStore::get(const std::string &key, Deadline deadline) {
   require_open("get");
   validate_key(key);
   auto start = Clock::now();
+  const bool spent = deadline.expired();
   std::string path = key_path(key), what = cat("get(", quote_key(key), ")");
   std::optional<Bytes> value;
   if (!poll_until(deadline, what, [&] { return (value = read_if_exists(path)).has_value(); }))
-    throw_get_timeout(what, url_, ms_since(start), absent_ranks().describe(), key);
+    throw_get_timeout(what, url_, waited_for_timeout(start, spent), absent_ranks().describe(), key);
   return std::move(*value);
 }
 
@@ -546,6 +547,7 @@ Bytes FileStore::get(const std::string &key, Deadline deadline) {
 template <typename Body>
 auto FileStore::locked(const std::string &key, const char *call, Deadline deadline, Body &&body) {
   auto start = Clock::now();
+  const bool spent = deadline.expired();
   std::string path = lock_path(key);
   net::Fd lock(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!lock.valid()) fail_fs("cannot open", path, errno);
@@ -555,8 +557,9 @@ auto FileStore::locked(const std::string &key, const char *call, Deadline deadli
     return false;
   });
   if (!got)
-    throw_error(PSTATE_ERR_TIMEOUT, call, "(", quote_key(key), ") on the store at ", url_, " timed out after ",
-                ms_since(start), " ms waiting for the lock ", path, " (held by a stuck process?)");
+    throw_error(PSTATE_ERR_TIMEOUT, call, "(", quote_key(key), ") on the store at ", url_, " ",
+                timed_out_after(waited_for_timeout(start, spent)), " waiting for the lock ", path,
+                " (held by a stuck process?)");
   return body();  // closing `lock` releases the flock
 }
 
@@ -593,6 +596,7 @@ void FileStore::wait(const std::vector<std::string> &keys, Deadline deadline) {
   require_open("wait");
   for (const auto &k : keys) validate_key(k);
   auto start = Clock::now();
+  const bool spent = deadline.expired();
   std::vector<std::string> missing = keys;
   auto all_there = [&] {
     std::erase_if(missing, [&](const std::string &k) { return ::access(key_path(k).c_str(), F_OK) == 0; });
@@ -600,7 +604,8 @@ void FileStore::wait(const std::vector<std::string> &keys, Deadline deadline) {
   };
   std::string what = cat("wait(", quote_keys(keys, keys.size(), 3), ")");
   if (!poll_until(deadline, what, all_there))
-    throw_wait_timeout(what, url_, ms_since(start), absent_ranks().describe(), missing, missing.size(), keys.size());
+    throw_wait_timeout(what, url_, waited_for_timeout(start, spent), absent_ranks().describe(), missing, missing.size(),
+                       keys.size());
 }
 
 // The last rank of the world to leave cleanly removes the store: what it created, and the

@@ -198,16 +198,27 @@ std::string AbsentRanks::describe() const {
 
 // ---- a wait that timed out ---------------------------------------------------------------------
 
+int64_t waited_for_timeout(std::chrono::steady_clock::time_point start, bool spent_on_entry) {
+  if (spent_on_entry) return -1;
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string timed_out_after(int64_t waited_ms) {
+  if (waited_ms >= 1) return cat("timed out after ", waited_ms, " ms");
+  return "timed out at once: its deadline had passed (or all but) when it was called, used up by the caller's "
+         "earlier steps";
+}
+
 void throw_get_timeout(const std::string &what, const std::string &url, int64_t waited_ms, const std::string &absent,
                        const std::string &key) {
-  throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url, " timed out after ", waited_ms, " ms",
+  throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url, " ", timed_out_after(waited_ms),
               absent.empty() ? std::string() : ": " + absent, " (waiting for key ", quote_key(key),
               ": did the rank that sets it fail or not start?)");
 }
 
 void throw_wait_timeout(const std::string &what, const std::string &url, int64_t waited_ms, const std::string &absent,
                         const std::vector<std::string> &missing, size_t missing_count, size_t keys) {
-  throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url, " timed out after ", waited_ms, " ms: ",
+  throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url, " ", timed_out_after(waited_ms), ": ",
               absent.empty() ? std::string() : absent + " (", missing_count, " of ", keys,
               " keys never set: ", quote_keys(missing, missing_count), absent.empty() ? "" : ")");
 }

@@ -132,6 +132,12 @@ class AbsentRanks {
 
 // ---- a wait that timed out ---------------------------------------------------------------------
 
+// "timed out after N ms", or, for waited_ms < 1 (waited_for_timeout: -1 when the deadline had
+// passed before the call began), that its deadline had passed (or all but) when it was called: a
+// deadline shared by several steps (the rendezvous') used up by the earlier ones (never
+// "timed out after 0 ms"). The caller says the deadline.
+std::string timed_out_after(int64_t waited_ms);
+int64_t waited_for_timeout(std::chrono::steady_clock::time_point start, bool spent_on_entry);
 // The TIMEOUT of a get()/wait() that the file and etcd stores (and the TCP store's wait) throw:
 // what, where, how long, the absent ranks when the store knows some, and the key or keys missing.
 [[noreturn]] void throw_get_timeout(const std::string &what, const std::string &url, int64_t waited_ms,

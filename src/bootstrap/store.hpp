@@ -20,6 +20,7 @@
 #pragma once
 
 #include "common/deadline.hpp"
+#include "common/error.hpp"
 #include "common/log.hpp"
 
 #include <chrono>
@@ -130,6 +131,13 @@ class Store {
   // last barrier, say). Returns false when the deadline passed first (the store is closed
   // anyway). Destroying a store without close() is the abort path: immediate, never blocks.
   virtual bool close(Deadline deadline) = 0;
+  // Why close() could not leave the store as a clean close does (an etcd store whose lease
+  // revocation or removal of the job's keys was refused or went unanswered: the keys stay), as
+  // the error it met; nullopt after a clean close, and where close()'s false only says the
+  // deadline passed while other ranks were still connected (a serving TCP rank: theirs to
+  // report). pstate_finalize returns it: a finalize whose store
+  // close failed never says OK (the job's keys stay in the store).
+  virtual std::optional<Error> close_failure() const { return std::nullopt; }
 };
 
 struct StoreOptions {

@@ -491,9 +491,8 @@ wire::Message TcpStore::wait_in_slices(const std::string &what, Deadline deadlin
 void TcpStore::fail_waiting(const wire::TimedOut &t, const std::string &what, int64_t waited_ms,
                             const std::string &keys_text) {
   if (t.absent.empty())
-    throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, " timed out after ", waited_ms,
-                " ms: ", keys_text);
-  throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, " timed out after ", waited_ms, " ms: ", t.absent,
+    throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, " ", timed_out_after(waited_ms), ": ", keys_text);
+  throw_error(PSTATE_ERR_TIMEOUT, what, " on the store at ", url_, " ", timed_out_after(waited_ms), ": ", t.absent,
               " (", keys_text, ")");
 }
 
@@ -501,12 +500,13 @@ Bytes TcpStore::get(const std::string &key, Deadline deadline) {
   validate_key(key);
   std::string what = cat("get(", quote_key(key), ")");
   auto start = Clock::now();
+  const bool spent = deadline.expired();
   wire::Message reply = wait_in_slices(what, deadline, [&](uint32_t wait_ms, bool continuation) {
     return call(wire::Get{key, wait_ms}, Deadline::after_ms(wait_ms), what, continuation, deadline);
   });
   if (auto *v = std::get_if<wire::Value>(&reply)) return std::move(v->value);
   if (auto *t = std::get_if<wire::TimedOut>(&reply))
-    fail_waiting(*t, what, ms_since(start),
+    fail_waiting(*t, what, waited_for_timeout(start, spent),
                  cat("waiting for key ", quote_key(key), " (did the rank that sets it fail or not start?)"));
   fail_from_reply(reply, what);
 }
@@ -520,6 +520,7 @@ std::vector<Bytes> TcpStore::get_many(const std::vector<std::string> &keys, Dead
   }
   std::string what = cat("get of ", keys.size(), " keys (", quote_keys(keys, keys.size(), 3), ")");
   auto start = Clock::now();
+  const bool spent = deadline.expired();
   std::vector<wire::Message> replies = call_many(requests, deadline, what);
   std::vector<Bytes> out;
   out.reserve(keys.size());
@@ -530,7 +531,7 @@ std::vector<Bytes> TcpStore::get_many(const std::vector<std::string> &keys, Dead
     }
     std::string one = cat("get(", quote_key(keys[i]), ")");
     if (auto *t = std::get_if<wire::TimedOut>(&replies[i]))
-      fail_waiting(*t, one, ms_since(start),
+      fail_waiting(*t, one, waited_for_timeout(start, spent),
                    cat("waiting for key ", quote_key(keys[i]), " (did the rank that sets it fail or not start?)"));
     fail_from_reply(replies[i], one);
   }
@@ -566,12 +567,14 @@ void TcpStore::wait(const std::vector<std::string> &keys, Deadline deadline) {
   for (const auto &k : keys) validate_key(k);
   std::string what = cat("wait(", quote_keys(keys, keys.size(), 3), ")");
   auto start = Clock::now();
+  const bool spent = deadline.expired();
   wire::Message reply = wait_in_slices(what, deadline, [&](uint32_t wait_ms, bool continuation) {
     return call(wire::Wait{keys, wait_ms}, Deadline::after_ms(wait_ms), what, continuation, deadline);
   });
   if (std::holds_alternative<wire::Ok>(reply)) return;
   if (auto *t = std::get_if<wire::TimedOut>(&reply))
-    throw_wait_timeout(what, url_, ms_since(start), t->absent, t->missing, t->missing_count, keys.size());
+    throw_wait_timeout(what, url_, waited_for_timeout(start, spent), t->absent, t->missing, t->missing_count,
+                       keys.size());
   fail_from_reply(reply, what);
 }
 

@@ -129,7 +129,11 @@ void Context::finalize_now() {
   stop_dump_watcher();  // its connection goes before the store's
   // The serving rank keeps the store up until every other rank has left it.
   if (!failed) log_counts("finalize");  // before the store's close (a serving rank logs the server's totals there)
-  if (store_ && !failed) store_->close(Deadline::after_ms(std::min<int64_t>(launch_.timeout_ms, 10000)));
+  // A close that leaves the job's state behind (etcd refused or did not answer) is this call's
+  // error when the barrier had none; the rest is released all the same.
+  std::optional<Error> store_failure;
+  if (store_ && !failed && !store_->close(Deadline::after_ms(std::min<int64_t>(launch_.timeout_ms, 10000))))
+    store_failure = store_->close_failure();
   // Device communicators: finalized with their peers, unless a peer may be gone.
   if (failed) groups_.abort_device();
   groups_.close();
@@ -146,6 +150,9 @@ void Context::finalize_now() {
   if (!first_error.empty())
     throw_error(first_status, "finalize could not reach every peer (", first_error,
                 "); resources were released anyway");
+  if (store_failure)
+    throw_error(store_failure->status(), "closing the store failed on rank ", rank(), " (", store_failure->what(),
+                "); every other resource was released");
 }
 
 void Context::abort() noexcept {

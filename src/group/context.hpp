@@ -328,7 +328,7 @@ class Context {
   // ---- surviving a dead rank (shrink.cpp) ----
   std::vector<int> shrink_now();
   int grow_now(int64_t timeout_ms);
-  void drop_all_groups() noexcept;
+  void drop_all_groups(DroppedBy by) noexcept;
   void rebuild_world(std::vector<int> members, bool after_failure, std::unique_ptr<UcxWorker> fresh = nullptr);
   bool shrink_outcome_ok(uint32_t epoch, const Deadline &deadline);
   struct Arrivals {

@@ -114,8 +114,9 @@ pstate_group_s::~pstate_group_s() {
   magic_ = 0;  // comm_ goes with the members: its segments and their names (shm_comm.hpp)
 }
 
-void pstate_group_s::retire() noexcept {
+void pstate_group_s::retire(pstate::DroppedBy by) noexcept {
   abort_requests();  // first: the communicator and the worker are still there to cancel them
+  if (!retired_) dropped_by_ = by;
   retired_ = true;
   if (memory_) memory_->release(device_comm_.get());  // windows before their communicator
   memory_.reset();
@@ -125,10 +126,18 @@ void pstate_group_s::retire() noexcept {
 }
 
 void pstate_group_s::check_alive(const char *call) const {
-  if (retired_)
-    pstate::throw_error(PSTATE_ERR_INVALID_STATE, call, ": group ", name_,
-                        " was destroyed by pstate_destroy_model_parallel; get "
-                        "the group again after pstate_initialize_model_parallel");
+  if (retired_) {
+    if (dropped_by_ == pstate::DroppedBy::kDestroyModelParallel)
+      pstate::throw_error(PSTATE_ERR_INVALID_STATE, call, ": group ", name_,
+                          " was destroyed by pstate_destroy_model_parallel; get "
+                          "the group again after pstate_initialize_model_parallel");
+    const char *by = dropped_by_ == pstate::DroppedBy::kShrink ? "pstate_shrink" : "pstate_grow";
+    pstate::throw_error(PSTATE_ERR_INVALID_STATE, call, ": group ", name_, " was replaced by ", by,
+                        " (it rebuilt the world and dropped every group of the old one): use the groups of the ",
+                        dropped_by_ == pstate::DroppedBy::kShrink ? "shrunk" : "grown",
+                        " context: pstate_get_group(PSTATE_GROUP_WORLD) again, and the model-parallel groups after "
+                        "a new pstate_initialize_model_parallel");
+  }
   ctx_.require_usable(call);
 }
 
@@ -161,13 +170,13 @@ bool pstate_group_s::can_fold(OpKind family, size_t count, pstate_dtype_t dtype)
 }
 
 template <typename Body>
-void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body, const void *fold_payload) {
-  pstate::TraceRecorder *tr = ctx_.trace();
+void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body, const void *fold_payload, bool traced) {
+  pstate::TraceRecorder *tr = traced ? ctx_.trace() : nullptr;
   const char *op_name = pstate::op_kind_name(static_cast<OpKind>(desc_in.op));
   try {
     check_alive(op_name);
   } catch (const pstate::Error &e) {  // refused before it was numbered: recorded without a seq
-    ctx_.trace_call_failed(tr ? trace_begin(*tr, desc_in, false) : 0, e);
+    if (traced) ctx_.trace_call_failed(tr ? trace_begin(*tr, desc_in, false) : 0, e);
     throw;
   }
   const uint64_t tid = tr ? trace_begin(*tr, desc_in, true) : 0;
@@ -190,7 +199,7 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body, const void *f
     if (ctx_.abort_requested() || (agreeing ? !agreed_error : pstate::is_fatal(e.status())))
       ctx_.fail(e);  // its notices say this call had not returned here
     position_.returned.store(desc.seq + 1, std::memory_order_relaxed);
-    ctx_.trace_call_failed(tid, e);
+    if (traced) ctx_.trace_call_failed(tid, e);  // else the caller's entry records it (and dumps)
     throw;
   }
   position_.returned.store(desc.seq + 1, std::memory_order_relaxed);
@@ -522,5 +531,5 @@ bool pstate_group_s::refusals_reach_peers() const {
 }
 
 void pstate_group_s::verify_only(const OpDescriptor &desc) {
-  run(desc, [](const pstate::HostCall &) {});
+  run(desc, [](const pstate::HostCall &) {}, nullptr, /*traced=*/false);
 }

@@ -29,6 +29,7 @@
 #include "common/p2p_message_kind.hpp"
 #include "common/trace.hpp"
 #include "group/group_memory.hpp"
+#include "group/group_registry.hpp"
 #include "group/request.hpp"
 #include "transport/device_comm.hpp"
 #include "transport/host_comm.hpp"
@@ -67,7 +68,9 @@ struct pstate_group_s {
   int size() const { return static_cast<int>(ranks_.size()); }
   int rank_in_group() const { return rank_in_group_; }
   bool retired() const { return retired_; }
-  void retire() noexcept;  // destroy_model_parallel: the handle stays valid, every call refused
+  // destroy_model_parallel, shrink, grow (`by`: what its refusals name), finalize: the handle
+  // stays valid, every call refused. The first call's `by` stays.
+  void retire(pstate::DroppedBy by = pstate::DroppedBy::kDestroyModelParallel) noexcept;
   void check_alive(const char *call) const;  // throws INVALID_STATE / ABORTED
   bool valid_magic() const { return magic_ == kMagic; }
 
@@ -303,8 +306,10 @@ struct pstate_group_s {
   // body(const HostCall &): the operation, numbered and agreed. fold_payload: the data of a call
   // folded into the agreement exchange (desc.detail = its bytes, see can_fold and
   // coll/agreement_exchange.hpp); the body then finds every rank's data in agree_.
+  // traced false: no flight-recorder entry of its own (verify_only under PSTATE_CHECK=1: the
+  // device operation it checks has the entry, so each device collective is recorded once).
   template <typename Body>
-  void run(const pstate::OpDescriptor &desc, Body &&body, const void *fold_payload = nullptr);
+  void run(const pstate::OpDescriptor &desc, Body &&body, const void *fold_payload = nullptr, bool traced = true);
   template <typename Body>
   void run_p2p(pstate::TraceOp op, int peer, uint64_t count, int dtype, Body &&body);
   uint64_t trace_outer_begin(pstate::TraceOp op, int rank);
@@ -371,6 +376,7 @@ struct pstate_group_s {
   void agree_memory_call(pstate::OpKind kind, const char *call, uint64_t bytes, uint64_t allocation);
   void *collective_block(size_t bytes, bool pool, pstate::OpKind kind, const char *call, const pstate::Error *refused);
   bool retired_ = false;
+  pstate::DroppedBy dropped_by_ = pstate::DroppedBy::kDestroyModelParallel;
   pstate::TraceGroup *trace_group_ = nullptr;  // this group's record in the context's flight recorder
 
   // ---- non-blocking point-to-point (group_requests.cpp) ----

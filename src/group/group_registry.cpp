@@ -18,9 +18,9 @@ GroupRegistry::~GroupRegistry() = default;
 
 void GroupRegistry::set_world(std::unique_ptr<Group> world) { world_ = std::move(world); }
 
-void GroupRegistry::retire_world() noexcept {
+void GroupRegistry::retire_world(DroppedBy by) noexcept {
   if (!world_) return;
-  world_->retire();
+  world_->retire(by);
   retired_.push_back(std::move(world_));
 }
 
@@ -41,13 +41,13 @@ void GroupRegistry::adopt_layout(layout::Layout layout) {
   layout_.emplace(std::move(layout));
 }
 
-void GroupRegistry::retire_model_parallel() noexcept {
+void GroupRegistry::retire_model_parallel(DroppedBy by) noexcept {
   for (auto &g : groups_) {
-    g->retire();
+    g->retire(by);
     retired_.push_back(std::move(g));
   }
   groups_.clear();
-  retire_custom();
+  retire_custom(by);
   by_kind_.fill(nullptr);
   layout_.reset();
 }
@@ -63,9 +63,9 @@ void GroupRegistry::custom_call_done(uint32_t groups_made) {
   ++custom_calls_live_;
 }
 
-void GroupRegistry::retire_custom() noexcept {
+void GroupRegistry::retire_custom(DroppedBy by) noexcept {
   for (auto &g : custom_groups_) {
-    g->retire();
+    g->retire(by);
     retired_.push_back(std::move(g));
   }
   custom_groups_.clear();
@@ -94,9 +94,9 @@ void GroupRegistry::abort_device() noexcept {
   if (world_) world_->abort_device();
 }
 
-void GroupRegistry::retire_all() noexcept {
-  retire_model_parallel();
-  retire_world();
+void GroupRegistry::retire_all(DroppedBy by) noexcept {
+  retire_model_parallel(by);
+  retire_world(by);
 }
 
 void GroupRegistry::close() noexcept {

@@ -32,6 +32,10 @@ namespace pstate {
 
 using Group = pstate_group_s;
 
+// The call that dropped a group: what the group's later calls name, so that a handle kept past
+// pstate_shrink or pstate_grow says which call replaced it (not pstate_destroy_model_parallel).
+enum class DroppedBy : uint8_t { kDestroyModelParallel, kShrink, kGrow };
+
 class GroupRegistry {
  public:
   static constexpr uint32_t kFirstCustomGroupId = 2048;
@@ -48,7 +52,7 @@ class GroupRegistry {
   Group *world() const { return world_.get(); }
   void set_world(std::unique_ptr<Group> world);
   // The world group is dropped (pstate_shrink agreeing again): retired, kept.
-  void retire_world() noexcept;
+  void retire_world(DroppedBy by = DroppedBy::kShrink) noexcept;
 
   // ---- the model-parallel groups ----
   bool model_parallel() const { return layout_.has_value(); }
@@ -67,7 +71,7 @@ class GroupRegistry {
   Group *add_model_parallel(std::unique_ptr<Group> group);
   void adopt_layout(layout::Layout layout);
   // pstate_destroy_model_parallel: the model-parallel and custom groups are retired.
-  void retire_model_parallel() noexcept;
+  void retire_model_parallel(DroppedBy by = DroppedBy::kDestroyModelParallel) noexcept;
 
   // ---- the custom groups (pstate_new_group) ----
   // new_group calls since the last destroy_model_parallel (each takes one id while its groups live).
@@ -78,7 +82,7 @@ class GroupRegistry {
   Group *add_custom(std::unique_ptr<Group> group);
   // One new_group call is done: groups_made, its groups' count so far (this rank's and the others').
   void custom_call_done(uint32_t groups_made);
-  void retire_custom() noexcept;
+  void retire_custom(DroppedBy by = DroppedBy::kDestroyModelParallel) noexcept;
 
   // ---- all of them ----
   // The world first, then the model-parallel groups in creation order, then the custom ones.
@@ -88,7 +92,7 @@ class GroupRegistry {
   // Every group's device communicator, retired ones included, is aborted (local, never blocks).
   void abort_device() noexcept;
   // pstate_shrink / pstate_grow: every group, the world included, is retired; no layout is left.
-  void retire_all() noexcept;
+  void retire_all(DroppedBy by) noexcept;
   // Teardown (finalize, abort): every group is retired and freed.
   void close() noexcept;
 

@@ -68,7 +68,8 @@ void Context::refuse_rank_out_of_range() {
 }
 
 void Context::rendezvous() {
-  Deadline deadline = Deadline::after_ms(launch_.init_timeout_ms);
+  const auto started = Deadline::Clock::now();
+  Deadline deadline = Deadline::after_ms_from(started, launch_.init_timeout_ms);
   log_.info("init: ", launch_.describe());
   try {
     store_ = open_store(launch_.store_options(), log_);
@@ -89,10 +90,14 @@ void Context::rendezvous() {
     rendezvous_with_store(deadline);
   } catch (const Error &e) {
     bool told = std::string_view(e.what()).rfind(wire::kJobFailedPrefix, 0) == 0;  // by another rank: said already
-    Error out = e.status() != PSTATE_ERR_TIMEOUT || told
-                    ? e
-                    : Error(e.status(), cat(e.what(), " [the rendezvous' deadline: ", launch_.init_timeout_ms,
-                                            " ms, from ", launch_.init_timeout_origin, "]"));
+    Error out =
+        e.status() != PSTATE_ERR_TIMEOUT || told
+            ? e
+            : Error(e.status(),
+                    cat(e.what(), " [the rendezvous' deadline: ", launch_.init_timeout_ms, " ms, from ",
+                        launch_.init_timeout_origin, "; this rank gave up ",
+                        std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::Clock::now() - started).count(),
+                        " ms after its rendezvous began]"));
     // The ranks that wait for this one hear why it gave up, at once, instead of at their deadline.
     if (store_) store_->abandon(out.status(), out.what());
     throw out;

@@ -79,9 +79,9 @@ std::string launch_list(const std::vector<int> &ranks) { return rank_list(ranks,
 
 }  // namespace
 
-void Context::drop_all_groups() noexcept {
+void Context::drop_all_groups(DroppedBy by) noexcept {
   groups_.abort_device();  // a dead peer can never finalize a communicator with us
-  groups_.retire_all();
+  groups_.retire_all(by);
 }
 
 // The world becomes `members` (launch ranks, in world order). After a failure (pstate_shrink)
@@ -170,6 +170,12 @@ Context::Arrivals Context::await_members(uint32_t epoch, const char *what, const
 // fails (a survivor died during it) leaves the same fallback: the next collective finds the dead.
 void Context::shrink_device_world(std::unique_ptr<DeviceComm> parent, const std::vector<int> &old_members,
                                   const Deadline &deadline) {
+  // A world of one has no NCCL communicator (its device operations are local copies on the
+  // stream, group_device.cpp): nothing to shrink into, and no one-rank communicator is kept.
+  if (world_size() == 1) {
+    if (parent) parent->abort();
+    return;
+  }
   bool all = parent != nullptr;
   for (int r : members_)
     if (all && r != launch_rank()) {
@@ -222,7 +228,7 @@ std::vector<int> Context::shrink_now() {
     device_parent = world()->take_shrinkable_device_comm();
   // The world group's memory (pstate_mem_alloc, its pool) survives: it passes to the new world group
   std::unique_ptr<GroupMemory> world_memory = world() ? world()->take_memory() : nullptr;
-  drop_all_groups();
+  drop_all_groups(DroppedBy::kShrink);
   for (;;) {
     const uint32_t epoch = epoch_ + 1;
     std::vector<int> live;
@@ -482,7 +488,7 @@ int Context::grow_now(int64_t timeout_ms) {
   }
   const int before = world_size();
   drop_undelivered(groups_.live(), "pstate_grow");  // the old world's ids are free after this
-  drop_all_groups();
+  drop_all_groups(DroppedBy::kGrow);
   rebuild_world(members, /*after_failure=*/false);
   log_.info("grow: epoch ", epoch_, ": world of ", world_size(), " ranks (was ", before, "), this rank is ", rank());
   return static_cast<int>(admitted.size());

@@ -281,6 +281,10 @@ static int survive_and_shrink(const pstate_test_rank_t *self) {
     if (round == 0) {
       RANK_CHECK(self, pstate_all_reduce(old_tp, buf, buf, 1, PSTATE_FLOAT32, PSTATE_SUM, NULL) == PSTATE_ERR_INVALID_STATE,
                  "a group of before the shrink answers INVALID_STATE");
+      RANK_CHECK(self,
+                 strstr(pstate_last_error(), "replaced by pstate_shrink") &&
+                     !strstr(pstate_last_error(), "pstate_destroy_model_parallel"),
+                 "the old tp group says: %s", pstate_last_error());
     }
     int rc = exact_after(self, ps, members, n, sc->tp_after, sc->pp_after, buf);
     if (rc == 0) break;
@@ -468,10 +472,18 @@ static int replace_and_grow(const pstate_test_rank_t *self) {
     RANK_CHECK(self, new_rank[2] == -1 && new_rank[3] == 2, "new ranks %d %d %d %d", new_rank[0], new_rank[1],
                new_rank[2], new_rank[3]);
     if (exact_after(self, ps, members, 3, 3, 1, buf) != 0) return 1;
+    pstate_group_t *world_before = NULL;
+    RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &world_before));
     RANK_OK(self, pstate_grow(ps, 60000)); /* the harness starts the replacement when rank 2 dies */
     pstate_group_t *tp = NULL;
     RANK_CHECK(self, pstate_get_group(ps, PSTATE_GROUP_TP, &tp) == PSTATE_ERR_INVALID_STATE,
                "grow dropped the model-parallel groups");
+    /* the world of before names the call that replaced it (issue 44: "pstate_destroy_model_parallel") */
+    RANK_CHECK(self,
+               pstate_barrier(world_before) == PSTATE_ERR_INVALID_STATE &&
+                   strstr(pstate_last_error(), "replaced by pstate_grow") &&
+                   strstr(pstate_last_error(), "use the groups of the grown context"),
+               "the world of before the grow says: %s", pstate_last_error());
   }
   if (exact_after(self, ps, members, 4, 2, 2, buf) != 0) return 1;
   if (flood > 0) {

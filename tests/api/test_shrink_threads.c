@@ -36,6 +36,8 @@ static int shrink_rank(const pstate_test_rank_t *self) {
   RANK_OK(self, pstate_initialize_model_parallel(ps, &cfg));
   pstate_group_t *old_tp = NULL;
   RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_TP, &old_tp));
+  pstate_group_t *old_world = NULL;
+  RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &old_world));
   for (int round = 0; round < 2; ++round) {
     int new_rank[3] = {-9, -9, -9};
     RANK_OK(self, pstate_shrink(ps, new_rank, 3, &(size_t){0}));
@@ -44,6 +46,17 @@ static int shrink_rank(const pstate_test_rank_t *self) {
     int32_t x = 1;
     RANK_CHECK(self, pstate_all_reduce(old_tp, &x, &x, 1, PSTATE_INT32, PSTATE_SUM, NULL) == PSTATE_ERR_INVALID_STATE,
                "a group of before the shrink is refused");
+    /* it names the call that dropped it and what to use (issue 44: it said pstate_destroy_model_parallel) */
+    const char *why = pstate_last_error();
+    RANK_CHECK(self,
+               strstr(why, "replaced by pstate_shrink") && strstr(why, "use the groups of the shrunk context") &&
+                   !strstr(why, "pstate_destroy_model_parallel"),
+               "round %d: the old tp group says: %s", round, why);
+    RANK_CHECK(self,
+               pstate_barrier(old_world) == PSTATE_ERR_INVALID_STATE &&
+                   strstr(pstate_last_error(), "replaced by pstate_shrink"),
+               "round %d: the old world group says: %s", round, pstate_last_error());
+    RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &old_world));
     if (world_sum_is(self, ps, 6)) return 1;
     RANK_OK(self, pstate_initialize_model_parallel(ps, &cfg));
     RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_TP, &old_tp));

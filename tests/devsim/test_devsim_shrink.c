@@ -175,6 +175,62 @@ static int survive_on_device(const pstate_test_rank_t *self) {
   return 0;
 }
 
+/* World 2, rank 1 dies: rank 0 shrinks to a world of one, which holds no NCCL communicator (its
+ * device operations are local copies on the stream): no ncclCommShrink to a one-rank
+ * communicator, no new one made (issue 44: the shrink kept a one-rank communicator), and its
+ * device all_reduce and all_gather are exact. */
+static int survive_alone(const pstate_test_rank_t *self) {
+  pstate_t *ps = NULL;
+  RANK_OK(self, devsim_init(self, TIMEOUT_MS, &ps));
+  pstate_group_t *world = NULL;
+  RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &world));
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  void *d = devsim_device_copy(NULL, N * sizeof(float));
+  pstate_status_t st = PSTATE_OK;
+  for (int iter = 0; st == PSTATE_OK; ++iter) {
+    if (self->rank == 1 && iter == 20) {
+      pthread_t t;
+      pthread_create(&t, NULL, die_soon, NULL);
+    }
+    st = pstate_all_reduce(world, d, d, N, PSTATE_FLOAT32, PSTATE_MAX, s);
+    double t = pstate_test_now_ms();
+    while (st == PSTATE_OK && cudaStreamQuery(s) == cudaErrorNotReady && pstate_test_now_ms() - t < 50) usleep(200);
+  }
+  RANK_CHECK(self, self->rank == 0, "the victim lived on");
+  counts_t before, after;
+  RANK_CHECK(self, read_counts(&before) == 0, "devsim counts");
+  int new_rank[2];
+  RANK_OK(self, pstate_shrink(ps, new_rank, 2, &(size_t){0}));
+  RANK_CHECK(self, new_rank[0] == 0 && new_rank[1] == -1, "new ranks %d %d", new_rank[0], new_rank[1]);
+  RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &world));
+  if (device_all_reduce_exact(self, world, PSTATE_FLOAT32, PSTATE_SUM, 1000, s)) return 1;
+  float mine[8], all[8];
+  for (int i = 0; i < 8; ++i) mine[i] = (float)(7 + i);
+  void *ds = devsim_device_copy(mine, sizeof mine), *dr = devsim_device_copy(NULL, sizeof all);
+  RANK_OK(self, pstate_all_gather(world, ds, dr, 8, PSTATE_FLOAT32, s));
+  RANK_CHECK(self, devsim_to_host(all, dr, sizeof all, s) == 0, "copy back");
+  for (int i = 0; i < 8; ++i) RANK_CHECK(self, all[i] == (float)(7 + i), "all_gather [%d] = %g", i, all[i]);
+  RANK_CHECK(self, read_counts(&after) == 0, "devsim counts");
+  RANK_CHECK(
+      self, after.shrinks == before.shrinks && after.inits == before.inits && after.splits == before.splits,
+      "a world of one made an NCCL communicator: %llu shrinks, %llu inits, %llu splits (before: %llu, %llu, %llu)",
+      after.shrinks, after.inits, after.splits, before.shrinks, before.inits, before.splits);
+  RANK_OK(self, pstate_finalize(ps));
+  cudaFree(d);
+  cudaFree(ds);
+  cudaFree(dr);
+  return 0;
+}
+
+static void test_a_shrink_to_one_rank_holds_no_nccl_communicator(void **state) {
+  (void)state;
+  int statuses[2];
+  unsetenv("PSTATE_NCCL_SHRINK");
+  pstate_test_job_t job = {2, 120, survive_alone, NULL, statuses, 1, 1ul << 1, 0, -1, 0};
+  assert_int_equal(pstate_test_run_job(&job), 0);
+}
+
 static void run_job(int by_shrink) {
   int statuses[4];
   if (by_shrink)
@@ -199,6 +255,7 @@ static void test_survivors_bootstrap_a_new_device_communicator(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_survivors_shrink_the_device_communicator),
+      cmocka_unit_test(test_a_shrink_to_one_rank_holds_no_nccl_communicator),
       cmocka_unit_test(test_survivors_bootstrap_a_new_device_communicator),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

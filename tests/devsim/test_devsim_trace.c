@@ -108,6 +108,53 @@ static void test_device_ops_are_recorded_with_their_stream_times(void **state) {
   unsetenv("PSTATE_TRACE_CUDA_EVENTS");
 }
 
+/* Under PSTATE_CHECK=1 a device collective is one entry, not two (issue 44: the CPU agreement
+ * that precedes it was recorded as a collective of its own, so 5 all_reduces were 10 entries and
+ * the doctor named the 5th call "#10"): 5 all_reduces are 5 nccl entries, numbered in a row after
+ * the first (the communicator's unique-id broadcast, device_comm_init, takes the number after
+ * the first one's). */
+static int checked_rank(const pstate_test_rank_t *self) {
+  pstate_t *ps = NULL;
+  pstate_group_t *world = NULL;
+  RANK_OK(self, devsim_init(self, 2000, &ps));
+  RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &world));
+  void *d = devsim_device_copy(NULL, N * sizeof(float));
+  RANK_CHECK(self, d != NULL, "cudaMalloc");
+  for (int i = 0; i < 5; ++i) RANK_OK(self, pstate_all_reduce(world, d, d, N, PSTATE_FLOAT32, PSTATE_SUM, NULL));
+  RANK_CHECK(self, cudaStreamSynchronize(NULL) == cudaSuccess, "sync");
+  RANK_OK(self, pstate_trace_dump(ps, NULL));
+  char path[400], e[1024];
+  snprintf(path, sizeof path, "%s/rank%d.pstate-trace", g_dir, self->rank);
+  char *t = pstate_test_slurp(path);
+  RANK_CHECK(self, t != NULL, "no dump in %s", g_dir);
+  int entries = 0;
+  while (find_entry(t, " all_reduce ", entries, e, sizeof e)) ++entries;
+  RANK_CHECK(self, entries == 5, "%d all_reduce entries for 5 calls under PSTATE_CHECK=1:\n%s", entries, t);
+  long long first_seq = -1;
+  for (int i = 0; i < 5; ++i) {
+    RANK_CHECK(self, find_entry(t, " all_reduce 64 float32 sum - - nccl enqueued OK ", i, e, sizeof e),
+               "all_reduce %d is not an enqueued nccl entry:\n%s", i, t);
+    long long id, gid, seq;
+    char cls[16];
+    RANK_CHECK(self, sscanf(e, "e %lld %15s %lld %lld", &id, cls, &gid, &seq) == 4, "entry %s", e);
+    if (i == 0) first_seq = seq;
+    const long long want = i == 0 ? first_seq : first_seq + 1 + i; /* device_comm_init: first_seq + 1 */
+    RANK_CHECK(self, seq == want, "all_reduce %d has seq %lld, expected %lld:\n%s", i, seq, want, t);
+  }
+  free(t);
+  cudaFree(d);
+  RANK_OK(self, pstate_finalize(ps));
+  return 0;
+}
+
+static void test_device_collectives_are_recorded_once_under_pstate_check(void **state) {
+  (void)state;
+  setenv("PSTATE_CHECK", "1", 1);
+  const int failed = pstate_test_run_processes(2, 120, checked_rank, NULL, NULL);
+  unsetenv("PSTATE_CHECK");
+  assert_int_equal(failed, 0);
+}
+
 /* Rank 1 never joins the second all_reduce: rank 0's call returns (enqueued), the stream holds
  * it; the dump shows it started on the stream and not ended; the next call's wait (barrier)
  * times out and writes the dump by itself. */
@@ -160,6 +207,7 @@ static void test_a_collective_stuck_on_the_stream_shows_in_the_dump(void **state
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_device_ops_are_recorded_with_their_stream_times),
+      cmocka_unit_test(test_device_collectives_are_recorded_once_under_pstate_check),
       cmocka_unit_test(test_a_collective_stuck_on_the_stream_shows_in_the_dump),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

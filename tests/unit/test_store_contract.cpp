@@ -316,6 +316,32 @@ void test_get_and_wait_past_their_deadline_name_the_keys(void **) {
   assert_string_equal(text_of(store->get("after", soon())).c_str(), "ok");
 }
 
+// A get or wait whose deadline had passed before it was called (a deadline shared by several
+// steps, as the rendezvous' is, used up by the earlier ones) says so, instead of "timed out after
+// 0 ms" (issue 44); one that waited says how long.
+void test_a_deadline_passed_before_the_call_is_said_so(void **) {
+  Place place("spent");
+  auto store = place.open(0, 1);
+  const Deadline spent = Deadline::after_ms(0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int call = 0; call < 2; ++call) {
+    std::string msg;
+    try {
+      if (call == 0)
+        store->get("never/set", spent);
+      else
+        store->wait({"never/set"}, spent);
+    } catch (const Error &e) {
+      assert_int_equal(e.status(), PSTATE_ERR_TIMEOUT);
+      msg = e.what();
+    }
+    std::fprintf(stderr, "%s with a spent deadline: %s\n", call == 0 ? "get" : "wait", msg.c_str());
+    assert_true(msg.find("its deadline had passed") != std::string::npos);
+    assert_true(msg.find("after 0 ms") == std::string::npos);
+  }
+  expect_error([&] { store->get("never/set", Deadline::after_ms(100)); }, PSTATE_ERR_TIMEOUT, {"timed out after "});
+}
+
 // A wait that times out names the ranks that never came, then the ones that came and left.
 void test_timeout_names_the_absent_ranks(void **) {
   Place place("absent");
@@ -628,6 +654,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_set_if_absent_gives_the_winners_value_and_wakes_a_get),
       cmocka_unit_test(test_get_waits_for_a_later_set),
       cmocka_unit_test(test_get_and_wait_past_their_deadline_name_the_keys),
+      cmocka_unit_test(test_a_deadline_passed_before_the_call_is_said_so),
       cmocka_unit_test(test_timeout_names_the_absent_ranks),
       cmocka_unit_test(test_another_token_or_job_id_is_refused),
       cmocka_unit_test(test_duplicate_rank_is_mismatch_naming_the_holder),
