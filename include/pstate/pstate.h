@@ -869,7 +869,7 @@ PSTATE_API pstate_status_t pstate_irecv(pstate_group_t *g, void *buf, size_t cou
  *  made by pstate_isend / pstate_irecv, any other pointer): INVALID_ARGUMENT, and nothing is read
  *  or freed: pstate checks the handle before it touches anything, so no other request is ever
  *  completed in its place. Another thread inside a call on the context, or on req itself:
- *  INVALID_STATE, nothing freed. */
+ *  PSTATE_ERR_BUSY, nothing freed. */
 PSTATE_API pstate_status_t pstate_wait(pstate_request_t *req);
 /** Never blocks: progresses the transport once, then *done = 1 when req completed (it is freed and
  *  the return value is the operation's status), or *done = 0 and PSTATE_OK while it is pending

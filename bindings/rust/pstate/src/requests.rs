@@ -75,7 +75,7 @@
 //!   bytes); finalize, abort, shrink or grow cancel it, and `destroy_model_parallel` refuses
 //!   (`Status::InvalidState`) while a model-parallel group has it pending.
 //! - pstate.h: `pstate_wait` frees the request and returns the operation's status, except for
-//!   INVALID_ARGUMENT (not a request) and INVALID_STATE (another thread inside a call on the
+//!   INVALID_ARGUMENT (not a request) and BUSY (another thread inside a call on the
 //!   context), where it keeps it. Neither can happen here (the handle is always a live request,
 //!   and the borrows above keep other threads out), but if one did, an owned request leaks its
 //!   buffer instead of dropping it, and a scope waits again.
