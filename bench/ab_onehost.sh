@@ -5,7 +5,9 @@
 # and B/A (each quotient from runs of the same repeat, as bench/report.py pairs them).
 #
 #   bench/ab_onehost.sh A_BUILD_DIR B_BUILD_DIR CASE [REPEATS]
-#     CASE: all_gatherv | sendrecv | broadcast_object   (the cases of issue 30, item 6)
+#     CASE: all_gatherv | sendrecv | broadcast_object | all_reduce (8 B..1 KiB, 2 ranks)
+#     PSTATE_SHM=0 in the environment: both builds over UCX instead of shared memory (the
+#     transport choice of a one-host group; Open MPI's side does not change)
 #
 # Why: the machine is shared, so single runs of either side vary more than the changes measured;
 # alternation and paired quotients take the load out of the comparison. The load average at
@@ -25,6 +27,7 @@ MPIRUN=(mpirun --allow-run-as-root --bind-to none --mca pml ob1 --mca btl 'self,
 case "$CASE" in
   all_gatherv) N=2 ARGS=(--op all_gatherv -b ${AGV_MIN:-32K} -e ${AGV_MAX:-8M} -f 4 --check) ;;
   sendrecv) N=2 ARGS=(--op sendrecv -b 8 -e 2K -f 4 --check) ;;
+  all_reduce) N=2 ARGS=(--op all_reduce -b 8 -e 1K -f 8 --check) ;;
   broadcast_object)
     N=4 ARGS=(--op broadcast_object -b 64 -e 4K -f 4 --iters 200 --warmup 20 --check)
     MPIRUN+=(--oversubscribe --mca mpi_yield_when_idle 1) ;;

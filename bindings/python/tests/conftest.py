@@ -38,6 +38,9 @@ def run_ranks(n: int, scenario: str, *, timeout: float = 120, grace_ms: int = 30
     """`pstate run -n n -- python3 ranks.py scenario`, output captured."""
     env = dict(os.environ)
     env.setdefault("PSTATE_TIMEOUT_MS", "60000")
+    # The start-up deadline apart from the calls' (a scenario's short PSTATE_TIMEOUT_MS bounds its
+    # calls): on a loaded machine one rank's `import torch` can finish 10 s after the other's.
+    env.setdefault("PSTATE_INIT_TIMEOUT_MS", "120000")
     if extra_env:
         env.update(extra_env)
     cmd = [launcher(), "run", "-n", str(n), "--grace-ms", str(grace_ms), "--", sys.executable, str(RANKS), scenario]
