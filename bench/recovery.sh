@@ -8,8 +8,9 @@
 # N ranks (default 6) on this host, REPEATS times (default 5), alternating:
 #   shrink   `pstate run -n N --keep-going -- elastic_serving --kill-rank 3 --kill-at-step 20`:
 #            rank 3 SIGKILLs itself inside an all-reduce of 2 MiB (it prints the CLOCK_MONOTONIC
-#            time first); the survivors shrink, re-initialize tp N-1 and redo the step; each prints
-#            the time its step was exact. Recovery = the last survivor's exact step - the kill.
+#            time just before); the survivors shrink, re-initialize tp N-1 and redo the step that
+#            failed (20, or 21 on a loaded machine: the one they print); each prints the time its
+#            step was exact. Recovery = the last survivor's exact step - the kill.
 #   restart  `mpirun -np N mpi_bench --op startup` (MPI_Init, a barrier, MPI_Finalize) and
 #            `pstate run -n N -- pstate bench --op startup` (pstate_init, initialize_model_parallel,
 #            finalize): the least a restart costs, whole processes, wall time.
@@ -43,12 +44,13 @@ wall_ms() {  # wall_ms COMMAND...: prints the wall time in ms, or null when it f
 }
 
 shrink_ms() {  # one survival: kill -> the last survivor's first exact step on the new world
-  local out kill last
+  local out kill step last
   out=$(timeout 120 "$PSTATE" run -n "$N" --keep-going -- "$APP" --steps 40 --kill-rank 3 --kill-at-step 20 \
     --grow-every 0 2>&1) || true
   echo "$out" >>"$LOG"
   kill=$(sed -n 's/.*SIGKILL to myself.*(monotonic \([0-9.]*\) ms).*/\1/p' <<<"$out" | head -1)
-  last=$(sed -n 's/.*step 20 exact on a world of .*(monotonic \([0-9.]*\) ms).*/\1/p' <<<"$out" | sort -n | tail -1)
+  step=$(sed -n 's/.*: step \([0-9]*\): PSTATE_ERR_[A-Z_]*: shrinking$/\1/p' <<<"$out" | head -1)
+  last=$(sed -n "s/.*: step ${step:-none} exact on a world of .*(monotonic \([0-9.]*\) ms).*/\1/p" <<<"$out" | sort -n | tail -1)
   if [ -z "$kill" ] || [ -z "$last" ] || [ "$(grep -c 'all exact' <<<"$out")" -ne $((N - 1)) ]; then echo null; return; fi
   awk -v a="$kill" -v b="$last" 'BEGIN {printf "%.0f", b - a}'
 }

@@ -10,7 +10,11 @@
  * Each step is one "forward" of a tensor-parallel layer: a TP all-reduce of HIDDEN floats whose
  * exact sum is known (rank r contributes (launch rank + 1) * (i % 5 + 1)), checked on every rank.
  * The rank named by --kill-rank SIGKILLs itself in the middle of step --kill-at-step's
- * all-reduce. The survivors' all-reduce fails (PSTATE_ERR_PEER_LOST, or ABORTED), so each:
+ * all-reduce: a thread it starts just before the call kills it 200 us later. On a loaded machine
+ * that thread may run only after the call returned; then the rank dies at once, before it starts
+ * another all-reduce, so the step in flight on the survivors is --kill-at-step or the next, never
+ * later. Whoever kills prints the step the rank was at, and whether inside its all-reduce.
+ * The survivors' all-reduce fails (PSTATE_ERR_PEER_LOST, or ABORTED), so each:
  *   1. pstate_shrink: they agree on who is alive and rebuild the world, renumbered;
  *   2. pstate_initialize_model_parallel with tp = the new world size;
  *   3. repeat the step that failed (its inputs are still here), and go on.
@@ -26,6 +30,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,10 +55,27 @@ static double now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+/* The rank that kills itself: the step it is at and whether it is inside that step's all-reduce
+ * (written by the main thread), and who kills first (the thread, or the main thread once step
+ * --kill-at-step's all-reduce returned). */
+static atomic_int current_step, in_call;
+static atomic_flag dying = ATOMIC_FLAG_INIT;
+
+static void die_now(int launch_rank, const char *where) {
+  if (!atomic_flag_test_and_set(&dying)) {
+    printf("launch rank %d: SIGKILL to myself %s step %d's all-reduce (monotonic %.1f ms)\n", launch_rank, where,
+           atomic_load(&current_step), now_ms());
+    fflush(stdout);
+  }
+  for (;;) {
+    kill(getpid(), SIGKILL);
+    pause();
+  }
+}
+
 static void *die_soon(void *arg) {
-  (void)arg;
   usleep(200);
-  kill(getpid(), SIGKILL);
+  die_now(*(const int *)arg, atomic_load(&in_call) ? "inside" : "after");
   return NULL;
 }
 
@@ -126,14 +148,15 @@ int main(int argc, char **argv) {
   double failed_at = -1;
   while (step < steps) {
     for (int i = 0; i < HIDDEN; ++i) buf[i] = contribution(launch_rank, i);
-    if (!replacement && launch_rank == kill_rank && step == kill_at) {
-      printf("launch rank %d: SIGKILL to myself inside step %d's all-reduce (monotonic %.1f ms)\n", launch_rank, step,
-             now_ms());
-      fflush(stdout);
+    const int killer = !replacement && launch_rank == kill_rank;
+    if (killer) atomic_store(&current_step, step), atomic_store(&in_call, 1);
+    if (killer && step == kill_at) {
       pthread_t t;
-      pthread_create(&t, NULL, die_soon, NULL); /* dies inside this step's all-reduce */
+      pthread_create(&t, NULL, die_soon, (void *)&launch_rank); /* dies inside this step's all-reduce */
     }
     pstate_status_t s = pstate_all_reduce(tp, buf, buf, HIDDEN, PSTATE_FLOAT32, PSTATE_SUM, NULL);
+    if (killer) atomic_store(&in_call, 0);
+    if (killer && step == kill_at) die_now(launch_rank, "after"); /* the thread was late: before the next step */
     if (s == PSTATE_ERR_PEER_LOST || s == PSTATE_ERR_ABORTED) {
       if (failed_at < 0) failed_at = now_ms();
       printf("launch rank %d: step %d: %s: shrinking\n", launch_rank, step, pstate_status_string(s));
