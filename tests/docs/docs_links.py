@@ -32,14 +32,8 @@ def markdown_files(repo: Path) -> list:
 
 def prose_lines(text: str):
     """(line number, line without inline code) of every line outside fenced code blocks."""
-    fence = None
-    for n, line in enumerate(text.splitlines(), 1):
-        m = FENCE.match(line)
-        if m:
-            fence = None if fence == m.group(1) else (fence or m.group(1))
-            continue
-        if fence is None:
-            yield n, re.sub(r"(`+)(?:(?!\1).)+\1", "", line)
+    for n, line in prose_lines_keep_code(text):
+        yield n, re.sub(r"(`+)(?:(?!\1).)+\1", "", line)
 
 
 def slug(heading: str) -> str:
