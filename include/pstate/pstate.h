@@ -22,7 +22,7 @@
  * same pstate_t returns PSTATE_ERR_BUSY at once (naming the call inside) and touches nothing; so
  * does a call from inside a pstate_alloc_fn callback on the callback's own context (one atomic
  * exchange per call). Exempt: pstate_group_info, pstate_group_ranks and pstate_group_same_node
- * (they only read facts fixed when the group was made), pstate_trace_dump, and the two calls a
+ * (they only read facts fixed when the group was made), pstate_trace_dump, pstate_metrics_text, and the two calls a
  * watchdog thread makes: pstate_revoke and pstate_abort, which stop the call in flight on another
  * thread (it returns PSTATE_ERR_ABORTED within milliseconds: ncclCommAbort's role, for every
  * transport). pstate_last_error() is thread-local. Functions without a handle (layout, strings,
@@ -1058,6 +1058,21 @@ PSTATE_API pstate_status_t pstate_group_mem_stats(pstate_group_t *g, pstate_mem_
 PSTATE_API pstate_status_t pstate_set_graph_registration(pstate_t *ps, int enable);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Metrics (docs/metrics.md)                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+/** This rank's metrics in the Prometheus text exposition format (version 0.0.4), always kept:
+ *  per group and operation the calls by path and status, their bytes and a latency histogram;
+ *  per context its lifecycle steps, rendezvous time, world generation and size, failures and
+ *  failure notices. docs/metrics.md lists every metric and label. The returned-array convention
+ *  with T = char: *count is set to the text's length plus its terminating NUL; out (capacity
+ *  chars) receives the text and the NUL when capacity >= *count, else INVALID_ARGUMENT with
+ *  nothing written (ask with out NULL and capacity 0 first; the text may grow between the two
+ *  calls: ask with some room to spare, or again). Local, never blocks on peers, and may be called
+ *  from any thread, also while another thread is inside a call on ps (a scraper thread's use). */
+PSTATE_API pstate_status_t pstate_metrics_text(pstate_t *ps, char *out, size_t capacity, size_t *count);
+
+/* ------------------------------------------------------------------------------------------ */
 /* The function table for dlopen users                                                          */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -1152,6 +1167,8 @@ struct pstate_api_t {
   pstate_status_t (*mem_query)(pstate_group_t *g, const void *ptr, pstate_mem_info_t *out);
   pstate_status_t (*group_mem_stats)(pstate_group_t *g, pstate_mem_stats_t *out);
   pstate_status_t (*set_graph_registration)(pstate_t *ps, int enable);
+  /* metrics (docs/metrics.md) */
+  pstate_status_t (*metrics_text)(pstate_t *ps, char *out, size_t capacity, size_t *count);
 };
 
 /** The table for ABI `abi_major` (pass PSTATE_ABI_MAJOR), or NULL when this library does not

@@ -147,6 +147,17 @@ PSTATE_API pstate_status_t pstate_trace_dump(pstate_t *ps, const char *path) {
   });
 }
 
+PSTATE_API pstate_status_t pstate_metrics_text(pstate_t *ps, char *out, size_t capacity, size_t *count) {
+  return PSTATE_GUARD({
+    require_nonnull(count, "count");
+    *count = 0;
+    pstate::api::require_context(ps);
+    const std::string text = ps->render_metrics();
+    pstate::api::return_array(out, capacity, count, text.c_str(), text.size() + 1, "out",
+                              "the metrics text's length + 1 (its NUL)");
+  });
+}
+
 PSTATE_API pstate_status_t pstate_get_group(pstate_t *ps, pstate_group_kind_t kind, pstate_group_t **out) {
   return PSTATE_GUARD({
     require_nonnull(out, "out");

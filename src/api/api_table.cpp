@@ -91,6 +91,8 @@ constexpr pstate_api_t make_table() {
   t.mem_query = pstate_mem_query;
   t.group_mem_stats = pstate_group_mem_stats;
   t.set_graph_registration = pstate_set_graph_registration;
+  // metrics
+  t.metrics_text = pstate_metrics_text;
   return t;
 }
 

@@ -25,6 +25,8 @@ Context::Context(const pstate_init_params_t *params) {
   device_ = p.device;
   log_.set_rank(launch_.rank);
   if (!launch_.rank_out_of_range.empty()) refuse_rank_out_of_range();
+  observer_calibrate();  // once per process: the observer's ticks in ns from here on
+  const auto began = std::chrono::steady_clock::now();
   trace_ = make_trace_recorder();
   if (trace_) trace_->set_busy_flag(&busy_);
   if (trace_) trace_->set_facts({"-", launch_.rank, launch_.world_size, device_ == PSTATE_DEVICE_CUDA ? "cuda" : "cpu"});
@@ -36,8 +38,15 @@ Context::Context(const pstate_init_params_t *params) {
   // rendezvous has yet to derive.
   if (device_ == PSTATE_DEVICE_CUDA && (p.device_ordinal >= 0 || launch_.local_rank_given)) open_device(p.device_ordinal);
   try {
+    const auto rendezvous_began = std::chrono::steady_clock::now();
     rendezvous();
+    observer_.context().rendezvous_ns.store(
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::steady_clock::now() - rendezvous_began)
+                                  .count()),
+        std::memory_order_relaxed);
   } catch (const Error &e) {
+    observe_step(TraceOp::kInit, began, e.status());
     trace_life_end(life, e.status());
     stop_dump_watcher();
     // Once the rank directory is on the store every rank checks the same records and most errors
@@ -50,6 +59,7 @@ Context::Context(const pstate_init_params_t *params) {
   if (trace_)
     trace_->set_facts(
         {peers_.job_id(), launch_.rank, launch_.world_size, device_ == PSTATE_DEVICE_CUDA ? "cuda" : "cpu"});
+  observe_step(TraceOp::kInit, began, PSTATE_OK);
   trace_life_end(life, PSTATE_OK);
 }
 
@@ -60,22 +70,40 @@ Context::~Context() { abort(); }
 template <typename F>
 auto Context::traced_life(TraceOp op, F &&f) -> decltype(f()) {
   const uint64_t id = trace_life(op);
+  const auto began = std::chrono::steady_clock::now();
   try {
     if constexpr (std::is_void_v<decltype(f())>) {
       f();
+      observe_step(op, began, PSTATE_OK);
       trace_life_end(id, PSTATE_OK);
     } else {
       auto out = f();
+      observe_step(op, began, PSTATE_OK);
       trace_life_end(id, PSTATE_OK);
       return out;
     }
   } catch (const Error &e) {
+    observe_step(op, began, e.status());
     trace_life_end(id, e.status());
     throw;
   } catch (...) {
+    observe_step(op, began, PSTATE_ERR_INTERNAL);
     trace_life_end(id, PSTATE_ERR_INTERNAL);
     throw;
   }
+}
+
+void Context::observe_step(TraceOp op, std::chrono::steady_clock::time_point began, pstate_status_t status) noexcept {
+  ContextMetrics &m = observer_.context();
+  ContextMetrics::Step &s = m.steps[static_cast<size_t>(op)];
+  observer_add(status == PSTATE_OK ? s.ok : s.failed, 1);
+  observer_add(s.ns, static_cast<uint64_t>(
+                         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - began)
+                             .count()));
+  m.epoch.store(epoch_, std::memory_order_relaxed);
+  m.world_size.store(static_cast<int64_t>(members_.size()), std::memory_order_relaxed);
+  m.rank.store(rank_, std::memory_order_relaxed);
+  if (store_) m.store_requests.store(store_->traffic().requests, std::memory_order_relaxed);
 }
 
 std::vector<int> Context::shrink() {
@@ -160,6 +188,7 @@ void Context::abort() noexcept {
   tell_peers_aborted("pstate_abort");  // a peer blocked in a call with this rank hears it now
   stop_dump_watcher();
   if (trace_) trace_life_end(trace_life(TraceOp::kAbort), PSTATE_OK);
+  observer_add(observer_.context().steps[static_cast<size_t>(TraceOp::kAbort)].ok, 1);
   groups_.abort_device();  // ncclCommAbort: local, waits for no peer
   groups_.close();
   if (trace_) trace_->set_device_times(nullptr);

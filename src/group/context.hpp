@@ -43,6 +43,7 @@
 #include "common/deadline.hpp"
 #include "common/log.hpp"
 #include "common/trace.hpp"
+#include "group/call_observer.hpp"
 #include "group/group_registry.hpp"
 #include "group/peer_table.hpp"
 #include "layout/layout.hpp"
@@ -246,6 +247,11 @@ class Context {
   // dead's connection end reaches the store's thread.
   std::vector<int> live_ranks();
 
+  // ---- the call observer and its metrics (group/call_observer.hpp; always on) ----
+  CallObserver &observer() { return observer_; }
+  // pstate_metrics_text: any thread, while the context lives.
+  std::string render_metrics() const { return observer_.render(); }
+
   // ---- the flight recorder (common/trace.hpp); nullptr when PSTATE_TRACE_ENTRIES=0 (context.cpp) ----
   TraceRecorder *trace() const { return trace_.get(); }
   // The C entry point a thread is inside now (api::ContextEntry), for dumps.
@@ -342,7 +348,10 @@ class Context {
                            const Deadline &deadline);
   void join_as_replacement(Deadline deadline);
 
-  TracePtr trace_;  // first: destroyed last (the groups point into it)
+  CallObserver observer_;  // first: destroyed last (the groups point into its cells)
+  TracePtr trace_;         // before the groups: destroyed after them (they point into it)
+  // A lifecycle step ended (its metrics; the facts the step may have changed).
+  void observe_step(TraceOp op, std::chrono::steady_clock::time_point began, pstate_status_t status) noexcept;
   // Dumps on request through a tcp:// store (dump_watcher.hpp): started once the store is open,
   // stopped first at every teardown (finalize, abort, a failed init); after trace_ so that it
   // goes before the recorder it dumps.

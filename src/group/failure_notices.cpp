@@ -19,6 +19,7 @@ void Context::fail(const std::string &why) {
   if (state_ == State::kFailed || state_ == State::kClosed) return;
   state_ = State::kFailed;
   failure_ = why;
+  observer_add(observer_.context().context_failures, 1);
   dumped_since_failure_ = false;
   if (trace_) trace_->set_failure(why);
   log_.info("context failed: ", why, " — further collectives return PSTATE_ERR_ABORTED; call pstate_abort");
@@ -34,6 +35,7 @@ void Context::fail(const std::string &why, pstate_status_t status, bool tell_pee
   // let a late peer complete the call it gave up on (one verdict per call: a call that one rank
   // gave up on fails on every rank).
   if (first && worker_ && tell_peers) {
+    observer_add(observer_.context().notices_sent, 1);
     read_addresses_for_notices(status);
     worker_->post_notices(members_, -1, status, why, calls_returned());
   }
@@ -64,14 +66,18 @@ void Context::read_addresses_for_notices(pstate_status_t status) noexcept {
 // is held for it (UcxWorker::take_notice), and the call goes on.
 void Context::throw_waiting_notice(const std::string &group, const char *op, const char *self,
                                    const CallPosition *at) {
-  if (auto n = worker_->take_notice(/*progress=*/false, at, /*arrived=*/true))
+  if (auto n = worker_->take_notice(/*progress=*/false, at, /*arrived=*/true)) {
+    observer_add(observer_.context().notices_received, 1);
     throw UcxWorker::notice_error(*n, cat(group, " ", op), cat("rank ", rank(), " (", self, ")"), global_rank_of(n->from));
+  }
 }
 
 void Context::check_notices(const std::string &where, const char *self, const CallPosition *at) {
   if (!worker_ || worker_->closed()) return;
-  if (auto n = worker_->take_notice(true, at))
+  if (auto n = worker_->take_notice(true, at)) {
+    observer_add(observer_.context().notices_received, 1);
     throw UcxWorker::notice_error(*n, where, cat("rank ", rank(), " (", self, ")"), global_rank_of(n->from));
+  }
 }
 
 void Context::set_interrupt_check(pstate_interrupt_fn fn, void *user) {

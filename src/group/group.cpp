@@ -58,6 +58,7 @@ pstate_group_s::pstate_group_s(pstate::Context &ctx, pstate_group_kind_t kind, s
   path_ = comm_->path();
   object_path_ = comm_->object_path();
   if (pstate::TraceRecorder *tr = ctx.trace()) trace_group_ = tr->add_group(name_, ranks_, rank_in_group_);
+  metrics_ = ctx.observer().group(name_);
 }
 
 // The one place that chooses how this group's bytes move: shared memory when every rank is on
@@ -176,13 +177,18 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body, const void *f
   try {
     check_alive(op_name);
   } catch (const pstate::Error &e) {  // refused before it was numbered: recorded without a seq
-    if (traced) ctx_.trace_call_failed(tr ? trace_begin(*tr, desc_in, false) : 0, e);
+    if (traced) {
+      observe(desc_in, path_, pstate::observer_ticks(), e.status());
+      ctx_.trace_call_failed(tr ? trace_begin(*tr, desc_in, false) : 0, e);
+    }
     throw;
   }
+  const uint64_t t0 = pstate::observer_ticks();
   const uint64_t tid = tr ? trace_begin(*tr, desc_in, true) : 0;
   OpDescriptor desc = desc_in;
   desc.seq = position_.begun++;
-  const pstate::HostCall call{&desc_in, desc.seq, pstate::tag_base(desc.seq), op_name, ctx_.op_deadline(), tr, tid};
+  const pstate::HostCall call{&desc_in, desc.seq, pstate::tag_base(desc.seq), op_name, ctx_.op_deadline(), tr, tid,
+                              path_};
   bool agreeing = true;
   try {
     if (exchanges()) {
@@ -199,11 +205,15 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body, const void *f
     if (ctx_.abort_requested() || (agreeing ? !agreed_error : pstate::is_fatal(e.status())))
       ctx_.fail(e);  // its notices say this call had not returned here
     position_.returned.store(desc.seq + 1, std::memory_order_relaxed);
-    if (traced) ctx_.trace_call_failed(tid, e);  // else the caller's entry records it (and dumps)
+    if (traced) {  // else the caller's entry records it (and dumps)
+      observe(desc_in, call.path, t0, e.status());
+      ctx_.trace_call_failed(tid, e);
+    }
     throw;
   }
   position_.returned.store(desc.seq + 1, std::memory_order_relaxed);
   if (tid != 0) tr->completed(tid);
+  if (traced) observe(desc_in, call.path, t0, PSTATE_OK);
 }
 
 uint64_t pstate_group_s::trace_outer_begin(pstate::TraceOp op, int rank) {
@@ -436,8 +446,8 @@ Bytes pstate_group_s::all_gather_object(const void *data, size_t size, std::vect
   return out;
 }
 
-pstate::HostCall pstate_group_s::p2p_call(const char *op, uint64_t trace_id) const {
-  return pstate::HostCall{nullptr, 0, 0, op, ctx_.op_deadline(), ctx_.trace(), trace_id};
+pstate::HostCall pstate_group_s::p2p_call(const char *op, uint64_t trace_id, pstate::TracePath path) const {
+  return pstate::HostCall{nullptr, 0, 0, op, ctx_.op_deadline(), ctx_.trace(), trace_id, path};
 }
 
 // Point-to-point calls do not take a sequence number (only the two ranks take part), but share
@@ -451,10 +461,14 @@ void pstate_group_s::run_p2p(pstate::TraceOp top, int peer, uint64_t count, int 
   const bool plain = top == pstate::TraceOp::kSend || top == pstate::TraceOp::kRecv;
   const pstate::TracePath path = plain ? path_ : object_path_;
   pstate::TraceRecorder *tr = ctx_.trace();
+  const uint64_t t0 = pstate::observer_ticks();
+  // a received object's size is known at its end: counted then (count UINT64_MAX: none yet)
+  auto observed_bytes = [&] { return count == UINT64_MAX ? 0 : pstate::observed_bytes(count, dtype); };
   uint64_t tid = 0;
   try {
     check_alive(op);
   } catch (const pstate::Error &e) {
+    metrics_->record(static_cast<uint32_t>(top), path, observed_bytes(), t0, e.status());
     if (tr) tid = tr->begin(pstate::TraceClass::kP2P, top, trace_group_, UINT64_MAX, count, dtype, -1, -1, peer,
                             path);
     ctx_.trace_call_failed(tid, e);
@@ -464,14 +478,17 @@ void pstate_group_s::run_p2p(pstate::TraceOp top, int peer, uint64_t count, int 
     tid = tr->begin(pstate::TraceClass::kP2P, top, trace_group_,
                     pstate::TraceRecorder::next_p2p(trace_group_, peer, sending, !plain),
                     count, dtype, -1, -1, peer, path);
+  const pstate::HostCall call = p2p_call(op, tid, path);
   try {
-    body(p2p_call(op, tid));
+    body(call);
   } catch (const pstate::Error &e) {
     if (pstate::is_fatal(e.status()) || ctx_.abort_requested()) ctx_.fail(e);
+    metrics_->record(static_cast<uint32_t>(top), call.path, observed_bytes(), t0, e.status());
     ctx_.trace_call_failed(tid, e);
     throw;
   }
   if (tid != 0) tr->completed(tid);
+  metrics_->record(static_cast<uint32_t>(top), call.path, observed_bytes(), t0, PSTATE_OK);
 }
 
 void pstate_group_s::send(const void *buf, size_t count, pstate_dtype_t dtype, int dst, pstate::TensorKind kind) {
@@ -497,6 +514,9 @@ Bytes pstate_group_s::recv_object(int src, pstate::ObjectKind kind) {
   run_p2p(pstate::TraceOp::kRecvObject, src, UINT64_MAX, -1, [&](const pstate::HostCall &call) {
     comm_->recv_object(call, src, &out, pstate::p2p_what(kind));
   });
+  // its bytes, known now (run_p2p counted the call with 0)
+  pstate::observer_add(metrics_->cell(static_cast<uint32_t>(pstate::TraceOp::kRecvObject),
+                                      static_cast<uint32_t>(object_path_)).bytes, out.size());
   return out;
 }
 

@@ -28,6 +28,7 @@
 #include "common/op_descriptor.hpp"
 #include "common/p2p_message_kind.hpp"
 #include "common/trace.hpp"
+#include "group/call_observer.hpp"
 #include "group/group_memory.hpp"
 #include "group/group_registry.hpp"
 #include "group/request.hpp"
@@ -158,15 +159,20 @@ struct pstate_group_s {
   // A call made of several operations of this group (a tensor dict: its metadata object, then
   // its tensors), recorded by the flight recorder as one entry around theirs: kBroadcastTensorDict
   // (collective, root `rank`) or kSendTensorDict / kRecvTensorDict (point-to-point with `rank`).
+  // The call observer records it as one call too (its inner operations as theirs).
   template <typename Body>
   void traced(pstate::TraceOp op, int rank, Body &&body) {
+    const uint64_t t0 = pstate::observer_ticks();
     const uint64_t id = trace_outer_begin(op, rank);
+    const pstate::TracePath path = on_device() ? pstate::TracePath::kNccl : path_;
     try {
       body();
     } catch (const pstate::Error &e) {
+      metrics_->record(static_cast<uint32_t>(op), path, 0, t0, e.status());
       trace_outer_end(id, &e);
       throw;
     }
+    metrics_->record(static_cast<uint32_t>(op), path, 0, t0, PSTATE_OK);
     trace_outer_end(id, nullptr);
   }
 
@@ -179,17 +185,28 @@ struct pstate_group_s {
   // across the group first under PSTATE_CHECK (a numbered CPU exchange), and poisons the
   // context when the device communicator reports a fatal error. Point-to-point (kSend, kRecv)
   // is not verified, as on the CPU.
+  // The call observer records the time to enqueue it (the stream's time is NCCL's).
   template <typename Body>
   void run_device(const pstate::OpDescriptor &desc, Body &&body) {
+    const uint64_t t0 = pstate::observer_ticks();
+    const pstate::TracePath path = size() == 1 ? pstate::TracePath::kLocal : pstate::TracePath::kNccl;
     uint64_t tid = 0;  // its flight-recorder entry
-    pstate::DeviceComm &comm = begin_device_op(desc, &tid);
+    pstate::DeviceComm *comm = nullptr;
     try {
-      body(comm);
+      comm = &begin_device_op(desc, &tid);
+    } catch (const pstate::Error &e) {
+      observe(desc, path, t0, e.status());
+      throw;
+    }
+    try {
+      body(*comm);
     } catch (const pstate::Error &e) {
       device_op_failed(e, tid);
+      observe(desc, path, t0, e.status());
       throw;
     }
     device_op_enqueued(tid);
+    observe(desc, path, t0, PSTATE_OK);
   }
   // Creates the NCCL communicator now if it does not exist (collective over the group).
   void ensure_device_ready(const char *call);
@@ -314,6 +331,15 @@ struct pstate_group_s {
   void run_p2p(pstate::TraceOp op, int peer, uint64_t count, int dtype, Body &&body);
   uint64_t trace_outer_begin(pstate::TraceOp op, int rank);
   void trace_outer_end(uint64_t id, const pstate::Error *e);
+  // The call observer (call_observer.hpp): a collective of descriptor d over path, begun at tick
+  // t0, returned status. Its bytes: count elements of its dtype (a call without a dtype: count,
+  // which pstate's own exchanges set to bytes or 0).
+  void observe(const pstate::OpDescriptor &d, pstate::TracePath path, uint64_t t0, int status) const {
+    if (status == PSTATE_OK) [[likely]]
+      metrics_->record_ok(pstate::observed_op_of_kind(d.op), path, pstate::observed_bytes(d.count, d.dtype), t0);
+    else
+      metrics_->record(pstate::observed_op_of_kind(d.op), path, pstate::observed_bytes(d.count, d.dtype), t0, status);
+  }
   // A flight-recorder entry for a collective (numbered: it takes the group's next trace seq).
   uint64_t trace_begin(pstate::TraceRecorder &tr, const pstate::OpDescriptor &d, bool numbered);
   void verify_same_op(const pstate::HostCall &call, const pstate::OpDescriptor &desc, const void *fold_payload);
@@ -348,7 +374,8 @@ struct pstate_group_s {
   void check_notices_in_shm();
   void check_stop_in_shm();
   // A point-to-point call (no sequence number) for the host communicator.
-  pstate::HostCall p2p_call(const char *op, uint64_t trace_id = 0) const;
+  pstate::HostCall p2p_call(const char *op, uint64_t trace_id = 0,
+                            pstate::TracePath path = pstate::TracePath::kNone) const;
 
   uint32_t magic_ = kMagic;
   pstate::Context &ctx_;
@@ -378,6 +405,7 @@ struct pstate_group_s {
   bool retired_ = false;
   pstate::DroppedBy dropped_by_ = pstate::DroppedBy::kDestroyModelParallel;
   pstate::TraceGroup *trace_group_ = nullptr;  // this group's record in the context's flight recorder
+  pstate::GroupCallMetrics *metrics_ = nullptr;  // this group name's cells (the context's observer)
 
   // ---- non-blocking point-to-point (group_requests.cpp) ----
   // isend (sending) / irecv into r: the device's or the host's (post_request).

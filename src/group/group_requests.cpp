@@ -39,6 +39,13 @@ bool is_fatal_p2p(pstate_status_t s) {
 
 bool sends(pstate::TraceOp op) { return op == pstate::TraceOp::kSend; }
 
+// A batch's bytes for the call observer: every op's, sent and received.
+uint64_t batch_bytes(const pstate_p2p_op_t *ops, size_t n) {
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < n; ++i) bytes += pstate::observed_bytes(ops[i].count, ops[i].dtype);
+  return bytes;
+}
+
 }  // namespace
 
 using pstate::RequestState;
@@ -54,9 +61,13 @@ void pstate_group_s::post_request(RequestState &r, TraceOp top, void *buf, size_
                      numbered ? pstate::TraceRecorder::next_p2p(trace_group_, peer, sends(top)) : UINT64_MAX, count,
                      dtype, -1, -1, peer, path_);
   };
+  const uint32_t observed_op = sends(top) ? pstate::kObservedIsend : pstate::kObservedIrecv;
+  r.observed_t0 = pstate::observer_ticks();
+  r.observed_bytes = pstate::observed_bytes(count, dtype);
   try {
     check_alive(op);
   } catch (const pstate::Error &e) {
+    metrics_->record(observed_op, path_, r.observed_bytes, r.observed_t0, e.status());
     ctx_.trace_call_failed(record(false), e);
     throw;
   }
@@ -71,6 +82,7 @@ void pstate_group_s::post_request(RequestState &r, TraceOp top, void *buf, size_
                 pstate::p2p_what(pstate::TensorKind::kSend, dtype), ctx_.op_deadline());
   } catch (const pstate::Error &e) {
     if (is_fatal_p2p(e.status())) ctx_.fail(e);
+    metrics_->record(observed_op, path_, r.observed_bytes, r.observed_t0, e.status());
     ctx_.trace_call_failed(r.trace_id, e);
     throw;
   }
@@ -78,7 +90,11 @@ void pstate_group_s::post_request(RequestState &r, TraceOp top, void *buf, size_
   requests_.push_back(&r);
 }
 
+// Every way a pending request ends goes through here: the call observer records it then (its
+// time: from the post to this completion).
 void pstate_group_s::finish_request(RequestState &r, pstate_status_t status, std::string message) noexcept {
+  metrics_->record(sends(r.trace_op) ? pstate::kObservedIsend : pstate::kObservedIrecv, path_, r.observed_bytes,
+                   r.observed_t0, status);
   auto it = std::find(requests_.begin(), requests_.end(), &r);
   if (it != requests_.end()) requests_.erase(it);
   r.group = nullptr;
@@ -151,9 +167,12 @@ void pstate_group_s::p2p_batch(const pstate_p2p_op_t *ops, size_t n) {
                      numbered ? pstate::TraceRecorder::next_p2p(trace_group_, ops[i].peer, s) : UINT64_MAX,
                      ops[i].count, ops[i].dtype, -1, -1, ops[i].peer, path_);
   };
+  const uint64_t t0 = pstate::observer_ticks();
+  const uint64_t bytes = batch_bytes(ops, n);
   try {
     check_alive(kOp);
   } catch (const pstate::Error &e) {
+    metrics_->record(pstate::kObservedP2PBatch, path_, bytes, t0, e.status());
     ctx_.trace_call_failed(record(0, false), e);
     throw;
   }
@@ -161,12 +180,14 @@ void pstate_group_s::p2p_batch(const pstate_p2p_op_t *ops, size_t n) {
     comm_->p2p_batch(p2p_call(kOp), ops, n, [&](size_t i) { tids[i] = record(i, true); });
   } catch (const pstate::Error &e) {
     if (is_fatal_p2p(e.status())) ctx_.fail(e);
+    metrics_->record(pstate::kObservedP2PBatch, path_, bytes, t0, e.status());
     ctx_.trace_call_failed(tids[0], e);
     for (size_t i = 1; tr != nullptr && i < n; ++i)
       if (tids[i] != 0) tr->failed(tids[i], e.status());
     throw;
   }
   for (size_t i = 0; tr != nullptr && i < n; ++i) tr->completed(tids[i]);
+  metrics_->record(pstate::kObservedP2PBatch, path_, bytes, t0, PSTATE_OK);
 }
 
 void pstate_group_s::p2p_batch_device(const pstate_p2p_op_t *ops, size_t n, void *stream) {
@@ -180,9 +201,12 @@ void pstate_group_s::p2p_batch_device(const pstate_p2p_op_t *ops, size_t n, void
                      numbered ? pstate::TraceRecorder::next_p2p(trace_group_, ops[i].peer, s) : UINT64_MAX,
                      ops[i].count, ops[i].dtype, -1, -1, ops[i].peer, pstate::TracePath::kNccl);
   };
+  const uint64_t t0 = pstate::observer_ticks();
+  const uint64_t bytes = batch_bytes(ops, n);
   try {
     check_alive(kOp);
   } catch (const pstate::Error &e) {
+    metrics_->record(pstate::kObservedP2PBatch, pstate::TracePath::kNccl, bytes, t0, e.status());
     ctx_.trace_call_failed(record(0, false), e);
     throw;
   }
@@ -191,9 +215,11 @@ void pstate_group_s::p2p_batch_device(const pstate_p2p_op_t *ops, size_t n, void
     device_comm().p2p_batch(ops, n, stream);
   } catch (const pstate::Error &e) {
     device_op_failed(e, tids[0]);
+    metrics_->record(pstate::kObservedP2PBatch, pstate::TracePath::kNccl, bytes, t0, e.status());
     for (size_t i = 1; tr != nullptr && i < n; ++i)
       if (tids[i] != 0) tr->failed(tids[i], e.status());
     throw;
   }
   for (size_t i = 0; tr != nullptr && i < n; ++i) tr->enqueued(tids[i]);
+  metrics_->record(pstate::kObservedP2PBatch, pstate::TracePath::kNccl, bytes, t0, PSTATE_OK);
 }

@@ -44,6 +44,8 @@ struct RequestState {
   uint64_t trace_id = 0;  // its flight-recorder entry (0: none)
   Deadline test_deadline = Deadline::never();  // pstate_test's: the context timeout from the post
   Deadline::Clock::time_point posted{};  // coarse (Deadline::coarse_now): a few ms early at most
+  uint64_t observed_t0 = 0;     // the call observer's tick at the post (call_observer.hpp)
+  uint64_t observed_bytes = 0;  // its bytes
 };
 
 }  // namespace pstate

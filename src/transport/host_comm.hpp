@@ -58,13 +58,17 @@ struct HostCall {
   Deadline op_deadline = Deadline::never();
   TraceRecorder *trace = nullptr;
   uint64_t trace_id = 0;  // its flight-recorder entry (0: none)
+  // The path that carried it, for the call observer (group/call_observer.hpp): the group's, or
+  // what took() says.
+  mutable TracePath path = TracePath::kNone;
 
   Deadline deadline() const { return op_deadline; }
   OpKind kind() const { return static_cast<OpKind>(desc->op); }
   // The call went another way than the communicator's path (an operation that UCX carries in a
-  // shared-memory group): its flight-recorder entry says so.
-  void took(TracePath path) const {
-    if (trace != nullptr && trace_id != 0) trace->set_path(trace_id, path);
+  // shared-memory group): its flight-recorder entry and its metrics say so.
+  void took(TracePath p) const {
+    path = p;
+    if (trace != nullptr && trace_id != 0) trace->set_path(trace_id, p);
   }
 };
 

@@ -2010,12 +2010,20 @@ pub struct pstate_api_t {
     pub set_graph_registration: ::std::option::Option<
         unsafe extern "C" fn(ps: *mut pstate_t, enable: ::std::os::raw::c_int) -> pstate_status_t,
     >,
+    pub metrics_text: ::std::option::Option<
+        unsafe extern "C" fn(
+            ps: *mut pstate_t,
+            out: *mut ::std::os::raw::c_char,
+            capacity: usize,
+            count: *mut usize,
+        ) -> pstate_status_t,
+    >,
 }
 #[test]
 fn bindgen_test_layout_pstate_api_t() {
     assert_eq!(
         ::std::mem::size_of::<pstate_api_t>(),
-        568usize,
+        576usize,
         concat!("Size of: ", stringify!(pstate_api_t))
     );
     assert_eq!(
@@ -3247,4 +3255,21 @@ fn bindgen_test_layout_pstate_api_t() {
         );
     }
     test_field_set_graph_registration();
+    fn test_field_metrics_text() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).metrics_text) as usize - ptr as usize
+            },
+            568usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(metrics_text)
+            )
+        );
+    }
+    test_field_metrics_text();
 }
