@@ -23,6 +23,10 @@
 # ::dequeue), whose spinning, inlined into them, also grows with how long the peer takes; what is
 # outside them is the work of the library around the transport, the number to compare.
 #
+# LAUNCHER=PATH runs both sides' ranks with that `pstate` command (e.g. the base build's) instead of
+# each build's own, and builds only libpstate here: the launcher only starts the ranks and serves
+# their store, and callgrind counts inside the library's entry point alone.
+#
 # perf stat would count the same on real hardware; this VM exposes no hardware counters.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,7 +47,12 @@ if [ "$SHM" = 1 ]; then unset PSTATE_SHM; transport="shared memory"; else export
 type=$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD_DIR/CMakeCache.txt" 2>/dev/null || true)
 [ -f "$BUILD_DIR/CMakeCache.txt" ] || cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 type=${type:-RelWithDebInfo}
-cmake --build "$BUILD_DIR" -j "$(nproc)" --target pstate_cli pstate >/dev/null
+LAUNCHER=${LAUNCHER:-}
+if [ -n "$LAUNCHER" ]; then
+  cmake --build "$BUILD_DIR" -j "$(nproc)" --target pstate >/dev/null
+else
+  cmake --build "$BUILD_DIR" -j "$(nproc)" --target pstate_cli pstate >/dev/null
+fi
 if [ -n "$BASE_DIR" ]; then
   sides=(this base)
 else
@@ -62,7 +71,7 @@ for side in "${sides[@]}"; do
     -o "$OUT/agreement_loop.$side"
   rm -f "$OUT/callgrind.$side".*
   # a long deadline: every call is ~50x slower under valgrind
-  PSTATE_TIMEOUT_MS=600000 timeout 900 "$dir/pstate" run --bind-cores -n 2 -- sh -c \
+  PSTATE_TIMEOUT_MS=600000 timeout 900 "${LAUNCHER:-$dir/pstate}" run --bind-cores -n 2 -- sh -c \
     "valgrind --tool=callgrind --toggle-collect=$entry --callgrind-out-file=$OUT/callgrind.$side.\$RANK \
        $OUT/agreement_loop.$side $OP $BYTES $CALLS 1 2>$OUT/valgrind.$side.\$RANK.log" >/dev/null
 done

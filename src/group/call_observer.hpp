@@ -198,14 +198,14 @@ class CallObserver {
   // The cells of group `name` (made on first use; the same object for a rebuilt group of that
   // name). Owner thread, at group creation.
   GroupCallMetrics *group(const std::string &name);
-  ContextMetrics &context() { return context_; }
+  ContextMetrics &context() const { return context_; }  // atomics: written by any holder
   // The Prometheus text exposition (docs/metrics.md); any thread, while the context lives.
   std::string render() const;
 
  private:
   mutable std::mutex mutex_;  // groups_'s list (not the cells)
   std::deque<GroupCallMetrics> groups_;
-  ContextMetrics context_;
+  mutable ContextMetrics context_;
 };
 
 }  // namespace pstate
