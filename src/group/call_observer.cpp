@@ -209,8 +209,6 @@ std::string CallObserver::render() const {
   out += cat("pstate_context_failures_total ", num(c.context_failures.load(std::memory_order_relaxed)), "\n");
   help(out, "pstate_failure_notices_sent_total", "counter", "Failure notices this rank sent to its peers.");
   out += cat("pstate_failure_notices_sent_total ", num(c.notices_sent.load(std::memory_order_relaxed)), "\n");
-  help(out, "pstate_failure_notices_received_total", "counter", "Peers' failure notices that failed a call here.");
-  out += cat("pstate_failure_notices_received_total ", num(c.notices_received.load(std::memory_order_relaxed)), "\n");
   help(out, "pstate_store_requests_total", "counter", "Requests to the job's store, as of the last lifecycle step.");
   out += cat("pstate_store_requests_total ", num(c.store_requests.load(std::memory_order_relaxed)), "\n");
   return out;

@@ -186,8 +186,7 @@ struct ContextMetrics {
   std::atomic<uint64_t> epoch{0};           // world rebuilds so far (pstate_shrink, pstate_grow)
   std::atomic<int64_t> world_size{0};
   std::atomic<int64_t> rank{-1};
-  std::atomic<uint64_t> notices_sent{0};      // failures this rank told its peers of
-  std::atomic<uint64_t> notices_received{0};  // peers' failure notices that failed a call here
+  std::atomic<uint64_t> notices_sent{0};  // failures this rank told its peers of
   std::atomic<uint64_t> store_requests{0};    // requests to the job's store (as of the last update)
   std::atomic<uint64_t> context_failures{0};
 };

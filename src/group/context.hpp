@@ -348,8 +348,7 @@ class Context {
                            const Deadline &deadline);
   void join_as_replacement(Deadline deadline);
 
-  CallObserver observer_;  // first: destroyed last (the groups point into its cells)
-  TracePtr trace_;         // before the groups: destroyed after them (they point into it)
+  TracePtr trace_;  // first: destroyed last (the groups point into it)
   // A lifecycle step ended (its metrics; the facts the step may have changed).
   void observe_step(TraceOp op, std::chrono::steady_clock::time_point began, pstate_status_t status) noexcept;
   // Dumps on request through a tcp:// store (dump_watcher.hpp): started once the store is open,
@@ -392,6 +391,11 @@ class Context {
   // Held by request_abort while it wakes the transports, and by whatever replaces worker_ or
   // store_ after init (rebuild_world), so the waking thread never reads a pointer being replaced.
   mutable std::mutex wake_mutex_;
+  // The call observer's cells (the groups point into them). Last: appended, so that adding it
+  // moved no other member. Destroyed first, which is safe: a group records only while it is
+  // alive or being retired, and every group is retired and destroyed before the members go
+  // (abort(), finalize(): GroupRegistry::close), or, after a failed init, holds no request.
+  CallObserver observer_;
 };
 
 }  // namespace pstate

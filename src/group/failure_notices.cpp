@@ -66,18 +66,14 @@ void Context::read_addresses_for_notices(pstate_status_t status) noexcept {
 // is held for it (UcxWorker::take_notice), and the call goes on.
 void Context::throw_waiting_notice(const std::string &group, const char *op, const char *self,
                                    const CallPosition *at) {
-  if (auto n = worker_->take_notice(/*progress=*/false, at, /*arrived=*/true)) {
-    observer_add(observer_.context().notices_received, 1);
+  if (auto n = worker_->take_notice(/*progress=*/false, at, /*arrived=*/true))
     throw UcxWorker::notice_error(*n, cat(group, " ", op), cat("rank ", rank(), " (", self, ")"), global_rank_of(n->from));
-  }
 }
 
 void Context::check_notices(const std::string &where, const char *self, const CallPosition *at) {
   if (!worker_ || worker_->closed()) return;
-  if (auto n = worker_->take_notice(true, at)) {
-    observer_add(observer_.context().notices_received, 1);
+  if (auto n = worker_->take_notice(true, at))
     throw UcxWorker::notice_error(*n, where, cat("rank ", rank(), " (", self, ")"), global_rank_of(n->from));
-  }
 }
 
 void Context::set_interrupt_check(pstate_interrupt_fn fn, void *user) {

@@ -405,7 +405,6 @@ struct pstate_group_s {
   bool retired_ = false;
   pstate::DroppedBy dropped_by_ = pstate::DroppedBy::kDestroyModelParallel;
   pstate::TraceGroup *trace_group_ = nullptr;  // this group's record in the context's flight recorder
-  pstate::GroupCallMetrics *metrics_ = nullptr;  // this group name's cells (the context's observer)
 
   // ---- non-blocking point-to-point (group_requests.cpp) ----
   // isend (sending) / irecv into r: the device's or the host's (post_request).
@@ -419,4 +418,5 @@ struct pstate_group_s {
   // which only a completing wait/test frees (and that removes it here first), so every state listed
   // is alive; holding no count keeps atomic reference counting off the post/complete path.
   std::vector<pstate::RequestState *> requests_;
+  pstate::GroupCallMetrics *metrics_ = nullptr;  // this group name's cells (the context's observer)
 };

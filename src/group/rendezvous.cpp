@@ -133,7 +133,6 @@ std::unique_ptr<UcxWorker> Context::make_worker() const {
   wo.host_id = this_host_identity();
   wo.socket_ifname = launch_.socket_ifname;
   wo.default_timeout_ms = launch_.timeout_ms;
-  wo.notices_received = &observer_.context().notices_received;
   wo.wait = wait_policy_for_host(launch_.local_world_size > 0 ? launch_.local_world_size : launch_.world_size);
   // PSTATE_NETWORK_SPIN_US: the ceiling of the spin of waits on another host (WaitPolicy); 0 turns
   // the network sizing off (such waits spin as same-host ones: what bench/across_hosts.sh compares).

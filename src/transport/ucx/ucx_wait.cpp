@@ -284,9 +284,6 @@ std::string UcxWorker::describe_op(const Op &op) const {
 }
 
 void UcxWorker::throw_notice(const Notice &n, const WaitScope &scope) {
-  if (options_.notices_received != nullptr)
-    options_.notices_received->store(options_.notices_received->load(std::memory_order_relaxed) + 1,
-                                     std::memory_order_relaxed);
   throw notice_error(n, std::string(scope.text()), describe_self(scope), n.from);
 }
 

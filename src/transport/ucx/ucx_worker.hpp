@@ -133,9 +133,6 @@ struct UcxWorkerOptions {
   int64_t default_timeout_ms = 600000;  // waits whose caller set no deadline use this
   bool watch_with_pidfd = true;         // false: watch same-host peers via /proc only (tests)
   Logger logger;                        // copied; its rank prefix is set to world_rank
-  // Counts the peers' failure notices that failed a wait of this worker (the context's metrics;
-  // single writer: the thread driving the context). nullptr: not counted.
-  std::atomic<uint64_t> *notices_received = nullptr;
 };
 
 // Who is waiting, for error messages and cancellation.
