@@ -353,6 +353,7 @@ static void test_every_table_member_is_its_function(void **state) {
   SAME(mem_query);
   SAME(group_mem_stats);
   SAME(set_graph_registration);
+  SAME(metrics_text);
 #undef SAME
   /* The 1.0 order follows the header's sections: a few landmarks. */
   assert_true(offsetof(pstate_api_t, status_string) < offsetof(pstate_api_t, layout_create));

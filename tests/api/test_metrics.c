@@ -34,8 +34,8 @@ typedef struct job_t {
 
 /* The whole metrics text (caller frees), through the size query first. */
 static char *render(const pstate_test_rank_t *self, pstate_t *ps) {
-  size_t need = 0;
-  if (pstate_metrics_text(ps, NULL, 0, &need) != PSTATE_OK || need == 0) {
+  size_t need = 0; /* the size query: INVALID_ARGUMENT (capacity 0 is too small) with *count set */
+  if (pstate_metrics_text(ps, NULL, 0, &need) != PSTATE_ERR_INVALID_ARGUMENT || need == 0) {
     fprintf(stderr, "rank %d: size query failed: %s\n", self->rank, pstate_last_error());
     return NULL;
   }
