@@ -56,7 +56,9 @@ std::string seconds(uint64_t ns) {
   return buf;
 }
 
-std::string num(uint64_t v) { return std::to_string(v); }
+std::string num(uint64_t v) {
+  return std::to_string(v);
+}
 
 void help(std::string &out, const char *name, const char *type, const char *text) {
   out += cat("# HELP ", name, " ", text, "\n# TYPE ", name, " ", type, "\n");
@@ -92,19 +94,24 @@ const char *observed_op_name(uint32_t op) {
 
 const char *observed_path_name(uint32_t path) {
   switch (static_cast<TracePath>(path)) {
-    case TracePath::kShm: return "shm";
-    case TracePath::kUcx: return "ucx";
-    case TracePath::kNccl: return "nccl";
-    case TracePath::kLocal: return "local";
-    case TracePath::kNone: break;
+    case TracePath::kShm:
+      return "shm";
+    case TracePath::kUcx:
+      return "ucx";
+    case TracePath::kNccl:
+      return "nccl";
+    case TracePath::kLocal:
+      return "local";
+    case TracePath::kNone:
+      break;
   }
   return "none";
 }
 
 const char *observed_status_name(uint32_t status) {
-  static const char *const kNames[] = {"ok",       "invalid_argument", "invalid_state", "unsupported", "no_memory",
-                                       "timeout",  "peer_lost",        "transport",     "mismatch",    "auth",
-                                       "aborted",  "internal",         "interrupted",   "busy"};
+  static const char *const kNames[] = {"ok",      "invalid_argument", "invalid_state", "unsupported", "no_memory",
+                                       "timeout", "peer_lost",        "transport",     "mismatch",    "auth",
+                                       "aborted", "internal",         "interrupted",   "busy"};
   return status < sizeof(kNames) / sizeof(kNames[0]) ? kNames[status] : "other";
 }
 
@@ -142,7 +149,8 @@ std::string CallObserver::render() const {
           if (s.calls == 0) continue;
           s.ns = c.ns.load(std::memory_order_relaxed);
           s.bytes = c.bytes.load(std::memory_order_relaxed);
-          for (uint32_t st = 0; st < kObservedStatuses; ++st) s.failed[st] = c.failed[st].load(std::memory_order_relaxed);
+          for (uint32_t st = 0; st < kObservedStatuses; ++st)
+            s.failed[st] = c.failed[st].load(std::memory_order_relaxed);
           series.push_back(s);
         }
   }
@@ -157,7 +165,8 @@ std::string CallObserver::render() const {
     uint64_t failed = 0;
     for (uint32_t st = 1; st < kObservedStatuses; ++st) failed += s.failed[st];
     // A failure recorded between the buckets' and the statuses' reads: never a negative ok.
-    out += cat("pstate_calls_total{", labels(s), ",status=\"ok\"} ", num(s.calls > failed ? s.calls - failed : 0), "\n");
+    out +=
+        cat("pstate_calls_total{", labels(s), ",status=\"ok\"} ", num(s.calls > failed ? s.calls - failed : 0), "\n");
     for (uint32_t st = 1; st < kObservedStatuses; ++st)
       if (s.failed[st] != 0)
         out += cat("pstate_calls_total{", labels(s), ",status=\"", observed_status_name(st), "\"} ", num(s.failed[st]),
@@ -190,7 +199,8 @@ std::string CallObserver::render() const {
     const uint64_t failed = c.steps[op].failed.load(std::memory_order_relaxed);
     const char *step = trace_op_name(static_cast<TraceOp>(op));
     if (ok != 0) out += cat("pstate_lifecycle_steps_total{step=\"", step, "\",status=\"ok\"} ", num(ok), "\n");
-    if (failed != 0) out += cat("pstate_lifecycle_steps_total{step=\"", step, "\",status=\"error\"} ", num(failed), "\n");
+    if (failed != 0)
+      out += cat("pstate_lifecycle_steps_total{step=\"", step, "\",status=\"error\"} ", num(failed), "\n");
   }
   help(out, "pstate_lifecycle_seconds_total", "counter", "Time spent in the context's lifecycle steps, by step.");
   for (uint32_t op = 0; op < static_cast<uint32_t>(TraceOp::kCount); ++op)

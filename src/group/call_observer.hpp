@@ -58,8 +58,8 @@ inline uint64_t observer_ticks() noexcept {
 inline std::atomic<uint64_t> g_observer_ns_per_tick{0};
 void observer_calibrate();
 inline uint64_t observer_ns(uint64_t ticks) {
-  return static_cast<uint64_t>((static_cast<unsigned __int128>(ticks) *
-                                g_observer_ns_per_tick.load(std::memory_order_relaxed)) >> 32);
+  return static_cast<uint64_t>(
+      (static_cast<unsigned __int128>(ticks) * g_observer_ns_per_tick.load(std::memory_order_relaxed)) >> 32);
 }
 
 // The operations a cell is kept for: the flight recorder's (TraceOp), then the non-blocking
@@ -68,9 +68,9 @@ inline constexpr uint32_t kObservedIsend = static_cast<uint32_t>(TraceOp::kCount
 inline constexpr uint32_t kObservedIrecv = kObservedIsend + 1;
 inline constexpr uint32_t kObservedP2PBatch = kObservedIsend + 2;
 inline constexpr uint32_t kObservedOps = kObservedIsend + 3;
-inline constexpr uint32_t kObservedPaths = 8;     // TracePath values (index op * 8 + path)
+inline constexpr uint32_t kObservedPaths = 8;      // TracePath values (index op * 8 + path)
 inline constexpr uint32_t kObservedStatuses = 16;  // pstate_status_t 0..13; later ones count as 15
-inline constexpr uint32_t kObservedBuckets = 64;  // bucket b: durations in [2^b, 2^(b+1)) ns (b 0: 0..1)
+inline constexpr uint32_t kObservedBuckets = 64;   // bucket b: durations in [2^b, 2^(b+1)) ns (b 0: 0..1)
 const char *observed_op_name(uint32_t op);
 const char *observed_path_name(uint32_t path);
 const char *observed_status_name(uint32_t status);
@@ -182,12 +182,12 @@ struct ContextMetrics {
     std::atomic<uint64_t> ns{0};  // the steps' durations' sum (CLOCK_MONOTONIC)
   };
   Step steps[static_cast<size_t>(TraceOp::kCount)];
-  std::atomic<uint64_t> rendezvous_ns{0};   // pstate_init's rendezvous (the store, the peers' records)
-  std::atomic<uint64_t> epoch{0};           // world rebuilds so far (pstate_shrink, pstate_grow)
+  std::atomic<uint64_t> rendezvous_ns{0};  // pstate_init's rendezvous (the store, the peers' records)
+  std::atomic<uint64_t> epoch{0};          // world rebuilds so far (pstate_shrink, pstate_grow)
   std::atomic<int64_t> world_size{0};
   std::atomic<int64_t> rank{-1};
-  std::atomic<uint64_t> notices_sent{0};  // failures this rank told its peers of
-  std::atomic<uint64_t> store_requests{0};    // requests to the job's store (as of the last update)
+  std::atomic<uint64_t> notices_sent{0};    // failures this rank told its peers of
+  std::atomic<uint64_t> store_requests{0};  // requests to the job's store (as of the last update)
   std::atomic<uint64_t> context_failures{0};
 };
 

@@ -12,11 +12,11 @@
  * last) and UCX (PSTATE_SHM=0: the exchange finds it before any data moves, the context stays
  * usable, and one more all_reduce follows it).
  */
+#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,8 +61,8 @@ static double sample(const char *text, const char *series) {
 
 static double calls(const char *text, const char *op, const char *path, const char *status) {
   char series[256];
-  snprintf(series, sizeof series, "pstate_calls_total{group=\"world:0\",op=\"%s\",path=\"%s\",status=\"%s\"}", op,
-           path, status);
+  snprintf(series, sizeof series, "pstate_calls_total{group=\"world:0\",op=\"%s\",path=\"%s\",status=\"%s\"}", op, path,
+           status);
   return sample(text, series);
 }
 
@@ -83,8 +83,8 @@ static int check_calls(const pstate_test_rank_t *self, const char *before, const
 /* The histogram of (op, path): buckets never decrease, +Inf == _count == every status's calls. */
 static int check_histogram(const pstate_test_rank_t *self, const char *text, const char *op, const char *path) {
   char prefix[256];
-  snprintf(prefix, sizeof prefix, "pstate_call_duration_seconds_bucket{group=\"world:0\",op=\"%s\",path=\"%s\",le=",
-           op, path);
+  snprintf(prefix, sizeof prefix, "pstate_call_duration_seconds_bucket{group=\"world:0\",op=\"%s\",path=\"%s\",le=", op,
+           path);
   double last = -1, le_last = -1;
   int buckets = 0;
   for (const char *p = text; p != NULL && *p != '\0'; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
@@ -100,8 +100,8 @@ static int check_histogram(const pstate_test_rank_t *self, const char *text, con
   double all = 0;
   static const char *const statuses[] = {"ok", "invalid_argument", "mismatch", "timeout", "aborted", "peer_lost"};
   for (size_t i = 0; i < sizeof statuses / sizeof statuses[0]; ++i) all += calls(text, op, path, statuses[i]);
-  RANK_CHECK(self, buckets > 2 && last == count && count == all, "%s %s: %d buckets, +Inf %g, _count %g, calls %g\n", op,
-             path, buckets, last, count, all);
+  RANK_CHECK(self, buckets > 2 && last == count && count == all, "%s %s: %d buckets, +Inf %g, _count %g, calls %g\n",
+             op, path, buckets, last, count, all);
   RANK_CHECK(self, labelled(text, "pstate_call_duration_seconds_sum", op, path, "") > 0, "%s %s: no time summed\n", op,
              path);
   return 0;
@@ -134,9 +134,10 @@ static int rank_main(const pstate_test_rank_t *self) {
   /* The convention: a too-small buffer is INVALID_ARGUMENT with *count the size needed. */
   char tiny[8] = "x";
   size_t need = 0;
-  RANK_CHECK(self, pstate_metrics_text(ps, tiny, sizeof tiny, &need) == PSTATE_ERR_INVALID_ARGUMENT && need > 8 &&
-                       tiny[0] == 'x',
-             "a too-small buffer: need %zu\n", need);
+  RANK_CHECK(
+      self,
+      pstate_metrics_text(ps, tiny, sizeof tiny, &need) == PSTATE_ERR_INVALID_ARGUMENT && need > 8 && tiny[0] == 'x',
+      "a too-small buffer: need %zu\n", need);
   RANK_CHECK(self, pstate_metrics_text(ps, NULL, 0, NULL) == PSTATE_ERR_INVALID_ARGUMENT, "count NULL accepted\n");
 
   char *before = render(self, ps);
@@ -152,8 +153,7 @@ static int rank_main(const pstate_test_rank_t *self) {
   for (int i = 0; i < N_BROADCAST; ++i)
     RANK_CHECK(self, pstate_broadcast(w, out, N_COUNT, PSTATE_FLOAT32, 0, NULL) == PSTATE_OK, "%s\n",
                pstate_last_error());
-  for (int i = 0; i < N_BARRIER; ++i)
-    RANK_CHECK(self, pstate_barrier(w) == PSTATE_OK, "%s\n", pstate_last_error());
+  for (int i = 0; i < N_BARRIER; ++i) RANK_CHECK(self, pstate_barrier(w) == PSTATE_OK, "%s\n", pstate_last_error());
   if (self->rank == 0)
     RANK_CHECK(self, pstate_send(w, in, N_COUNT, PSTATE_FLOAT32, 1, NULL) == PSTATE_OK, "%s\n", pstate_last_error());
   else
@@ -189,17 +189,20 @@ static int rank_main(const pstate_test_rank_t *self) {
   RANK_CHECK(self, ag_bytes == N_ALL_GATHER * N_COUNT * 4, "all_gather bytes %g\n", ag_bytes);
   if (check_histogram(self, after, "all_reduce", path) || check_histogram(self, after, "barrier", path)) return 1;
   /* the context's own */
-  RANK_CHECK(self, sample(after, "pstate_lifecycle_steps_total{step=\"init\",status=\"ok\"}") == 1, "init not counted\n");
-  RANK_CHECK(self, sample(after, "pstate_world_size") == 2 && sample(after, "pstate_rank") == self->rank &&
-                       sample(after, "pstate_world_generation") == 0 && sample(after, "pstate_rendezvous_seconds") > 0,
+  RANK_CHECK(self, sample(after, "pstate_lifecycle_steps_total{step=\"init\",status=\"ok\"}") == 1,
+             "init not counted\n");
+  RANK_CHECK(self,
+             sample(after, "pstate_world_size") == 2 && sample(after, "pstate_rank") == self->rank &&
+                 sample(after, "pstate_world_generation") == 0 && sample(after, "pstate_rendezvous_seconds") > 0,
              "context facts wrong:\n%s\n", after);
   RANK_CHECK(self, sample(after, "pstate_context_failures_total") == (usable ? 0 : 1),
              "context failures %g (shared memory's mismatch fails the context, UCX's not)\n",
              sample(after, "pstate_context_failures_total"));
   const int prom = promtool_check(self, after);
   if (prom == 77 && self->rank == 0)
-    fprintf(stderr, "test_metrics: SKIPPED the promtool check: promtool is not installed "
-                    "(apt-get install prometheus, as build.sh's PACKAGES do)\n");
+    fprintf(stderr,
+            "test_metrics: SKIPPED the promtool check: promtool is not installed "
+            "(apt-get install prometheus, as build.sh's PACKAGES do)\n");
   else if (prom != 0)
     return 1;
   free(before);
@@ -212,8 +215,10 @@ static int rank_main(const pstate_test_rank_t *self) {
 }
 
 static void run_job(const job_t *job) {
-  if (job->shm) setenv("PSTATE_SHM", job->shm, 1);
-  else unsetenv("PSTATE_SHM");
+  if (job->shm)
+    setenv("PSTATE_SHM", job->shm, 1);
+  else
+    unsetenv("PSTATE_SHM");
   assert_int_equal(pstate_test_run_processes(2, 120, rank_main, (void *)job, NULL), 0);
   unsetenv("PSTATE_SHM");
 }
