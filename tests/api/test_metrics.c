@@ -12,11 +12,11 @@
  * last) and UCX (PSTATE_SHM=0: the exchange finds it before any data moves, the context stays
  * usable, and one more all_reduce follows it).
  */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <cmocka.h>
 
 #include <stdio.h>
 #include <stdlib.h>
