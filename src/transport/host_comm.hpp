@@ -74,7 +74,7 @@ struct HostCall {
 class Explainer {
  public:
   Explainer(const Logger &log, const std::string &group_name, int size) : log_(log), name_(group_name), size_(size) {}
-  // op: the public operation (kAllReduce .. kReduceScatterV), whatever kind the call carries.
+  // op: the public operation (kAllReduce .. kReduceScatterV, kAllToAllV), whatever kind the call carries.
   void operator()(OpKind op, const char *algorithm, size_t bytes) {
     if (log_.enabled(LogLevel::kInfo)) log_choice(op, algorithm, bytes);
   }
@@ -86,7 +86,7 @@ class Explainer {
   int size_;
   // Two bits per operation kind: its first and its second algorithm already explained at INFO.
   uint64_t logged_ = 0;
-  static_assert(2 * static_cast<int>(OpKind::kReduceScatterV) <= 64, "two bits per operation kind");
+  static_assert(2 * static_cast<int>(OpKind::kLast) <= 64, "two bits per operation kind");
 };
 
 // What every communicator of a group is made with.
@@ -158,6 +158,15 @@ class HostComm {
                            pstate_dtype_t dtype) = 0;
   virtual void reduce_scatterv(const HostCall &call, const void *send, void *recv, const size_t *counts, size_t total,
                                pstate_dtype_t dtype, pstate_reduce_op_t op) = 0;
+  // all_to_all_v: counts and displacements in elements, one entry per group rank each. The counts
+  // are agreed first (every rank's, coll::agree_alltoallv_counts): a pair whose counts disagree
+  // is MISMATCH on every rank, thrown as Error::agreed before any data moved (the group stays in
+  // step). agree_all_to_all_v_counts is that step alone (a device call under PSTATE_CHECK=1).
+  virtual void all_to_all_v(const HostCall &call, const void *send, const size_t *send_counts,
+                            const size_t *send_displs, void *recv, const size_t *recv_counts,
+                            const size_t *recv_displs, pstate_dtype_t dtype) = 0;
+  virtual void agree_all_to_all_v_counts(const HostCall &call, const size_t *send_counts,
+                                         const size_t *recv_counts) = 0;
   // call.kind(): kBarrier, or kFinalize / kDestroy / kModelParallelReady (the library's own).
   virtual void barrier(const HostCall &call) = 0;
   // Objects: bytes of any size, the receivers learn it.
