@@ -234,6 +234,9 @@ static void run_errors(pstate_test_rank_fn fn, int world, int ucx, int check) {
   if (ucx) setenv("PSTATE_SHM", "0", 1);
   else unsetenv("PSTATE_SHM");
   if (check) setenv("PSTATE_CHECK", "1", 1);
+  char dir[64] = "/tmp/pstate-test-a2av.XXXXXX", cmd[128];
+  assert_non_null(mkdtemp(dir));
+  setenv("PSTATE_TRACE_DIR", dir, 1); /* the failed calls' dumps, not into the working directory */
   atomic_int *returned = mmap(NULL, sizeof *returned, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   assert_true(returned != MAP_FAILED);
   atomic_init(returned, 0);
@@ -242,6 +245,9 @@ static void run_errors(pstate_test_rank_fn fn, int world, int ucx, int check) {
   munmap(returned, sizeof *returned);
   unsetenv("PSTATE_SHM");
   unsetenv("PSTATE_CHECK");
+  unsetenv("PSTATE_TRACE_DIR");
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
   assert_int_equal(failed, 0);
 }
 static void test_pair_counts_disagree_is_mismatch_on_every_rank_shm(void **s) {
