@@ -343,8 +343,8 @@ struct pstate_group_s {
   // The v-collectives on the host communicator (d: make_v_op's; the caller names the counts).
   void host_all_gatherv(const pstate::OpDescriptor &d, const void *send, void *recv, const size_t *counts,
                         size_t total, pstate_dtype_t dtype);
-  // PSTATE_CHECK=1, a device all_to_all_v: its counts compared on the host (after begin_device_op's
-  // descriptor check), as one more numbered host call of its kind.
+  // A device all_to_all_v under PSTATE_CHECK=1 (else nothing): its counts compared on the host
+  // (after begin_device_op's descriptor check), as one more numbered host call of its kind.
   void host_all_to_all_v(const pstate::OpDescriptor &d, const void *send, const size_t *send_counts,
                          const size_t *send_displs, void *recv, const size_t *recv_counts, const size_t *recv_displs,
                          pstate_dtype_t dtype);

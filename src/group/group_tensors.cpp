@@ -168,7 +168,7 @@ void pstate_group_s::all_to_all_v(const void *send, const size_t *send_counts, c
   tensors(
       d,
       [&](DeviceComm &dc) {
-        if (ctx_.check_enabled() && size() > 1) verify_device_all_to_all_v(d, send_counts, recv_counts);
+        verify_device_all_to_all_v(d, send_counts, recv_counts);  // PSTATE_CHECK=1 only
         dc.all_to_all_v(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype, stream);
       },
       [&] { host_all_to_all_v(d, send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype); });

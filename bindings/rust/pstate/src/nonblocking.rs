@@ -65,7 +65,7 @@ fn v_side(g: &Group<'_>, side: &str, counts: &[usize], displs: &[usize]) -> Resu
             format!("all_to_all_v on {}: {side} counts and displacements have {} and {} entries, the group has {n} ranks", g.name(), counts.len(), displs.len()),
         ));
     }
-    counts.iter().zip(displs).filter(|(&c, _)| c != 0).try_fold(0usize, |m, (&c, &d)| {
+    counts.iter().zip(displs).filter(|(c, _)| **c != 0).try_fold(0usize, |m, (&c, &d)| {
         d.checked_add(c)
             .map(|end| m.max(end))
             .ok_or_else(|| Error::new(Status::InvalidArgument, format!("all_to_all_v on {}: {side} displacement {d} + count {c} overflows", g.name())))
