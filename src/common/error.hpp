@@ -25,22 +25,21 @@ class Error : public std::runtime_error {
     e.from_notice_ = true;
     return e;
   }
-  // A verdict that every rank of a collective reached alike before any data moved (an agreement
-  // step inside the call: all_to_all_v's exchange of counts): the group stays in step, so the
-  // context stays usable, as after a disagreement found by the descriptor exchange.
-  static Error agreed(pstate_status_t status, std::string message) {
-    Error e(status, std::move(message));
-    e.agreed_ = true;
-    return e;
-  }
   pstate_status_t status() const noexcept { return status_; }
   bool is_from_notice() const noexcept { return from_notice_; }
-  bool is_agreed() const noexcept { return agreed_; }
 
  private:
   pstate_status_t status_;
   bool from_notice_ = false;
-  bool agreed_ = false;
+};
+
+// A verdict that every rank of a collective reached alike before any data moved (an agreement
+// step inside the call: all_to_all_v's exchange of counts): the group stays in step, so the
+// context stays usable, as after a disagreement found by the descriptor exchange. Rethrown as it
+// is (`throw;`); a copy made as an Error is an ordinary error again.
+class AgreedError : public Error {
+ public:
+  using Error::Error;
 };
 
 // Why a call was stopped by pstate_abort / pstate_revoke from another thread (Context::request_abort):

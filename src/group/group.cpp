@@ -196,8 +196,9 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body, const void *f
     // leaves the context usable.
     const bool agreed_error = e.status() == PSTATE_ERR_MISMATCH || e.status() == PSTATE_ERR_INVALID_ARGUMENT;
     // An abort from another thread fails the context too, and tells the peers (ctx_.fail's notices).
-    // A body's own agreement step (Error::agreed: all_to_all_v's counts) counts as the exchange.
-    if (ctx_.abort_requested() || (agreeing || e.is_agreed() ? !agreed_error : pstate::is_fatal(e.status())))
+    // A body's own agreement step (AgreedError: all_to_all_v's counts) counts as the exchange.
+    const bool agreed_step = agreeing || dynamic_cast<const pstate::AgreedError *>(&e) != nullptr;
+    if (ctx_.abort_requested() || (agreed_step ? !agreed_error : pstate::is_fatal(e.status())))
       ctx_.fail(e);  // its notices say this call had not returned here
     position_.returned.store(desc.seq + 1, std::memory_order_relaxed);
     if (traced) ctx_.trace_call_failed(tid, e);  // else the caller's entry records it (and dumps)

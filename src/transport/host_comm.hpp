@@ -158,15 +158,6 @@ class HostComm {
                            pstate_dtype_t dtype) = 0;
   virtual void reduce_scatterv(const HostCall &call, const void *send, void *recv, const size_t *counts, size_t total,
                                pstate_dtype_t dtype, pstate_reduce_op_t op) = 0;
-  // all_to_all_v: counts and displacements in elements, one entry per group rank each. The counts
-  // are agreed first (every rank's, coll::agree_alltoallv_counts): a pair whose counts disagree
-  // is MISMATCH on every rank, thrown as Error::agreed before any data moved (the group stays in
-  // step). agree_all_to_all_v_counts is that step alone (a device call under PSTATE_CHECK=1).
-  virtual void all_to_all_v(const HostCall &call, const void *send, const size_t *send_counts,
-                            const size_t *send_displs, void *recv, const size_t *recv_counts,
-                            const size_t *recv_displs, pstate_dtype_t dtype) = 0;
-  virtual void agree_all_to_all_v_counts(const HostCall &call, const size_t *send_counts,
-                                         const size_t *recv_counts) = 0;
   // call.kind(): kBarrier, or kFinalize / kDestroy / kModelParallelReady (the library's own).
   virtual void barrier(const HostCall &call) = 0;
   // Objects: bytes of any size, the receivers learn it.
@@ -212,6 +203,17 @@ class HostComm {
   // Receives and drops what peer sent on stream up to its count `sent` that no receive of this
   // rank took; returns how many.
   virtual uint32_t drop_undelivered(const HostCall &, P2PStream, int /*peer*/, uint32_t /*sent*/) { return 0; }
+
+  // ---- added after the rest (the vtable only grows at its end) ----
+  // all_to_all_v: counts and displacements in elements, one entry per group rank each. The counts
+  // are agreed first (every rank's, coll::agree_alltoallv_counts): a pair whose counts disagree
+  // is MISMATCH on every rank, thrown as AgreedError before any data moved (the group stays in
+  // step). agree_all_to_all_v_counts is that step alone (a device call under PSTATE_CHECK=1).
+  virtual void all_to_all_v(const HostCall &call, const void *send, const size_t *send_counts,
+                            const size_t *send_displs, void *recv, const size_t *recv_counts,
+                            const size_t *recv_displs, pstate_dtype_t dtype) = 0;
+  virtual void agree_all_to_all_v_counts(const HostCall &call, const size_t *send_counts,
+                                         const size_t *recv_counts) = 0;
 
  protected:
   // Bit k set: a small call of OpKind k may ride in the agreement exchange

@@ -118,7 +118,7 @@ class UcxComm final : public HostComm {
     const coll::AlltoallvDisagreement bad = coll::agree_alltoallv_counts(channel_, send_counts, recv_counts, call.tag);
     if (!bad.found) return;
     const auto global = [&](int r) { return ranks_[static_cast<size_t>(r)]; };
-    throw Error::agreed(
+    throw AgreedError(
         PSTATE_ERR_MISMATCH,
         cat(name_, " #", call.seq, " all_to_all_v: group rank ", bad.sender, " (rank ", global(bad.sender),
             ") sends ", bad.sent, " elements to group rank ", bad.receiver, " (rank ", global(bad.receiver),
