@@ -75,7 +75,7 @@ static int check_call(const pstate_test_rank_t *self, pstate_group_t *g, pstate_
                       int call, unsigned char *send, unsigned char *recv, unsigned char *want) {
   const int n = self->world_size, me = self->rank;
   const size_t es = pstate_dtype_size(d);
-  size_t sc[MAX_RANKS], sd[MAX_RANKS], rc[MAX_RANKS], rd[MAX_RANKS];
+  size_t sc[MAX_RANKS] = {0}, sd[MAX_RANKS] = {0}, rc[MAX_RANKS] = {0}, rd[MAX_RANKS] = {0};
   for (int j = 0; j < n; ++j) {
     sc[j] = pair_count(p, n, me, j);
     rc[j] = pair_count(p, n, j, me);
@@ -125,8 +125,8 @@ static int data_rank(const pstate_test_rank_t *self) {
              "the table has no all_to_all_v member");
   RANK_CHECK(self, api->all_to_all_v == pstate_all_to_all_v, "the table's all_to_all_v differs");
   const int n = self->world_size, me = self->rank;
-  int32_t out[MAX_RANKS], in[MAX_RANKS];
-  size_t ones[MAX_RANKS], at[MAX_RANKS];
+  int32_t out[MAX_RANKS] = {0}, in[MAX_RANKS] = {0};
+  size_t ones[MAX_RANKS] = {0}, at[MAX_RANKS] = {0};
   for (int j = 0; j < n; ++j) ones[j] = 1, at[j] = (size_t)j, out[j] = 100 * me + j;
   RANK_OK(self, api->all_to_all_v(g, out, ones, at, in, ones, at, PSTATE_INT32, NULL));
   for (int i = 0; i < n; ++i) RANK_CHECK(self, in[i] == 100 * i + me, "all_to_all_v through the table");
@@ -172,8 +172,8 @@ static void test_all_to_all_v_4_ranks_ucx(void **s) { (void)s; run_data(4, 1, 0)
 /* A good all_to_all_v (rank i sends i + j + 1 elements to j, packed), checked: the group is in step. */
 static int good_call(const pstate_test_rank_t *self, pstate_group_t *g) {
   const int n = self->world_size, me = self->rank;
-  size_t sc[MAX_RANKS], sd[MAX_RANKS], rc[MAX_RANKS], rd[MAX_RANKS], s_at = 0, r_at = 0;
-  int64_t out[4 * MAX_RANKS], in[4 * MAX_RANKS];
+  size_t sc[MAX_RANKS] = {0}, sd[MAX_RANKS] = {0}, rc[MAX_RANKS] = {0}, rd[MAX_RANKS] = {0}, s_at = 0, r_at = 0;
+  int64_t out[4 * MAX_RANKS] = {0}, in[4 * MAX_RANKS] = {0};
   for (int j = 0; j < n; ++j) {
     sc[j] = (size_t)(me + j + 1), sd[j] = s_at, s_at += sc[j];
     rc[j] = (size_t)(j + me + 1), rd[j] = r_at, r_at += rc[j];
@@ -206,7 +206,7 @@ static int mismatch_rank(const pstate_test_rank_t *self) {
   pstate_group_t *g = NULL;
   RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &g));
   const int n = self->world_size, me = self->rank;
-  size_t sc[MAX_RANKS], sd[MAX_RANKS], rc[MAX_RANKS], rd[MAX_RANKS];
+  size_t sc[MAX_RANKS] = {0}, sd[MAX_RANKS] = {0}, rc[MAX_RANKS] = {0}, rd[MAX_RANKS] = {0};
   for (int j = 0; j < n; ++j) sc[j] = rc[j] = 2, sd[j] = rd[j] = (size_t)(4 * j);
   if (me == 1) sc[2] = 3;
   float out[4 * MAX_RANKS] = {0}, in[4 * MAX_RANKS] = {0};

@@ -71,7 +71,7 @@ static unsigned char part_byte(int i, int j, int c, size_t b) {
 static int check_call(const ctx_t *c, pstate_dtype_t t, int p, int ls, int lr, int call) {
   const int n = c->n, me = c->r;
   const size_t es = pstate_dtype_size(t);
-  size_t sc[MAX_RANKS], sd[MAX_RANKS], rc[MAX_RANKS], rd[MAX_RANKS], sent = 0;
+  size_t sc[MAX_RANKS] = {0}, sd[MAX_RANKS] = {0}, rc[MAX_RANKS] = {0}, rd[MAX_RANKS] = {0}, sent = 0;
   for (int j = 0; j < n; ++j) {
     sc[j] = pair_count(p, n, me, j);
     rc[j] = pair_count(p, n, j, me);
@@ -157,7 +157,7 @@ static int mismatch_rank(const pstate_test_rank_t *self) {
   RANK_OK(self, devsim_init(self, 20000, &ps));
   pstate_group_t *g = NULL;
   RANK_OK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &g));
-  size_t sc[MAX_RANKS], sd[MAX_RANKS];
+  size_t sc[MAX_RANKS] = {0}, sd[MAX_RANKS] = {0};
   for (int j = 0; j < n; ++j) sc[j] = 2, sd[j] = (size_t)(4 * j);
   size_t bad[MAX_RANKS];
   memcpy(bad, sc, sizeof bad);
