@@ -45,8 +45,10 @@ AlltoallvDisagreement agree_alltoallv_counts(Channel &ch, const size_t *send_cou
     mine[j] = send_counts[j];
     mine[p + j] = recv_counts[j];
   }
-  if (p == 1) all = mine;
-  else allgather_bruck(ch, mine.data(), all.data(), 2 * p, PSTATE_UINT64, tag_base);
+  if (p == 1)
+    all = mine;
+  else
+    allgather_bruck(ch, mine.data(), all.data(), 2 * p, PSTATE_UINT64, tag_base);
   // all[i * 2p + j]: what rank i sends to j; all[j * 2p + p + i]: what rank j expects from i.
   for (size_t i = 0; i < p; ++i)
     for (size_t j = 0; j < p; ++j) {
@@ -56,9 +58,8 @@ AlltoallvDisagreement agree_alltoallv_counts(Channel &ch, const size_t *send_cou
   return {};
 }
 
-void alltoallv_pairwise(Channel &ch, const void *send, const size_t *send_counts, const size_t *send_displs,
-                        void *recv, const size_t *recv_counts, const size_t *recv_displs, pstate_dtype_t dtype,
-                        uint32_t tag_base) {
+void alltoallv_pairwise(Channel &ch, const void *send, const size_t *send_counts, const size_t *send_displs, void *recv,
+                        const size_t *recv_counts, const size_t *recv_displs, pstate_dtype_t dtype, uint32_t tag_base) {
   const size_t esize = detail::element_size(dtype, "alltoallv_pairwise");
   const int p = ch.size(), r = ch.rank();
   auto out_part = [&](int b) { return bytes(recv) + recv_displs[b] * esize; };
