@@ -583,6 +583,7 @@ PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int r
 /* reduce on root send == recv; scatter on root recv == send + root * count,                    */
 /* or (CPU) recv == send; all_gatherv send == recv + this rank's offset; reduce_scatterv recv == */
 /* send + this rank's offset (offset = counts[0] + ... + counts[rank_in_group - 1] elements).   */
+/* all_to_all_v has no in-place form (send, recv and every received part apart).              */
 /* Any other overlap is INVALID_ARGUMENT naming both ranges and the forms                       */
 /* (the check is local and costs two comparisons). In a CUDA context only NCCL's forms are      */
 /* accepted. Rooted calls check only the buffers the rank uses: recv of reduce and send of      */
