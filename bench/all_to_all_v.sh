@@ -22,7 +22,7 @@ MPIRUN=(mpirun --allow-run-as-root --bind-to none --mca pml ob1 --mca btl self,v
 run_pstate() {  # n, args...
   local n=$1 port pids=()
   shift
-  port=$((20000 + RANDOM % 20000))
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   for ((r = 0; r < n; ++r)); do
     RANK=$r LOCAL_RANK=$r WORLD_SIZE=$n LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
       PSTATE_JOB_TOKEN=a2av-bench-$port timeout 600 "$OUT/a2av_pstate" "$@" &
