@@ -7,7 +7,7 @@
 # MPI; neither side is bound to cores, 4 ranks oversubscribe a 2-core machine (MPI yields when
 # idle, as bench/run.sh's oversubscribed cases). Prints both tables and the load average.
 #
-#   BUILD_DIR=build bench/all_to_all_v.sh [extra bench args, e.g. --check]
+#   BUILD_DIR=build [RANKS="2 4"] bench/all_to_all_v.sh [extra bench args, e.g. --check]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -34,7 +34,7 @@ run_pstate() {  # n, args...
 }
 
 echo "# $(date -u +%FT%TZ) $(uname -n), $(nproc) cores; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-for n in 2 4; do
+for n in ${RANKS:-2 4}; do
   run_pstate "$n" "$@"
   timeout 600 "${MPIRUN[@]}" -np "$n" "$OUT/a2av_mpi" "$@"
 done
