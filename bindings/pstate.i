@@ -798,6 +798,9 @@ static int pstate_py_sizes(PyObject *obj, size_t **out, size_t *n) {
 %typemap(freearg) const size_t *counts {
   free(array$argnum);
 }
+/* all_to_all_v's four arrays (counts and displacements, one entry per group rank) likewise. */
+%apply const size_t *counts { const size_t *send_counts, const size_t *send_displs, const size_t *recv_counts,
+                              const size_t *recv_displs };
 
 /* ---- custom groups: (ranks, count) from any sequence of ints ---- */
 %typemap(in) (const int *ranks, size_t count) (int *array = NULL) {
@@ -1361,6 +1364,9 @@ func (d *ReceivedDict) addr() uintptr {
 %typemap(gotype) const size_t *counts "[]uint64"
 %typemap(imtype) const size_t *counts "[]uint64"
 %typemap(in) const size_t *counts %{ $1 = (size_t *)$input.array; %}
+/* all_to_all_v's four arrays likewise. */
+%apply const size_t *counts { const size_t *send_counts, const size_t *send_displs, const size_t *recv_counts,
+                              const size_t *recv_displs };
 
 /* ---- custom groups: the ranks as []int32 ---- */
 %typemap(gotype) (const int *ranks, size_t count) "[]int32"

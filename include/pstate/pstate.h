@@ -583,6 +583,7 @@ PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int r
 /* reduce on root send == recv; scatter on root recv == send + root * count,                    */
 /* or (CPU) recv == send; all_gatherv send == recv + this rank's offset; reduce_scatterv recv == */
 /* send + this rank's offset (offset = counts[0] + ... + counts[rank_in_group - 1] elements).   */
+/* all_to_all_v has no in-place form (send, recv and every received part apart).              */
 /* Any other overlap is INVALID_ARGUMENT naming both ranges and the forms                       */
 /* (the check is local and costs two comparisons). In a CUDA context only NCCL's forms are      */
 /* accepted. Rooted calls check only the buffers the rank uses: recv of reduce and send of      */
@@ -677,6 +678,25 @@ PSTATE_API pstate_status_t pstate_all_gatherv(pstate_group_t *g, const void *sen
 PSTATE_API pstate_status_t pstate_reduce_scatterv(pstate_group_t *g, const void *send, void *recv,
                                                   const size_t *counts, pstate_dtype_t dtype, pstate_reduce_op_t op,
                                                   void *stream);
+/** Variable all-to-all (MPI_Alltoallv; torchcomms' all_to_all_v_single, MoE dispatch): group rank
+ *  i sends send_counts[j] elements from send + send_displs[j] to group rank j, and receives
+ *  recv_counts[j] elements from group rank j into recv + recv_displs[j] (displacements and counts
+ *  in elements; the four arrays hold world_size entries each, read during the call only; zeros
+ *  are fine, and a rank's own entry is a local copy). Displacements may come in any order and
+ *  leave gaps (what lies in a gap of recv is not written); the received ranges must not overlap
+ *  one another. Every pair must agree: my send_counts[j] == group rank j's recv_counts[me],
+ *  else MISMATCH on every rank of the call, naming the pair and both counts (CPU contexts: always,
+ *  with one more small exchange of every rank's counts before any data moves, which leaves the
+ *  context usable; CUDA contexts: under PSTATE_CHECK=1, like every device collective). An array
+ *  that is NULL, a displacement + count that overflows or passes 2^47 bytes, or a send/recv range
+ *  that overlaps the other buffer's is INVALID_ARGUMENT (on every rank of the call: it refuses
+ *  together). No in-place form. send may be NULL where every send count is 0, recv where every
+ *  recv count is 0. CPU: pairwise exchange over the CPU communicator (step s: send to rank + s,
+ *  receive from rank - s; empty messages skipped by both ends); CUDA: one NCCL group of
+ *  ncclSend/ncclRecv per non-empty pair (capturable). */
+PSTATE_API pstate_status_t pstate_all_to_all_v(pstate_group_t *g, const void *send, const size_t *send_counts,
+                                               const size_t *send_displs, void *recv, const size_t *recv_counts,
+                                               const size_t *recv_displs, pstate_dtype_t dtype, void *stream);
 /** Sends count elements to group rank peer (returns when the buffer may be reused: the message has
  *  left, as in MPI and NCCL). Point-to-point of a group is two ordered streams per peer and
  *  direction: tensors (send, recv, isend, irecv, p2p_batch, the CPU payload of tensor dicts) and
@@ -1152,6 +1172,10 @@ struct pstate_api_t {
   pstate_status_t (*mem_query)(pstate_group_t *g, const void *ptr, pstate_mem_info_t *out);
   pstate_status_t (*group_mem_stats)(pstate_group_t *g, pstate_mem_stats_t *out);
   pstate_status_t (*set_graph_registration)(pstate_t *ps, int enable);
+  /* variable all-to-all (issue 43) */
+  pstate_status_t (*all_to_all_v)(pstate_group_t *g, const void *send, const size_t *send_counts,
+                                  const size_t *send_displs, void *recv, const size_t *recv_counts,
+                                  const size_t *recv_displs, pstate_dtype_t dtype, void *stream);
 };
 
 /** The table for ABI `abi_major` (pass PSTATE_ABI_MAJOR), or NULL when this library does not

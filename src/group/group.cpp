@@ -196,7 +196,9 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body, const void *f
     // leaves the context usable.
     const bool agreed_error = e.status() == PSTATE_ERR_MISMATCH || e.status() == PSTATE_ERR_INVALID_ARGUMENT;
     // An abort from another thread fails the context too, and tells the peers (ctx_.fail's notices).
-    if (ctx_.abort_requested() || (agreeing ? !agreed_error : pstate::is_fatal(e.status())))
+    // A body's own agreement step (AgreedError: all_to_all_v's counts) counts as the exchange.
+    const bool agreed_step = agreeing || dynamic_cast<const pstate::AgreedError *>(&e) != nullptr;
+    if (ctx_.abort_requested() || (agreed_step ? !agreed_error : pstate::is_fatal(e.status())))
       ctx_.fail(e);  // its notices say this call had not returned here
     position_.returned.store(desc.seq + 1, std::memory_order_relaxed);
     if (traced) ctx_.trace_call_failed(tid, e);  // else the caller's entry records it (and dumps)
@@ -404,6 +406,21 @@ void pstate_group_s::host_all_gatherv(const OpDescriptor &d, const void *send, v
 void pstate_group_s::host_reduce_scatterv(const OpDescriptor &d, const void *send, void *recv, const size_t *counts,
                                           size_t total, pstate_dtype_t dtype, pstate_reduce_op_t op) {
   run(d, [&](const pstate::HostCall &call) { comm_->reduce_scatterv(call, send, recv, counts, total, dtype, op); });
+}
+
+void pstate_group_s::host_all_to_all_v(const OpDescriptor &d, const void *send, const size_t *send_counts,
+                                       const size_t *send_displs, void *recv, const size_t *recv_counts,
+                                       const size_t *recv_displs, pstate_dtype_t dtype) {
+  run(d, [&](const pstate::HostCall &call) {
+    comm_->all_to_all_v(call, send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype);
+  });
+}
+
+void pstate_group_s::verify_device_all_to_all_v(const OpDescriptor &d, const size_t *send_counts,
+                                                const size_t *recv_counts) {
+  if (!ctx_.check_enabled() || size() <= 1) return;
+  run(d, [&](const pstate::HostCall &call) { network_->agree_all_to_all_v_counts(call, send_counts, recv_counts); },
+      nullptr, /*traced=*/false);
 }
 
 // allow_shm false: the barrier runs on the network communicator (it proves the transport that

@@ -353,6 +353,7 @@ static void test_every_table_member_is_its_function(void **state) {
   SAME(mem_query);
   SAME(group_mem_stats);
   SAME(set_graph_registration);
+  SAME(all_to_all_v);
 #undef SAME
   /* The 1.0 order follows the header's sections: a few landmarks. */
   assert_true(offsetof(pstate_api_t, status_string) < offsetof(pstate_api_t, layout_create));
@@ -360,6 +361,7 @@ static void test_every_table_member_is_its_function(void **state) {
   assert_true(offsetof(pstate_api_t, group_same_node) < offsetof(pstate_api_t, all_reduce));
   assert_true(offsetof(pstate_api_t, p2p_batch) < offsetof(pstate_api_t, graph_capture_end));
   assert_true(offsetof(pstate_api_t, graph_capture_end) < offsetof(pstate_api_t, mem_alloc));
+  assert_true(offsetof(pstate_api_t, set_graph_registration) < offsetof(pstate_api_t, all_to_all_v));
 }
 
 /* ---- Struct arrays and returned arrays, on 2 and 3 processes ---------------------------------- */

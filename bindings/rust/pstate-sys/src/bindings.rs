@@ -2010,12 +2010,25 @@ pub struct pstate_api_t {
     pub set_graph_registration: ::std::option::Option<
         unsafe extern "C" fn(ps: *mut pstate_t, enable: ::std::os::raw::c_int) -> pstate_status_t,
     >,
+    pub all_to_all_v: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            send: *const ::std::os::raw::c_void,
+            send_counts: *const usize,
+            send_displs: *const usize,
+            recv: *mut ::std::os::raw::c_void,
+            recv_counts: *const usize,
+            recv_displs: *const usize,
+            dtype: pstate_dtype_t,
+            stream: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
 }
 #[test]
 fn bindgen_test_layout_pstate_api_t() {
     assert_eq!(
         ::std::mem::size_of::<pstate_api_t>(),
-        568usize,
+        576usize,
         concat!("Size of: ", stringify!(pstate_api_t))
     );
     assert_eq!(
@@ -3247,4 +3260,21 @@ fn bindgen_test_layout_pstate_api_t() {
         );
     }
     test_field_set_graph_registration();
+    fn test_field_all_to_all_v() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).all_to_all_v) as usize - ptr as usize
+            },
+            568usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(all_to_all_v)
+            )
+        );
+    }
+    test_field_all_to_all_v();
 }
