@@ -31,7 +31,7 @@ LogFormat log_format_from_env();
 
 // What a log line's call site knows beyond its text (empty / nullopt: JSON null).
 struct LogFields {
-  std::string_view group;                 // the group's name ("tp", "world", "pp", a custom group's)
+  std::string_view group;                 // the group's name, as pstate_group_info gives it ("tp:0", "world:0")
   std::string_view call;                  // the operation ("all_reduce", "send", "pstate_shrink")
   std::optional<pstate_status_t> status;  // the status the call fails with, as pstate_status_string names it
 };

@@ -4,7 +4,7 @@
 Independently of the library's own formatting (Python's json module parses the lines):
 every line is one JSON object with the keys time, level, rank, host, group, call, message and
 status, of the documented types (docs/environment.md, PSTATE_LOG_FORMAT); both ranks log (rank 0
-and 1); each rank logs its failed all_reduce of the world with group "world", call "all_reduce"
+and 1); each rank logs its failed all_reduce of the world with group "world:0", call "all_reduce"
 and status "PSTATE_ERR_MISMATCH"; the launcher's lines are there with rank null, among them an
 ERROR naming rank 1's exit status. Prints what is wrong; exits 1 then.
 """
@@ -51,7 +51,7 @@ def main(path):
         if rank not in ranks:
             problems.append(f"no line of rank {rank}")
         failed = [r for r in records if r["rank"] == rank and r["status"] == "PSTATE_ERR_MISMATCH"
-                  and r["group"] == "world" and r["call"] == "all_reduce" and r["level"] == "INFO"]
+                  and r["group"] == "world:0" and r["call"] == "all_reduce" and r["level"] == "INFO"]
         if not failed:
             problems.append(f"rank {rank}: no INFO line of the failed all_reduce with group, call and status")
     launcher = [r for r in records if r["rank"] is None and r["message"].startswith("pstate run: ")]

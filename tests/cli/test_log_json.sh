@@ -26,7 +26,7 @@ PSTATE_DEBUG=INFO "$PSTATE" run -n 2 -- "$LAUNCH_RANK" log_json >"$DIR/out" 2>"$
 rc=$?
 [ $rc -eq 3 ]; check "text: the job ran (got $rc)" $?
 ! grep -q '{"time"' "$DIR/err"; check "text: no JSON line without PSTATE_LOG_FORMAT" $?
-grep -q '^\[1\] \[pstate 1\] INFO group world: all_reduce failed (PSTATE_ERR_MISMATCH): ' "$DIR/err"
+grep -q '^\[1\] \[pstate 1\] INFO group world:0: all_reduce failed (PSTATE_ERR_MISMATCH): ' "$DIR/err"
 check "text: the failed call's line in the text format" $?
 grep -q '^pstate run: failed: rank 1 exited with status 3' "$DIR/err"; check "text: the launcher's line as before" $?
 [ "$(grep -cv '^\[[01]\] \[pstate [01]\] \(INFO\|WARN\) \|^\[pstate\] \(INFO\|WARN\) \|^pstate run: ' "$DIR/err")" -eq 0 ]
