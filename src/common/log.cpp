@@ -130,7 +130,7 @@ std::string format_json_log_line(long long time_ns, std::string_view level, int 
   const long micros = static_cast<long>((time_ns % 1000000000LL) / 1000);
   tm utc{};
   ::gmtime_r(&secs, &utc);
-  char when[40];
+  char when[96];  // room for any int fields: the format never truncates
   std::snprintf(when, sizeof when, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", utc.tm_year + 1900, utc.tm_mon + 1,
                 utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, micros);
   std::string out;
