@@ -29,8 +29,8 @@ rc=$?
 grep -q '^\[1\] \[pstate 1\] INFO group world:0: all_reduce failed (PSTATE_ERR_MISMATCH): ' "$DIR/err"
 check "text: the failed call's line in the text format" $?
 grep -q '^pstate run: failed: rank 1 exited with status 3' "$DIR/err"; check "text: the launcher's line as before" $?
-[ "$(grep -cv '^\[[01]\] \[pstate [01]\] \(INFO\|WARN\) \|^\[pstate\] \(INFO\|WARN\) \|^pstate run: ' "$DIR/err")" -eq 0 ]
-check "text: every line is '[R] [pstate R] LEVEL ...', '[pstate] LEVEL ...' or 'pstate run: ...'" $?
+[ "$(grep -cv '^\(\[[01]\] \)\?\[pstate\( [01]\)\?\] \(INFO\|WARN\) \|^pstate run: ' "$DIR/err")" -eq 0 ]
+check "text: every line is '[R] [pstate R] LEVEL ...', '[pstate] LEVEL ...' (the launcher's store) or 'pstate run: ...'" $?
 [ $fail -eq 0 ] || { echo "--- stderr of the last job:"; cat "$DIR/err"; }
 
 echo "$pass passed, $fail failed"
