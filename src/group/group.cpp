@@ -176,7 +176,8 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body, const void *f
   try {
     check_alive(op_name);
   } catch (const pstate::Error &e) {  // refused before it was numbered: recorded without a seq
-    if (traced) ctx_.trace_call_failed(tr ? trace_begin(*tr, desc_in, false) : 0, e);
+    if (traced) ctx_.trace_call_failed(tr ? trace_begin(*tr, desc_in, false) : 0, e, name_, op_name);
+    else ctx_.log_call_failed(e, name_, op_name);
     throw;
   }
   const uint64_t tid = tr ? trace_begin(*tr, desc_in, true) : 0;
@@ -201,7 +202,8 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body, const void *f
     if (ctx_.abort_requested() || (agreed_step ? !agreed_error : pstate::is_fatal(e.status())))
       ctx_.fail(e);  // its notices say this call had not returned here
     position_.returned.store(desc.seq + 1, std::memory_order_relaxed);
-    if (traced) ctx_.trace_call_failed(tid, e);  // else the caller's entry records it (and dumps)
+    if (traced) ctx_.trace_call_failed(tid, e, name_, op_name);  // else the caller's entry records it (and dumps)
+    else ctx_.log_call_failed(e, name_, op_name);
     throw;
   }
   position_.returned.store(desc.seq + 1, std::memory_order_relaxed);
@@ -474,7 +476,7 @@ void pstate_group_s::run_p2p(pstate::TraceOp top, int peer, uint64_t count, int 
   } catch (const pstate::Error &e) {
     if (tr) tid = tr->begin(pstate::TraceClass::kP2P, top, trace_group_, UINT64_MAX, count, dtype, -1, -1, peer,
                             path);
-    ctx_.trace_call_failed(tid, e);
+    ctx_.trace_call_failed(tid, e, name_, op);
     throw;
   }
   if (tr)
@@ -485,7 +487,7 @@ void pstate_group_s::run_p2p(pstate::TraceOp top, int peer, uint64_t count, int 
     body(p2p_call(op, tid));
   } catch (const pstate::Error &e) {
     if (pstate::is_fatal(e.status()) || ctx_.abort_requested()) ctx_.fail(e);
-    ctx_.trace_call_failed(tid, e);
+    ctx_.trace_call_failed(tid, e, name_, op);
     throw;
   }
   if (tid != 0) tr->completed(tid);

@@ -192,7 +192,7 @@ struct pstate_group_s {
     try {
       body(comm);
     } catch (const pstate::Error &e) {
-      device_op_failed(e, tid);
+      device_op_failed(e, pstate::op_kind_name(static_cast<pstate::OpKind>(desc.op)), tid);
       throw;
     }
     device_op_enqueued(tid);
@@ -305,7 +305,7 @@ struct pstate_group_s {
   pstate::DeviceComm &device_comm();
   pstate::DeviceCommOptions device_comm_options();
   // A device operation (tid: its flight-recorder entry, 0 = none) failed / is on the stream.
-  void device_op_failed(const pstate::Error &e, uint64_t tid = 0);
+  void device_op_failed(const pstate::Error &e, const char *call, uint64_t tid = 0);
   void device_op_enqueued(uint64_t tid);
 
   static constexpr uint32_t kMagic = 0x70677270;  // "pgrp"

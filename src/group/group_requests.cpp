@@ -57,7 +57,7 @@ void pstate_group_s::post_request(RequestState &r, TraceOp top, void *buf, size_
   try {
     check_alive(op);
   } catch (const pstate::Error &e) {
-    ctx_.trace_call_failed(record(false), e);
+    ctx_.trace_call_failed(record(false), e, name_, op);
     throw;
   }
   r.trace_op = top;
@@ -71,7 +71,7 @@ void pstate_group_s::post_request(RequestState &r, TraceOp top, void *buf, size_
                 pstate::p2p_what(pstate::TensorKind::kSend, dtype), ctx_.op_deadline());
   } catch (const pstate::Error &e) {
     if (is_fatal_p2p(e.status())) ctx_.fail(e);
-    ctx_.trace_call_failed(r.trace_id, e);
+    ctx_.trace_call_failed(r.trace_id, e, name_, op);
     throw;
   }
   r.group = this;
@@ -113,7 +113,7 @@ bool pstate_group_s::complete_request(RequestState &r, bool block) {
     // (a no-op when the operation already left it).
     comm_->cancel(r.transfer);
     if (is_fatal_p2p(e.status())) ctx_.fail(e);
-    ctx_.trace_call_failed(r.trace_id, e);
+    ctx_.trace_call_failed(r.trace_id, e, name_, op);
     finish_request(r, e.status(), e.what());
     return true;
   }
@@ -154,14 +154,14 @@ void pstate_group_s::p2p_batch(const pstate_p2p_op_t *ops, size_t n) {
   try {
     check_alive(kOp);
   } catch (const pstate::Error &e) {
-    ctx_.trace_call_failed(record(0, false), e);
+    ctx_.trace_call_failed(record(0, false), e, name_, kOp);
     throw;
   }
   try {
     comm_->p2p_batch(p2p_call(kOp), ops, n, [&](size_t i) { tids[i] = record(i, true); });
   } catch (const pstate::Error &e) {
     if (is_fatal_p2p(e.status())) ctx_.fail(e);
-    ctx_.trace_call_failed(tids[0], e);
+    ctx_.trace_call_failed(tids[0], e, name_, kOp);
     for (size_t i = 1; tr != nullptr && i < n; ++i)
       if (tids[i] != 0) tr->failed(tids[i], e.status());
     throw;
@@ -183,14 +183,14 @@ void pstate_group_s::p2p_batch_device(const pstate_p2p_op_t *ops, size_t n, void
   try {
     check_alive(kOp);
   } catch (const pstate::Error &e) {
-    ctx_.trace_call_failed(record(0, false), e);
+    ctx_.trace_call_failed(record(0, false), e, name_, kOp);
     throw;
   }
   for (size_t i = 0; i < n; ++i) tids[i] = record(i, true);
   try {
     device_comm().p2p_batch(ops, n, stream);
   } catch (const pstate::Error &e) {
-    device_op_failed(e, tids[0]);
+    device_op_failed(e, kOp, tids[0]);
     for (size_t i = 1; tr != nullptr && i < n; ++i)
       if (tids[i] != 0) tr->failed(tids[i], e.status());
     throw;
