@@ -597,7 +597,8 @@ static void test_vllm_docstring_tp2_pp4_gives_four_tp_groups_and_two_pp_groups(v
   Layout l(8, vllm(2, 4));
   expect_groups(l, PSTATE_GROUP_TP, {{0, 1}, {2, 3}, {4, 5}, {6, 7}});
   expect_groups(l, PSTATE_GROUP_PP, {{0, 2, 4, 6}, {1, 3, 5, 7}});
-  expect_groups(l, PSTATE_GROUP_DP, singletons(8));
+  // dp 1: singletons, listed in transpose(1, 4)'s order (tp before pp), as vLLM's list has them
+  expect_groups(l, PSTATE_GROUP_DP, {{0}, {2}, {4}, {6}, {1}, {3}, {5}, {7}});
   expect_groups(l, PSTATE_GROUP_PCP, singletons(8));
   expect_groups(l, PSTATE_GROUP_WORLD, {{0, 1, 2, 3, 4, 5, 6, 7}});
 }
@@ -736,7 +737,7 @@ static void test_vllm_every_config_up_to_world_64_matches_closed_form(void **) {
             for (int dcp : divisors(tp))
               for (bool moe : {false, true}) {
                 Layout l(world, vllm(tp, pp, dp, pcp, dcp, moe));
-                const int E = world / tp / pp / dp / pcp, D = dp, P = pp, C = pcp, T = tp;
+                const int D = dp, P = pp, C = pcp, T = tp;  // (ExternalDP = world / (D P C T): the coordinate e)
                 auto check = [&](pstate_group_kind_t kind, int r, int index, int pos) {
                   const auto &part = l.groups(kind);
                   if (part.group_of(r) != static_cast<size_t>(index) || part.rank_in_group(r) != pos ||
