@@ -14,7 +14,7 @@ parallel_state.py) the way vLLM writes them, with numpy in place of torch and wi
     eplb = ep's rank lists                                         # MoE models only
 
 (numpy's swapaxes is torch's transpose, and a reshape of a transposed array reads it in its new
-axis order, as torch's does.) The modes, one ctest each (tests/special/cli_layout.cmake):
+axis order, as torch's does.) The modes, one ctest each (tests/cli/cli_layout.cmake):
 
   json     every configuration with world <= 64 (every tp, pp, dp, pcp whose product divides the
            world, every dcp dividing tp, dense and MoE: 13312 layouts) through one

@@ -1,6 +1,6 @@
 // test_layout.cpp — pstate::layout::Layout against SGLang's initialize_model_parallel (and, at the
 // end, against vLLM's: worked layouts, its refusals, and every configuration up to world 64
-// against closed-form grid coordinates; the numpy reference is tests/special/cli_layout_vllm_reference.py).
+// against closed-form grid coordinates; the numpy reference is tests/cli/cli_layout_vllm_reference.py).
 //
 // Three kinds of reference, none computed by the code under test:
 //   * literal group lists from SGLang's docstring and DESIGN.md's worked layouts;
