@@ -1005,11 +1005,11 @@ func swigPstateFailure(addr int64) error {
 %typemap(out) pstate_status_t %{ $result = (intgo)(intptr_t)pstate_go_failure_new($1); %}
 %typemap(goout) pstate_status_t %{ $result = swigPstateFailure($1) %}
 /* ... but a status passed in (pstate_status_string) and the enums are plain ints */
-%typemap(gotype) pstate_status_t s, pstate_dtype_t, pstate_reduce_op_t, pstate_device_t, pstate_group_kind_t "int"
-%typemap(imtype) pstate_status_t s, pstate_dtype_t, pstate_reduce_op_t, pstate_device_t, pstate_group_kind_t "int"
-%typemap(in) pstate_status_t s, pstate_dtype_t, pstate_reduce_op_t, pstate_device_t, pstate_group_kind_t %{ $1 = ($1_ltype)$input; %}
-%typemap(out) pstate_dtype_t, pstate_reduce_op_t, pstate_device_t, pstate_group_kind_t %{ $result = (intgo)$1; %}
-%typemap(goout) pstate_dtype_t, pstate_reduce_op_t, pstate_device_t, pstate_group_kind_t ""
+%typemap(gotype) pstate_status_t s, pstate_dtype_t, pstate_reduce_op_t, pstate_device_t, pstate_group_kind_t, pstate_engine_t "int"
+%typemap(imtype) pstate_status_t s, pstate_dtype_t, pstate_reduce_op_t, pstate_device_t, pstate_group_kind_t, pstate_engine_t "int"
+%typemap(in) pstate_status_t s, pstate_dtype_t, pstate_reduce_op_t, pstate_device_t, pstate_group_kind_t, pstate_engine_t %{ $1 = ($1_ltype)$input; %}
+%typemap(out) pstate_dtype_t, pstate_reduce_op_t, pstate_device_t, pstate_group_kind_t, pstate_engine_t %{ $result = (intgo)$1; %}
+%typemap(goout) pstate_dtype_t, pstate_reduce_op_t, pstate_device_t, pstate_group_kind_t, pstate_engine_t ""
 
 /* ---- C strings returned (static names, last_error, group names): the C side hands Go a view
  * of the C text and the Go side copies it at once with strings.Clone (SWIG's default copy

@@ -255,7 +255,7 @@ static void test_custom_kind_is_outside_the_layout_range(void **state) {
   (void)state;
   assert_true(PSTATE_GROUP_CUSTOM >= PSTATE_GROUP_FIRST_NON_LAYOUT_KIND);
   assert_true(PSTATE_GROUP_FIRST_NON_LAYOUT_KIND >= 1000);
-  assert_int_equal(PSTATE_GROUP_SELF_PP, PSTATE_GROUP_KIND_COUNT - 1); /* the layout kinds end there */
+  assert_int_equal(PSTATE_GROUP_EPLB, PSTATE_GROUP_KIND_COUNT - 1); /* the layout kinds end there */
   assert_null(pstate_group_kind_name((pstate_group_kind_t)PSTATE_GROUP_KIND_COUNT)); /* free for a layout kind */
   assert_string_equal(pstate_group_kind_name(PSTATE_GROUP_CUSTOM), "custom");
   pstate_layout_t *l = NULL;

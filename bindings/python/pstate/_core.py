@@ -832,7 +832,9 @@ class PState:
         attention_context_parallel_size, moe_data_parallel_size, decode_context_parallel_size,
         shared_experts_tensor_parallel_size. A size not given, None or 0 is its default (pstate.h,
         the same rule in C, `pstate layout`, Go and Rust): tensor_parallel_size = world_size /
-        pipeline_parallel_size, the others 1 (no shared-experts group)."""
+        pipeline_parallel_size, the others 1 (no shared-experts group). engine="vllm" cuts vLLM's
+        groups instead (GroupKind TP, PP, DP, PCP, DCP, EP, EPLB), from data_parallel_size,
+        prefill_context_parallel_size, decode_context_parallel_size and moe_model=True."""
         sizes.update(tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size)
         self._call(capi.initialize_model_parallel, make_config(**sizes))
 
