@@ -798,6 +798,9 @@ static int pstate_py_sizes(PyObject *obj, size_t **out, size_t *n) {
 %typemap(freearg) const size_t *counts {
   free(array$argnum);
 }
+/* all_to_all_v's four arrays (counts and displacements, one entry per group rank) likewise. */
+%apply const size_t *counts { const size_t *send_counts, const size_t *send_displs, const size_t *recv_counts,
+                              const size_t *recv_displs };
 
 /* ---- custom groups: (ranks, count) from any sequence of ints ---- */
 %typemap(in) (const int *ranks, size_t count) (int *array = NULL) {
@@ -1002,11 +1005,11 @@ func swigPstateFailure(addr int64) error {
 %typemap(out) pstate_status_t %{ $result = (intgo)(intptr_t)pstate_go_failure_new($1); %}
 %typemap(goout) pstate_status_t %{ $result = swigPstateFailure($1) %}
 /* ... but a status passed in (pstate_status_string) and the enums are plain ints */
-%typemap(gotype) pstate_status_t s, pstate_dtype_t, pstate_reduce_op_t, pstate_device_t, pstate_group_kind_t "int"
-%typemap(imtype) pstate_status_t s, pstate_dtype_t, pstate_reduce_op_t, pstate_device_t, pstate_group_kind_t "int"
-%typemap(in) pstate_status_t s, pstate_dtype_t, pstate_reduce_op_t, pstate_device_t, pstate_group_kind_t %{ $1 = ($1_ltype)$input; %}
-%typemap(out) pstate_dtype_t, pstate_reduce_op_t, pstate_device_t, pstate_group_kind_t %{ $result = (intgo)$1; %}
-%typemap(goout) pstate_dtype_t, pstate_reduce_op_t, pstate_device_t, pstate_group_kind_t ""
+%typemap(gotype) pstate_status_t s, pstate_dtype_t, pstate_reduce_op_t, pstate_device_t, pstate_group_kind_t, pstate_engine_t "int"
+%typemap(imtype) pstate_status_t s, pstate_dtype_t, pstate_reduce_op_t, pstate_device_t, pstate_group_kind_t, pstate_engine_t "int"
+%typemap(in) pstate_status_t s, pstate_dtype_t, pstate_reduce_op_t, pstate_device_t, pstate_group_kind_t, pstate_engine_t %{ $1 = ($1_ltype)$input; %}
+%typemap(out) pstate_dtype_t, pstate_reduce_op_t, pstate_device_t, pstate_group_kind_t, pstate_engine_t %{ $result = (intgo)$1; %}
+%typemap(goout) pstate_dtype_t, pstate_reduce_op_t, pstate_device_t, pstate_group_kind_t, pstate_engine_t ""
 
 /* ---- C strings returned (static names, last_error, group names): the C side hands Go a view
  * of the C text and the Go side copies it at once with strings.Clone (SWIG's default copy
@@ -1361,6 +1364,9 @@ func (d *ReceivedDict) addr() uintptr {
 %typemap(gotype) const size_t *counts "[]uint64"
 %typemap(imtype) const size_t *counts "[]uint64"
 %typemap(in) const size_t *counts %{ $1 = (size_t *)$input.array; %}
+/* all_to_all_v's four arrays likewise. */
+%apply const size_t *counts { const size_t *send_counts, const size_t *send_displs, const size_t *recv_counts,
+                              const size_t *recv_displs };
 
 /* ---- custom groups: the ranks as []int32 ---- */
 %typemap(gotype) (const int *ranks, size_t count) "[]int32"

@@ -3,6 +3,7 @@ package pstate_test
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"pstate.dev/pstate"
@@ -108,5 +109,130 @@ func TestStatusNamesComeFromTheLibrary(t *testing.T) {
 	}
 	if pstate.Version() != 10000 {
 		t.Fatalf("Version() = %d, want 10000 (1.0.0)", pstate.Version())
+	}
+}
+
+// vllmGroups is vLLM's initialize_model_parallel computed independently: rank r is (e, d, p, c, t)
+// in arange(world).reshape(-1, dp, pp, pcp, tp), a kind's groups are the rows of the grid with the
+// kind's axes moved last (transpose, reshape(-1, size)), listed in the order of the axes left in
+// front: pcp (e, d, p, t), pp (e, d, t, c), dp (e, t, p, c), ep (e, p) over (d, c, t).
+func vllmGroups(world, tp, pp, dp, pcp int, kind pstate.GroupKind) [][]int {
+	ext := world / tp / pp / dp / pcp
+	rank := func(e, d, p, c, t int) int { return (((e*dp+d)*pp+p)*pcp+c)*tp + t }
+	var out [][]int
+	switch kind {
+	case pstate.TP:
+		for e := 0; e < ext; e++ {
+			for d := 0; d < dp; d++ {
+				for p := 0; p < pp; p++ {
+					for c := 0; c < pcp; c++ {
+						var g []int
+						for t := 0; t < tp; t++ {
+							g = append(g, rank(e, d, p, c, t))
+						}
+						out = append(out, g)
+					}
+				}
+			}
+		}
+	case pstate.PCP:
+		for e := 0; e < ext; e++ {
+			for d := 0; d < dp; d++ {
+				for p := 0; p < pp; p++ {
+					for t := 0; t < tp; t++ {
+						var g []int
+						for c := 0; c < pcp; c++ {
+							g = append(g, rank(e, d, p, c, t))
+						}
+						out = append(out, g)
+					}
+				}
+			}
+		}
+	case pstate.PP:
+		for e := 0; e < ext; e++ {
+			for d := 0; d < dp; d++ {
+				for t := 0; t < tp; t++ {
+					for c := 0; c < pcp; c++ {
+						var g []int
+						for p := 0; p < pp; p++ {
+							g = append(g, rank(e, d, p, c, t))
+						}
+						out = append(out, g)
+					}
+				}
+			}
+		}
+	case pstate.DP:
+		for e := 0; e < ext; e++ {
+			for t := 0; t < tp; t++ {
+				for p := 0; p < pp; p++ {
+					for c := 0; c < pcp; c++ {
+						var g []int
+						for d := 0; d < dp; d++ {
+							g = append(g, rank(e, d, p, c, t))
+						}
+						out = append(out, g)
+					}
+				}
+			}
+		}
+	case pstate.EP, pstate.EPLB:
+		for e := 0; e < ext; e++ {
+			for p := 0; p < pp; p++ {
+				var g []int
+				for d := 0; d < dp; d++ {
+					for c := 0; c < pcp; c++ {
+						for t := 0; t < tp; t++ {
+							g = append(g, rank(e, d, p, c, t))
+						}
+					}
+				}
+				out = append(out, g)
+			}
+		}
+	}
+	return out
+}
+
+func TestLayoutVLLMEngineMatchesVLLMsGrid(t *testing.T) {
+	for _, c := range []struct{ world, tp, pp, dp, pcp int }{
+		{8, 2, 2, 2, 1}, {8, 2, 2, 1, 2}, {16, 2, 2, 2, 2}, {12, 2, 1, 2, 1}, {8, 2, 4, 1, 1}, {1, 1, 1, 1, 1},
+	} {
+		l, err := pstate.NewLayout(c.world, pstate.ParallelConfig{Engine: pstate.VLLM, TensorParallel: c.tp,
+			PipelineParallel: c.pp, DataParallel: c.dp, PrefillContextParallel: c.pcp, MoEModel: true})
+		if err != nil {
+			t.Fatalf("%+v: %v", c, err)
+		}
+		for _, kind := range []pstate.GroupKind{pstate.TP, pstate.PCP, pstate.PP, pstate.DP, pstate.EP, pstate.EPLB} {
+			got, err := l.Groups(kind)
+			if want := vllmGroups(c.world, c.tp, c.pp, c.dp, c.pcp, kind); err != nil || !reflect.DeepEqual(got, want) {
+				t.Fatalf("%+v: %v %v (%v), want %v", c, kind, got, err, want)
+			}
+		}
+		if n, err := l.GroupCount(pstate.AttnTP); err != nil || n != 0 {
+			t.Fatalf("%+v: AttnTP count %d (%v): SGLang's kinds are not in vLLM's layout", c, n, err)
+		}
+		l.Close()
+	}
+	if pstate.VLLM.String() != "vllm" || pstate.Engine(7).Valid() {
+		t.Fatal("Engine String/Valid")
+	}
+}
+
+func TestLayoutVLLMRefusalsNameTheSizes(t *testing.T) {
+	_, err := pstate.NewLayout(12, pstate.ParallelConfig{Engine: pstate.VLLM, TensorParallel: 2, PipelineParallel: 2,
+		DataParallel: 2})
+	var pe *pstate.Error
+	if !errors.Is(err, pstate.ErrInvalidArgument) || !errors.As(err, &pe) ||
+		!strings.Contains(pe.Detail, "world_size 12 is not divisible by data_parallel_size 2") {
+		t.Fatalf("err = %v, want the library's reason", err)
+	}
+	if _, err := pstate.NewLayout(4, pstate.ParallelConfig{Engine: pstate.Engine(5)}); !errors.Is(err, pstate.ErrInvalidArgument) {
+		t.Fatalf("Engine(5): err = %v", err)
+	}
+	if _, err := pstate.NewLayout(4, pstate.ParallelConfig{DataParallel: 2}); err == nil ||
+		!strings.Contains(err.Error(), "a size of vLLM's layout") {
+		t.Fatalf("SGLang with DataParallel 2: err = %v", err)
 	}
 }

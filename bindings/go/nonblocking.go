@@ -365,3 +365,82 @@ func (g *Group) RecvTensorDictSliced(src int, ag *Group) ([]Tensor, error) {
 		return capi.Recv_tensor_dict_sliced(h, src, a, d, 0)
 	})
 }
+
+// vcounts checks one side of an AllToAllV (counts and displacements of one entry per group rank,
+// >= 0) and returns them as C wants them and the elements the side spans (the largest
+// displacement + count of a non-empty part).
+func (g *Group) vcounts(op, side string, counts, displs []int) ([]uint64, []uint64, int, error) {
+	n := g.info.WorldSize
+	if len(counts) != n || len(displs) != n {
+		return nil, nil, 0, invalid(g.op(op), "%s counts and displacements have %d and %d entries, the group has %d "+
+			"ranks (one of each per group rank)", side, len(counts), len(displs), n)
+	}
+	c, d := make([]uint64, n), make([]uint64, n)
+	extent := 0
+	for j := 0; j < n; j++ {
+		if counts[j] < 0 || displs[j] < 0 {
+			return nil, nil, 0, invalid(g.op(op), "%s counts[%d] = %d, displs[%d] = %d: both must be >= 0",
+				side, j, counts[j], j, displs[j])
+		}
+		c[j], d[j] = uint64(counts[j]), uint64(displs[j])
+		if end := displs[j] + counts[j]; counts[j] > 0 && end > extent {
+			extent = end
+		}
+	}
+	return c, d, extent, nil
+}
+
+// AllToAllV is MPI_Alltoallv (pstate_all_to_all_v): sendCounts[j] elements at sendDispls[j] of
+// send go to group rank j, and recvCounts[i] elements from group rank i land at recvDispls[i] of
+// recv (counts and displacements in elements, one entry per group rank). Every pair must agree
+// (this rank's sendCounts[j] is rank j's recvCounts[this rank]), else ErrMismatch on every rank.
+func (g *Group) AllToAllV(send Buffer, sendCounts, sendDispls []int, recv Buffer, recvCounts, recvDispls []int,
+	opts ...CallOption) error {
+	o := collect(opts)
+	op := g.op("AllToAllV")
+	var sc, sd, rc, rd []uint64
+	var sendExtent, recvExtent int
+	err := firstError(
+		func() (err error) {
+			sc, sd, sendExtent, err = g.vcounts("AllToAllV", "send", sendCounts, sendDispls)
+			return err
+		},
+		func() (err error) {
+			rc, rd, recvExtent, err = g.vcounts("AllToAllV", "recv", recvCounts, recvDispls)
+			return err
+		},
+		func() error { return sameDType(op, send, recv) },
+		func() error { return send.check(op, "send", sendExtent) },
+		func() error { return recv.check(op, "recv", recvExtent) })
+	if err := g.together("AllToAllV", err, func(h uintptr) error {
+		return capi.All_to_all_v(h, nil, nil, nil, nil, nil, nil, refusedDType, 0)
+	}); err != nil {
+		return err
+	}
+	return g.call("AllToAllV", func(h uintptr) error {
+		return capi.All_to_all_v(h, send.p, sc, sd, recv.p, rc, rd, int(send.dtype), o.stream)
+	})
+}
+
+// AllToAllV sends sendCounts[j] elements of send (packed in group-rank order) to group rank j and
+// returns what arrived, packed in group-rank order (recvCounts[i] elements from rank i).
+func AllToAllV[T Element](g *Group, send []T, sendCounts, recvCounts []int) ([]T, error) {
+	packed := func(counts []int) []int {
+		displs, at := make([]int, len(counts)), 0
+		for i, n := range counts {
+			displs[i] = at
+			if n > 0 {
+				at += n
+			}
+		}
+		return displs
+	}
+	total := 0
+	for _, n := range recvCounts {
+		if n > 0 {
+			total += n
+		}
+	}
+	out := make([]T, total)
+	return out, g.AllToAllV(Slice(send), sendCounts, packed(sendCounts), Slice(out), recvCounts, packed(recvCounts))
+}

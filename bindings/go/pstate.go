@@ -465,6 +465,13 @@ func (ps *PState) GraphCapture(stream uintptr) (*Capture, error) {
 // TensorParallel = world size / PipelineParallel, the others 1 (SharedExpertsTensorParallel: no
 // group). So ParallelConfig{PipelineParallel: 2} on 4 ranks is TP 2 x PP 2, and the zero config
 // is TP = world. Negative sizes are ErrInvalidArgument.
+//
+// Engine VLLM describes vLLM's layout instead (pstate.h, "vLLM's layout"): the world is
+// ExternalDP x DataParallel x PipelineParallel x PrefillContextParallel x TensorParallel, with
+// DecodeContextParallel blocks of each TP group, and MoEModel asks for its EP and EPLB groups;
+// TensorParallel 0 is then world size / (DataParallel x PipelineParallel x PrefillContextParallel).
+// SGLang's other sizes must stay 0 or 1 there, and DataParallel and PrefillContextParallel 0 or 1
+// under SGLang.
 type ParallelConfig struct {
 	TensorParallel              int
 	PipelineParallel            int
@@ -474,12 +481,20 @@ type ParallelConfig struct {
 	MoEDataParallel             int
 	DecodeContextParallel       int
 	SharedExpertsTensorParallel int
+	Engine                      Engine // the zero value is SGLang
+	DataParallel                int    // vLLM's data_parallel_size
+	PrefillContextParallel      int    // vLLM's prefill_context_parallel_size
+	MoEModel                    bool   // vLLM: a MoE model (EP and EPLB groups)
 }
 
 // check refuses sizes a C int cannot hold (they would arrive truncated).
 func (c ParallelConfig) check(op string) error {
+	if !c.Engine.Valid() {
+		return invalid(op, "%v is not a pstate.Engine (SGLang, VLLM)", c.Engine)
+	}
 	for _, v := range []int{c.TensorParallel, c.PipelineParallel, c.ExpertParallel, c.AttentionDataParallel,
-		c.AttentionContextParallel, c.MoEDataParallel, c.DecodeContextParallel, c.SharedExpertsTensorParallel} {
+		c.AttentionContextParallel, c.MoEDataParallel, c.DecodeContextParallel, c.SharedExpertsTensorParallel,
+		c.DataParallel, c.PrefillContextParallel} {
 		if v != int(int32(v)) {
 			return invalid(op, "parallel size %d does not fit a C int", v)
 		}
@@ -499,5 +514,13 @@ func (c ParallelConfig) toC() capi.Pstate_parallel_config_t {
 	p.SetMoe_data_parallel_size(c.MoEDataParallel)
 	p.SetDecode_context_parallel_size(c.DecodeContextParallel)
 	p.SetShared_experts_tensor_parallel_size(c.SharedExpertsTensorParallel)
+	p.SetEngine(int(c.Engine))
+	p.SetData_parallel_size(c.DataParallel)
+	p.SetPrefill_context_parallel_size(c.PrefillContextParallel)
+	moe := 0
+	if c.MoEModel {
+		moe = 1
+	}
+	p.SetMoe_model(moe)
 	return p
 }

@@ -77,7 +77,30 @@ func (d Device) String() string {
 // Valid reports whether d is CPU or CUDA.
 func (d Device) Valid() bool { return d == CPU || d == CUDA }
 
-// GroupKind is pstate_group_kind_t: the groups of SGLang's parallel_state.py.
+// Engine is pstate_engine_t: whose rank layout a ParallelConfig describes.
+type Engine int
+
+// The engines of pstate.h.
+const (
+	SGLang Engine = 0 // SGLang's initialize_model_parallel (the zero value): world = TP x PP
+	VLLM   Engine = 1 // vLLM's: world = ExternalDP x DP x PP x PCP x TP
+)
+
+// String is "sglang" or "vllm" (`pstate layout --engine`); "Engine(7)" for a value that is neither.
+func (e Engine) String() string {
+	switch e {
+	case SGLang:
+		return "sglang"
+	case VLLM:
+		return "vllm"
+	}
+	return fmt.Sprintf("Engine(%d)", int(e))
+}
+
+// Valid reports whether e is an engine of pstate.h.
+func (e Engine) Valid() bool { return e == SGLang || e == VLLM }
+
+// GroupKind is pstate_group_kind_t: the groups of SGLang's (and vLLM's) parallel_state.py.
 type GroupKind int
 
 // The group kinds of pstate.h.
@@ -93,6 +116,10 @@ const (
 	DCP             GroupKind = 8
 	SharedExpertsTP GroupKind = 9
 	SelfPP          GroupKind = 10
+	DP              GroupKind = 11 // vLLM's layout: data parallel
+	PCP             GroupKind = 12 // vLLM: prefill context parallel
+	EP              GroupKind = 13 // vLLM: expert parallel over DP x PCP x TP of one stage (MoE models)
+	EPLB            GroupKind = 14 // vLLM: EP's ranks on a group of their own (MoE models)
 	// Custom is the kind of a group made by PState.NewGroup ("custom:<n>"); PState.Group
 	// refuses it (such groups are not in the layout).
 	Custom GroupKind = 1000 // kinds from 1000 on are not layout kinds (pstate.h)
@@ -102,9 +129,9 @@ const (
 // "GroupKind(99)" for a value that is none.
 func (k GroupKind) String() string { return named(capi.Group_kind_name(int(k)), "GroupKind", int(k)) }
 
-// Valid reports whether k is a kind of the layout (World ... SelfPP: the kinds PState.Group and
+// Valid reports whether k is a kind of the layout (World ... EPLB: the kinds PState.Group and
 // Layout take); Custom, the kind of NewGroup's groups, is not one.
-func (k GroupKind) Valid() bool { return k >= World && k <= SelfPP }
+func (k GroupKind) Valid() bool { return k >= World && k <= EPLB }
 
 // named is the library's name of an enumeration value, or "Type(n)" when it has none (a typed
 // constant out of range: the C library would refuse it).
@@ -120,7 +147,7 @@ const (
 	dtypeNames     = "Int8, Uint8, Int32, Uint32, Int64, Uint64, Float16, Float32, Float64, BFloat16, FP8E4M3, FP8E5M2"
 	reduceOpNames  = "Sum, Prod, Max, Min, Avg"
 	deviceNames    = "CPU, CUDA"
-	groupKindNames = "World, TP, PP, AttnTP, AttnCP, MoEEP, MoETP, MoEDP, DCP, SharedExpertsTP, SelfPP"
+	groupKindNames = "World, TP, PP, AttnTP, AttnCP, MoEEP, MoETP, MoEDP, DCP, SharedExpertsTP, SelfPP, DP, PCP, EP, EPLB"
 )
 
 // checkOp refuses a ReduceOp outside the enumeration before C sees it.

@@ -187,10 +187,14 @@ typedef enum pstate_device_t PSTATE_ENUM_BASE {
   PSTATE_DEVICE_CUDA = 1 /**< CUDA device memory; NCCL carries tensors */
 } pstate_device_t;
 
-/** The groups of SGLang's parallel_state.py. Two ranges: the layout kinds 0..PSTATE_GROUP_KIND_COUNT-1
- *  (the ones pstate_get_group and the layout calls take; a new layout kind is appended at
- *  PSTATE_GROUP_KIND_COUNT, which grows with it) and, from 1000 on, kinds that are not in the
- *  layout (PSTATE_GROUP_CUSTOM first; a new one is appended at 1001, ...). */
+/** The groups of SGLang's and vLLM's parallel_state.py. Two ranges: the layout kinds
+ *  0..PSTATE_GROUP_KIND_COUNT-1 (the ones pstate_get_group and the layout calls take; a new layout
+ *  kind is appended at PSTATE_GROUP_KIND_COUNT, which grows with it) and, from 1000 on, kinds that
+ *  are not in the layout (PSTATE_GROUP_CUSTOM first; a new one is appended at 1001, ...).
+ *  Which kinds a layout has depends on its engine (pstate_parallel_config_t.engine): SGLang's
+ *  layout has WORLD .. SELF_PP; vLLM's has WORLD, TP, PP, DCP (when dcp > 1), DP, PCP, and EP and
+ *  EPLB (for a MoE model). A kind the layout lacks has 0 groups (pstate_layout_group_count) and
+ *  pstate_get_group refuses it with PSTATE_ERR_UNSUPPORTED naming what would make it exist. */
 typedef enum pstate_group_kind_t PSTATE_ENUM_BASE {
   PSTATE_GROUP_WORLD = 0,             /**< every rank */
   PSTATE_GROUP_TP = 1,                /**< tensor parallel: tp consecutive ranks */
@@ -203,15 +207,30 @@ typedef enum pstate_group_kind_t PSTATE_ENUM_BASE {
   PSTATE_GROUP_DCP = 8,               /**< decode context parallel; exists only when dcp > 1 */
   PSTATE_GROUP_SHARED_EXPERTS_TP = 9, /**< shared-experts TP; exists only when size > 1 */
   PSTATE_GROUP_SELF_PP = 10,          /**< each rank alone: SGLang's per-rank "self" PP group */
+  PSTATE_GROUP_DP = 11,               /**< vLLM: data parallel, one rank of each DP replica */
+  PSTATE_GROUP_PCP = 12,              /**< vLLM: prefill context parallel, ranks tp apart */
+  PSTATE_GROUP_EP = 13,               /**< vLLM: expert parallel, dp x pcp x tp of one PP stage
+                                           (MoE models only) */
+  PSTATE_GROUP_EPLB = 14,             /**< vLLM: EP's ranks on a group of their own, for expert
+                                           load balancing (MoE models only) */
   PSTATE_GROUP_CUSTOM = 1000          /**< a group of pstate_new_group ("custom:<n>"); not in the
                                            layout: pstate_get_group and the layout calls refuse it */
 } pstate_group_kind_t;
 /** The number of layout kinds (0..PSTATE_GROUP_KIND_COUNT-1), the ones pstate_get_group and the
  *  layout calls take. Grows when a layout kind is appended. */
-#define PSTATE_GROUP_KIND_COUNT 11
+#define PSTATE_GROUP_KIND_COUNT 15
 /** The first kind that is not a layout kind: kinds >= PSTATE_GROUP_FIRST_NON_LAYOUT_KIND are made
  *  otherwise (pstate_new_group) and never name a layout group. */
 #define PSTATE_GROUP_FIRST_NON_LAYOUT_KIND 1000
+
+/** The serving engine whose rank layout a parallel config describes
+ *  (pstate_parallel_config_t.engine): the groups pstate_initialize_model_parallel makes and
+ *  pstate_layout_create computes, with that engine's rank lists and order. */
+typedef enum pstate_engine_t PSTATE_ENUM_BASE {
+  PSTATE_ENGINE_SGLANG = 0, /**< SGLang's initialize_model_parallel (the default): world = tp x pp */
+  PSTATE_ENGINE_VLLM = 1    /**< vLLM's initialize_model_parallel: world = ExternalDP x dp x pp x pcp x tp */
+} pstate_engine_t;
+#define PSTATE_ENGINE_COUNT 2
 
 /* ------------------------------------------------------------------------------------------ */
 /* Handles                                                                                      */
@@ -253,8 +272,9 @@ typedef struct pstate_init_params_t {
 #define PSTATE_INIT_PARAMS_INIT                                                              \
   { sizeof(pstate_init_params_t), -1, -1, -1, NULL, PSTATE_DEVICE_CPU, -1, 0, NULL, NULL }
 
-/** Sizes of the model-parallel layout (SGLang's initialize_model_parallel arguments).
- *  world_size must equal tensor_parallel_size * pipeline_parallel_size.
+/** Sizes of the model-parallel layout (SGLang's initialize_model_parallel arguments; with engine
+ *  PSTATE_ENGINE_VLLM, vLLM's: see "vLLM's layout" after the struct). Under SGLang, world_size
+ *  must equal tensor_parallel_size * pipeline_parallel_size.
  *
  *  Defaults, one rule for every front end (C, `pstate layout`/`bench`, Python, Go, Rust): a size
  *  of 0 means "the default": tensor_parallel_size 0 is world_size / pipeline_parallel_size (the
@@ -275,9 +295,29 @@ typedef struct pstate_parallel_config_t {
   int moe_data_parallel_size;            /**< moe_dp; moe_tp = tp / ep / moe_dp; 0: 1 */
   int decode_context_parallel_size;      /**< dcp; divides tp; a DCP group exists when > 1; 0: 1 */
   int shared_experts_tensor_parallel_size; /**< 0 = none; else divides attn_tp */
+  /* 1.x: vLLM's layout. An older caller's struct ends above: it is SGLang's, as before. */
+  pstate_engine_t engine;                /**< whose layout: PSTATE_ENGINE_SGLANG (0, default) or
+                                              PSTATE_ENGINE_VLLM; see "vLLM's layout" below */
+  int data_parallel_size;                /**< vLLM's dp, >= 1; 0: 1. SGLang: 0 or 1 only */
+  int prefill_context_parallel_size;     /**< vLLM's pcp, >= 1; 0: 1. SGLang: 0 or 1 only */
+  int moe_model;                         /**< vLLM: 1 = a MoE model, which gets EP and EPLB groups;
+                                              0 (default) = a dense model, which has none. 0 or 1
+                                              (SGLang: its MoE groups always exist; no effect) */
 } pstate_parallel_config_t;
+/*  vLLM's layout (engine PSTATE_ENGINE_VLLM; vLLM's initialize_model_parallel): the world is
+ *  laid out as all_ranks = arange(world).reshape(-1, dp, pp, pcp, tp), the first axis being
+ *  ExternalDP = world_size / (dp * pp * pcp * tp), which must be a whole number (the world need
+ *  not be tp x pp there). tensor_parallel_size 0 is world_size / (dp * pp * pcp). Groups: tp along
+ *  the last axis; dcp consecutive blocks of dcp ranks of each tp group (decode_context_parallel_size
+ *  divides tp; a group exists when > 1); pcp, pp and dp along their axes (moved last, then cut);
+ *  ep and eplb (moe_model 1) the dp x pcp x tp ranks of one pipeline stage of one ExternalDP
+ *  replica. Each group's ranks and the groups' order are vLLM's (`pstate layout --engine vllm`
+ *  prints them). SGLang's other sizes (expert_parallel_size, attention_data_parallel_size,
+ *  attention_context_parallel_size, moe_data_parallel_size) must stay 0 or 1 and
+ *  shared_experts_tensor_parallel_size 0 or 1: vLLM's EP is asked for by moe_model. */
 
-#define PSTATE_PARALLEL_CONFIG_INIT { sizeof(pstate_parallel_config_t), 1, 1, 1, 1, 1, 1, 1, 0 }
+#define PSTATE_PARALLEL_CONFIG_INIT                                                          \
+  { sizeof(pstate_parallel_config_t), 1, 1, 1, 1, 1, 1, 1, 0, PSTATE_ENGINE_SGLANG, 1, 1, 0 }
 
 /** Length of pstate_group_info_t.name, terminator included. */
 #define PSTATE_GROUP_NAME_MAX 32
@@ -335,16 +375,20 @@ PSTATE_API size_t pstate_dtype_size(pstate_dtype_t dtype);
 /* Layout: pure rank math, no communication (for launchers, planners and tests)                 */
 /* ------------------------------------------------------------------------------------------ */
 
-/** Computes SGLang's groups for world_size ranks. cfg NULL = all sizes 1 except tp = world_size;
- *  a size of 0 in cfg is its default (see pstate_parallel_config_t).
- *  Errors: PSTATE_ERR_INVALID_ARGUMENT with one message per cause (world != tp*pp, a size that
- *  does not divide, a size < 0, world_size > 1048576). */
+/** Computes the groups of cfg's engine (SGLang's, or vLLM's with engine PSTATE_ENGINE_VLLM) for
+ *  world_size ranks. cfg NULL = SGLang's, all sizes 1 except tp = world_size; a size of 0 in cfg
+ *  is its default (see pstate_parallel_config_t).
+ *  Errors: PSTATE_ERR_INVALID_ARGUMENT with one message per cause (world != tp*pp, or under vLLM
+ *  world not divisible by dp*pp*pcp*tp; a size that does not divide, a size < 0, a size of the
+ *  other engine, world_size > 1048576). */
 PSTATE_API pstate_status_t pstate_layout_create(int world_size, const pstate_parallel_config_t *cfg,
                                                 pstate_layout_t **out);
-/** Number of groups of `kind`; 0 for kinds that do not exist in this layout (dcp == 1). */
+/** Number of groups of `kind`; 0 for kinds that do not exist in this layout (dcp == 1, a kind of
+ *  the other engine, vLLM's EP and EPLB of a dense model). */
 PSTATE_API pstate_status_t pstate_layout_group_count(const pstate_layout_t *l, pstate_group_kind_t kind,
                                                      size_t *count);
-/** Ranks of group `index` of `kind`, ascending: a returned array (*count = the group size). */
+/** Ranks of group `index` of `kind`, ascending: a returned array (*count = the group size).
+ *  Groups are indexed in the order their engine creates them (vLLM's: its reshape's rows). */
 PSTATE_API pstate_status_t pstate_layout_group_ranks(const pstate_layout_t *l, pstate_group_kind_t kind,
                                                      size_t index, int *ranks, size_t capacity,
                                                      size_t *count);
@@ -373,8 +417,12 @@ PSTATE_API void pstate_layout_destroy(pstate_layout_t *l);
 PSTATE_API pstate_status_t pstate_init(const pstate_init_params_t *params, pstate_t **out);
 
 /** initialize_model_parallel: creates every group kind of the layout for cfg (NULL = tp =
- *  world; a size of 0 is its default, see pstate_parallel_config_t). Collective over the world. The ranks first compare their configs (one all-gather of
- *  the eight sizes over the world group): when any two differ every rank returns MISMATCH
+ *  world; a size of 0 is its default, see pstate_parallel_config_t). Collective over the world.
+ *  Under vLLM (engine PSTATE_ENGINE_VLLM) the groups are vLLM's: WORLD, TP, PP, DP, PCP, DCP
+ *  (dcp > 1), EP and EPLB (moe_model 1), each a group object of its own (EPLB is a second group
+ *  over EP's ranks, so that its calls never wait behind EP's); pstate_group_info reports
+ *  rank_in_group and first/last/next/prev as vLLM's GroupCoordinator does from its ranks. The ranks first compare their configs (one all-gather of
+ *  the sizes and the engine over the world group): when any two differ every rank returns MISMATCH
  *  naming both ("rank 0 tp 1 pp 2, rank 1 tp 2 pp 1"), nothing is created and the context is
  *  unchanged (call it again with agreeing configs, or finalize). INVALID_STATE when already
  *  initialized (destroy first) or in graph-capture mode. CUDA contexts: when the world group's
@@ -583,6 +631,7 @@ PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int r
 /* reduce on root send == recv; scatter on root recv == send + root * count,                    */
 /* or (CPU) recv == send; all_gatherv send == recv + this rank's offset; reduce_scatterv recv == */
 /* send + this rank's offset (offset = counts[0] + ... + counts[rank_in_group - 1] elements).   */
+/* all_to_all_v has no in-place form (send, recv and every received part apart).              */
 /* Any other overlap is INVALID_ARGUMENT naming both ranges and the forms                       */
 /* (the check is local and costs two comparisons). In a CUDA context only NCCL's forms are      */
 /* accepted. Rooted calls check only the buffers the rank uses: recv of reduce and send of      */
@@ -677,6 +726,25 @@ PSTATE_API pstate_status_t pstate_all_gatherv(pstate_group_t *g, const void *sen
 PSTATE_API pstate_status_t pstate_reduce_scatterv(pstate_group_t *g, const void *send, void *recv,
                                                   const size_t *counts, pstate_dtype_t dtype, pstate_reduce_op_t op,
                                                   void *stream);
+/** Variable all-to-all (MPI_Alltoallv; torchcomms' all_to_all_v_single, MoE dispatch): group rank
+ *  i sends send_counts[j] elements from send + send_displs[j] to group rank j, and receives
+ *  recv_counts[j] elements from group rank j into recv + recv_displs[j] (displacements and counts
+ *  in elements; the four arrays hold world_size entries each, read during the call only; zeros
+ *  are fine, and a rank's own entry is a local copy). Displacements may come in any order and
+ *  leave gaps (what lies in a gap of recv is not written); the received ranges must not overlap
+ *  one another. Every pair must agree: my send_counts[j] == group rank j's recv_counts[me],
+ *  else MISMATCH on every rank of the call, naming the pair and both counts (CPU contexts: always,
+ *  with one more small exchange of every rank's counts before any data moves, which leaves the
+ *  context usable; CUDA contexts: under PSTATE_CHECK=1, like every device collective). An array
+ *  that is NULL, a displacement + count that overflows or passes 2^47 bytes, or a send/recv range
+ *  that overlaps the other buffer's is INVALID_ARGUMENT (on every rank of the call: it refuses
+ *  together). No in-place form. send may be NULL where every send count is 0, recv where every
+ *  recv count is 0. CPU: pairwise exchange over the CPU communicator (step s: send to rank + s,
+ *  receive from rank - s; empty messages skipped by both ends); CUDA: one NCCL group of
+ *  ncclSend/ncclRecv per non-empty pair (capturable). */
+PSTATE_API pstate_status_t pstate_all_to_all_v(pstate_group_t *g, const void *send, const size_t *send_counts,
+                                               const size_t *send_displs, void *recv, const size_t *recv_counts,
+                                               const size_t *recv_displs, pstate_dtype_t dtype, void *stream);
 /** Sends count elements to group rank peer (returns when the buffer may be reused: the message has
  *  left, as in MPI and NCCL). Point-to-point of a group is two ordered streams per peer and
  *  direction: tensors (send, recv, isend, irecv, p2p_batch, the CPU payload of tensor dicts) and
@@ -1167,6 +1235,10 @@ struct pstate_api_t {
   pstate_status_t (*mem_query)(pstate_group_t *g, const void *ptr, pstate_mem_info_t *out);
   pstate_status_t (*group_mem_stats)(pstate_group_t *g, pstate_mem_stats_t *out);
   pstate_status_t (*set_graph_registration)(pstate_t *ps, int enable);
+  /* variable all-to-all (issue 43) */
+  pstate_status_t (*all_to_all_v)(pstate_group_t *g, const void *send, const size_t *send_counts,
+                                  const size_t *send_displs, void *recv, const size_t *recv_counts,
+                                  const size_t *recv_displs, pstate_dtype_t dtype, void *stream);
   /* metrics (docs/metrics.md) */
   pstate_status_t (*metrics_text)(pstate_t *ps, char *out, size_t capacity, size_t *count);
 };

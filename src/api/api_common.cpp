@@ -87,7 +87,8 @@ PSTATE_API const char *pstate_reduce_op_name(pstate_reduce_op_t op) {
 // PSTATE_GROUP_FIRST_NON_LAYOUT_KIND on. Each grows at its end.
 PSTATE_API const char *pstate_group_kind_name(pstate_group_kind_t kind) {
   static const char *const kLayoutNames[PSTATE_GROUP_KIND_COUNT] = {
-      "world", "tp", "pp", "attn_tp", "attn_cp", "moe_ep", "moe_tp", "moe_dp", "dcp", "shared_experts_tp", "self_pp"};
+      "world", "tp", "pp", "attn_tp", "attn_cp", "moe_ep", "moe_tp", "moe_dp", "dcp", "shared_experts_tp", "self_pp",
+      "dp", "pcp", "ep", "eplb"};  // the last four: vLLM's
   static const char *const kOtherNames[] = {"custom"};
   static_assert(PSTATE_GROUP_CUSTOM == PSTATE_GROUP_FIRST_NON_LAYOUT_KIND, "custom is the first non-layout kind");
   const int i = static_cast<int>(kind);

@@ -14,8 +14,10 @@
 #include "api/boundary.hpp"
 #include "api/handles.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 using namespace pstate::api;
 using pstate::OpKind;
@@ -67,6 +69,44 @@ VarCounts require_counts(const pstate_group_t *g, const size_t *counts, pstate_d
   }
   require_fits(v.total, dtype, 1, "counts (their sum)");
   return v;
+}
+
+// One side of an all_to_all_v: the arrays (size() entries, counts and displacements in elements),
+// each part's end (displacement + count) within size_t and 2^47 bytes. Returns the bytes the buffer
+// spans (the largest end of a non-empty part); part ends of empty parts do not count.
+size_t require_v_side(const pstate_group_t *g, const size_t *counts, const size_t *displs, pstate_dtype_t dtype,
+                      const char *counts_name, const char *displs_name, const char *buf_name) {
+  if (counts == nullptr || displs == nullptr)
+    pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, counts == nullptr ? counts_name : displs_name, " is NULL: ",
+                        "pstate_all_to_all_v on group ", g->name(), " needs one entry per group rank (", g->size(),
+                        " entries, in elements; zeros are fine)");
+  size_t end_max = 0;
+  for (size_t j = 0; j < static_cast<size_t>(g->size()); ++j) {
+    if (counts[j] == 0) continue;
+    size_t end = 0;
+    if (__builtin_add_overflow(displs[j], counts[j], &end))
+      pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, displs_name, "[", j, "] + ", counts_name, "[", j, "] = ",
+                          displs[j], " + ", counts[j], " overflows size_t on group ", g->name(),
+                          ": displacements and counts are element counts; is one a negative length cast to size_t?");
+    end_max = end > end_max ? end : end_max;
+  }
+  return require_fits(end_max, dtype, 1, buf_name);
+}
+
+// The received parts of an all_to_all_v must not overlap one another (the order of their
+// arrival is not defined): sorted by displacement, each non-empty part ends before the next begins.
+void require_parts_apart(const pstate_group_t *g, const size_t *counts, const size_t *displs) {
+  std::vector<size_t> order;
+  for (size_t j = 0; j < static_cast<size_t>(g->size()); ++j)
+    if (counts[j] != 0) order.push_back(j);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return displs[a] < displs[b]; });
+  for (size_t k = 1; k < order.size(); ++k) {
+    const size_t a = order[k - 1], b = order[k];
+    if (displs[a] + counts[a] > displs[b])
+      pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "recv parts overlap: recv_displs[", a, "] + recv_counts[", a,
+                          "] = ", displs[a] + counts[a], " > recv_displs[", b, "] = ", displs[b], " on group ",
+                          g->name(), ": every received part needs elements of its own");
+  }
 }
 
 pstate_group_t *tp_group(pstate_t *ps, const char *call) {
@@ -281,6 +321,29 @@ PSTATE_API pstate_status_t pstate_all_gatherv(pstate_group_t *g, const void *sen
       t.memory(send, part, recv, total);
     });
     g->all_gatherv(send, recv, counts, v.total, dtype, stream);
+  });
+}
+
+// all_to_all_v: the pairs' counts are compared by the group (an exchange of every rank's counts,
+// group.hpp); here each rank's own arrays, extents and buffers, refused together.
+PSTATE_API pstate_status_t pstate_all_to_all_v(pstate_group_t *g, const void *send, const size_t *send_counts,
+                                               const size_t *send_displs, void *recv, const size_t *recv_counts,
+                                               const size_t *recv_displs, pstate_dtype_t dtype, void *stream) {
+  return PSTATE_GUARD({
+    require_group(g, "pstate_all_to_all_v");
+    ContextEntry entry(g->context(), "pstate_all_to_all_v");
+    const TensorChecks t(g, "pstate_all_to_all_v");
+    check_together(g, OpKind::kAllToAllV, -1, 0, [&] {
+      check_op(g, dtype, stream);
+      const size_t send_bytes = require_v_side(g, send_counts, send_displs, dtype, "send_counts", "send_displs", "send");
+      const size_t recv_bytes = require_v_side(g, recv_counts, recv_displs, dtype, "recv_counts", "recv_displs", "recv");
+      require_present(send, send_bytes, send_bytes / element_size(dtype), "send");
+      require_present(recv, recv_bytes, recv_bytes / element_size(dtype), "recv");
+      require_parts_apart(g, recv_counts, recv_displs);
+      t.apart(send, send_bytes, recv, recv_bytes, false, false, "none (all_to_all_v has no in-place form)",
+              "none (all_to_all_v has no in-place form)", [&] { t.memory(send, send_bytes, recv, recv_bytes); });
+    });
+    g->all_to_all_v(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype, stream);
   });
 }
 

@@ -91,6 +91,7 @@ constexpr pstate_api_t make_table() {
   t.mem_query = pstate_mem_query;
   t.group_mem_stats = pstate_group_mem_stats;
   t.set_graph_registration = pstate_set_graph_registration;
+  t.all_to_all_v = pstate_all_to_all_v;
   // metrics
   t.metrics_text = pstate_metrics_text;
   return t;

@@ -1,4 +1,4 @@
-// tcp_store_server.cpp — the TCP store's server: one thread, one poll() loop (see the header).
+// tcp_store_server.cpp — the TCP store's server: one thread, one epoll loop (see the header).
 //
 // The rendezvous watch (see the header): every rank's first join, refusals and departures are
 // noted; a refusal of a proven member before the world is complete fails the job (fail_job); a
@@ -6,13 +6,24 @@
 // sees.
 //
 // The loop, per turn:
-//   1. poll() the wake-up eventfd, the listening sockets and every connection (a connection asks
-//      for POLLIN when it can take a request, POLLOUT while a reply is queued, only POLLRDHUP
-//      while parked), with a timeout that is the nearest timer (parked wait, handshake limit);
+//   1. epoll_wait on the wake-up eventfd, the listening sockets and every connection (a connection
+//      asks for EPOLLIN when it can take a request, EPOLLOUT while a reply is queued, only
+//      EPOLLRDHUP while parked), with a timeout that is the nearest timer (parked wait, handshake
+//      limit);
 //   2. accept new connections; read and decode frames; answer requests;
 //   3. answer parked requests whose keys now exist (after a set/add) or whose time has passed;
 //   4. resume connections that were blocked and may hold already-buffered requests;
-//   5. drop dead connections, releasing their rank claims.
+//   5. tell epoll the new interest of each connection this turn touched; drop dead connections,
+//      releasing their rank claims.
+// Every step costs what the turn's events cost, never a pass over every connection: the kernel
+// keeps the interest list (epoll, level-triggered, so what a turn leaves unread is reported again),
+// timers are a min-heap (entries made stale by a reply are skipped when they surface), a parked
+// request is filed under the one key it waits for next (a set or add wakes only that key's
+// waiters), and the dead are swept from a list. With poll() every turn handed the kernel all N
+// descriptors and walked all N connections twice, and a rendezvous of N ranks takes O(N) turns: the
+// start-up grew 2.5x per doubling at 2048-4096 ranks (docs/bench/startup.md). epoll is the
+// kernel's own readiness API, in glibc, with nothing to install; an event library (libevent,
+// libuv) would bring the same epoll underneath and a second loop abstraction to learn.
 // A connection handles one request at a time, in order: while its reply is queued or its request
 // is parked, its later frames wait in the socket. That bounds each connection's buffers to one
 // frame in and one reply out (large values are shared between readers, not copied).
@@ -49,7 +60,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -64,17 +75,19 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <queue>
 #include <set>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace pstate {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Milliseconds until t, rounded up so poll() does not wake just before a timer is due.
+// Milliseconds until t, rounded up so epoll_wait does not wake just before a timer is due.
 int ms_until(Clock::time_point t) {
   auto left = std::chrono::duration_cast<std::chrono::microseconds>(t - Clock::now()).count();
   if (left <= 0) return 0;
@@ -91,12 +104,29 @@ struct OutChunk {
   size_t size() const { return shared ? shared->size() : owned.size(); }
 };
 
-// A get or wait held until its keys exist or its time passes.
+// A get or wait held until its keys exist or its time passes. It is filed under one missing key
+// at a time (waiting_on, in the server's waiters): keys before `next` were there when last looked.
 struct Parked {
   std::vector<std::string> keys;
   bool is_get = false;
   Clock::time_point until;
+  size_t next = 0;
+  std::string waiting_on;  // empty: filed under no key
 };
+
+// A deadline in the server's min-heap: a connection's handshake limit or its parked request's
+// time. An entry whose connection has since moved on (joined, was answered, died) is stale and
+// skipped when it reaches the top.
+struct Timer {
+  Clock::time_point at;
+  uint64_t id;
+  bool parked;  // false: the handshake limit
+  bool operator>(const Timer &o) const { return at > o.at; }
+};
+
+// epoll's data word: a connection's id, or one of these.
+constexpr uint64_t kWakeEvent = ~0ull;
+constexpr uint64_t kListenerEvent = 1ull << 63;  // | index into listeners
 
 struct Connection {
   enum class Phase { kPreamble, kHello, kProof, kMember };
@@ -116,6 +146,7 @@ struct Connection {
   int64_t pid = 0;     // the client's pid, as its Hello says
   bool claims_rank = false;
   std::optional<Parked> parked;
+  uint32_t armed = 0;  // the events epoll watches for it
 
   int rank() const { return hs.rank; }
   std::string who() const {
@@ -174,6 +205,8 @@ struct TcpStoreServer::Impl {
   std::vector<net::Fd> listeners;
   int port = 0;
   net::Fd wake;
+  net::Fd epoll;
+  bool listeners_armed = true;
   std::atomic<bool> stop{false};
   std::thread thread;
 
@@ -191,6 +224,11 @@ struct TcpStoreServer::Impl {
   size_t total_bytes = 0;
   uint64_t next_id = 1;
   std::vector<uint64_t> runnable;  // connections unblocked this turn, to resume decoding
+  std::vector<uint64_t> touched;   // connections whose interest may have changed this turn
+  std::vector<uint64_t> dead;      // dropped this turn, erased at its end
+  std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers;
+  std::unordered_map<std::string, std::unordered_set<uint64_t>> waiters;  // key -> parked ids
+  size_t parked_count = 0;
   Clock::time_point accept_paused_until{};
   std::set<uint64_t> handshaking;  // live connections in the handshake, oldest first
   size_t members = 0;              // live connections past the handshake
@@ -209,10 +247,14 @@ struct TcpStoreServer::Impl {
 
   void run();
   void serve_one_turn();
-  short interest(const Connection &c) const;
-  int next_timer_ms() const;
+  uint32_t interest(const Connection &c) const;
+  void watch(int fd, int op, uint32_t events, uint64_t data);
+  void arm_listeners(bool on);
+  void sync_interest();
+  bool timer_is_live(const Timer &t);
+  int next_timer_ms();
   void accept_all(int listener);
-  void on_events(Connection &c, short revents);
+  void on_events(Connection &c, uint32_t revents);
   void read_input(Connection &c);
   void process_input(Connection &c);
   void dispatch(Connection &c, wire::Message &&m);
@@ -235,8 +277,10 @@ struct TcpStoreServer::Impl {
   bool store_value(Connection &c, const std::string &key, std::shared_ptr<const Bytes> value);
   std::vector<std::string> missing_keys(const std::vector<std::string> &keys) const;
   void park(Connection &c, std::vector<std::string> keys, bool is_get, uint32_t wait_ms);
+  void file_parked(Connection &c);
+  void unfile_parked(Connection &c);
   void finish_parked(Connection &c);
-  void wake_parked();
+  void wake_waiters(const std::string &key);
   void expire_timers();
   void reply(Connection &c, const wire::Message &m);
   void reply_value(Connection &c, std::shared_ptr<const Bytes> value);
@@ -259,7 +303,7 @@ void TcpStoreServer::Impl::run() {
     try {
       serve_one_turn();
     } catch (const std::exception &e) {
-      // Per-connection failures are handled inside; this is poll() itself failing (ENOMEM).
+      // Per-connection failures are handled inside; this is epoll itself failing (ENOMEM).
       logger.warn("store: serving loop: ", e.what());
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
@@ -267,35 +311,32 @@ void TcpStoreServer::Impl::run() {
 }
 
 void TcpStoreServer::Impl::serve_one_turn() {
-  std::vector<pollfd> fds;
-  std::vector<uint64_t> ids;
-  fds.push_back({wake.get(), POLLIN, 0});
-  bool accepting = Clock::now() >= accept_paused_until;
-  if (accepting)
-    for (auto &l : listeners) fds.push_back({l.get(), POLLIN, 0});
-  size_t first_connection = fds.size();
-  for (auto &[id, c] : connections) {
-    fds.push_back({c.fd.get(), interest(c), 0});
-    ids.push_back(id);
-  }
-  int rc = ::poll(fds.data(), fds.size(), next_timer_ms());
-  if (rc < 0 && errno != EINTR) throw_error(PSTATE_ERR_TRANSPORT, "poll: ", std::strerror(errno));
-  if (rc > 0) {
-    if (fds[0].revents != 0) {
-      uint64_t ignored;
-      ssize_t n = ::read(wake.get(), &ignored, sizeof ignored);
-      (void)n;
+  arm_listeners(Clock::now() >= accept_paused_until);
+  // Level-triggered: what does not fit here is reported again next turn.
+  constexpr int kMaxEvents = 1024;
+  epoll_event events[kMaxEvents];
+  int n = ::epoll_wait(epoll.get(), events, kMaxEvents, next_timer_ms());
+  if (n < 0 && errno != EINTR) throw_error(PSTATE_ERR_TRANSPORT, "epoll_wait: ", std::strerror(errno));
+  if (n > 0) {
+    std::vector<int> ready_listeners;
+    // Connections first: what a client in the handshake sent is read before newcomers can shed it.
+    for (int i = 0; i < n; ++i) {
+      const uint64_t what = events[i].data.u64;
+      if (what == kWakeEvent) {
+        uint64_t ignored;
+        ssize_t got = ::read(wake.get(), &ignored, sizeof ignored);
+        (void)got;
+      } else if ((what & kListenerEvent) != 0) {
+        ready_listeners.push_back(listeners[what & ~kListenerEvent].get());
+      } else {
+        auto it = connections.find(what);
+        if (it != connections.end() && !it->second.dead) on_events(it->second, events[i].events);
+      }
     }
     if (stop.load(std::memory_order_acquire)) return;
-    // Connections first: what a client in the handshake sent is read before newcomers can shed it.
-    for (size_t i = first_connection; i < fds.size(); ++i) {
-      if (fds[i].revents == 0) continue;
-      auto it = connections.find(ids[i - first_connection]);
-      if (it != connections.end() && !it->second.dead) on_events(it->second, fds[i].revents);
-    }
-    for (size_t i = 1; i < first_connection; ++i)
-      if (fds[i].revents != 0) accept_all(fds[i].fd);
+    for (int fd : ready_listeners) accept_all(fd);
   }
+  if (stop.load(std::memory_order_acquire)) return;
   expire_timers();
   while (!runnable.empty()) {
     std::vector<uint64_t> batch;
@@ -305,25 +346,68 @@ void TcpStoreServer::Impl::serve_one_turn() {
       if (it != connections.end()) process_input(it->second);
     }
   }
+  sync_interest();
   sweep();
   report_shed();
   publish_stats();
 }
 
-short TcpStoreServer::Impl::interest(const Connection &c) const {
-  if (!c.out.empty()) return POLLOUT | POLLRDHUP;
-  if (c.parked) return POLLRDHUP;  // only notice the client leaving
-  return POLLIN | POLLRDHUP;
+uint32_t TcpStoreServer::Impl::interest(const Connection &c) const {
+  if (!c.out.empty()) return EPOLLOUT | EPOLLRDHUP;
+  if (c.parked) return EPOLLRDHUP;  // only notice the client leaving
+  return EPOLLIN | EPOLLRDHUP;
 }
 
-int TcpStoreServer::Impl::next_timer_ms() const {
+void TcpStoreServer::Impl::watch(int fd, int op, uint32_t events, uint64_t data) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = data;
+  if (::epoll_ctl(epoll.get(), op, fd, &ev) != 0)
+    throw_error(PSTATE_ERR_TRANSPORT, "store server: epoll_ctl: ", std::strerror(errno));
+}
+
+// While accepting is paused (out of descriptors), the listeners are not watched, so a full backlog
+// does not wake every turn.
+void TcpStoreServer::Impl::arm_listeners(bool on) {
+  if (on == listeners_armed) return;
+  for (size_t i = 0; i < listeners.size(); ++i)
+    watch(listeners[i].get(), EPOLL_CTL_MOD, on ? static_cast<uint32_t>(EPOLLIN) : 0u, kListenerEvent | i);
+  listeners_armed = on;
+}
+
+// Tells epoll what each connection touched this turn waits for now.
+void TcpStoreServer::Impl::sync_interest() {
+  for (uint64_t id : touched) {
+    auto it = connections.find(id);
+    if (it == connections.end() || it->second.dead || !it->second.fd.valid()) continue;
+    Connection &c = it->second;
+    const uint32_t want = interest(c);
+    if (want == c.armed) continue;
+    try {
+      watch(c.fd.get(), EPOLL_CTL_MOD, want, c.id);
+      c.armed = want;
+    } catch (const Error &e) {
+      drop(c, e.what());
+    }
+  }
+  touched.clear();
+}
+
+// Whether a timer still stands for what its connection is doing.
+bool TcpStoreServer::Impl::timer_is_live(const Timer &t) {
+  auto it = connections.find(t.id);
+  if (it == connections.end() || it->second.dead) return false;
+  const Connection &c = it->second;
+  if (t.parked) return c.parked && c.parked->until == t.at;
+  return c.phase != Connection::Phase::kMember && c.handshake_until == t.at;
+}
+
+int TcpStoreServer::Impl::next_timer_ms() {
   int wait = 60000;
   if (Clock::now() < accept_paused_until) wait = std::min(wait, ms_until(accept_paused_until));
   if (shed.pending()) wait = std::min(wait, ms_until(shed.next));
-  for (const auto &[id, c] : connections) {
-    if (c.parked) wait = std::min(wait, ms_until(c.parked->until));
-    if (c.phase != Connection::Phase::kMember) wait = std::min(wait, ms_until(c.handshake_until));
-  }
+  while (!timers.empty() && !timer_is_live(timers.top())) timers.pop();
+  if (!timers.empty()) wait = std::min(wait, ms_until(timers.top().at));
   return wait;
 }
 
@@ -352,6 +436,15 @@ void TcpStoreServer::Impl::accept_all(int listener) {
     fresh.handshake_until = Clock::now() + std::chrono::milliseconds(options.handshake_timeout_ms);
     logger.trace("store: connection from ", fresh.peer);
     Connection &c = connections.emplace(fresh.id, std::move(fresh)).first->second;
+    c.armed = interest(c);
+    try {
+      watch(fd, EPOLL_CTL_ADD, c.armed, c.id);
+    } catch (const Error &e) {
+      logger.warn("store: cannot watch the connection from ", c.peer, ": ", e.what());
+      connections.erase(c.id);
+      return;
+    }
+    timers.push(Timer{c.handshake_until, c.id, false});
     stat_accepted.fetch_add(1, std::memory_order_relaxed);
     if (connections.size() > stat_peak_connections.load(std::memory_order_relaxed))
       stat_peak_connections.store(connections.size(), std::memory_order_relaxed);
@@ -418,15 +511,15 @@ void TcpStoreServer::Impl::report_shed() {
   shed.next = now + std::chrono::milliseconds(ShedReport::kShedReportEveryMs);
 }
 
-void TcpStoreServer::Impl::on_events(Connection &c, short revents) {
-  if (revents & POLLERR) return drop(c, "socket error");
-  if (revents & POLLOUT) {
+void TcpStoreServer::Impl::on_events(Connection &c, uint32_t revents) {
+  if (revents & EPOLLERR) return drop(c, "socket error");
+  if (revents & EPOLLOUT) {
     write_some(c);
     if (c.out.empty() && !c.dead) runnable.push_back(c.id);
   }
-  if (revents & POLLIN) {
+  if (revents & EPOLLIN) {
     read_input(c);
-  } else if (revents & (POLLHUP | POLLRDHUP)) {
+  } else if (revents & (EPOLLHUP | EPOLLRDHUP)) {
     // The client shut its side while we were not reading (parked or replying): it is gone.
     return drop(c, "closed by the client", LogLevel::kTrace);
   }
@@ -719,7 +812,7 @@ void TcpStoreServer::Impl::on_request(Connection &c, wire::Message &&m) {
     auto value = std::make_shared<const Bytes>(std::move(sia->value));
     if (!store_value(c, sia->key, value)) return;
     reply_value(c, value);
-    return wake_parked();
+    return wake_waiters(sia->key);
   }
   if (std::holds_alternative<wire::Members>(m)) {
     std::vector<int32_t> ranks;
@@ -746,7 +839,7 @@ void TcpStoreServer::Impl::on_set(Connection &c, wire::Set &&m) {
   auto value = std::make_shared<const Bytes>(std::move(m.value));
   if (!store_value(c, m.key, std::move(value))) return;
   reply(c, wire::Ok{});
-  wake_parked();
+  wake_waiters(m.key);
 }
 
 // Stores key = value within the limits; on refusal replies with the reason and returns false.
@@ -790,7 +883,7 @@ void TcpStoreServer::Impl::on_add(Connection &c, const wire::Add &m) {
                                cat("add(", quote_key(m.key), "): ", current, " + ", m.delta, " overflows int64")});
   if (!store_value(c, m.key, std::make_shared<const Bytes>(counter_to_bytes(next)))) return;
   reply(c, wire::Int{next});
-  wake_parked();
+  wake_waiters(m.key);
 }
 
 void TcpStoreServer::Impl::on_wait(Connection &c, const wire::Wait &m) {
@@ -818,14 +911,46 @@ std::vector<std::string> TcpStoreServer::Impl::missing_keys(const std::vector<st
 // ---- parked requests ------------------------------------------------------------------------
 
 void TcpStoreServer::Impl::park(Connection &c, std::vector<std::string> keys, bool is_get, uint32_t wait_ms) {
-  c.parked = Parked{std::move(keys), is_get, Clock::now() + std::chrono::milliseconds(wait_ms)};
-  if (wait_ms == 0) finish_parked(c);  // "look once": answer TimedOut right away
+  c.parked = Parked{std::move(keys), is_get, Clock::now() + std::chrono::milliseconds(wait_ms), 0, std::string()};
+  ++parked_count;
+  touched.push_back(c.id);
+  if (wait_ms == 0) return finish_parked(c);  // "look once": answer TimedOut right away
+  timers.push(Timer{c.parked->until, c.id, true});
+  file_parked(c);
+}
+
+// Files c's parked request under the first of its keys still missing (from its cursor on), or
+// answers it when none is. A key that was there and has since been erased is found by the full
+// look at the end, and the request waits for it again.
+void TcpStoreServer::Impl::file_parked(Connection &c) {
+  Parked &p = *c.parked;
+  while (p.next < p.keys.size() && values.count(p.keys[p.next]) != 0) ++p.next;
+  if (p.next == p.keys.size()) {
+    p.next = 0;
+    while (p.next < p.keys.size() && values.count(p.keys[p.next]) != 0) ++p.next;
+    if (p.next == p.keys.size()) return finish_parked(c);
+  }
+  p.waiting_on = p.keys[p.next];
+  waiters[p.waiting_on].insert(c.id);
+}
+
+void TcpStoreServer::Impl::unfile_parked(Connection &c) {
+  if (!c.parked || c.parked->waiting_on.empty()) return;
+  auto it = waiters.find(c.parked->waiting_on);
+  if (it != waiters.end()) {
+    it->second.erase(c.id);
+    if (it->second.empty()) waiters.erase(it);
+  }
+  c.parked->waiting_on.clear();
 }
 
 // Replies to c's parked request now (its keys exist, or its time is up) and unblocks c.
 void TcpStoreServer::Impl::finish_parked(Connection &c) {
+  unfile_parked(c);
   Parked p = std::move(*c.parked);
   c.parked.reset();
+  --parked_count;
+  touched.push_back(c.id);
   std::vector<std::string> missing = missing_keys(p.keys);
   if (missing.empty()) {
     if (p.is_get)
@@ -843,17 +968,31 @@ void TcpStoreServer::Impl::finish_parked(Connection &c) {
   runnable.push_back(c.id);
 }
 
-void TcpStoreServer::Impl::wake_parked() {
-  for (auto &[id, c] : connections)
-    if (c.parked && !c.dead && missing_keys(c.parked->keys).empty()) finish_parked(c);
+// A set or add of key: the requests filed under it look again (each is answered, or filed under
+// its next missing key).
+void TcpStoreServer::Impl::wake_waiters(const std::string &key) {
+  auto it = waiters.find(key);
+  if (it == waiters.end()) return;
+  std::unordered_set<uint64_t> ids = std::move(it->second);
+  waiters.erase(it);
+  for (uint64_t id : ids) {
+    auto c = connections.find(id);
+    if (c == connections.end() || c->second.dead || !c->second.parked) continue;
+    c->second.parked->waiting_on.clear();
+    file_parked(c->second);
+  }
 }
 
 void TcpStoreServer::Impl::expire_timers() {
   auto now = Clock::now();
-  for (auto &[id, c] : connections) {
-    if (c.dead) continue;
-    if (c.parked && now >= c.parked->until) finish_parked(c);
-    if (c.phase != Connection::Phase::kMember && now >= c.handshake_until && !c.dead) {
+  while (!timers.empty() && timers.top().at <= now) {
+    Timer t = timers.top();
+    timers.pop();
+    if (!timer_is_live(t)) continue;
+    Connection &c = connections.at(t.id);
+    if (t.parked) {
+      finish_parked(c);
+    } else {
       note_shed(c, true);
       drop(c, cat("no handshake within ", options.handshake_timeout_ms, " ms"), LogLevel::kTrace);
     }
@@ -881,6 +1020,7 @@ void TcpStoreServer::Impl::refuse(Connection &c, pstate_status_t status, const s
 }
 
 void TcpStoreServer::Impl::write_some(Connection &c) {
+  touched.push_back(c.id);
   while (!c.out.empty() && !c.dead) {
     OutChunk &chunk = c.out.front();
     ssize_t sent = ::send(c.fd.get(), chunk.data() + chunk.offset, chunk.size() - chunk.offset,
@@ -905,6 +1045,12 @@ void TcpStoreServer::Impl::write_some(Connection &c) {
 void TcpStoreServer::Impl::drop(Connection &c, const std::string &why, LogLevel level) {
   if (c.dead) return;
   c.dead = true;
+  dead.push_back(c.id);
+  if (c.parked) {
+    unfile_parked(c);
+    c.parked.reset();
+    --parked_count;
+  }
   if (c.phase == Connection::Phase::kMember)
     --members;
   else
@@ -926,12 +1072,8 @@ void TcpStoreServer::Impl::drop(Connection &c, const std::string &why, LogLevel 
 }
 
 void TcpStoreServer::Impl::sweep() {
-  for (auto it = connections.begin(); it != connections.end();) {
-    if (it->second.dead)
-      it = connections.erase(it);
-    else
-      ++it;
-  }
+  for (uint64_t id : dead) connections.erase(id);  // closing its descriptor takes it out of epoll
+  dead.clear();
 }
 
 // Publishes the number of connected ranks at once (before the Welcome goes out, right when a
@@ -943,8 +1085,7 @@ void TcpStoreServer::Impl::publish_ranks() {
 }
 
 void TcpStoreServer::Impl::publish_stats() {
-  size_t parked = 0;
-  for (const auto &[id, c] : connections) parked += c.parked.has_value();
+  const size_t parked = parked_count;
   stat_connections.store(connections.size());
   stat_members.store(members);
   stat_handshaking.store(handshaking.size());
@@ -1031,6 +1172,11 @@ std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const StoreServerOptions &
   impl->port = port;
   impl->wake = net::Fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!impl->wake.valid()) throw_error(PSTATE_ERR_TRANSPORT, "store server: eventfd: ", std::strerror(errno));
+  impl->epoll = net::Fd(::epoll_create1(EPOLL_CLOEXEC));
+  if (!impl->epoll.valid()) throw_error(PSTATE_ERR_TRANSPORT, "store server: epoll_create1: ", std::strerror(errno));
+  impl->watch(impl->wake.get(), EPOLL_CTL_ADD, EPOLLIN, kWakeEvent);
+  for (size_t i = 0; i < impl->listeners.size(); ++i)
+    impl->watch(impl->listeners[i].get(), EPOLL_CTL_ADD, EPOLLIN, kListenerEvent | i);
   Impl *raw = impl.get();
   impl->thread = std::thread([raw] { raw->run(); });
   std::string url =

@@ -1,7 +1,8 @@
 // tcp_store_server.hpp — the key-value server of the TCP store, run by rank 0 (or a launcher).
 //
-// One background thread serves every client with a poll() loop over non-blocking sockets: no
-// thread per client, no busy loop (it sleeps in poll until a socket or a timer needs it). A get or
+// One background thread serves every client with an epoll loop over non-blocking sockets: no
+// thread per client, no busy loop (it sleeps in epoll_wait until a socket or a timer needs it), and
+// no pass over every connection per turn (a turn costs what its events cost). A get or
 // wait on missing keys is parked server-side until a set/add provides them or its wait time
 // passes, so waiting clients cost nothing. Each connection must first pass the handshake
 // (preamble, job id, token proof, rank claim, world size); a malformed or oversized frame, an

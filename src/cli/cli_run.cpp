@@ -6,7 +6,9 @@
 // MASTER_ADDR, MASTER_PORT (a free loopback port, or --master), PSTATE_JOB_TOKEN (kept from the
 // environment when set, else fresh random bytes) and PSTATE_JOB_ID (kept when set, else derived
 // from the token, so every node of a job agrees) set, so pstate_init(env://) needs nothing else.
-// Every line a rank prints is prefixed "[RANK] " (stdout to stdout, stderr to stderr).
+// Every line a rank prints is prefixed "[RANK] " (stdout to stdout, stderr to stderr), but for
+// pstate's JSON log lines (PSTATE_LOG_FORMAT=json), which name their rank; the launcher's own
+// lines ("pstate run: ...") are JSON log lines too then (say_line).
 //
 // When a rank exits non-zero or dies of a signal, the launcher names that rank first — the
 // earliest to end badly, and how (signal or exit status): a rank that ends in the same instant
@@ -202,12 +204,20 @@ void write_all(int fd, const std::string &s) {
   }
 }
 
-// Emits every complete line of buf with the prefix; with `flush`, the rest too.
+// With PSTATE_LOG_FORMAT=json a rank's pstate log lines are JSON objects that name their rank
+// already: they are forwarded without the "[RANK] " prefix, so that each stays one JSON object.
+bool is_json_log_line(const std::string &buf, size_t start) {
+  static const std::string kStart = "{\"time\":";
+  return log_format_from_env() == LogFormat::kJson && buf.compare(start, kStart.size(), kStart) == 0;
+}
+
+// Emits every complete line of buf with the prefix (JSON log lines without it); with `flush`,
+// the rest too.
 void emit_lines(std::string &buf, const std::string &prefix, int fd, bool flush) {
   size_t start = 0, nl;
   std::string out;
   while ((nl = buf.find('\n', start)) != std::string::npos) {
-    out += prefix;
+    if (!is_json_log_line(buf, start)) out += prefix;
     out.append(buf, start, nl - start + 1);
     start = nl + 1;
   }
@@ -217,6 +227,20 @@ void emit_lines(std::string &buf, const std::string &prefix, int fd, bool flush)
     buf.clear();
   }
   write_all(fd, out);
+}
+
+// pstate run's own lines: "pstate run: LINE" on stderr, whatever PSTATE_DEBUG says; with
+// PSTATE_LOG_FORMAT=json one JSON log line (common/log.hpp) whose message is that same text, rank
+// null (the launcher is no rank), level ERROR for a failure ("failed: ...", "cannot ..."), WARN for
+// a warning ("warning: ...", a signal), INFO for the rest.
+void say_line(const std::string &line) {
+  const std::string text = "pstate run: " + line;
+  if (log_format_from_env() != LogFormat::kJson) return write_all(STDERR_FILENO, text + "\n");
+  const auto starts = [&](const char *p) { return line.rfind(p, 0) == 0; };
+  const char *level = starts("failed") || starts("cannot ") ? "ERROR"
+                      : starts("warning: ") || starts("got signal ") ? "WARN"
+                                                                      : "INFO";
+  write_log_line(LogFormat::kJson, level, -1, LogFields{}, text);
 }
 
 std::string describe_status(int status) {
@@ -286,7 +310,7 @@ pid_t spawn(const std::vector<std::string> &argv, const std::vector<std::pair<st
   for (const auto &a : argv) args.push_back(const_cast<char *>(a.c_str()));
   args.push_back(nullptr);
   ::execvp(args[0], args.data());
-  std::fprintf(stderr, "pstate run: cannot execute %s: %s\n", args[0], std::strerror(errno));
+  say_line(cat("cannot execute ", args[0], ": ", std::strerror(errno)));
   ::_exit(127);
 }
 
@@ -314,7 +338,6 @@ struct Placement {
   }
 };
 
-void say_line(const std::string &line) { write_all(STDERR_FILENO, "pstate run: " + line + "\n"); }
 
 bool info_enabled() { return Logger().enabled(LogLevel::kInfo); }
 
@@ -432,8 +455,8 @@ class Launcher {
                              ? job_id_env
                              : "run-" + crypto::to_hex(crypto::sha256(crypto::as_bytes(token))).substr(0, 12);
     if (nnodes_ > 1 && (token_env == nullptr || !*token_env))
-      std::fprintf(stderr, "pstate run: warning: PSTATE_JOB_TOKEN is not set; with --nnodes > 1 every node must "
-                           "export the same token, or the store will refuse the other nodes\n");
+      say_line("warning: PSTATE_JOB_TOKEN is not set; with --nnodes > 1 every node must export the same token, "
+               "or the store will refuse the other nodes");
     int world = nproc_ * nnodes_;
     if (host_store_ && node_rank_ == 0) {  // node 0's launcher serves the store (head comment)
       StoreServerOptions so;
@@ -774,7 +797,7 @@ class Launcher {
     }
   }
 
-  void say(const std::string &line) const { write_all(STDERR_FILENO, "pstate run: " + line + "\n"); }
+  void say(const std::string &line) const { say_line(line); }
 
   // "rank 2 exited with status 1 at 0.45 s, rank 1 was stopped by pstate run (killed by signal 15)"
   std::string how_the_others_ended(const Rank *root) const {
@@ -867,7 +890,7 @@ class Launcher {
       pump_output(50);
       learn_shm_job(false);
       if (g_stop_signal != 0) {
-        std::fprintf(stderr, "pstate run: got signal %d, stopping all ranks\n", static_cast<int>(g_stop_signal));
+        say_line(cat("got signal ", static_cast<int>(g_stop_signal), ", stopping all ranks"));
         request_dumps(cat("got signal ", static_cast<int>(g_stop_signal), " (", strsignal(g_stop_signal), ")"));
         stop_all();
         remove_leftover_shm();

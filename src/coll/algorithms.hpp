@@ -89,6 +89,20 @@ void scatter_linear(Channel &ch, const void *send, void *recv, size_t recv_count
 // Block j of send (count_per_rank elements) goes to rank j; block i of recv comes from rank i.
 void alltoall_pairwise(Channel &ch, const void *send, void *recv, size_t count_per_rank, pstate_dtype_t dtype,
                        uint32_t tag_base);
+// all_to_all_v (alltoallv_pairwise.cpp). First every rank calls agree_alltoallv_counts (the
+// same on every rank): it returns the first pair (sender, receiver) whose counts disagree, found
+// alike by every rank, or found == false; only then alltoallv_pairwise moves the data, part j of
+// send (send_counts[j] elements at send_displs[j]) to rank j, part i of recv from rank i.
+struct AlltoallvDisagreement {
+  bool found = false;
+  int sender = -1, receiver = -1;  // group ranks
+  uint64_t sent = 0, expected = 0;  // sender's send_counts[receiver], receiver's recv_counts[sender]
+};
+AlltoallvDisagreement agree_alltoallv_counts(Channel &ch, const size_t *send_counts, const size_t *recv_counts,
+                                             uint32_t tag_base);
+void alltoallv_pairwise(Channel &ch, const void *send, const size_t *send_counts, const size_t *send_displs,
+                        void *recv, const size_t *recv_counts, const size_t *recv_displs, pstate_dtype_t dtype,
+                        uint32_t tag_base);
 // Returns on a rank only after every rank has entered.
 void barrier_dissemination(Channel &ch, uint32_t tag_base);
 

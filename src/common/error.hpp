@@ -33,6 +33,15 @@ class Error : public std::runtime_error {
   bool from_notice_ = false;
 };
 
+// A verdict that every rank of a collective reached alike before any data moved (an agreement
+// step inside the call: all_to_all_v's exchange of counts): the group stays in step, so the
+// context stays usable, as after a disagreement found by the descriptor exchange. Rethrown as it
+// is (`throw;`); a copy made as an Error is an ordinary error again.
+class AgreedError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Why a call was stopped by pstate_abort / pstate_revoke from another thread (Context::request_abort):
 // every wait that notices the abort says it in these words (tests and bindings look for them).
 inline constexpr const char *kAbortedByAnotherThread =

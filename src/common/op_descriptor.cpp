@@ -39,6 +39,7 @@ const char *op_kind_name(OpKind kind) {
     case OpKind::kMemAlloc: return "pstate_mem_alloc";
     case OpKind::kMemFree: return "pstate_mem_free";
     case OpKind::kMemReserve: return "pstate_mem_pool_reserve";
+    case OpKind::kAllToAllV: return "all_to_all_v";
   }
   return "an unknown operation";
 }
@@ -71,7 +72,8 @@ std::string describe_op(const OpDescriptor &d, bool with_seq) {
   if (kind == OpKind::kRefused) return cat(s, " (", d.count, " bytes)");
   if (internal_kind(d.op)) return d.root >= 0 ? cat(s, " root ", d.root) : s;
   if (carries_counts_hash(d.op)) s += cat(" total ", d.count);
-  else if (kind != OpKind::kBroadcastObject && kind != OpKind::kAllGatherObject) s += cat(" count ", d.count);
+  else if (kind != OpKind::kBroadcastObject && kind != OpKind::kAllGatherObject && kind != OpKind::kAllToAllV)
+    s += cat(" count ", d.count);  // all_to_all_v: its counts are compared by an exchange of their own
   if (d.dtype >= 0) s += cat(" ", pstate_dtype_name(static_cast<pstate_dtype_t>(d.dtype)));
   if (d.reduce_op >= 0) s += cat(" ", pstate_reduce_op_name(static_cast<pstate_reduce_op_t>(d.reduce_op)));
   if (d.root >= 0) s += cat(" root ", d.root);

@@ -54,14 +54,20 @@ enum class OpKind : uint32_t {
   kMemAlloc,    // 28
   kMemFree,     // 29
   kMemReserve,  // 30
-  kLast = kMemReserve,
+  // 31: pstate_all_to_all_v. Its descriptor is alike on every rank (count 0, the dtype): the
+  // per-pair counts differ by design, so they are compared by an exchange of every rank's counts
+  // after the descriptors agree (coll/alltoallv_pairwise.cpp, agree_alltoallv_counts).
+  kAllToAllV,
+  kLast = kAllToAllV,
 };
 // pack_call_code holds 32 kinds (5 bits).
 static_assert(static_cast<uint32_t>(OpKind::kLast) <= 32,
               "pack_call_code holds 32 kinds (5 bits): widen the code before adding another");
 const char *op_kind_name(OpKind kind);
 // Whether the kind is one of pstate's own exchanges (kNewGroup and after): described by name.
-inline bool internal_kind(uint32_t kind) { return kind >= static_cast<uint32_t>(OpKind::kNewGroup); }
+inline bool internal_kind(uint32_t kind) {
+  return kind >= static_cast<uint32_t>(OpKind::kNewGroup) && kind <= static_cast<uint32_t>(OpKind::kMemReserve);
+}
 
 // Whether descriptors of this kind carry a counts hash in detail (compared like every field).
 inline bool carries_counts_hash(uint32_t kind) {

@@ -157,7 +157,8 @@ const char *trace_op_name(TraceOp op) {
                                        "refused",
                                        "mem_alloc",
                                        "mem_free",
-                                       "mem_reserve"};
+                                       "mem_reserve",
+                                       "all_to_all_v"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(TraceOp::kCount));
   const auto i = static_cast<size_t>(op);
   return i < static_cast<size_t>(TraceOp::kCount) ? kNames[i] : "-";

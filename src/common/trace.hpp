@@ -114,6 +114,7 @@ enum class TraceOp : uint8_t {
   kMemAlloc,    // OpKind::kMemAlloc..kMemReserve, in that order
   kMemFree,
   kMemReserve,
+  kAllToAllV,  // OpKind::kAllToAllV
   kCount
 };
 const char *trace_op_name(TraceOp op);
@@ -122,6 +123,7 @@ const char *trace_op_name(TraceOp op);
 inline TraceOp trace_op_of(uint32_t op_kind) {
   if (op_kind == static_cast<uint32_t>(OpKind::kAllGatherV)) return TraceOp::kAllGatherV;
   if (op_kind == static_cast<uint32_t>(OpKind::kReduceScatterV)) return TraceOp::kReduceScatterV;
+  if (op_kind == static_cast<uint32_t>(OpKind::kAllToAllV)) return TraceOp::kAllToAllV;
   if (internal_kind(op_kind) && op_kind <= static_cast<uint32_t>(OpKind::kLast))
     return static_cast<TraceOp>(static_cast<uint32_t>(TraceOp::kNewGroup) + op_kind -
                                 static_cast<uint32_t>(OpKind::kNewGroup));

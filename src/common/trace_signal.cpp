@@ -20,6 +20,8 @@
 // 2 ms (poll's timeout) to store the coarse clock, which costs the process ~0.1% of a core.
 #include "common/trace.hpp"
 
+#include "common/log.hpp"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -125,7 +127,7 @@ void *watchdog_loop(void *) {
     for (TraceRecorder *r : route().recorders) {
       std::string error;
       if (r->dump_noexcept("SIGUSR1", &error).empty())
-        std::fprintf(stderr, "[pstate] WARN flight recorder: SIGUSR1 dump failed: %s\n", error.c_str());
+        Logger().warn("flight recorder: SIGUSR1 dump failed: ", error);
     }
   }
 }
@@ -151,10 +153,8 @@ void trace_register(TraceRecorder *r) {
   if (g_pipe_r.load() < 0) {
     int p[2];
     if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) {
-      std::fprintf(stderr,
-                   "[pstate] WARN flight recorder: pipe2: %s: no watchdog thread (its times stand still, "
-                   "no SIGUSR1 dumps)\n",
-                   std::strerror(errno));
+      Logger().warn("flight recorder: pipe2: ", std::strerror(errno),
+                    ": no watchdog thread (its times stand still, no SIGUSR1 dumps)");
       return;
     }
     g_pipe_r.store(p[0]);
@@ -179,7 +179,7 @@ void trace_register(TraceRecorder *r) {
     pthread_sigmask(SIG_SETMASK, &all, &old);
     s.running = pthread_create(&s.watchdog, nullptr, watchdog_loop, nullptr) == 0;
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    if (!s.running) std::fprintf(stderr, "[pstate] WARN flight recorder: no watchdog thread (pthread_create failed)\n");
+    if (!s.running) Logger().warn("flight recorder: no watchdog thread (pthread_create failed)");
   }
 }
 

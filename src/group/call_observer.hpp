@@ -110,9 +110,9 @@ inline uint32_t observed_op_of_kind(uint32_t op_kind) {
       static_cast<uint8_t>(TraceOp::kMemAlloc),
       static_cast<uint8_t>(TraceOp::kMemFree),
       static_cast<uint8_t>(TraceOp::kMemReserve),
-      0,
+      static_cast<uint8_t>(TraceOp::kAllToAllV),
   };
-  static_assert(static_cast<uint32_t>(OpKind::kLast) == 30, "a new OpKind: add it to the table above");
+  static_assert(static_cast<uint32_t>(OpKind::kLast) == 31, "a new OpKind: add it to the table above");
   return kTable[op_kind & 31u];
 }
 

@@ -213,7 +213,16 @@ void Context::trace_life_end(uint64_t id, pstate_status_t status) {
   else trace_->failed(id, status);
 }
 
-void Context::trace_call_failed(uint64_t id, const Error &e) noexcept {
+void Context::log_call_failed(const Error &e, std::string_view group, std::string_view call) const noexcept {
+  try {
+    log_.info_at(LogFields{group, call, e.status()}, "group ", group, ": ", call, " failed (",
+                 pstate_status_string(e.status()), "): ", e.what());
+  } catch (...) {  // no memory for the line: the caller still gets the error
+  }
+}
+
+void Context::trace_call_failed(uint64_t id, const Error &e, std::string_view group, std::string_view call) noexcept {
+  log_call_failed(e, group, call);
   if (!trace_) return;
   const pstate_status_t s = e.status();
   if (id != 0) trace_->failed(id, s);
@@ -223,8 +232,11 @@ void Context::trace_call_failed(uint64_t id, const Error &e) noexcept {
   if (state_ == State::kFailed) dumped_since_failure_ = true;
   std::string error;
   std::string file = trace_->dump_noexcept(cat("a call failed: ", e.what()), &error);
-  if (file.empty()) log_.warn("flight recorder: the dump after this failure could not be written: ", error);
-  else log_.info("flight recorder: dump written to ", file, " (read the job's dumps with: pstate doctor ", trace_->dir(), ")");
+  const LogFields where{group, call, s};
+  if (file.empty()) log_.warn_at(where, "flight recorder: the dump after this failure could not be written: ", error);
+  else
+    log_.info_at(where, "flight recorder: dump written to ", file, " (read the job's dumps with: pstate doctor ",
+                 trace_->dir(), ")");
 }
 
 std::string Context::trace_dump(const char *path) {

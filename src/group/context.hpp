@@ -261,9 +261,14 @@ class Context {
   // A lifecycle step begins / ends (id 0: recorder off).
   uint64_t trace_life(TraceOp op);
   void trace_life_end(uint64_t id, pstate_status_t status);
-  // A recorded call failed with e (after fail() when it was fatal): marks the entry and writes the
-  // automatic dump for TIMEOUT, PEER_LOST, MISMATCH and ABORTED (ABORTED: once per failure).
-  void trace_call_failed(uint64_t id, const Error &e) noexcept;
+  // A recorded call failed with e (after fail() when it was fatal): says so at INFO (below), marks
+  // the entry and writes the automatic dump for TIMEOUT, PEER_LOST, MISMATCH and ABORTED (ABORTED:
+  // once per failure). group, call: the group's name and the operation, for the log's fields.
+  void trace_call_failed(uint64_t id, const Error &e, std::string_view group, std::string_view call) noexcept;
+  // A call of a group failed with e: one INFO line "group G: CALL failed (STATUS): what", with the
+  // group, the call and the status as fields of a JSON log line. Every failed call of a group says
+  // it once (trace_call_failed, or this alone where the caller's own entry records the failure).
+  void log_call_failed(const Error &e, std::string_view group, std::string_view call) const noexcept;
   // pstate_trace_dump: the file written.
   std::string trace_dump(const char *path);
 
@@ -305,6 +310,8 @@ class Context {
 
   // ---- failure and notices (failure_notices.cpp) ----
   void fail(const std::string &why, pstate_status_t status, bool tell_peers);
+  // Fails the context (the first failure only: returns whether this was it), logging it at INFO.
+  bool poison(const std::string &why, std::optional<pstate_status_t> status);
   // check_notices found one waiting: takes it and throws its error (returns: another epoch's).
   void throw_waiting_notice(const std::string &group, const char *op, const char *self, const CallPosition *at);
   // The addresses the notices of a failure of `status` need, read from the store in one batch.

@@ -15,19 +15,24 @@ namespace pstate {
 
 // The failure itself reaches the caller as the failing call's error, so it is said once, there;
 // the log repeats it only at INFO (PSTATE_DEBUG=INFO), for the trail of lifecycle events.
-void Context::fail(const std::string &why) {
-  if (state_ == State::kFailed || state_ == State::kClosed) return;
+// The line has the failure's status as a field where one is known (JSON logs); the group and the
+// call are named by the failed call's own line (trace_call_failed), which follows.
+void Context::fail(const std::string &why) { poison(why, std::nullopt); }
+
+bool Context::poison(const std::string &why, std::optional<pstate_status_t> status) {
+  if (state_ == State::kFailed || state_ == State::kClosed) return false;
   state_ = State::kFailed;
   failure_ = why;
   observer_add(observer_.context().context_failures, 1);
   dumped_since_failure_ = false;
   if (trace_) trace_->set_failure(why);
-  log_.info("context failed: ", why, " — further collectives return PSTATE_ERR_ABORTED; call pstate_abort");
+  log_.info_at(LogFields{{}, {}, status}, "context failed: ", why,
+               " — further collectives return PSTATE_ERR_ABORTED; call pstate_abort");
+  return true;
 }
 
 void Context::fail(const std::string &why, pstate_status_t status, bool tell_peers) {
-  const bool first = state_ != State::kFailed && state_ != State::kClosed;
-  fail(why);
+  const bool first = poison(why, status);
   if (first) failure_status_ = status;
   // Every peer hears it at once, with the cause, unless the failure is itself a peer's notice: a
   // rank that gave up (a timeout, a mismatch only it could see, no memory for a segment its

@@ -179,7 +179,9 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body, const void *f
   } catch (const pstate::Error &e) {  // refused before it was numbered: recorded without a seq
     if (traced) {
       observe(desc_in, path_, pstate::observer_ticks(), e.status());
-      ctx_.trace_call_failed(tr ? trace_begin(*tr, desc_in, false) : 0, e);
+      ctx_.trace_call_failed(tr ? trace_begin(*tr, desc_in, false) : 0, e, name_, op_name);
+    } else {
+      ctx_.log_call_failed(e, name_, op_name);
     }
     throw;
   }
@@ -202,12 +204,16 @@ void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body, const void *f
     // leaves the context usable.
     const bool agreed_error = e.status() == PSTATE_ERR_MISMATCH || e.status() == PSTATE_ERR_INVALID_ARGUMENT;
     // An abort from another thread fails the context too, and tells the peers (ctx_.fail's notices).
-    if (ctx_.abort_requested() || (agreeing ? !agreed_error : pstate::is_fatal(e.status())))
+    // A body's own agreement step (AgreedError: all_to_all_v's counts) counts as the exchange.
+    const bool agreed_step = agreeing || dynamic_cast<const pstate::AgreedError *>(&e) != nullptr;
+    if (ctx_.abort_requested() || (agreed_step ? !agreed_error : pstate::is_fatal(e.status())))
       ctx_.fail(e);  // its notices say this call had not returned here
     position_.returned.store(desc.seq + 1, std::memory_order_relaxed);
     if (traced) {  // else the caller's entry records it (and dumps)
       observe(desc_in, call.path, t0, e.status());
-      ctx_.trace_call_failed(tid, e);
+      ctx_.trace_call_failed(tid, e, name_, op_name);
+    } else {
+      ctx_.log_call_failed(e, name_, op_name);
     }
     throw;
   }
@@ -416,6 +422,21 @@ void pstate_group_s::host_reduce_scatterv(const OpDescriptor &d, const void *sen
   run(d, [&](const pstate::HostCall &call) { comm_->reduce_scatterv(call, send, recv, counts, total, dtype, op); });
 }
 
+void pstate_group_s::host_all_to_all_v(const OpDescriptor &d, const void *send, const size_t *send_counts,
+                                       const size_t *send_displs, void *recv, const size_t *recv_counts,
+                                       const size_t *recv_displs, pstate_dtype_t dtype) {
+  run(d, [&](const pstate::HostCall &call) {
+    comm_->all_to_all_v(call, send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype);
+  });
+}
+
+void pstate_group_s::verify_device_all_to_all_v(const OpDescriptor &d, const size_t *send_counts,
+                                                const size_t *recv_counts) {
+  if (!ctx_.check_enabled() || size() <= 1) return;
+  run(d, [&](const pstate::HostCall &call) { network_->agree_all_to_all_v_counts(call, send_counts, recv_counts); },
+      nullptr, /*traced=*/false);
+}
+
 // allow_shm false: the barrier runs on the network communicator (it proves the transport that
 // crosses hosts, even inside one), whose own recorder path it takes.
 void pstate_group_s::barrier(bool allow_shm, OpKind kind) {
@@ -471,7 +492,7 @@ void pstate_group_s::run_p2p(pstate::TraceOp top, int peer, uint64_t count, int 
     metrics_->record(static_cast<uint32_t>(top), path, observed_bytes(), t0, e.status());
     if (tr) tid = tr->begin(pstate::TraceClass::kP2P, top, trace_group_, UINT64_MAX, count, dtype, -1, -1, peer,
                             path);
-    ctx_.trace_call_failed(tid, e);
+    ctx_.trace_call_failed(tid, e, name_, op);
     throw;
   }
   if (tr)
@@ -484,7 +505,7 @@ void pstate_group_s::run_p2p(pstate::TraceOp top, int peer, uint64_t count, int 
   } catch (const pstate::Error &e) {
     if (pstate::is_fatal(e.status()) || ctx_.abort_requested()) ctx_.fail(e);
     metrics_->record(static_cast<uint32_t>(top), call.path, observed_bytes(), t0, e.status());
-    ctx_.trace_call_failed(tid, e);
+    ctx_.trace_call_failed(tid, e, name_, op);
     throw;
   }
   if (tid != 0) tr->completed(tid);

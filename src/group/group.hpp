@@ -97,6 +97,12 @@ struct pstate_group_s {
                    void *stream);
   void reduce_scatterv(const void *send, void *recv, const size_t *counts, size_t total, pstate_dtype_t dtype,
                        pstate_reduce_op_t op, void *stream);
+  // all_to_all_v: four arrays of size() entries (checked by src/api/). The descriptor is alike on
+  // every rank (kind, dtype); the per-pair counts are agreed by an exchange of every rank's
+  // counts (HostComm::agree_all_to_all_v_counts) before data moves: on the host always, on the
+  // device under PSTATE_CHECK=1.
+  void all_to_all_v(const void *send, const size_t *send_counts, const size_t *send_displs, void *recv,
+                    const size_t *recv_counts, const size_t *recv_displs, pstate_dtype_t dtype, void *stream);
   void send(const void *buf, size_t count, pstate_dtype_t dtype, int dst, void *stream);
   void recv(void *buf, size_t count, pstate_dtype_t dtype, int src, void *stream);
   // pstate_isend / pstate_irecv into r (fresh, owned by the caller's handle): a CUDA context
@@ -201,7 +207,7 @@ struct pstate_group_s {
     try {
       body(*comm);
     } catch (const pstate::Error &e) {
-      device_op_failed(e, tid);
+      device_op_failed(e, pstate::op_kind_name(static_cast<pstate::OpKind>(desc.op)), tid);
       observe(desc, path, t0, e.status());
       throw;
     }
@@ -316,7 +322,7 @@ struct pstate_group_s {
   pstate::DeviceComm &device_comm();
   pstate::DeviceCommOptions device_comm_options();
   // A device operation (tid: its flight-recorder entry, 0 = none) failed / is on the stream.
-  void device_op_failed(const pstate::Error &e, uint64_t tid = 0);
+  void device_op_failed(const pstate::Error &e, const char *call, uint64_t tid = 0);
   void device_op_enqueued(uint64_t tid);
 
   static constexpr uint32_t kMagic = 0x70677270;  // "pgrp"
@@ -363,6 +369,13 @@ struct pstate_group_s {
   // The v-collectives on the host communicator (d: make_v_op's; the caller names the counts).
   void host_all_gatherv(const pstate::OpDescriptor &d, const void *send, void *recv, const size_t *counts,
                         size_t total, pstate_dtype_t dtype);
+  // A device all_to_all_v under PSTATE_CHECK=1 (else nothing): its counts compared on the host
+  // (after begin_device_op's descriptor check), as one more numbered host call of its kind.
+  void host_all_to_all_v(const pstate::OpDescriptor &d, const void *send, const size_t *send_counts,
+                         const size_t *send_displs, void *recv, const size_t *recv_counts, const size_t *recv_displs,
+                         pstate_dtype_t dtype);
+  void verify_device_all_to_all_v(const pstate::OpDescriptor &d, const size_t *send_counts,
+                                  const size_t *recv_counts);
   void host_reduce_scatterv(const pstate::OpDescriptor &d, const void *send, void *recv, const size_t *counts,
                             size_t total, pstate_dtype_t dtype, pstate_reduce_op_t op);
   void verify_device_p2p(const pstate::OpDescriptor &desc);  // PSTATE_CHECK, device send/recv

@@ -67,7 +67,7 @@ void pstate_group_s::split_device_into(pstate_group_s *child) {
     auto made = device_comm_->split(color, key, joins ? child->device_comm_options() : pstate::DeviceCommOptions{});
     if (joins) child->device_comm_ = std::move(made);
   } catch (const pstate::Error &e) {
-    device_op_failed(e);
+    device_op_failed(e, "communicator split");
     throw;
   }
 }
@@ -103,7 +103,7 @@ pstate::DeviceComm &pstate_group_s::begin_device_op(const pstate::OpDescriptor &
   try {
     check_alive(pstate::op_kind_name(kind));
   } catch (const pstate::Error &e) {
-    ctx_.trace_call_failed(record(false), e);
+    ctx_.trace_call_failed(record(false), e, name_, pstate::op_kind_name(kind));
     throw;
   }
   *tid = record(true);
@@ -122,7 +122,7 @@ pstate::DeviceComm &pstate_group_s::begin_device_op(const pstate::OpDescriptor &
     }
     return comm;
   } catch (const pstate::Error &e) {
-    device_op_failed(e, *tid);
+    device_op_failed(e, pstate::op_kind_name(kind), *tid);
     throw;
   }
 }
@@ -156,10 +156,10 @@ void pstate_group_s::verify_device_p2p(const pstate::OpDescriptor &desc) {
   }
 }
 
-void pstate_group_s::device_op_failed(const pstate::Error &e, uint64_t tid) {
+void pstate_group_s::device_op_failed(const pstate::Error &e, const char *call, uint64_t tid) {
   if (tid != 0) ctx_.device_context()->trace_op(0);
   if (pstate::is_fatal_device_status(e.status())) ctx_.fail(e);
-  ctx_.trace_call_failed(tid, e);
+  ctx_.trace_call_failed(tid, e, name_, call);
 }
 
 void pstate_group_s::device_op_enqueued(uint64_t tid) {
@@ -173,7 +173,7 @@ void pstate_group_s::ensure_device_ready(const char *call) {
   try {
     device_comm().ensure_ready();
   } catch (const pstate::Error &e) {
-    device_op_failed(e);
+    device_op_failed(e, call);
     throw;
   }
 }

@@ -102,7 +102,7 @@ void *pstate_group_s::collective_block(size_t bytes, bool pool, OpKind kind, con
     pstate::DeviceComm &comm = device_comm();
     return m.alloc_block(bytes, pool, &comm, [this](int flag) { return agree_min(flag); }, call);
   } catch (const pstate::Error &e) {
-    if (pstate::fatal_status(e.status())) device_op_failed(e);
+    if (pstate::fatal_status(e.status())) device_op_failed(e, call);
     throw;
   }
 }
@@ -146,7 +146,7 @@ void pstate_group_s::mem_free(void *p) {
     agree_memory_call(OpKind::kMemFree, kCall, m.block_bytes(p), allocation);
     m.free_block(p, device_comm_.get());
   } catch (const pstate::Error &e) {
-    if (pstate::fatal_status(e.status())) device_op_failed(e);
+    if (pstate::fatal_status(e.status())) device_op_failed(e, kCall);
     throw;
   }
 }
@@ -202,7 +202,7 @@ void pstate_group_s::sync_memory(const char *call) {
   try {
     memory_->sync(device_comm(), true, [this](int flag) { return agree_min(flag); });
   } catch (const pstate::Error &e) {
-    device_op_failed(e);
+    device_op_failed(e, call);
     throw pstate::Error(e.status(), pstate::cat(call, ": ", e.what()));
   }
 }

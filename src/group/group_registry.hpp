@@ -70,6 +70,8 @@ class GroupRegistry {
   // layout, which hands each kind its (canonical) group.
   Group *add_model_parallel(std::unique_ptr<Group> group);
   void adopt_layout(layout::Layout layout);
+  // The layout of the live model-parallel groups; nullptr when there are none.
+  const layout::Layout *layout() const { return layout_ ? &*layout_ : nullptr; }
   // pstate_destroy_model_parallel: the model-parallel and custom groups are retired.
   void retire_model_parallel(DroppedBy by = DroppedBy::kDestroyModelParallel) noexcept;
 

@@ -68,7 +68,7 @@ void pstate_group_s::post_request(RequestState &r, TraceOp top, void *buf, size_
     check_alive(op);
   } catch (const pstate::Error &e) {
     metrics_->record(observed_op, path_, r.observed_bytes, r.observed_t0, e.status());
-    ctx_.trace_call_failed(record(false), e);
+    ctx_.trace_call_failed(record(false), e, name_, op);
     throw;
   }
   r.trace_op = top;
@@ -83,7 +83,7 @@ void pstate_group_s::post_request(RequestState &r, TraceOp top, void *buf, size_
   } catch (const pstate::Error &e) {
     if (is_fatal_p2p(e.status())) ctx_.fail(e);
     metrics_->record(observed_op, path_, r.observed_bytes, r.observed_t0, e.status());
-    ctx_.trace_call_failed(r.trace_id, e);
+    ctx_.trace_call_failed(r.trace_id, e, name_, op);
     throw;
   }
   r.group = this;
@@ -129,7 +129,7 @@ bool pstate_group_s::complete_request(RequestState &r, bool block) {
     // (a no-op when the operation already left it).
     comm_->cancel(r.transfer);
     if (is_fatal_p2p(e.status())) ctx_.fail(e);
-    ctx_.trace_call_failed(r.trace_id, e);
+    ctx_.trace_call_failed(r.trace_id, e, name_, op);
     finish_request(r, e.status(), e.what());
     return true;
   }
@@ -173,7 +173,7 @@ void pstate_group_s::p2p_batch(const pstate_p2p_op_t *ops, size_t n) {
     check_alive(kOp);
   } catch (const pstate::Error &e) {
     metrics_->record(pstate::kObservedP2PBatch, path_, bytes, t0, e.status());
-    ctx_.trace_call_failed(record(0, false), e);
+    ctx_.trace_call_failed(record(0, false), e, name_, kOp);
     throw;
   }
   try {
@@ -181,7 +181,7 @@ void pstate_group_s::p2p_batch(const pstate_p2p_op_t *ops, size_t n) {
   } catch (const pstate::Error &e) {
     if (is_fatal_p2p(e.status())) ctx_.fail(e);
     metrics_->record(pstate::kObservedP2PBatch, path_, bytes, t0, e.status());
-    ctx_.trace_call_failed(tids[0], e);
+    ctx_.trace_call_failed(tids[0], e, name_, kOp);
     for (size_t i = 1; tr != nullptr && i < n; ++i)
       if (tids[i] != 0) tr->failed(tids[i], e.status());
     throw;
@@ -207,14 +207,14 @@ void pstate_group_s::p2p_batch_device(const pstate_p2p_op_t *ops, size_t n, void
     check_alive(kOp);
   } catch (const pstate::Error &e) {
     metrics_->record(pstate::kObservedP2PBatch, pstate::TracePath::kNccl, bytes, t0, e.status());
-    ctx_.trace_call_failed(record(0, false), e);
+    ctx_.trace_call_failed(record(0, false), e, name_, kOp);
     throw;
   }
   for (size_t i = 0; i < n; ++i) tids[i] = record(i, true);
   try {
     device_comm().p2p_batch(ops, n, stream);
   } catch (const pstate::Error &e) {
-    device_op_failed(e, tids[0]);
+    device_op_failed(e, kOp, tids[0]);
     metrics_->record(pstate::kObservedP2PBatch, pstate::TracePath::kNccl, bytes, t0, e.status());
     for (size_t i = 1; tr != nullptr && i < n; ++i)
       if (tids[i] != 0) tr->failed(tids[i], e.status());

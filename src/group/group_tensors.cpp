@@ -158,6 +158,22 @@ void pstate_group_s::reduce_scatterv(const void *send, void *recv, const size_t 
   });
 }
 
+// all_to_all_v: the descriptor (kind, dtype; count 0) is alike on every rank, the counts are
+// compared by their own exchange (HostComm::agree_all_to_all_v_counts): on the host always, in a
+// CUDA context under PSTATE_CHECK=1.
+void pstate_group_s::all_to_all_v(const void *send, const size_t *send_counts, const size_t *send_displs, void *recv,
+                                  const size_t *recv_counts, const size_t *recv_displs, pstate_dtype_t dtype,
+                                  void *stream) {
+  const OpDescriptor d = describe(OpKind::kAllToAllV, 0, dtype, -1, -1);
+  tensors(
+      d,
+      [&](DeviceComm &dc) {
+        verify_device_all_to_all_v(d, send_counts, recv_counts);  // PSTATE_CHECK=1 only
+        dc.all_to_all_v(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype, stream);
+      },
+      [&] { host_all_to_all_v(d, send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype); });
+}
+
 // Point-to-point: the device communicator of a group of more than two ranks must exist already
 // (require_p2p_ready); PSTATE_CHECK compares no point-to-point call, on the host as on the device.
 void pstate_group_s::send(const void *buf, size_t count, pstate_dtype_t dtype, int dst, void *stream) {

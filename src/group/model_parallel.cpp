@@ -22,13 +22,14 @@ std::unique_ptr<Group> Context::make_group(pstate_group_kind_t kind, size_t inde
 
 namespace {
 
-constexpr size_t kConfigFields = 8;
+constexpr size_t kConfigFields = 12;
 using ConfigWire = std::array<int32_t, kConfigFields>;
-constexpr std::array<const char *, kConfigFields> kConfigNames = {"tp", "pp", "ep", "attn_dp", "attn_cp", "moe_dp",
-                                                                 "dcp", "shared_experts_tp"};
+constexpr std::array<const char *, kConfigFields> kConfigNames = {
+    "tp", "pp", "ep", "attn_dp", "attn_cp", "moe_dp", "dcp", "shared_experts_tp", "engine", "dp", "pcp", "moe_model"};
 
 ConfigWire to_wire(const layout::ParallelConfig &c) {
-  return {c.tp, c.pp, c.ep, c.attn_dp, c.attn_cp, c.moe_dp, c.dcp, c.shared_experts_tp};
+  return {c.tp,  c.pp, c.ep, c.attn_dp, c.attn_cp, c.moe_dp, c.dcp, c.shared_experts_tp, static_cast<int32_t>(c.engine),
+          c.dp, c.pcp, c.moe_model};
 }
 
 // "rank 0 tp 1 pp 2, rank 1 tp 2 pp 1": tp and pp always, the other sizes where the two differ.
@@ -44,7 +45,7 @@ std::string describe_config_pair(int ra, const ConfigWire &a, int rb, const Conf
 
 }  // namespace
 
-// One all_gather of the eight sizes over the world group: every rank sees every rank's config
+// One all_gather of the sizes and the engine over the world group: every rank sees every rank's config
 // and so every rank throws the same MISMATCH when any two differ (a rank that went on alone would
 // build groups its peers never join, and its first TP collective would hang or mix data).
 // The context stays as it was (kReady): finalize, abort or a second, agreeing call all work.
@@ -92,7 +93,7 @@ void Context::initialize_model_parallel_now(const pstate_parallel_config_t *cfg)
   if (no_default) throw *no_default;
   layout::Layout lay(world_size(), pc);
   const uint32_t generation = groups_.next_generation();
-  for (pstate_group_kind_t kind : layout::creation_order()) {
+  for (pstate_group_kind_t kind : lay.creation_order()) {  // the engine's order
     if (kind == PSTATE_GROUP_WORLD || !lay.has(kind)) continue;
     pstate_group_kind_t canon = lay.canonical(kind);
     if (canon != kind) continue;  // aliases share their canonical kind's group (adopt_layout)
@@ -115,9 +116,13 @@ void Context::initialize_model_parallel_now(const pstate_parallel_config_t *cfg)
   // Every rank leaves together, so the first collective on any group finds its peers ready.
   world()->barrier(true, OpKind::kModelParallelReady);
   const auto barrier_ms = ms_since(mp_start);
-  log_.info("initialize_model_parallel: tp ", pc.tp, " pp ", pc.pp, " ep ", pc.ep, " attn_dp ", pc.attn_dp,
-            " attn_cp ", pc.attn_cp, " moe_dp ", pc.moe_dp, " dcp ", pc.dcp, ": ", groups_.model_parallel_groups().size(),
-            " groups created");
+  if (pc.vllm())
+    log_.info("initialize_model_parallel (vllm): tp ", pc.tp, " pp ", pc.pp, " dp ", pc.dp, " pcp ", pc.pcp, " dcp ",
+              pc.dcp, pc.moe_model ? " moe" : " dense", ": ", groups_.model_parallel_groups().size(), " groups created");
+  else
+    log_.info("initialize_model_parallel: tp ", pc.tp, " pp ", pc.pp, " ep ", pc.ep, " attn_dp ", pc.attn_dp,
+              " attn_cp ", pc.attn_cp, " moe_dp ", pc.moe_dp, " dcp ", pc.dcp, ": ",
+              groups_.model_parallel_groups().size(), " groups created");
   log_counts("initialize_model_parallel", cat(" (config agreement ", agreed_ms, " ms, groups ", groups_ms - agreed_ms,
                                               " ms, ready barrier ", barrier_ms - groups_ms, " ms)"));
 }
@@ -161,8 +166,7 @@ Group *Context::group(pstate_group_kind_t kind) {
   Group *g = groups_.by_kind(kind);
   if (g == nullptr)
     throw_error(PSTATE_ERR_UNSUPPORTED, "group ", pstate_group_kind_name(kind), " does not exist in this layout (",
-                kind == PSTATE_GROUP_DCP ? "set decode_context_parallel_size > 1" : "set shared_experts_tensor_parallel_size > 1",
-                ")");
+                groups_.layout()->why_absent(kind), ")");
   return g;
 }
 

@@ -20,6 +20,7 @@
 //   self_pp           (world, world,         1,       1)
 // Aliased kinds (see Layout::canonical) do not get their own partition: they point at their
 // canonical kind's, as SGLang assigns the same GroupCoordinator to two globals.
+// vLLM's layout (engine vllm) is built by vllm_layout.cpp; this file holds what both share.
 #include "layout/layout.hpp"
 
 #include "common/error.hpp"
@@ -41,15 +42,36 @@ std::shared_ptr<const Partition> lines(int world, int block, int outer, int size
   return std::make_shared<const Partition>(world, size, std::move(flat));
 }
 
-constexpr pstate_group_kind_t kCreationOrder[] = {
+constexpr pstate_group_kind_t kSglangOrder[] = {
     PSTATE_GROUP_WORLD,   PSTATE_GROUP_TP,     PSTATE_GROUP_DCP,    PSTATE_GROUP_ATTN_CP,
     PSTATE_GROUP_ATTN_TP, PSTATE_GROUP_SHARED_EXPERTS_TP,           PSTATE_GROUP_MOE_DP,
     PSTATE_GROUP_MOE_EP,  PSTATE_GROUP_MOE_TP, PSTATE_GROUP_PP,     PSTATE_GROUP_SELF_PP};
-static_assert(std::size(kCreationOrder) == kKindCount, "every kind has a place in the order");
+// vLLM's initialize_model_parallel: _TP, _DCP, _PCP, _PP, _DP, _EP, _EPLB (world before them).
+constexpr pstate_group_kind_t kVllmOrder[] = {PSTATE_GROUP_WORLD, PSTATE_GROUP_TP, PSTATE_GROUP_DCP,
+                                              PSTATE_GROUP_PCP,   PSTATE_GROUP_PP, PSTATE_GROUP_DP,
+                                              PSTATE_GROUP_EP,    PSTATE_GROUP_EPLB};
+// world, tp, pp and dcp are both engines'; every other kind is one engine's.
+static_assert(std::size(kSglangOrder) + std::size(kVllmOrder) == kKindCount + 4,
+              "every kind has a place in an engine's order");
 
 }  // namespace
 
-std::span<const pstate_group_kind_t> creation_order() { return kCreationOrder; }
+std::span<const pstate_group_kind_t> creation_order(pstate_engine_t engine) {
+  engine_name(engine);  // throws for a value outside the enum
+  if (engine == PSTATE_ENGINE_VLLM) return kVllmOrder;
+  return kSglangOrder;
+}
+
+const char *engine_name(pstate_engine_t engine) {
+  switch (static_cast<int>(engine)) {
+    case PSTATE_ENGINE_SGLANG: return "sglang";
+    case PSTATE_ENGINE_VLLM: return "vllm";
+    default:
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, "engine ", static_cast<int>(engine),
+                  " is not a pstate_engine_t (", PSTATE_ENGINE_SGLANG, " = PSTATE_ENGINE_SGLANG, ", PSTATE_ENGINE_VLLM,
+                  " = PSTATE_ENGINE_VLLM)");
+  }
+}
 
 const char *kind_name(pstate_group_kind_t kind) {
   const char *name = pstate_group_kind_name(kind);
@@ -70,14 +92,30 @@ ParallelConfig ParallelConfig::fields_of(const pstate_parallel_config_t &c) {
   cfg.moe_dp = c.moe_data_parallel_size;
   cfg.dcp = c.decode_context_parallel_size;
   cfg.shared_experts_tp = c.shared_experts_tensor_parallel_size;
+  cfg.engine = c.engine;  // the 1.x fields: zero (SGLang's layout) for an older caller's struct
+  cfg.dp = c.data_parallel_size;
+  cfg.pcp = c.prefill_context_parallel_size;
+  cfg.moe_model = c.moe_model;
   return cfg;
 }
 
 // pstate.h's rule, one place for every front end: 0 is the default.
 ParallelConfig ParallelConfig::with_defaults(int world_size) const {
   ParallelConfig cfg = *this;
-  for (int *size : {&cfg.pp, &cfg.ep, &cfg.attn_dp, &cfg.attn_cp, &cfg.moe_dp, &cfg.dcp})
+  for (int *size : {&cfg.pp, &cfg.ep, &cfg.attn_dp, &cfg.attn_cp, &cfg.moe_dp, &cfg.dcp, &cfg.dp, &cfg.pcp})
     if (*size == 0) *size = 1;
+  if (cfg.tp == 0 && cfg.vllm()) {
+    // vLLM: ExternalDP 1, the rest of the world is tp
+    long long rest = static_cast<long long>(cfg.dp) * cfg.pp * cfg.pcp;
+    if (world_size >= 1 && cfg.dp >= 1 && cfg.pp >= 1 && cfg.pcp >= 1 && world_size % rest != 0)
+      throw_error(PSTATE_ERR_INVALID_ARGUMENT, "tensor_parallel_size 0 means world_size / (data_parallel_size x "
+                  "pipeline_parallel_size x prefill_context_parallel_size), but world_size ", world_size,
+                  " is not divisible by data_parallel_size ", cfg.dp, " x pipeline_parallel_size ", cfg.pp,
+                  " x prefill_context_parallel_size ", cfg.pcp, " (= ", rest, ")");
+    // (with a bad world or size, validate() names that one: tp takes a value it does not report)
+    cfg.tp = world_size >= 1 && cfg.dp >= 1 && cfg.pp >= 1 && cfg.pcp >= 1 ? static_cast<int>(world_size / rest)
+                                                                          : world_size;
+  }
   if (cfg.tp == 0) {
     if (world_size >= 1 && cfg.pp >= 1 && world_size % cfg.pp != 0)
       throw_error(PSTATE_ERR_INVALID_ARGUMENT, "tensor_parallel_size 0 means world_size / pipeline_parallel_size, "
@@ -131,8 +169,13 @@ int Partition::rank_in_group(int rank) const {
 Layout::Layout(int world_size, const ParallelConfig &cfg) : world_size_(world_size), cfg_(cfg) {
   validate(world_size, cfg);
   for (int k = 0; k < kKindCount; ++k) canonical_[static_cast<size_t>(k)] = static_cast<pstate_group_kind_t>(k);
+  if (cfg.vllm()) build_vllm();
+  else build_sglang();
+}
 
-  const int w = world_size, tp = cfg.tp, ep = cfg.ep, moe_dp = cfg.moe_dp;
+void Layout::build_sglang() {
+  const ParallelConfig &cfg = cfg_;
+  const int w = world_size_, tp = cfg.tp, ep = cfg.ep, moe_dp = cfg.moe_dp;
   const int attn_cp = cfg.attn_cp, attn_tp = attn_tp_size(), moe_tp = moe_tp_size();
 
   // SGLang's order: world (init_distributed_environment), then initialize_model_parallel's.
@@ -182,15 +225,26 @@ size_t Layout::slot(pstate_group_kind_t kind) {
 
 bool Layout::has(pstate_group_kind_t kind) const { return groups_[slot(kind)] != nullptr; }
 
-const Partition &Layout::groups(pstate_group_kind_t kind) const {
-  if (!has(kind)) {
-    if (kind == PSTATE_GROUP_DCP)
-      throw_error(PSTATE_ERR_INVALID_ARGUMENT, "this layout has no dcp group: decode_context_parallel_size is ",
-                  cfg_.dcp, "; set it > 1 to get one");
-    throw_error(PSTATE_ERR_INVALID_ARGUMENT,
-                "this layout has no shared_experts_tp group: shared_experts_tensor_parallel_size is ",
-                cfg_.shared_experts_tp, "; set it > 1 to get one");
+std::string Layout::why_absent(pstate_group_kind_t kind) const {
+  if (has(kind)) return "";
+  if (std::ranges::find(creation_order(), kind) == creation_order().end()) {
+    const char *other = cfg_.vllm() ? "SGLang's" : "vLLM's";
+    const char *mine = cfg_.vllm() ? "vLLM's" : "SGLang's";
+    const char *set = cfg_.vllm() ? "PSTATE_ENGINE_SGLANG" : "PSTATE_ENGINE_VLLM";
+    return cat(kind_name(kind), " is a group of ", other, " layout and this layout is ", mine, " (engine ",
+               engine_name(cfg_.engine), "); set engine ", set, " to get one");
   }
+  if (kind == PSTATE_GROUP_DCP)
+    return cat("decode_context_parallel_size is ", cfg_.dcp, "; set it > 1 to get one");
+  if (kind == PSTATE_GROUP_SHARED_EXPERTS_TP)
+    return cat("shared_experts_tensor_parallel_size is ", cfg_.shared_experts_tp, "; set it > 1 to get one");
+  // vLLM's ep and eplb: only for MoE models (initialize_model_parallel: "Don't create EP group for dense models")
+  return cat("vLLM makes ", kind_name(kind), " groups only for MoE models; set moe_model 1 to get one");
+}
+
+const Partition &Layout::groups(pstate_group_kind_t kind) const {
+  if (!has(kind))
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "this layout has no ", kind_name(kind), " group: ", why_absent(kind));
   return *groups_[slot(kind)];
 }
 

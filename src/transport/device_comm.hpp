@@ -308,6 +308,16 @@ class DeviceComm {
     return nullptr;
   }
   virtual void buffer_deregister(void *handle) noexcept { (void)handle; }
+
+  // ---- added after the rest (the vtable only grows at its end) ----
+  // all_to_all_v (MPI_Alltoallv; arrays of size() entries, counts and displacements in elements):
+  // one NCCL group of an ncclSend of part j to every rank j and an ncclRecv of part i from every
+  // rank i, skipping empty parts (the pairs' counts agree: src/group/ compares them under
+  // PSTATE_CHECK=1); the own part is a device copy on the stream. Every rank joins the call's
+  // communicator even with nothing to move, so its creation stays collective.
+  virtual void all_to_all_v(const void *send, const size_t *send_counts, const size_t *send_displs, void *recv,
+                            const size_t *recv_counts, const size_t *recv_displs, pstate_dtype_t dtype,
+                            void *stream) = 0;
 };
 
 // The NCCL device communicator of one group. `context` must outlive it (destroy every

@@ -78,7 +78,7 @@ struct HostCall {
 class Explainer {
  public:
   Explainer(const Logger &log, const std::string &group_name, int size) : log_(log), name_(group_name), size_(size) {}
-  // op: the public operation (kAllReduce .. kReduceScatterV), whatever kind the call carries.
+  // op: the public operation (kAllReduce .. kReduceScatterV, kAllToAllV), whatever kind the call carries.
   void operator()(OpKind op, const char *algorithm, size_t bytes) {
     if (log_.enabled(LogLevel::kInfo)) log_choice(op, algorithm, bytes);
   }
@@ -90,7 +90,7 @@ class Explainer {
   int size_;
   // Two bits per operation kind: its first and its second algorithm already explained at INFO.
   uint64_t logged_ = 0;
-  static_assert(2 * static_cast<int>(OpKind::kReduceScatterV) <= 64, "two bits per operation kind");
+  static_assert(2 * static_cast<int>(OpKind::kLast) <= 64, "two bits per operation kind");
 };
 
 // What every communicator of a group is made with.
@@ -207,6 +207,17 @@ class HostComm {
   // Receives and drops what peer sent on stream up to its count `sent` that no receive of this
   // rank took; returns how many.
   virtual uint32_t drop_undelivered(const HostCall &, P2PStream, int /*peer*/, uint32_t /*sent*/) { return 0; }
+
+  // ---- added after the rest (the vtable only grows at its end) ----
+  // all_to_all_v: counts and displacements in elements, one entry per group rank each. The counts
+  // are agreed first (every rank's, coll::agree_alltoallv_counts): a pair whose counts disagree
+  // is MISMATCH on every rank, thrown as AgreedError before any data moved (the group stays in
+  // step). agree_all_to_all_v_counts is that step alone (a device call under PSTATE_CHECK=1).
+  virtual void all_to_all_v(const HostCall &call, const void *send, const size_t *send_counts,
+                            const size_t *send_displs, void *recv, const size_t *recv_counts,
+                            const size_t *recv_displs, pstate_dtype_t dtype) = 0;
+  virtual void agree_all_to_all_v_counts(const HostCall &call, const size_t *send_counts,
+                                         const size_t *recv_counts) = 0;
 
  protected:
   // Bit k set: a small call of OpKind k may ride in the agreement exchange

@@ -255,7 +255,7 @@ static void test_custom_kind_is_outside_the_layout_range(void **state) {
   (void)state;
   assert_true(PSTATE_GROUP_CUSTOM >= PSTATE_GROUP_FIRST_NON_LAYOUT_KIND);
   assert_true(PSTATE_GROUP_FIRST_NON_LAYOUT_KIND >= 1000);
-  assert_int_equal(PSTATE_GROUP_SELF_PP, PSTATE_GROUP_KIND_COUNT - 1); /* the layout kinds end there */
+  assert_int_equal(PSTATE_GROUP_EPLB, PSTATE_GROUP_KIND_COUNT - 1); /* the layout kinds end there */
   assert_null(pstate_group_kind_name((pstate_group_kind_t)PSTATE_GROUP_KIND_COUNT)); /* free for a layout kind */
   assert_string_equal(pstate_group_kind_name(PSTATE_GROUP_CUSTOM), "custom");
   pstate_layout_t *l = NULL;
@@ -353,6 +353,7 @@ static void test_every_table_member_is_its_function(void **state) {
   SAME(mem_query);
   SAME(group_mem_stats);
   SAME(set_graph_registration);
+  SAME(all_to_all_v);
   SAME(metrics_text);
 #undef SAME
   /* The 1.0 order follows the header's sections: a few landmarks. */
@@ -361,6 +362,7 @@ static void test_every_table_member_is_its_function(void **state) {
   assert_true(offsetof(pstate_api_t, group_same_node) < offsetof(pstate_api_t, all_reduce));
   assert_true(offsetof(pstate_api_t, p2p_batch) < offsetof(pstate_api_t, graph_capture_end));
   assert_true(offsetof(pstate_api_t, graph_capture_end) < offsetof(pstate_api_t, mem_alloc));
+  assert_true(offsetof(pstate_api_t, set_graph_registration) < offsetof(pstate_api_t, all_to_all_v));
 }
 
 /* ---- Struct arrays and returned arrays, on 2 and 3 processes ---------------------------------- */

@@ -53,7 +53,8 @@ static void test_create_with_null_out_is_invalid_argument(void **state) {
 static void test_create_with_wrong_struct_size_is_invalid_argument(void **state) {
   /* Below the 1.0 size, or past any struct's size; a larger struct of a newer caller is
    * test_abi_conventions' (it needs the caller's bytes past this struct). */
-  const size_t sizes[] = {0, 1, sizeof(pstate_parallel_config_t) - 1, 4097, (size_t)-1};
+  const size_t oldest = offsetof(pstate_parallel_config_t, shared_experts_tensor_parallel_size) + sizeof(int);
+  const size_t sizes[] = {0, 1, oldest - 1, 4097, (size_t)-1};
   size_t i;
   for (i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) {
     pstate_parallel_config_t cfg = PSTATE_PARALLEL_CONFIG_INIT;

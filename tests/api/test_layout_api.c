@@ -2,8 +2,9 @@
  * test_layout_api.c — the pstate_layout_* entry points and pstate_get_api, through the shared
  * library as a C user sees them. The layout math itself is proven in tests/unit/test_layout.cpp;
  * this proves the C contract: defaults, the size query, group_of, absent kinds, ownership, and
- * that the dlopen table reaches the same functions. References are literal group lists from
- * SGLang's initialize_model_parallel docstring.
+ * that the dlopen table reaches the same functions, the engine field (vLLM's layout) and an older
+ * caller's struct without it. References are literal group lists from SGLang's
+ * initialize_model_parallel docstring and vLLM's grid.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -183,6 +184,69 @@ static void test_zero_sizes_are_the_defaults(void **state) {
   assert_null(b);
 }
 
+/* vLLM's layout through the C API: world 8 = dp 2 x pp 2 x tp 2, a MoE model. The lists are vLLM's
+ * (arange(8).reshape(-1, 2, 2, 1, 2) cut per kind, tests/unit/test_layout.cpp by hand). */
+static void test_vllm_engine_gives_vllms_groups(void **state) {
+  pstate_parallel_config_t cfg = PSTATE_PARALLEL_CONFIG_INIT;
+  pstate_layout_t *l = NULL;
+  size_t count = 0, index = 0;
+  static const int dp1[] = {2, 6}, pp2[] = {4, 6}, ep1[] = {2, 3, 6, 7}, tp3[] = {6, 7};
+  cfg.engine = PSTATE_ENGINE_VLLM;
+  cfg.tensor_parallel_size = 2;
+  cfg.pipeline_parallel_size = 2;
+  cfg.data_parallel_size = 2;
+  cfg.moe_model = 1;
+  PSTATE_EXPECT_OK(pstate_layout_create(8, &cfg, &l));
+  expect_group(l, PSTATE_GROUP_TP, 3, tp3, 2);
+  expect_group(l, PSTATE_GROUP_DP, 1, dp1, 2);
+  expect_group(l, PSTATE_GROUP_PP, 2, pp2, 2);
+  expect_group(l, PSTATE_GROUP_EP, 1, ep1, 4);
+  expect_group(l, PSTATE_GROUP_EPLB, 1, ep1, 4);
+  PSTATE_EXPECT_OK(pstate_layout_group_count(l, PSTATE_GROUP_PCP, &count));
+  assert_int_equal(count, 8); /* pcp 1: singletons, as vLLM makes them */
+  PSTATE_EXPECT_OK(pstate_layout_group_count(l, PSTATE_GROUP_ATTN_TP, &count));
+  assert_int_equal(count, 0); /* SGLang's kinds are not in vLLM's layout */
+  PSTATE_EXPECT_OK(pstate_layout_group_count(l, PSTATE_GROUP_DCP, &count));
+  assert_int_equal(count, 0);
+  PSTATE_EXPECT_OK(pstate_layout_group_of(l, PSTATE_GROUP_DP, 6, &index));
+  assert_int_equal(index, 1);
+  PSTATE_EXPECT_ERROR(pstate_layout_group_ranks(l, PSTATE_GROUP_SELF_PP, 0, NULL, 0, &count),
+                      PSTATE_ERR_INVALID_ARGUMENT, "self_pp is a group of SGLang's layout");
+  assert_string_equal(pstate_group_kind_name(PSTATE_GROUP_EPLB), "eplb");
+  pstate_layout_destroy(l);
+
+  /* what vLLM refuses, named */
+  cfg.data_parallel_size = 3;
+  PSTATE_EXPECT_ERROR(pstate_layout_create(8, &cfg, &l), PSTATE_ERR_INVALID_ARGUMENT,
+                      "world_size 8 is not divisible by data_parallel_size 3");
+  assert_null(l);
+  cfg.data_parallel_size = 2;
+  cfg.expert_parallel_size = 4;
+  PSTATE_EXPECT_ERROR(pstate_layout_create(8, &cfg, &l), PSTATE_ERR_INVALID_ARGUMENT,
+                      "expert_parallel_size is 4: a size of SGLang's layout");
+  cfg.expert_parallel_size = 1;
+  cfg.engine = (pstate_engine_t)2;
+  PSTATE_EXPECT_ERROR(pstate_layout_create(8, &cfg, &l), PSTATE_ERR_INVALID_ARGUMENT, "not a pstate_engine_t");
+}
+
+/* A caller built against the 1.0 header has no engine field: its struct_size ends before it, so
+ * the bytes there (here VLLM) are not read and the layout is SGLang's, as it always was. */
+static void test_config_of_an_older_caller_is_sglangs(void **state) {
+  pstate_parallel_config_t cfg = PSTATE_PARALLEL_CONFIG_INIT;
+  pstate_layout_t *l = NULL;
+  size_t count = 0;
+  cfg.struct_size = offsetof(pstate_parallel_config_t, engine);
+  cfg.engine = PSTATE_ENGINE_VLLM;
+  cfg.data_parallel_size = 2;
+  cfg.tensor_parallel_size = 4;
+  PSTATE_EXPECT_OK(pstate_layout_create(4, &cfg, &l));
+  PSTATE_EXPECT_OK(pstate_layout_group_count(l, PSTATE_GROUP_SELF_PP, &count));
+  assert_int_equal(count, 4);
+  PSTATE_EXPECT_OK(pstate_layout_group_count(l, PSTATE_GROUP_DP, &count));
+  assert_int_equal(count, 0);
+  pstate_layout_destroy(l);
+}
+
 static void test_destroy_null_is_a_no_op(void **state) { pstate_layout_destroy(NULL); }
 
 static void test_api_table_reaches_the_layout_functions(void **state) {
@@ -220,6 +284,8 @@ int main(void) {
       cmocka_unit_test(test_dcp_and_shared_experts_groups_exist_when_configured),
       cmocka_unit_test(test_invalid_config_leaves_out_null_and_names_the_cause),
       cmocka_unit_test(test_zero_sizes_are_the_defaults),
+      cmocka_unit_test(test_vllm_engine_gives_vllms_groups),
+      cmocka_unit_test(test_config_of_an_older_caller_is_sglangs),
       cmocka_unit_test(test_destroy_null_is_a_no_op),
       cmocka_unit_test(test_api_table_reaches_the_layout_functions),
       cmocka_unit_test(test_api_table_for_another_major_is_null_with_a_reason),

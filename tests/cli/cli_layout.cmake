@@ -14,3 +14,11 @@ foreach(mode IN ITEMS json errors help)
            COMMAND ${PSTATE_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/cli_layout_reference.py $<TARGET_FILE:pstate_cli> ${mode})
   set_tests_properties(cli_layout_${mode} PROPERTIES TIMEOUT 300)
 endforeach()
+# cli_layout_vllm_* — `pstate layout --engine vllm` against vLLM's formula computed with numpy
+# (cli_layout_vllm_reference.py): every configuration up to world 64 through --batch, and the
+# refusals. Skipped (exit 77) where the python3 found has no numpy.
+foreach(mode IN ITEMS json errors)
+  add_test(NAME cli_layout_vllm_${mode}
+           COMMAND ${PSTATE_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/cli_layout_vllm_reference.py $<TARGET_FILE:pstate_cli> ${mode})
+  set_tests_properties(cli_layout_vllm_${mode} PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+endforeach()

@@ -40,3 +40,9 @@ set_tests_properties(cli_run_dumps PROPERTIES TIMEOUT 300)
 add_test(NAME cli_run_shared_host
          COMMAND ${PROJECT_SOURCE_DIR}/tests/cli/test_run_shared_host.sh $<TARGET_FILE:pstate_cli>)
 set_tests_properties(cli_run_shared_host PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+# PSTATE_LOG_FORMAT=json (issue 45, item 4): a 2-rank job at PSTATE_DEBUG=INFO writes only JSON
+# log lines on stderr (the ranks' and the launcher's), parsed by Python's json module, with the
+# failed call's group, call and status; the text format is unchanged without it.
+add_test(NAME cli_log_json
+         COMMAND ${PROJECT_SOURCE_DIR}/tests/cli/test_log_json.sh $<TARGET_FILE:pstate_cli> $<TARGET_FILE:launch_rank>)
+set_tests_properties(cli_log_json PROPERTIES TIMEOUT 300)

@@ -1,8 +1,9 @@
 /*
- * launch_rank.c — one rank of the jobs tests/cli/test_run_dumps.sh and test_run_shm.sh run under
- * `pstate run` (issue 27, items 11, 13 and 16). Public API only.
+ * launch_rank.c — one rank of the jobs tests/cli/test_run_dumps.sh, test_run_shm.sh and
+ * test_log_json.sh run under `pstate run` (issue 27, items 11, 13 and 16; issue 45, item 4).
+ * Public API only.
  *
- * usage: launch_rank block | undisturbed        (files go to $LAUNCH_DIR)
+ * usage: launch_rank block | undisturbed | log_json        (files go to $LAUNCH_DIR)
  *
  *   block        2 ranks. Each writes $LAUNCH_DIR/init-rank<R>.pstate-trace (pstate_trace_dump:
  *                its `job` line names the job's shared-memory names), then rank 0 waits in
@@ -22,6 +23,10 @@
  *                returned early and neither poll nor read failed (EINTR), else "rank R: DISTURBED:
  *                ...". Rank 0 exits 1 once rank 1 says it is ready (the file $LAUNCH_DIR/ready),
  *                after pstate_abort: `pstate run` then asks the others for their dumps.
+ *   log_json     2 ranks, for the log lines they make: an all_reduce of the world that succeeds,
+ *                one whose count differs between the ranks (PSTATE_ERR_MISMATCH on both, which
+ *                the library logs at INFO with group, call and status; it fails the context),
+ *                pstate_abort; then rank 1 exits 3 so that `pstate run` logs a failure of its own.
  */
 #define _GNU_SOURCE
 #include <pstate/pstate.h>
@@ -149,9 +154,24 @@ static void run_undisturbed(pstate_t *ps) {
   pthread_join(s, NULL);
 }
 
+static int run_log_json(pstate_t *ps, pstate_group_t *world) {
+  float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  die_on(pstate_all_reduce(world, x, x, 8, PSTATE_FLOAT32, PSTATE_SUM, NULL), "all_reduce");
+  const pstate_status_t s = pstate_all_reduce(world, x, x, g_rank == 0 ? 4 : 8, PSTATE_FLOAT32, PSTATE_SUM, NULL);
+  if (s != PSTATE_ERR_MISMATCH) {
+    fprintf(stderr, "launch_rank %d: the all_reduce of different counts returned %s, not PSTATE_ERR_MISMATCH\n",
+            g_rank, pstate_status_string(s));
+    return 1;
+  }
+  /* A MISMATCH fails the context (every later call is ABORTED): leave it the documented way. */
+  die_on(pstate_abort(ps), "abort");
+  return g_rank == 1 ? 3 : 0;
+}
+
 int main(int argc, char **argv) {
-  if (argc != 2 || (strcmp(argv[1], "block") != 0 && strcmp(argv[1], "undisturbed") != 0)) {
-    fprintf(stderr, "usage: launch_rank block|undisturbed\n");
+  if (argc != 2 || (strcmp(argv[1], "block") != 0 && strcmp(argv[1], "undisturbed") != 0 &&
+                    strcmp(argv[1], "log_json") != 0)) {
+    fprintf(stderr, "usage: launch_rank block|undisturbed|log_json\n");
     return 2;
   }
   const char *dir = getenv("LAUNCH_DIR");
@@ -165,6 +185,7 @@ int main(int argc, char **argv) {
   die_on(pstate_group_info(world, &info), "group info");
   g_rank = info.rank;
   if (strcmp(argv[1], "undisturbed") == 0) run_undisturbed(ps);
+  if (strcmp(argv[1], "log_json") == 0) return run_log_json(ps, world);
 
   char path[600];
   snprintf(path, sizeof path, "%s/init-rank%d.pstate-trace", g_dir, g_rank);

@@ -29,7 +29,7 @@ sources_of() {
     wire) echo src/bootstrap/wire.cpp ;;
     init_method) echo src/bootstrap/init_method.cpp ;;
     launch_env) echo src/bootstrap/launch_env.cpp src/bootstrap/init_method.cpp src/bootstrap/netif.cpp ;;
-    layout) echo src/layout/layout.cpp src/layout/validate.cpp src/api/api_common.cpp ;;
+    layout) echo src/layout/layout.cpp src/layout/validate.cpp src/layout/vllm_layout.cpp src/api/api_common.cpp ;;
     *) echo "fuzz.sh: unknown target '$1' (known: ${TARGETS[*]})" >&2; exit 2 ;;
   esac
 }

@@ -1,4 +1,6 @@
-// test_layout.cpp — pstate::layout::Layout against SGLang's initialize_model_parallel.
+// test_layout.cpp — pstate::layout::Layout against SGLang's initialize_model_parallel (and, at the
+// end, against vLLM's: worked layouts, its refusals, and every configuration up to world 64
+// against closed-form grid coordinates; the numpy reference is tests/cli/cli_layout_vllm_reference.py).
 //
 // Three kinds of reference, none computed by the code under test:
 //   * literal group lists from SGLang's docstring and DESIGN.md's worked layouts;
@@ -442,6 +444,7 @@ struct Reference {
       }
       case PSTATE_GROUP_DCP: return {r / dcp, r % dcp};
       case PSTATE_GROUP_SHARED_EXPERTS_TP: return {r / shared, r % shared};
+      case PSTATE_GROUP_DP: case PSTATE_GROUP_PCP: case PSTATE_GROUP_EP: case PSTATE_GROUP_EPLB: break;  // vLLM's
       case PSTATE_GROUP_CUSTOM: break;  // pstate_new_group's, not the layout's
     }
     return {-1, -1};
@@ -459,6 +462,7 @@ struct Reference {
       case PSTATE_GROUP_MOE_DP: return attn_cp > moe_dp ? attn_cp : moe_dp;
       case PSTATE_GROUP_DCP: return dcp;
       case PSTATE_GROUP_SHARED_EXPERTS_TP: return shared;
+      case PSTATE_GROUP_DP: case PSTATE_GROUP_PCP: case PSTATE_GROUP_EP: case PSTATE_GROUP_EPLB: break;  // vLLM's
       case PSTATE_GROUP_CUSTOM: break;  // pstate_new_group's, not the layout's
     }
     return -1;
@@ -466,7 +470,7 @@ struct Reference {
   bool exists(pstate_group_kind_t kind) const {
     if (kind == PSTATE_GROUP_DCP) return dcp > 1;
     if (kind == PSTATE_GROUP_SHARED_EXPERTS_TP) return shared > 1;
-    return true;
+    return kind <= PSTATE_GROUP_SELF_PP;  // not vLLM's dp, pcp, ep, eplb
   }
   // SGLang's aliasing rules, followed to the kind that owns the group object.
   pstate_group_kind_t canonical(pstate_group_kind_t kind) const {
@@ -573,6 +577,198 @@ static void test_every_invalid_small_config_is_rejected(void **) {
                 }
 }
 
+// ---- vLLM's layout (engine vllm) ------------------------------------------------------------
+
+namespace {
+
+ParallelConfig vllm(int tp, int pp = 1, int dp = 1, int pcp = 1, int dcp = 1, bool moe = false) {
+  ParallelConfig c = make(tp, pp);
+  c.engine = PSTATE_ENGINE_VLLM;
+  c.dp = dp;
+  c.pcp = pcp;
+  c.dcp = dcp;
+  c.moe_model = moe ? 1 : 0;
+  return c;
+}
+
+}  // namespace
+
+static void test_vllm_docstring_tp2_pp4_gives_four_tp_groups_and_two_pp_groups(void **) {
+  Layout l(8, vllm(2, 4));
+  expect_groups(l, PSTATE_GROUP_TP, {{0, 1}, {2, 3}, {4, 5}, {6, 7}});
+  expect_groups(l, PSTATE_GROUP_PP, {{0, 2, 4, 6}, {1, 3, 5, 7}});
+  // dp 1: singletons, listed in transpose(1, 4)'s order (tp before pp), as vLLM's list has them
+  expect_groups(l, PSTATE_GROUP_DP, {{0}, {2}, {4}, {6}, {1}, {3}, {5}, {7}});
+  expect_groups(l, PSTATE_GROUP_PCP, singletons(8));
+  expect_groups(l, PSTATE_GROUP_WORLD, {{0, 1, 2, 3, 4, 5, 6, 7}});
+}
+
+// world 8 = dp 2 x pp 2 x tp 2 (a MoE model): the multi-rank test's layout, by hand from
+// all_ranks = [[[[0,1]],[[2,3]]], [[[4,5]],[[6,7]]]] (dp, pp, pcp, tp)
+static void test_vllm_world8_dp2_pp2_tp2_moe_groups(void **) {
+  Layout l(8, vllm(2, 2, 2, 1, 1, true));
+  expect_groups(l, PSTATE_GROUP_TP, {{0, 1}, {2, 3}, {4, 5}, {6, 7}});
+  expect_groups(l, PSTATE_GROUP_PP, {{0, 2}, {1, 3}, {4, 6}, {5, 7}});
+  expect_groups(l, PSTATE_GROUP_DP, {{0, 4}, {2, 6}, {1, 5}, {3, 7}});  // (tp, pp) order: t before p
+  expect_groups(l, PSTATE_GROUP_EP, {{0, 1, 4, 5}, {2, 3, 6, 7}});
+  expect_groups(l, PSTATE_GROUP_EPLB, {{0, 1, 4, 5}, {2, 3, 6, 7}});
+  assert_false(l.has(PSTATE_GROUP_DCP));
+  assert_int_equal(l.group_of(PSTATE_GROUP_DP, 6), 1);
+  assert_int_equal(l.groups(PSTATE_GROUP_DP).rank_in_group(6), 1);
+}
+
+// pcp and tp both > 1: pp's groups are listed tp before pcp (transpose(2, 4) leaves (dp, tp, pcp))
+static void test_vllm_pp_groups_are_ordered_tp_before_pcp(void **) {
+  Layout l(8, vllm(2, 2, 1, 2, 2));  // (pp 2, pcp 2, tp 2): rank = p*4 + c*2 + t
+  expect_groups(l, PSTATE_GROUP_PCP, {{0, 2}, {1, 3}, {4, 6}, {5, 7}});
+  expect_groups(l, PSTATE_GROUP_PP, {{0, 4}, {2, 6}, {1, 5}, {3, 7}});
+  expect_groups(l, PSTATE_GROUP_DCP, {{0, 1}, {2, 3}, {4, 5}, {6, 7}});
+  assert_false(l.has(PSTATE_GROUP_EP));
+}
+
+static void test_vllm_external_dp_repeats_the_replica(void **) {
+  Layout l(12, vllm(2, 1, 2));  // ExternalDP 3 x dp 2 x tp 2
+  assert_int_equal(l.config().external_dp(12), 3);
+  expect_groups(l, PSTATE_GROUP_DP, {{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}});
+}
+
+static void test_vllm_eplb_is_a_group_of_its_own_over_eps_ranks(void **) {
+  Layout l(4, vllm(2, 1, 2, 1, 1, true));
+  for (int k = 0; k < pstate::layout::kKindCount; ++k)
+    if (l.has(static_cast<pstate_group_kind_t>(k))) assert_false(l.is_alias(static_cast<pstate_group_kind_t>(k)));
+  expect_groups(l, PSTATE_GROUP_EPLB, groups_of(l, PSTATE_GROUP_EP));
+}
+
+static void test_vllm_has_only_vllms_kinds(void **) {
+  Layout dense(8, vllm(2, 2, 2));
+  for (auto k : {PSTATE_GROUP_WORLD, PSTATE_GROUP_TP, PSTATE_GROUP_PP, PSTATE_GROUP_DP, PSTATE_GROUP_PCP})
+    assert_true(dense.has(k));
+  for (auto k : {PSTATE_GROUP_ATTN_TP, PSTATE_GROUP_ATTN_CP, PSTATE_GROUP_MOE_EP, PSTATE_GROUP_MOE_TP,
+                 PSTATE_GROUP_MOE_DP, PSTATE_GROUP_SHARED_EXPERTS_TP, PSTATE_GROUP_SELF_PP, PSTATE_GROUP_DCP,
+                 PSTATE_GROUP_EP, PSTATE_GROUP_EPLB}) {
+    assert_false(dense.has(k));
+    assert_int_equal(dense.group_count(k), 0);
+  }
+  expect_invalid([&] { dense.groups(PSTATE_GROUP_EP); }, "only for MoE models; set moe_model 1");
+  expect_invalid([&] { dense.groups(PSTATE_GROUP_ATTN_TP); }, "attn_tp is a group of SGLang's layout");
+  expect_invalid([&] { dense.groups(PSTATE_GROUP_DCP); }, "decode_context_parallel_size is 1");
+  Layout sglang(8, make(8));
+  for (auto k : {PSTATE_GROUP_DP, PSTATE_GROUP_PCP, PSTATE_GROUP_EP, PSTATE_GROUP_EPLB}) assert_false(sglang.has(k));
+  assert_string_equal(sglang.why_absent(PSTATE_GROUP_EPLB).c_str(),
+                      "eplb is a group of vLLM's layout and this layout is SGLang's (engine sglang); set engine "
+                      "PSTATE_ENGINE_VLLM to get one");
+  assert_string_equal(sglang.why_absent(PSTATE_GROUP_TP).c_str(), "");
+}
+
+static void test_vllm_creation_order_is_vllms(void **) {
+  const pstate_group_kind_t want[] = {PSTATE_GROUP_WORLD, PSTATE_GROUP_TP, PSTATE_GROUP_DCP,  PSTATE_GROUP_PCP,
+                                      PSTATE_GROUP_PP,    PSTATE_GROUP_DP, PSTATE_GROUP_EP,   PSTATE_GROUP_EPLB};
+  auto got = pstate::layout::creation_order(PSTATE_ENGINE_VLLM);
+  assert_int_equal(got.size(), sizeof want / sizeof want[0]);
+  for (size_t i = 0; i < got.size(); ++i) assert_int_equal(got[i], want[i]);
+  assert_true(Layout(2, vllm(2)).creation_order().data() == got.data());
+  // every layout kind is in an engine's order
+  for (int k = 0; k < pstate::layout::kKindCount; ++k) {
+    auto in = [k](std::span<const pstate_group_kind_t> order) {
+      for (auto x : order)
+        if (x == k) return true;
+      return false;
+    };
+    assert_true(in(pstate::layout::creation_order(PSTATE_ENGINE_SGLANG)) || in(got));
+  }
+}
+
+static void test_vllm_tp_zero_is_the_world_over_dp_pp_pcp(void **) {
+  ParallelConfig c = vllm(0, 2, 2, 1);
+  assert_int_equal(c.with_defaults(16).tp, 4);  // ExternalDP 1
+  c.tp = 0;
+  c.dp = 0;
+  c.pp = 0;
+  c.pcp = 0;
+  ParallelConfig d = c.with_defaults(6);
+  assert_int_equal(d.tp, 6);
+  assert_int_equal(d.dp, 1);
+  assert_int_equal(d.pcp, 1);
+  expect_invalid([&] { vllm(0, 4).with_defaults(6); }, "world_size 6 is not divisible by data_parallel_size 1 x "
+                                                       "pipeline_parallel_size 4");
+}
+
+static void test_vllm_refusals_name_the_sizes(void **) {
+  expect_rejected(12, vllm(2, 2, 2), "world_size 12 is not divisible by data_parallel_size 2 x pipeline_parallel_size "
+                                     "2 x prefill_context_parallel_size 1 x tensor_parallel_size 2 (= 8)");
+  expect_rejected(8, vllm(4, 2, 1, 1, 3), "tensor_parallel_size 4 is not divisible by decode_context_parallel_size 3");
+  expect_rejected(8, vllm(8, 1, 0), "data_parallel_size is 0");
+  expect_rejected(8, vllm(8, 1, 1, -1), "prefill_context_parallel_size is -1");
+  expect_rejected(8, vllm(65536, 65536), "overflows int");
+  ParallelConfig c = vllm(8);
+  c.moe_model = 2;
+  expect_rejected(8, c, "moe_model is 2");
+  for (int ParallelConfig::*field : {&ParallelConfig::ep, &ParallelConfig::attn_dp, &ParallelConfig::attn_cp,
+                                     &ParallelConfig::moe_dp, &ParallelConfig::shared_experts_tp}) {
+    ParallelConfig o = vllm(8);
+    o.*field = 2;
+    expect_rejected(8, o, "is 2: a size of SGLang's layout");
+  }
+  ParallelConfig s = make(4, 2);
+  s.dp = 2;
+  expect_rejected(8, s, "data_parallel_size is 2: a size of vLLM's layout");
+  s.dp = 1;
+  s.pcp = 2;
+  expect_rejected(8, s, "prefill_context_parallel_size is 2: a size of vLLM's layout");
+  s.pcp = 1;
+  s.moe_model = 1;  // SGLang's MoE groups exist anyway: accepted, no effect
+  Layout l(8, s);
+  assert_false(l.has(PSTATE_GROUP_EP));
+  s.engine = static_cast<pstate_engine_t>(2);
+  expect_rejected(8, s, "engine 2 is not a pstate_engine_t");
+}
+
+// Every vLLM configuration with world <= 64 against closed-form coordinates: rank r is
+// (e, d, p, c, t) in the row-major grid [ExternalDP][dp][pp][pcp][tp], and a kind's group index is
+// the flat index of the coordinates left in front after its transpose, in their new order; its
+// position the flat index of its own coordinates.
+static void test_vllm_every_config_up_to_world_64_matches_closed_form(void **) {
+  long layouts = 0;
+  for (int world = 1; world <= 64; ++world)
+    for (int tp : divisors(world))
+      for (int pp : divisors(world / tp))
+        for (int dp : divisors(world / tp / pp))
+          for (int pcp : divisors(world / tp / pp / dp))
+            for (int dcp : divisors(tp))
+              for (bool moe : {false, true}) {
+                Layout l(world, vllm(tp, pp, dp, pcp, dcp, moe));
+                const int D = dp, P = pp, C = pcp, T = tp;  // (ExternalDP = world / (D P C T): the coordinate e)
+                auto check = [&](pstate_group_kind_t kind, int r, int index, int pos) {
+                  const auto &part = l.groups(kind);
+                  if (part.group_of(r) != static_cast<size_t>(index) || part.rank_in_group(r) != pos ||
+                      part.group(static_cast<size_t>(index))[static_cast<size_t>(pos)] != r)
+                    fail_msg("world %d tp %d pp %d dp %d pcp %d dcp %d moe %d: %s rank %d in group %zu, want %d "
+                             "position %d", world, tp, pp, dp, pcp, dcp, moe, pstate::layout::kind_name(kind), r,
+                             part.group_of(r), index, pos);
+                };
+                assert_int_equal(l.groups(PSTATE_GROUP_PP).group_size(), P);
+                assert_int_equal(l.groups(PSTATE_GROUP_DP).group_size(), D);
+                assert_int_equal(l.has(PSTATE_GROUP_DCP), dcp > 1);
+                assert_int_equal(l.has(PSTATE_GROUP_EP), moe);
+                assert_int_equal(l.has(PSTATE_GROUP_EPLB), moe);
+                for (int r = 0; r < world; ++r) {
+                  int t = r % T, c = r / T % C, p = r / T / C % P, d = r / T / C / P % D, e = r / T / C / P / D;
+                  check(PSTATE_GROUP_TP, r, r / T, t);
+                  if (dcp > 1) check(PSTATE_GROUP_DCP, r, r / dcp, r % dcp);
+                  check(PSTATE_GROUP_PCP, r, ((e * D + d) * P + p) * T + t, c);
+                  check(PSTATE_GROUP_PP, r, ((e * D + d) * T + t) * C + c, p);
+                  check(PSTATE_GROUP_DP, r, ((e * T + t) * P + p) * C + c, d);
+                  if (moe) {
+                    check(PSTATE_GROUP_EP, r, e * P + p, (d * C + c) * T + t);
+                    check(PSTATE_GROUP_EPLB, r, e * P + p, (d * C + c) * T + t);
+                  }
+                }
+                ++layouts;
+              }
+  assert_int_equal(layouts, 13312);  // every configuration was visited (the Python reference's count)
+}
+
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_docstring_tp2_pp4_gives_four_tp_groups_and_two_pp_groups),
@@ -610,6 +806,16 @@ int main(void) {
       cmocka_unit_test(test_shared_experts_tp_not_dividing_attn_tp_is_rejected),
       cmocka_unit_test(test_every_valid_config_up_to_world_64_matches_closed_form),
       cmocka_unit_test(test_every_invalid_small_config_is_rejected),
+      cmocka_unit_test(test_vllm_docstring_tp2_pp4_gives_four_tp_groups_and_two_pp_groups),
+      cmocka_unit_test(test_vllm_world8_dp2_pp2_tp2_moe_groups),
+      cmocka_unit_test(test_vllm_pp_groups_are_ordered_tp_before_pcp),
+      cmocka_unit_test(test_vllm_external_dp_repeats_the_replica),
+      cmocka_unit_test(test_vllm_eplb_is_a_group_of_its_own_over_eps_ranks),
+      cmocka_unit_test(test_vllm_has_only_vllms_kinds),
+      cmocka_unit_test(test_vllm_creation_order_is_vllms),
+      cmocka_unit_test(test_vllm_tp_zero_is_the_world_over_dp_pp_pcp),
+      cmocka_unit_test(test_vllm_refusals_name_the_sizes),
+      cmocka_unit_test(test_vllm_every_config_up_to_world_64_matches_closed_form),
   };
   return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

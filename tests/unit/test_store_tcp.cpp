@@ -221,6 +221,42 @@ void test_tcp_parked_waits_of_many_clients_are_released_by_one_set(void **) {
   assert_int_equal(released.load(), kWaiters);
 }
 
+// A wait for several keys is answered only when all of them exist at once: keys set out of order,
+// one of them erased after the server had seen it, and set again. (The server files a waiting
+// request under one missing key at a time and the next one when that key comes: this is the case
+// where a key it has passed is gone again.)
+void test_tcp_wait_for_several_keys_sees_every_key_even_one_erased_again(void **) {
+  auto rank0 = serve(2);
+  std::atomic<bool> answered{false};
+  std::string error;
+  std::thread waiter([&] {
+    try {
+      join(*rank0, 1, 2)->wait({"k/a", "k/b", "k/c"}, soon());
+      answered = true;
+    } catch (const Error &e) {
+      error = e.what();
+    }
+  });
+  wait_until([&] { return rank0->server()->stats().parked_requests == 1; });
+  auto still_parked = [&] {
+    (void)rank0->check("k/none", soon());  // served in a later turn: the stats include the set's
+    return rank0->server()->stats().parked_requests == 1 && !answered.load();
+  };
+  rank0->set("k/c", bytes_of("c"), soon());
+  assert_true(still_parked());
+  rank0->set("k/a", bytes_of("a"), soon());
+  assert_true(still_parked());
+  assert_true(rank0->erase("k/a", soon()));
+  rank0->set("k/b", bytes_of("b"), soon());
+  assert_true(still_parked());
+  rank0->set("k/a", bytes_of("a again"), soon());
+  waiter.join();
+  assert_string_equal(error.c_str(), "");
+  assert_true(answered.load());
+  (void)rank0->check("k/none", soon());
+  assert_int_equal(rank0->server()->stats().parked_requests, 0);
+}
+
 // ---- deadlines --------------------------------------------------------------------------------
 
 void test_tcp_unreachable_store_times_out_naming_the_address(void **) {
@@ -781,6 +817,7 @@ int main(void) {
       cmocka_unit_test(test_tcp_many_keys_pipelined_in_order_one_request_each),
       cmocka_unit_test(test_tcp_get_is_parked_on_the_server_until_a_set),
       cmocka_unit_test(test_tcp_parked_waits_of_many_clients_are_released_by_one_set),
+      cmocka_unit_test(test_tcp_wait_for_several_keys_sees_every_key_even_one_erased_again),
       cmocka_unit_test(test_tcp_unreachable_store_times_out_naming_the_address),
       cmocka_unit_test(test_tcp_garbage_bytes_close_only_that_connection),
       cmocka_unit_test(test_tcp_oversized_frame_closes_only_that_connection),

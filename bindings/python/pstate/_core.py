@@ -465,6 +465,44 @@ class Group:
         self._call(capi.reduce_scatterv, s.obj, o.obj, c, int(s.dtype), reduce_op, stream)
         return out
 
+    @staticmethod
+    def _packed(counts: List[int]) -> List[int]:
+        displs, at = [], 0
+        for c in counts:
+            displs.append(at)
+            at += c
+        return displs
+
+    def _extent(self, counts: List[int], displs: List[int]) -> int:
+        return max((d + c for c, d in zip(counts, displs) if c), default=0)
+
+    def all_to_all_v(self, send: BufferLike, send_counts: Any, recv_counts: Any, out: Optional[BufferLike] = None, *,
+                     send_displs: Any = None, recv_displs: Any = None, dtype: Optional[DType] = None,
+                     stream: Optional[int] = None) -> Any:
+        """MPI_Alltoallv (torchcomms' all_to_all_v_single): send_counts[j] elements of send go to
+        group rank j, recv_counts[i] elements from group rank i land in out. Counts and
+        displacements are element counts, one per group rank (any sequence: list, tuple, numpy);
+        displacements default to the parts packed in group-rank order. Every pair must agree
+        (this rank's send_counts[j] is rank j's recv_counts[this rank]), else MismatchError on
+        every rank. Returns out (allocated when None: the received extent, packed by default)."""
+        where = f"all_to_all_v on {self.name}"
+        with self._together(where, capi.all_to_all_v, None, None, None, None, None, None, _REFUSED_DTYPE, None):
+            sc = self._counts(send_counts, f"{where}: send_counts")
+            rc = self._counts(recv_counts, f"{where}: recv_counts")
+            sd = self._packed(sc) if send_displs is None else self._counts(send_displs, f"{where}: send_displs")
+            rd = self._packed(rc) if recv_displs is None else self._counts(recv_displs, f"{where}: recv_displs")
+            send_extent, recv_extent = self._extent(sc, sd), self._extent(rc, rd)
+            s = resolve(send, "send", writable=False, dtype=dtype,
+                        count=send_extent if isinstance(send, int) else None)
+            require(s, "send", send_extent)
+            if out is None:
+                out = new_like(s, send, recv_extent, leading=self._leading(send, recv_extent))
+            o = _out(out, s, "send", dtype, recv_extent)
+            same_dtype(s, o, "send/out")
+            require(o, "out", recv_extent)
+        self._call(capi.all_to_all_v, s.obj, sc, sd, o.obj, rc, rd, int(s.dtype), stream)
+        return out
+
     # ---- non-blocking and batched point-to-point ---------------------------------------------
     def isend(self, buf: BufferLike, dst: int, *, dtype: Optional[DType] = None, count: Optional[int] = None,
               stream: Optional[int] = None) -> Request:
@@ -794,7 +832,9 @@ class PState:
         attention_context_parallel_size, moe_data_parallel_size, decode_context_parallel_size,
         shared_experts_tensor_parallel_size. A size not given, None or 0 is its default (pstate.h,
         the same rule in C, `pstate layout`, Go and Rust): tensor_parallel_size = world_size /
-        pipeline_parallel_size, the others 1 (no shared-experts group)."""
+        pipeline_parallel_size, the others 1 (no shared-experts group). engine="vllm" cuts vLLM's
+        groups instead (GroupKind TP, PP, DP, PCP, DCP, EP, EPLB), from data_parallel_size,
+        prefill_context_parallel_size, decode_context_parallel_size and moe_model=True."""
         sizes.update(tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size)
         self._call(capi.initialize_model_parallel, make_config(**sizes))
 

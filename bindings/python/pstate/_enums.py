@@ -56,8 +56,15 @@ class Device(enum.IntEnum):
     CUDA = 1
 
 
+class Engine(enum.IntEnum):
+    """pstate_engine_t: whose rank layout a parallel config describes (the engine= keyword)."""
+
+    SGLANG = 0  #: SGLang's initialize_model_parallel (the default): world = tp x pp
+    VLLM = 1    #: vLLM's: world = ExternalDP x dp x pp x pcp x tp
+
+
 class GroupKind(enum.IntEnum):
-    """pstate_group_kind_t: the groups of SGLang's parallel_state.py."""
+    """pstate_group_kind_t: the groups of SGLang's (and vLLM's) parallel_state.py."""
 
     WORLD = 0
     TP = 1
@@ -70,6 +77,10 @@ class GroupKind(enum.IntEnum):
     DCP = 8
     SHARED_EXPERTS_TP = 9
     SELF_PP = 10
+    DP = 11    #: vLLM's layout (Engine.VLLM): data parallel
+    PCP = 12   #: vLLM: prefill context parallel
+    EP = 13    #: vLLM: expert parallel over dp x pcp x tp of one pipeline stage (MoE models)
+    EPLB = 14  #: vLLM: EP's ranks on a group of their own, for expert load balancing (MoE models)
     CUSTOM = 1000  #: a group of PState.new_group (not for PState.group); kinds >= 1000 are not layout kinds
 
 

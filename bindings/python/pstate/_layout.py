@@ -1,14 +1,16 @@
-"""Layout: SGLang's rank layout for a world, computed locally (no communication).
+"""Layout: SGLang's (or vLLM's) rank layout for a world, computed locally (no communication).
 
 Wraps pstate_layout_*; also builds the pstate_parallel_config_t that initialize_model_parallel
-takes, from keyword arguments named like the C fields (and SGLang's initialize_model_parallel).
+takes, from keyword arguments named like the C fields (and SGLang's initialize_model_parallel):
+engine="vllm" with data_parallel_size, prefill_context_parallel_size, decode_context_parallel_size
+and moe_model=True gives vLLM's layout.
 """
 from __future__ import annotations
 
 from typing import List, Optional, Union
 
 from . import capi
-from ._enums import GroupKind, coerce
+from ._enums import Engine, GroupKind, coerce
 from ._errors import InvalidArgumentError
 
 #: The keyword arguments of a parallel config, named like pstate_parallel_config_t's fields.
@@ -21,6 +23,10 @@ CONFIG_FIELDS = (
     "moe_data_parallel_size",
     "decode_context_parallel_size",
     "shared_experts_tensor_parallel_size",
+    "engine",
+    "data_parallel_size",
+    "prefill_context_parallel_size",
+    "moe_model",
 )
 
 
@@ -29,7 +35,8 @@ def make_config(**sizes: Optional[int]) -> "capi.pstate_parallel_config_t":
     rule for every front end is that a size of 0 is its default (tensor_parallel_size: world_size
     / pipeline_parallel_size; the others 1; shared_experts_tensor_parallel_size: no group), so a
     size not given (or None) means what the C library, `pstate layout` and the Go and Rust
-    bindings mean by it."""
+    bindings mean by it. engine is an Engine, its name ("sglang", "vllm") or number (not given:
+    SGLang); moe_model a bool (or 0/1)."""
     cfg = capi.pstate_parallel_config_t()
     for key in CONFIG_FIELDS:
         setattr(cfg, key, 0)
@@ -38,6 +45,12 @@ def make_config(**sizes: Optional[int]) -> "capi.pstate_parallel_config_t":
             raise InvalidArgumentError(f"unknown parallel size {key!r}; expected one of {', '.join(CONFIG_FIELDS)}")
         if value is None:
             continue
+        if key == "engine":
+            setattr(cfg, key, int(coerce(Engine, value, "engine")))
+            continue
+        if key == "moe_model" and isinstance(value, bool):
+            setattr(cfg, key, int(value))
+            continue
         if isinstance(value, bool) or not isinstance(value, int):
             raise InvalidArgumentError(f"{key} must be an int, got {type(value).__name__}")
         setattr(cfg, key, value)
@@ -45,11 +58,15 @@ def make_config(**sizes: Optional[int]) -> "capi.pstate_parallel_config_t":
 
 
 class Layout:
-    """The groups SGLang's initialize_model_parallel builds for world_size ranks.
+    """The groups SGLang's initialize_model_parallel builds for world_size ranks (vLLM's with
+    engine="vllm").
 
     >>> lay = Layout(8, tensor_parallel_size=4, pipeline_parallel_size=2)
     >>> lay.groups(GroupKind.PP)
     [[0, 4], [1, 5], [2, 6], [3, 7]]
+    >>> Layout(8, engine="vllm", tensor_parallel_size=2, pipeline_parallel_size=2, data_parallel_size=2,
+    ...        moe_model=True).groups(GroupKind.EP)
+    [[0, 1, 4, 5], [2, 3, 6, 7]]
 
     A size not given, None or 0 is its default (pstate.h, the same rule as the C library and
     `pstate layout`): tensor_parallel_size is world_size / pipeline_parallel_size, the others 1.
@@ -100,5 +117,5 @@ class Layout:
         return capi.layout_group_of(self._live(), int(coerce(GroupKind, kind, "group kind")), rank)
 
     def groups(self, kind: Union[GroupKind, str]) -> List[List[int]]:
-        """Every group of kind, in SGLang's order."""
+        """Every group of kind, in its engine's order."""
         return [self.group_ranks(kind, i) for i in range(self.group_count(kind))]

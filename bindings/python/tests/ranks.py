@@ -740,6 +740,62 @@ def _values(x) -> list:
     return (x.array if isinstance(x, DLPackOnly) else x).tolist()
 
 
+def all_to_all_v() -> None:
+    """3 ranks: all_to_all_v with uneven counts (zeros among them) given as a list, a tuple and a
+    numpy array; packed, and with the parts in reverse order and gaps (send_displs/recv_displs)
+    into an out of the caller's; a pair whose counts disagree is MismatchError on every rank
+    and the next call works; the binding's own refusal on one rank (send shorter than its counts)
+    is InvalidArgumentError on every rank. References computed here with numpy."""
+    ps = pstate.init(timeout_ms=TIMEOUT_MS)
+    w, r, n = ps.world, ps.rank, ps.world_size
+
+    def count(i: int, j: int) -> int:
+        return (i + 2 * j) % 4
+
+    def part(i: int, j: int) -> np.ndarray:
+        return 1000 * i + 100 * j + np.arange(count(i, j), dtype=np.int32)
+
+    sc = [count(r, j) for j in range(n)]
+    rc = [count(i, r) for i in range(n)]
+    send = np.concatenate([part(r, j) for j in range(n)])
+    want = np.concatenate([part(i, r) for i in range(n)])
+    for s_counts, r_counts in ((sc, rc), (tuple(sc), tuple(rc)), (np.array(sc), np.array(rc, dtype=np.int64))):
+        got = w.all_to_all_v(send, s_counts, r_counts)
+        assert got.dtype == np.int32 and got.tolist() == want.tolist(), (got, want)
+    # reverse order with a gap of 2 after every part, on both sides
+    def place(counts):
+        displs, at = [0] * n, 0
+        for j in reversed(range(n)):
+            displs[j] = at
+            at += counts[j] + 2
+        return displs, at
+    sd, s_extent = place(sc)
+    rd, r_extent = place(rc)
+    sbuf = np.full(s_extent, -1, dtype=np.int32)
+    for j in range(n):
+        sbuf[sd[j]:sd[j] + sc[j]] = part(r, j)
+    out = np.full(r_extent, -7, dtype=np.int32)
+    expected = out.copy()
+    for i in range(n):
+        expected[rd[i]:rd[i] + rc[i]] = part(i, r)
+    assert w.all_to_all_v(sbuf, sc, rc, out=out, send_displs=sd, recv_displs=rd) is out
+    assert out.tolist() == expected.tolist(), (out, expected)
+    # group rank 0 sends one element more to group rank 1 than rank 1 expects
+    bad = list(sc)
+    if r == 0:
+        bad[1] += 1
+    e = expect_raises(pstate.MismatchError, w.all_to_all_v, np.zeros(sum(bad), np.int32), bad, rc)
+    assert "group rank 0 (rank 0) sends" in e.detail, e.detail
+    assert w.all_to_all_v(send, sc, rc).tolist() == want.tolist()
+    # the binding's refusal on rank 2 (send shorter than its counts) fails every rank
+    short = send[:-1] if r == 2 else send
+    expect_raises(pstate.InvalidArgumentError, w.all_to_all_v, short, sc, rc)
+    assert w.all_to_all_v(send, sc, rc).tolist() == want.tolist()
+    e = expect_raises(pstate.InvalidArgumentError, w.all_to_all_v, send, sc[:2], rc)  # every rank: in step
+    assert "2 entries" in e.detail, e.detail
+    ps.finalize()
+
+
 def nonblocking() -> None:
     """4 ranks (TP 2 x PP 2): all_gatherv / reduce_scatterv with uneven counts (a zero among them)
     on the world, isend/irecv rings (wait, test, `with`), a p2p batch with every peer listed in

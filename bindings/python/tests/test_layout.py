@@ -44,6 +44,66 @@ def test_layout_rejects_world_not_tp_times_pp_with_library_text():
     assert isinstance(err.value, ValueError)
 
 
+def vllm_groups(world, tp, pp=1, dp=1, pcp=1, dcp=1, moe=False):
+    """vLLM's initialize_model_parallel: arange(world).reshape(-1, dp, pp, pcp, tp), each kind's
+    axes moved last, then the rows (numpy's swapaxes is torch's transpose)."""
+    import numpy as np
+    grid = np.arange(world).reshape(-1, dp, pp, pcp, tp)
+    g = {"WORLD": [list(range(world))], "TP": grid.reshape(-1, tp).tolist(),
+         "PCP": grid.swapaxes(3, 4).reshape(-1, pcp).tolist(), "PP": grid.swapaxes(2, 4).reshape(-1, pp).tolist(),
+         "DP": grid.swapaxes(1, 4).reshape(-1, dp).tolist()}
+    if dcp > 1:
+        g["DCP"] = grid.reshape(-1, dcp).tolist()
+    if moe:
+        g["EP"] = g["EPLB"] = grid.swapaxes(1, 2).reshape(-1, dp * pcp * tp).tolist()
+    return g
+
+
+def divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def test_layout_vllm_engine_matches_vllms_formula_up_to_world_16():
+    pytest.importorskip("numpy")
+    checked = 0
+    for world in range(1, 17):
+        for tp in divisors(world):
+            for pp in divisors(world // tp):
+                for dp in divisors(world // tp // pp):
+                    for pcp in divisors(world // tp // pp // dp):
+                        for dcp in divisors(tp):
+                            for moe in (False, True):
+                                want = vllm_groups(world, tp, pp, dp, pcp, dcp, moe)
+                                with pstate.Layout(world, engine="vllm", tensor_parallel_size=tp,
+                                                   pipeline_parallel_size=pp, data_parallel_size=dp,
+                                                   prefill_context_parallel_size=pcp,
+                                                   decode_context_parallel_size=dcp, moe_model=moe) as lay:
+                                    for kind in pstate.GroupKind:
+                                        if kind == pstate.GroupKind.CUSTOM:
+                                            continue
+                                        assert lay.groups(kind) == want.get(kind.name, []), (world, tp, pp, dp, pcp,
+                                                                                             dcp, moe, kind)
+                                checked += 1
+    assert checked == 1062
+
+
+def test_layout_engine_accepts_the_enum_its_name_and_number():
+    for engine in (pstate.Engine.VLLM, "vllm", "VLLM", 1):
+        lay = pstate.Layout(4, engine=engine, data_parallel_size=2)
+        assert lay.groups(pstate.GroupKind.DP) == [[0, 2], [1, 3]]
+    assert pstate.Layout(4, engine="sglang").group_count(pstate.GroupKind.DP) == 0
+    with pytest.raises(pstate.InvalidArgumentError, match="engine"):
+        pstate.Layout(4, engine="trtllm")
+
+
+def test_layout_vllm_refusals_carry_the_library_text():
+    with pytest.raises(pstate.InvalidArgumentError) as err:
+        pstate.Layout(12, engine="vllm", tensor_parallel_size=2, pipeline_parallel_size=2, data_parallel_size=2)
+    assert "world_size 12 is not divisible by data_parallel_size 2" in err.value.detail
+    with pytest.raises(pstate.InvalidArgumentError, match="a size of vLLM's layout"):
+        pstate.Layout(4, data_parallel_size=2)  # SGLang's layout has no dp
+
+
 def test_layout_unknown_size_keyword_is_invalid_argument():
     with pytest.raises(pstate.InvalidArgumentError, match="unknown parallel size"):
         pstate.Layout(4, tensor_paralel_size=4)
@@ -58,7 +118,7 @@ def test_layout_closed_then_used_raises():
 
 @pytest.mark.parametrize("enum_cls,prefix", [
     (pstate.DType, "PSTATE_"), (pstate.ReduceOp, "PSTATE_"), (pstate.Device, "PSTATE_DEVICE_"),
-    (pstate.GroupKind, "PSTATE_GROUP_"), (pstate.Status, "PSTATE_ERR_"),
+    (pstate.GroupKind, "PSTATE_GROUP_"), (pstate.Status, "PSTATE_ERR_"), (pstate.Engine, "PSTATE_ENGINE_"),
 ])
 def test_enum_values_equal_the_c_constants(enum_cls, prefix):
     for member in enum_cls:

@@ -25,6 +25,11 @@ def test_reduce_and_scatter_from_every_root_three_ranks(ranks):
     ranks(3, "reduce_and_scatter")
 
 
+@pytest.mark.parametrize("env", [{}, {"PSTATE_SHM": "0"}], ids=["shm", "ucx"])
+def test_all_to_all_v_uneven_permuted_mismatch_and_refusal_three_ranks(ranks, env):
+    ranks(3, "all_to_all_v", extra_env=dict(env, PSTATE_TIMEOUT_MS="20000"))
+
+
 def test_variable_counts_requests_p2p_batch_custom_and_sliced_dicts_four_ranks(ranks):
     ranks(4, "nonblocking", extra_env={"PSTATE_TIMEOUT_MS": "20000"})
 

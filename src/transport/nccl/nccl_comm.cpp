@@ -637,6 +637,51 @@ void NcclCommunicator::all_to_all(const void *send, void *recv, size_t count_per
   complete(end, "ncclGroupEnd", kOp);
 }
 
+void NcclCommunicator::all_to_all_v(const void *send, const size_t *send_counts, const size_t *send_displs,
+                                    void *recv, const size_t *recv_counts, const size_t *recv_displs,
+                                    pstate_dtype_t dtype, void *stream) {
+  constexpr const char *kOp = "all_to_all_v";
+  require_usable(kOp);
+  require_dtype(dtype, kOp);
+  if (send_counts == nullptr || send_displs == nullptr || recv_counts == nullptr || recv_displs == nullptr)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, where(kOp), ": a counts or displacements array is NULL");
+  const size_t esize = bytes_of(1, dtype, 1, options_.group_name, kOp);
+  bool sends = false, receives = false;
+  for (int j = 0; j < size(); ++j) {
+    sends |= send_counts[j] != 0;
+    receives |= recv_counts[j] != 0;
+  }
+  if (sends) require_buffer(send, "send", kOp);
+  if (receives) require_buffer(recv, "recv", kOp);
+  OpScope scope(*this, kOp, stream);
+  const auto me = static_cast<size_t>(rank());
+  const char *in = static_cast<const char *>(send);
+  char *out = static_cast<char *>(recv);
+  auto copy_own = [&] {
+    if (send_counts[me] != 0) copy(out + recv_displs[me] * esize, in + send_displs[me] * esize, send_counts[me] * esize,
+                                   scope.stream(), kOp);
+  };
+  if (size() == 1) return copy_own();
+  ncclComm_t c = comm(scope.stream(), kOp);  // on every rank, even one with nothing to move
+  const auto &api = nccl_->api();
+  // Part j of send to rank j, part i of recv from rank i, empty ones skipped on both ends (the
+  // counts agree pairwise); the own part is a device copy after the group, as scatter's.
+  complete(api.GroupStart(), "ncclGroupStart", kOp);
+  ncclResult_t first = ncclSuccess;
+  for (int j = 0; j < size() && first == ncclSuccess; ++j) {
+    if (j == rank()) continue;
+    const auto i = static_cast<size_t>(j);
+    if (send_counts[i] != 0)
+      first = api.Send(in + send_displs[i] * esize, send_counts[i], to_nccl(dtype), j, c, scope.stream());
+    if (first == ncclSuccess && recv_counts[i] != 0)
+      first = api.Recv(out + recv_displs[i] * esize, recv_counts[i], to_nccl(dtype), j, c, scope.stream());
+  }
+  ncclResult_t end = api.GroupEnd();
+  if (first != ncclSuccess) complete(first, "ncclSend/ncclRecv", kOp);
+  complete(end, "ncclGroupEnd", kOp);
+  copy_own();
+}
+
 namespace {
 // Byte offsets of the parts of a v-collective (size + 1 entries), refusing totals that do not fit.
 std::vector<size_t> part_offsets(const size_t *counts, int size, pstate_dtype_t dtype, const std::string &group,

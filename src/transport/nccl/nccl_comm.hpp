@@ -58,6 +58,9 @@ class NcclCommunicator final : public DeviceComm {
               void *stream) override;
   void scatter(const void *send, void *recv, size_t recv_count, pstate_dtype_t dtype, int root, void *stream) override;
   void all_gatherv(const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype, void *stream) override;
+  void all_to_all_v(const void *send, const size_t *send_counts, const size_t *send_displs, void *recv,
+                    const size_t *recv_counts, const size_t *recv_displs, pstate_dtype_t dtype,
+                    void *stream) override;
   void reduce_scatterv(const void *send, void *recv, const size_t *counts, pstate_dtype_t dtype, pstate_reduce_op_t op,
                        void *stream) override;
   void send(const void *buf, size_t count, pstate_dtype_t dtype, int dst, void *stream) override;

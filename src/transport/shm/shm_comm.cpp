@@ -122,6 +122,17 @@ class ShmComm final : public HostComm {
     arrive(call);
     network_->all_to_all(call, send, recv, count_per_rank, dtype);
   }
+  // all_to_all_v: the descriptor agrees in the segment, then counts and data go over the network
+  // as all_to_all's do.
+  void all_to_all_v(const HostCall &call, const void *send, const size_t *send_counts, const size_t *send_displs,
+                    void *recv, const size_t *recv_counts, const size_t *recv_displs, pstate_dtype_t dtype) override {
+    arrive(call);
+    network_->all_to_all_v(call, send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype);
+  }
+  void agree_all_to_all_v_counts(const HostCall &call, const size_t *send_counts,
+                                 const size_t *recv_counts) override {
+    network_->agree_all_to_all_v_counts(call, send_counts, recv_counts);
+  }
   // broadcast_object from group rank 0 goes through the message queue (SGLang's broadcaster); a
   // payload larger than a ring chunk is announced through the ring and then sent over the network.
   void broadcast_object(const HostCall &call, const void *data, size_t size, int root,

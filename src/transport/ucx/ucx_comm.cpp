@@ -33,7 +33,9 @@ class UcxComm final : public HostComm {
   UcxComm(UcxWorker &worker, const HostCommSetup &setup, const CallPosition *position)
       : HostComm(setup.ranks.size() == 1 ? TracePath::kLocal : TracePath::kUcx, TracePath::kUcx, false),
         channel_(worker, setup.ranks, setup.rank, setup.group_id, setup.name),
-        explain_(*setup.explain) {
+        explain_(*setup.explain),
+        name_(setup.name),
+        ranks_(setup.ranks) {
     channel_.set_position(position);
     set_fold_mask(fold_mask(selector_));
     p2p_sent_.assign(2 * setup.ranks.size(), 0);
@@ -100,6 +102,29 @@ class UcxComm final : public HostComm {
                        pstate_dtype_t dtype, pstate_reduce_op_t op) override {
     explain_(OpKind::kReduceScatterV, "ring", enter(call, total, dtype));
     coll::reduce_scatterv_ring(channel_, send, recv, counts, dtype, op, call.tag);
+  }
+  void all_to_all_v(const HostCall &call, const void *send, const size_t *send_counts, const size_t *send_displs,
+                    void *recv, const size_t *recv_counts, const size_t *recv_displs, pstate_dtype_t dtype) override {
+    agree_all_to_all_v_counts(call, send_counts, recv_counts);
+    size_t sent = 0;
+    for (int j = 0; j < size(); ++j) sent += send_counts[j];
+    explain_(OpKind::kAllToAllV, "pairwise", sent * dtype_size(dtype));
+    coll::alltoallv_pairwise(channel_, send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype,
+                             call.tag);
+  }
+  void agree_all_to_all_v_counts(const HostCall &call, const size_t *send_counts,
+                                 const size_t *recv_counts) override {
+    enter(call);
+    const coll::AlltoallvDisagreement bad = coll::agree_alltoallv_counts(channel_, send_counts, recv_counts, call.tag);
+    if (!bad.found) return;
+    const auto global = [&](int r) { return ranks_[static_cast<size_t>(r)]; };
+    throw AgreedError(
+        PSTATE_ERR_MISMATCH,
+        cat(name_, " #", call.seq, " all_to_all_v: group rank ", bad.sender, " (rank ", global(bad.sender),
+            ") sends ", bad.sent, " elements to group rank ", bad.receiver, " (rank ", global(bad.receiver),
+            "), whose recv_counts[", bad.sender, "] is ", bad.expected, " (this rank: group rank ", channel_.rank(),
+            "): every pair must agree, send_counts[j] of group rank i == recv_counts[i] of group rank j; the "
+            "call fails on every rank before any data moved, and the group stays in step and usable"));
   }
   void barrier(const HostCall &call) override {
     enter(call);
@@ -226,6 +251,8 @@ class UcxComm final : public HostComm {
   coll::AlgorithmSelector selector_;  // first: it reads PSTATE_ALGO_* and refuses a bad value
   UcxChannel channel_;
   Explainer &explain_;
+  std::string name_;        // the group's, in messages
+  std::vector<int> ranks_;  // launch ranks in group order
   // Messages posted per (stream, peer): index stream * size() + peer.
   std::vector<uint32_t> p2p_sent_, p2p_received_;
 };

@@ -436,7 +436,7 @@ SWIGINTERN void delete_pstate_mem_stats_t(struct pstate_mem_stats_t *self){ free
 extern "C" {
 #endif
 
-void _wrap_Swig_free_capi_daec082b5fd669ef(void *_swig_go_0) {
+void _wrap_Swig_free_capi_91e42432fc84ab2e(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = *(void **)&_swig_go_0; 
@@ -446,7 +446,7 @@ void _wrap_Swig_free_capi_daec082b5fd669ef(void *_swig_go_0) {
 }
 
 
-void *_wrap_Swig_malloc_capi_daec082b5fd669ef(intgo _swig_go_0) {
+void *_wrap_Swig_malloc_capi_91e42432fc84ab2e(intgo _swig_go_0) {
   int arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -459,7 +459,7 @@ void *_wrap_Swig_malloc_capi_daec082b5fd669ef(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_PSTATE_VERSION_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_VERSION_capi_91e42432fc84ab2e() {
   int result;
   intgo _swig_go_result;
   
@@ -470,7 +470,7 @@ intgo _wrap_PSTATE_VERSION_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_OK_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_OK_capi_91e42432fc84ab2e() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -482,7 +482,7 @@ intgo _wrap_PSTATE_OK_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_91e42432fc84ab2e() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -494,7 +494,7 @@ intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_91e42432fc84ab2e() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -506,7 +506,7 @@ intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_91e42432fc84ab2e() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -518,7 +518,7 @@ intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_91e42432fc84ab2e() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -530,7 +530,7 @@ intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_ERR_TIMEOUT_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_ERR_TIMEOUT_capi_91e42432fc84ab2e() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -542,7 +542,7 @@ intgo _wrap_PSTATE_ERR_TIMEOUT_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_ERR_PEER_LOST_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_ERR_PEER_LOST_capi_91e42432fc84ab2e() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -554,7 +554,7 @@ intgo _wrap_PSTATE_ERR_PEER_LOST_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_ERR_TRANSPORT_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_ERR_TRANSPORT_capi_91e42432fc84ab2e() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -566,7 +566,7 @@ intgo _wrap_PSTATE_ERR_TRANSPORT_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_ERR_MISMATCH_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_ERR_MISMATCH_capi_91e42432fc84ab2e() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -578,7 +578,7 @@ intgo _wrap_PSTATE_ERR_MISMATCH_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_ERR_AUTH_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_ERR_AUTH_capi_91e42432fc84ab2e() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -590,7 +590,7 @@ intgo _wrap_PSTATE_ERR_AUTH_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_ERR_ABORTED_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_ERR_ABORTED_capi_91e42432fc84ab2e() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -602,7 +602,7 @@ intgo _wrap_PSTATE_ERR_ABORTED_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INTERNAL_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_ERR_INTERNAL_capi_91e42432fc84ab2e() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -614,7 +614,7 @@ intgo _wrap_PSTATE_ERR_INTERNAL_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_91e42432fc84ab2e() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -626,7 +626,7 @@ intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_ERR_BUSY_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_ERR_BUSY_capi_91e42432fc84ab2e() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -638,7 +638,7 @@ intgo _wrap_PSTATE_ERR_BUSY_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_INT8_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_INT8_capi_91e42432fc84ab2e() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -650,7 +650,7 @@ intgo _wrap_PSTATE_INT8_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_UINT8_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_UINT8_capi_91e42432fc84ab2e() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -662,7 +662,7 @@ intgo _wrap_PSTATE_UINT8_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_INT32_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_INT32_capi_91e42432fc84ab2e() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -674,7 +674,7 @@ intgo _wrap_PSTATE_INT32_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_UINT32_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_UINT32_capi_91e42432fc84ab2e() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -686,7 +686,7 @@ intgo _wrap_PSTATE_UINT32_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_INT64_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_INT64_capi_91e42432fc84ab2e() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -698,7 +698,7 @@ intgo _wrap_PSTATE_INT64_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_UINT64_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_UINT64_capi_91e42432fc84ab2e() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -710,7 +710,7 @@ intgo _wrap_PSTATE_UINT64_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_FLOAT16_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_FLOAT16_capi_91e42432fc84ab2e() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -722,7 +722,7 @@ intgo _wrap_PSTATE_FLOAT16_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_FLOAT32_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_FLOAT32_capi_91e42432fc84ab2e() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -734,7 +734,7 @@ intgo _wrap_PSTATE_FLOAT32_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_FLOAT64_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_FLOAT64_capi_91e42432fc84ab2e() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -746,7 +746,7 @@ intgo _wrap_PSTATE_FLOAT64_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_BFLOAT16_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_BFLOAT16_capi_91e42432fc84ab2e() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -758,7 +758,7 @@ intgo _wrap_PSTATE_BFLOAT16_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_FP8_E4M3_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_FP8_E4M3_capi_91e42432fc84ab2e() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -770,7 +770,7 @@ intgo _wrap_PSTATE_FP8_E4M3_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_FP8_E5M2_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_FP8_E5M2_capi_91e42432fc84ab2e() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -782,7 +782,7 @@ intgo _wrap_PSTATE_FP8_E5M2_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_SUM_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_SUM_capi_91e42432fc84ab2e() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -794,7 +794,7 @@ intgo _wrap_PSTATE_SUM_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_PROD_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_PROD_capi_91e42432fc84ab2e() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -806,7 +806,7 @@ intgo _wrap_PSTATE_PROD_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_MAX_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_MAX_capi_91e42432fc84ab2e() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -818,7 +818,7 @@ intgo _wrap_PSTATE_MAX_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_MIN_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_MIN_capi_91e42432fc84ab2e() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -830,7 +830,7 @@ intgo _wrap_PSTATE_MIN_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_AVG_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_AVG_capi_91e42432fc84ab2e() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -842,7 +842,7 @@ intgo _wrap_PSTATE_AVG_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_DEVICE_CPU_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_DEVICE_CPU_capi_91e42432fc84ab2e() {
   enum pstate_device_t result;
   intgo _swig_go_result;
   
@@ -854,7 +854,7 @@ intgo _wrap_PSTATE_DEVICE_CPU_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_DEVICE_CUDA_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_DEVICE_CUDA_capi_91e42432fc84ab2e() {
   enum pstate_device_t result;
   intgo _swig_go_result;
   
@@ -866,7 +866,7 @@ intgo _wrap_PSTATE_DEVICE_CUDA_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_WORLD_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_GROUP_WORLD_capi_91e42432fc84ab2e() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -878,7 +878,7 @@ intgo _wrap_PSTATE_GROUP_WORLD_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_TP_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_GROUP_TP_capi_91e42432fc84ab2e() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -890,7 +890,7 @@ intgo _wrap_PSTATE_GROUP_TP_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_PP_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_GROUP_PP_capi_91e42432fc84ab2e() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -902,7 +902,7 @@ intgo _wrap_PSTATE_GROUP_PP_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_91e42432fc84ab2e() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -914,7 +914,7 @@ intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_91e42432fc84ab2e() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -926,7 +926,7 @@ intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_MOE_EP_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_GROUP_MOE_EP_capi_91e42432fc84ab2e() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -938,7 +938,7 @@ intgo _wrap_PSTATE_GROUP_MOE_EP_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_MOE_TP_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_GROUP_MOE_TP_capi_91e42432fc84ab2e() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -950,7 +950,7 @@ intgo _wrap_PSTATE_GROUP_MOE_TP_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_MOE_DP_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_GROUP_MOE_DP_capi_91e42432fc84ab2e() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -962,7 +962,7 @@ intgo _wrap_PSTATE_GROUP_MOE_DP_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_DCP_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_GROUP_DCP_capi_91e42432fc84ab2e() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -974,7 +974,7 @@ intgo _wrap_PSTATE_GROUP_DCP_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_91e42432fc84ab2e() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -986,7 +986,7 @@ intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_SELF_PP_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_GROUP_SELF_PP_capi_91e42432fc84ab2e() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -998,7 +998,55 @@ intgo _wrap_PSTATE_GROUP_SELF_PP_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_CUSTOM_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_GROUP_DP_capi_91e42432fc84ab2e() {
+  enum pstate_group_kind_t result;
+  intgo _swig_go_result;
+  
+  
+  result = PSTATE_GROUP_DP;
+  
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_PSTATE_GROUP_PCP_capi_91e42432fc84ab2e() {
+  enum pstate_group_kind_t result;
+  intgo _swig_go_result;
+  
+  
+  result = PSTATE_GROUP_PCP;
+  
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_PSTATE_GROUP_EP_capi_91e42432fc84ab2e() {
+  enum pstate_group_kind_t result;
+  intgo _swig_go_result;
+  
+  
+  result = PSTATE_GROUP_EP;
+  
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_PSTATE_GROUP_EPLB_capi_91e42432fc84ab2e() {
+  enum pstate_group_kind_t result;
+  intgo _swig_go_result;
+  
+  
+  result = PSTATE_GROUP_EPLB;
+  
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_PSTATE_GROUP_CUSTOM_capi_91e42432fc84ab2e() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -1010,7 +1058,31 @@ intgo _wrap_PSTATE_GROUP_CUSTOM_capi_daec082b5fd669ef() {
 }
 
 
-long long _wrap_pstate_init_params_t_struct_size_get_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_PSTATE_ENGINE_SGLANG_capi_91e42432fc84ab2e() {
+  enum pstate_engine_t result;
+  intgo _swig_go_result;
+  
+  
+  result = PSTATE_ENGINE_SGLANG;
+  
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_PSTATE_ENGINE_VLLM_capi_91e42432fc84ab2e() {
+  enum pstate_engine_t result;
+  intgo _swig_go_result;
+  
+  
+  result = PSTATE_ENGINE_VLLM;
+  
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
+long long _wrap_pstate_init_params_t_struct_size_get_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -1023,7 +1095,7 @@ long long _wrap_pstate_init_params_t_struct_size_get_capi_daec082b5fd669ef(struc
 }
 
 
-void _wrap_pstate_init_params_t_world_size_set_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_world_size_set_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1035,7 +1107,7 @@ void _wrap_pstate_init_params_t_world_size_set_capi_daec082b5fd669ef(struct psta
 }
 
 
-intgo _wrap_pstate_init_params_t_world_size_get_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_world_size_get_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1048,7 +1120,7 @@ intgo _wrap_pstate_init_params_t_world_size_get_capi_daec082b5fd669ef(struct pst
 }
 
 
-void _wrap_pstate_init_params_t_rank_set_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_rank_set_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1060,7 +1132,7 @@ void _wrap_pstate_init_params_t_rank_set_capi_daec082b5fd669ef(struct pstate_ini
 }
 
 
-intgo _wrap_pstate_init_params_t_rank_get_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_rank_get_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1073,7 +1145,7 @@ intgo _wrap_pstate_init_params_t_rank_get_capi_daec082b5fd669ef(struct pstate_in
 }
 
 
-void _wrap_pstate_init_params_t_local_rank_set_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_local_rank_set_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1085,7 +1157,7 @@ void _wrap_pstate_init_params_t_local_rank_set_capi_daec082b5fd669ef(struct psta
 }
 
 
-intgo _wrap_pstate_init_params_t_local_rank_get_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_local_rank_get_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1098,7 +1170,7 @@ intgo _wrap_pstate_init_params_t_local_rank_get_capi_daec082b5fd669ef(struct pst
 }
 
 
-void _wrap_pstate_init_params_t_init_method_set_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_pstate_init_params_t_init_method_set_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1118,7 +1190,7 @@ void _wrap_pstate_init_params_t_init_method_set_capi_daec082b5fd669ef(struct pst
 }
 
 
-_gostring_ _wrap_pstate_init_params_t_init_method_get_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0) {
+_gostring_ _wrap_pstate_init_params_t_init_method_get_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1134,7 +1206,7 @@ _gostring_ _wrap_pstate_init_params_t_init_method_get_capi_daec082b5fd669ef(stru
 }
 
 
-void _wrap_pstate_init_params_t_device_set_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_device_set_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   pstate_device_t arg2 ;
   
@@ -1146,7 +1218,7 @@ void _wrap_pstate_init_params_t_device_set_capi_daec082b5fd669ef(struct pstate_i
 }
 
 
-intgo _wrap_pstate_init_params_t_device_get_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_device_get_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   pstate_device_t result;
   intgo _swig_go_result;
@@ -1159,7 +1231,7 @@ intgo _wrap_pstate_init_params_t_device_get_capi_daec082b5fd669ef(struct pstate_
 }
 
 
-void _wrap_pstate_init_params_t_device_ordinal_set_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_device_ordinal_set_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1171,7 +1243,7 @@ void _wrap_pstate_init_params_t_device_ordinal_set_capi_daec082b5fd669ef(struct 
 }
 
 
-intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1184,7 +1256,7 @@ intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_daec082b5fd669ef(struct
 }
 
 
-void _wrap_pstate_init_params_t_timeout_ms_set_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_init_params_t_timeout_ms_set_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int64_t arg2 ;
   
@@ -1196,7 +1268,7 @@ void _wrap_pstate_init_params_t_timeout_ms_set_capi_daec082b5fd669ef(struct psta
 }
 
 
-long long _wrap_pstate_init_params_t_timeout_ms_get_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0) {
+long long _wrap_pstate_init_params_t_timeout_ms_get_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int64_t result;
   long long _swig_go_result;
@@ -1209,7 +1281,7 @@ long long _wrap_pstate_init_params_t_timeout_ms_get_capi_daec082b5fd669ef(struct
 }
 
 
-void _wrap_pstate_init_params_t_job_token_set_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_pstate_init_params_t_job_token_set_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1229,7 +1301,7 @@ void _wrap_pstate_init_params_t_job_token_set_capi_daec082b5fd669ef(struct pstat
 }
 
 
-_gostring_ _wrap_pstate_init_params_t_job_token_get_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0) {
+_gostring_ _wrap_pstate_init_params_t_job_token_get_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1245,7 +1317,7 @@ _gostring_ _wrap_pstate_init_params_t_job_token_get_capi_daec082b5fd669ef(struct
 }
 
 
-void _wrap_pstate_init_params_t_socket_ifname_set_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_pstate_init_params_t_socket_ifname_set_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1265,7 +1337,7 @@ void _wrap_pstate_init_params_t_socket_ifname_set_capi_daec082b5fd669ef(struct p
 }
 
 
-_gostring_ _wrap_pstate_init_params_t_socket_ifname_get_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0) {
+_gostring_ _wrap_pstate_init_params_t_socket_ifname_get_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1281,7 +1353,7 @@ _gostring_ _wrap_pstate_init_params_t_socket_ifname_get_capi_daec082b5fd669ef(st
 }
 
 
-struct pstate_init_params_t *_wrap_new_pstate_init_params_t_capi_daec082b5fd669ef() {
+struct pstate_init_params_t *_wrap_new_pstate_init_params_t_capi_91e42432fc84ab2e() {
   struct pstate_init_params_t *result = 0 ;
   struct pstate_init_params_t *_swig_go_result;
   
@@ -1292,7 +1364,7 @@ struct pstate_init_params_t *_wrap_new_pstate_init_params_t_capi_daec082b5fd669e
 }
 
 
-void _wrap_delete_pstate_init_params_t_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0) {
+void _wrap_delete_pstate_init_params_t_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   
   arg1 = *(struct pstate_init_params_t **)&_swig_go_0; 
@@ -1302,7 +1374,7 @@ void _wrap_delete_pstate_init_params_t_capi_daec082b5fd669ef(struct pstate_init_
 }
 
 
-long long _wrap_pstate_parallel_config_t_struct_size_get_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0) {
+long long _wrap_pstate_parallel_config_t_struct_size_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -1315,7 +1387,7 @@ long long _wrap_pstate_parallel_config_t_struct_size_get_capi_daec082b5fd669ef(s
 }
 
 
-void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1327,7 +1399,7 @@ void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_daec082b5fd669
 }
 
 
-intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1340,7 +1412,7 @@ intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_daec082b5fd66
 }
 
 
-void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1352,7 +1424,7 @@ void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_daec082b5fd6
 }
 
 
-intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1365,7 +1437,7 @@ intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_daec082b5fd
 }
 
 
-void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1377,7 +1449,7 @@ void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_daec082b5fd669
 }
 
 
-intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1390,7 +1462,7 @@ intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_daec082b5fd66
 }
 
 
-void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1402,7 +1474,7 @@ void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_daec08
 }
 
 
-intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1415,7 +1487,7 @@ intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_daec0
 }
 
 
-void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1427,7 +1499,7 @@ void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_dae
 }
 
 
-intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1440,7 +1512,7 @@ intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_da
 }
 
 
-void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1452,7 +1524,7 @@ void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_daec082b5fd6
 }
 
 
-intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1465,7 +1537,7 @@ intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_daec082b5fd
 }
 
 
-void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1477,7 +1549,7 @@ void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_daec08
 }
 
 
-intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1490,7 +1562,7 @@ intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_daec0
 }
 
 
-void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1502,7 +1574,7 @@ void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi
 }
 
 
-intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1515,7 +1587,107 @@ intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_cap
 }
 
 
-struct pstate_parallel_config_t *_wrap_new_pstate_parallel_config_t_capi_daec082b5fd669ef() {
+void _wrap_pstate_parallel_config_t_engine_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+  struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
+  pstate_engine_t arg2 ;
+  
+  arg1 = *(struct pstate_parallel_config_t **)&_swig_go_0; 
+  arg2 = (pstate_engine_t)_swig_go_1; 
+  
+  if (arg1) (arg1)->engine = arg2;
+  
+}
+
+
+intgo _wrap_pstate_parallel_config_t_engine_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
+  struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
+  pstate_engine_t result;
+  intgo _swig_go_result;
+  
+  arg1 = *(struct pstate_parallel_config_t **)&_swig_go_0; 
+  
+  result = (pstate_engine_t) ((arg1)->engine);
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
+void _wrap_pstate_parallel_config_t_data_parallel_size_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+  struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
+  int arg2 ;
+  
+  arg1 = *(struct pstate_parallel_config_t **)&_swig_go_0; 
+  arg2 = (int)_swig_go_1; 
+  
+  if (arg1) (arg1)->data_parallel_size = arg2;
+  
+}
+
+
+intgo _wrap_pstate_parallel_config_t_data_parallel_size_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
+  struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
+  int result;
+  intgo _swig_go_result;
+  
+  arg1 = *(struct pstate_parallel_config_t **)&_swig_go_0; 
+  
+  result = (int) ((arg1)->data_parallel_size);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+void _wrap_pstate_parallel_config_t_prefill_context_parallel_size_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+  struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
+  int arg2 ;
+  
+  arg1 = *(struct pstate_parallel_config_t **)&_swig_go_0; 
+  arg2 = (int)_swig_go_1; 
+  
+  if (arg1) (arg1)->prefill_context_parallel_size = arg2;
+  
+}
+
+
+intgo _wrap_pstate_parallel_config_t_prefill_context_parallel_size_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
+  struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
+  int result;
+  intgo _swig_go_result;
+  
+  arg1 = *(struct pstate_parallel_config_t **)&_swig_go_0; 
+  
+  result = (int) ((arg1)->prefill_context_parallel_size);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+void _wrap_pstate_parallel_config_t_moe_model_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+  struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
+  int arg2 ;
+  
+  arg1 = *(struct pstate_parallel_config_t **)&_swig_go_0; 
+  arg2 = (int)_swig_go_1; 
+  
+  if (arg1) (arg1)->moe_model = arg2;
+  
+}
+
+
+intgo _wrap_pstate_parallel_config_t_moe_model_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
+  struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
+  int result;
+  intgo _swig_go_result;
+  
+  arg1 = *(struct pstate_parallel_config_t **)&_swig_go_0; 
+  
+  result = (int) ((arg1)->moe_model);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+struct pstate_parallel_config_t *_wrap_new_pstate_parallel_config_t_capi_91e42432fc84ab2e() {
   struct pstate_parallel_config_t *result = 0 ;
   struct pstate_parallel_config_t *_swig_go_result;
   
@@ -1526,7 +1698,7 @@ struct pstate_parallel_config_t *_wrap_new_pstate_parallel_config_t_capi_daec082
 }
 
 
-void _wrap_delete_pstate_parallel_config_t_capi_daec082b5fd669ef(struct pstate_parallel_config_t *_swig_go_0) {
+void _wrap_delete_pstate_parallel_config_t_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   
   arg1 = *(struct pstate_parallel_config_t **)&_swig_go_0; 
@@ -1536,7 +1708,7 @@ void _wrap_delete_pstate_parallel_config_t_capi_daec082b5fd669ef(struct pstate_p
 }
 
 
-long long _wrap_pstate_group_info_t_struct_size_get_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
+long long _wrap_pstate_group_info_t_struct_size_get_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -1549,7 +1721,7 @@ long long _wrap_pstate_group_info_t_struct_size_get_capi_daec082b5fd669ef(struct
 }
 
 
-void _wrap_pstate_group_info_t_kind_set_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_kind_set_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   pstate_group_kind_t arg2 ;
   
@@ -1561,7 +1733,7 @@ void _wrap_pstate_group_info_t_kind_set_capi_daec082b5fd669ef(struct pstate_grou
 }
 
 
-intgo _wrap_pstate_group_info_t_kind_get_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_kind_get_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   pstate_group_kind_t result;
   intgo _swig_go_result;
@@ -1574,7 +1746,7 @@ intgo _wrap_pstate_group_info_t_kind_get_capi_daec082b5fd669ef(struct pstate_gro
 }
 
 
-void _wrap_pstate_group_info_t_rank_set_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_rank_set_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1586,7 +1758,7 @@ void _wrap_pstate_group_info_t_rank_set_capi_daec082b5fd669ef(struct pstate_grou
 }
 
 
-intgo _wrap_pstate_group_info_t_rank_get_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_rank_get_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1599,7 +1771,7 @@ intgo _wrap_pstate_group_info_t_rank_get_capi_daec082b5fd669ef(struct pstate_gro
 }
 
 
-void _wrap_pstate_group_info_t_rank_in_group_set_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_rank_in_group_set_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1611,7 +1783,7 @@ void _wrap_pstate_group_info_t_rank_in_group_set_capi_daec082b5fd669ef(struct ps
 }
 
 
-intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1624,7 +1796,7 @@ intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_daec082b5fd669ef(struct p
 }
 
 
-void _wrap_pstate_group_info_t_world_size_set_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_world_size_set_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1636,7 +1808,7 @@ void _wrap_pstate_group_info_t_world_size_set_capi_daec082b5fd669ef(struct pstat
 }
 
 
-intgo _wrap_pstate_group_info_t_world_size_get_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_world_size_get_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1649,7 +1821,7 @@ intgo _wrap_pstate_group_info_t_world_size_get_capi_daec082b5fd669ef(struct psta
 }
 
 
-void _wrap_pstate_group_info_t_local_rank_set_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_local_rank_set_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1661,7 +1833,7 @@ void _wrap_pstate_group_info_t_local_rank_set_capi_daec082b5fd669ef(struct pstat
 }
 
 
-intgo _wrap_pstate_group_info_t_local_rank_get_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_local_rank_get_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1674,7 +1846,7 @@ intgo _wrap_pstate_group_info_t_local_rank_get_capi_daec082b5fd669ef(struct psta
 }
 
 
-void _wrap_pstate_group_info_t_first_rank_set_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_first_rank_set_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1686,7 +1858,7 @@ void _wrap_pstate_group_info_t_first_rank_set_capi_daec082b5fd669ef(struct pstat
 }
 
 
-intgo _wrap_pstate_group_info_t_first_rank_get_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_first_rank_get_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1699,7 +1871,7 @@ intgo _wrap_pstate_group_info_t_first_rank_get_capi_daec082b5fd669ef(struct psta
 }
 
 
-void _wrap_pstate_group_info_t_last_rank_set_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_last_rank_set_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1711,7 +1883,7 @@ void _wrap_pstate_group_info_t_last_rank_set_capi_daec082b5fd669ef(struct pstate
 }
 
 
-intgo _wrap_pstate_group_info_t_last_rank_get_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_last_rank_get_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1724,7 +1896,7 @@ intgo _wrap_pstate_group_info_t_last_rank_get_capi_daec082b5fd669ef(struct pstat
 }
 
 
-void _wrap_pstate_group_info_t_next_rank_set_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_next_rank_set_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1736,7 +1908,7 @@ void _wrap_pstate_group_info_t_next_rank_set_capi_daec082b5fd669ef(struct pstate
 }
 
 
-intgo _wrap_pstate_group_info_t_next_rank_get_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_next_rank_get_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1749,7 +1921,7 @@ intgo _wrap_pstate_group_info_t_next_rank_get_capi_daec082b5fd669ef(struct pstat
 }
 
 
-void _wrap_pstate_group_info_t_prev_rank_set_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_prev_rank_set_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1761,7 +1933,7 @@ void _wrap_pstate_group_info_t_prev_rank_set_capi_daec082b5fd669ef(struct pstate
 }
 
 
-intgo _wrap_pstate_group_info_t_prev_rank_get_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_prev_rank_get_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1774,7 +1946,7 @@ intgo _wrap_pstate_group_info_t_prev_rank_get_capi_daec082b5fd669ef(struct pstat
 }
 
 
-_gostring_ _wrap_pstate_group_info_t_name_get_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
+_gostring_ _wrap_pstate_group_info_t_name_get_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1790,7 +1962,7 @@ _gostring_ _wrap_pstate_group_info_t_name_get_capi_daec082b5fd669ef(struct pstat
 }
 
 
-struct pstate_group_info_t *_wrap_new_pstate_group_info_t_capi_daec082b5fd669ef() {
+struct pstate_group_info_t *_wrap_new_pstate_group_info_t_capi_91e42432fc84ab2e() {
   struct pstate_group_info_t *result = 0 ;
   struct pstate_group_info_t *_swig_go_result;
   
@@ -1801,7 +1973,7 @@ struct pstate_group_info_t *_wrap_new_pstate_group_info_t_capi_daec082b5fd669ef(
 }
 
 
-void _wrap_delete_pstate_group_info_t_capi_daec082b5fd669ef(struct pstate_group_info_t *_swig_go_0) {
+void _wrap_delete_pstate_group_info_t_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   
   arg1 = *(struct pstate_group_info_t **)&_swig_go_0; 
@@ -1811,7 +1983,7 @@ void _wrap_delete_pstate_group_info_t_capi_daec082b5fd669ef(struct pstate_group_
 }
 
 
-_gostring_ _wrap_status_string_capi_daec082b5fd669ef(intgo _swig_go_0) {
+_gostring_ _wrap_status_string_capi_91e42432fc84ab2e(intgo _swig_go_0) {
   pstate_status_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1827,7 +1999,7 @@ _gostring_ _wrap_status_string_capi_daec082b5fd669ef(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_last_error_capi_daec082b5fd669ef() {
+_gostring_ _wrap_last_error_capi_91e42432fc84ab2e() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -1841,7 +2013,7 @@ _gostring_ _wrap_last_error_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_version_capi_daec082b5fd669ef() {
+intgo _wrap_version_capi_91e42432fc84ab2e() {
   uint32_t result;
   intgo _swig_go_result;
   
@@ -1852,7 +2024,7 @@ intgo _wrap_version_capi_daec082b5fd669ef() {
 }
 
 
-_gostring_ _wrap_dtype_name_capi_daec082b5fd669ef(intgo _swig_go_0) {
+_gostring_ _wrap_dtype_name_capi_91e42432fc84ab2e(intgo _swig_go_0) {
   pstate_dtype_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1868,7 +2040,7 @@ _gostring_ _wrap_dtype_name_capi_daec082b5fd669ef(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_reduce_op_name_capi_daec082b5fd669ef(intgo _swig_go_0) {
+_gostring_ _wrap_reduce_op_name_capi_91e42432fc84ab2e(intgo _swig_go_0) {
   pstate_reduce_op_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1884,7 +2056,7 @@ _gostring_ _wrap_reduce_op_name_capi_daec082b5fd669ef(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_group_kind_name_capi_daec082b5fd669ef(intgo _swig_go_0) {
+_gostring_ _wrap_group_kind_name_capi_91e42432fc84ab2e(intgo _swig_go_0) {
   pstate_group_kind_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1900,7 +2072,7 @@ _gostring_ _wrap_group_kind_name_capi_daec082b5fd669ef(intgo _swig_go_0) {
 }
 
 
-long long _wrap_dtype_size_capi_daec082b5fd669ef(intgo _swig_go_0) {
+long long _wrap_dtype_size_capi_91e42432fc84ab2e(intgo _swig_go_0) {
   pstate_dtype_t arg1 ;
   size_t result;
   long long _swig_go_result;
@@ -1913,7 +2085,7 @@ long long _wrap_dtype_size_capi_daec082b5fd669ef(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_layout_create_capi_daec082b5fd669ef(intgo _swig_go_0, struct pstate_parallel_config_t *_swig_go_1, pstate_layout_t **_swig_go_2) {
+intgo _wrap_layout_create_capi_91e42432fc84ab2e(intgo _swig_go_0, struct pstate_parallel_config_t *_swig_go_1, pstate_layout_t **_swig_go_2) {
   int arg1 ;
   pstate_parallel_config_t *arg2 = (pstate_parallel_config_t *) 0 ;
   pstate_layout_t **arg3 = (pstate_layout_t **) 0 ;
@@ -1930,7 +2102,7 @@ intgo _wrap_layout_create_capi_daec082b5fd669ef(intgo _swig_go_0, struct pstate_
 }
 
 
-intgo _wrap_layout_group_count_capi_daec082b5fd669ef(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_layout_group_count_capi_91e42432fc84ab2e(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long *_swig_go_2) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   pstate_group_kind_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1947,7 +2119,7 @@ intgo _wrap_layout_group_count_capi_daec082b5fd669ef(pstate_layout_t *_swig_go_0
 }
 
 
-intgo _wrap_layout_group_ranks_capi_daec082b5fd669ef(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
+intgo _wrap_layout_group_ranks_capi_91e42432fc84ab2e(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   pstate_group_kind_t arg2 ;
   size_t arg3 ;
@@ -1972,7 +2144,7 @@ intgo _wrap_layout_group_ranks_capi_daec082b5fd669ef(pstate_layout_t *_swig_go_0
 }
 
 
-intgo _wrap_layout_group_of_capi_daec082b5fd669ef(pstate_layout_t *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, long long *_swig_go_3) {
+intgo _wrap_layout_group_of_capi_91e42432fc84ab2e(pstate_layout_t *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, long long *_swig_go_3) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   pstate_group_kind_t arg2 ;
   int arg3 ;
@@ -1991,7 +2163,7 @@ intgo _wrap_layout_group_of_capi_daec082b5fd669ef(pstate_layout_t *_swig_go_0, i
 }
 
 
-void _wrap_layout_destroy_capi_daec082b5fd669ef(pstate_layout_t *_swig_go_0) {
+void _wrap_layout_destroy_capi_91e42432fc84ab2e(pstate_layout_t *_swig_go_0) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   
   arg1 = (pstate_layout_t *)_swig_go_0; 
@@ -2001,7 +2173,7 @@ void _wrap_layout_destroy_capi_daec082b5fd669ef(pstate_layout_t *_swig_go_0) {
 }
 
 
-intgo _wrap_init_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0, pstate_t **_swig_go_1) {
+intgo _wrap_init_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0, pstate_t **_swig_go_1) {
   pstate_init_params_t *arg1 = (pstate_init_params_t *) 0 ;
   pstate_t **arg2 = (pstate_t **) 0 ;
   pstate_status_t result;
@@ -2016,7 +2188,7 @@ intgo _wrap_init_capi_daec082b5fd669ef(struct pstate_init_params_t *_swig_go_0, 
 }
 
 
-intgo _wrap_initialize_model_parallel_capi_daec082b5fd669ef(pstate_t *_swig_go_0, struct pstate_parallel_config_t *_swig_go_1) {
+intgo _wrap_initialize_model_parallel_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, struct pstate_parallel_config_t *_swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_parallel_config_t *arg2 = (pstate_parallel_config_t *) 0 ;
   pstate_status_t result;
@@ -2031,7 +2203,7 @@ intgo _wrap_initialize_model_parallel_capi_daec082b5fd669ef(pstate_t *_swig_go_0
 }
 
 
-intgo _wrap_model_parallel_is_initialized_capi_daec082b5fd669ef(pstate_t *_swig_go_0) {
+intgo _wrap_model_parallel_is_initialized_capi_91e42432fc84ab2e(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -2044,7 +2216,7 @@ intgo _wrap_model_parallel_is_initialized_capi_daec082b5fd669ef(pstate_t *_swig_
 }
 
 
-intgo _wrap_destroy_model_parallel_capi_daec082b5fd669ef(pstate_t *_swig_go_0) {
+intgo _wrap_destroy_model_parallel_capi_91e42432fc84ab2e(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2057,7 +2229,7 @@ intgo _wrap_destroy_model_parallel_capi_daec082b5fd669ef(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_finalize_capi_daec082b5fd669ef(pstate_t *_swig_go_0) {
+intgo _wrap_finalize_capi_91e42432fc84ab2e(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2070,7 +2242,7 @@ intgo _wrap_finalize_capi_daec082b5fd669ef(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_abort_capi_daec082b5fd669ef(pstate_t *_swig_go_0) {
+intgo _wrap_abort_capi_91e42432fc84ab2e(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2083,7 +2255,7 @@ intgo _wrap_abort_capi_daec082b5fd669ef(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_revoke_capi_daec082b5fd669ef(pstate_t *_swig_go_0) {
+intgo _wrap_revoke_capi_91e42432fc84ab2e(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2096,7 +2268,7 @@ intgo _wrap_revoke_capi_daec082b5fd669ef(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_set_interrupt_check_capi_daec082b5fd669ef(pstate_t *_swig_go_0, pstate_interrupt_fn _swig_go_1) {
+intgo _wrap_set_interrupt_check_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, pstate_interrupt_fn _swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_interrupt_fn arg2 = (pstate_interrupt_fn) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2115,7 +2287,7 @@ intgo _wrap_set_interrupt_check_capi_daec082b5fd669ef(pstate_t *_swig_go_0, psta
 }
 
 
-intgo _wrap_trace_dump_capi_daec082b5fd669ef(pstate_t *_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_trace_dump_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, _gostring_ _swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   char *arg2 = (char *) 0 ;
   pstate_status_t result;
@@ -2135,7 +2307,7 @@ intgo _wrap_trace_dump_capi_daec082b5fd669ef(pstate_t *_swig_go_0, _gostring_ _s
 }
 
 
-intgo _wrap_get_group_capi_daec082b5fd669ef(pstate_t *_swig_go_0, intgo _swig_go_1, pstate_group_t **_swig_go_2) {
+intgo _wrap_get_group_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, intgo _swig_go_1, pstate_group_t **_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_group_kind_t arg2 ;
   pstate_group_t **arg3 = (pstate_group_t **) 0 ;
@@ -2152,7 +2324,7 @@ intgo _wrap_get_group_capi_daec082b5fd669ef(pstate_t *_swig_go_0, intgo _swig_go
 }
 
 
-intgo _wrap_group_info_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, struct pstate_group_info_t *_swig_go_1) {
+intgo _wrap_group_info_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, struct pstate_group_info_t *_swig_go_1) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_group_info_t *arg2 = (pstate_group_info_t *) 0 ;
   pstate_status_t result;
@@ -2167,7 +2339,7 @@ intgo _wrap_group_info_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, struct 
 }
 
 
-intgo _wrap_group_ranks_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_group_ranks_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2188,7 +2360,7 @@ intgo _wrap_group_ranks_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, _gosli
 }
 
 
-intgo _wrap_live_ranks_capi_daec082b5fd669ef(pstate_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_live_ranks_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2209,7 +2381,7 @@ intgo _wrap_live_ranks_capi_daec082b5fd669ef(pstate_t *_swig_go_0, _goslice_ _sw
 }
 
 
-intgo _wrap_shrink_capi_daec082b5fd669ef(pstate_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_shrink_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2230,7 +2402,7 @@ intgo _wrap_shrink_capi_daec082b5fd669ef(pstate_t *_swig_go_0, _goslice_ _swig_g
 }
 
 
-intgo _wrap_grow_capi_daec082b5fd669ef(pstate_t *_swig_go_0, long long _swig_go_1) {
+intgo _wrap_grow_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, long long _swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int64_t arg2 ;
   pstate_status_t result;
@@ -2245,7 +2417,7 @@ intgo _wrap_grow_capi_daec082b5fd669ef(pstate_t *_swig_go_0, long long _swig_go_
 }
 
 
-intgo _wrap_new_group_capi_daec082b5fd669ef(pstate_t *_swig_go_0, _goslice_ _swig_go_1, pstate_group_t **_swig_go_2) {
+intgo _wrap_new_group_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, _goslice_ _swig_go_1, pstate_group_t **_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2266,7 +2438,7 @@ intgo _wrap_new_group_capi_daec082b5fd669ef(pstate_t *_swig_go_0, _goslice_ _swi
 }
 
 
-intgo _wrap_group_same_node_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2, long long *_swig_go_3) {
+intgo _wrap_group_same_node_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2, long long *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   int *arg3 = (int *) 0 ;
@@ -2289,7 +2461,7 @@ intgo _wrap_group_same_node_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, in
 }
 
 
-intgo _wrap_all_reduce_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_all_reduce_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2314,7 +2486,7 @@ intgo _wrap_all_reduce_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_
 }
 
 
-intgo _wrap_all_gather_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_all_gather_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2337,7 +2509,7 @@ intgo _wrap_all_gather_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_
 }
 
 
-intgo _wrap_reduce_scatter_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_reduce_scatter_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2362,7 +2534,7 @@ intgo _wrap_reduce_scatter_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, voi
 }
 
 
-intgo _wrap_broadcast_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_broadcast_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2385,7 +2557,7 @@ intgo _wrap_broadcast_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_s
 }
 
 
-intgo _wrap_gather_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_gather_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2410,7 +2582,7 @@ intgo _wrap_gather_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_all_to_all_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_all_to_all_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2433,7 +2605,7 @@ intgo _wrap_all_to_all_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_
 }
 
 
-intgo _wrap_reduce_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, intgo _swig_go_6, void *_swig_go_7) {
+intgo _wrap_reduce_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, intgo _swig_go_6, void *_swig_go_7) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2460,7 +2632,7 @@ intgo _wrap_reduce_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_scatter_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_scatter_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2485,7 +2657,7 @@ intgo _wrap_scatter_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swi
 }
 
 
-intgo _wrap_all_gatherv_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_all_gatherv_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2508,7 +2680,7 @@ intgo _wrap_all_gatherv_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *
 }
 
 
-intgo _wrap_reduce_scatterv_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_reduce_scatterv_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2533,7 +2705,36 @@ intgo _wrap_reduce_scatterv_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, vo
 }
 
 
-intgo _wrap_send_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_all_to_all_v_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, _goslice_ _swig_go_2, _goslice_ _swig_go_3, void *_swig_go_4, _goslice_ _swig_go_5, _goslice_ _swig_go_6, intgo _swig_go_7, void *_swig_go_8) {
+  pstate_group_t *arg1 = (pstate_group_t *) 0 ;
+  void *arg2 = (void *) 0 ;
+  size_t *arg3 = (size_t *) 0 ;
+  size_t *arg4 = (size_t *) 0 ;
+  void *arg5 = (void *) 0 ;
+  size_t *arg6 = (size_t *) 0 ;
+  size_t *arg7 = (size_t *) 0 ;
+  pstate_dtype_t arg8 ;
+  void *arg9 = (void *) 0 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_group_t *)_swig_go_0; 
+  arg2 = (void *)_swig_go_1; 
+  arg3 = (size_t *)_swig_go_2.array; 
+  arg4 = (size_t *)_swig_go_3.array; 
+  arg5 = (void *)_swig_go_4; 
+  arg6 = (size_t *)_swig_go_5.array; 
+  arg7 = (size_t *)_swig_go_6.array; 
+  arg8 = (pstate_dtype_t)_swig_go_7; 
+  arg9 = *(void **)&_swig_go_8; 
+  
+  result = (pstate_status_t)pstate_all_to_all_v(arg1,(void const *)arg2,(size_t const *)arg3,(size_t const *)arg4,arg5,(size_t const *)arg6,(size_t const *)arg7,arg8,arg9);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_send_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2556,7 +2757,7 @@ intgo _wrap_send_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_g
 }
 
 
-intgo _wrap_recv_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_recv_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2579,7 +2780,7 @@ intgo _wrap_recv_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_g
 }
 
 
-intgo _wrap_barrier_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0) {
+intgo _wrap_barrier_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2592,7 +2793,7 @@ intgo _wrap_barrier_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0) {
 }
 
 
-intgo _wrap_tp_allreduce_capi_daec082b5fd669ef(pstate_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_tp_allreduce_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2615,7 +2816,7 @@ intgo _wrap_tp_allreduce_capi_daec082b5fd669ef(pstate_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_tp_allgather_capi_daec082b5fd669ef(pstate_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_tp_allgather_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2638,7 +2839,7 @@ intgo _wrap_tp_allgather_capi_daec082b5fd669ef(pstate_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_broadcast_object_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, pstate_bytes_t *_swig_go_3) {
+intgo _wrap_broadcast_object_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, pstate_bytes_t *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2661,7 +2862,7 @@ intgo _wrap_broadcast_object_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, _
 }
 
 
-intgo _wrap_all_gather_object_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, pstate_bytes_t *_swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
+intgo _wrap_all_gather_object_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, pstate_bytes_t *_swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2690,7 +2891,7 @@ intgo _wrap_all_gather_object_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, 
 }
 
 
-intgo _wrap_send_object_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_send_object_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2711,7 +2912,7 @@ intgo _wrap_send_object_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, _gosli
 }
 
 
-intgo _wrap_recv_object_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_bytes_t *_swig_go_2) {
+intgo _wrap_recv_object_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_bytes_t *_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   pstate_bytes_t *arg3 = (pstate_bytes_t *) 0 ;
@@ -2728,7 +2929,7 @@ intgo _wrap_recv_object_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, intgo 
 }
 
 
-intgo _wrap_broadcast_tensor_dict_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
+intgo _wrap_broadcast_tensor_dict_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_tensor_t *arg2 = (pstate_tensor_t *) 0 ;
   size_t arg3 ;
@@ -2757,7 +2958,7 @@ intgo _wrap_broadcast_tensor_dict_capi_daec082b5fd669ef(pstate_group_t *_swig_go
 }
 
 
-intgo _wrap_send_tensor_dict_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, void *_swig_go_3) {
+intgo _wrap_send_tensor_dict_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, void *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_tensor_t *arg2 = (pstate_tensor_t *) 0 ;
   size_t arg3 ;
@@ -2780,7 +2981,7 @@ intgo _wrap_send_tensor_dict_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, p
 }
 
 
-intgo _wrap_recv_tensor_dict_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_alloc_fn _swig_go_2, void *_swig_go_3) {
+intgo _wrap_recv_tensor_dict_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_alloc_fn _swig_go_2, void *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   pstate_alloc_fn arg3 = (pstate_alloc_fn) 0 ;
@@ -2803,7 +3004,7 @@ intgo _wrap_recv_tensor_dict_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, i
 }
 
 
-intgo _wrap_send_tensor_dict_sliced_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_group_t *_swig_go_3, void *_swig_go_4) {
+intgo _wrap_send_tensor_dict_sliced_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_group_t *_swig_go_3, void *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_tensor_t *arg2 = (pstate_tensor_t *) 0 ;
   size_t arg3 ;
@@ -2828,7 +3029,7 @@ intgo _wrap_send_tensor_dict_sliced_capi_daec082b5fd669ef(pstate_group_t *_swig_
 }
 
 
-intgo _wrap_recv_tensor_dict_sliced_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_group_t *_swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
+intgo _wrap_recv_tensor_dict_sliced_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_group_t *_swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   pstate_group_t *arg3 = (pstate_group_t *) 0 ;
@@ -2853,7 +3054,7 @@ intgo _wrap_recv_tensor_dict_sliced_capi_daec082b5fd669ef(pstate_group_t *_swig_
 }
 
 
-intgo _wrap_isend_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
+intgo _wrap_isend_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2878,7 +3079,7 @@ intgo _wrap_isend_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_
 }
 
 
-intgo _wrap_irecv_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
+intgo _wrap_irecv_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2903,7 +3104,7 @@ intgo _wrap_irecv_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_
 }
 
 
-intgo _wrap_wait_capi_daec082b5fd669ef(pstate_request_t *_swig_go_0) {
+intgo _wrap_wait_capi_91e42432fc84ab2e(pstate_request_t *_swig_go_0) {
   pstate_request_t *arg1 = (pstate_request_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2916,7 +3117,7 @@ intgo _wrap_wait_capi_daec082b5fd669ef(pstate_request_t *_swig_go_0) {
 }
 
 
-intgo _wrap_test_capi_daec082b5fd669ef(pstate_request_t *_swig_go_0, int *_swig_go_1) {
+intgo _wrap_test_capi_91e42432fc84ab2e(pstate_request_t *_swig_go_0, int *_swig_go_1) {
   pstate_request_t *arg1 = (pstate_request_t *) 0 ;
   int *arg2 = (int *) 0 ;
   pstate_status_t result;
@@ -2931,7 +3132,7 @@ intgo _wrap_test_capi_daec082b5fd669ef(pstate_request_t *_swig_go_0, int *_swig_
 }
 
 
-intgo _wrap_p2p_batch_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, pstate_p2p_op_t *_swig_go_1, void *_swig_go_2) {
+intgo _wrap_p2p_batch_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, pstate_p2p_op_t *_swig_go_1, void *_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_p2p_op_t *arg2 = (pstate_p2p_op_t *) 0 ;
   size_t arg3 ;
@@ -2952,7 +3153,7 @@ intgo _wrap_p2p_batch_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, pstate_p
 }
 
 
-intgo _wrap_graph_capture_begin_capi_daec082b5fd669ef(pstate_t *_swig_go_0, void *_swig_go_1, void **_swig_go_2) {
+intgo _wrap_graph_capture_begin_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, void *_swig_go_1, void **_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void **arg3 = (void **) 0 ;
@@ -2969,7 +3170,7 @@ intgo _wrap_graph_capture_begin_capi_daec082b5fd669ef(pstate_t *_swig_go_0, void
 }
 
 
-intgo _wrap_graph_capture_end_capi_daec082b5fd669ef(pstate_t *_swig_go_0) {
+intgo _wrap_graph_capture_end_capi_91e42432fc84ab2e(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2982,7 +3183,7 @@ intgo _wrap_graph_capture_end_capi_daec082b5fd669ef(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_PSTATE_MEM_NONE_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_MEM_NONE_capi_91e42432fc84ab2e() {
   enum pstate_mem_kind_t result;
   intgo _swig_go_result;
   
@@ -2994,7 +3195,7 @@ intgo _wrap_PSTATE_MEM_NONE_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_MEM_GROUP_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_MEM_GROUP_capi_91e42432fc84ab2e() {
   enum pstate_mem_kind_t result;
   intgo _swig_go_result;
   
@@ -3006,7 +3207,7 @@ intgo _wrap_PSTATE_MEM_GROUP_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_MEM_POOL_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_MEM_POOL_capi_91e42432fc84ab2e() {
   enum pstate_mem_kind_t result;
   intgo _swig_go_result;
   
@@ -3018,7 +3219,7 @@ intgo _wrap_PSTATE_MEM_POOL_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_MEM_REGISTERED_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_MEM_REGISTERED_capi_91e42432fc84ab2e() {
   enum pstate_mem_kind_t result;
   intgo _swig_go_result;
   
@@ -3030,7 +3231,7 @@ intgo _wrap_PSTATE_MEM_REGISTERED_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_MEM_PATH_NONE_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_MEM_PATH_NONE_capi_91e42432fc84ab2e() {
   enum pstate_mem_path_t result;
   intgo _swig_go_result;
   
@@ -3042,7 +3243,7 @@ intgo _wrap_PSTATE_MEM_PATH_NONE_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_MEM_PATH_PLAIN_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_MEM_PATH_PLAIN_capi_91e42432fc84ab2e() {
   enum pstate_mem_path_t result;
   intgo _swig_go_result;
   
@@ -3054,7 +3255,7 @@ intgo _wrap_PSTATE_MEM_PATH_PLAIN_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_MEM_PATH_REGISTERED_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_MEM_PATH_REGISTERED_capi_91e42432fc84ab2e() {
   enum pstate_mem_path_t result;
   intgo _swig_go_result;
   
@@ -3066,7 +3267,7 @@ intgo _wrap_PSTATE_MEM_PATH_REGISTERED_capi_daec082b5fd669ef() {
 }
 
 
-intgo _wrap_PSTATE_MEM_PATH_SYMMETRIC_capi_daec082b5fd669ef() {
+intgo _wrap_PSTATE_MEM_PATH_SYMMETRIC_capi_91e42432fc84ab2e() {
   enum pstate_mem_path_t result;
   intgo _swig_go_result;
   
@@ -3078,7 +3279,7 @@ intgo _wrap_PSTATE_MEM_PATH_SYMMETRIC_capi_daec082b5fd669ef() {
 }
 
 
-long long _wrap_pstate_mem_info_t_struct_size_get_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0) {
+long long _wrap_pstate_mem_info_t_struct_size_get_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3091,7 +3292,7 @@ long long _wrap_pstate_mem_info_t_struct_size_get_capi_daec082b5fd669ef(struct p
 }
 
 
-void _wrap_pstate_mem_info_t_base_set_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0, void *_swig_go_1) {
+void _wrap_pstate_mem_info_t_base_set_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0, void *_swig_go_1) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   void *arg2 = (void *) 0 ;
   
@@ -3103,7 +3304,7 @@ void _wrap_pstate_mem_info_t_base_set_capi_daec082b5fd669ef(struct pstate_mem_in
 }
 
 
-void *_wrap_pstate_mem_info_t_base_get_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0) {
+void *_wrap_pstate_mem_info_t_base_get_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -3116,7 +3317,7 @@ void *_wrap_pstate_mem_info_t_base_get_capi_daec082b5fd669ef(struct pstate_mem_i
 }
 
 
-void _wrap_pstate_mem_info_t_size_set_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_info_t_size_set_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   size_t arg2 ;
   
@@ -3128,7 +3329,7 @@ void _wrap_pstate_mem_info_t_size_set_capi_daec082b5fd669ef(struct pstate_mem_in
 }
 
 
-long long _wrap_pstate_mem_info_t_size_get_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0) {
+long long _wrap_pstate_mem_info_t_size_get_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3141,7 +3342,7 @@ long long _wrap_pstate_mem_info_t_size_get_capi_daec082b5fd669ef(struct pstate_m
 }
 
 
-void _wrap_pstate_mem_info_t_kind_set_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_info_t_kind_set_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   pstate_mem_kind_t arg2 ;
   
@@ -3153,7 +3354,7 @@ void _wrap_pstate_mem_info_t_kind_set_capi_daec082b5fd669ef(struct pstate_mem_in
 }
 
 
-intgo _wrap_pstate_mem_info_t_kind_get_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0) {
+intgo _wrap_pstate_mem_info_t_kind_get_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   pstate_mem_kind_t result;
   intgo _swig_go_result;
@@ -3166,7 +3367,7 @@ intgo _wrap_pstate_mem_info_t_kind_get_capi_daec082b5fd669ef(struct pstate_mem_i
 }
 
 
-void _wrap_pstate_mem_info_t_symmetric_set_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_info_t_symmetric_set_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   int arg2 ;
   
@@ -3178,7 +3379,7 @@ void _wrap_pstate_mem_info_t_symmetric_set_capi_daec082b5fd669ef(struct pstate_m
 }
 
 
-intgo _wrap_pstate_mem_info_t_symmetric_get_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0) {
+intgo _wrap_pstate_mem_info_t_symmetric_get_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3191,7 +3392,7 @@ intgo _wrap_pstate_mem_info_t_symmetric_get_capi_daec082b5fd669ef(struct pstate_
 }
 
 
-void _wrap_pstate_mem_info_t_registered_set_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_info_t_registered_set_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   int arg2 ;
   
@@ -3203,7 +3404,7 @@ void _wrap_pstate_mem_info_t_registered_set_capi_daec082b5fd669ef(struct pstate_
 }
 
 
-intgo _wrap_pstate_mem_info_t_registered_get_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0) {
+intgo _wrap_pstate_mem_info_t_registered_get_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3216,7 +3417,7 @@ intgo _wrap_pstate_mem_info_t_registered_get_capi_daec082b5fd669ef(struct pstate
 }
 
 
-void _wrap_pstate_mem_info_t_reserved0_set_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_info_t_reserved0_set_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   int arg2 ;
   
@@ -3228,7 +3429,7 @@ void _wrap_pstate_mem_info_t_reserved0_set_capi_daec082b5fd669ef(struct pstate_m
 }
 
 
-intgo _wrap_pstate_mem_info_t_reserved0_get_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0) {
+intgo _wrap_pstate_mem_info_t_reserved0_get_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3241,7 +3442,7 @@ intgo _wrap_pstate_mem_info_t_reserved0_get_capi_daec082b5fd669ef(struct pstate_
 }
 
 
-struct pstate_mem_info_t *_wrap_new_pstate_mem_info_t_capi_daec082b5fd669ef() {
+struct pstate_mem_info_t *_wrap_new_pstate_mem_info_t_capi_91e42432fc84ab2e() {
   struct pstate_mem_info_t *result = 0 ;
   struct pstate_mem_info_t *_swig_go_result;
   
@@ -3252,7 +3453,7 @@ struct pstate_mem_info_t *_wrap_new_pstate_mem_info_t_capi_daec082b5fd669ef() {
 }
 
 
-void _wrap_delete_pstate_mem_info_t_capi_daec082b5fd669ef(struct pstate_mem_info_t *_swig_go_0) {
+void _wrap_delete_pstate_mem_info_t_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   
   arg1 = *(struct pstate_mem_info_t **)&_swig_go_0; 
@@ -3262,7 +3463,7 @@ void _wrap_delete_pstate_mem_info_t_capi_daec082b5fd669ef(struct pstate_mem_info
 }
 
 
-long long _wrap_pstate_mem_stats_t_struct_size_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_struct_size_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3275,7 +3476,7 @@ long long _wrap_pstate_mem_stats_t_struct_size_get_capi_daec082b5fd669ef(struct 
 }
 
 
-void _wrap_pstate_mem_stats_t_symmetric_calls_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_symmetric_calls_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   uint64_t arg2 ;
   
@@ -3287,7 +3488,7 @@ void _wrap_pstate_mem_stats_t_symmetric_calls_set_capi_daec082b5fd669ef(struct p
 }
 
 
-long long _wrap_pstate_mem_stats_t_symmetric_calls_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_symmetric_calls_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   uint64_t result;
   long long _swig_go_result;
@@ -3300,7 +3501,7 @@ long long _wrap_pstate_mem_stats_t_symmetric_calls_get_capi_daec082b5fd669ef(str
 }
 
 
-void _wrap_pstate_mem_stats_t_registered_calls_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_registered_calls_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   uint64_t arg2 ;
   
@@ -3312,7 +3513,7 @@ void _wrap_pstate_mem_stats_t_registered_calls_set_capi_daec082b5fd669ef(struct 
 }
 
 
-long long _wrap_pstate_mem_stats_t_registered_calls_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_registered_calls_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   uint64_t result;
   long long _swig_go_result;
@@ -3325,7 +3526,7 @@ long long _wrap_pstate_mem_stats_t_registered_calls_get_capi_daec082b5fd669ef(st
 }
 
 
-void _wrap_pstate_mem_stats_t_plain_calls_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_plain_calls_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   uint64_t arg2 ;
   
@@ -3337,7 +3538,7 @@ void _wrap_pstate_mem_stats_t_plain_calls_set_capi_daec082b5fd669ef(struct pstat
 }
 
 
-long long _wrap_pstate_mem_stats_t_plain_calls_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_plain_calls_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   uint64_t result;
   long long _swig_go_result;
@@ -3350,7 +3551,7 @@ long long _wrap_pstate_mem_stats_t_plain_calls_get_capi_daec082b5fd669ef(struct 
 }
 
 
-void _wrap_pstate_mem_stats_t_windows_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_windows_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t arg2 ;
   
@@ -3362,7 +3563,7 @@ void _wrap_pstate_mem_stats_t_windows_set_capi_daec082b5fd669ef(struct pstate_me
 }
 
 
-long long _wrap_pstate_mem_stats_t_windows_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_windows_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3375,7 +3576,7 @@ long long _wrap_pstate_mem_stats_t_windows_get_capi_daec082b5fd669ef(struct psta
 }
 
 
-void _wrap_pstate_mem_stats_t_registrations_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_registrations_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t arg2 ;
   
@@ -3387,7 +3588,7 @@ void _wrap_pstate_mem_stats_t_registrations_set_capi_daec082b5fd669ef(struct pst
 }
 
 
-long long _wrap_pstate_mem_stats_t_registrations_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_registrations_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3400,7 +3601,7 @@ long long _wrap_pstate_mem_stats_t_registrations_get_capi_daec082b5fd669ef(struc
 }
 
 
-void _wrap_pstate_mem_stats_t_allocated_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_allocated_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t arg2 ;
   
@@ -3412,7 +3613,7 @@ void _wrap_pstate_mem_stats_t_allocated_set_capi_daec082b5fd669ef(struct pstate_
 }
 
 
-long long _wrap_pstate_mem_stats_t_allocated_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_allocated_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3425,7 +3626,7 @@ long long _wrap_pstate_mem_stats_t_allocated_get_capi_daec082b5fd669ef(struct ps
 }
 
 
-void _wrap_pstate_mem_stats_t_pool_reserved_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_pool_reserved_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t arg2 ;
   
@@ -3437,7 +3638,7 @@ void _wrap_pstate_mem_stats_t_pool_reserved_set_capi_daec082b5fd669ef(struct pst
 }
 
 
-long long _wrap_pstate_mem_stats_t_pool_reserved_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_pool_reserved_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3450,7 +3651,7 @@ long long _wrap_pstate_mem_stats_t_pool_reserved_get_capi_daec082b5fd669ef(struc
 }
 
 
-void _wrap_pstate_mem_stats_t_pool_used_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_pool_used_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t arg2 ;
   
@@ -3462,7 +3663,7 @@ void _wrap_pstate_mem_stats_t_pool_used_set_capi_daec082b5fd669ef(struct pstate_
 }
 
 
-long long _wrap_pstate_mem_stats_t_pool_used_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_pool_used_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3475,7 +3676,7 @@ long long _wrap_pstate_mem_stats_t_pool_used_get_capi_daec082b5fd669ef(struct ps
 }
 
 
-void _wrap_pstate_mem_stats_t_symmetric_available_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_stats_t_symmetric_available_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   int arg2 ;
   
@@ -3487,7 +3688,7 @@ void _wrap_pstate_mem_stats_t_symmetric_available_set_capi_daec082b5fd669ef(stru
 }
 
 
-intgo _wrap_pstate_mem_stats_t_symmetric_available_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+intgo _wrap_pstate_mem_stats_t_symmetric_available_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3500,7 +3701,7 @@ intgo _wrap_pstate_mem_stats_t_symmetric_available_get_capi_daec082b5fd669ef(str
 }
 
 
-void _wrap_pstate_mem_stats_t_last_path_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_stats_t_last_path_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   pstate_mem_path_t arg2 ;
   
@@ -3512,7 +3713,7 @@ void _wrap_pstate_mem_stats_t_last_path_set_capi_daec082b5fd669ef(struct pstate_
 }
 
 
-intgo _wrap_pstate_mem_stats_t_last_path_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+intgo _wrap_pstate_mem_stats_t_last_path_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   pstate_mem_path_t result;
   intgo _swig_go_result;
@@ -3525,7 +3726,7 @@ intgo _wrap_pstate_mem_stats_t_last_path_get_capi_daec082b5fd669ef(struct pstate
 }
 
 
-void _wrap_pstate_mem_stats_t_nccl_version_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_stats_t_nccl_version_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   int arg2 ;
   
@@ -3537,7 +3738,7 @@ void _wrap_pstate_mem_stats_t_nccl_version_set_capi_daec082b5fd669ef(struct psta
 }
 
 
-intgo _wrap_pstate_mem_stats_t_nccl_version_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+intgo _wrap_pstate_mem_stats_t_nccl_version_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3550,7 +3751,7 @@ intgo _wrap_pstate_mem_stats_t_nccl_version_get_capi_daec082b5fd669ef(struct pst
 }
 
 
-void _wrap_pstate_mem_stats_t_reserved0_set_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_stats_t_reserved0_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   int arg2 ;
   
@@ -3562,7 +3763,7 @@ void _wrap_pstate_mem_stats_t_reserved0_set_capi_daec082b5fd669ef(struct pstate_
 }
 
 
-intgo _wrap_pstate_mem_stats_t_reserved0_get_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+intgo _wrap_pstate_mem_stats_t_reserved0_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3575,7 +3776,7 @@ intgo _wrap_pstate_mem_stats_t_reserved0_get_capi_daec082b5fd669ef(struct pstate
 }
 
 
-struct pstate_mem_stats_t *_wrap_new_pstate_mem_stats_t_capi_daec082b5fd669ef() {
+struct pstate_mem_stats_t *_wrap_new_pstate_mem_stats_t_capi_91e42432fc84ab2e() {
   struct pstate_mem_stats_t *result = 0 ;
   struct pstate_mem_stats_t *_swig_go_result;
   
@@ -3586,7 +3787,7 @@ struct pstate_mem_stats_t *_wrap_new_pstate_mem_stats_t_capi_daec082b5fd669ef() 
 }
 
 
-void _wrap_delete_pstate_mem_stats_t_capi_daec082b5fd669ef(struct pstate_mem_stats_t *_swig_go_0) {
+void _wrap_delete_pstate_mem_stats_t_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   
   arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
@@ -3596,7 +3797,7 @@ void _wrap_delete_pstate_mem_stats_t_capi_daec082b5fd669ef(struct pstate_mem_sta
 }
 
 
-intgo _wrap_mem_alloc_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, long long _swig_go_1, void **_swig_go_2) {
+intgo _wrap_mem_alloc_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, long long _swig_go_1, void **_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   size_t arg2 ;
   void **arg3 = (void **) 0 ;
@@ -3613,7 +3814,7 @@ intgo _wrap_mem_alloc_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, long lon
 }
 
 
-intgo _wrap_mem_free_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1) {
+intgo _wrap_mem_free_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   pstate_status_t result;
@@ -3628,7 +3829,7 @@ intgo _wrap_mem_free_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_sw
 }
 
 
-intgo _wrap_mem_pool_reserve_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, long long _swig_go_1) {
+intgo _wrap_mem_pool_reserve_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, long long _swig_go_1) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   size_t arg2 ;
   pstate_status_t result;
@@ -3643,7 +3844,7 @@ intgo _wrap_mem_pool_reserve_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, l
 }
 
 
-intgo _wrap_mem_register_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2) {
+intgo _wrap_mem_register_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -3660,7 +3861,7 @@ intgo _wrap_mem_register_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void 
 }
 
 
-intgo _wrap_mem_deregister_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1) {
+intgo _wrap_mem_deregister_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   pstate_status_t result;
@@ -3675,7 +3876,7 @@ intgo _wrap_mem_deregister_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, voi
 }
 
 
-intgo _wrap_mem_query_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_swig_go_1, struct pstate_mem_info_t *_swig_go_2) {
+intgo _wrap_mem_query_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, struct pstate_mem_info_t *_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   pstate_mem_info_t *arg3 = (pstate_mem_info_t *) 0 ;
@@ -3692,7 +3893,7 @@ intgo _wrap_mem_query_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, void *_s
 }
 
 
-intgo _wrap_group_mem_stats_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, struct pstate_mem_stats_t *_swig_go_1) {
+intgo _wrap_group_mem_stats_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, struct pstate_mem_stats_t *_swig_go_1) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_mem_stats_t *arg2 = (pstate_mem_stats_t *) 0 ;
   pstate_status_t result;
@@ -3707,7 +3908,7 @@ intgo _wrap_group_mem_stats_capi_daec082b5fd669ef(pstate_group_t *_swig_go_0, st
 }
 
 
-intgo _wrap_set_graph_registration_capi_daec082b5fd669ef(pstate_t *_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_set_graph_registration_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, intgo _swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int arg2 ;
   pstate_status_t result;

@@ -9,8 +9,9 @@ pub const PSTATE_VERSION: u32 = 10000;
 pub const PSTATE_ABI_MAJOR: u32 = 1;
 pub const PSTATE_DTYPE_COUNT: u32 = 12;
 pub const PSTATE_REDUCE_OP_COUNT: u32 = 5;
-pub const PSTATE_GROUP_KIND_COUNT: u32 = 11;
+pub const PSTATE_GROUP_KIND_COUNT: u32 = 15;
 pub const PSTATE_GROUP_FIRST_NON_LAYOUT_KIND: u32 = 1000;
+pub const PSTATE_ENGINE_COUNT: u32 = 2;
 pub const PSTATE_GROUP_NAME_MAX: u32 = 32;
 pub const PSTATE_TENSOR_MAX_NDIM: u32 = 64;
 pub type __uint32_t = ::std::os::raw::c_uint;
@@ -161,11 +162,32 @@ impl pstate_group_kind_t {
     pub const PSTATE_GROUP_SELF_PP: pstate_group_kind_t = pstate_group_kind_t(10);
 }
 impl pstate_group_kind_t {
+    pub const PSTATE_GROUP_DP: pstate_group_kind_t = pstate_group_kind_t(11);
+}
+impl pstate_group_kind_t {
+    pub const PSTATE_GROUP_PCP: pstate_group_kind_t = pstate_group_kind_t(12);
+}
+impl pstate_group_kind_t {
+    pub const PSTATE_GROUP_EP: pstate_group_kind_t = pstate_group_kind_t(13);
+}
+impl pstate_group_kind_t {
+    pub const PSTATE_GROUP_EPLB: pstate_group_kind_t = pstate_group_kind_t(14);
+}
+impl pstate_group_kind_t {
     pub const PSTATE_GROUP_CUSTOM: pstate_group_kind_t = pstate_group_kind_t(1000);
 }
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct pstate_group_kind_t(pub ::std::os::raw::c_uint);
+impl pstate_engine_t {
+    pub const PSTATE_ENGINE_SGLANG: pstate_engine_t = pstate_engine_t(0);
+}
+impl pstate_engine_t {
+    pub const PSTATE_ENGINE_VLLM: pstate_engine_t = pstate_engine_t(1);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct pstate_engine_t(pub ::std::os::raw::c_uint);
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pstate_s {
@@ -393,12 +415,16 @@ pub struct pstate_parallel_config_t {
     pub moe_data_parallel_size: ::std::os::raw::c_int,
     pub decode_context_parallel_size: ::std::os::raw::c_int,
     pub shared_experts_tensor_parallel_size: ::std::os::raw::c_int,
+    pub engine: pstate_engine_t,
+    pub data_parallel_size: ::std::os::raw::c_int,
+    pub prefill_context_parallel_size: ::std::os::raw::c_int,
+    pub moe_model: ::std::os::raw::c_int,
 }
 #[test]
 fn bindgen_test_layout_pstate_parallel_config_t() {
     assert_eq!(
         ::std::mem::size_of::<pstate_parallel_config_t>(),
-        40usize,
+        56usize,
         concat!("Size of: ", stringify!(pstate_parallel_config_t))
     );
     assert_eq!(
@@ -560,6 +586,74 @@ fn bindgen_test_layout_pstate_parallel_config_t() {
         );
     }
     test_field_shared_experts_tensor_parallel_size();
+    fn test_field_engine() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_parallel_config_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).engine) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_parallel_config_t),
+                "::",
+                stringify!(engine)
+            )
+        );
+    }
+    test_field_engine();
+    fn test_field_data_parallel_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_parallel_config_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).data_parallel_size) as usize - ptr as usize
+            },
+            44usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_parallel_config_t),
+                "::",
+                stringify!(data_parallel_size)
+            )
+        );
+    }
+    test_field_data_parallel_size();
+    fn test_field_prefill_context_parallel_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_parallel_config_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).prefill_context_parallel_size) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_parallel_config_t),
+                "::",
+                stringify!(prefill_context_parallel_size)
+            )
+        );
+    }
+    test_field_prefill_context_parallel_size();
+    fn test_field_moe_model() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_parallel_config_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).moe_model) as usize - ptr as usize
+            },
+            52usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_parallel_config_t),
+                "::",
+                stringify!(moe_model)
+            )
+        );
+    }
+    test_field_moe_model();
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -2010,6 +2104,19 @@ pub struct pstate_api_t {
     pub set_graph_registration: ::std::option::Option<
         unsafe extern "C" fn(ps: *mut pstate_t, enable: ::std::os::raw::c_int) -> pstate_status_t,
     >,
+    pub all_to_all_v: ::std::option::Option<
+        unsafe extern "C" fn(
+            g: *mut pstate_group_t,
+            send: *const ::std::os::raw::c_void,
+            send_counts: *const usize,
+            send_displs: *const usize,
+            recv: *mut ::std::os::raw::c_void,
+            recv_counts: *const usize,
+            recv_displs: *const usize,
+            dtype: pstate_dtype_t,
+            stream: *mut ::std::os::raw::c_void,
+        ) -> pstate_status_t,
+    >,
     pub metrics_text: ::std::option::Option<
         unsafe extern "C" fn(
             ps: *mut pstate_t,
@@ -2023,7 +2130,7 @@ pub struct pstate_api_t {
 fn bindgen_test_layout_pstate_api_t() {
     assert_eq!(
         ::std::mem::size_of::<pstate_api_t>(),
-        576usize,
+        584usize,
         concat!("Size of: ", stringify!(pstate_api_t))
     );
     assert_eq!(
@@ -3255,6 +3362,23 @@ fn bindgen_test_layout_pstate_api_t() {
         );
     }
     test_field_set_graph_registration();
+    fn test_field_all_to_all_v() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).all_to_all_v) as usize - ptr as usize
+            },
+            568usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(all_to_all_v)
+            )
+        );
+    }
+    test_field_all_to_all_v();
     fn test_field_metrics_text() {
         assert_eq!(
             unsafe {
@@ -3262,7 +3386,7 @@ fn bindgen_test_layout_pstate_api_t() {
                 let ptr = uninit.as_ptr();
                 ::std::ptr::addr_of!((*ptr).metrics_text) as usize - ptr as usize
             },
-            568usize,
+            576usize,
             concat!(
                 "Offset of field: ",
                 stringify!(pstate_api_t),

@@ -240,6 +240,10 @@ pub fn pstate_parallel_config_init() -> pstate_parallel_config_t {
         moe_data_parallel_size: 1,
         decode_context_parallel_size: 1,
         shared_experts_tensor_parallel_size: 0,
+        engine: pstate_engine_t::PSTATE_ENGINE_SGLANG,
+        data_parallel_size: 1,
+        prefill_context_parallel_size: 1,
+        moe_model: 0,
     }
 }
 

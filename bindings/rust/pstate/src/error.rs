@@ -261,6 +261,7 @@ fn rust_name(c: &str) -> Option<String> {
         "pstate_group_kind_t" => "GroupKind",
         "pstate_device_t" => "Device",
         "pstate_parallel_config_t" => "ParallelConfig",
+        "pstate_engine_t" => "Engine",
         "pstate_tensor_t" => "Tensor",
         "PSTATE_DEVICE_CPU" => "Device::Cpu",
         "PSTATE_DEVICE_CUDA" => "Device::Cuda",
@@ -284,8 +285,9 @@ fn enum_constant(c: &str) -> Option<String> {
     const DTYPES: [&str; 7] = ["INT8", "UINT8", "INT32", "UINT32", "INT64", "UINT64", "FLOAT16"];
     const MORE_DTYPES: [&str; 2] = ["FLOAT32", "FLOAT64"];
     const OPS: [&str; 5] = ["SUM", "PROD", "MAX", "MIN", "AVG"];
-    const KINDS: [&str; 12] = [
-        "WORLD", "TP", "PP", "ATTN_TP", "ATTN_CP", "MOE_EP", "MOE_TP", "MOE_DP", "DCP", "SHARED_EXPERTS_TP", "SELF_PP", "CUSTOM",
+    const KINDS: [&str; 16] = [
+        "WORLD", "TP", "PP", "ATTN_TP", "ATTN_CP", "MOE_EP", "MOE_TP", "MOE_DP", "DCP", "SHARED_EXPERTS_TP", "SELF_PP", "DP", "PCP",
+        "EP", "EPLB", "CUSTOM",
     ];
     let camel = |s: &str| -> String {
         s.split('_').map(|w| w.chars().next().map_or(String::new(), |f| f.to_string() + &w[1..].to_ascii_lowercase())).collect()
@@ -293,6 +295,9 @@ fn enum_constant(c: &str) -> Option<String> {
     let name = c.strip_prefix("PSTATE_")?;
     if let Some(kind) = name.strip_prefix("GROUP_").filter(|k| KINDS.contains(k)) {
         return Some(format!("GroupKind::{}", camel(kind)));
+    }
+    if let Some(engine) = name.strip_prefix("ENGINE_").filter(|e| ["SGLANG", "VLLM"].contains(e)) {
+        return Some(format!("Engine::{}", camel(engine)));
     }
     if let Some(err) = name.strip_prefix("ERR_") {
         let status = camel(err);

@@ -58,7 +58,7 @@ pub use memory::{GroupMemory, MemInfo, MemKind, MemPath, MemStats};
 pub use nonblocking::P2POp;
 pub use requests::{scope, RecvBuf, Request, Scope, ScopedRequest, SendBuf};
 pub use tensor_dict::Tensor;
-pub use types::{Bf16, DType, Device, Element, GroupKind, ReduceOp, F16};
+pub use types::{Bf16, DType, Device, Element, Engine, GroupKind, ReduceOp, F16};
 
 use error::check;
 use pstate_sys as sys;
@@ -112,6 +112,13 @@ pub struct InitOptions {
 /// pipeline_parallel, the others 1 (shared_experts_tensor_parallel: no group). So
 /// `ParallelConfig { pipeline_parallel: 2, ..Default::default() }` on 4 ranks is TP 2 x PP 2, and
 /// the default config is TP = world.
+///
+/// `engine: Engine::Vllm` describes vLLM's layout instead (pstate.h, "vLLM's layout"): the world
+/// is ExternalDP x data_parallel x pipeline_parallel x prefill_context_parallel x tensor_parallel,
+/// decode_context_parallel cuts blocks of each TP group, and `moe_model` asks for its EP and EPLB
+/// groups; tensor_parallel 0 is then world size / (data_parallel x pipeline_parallel x
+/// prefill_context_parallel). SGLang's other sizes must stay 0 or 1 there, and data_parallel and
+/// prefill_context_parallel 0 or 1 under SGLang.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ParallelConfig {
     pub tensor_parallel: usize,
@@ -122,13 +129,22 @@ pub struct ParallelConfig {
     pub moe_data_parallel: usize,
     pub decode_context_parallel: usize,
     pub shared_experts_tensor_parallel: usize,
+    pub engine: Engine,
+    /// vLLM's data_parallel_size.
+    pub data_parallel: usize,
+    /// vLLM's prefill_context_parallel_size.
+    pub prefill_context_parallel: usize,
+    /// vLLM: a MoE model (EP and EPLB groups).
+    pub moe_model: bool,
 }
 
 impl ParallelConfig {
     /// The C struct holding every size as it is (0s are the library's defaults).
     fn to_c(self, op: &str) -> Result<Option<sys::pstate_parallel_config_t>> {
         let mut c = sys::pstate_parallel_config_init();
-        let fields: [(&str, usize, &mut i32); 8] = [
+        c.engine = self.engine.raw();
+        c.moe_model = i32::from(self.moe_model);
+        let fields: [(&str, usize, &mut i32); 10] = [
             ("tensor_parallel", self.tensor_parallel, &mut c.tensor_parallel_size),
             ("pipeline_parallel", self.pipeline_parallel, &mut c.pipeline_parallel_size),
             ("expert_parallel", self.expert_parallel, &mut c.expert_parallel_size),
@@ -137,6 +153,8 @@ impl ParallelConfig {
             ("moe_data_parallel", self.moe_data_parallel, &mut c.moe_data_parallel_size),
             ("decode_context_parallel", self.decode_context_parallel, &mut c.decode_context_parallel_size),
             ("shared_experts_tensor_parallel", self.shared_experts_tensor_parallel, &mut c.shared_experts_tensor_parallel_size),
+            ("data_parallel", self.data_parallel, &mut c.data_parallel_size),
+            ("prefill_context_parallel", self.prefill_context_parallel, &mut c.prefill_context_parallel_size),
         ];
         for (name, v, f) in fields {
             *f = i32::try_from(v).map_err(|_| {

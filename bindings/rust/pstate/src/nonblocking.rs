@@ -55,6 +55,23 @@ fn counts_arg(g: &Group<'_>, what: &str, counts: &[usize]) -> Result<usize> {
         .ok_or_else(|| Error::new(Status::InvalidArgument, format!("{what} on {}: the sum of counts overflows", g.name())))
 }
 
+// One side of an all_to_all_v: one count and displacement per group rank; returns the elements
+// the side spans (the largest displacement + count of a non-empty part).
+fn v_side(g: &Group<'_>, side: &str, counts: &[usize], displs: &[usize]) -> Result<usize> {
+    let n = g.world_size();
+    if counts.len() != n || displs.len() != n {
+        return Err(Error::new(
+            Status::InvalidArgument,
+            format!("all_to_all_v on {}: {side} counts and displacements have {} and {} entries, the group has {n} ranks", g.name(), counts.len(), displs.len()),
+        ));
+    }
+    counts.iter().zip(displs).filter(|(c, _)| **c != 0).try_fold(0usize, |m, (&c, &d)| {
+        d.checked_add(c)
+            .map(|end| m.max(end))
+            .ok_or_else(|| Error::new(Status::InvalidArgument, format!("all_to_all_v on {}: {side} displacement {d} + count {c} overflows", g.name())))
+    })
+}
+
 impl<'ps> Group<'ps> {
     /// SGLang's all_gatherv with sizes: `counts[i]` is group rank i's element count (the same on
     /// every rank); `send` holds `counts[rank_in_group]` elements; `recv` (at least sum(counts))
@@ -96,6 +113,42 @@ impl<'ps> Group<'ps> {
         })?;
         check(unsafe {
             sys::pstate_reduce_scatterv(self.g(), send.as_ptr().cast(), recv.as_mut_ptr().cast(), counts.as_ptr(), T::DTYPE.raw(), op.raw(), ptr::null_mut())
+        })
+    }
+
+    /// MPI_Alltoallv (`pstate_all_to_all_v`): `send_counts[j]` elements at `send_displs[j]` of
+    /// `send` go to group rank j; `recv_counts[i]` elements from group rank i land at
+    /// `recv_displs[i]` of `recv` (counts and displacements in elements, one entry per group rank).
+    /// Every pair must agree (this rank's `send_counts[j]` is rank j's `recv_counts[this rank]`),
+    /// else [`Status::Mismatch`] on every rank.
+    pub fn all_to_all_v<T: Element>(
+        &self,
+        send: &[T],
+        send_counts: &[usize],
+        send_displs: &[usize],
+        recv: &mut [T],
+        recv_counts: &[usize],
+        recv_displs: &[usize],
+    ) -> Result<()> {
+        let checked = v_side(self, "send", send_counts, send_displs)
+            .and_then(|extent| self.need("all_to_all_v", "send", send.len(), extent))
+            .and_then(|_| v_side(self, "recv", recv_counts, recv_displs))
+            .and_then(|extent| self.need("all_to_all_v", "recv", recv.len(), extent));
+        self.together(checked, |g| unsafe {
+            sys::pstate_all_to_all_v(g, ptr::null(), ptr::null(), ptr::null(), ptr::null_mut(), ptr::null(), ptr::null(), REFUSED_DTYPE, ptr::null_mut())
+        })?;
+        check(unsafe {
+            sys::pstate_all_to_all_v(
+                self.g(),
+                send.as_ptr().cast(),
+                send_counts.as_ptr(),
+                send_displs.as_ptr(),
+                recv.as_mut_ptr().cast(),
+                recv_counts.as_ptr(),
+                recv_displs.as_ptr(),
+                T::DTYPE.raw(),
+                ptr::null_mut(),
+            )
         })
     }
 

@@ -74,7 +74,31 @@ pub enum Device {
     Cuda,
 }
 
-/// pstate_group_kind_t: the groups of SGLang's parallel_state.py.
+/// pstate_engine_t: whose rank layout a [`crate::ParallelConfig`] describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Engine {
+    /// SGLang's initialize_model_parallel (the default): world = TP x PP.
+    #[default]
+    Sglang,
+    /// vLLM's: world = ExternalDP x DP x PP x PCP x TP.
+    Vllm,
+}
+
+impl Engine {
+    pub(crate) fn raw(self) -> sys::pstate_engine_t {
+        sys::pstate_engine_t(self as u32)
+    }
+
+    /// "sglang" or "vllm" (`pstate layout --engine`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Sglang => "sglang",
+            Engine::Vllm => "vllm",
+        }
+    }
+}
+
+/// pstate_group_kind_t: the groups of SGLang's (and vLLM's) parallel_state.py.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GroupKind {
     World,
@@ -88,6 +112,14 @@ pub enum GroupKind {
     Dcp,
     SharedExpertsTp,
     SelfPp,
+    /// vLLM's layout ([`Engine::Vllm`]): data parallel.
+    Dp,
+    /// vLLM: prefill context parallel.
+    Pcp,
+    /// vLLM: expert parallel over DP x PCP x TP of one pipeline stage (MoE models).
+    Ep,
+    /// vLLM: EP's ranks on a group of their own, for expert load balancing (MoE models).
+    Eplb,
     /// A group made by [`crate::PState::new_group`] (`"custom:<n>"`); not in the layout
     /// ([`crate::PState::group`] refuses it, and [`GroupKind::ALL`] lists the layout kinds).
     /// Kinds from 1000 on are not layout kinds (pstate.h).
@@ -100,7 +132,7 @@ impl GroupKind {
     }
 
     /// Every kind of the layout, in pstate.h order (all but [`GroupKind::Custom`]).
-    pub const ALL: [GroupKind; 11] = [
+    pub const ALL: [GroupKind; 15] = [
         GroupKind::World,
         GroupKind::Tp,
         GroupKind::Pp,
@@ -112,6 +144,10 @@ impl GroupKind {
         GroupKind::Dcp,
         GroupKind::SharedExpertsTp,
         GroupKind::SelfPp,
+        GroupKind::Dp,
+        GroupKind::Pcp,
+        GroupKind::Ep,
+        GroupKind::Eplb,
     ];
 
     /// The library's name ("tp").
