@@ -21,7 +21,8 @@ PACKAGES=(cmake g++ make pkg-config dpkg-dev libucx-dev ucx-utils libssl-dev lib
           linux-perf  # perf stat in bench/across_hosts.sh (ucx-utils' ucx_perftest, openmpi-bin, python3-torch: its peers)
           abigail-tools  # abidw/abidiff: the ABI gate, abi/check.sh
           prometheus  # promtool check metrics: test_metrics checks pstate_metrics_text's exposition
-          libcurl4-openssl-dev nlohmann-json3-dev etcd-server etcd-client)  # the etcd store and its tests
+          libcurl4-openssl-dev nlohmann-json3-dev etcd-server etcd-client  # the etcd store and its tests
+          libmicrohttpd-dev)  # PSTATE_METRICS_ADDR: the per-rank /metrics endpoint
 
 deps() {
   local missing=()

@@ -34,6 +34,7 @@
 // does), not by rank 0: it listens before any rank starts (on the --master address, or a free
 // loopback port it binds, so no other process can take that port in between) and lives until
 // the last rank ended, so the store outlives any rank (PSTATE_STORE_EXTERNAL=1 tells the ranks).
+// --metrics [HOST:]PORT serves one Prometheus endpoint for this node's ranks (cli/job_metrics.hpp).
 // --rank0-store leaves it to rank 0, as without a launcher. --keep-going leaves the other ranks
 // running when one fails (for jobs that survive a dead rank), naming each failure as it happens;
 // --respawn K also starts a replacement for each failed rank (same RANK, PSTATE_REJOIN=1: its
@@ -52,9 +53,11 @@
 #include "bootstrap/wire.hpp"
 #include "cli/cli.hpp"
 #include "cli/cpu_claims.hpp"
+#include "cli/job_metrics.hpp"
 #include "cli/job_store_client.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "group/metrics_endpoint.hpp"
 #include "transport/shm/shm_names.hpp"
 
 #include <arpa/inet.h>
@@ -80,6 +83,7 @@
 #include <cstring>
 #include <ctime>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -118,6 +122,10 @@ constexpr OptionSpec kOptions[] = {
      "--master is then not needed)"},
     {"--rank0-store", nullptr,
      "rank 0 serves the rendezvous store (default: the launcher of node 0 does, so the store outlives any rank)"},
+    {"--metrics", "[HOST:]PORT",
+     "serve the Prometheus metrics of this node's ranks at http://HOST:PORT/metrics (every interface without "
+     "HOST): each rank's series labelled rank and host, and pstate_rank_up; the ranks serve on 127.0.0.1 ports "
+     "of their own (PSTATE_METRICS_ADDR=127.0.0.1:0 unless it is set)"},
     {"--dump-signal", nullptr,
      "ask for flight-recorder dumps with SIGUSR1 too, and set PSTATE_TRACE_SIGNAL=1 in the ranks (pstate installs "
      "its handler); a rank without the handler is ended by it (default: through the job's store only)"},
@@ -439,6 +447,8 @@ class Launcher {
     host_store_ = false;
   }
   void dump_signal() { dump_signal_ = true; }
+  // --metrics [HOST:]PORT (cli/job_metrics.hpp)
+  void metrics(MetricsAddress at) { metrics_at_ = std::move(at), metrics_on_ = true; }
   void respawn(int max) {
     keep_going_ = true;
     max_respawns_ = max;
@@ -480,6 +490,7 @@ class Launcher {
     store_method.host = addr_;
     store_method.port = port_;
     job_store_ = std::make_unique<JobStoreClient>(store_url_.empty() ? store_method.url() : store_url_, token_, job_id_);
+    if (metrics_on_) start_metrics(store_url_.empty() ? store_method.url() : store_url_);
     for (int local = 0; local < nproc_; ++local) {
       ranks_.emplace_back();
       start_rank(ranks_.back(), local, false);
@@ -510,6 +521,7 @@ class Launcher {
     if (!store_url_.empty()) env.push_back({"PSTATE_STORE", store_url_});
     if (rejoin) env.push_back({"PSTATE_REJOIN", "1"});
     if (dump_signal_) env.push_back({"PSTATE_TRACE_SIGNAL", "1"});
+    if (metrics_on_ && std::getenv("PSTATE_METRICS_ADDR") == nullptr) env.push_back({"PSTATE_METRICS_ADDR", "127.0.0.1:0"});
     if (placement_.no_spin) env.push_back({"PSTATE_SPIN", "0"});  // it shares its CPUs (place_ranks)
     r.pid = spawn(program_, env, out[1], err[1], out[0], err[0], placement_.cpus_of(local), placement_.fds_of(local));
     ::close(out[1]);
@@ -536,6 +548,37 @@ class Launcher {
               max_respawns_, "); the survivors admit it with pstate_grow"));
       start_rank(r, static_cast<int>(i), true);
     }
+  }
+
+  // --metrics: the launcher's endpoint; a scrape (the endpoint's thread) reads the ranks' keys
+  // through a store connection of its own and fetches their texts (cli/job_metrics.hpp).
+  void start_metrics(const std::string &store_url) {
+    metrics_store_ = std::make_unique<JobStoreClient>(store_url, token_, job_id_);
+    std::vector<int> ranks;
+    for (int local = 0; local < nproc_; ++local) ranks.push_back(node_rank_ * nproc_ + local);
+    metrics_ = std::make_unique<MetricsEndpoint>(metrics_at_.host, metrics_at_.port, [this, ranks] {
+      std::lock_guard<std::mutex> lock(metrics_mutex_);
+      std::vector<std::string> where(ranks.size());
+      try {
+        where = metrics_store_->metrics_endpoints(ranks, kStoreCallMs);
+      } catch (const Error &) {  // the store is gone (the job ended) or busy: every rank is down
+      }
+      std::vector<std::string> addresses(ranks.size());
+      std::vector<RankExposition> out(ranks.size());
+      for (size_t i = 0; i < ranks.size(); ++i) {
+        out[i].rank = ranks[i];
+        const size_t space = where[i].find(' ');
+        addresses[i] = where[i].substr(0, space);
+        out[i].host = space == std::string::npos ? std::string() : where[i].substr(space + 1);
+      }
+      std::vector<std::string> texts = fetch_metrics(addresses, 2000);
+      for (size_t i = 0; i < ranks.size(); ++i) {
+        out[i].up = !texts[i].empty();
+        out[i].text = std::move(texts[i]);
+      }
+      return merge_rank_metrics(out);
+    });
+    say(cat("metrics of this node's ranks at http://", metrics_->address(), "/metrics"));
   }
 
   std::string prefix_of(const Rank &r) const { return prefix_ ? cat("[", r.rank, "] ") : std::string(); }
@@ -942,6 +985,11 @@ class Launcher {
   int ended_ = 0;  // ranks seen ending so far
   bool dumps_requested_ = false;
   bool dump_signal_ = false;                    // --dump-signal
+  bool metrics_on_ = false;                     // --metrics
+  MetricsAddress metrics_at_;
+  std::mutex metrics_mutex_;                    // one scrape at a time
+  std::unique_ptr<JobStoreClient> metrics_store_;  // the scrapes' own connection to the job's store
+  std::unique_ptr<MetricsEndpoint> metrics_;       // after what it reads: stopped before it goes
   std::unique_ptr<JobStoreClient> job_store_;   // an observer of the job's store (dumps, shm id)
   std::string shm_job_;                         // the id of the job's /dev/shm names ("": not known)
   Clock::time_point next_shm_probe_{};
@@ -1014,6 +1062,17 @@ int run_run(const ParsedArgs &args) {
   }
   if (args.flag("--keep-going")) launcher.keep_going();
   if (args.flag("--dump-signal")) launcher.dump_signal();
+  if (auto m = args.value("--metrics")) {
+    std::string spec = *m;
+    if (spec.find(':') == std::string::npos) spec = ":" + spec;  // a bare PORT: every interface
+    try {
+      MetricsAddress at = parse_metrics_address(spec);
+      if (at.port == 0) throw UsageError("--metrics needs a port (1..65535): Prometheus is told where to scrape");
+      launcher.metrics(at);
+    } catch (const Error &e) {
+      throw UsageError(cat("--metrics: ", e.what()));
+    }
+  }
   if (args.value("--respawn")) {
     int k = args.int_value("--respawn", 0);
     if (k < 1) throw UsageError("--respawn K needs K >= 1 (the most replacements in all)");

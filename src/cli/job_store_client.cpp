@@ -70,6 +70,23 @@ std::string JobStoreClient::shm_job_id(int64_t timeout_ms) {
   }
 }
 
+std::vector<std::string> JobStoreClient::metrics_endpoints(const std::vector<int> &ranks, int64_t timeout_ms) {
+  std::vector<std::string> out(ranks.size());
+  try {
+    Store &s = store(timeout_ms);
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      const std::string key = "pstate/metrics/" + std::to_string(ranks[i]);
+      if (!s.check(key, Deadline::after_ms(timeout_ms))) continue;
+      const Bytes v = s.get(key, Deadline::after_ms(timeout_ms));
+      out[i].assign(v.begin(), v.end());
+    }
+  } catch (const Error &) {
+    disconnect();
+    throw;
+  }
+  return out;
+}
+
 std::vector<std::string> remove_job_shm_names(const std::string &shm_job) {
   std::vector<std::string> removed;
   const bool plain = !shm_job.empty() && std::all_of(shm_job.begin(), shm_job.end(), [](unsigned char c) {

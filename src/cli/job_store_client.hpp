@@ -39,6 +39,9 @@ class JobStoreClient {
   // The job id of the ranks' shared-memory names, once rank 0 has published the rank directory
   // (pstate_init got that far); "" before.
   std::string shm_job_id(int64_t timeout_ms);
+  // What each rank put at "pstate/metrics/<rank>" (its metrics endpoint: "ADDRESS HOSTNAME",
+  // group/metrics_endpoint.hpp), "" for a rank that has not (yet).
+  std::vector<std::string> metrics_endpoints(const std::vector<int> &ranks, int64_t timeout_ms);
   // Forgets the connection (a later call connects again).
   void disconnect() { store_.reset(); }
 

@@ -7,43 +7,6 @@
 
 namespace pstate {
 
-const char *op_kind_name(OpKind kind) {
-  switch (kind) {
-    case OpKind::kAllReduce: return "all_reduce";
-    case OpKind::kAllGather: return "all_gather";
-    case OpKind::kReduceScatter: return "reduce_scatter";
-    case OpKind::kBroadcast: return "broadcast";
-    case OpKind::kGather: return "gather";
-    case OpKind::kAllToAll: return "all_to_all";
-    case OpKind::kBarrier: return "barrier";
-    case OpKind::kBroadcastObject: return "broadcast_object";
-    case OpKind::kAllGatherObject: return "all_gather_object";
-    case OpKind::kSend: return "send";
-    case OpKind::kRecv: return "recv";
-    case OpKind::kDeviceCommInit: return "device communicator init";
-    case OpKind::kFinalize: return "pstate_finalize";
-    case OpKind::kDestroy: return "pstate_destroy_model_parallel";
-    case OpKind::kReduce: return "reduce";
-    case OpKind::kScatter: return "scatter";
-    case OpKind::kAllGatherV: return "all_gatherv";
-    case OpKind::kReduceScatterV: return "reduce_scatterv";
-    case OpKind::kNewGroup: return "pstate_new_group";
-    case OpKind::kModelParallelConfig: return "pstate_initialize_model_parallel (config exchange)";
-    case OpKind::kModelParallelReady: return "pstate_initialize_model_parallel (closing barrier)";
-    case OpKind::kDestroyExchange: return "pstate_destroy_model_parallel";
-    case OpKind::kTensorDictMeta: return "broadcast_tensor_dict";
-    case OpKind::kTensorDictAgree: return "broadcast_tensor_dict (agreement before CUDA payload)";
-    case OpKind::kSlicedDictAgree: return "recv_tensor_dict_sliced (agreement over the ag group)";
-    case OpKind::kGrowDecision: return "pstate_grow";
-    case OpKind::kRefused: return "a call it refused";
-    case OpKind::kMemAlloc: return "pstate_mem_alloc";
-    case OpKind::kMemFree: return "pstate_mem_free";
-    case OpKind::kMemReserve: return "pstate_mem_pool_reserve";
-    case OpKind::kAllToAllV: return "all_to_all_v";
-  }
-  return "an unknown operation";
-}
-
 uint32_t counts_hash(const size_t *counts, size_t n) {
   uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a, 64 bits, byte by byte
   auto eat = [&h](uint64_t v) {

@@ -3,6 +3,7 @@
 #include "group/call_observer.hpp"
 
 #include "common/error.hpp"
+#include "reduce/reduce.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -131,28 +132,46 @@ GroupCallMetrics *CallObserver::group(const std::string &name) {
 std::string CallObserver::render() const {
   struct Series {
     const GroupCallMetrics *group;
-    uint32_t op, path;
+    uint32_t op, path;  // op: a TraceOp or kObservedIsend.. (the kind cells are summed into theirs)
     uint64_t buckets[kObservedBuckets], calls, ns, bytes, failed[kObservedStatuses];
   };
   std::vector<Series> series;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (const GroupCallMetrics &g : groups_)
+    for (const GroupCallMetrics &g : groups_) {
+      const size_t first = series.size();
       for (uint32_t op = 0; op < kObservedOps; ++op)
         for (uint32_t path = 0; path < kObservedPaths; ++path) {
           const CallCell &c = g.cell(op, path);
-          Series s{&g, op, path, {}, 0, 0, 0, {}};
+          // a descriptor's kind is rendered as the flight recorder names it
+          const uint32_t named =
+              op >= kObservedKindBase ? static_cast<uint32_t>(trace_op_of(op - kObservedKindBase)) : op;
+          Series s{&g, named, path, {}, 0, 0, 0, {}};
           for (uint32_t b = 0; b < kObservedBuckets; ++b) {
             s.buckets[b] = c.buckets[b].load(std::memory_order_relaxed);
             s.calls += s.buckets[b];
           }
           if (s.calls == 0) continue;
           s.ns = c.ns.load(std::memory_order_relaxed);
-          s.bytes = c.bytes.load(std::memory_order_relaxed);
+          s.bytes = c.elements[0].load(std::memory_order_relaxed);
+          for (uint32_t d = 1; d < kObservedDtypes; ++d)
+            s.bytes += c.elements[d].load(std::memory_order_relaxed) * dtype_size(static_cast<pstate_dtype_t>(d - 1));
           for (uint32_t st = 0; st < kObservedStatuses; ++st)
             s.failed[st] = c.failed[st].load(std::memory_order_relaxed);
-          series.push_back(s);
+          Series *same = nullptr;  // this group's series of the same name and path, if any
+          for (size_t i = first; i < series.size(); ++i)
+            if (series[i].op == named && series[i].path == path) same = &series[i];
+          if (same == nullptr) {
+            series.push_back(s);
+            continue;
+          }
+          for (uint32_t b = 0; b < kObservedBuckets; ++b) same->buckets[b] += s.buckets[b];
+          same->calls += s.calls;
+          same->ns += s.ns;
+          same->bytes += s.bytes;
+          for (uint32_t st = 0; st < kObservedStatuses; ++st) same->failed[st] += s.failed[st];
         }
+    }
   }
   auto labels = [](const Series &s) {
     return cat("group=\"", label(s.group->name()), "\",op=\"", observed_op_name(s.op), "\",path=\"",

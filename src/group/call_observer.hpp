@@ -10,13 +10,15 @@
 //
 // Cost (the 8 B shared-memory all_reduce may take at most 2% more instructions: docs/bench/
 // metrics.md): a call reads the tick counter twice (rdtsc: no system call, no vDSO) and adds to
-// three words of its cell: the log2 bucket of its duration (one clz), the duration's sum and the
-// bytes; a failed call adds one more (its status). The owning thread writes (one thread drives a
-// context at a time: Context::try_enter), so an add is a relaxed load and a relaxed store (plain
-// moves on x86), and a thread that renders the metrics meanwhile reads relaxed atomics: no lock,
-// no allocation, no locked instruction on the call path, and TSan-clean. Calls are not counted
-// apart: the buckets of a cell sum to its calls. Ticks become ns by one multiplication (the rate
-// measured once per process), so that every rank's buckets have the same bounds (2^b ns).
+// three words of its cell: the log2 bucket of its duration (one bsr), the duration's sum, and its
+// elements by dtype (the bytes are the render's multiplication); a failed call adds one more (its
+// status). A collective's cell is its descriptor's kind's (no table), a cell is 1 KiB (its address
+// a shift). The owning thread writes (one thread drives a context at a time: Context::try_enter),
+// so an add is one non-locked `add` to memory on x86-64 (observer_add), and a thread that renders
+// the metrics meanwhile reads relaxed atomics: no lock, no allocation, no locked instruction on the
+// call path. Calls are not counted apart: the buckets of a cell sum to its calls. Ticks become ns
+// by one multiplication (the rate measured once per process), so that every rank's buckets have
+// the same bounds (2^b ns).
 #pragma once
 
 #include "common/trace.hpp"
@@ -63,80 +65,73 @@ inline uint64_t observer_ns(uint64_t ticks) {
 }
 
 // The operations a cell is kept for: the flight recorder's (TraceOp), then the non-blocking
-// point-to-point calls and the batch, which the recorder records as send/recv.
+// point-to-point calls and the batch, which the recorder records as send/recv; then, from
+// kObservedKindBase, one per OpKind: the collectives a descriptor describes are recorded by their
+// descriptor's kind as it is (no table on the call path), and rendered under the flight recorder's
+// name of that kind (trace_op_of), summed with the TraceOp cell of the same name.
 inline constexpr uint32_t kObservedIsend = static_cast<uint32_t>(TraceOp::kCount);
 inline constexpr uint32_t kObservedIrecv = kObservedIsend + 1;
 inline constexpr uint32_t kObservedP2PBatch = kObservedIsend + 2;
-inline constexpr uint32_t kObservedOps = kObservedIsend + 3;
+inline constexpr uint32_t kObservedKindBase = kObservedIsend + 3;
+inline constexpr uint32_t kObservedOps = kObservedKindBase + 32;  // OpKind 0..31
+static_assert(static_cast<uint32_t>(OpKind::kLast) < 32, "OpKind grew past the observer's 32 cells");
 inline constexpr uint32_t kObservedPaths = 8;      // TracePath values (index op * 8 + path)
 inline constexpr uint32_t kObservedStatuses = 16;  // pstate_status_t 0..13; later ones count as 15
 inline constexpr uint32_t kObservedBuckets = 64;   // bucket b: durations in [2^b, 2^(b+1)) ns (b 0: 0..1)
+inline constexpr uint32_t kObservedDtypes = 16;    // elements by dtype + 1 (0: bytes counted as such)
 const char *observed_op_name(uint32_t op);
 const char *observed_path_name(uint32_t path);
 const char *observed_status_name(uint32_t status);
 
-// The operation a group descriptor's kind is recorded as (OpKind 1..30 -> TraceOp): a table, so
-// that the call path pays one load.
-inline uint32_t observed_op_of_kind(uint32_t op_kind) {
-  static constexpr uint8_t kTable[32] = {
-      0,
-      static_cast<uint8_t>(TraceOp::kAllReduce),
-      static_cast<uint8_t>(TraceOp::kAllGather),
-      static_cast<uint8_t>(TraceOp::kReduceScatter),
-      static_cast<uint8_t>(TraceOp::kBroadcast),
-      static_cast<uint8_t>(TraceOp::kGather),
-      static_cast<uint8_t>(TraceOp::kAllToAll),
-      static_cast<uint8_t>(TraceOp::kBarrier),
-      static_cast<uint8_t>(TraceOp::kBroadcastObject),
-      static_cast<uint8_t>(TraceOp::kAllGatherObject),
-      static_cast<uint8_t>(TraceOp::kSend),
-      static_cast<uint8_t>(TraceOp::kRecv),
-      static_cast<uint8_t>(TraceOp::kDeviceCommInit),
-      static_cast<uint8_t>(TraceOp::kFinalizeBarrier),
-      static_cast<uint8_t>(TraceOp::kDestroyBarrier),
-      static_cast<uint8_t>(TraceOp::kReduce),
-      static_cast<uint8_t>(TraceOp::kScatter),
-      static_cast<uint8_t>(TraceOp::kAllGatherV),
-      static_cast<uint8_t>(TraceOp::kReduceScatterV),
-      static_cast<uint8_t>(TraceOp::kNewGroup),
-      static_cast<uint8_t>(TraceOp::kModelParallelConfig),
-      static_cast<uint8_t>(TraceOp::kModelParallelReady),
-      static_cast<uint8_t>(TraceOp::kDestroyExchange),
-      static_cast<uint8_t>(TraceOp::kTensorDictMeta),
-      static_cast<uint8_t>(TraceOp::kTensorDictAgree),
-      static_cast<uint8_t>(TraceOp::kSlicedDictAgree),
-      static_cast<uint8_t>(TraceOp::kGrowDecision),
-      static_cast<uint8_t>(TraceOp::kRefused),
-      static_cast<uint8_t>(TraceOp::kMemAlloc),
-      static_cast<uint8_t>(TraceOp::kMemFree),
-      static_cast<uint8_t>(TraceOp::kMemReserve),
-      static_cast<uint8_t>(TraceOp::kAllToAllV),
-  };
-  static_assert(static_cast<uint32_t>(OpKind::kLast) == 31, "a new OpKind: add it to the table above");
-  return kTable[op_kind & 31u];
-}
-
-// The bytes of count elements of dtype (-1, or no dtype: count itself, which the object calls and
-// pstate's own exchanges set to their bytes or 0): a shift by a table entry.
-inline uint64_t observed_bytes(uint64_t count, int dtype) {
-  // log2 of each dtype's size, at dtype + 1 (pstate.h's order: int8 uint8 int32 uint32 int64
-  // uint64 float16 float32 float64 bfloat16 fp8_e4m3 fp8_e5m2)
-  static constexpr uint8_t kShift[16] = {0, 0, 0, 2, 2, 3, 3, 1, 2, 3, 1, 0, 0, 0, 0, 0};
-  static_assert(PSTATE_DTYPE_COUNT == 12, "a new dtype: add its size to the table above");
-  return count << kShift[static_cast<uint32_t>(dtype + 1) & 15u];
-}
-
-// One (operation, path) of one group.
+// One (operation, path) of one group: 1 KiB, so that a cell's address is a shift.
 struct CallCell {
-  std::atomic<uint64_t> buckets[kObservedBuckets];  // calls by log2 of their duration in ns
-  std::atomic<uint64_t> ns;                         // the durations' sum
-  std::atomic<uint64_t> bytes;                      // the calls' bytes (docs/metrics.md: which)
-  std::atomic<uint64_t> failed[kObservedStatuses];  // calls that returned status s (s > 0)
+  std::atomic<uint64_t> buckets[kObservedBuckets];    // calls by log2 of their duration in ns
+  std::atomic<uint64_t> ns;                           // the durations' sum
+  std::atomic<uint64_t> elements[kObservedDtypes];    // the calls' elements by dtype + 1 (bytes: render)
+  std::atomic<uint64_t> failed[kObservedStatuses];    // calls that returned status s (s > 0)
+  uint64_t unused[128 - kObservedBuckets - 1 - kObservedDtypes - kObservedStatuses];
 };
+static_assert(sizeof(CallCell) == 1024);
 
-// One writer: a relaxed load and store, no locked read-modify-write.
+// One writer: no locked read-modify-write. On x86-64 one `add` to memory (an aligned 8-byte store
+// is single-copy atomic there, so a reader's relaxed load sees the old or the new value; the
+// compiler would emit a load, an add and a store for the portable form below: three instructions
+// where the whole observer has a budget of ~18: docs/bench/metrics.md). Under TSan the portable
+// form, so that the race detector sees the writes it checks the readers against.
+#if defined(__SANITIZE_THREAD__)
+#define PSTATE_OBSERVER_PORTABLE_ADD 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define PSTATE_OBSERVER_PORTABLE_ADD 1
+#endif
+#endif
 inline void observer_add(std::atomic<uint64_t> &a, uint64_t v) {
+#if defined(__x86_64__) && !defined(PSTATE_OBSERVER_PORTABLE_ADD)
+  static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t) && std::atomic<uint64_t>::is_always_lock_free);
+  asm volatile("addq %1, %0" : "+m"(*reinterpret_cast<uint64_t *>(&a)) : "er"(v) : "cc");
+#else
   a.store(a.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+#endif
+}
+
+// The log2 bucket of a duration (its highest set bit; 0 and 1 ns in bucket 0).
+inline uint64_t observer_bucket(uint64_t ns) {
+#if defined(__x86_64__)
+  uint64_t b;
+  asm("bsrq %1, %0" : "=r"(b) : "rm"(ns | 1) : "cc");
+  return b;
+#else
+  return 63u - static_cast<uint64_t>(__builtin_clzll(ns | 1));
+#endif
+}
+// The duration of a call that began at tick t0, into its cell's histogram and sum.
+inline void observer_time(CallCell &c, uint64_t t0) {
+  const uint64_t d = observer_ns(observer_ticks() - t0);
+  observer_add(c.buckets[observer_bucket(d)], 1);
+  observer_add(c.ns, d);
+}
+inline void observer_failed(CallCell &c, int status) {
+  observer_add(c.failed[static_cast<uint32_t>(status) < kObservedStatuses ? status : kObservedStatuses - 1], 1);
 }
 
 // The cells of one group name (for as long as the context lives).
@@ -147,22 +142,16 @@ class GroupCallMetrics {
   GroupCallMetrics &operator=(const GroupCallMetrics &) = delete;
 
   const std::string &name() const { return name_; }
+  CallCell *cells() const { return cells_.get(); }
   CallCell &cell(uint32_t op, uint32_t path) const { return cells_.get()[op * kObservedPaths + path]; }
 
-  // A call of op over path that began at tick t0 returned PSTATE_OK (the call path: no branch).
-  CallCell &record_ok(uint32_t op, TracePath path, uint64_t bytes, uint64_t t0) const {
-    CallCell &c = cell(op, static_cast<uint32_t>(path));
-    const uint64_t d = observer_ns(observer_ticks() - t0);
-    observer_add(c.buckets[63 - __builtin_clzll(d | 1)], 1);
-    observer_add(c.ns, d);
-    observer_add(c.bytes, bytes);
-    return c;
-  }
-  // ... returned status (pstate_status_t; PSTATE_OK too).
+  // A call of op over path that began at tick t0 returned status (pstate_status_t); its bytes
+  // given as such. The paths off the 8 B collectives' (point-to-point, objects, requests).
   void record(uint32_t op, TracePath path, uint64_t bytes, uint64_t t0, int status) const {
-    CallCell &c = record_ok(op, path, bytes, t0);
-    if (status != 0)
-      observer_add(c.failed[static_cast<uint32_t>(status) < kObservedStatuses ? status : kObservedStatuses - 1], 1);
+    CallCell &c = cell(op, static_cast<uint32_t>(path));
+    observer_time(c, t0);
+    observer_add(c.elements[0], bytes);
+    if (status != 0) observer_failed(c, status);
   }
 
  private:
@@ -170,7 +159,7 @@ class GroupCallMetrics {
     void operator()(CallCell *p) const { std::free(p); }
   };
   std::string name_;
-  // calloc'd: zero pages that only the cells a group uses make resident (~50 KB a group name)
+  // calloc'd (kObservedOps x 8 KiB): zero pages that only the cells a group uses make resident
   std::unique_ptr<CallCell, Free> cells_;
 };
 

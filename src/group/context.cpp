@@ -16,6 +16,8 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include <unistd.h>
+
 namespace pstate {
 
 Context::Context(const pstate_init_params_t *params) {
@@ -45,9 +47,11 @@ Context::Context(const pstate_init_params_t *params) {
                                   std::chrono::steady_clock::now() - rendezvous_began)
                                   .count()),
         std::memory_order_relaxed);
+    start_metrics_endpoint();
   } catch (const Error &e) {
     observe_step(TraceOp::kInit, began, e.status());
     trace_life_end(life, e.status());
+    stop_metrics_endpoint();
     stop_dump_watcher();
     // Once the rank directory is on the store every rank checks the same records and most errors
     // from here on (duplicate local ranks, say) are thrown by every rank: the serving rank keeps
@@ -64,6 +68,31 @@ Context::Context(const pstate_init_params_t *params) {
 }
 
 Context::~Context() { abort(); }
+
+// PSTATE_METRICS_ADDR (metrics_endpoint.hpp): after the rendezvous, which settles the local rank
+// that the port is offset by; the served address goes on the store for `pstate run --metrics`.
+void Context::start_metrics_endpoint() {
+  const char *env = std::getenv("PSTATE_METRICS_ADDR");
+  if (env == nullptr || *env == '\0') return;
+  const MetricsAddress a = parse_metrics_address(env);
+  const int port = a.port == 0 ? 0 : a.port + launch_.local_rank;
+  if (port > 65535)
+    throw_error(PSTATE_ERR_INVALID_ARGUMENT, "PSTATE_METRICS_ADDR '", env, "': port ", a.port, " + local rank ",
+                launch_.local_rank, " is past 65535; choose a lower port");
+  metrics_endpoint_ = std::make_unique<MetricsEndpoint>(a.host, port, [this] { return observer_.render(); });
+  log_.info("metrics: serving http://", metrics_endpoint_->address(), "/metrics (PSTATE_METRICS_ADDR=", env, ")");
+  if (store_) {
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+    const std::string served = cat(metrics_endpoint_->address(), " ", host[0] != '\0' ? host : "unknown");
+    store_->set(cat("pstate/metrics/", rank_), Bytes(served.begin(), served.end()),
+                Deadline::after_ms(std::min<int64_t>(launch_.timeout_ms, 10000)));
+  }
+}
+
+void Context::stop_metrics_endpoint() noexcept {
+  if (metrics_endpoint_) metrics_endpoint_->stop();
+}
 
 // ---- the lifecycle steps, each recorded by the flight recorder ----
 
@@ -154,6 +183,7 @@ void Context::finalize_now() {
     }
   }
   bool failed = state_ == State::kFailed || !first_error.empty();
+  stop_metrics_endpoint();
   stop_dump_watcher();  // its connection goes before the store's
   // The serving rank keeps the store up until every other rank has left it.
   if (!failed) log_counts("finalize");  // before the store's close (a serving rank logs the server's totals there)
@@ -186,6 +216,7 @@ void Context::finalize_now() {
 void Context::abort() noexcept {
   if (state_ == State::kClosed) return;
   tell_peers_aborted("pstate_abort");  // a peer blocked in a call with this rank hears it now
+  stop_metrics_endpoint();
   stop_dump_watcher();
   if (trace_) trace_life_end(trace_life(TraceOp::kAbort), PSTATE_OK);
   observer_add(observer_.context().steps[static_cast<size_t>(TraceOp::kAbort)].ok, 1);

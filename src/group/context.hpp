@@ -44,6 +44,7 @@
 #include "common/log.hpp"
 #include "common/trace.hpp"
 #include "group/call_observer.hpp"
+#include "group/metrics_endpoint.hpp"
 #include "group/group_registry.hpp"
 #include "group/peer_table.hpp"
 #include "layout/layout.hpp"
@@ -238,6 +239,8 @@ class Context {
   void tell_peers_aborted(const char *call) noexcept;
   // Throws ABORTED when failed, INVALID_STATE when closed.
   void require_usable(const char *call) const;
+  // require_usable's common case, inline for the call path: nothing to refuse.
+  bool usable_now() const noexcept { return !abort_requested() && (state_ == State::kReady || state_ == State::kParallel); }
   // The world ranks this rank does not know to be dead, ascending (pstate_live_ranks): dead is a
   // peer whose connection to the TCP store has closed (the store sees that on every host: one
   // round trip), whose process has exited (same host: a pidfd per peer, made at the first call)
@@ -403,6 +406,11 @@ class Context {
   // alive or being retired, and every group is retired and destroyed before the members go
   // (abort(), finalize(): GroupRegistry::close), or, after a failed init, holds no request.
   CallObserver observer_;
+  // PSTATE_METRICS_ADDR's endpoint (metrics_endpoint.hpp), or none. After observer_: stopped and
+  // destroyed before the cells it renders.
+  std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
+  void start_metrics_endpoint();
+  void stop_metrics_endpoint() noexcept;
 };
 
 }  // namespace pstate

@@ -59,6 +59,7 @@ pstate_group_s::pstate_group_s(pstate::Context &ctx, pstate_group_kind_t kind, s
   object_path_ = comm_->object_path();
   if (pstate::TraceRecorder *tr = ctx.trace()) trace_group_ = tr->add_group(name_, ranks_, rank_in_group_);
   metrics_ = ctx.observer().group(name_);
+  observed_cells_ = metrics_->cells();
 }
 
 // The one place that chooses how this group's bytes move: shared memory when every rank is on
@@ -170,12 +171,18 @@ bool pstate_group_s::can_fold(OpKind family, size_t count, pstate_dtype_t dtype)
   return count * esize <= (agree_.ranks == size() ? agree_.cap : pstate::agree::fold_cap(size()));
 }
 
+inline void pstate_group_s::check_alive_now(const char *call) const {
+  if (!retired_ && ctx_.usable_now()) [[likely]]
+    return;
+  check_alive(call);
+}
+
 template <typename Body>
 void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body, const void *fold_payload, bool traced) {
   pstate::TraceRecorder *tr = traced ? ctx_.trace() : nullptr;
   const char *op_name = pstate::op_kind_name(static_cast<OpKind>(desc_in.op));
   try {
-    check_alive(op_name);
+    check_alive_now(op_name);
   } catch (const pstate::Error &e) {  // refused before it was numbered: recorded without a seq
     if (traced) {
       observe(desc_in, path_, pstate::observer_ticks(), e.status());
@@ -484,7 +491,9 @@ void pstate_group_s::run_p2p(pstate::TraceOp top, int peer, uint64_t count, int 
   pstate::TraceRecorder *tr = ctx_.trace();
   const uint64_t t0 = pstate::observer_ticks();
   // a received object's size is known at its end: counted then (count UINT64_MAX: none yet)
-  auto observed_bytes = [&] { return count == UINT64_MAX ? 0 : pstate::observed_bytes(count, dtype); };
+  auto observed_bytes = [&] {
+    return count == UINT64_MAX ? 0 : count * (dtype < 0 ? 1 : pstate::dtype_size(static_cast<pstate_dtype_t>(dtype)));
+  };
   uint64_t tid = 0;
   try {
     check_alive(op);
@@ -537,7 +546,7 @@ Bytes pstate_group_s::recv_object(int src, pstate::ObjectKind kind) {
   });
   // its bytes, known now (run_p2p counted the call with 0)
   pstate::observer_add(metrics_->cell(static_cast<uint32_t>(pstate::TraceOp::kRecvObject),
-                                      static_cast<uint32_t>(object_path_)).bytes, out.size());
+                                      static_cast<uint32_t>(object_path_)).elements[0], out.size());
   return out;
 }
 

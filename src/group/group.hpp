@@ -73,6 +73,9 @@ struct pstate_group_s {
   // stays valid, every call refused. The first call's `by` stays.
   void retire(pstate::DroppedBy by = pstate::DroppedBy::kDestroyModelParallel) noexcept;
   void check_alive(const char *call) const;  // throws INVALID_STATE / ABORTED
+  // check_alive's common case inline (group.cpp, for run()): a retired group or an unusable
+  // context take the call above.
+  inline void check_alive_now(const char *call) const;
   bool valid_magic() const { return magic_ == kMagic; }
 
   // ---- tensor operations of src/api/ (group_tensors.cpp; arguments checked there) ----
@@ -338,13 +341,17 @@ struct pstate_group_s {
   uint64_t trace_outer_begin(pstate::TraceOp op, int rank);
   void trace_outer_end(uint64_t id, const pstate::Error *e);
   // The call observer (call_observer.hpp): a collective of descriptor d over path, begun at tick
-  // t0, returned status. Its bytes: count elements of its dtype (a call without a dtype: count,
-  // which pstate's own exchanges set to bytes or 0).
+  // t0, returned status. Its cell is its descriptor's kind's (no table), its elements are counted
+  // by dtype (bytes at render). The cost is counted in docs/bench/metrics.md: every instruction
+  // here is paid by the 8 B all_reduce.
   void observe(const pstate::OpDescriptor &d, pstate::TracePath path, uint64_t t0, int status) const {
-    if (status == PSTATE_OK) [[likely]]
-      metrics_->record_ok(pstate::observed_op_of_kind(d.op), path, pstate::observed_bytes(d.count, d.dtype), t0);
-    else
-      metrics_->record(pstate::observed_op_of_kind(d.op), path, pstate::observed_bytes(d.count, d.dtype), t0, status);
+    pstate::CallCell &c =
+        observed_cells_[(pstate::kObservedKindBase + d.op) * pstate::kObservedPaths + static_cast<uint32_t>(path)];
+    pstate::observer_time(c, t0);
+    // dtype -1 (none) or a valid one: the API refused any other before the call began
+    pstate::observer_add(c.elements[static_cast<ptrdiff_t>(d.dtype) + 1], d.count);
+    if (status != PSTATE_OK) [[unlikely]]
+      pstate::observer_failed(c, status);
   }
   // A flight-recorder entry for a collective (numbered: it takes the group's next trace seq).
   uint64_t trace_begin(pstate::TraceRecorder &tr, const pstate::OpDescriptor &d, bool numbered);
@@ -432,4 +439,5 @@ struct pstate_group_s {
   // is alive; holding no count keeps atomic reference counting off the post/complete path.
   std::vector<pstate::RequestState *> requests_;
   pstate::GroupCallMetrics *metrics_ = nullptr;  // this group name's cells (the context's observer)
+  pstate::CallCell *observed_cells_ = nullptr;    // metrics_->cells(): one load less on the call path
 };

@@ -42,7 +42,7 @@ bool sends(pstate::TraceOp op) { return op == pstate::TraceOp::kSend; }
 // A batch's bytes for the call observer: every op's, sent and received.
 uint64_t batch_bytes(const pstate_p2p_op_t *ops, size_t n) {
   uint64_t bytes = 0;
-  for (size_t i = 0; i < n; ++i) bytes += pstate::observed_bytes(ops[i].count, ops[i].dtype);
+  for (size_t i = 0; i < n; ++i) bytes += ops[i].count * pstate::dtype_size(ops[i].dtype);
   return bytes;
 }
 
@@ -63,7 +63,7 @@ void pstate_group_s::post_request(RequestState &r, TraceOp top, void *buf, size_
   };
   const uint32_t observed_op = sends(top) ? pstate::kObservedIsend : pstate::kObservedIrecv;
   r.observed_t0 = pstate::observer_ticks();
-  r.observed_bytes = pstate::observed_bytes(count, dtype);
+  r.observed_bytes = count * pstate::dtype_size(dtype);
   try {
     check_alive(op);
   } catch (const pstate::Error &e) {

@@ -122,20 +122,6 @@ reduce_detail::BinaryKernel binary_kernel(pstate_dtype_t dtype, pstate_reduce_op
 
 }  // namespace
 
-bool is_reducible(pstate_dtype_t dtype) {
-  return dtype_size(dtype) != 0 && dtype != PSTATE_FP8_E4M3 && dtype != PSTATE_FP8_E5M2;
-}
-
-size_t dtype_size(pstate_dtype_t dtype) {
-  switch (dtype) {
-    case PSTATE_INT8: case PSTATE_UINT8: case PSTATE_FP8_E4M3: case PSTATE_FP8_E5M2: return 1;
-    case PSTATE_FLOAT16: case PSTATE_BFLOAT16: return 2;
-    case PSTATE_INT32: case PSTATE_UINT32: case PSTATE_FLOAT32: return 4;
-    case PSTATE_INT64: case PSTATE_UINT64: case PSTATE_FLOAT64: return 8;
-  }
-  return 0;
-}
-
 void reduce_inplace(void *acc, const void *in, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op) {
   reduce_into(acc, acc, in, count, dtype, op);
 }

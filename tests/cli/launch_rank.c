@@ -3,7 +3,7 @@
  * test_log_json.sh run under `pstate run` (issue 27, items 11, 13 and 16; issue 45, item 4).
  * Public API only.
  *
- * usage: launch_rank block | undisturbed | log_json        (files go to $LAUNCH_DIR)
+ * usage: launch_rank block | undisturbed | log_json | metrics    (files go to $LAUNCH_DIR)
  *
  *   block        2 ranks. Each writes $LAUNCH_DIR/init-rank<R>.pstate-trace (pstate_trace_dump:
  *                its `job` line names the job's shared-memory names), then rank 0 waits in
@@ -27,6 +27,13 @@
  *                one whose count differs between the ranks (PSTATE_ERR_MISMATCH on both, which
  *                the library logs at INFO with group, call and status; it fails the context),
  *                pstate_abort; then rank 1 exits 3 so that `pstate run` logs a failure of its own.
+ *   metrics      any number of ranks, on UCX (PSTATE_SHM=0: a MISMATCH leaves the context usable),
+ *                for test_metrics_prometheus.sh: on the world 5 all_reduce, 3 all_gather, 2
+ *                broadcast, 4 barrier, then one all_reduce whose count differs on rank 0
+ *                (PSTATE_ERR_MISMATCH on every rank), then rank 0 alone a recv from rank 1 that
+ *                never comes (PSTATE_ERR_TIMEOUT at PSTATE_TIMEOUT_MS). Each rank then writes
+ *                $LAUNCH_DIR/done-<R> and waits (at most 300 s) for $LAUNCH_DIR/finish while a
+ *                Prometheus server scrapes it, then pstate_abort and exits 0.
  */
 #define _GNU_SOURCE
 #include <pstate/pstate.h>
@@ -168,10 +175,37 @@ static int run_log_json(pstate_t *ps, pstate_group_t *world) {
   return g_rank == 1 ? 3 : 0;
 }
 
+static int run_metrics(pstate_t *ps, pstate_group_t *world) {
+  float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, all[8 * 64];
+  pstate_group_info_t info = PSTATE_GROUP_INFO_INIT;
+  die_on(pstate_group_info(world, &info), "group info");
+  if (info.size > 64) return 2;
+  for (int i = 0; i < 5; ++i) die_on(pstate_all_reduce(world, x, x, 8, PSTATE_FLOAT32, PSTATE_SUM, NULL), "all_reduce");
+  for (int i = 0; i < 3; ++i) die_on(pstate_all_gather(world, x, all, 8, PSTATE_FLOAT32, NULL), "all_gather");
+  for (int i = 0; i < 2; ++i) die_on(pstate_broadcast(world, x, 8, PSTATE_FLOAT32, 0, NULL), "broadcast");
+  for (int i = 0; i < 4; ++i) die_on(pstate_barrier(world), "barrier");
+  pstate_status_t s = pstate_all_reduce(world, x, x, g_rank == 0 ? 4 : 8, PSTATE_FLOAT32, PSTATE_SUM, NULL);
+  if (s != PSTATE_ERR_MISMATCH) {
+    fprintf(stderr, "launch_rank %d: the mismatched all_reduce returned %s\n", g_rank, pstate_status_string(s));
+    return 1;
+  }
+  if (g_rank == 0 && (s = pstate_recv(world, x, 8, PSTATE_FLOAT32, 1, NULL)) != PSTATE_ERR_TIMEOUT) {
+    fprintf(stderr, "launch_rank 0: the recv that never comes returned %s\n", pstate_status_string(s));
+    return 1;
+  }
+  char name[32], finish[600];
+  snprintf(name, sizeof name, "done-%d", g_rank);
+  touch(name);
+  snprintf(finish, sizeof finish, "%s/finish", g_dir);
+  for (int i = 0; i < 3000 && !exists(finish); ++i) usleep(100000);
+  pstate_abort(ps);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc != 2 || (strcmp(argv[1], "block") != 0 && strcmp(argv[1], "undisturbed") != 0 &&
-                    strcmp(argv[1], "log_json") != 0)) {
-    fprintf(stderr, "usage: launch_rank block|undisturbed|log_json\n");
+                    strcmp(argv[1], "log_json") != 0 && strcmp(argv[1], "metrics") != 0)) {
+    fprintf(stderr, "usage: launch_rank block|undisturbed|log_json|metrics\n");
     return 2;
   }
   const char *dir = getenv("LAUNCH_DIR");
@@ -186,6 +220,7 @@ int main(int argc, char **argv) {
   g_rank = info.rank;
   if (strcmp(argv[1], "undisturbed") == 0) run_undisturbed(ps);
   if (strcmp(argv[1], "log_json") == 0) return run_log_json(ps, world);
+  if (strcmp(argv[1], "metrics") == 0) return run_metrics(ps, world);
 
   char path[600];
   snprintf(path, sizeof path, "%s/init-rank%d.pstate-trace", g_dir, g_rank);
