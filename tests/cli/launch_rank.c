@@ -179,7 +179,7 @@ static int run_metrics(pstate_t *ps, pstate_group_t *world) {
   float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, all[8 * 64];
   pstate_group_info_t info = PSTATE_GROUP_INFO_INIT;
   die_on(pstate_group_info(world, &info), "group info");
-  if (info.size > 64) return 2;
+  if (info.world_size > 64) return 2;
   for (int i = 0; i < 5; ++i) die_on(pstate_all_reduce(world, x, x, 8, PSTATE_FLOAT32, PSTATE_SUM, NULL), "all_reduce");
   for (int i = 0; i < 3; ++i) die_on(pstate_all_gather(world, x, all, 8, PSTATE_FLOAT32, NULL), "all_gather");
   for (int i = 0; i < 2; ++i) die_on(pstate_broadcast(world, x, 8, PSTATE_FLOAT32, 0, NULL), "broadcast");

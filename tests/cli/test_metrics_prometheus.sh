@@ -4,8 +4,9 @@
 # launcher's endpoint, every rank's series labelled rank and host) and each rank's own endpoint
 # (PSTATE_METRICS_ADDR, one port per local rank), and the counters are checked through
 # Prometheus' HTTP query API (PromQL), against the numbers of calls the ranks made
-# (tests/cli/launch_rank.c metrics: 5 all_reduce, 3 all_gather, 2 broadcast, 4 barrier, one
-# MISMATCH on every rank, one TIMEOUT on rank 0), not against anything the library computed.
+# (tests/cli/launch_rank.c metrics: 5 all_reduce, 3 all_gather, 2 broadcast, 4 barrier and the
+# one that ends pstate_init, one MISMATCH on every rank, one TIMEOUT on rank 0), not against
+# anything the library computed.
 # `promtool check metrics` must pass on both endpoints' text. Skips (77) without prometheus.
 # Prints "N passed, M failed"; exits non-zero when one failed.
 set -u
@@ -99,7 +100,9 @@ def scalar(q):
     res = query(q)
     return None if not res else float(res[0]["value"][1])
 ranks = 4
-calls = {"all_reduce": 5, "all_gather": 3, "broadcast": 2, "barrier": 4}
+# barrier: the job's 4, and the one that ends pstate_init (docs/metrics.md: pstate's own world
+# barriers at init, shrink and grow count as barriers of world:0)
+calls = {"all_reduce": 5, "all_gather": 3, "broadcast": 2, "barrier": 4 + 1}
 checks = []
 for op, n in calls.items():
     for job in ("ranks", "launcher"):
@@ -151,6 +154,16 @@ print(f"python: {len(checks) + 1 - failed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
 EOF
 check "Prometheus' PromQL answers equal the calls made (above)" $?
+
+# Error paths: an address in use fails pstate_init with the kernel's reason (Prometheus holds
+# PPORT now); --metrics without a usable port is a usage error.
+PSTATE_METRICS_ADDR=127.0.0.1:$PPORT "$PSTATE" run -n 1 --no-bind -- "$LAUNCH_RANK" metrics >/dev/null 2>"$DIR/inuse"
+rc=$?
+[ $rc -ne 0 ] && grep -q "metrics endpoint: cannot serve 127.0.0.1:$PPORT (Address already in use)" "$DIR/inuse"
+check "a rank's address in use: pstate_init fails naming it and why (exit $rc)" $?
+"$PSTATE" run -n 1 --metrics 0 -- true >/dev/null 2>"$DIR/usage"
+rc=$?
+[ $rc -eq 2 ] && grep -q -- "--metrics needs a port" "$DIR/usage"; check "--metrics 0: a usage error (exit $rc)" $?
 
 touch "$DIR/finish"
 wait $JOB_PID
