@@ -10,8 +10,12 @@
  *
  * Made deterministic without timing the library: rank 2 enters the barrier first and its
  * interrupt check (asked at the wait's liveness checks) holds it there, asleep, until rank 1
- * says (through a pipe) that it has failed and sent its notice; meanwhile ranks 0 and 1 complete
- * the barrier with rank 2's part, which was sent before it slept. Rank 1 fails its next call by
+ * says (through a pipe) that it has failed and sent its notice; ranks 0 and 1 enter the barrier
+ * only once rank 2 says (through another pipe) that its check was asked, i.e. that it is inside
+ * the barrier's wait with its part sent (a fixed 150 ms head start was not enough under ASan on a
+ * loaded machine: rank 2 had not reached its wait, the barrier completed without it waiting, and
+ * the case failed with "the race was not made"); they then complete the barrier with rank 2's
+ * part while it sleeps. Rank 1 fails its next call by
  * its own interrupt check (a receive nobody sends). Then:
  *   - rank 2's barrier returns OK (the notice is of a call after it);
  *   - rank 2's next call (another barrier) fails promptly with the held notice's verdict
@@ -41,11 +45,15 @@
 #include "ranks.h"
 
 static int g_failed_pipe[2]; /* rank 1 writes a byte once its context failed (its notice is out) */
+static int g_inside_pipe[2]; /* rank 2 writes two bytes (one for rank 0, one for rank 1) once inside */
 
-/* Rank 2's check: the first time it is asked (inside the barrier), sleep until rank 1 failed. */
+/* Rank 2's check: the first time it is asked (inside the barrier), say so to ranks 0 and 1, then
+ * sleep until rank 1 failed. */
 static int hold_until_rank1_failed(void *user) {
   int *asked = (int *)user;
   if ((*asked)++ == 0) {
+    const char two[2] = {1, 1};
+    if (write(g_inside_pipe[1], two, 2) != 2) return 0;
     struct pollfd p = {g_failed_pipe[0], POLLIN, 0};
     (void)poll(&p, 1, 20000);
     usleep(100 * 1000); /* the notice is on its way: let it land in this rank's queue */
@@ -81,7 +89,11 @@ static int notice_rank(const pstate_test_rank_t *self) {
                pstate_status_string(s), pstate_last_error());
     RANK_CHECK(self, took < 5000, "the next barrier took %.0f ms: the held notice did not decide it\n", took);
   } else {
-    usleep(150 * 1000); /* rank 2 is asleep in its barrier's interrupt check by now */
+    /* wait until rank 2 is asleep in its barrier's interrupt check (at most 20 s: if it never is,
+     * its own check above fails the case) */
+    struct pollfd p = {g_inside_pipe[0], POLLIN, 0};
+    char one_byte = 0;
+    if (poll(&p, 1, 20000) == 1) RANK_CHECK(self, read(g_inside_pipe[0], &one_byte, 1) == 1, "pipe read\n");
     RANK_OK(self, pstate_barrier(world));
     if (self->rank == 1) {
       int x = 0;
@@ -101,10 +113,13 @@ static int notice_rank(const pstate_test_rank_t *self) {
 static void run_case(const char *shm) {
   setenv("PSTATE_SHM", shm, 1);
   assert_int_equal(pipe(g_failed_pipe), 0);
+  assert_int_equal(pipe(g_inside_pipe), 0);
   int statuses[3];
   int failed = pstate_test_run_processes(3, 60, notice_rank, NULL, statuses);
   close(g_failed_pipe[0]);
   close(g_failed_pipe[1]);
+  close(g_inside_pipe[0]);
+  close(g_inside_pipe[1]);
   unsetenv("PSTATE_SHM");
   assert_int_equal(failed, 0);
 }
