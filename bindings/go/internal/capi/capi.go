@@ -151,6 +151,8 @@ typedef long long swig_type_71;
 typedef long long swig_type_72;
 typedef long long swig_type_73;
 typedef long long swig_type_74;
+typedef _gostring_ swig_type_75;
+typedef long long swig_type_76;
 extern void _wrap_Swig_free_capi_91e42432fc84ab2e(uintptr_t arg1);
 extern uintptr_t _wrap_Swig_malloc_capi_91e42432fc84ab2e(swig_intgo arg1);
 extern swig_intgo _wrap_PSTATE_VERSION_capi_91e42432fc84ab2e(void);
@@ -394,6 +396,7 @@ extern swig_intgo _wrap_mem_deregister_capi_91e42432fc84ab2e(uintptr_t arg1, uin
 extern swig_intgo _wrap_mem_query_capi_91e42432fc84ab2e(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3);
 extern swig_intgo _wrap_group_mem_stats_capi_91e42432fc84ab2e(uintptr_t arg1, uintptr_t arg2);
 extern swig_intgo _wrap_set_graph_registration_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_metrics_text_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_75 arg2, swig_type_76 arg3, swig_voidp arg4);
 #undef intgo
 */
 import "C"
@@ -2914,6 +2917,21 @@ func Set_graph_registration(arg1 uintptr, arg2 int) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	swig_r = (int64)(C._wrap_set_graph_registration_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
+	var swig_r_1 error
+	swig_r_1 = swigPstateFailure(swig_r)
+	return swig_r_1
+}
+
+func Metrics_text(arg1 uintptr, arg2 string, arg3 int64, arg4 *uint64) (_swig_ret error) {
+	var swig_r int64
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	_swig_i_3 := arg4
+	swig_r = (int64)(C._wrap_metrics_text_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), *(*C.swig_type_75)(unsafe.Pointer(&_swig_i_1)), C.swig_type_76(_swig_i_2), C.swig_voidp(_swig_i_3)))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg2
+	}
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1

@@ -3923,6 +3923,30 @@ intgo _wrap_set_graph_registration_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, i
 }
 
 
+intgo _wrap_metrics_text_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, _gostring_ _swig_go_1, long long _swig_go_2, long long *_swig_go_3) {
+  pstate_t *arg1 = (pstate_t *) 0 ;
+  char *arg2 = (char *) 0 ;
+  size_t arg3 ;
+  size_t *arg4 = (size_t *) 0 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_t *)_swig_go_0; 
+  
+  arg2 = (char *)malloc(_swig_go_1.n + 1);
+  memcpy(arg2, _swig_go_1.p, _swig_go_1.n);
+  arg2[_swig_go_1.n] = '\0';
+  
+  arg3 = (size_t)_swig_go_2; 
+  arg4 = (size_t *)_swig_go_3; 
+  
+  result = (pstate_status_t)pstate_metrics_text(arg1,arg2,arg3,arg4);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  free(arg2); 
+  return _swig_go_result;
+}
+
+
 #ifdef __cplusplus
 }
 #endif
