@@ -229,6 +229,8 @@ void *pstate_swig_dict_alloc(void *user, const char *name, pstate_dtype_t dtype,
 %ignore pstate_tensor_t;
 %ignore pstate_alloc_fn;
 %ignore pstate_interrupt_fn;
+%ignore pstate_hook_fn;
+%ignore pstate_call_info_t; /* each binding builds its own CallInfo from it (the hook typemaps) */
 
 /* =============================================================================================
  * Python
@@ -360,6 +362,44 @@ static void pstate_py_note_interrupt(void) {
   if (on < 0) SWIG_fail;
   $1 = on ? pstate_py_interrupt_check : NULL;
   $2 = NULL;
+}
+
+/* ---- hooks (pstate_add_hook): fn is a Python callable, called with one tuple (the fields of
+ * pstate_call_info_t in its order, send as an int address) that returns a status int; the caller
+ * (PState.add_hook) keeps the callable alive while it is registered. The GIL is taken for it: a
+ * hook runs on the thread of the call, or of pstate_revoke, where the GIL is released. ---- */
+%{
+static pstate_status_t pstate_py_hook(void *user, const pstate_call_info_t *i) {
+  PyGILState_STATE gil = PyGILState_Ensure();
+  pstate_status_t status = PSTATE_OK;
+  PyObject *info = Py_BuildValue("(iiKssKKiiiiKsLKKz)", (int)i->phase, (int)i->status, (unsigned long long)i->call_id,
+                                 i->group, i->operation, (unsigned long long)i->seq, (unsigned long long)i->count,
+                                 (int)i->dtype, (int)i->root, (int)i->peer, (int)i->on_device,
+                                 (unsigned long long)i->bytes, i->path, (long long)i->duration_ns,
+                                 (unsigned long long)(uintptr_t)i->send, (unsigned long long)i->send_bytes, i->message);
+  PyObject *r = info ? PyObject_CallFunctionObjArgs((PyObject *)user, info, NULL) : NULL;
+  if (r != NULL && PyLong_Check(r)) status = (pstate_status_t)PyLong_AsLong(r);
+  if (PyErr_Occurred()) PyErr_WriteUnraisable((PyObject *)user);
+  Py_XDECREF(r);
+  Py_XDECREF(info);
+  PyGILState_Release(gil);
+  return status;
+}
+%}
+%typemap(in) (pstate_hook_fn fn, void *user) {
+  if (!PyCallable_Check($input)) {
+    PyErr_SetString(PyExc_TypeError, "a hook must be callable");
+    SWIG_fail;
+  }
+  $1 = pstate_py_hook;
+  $2 = (void *)$input;
+}
+%typemap(in, numinputs=0) uint64_t *id (uint64_t value) {
+  value = 0;
+  $1 = &value;
+}
+%typemap(argout) uint64_t *id {
+  $result = SWIG_Python_AppendOutput($result, PyLong_FromUnsignedLongLong(value$argnum));
 }
 
 /* ---- buffers ---- */
@@ -1488,6 +1528,33 @@ func (o *P2POps) addr() uintptr {
 %typemap(in) (const pstate_p2p_op_t *ops, size_t n) %{
   $1 = $input ? ((pstate_go_ops *)$input)->ops : NULL;
   $2 = $input ? ((pstate_go_ops *)$input)->n : 0;
+%}
+
+/* ---- hooks (pstate_add_hook): the C hook calls the exported Go function pstateGoHook
+ * (internal/capi/hooks.go) with a runtime/cgo Handle of the Go func as its user value ---- */
+%ignore pstate_add_hook;
+%insert(cgo_comment_typedefs) %{
+intptr_t pstate_go_add_hook(uintptr_t ps, uintptr_t handle, uint64_t *id);
+%}
+%{
+extern int pstateGoHook(uintptr_t handle, pstate_call_info_t *info);
+static pstate_status_t pstate_go_hook(void *user, const pstate_call_info_t *info) {
+  return (pstate_status_t)pstateGoHook((uintptr_t)user, (pstate_call_info_t *)info);
+}
+intptr_t pstate_go_add_hook(uintptr_t ps, uintptr_t handle, uint64_t *id) {
+  /* the status as the other wrappers return it: a malloc'd pstate_go_failure, or 0 */
+  return (intptr_t)pstate_go_failure_new(pstate_add_hook((pstate_t *)ps, pstate_go_hook, (void *)handle, id));
+}
+%}
+%insert(go_wrapper) %{
+// AddHook registers the Go func behind handle (a runtime/cgo Handle that pstateGoHook resolves)
+// as a hook of the context ps; *id receives its id.
+func AddHook(ps uintptr, handle uintptr, id *uint64) error {
+	var v C.uint64_t
+	err := swigPstateFailure(int64(C.pstate_go_add_hook(C.uintptr_t(ps), C.uintptr_t(handle), &v)))
+	*id = uint64(v)
+	return err
+}
 %}
 
 #endif /* SWIGGO */

@@ -64,6 +64,8 @@ type PState struct {
 	// and while h is taken to be freed, so pstate_revoke never reaches a freed context.
 	hMu sync.Mutex
 
+	hooks hookSet // AddHook's funcs, released when the C context is freed
+
 	// capturing: GraphCapture succeeded and Capture.End has not (mu held): pstate_finalize then
 	// refuses and frees nothing (INVALID_STATE), and Close keeps the handle.
 	capturing bool
@@ -182,6 +184,7 @@ func (ps *PState) Close() error {
 	ps.take()
 	ps.capturing = false
 	ps.freeFlag()
+	ps.freeHooks()
 	return wrap(err, "Close")
 }
 
@@ -216,6 +219,7 @@ func (ps *PState) Abort() error {
 	err := wrap(capi.Abort(h), "Abort")
 	ps.capturing = false
 	ps.freeFlag()
+	ps.freeHooks()
 	return err
 }
 

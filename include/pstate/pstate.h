@@ -1141,6 +1141,66 @@ PSTATE_API pstate_status_t pstate_set_graph_registration(pstate_t *ps, int enabl
 PSTATE_API pstate_status_t pstate_metrics_text(pstate_t *ps, char *out, size_t capacity, size_t *count);
 
 /* ------------------------------------------------------------------------------------------ */
+/* Hooks around every call (docs/hooks.md)                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+/** When a hook is called: before a call of a group begins, after it returned (with its status and
+ *  duration), or once per context when it fails or is aborted. Values are never renumbered. */
+typedef enum pstate_hook_phase_t PSTATE_ENUM_BASE {
+  PSTATE_HOOK_BEFORE = 0,
+  PSTATE_HOOK_AFTER = 1,
+  PSTATE_HOOK_ABORT = 2
+} pstate_hook_phase_t;
+
+/** What a hook is told (extensible: later fields are appended; read only those below struct_size).
+ *  Strings and buffers are valid during the hook only. */
+typedef struct pstate_call_info_t {
+  size_t struct_size;         /**< sizeof the struct the library filled */
+  pstate_hook_phase_t phase;  /**< BEFORE, AFTER or ABORT */
+  pstate_status_t status;     /**< AFTER: what the call returns; ABORT: the failure's; BEFORE: OK */
+  uint64_t call_id;           /**< this context's calls numbered from 1 in the order they began;
+                                   BEFORE and AFTER of one call carry the same; 0 in ABORT */
+  const char *group;          /**< the group's name ("tp:0", pstate_group_info's); "" in ABORT */
+  const char *operation;      /**< "all_reduce", "send", "broadcast_tensor_dict", ...; in ABORT the
+                                   call that failed the context, "pstate_revoke" or "pstate_abort" */
+  uint64_t seq;               /**< the group's number of a collective (the flight recorder's seq),
+                                   UINT64_MAX for point-to-point and ABORT */
+  uint64_t count;             /**< the call's count argument (elements; bytes for objects) */
+  int32_t dtype;              /**< pstate_dtype_t, or -1 (objects, barrier, tensor dicts) */
+  int32_t root;               /**< group rank of a rooted call, else -1 */
+  int32_t peer;               /**< group rank of the other side of a point-to-point call, else -1 */
+  int32_t on_device;          /**< 1: the buffers are device memory (a CUDA context's tensor call) */
+  uint64_t bytes;             /**< count times the dtype's size (objects: their bytes) */
+  const char *path;           /**< what carries it: "shm", "ucx", "nccl", "local" or "none" */
+  int64_t duration_ns;        /**< AFTER: from BEFORE to the return (a device call: to the enqueue) */
+  const void *send;           /**< BEFORE and AFTER: the data this rank sends (all_reduce's send, a
+                                   root's broadcast buffer, send's buf), NULL where the call has none */
+  uint64_t send_bytes;        /**< the bytes at send */
+  const char *message;        /**< AFTER of a failed call and ABORT: the error's text, else NULL */
+} pstate_call_info_t;
+
+/** A hook: called on the thread that makes the call (ABORT: the thread that fails or aborts the
+ *  context, which may be a watchdog's). In BEFORE a nonzero return refuses the call: it returns
+ *  PSTATE_ERR_INVALID_ARGUMENT without moving data, and a collective of a CPU group is refused on
+ *  every rank (each returns INVALID_ARGUMENT naming this rank, the group goes on: the refusal
+ *  takes part in the call's agreement, as an argument error does); a point-to-point call and a
+ *  device collective without PSTATE_CHECK=1 are refused on this rank only. The return is ignored
+ *  in AFTER and ABORT. A hook may read info and call pstate_metrics_text, pstate_trace_dump and
+ *  pstate_group_info/ranks; any other call on this context returns PSTATE_ERR_BUSY (the call it
+ *  hooks holds the context), and it should return quickly (it runs inside the call's time). */
+typedef pstate_status_t (*pstate_hook_fn)(void *user, const pstate_call_info_t *info);
+
+/** Adds fn(user, info) to the hooks of ps; *id names it for pstate_remove_hook (nonzero). Hooks run
+ *  in the order they were added, for every call of every group of ps that reaches the group
+ *  (after the argument checks: a call refused by them is not hooked), from the next call on;
+ *  pstate keeps fn and user until the hook is removed or the context ends. Local, not collective:
+ *  ranks may hook differently (a BEFORE refusal still reaches the peers). PSTATE_NAN_CHECK=1 adds
+ *  pstate's own NaN/Inf check as the first hook at pstate_init (docs/hooks.md). */
+PSTATE_API pstate_status_t pstate_add_hook(pstate_t *ps, pstate_hook_fn fn, void *user, uint64_t *id);
+/** Removes the hook `id` (INVALID_ARGUMENT naming the id when ps has no such hook). */
+PSTATE_API pstate_status_t pstate_remove_hook(pstate_t *ps, uint64_t id);
+
+/* ------------------------------------------------------------------------------------------ */
 /* The function table for dlopen users                                                          */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -1241,6 +1301,9 @@ struct pstate_api_t {
                                   const size_t *recv_displs, pstate_dtype_t dtype, void *stream);
   /* metrics (docs/metrics.md) */
   pstate_status_t (*metrics_text)(pstate_t *ps, char *out, size_t capacity, size_t *count);
+  /* hooks (docs/hooks.md) */
+  pstate_status_t (*add_hook)(pstate_t *ps, pstate_hook_fn fn, void *user, uint64_t *id);
+  pstate_status_t (*remove_hook)(pstate_t *ps, uint64_t id);
 };
 
 /** The table for ABI `abi_major` (pass PSTATE_ABI_MAJOR), or NULL when this library does not

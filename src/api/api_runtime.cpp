@@ -96,6 +96,7 @@ PSTATE_API pstate_status_t pstate_finalize(pstate_t *ps) {
 PSTATE_API pstate_status_t pstate_abort(pstate_t *ps) {
   if (ps == nullptr) return PSTATE_OK;
   ps->request_abort();
+  ps->hooks().abort("pstate_abort", PSTATE_ERR_ABORTED, "pstate_abort was called");
   if (pstate::Context::current_on_this_thread() == ps)  // a signal handler or callback inside its call
     return PSTATE_GUARD({
       pstate::throw_error(PSTATE_ERR_BUSY, "pstate_abort on rank ", ps->rank(), ": called from inside ",
@@ -121,12 +122,33 @@ PSTATE_API pstate_status_t pstate_revoke(pstate_t *ps) {
   return PSTATE_GUARD({
     pstate::api::require_context(ps);
     ps->request_abort();
+    ps->hooks().abort("pstate_revoke", PSTATE_ERR_ABORTED, "pstate_revoke was called");
     // No call in flight: none will fail and tell the peers, so this thread does, holding the context
     // (a call that starts meanwhile is refused with ABORTED, ContextEntry).
     if (ps->try_enter()) {
       ps->tell_peers_aborted("pstate_revoke");
       ps->leave();
     }
+  });
+}
+
+PSTATE_API pstate_status_t pstate_add_hook(pstate_t *ps, pstate_hook_fn fn, void *user, uint64_t *id) {
+  if (id != nullptr) *id = 0;
+  return PSTATE_GUARD({
+    pstate::api::require_context(ps);
+    require_nonnull(id, "id");
+    if (fn == nullptr)
+      pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "pstate_add_hook: fn is NULL (a hook is a function)");
+    pstate::api::ContextEntry entry(*ps, "pstate_add_hook");
+    *id = ps->hooks().add(fn, user);
+  });
+}
+
+PSTATE_API pstate_status_t pstate_remove_hook(pstate_t *ps, uint64_t id) {
+  return PSTATE_GUARD({
+    pstate::api::require_context(ps);
+    pstate::api::ContextEntry entry(*ps, "pstate_remove_hook");
+    ps->hooks().remove(id);
   });
 }
 

@@ -94,6 +94,9 @@ constexpr pstate_api_t make_table() {
   t.all_to_all_v = pstate_all_to_all_v;
   // metrics
   t.metrics_text = pstate_metrics_text;
+  // hooks
+  t.add_hook = pstate_add_hook;
+  t.remove_hook = pstate_remove_hook;
   return t;
 }
 

@@ -204,6 +204,12 @@ class TensorChecks {
   bool device_;
 };
 
+// The data a tensor call sends, for its BEFORE hooks (group.hpp note_send): only while hooks are on.
+inline void note_send(const pstate_group_t *g, const void *p, size_t bytes) {
+  if (g->hooks_wanted()) [[unlikely]]
+    g->note_send(p, bytes);
+}
+
 inline void require_cpu_stream(const pstate_group_t *g, void *stream) {
   if (g->context().device() == PSTATE_DEVICE_CPU && stream != nullptr)
     throw_error(PSTATE_ERR_INVALID_ARGUMENT, "stream must be NULL in a CPU context (group ", g->name(), ")");

@@ -63,6 +63,13 @@ Context::Context(const pstate_init_params_t *params) {
   if (trace_)
     trace_->set_facts(
         {peers_.job_id(), launch_.rank, launch_.world_size, device_ == PSTATE_DEVICE_CUDA ? "cuda" : "cpu"});
+  // PSTATE_NAN_CHECK=1: pstate's NaN/Inf check is the first hook (after init's own calls).
+  const char *nan_check = std::getenv("PSTATE_NAN_CHECK");
+  if (nan_check != nullptr && nan_check[0] != '\0' && std::string(nan_check) != "0") {
+    hooks_.add(CallHooks::nan_check, nullptr);
+    log_.info("PSTATE_NAN_CHECK: the send data of every CPU collective and send of a floating dtype is checked for "
+              "NaN and Inf before it leaves this rank");
+  }
   observe_step(TraceOp::kInit, began, PSTATE_OK);
   trace_life_end(life, PSTATE_OK);
 }

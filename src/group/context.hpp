@@ -43,6 +43,7 @@
 #include "common/deadline.hpp"
 #include "common/log.hpp"
 #include "common/trace.hpp"
+#include "group/call_hooks.hpp"
 #include "group/call_observer.hpp"
 #include "group/metrics_endpoint.hpp"
 #include "group/group_registry.hpp"
@@ -252,6 +253,8 @@ class Context {
 
   // ---- the call observer and its metrics (group/call_observer.hpp; always on) ----
   CallObserver &observer() { return observer_; }
+  // The hooks of pstate_add_hook (call_hooks.hpp); PSTATE_NAN_CHECK=1's check is one.
+  CallHooks &hooks() { return hooks_; }
   // pstate_metrics_text: any thread, while the context lives.
   std::string render_metrics() const { return observer_.render(); }
 
@@ -409,6 +412,9 @@ class Context {
   // PSTATE_METRICS_ADDR's endpoint (metrics_endpoint.hpp), or none. After observer_: stopped and
   // destroyed before the cells it renders.
   std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
+  // pstate_add_hook's hooks (call_hooks.hpp). Appended; the groups point at it (they are destroyed
+  // before the members go, see observer_).
+  CallHooks hooks_;
   void start_metrics_endpoint();
   void stop_metrics_endpoint() noexcept;
 };

@@ -28,6 +28,7 @@ bool Context::poison(const std::string &why, std::optional<pstate_status_t> stat
   if (trace_) trace_->set_failure(why);
   log_.info_at(LogFields{{}, {}, status}, "context failed: ", why,
                " — further collectives return PSTATE_ERR_ABORTED; call pstate_abort");
+  hooks_.abort("context_failed", status.value_or(PSTATE_ERR_ABORTED), why);
   return true;
 }
 

@@ -60,6 +60,7 @@ pstate_group_s::pstate_group_s(pstate::Context &ctx, pstate_group_kind_t kind, s
   if (pstate::TraceRecorder *tr = ctx.trace()) trace_group_ = tr->add_group(name_, ranks_, rank_in_group_);
   metrics_ = ctx.observer().group(name_);
   observed_cells_ = metrics_->cells();
+  hooks_ = &ctx.hooks();
 }
 
 // The one place that chooses how this group's bytes move: shared memory when every rank is on
@@ -179,6 +180,20 @@ inline void pstate_group_s::check_alive_now(const char *call) const {
 
 template <typename Body>
 void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body, const void *fold_payload, bool traced) {
+  if (hooks_->wanted() && traced && hooked_kind(desc_in.op)) [[unlikely]] {
+    HookedCall h = hook_begin(pstate::op_kind_name(static_cast<OpKind>(desc_in.op)), position_.begun, desc_in.count,
+                              desc_in.dtype, desc_in.root, -1, path_, false);
+    hooked(h, [&] {
+      if (h.refusal.hook != 0) refuse(static_cast<OpKind>(desc_in.op), desc_in.root, desc_in.count, hook_refusal(h));
+      run_core(desc_in, body, fold_payload, traced);
+    });
+    return;
+  }
+  run_core(desc_in, body, fold_payload, traced);
+}
+
+template <typename Body>
+void pstate_group_s::run_core(const OpDescriptor &desc_in, Body &&body, const void *fold_payload, bool traced) {
   pstate::TraceRecorder *tr = traced ? ctx_.trace() : nullptr;
   const char *op_name = pstate::op_kind_name(static_cast<OpKind>(desc_in.op));
   try {
@@ -483,6 +498,21 @@ pstate::HostCall pstate_group_s::p2p_call(const char *op, uint64_t trace_id, pst
 // The flight recorder numbers them per peer and direction (its seq of a p2p entry).
 template <typename Body>
 void pstate_group_s::run_p2p(pstate::TraceOp top, int peer, uint64_t count, int dtype, Body &&body) {
+  if (hooks_->wanted()) [[unlikely]] {
+    const bool plain = top == pstate::TraceOp::kSend || top == pstate::TraceOp::kRecv;
+    HookedCall h = hook_begin(pstate::trace_op_name(top), UINT64_MAX, count == UINT64_MAX ? 0 : count, dtype, -1,
+                              peer, plain ? path_ : object_path_, false);
+    hooked(h, [&] {
+      if (h.refusal.hook != 0) throw hook_refusal(h);  // point-to-point: refused here only (as its argument errors)
+      run_p2p_core(top, peer, count, dtype, body);
+    });
+    return;
+  }
+  run_p2p_core(top, peer, count, dtype, body);
+}
+
+template <typename Body>
+void pstate_group_s::run_p2p_core(pstate::TraceOp top, int peer, uint64_t count, int dtype, Body &&body) {
   const char *op = pstate::trace_op_name(top);
   const bool sending = top == pstate::TraceOp::kSend || top == pstate::TraceOp::kSendObject;
   // send/recv take the communicator's path; objects its objects' (UCX inside a host too)
@@ -560,7 +590,43 @@ void pstate_group_s::broadcast_from_rank0(void *bytes, size_t n) {
   run(d, [&](const pstate::HostCall &call) { comm_->broadcast_bytes(call, bytes, n); });
 }
 
+pstate_group_s::HookedCall pstate_group_s::hook_begin(const char *op, uint64_t seq, uint64_t count, int dtype,
+                                                      int root, int peer, pstate::TracePath path, bool on_device) {
+  const uint64_t bytes = dtype < 0 ? count : count * pstate::dtype_size(static_cast<pstate_dtype_t>(dtype));
+  HookedCall h{pstate::call_info(PSTATE_HOOK_BEFORE, hooks_->next_call_id(), name_, op, seq, count, dtype, root, peer,
+                                 on_device, bytes, pstate::observed_path_name(static_cast<uint32_t>(path))),
+               0, {}};
+  h.info.send = hook_send_;
+  h.info.send_bytes = hook_send_ != nullptr ? hook_send_bytes_ : 0;
+  hook_send_ = nullptr;
+  hook_send_bytes_ = 0;
+  h.t0 = pstate::observer_ticks();
+  h.refusal = hooks_->before(h.info);
+  hooks_->enter();
+  return h;
+}
+
+void pstate_group_s::hook_end(HookedCall &h, pstate_status_t status, const char *message) noexcept {
+  hooks_->leave();
+  h.info.phase = PSTATE_HOOK_AFTER;
+  h.info.status = status;
+  h.info.message = message;
+  h.info.duration_ns = static_cast<int64_t>(pstate::observer_ns(pstate::observer_ticks() - h.t0));
+  hooks_->after(h.info);
+}
+
+pstate::Error pstate_group_s::hook_refusal(const HookedCall &h) const {
+  const std::string text =
+      h.refusal.fn == pstate::CallHooks::nan_check
+          ? pstate::CallHooks::nan_check_text()
+          : pstate::cat(h.info.operation, " refused by hook ", h.refusal.hook, " (pstate_add_hook: its BEFORE returned ",
+                        pstate_status_string(h.refusal.status), ")");
+  return pstate::Error(PSTATE_ERR_INVALID_ARGUMENT,
+                       pstate::cat("group ", name_, " (group rank ", rank_in_group_, "): ", text));
+}
+
 void pstate_group_s::refuse(OpKind kind, int root, uint64_t size, const pstate::Error &why) {
+  hook_send_ = nullptr;  // a refused call's noted data is no later call's
   try {
     check_alive(pstate::op_kind_name(kind));
   } catch (const pstate::Error &) {  // no rank can be inside a call of this group: nobody to tell

@@ -28,6 +28,7 @@
 #include "common/op_descriptor.hpp"
 #include "common/p2p_message_kind.hpp"
 #include "common/trace.hpp"
+#include "group/call_hooks.hpp"
 #include "group/call_observer.hpp"
 #include "group/group_memory.hpp"
 #include "group/group_registry.hpp"
@@ -171,6 +172,20 @@ struct pstate_group_s {
   // The call observer records it as one call too (its inner operations as theirs).
   template <typename Body>
   void traced(pstate::TraceOp op, int rank, Body &&body) {
+    if (hooks_->wanted()) [[unlikely]] {
+      const bool rooted = op == pstate::TraceOp::kBroadcastTensorDict;
+      HookedCall h = hook_begin(pstate::trace_op_name(op), UINT64_MAX, 0, -1, rooted ? rank : -1, rooted ? -1 : rank,
+                                on_device() ? pstate::TracePath::kNccl : path_, on_device());
+      hooked(h, [&] {
+        if (h.refusal.hook != 0) throw hook_refusal(h);  // before any part of it moved
+        traced_core(op, rank, body);
+      });
+      return;
+    }
+    traced_core(op, rank, body);
+  }
+  template <typename Body>
+  void traced_core(pstate::TraceOp op, int rank, Body &&body) {
     const uint64_t t0 = pstate::observer_ticks();
     const uint64_t id = trace_outer_begin(op, rank);
     const pstate::TracePath path = on_device() ? pstate::TracePath::kNccl : path_;
@@ -185,6 +200,45 @@ struct pstate_group_s {
     trace_outer_end(id, nullptr);
   }
 
+  // ---- hooks (group/call_hooks.hpp; docs/hooks.md) ----
+  // A hooked call: its info (BEFORE's, then AFTER's), its start and what BEFORE said.
+  struct HookedCall {
+    pstate_call_info_t info;
+    uint64_t t0;
+    pstate::CallHooks::Refusal refusal;
+  };
+  // BEFORE of a call about to begin (the send buffer the API noted goes with it); then the call's
+  // own operations are not hooked until hook_end. AFTER with the status and the error's text.
+  HookedCall hook_begin(const char *op, uint64_t seq, uint64_t count, int dtype, int root, int peer,
+                        pstate::TracePath path, bool on_device);
+  void hook_end(HookedCall &h, pstate_status_t status, const char *message) noexcept;
+  // The error of a call a BEFORE hook refused (INVALID_ARGUMENT naming the group, rank and hook).
+  pstate::Error hook_refusal(const HookedCall &h) const;
+  // Runs body between h's BEFORE (already run) and its AFTER, whatever way it ends.
+  template <typename Body>
+  void hooked(HookedCall &h, Body &&body) {
+    try {
+      body();
+    } catch (const pstate::Error &e) {
+      hook_end(h, e.status(), e.what());
+      throw;
+    } catch (const std::bad_alloc &) {
+      hook_end(h, PSTATE_ERR_NO_MEMORY, "out of memory");
+      throw;
+    } catch (...) {
+      hook_end(h, PSTATE_ERR_INTERNAL, "an unexpected exception");
+      throw;
+    }
+    hook_end(h, PSTATE_OK, nullptr);
+  }
+  // The API notes the data a tensor call sends while hooks are on (TensorChecks::sends), for
+  // BEFORE's info (the NaN check reads it).
+  bool hooks_wanted() const { return hooks_->wanted(); }
+  void note_send(const void *p, uint64_t bytes) const {
+    hook_send_ = p;
+    hook_send_bytes_ = bytes;
+  }
+
   // ---- the device communicator (CUDA contexts; group_device.cpp) ----
   // Whether tensors of this group go to the device communicator (the context is CUDA): the choice
   // of the tensor operations above, which src/api/ asks only to check the buffers for it.
@@ -197,6 +251,24 @@ struct pstate_group_s {
   // The call observer records the time to enqueue it (the stream's time is NCCL's).
   template <typename Body>
   void run_device(const pstate::OpDescriptor &desc, Body &&body) {
+    if (hooks_->wanted() && hooked_kind(desc.op)) [[unlikely]] {
+      HookedCall h = hook_begin(pstate::op_kind_name(static_cast<pstate::OpKind>(desc.op)), UINT64_MAX, desc.count,
+                                desc.dtype, desc.root, -1,
+                                size() == 1 ? pstate::TracePath::kLocal : pstate::TracePath::kNccl, true);
+      hooked(h, [&] {
+        if (h.refusal.hook != 0) {
+          const pstate::Error why = hook_refusal(h);
+          if (refusals_reach_peers()) refuse(static_cast<pstate::OpKind>(desc.op), desc.root, desc.count, why);
+          throw why;
+        }
+        run_device_core(desc, body);
+      });
+      return;
+    }
+    run_device_core(desc, body);
+  }
+  template <typename Body>
+  void run_device_core(const pstate::OpDescriptor &desc, Body &&body) {
     const uint64_t t0 = pstate::observer_ticks();
     const pstate::TracePath path = size() == 1 ? pstate::TracePath::kLocal : pstate::TracePath::kNccl;
     uint64_t tid = 0;  // its flight-recorder entry
@@ -216,6 +288,16 @@ struct pstate_group_s {
     }
     device_op_enqueued(tid);
     observe(desc, path, t0, PSTATE_OK);
+  }
+  // The kinds a user calls (the hooks see these; pstate's own exchanges are parts of other calls).
+  static bool hooked_kind(uint32_t op) {
+    using K = pstate::OpKind;
+    constexpr uint32_t kMask = ((1u << (static_cast<uint32_t>(K::kRecv) + 1)) - 2) |
+                               (1u << static_cast<uint32_t>(K::kReduce)) | (1u << static_cast<uint32_t>(K::kScatter)) |
+                               (1u << static_cast<uint32_t>(K::kAllGatherV)) |
+                               (1u << static_cast<uint32_t>(K::kReduceScatterV)) |
+                               (1u << static_cast<uint32_t>(K::kAllToAllV));
+    return op < 32 && ((kMask >> op) & 1u) != 0;
   }
   // Creates the NCCL communicator now if it does not exist (collective over the group).
   void ensure_device_ready(const char *call);
@@ -337,7 +419,11 @@ struct pstate_group_s {
   template <typename Body>
   void run(const pstate::OpDescriptor &desc, Body &&body, const void *fold_payload = nullptr, bool traced = true);
   template <typename Body>
+  void run_core(const pstate::OpDescriptor &desc, Body &&body, const void *fold_payload, bool traced);
+  template <typename Body>
   void run_p2p(pstate::TraceOp op, int peer, uint64_t count, int dtype, Body &&body);
+  template <typename Body>
+  void run_p2p_core(pstate::TraceOp op, int peer, uint64_t count, int dtype, Body &&body);
   uint64_t trace_outer_begin(pstate::TraceOp op, int rank);
   void trace_outer_end(uint64_t id, const pstate::Error *e);
   // The call observer (call_observer.hpp): a collective of descriptor d over path, begun at tick
@@ -440,4 +526,7 @@ struct pstate_group_s {
   std::vector<pstate::RequestState *> requests_;
   pstate::GroupCallMetrics *metrics_ = nullptr;  // this group name's cells (the context's observer)
   pstate::CallCell *observed_cells_ = nullptr;    // metrics_->cells(): one load less on the call path
+  pstate::CallHooks *hooks_ = nullptr;            // the context's hooks (call_hooks.hpp)
+  mutable const void *hook_send_ = nullptr;       // note_send: the next hooked call's send data
+  mutable uint64_t hook_send_bytes_ = 0;
 };

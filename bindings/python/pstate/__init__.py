@@ -27,6 +27,7 @@ from __future__ import annotations
 from . import capi
 from ._buffers import BufferLike
 from ._core import Group, PState, init
+from ._hooks import CallInfo, HookPhase
 from ._enums import Device, DType, Engine, GroupKind, ReduceOp
 from ._errors import (
     AbortedError,
@@ -55,7 +56,7 @@ from ._memory import DeviceMemory, DeviceTensor
 from ._tensor_dict import NUMPY_DTYPE_NAMES, TensorDict
 
 __all__ = [
-    "AbortedError", "AuthError", "BufferLike", "BusyError", "CONFIG_FIELDS", "Device", "DictRequest", "DType", "Engine", "Error", "Group", "GroupKind",
+    "AbortedError", "AuthError", "BufferLike", "BusyError", "CallInfo", "HookPhase", "CONFIG_FIELDS", "Device", "DictRequest", "DType", "Engine", "Error", "Group", "GroupKind",
     "InternalError", "InterruptedError", "InvalidArgumentError", "InvalidStateError", "Layout", "MismatchError", "NoMemoryError",
     "NUMPY_DTYPE_NAMES", "ObjectFrameError", "ObjectRefusedError", "P2POp", "PState", "PeerLostError", "ReduceOp", "Status",
     "Request", "TensorDict", "TimeoutError", "DeviceMemory", "DeviceTensor",

@@ -21,7 +21,7 @@ import threading
 import warnings
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
-from . import _dict_p2p, _objects, _tensor_dict, _torch, capi
+from . import _dict_p2p, _hooks, _objects, _tensor_dict, _torch, capi
 from ._buffers import Buffer, BufferLike, new_like, require, resolve, same_dtype
 from ._enums import Device, DType, GroupKind, ReduceOp, coerce
 from ._errors import BusyError, Error, InvalidArgumentError, InvalidStateError, NoMemoryError, UnsupportedError
@@ -813,6 +813,7 @@ class PState:
         self._device_ordinal: Optional[int] = None  # init's device_ordinal (None: the local rank)
         self._device = Device.CPU  # init's device: the memory the context's tensor operations take
         self._capturing = False  # inside graph_capture(): pstate_finalize refuses and frees nothing
+        self._hooks: Dict[int, Any] = {}  # add_hook's callables by id: alive while the C hook is
 
     def _h(self) -> Any:
         if self._handle is None:
@@ -895,6 +896,28 @@ class PState:
                     self._handle = None
         finally:
             self._lock.release()
+
+    def add_hook(self, fn: Any) -> int:
+        """pstate_add_hook: fn(info: CallInfo) is called before and after every call of this
+        PState's groups (from the next call on, in the order hooks were added), and once with
+        HookPhase.ABORT when the PState fails or is aborted (possibly on a watchdog's thread).
+        Returning False in HookPhase.BEFORE refuses the call: it raises InvalidArgumentError, on
+        every rank for a collective of a CPU group. An exception fn raises goes to
+        sys.unraisablehook and the call goes on. fn must not call this PState (BusyError) and
+        should be quick. Returns the hook's id for remove_hook. docs/hooks.md."""
+        if not callable(fn):
+            raise TypeError("add_hook: fn must be callable")
+        call = _hooks.trampoline(fn)
+        with self._lock:
+            hook_id = capi.add_hook(self._h(), call)
+            self._hooks[hook_id] = call
+        return hook_id
+
+    def remove_hook(self, hook_id: int) -> None:
+        """pstate_remove_hook: the hook sees no later call (InvalidArgumentError for an unknown id)."""
+        with self._lock:
+            capi.remove_hook(self._h(), hook_id)
+            self._hooks.pop(hook_id, None)
 
     def revoke(self) -> None:
         """Stops the call another thread is inside (AbortedError there, within milliseconds) and

@@ -1152,5 +1152,77 @@ def shm_mismatch() -> None:
     assert ps.closed
 
 
+def hooks() -> None:
+    """2 ranks: a Python hook sees every call BEFORE and AFTER, in order, with its status (issue
+    45); returning False refuses rank 1's all_reduce of 3 elements on both ranks; an exception in
+    a hook does not stop the call; a removed hook sees nothing; revoke gives ABORT once. With
+    PSTATE_NAN_CHECK=1 (PSTATE_TEST_NAN=1): rank 1's NaN fails the all_reduce on both ranks."""
+    ps = pstate.init(timeout_ms=TIMEOUT_MS)
+    w, r = ps.world, ps.rank
+    if os.environ.get("PSTATE_TEST_NAN") == "1":
+        x = np.arange(6, dtype=np.float32)
+        if r == 1:
+            x[4] = np.nan
+        e = expect_raises(pstate.InvalidArgumentError, w.all_reduce, x)
+        assert ("send[4] is NaN" if r == 1 else "rank 1") in e.detail, e.detail
+        x[4] = 4
+        w.all_reduce(x)
+        assert x.tolist() == [2.0 * i for i in range(6)], x
+        ps.finalize()
+        return
+    seen = []
+
+    def record(info: pstate.CallInfo):
+        seen.append(info)
+        if info.phase == pstate.HookPhase.BEFORE and r == 1 and info.operation == "all_reduce" and info.count == 3:
+            return False
+        return None
+
+    def broken(info: pstate.CallInfo):
+        raise RuntimeError("a broken hook")
+
+    hook = ps.add_hook(record)
+    broken_id = ps.add_hook(broken)
+    expect_raises(TypeError, ps.add_hook, 42)
+    x = np.arange(4, dtype=np.float32)
+    w.all_reduce(x)
+    w.barrier()
+    if r == 0:
+        w.send(np.ones(2, np.int64), 1)
+    else:
+        w.recv(np.zeros(2, np.int64), 0)
+    assert w.broadcast_object({"k": 1}, src=0) == {"k": 1}
+    e = expect_raises(pstate.InvalidArgumentError, w.all_reduce, np.ones(3, np.float32))
+    assert ("refused by hook" if r == 1 else "rank 1") in e.detail, e.detail
+    y = np.ones(5, np.float32)
+    w.all_reduce(y)
+    assert y.tolist() == [2.0] * 5, y
+    want = [("all_reduce", pstate.Status.OK), ("barrier", pstate.Status.OK),
+            ("send" if r == 0 else "recv", pstate.Status.OK), ("broadcast_object", pstate.Status.OK),
+            ("all_reduce", pstate.Status.INVALID_ARGUMENT), ("all_reduce", pstate.Status.OK)]
+    assert len(seen) == 2 * len(want), [(i.phase, i.operation) for i in seen]
+    for k, (op, status) in enumerate(want):
+        b, a = seen[2 * k], seen[2 * k + 1]
+        assert (b.phase, a.phase) == (pstate.HookPhase.BEFORE, pstate.HookPhase.AFTER), (k, b, a)
+        assert b.operation == a.operation == op and a.status == status and b.call_id == a.call_id, (k, b, a)
+        assert b.group == "world:0" and a.duration_ns >= 0, b
+    assert seen[0].dtype == DType.FLOAT32 and seen[0].count == 4 and seen[0].bytes == 16 and seen[0].send != 0
+    assert seen[0].seq is not None and seen[4].peer == 1 - r and seen[4].seq is None, (seen[0], seen[4])
+    assert [i.call_id for i in seen[::2]] == sorted({i.call_id for i in seen}), [i.call_id for i in seen]
+    assert seen[9].message and seen[8].message is None, (seen[8], seen[9])
+    ps.remove_hook(broken_id)
+    expect_raises(pstate.InvalidArgumentError, ps.remove_hook, broken_id)
+    ps.remove_hook(hook)
+    n = len(seen)
+    w.barrier()
+    assert len(seen) == n
+    ps.add_hook(record)
+    ps.revoke()
+    assert seen[-1].phase == pstate.HookPhase.ABORT and seen[-1].operation == "pstate_revoke", seen[-1]
+    assert seen[-1].status == pstate.Status.ABORTED
+    ps.abort()
+    assert sum(1 for i in seen if i.phase == pstate.HookPhase.ABORT) == 1
+
+
 if __name__ == "__main__":
     globals()[sys.argv[1]]()

@@ -9,6 +9,14 @@ import pytest
 from conftest import run_ranks
 
 
+@pytest.mark.parametrize("env", [{}, {"PSTATE_SHM": "0"}, {"PSTATE_NAN_CHECK": "1", "PSTATE_TEST_NAN": "1"}],
+                         ids=["shm", "ucx", "nan-check"])
+def test_hooks_see_every_call_in_order_refuse_and_abort_two_ranks(ranks, env):
+    """Issue 45: ps.add_hook (a Python callable) sees every call of a 2-rank job in order with its
+    status; PSTATE_NAN_CHECK=1 catches a NaN before the all_reduce on every rank (ranks.py: hooks)."""
+    ranks(2, "hooks", extra_env={"PSTATE_TIMEOUT_MS": "20000", **env})
+
+
 def test_lifecycle_order_and_out_of_order_calls_two_ranks(ranks):
     ranks(2, "lifecycle")
 

@@ -14,6 +14,7 @@ pub const PSTATE_GROUP_FIRST_NON_LAYOUT_KIND: u32 = 1000;
 pub const PSTATE_ENGINE_COUNT: u32 = 2;
 pub const PSTATE_GROUP_NAME_MAX: u32 = 32;
 pub const PSTATE_TENSOR_MAX_NDIM: u32 = 64;
+pub type __int32_t = ::std::os::raw::c_int;
 pub type __uint32_t = ::std::os::raw::c_uint;
 pub type __int64_t = ::std::os::raw::c_long;
 pub type __uint64_t = ::std::os::raw::c_ulong;
@@ -1635,6 +1636,365 @@ fn bindgen_test_layout_pstate_mem_stats_t() {
     }
     test_field_reserved0();
 }
+impl pstate_hook_phase_t {
+    pub const PSTATE_HOOK_BEFORE: pstate_hook_phase_t = pstate_hook_phase_t(0);
+}
+impl pstate_hook_phase_t {
+    pub const PSTATE_HOOK_AFTER: pstate_hook_phase_t = pstate_hook_phase_t(1);
+}
+impl pstate_hook_phase_t {
+    pub const PSTATE_HOOK_ABORT: pstate_hook_phase_t = pstate_hook_phase_t(2);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct pstate_hook_phase_t(pub ::std::os::raw::c_uint);
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct pstate_call_info_t {
+    pub struct_size: usize,
+    pub phase: pstate_hook_phase_t,
+    pub status: pstate_status_t,
+    pub call_id: u64,
+    pub group: *const ::std::os::raw::c_char,
+    pub operation: *const ::std::os::raw::c_char,
+    pub seq: u64,
+    pub count: u64,
+    pub dtype: i32,
+    pub root: i32,
+    pub peer: i32,
+    pub on_device: i32,
+    pub bytes: u64,
+    pub path: *const ::std::os::raw::c_char,
+    pub duration_ns: i64,
+    pub send: *const ::std::os::raw::c_void,
+    pub send_bytes: u64,
+    pub message: *const ::std::os::raw::c_char,
+}
+#[test]
+fn bindgen_test_layout_pstate_call_info_t() {
+    assert_eq!(
+        ::std::mem::size_of::<pstate_call_info_t>(),
+        120usize,
+        concat!("Size of: ", stringify!(pstate_call_info_t))
+    );
+    assert_eq!(
+        ::std::mem::align_of::<pstate_call_info_t>(),
+        8usize,
+        concat!("Alignment of ", stringify!(pstate_call_info_t))
+    );
+    fn test_field_struct_size() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_call_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).struct_size) as usize - ptr as usize
+            },
+            0usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_call_info_t),
+                "::",
+                stringify!(struct_size)
+            )
+        );
+    }
+    test_field_struct_size();
+    fn test_field_phase() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_call_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).phase) as usize - ptr as usize
+            },
+            8usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_call_info_t),
+                "::",
+                stringify!(phase)
+            )
+        );
+    }
+    test_field_phase();
+    fn test_field_status() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_call_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).status) as usize - ptr as usize
+            },
+            12usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_call_info_t),
+                "::",
+                stringify!(status)
+            )
+        );
+    }
+    test_field_status();
+    fn test_field_call_id() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_call_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).call_id) as usize - ptr as usize
+            },
+            16usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_call_info_t),
+                "::",
+                stringify!(call_id)
+            )
+        );
+    }
+    test_field_call_id();
+    fn test_field_group() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_call_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).group) as usize - ptr as usize
+            },
+            24usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_call_info_t),
+                "::",
+                stringify!(group)
+            )
+        );
+    }
+    test_field_group();
+    fn test_field_operation() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_call_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).operation) as usize - ptr as usize
+            },
+            32usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_call_info_t),
+                "::",
+                stringify!(operation)
+            )
+        );
+    }
+    test_field_operation();
+    fn test_field_seq() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_call_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).seq) as usize - ptr as usize
+            },
+            40usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_call_info_t),
+                "::",
+                stringify!(seq)
+            )
+        );
+    }
+    test_field_seq();
+    fn test_field_count() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_call_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).count) as usize - ptr as usize
+            },
+            48usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_call_info_t),
+                "::",
+                stringify!(count)
+            )
+        );
+    }
+    test_field_count();
+    fn test_field_dtype() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_call_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).dtype) as usize - ptr as usize
+            },
+            56usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_call_info_t),
+                "::",
+                stringify!(dtype)
+            )
+        );
+    }
+    test_field_dtype();
+    fn test_field_root() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_call_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).root) as usize - ptr as usize
+            },
+            60usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_call_info_t),
+                "::",
+                stringify!(root)
+            )
+        );
+    }
+    test_field_root();
+    fn test_field_peer() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_call_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).peer) as usize - ptr as usize
+            },
+            64usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_call_info_t),
+                "::",
+                stringify!(peer)
+            )
+        );
+    }
+    test_field_peer();
+    fn test_field_on_device() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_call_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).on_device) as usize - ptr as usize
+            },
+            68usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_call_info_t),
+                "::",
+                stringify!(on_device)
+            )
+        );
+    }
+    test_field_on_device();
+    fn test_field_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_call_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).bytes) as usize - ptr as usize
+            },
+            72usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_call_info_t),
+                "::",
+                stringify!(bytes)
+            )
+        );
+    }
+    test_field_bytes();
+    fn test_field_path() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_call_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).path) as usize - ptr as usize
+            },
+            80usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_call_info_t),
+                "::",
+                stringify!(path)
+            )
+        );
+    }
+    test_field_path();
+    fn test_field_duration_ns() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_call_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).duration_ns) as usize - ptr as usize
+            },
+            88usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_call_info_t),
+                "::",
+                stringify!(duration_ns)
+            )
+        );
+    }
+    test_field_duration_ns();
+    fn test_field_send() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_call_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).send) as usize - ptr as usize
+            },
+            96usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_call_info_t),
+                "::",
+                stringify!(send)
+            )
+        );
+    }
+    test_field_send();
+    fn test_field_send_bytes() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_call_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).send_bytes) as usize - ptr as usize
+            },
+            104usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_call_info_t),
+                "::",
+                stringify!(send_bytes)
+            )
+        );
+    }
+    test_field_send_bytes();
+    fn test_field_message() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_call_info_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).message) as usize - ptr as usize
+            },
+            112usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_call_info_t),
+                "::",
+                stringify!(message)
+            )
+        );
+    }
+    test_field_message();
+}
+pub type pstate_hook_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        user: *mut ::std::os::raw::c_void,
+        info: *const pstate_call_info_t,
+    ) -> pstate_status_t,
+>;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct pstate_api_t {
@@ -2125,12 +2485,22 @@ pub struct pstate_api_t {
             count: *mut usize,
         ) -> pstate_status_t,
     >,
+    pub add_hook: ::std::option::Option<
+        unsafe extern "C" fn(
+            ps: *mut pstate_t,
+            fn_: pstate_hook_fn,
+            user: *mut ::std::os::raw::c_void,
+            id: *mut u64,
+        ) -> pstate_status_t,
+    >,
+    pub remove_hook:
+        ::std::option::Option<unsafe extern "C" fn(ps: *mut pstate_t, id: u64) -> pstate_status_t>,
 }
 #[test]
 fn bindgen_test_layout_pstate_api_t() {
     assert_eq!(
         ::std::mem::size_of::<pstate_api_t>(),
-        584usize,
+        600usize,
         concat!("Size of: ", stringify!(pstate_api_t))
     );
     assert_eq!(
@@ -3396,4 +3766,38 @@ fn bindgen_test_layout_pstate_api_t() {
         );
     }
     test_field_metrics_text();
+    fn test_field_add_hook() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).add_hook) as usize - ptr as usize
+            },
+            584usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(add_hook)
+            )
+        );
+    }
+    test_field_add_hook();
+    fn test_field_remove_hook() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).remove_hook) as usize - ptr as usize
+            },
+            592usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(remove_hook)
+            )
+        );
+    }
+    test_field_remove_hook();
 }

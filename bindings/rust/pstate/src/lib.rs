@@ -46,6 +46,7 @@
 //! fn f(ps: pstate::PState) -> pstate::Group<'static> { ps.world().unwrap() }
 //! ```
 mod error;
+mod hooks;
 mod memory;
 mod nonblocking;
 pub mod requests;
@@ -54,6 +55,7 @@ mod tensor_dict;
 mod types;
 
 pub use error::{Error, Result, Status};
+pub use hooks::{CallInfo, HookId, HookPhase, Verdict};
 pub use memory::{GroupMemory, MemInfo, MemKind, MemPath, MemStats};
 pub use nonblocking::P2POp;
 pub use requests::{scope, RecvBuf, Request, Scope, ScopedRequest, SendBuf};
@@ -178,6 +180,9 @@ pub struct PState {
     interrupt: Arc<AtomicI32>,
     /// The handle AbortHandle revokes; None from the moment the C context is freed.
     revocable: Arc<Mutex<Option<RawContext>>>,
+    /// add_hook's closures (their addresses are the C hooks' user values); dropped after the C
+    /// context that calls them.
+    hooks: std::cell::RefCell<Vec<(u64, Box<hooks::HookCell>)>>,
 }
 
 /// The C handle as an AbortHandle holds it (Send: pstate_revoke may be called from any thread).
@@ -268,6 +273,7 @@ impl PState {
             world_size: 0,
             interrupt: Arc::new(AtomicI32::new(0)),
             revocable: Arc::new(Mutex::new(Some(RawContext(raw)))),
+            hooks: Default::default(),
         };
         let flag = Arc::as_ptr(&ps.interrupt) as *mut c_void;
         check(unsafe { sys::pstate_set_interrupt_check(ps.as_raw(), Some(interrupt_check), flag) })?; // (Drop finalizes on error)
@@ -429,6 +435,33 @@ impl PState {
         Ok(GraphCapture { ps: self, stream: capture_stream, ended: false })
     }
 
+    /// pstate_add_hook: `hook` is called before and after every call of this PState's groups
+    /// (from the next one on, in the order hooks were added), told what the call is and how it
+    /// ended, and once when the PState fails or is aborted ([`HookPhase::Abort`], possibly on an
+    /// [`AbortHandle`]'s thread). [`Verdict::Refuse`] in [`HookPhase::Before`] refuses the call
+    /// (`Status::InvalidArgument`, on every rank for a collective of a CPU group). A hook must
+    /// not call this PState (the call it hooks holds it: `Status::Busy`) and should be quick; a
+    /// panic in it is caught and the call goes on. docs/hooks.md.
+    pub fn add_hook<F>(&self, hook: F) -> Result<HookId>
+    where
+        F: FnMut(&CallInfo<'_>) -> Verdict + Send + 'static,
+    {
+        let cell: Box<hooks::HookCell> = Box::new(Mutex::new(Box::new(hook)));
+        let user = &*cell as *const hooks::HookCell as *mut c_void;
+        let mut id = 0u64;
+        check(unsafe { sys::pstate_add_hook(self.as_raw(), Some(hooks::trampoline), user, &mut id) })?;
+        self.hooks.borrow_mut().push((id, cell));
+        Ok(HookId(id))
+    }
+
+    /// pstate_remove_hook: the hook sees no call after this one (`Status::InvalidArgument` for an
+    /// id this PState does not have).
+    pub fn remove_hook(&self, id: HookId) -> Result<()> {
+        check(unsafe { sys::pstate_remove_hook(self.as_raw(), id.0) })?;
+        self.hooks.borrow_mut().retain(|(i, _)| *i != id.0);
+        Ok(())
+    }
+
     /// Graceful teardown (waits for peers up to the timeout); always frees the state.
     pub fn finalize(self) -> Result<()> {
         let me = ManuallyDrop::new(self);
@@ -437,6 +470,7 @@ impl PState {
         // SAFETY: me is never used again; the flag goes after the C context that read it.
         drop(unsafe { ptr::read(&me.interrupt) });
         drop(unsafe { ptr::read(&me.revocable) });
+        drop(unsafe { ptr::read(&me.hooks) });
         result
     }
 
@@ -448,6 +482,7 @@ impl PState {
         // SAFETY: as in finalize.
         drop(unsafe { ptr::read(&me.interrupt) });
         drop(unsafe { ptr::read(&me.revocable) });
+        drop(unsafe { ptr::read(&me.hooks) });
         result
     }
 }
