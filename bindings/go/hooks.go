@@ -23,18 +23,18 @@ const (
 // CallInfo is what a hook is told (pstate_call_info_t).
 type CallInfo struct {
 	Phase     HookPhase
-	Status    Status  // HookAfter: what the call returns; HookAbort: the failure's
-	CallID    uint64  // the PState's calls numbered from 1; HookBefore and HookAfter of one call share it
-	Group     string  // "tp:0"; "" in HookAbort
-	Operation string  // "all_reduce", "send", ...; in HookAbort "context_failed", "pstate_revoke" or "pstate_abort"
-	Seq       uint64  // the group's number of a CPU collective; ^uint64(0) otherwise
-	Count     uint64  // the call's count (elements; bytes for objects)
-	DType     DType   // -1 where the call has none (objects, barrier)
-	Root      int     // group rank of a rooted call, else -1
-	Peer      int     // group rank of the other side of a point-to-point call, else -1
-	OnDevice  bool    // the buffers are device memory
-	Bytes     uint64  // Count times the dtype's size
-	Path      string  // "shm", "ucx", "nccl", "local" or "none"
+	Status    Status // HookAfter: what the call returns; HookAbort: the failure's
+	CallID    uint64 // the PState's calls numbered from 1; HookBefore and HookAfter of one call share it
+	Group     string // "tp:0"; "" in HookAbort
+	Operation string // "all_reduce", "send", ...; in HookAbort "context_failed", "pstate_revoke" or "pstate_abort"
+	Seq       uint64 // the group's number of a CPU collective; ^uint64(0) otherwise
+	Count     uint64 // the call's count (elements; bytes for objects)
+	DType     DType  // -1 where the call has none (objects, barrier)
+	Root      int    // group rank of a rooted call, else -1
+	Peer      int    // group rank of the other side of a point-to-point call, else -1
+	OnDevice  bool   // the buffers are device memory
+	Bytes     uint64 // Count times the dtype's size
+	Path      string // "shm", "ucx", "nccl", "local" or "none"
 	Duration  time.Duration
 	Send      uintptr // the data this rank sends (HookBefore/HookAfter), 0 where none
 	SendBytes uint64

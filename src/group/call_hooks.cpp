@@ -55,8 +55,9 @@ void CallHooks::after(const pstate_call_info_t &info) const noexcept {
 void CallHooks::abort(const char *operation, pstate_status_t status, const std::string &message) noexcept {
   if (list_.load(std::memory_order_acquire) == nullptr) return;
   if (aborted_.exchange(true, std::memory_order_acq_rel)) return;
-  pstate_call_info_t info = call_info(PSTATE_HOOK_ABORT, 0, std::string(), operation, UINT64_MAX, 0, -1, -1, -1,
-                                      false, 0, "none");
+  static const std::string no_group;  // call_info keeps its c_str(): it must outlive the hooks' calls
+  pstate_call_info_t info =
+      call_info(PSTATE_HOOK_ABORT, 0, no_group, operation, UINT64_MAX, 0, -1, -1, -1, false, 0, "none");
   info.status = status;
   info.message = message.c_str();
   after(info);

@@ -57,6 +57,8 @@ static pstate_status_t record(void *user, const pstate_call_info_t *info) {
   if (info->phase == PSTATE_HOOK_ABORT) {
     ++r->aborts;
     snprintf(r->abort_op, sizeof r->abort_op, "%s", info->operation);
+    if (info->group == NULL || info->group[0] != '\0' || strcmp(info->path, "none") != 0 || info->message == NULL)
+      r->abort_op[0] = '?'; /* ABORT has no group, path "none", and the failure's text */
     r->abort_status = info->status;
     return PSTATE_OK;
   }

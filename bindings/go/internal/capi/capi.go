@@ -77,6 +77,9 @@ pstate_go_ops *pstate_go_ops_new(size_t n);
 void pstate_go_ops_set(pstate_go_ops *o, size_t i, int is_send, void *buf, size_t count, int dtype, int peer);
 void pstate_go_ops_free(pstate_go_ops *o);
 
+
+intptr_t pstate_go_add_hook(uintptr_t ps, uintptr_t handle, uint64_t *id);
+
 typedef long long swig_type_1;
 typedef _gostring_ swig_type_2;
 typedef _gostring_ swig_type_3;
@@ -153,250 +156,255 @@ typedef long long swig_type_73;
 typedef long long swig_type_74;
 typedef _gostring_ swig_type_75;
 typedef long long swig_type_76;
-extern void _wrap_Swig_free_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern uintptr_t _wrap_Swig_malloc_capi_91e42432fc84ab2e(swig_intgo arg1);
-extern swig_intgo _wrap_PSTATE_VERSION_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_OK_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_ERR_TIMEOUT_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_ERR_PEER_LOST_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_ERR_TRANSPORT_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_ERR_MISMATCH_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_ERR_AUTH_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_ERR_ABORTED_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_ERR_INTERNAL_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_ERR_BUSY_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_INT8_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_UINT8_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_INT32_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_UINT32_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_INT64_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_UINT64_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_FLOAT16_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_FLOAT32_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_FLOAT64_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_BFLOAT16_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_FP8_E4M3_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_FP8_E5M2_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_SUM_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_PROD_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_MAX_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_MIN_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_AVG_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_DEVICE_CPU_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_DEVICE_CUDA_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_GROUP_WORLD_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_GROUP_TP_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_GROUP_PP_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_GROUP_MOE_EP_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_GROUP_MOE_TP_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_GROUP_MOE_DP_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_GROUP_DCP_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_GROUP_SELF_PP_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_GROUP_DP_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_GROUP_PCP_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_GROUP_EP_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_GROUP_EPLB_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_GROUP_CUSTOM_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_ENGINE_SGLANG_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_ENGINE_VLLM_capi_91e42432fc84ab2e(void);
-extern swig_type_1 _wrap_pstate_init_params_t_struct_size_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_world_size_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_init_params_t_world_size_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_rank_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_init_params_t_rank_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_local_rank_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_init_params_t_local_rank_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_init_method_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_2 arg2);
-extern swig_type_3 _wrap_pstate_init_params_t_init_method_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_device_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_init_params_t_device_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_device_ordinal_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_timeout_ms_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_4 arg2);
-extern swig_type_5 _wrap_pstate_init_params_t_timeout_ms_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_job_token_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_6 arg2);
-extern swig_type_7 _wrap_pstate_init_params_t_job_token_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_socket_ifname_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_8 arg2);
-extern swig_type_9 _wrap_pstate_init_params_t_socket_ifname_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern uintptr_t _wrap_new_pstate_init_params_t_capi_91e42432fc84ab2e(void);
-extern void _wrap_delete_pstate_init_params_t_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern swig_type_10 _wrap_pstate_parallel_config_t_struct_size_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_engine_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_engine_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_data_parallel_size_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_data_parallel_size_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_prefill_context_parallel_size_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_prefill_context_parallel_size_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_moe_model_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_moe_model_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern uintptr_t _wrap_new_pstate_parallel_config_t_capi_91e42432fc84ab2e(void);
-extern void _wrap_delete_pstate_parallel_config_t_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern swig_type_11 _wrap_pstate_group_info_t_struct_size_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_kind_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_kind_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_rank_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_rank_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_rank_in_group_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_world_size_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_world_size_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_local_rank_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_local_rank_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_first_rank_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_first_rank_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_last_rank_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_last_rank_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_next_rank_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_next_rank_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_prev_rank_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_prev_rank_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern swig_type_12 _wrap_pstate_group_info_t_name_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern uintptr_t _wrap_new_pstate_group_info_t_capi_91e42432fc84ab2e(void);
-extern void _wrap_delete_pstate_group_info_t_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern swig_type_13 _wrap_status_string_capi_91e42432fc84ab2e(swig_intgo arg1);
-extern swig_type_14 _wrap_last_error_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_version_capi_91e42432fc84ab2e(void);
-extern swig_type_15 _wrap_dtype_name_capi_91e42432fc84ab2e(swig_intgo arg1);
-extern swig_type_16 _wrap_reduce_op_name_capi_91e42432fc84ab2e(swig_intgo arg1);
-extern swig_type_17 _wrap_group_kind_name_capi_91e42432fc84ab2e(swig_intgo arg1);
-extern swig_type_18 _wrap_dtype_size_capi_91e42432fc84ab2e(swig_intgo arg1);
-extern swig_intgo _wrap_layout_create_capi_91e42432fc84ab2e(swig_intgo arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_intgo _wrap_layout_group_count_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
-extern swig_intgo _wrap_layout_group_ranks_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2, swig_type_19 arg3, swig_type_20 arg4, swig_voidp arg5);
-extern swig_intgo _wrap_layout_group_of_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3, swig_voidp arg4);
-extern void _wrap_layout_destroy_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern swig_intgo _wrap_init_capi_91e42432fc84ab2e(uintptr_t arg1, swig_voidp arg2);
-extern swig_intgo _wrap_initialize_model_parallel_capi_91e42432fc84ab2e(uintptr_t arg1, uintptr_t arg2);
-extern swig_intgo _wrap_model_parallel_is_initialized_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern swig_intgo _wrap_destroy_model_parallel_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern swig_intgo _wrap_finalize_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern swig_intgo _wrap_abort_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern swig_intgo _wrap_revoke_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern swig_intgo _wrap_set_interrupt_check_capi_91e42432fc84ab2e(uintptr_t arg1, uintptr_t arg2);
-extern swig_intgo _wrap_trace_dump_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_21 arg2);
-extern swig_intgo _wrap_get_group_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
-extern swig_intgo _wrap_group_info_capi_91e42432fc84ab2e(uintptr_t arg1, uintptr_t arg2);
-extern swig_intgo _wrap_group_ranks_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_22 arg2, swig_voidp arg3);
-extern swig_intgo _wrap_live_ranks_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_23 arg2, swig_voidp arg3);
-extern swig_intgo _wrap_shrink_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_24 arg2, swig_voidp arg3);
-extern swig_intgo _wrap_grow_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_25 arg2);
-extern swig_intgo _wrap_new_group_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_26 arg2, swig_voidp arg3);
-extern swig_intgo _wrap_group_same_node_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2, swig_type_27 arg3, swig_voidp arg4);
-extern swig_intgo _wrap_all_reduce_capi_91e42432fc84ab2e(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_28 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_all_gather_capi_91e42432fc84ab2e(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_29 arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_reduce_scatter_capi_91e42432fc84ab2e(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_30 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_broadcast_capi_91e42432fc84ab2e(uintptr_t arg1, swig_voidp arg2, swig_type_31 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_gather_capi_91e42432fc84ab2e(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_32 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_all_to_all_capi_91e42432fc84ab2e(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_33 arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_reduce_capi_91e42432fc84ab2e(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_34 arg4, swig_intgo arg5, swig_intgo arg6, swig_intgo arg7, uintptr_t arg8);
-extern swig_intgo _wrap_scatter_capi_91e42432fc84ab2e(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_35 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_all_gatherv_capi_91e42432fc84ab2e(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_36 arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_reduce_scatterv_capi_91e42432fc84ab2e(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_37 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_all_to_all_v_capi_91e42432fc84ab2e(uintptr_t arg1, swig_voidp arg2, swig_type_38 arg3, swig_type_39 arg4, swig_voidp arg5, swig_type_40 arg6, swig_type_41 arg7, swig_intgo arg8, uintptr_t arg9);
-extern swig_intgo _wrap_send_capi_91e42432fc84ab2e(uintptr_t arg1, swig_voidp arg2, swig_type_42 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_recv_capi_91e42432fc84ab2e(uintptr_t arg1, swig_voidp arg2, swig_type_43 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_barrier_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern swig_intgo _wrap_tp_allreduce_capi_91e42432fc84ab2e(uintptr_t arg1, swig_voidp arg2, swig_type_44 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_tp_allgather_capi_91e42432fc84ab2e(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_45 arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_broadcast_object_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_46 arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_intgo _wrap_all_gather_object_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_47 arg2, swig_voidp arg3, swig_type_48 arg4, swig_voidp arg5);
-extern swig_intgo _wrap_send_object_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_49 arg2, swig_intgo arg3);
-extern swig_intgo _wrap_recv_object_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
-extern swig_intgo _wrap_broadcast_tensor_dict_capi_91e42432fc84ab2e(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, uintptr_t arg4, uintptr_t arg5);
-extern swig_intgo _wrap_send_tensor_dict_capi_91e42432fc84ab2e(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, uintptr_t arg4);
-extern swig_intgo _wrap_recv_tensor_dict_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2, uintptr_t arg3, uintptr_t arg4);
-extern swig_intgo _wrap_send_tensor_dict_sliced_capi_91e42432fc84ab2e(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, uintptr_t arg4, uintptr_t arg5);
-extern swig_intgo _wrap_recv_tensor_dict_sliced_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
-extern swig_intgo _wrap_isend_capi_91e42432fc84ab2e(uintptr_t arg1, swig_voidp arg2, swig_type_50 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6, swig_voidp arg7);
-extern swig_intgo _wrap_irecv_capi_91e42432fc84ab2e(uintptr_t arg1, swig_voidp arg2, swig_type_51 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6, swig_voidp arg7);
-extern swig_intgo _wrap_wait_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern swig_intgo _wrap_test_capi_91e42432fc84ab2e(uintptr_t arg1, swig_voidp arg2);
-extern swig_intgo _wrap_p2p_batch_capi_91e42432fc84ab2e(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3);
-extern swig_intgo _wrap_graph_capture_begin_capi_91e42432fc84ab2e(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_intgo _wrap_graph_capture_end_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern swig_intgo _wrap_PSTATE_MEM_NONE_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_MEM_GROUP_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_MEM_POOL_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_MEM_REGISTERED_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_MEM_PATH_NONE_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_MEM_PATH_PLAIN_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_MEM_PATH_REGISTERED_capi_91e42432fc84ab2e(void);
-extern swig_intgo _wrap_PSTATE_MEM_PATH_SYMMETRIC_capi_91e42432fc84ab2e(void);
-extern swig_type_52 _wrap_pstate_mem_info_t_struct_size_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_mem_info_t_base_set_capi_91e42432fc84ab2e(uintptr_t arg1, uintptr_t arg2);
-extern uintptr_t _wrap_pstate_mem_info_t_base_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_mem_info_t_size_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_53 arg2);
-extern swig_type_54 _wrap_pstate_mem_info_t_size_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_mem_info_t_kind_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_mem_info_t_kind_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_mem_info_t_symmetric_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_mem_info_t_symmetric_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_mem_info_t_registered_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_mem_info_t_registered_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_mem_info_t_reserved0_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_mem_info_t_reserved0_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern uintptr_t _wrap_new_pstate_mem_info_t_capi_91e42432fc84ab2e(void);
-extern void _wrap_delete_pstate_mem_info_t_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern swig_type_55 _wrap_pstate_mem_stats_t_struct_size_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_symmetric_calls_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_56 arg2);
-extern swig_type_57 _wrap_pstate_mem_stats_t_symmetric_calls_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_registered_calls_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_58 arg2);
-extern swig_type_59 _wrap_pstate_mem_stats_t_registered_calls_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_plain_calls_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_60 arg2);
-extern swig_type_61 _wrap_pstate_mem_stats_t_plain_calls_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_windows_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_62 arg2);
-extern swig_type_63 _wrap_pstate_mem_stats_t_windows_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_registrations_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_64 arg2);
-extern swig_type_65 _wrap_pstate_mem_stats_t_registrations_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_allocated_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_66 arg2);
-extern swig_type_67 _wrap_pstate_mem_stats_t_allocated_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_pool_reserved_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_68 arg2);
-extern swig_type_69 _wrap_pstate_mem_stats_t_pool_reserved_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_pool_used_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_70 arg2);
-extern swig_type_71 _wrap_pstate_mem_stats_t_pool_used_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_symmetric_available_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_mem_stats_t_symmetric_available_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_last_path_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_mem_stats_t_last_path_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_nccl_version_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_mem_stats_t_nccl_version_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_reserved0_set_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_mem_stats_t_reserved0_get_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern uintptr_t _wrap_new_pstate_mem_stats_t_capi_91e42432fc84ab2e(void);
-extern void _wrap_delete_pstate_mem_stats_t_capi_91e42432fc84ab2e(uintptr_t arg1);
-extern swig_intgo _wrap_mem_alloc_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_72 arg2, swig_voidp arg3);
-extern swig_intgo _wrap_mem_free_capi_91e42432fc84ab2e(uintptr_t arg1, uintptr_t arg2);
-extern swig_intgo _wrap_mem_pool_reserve_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_73 arg2);
-extern swig_intgo _wrap_mem_register_capi_91e42432fc84ab2e(uintptr_t arg1, uintptr_t arg2, swig_type_74 arg3);
-extern swig_intgo _wrap_mem_deregister_capi_91e42432fc84ab2e(uintptr_t arg1, uintptr_t arg2);
-extern swig_intgo _wrap_mem_query_capi_91e42432fc84ab2e(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3);
-extern swig_intgo _wrap_group_mem_stats_capi_91e42432fc84ab2e(uintptr_t arg1, uintptr_t arg2);
-extern swig_intgo _wrap_set_graph_registration_capi_91e42432fc84ab2e(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_metrics_text_capi_91e42432fc84ab2e(uintptr_t arg1, swig_type_75 arg2, swig_type_76 arg3, swig_voidp arg4);
+typedef long long swig_type_77;
+extern void _wrap_Swig_free_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern uintptr_t _wrap_Swig_malloc_capi_0165382b6d0d27c8(swig_intgo arg1);
+extern swig_intgo _wrap_PSTATE_VERSION_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_OK_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_ERR_TIMEOUT_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_ERR_PEER_LOST_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_ERR_TRANSPORT_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_ERR_MISMATCH_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_ERR_AUTH_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_ERR_ABORTED_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_ERR_INTERNAL_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_ERR_BUSY_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_INT8_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_UINT8_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_INT32_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_UINT32_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_INT64_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_UINT64_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_FLOAT16_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_FLOAT32_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_FLOAT64_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_BFLOAT16_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_FP8_E4M3_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_FP8_E5M2_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_SUM_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_PROD_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_MAX_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_MIN_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_AVG_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_DEVICE_CPU_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_DEVICE_CUDA_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_GROUP_WORLD_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_GROUP_TP_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_GROUP_PP_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_GROUP_MOE_EP_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_GROUP_MOE_TP_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_GROUP_MOE_DP_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_GROUP_DCP_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_GROUP_SELF_PP_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_GROUP_DP_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_GROUP_PCP_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_GROUP_EP_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_GROUP_EPLB_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_GROUP_CUSTOM_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_ENGINE_SGLANG_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_ENGINE_VLLM_capi_0165382b6d0d27c8(void);
+extern swig_type_1 _wrap_pstate_init_params_t_struct_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_world_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_init_params_t_world_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_rank_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_init_params_t_rank_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_local_rank_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_init_params_t_local_rank_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_init_method_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_2 arg2);
+extern swig_type_3 _wrap_pstate_init_params_t_init_method_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_device_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_init_params_t_device_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_device_ordinal_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_timeout_ms_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_4 arg2);
+extern swig_type_5 _wrap_pstate_init_params_t_timeout_ms_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_job_token_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_6 arg2);
+extern swig_type_7 _wrap_pstate_init_params_t_job_token_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_socket_ifname_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_8 arg2);
+extern swig_type_9 _wrap_pstate_init_params_t_socket_ifname_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern uintptr_t _wrap_new_pstate_init_params_t_capi_0165382b6d0d27c8(void);
+extern void _wrap_delete_pstate_init_params_t_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern swig_type_10 _wrap_pstate_parallel_config_t_struct_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_engine_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_engine_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_data_parallel_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_data_parallel_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_prefill_context_parallel_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_prefill_context_parallel_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_moe_model_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_moe_model_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern uintptr_t _wrap_new_pstate_parallel_config_t_capi_0165382b6d0d27c8(void);
+extern void _wrap_delete_pstate_parallel_config_t_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern swig_type_11 _wrap_pstate_group_info_t_struct_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_kind_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_kind_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_rank_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_rank_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_rank_in_group_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_world_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_world_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_local_rank_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_local_rank_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_first_rank_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_first_rank_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_last_rank_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_last_rank_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_next_rank_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_next_rank_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_prev_rank_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_prev_rank_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern swig_type_12 _wrap_pstate_group_info_t_name_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern uintptr_t _wrap_new_pstate_group_info_t_capi_0165382b6d0d27c8(void);
+extern void _wrap_delete_pstate_group_info_t_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern swig_type_13 _wrap_status_string_capi_0165382b6d0d27c8(swig_intgo arg1);
+extern swig_type_14 _wrap_last_error_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_version_capi_0165382b6d0d27c8(void);
+extern swig_type_15 _wrap_dtype_name_capi_0165382b6d0d27c8(swig_intgo arg1);
+extern swig_type_16 _wrap_reduce_op_name_capi_0165382b6d0d27c8(swig_intgo arg1);
+extern swig_type_17 _wrap_group_kind_name_capi_0165382b6d0d27c8(swig_intgo arg1);
+extern swig_type_18 _wrap_dtype_size_capi_0165382b6d0d27c8(swig_intgo arg1);
+extern swig_intgo _wrap_layout_create_capi_0165382b6d0d27c8(swig_intgo arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_intgo _wrap_layout_group_count_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
+extern swig_intgo _wrap_layout_group_ranks_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2, swig_type_19 arg3, swig_type_20 arg4, swig_voidp arg5);
+extern swig_intgo _wrap_layout_group_of_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3, swig_voidp arg4);
+extern void _wrap_layout_destroy_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern swig_intgo _wrap_init_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2);
+extern swig_intgo _wrap_initialize_model_parallel_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2);
+extern swig_intgo _wrap_model_parallel_is_initialized_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern swig_intgo _wrap_destroy_model_parallel_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern swig_intgo _wrap_finalize_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern swig_intgo _wrap_abort_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern swig_intgo _wrap_revoke_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern swig_intgo _wrap_set_interrupt_check_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2);
+extern swig_intgo _wrap_trace_dump_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_21 arg2);
+extern swig_intgo _wrap_get_group_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
+extern swig_intgo _wrap_group_info_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2);
+extern swig_intgo _wrap_group_ranks_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_22 arg2, swig_voidp arg3);
+extern swig_intgo _wrap_live_ranks_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_23 arg2, swig_voidp arg3);
+extern swig_intgo _wrap_shrink_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_24 arg2, swig_voidp arg3);
+extern swig_intgo _wrap_grow_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_25 arg2);
+extern swig_intgo _wrap_new_group_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_26 arg2, swig_voidp arg3);
+extern swig_intgo _wrap_group_same_node_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2, swig_type_27 arg3, swig_voidp arg4);
+extern swig_intgo _wrap_all_reduce_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_28 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_all_gather_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_29 arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_reduce_scatter_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_30 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_broadcast_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_type_31 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_gather_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_32 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_all_to_all_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_33 arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_reduce_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_34 arg4, swig_intgo arg5, swig_intgo arg6, swig_intgo arg7, uintptr_t arg8);
+extern swig_intgo _wrap_scatter_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_35 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_all_gatherv_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_36 arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_reduce_scatterv_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_37 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_all_to_all_v_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_type_38 arg3, swig_type_39 arg4, swig_voidp arg5, swig_type_40 arg6, swig_type_41 arg7, swig_intgo arg8, uintptr_t arg9);
+extern swig_intgo _wrap_send_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_type_42 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_recv_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_type_43 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_barrier_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern swig_intgo _wrap_tp_allreduce_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_type_44 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_tp_allgather_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_45 arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_broadcast_object_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_46 arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_intgo _wrap_all_gather_object_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_47 arg2, swig_voidp arg3, swig_type_48 arg4, swig_voidp arg5);
+extern swig_intgo _wrap_send_object_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_49 arg2, swig_intgo arg3);
+extern swig_intgo _wrap_recv_object_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
+extern swig_intgo _wrap_broadcast_tensor_dict_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, uintptr_t arg4, uintptr_t arg5);
+extern swig_intgo _wrap_send_tensor_dict_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, uintptr_t arg4);
+extern swig_intgo _wrap_recv_tensor_dict_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2, uintptr_t arg3, uintptr_t arg4);
+extern swig_intgo _wrap_send_tensor_dict_sliced_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, uintptr_t arg4, uintptr_t arg5);
+extern swig_intgo _wrap_recv_tensor_dict_sliced_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
+extern swig_intgo _wrap_isend_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_type_50 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6, swig_voidp arg7);
+extern swig_intgo _wrap_irecv_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_type_51 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6, swig_voidp arg7);
+extern swig_intgo _wrap_wait_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern swig_intgo _wrap_test_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2);
+extern swig_intgo _wrap_p2p_batch_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3);
+extern swig_intgo _wrap_graph_capture_begin_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_intgo _wrap_graph_capture_end_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern swig_intgo _wrap_PSTATE_MEM_NONE_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_MEM_GROUP_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_MEM_POOL_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_MEM_REGISTERED_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_MEM_PATH_NONE_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_MEM_PATH_PLAIN_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_MEM_PATH_REGISTERED_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_MEM_PATH_SYMMETRIC_capi_0165382b6d0d27c8(void);
+extern swig_type_52 _wrap_pstate_mem_info_t_struct_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_mem_info_t_base_set_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2);
+extern uintptr_t _wrap_pstate_mem_info_t_base_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_mem_info_t_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_53 arg2);
+extern swig_type_54 _wrap_pstate_mem_info_t_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_mem_info_t_kind_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_mem_info_t_kind_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_mem_info_t_symmetric_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_mem_info_t_symmetric_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_mem_info_t_registered_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_mem_info_t_registered_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_mem_info_t_reserved0_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_mem_info_t_reserved0_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern uintptr_t _wrap_new_pstate_mem_info_t_capi_0165382b6d0d27c8(void);
+extern void _wrap_delete_pstate_mem_info_t_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern swig_type_55 _wrap_pstate_mem_stats_t_struct_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_symmetric_calls_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_56 arg2);
+extern swig_type_57 _wrap_pstate_mem_stats_t_symmetric_calls_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_registered_calls_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_58 arg2);
+extern swig_type_59 _wrap_pstate_mem_stats_t_registered_calls_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_plain_calls_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_60 arg2);
+extern swig_type_61 _wrap_pstate_mem_stats_t_plain_calls_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_windows_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_62 arg2);
+extern swig_type_63 _wrap_pstate_mem_stats_t_windows_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_registrations_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_64 arg2);
+extern swig_type_65 _wrap_pstate_mem_stats_t_registrations_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_allocated_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_66 arg2);
+extern swig_type_67 _wrap_pstate_mem_stats_t_allocated_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_pool_reserved_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_68 arg2);
+extern swig_type_69 _wrap_pstate_mem_stats_t_pool_reserved_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_pool_used_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_70 arg2);
+extern swig_type_71 _wrap_pstate_mem_stats_t_pool_used_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_symmetric_available_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_mem_stats_t_symmetric_available_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_last_path_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_mem_stats_t_last_path_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_nccl_version_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_mem_stats_t_nccl_version_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_reserved0_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_mem_stats_t_reserved0_get_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern uintptr_t _wrap_new_pstate_mem_stats_t_capi_0165382b6d0d27c8(void);
+extern void _wrap_delete_pstate_mem_stats_t_capi_0165382b6d0d27c8(uintptr_t arg1);
+extern swig_intgo _wrap_mem_alloc_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_72 arg2, swig_voidp arg3);
+extern swig_intgo _wrap_mem_free_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2);
+extern swig_intgo _wrap_mem_pool_reserve_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_73 arg2);
+extern swig_intgo _wrap_mem_register_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2, swig_type_74 arg3);
+extern swig_intgo _wrap_mem_deregister_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2);
+extern swig_intgo _wrap_mem_query_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3);
+extern swig_intgo _wrap_group_mem_stats_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2);
+extern swig_intgo _wrap_set_graph_registration_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_metrics_text_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_75 arg2, swig_type_76 arg3, swig_voidp arg4);
+extern swig_intgo _wrap_PSTATE_HOOK_BEFORE_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_HOOK_AFTER_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_PSTATE_HOOK_ABORT_capi_0165382b6d0d27c8(void);
+extern swig_intgo _wrap_remove_hook_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_77 arg2);
 #undef intgo
 */
 import "C"
@@ -425,13 +433,13 @@ type _ sync.Mutex
 
 func Swig_free(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_Swig_free_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0))
+	C._wrap_Swig_free_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0))
 }
 
 func Swig_malloc(arg1 int) (_swig_ret uintptr) {
 	var swig_r uintptr
 	_swig_i_0 := arg1
-	swig_r = (uintptr)(C._wrap_Swig_malloc_capi_91e42432fc84ab2e(C.swig_intgo(_swig_i_0)))
+	swig_r = (uintptr)(C._wrap_Swig_malloc_capi_0165382b6d0d27c8(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -646,13 +654,22 @@ func (o *P2POps) addr() uintptr {
 	return uintptr(unsafe.Pointer(o.c))
 }
 
+// AddHook registers the Go func behind handle (a runtime/cgo Handle that pstateGoHook resolves)
+// as a hook of the context ps; *id receives its id.
+func AddHook(ps uintptr, handle uintptr, id *uint64) error {
+	var v C.uint64_t
+	err := swigPstateFailure(int64(C.pstate_go_add_hook(C.uintptr_t(ps), C.uintptr_t(handle), &v)))
+	*id = uint64(v)
+	return err
+}
+
 const PSTATE_VERSION_MAJOR int = 1
 const PSTATE_VERSION_MINOR int = 0
 const PSTATE_VERSION_PATCH int = 0
 
 func _swig_getPSTATE_VERSION() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_PSTATE_VERSION_capi_91e42432fc84ab2e())
+	swig_r = (int)(C._wrap_PSTATE_VERSION_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -664,7 +681,7 @@ type Enum_SS_pstate_status_t int
 
 func _swig_getPSTATE_OK() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_OK_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_OK_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -672,7 +689,7 @@ var PSTATE_OK Enum_SS_pstate_status_t = _swig_getPSTATE_OK()
 
 func _swig_getPSTATE_ERR_INVALID_ARGUMENT() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -680,7 +697,7 @@ var PSTATE_ERR_INVALID_ARGUMENT Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_IN
 
 func _swig_getPSTATE_ERR_INVALID_STATE() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INVALID_STATE_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INVALID_STATE_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -688,7 +705,7 @@ var PSTATE_ERR_INVALID_STATE Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_INVAL
 
 func _swig_getPSTATE_ERR_UNSUPPORTED() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_UNSUPPORTED_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_UNSUPPORTED_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -696,7 +713,7 @@ var PSTATE_ERR_UNSUPPORTED Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_UNSUPPO
 
 func _swig_getPSTATE_ERR_NO_MEMORY() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_NO_MEMORY_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_NO_MEMORY_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -704,7 +721,7 @@ var PSTATE_ERR_NO_MEMORY Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_NO_MEMORY
 
 func _swig_getPSTATE_ERR_TIMEOUT() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_TIMEOUT_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_TIMEOUT_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -712,7 +729,7 @@ var PSTATE_ERR_TIMEOUT Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_TIMEOUT()
 
 func _swig_getPSTATE_ERR_PEER_LOST() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_PEER_LOST_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_PEER_LOST_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -720,7 +737,7 @@ var PSTATE_ERR_PEER_LOST Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_PEER_LOST
 
 func _swig_getPSTATE_ERR_TRANSPORT() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_TRANSPORT_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_TRANSPORT_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -728,7 +745,7 @@ var PSTATE_ERR_TRANSPORT Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_TRANSPORT
 
 func _swig_getPSTATE_ERR_MISMATCH() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_MISMATCH_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_MISMATCH_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -736,7 +753,7 @@ var PSTATE_ERR_MISMATCH Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_MISMATCH()
 
 func _swig_getPSTATE_ERR_AUTH() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_AUTH_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_AUTH_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -744,7 +761,7 @@ var PSTATE_ERR_AUTH Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_AUTH()
 
 func _swig_getPSTATE_ERR_ABORTED() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_ABORTED_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_ABORTED_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -752,7 +769,7 @@ var PSTATE_ERR_ABORTED Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_ABORTED()
 
 func _swig_getPSTATE_ERR_INTERNAL() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INTERNAL_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INTERNAL_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -760,7 +777,7 @@ var PSTATE_ERR_INTERNAL Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_INTERNAL()
 
 func _swig_getPSTATE_ERR_INTERRUPTED() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INTERRUPTED_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INTERRUPTED_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -768,7 +785,7 @@ var PSTATE_ERR_INTERRUPTED Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_INTERRU
 
 func _swig_getPSTATE_ERR_BUSY() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_BUSY_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_BUSY_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -778,7 +795,7 @@ type Enum_SS_pstate_dtype_t int
 
 func _swig_getPSTATE_INT8() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_INT8_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_INT8_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -786,7 +803,7 @@ var PSTATE_INT8 Enum_SS_pstate_dtype_t = _swig_getPSTATE_INT8()
 
 func _swig_getPSTATE_UINT8() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_UINT8_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_UINT8_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -794,7 +811,7 @@ var PSTATE_UINT8 Enum_SS_pstate_dtype_t = _swig_getPSTATE_UINT8()
 
 func _swig_getPSTATE_INT32() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_INT32_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_INT32_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -802,7 +819,7 @@ var PSTATE_INT32 Enum_SS_pstate_dtype_t = _swig_getPSTATE_INT32()
 
 func _swig_getPSTATE_UINT32() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_UINT32_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_UINT32_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -810,7 +827,7 @@ var PSTATE_UINT32 Enum_SS_pstate_dtype_t = _swig_getPSTATE_UINT32()
 
 func _swig_getPSTATE_INT64() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_INT64_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_INT64_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -818,7 +835,7 @@ var PSTATE_INT64 Enum_SS_pstate_dtype_t = _swig_getPSTATE_INT64()
 
 func _swig_getPSTATE_UINT64() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_UINT64_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_UINT64_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -826,7 +843,7 @@ var PSTATE_UINT64 Enum_SS_pstate_dtype_t = _swig_getPSTATE_UINT64()
 
 func _swig_getPSTATE_FLOAT16() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FLOAT16_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FLOAT16_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -834,7 +851,7 @@ var PSTATE_FLOAT16 Enum_SS_pstate_dtype_t = _swig_getPSTATE_FLOAT16()
 
 func _swig_getPSTATE_FLOAT32() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FLOAT32_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FLOAT32_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -842,7 +859,7 @@ var PSTATE_FLOAT32 Enum_SS_pstate_dtype_t = _swig_getPSTATE_FLOAT32()
 
 func _swig_getPSTATE_FLOAT64() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FLOAT64_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FLOAT64_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -850,7 +867,7 @@ var PSTATE_FLOAT64 Enum_SS_pstate_dtype_t = _swig_getPSTATE_FLOAT64()
 
 func _swig_getPSTATE_BFLOAT16() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_BFLOAT16_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_BFLOAT16_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -858,7 +875,7 @@ var PSTATE_BFLOAT16 Enum_SS_pstate_dtype_t = _swig_getPSTATE_BFLOAT16()
 
 func _swig_getPSTATE_FP8_E4M3() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FP8_E4M3_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FP8_E4M3_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -866,7 +883,7 @@ var PSTATE_FP8_E4M3 Enum_SS_pstate_dtype_t = _swig_getPSTATE_FP8_E4M3()
 
 func _swig_getPSTATE_FP8_E5M2() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FP8_E5M2_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FP8_E5M2_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -878,7 +895,7 @@ type Enum_SS_pstate_reduce_op_t int
 
 func _swig_getPSTATE_SUM() (_swig_ret Enum_SS_pstate_reduce_op_t) {
 	var swig_r Enum_SS_pstate_reduce_op_t
-	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_SUM_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_SUM_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -886,7 +903,7 @@ var PSTATE_SUM Enum_SS_pstate_reduce_op_t = _swig_getPSTATE_SUM()
 
 func _swig_getPSTATE_PROD() (_swig_ret Enum_SS_pstate_reduce_op_t) {
 	var swig_r Enum_SS_pstate_reduce_op_t
-	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_PROD_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_PROD_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -894,7 +911,7 @@ var PSTATE_PROD Enum_SS_pstate_reduce_op_t = _swig_getPSTATE_PROD()
 
 func _swig_getPSTATE_MAX() (_swig_ret Enum_SS_pstate_reduce_op_t) {
 	var swig_r Enum_SS_pstate_reduce_op_t
-	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_MAX_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_MAX_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -902,7 +919,7 @@ var PSTATE_MAX Enum_SS_pstate_reduce_op_t = _swig_getPSTATE_MAX()
 
 func _swig_getPSTATE_MIN() (_swig_ret Enum_SS_pstate_reduce_op_t) {
 	var swig_r Enum_SS_pstate_reduce_op_t
-	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_MIN_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_MIN_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -910,7 +927,7 @@ var PSTATE_MIN Enum_SS_pstate_reduce_op_t = _swig_getPSTATE_MIN()
 
 func _swig_getPSTATE_AVG() (_swig_ret Enum_SS_pstate_reduce_op_t) {
 	var swig_r Enum_SS_pstate_reduce_op_t
-	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_AVG_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_AVG_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -922,7 +939,7 @@ type Enum_SS_pstate_device_t int
 
 func _swig_getPSTATE_DEVICE_CPU() (_swig_ret Enum_SS_pstate_device_t) {
 	var swig_r Enum_SS_pstate_device_t
-	swig_r = (Enum_SS_pstate_device_t)(C._wrap_PSTATE_DEVICE_CPU_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_device_t)(C._wrap_PSTATE_DEVICE_CPU_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -930,7 +947,7 @@ var PSTATE_DEVICE_CPU Enum_SS_pstate_device_t = _swig_getPSTATE_DEVICE_CPU()
 
 func _swig_getPSTATE_DEVICE_CUDA() (_swig_ret Enum_SS_pstate_device_t) {
 	var swig_r Enum_SS_pstate_device_t
-	swig_r = (Enum_SS_pstate_device_t)(C._wrap_PSTATE_DEVICE_CUDA_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_device_t)(C._wrap_PSTATE_DEVICE_CUDA_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -940,7 +957,7 @@ type Enum_SS_pstate_group_kind_t int
 
 func _swig_getPSTATE_GROUP_WORLD() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_WORLD_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_WORLD_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -948,7 +965,7 @@ var PSTATE_GROUP_WORLD Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_WORLD
 
 func _swig_getPSTATE_GROUP_TP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_TP_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_TP_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -956,7 +973,7 @@ var PSTATE_GROUP_TP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_TP()
 
 func _swig_getPSTATE_GROUP_PP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_PP_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_PP_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -964,7 +981,7 @@ var PSTATE_GROUP_PP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_PP()
 
 func _swig_getPSTATE_GROUP_ATTN_TP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_ATTN_TP_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_ATTN_TP_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -972,7 +989,7 @@ var PSTATE_GROUP_ATTN_TP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_ATT
 
 func _swig_getPSTATE_GROUP_ATTN_CP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_ATTN_CP_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_ATTN_CP_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -980,7 +997,7 @@ var PSTATE_GROUP_ATTN_CP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_ATT
 
 func _swig_getPSTATE_GROUP_MOE_EP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_MOE_EP_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_MOE_EP_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -988,7 +1005,7 @@ var PSTATE_GROUP_MOE_EP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_MOE_
 
 func _swig_getPSTATE_GROUP_MOE_TP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_MOE_TP_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_MOE_TP_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -996,7 +1013,7 @@ var PSTATE_GROUP_MOE_TP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_MOE_
 
 func _swig_getPSTATE_GROUP_MOE_DP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_MOE_DP_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_MOE_DP_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -1004,7 +1021,7 @@ var PSTATE_GROUP_MOE_DP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_MOE_
 
 func _swig_getPSTATE_GROUP_DCP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_DCP_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_DCP_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -1012,7 +1029,7 @@ var PSTATE_GROUP_DCP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_DCP()
 
 func _swig_getPSTATE_GROUP_SHARED_EXPERTS_TP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -1020,7 +1037,7 @@ var PSTATE_GROUP_SHARED_EXPERTS_TP Enum_SS_pstate_group_kind_t = _swig_getPSTATE
 
 func _swig_getPSTATE_GROUP_SELF_PP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_SELF_PP_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_SELF_PP_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -1028,7 +1045,7 @@ var PSTATE_GROUP_SELF_PP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_SEL
 
 func _swig_getPSTATE_GROUP_DP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_DP_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_DP_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -1036,7 +1053,7 @@ var PSTATE_GROUP_DP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_DP()
 
 func _swig_getPSTATE_GROUP_PCP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_PCP_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_PCP_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -1044,7 +1061,7 @@ var PSTATE_GROUP_PCP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_PCP()
 
 func _swig_getPSTATE_GROUP_EP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_EP_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_EP_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -1052,7 +1069,7 @@ var PSTATE_GROUP_EP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_EP()
 
 func _swig_getPSTATE_GROUP_EPLB() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_EPLB_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_EPLB_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -1060,7 +1077,7 @@ var PSTATE_GROUP_EPLB Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_EPLB()
 
 func _swig_getPSTATE_GROUP_CUSTOM() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_CUSTOM_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_CUSTOM_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -1073,7 +1090,7 @@ type Enum_SS_pstate_engine_t int
 
 func _swig_getPSTATE_ENGINE_SGLANG() (_swig_ret Enum_SS_pstate_engine_t) {
 	var swig_r Enum_SS_pstate_engine_t
-	swig_r = (Enum_SS_pstate_engine_t)(C._wrap_PSTATE_ENGINE_SGLANG_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_engine_t)(C._wrap_PSTATE_ENGINE_SGLANG_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -1081,7 +1098,7 @@ var PSTATE_ENGINE_SGLANG Enum_SS_pstate_engine_t = _swig_getPSTATE_ENGINE_SGLANG
 
 func _swig_getPSTATE_ENGINE_VLLM() (_swig_ret Enum_SS_pstate_engine_t) {
 	var swig_r Enum_SS_pstate_engine_t
-	swig_r = (Enum_SS_pstate_engine_t)(C._wrap_PSTATE_ENGINE_VLLM_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_engine_t)(C._wrap_PSTATE_ENGINE_VLLM_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -1101,53 +1118,53 @@ func (p SwigcptrPstate_init_params_t) SwigIsPstate_init_params_t() {
 func (arg1 SwigcptrPstate_init_params_t) GetStruct_size() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_init_params_t_struct_size_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_init_params_t_struct_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_init_params_t) SetWorld_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_world_size_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_init_params_t_world_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_init_params_t) GetWorld_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_init_params_t_world_size_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_init_params_t_world_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_init_params_t) SetRank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_rank_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_init_params_t_rank_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_init_params_t) GetRank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_init_params_t_rank_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_init_params_t_rank_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_init_params_t) SetLocal_rank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_local_rank_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_init_params_t_local_rank_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_init_params_t) GetLocal_rank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_init_params_t_local_rank_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_init_params_t_local_rank_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_init_params_t) SetInit_method(arg2 string) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_init_method_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), *(*C.swig_type_2)(unsafe.Pointer(&_swig_i_1)))
+	C._wrap_pstate_init_params_t_init_method_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_2)(unsafe.Pointer(&_swig_i_1)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1156,7 +1173,7 @@ func (arg1 SwigcptrPstate_init_params_t) SetInit_method(arg2 string) {
 func (arg1 SwigcptrPstate_init_params_t) GetInit_method() (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_pstate_init_params_t_init_method_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_pstate_init_params_t_init_method_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1166,46 +1183,46 @@ func (arg1 SwigcptrPstate_init_params_t) GetInit_method() (_swig_ret string) {
 func (arg1 SwigcptrPstate_init_params_t) SetDevice(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_device_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_init_params_t_device_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_init_params_t) GetDevice() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_init_params_t_device_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_init_params_t_device_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_init_params_t) SetDevice_ordinal(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_device_ordinal_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_init_params_t_device_ordinal_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_init_params_t) GetDevice_ordinal() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_init_params_t_device_ordinal_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_init_params_t_device_ordinal_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_init_params_t) SetTimeout_ms(arg2 int64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_timeout_ms_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_type_4(_swig_i_1))
+	C._wrap_pstate_init_params_t_timeout_ms_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_4(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_init_params_t) GetTimeout_ms() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_init_params_t_timeout_ms_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_init_params_t_timeout_ms_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_init_params_t) SetJob_token(arg2 string) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_job_token_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), *(*C.swig_type_6)(unsafe.Pointer(&_swig_i_1)))
+	C._wrap_pstate_init_params_t_job_token_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_6)(unsafe.Pointer(&_swig_i_1)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1214,7 +1231,7 @@ func (arg1 SwigcptrPstate_init_params_t) SetJob_token(arg2 string) {
 func (arg1 SwigcptrPstate_init_params_t) GetJob_token() (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_pstate_init_params_t_job_token_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_pstate_init_params_t_job_token_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1224,7 +1241,7 @@ func (arg1 SwigcptrPstate_init_params_t) GetJob_token() (_swig_ret string) {
 func (arg1 SwigcptrPstate_init_params_t) SetSocket_ifname(arg2 string) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_socket_ifname_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), *(*C.swig_type_8)(unsafe.Pointer(&_swig_i_1)))
+	C._wrap_pstate_init_params_t_socket_ifname_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_8)(unsafe.Pointer(&_swig_i_1)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1233,7 +1250,7 @@ func (arg1 SwigcptrPstate_init_params_t) SetSocket_ifname(arg2 string) {
 func (arg1 SwigcptrPstate_init_params_t) GetSocket_ifname() (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_pstate_init_params_t_socket_ifname_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_pstate_init_params_t_socket_ifname_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1242,13 +1259,13 @@ func (arg1 SwigcptrPstate_init_params_t) GetSocket_ifname() (_swig_ret string) {
 
 func NewPstate_init_params_t() (_swig_ret Pstate_init_params_t) {
 	var swig_r Pstate_init_params_t
-	swig_r = (Pstate_init_params_t)(SwigcptrPstate_init_params_t(C._wrap_new_pstate_init_params_t_capi_91e42432fc84ab2e()))
+	swig_r = (Pstate_init_params_t)(SwigcptrPstate_init_params_t(C._wrap_new_pstate_init_params_t_capi_0165382b6d0d27c8()))
 	return swig_r
 }
 
 func DeletePstate_init_params_t(arg1 Pstate_init_params_t) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_delete_pstate_init_params_t_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0))
+	C._wrap_delete_pstate_init_params_t_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0))
 }
 
 type Pstate_init_params_t interface {
@@ -1287,175 +1304,175 @@ func (p SwigcptrPstate_parallel_config_t) SwigIsPstate_parallel_config_t() {
 func (arg1 SwigcptrPstate_parallel_config_t) GetStruct_size() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_parallel_config_t_struct_size_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_parallel_config_t_struct_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetTensor_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetTensor_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetPipeline_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetPipeline_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetExpert_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetExpert_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetAttention_data_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetAttention_data_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetAttention_context_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetAttention_context_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetMoe_data_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetMoe_data_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetDecode_context_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetDecode_context_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetShared_experts_tensor_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetShared_experts_tensor_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetEngine(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_engine_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_engine_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetEngine() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_engine_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_engine_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetData_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_data_parallel_size_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_data_parallel_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetData_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_data_parallel_size_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_data_parallel_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetPrefill_context_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_prefill_context_parallel_size_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_prefill_context_parallel_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetPrefill_context_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_prefill_context_parallel_size_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_prefill_context_parallel_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetMoe_model(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_moe_model_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_moe_model_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetMoe_model() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_moe_model_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_moe_model_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func NewPstate_parallel_config_t() (_swig_ret Pstate_parallel_config_t) {
 	var swig_r Pstate_parallel_config_t
-	swig_r = (Pstate_parallel_config_t)(SwigcptrPstate_parallel_config_t(C._wrap_new_pstate_parallel_config_t_capi_91e42432fc84ab2e()))
+	swig_r = (Pstate_parallel_config_t)(SwigcptrPstate_parallel_config_t(C._wrap_new_pstate_parallel_config_t_capi_0165382b6d0d27c8()))
 	return swig_r
 }
 
 func DeletePstate_parallel_config_t(arg1 Pstate_parallel_config_t) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_delete_pstate_parallel_config_t_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0))
+	C._wrap_delete_pstate_parallel_config_t_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0))
 }
 
 type Pstate_parallel_config_t interface {
@@ -1502,131 +1519,131 @@ func (p SwigcptrPstate_group_info_t) SwigIsPstate_group_info_t() {
 func (arg1 SwigcptrPstate_group_info_t) GetStruct_size() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_group_info_t_struct_size_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_group_info_t_struct_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetKind(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_kind_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_kind_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetKind() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_kind_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_kind_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetRank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_rank_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_rank_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetRank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_rank_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_rank_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetRank_in_group(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_rank_in_group_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_rank_in_group_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetRank_in_group() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_rank_in_group_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_rank_in_group_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetWorld_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_world_size_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_world_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetWorld_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_world_size_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_world_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetLocal_rank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_local_rank_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_local_rank_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetLocal_rank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_local_rank_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_local_rank_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetFirst_rank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_first_rank_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_first_rank_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetFirst_rank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_first_rank_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_first_rank_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetLast_rank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_last_rank_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_last_rank_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetLast_rank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_last_rank_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_last_rank_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetNext_rank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_next_rank_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_next_rank_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetNext_rank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_next_rank_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_next_rank_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetPrev_rank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_prev_rank_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_prev_rank_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetPrev_rank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_prev_rank_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_prev_rank_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetName() (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_pstate_group_info_t_name_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_pstate_group_info_t_name_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1635,13 +1652,13 @@ func (arg1 SwigcptrPstate_group_info_t) GetName() (_swig_ret string) {
 
 func NewPstate_group_info_t() (_swig_ret Pstate_group_info_t) {
 	var swig_r Pstate_group_info_t
-	swig_r = (Pstate_group_info_t)(SwigcptrPstate_group_info_t(C._wrap_new_pstate_group_info_t_capi_91e42432fc84ab2e()))
+	swig_r = (Pstate_group_info_t)(SwigcptrPstate_group_info_t(C._wrap_new_pstate_group_info_t_capi_0165382b6d0d27c8()))
 	return swig_r
 }
 
 func DeletePstate_group_info_t(arg1 Pstate_group_info_t) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_delete_pstate_group_info_t_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0))
+	C._wrap_delete_pstate_group_info_t_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0))
 }
 
 type Pstate_group_info_t interface {
@@ -1672,7 +1689,7 @@ type Pstate_group_info_t interface {
 func Status_string(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_status_string_capi_91e42432fc84ab2e(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_status_string_capi_0165382b6d0d27c8(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1681,7 +1698,7 @@ func Status_string(arg1 int) (_swig_ret string) {
 
 func Last_error() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_last_error_capi_91e42432fc84ab2e()
+	swig_r_p := C._wrap_last_error_capi_0165382b6d0d27c8()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1690,14 +1707,14 @@ func Last_error() (_swig_ret string) {
 
 func Version() (_swig_ret uint) {
 	var swig_r uint
-	swig_r = (uint)(C._wrap_version_capi_91e42432fc84ab2e())
+	swig_r = (uint)(C._wrap_version_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
 func Dtype_name(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_dtype_name_capi_91e42432fc84ab2e(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_dtype_name_capi_0165382b6d0d27c8(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1707,7 +1724,7 @@ func Dtype_name(arg1 int) (_swig_ret string) {
 func Reduce_op_name(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_reduce_op_name_capi_91e42432fc84ab2e(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_reduce_op_name_capi_0165382b6d0d27c8(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1717,7 +1734,7 @@ func Reduce_op_name(arg1 int) (_swig_ret string) {
 func Group_kind_name(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_group_kind_name_capi_91e42432fc84ab2e(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_group_kind_name_capi_0165382b6d0d27c8(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1727,7 +1744,7 @@ func Group_kind_name(arg1 int) (_swig_ret string) {
 func Dtype_size(arg1 int) (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_dtype_size_capi_91e42432fc84ab2e(C.swig_intgo(_swig_i_0)))
+	swig_r = (int64)(C._wrap_dtype_size_capi_0165382b6d0d27c8(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -1736,7 +1753,7 @@ func Layout_create(arg1 int, arg2 Pstate_parallel_config_t, arg3 *uintptr) (_swi
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_layout_create_capi_91e42432fc84ab2e(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_layout_create_capi_0165382b6d0d27c8(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1747,7 +1764,7 @@ func Layout_group_count(arg1 uintptr, arg2 int, arg3 *uint64) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_layout_group_count_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_layout_group_count_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1760,7 +1777,7 @@ func Layout_group_ranks(arg1 uintptr, arg2 int, arg3 int64, arg4 []int32, arg5 *
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r = (int64)(C._wrap_layout_group_ranks_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_19(_swig_i_2), *(*C.swig_type_20)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4)))
+	swig_r = (int64)(C._wrap_layout_group_ranks_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_19(_swig_i_2), *(*C.swig_type_20)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg4
 	}
@@ -1775,7 +1792,7 @@ func Layout_group_of(arg1 uintptr, arg2 int, arg3 int, arg4 *uint64) (_swig_ret 
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r = (int64)(C._wrap_layout_group_of_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3)))
+	swig_r = (int64)(C._wrap_layout_group_of_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1783,14 +1800,14 @@ func Layout_group_of(arg1 uintptr, arg2 int, arg3 int, arg4 *uint64) (_swig_ret 
 
 func Layout_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_layout_destroy_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0))
+	C._wrap_layout_destroy_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0))
 }
 
 func Init(arg1 Pstate_init_params_t, arg2 *uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_init_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1)))
+	swig_r = (int64)(C._wrap_init_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1800,7 +1817,7 @@ func Initialize_model_parallel(arg1 uintptr, arg2 Pstate_parallel_config_t) (_sw
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
-	swig_r = (int64)(C._wrap_initialize_model_parallel_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (int64)(C._wrap_initialize_model_parallel_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1809,14 +1826,14 @@ func Initialize_model_parallel(arg1 uintptr, arg2 Pstate_parallel_config_t) (_sw
 func Model_parallel_is_initialized(arg1 uintptr) (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_model_parallel_is_initialized_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_model_parallel_is_initialized_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func Destroy_model_parallel(arg1 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_destroy_model_parallel_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_destroy_model_parallel_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1825,7 +1842,7 @@ func Destroy_model_parallel(arg1 uintptr) (_swig_ret error) {
 func Finalize(arg1 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_finalize_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_finalize_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1834,7 +1851,7 @@ func Finalize(arg1 uintptr) (_swig_ret error) {
 func Abort(arg1 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_abort_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_abort_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1843,7 +1860,7 @@ func Abort(arg1 uintptr) (_swig_ret error) {
 func Revoke(arg1 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_revoke_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_revoke_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1853,7 +1870,7 @@ func Set_interrupt_check(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_set_interrupt_check_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (int64)(C._wrap_set_interrupt_check_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1863,7 +1880,7 @@ func Trace_dump(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_trace_dump_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), *(*C.swig_type_21)(unsafe.Pointer(&_swig_i_1))))
+	swig_r = (int64)(C._wrap_trace_dump_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_21)(unsafe.Pointer(&_swig_i_1))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1877,7 +1894,7 @@ func Get_group(arg1 uintptr, arg2 int, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_get_group_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_get_group_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1887,7 +1904,7 @@ func Group_info(arg1 uintptr, arg2 Pstate_group_info_t) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
-	swig_r = (int64)(C._wrap_group_info_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (int64)(C._wrap_group_info_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1898,7 +1915,7 @@ func Group_ranks(arg1 uintptr, arg2 []int32, arg3 *uint64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_group_ranks_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), *(*C.swig_type_22)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_group_ranks_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_22)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1912,7 +1929,7 @@ func Live_ranks(arg1 uintptr, arg2 []int32, arg3 *uint64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_live_ranks_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), *(*C.swig_type_23)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_live_ranks_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_23)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1926,7 +1943,7 @@ func Shrink(arg1 uintptr, arg2 []int32, arg3 *uint64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_shrink_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), *(*C.swig_type_24)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_shrink_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_24)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1939,7 +1956,7 @@ func Grow(arg1 uintptr, arg2 int64) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_grow_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_type_25(_swig_i_1)))
+	swig_r = (int64)(C._wrap_grow_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_25(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1950,7 +1967,7 @@ func New_group(arg1 uintptr, arg2 []int32, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_new_group_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), *(*C.swig_type_26)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_new_group_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_26)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1965,7 +1982,7 @@ func Group_same_node(arg1 uintptr, arg2 int, arg3 []int32, arg4 *uint64) (_swig_
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r = (int64)(C._wrap_group_same_node_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), *(*C.swig_type_27)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3)))
+	swig_r = (int64)(C._wrap_group_same_node_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), *(*C.swig_type_27)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg3
 	}
@@ -1983,7 +2000,7 @@ func All_reduce(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_all_reduce_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_28(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_all_reduce_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_28(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1997,7 +2014,7 @@ func All_gather(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_all_gather_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_29(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_all_gather_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_29(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2012,7 +2029,7 @@ func Reduce_scatter(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_reduce_scatter_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_30(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_reduce_scatter_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_30(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2026,7 +2043,7 @@ func Broadcast(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_broadcast_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_31(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_broadcast_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_31(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2041,7 +2058,7 @@ func Gather(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int64, 
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_gather_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_32(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_gather_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_32(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2055,7 +2072,7 @@ func All_to_all(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_all_to_all_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_33(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_all_to_all_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_33(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2071,7 +2088,7 @@ func Reduce(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int64, 
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
 	_swig_i_7 := arg8
-	swig_r = (int64)(C._wrap_reduce_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_34(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.swig_intgo(_swig_i_6), C.uintptr_t(_swig_i_7)))
+	swig_r = (int64)(C._wrap_reduce_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_34(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.swig_intgo(_swig_i_6), C.uintptr_t(_swig_i_7)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2086,7 +2103,7 @@ func Scatter(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int64,
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_scatter_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_35(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_scatter_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_35(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2100,7 +2117,7 @@ func All_gatherv(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 []
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_all_gatherv_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), *(*C.swig_type_36)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_all_gatherv_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), *(*C.swig_type_36)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg4
 	}
@@ -2118,7 +2135,7 @@ func Reduce_scatterv(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_reduce_scatterv_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_reduce_scatterv_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg4
 	}
@@ -2138,7 +2155,7 @@ func All_to_all_v(arg1 uintptr, arg2 unsafe.Pointer, arg3 []uint64, arg4 []uint6
 	_swig_i_6 := arg7
 	_swig_i_7 := arg8
 	_swig_i_8 := arg9
-	swig_r = (int64)(C._wrap_all_to_all_v_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), *(*C.swig_type_38)(unsafe.Pointer(&_swig_i_2)), *(*C.swig_type_39)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4), *(*C.swig_type_40)(unsafe.Pointer(&_swig_i_5)), *(*C.swig_type_41)(unsafe.Pointer(&_swig_i_6)), C.swig_intgo(_swig_i_7), C.uintptr_t(_swig_i_8)))
+	swig_r = (int64)(C._wrap_all_to_all_v_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), *(*C.swig_type_38)(unsafe.Pointer(&_swig_i_2)), *(*C.swig_type_39)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4), *(*C.swig_type_40)(unsafe.Pointer(&_swig_i_5)), *(*C.swig_type_41)(unsafe.Pointer(&_swig_i_6)), C.swig_intgo(_swig_i_7), C.uintptr_t(_swig_i_8)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg3
 	}
@@ -2164,7 +2181,7 @@ func Send(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, arg
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_send_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_42(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_send_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_42(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2178,7 +2195,7 @@ func Recv(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, arg
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_recv_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_43(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_recv_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_43(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2187,7 +2204,7 @@ func Recv(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, arg
 func Barrier(arg1 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_barrier_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_barrier_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2201,7 +2218,7 @@ func Tp_allreduce(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_tp_allreduce_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_44(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_tp_allreduce_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_44(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2215,7 +2232,7 @@ func Tp_allgather(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 i
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_tp_allgather_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_45(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_tp_allgather_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_45(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2228,7 +2245,7 @@ func Broadcast_object(arg1 uintptr, arg2 []byte, arg3 int, arg4 *Bytes) (_swig_r
 	_swig_i_2 := arg3
 	var _swig_i_3 unsafe.Pointer
 	_swig_i_3 = unsafe.Pointer(arg4)
-	swig_r = (int64)(C._wrap_broadcast_object_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), *(*C.swig_type_46)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3)))
+	swig_r = (int64)(C._wrap_broadcast_object_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_46)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -2245,7 +2262,7 @@ func All_gather_object(arg1 uintptr, arg2 []byte, arg3 *Bytes, arg4 []uint64, ar
 	_swig_i_2 = unsafe.Pointer(arg3)
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r = (int64)(C._wrap_all_gather_object_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), *(*C.swig_type_47)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2), *(*C.swig_type_48)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4)))
+	swig_r = (int64)(C._wrap_all_gather_object_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_47)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2), *(*C.swig_type_48)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -2262,7 +2279,7 @@ func Send_object(arg1 uintptr, arg2 []byte, arg3 int) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_send_object_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), *(*C.swig_type_49)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2)))
+	swig_r = (int64)(C._wrap_send_object_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_49)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -2277,7 +2294,7 @@ func Recv_object(arg1 uintptr, arg2 int, arg3 *Bytes) (_swig_ret error) {
 	_swig_i_1 := arg2
 	var _swig_i_2 unsafe.Pointer
 	_swig_i_2 = unsafe.Pointer(arg3)
-	swig_r = (int64)(C._wrap_recv_object_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_recv_object_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2294,7 +2311,7 @@ func Broadcast_tensor_dict(arg1 uintptr, arg2 *TensorArray, arg3 int, arg4 *Rece
 	var _swig_i_3 uintptr
 	_swig_i_3 = arg4.addr()
 	_swig_i_4 := arg5
-	swig_r = (int64)(C._wrap_broadcast_tensor_dict_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4)))
+	swig_r = (int64)(C._wrap_broadcast_tensor_dict_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2307,7 +2324,7 @@ func Send_tensor_dict(arg1 uintptr, arg2 *TensorArray, arg3 int, arg4 uintptr) (
 	_swig_i_1 = arg2.addr()
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r = (int64)(C._wrap_send_tensor_dict_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.uintptr_t(_swig_i_3)))
+	swig_r = (int64)(C._wrap_send_tensor_dict_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.uintptr_t(_swig_i_3)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2320,7 +2337,7 @@ func Recv_tensor_dict(arg1 uintptr, arg2 int, arg3 *ReceivedDict, arg4 uintptr) 
 	var _swig_i_2 uintptr
 	_swig_i_2 = arg3.addr()
 	_swig_i_3 := arg4
-	swig_r = (int64)(C._wrap_recv_tensor_dict_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3)))
+	swig_r = (int64)(C._wrap_recv_tensor_dict_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2334,7 +2351,7 @@ func Send_tensor_dict_sliced(arg1 uintptr, arg2 *TensorArray, arg3 int, arg4 uin
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r = (int64)(C._wrap_send_tensor_dict_sliced_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4)))
+	swig_r = (int64)(C._wrap_send_tensor_dict_sliced_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2348,7 +2365,7 @@ func Recv_tensor_dict_sliced(arg1 uintptr, arg2 int, arg3 uintptr, arg4 *Receive
 	var _swig_i_3 uintptr
 	_swig_i_3 = arg4.addr()
 	_swig_i_4 := arg5
-	swig_r = (int64)(C._wrap_recv_tensor_dict_sliced_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4)))
+	swig_r = (int64)(C._wrap_recv_tensor_dict_sliced_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2363,7 +2380,7 @@ func Isend(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, ar
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_isend_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_50(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6)))
+	swig_r = (int64)(C._wrap_isend_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_50(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2378,7 +2395,7 @@ func Irecv(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, ar
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_irecv_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_51(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6)))
+	swig_r = (int64)(C._wrap_irecv_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_51(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2387,7 +2404,7 @@ func Irecv(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, ar
 func Wait(arg1 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_wait_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_wait_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2397,7 +2414,7 @@ func Test(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_test_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1)))
+	swig_r = (int64)(C._wrap_test_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2409,7 +2426,7 @@ func P2p_batch(arg1 uintptr, arg2 *P2POps, arg3 uintptr) (_swig_ret error) {
 	var _swig_i_1 uintptr
 	_swig_i_1 = arg2.addr()
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_p2p_batch_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (int64)(C._wrap_p2p_batch_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2420,7 +2437,7 @@ func Graph_capture_begin(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret e
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_graph_capture_begin_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_graph_capture_begin_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2429,7 +2446,7 @@ func Graph_capture_begin(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret e
 func Graph_capture_end(arg1 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_graph_capture_end_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_graph_capture_end_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2439,7 +2456,7 @@ type Enum_SS_pstate_mem_kind_t int
 
 func _swig_getPSTATE_MEM_NONE() (_swig_ret Enum_SS_pstate_mem_kind_t) {
 	var swig_r Enum_SS_pstate_mem_kind_t
-	swig_r = (Enum_SS_pstate_mem_kind_t)(C._wrap_PSTATE_MEM_NONE_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_mem_kind_t)(C._wrap_PSTATE_MEM_NONE_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -2447,7 +2464,7 @@ var PSTATE_MEM_NONE Enum_SS_pstate_mem_kind_t = _swig_getPSTATE_MEM_NONE()
 
 func _swig_getPSTATE_MEM_GROUP() (_swig_ret Enum_SS_pstate_mem_kind_t) {
 	var swig_r Enum_SS_pstate_mem_kind_t
-	swig_r = (Enum_SS_pstate_mem_kind_t)(C._wrap_PSTATE_MEM_GROUP_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_mem_kind_t)(C._wrap_PSTATE_MEM_GROUP_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -2455,7 +2472,7 @@ var PSTATE_MEM_GROUP Enum_SS_pstate_mem_kind_t = _swig_getPSTATE_MEM_GROUP()
 
 func _swig_getPSTATE_MEM_POOL() (_swig_ret Enum_SS_pstate_mem_kind_t) {
 	var swig_r Enum_SS_pstate_mem_kind_t
-	swig_r = (Enum_SS_pstate_mem_kind_t)(C._wrap_PSTATE_MEM_POOL_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_mem_kind_t)(C._wrap_PSTATE_MEM_POOL_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -2463,7 +2480,7 @@ var PSTATE_MEM_POOL Enum_SS_pstate_mem_kind_t = _swig_getPSTATE_MEM_POOL()
 
 func _swig_getPSTATE_MEM_REGISTERED() (_swig_ret Enum_SS_pstate_mem_kind_t) {
 	var swig_r Enum_SS_pstate_mem_kind_t
-	swig_r = (Enum_SS_pstate_mem_kind_t)(C._wrap_PSTATE_MEM_REGISTERED_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_mem_kind_t)(C._wrap_PSTATE_MEM_REGISTERED_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -2473,7 +2490,7 @@ type Enum_SS_pstate_mem_path_t int
 
 func _swig_getPSTATE_MEM_PATH_NONE() (_swig_ret Enum_SS_pstate_mem_path_t) {
 	var swig_r Enum_SS_pstate_mem_path_t
-	swig_r = (Enum_SS_pstate_mem_path_t)(C._wrap_PSTATE_MEM_PATH_NONE_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_mem_path_t)(C._wrap_PSTATE_MEM_PATH_NONE_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -2481,7 +2498,7 @@ var PSTATE_MEM_PATH_NONE Enum_SS_pstate_mem_path_t = _swig_getPSTATE_MEM_PATH_NO
 
 func _swig_getPSTATE_MEM_PATH_PLAIN() (_swig_ret Enum_SS_pstate_mem_path_t) {
 	var swig_r Enum_SS_pstate_mem_path_t
-	swig_r = (Enum_SS_pstate_mem_path_t)(C._wrap_PSTATE_MEM_PATH_PLAIN_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_mem_path_t)(C._wrap_PSTATE_MEM_PATH_PLAIN_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -2489,7 +2506,7 @@ var PSTATE_MEM_PATH_PLAIN Enum_SS_pstate_mem_path_t = _swig_getPSTATE_MEM_PATH_P
 
 func _swig_getPSTATE_MEM_PATH_REGISTERED() (_swig_ret Enum_SS_pstate_mem_path_t) {
 	var swig_r Enum_SS_pstate_mem_path_t
-	swig_r = (Enum_SS_pstate_mem_path_t)(C._wrap_PSTATE_MEM_PATH_REGISTERED_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_mem_path_t)(C._wrap_PSTATE_MEM_PATH_REGISTERED_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -2497,7 +2514,7 @@ var PSTATE_MEM_PATH_REGISTERED Enum_SS_pstate_mem_path_t = _swig_getPSTATE_MEM_P
 
 func _swig_getPSTATE_MEM_PATH_SYMMETRIC() (_swig_ret Enum_SS_pstate_mem_path_t) {
 	var swig_r Enum_SS_pstate_mem_path_t
-	swig_r = (Enum_SS_pstate_mem_path_t)(C._wrap_PSTATE_MEM_PATH_SYMMETRIC_capi_91e42432fc84ab2e())
+	swig_r = (Enum_SS_pstate_mem_path_t)(C._wrap_PSTATE_MEM_PATH_SYMMETRIC_capi_0165382b6d0d27c8())
 	return swig_r
 }
 
@@ -2515,97 +2532,97 @@ func (p SwigcptrPstate_mem_info_t) SwigIsPstate_mem_info_t() {
 func (arg1 SwigcptrPstate_mem_info_t) GetStruct_size() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_mem_info_t_struct_size_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_mem_info_t_struct_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) SetBase(arg2 uintptr) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_info_t_base_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
+	C._wrap_pstate_mem_info_t_base_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) GetBase() (_swig_ret uintptr) {
 	var swig_r uintptr
 	_swig_i_0 := arg1
-	swig_r = (uintptr)(C._wrap_pstate_mem_info_t_base_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (uintptr)(C._wrap_pstate_mem_info_t_base_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) SetSize(arg2 int64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_info_t_size_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_type_53(_swig_i_1))
+	C._wrap_pstate_mem_info_t_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_53(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) GetSize() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_mem_info_t_size_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_mem_info_t_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) SetKind(arg2 Enum_SS_pstate_mem_kind_t) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_info_t_kind_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_mem_info_t_kind_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) GetKind() (_swig_ret Enum_SS_pstate_mem_kind_t) {
 	var swig_r Enum_SS_pstate_mem_kind_t
 	_swig_i_0 := arg1
-	swig_r = (Enum_SS_pstate_mem_kind_t)(C._wrap_pstate_mem_info_t_kind_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (Enum_SS_pstate_mem_kind_t)(C._wrap_pstate_mem_info_t_kind_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) SetSymmetric(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_info_t_symmetric_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_mem_info_t_symmetric_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) GetSymmetric() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_mem_info_t_symmetric_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_mem_info_t_symmetric_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) SetRegistered(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_info_t_registered_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_mem_info_t_registered_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) GetRegistered() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_mem_info_t_registered_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_mem_info_t_registered_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) SetReserved0(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_info_t_reserved0_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_mem_info_t_reserved0_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) GetReserved0() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_mem_info_t_reserved0_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_mem_info_t_reserved0_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func NewPstate_mem_info_t() (_swig_ret Pstate_mem_info_t) {
 	var swig_r Pstate_mem_info_t
-	swig_r = (Pstate_mem_info_t)(SwigcptrPstate_mem_info_t(C._wrap_new_pstate_mem_info_t_capi_91e42432fc84ab2e()))
+	swig_r = (Pstate_mem_info_t)(SwigcptrPstate_mem_info_t(C._wrap_new_pstate_mem_info_t_capi_0165382b6d0d27c8()))
 	return swig_r
 }
 
 func DeletePstate_mem_info_t(arg1 Pstate_mem_info_t) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_delete_pstate_mem_info_t_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0))
+	C._wrap_delete_pstate_mem_info_t_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0))
 }
 
 type Pstate_mem_info_t interface {
@@ -2638,175 +2655,175 @@ func (p SwigcptrPstate_mem_stats_t) SwigIsPstate_mem_stats_t() {
 func (arg1 SwigcptrPstate_mem_stats_t) GetStruct_size() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_mem_stats_t_struct_size_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_mem_stats_t_struct_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetSymmetric_calls(arg2 uint64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_symmetric_calls_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_type_56(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_symmetric_calls_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_56(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetSymmetric_calls() (_swig_ret uint64) {
 	var swig_r uint64
 	_swig_i_0 := arg1
-	swig_r = (uint64)(C._wrap_pstate_mem_stats_t_symmetric_calls_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (uint64)(C._wrap_pstate_mem_stats_t_symmetric_calls_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetRegistered_calls(arg2 uint64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_registered_calls_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_type_58(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_registered_calls_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_58(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetRegistered_calls() (_swig_ret uint64) {
 	var swig_r uint64
 	_swig_i_0 := arg1
-	swig_r = (uint64)(C._wrap_pstate_mem_stats_t_registered_calls_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (uint64)(C._wrap_pstate_mem_stats_t_registered_calls_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetPlain_calls(arg2 uint64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_plain_calls_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_type_60(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_plain_calls_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_60(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetPlain_calls() (_swig_ret uint64) {
 	var swig_r uint64
 	_swig_i_0 := arg1
-	swig_r = (uint64)(C._wrap_pstate_mem_stats_t_plain_calls_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (uint64)(C._wrap_pstate_mem_stats_t_plain_calls_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetWindows(arg2 int64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_windows_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_type_62(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_windows_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_62(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetWindows() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_mem_stats_t_windows_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_mem_stats_t_windows_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetRegistrations(arg2 int64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_registrations_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_type_64(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_registrations_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_64(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetRegistrations() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_mem_stats_t_registrations_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_mem_stats_t_registrations_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetAllocated(arg2 int64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_allocated_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_type_66(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_allocated_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_66(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetAllocated() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_mem_stats_t_allocated_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_mem_stats_t_allocated_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetPool_reserved(arg2 int64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_pool_reserved_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_type_68(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_pool_reserved_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_68(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetPool_reserved() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_mem_stats_t_pool_reserved_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_mem_stats_t_pool_reserved_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetPool_used(arg2 int64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_pool_used_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_type_70(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_pool_used_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_70(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetPool_used() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_mem_stats_t_pool_used_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_mem_stats_t_pool_used_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetSymmetric_available(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_symmetric_available_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_symmetric_available_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetSymmetric_available() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_mem_stats_t_symmetric_available_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_mem_stats_t_symmetric_available_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetLast_path(arg2 Enum_SS_pstate_mem_path_t) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_last_path_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_last_path_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetLast_path() (_swig_ret Enum_SS_pstate_mem_path_t) {
 	var swig_r Enum_SS_pstate_mem_path_t
 	_swig_i_0 := arg1
-	swig_r = (Enum_SS_pstate_mem_path_t)(C._wrap_pstate_mem_stats_t_last_path_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (Enum_SS_pstate_mem_path_t)(C._wrap_pstate_mem_stats_t_last_path_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetNccl_version(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_nccl_version_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_nccl_version_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetNccl_version() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_mem_stats_t_nccl_version_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_mem_stats_t_nccl_version_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetReserved0(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_reserved0_set_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_reserved0_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetReserved0() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_mem_stats_t_reserved0_get_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_mem_stats_t_reserved0_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func NewPstate_mem_stats_t() (_swig_ret Pstate_mem_stats_t) {
 	var swig_r Pstate_mem_stats_t
-	swig_r = (Pstate_mem_stats_t)(SwigcptrPstate_mem_stats_t(C._wrap_new_pstate_mem_stats_t_capi_91e42432fc84ab2e()))
+	swig_r = (Pstate_mem_stats_t)(SwigcptrPstate_mem_stats_t(C._wrap_new_pstate_mem_stats_t_capi_0165382b6d0d27c8()))
 	return swig_r
 }
 
 func DeletePstate_mem_stats_t(arg1 Pstate_mem_stats_t) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_delete_pstate_mem_stats_t_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0))
+	C._wrap_delete_pstate_mem_stats_t_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0))
 }
 
 type Pstate_mem_stats_t interface {
@@ -2844,7 +2861,7 @@ func Mem_alloc(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_mem_alloc_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_type_72(_swig_i_1), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_mem_alloc_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_72(_swig_i_1), C.swig_voidp(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2854,7 +2871,7 @@ func Mem_free(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_mem_free_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (int64)(C._wrap_mem_free_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2864,7 +2881,7 @@ func Mem_pool_reserve(arg1 uintptr, arg2 int64) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_mem_pool_reserve_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_type_73(_swig_i_1)))
+	swig_r = (int64)(C._wrap_mem_pool_reserve_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_73(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2875,7 +2892,7 @@ func Mem_register(arg1 uintptr, arg2 uintptr, arg3 int64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_mem_register_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_type_74(_swig_i_2)))
+	swig_r = (int64)(C._wrap_mem_register_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_type_74(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2885,7 +2902,7 @@ func Mem_deregister(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_mem_deregister_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (int64)(C._wrap_mem_deregister_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2896,7 +2913,7 @@ func Mem_query(arg1 uintptr, arg2 uintptr, arg3 Pstate_mem_info_t) (_swig_ret er
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (int64)(C._wrap_mem_query_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (int64)(C._wrap_mem_query_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2906,7 +2923,7 @@ func Group_mem_stats(arg1 uintptr, arg2 Pstate_mem_stats_t) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
-	swig_r = (int64)(C._wrap_group_mem_stats_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (int64)(C._wrap_group_mem_stats_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2916,7 +2933,7 @@ func Set_graph_registration(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_set_graph_registration_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
+	swig_r = (int64)(C._wrap_set_graph_registration_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2928,10 +2945,46 @@ func Metrics_text(arg1 uintptr, arg2 string, arg3 int64, arg4 *uint64) (_swig_re
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r = (int64)(C._wrap_metrics_text_capi_91e42432fc84ab2e(C.uintptr_t(_swig_i_0), *(*C.swig_type_75)(unsafe.Pointer(&_swig_i_1)), C.swig_type_76(_swig_i_2), C.swig_voidp(_swig_i_3)))
+	swig_r = (int64)(C._wrap_metrics_text_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_75)(unsafe.Pointer(&_swig_i_1)), C.swig_type_76(_swig_i_2), C.swig_voidp(_swig_i_3)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
+	var swig_r_1 error
+	swig_r_1 = swigPstateFailure(swig_r)
+	return swig_r_1
+}
+
+type Enum_SS_pstate_hook_phase_t int
+
+func _swig_getPSTATE_HOOK_BEFORE() (_swig_ret Enum_SS_pstate_hook_phase_t) {
+	var swig_r Enum_SS_pstate_hook_phase_t
+	swig_r = (Enum_SS_pstate_hook_phase_t)(C._wrap_PSTATE_HOOK_BEFORE_capi_0165382b6d0d27c8())
+	return swig_r
+}
+
+var PSTATE_HOOK_BEFORE Enum_SS_pstate_hook_phase_t = _swig_getPSTATE_HOOK_BEFORE()
+
+func _swig_getPSTATE_HOOK_AFTER() (_swig_ret Enum_SS_pstate_hook_phase_t) {
+	var swig_r Enum_SS_pstate_hook_phase_t
+	swig_r = (Enum_SS_pstate_hook_phase_t)(C._wrap_PSTATE_HOOK_AFTER_capi_0165382b6d0d27c8())
+	return swig_r
+}
+
+var PSTATE_HOOK_AFTER Enum_SS_pstate_hook_phase_t = _swig_getPSTATE_HOOK_AFTER()
+
+func _swig_getPSTATE_HOOK_ABORT() (_swig_ret Enum_SS_pstate_hook_phase_t) {
+	var swig_r Enum_SS_pstate_hook_phase_t
+	swig_r = (Enum_SS_pstate_hook_phase_t)(C._wrap_PSTATE_HOOK_ABORT_capi_0165382b6d0d27c8())
+	return swig_r
+}
+
+var PSTATE_HOOK_ABORT Enum_SS_pstate_hook_phase_t = _swig_getPSTATE_HOOK_ABORT()
+
+func Remove_hook(arg1 uintptr, arg2 uint64) (_swig_ret error) {
+	var swig_r int64
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r = (int64)(C._wrap_remove_hook_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_77(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1

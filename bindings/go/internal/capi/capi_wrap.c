@@ -392,6 +392,16 @@ void pstate_go_ops_free(pstate_go_ops *o) {
   free(o);
 }
 
+
+extern int pstateGoHook(uintptr_t handle, pstate_call_info_t *info);
+static pstate_status_t pstate_go_hook(void *user, const pstate_call_info_t *info) {
+  return (pstate_status_t)pstateGoHook((uintptr_t)user, (pstate_call_info_t *)info);
+}
+intptr_t pstate_go_add_hook(uintptr_t ps, uintptr_t handle, uint64_t *id) {
+  /* the status as the other wrappers return it: a malloc'd pstate_go_failure, or 0 */
+  return (intptr_t)pstate_go_failure_new(pstate_add_hook((pstate_t *)ps, pstate_go_hook, (void *)handle, id));
+}
+
 SWIGINTERN struct pstate_init_params_t *new_pstate_init_params_t(void){
     static const pstate_init_params_t defaults = PSTATE_INIT_PARAMS_INIT;
     pstate_init_params_t *p = (pstate_init_params_t *)malloc(sizeof *p);
@@ -436,7 +446,7 @@ SWIGINTERN void delete_pstate_mem_stats_t(struct pstate_mem_stats_t *self){ free
 extern "C" {
 #endif
 
-void _wrap_Swig_free_capi_91e42432fc84ab2e(void *_swig_go_0) {
+void _wrap_Swig_free_capi_0165382b6d0d27c8(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = *(void **)&_swig_go_0; 
@@ -446,7 +456,7 @@ void _wrap_Swig_free_capi_91e42432fc84ab2e(void *_swig_go_0) {
 }
 
 
-void *_wrap_Swig_malloc_capi_91e42432fc84ab2e(intgo _swig_go_0) {
+void *_wrap_Swig_malloc_capi_0165382b6d0d27c8(intgo _swig_go_0) {
   int arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -459,7 +469,7 @@ void *_wrap_Swig_malloc_capi_91e42432fc84ab2e(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_PSTATE_VERSION_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_VERSION_capi_0165382b6d0d27c8() {
   int result;
   intgo _swig_go_result;
   
@@ -470,7 +480,7 @@ intgo _wrap_PSTATE_VERSION_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_OK_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_OK_capi_0165382b6d0d27c8() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -482,7 +492,7 @@ intgo _wrap_PSTATE_OK_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_0165382b6d0d27c8() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -494,7 +504,7 @@ intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_0165382b6d0d27c8() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -506,7 +516,7 @@ intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_0165382b6d0d27c8() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -518,7 +528,7 @@ intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_0165382b6d0d27c8() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -530,7 +540,7 @@ intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_ERR_TIMEOUT_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_ERR_TIMEOUT_capi_0165382b6d0d27c8() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -542,7 +552,7 @@ intgo _wrap_PSTATE_ERR_TIMEOUT_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_ERR_PEER_LOST_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_ERR_PEER_LOST_capi_0165382b6d0d27c8() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -554,7 +564,7 @@ intgo _wrap_PSTATE_ERR_PEER_LOST_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_ERR_TRANSPORT_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_ERR_TRANSPORT_capi_0165382b6d0d27c8() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -566,7 +576,7 @@ intgo _wrap_PSTATE_ERR_TRANSPORT_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_ERR_MISMATCH_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_ERR_MISMATCH_capi_0165382b6d0d27c8() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -578,7 +588,7 @@ intgo _wrap_PSTATE_ERR_MISMATCH_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_ERR_AUTH_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_ERR_AUTH_capi_0165382b6d0d27c8() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -590,7 +600,7 @@ intgo _wrap_PSTATE_ERR_AUTH_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_ERR_ABORTED_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_ERR_ABORTED_capi_0165382b6d0d27c8() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -602,7 +612,7 @@ intgo _wrap_PSTATE_ERR_ABORTED_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INTERNAL_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_ERR_INTERNAL_capi_0165382b6d0d27c8() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -614,7 +624,7 @@ intgo _wrap_PSTATE_ERR_INTERNAL_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_0165382b6d0d27c8() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -626,7 +636,7 @@ intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_ERR_BUSY_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_ERR_BUSY_capi_0165382b6d0d27c8() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -638,7 +648,7 @@ intgo _wrap_PSTATE_ERR_BUSY_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_INT8_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_INT8_capi_0165382b6d0d27c8() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -650,7 +660,7 @@ intgo _wrap_PSTATE_INT8_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_UINT8_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_UINT8_capi_0165382b6d0d27c8() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -662,7 +672,7 @@ intgo _wrap_PSTATE_UINT8_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_INT32_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_INT32_capi_0165382b6d0d27c8() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -674,7 +684,7 @@ intgo _wrap_PSTATE_INT32_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_UINT32_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_UINT32_capi_0165382b6d0d27c8() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -686,7 +696,7 @@ intgo _wrap_PSTATE_UINT32_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_INT64_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_INT64_capi_0165382b6d0d27c8() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -698,7 +708,7 @@ intgo _wrap_PSTATE_INT64_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_UINT64_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_UINT64_capi_0165382b6d0d27c8() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -710,7 +720,7 @@ intgo _wrap_PSTATE_UINT64_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_FLOAT16_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_FLOAT16_capi_0165382b6d0d27c8() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -722,7 +732,7 @@ intgo _wrap_PSTATE_FLOAT16_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_FLOAT32_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_FLOAT32_capi_0165382b6d0d27c8() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -734,7 +744,7 @@ intgo _wrap_PSTATE_FLOAT32_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_FLOAT64_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_FLOAT64_capi_0165382b6d0d27c8() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -746,7 +756,7 @@ intgo _wrap_PSTATE_FLOAT64_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_BFLOAT16_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_BFLOAT16_capi_0165382b6d0d27c8() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -758,7 +768,7 @@ intgo _wrap_PSTATE_BFLOAT16_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_FP8_E4M3_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_FP8_E4M3_capi_0165382b6d0d27c8() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -770,7 +780,7 @@ intgo _wrap_PSTATE_FP8_E4M3_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_FP8_E5M2_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_FP8_E5M2_capi_0165382b6d0d27c8() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -782,7 +792,7 @@ intgo _wrap_PSTATE_FP8_E5M2_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_SUM_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_SUM_capi_0165382b6d0d27c8() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -794,7 +804,7 @@ intgo _wrap_PSTATE_SUM_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_PROD_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_PROD_capi_0165382b6d0d27c8() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -806,7 +816,7 @@ intgo _wrap_PSTATE_PROD_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_MAX_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_MAX_capi_0165382b6d0d27c8() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -818,7 +828,7 @@ intgo _wrap_PSTATE_MAX_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_MIN_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_MIN_capi_0165382b6d0d27c8() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -830,7 +840,7 @@ intgo _wrap_PSTATE_MIN_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_AVG_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_AVG_capi_0165382b6d0d27c8() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -842,7 +852,7 @@ intgo _wrap_PSTATE_AVG_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_DEVICE_CPU_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_DEVICE_CPU_capi_0165382b6d0d27c8() {
   enum pstate_device_t result;
   intgo _swig_go_result;
   
@@ -854,7 +864,7 @@ intgo _wrap_PSTATE_DEVICE_CPU_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_DEVICE_CUDA_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_DEVICE_CUDA_capi_0165382b6d0d27c8() {
   enum pstate_device_t result;
   intgo _swig_go_result;
   
@@ -866,7 +876,7 @@ intgo _wrap_PSTATE_DEVICE_CUDA_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_WORLD_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_GROUP_WORLD_capi_0165382b6d0d27c8() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -878,7 +888,7 @@ intgo _wrap_PSTATE_GROUP_WORLD_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_TP_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_GROUP_TP_capi_0165382b6d0d27c8() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -890,7 +900,7 @@ intgo _wrap_PSTATE_GROUP_TP_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_PP_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_GROUP_PP_capi_0165382b6d0d27c8() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -902,7 +912,7 @@ intgo _wrap_PSTATE_GROUP_PP_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_0165382b6d0d27c8() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -914,7 +924,7 @@ intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_0165382b6d0d27c8() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -926,7 +936,7 @@ intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_MOE_EP_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_GROUP_MOE_EP_capi_0165382b6d0d27c8() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -938,7 +948,7 @@ intgo _wrap_PSTATE_GROUP_MOE_EP_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_MOE_TP_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_GROUP_MOE_TP_capi_0165382b6d0d27c8() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -950,7 +960,7 @@ intgo _wrap_PSTATE_GROUP_MOE_TP_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_MOE_DP_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_GROUP_MOE_DP_capi_0165382b6d0d27c8() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -962,7 +972,7 @@ intgo _wrap_PSTATE_GROUP_MOE_DP_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_DCP_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_GROUP_DCP_capi_0165382b6d0d27c8() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -974,7 +984,7 @@ intgo _wrap_PSTATE_GROUP_DCP_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_0165382b6d0d27c8() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -986,7 +996,7 @@ intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_SELF_PP_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_GROUP_SELF_PP_capi_0165382b6d0d27c8() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -998,7 +1008,7 @@ intgo _wrap_PSTATE_GROUP_SELF_PP_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_DP_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_GROUP_DP_capi_0165382b6d0d27c8() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -1010,7 +1020,7 @@ intgo _wrap_PSTATE_GROUP_DP_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_PCP_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_GROUP_PCP_capi_0165382b6d0d27c8() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -1022,7 +1032,7 @@ intgo _wrap_PSTATE_GROUP_PCP_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_EP_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_GROUP_EP_capi_0165382b6d0d27c8() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -1034,7 +1044,7 @@ intgo _wrap_PSTATE_GROUP_EP_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_EPLB_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_GROUP_EPLB_capi_0165382b6d0d27c8() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -1046,7 +1056,7 @@ intgo _wrap_PSTATE_GROUP_EPLB_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_CUSTOM_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_GROUP_CUSTOM_capi_0165382b6d0d27c8() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -1058,7 +1068,7 @@ intgo _wrap_PSTATE_GROUP_CUSTOM_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_ENGINE_SGLANG_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_ENGINE_SGLANG_capi_0165382b6d0d27c8() {
   enum pstate_engine_t result;
   intgo _swig_go_result;
   
@@ -1070,7 +1080,7 @@ intgo _wrap_PSTATE_ENGINE_SGLANG_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_ENGINE_VLLM_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_ENGINE_VLLM_capi_0165382b6d0d27c8() {
   enum pstate_engine_t result;
   intgo _swig_go_result;
   
@@ -1082,7 +1092,7 @@ intgo _wrap_PSTATE_ENGINE_VLLM_capi_91e42432fc84ab2e() {
 }
 
 
-long long _wrap_pstate_init_params_t_struct_size_get_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0) {
+long long _wrap_pstate_init_params_t_struct_size_get_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -1095,7 +1105,7 @@ long long _wrap_pstate_init_params_t_struct_size_get_capi_91e42432fc84ab2e(struc
 }
 
 
-void _wrap_pstate_init_params_t_world_size_set_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_world_size_set_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1107,7 +1117,7 @@ void _wrap_pstate_init_params_t_world_size_set_capi_91e42432fc84ab2e(struct psta
 }
 
 
-intgo _wrap_pstate_init_params_t_world_size_get_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_world_size_get_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1120,7 +1130,7 @@ intgo _wrap_pstate_init_params_t_world_size_get_capi_91e42432fc84ab2e(struct pst
 }
 
 
-void _wrap_pstate_init_params_t_rank_set_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_rank_set_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1132,7 +1142,7 @@ void _wrap_pstate_init_params_t_rank_set_capi_91e42432fc84ab2e(struct pstate_ini
 }
 
 
-intgo _wrap_pstate_init_params_t_rank_get_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_rank_get_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1145,7 +1155,7 @@ intgo _wrap_pstate_init_params_t_rank_get_capi_91e42432fc84ab2e(struct pstate_in
 }
 
 
-void _wrap_pstate_init_params_t_local_rank_set_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_local_rank_set_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1157,7 +1167,7 @@ void _wrap_pstate_init_params_t_local_rank_set_capi_91e42432fc84ab2e(struct psta
 }
 
 
-intgo _wrap_pstate_init_params_t_local_rank_get_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_local_rank_get_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1170,7 +1180,7 @@ intgo _wrap_pstate_init_params_t_local_rank_get_capi_91e42432fc84ab2e(struct pst
 }
 
 
-void _wrap_pstate_init_params_t_init_method_set_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_pstate_init_params_t_init_method_set_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1190,7 +1200,7 @@ void _wrap_pstate_init_params_t_init_method_set_capi_91e42432fc84ab2e(struct pst
 }
 
 
-_gostring_ _wrap_pstate_init_params_t_init_method_get_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0) {
+_gostring_ _wrap_pstate_init_params_t_init_method_get_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1206,7 +1216,7 @@ _gostring_ _wrap_pstate_init_params_t_init_method_get_capi_91e42432fc84ab2e(stru
 }
 
 
-void _wrap_pstate_init_params_t_device_set_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_device_set_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   pstate_device_t arg2 ;
   
@@ -1218,7 +1228,7 @@ void _wrap_pstate_init_params_t_device_set_capi_91e42432fc84ab2e(struct pstate_i
 }
 
 
-intgo _wrap_pstate_init_params_t_device_get_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_device_get_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   pstate_device_t result;
   intgo _swig_go_result;
@@ -1231,7 +1241,7 @@ intgo _wrap_pstate_init_params_t_device_get_capi_91e42432fc84ab2e(struct pstate_
 }
 
 
-void _wrap_pstate_init_params_t_device_ordinal_set_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_device_ordinal_set_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1243,7 +1253,7 @@ void _wrap_pstate_init_params_t_device_ordinal_set_capi_91e42432fc84ab2e(struct 
 }
 
 
-intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1256,7 +1266,7 @@ intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_91e42432fc84ab2e(struct
 }
 
 
-void _wrap_pstate_init_params_t_timeout_ms_set_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_init_params_t_timeout_ms_set_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int64_t arg2 ;
   
@@ -1268,7 +1278,7 @@ void _wrap_pstate_init_params_t_timeout_ms_set_capi_91e42432fc84ab2e(struct psta
 }
 
 
-long long _wrap_pstate_init_params_t_timeout_ms_get_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0) {
+long long _wrap_pstate_init_params_t_timeout_ms_get_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int64_t result;
   long long _swig_go_result;
@@ -1281,7 +1291,7 @@ long long _wrap_pstate_init_params_t_timeout_ms_get_capi_91e42432fc84ab2e(struct
 }
 
 
-void _wrap_pstate_init_params_t_job_token_set_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_pstate_init_params_t_job_token_set_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1301,7 +1311,7 @@ void _wrap_pstate_init_params_t_job_token_set_capi_91e42432fc84ab2e(struct pstat
 }
 
 
-_gostring_ _wrap_pstate_init_params_t_job_token_get_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0) {
+_gostring_ _wrap_pstate_init_params_t_job_token_get_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1317,7 +1327,7 @@ _gostring_ _wrap_pstate_init_params_t_job_token_get_capi_91e42432fc84ab2e(struct
 }
 
 
-void _wrap_pstate_init_params_t_socket_ifname_set_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_pstate_init_params_t_socket_ifname_set_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1337,7 +1347,7 @@ void _wrap_pstate_init_params_t_socket_ifname_set_capi_91e42432fc84ab2e(struct p
 }
 
 
-_gostring_ _wrap_pstate_init_params_t_socket_ifname_get_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0) {
+_gostring_ _wrap_pstate_init_params_t_socket_ifname_get_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1353,7 +1363,7 @@ _gostring_ _wrap_pstate_init_params_t_socket_ifname_get_capi_91e42432fc84ab2e(st
 }
 
 
-struct pstate_init_params_t *_wrap_new_pstate_init_params_t_capi_91e42432fc84ab2e() {
+struct pstate_init_params_t *_wrap_new_pstate_init_params_t_capi_0165382b6d0d27c8() {
   struct pstate_init_params_t *result = 0 ;
   struct pstate_init_params_t *_swig_go_result;
   
@@ -1364,7 +1374,7 @@ struct pstate_init_params_t *_wrap_new_pstate_init_params_t_capi_91e42432fc84ab2
 }
 
 
-void _wrap_delete_pstate_init_params_t_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0) {
+void _wrap_delete_pstate_init_params_t_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   
   arg1 = *(struct pstate_init_params_t **)&_swig_go_0; 
@@ -1374,7 +1384,7 @@ void _wrap_delete_pstate_init_params_t_capi_91e42432fc84ab2e(struct pstate_init_
 }
 
 
-long long _wrap_pstate_parallel_config_t_struct_size_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
+long long _wrap_pstate_parallel_config_t_struct_size_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -1387,7 +1397,7 @@ long long _wrap_pstate_parallel_config_t_struct_size_get_capi_91e42432fc84ab2e(s
 }
 
 
-void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1399,7 +1409,7 @@ void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_91e42432fc84ab
 }
 
 
-intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1412,7 +1422,7 @@ intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_91e42432fc84a
 }
 
 
-void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1424,7 +1434,7 @@ void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_91e42432fc84
 }
 
 
-intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1437,7 +1447,7 @@ intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_91e42432fc8
 }
 
 
-void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1449,7 +1459,7 @@ void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_91e42432fc84ab
 }
 
 
-intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1462,7 +1472,7 @@ intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_91e42432fc84a
 }
 
 
-void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1474,7 +1484,7 @@ void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_91e424
 }
 
 
-intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1487,7 +1497,7 @@ intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_91e42
 }
 
 
-void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1499,7 +1509,7 @@ void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_91e
 }
 
 
-intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1512,7 +1522,7 @@ intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_91
 }
 
 
-void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1524,7 +1534,7 @@ void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_91e42432fc84
 }
 
 
-intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1537,7 +1547,7 @@ intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_91e42432fc8
 }
 
 
-void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1549,7 +1559,7 @@ void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_91e424
 }
 
 
-intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1562,7 +1572,7 @@ intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_91e42
 }
 
 
-void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1574,7 +1584,7 @@ void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi
 }
 
 
-intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1587,7 +1597,7 @@ intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_cap
 }
 
 
-void _wrap_pstate_parallel_config_t_engine_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_engine_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   pstate_engine_t arg2 ;
   
@@ -1599,7 +1609,7 @@ void _wrap_pstate_parallel_config_t_engine_set_capi_91e42432fc84ab2e(struct psta
 }
 
 
-intgo _wrap_pstate_parallel_config_t_engine_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_engine_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   pstate_engine_t result;
   intgo _swig_go_result;
@@ -1612,7 +1622,7 @@ intgo _wrap_pstate_parallel_config_t_engine_get_capi_91e42432fc84ab2e(struct pst
 }
 
 
-void _wrap_pstate_parallel_config_t_data_parallel_size_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_data_parallel_size_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1624,7 +1634,7 @@ void _wrap_pstate_parallel_config_t_data_parallel_size_set_capi_91e42432fc84ab2e
 }
 
 
-intgo _wrap_pstate_parallel_config_t_data_parallel_size_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_data_parallel_size_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1637,7 +1647,7 @@ intgo _wrap_pstate_parallel_config_t_data_parallel_size_get_capi_91e42432fc84ab2
 }
 
 
-void _wrap_pstate_parallel_config_t_prefill_context_parallel_size_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_prefill_context_parallel_size_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1649,7 +1659,7 @@ void _wrap_pstate_parallel_config_t_prefill_context_parallel_size_set_capi_91e42
 }
 
 
-intgo _wrap_pstate_parallel_config_t_prefill_context_parallel_size_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_prefill_context_parallel_size_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1662,7 +1672,7 @@ intgo _wrap_pstate_parallel_config_t_prefill_context_parallel_size_get_capi_91e4
 }
 
 
-void _wrap_pstate_parallel_config_t_moe_model_set_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_moe_model_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1674,7 +1684,7 @@ void _wrap_pstate_parallel_config_t_moe_model_set_capi_91e42432fc84ab2e(struct p
 }
 
 
-intgo _wrap_pstate_parallel_config_t_moe_model_get_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_moe_model_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1687,7 +1697,7 @@ intgo _wrap_pstate_parallel_config_t_moe_model_get_capi_91e42432fc84ab2e(struct 
 }
 
 
-struct pstate_parallel_config_t *_wrap_new_pstate_parallel_config_t_capi_91e42432fc84ab2e() {
+struct pstate_parallel_config_t *_wrap_new_pstate_parallel_config_t_capi_0165382b6d0d27c8() {
   struct pstate_parallel_config_t *result = 0 ;
   struct pstate_parallel_config_t *_swig_go_result;
   
@@ -1698,7 +1708,7 @@ struct pstate_parallel_config_t *_wrap_new_pstate_parallel_config_t_capi_91e4243
 }
 
 
-void _wrap_delete_pstate_parallel_config_t_capi_91e42432fc84ab2e(struct pstate_parallel_config_t *_swig_go_0) {
+void _wrap_delete_pstate_parallel_config_t_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   
   arg1 = *(struct pstate_parallel_config_t **)&_swig_go_0; 
@@ -1708,7 +1718,7 @@ void _wrap_delete_pstate_parallel_config_t_capi_91e42432fc84ab2e(struct pstate_p
 }
 
 
-long long _wrap_pstate_group_info_t_struct_size_get_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
+long long _wrap_pstate_group_info_t_struct_size_get_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -1721,7 +1731,7 @@ long long _wrap_pstate_group_info_t_struct_size_get_capi_91e42432fc84ab2e(struct
 }
 
 
-void _wrap_pstate_group_info_t_kind_set_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_kind_set_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   pstate_group_kind_t arg2 ;
   
@@ -1733,7 +1743,7 @@ void _wrap_pstate_group_info_t_kind_set_capi_91e42432fc84ab2e(struct pstate_grou
 }
 
 
-intgo _wrap_pstate_group_info_t_kind_get_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_kind_get_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   pstate_group_kind_t result;
   intgo _swig_go_result;
@@ -1746,7 +1756,7 @@ intgo _wrap_pstate_group_info_t_kind_get_capi_91e42432fc84ab2e(struct pstate_gro
 }
 
 
-void _wrap_pstate_group_info_t_rank_set_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_rank_set_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1758,7 +1768,7 @@ void _wrap_pstate_group_info_t_rank_set_capi_91e42432fc84ab2e(struct pstate_grou
 }
 
 
-intgo _wrap_pstate_group_info_t_rank_get_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_rank_get_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1771,7 +1781,7 @@ intgo _wrap_pstate_group_info_t_rank_get_capi_91e42432fc84ab2e(struct pstate_gro
 }
 
 
-void _wrap_pstate_group_info_t_rank_in_group_set_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_rank_in_group_set_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1783,7 +1793,7 @@ void _wrap_pstate_group_info_t_rank_in_group_set_capi_91e42432fc84ab2e(struct ps
 }
 
 
-intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1796,7 +1806,7 @@ intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_91e42432fc84ab2e(struct p
 }
 
 
-void _wrap_pstate_group_info_t_world_size_set_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_world_size_set_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1808,7 +1818,7 @@ void _wrap_pstate_group_info_t_world_size_set_capi_91e42432fc84ab2e(struct pstat
 }
 
 
-intgo _wrap_pstate_group_info_t_world_size_get_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_world_size_get_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1821,7 +1831,7 @@ intgo _wrap_pstate_group_info_t_world_size_get_capi_91e42432fc84ab2e(struct psta
 }
 
 
-void _wrap_pstate_group_info_t_local_rank_set_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_local_rank_set_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1833,7 +1843,7 @@ void _wrap_pstate_group_info_t_local_rank_set_capi_91e42432fc84ab2e(struct pstat
 }
 
 
-intgo _wrap_pstate_group_info_t_local_rank_get_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_local_rank_get_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1846,7 +1856,7 @@ intgo _wrap_pstate_group_info_t_local_rank_get_capi_91e42432fc84ab2e(struct psta
 }
 
 
-void _wrap_pstate_group_info_t_first_rank_set_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_first_rank_set_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1858,7 +1868,7 @@ void _wrap_pstate_group_info_t_first_rank_set_capi_91e42432fc84ab2e(struct pstat
 }
 
 
-intgo _wrap_pstate_group_info_t_first_rank_get_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_first_rank_get_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1871,7 +1881,7 @@ intgo _wrap_pstate_group_info_t_first_rank_get_capi_91e42432fc84ab2e(struct psta
 }
 
 
-void _wrap_pstate_group_info_t_last_rank_set_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_last_rank_set_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1883,7 +1893,7 @@ void _wrap_pstate_group_info_t_last_rank_set_capi_91e42432fc84ab2e(struct pstate
 }
 
 
-intgo _wrap_pstate_group_info_t_last_rank_get_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_last_rank_get_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1896,7 +1906,7 @@ intgo _wrap_pstate_group_info_t_last_rank_get_capi_91e42432fc84ab2e(struct pstat
 }
 
 
-void _wrap_pstate_group_info_t_next_rank_set_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_next_rank_set_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1908,7 +1918,7 @@ void _wrap_pstate_group_info_t_next_rank_set_capi_91e42432fc84ab2e(struct pstate
 }
 
 
-intgo _wrap_pstate_group_info_t_next_rank_get_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_next_rank_get_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1921,7 +1931,7 @@ intgo _wrap_pstate_group_info_t_next_rank_get_capi_91e42432fc84ab2e(struct pstat
 }
 
 
-void _wrap_pstate_group_info_t_prev_rank_set_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_prev_rank_set_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1933,7 +1943,7 @@ void _wrap_pstate_group_info_t_prev_rank_set_capi_91e42432fc84ab2e(struct pstate
 }
 
 
-intgo _wrap_pstate_group_info_t_prev_rank_get_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_prev_rank_get_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1946,7 +1956,7 @@ intgo _wrap_pstate_group_info_t_prev_rank_get_capi_91e42432fc84ab2e(struct pstat
 }
 
 
-_gostring_ _wrap_pstate_group_info_t_name_get_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
+_gostring_ _wrap_pstate_group_info_t_name_get_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1962,7 +1972,7 @@ _gostring_ _wrap_pstate_group_info_t_name_get_capi_91e42432fc84ab2e(struct pstat
 }
 
 
-struct pstate_group_info_t *_wrap_new_pstate_group_info_t_capi_91e42432fc84ab2e() {
+struct pstate_group_info_t *_wrap_new_pstate_group_info_t_capi_0165382b6d0d27c8() {
   struct pstate_group_info_t *result = 0 ;
   struct pstate_group_info_t *_swig_go_result;
   
@@ -1973,7 +1983,7 @@ struct pstate_group_info_t *_wrap_new_pstate_group_info_t_capi_91e42432fc84ab2e(
 }
 
 
-void _wrap_delete_pstate_group_info_t_capi_91e42432fc84ab2e(struct pstate_group_info_t *_swig_go_0) {
+void _wrap_delete_pstate_group_info_t_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   
   arg1 = *(struct pstate_group_info_t **)&_swig_go_0; 
@@ -1983,7 +1993,7 @@ void _wrap_delete_pstate_group_info_t_capi_91e42432fc84ab2e(struct pstate_group_
 }
 
 
-_gostring_ _wrap_status_string_capi_91e42432fc84ab2e(intgo _swig_go_0) {
+_gostring_ _wrap_status_string_capi_0165382b6d0d27c8(intgo _swig_go_0) {
   pstate_status_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1999,7 +2009,7 @@ _gostring_ _wrap_status_string_capi_91e42432fc84ab2e(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_last_error_capi_91e42432fc84ab2e() {
+_gostring_ _wrap_last_error_capi_0165382b6d0d27c8() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -2013,7 +2023,7 @@ _gostring_ _wrap_last_error_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_version_capi_91e42432fc84ab2e() {
+intgo _wrap_version_capi_0165382b6d0d27c8() {
   uint32_t result;
   intgo _swig_go_result;
   
@@ -2024,7 +2034,7 @@ intgo _wrap_version_capi_91e42432fc84ab2e() {
 }
 
 
-_gostring_ _wrap_dtype_name_capi_91e42432fc84ab2e(intgo _swig_go_0) {
+_gostring_ _wrap_dtype_name_capi_0165382b6d0d27c8(intgo _swig_go_0) {
   pstate_dtype_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -2040,7 +2050,7 @@ _gostring_ _wrap_dtype_name_capi_91e42432fc84ab2e(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_reduce_op_name_capi_91e42432fc84ab2e(intgo _swig_go_0) {
+_gostring_ _wrap_reduce_op_name_capi_0165382b6d0d27c8(intgo _swig_go_0) {
   pstate_reduce_op_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -2056,7 +2066,7 @@ _gostring_ _wrap_reduce_op_name_capi_91e42432fc84ab2e(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_group_kind_name_capi_91e42432fc84ab2e(intgo _swig_go_0) {
+_gostring_ _wrap_group_kind_name_capi_0165382b6d0d27c8(intgo _swig_go_0) {
   pstate_group_kind_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -2072,7 +2082,7 @@ _gostring_ _wrap_group_kind_name_capi_91e42432fc84ab2e(intgo _swig_go_0) {
 }
 
 
-long long _wrap_dtype_size_capi_91e42432fc84ab2e(intgo _swig_go_0) {
+long long _wrap_dtype_size_capi_0165382b6d0d27c8(intgo _swig_go_0) {
   pstate_dtype_t arg1 ;
   size_t result;
   long long _swig_go_result;
@@ -2085,7 +2095,7 @@ long long _wrap_dtype_size_capi_91e42432fc84ab2e(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_layout_create_capi_91e42432fc84ab2e(intgo _swig_go_0, struct pstate_parallel_config_t *_swig_go_1, pstate_layout_t **_swig_go_2) {
+intgo _wrap_layout_create_capi_0165382b6d0d27c8(intgo _swig_go_0, struct pstate_parallel_config_t *_swig_go_1, pstate_layout_t **_swig_go_2) {
   int arg1 ;
   pstate_parallel_config_t *arg2 = (pstate_parallel_config_t *) 0 ;
   pstate_layout_t **arg3 = (pstate_layout_t **) 0 ;
@@ -2102,7 +2112,7 @@ intgo _wrap_layout_create_capi_91e42432fc84ab2e(intgo _swig_go_0, struct pstate_
 }
 
 
-intgo _wrap_layout_group_count_capi_91e42432fc84ab2e(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_layout_group_count_capi_0165382b6d0d27c8(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long *_swig_go_2) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   pstate_group_kind_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2119,7 +2129,7 @@ intgo _wrap_layout_group_count_capi_91e42432fc84ab2e(pstate_layout_t *_swig_go_0
 }
 
 
-intgo _wrap_layout_group_ranks_capi_91e42432fc84ab2e(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
+intgo _wrap_layout_group_ranks_capi_0165382b6d0d27c8(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   pstate_group_kind_t arg2 ;
   size_t arg3 ;
@@ -2144,7 +2154,7 @@ intgo _wrap_layout_group_ranks_capi_91e42432fc84ab2e(pstate_layout_t *_swig_go_0
 }
 
 
-intgo _wrap_layout_group_of_capi_91e42432fc84ab2e(pstate_layout_t *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, long long *_swig_go_3) {
+intgo _wrap_layout_group_of_capi_0165382b6d0d27c8(pstate_layout_t *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, long long *_swig_go_3) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   pstate_group_kind_t arg2 ;
   int arg3 ;
@@ -2163,7 +2173,7 @@ intgo _wrap_layout_group_of_capi_91e42432fc84ab2e(pstate_layout_t *_swig_go_0, i
 }
 
 
-void _wrap_layout_destroy_capi_91e42432fc84ab2e(pstate_layout_t *_swig_go_0) {
+void _wrap_layout_destroy_capi_0165382b6d0d27c8(pstate_layout_t *_swig_go_0) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   
   arg1 = (pstate_layout_t *)_swig_go_0; 
@@ -2173,7 +2183,7 @@ void _wrap_layout_destroy_capi_91e42432fc84ab2e(pstate_layout_t *_swig_go_0) {
 }
 
 
-intgo _wrap_init_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0, pstate_t **_swig_go_1) {
+intgo _wrap_init_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0, pstate_t **_swig_go_1) {
   pstate_init_params_t *arg1 = (pstate_init_params_t *) 0 ;
   pstate_t **arg2 = (pstate_t **) 0 ;
   pstate_status_t result;
@@ -2188,7 +2198,7 @@ intgo _wrap_init_capi_91e42432fc84ab2e(struct pstate_init_params_t *_swig_go_0, 
 }
 
 
-intgo _wrap_initialize_model_parallel_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, struct pstate_parallel_config_t *_swig_go_1) {
+intgo _wrap_initialize_model_parallel_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, struct pstate_parallel_config_t *_swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_parallel_config_t *arg2 = (pstate_parallel_config_t *) 0 ;
   pstate_status_t result;
@@ -2203,7 +2213,7 @@ intgo _wrap_initialize_model_parallel_capi_91e42432fc84ab2e(pstate_t *_swig_go_0
 }
 
 
-intgo _wrap_model_parallel_is_initialized_capi_91e42432fc84ab2e(pstate_t *_swig_go_0) {
+intgo _wrap_model_parallel_is_initialized_capi_0165382b6d0d27c8(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -2216,7 +2226,7 @@ intgo _wrap_model_parallel_is_initialized_capi_91e42432fc84ab2e(pstate_t *_swig_
 }
 
 
-intgo _wrap_destroy_model_parallel_capi_91e42432fc84ab2e(pstate_t *_swig_go_0) {
+intgo _wrap_destroy_model_parallel_capi_0165382b6d0d27c8(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2229,7 +2239,7 @@ intgo _wrap_destroy_model_parallel_capi_91e42432fc84ab2e(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_finalize_capi_91e42432fc84ab2e(pstate_t *_swig_go_0) {
+intgo _wrap_finalize_capi_0165382b6d0d27c8(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2242,7 +2252,7 @@ intgo _wrap_finalize_capi_91e42432fc84ab2e(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_abort_capi_91e42432fc84ab2e(pstate_t *_swig_go_0) {
+intgo _wrap_abort_capi_0165382b6d0d27c8(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2255,7 +2265,7 @@ intgo _wrap_abort_capi_91e42432fc84ab2e(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_revoke_capi_91e42432fc84ab2e(pstate_t *_swig_go_0) {
+intgo _wrap_revoke_capi_0165382b6d0d27c8(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2268,7 +2278,7 @@ intgo _wrap_revoke_capi_91e42432fc84ab2e(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_set_interrupt_check_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, pstate_interrupt_fn _swig_go_1) {
+intgo _wrap_set_interrupt_check_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, pstate_interrupt_fn _swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_interrupt_fn arg2 = (pstate_interrupt_fn) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2287,7 +2297,7 @@ intgo _wrap_set_interrupt_check_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, psta
 }
 
 
-intgo _wrap_trace_dump_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_trace_dump_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, _gostring_ _swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   char *arg2 = (char *) 0 ;
   pstate_status_t result;
@@ -2307,7 +2317,7 @@ intgo _wrap_trace_dump_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, _gostring_ _s
 }
 
 
-intgo _wrap_get_group_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, intgo _swig_go_1, pstate_group_t **_swig_go_2) {
+intgo _wrap_get_group_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, intgo _swig_go_1, pstate_group_t **_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_group_kind_t arg2 ;
   pstate_group_t **arg3 = (pstate_group_t **) 0 ;
@@ -2324,7 +2334,7 @@ intgo _wrap_get_group_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, intgo _swig_go
 }
 
 
-intgo _wrap_group_info_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, struct pstate_group_info_t *_swig_go_1) {
+intgo _wrap_group_info_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, struct pstate_group_info_t *_swig_go_1) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_group_info_t *arg2 = (pstate_group_info_t *) 0 ;
   pstate_status_t result;
@@ -2339,7 +2349,7 @@ intgo _wrap_group_info_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, struct 
 }
 
 
-intgo _wrap_group_ranks_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_group_ranks_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2360,7 +2370,7 @@ intgo _wrap_group_ranks_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, _gosli
 }
 
 
-intgo _wrap_live_ranks_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_live_ranks_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2381,7 +2391,7 @@ intgo _wrap_live_ranks_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, _goslice_ _sw
 }
 
 
-intgo _wrap_shrink_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_shrink_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2402,7 +2412,7 @@ intgo _wrap_shrink_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, _goslice_ _swig_g
 }
 
 
-intgo _wrap_grow_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, long long _swig_go_1) {
+intgo _wrap_grow_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, long long _swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int64_t arg2 ;
   pstate_status_t result;
@@ -2417,7 +2427,7 @@ intgo _wrap_grow_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, long long _swig_go_
 }
 
 
-intgo _wrap_new_group_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, _goslice_ _swig_go_1, pstate_group_t **_swig_go_2) {
+intgo _wrap_new_group_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, _goslice_ _swig_go_1, pstate_group_t **_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2438,7 +2448,7 @@ intgo _wrap_new_group_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, _goslice_ _swi
 }
 
 
-intgo _wrap_group_same_node_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2, long long *_swig_go_3) {
+intgo _wrap_group_same_node_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2, long long *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   int *arg3 = (int *) 0 ;
@@ -2461,7 +2471,7 @@ intgo _wrap_group_same_node_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, in
 }
 
 
-intgo _wrap_all_reduce_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_all_reduce_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2486,7 +2496,7 @@ intgo _wrap_all_reduce_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_
 }
 
 
-intgo _wrap_all_gather_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_all_gather_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2509,7 +2519,7 @@ intgo _wrap_all_gather_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_
 }
 
 
-intgo _wrap_reduce_scatter_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_reduce_scatter_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2534,7 +2544,7 @@ intgo _wrap_reduce_scatter_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, voi
 }
 
 
-intgo _wrap_broadcast_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_broadcast_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2557,7 +2567,7 @@ intgo _wrap_broadcast_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_s
 }
 
 
-intgo _wrap_gather_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_gather_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2582,7 +2592,7 @@ intgo _wrap_gather_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_all_to_all_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_all_to_all_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2605,7 +2615,7 @@ intgo _wrap_all_to_all_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_
 }
 
 
-intgo _wrap_reduce_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, intgo _swig_go_6, void *_swig_go_7) {
+intgo _wrap_reduce_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, intgo _swig_go_6, void *_swig_go_7) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2632,7 +2642,7 @@ intgo _wrap_reduce_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_scatter_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_scatter_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2657,7 +2667,7 @@ intgo _wrap_scatter_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swi
 }
 
 
-intgo _wrap_all_gatherv_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_all_gatherv_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2680,7 +2690,7 @@ intgo _wrap_all_gatherv_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *
 }
 
 
-intgo _wrap_reduce_scatterv_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_reduce_scatterv_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2705,7 +2715,7 @@ intgo _wrap_reduce_scatterv_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, vo
 }
 
 
-intgo _wrap_all_to_all_v_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, _goslice_ _swig_go_2, _goslice_ _swig_go_3, void *_swig_go_4, _goslice_ _swig_go_5, _goslice_ _swig_go_6, intgo _swig_go_7, void *_swig_go_8) {
+intgo _wrap_all_to_all_v_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, _goslice_ _swig_go_2, _goslice_ _swig_go_3, void *_swig_go_4, _goslice_ _swig_go_5, _goslice_ _swig_go_6, intgo _swig_go_7, void *_swig_go_8) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2734,7 +2744,7 @@ intgo _wrap_all_to_all_v_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void 
 }
 
 
-intgo _wrap_send_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_send_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2757,7 +2767,7 @@ intgo _wrap_send_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_g
 }
 
 
-intgo _wrap_recv_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_recv_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2780,7 +2790,7 @@ intgo _wrap_recv_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_g
 }
 
 
-intgo _wrap_barrier_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0) {
+intgo _wrap_barrier_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2793,7 +2803,7 @@ intgo _wrap_barrier_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0) {
 }
 
 
-intgo _wrap_tp_allreduce_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_tp_allreduce_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2816,7 +2826,7 @@ intgo _wrap_tp_allreduce_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_tp_allgather_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_tp_allgather_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2839,7 +2849,7 @@ intgo _wrap_tp_allgather_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_broadcast_object_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, pstate_bytes_t *_swig_go_3) {
+intgo _wrap_broadcast_object_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, pstate_bytes_t *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2862,7 +2872,7 @@ intgo _wrap_broadcast_object_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, _
 }
 
 
-intgo _wrap_all_gather_object_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, pstate_bytes_t *_swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
+intgo _wrap_all_gather_object_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, pstate_bytes_t *_swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2891,7 +2901,7 @@ intgo _wrap_all_gather_object_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, 
 }
 
 
-intgo _wrap_send_object_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_send_object_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2912,7 +2922,7 @@ intgo _wrap_send_object_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, _gosli
 }
 
 
-intgo _wrap_recv_object_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_bytes_t *_swig_go_2) {
+intgo _wrap_recv_object_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_bytes_t *_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   pstate_bytes_t *arg3 = (pstate_bytes_t *) 0 ;
@@ -2929,7 +2939,7 @@ intgo _wrap_recv_object_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, intgo 
 }
 
 
-intgo _wrap_broadcast_tensor_dict_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
+intgo _wrap_broadcast_tensor_dict_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_tensor_t *arg2 = (pstate_tensor_t *) 0 ;
   size_t arg3 ;
@@ -2958,7 +2968,7 @@ intgo _wrap_broadcast_tensor_dict_capi_91e42432fc84ab2e(pstate_group_t *_swig_go
 }
 
 
-intgo _wrap_send_tensor_dict_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, void *_swig_go_3) {
+intgo _wrap_send_tensor_dict_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, void *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_tensor_t *arg2 = (pstate_tensor_t *) 0 ;
   size_t arg3 ;
@@ -2981,7 +2991,7 @@ intgo _wrap_send_tensor_dict_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, p
 }
 
 
-intgo _wrap_recv_tensor_dict_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_alloc_fn _swig_go_2, void *_swig_go_3) {
+intgo _wrap_recv_tensor_dict_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_alloc_fn _swig_go_2, void *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   pstate_alloc_fn arg3 = (pstate_alloc_fn) 0 ;
@@ -3004,7 +3014,7 @@ intgo _wrap_recv_tensor_dict_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, i
 }
 
 
-intgo _wrap_send_tensor_dict_sliced_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_group_t *_swig_go_3, void *_swig_go_4) {
+intgo _wrap_send_tensor_dict_sliced_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_group_t *_swig_go_3, void *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_tensor_t *arg2 = (pstate_tensor_t *) 0 ;
   size_t arg3 ;
@@ -3029,7 +3039,7 @@ intgo _wrap_send_tensor_dict_sliced_capi_91e42432fc84ab2e(pstate_group_t *_swig_
 }
 
 
-intgo _wrap_recv_tensor_dict_sliced_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_group_t *_swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
+intgo _wrap_recv_tensor_dict_sliced_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_group_t *_swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   pstate_group_t *arg3 = (pstate_group_t *) 0 ;
@@ -3054,7 +3064,7 @@ intgo _wrap_recv_tensor_dict_sliced_capi_91e42432fc84ab2e(pstate_group_t *_swig_
 }
 
 
-intgo _wrap_isend_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
+intgo _wrap_isend_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -3079,7 +3089,7 @@ intgo _wrap_isend_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_
 }
 
 
-intgo _wrap_irecv_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
+intgo _wrap_irecv_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -3104,7 +3114,7 @@ intgo _wrap_irecv_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_
 }
 
 
-intgo _wrap_wait_capi_91e42432fc84ab2e(pstate_request_t *_swig_go_0) {
+intgo _wrap_wait_capi_0165382b6d0d27c8(pstate_request_t *_swig_go_0) {
   pstate_request_t *arg1 = (pstate_request_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -3117,7 +3127,7 @@ intgo _wrap_wait_capi_91e42432fc84ab2e(pstate_request_t *_swig_go_0) {
 }
 
 
-intgo _wrap_test_capi_91e42432fc84ab2e(pstate_request_t *_swig_go_0, int *_swig_go_1) {
+intgo _wrap_test_capi_0165382b6d0d27c8(pstate_request_t *_swig_go_0, int *_swig_go_1) {
   pstate_request_t *arg1 = (pstate_request_t *) 0 ;
   int *arg2 = (int *) 0 ;
   pstate_status_t result;
@@ -3132,7 +3142,7 @@ intgo _wrap_test_capi_91e42432fc84ab2e(pstate_request_t *_swig_go_0, int *_swig_
 }
 
 
-intgo _wrap_p2p_batch_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, pstate_p2p_op_t *_swig_go_1, void *_swig_go_2) {
+intgo _wrap_p2p_batch_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, pstate_p2p_op_t *_swig_go_1, void *_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_p2p_op_t *arg2 = (pstate_p2p_op_t *) 0 ;
   size_t arg3 ;
@@ -3153,7 +3163,7 @@ intgo _wrap_p2p_batch_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, pstate_p
 }
 
 
-intgo _wrap_graph_capture_begin_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, void *_swig_go_1, void **_swig_go_2) {
+intgo _wrap_graph_capture_begin_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, void *_swig_go_1, void **_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void **arg3 = (void **) 0 ;
@@ -3170,7 +3180,7 @@ intgo _wrap_graph_capture_begin_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, void
 }
 
 
-intgo _wrap_graph_capture_end_capi_91e42432fc84ab2e(pstate_t *_swig_go_0) {
+intgo _wrap_graph_capture_end_capi_0165382b6d0d27c8(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -3183,7 +3193,7 @@ intgo _wrap_graph_capture_end_capi_91e42432fc84ab2e(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_PSTATE_MEM_NONE_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_MEM_NONE_capi_0165382b6d0d27c8() {
   enum pstate_mem_kind_t result;
   intgo _swig_go_result;
   
@@ -3195,7 +3205,7 @@ intgo _wrap_PSTATE_MEM_NONE_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_MEM_GROUP_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_MEM_GROUP_capi_0165382b6d0d27c8() {
   enum pstate_mem_kind_t result;
   intgo _swig_go_result;
   
@@ -3207,7 +3217,7 @@ intgo _wrap_PSTATE_MEM_GROUP_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_MEM_POOL_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_MEM_POOL_capi_0165382b6d0d27c8() {
   enum pstate_mem_kind_t result;
   intgo _swig_go_result;
   
@@ -3219,7 +3229,7 @@ intgo _wrap_PSTATE_MEM_POOL_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_MEM_REGISTERED_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_MEM_REGISTERED_capi_0165382b6d0d27c8() {
   enum pstate_mem_kind_t result;
   intgo _swig_go_result;
   
@@ -3231,7 +3241,7 @@ intgo _wrap_PSTATE_MEM_REGISTERED_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_MEM_PATH_NONE_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_MEM_PATH_NONE_capi_0165382b6d0d27c8() {
   enum pstate_mem_path_t result;
   intgo _swig_go_result;
   
@@ -3243,7 +3253,7 @@ intgo _wrap_PSTATE_MEM_PATH_NONE_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_MEM_PATH_PLAIN_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_MEM_PATH_PLAIN_capi_0165382b6d0d27c8() {
   enum pstate_mem_path_t result;
   intgo _swig_go_result;
   
@@ -3255,7 +3265,7 @@ intgo _wrap_PSTATE_MEM_PATH_PLAIN_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_MEM_PATH_REGISTERED_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_MEM_PATH_REGISTERED_capi_0165382b6d0d27c8() {
   enum pstate_mem_path_t result;
   intgo _swig_go_result;
   
@@ -3267,7 +3277,7 @@ intgo _wrap_PSTATE_MEM_PATH_REGISTERED_capi_91e42432fc84ab2e() {
 }
 
 
-intgo _wrap_PSTATE_MEM_PATH_SYMMETRIC_capi_91e42432fc84ab2e() {
+intgo _wrap_PSTATE_MEM_PATH_SYMMETRIC_capi_0165382b6d0d27c8() {
   enum pstate_mem_path_t result;
   intgo _swig_go_result;
   
@@ -3279,7 +3289,7 @@ intgo _wrap_PSTATE_MEM_PATH_SYMMETRIC_capi_91e42432fc84ab2e() {
 }
 
 
-long long _wrap_pstate_mem_info_t_struct_size_get_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0) {
+long long _wrap_pstate_mem_info_t_struct_size_get_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3292,7 +3302,7 @@ long long _wrap_pstate_mem_info_t_struct_size_get_capi_91e42432fc84ab2e(struct p
 }
 
 
-void _wrap_pstate_mem_info_t_base_set_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0, void *_swig_go_1) {
+void _wrap_pstate_mem_info_t_base_set_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0, void *_swig_go_1) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   void *arg2 = (void *) 0 ;
   
@@ -3304,7 +3314,7 @@ void _wrap_pstate_mem_info_t_base_set_capi_91e42432fc84ab2e(struct pstate_mem_in
 }
 
 
-void *_wrap_pstate_mem_info_t_base_get_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0) {
+void *_wrap_pstate_mem_info_t_base_get_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -3317,7 +3327,7 @@ void *_wrap_pstate_mem_info_t_base_get_capi_91e42432fc84ab2e(struct pstate_mem_i
 }
 
 
-void _wrap_pstate_mem_info_t_size_set_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_info_t_size_set_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   size_t arg2 ;
   
@@ -3329,7 +3339,7 @@ void _wrap_pstate_mem_info_t_size_set_capi_91e42432fc84ab2e(struct pstate_mem_in
 }
 
 
-long long _wrap_pstate_mem_info_t_size_get_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0) {
+long long _wrap_pstate_mem_info_t_size_get_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3342,7 +3352,7 @@ long long _wrap_pstate_mem_info_t_size_get_capi_91e42432fc84ab2e(struct pstate_m
 }
 
 
-void _wrap_pstate_mem_info_t_kind_set_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_info_t_kind_set_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   pstate_mem_kind_t arg2 ;
   
@@ -3354,7 +3364,7 @@ void _wrap_pstate_mem_info_t_kind_set_capi_91e42432fc84ab2e(struct pstate_mem_in
 }
 
 
-intgo _wrap_pstate_mem_info_t_kind_get_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0) {
+intgo _wrap_pstate_mem_info_t_kind_get_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   pstate_mem_kind_t result;
   intgo _swig_go_result;
@@ -3367,7 +3377,7 @@ intgo _wrap_pstate_mem_info_t_kind_get_capi_91e42432fc84ab2e(struct pstate_mem_i
 }
 
 
-void _wrap_pstate_mem_info_t_symmetric_set_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_info_t_symmetric_set_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   int arg2 ;
   
@@ -3379,7 +3389,7 @@ void _wrap_pstate_mem_info_t_symmetric_set_capi_91e42432fc84ab2e(struct pstate_m
 }
 
 
-intgo _wrap_pstate_mem_info_t_symmetric_get_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0) {
+intgo _wrap_pstate_mem_info_t_symmetric_get_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3392,7 +3402,7 @@ intgo _wrap_pstate_mem_info_t_symmetric_get_capi_91e42432fc84ab2e(struct pstate_
 }
 
 
-void _wrap_pstate_mem_info_t_registered_set_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_info_t_registered_set_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   int arg2 ;
   
@@ -3404,7 +3414,7 @@ void _wrap_pstate_mem_info_t_registered_set_capi_91e42432fc84ab2e(struct pstate_
 }
 
 
-intgo _wrap_pstate_mem_info_t_registered_get_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0) {
+intgo _wrap_pstate_mem_info_t_registered_get_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3417,7 +3427,7 @@ intgo _wrap_pstate_mem_info_t_registered_get_capi_91e42432fc84ab2e(struct pstate
 }
 
 
-void _wrap_pstate_mem_info_t_reserved0_set_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_info_t_reserved0_set_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   int arg2 ;
   
@@ -3429,7 +3439,7 @@ void _wrap_pstate_mem_info_t_reserved0_set_capi_91e42432fc84ab2e(struct pstate_m
 }
 
 
-intgo _wrap_pstate_mem_info_t_reserved0_get_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0) {
+intgo _wrap_pstate_mem_info_t_reserved0_get_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3442,7 +3452,7 @@ intgo _wrap_pstate_mem_info_t_reserved0_get_capi_91e42432fc84ab2e(struct pstate_
 }
 
 
-struct pstate_mem_info_t *_wrap_new_pstate_mem_info_t_capi_91e42432fc84ab2e() {
+struct pstate_mem_info_t *_wrap_new_pstate_mem_info_t_capi_0165382b6d0d27c8() {
   struct pstate_mem_info_t *result = 0 ;
   struct pstate_mem_info_t *_swig_go_result;
   
@@ -3453,7 +3463,7 @@ struct pstate_mem_info_t *_wrap_new_pstate_mem_info_t_capi_91e42432fc84ab2e() {
 }
 
 
-void _wrap_delete_pstate_mem_info_t_capi_91e42432fc84ab2e(struct pstate_mem_info_t *_swig_go_0) {
+void _wrap_delete_pstate_mem_info_t_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   
   arg1 = *(struct pstate_mem_info_t **)&_swig_go_0; 
@@ -3463,7 +3473,7 @@ void _wrap_delete_pstate_mem_info_t_capi_91e42432fc84ab2e(struct pstate_mem_info
 }
 
 
-long long _wrap_pstate_mem_stats_t_struct_size_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_struct_size_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3476,7 +3486,7 @@ long long _wrap_pstate_mem_stats_t_struct_size_get_capi_91e42432fc84ab2e(struct 
 }
 
 
-void _wrap_pstate_mem_stats_t_symmetric_calls_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_symmetric_calls_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   uint64_t arg2 ;
   
@@ -3488,7 +3498,7 @@ void _wrap_pstate_mem_stats_t_symmetric_calls_set_capi_91e42432fc84ab2e(struct p
 }
 
 
-long long _wrap_pstate_mem_stats_t_symmetric_calls_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_symmetric_calls_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   uint64_t result;
   long long _swig_go_result;
@@ -3501,7 +3511,7 @@ long long _wrap_pstate_mem_stats_t_symmetric_calls_get_capi_91e42432fc84ab2e(str
 }
 
 
-void _wrap_pstate_mem_stats_t_registered_calls_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_registered_calls_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   uint64_t arg2 ;
   
@@ -3513,7 +3523,7 @@ void _wrap_pstate_mem_stats_t_registered_calls_set_capi_91e42432fc84ab2e(struct 
 }
 
 
-long long _wrap_pstate_mem_stats_t_registered_calls_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_registered_calls_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   uint64_t result;
   long long _swig_go_result;
@@ -3526,7 +3536,7 @@ long long _wrap_pstate_mem_stats_t_registered_calls_get_capi_91e42432fc84ab2e(st
 }
 
 
-void _wrap_pstate_mem_stats_t_plain_calls_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_plain_calls_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   uint64_t arg2 ;
   
@@ -3538,7 +3548,7 @@ void _wrap_pstate_mem_stats_t_plain_calls_set_capi_91e42432fc84ab2e(struct pstat
 }
 
 
-long long _wrap_pstate_mem_stats_t_plain_calls_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_plain_calls_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   uint64_t result;
   long long _swig_go_result;
@@ -3551,7 +3561,7 @@ long long _wrap_pstate_mem_stats_t_plain_calls_get_capi_91e42432fc84ab2e(struct 
 }
 
 
-void _wrap_pstate_mem_stats_t_windows_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_windows_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t arg2 ;
   
@@ -3563,7 +3573,7 @@ void _wrap_pstate_mem_stats_t_windows_set_capi_91e42432fc84ab2e(struct pstate_me
 }
 
 
-long long _wrap_pstate_mem_stats_t_windows_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_windows_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3576,7 +3586,7 @@ long long _wrap_pstate_mem_stats_t_windows_get_capi_91e42432fc84ab2e(struct psta
 }
 
 
-void _wrap_pstate_mem_stats_t_registrations_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_registrations_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t arg2 ;
   
@@ -3588,7 +3598,7 @@ void _wrap_pstate_mem_stats_t_registrations_set_capi_91e42432fc84ab2e(struct pst
 }
 
 
-long long _wrap_pstate_mem_stats_t_registrations_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_registrations_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3601,7 +3611,7 @@ long long _wrap_pstate_mem_stats_t_registrations_get_capi_91e42432fc84ab2e(struc
 }
 
 
-void _wrap_pstate_mem_stats_t_allocated_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_allocated_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t arg2 ;
   
@@ -3613,7 +3623,7 @@ void _wrap_pstate_mem_stats_t_allocated_set_capi_91e42432fc84ab2e(struct pstate_
 }
 
 
-long long _wrap_pstate_mem_stats_t_allocated_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_allocated_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3626,7 +3636,7 @@ long long _wrap_pstate_mem_stats_t_allocated_get_capi_91e42432fc84ab2e(struct ps
 }
 
 
-void _wrap_pstate_mem_stats_t_pool_reserved_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_pool_reserved_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t arg2 ;
   
@@ -3638,7 +3648,7 @@ void _wrap_pstate_mem_stats_t_pool_reserved_set_capi_91e42432fc84ab2e(struct pst
 }
 
 
-long long _wrap_pstate_mem_stats_t_pool_reserved_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_pool_reserved_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3651,7 +3661,7 @@ long long _wrap_pstate_mem_stats_t_pool_reserved_get_capi_91e42432fc84ab2e(struc
 }
 
 
-void _wrap_pstate_mem_stats_t_pool_used_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_pool_used_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t arg2 ;
   
@@ -3663,7 +3673,7 @@ void _wrap_pstate_mem_stats_t_pool_used_set_capi_91e42432fc84ab2e(struct pstate_
 }
 
 
-long long _wrap_pstate_mem_stats_t_pool_used_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_pool_used_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3676,7 +3686,7 @@ long long _wrap_pstate_mem_stats_t_pool_used_get_capi_91e42432fc84ab2e(struct ps
 }
 
 
-void _wrap_pstate_mem_stats_t_symmetric_available_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_stats_t_symmetric_available_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   int arg2 ;
   
@@ -3688,7 +3698,7 @@ void _wrap_pstate_mem_stats_t_symmetric_available_set_capi_91e42432fc84ab2e(stru
 }
 
 
-intgo _wrap_pstate_mem_stats_t_symmetric_available_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
+intgo _wrap_pstate_mem_stats_t_symmetric_available_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3701,7 +3711,7 @@ intgo _wrap_pstate_mem_stats_t_symmetric_available_get_capi_91e42432fc84ab2e(str
 }
 
 
-void _wrap_pstate_mem_stats_t_last_path_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_stats_t_last_path_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   pstate_mem_path_t arg2 ;
   
@@ -3713,7 +3723,7 @@ void _wrap_pstate_mem_stats_t_last_path_set_capi_91e42432fc84ab2e(struct pstate_
 }
 
 
-intgo _wrap_pstate_mem_stats_t_last_path_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
+intgo _wrap_pstate_mem_stats_t_last_path_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   pstate_mem_path_t result;
   intgo _swig_go_result;
@@ -3726,7 +3736,7 @@ intgo _wrap_pstate_mem_stats_t_last_path_get_capi_91e42432fc84ab2e(struct pstate
 }
 
 
-void _wrap_pstate_mem_stats_t_nccl_version_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_stats_t_nccl_version_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   int arg2 ;
   
@@ -3738,7 +3748,7 @@ void _wrap_pstate_mem_stats_t_nccl_version_set_capi_91e42432fc84ab2e(struct psta
 }
 
 
-intgo _wrap_pstate_mem_stats_t_nccl_version_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
+intgo _wrap_pstate_mem_stats_t_nccl_version_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3751,7 +3761,7 @@ intgo _wrap_pstate_mem_stats_t_nccl_version_get_capi_91e42432fc84ab2e(struct pst
 }
 
 
-void _wrap_pstate_mem_stats_t_reserved0_set_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_stats_t_reserved0_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   int arg2 ;
   
@@ -3763,7 +3773,7 @@ void _wrap_pstate_mem_stats_t_reserved0_set_capi_91e42432fc84ab2e(struct pstate_
 }
 
 
-intgo _wrap_pstate_mem_stats_t_reserved0_get_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
+intgo _wrap_pstate_mem_stats_t_reserved0_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3776,7 +3786,7 @@ intgo _wrap_pstate_mem_stats_t_reserved0_get_capi_91e42432fc84ab2e(struct pstate
 }
 
 
-struct pstate_mem_stats_t *_wrap_new_pstate_mem_stats_t_capi_91e42432fc84ab2e() {
+struct pstate_mem_stats_t *_wrap_new_pstate_mem_stats_t_capi_0165382b6d0d27c8() {
   struct pstate_mem_stats_t *result = 0 ;
   struct pstate_mem_stats_t *_swig_go_result;
   
@@ -3787,7 +3797,7 @@ struct pstate_mem_stats_t *_wrap_new_pstate_mem_stats_t_capi_91e42432fc84ab2e() 
 }
 
 
-void _wrap_delete_pstate_mem_stats_t_capi_91e42432fc84ab2e(struct pstate_mem_stats_t *_swig_go_0) {
+void _wrap_delete_pstate_mem_stats_t_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   
   arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
@@ -3797,7 +3807,7 @@ void _wrap_delete_pstate_mem_stats_t_capi_91e42432fc84ab2e(struct pstate_mem_sta
 }
 
 
-intgo _wrap_mem_alloc_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, long long _swig_go_1, void **_swig_go_2) {
+intgo _wrap_mem_alloc_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, long long _swig_go_1, void **_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   size_t arg2 ;
   void **arg3 = (void **) 0 ;
@@ -3814,7 +3824,7 @@ intgo _wrap_mem_alloc_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, long lon
 }
 
 
-intgo _wrap_mem_free_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1) {
+intgo _wrap_mem_free_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   pstate_status_t result;
@@ -3829,7 +3839,7 @@ intgo _wrap_mem_free_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_sw
 }
 
 
-intgo _wrap_mem_pool_reserve_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, long long _swig_go_1) {
+intgo _wrap_mem_pool_reserve_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, long long _swig_go_1) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   size_t arg2 ;
   pstate_status_t result;
@@ -3844,7 +3854,7 @@ intgo _wrap_mem_pool_reserve_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, l
 }
 
 
-intgo _wrap_mem_register_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2) {
+intgo _wrap_mem_register_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -3861,7 +3871,7 @@ intgo _wrap_mem_register_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void 
 }
 
 
-intgo _wrap_mem_deregister_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1) {
+intgo _wrap_mem_deregister_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   pstate_status_t result;
@@ -3876,7 +3886,7 @@ intgo _wrap_mem_deregister_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, voi
 }
 
 
-intgo _wrap_mem_query_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_swig_go_1, struct pstate_mem_info_t *_swig_go_2) {
+intgo _wrap_mem_query_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, struct pstate_mem_info_t *_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   pstate_mem_info_t *arg3 = (pstate_mem_info_t *) 0 ;
@@ -3893,7 +3903,7 @@ intgo _wrap_mem_query_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, void *_s
 }
 
 
-intgo _wrap_group_mem_stats_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, struct pstate_mem_stats_t *_swig_go_1) {
+intgo _wrap_group_mem_stats_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, struct pstate_mem_stats_t *_swig_go_1) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_mem_stats_t *arg2 = (pstate_mem_stats_t *) 0 ;
   pstate_status_t result;
@@ -3908,7 +3918,7 @@ intgo _wrap_group_mem_stats_capi_91e42432fc84ab2e(pstate_group_t *_swig_go_0, st
 }
 
 
-intgo _wrap_set_graph_registration_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_set_graph_registration_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, intgo _swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int arg2 ;
   pstate_status_t result;
@@ -3923,7 +3933,7 @@ intgo _wrap_set_graph_registration_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, i
 }
 
 
-intgo _wrap_metrics_text_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, _gostring_ _swig_go_1, long long _swig_go_2, long long *_swig_go_3) {
+intgo _wrap_metrics_text_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, _gostring_ _swig_go_1, long long _swig_go_2, long long *_swig_go_3) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   char *arg2 = (char *) 0 ;
   size_t arg3 ;
@@ -3943,6 +3953,57 @@ intgo _wrap_metrics_text_capi_91e42432fc84ab2e(pstate_t *_swig_go_0, _gostring_ 
   result = (pstate_status_t)pstate_metrics_text(arg1,arg2,arg3,arg4);
   _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
   free(arg2); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_PSTATE_HOOK_BEFORE_capi_0165382b6d0d27c8() {
+  enum pstate_hook_phase_t result;
+  intgo _swig_go_result;
+  
+  
+  result = PSTATE_HOOK_BEFORE;
+  
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_PSTATE_HOOK_AFTER_capi_0165382b6d0d27c8() {
+  enum pstate_hook_phase_t result;
+  intgo _swig_go_result;
+  
+  
+  result = PSTATE_HOOK_AFTER;
+  
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_PSTATE_HOOK_ABORT_capi_0165382b6d0d27c8() {
+  enum pstate_hook_phase_t result;
+  intgo _swig_go_result;
+  
+  
+  result = PSTATE_HOOK_ABORT;
+  
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_remove_hook_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, long long _swig_go_1) {
+  pstate_t *arg1 = (pstate_t *) 0 ;
+  uint64_t arg2 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_t *)_swig_go_0; 
+  arg2 = (uint64_t)_swig_go_1; 
+  
+  result = (pstate_status_t)pstate_remove_hook(arg1,arg2);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
   return _swig_go_result;
 }
 
