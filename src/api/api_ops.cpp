@@ -134,7 +134,7 @@ PSTATE_API pstate_status_t pstate_all_reduce(pstate_group_t *g, const void *send
       t.reducible(dtype, op);
       t.memory(send, bytes, recv, bytes);
     });
-    note_send(g, send, count * element_size(dtype));
+    note_send(g, send, [&] { return count * element_size(dtype); });
     g->all_reduce(send, recv, count, dtype, op, stream);
   });
 }
@@ -156,7 +156,7 @@ PSTATE_API pstate_status_t pstate_all_gather(pstate_group_t *g, const void *send
               "only)",
               "send == recv + rank_in_group * count, or send == recv", [&] { t.memory(send, block, recv, total); });
     });
-    note_send(g, send, count * element_size(dtype));
+    note_send(g, send, [&] { return count * element_size(dtype); });
     g->all_gather(send, recv, count, dtype, stream);
   });
 }
@@ -181,7 +181,7 @@ PSTATE_API pstate_status_t pstate_reduce_scatter(pstate_group_t *g, const void *
                 t.memory(send, total, recv, block);
               });
     });
-    note_send(g, send, count * static_cast<size_t>(g->size()) * element_size(dtype));
+    note_send(g, send, [&] { return count * static_cast<size_t>(g->size()) * element_size(dtype); });
     g->reduce_scatter(send, recv, count, dtype, op, stream);
   });
 }
@@ -197,7 +197,7 @@ PSTATE_API pstate_status_t pstate_broadcast(pstate_group_t *g, void *buf, size_t
       require_rank(g, root, "root");
       t.memory(buf, require_buffer(buf, count, dtype, 1, "buf"), "buf");
     });
-    if (g->rank_in_group() == root) note_send(g, buf, count * element_size(dtype));
+    if (g->rank_in_group() == root) note_send(g, buf, [&] { return count * element_size(dtype); });
     g->broadcast(buf, count, dtype, root, stream);
   });
 }
@@ -225,7 +225,7 @@ PSTATE_API pstate_status_t pstate_gather(pstate_group_t *g, const void *send, vo
               "send == recv + root * count on root (in a CUDA context send == recv works for root 0 only)",
               "send == recv + root * count on root, or send == recv", [&] { t.memory(recv, total, "recv"); });
     });
-    note_send(g, send, count * element_size(dtype));
+    note_send(g, send, [&] { return count * element_size(dtype); });
     g->gather(send, recv, count, dtype, root, stream);
   });
 }
@@ -244,7 +244,7 @@ PSTATE_API pstate_status_t pstate_all_to_all(pstate_group_t *g, const void *send
       t.apart(send, total, recv, total, send == recv, send == recv, "none in a CUDA context (send == recv is refused too)",
               "send == recv", [&] { t.memory(send, total, recv, total); });
     });
-    note_send(g, send, count * static_cast<size_t>(g->size()) * element_size(dtype));
+    note_send(g, send, [&] { return count * static_cast<size_t>(g->size()) * element_size(dtype); });
     g->all_to_all(send, recv, count, dtype, stream);
   });
 }
@@ -273,7 +273,7 @@ PSTATE_API pstate_status_t pstate_reduce(pstate_group_t *g, const void *send, vo
       t.memory(send, bytes, "send");
       if (is_root) t.memory(recv, bytes, "recv");
     });
-    note_send(g, send, count * element_size(dtype));
+    note_send(g, send, [&] { return count * element_size(dtype); });
     g->reduce(send, out, count, dtype, op, root, stream);
   });
 }
@@ -302,7 +302,7 @@ PSTATE_API pstate_status_t pstate_scatter(pstate_group_t *g, const void *send, v
               "recv == send + root * count on root (in a CUDA context recv == send works for root 0 only)",
               "recv == send + root * count on root, or recv == send", [&] { t.memory(send, total, "send"); });
     });
-    if (is_root) note_send(g, in, count * static_cast<size_t>(g->size()) * element_size(dtype));
+    if (is_root) note_send(g, in, [&] { return count * static_cast<size_t>(g->size()) * element_size(dtype); });
     g->scatter(in, recv, count, dtype, root, stream);
   });
 }
@@ -328,7 +328,7 @@ PSTATE_API pstate_status_t pstate_all_gatherv(pstate_group_t *g, const void *sen
                        "recv)");
       t.memory(send, part, recv, total);
     });
-    note_send(g, send, v.mine * element_size(dtype));
+    note_send(g, send, [&] { return v.mine * element_size(dtype); });
     g->all_gatherv(send, recv, counts, v.total, dtype, stream);
   });
 }
@@ -354,7 +354,7 @@ PSTATE_API pstate_status_t pstate_all_to_all_v(pstate_group_t *g, const void *se
       t.apart(send, send_bytes, recv, recv_bytes, false, false, "none (all_to_all_v has no in-place form)",
               "none (all_to_all_v has no in-place form)", [&] { t.memory(send, send_bytes, recv, recv_bytes); });
     });
-    note_send(g, send, send_span);
+    note_send(g, send, [&] { return send_span; });
     g->all_to_all_v(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype, stream);
   });
 }
@@ -379,7 +379,7 @@ PSTATE_API pstate_status_t pstate_reduce_scatterv(pstate_group_t *g, const void 
       t.reducible(dtype, op);
       t.memory(send, total, recv, part);
     });
-    note_send(g, send, v.total * element_size(dtype));
+    note_send(g, send, [&] { return v.total * element_size(dtype); });
     g->reduce_scatterv(send, recv, counts, v.total, dtype, op, stream);
   });
 }
@@ -396,7 +396,7 @@ PSTATE_API pstate_status_t pstate_send(pstate_group_t *g, const void *buf, size_
     require(peer != g->rank_in_group(), "peer is this rank: pstate_send needs another rank of the group");
     require_buffer(buf, count, dtype, 1, "buf");
     TensorChecks(g, "pstate_send").p2p_memory(buf, "buf");
-    note_send(g, buf, count * element_size(dtype));
+    note_send(g, buf, [&] { return count * element_size(dtype); });
     g->send(buf, count, dtype, peer, stream);
   });
 }

@@ -204,10 +204,12 @@ class TensorChecks {
   bool device_;
 };
 
-// The data a tensor call sends, for its BEFORE hooks (group.hpp note_send): only while hooks are on.
-inline void note_send(const pstate_group_t *g, const void *p, size_t bytes) {
+// The data a tensor call sends, for its BEFORE hooks (group.hpp note_send): only while hooks are on
+// (bytes(), its size, computed then only: the call without hooks pays one load and a branch).
+template <typename Bytes>
+inline void note_send(const pstate_group_t *g, const void *p, Bytes &&bytes) {
   if (g->hooks_wanted()) [[unlikely]]
-    g->note_send(p, bytes);
+    g->note_send(p, bytes());
 }
 
 inline void require_cpu_stream(const pstate_group_t *g, void *stream) {

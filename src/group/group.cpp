@@ -180,20 +180,25 @@ inline void pstate_group_s::check_alive_now(const char *call) const {
 
 template <typename Body>
 void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body, const void *fold_payload, bool traced) {
-  if (hooks_->wanted() && traced && hooked_kind(desc_in.op)) [[unlikely]] {
-    HookedCall h = hook_begin(pstate::op_kind_name(static_cast<OpKind>(desc_in.op)), position_.begun, desc_in.count,
-                              desc_in.dtype, desc_in.root, -1, path_, false);
-    hooked(h, [&] {
-      if (h.refusal.hook != 0) refuse(static_cast<OpKind>(desc_in.op), desc_in.root, desc_in.count, hook_refusal(h));
-      run_core(desc_in, body, fold_payload, traced);
-    });
+  // The hooked call out of line (cold): the call without hooks keeps run_core inlined here, as
+  // the 8 B all_reduce's instruction count wants (docs/bench/metrics.md).
+  if (traced && hooks_->wanted() && hooked_kind(desc_in.op)) [[unlikely]] {
+    [this, &desc_in, &body, fold_payload]() __attribute__((noinline, cold)) {  // no local's address escapes
+      HookedCall h = hook_begin(pstate::op_kind_name(static_cast<OpKind>(desc_in.op)), position_.begun,
+                                desc_in.count, desc_in.dtype, desc_in.root, -1, path_, false);
+      hooked(h, [&] {
+        if (h.refusal.hook != 0) refuse(static_cast<OpKind>(desc_in.op), desc_in.root, desc_in.count, hook_refusal(h));
+        run_core(desc_in, body, fold_payload, true);
+      });
+    }();
     return;
   }
   run_core(desc_in, body, fold_payload, traced);
 }
 
 template <typename Body>
-void pstate_group_s::run_core(const OpDescriptor &desc_in, Body &&body, const void *fold_payload, bool traced) {
+__attribute__((always_inline)) inline void pstate_group_s::run_core(const OpDescriptor &desc_in, Body &&body,
+                                                                    const void *fold_payload, bool traced) {
   pstate::TraceRecorder *tr = traced ? ctx_.trace() : nullptr;
   const char *op_name = pstate::op_kind_name(static_cast<OpKind>(desc_in.op));
   try {
@@ -498,21 +503,24 @@ pstate::HostCall pstate_group_s::p2p_call(const char *op, uint64_t trace_id, pst
 // The flight recorder numbers them per peer and direction (its seq of a p2p entry).
 template <typename Body>
 void pstate_group_s::run_p2p(pstate::TraceOp top, int peer, uint64_t count, int dtype, Body &&body) {
-  if (hooks_->wanted()) [[unlikely]] {
-    const bool plain = top == pstate::TraceOp::kSend || top == pstate::TraceOp::kRecv;
-    HookedCall h = hook_begin(pstate::trace_op_name(top), UINT64_MAX, count == UINT64_MAX ? 0 : count, dtype, -1,
-                              peer, plain ? path_ : object_path_, false);
-    hooked(h, [&] {
-      if (h.refusal.hook != 0) throw hook_refusal(h);  // point-to-point: refused here only (as its argument errors)
-      run_p2p_core(top, peer, count, dtype, body);
-    });
+  if (hooks_->wanted()) [[unlikely]] {  // out of line, as in run()
+    [this, top, peer, count, dtype, &body]() __attribute__((noinline, cold)) {
+      const bool plain = top == pstate::TraceOp::kSend || top == pstate::TraceOp::kRecv;
+      HookedCall h = hook_begin(pstate::trace_op_name(top), UINT64_MAX, count == UINT64_MAX ? 0 : count, dtype, -1,
+                                peer, plain ? path_ : object_path_, false);
+      hooked(h, [&] {
+        if (h.refusal.hook != 0) throw hook_refusal(h);  // point-to-point: refused here only (as its argument errors)
+        run_p2p_core(top, peer, count, dtype, body);
+      });
+    }();
     return;
   }
   run_p2p_core(top, peer, count, dtype, body);
 }
 
 template <typename Body>
-void pstate_group_s::run_p2p_core(pstate::TraceOp top, int peer, uint64_t count, int dtype, Body &&body) {
+__attribute__((always_inline)) inline void pstate_group_s::run_p2p_core(pstate::TraceOp top, int peer, uint64_t count,
+                                                                        int dtype, Body &&body) {
   const char *op = pstate::trace_op_name(top);
   const bool sending = top == pstate::TraceOp::kSend || top == pstate::TraceOp::kSendObject;
   // send/recv take the communicator's path; objects its objects' (UCX inside a host too)
