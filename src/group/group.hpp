@@ -231,7 +231,7 @@ struct pstate_group_s {
     }
     hook_end(h, PSTATE_OK, nullptr);
   }
-  // The API notes the data a tensor call sends while hooks are on (TensorChecks::sends), for
+  // The API notes the data a tensor call sends while hooks are on (api/handles.hpp note_send), for
   // BEFORE's info (the NaN check reads it).
   bool hooks_wanted() const { return hooks_->wanted(); }
   void note_send(const void *p, uint64_t bytes) const {
