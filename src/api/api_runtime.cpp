@@ -141,6 +141,7 @@ PSTATE_API pstate_status_t pstate_add_hook(pstate_t *ps, pstate_hook_fn fn, void
       pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "pstate_add_hook: fn is NULL (a hook is a function)");
     pstate::api::ContextEntry entry(*ps, "pstate_add_hook");
     *id = ps->hooks().add(fn, user);
+    ps->refresh_hooked();
   });
 }
 
@@ -149,6 +150,7 @@ PSTATE_API pstate_status_t pstate_remove_hook(pstate_t *ps, uint64_t id) {
     pstate::api::require_context(ps);
     pstate::api::ContextEntry entry(*ps, "pstate_remove_hook");
     ps->hooks().remove(id);
+    ps->refresh_hooked();
   });
 }
 

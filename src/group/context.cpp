@@ -67,11 +67,17 @@ Context::Context(const pstate_init_params_t *params) {
   const char *nan_check = std::getenv("PSTATE_NAN_CHECK");
   if (nan_check != nullptr && nan_check[0] != '\0' && std::string(nan_check) != "0") {
     hooks_.add(CallHooks::nan_check, nullptr);
+    refresh_hooked();
     log_.info("PSTATE_NAN_CHECK: the send data of every CPU collective and send of a floating dtype is checked for "
               "NaN and Inf before it leaves this rank");
   }
   observe_step(TraceOp::kInit, began, PSTATE_OK);
   trace_life_end(life, PSTATE_OK);
+}
+
+void Context::refresh_hooked() {
+  const bool on = hooks_.active();
+  for (Group *g : groups_.live()) g->set_hooked(on);
 }
 
 Context::~Context() { abort(); }

@@ -255,6 +255,8 @@ class Context {
   CallObserver &observer() { return observer_; }
   // The hooks of pstate_add_hook (call_hooks.hpp); PSTATE_NAN_CHECK=1's check is one.
   CallHooks &hooks() { return hooks_; }
+  // After a hook was added or removed: every live group's hooked_ says whether there is one.
+  void refresh_hooked();
   // pstate_metrics_text: any thread, while the context lives.
   std::string render_metrics() const { return observer_.render(); }
 

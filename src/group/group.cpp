@@ -61,6 +61,7 @@ pstate_group_s::pstate_group_s(pstate::Context &ctx, pstate_group_kind_t kind, s
   metrics_ = ctx.observer().group(name_);
   observed_cells_ = metrics_->cells();
   hooks_ = &ctx.hooks();
+  hooked_ = hooks_->active();
 }
 
 // The one place that chooses how this group's bytes move: shared memory when every rank is on
@@ -182,8 +183,9 @@ template <typename Body>
 void pstate_group_s::run(const OpDescriptor &desc_in, Body &&body, const void *fold_payload, bool traced) {
   // The hooked call out of line (cold): the call without hooks keeps run_core inlined here, as
   // the 8 B all_reduce's instruction count wants (docs/bench/metrics.md).
-  if (traced && hooks_->wanted() && hooked_kind(desc_in.op)) [[unlikely]] {
+  if (traced && hooked_ && hooked_kind(desc_in.op)) [[unlikely]] {
     [this, &desc_in, &body, fold_payload]() __attribute__((noinline, cold)) {  // no local's address escapes
+      if (!hooks_->wanted()) return run_core(desc_in, body, fold_payload, true);  // inside a hooked call
       HookedCall h = hook_begin(pstate::op_kind_name(static_cast<OpKind>(desc_in.op)), position_.begun,
                                 desc_in.count, desc_in.dtype, desc_in.root, -1, path_, false);
       hooked(h, [&] {
@@ -503,8 +505,9 @@ pstate::HostCall pstate_group_s::p2p_call(const char *op, uint64_t trace_id, pst
 // The flight recorder numbers them per peer and direction (its seq of a p2p entry).
 template <typename Body>
 void pstate_group_s::run_p2p(pstate::TraceOp top, int peer, uint64_t count, int dtype, Body &&body) {
-  if (hooks_->wanted()) [[unlikely]] {  // out of line, as in run()
+  if (hooked_) [[unlikely]] {  // out of line, as in run()
     [this, top, peer, count, dtype, &body]() __attribute__((noinline, cold)) {
+      if (!hooks_->wanted()) return run_p2p_core(top, peer, count, dtype, body);  // inside a hooked call
       const bool plain = top == pstate::TraceOp::kSend || top == pstate::TraceOp::kRecv;
       HookedCall h = hook_begin(pstate::trace_op_name(top), UINT64_MAX, count == UINT64_MAX ? 0 : count, dtype, -1,
                                 peer, plain ? path_ : object_path_, false);

@@ -172,7 +172,7 @@ struct pstate_group_s {
   // The call observer records it as one call too (its inner operations as theirs).
   template <typename Body>
   void traced(pstate::TraceOp op, int rank, Body &&body) {
-    if (hooks_->wanted()) [[unlikely]] {
+    if (hooked_ && hooks_->wanted()) [[unlikely]] {
       const bool rooted = op == pstate::TraceOp::kBroadcastTensorDict;
       HookedCall h = hook_begin(pstate::trace_op_name(op), UINT64_MAX, 0, -1, rooted ? rank : -1, rooted ? -1 : rank,
                                 on_device() ? pstate::TracePath::kNccl : path_, on_device());
@@ -233,7 +233,8 @@ struct pstate_group_s {
   }
   // The API notes the data a tensor call sends while hooks are on (api/handles.hpp note_send), for
   // BEFORE's info (the NaN check reads it).
-  bool hooks_wanted() const { return hooks_->wanted(); }
+  bool hooks_wanted() const { return hooked_ && hooks_->wanted(); }
+  void set_hooked(bool on) { hooked_ = on; }  // Context::refresh_hooked
   void note_send(const void *p, uint64_t bytes) const {
     hook_send_ = p;
     hook_send_bytes_ = bytes;
@@ -251,7 +252,7 @@ struct pstate_group_s {
   // The call observer records the time to enqueue it (the stream's time is NCCL's).
   template <typename Body>
   void run_device(const pstate::OpDescriptor &desc, Body &&body) {
-    if (hooks_->wanted() && hooked_kind(desc.op)) [[unlikely]] {
+    if (hooked_ && hooks_->wanted() && hooked_kind(desc.op)) [[unlikely]] {
       HookedCall h = hook_begin(pstate::op_kind_name(static_cast<pstate::OpKind>(desc.op)), UINT64_MAX, desc.count,
                                 desc.dtype, desc.root, -1,
                                 size() == 1 ? pstate::TracePath::kLocal : pstate::TracePath::kNccl, true);
@@ -527,6 +528,10 @@ struct pstate_group_s {
   pstate::GroupCallMetrics *metrics_ = nullptr;  // this group name's cells (the context's observer)
   pstate::CallCell *observed_cells_ = nullptr;    // metrics_->cells(): one load less on the call path
   pstate::CallHooks *hooks_ = nullptr;            // the context's hooks (call_hooks.hpp)
+  // Whether the context has any hook (Context::refresh_hooked sets it on every live group when a
+  // hook is added or removed; a new group reads it): the call path's one load and branch when
+  // none is registered. The hooked path asks hooks_->wanted() (nesting) itself.
+  bool hooked_ = false;
   mutable const void *hook_send_ = nullptr;       // note_send: the next hooked call's send data
   mutable uint64_t hook_send_bytes_ = 0;
 };
