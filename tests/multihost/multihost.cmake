@@ -14,7 +14,8 @@ add_executable(mh_linkemu ${PROJECT_SOURCE_DIR}/tests/multihost/linkemu.c)
 target_compile_options(mh_linkemu PRIVATE ${PSTATE_C_WARNINGS})
 
 set(PSTATE_MH_ENV ${PSTATE_TEST_ENV} "MH_RANK=$<TARGET_FILE:mh_rank>" "MH_LINKEMU=$<TARGET_FILE:mh_linkemu>"
-    "PSTATE_CLI=$<TARGET_FILE:pstate_cli>" "STARTUP_RANK=$<TARGET_FILE:startup_rank>")
+    "PSTATE_CLI=$<TARGET_FILE:pstate_cli>" "STARTUP_RANK=$<TARGET_FILE:startup_rank>"
+    "LAUNCH_RANK=$<TARGET_FILE:launch_rank>")
 file(GLOB PSTATE_MH_SCRIPTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/multihost/mh_*.sh)
 foreach(script IN LISTS PSTATE_MH_SCRIPTS)
   get_filename_component(name ${script} NAME_WE)
