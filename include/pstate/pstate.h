@@ -1192,7 +1192,8 @@ typedef pstate_status_t (*pstate_hook_fn)(void *user, const pstate_call_info_t *
 
 /** Adds fn(user, info) to the hooks of ps; *id names it for pstate_remove_hook (nonzero). Hooks run
  *  in the order they were added, for every call of every group of ps that reaches the group
- *  (after the argument checks: a call refused by them is not hooked), from the next call on;
+ *  (after the argument checks: a call refused by them is not hooked), from the next call on
+ *  (pstate_isend/irecv: BEFORE at the post, AFTER where the request completes or is aborted);
  *  pstate keeps fn and user until the hook is removed or the context ends. Local, not collective:
  *  ranks may hook differently (a BEFORE refusal still reaches the peers). PSTATE_NAN_CHECK=1 adds
  *  pstate's own NaN/Inf check as the first hook at pstate_init (docs/hooks.md). */

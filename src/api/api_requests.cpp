@@ -107,7 +107,10 @@ PSTATE_API pstate_status_t pstate_isend(pstate_group_t *g, const void *buf, size
   return PSTATE_GUARD({
     check_p2p(g, buf, count, dtype, peer, stream, req, "pstate_isend", "peer");
     ContextEntry entry(g->context(), "pstate_isend");
-    *req = post(g, true, buf, [&](RequestState &r) { g->isend(r, buf, count, dtype, peer, stream); });
+    *req = post(g, true, buf, [&](RequestState &r) {
+      note_send(g, buf, [&] { return count * element_size(dtype); });
+      g->isend(r, buf, count, dtype, peer, stream);
+    });
   });
 }
 

@@ -619,11 +619,16 @@ pstate_group_s::HookedCall pstate_group_s::hook_begin(const char *op, uint64_t s
 
 void pstate_group_s::hook_end(HookedCall &h, pstate_status_t status, const char *message) noexcept {
   hooks_->leave();
-  h.info.phase = PSTATE_HOOK_AFTER;
-  h.info.status = status;
-  h.info.message = message;
-  h.info.duration_ns = static_cast<int64_t>(pstate::observer_ns(pstate::observer_ticks() - h.t0));
-  hooks_->after(h.info);
+  hook_after(h.info, h.t0, status, message);
+}
+
+void pstate_group_s::hook_after(pstate_call_info_t &info, uint64_t t0, pstate_status_t status,
+                                const char *message) noexcept {
+  info.phase = PSTATE_HOOK_AFTER;
+  info.status = status;
+  info.message = message;
+  info.duration_ns = static_cast<int64_t>(pstate::observer_ns(pstate::observer_ticks() - t0));
+  hooks_->after(info);
 }
 
 pstate::Error pstate_group_s::hook_refusal(const HookedCall &h) const {

@@ -212,6 +212,8 @@ struct pstate_group_s {
   HookedCall hook_begin(const char *op, uint64_t seq, uint64_t count, int dtype, int root, int peer,
                         pstate::TracePath path, bool on_device);
   void hook_end(HookedCall &h, pstate_status_t status, const char *message) noexcept;
+  // AFTER alone (hook_end without leaving the nesting: a request's BEFORE left it at its post).
+  void hook_after(pstate_call_info_t &info, uint64_t t0, pstate_status_t status, const char *message) noexcept;
   // The error of a call a BEFORE hook refused (INVALID_ARGUMENT naming the group, rank and hook).
   pstate::Error hook_refusal(const HookedCall &h) const;
   // Runs body between h's BEFORE (already run) and its AFTER, whatever way it ends.
@@ -521,6 +523,8 @@ struct pstate_group_s {
   void post_request(pstate::RequestState &r, pstate::TraceOp op, void *buf, size_t count, pstate_dtype_t dtype,
                     int peer);
   void finish_request(pstate::RequestState &r, pstate_status_t status, std::string message) noexcept;
+  // A request's BEFORE at its post (a refusal throws, after its AFTER); its AFTER is finish_request's.
+  void hook_post(pstate::RequestState &r, const char *op, size_t count, pstate_dtype_t dtype, int peer);
   // Pending, in posting order. Not owning: a pending state is owned by its pstate_request_t handle,
   // which only a completing wait/test frees (and that removes it here first), so every state listed
   // is alive; holding no count keeps atomic reference counting off the post/complete path.

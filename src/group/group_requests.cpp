@@ -64,9 +64,18 @@ void pstate_group_s::post_request(RequestState &r, TraceOp top, void *buf, size_
   const uint32_t observed_op = sends(top) ? pstate::kObservedIsend : pstate::kObservedIrecv;
   r.observed_t0 = pstate::observer_ticks();
   r.observed_bytes = count * pstate::dtype_size(dtype);
+  if (hooked_ && hooks_->wanted()) [[unlikely]]
+    hook_post(r, op, count, dtype, peer);
+  auto hook_failed = [&](const pstate::Error &e) {
+    if (r.hooked) {
+      r.hooked = false;
+      hook_after(r.hook_info, r.hook_t0, e.status(), e.what());
+    }
+  };
   try {
     check_alive(op);
   } catch (const pstate::Error &e) {
+    hook_failed(e);
     metrics_->record(observed_op, path_, r.observed_bytes, r.observed_t0, e.status());
     ctx_.trace_call_failed(record(false), e, name_, op);
     throw;
@@ -82,6 +91,7 @@ void pstate_group_s::post_request(RequestState &r, TraceOp top, void *buf, size_
                 pstate::p2p_what(pstate::TensorKind::kSend, dtype), ctx_.op_deadline());
   } catch (const pstate::Error &e) {
     if (is_fatal_p2p(e.status())) ctx_.fail(e);
+    hook_failed(e);
     metrics_->record(observed_op, path_, r.observed_bytes, r.observed_t0, e.status());
     ctx_.trace_call_failed(r.trace_id, e, name_, op);
     throw;
@@ -90,8 +100,25 @@ void pstate_group_s::post_request(RequestState &r, TraceOp top, void *buf, size_
   requests_.push_back(&r);
 }
 
+// BEFORE of isend/irecv, on the calling thread at the post. The nesting is left at once: the calls
+// made while the request is pending are the caller's own, each hooked. A refusal: its AFTER, then
+// the error (nothing was posted; the peer's matching operation is not told, as for an argument
+// error of point-to-point).
+void pstate_group_s::hook_post(RequestState &r, const char *op, size_t count, pstate_dtype_t dtype, int peer) {
+  HookedCall h = hook_begin(op, UINT64_MAX, count, dtype, -1, peer, path_, false);
+  hooks_->leave();
+  if (h.refusal.hook != 0) {
+    const pstate::Error why = hook_refusal(h);
+    hook_after(h.info, h.t0, why.status(), why.what());
+    throw why;
+  }
+  r.hooked = true;
+  r.hook_t0 = h.t0;
+  r.hook_info = h.info;
+}
+
 // Every way a pending request ends goes through here: the call observer records it then (its
-// time: from the post to this completion).
+// time: from the post to this completion), and the hooks' AFTER runs.
 void pstate_group_s::finish_request(RequestState &r, pstate_status_t status, std::string message) noexcept {
   metrics_->record(sends(r.trace_op) ? pstate::kObservedIsend : pstate::kObservedIrecv, path_, r.observed_bytes,
                    r.observed_t0, status);
@@ -101,6 +128,10 @@ void pstate_group_s::finish_request(RequestState &r, pstate_status_t status, std
   r.pending = false;
   r.status = status;
   r.message = std::move(message);
+  if (r.hooked) [[unlikely]] {  // AFTER: the request's status, its time from the post
+    r.hooked = false;
+    hook_after(r.hook_info, r.hook_t0, status, status == PSTATE_OK ? nullptr : r.message.c_str());
+  }
 }
 
 bool pstate_group_s::complete_request(RequestState &r, bool block) {

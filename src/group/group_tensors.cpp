@@ -216,6 +216,28 @@ void pstate_group_s::request(pstate::RequestState &r, bool sending, void *buf, s
 
 void pstate_group_s::p2p_batch(const pstate_p2p_op_t *ops, size_t n, void *stream) {
   require_p2p_ready("pstate_p2p_batch");
-  if (on_device()) return p2p_batch_device(ops, n, stream);  // one NCCL group, recorded per op
-  p2p_batch(ops, n);
+  auto body = [&] {
+    if (on_device()) return p2p_batch_device(ops, n, stream);  // one NCCL group, recorded per op
+    p2p_batch(ops, n);
+  };
+  if (hooked_ && hooks_->wanted()) [[unlikely]] {
+    // One call to the hooks: count and dtype the ops' when they share one dtype, else dtype -1
+    // and count in bytes; no peer; no send data (the NaN check reads one buffer). Refused locally.
+    int dtype = n > 0 ? static_cast<int>(ops[0].dtype) : -1;
+    uint64_t elements = 0, bytes = 0;
+    for (size_t i = 0; i < n; ++i) {
+      elements += ops[i].count;
+      bytes += ops[i].count * pstate::dtype_size(ops[i].dtype);
+      if (static_cast<int>(ops[i].dtype) != dtype) dtype = -1;
+    }
+    hook_send_ = nullptr;
+    HookedCall h = hook_begin("p2p_batch", UINT64_MAX, dtype < 0 ? bytes : elements, dtype, -1, -1,
+                              on_device() ? pstate::TracePath::kNccl : path_, on_device());
+    hooked(h, [&] {
+      if (h.refusal.hook != 0) throw hook_refusal(h);
+      body();
+    });
+    return;
+  }
+  body();
 }

@@ -46,6 +46,11 @@ struct RequestState {
   Deadline::Clock::time_point posted{};  // coarse (Deadline::coarse_now): a few ms early at most
   uint64_t observed_t0 = 0;     // the call observer's tick at the post (call_observer.hpp)
   uint64_t observed_bytes = 0;  // its bytes
+  // pstate_add_hook's view (call_hooks.hpp): BEFORE ran at the post; AFTER runs where the request
+  // finishes (wait, test, or the group's retirement), with the same info and call id.
+  bool hooked = false;
+  uint64_t hook_t0 = 0;
+  pstate_call_info_t hook_info{};
 };
 
 }  // namespace pstate

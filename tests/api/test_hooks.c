@@ -13,7 +13,13 @@
  * The NaN check (PSTATE_NAN_CHECK=1): rank 1's all_reduce data holds a NaN at index 5: both ranks
  * return INVALID_ARGUMENT before any data moved (rank 0's recv keeps its sentinel), rank 1's text
  * names the group, the call and send[5], rank 0's names rank 1; a clean all_reduce follows and
- * sums; an Inf in a float64 broadcast from the root is caught the same way.
+ * sums; an Inf in a float64 broadcast from the root is caught the same way; an isend's NaN is
+ * refused at its post (no request made).
+ *
+ * Requests and batches: isend/irecv are one call each from the post (BEFORE) to the wait or test
+ * that completes them (AFTER, same call id), with the calls made meanwhile hooked in between;
+ * p2p_batch is one call (count and dtype of its ops); a hook refuses an isend and a batch locally;
+ * a request pending at pstate_finalize gets its AFTER with ABORTED.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -275,12 +281,139 @@ static int nan_rank(const pstate_test_rank_t *self) {
   d[2] = 3;
   d[0] = 1;
   RANK_CHECK(self, pstate_broadcast(w, d, 4, PSTATE_FLOAT64, 0, NULL) == PSTATE_OK, "%s\n", pstate_last_error());
+  /* an isend's data is checked at its post: refused there, no request made (rank 1 alone posts) */
+  if (self->rank == 1) {
+    in[2] = NAN;
+    pstate_request_t *req = NULL;
+    s = pstate_isend(w, in, N, PSTATE_FLOAT32, 0, NULL, &req);
+    RANK_CHECK(self, s == PSTATE_ERR_INVALID_ARGUMENT && req == NULL && strstr(pstate_last_error(), "send[2] is NaN") &&
+                         strstr(pstate_last_error(), "isend"),
+               "the NaN isend returned %s: %s\n", pstate_status_string(s), pstate_last_error());
+    in[2] = 2.0f;
+  }
   /* integers are not looked at */
   int32_t ints[2] = {-1, 0x7F800001};
   RANK_CHECK(self, pstate_all_reduce(w, ints, ints, 2, PSTATE_INT32, PSTATE_MAX, NULL) == PSTATE_OK, "%s\n",
              pstate_last_error());
   RANK_CHECK(self, pstate_finalize(ps) == PSTATE_OK, "finalize: %s\n", pstate_last_error());
   return 0;
+}
+
+/* The third hook: refuses (on both ranks, so no message is left unmatched) an isend of 3
+ * elements and a p2p_batch of 3 elements. */
+static pstate_status_t refuse_three_p2p(void *user, const pstate_call_info_t *info) {
+  (void)user;
+  if (info->phase == PSTATE_HOOK_BEFORE && info->count == 3 &&
+      (strcmp(info->operation, "isend") == 0 || strcmp(info->operation, "p2p_batch") == 0))
+    return PSTATE_ERR_INVALID_ARGUMENT;
+  return PSTATE_OK;
+}
+
+/* Requests and batches: BEFORE at the post, AFTER where the request completes (the calls made
+ * while it is pending are hooked in between), the same call id; p2p_batch is one call; a refused
+ * isend makes no request; a request still pending at pstate_finalize gets its AFTER with
+ * ABORTED. */
+static int requests_rank(const pstate_test_rank_t *self) {
+  pstate_t *ps = NULL;
+  RANK_CHECK(self, pstate_test_init(self, 30000, &ps) == PSTATE_OK, "init: %s\n", pstate_last_error());
+  pstate_group_t *w = NULL;
+  RANK_CHECK(self, pstate_get_group(ps, PSTATE_GROUP_WORLD, &w) == PSTATE_OK, "%s\n", pstate_last_error());
+  static recorder_t rec;
+  memset(&rec, 0, sizeof rec);
+  uint64_t id = 0;
+  RANK_CHECK(self, pstate_add_hook(ps, record, &rec, &id) == PSTATE_OK, "%s\n", pstate_last_error());
+  RANK_CHECK(self, pstate_add_hook(ps, refuse_three_p2p, NULL, &id) == PSTATE_OK, "%s\n", pstate_last_error());
+  const int peer = 1 - self->rank;
+  float in[N], out[N], in2[N], out2[N];
+  for (int i = 0; i < N; ++i) in[i] = (float)(10 * self->rank + i), in2[i] = (float)(100 + 10 * self->rank + i);
+  pstate_request_t *rr = NULL, *sr = NULL;
+  RANK_CHECK(self, pstate_irecv(w, out, N, PSTATE_FLOAT32, peer, NULL, &rr) == PSTATE_OK, "%s\n", pstate_last_error());
+  RANK_CHECK(self, pstate_isend(w, in, N, PSTATE_FLOAT32, peer, NULL, &sr) == PSTATE_OK, "%s\n", pstate_last_error());
+  RANK_CHECK(self, pstate_barrier(w) == PSTATE_OK, "%s\n", pstate_last_error());
+  RANK_CHECK(self, pstate_wait(sr) == PSTATE_OK, "%s\n", pstate_last_error());
+  int done = 0;
+  for (int i = 0; i < 100000 && !done; ++i)
+    RANK_CHECK(self, pstate_test(rr, &done) == PSTATE_OK, "test: %s\n", pstate_last_error());
+  RANK_CHECK(self, done && out[3] == (float)(10 * peer + 3), "irecv: done %d out[3] %g\n", done, out[3]);
+  pstate_p2p_op_t ops[2] = {PSTATE_P2P_OP_INIT, PSTATE_P2P_OP_INIT};
+  ops[0].is_send = 1, ops[0].buf = in2, ops[0].count = N, ops[0].dtype = PSTATE_FLOAT32, ops[0].peer = peer;
+  ops[1].is_send = 0, ops[1].buf = out2, ops[1].count = N, ops[1].dtype = PSTATE_FLOAT32, ops[1].peer = peer;
+  RANK_CHECK(self, pstate_p2p_batch(w, ops, 2, NULL) == PSTATE_OK && out2[2] == (float)(100 + 10 * peer + 2), "%s\n",
+             pstate_last_error());
+  pstate_request_t *refused = (pstate_request_t *)&rec;
+  RANK_CHECK(self, pstate_isend(w, in, 3, PSTATE_FLOAT32, peer, NULL, &refused) == PSTATE_ERR_INVALID_ARGUMENT &&
+                       refused == NULL && strstr(pstate_last_error(), "isend refused by hook"),
+             "the refused isend: req %p, %s\n", (void *)refused, pstate_last_error());
+  ops[0].count = 3;
+  RANK_CHECK(self, pstate_p2p_batch(w, ops, 1, NULL) == PSTATE_ERR_INVALID_ARGUMENT &&
+                       strstr(pstate_last_error(), "p2p_batch refused by hook"),
+             "the refused batch: %s\n", pstate_last_error());
+
+  /* the record: B irecv, B isend, B/A barrier, A isend, A irecv, B/A p2p_batch, B/A isend refused, B/A batch refused */
+  static const struct {
+    pstate_hook_phase_t phase;
+    const char *op;
+    int call; /* which BEFORE's id an AFTER carries (index into this list) */
+    pstate_status_t status;
+  } want[] = {
+      {PSTATE_HOOK_BEFORE, "irecv", 0, PSTATE_OK},     {PSTATE_HOOK_BEFORE, "isend", 1, PSTATE_OK},
+      {PSTATE_HOOK_BEFORE, "barrier", 2, PSTATE_OK},   {PSTATE_HOOK_AFTER, "barrier", 2, PSTATE_OK},
+      {PSTATE_HOOK_AFTER, "isend", 1, PSTATE_OK},      {PSTATE_HOOK_AFTER, "irecv", 0, PSTATE_OK},
+      {PSTATE_HOOK_BEFORE, "p2p_batch", 6, PSTATE_OK}, {PSTATE_HOOK_AFTER, "p2p_batch", 6, PSTATE_OK},
+      {PSTATE_HOOK_BEFORE, "isend", 8, PSTATE_OK},     {PSTATE_HOOK_AFTER, "isend", 8, PSTATE_ERR_INVALID_ARGUMENT},
+      {PSTATE_HOOK_BEFORE, "p2p_batch", 10, PSTATE_OK}, {PSTATE_HOOK_AFTER, "p2p_batch", 10, PSTATE_ERR_INVALID_ARGUMENT},
+  };
+  const int n_want = (int)(sizeof want / sizeof want[0]);
+  RANK_CHECK(self, rec.n == n_want, "%d events, want %d\n", rec.n, n_want);
+  for (int i = 0; i < n_want; ++i) {
+    const event_t *e = &rec.ev[i];
+    RANK_CHECK(self, e->phase == want[i].phase && strcmp(e->operation, want[i].op) == 0 && e->status == want[i].status,
+               "event %d: phase %d %s %s, want phase %d %s %s\n", i, e->phase, e->operation,
+               pstate_status_string(e->status), want[i].phase, want[i].op, pstate_status_string(want[i].status));
+    RANK_CHECK(self, e->call_id == rec.ev[want[i].call].call_id, "event %d (%s): call id %llu, its BEFORE's %llu\n", i,
+               e->operation, (unsigned long long)e->call_id, (unsigned long long)rec.ev[want[i].call].call_id);
+    if (i > 0 && want[i].phase == PSTATE_HOOK_BEFORE)
+      RANK_CHECK(self, e->call_id > rec.ev[i - 1].call_id, "event %d: ids not increasing\n", i);
+  }
+  RANK_CHECK(self, rec.ev[1].send == in && rec.ev[1].bytes == N * 4 && rec.ev[1].peer == peer && rec.ev[0].send == NULL &&
+                       rec.ev[0].peer == peer && rec.ev[0].seq == UINT64_MAX,
+             "isend/irecv BEFORE: send %p/%p bytes %llu peers %d/%d\n", rec.ev[1].send, rec.ev[0].send,
+             (unsigned long long)rec.ev[1].bytes, rec.ev[1].peer, rec.ev[0].peer);
+  RANK_CHECK(self, rec.ev[6].count == 2 * N && rec.ev[6].dtype == PSTATE_FLOAT32 && rec.ev[6].bytes == 2 * N * 4 &&
+                       rec.ev[6].peer == -1,
+             "p2p_batch BEFORE: count %llu dtype %d bytes %llu peer %d\n", (unsigned long long)rec.ev[6].count,
+             rec.ev[6].dtype, (unsigned long long)rec.ev[6].bytes, rec.ev[6].peer);
+  RANK_CHECK(self, rec.ev[5].duration_ns >= rec.ev[3].duration_ns,
+             "the irecv's AFTER (%lld ns from its post) is shorter than the barrier inside it (%lld ns)\n",
+             (long long)rec.ev[5].duration_ns, (long long)rec.ev[3].duration_ns);
+
+  /* a request pending at pstate_finalize: AFTER with ABORTED there (rank 0 waits for a message rank 1 never sends) */
+  if (self->rank == 0) {
+    RANK_CHECK(self, pstate_irecv(w, out, N, PSTATE_FLOAT32, peer, NULL, &rr) == PSTATE_OK, "%s\n",
+               pstate_last_error());
+  }
+  RANK_CHECK(self, pstate_finalize(ps) == PSTATE_OK, "finalize: %s\n", pstate_last_error());
+  if (self->rank == 0) {
+    const event_t *b = &rec.ev[n_want], *a = &rec.ev[n_want + 1];
+    RANK_CHECK(self, rec.n == n_want + 2 && b->phase == PSTATE_HOOK_BEFORE && a->phase == PSTATE_HOOK_AFTER &&
+                         strcmp(a->operation, "irecv") == 0 && a->call_id == b->call_id &&
+                         a->status == PSTATE_ERR_ABORTED,
+               "the request pending at finalize: %d events, the last %s %s\n", rec.n, rec.ev[rec.n - 1].operation,
+               pstate_status_string(rec.ev[rec.n - 1].status));
+    RANK_CHECK(self, pstate_wait(rr) == PSTATE_ERR_ABORTED, "wait after finalize: %s\n", pstate_last_error());
+  } else {
+    RANK_CHECK(self, rec.n == n_want, "rank 1: %d events after finalize\n", rec.n);
+  }
+  return 0;
+}
+
+static void test_hooks_see_requests_and_batches(void **state) {
+  (void)state;
+  unsetenv("PSTATE_SHM");
+  assert_int_equal(pstate_test_run_processes(2, 120, requests_rank, NULL, NULL), 0);
+  setenv("PSTATE_SHM", "0", 1);
+  assert_int_equal(pstate_test_run_processes(2, 120, requests_rank, NULL, NULL), 0);
+  unsetenv("PSTATE_SHM");
 }
 
 static void test_hooks_see_every_call_over_shared_memory(void **state) {
@@ -311,6 +444,7 @@ int main(void) {
       cmocka_unit_test(test_hooks_see_every_call_over_shared_memory),
       cmocka_unit_test(test_hooks_see_every_call_over_ucx),
       cmocka_unit_test(test_nan_check_refuses_on_every_rank),
+      cmocka_unit_test(test_hooks_see_requests_and_batches),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
