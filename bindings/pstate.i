@@ -401,6 +401,14 @@ static pstate_status_t pstate_py_hook(void *user, const pstate_call_info_t *i) {
 %typemap(argout) uint64_t *id {
   $result = SWIG_Python_AppendOutput($result, PyLong_FromUnsignedLongLong(value$argnum));
 }
+/* pstate_group_timeout's out: returned */
+%typemap(in, numinputs=0) int64_t *timeout_ms (int64_t value) {
+  value = 0;
+  $1 = &value;
+}
+%typemap(argout) int64_t *timeout_ms {
+  $result = SWIG_Python_AppendOutput($result, PyLong_FromLongLong(value$argnum));
+}
 
 /* ---- buffers ---- */
 %typemap(in) const void *send (Py_buffer view = {0}), const void *buf (Py_buffer view = {0}) {

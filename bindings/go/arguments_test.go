@@ -206,3 +206,28 @@ func TestTraceDumpWritesThisRanksFlightRecorder(t *testing.T) {
 	}
 	expectDetail(t, ps.TraceDump("/proc/no-such-dir/x"), pstate.ErrInvalidArgument, "/proc/no-such-dir/x")
 }
+
+// A group's own timeout (issue 43): the context's at first, the group's after SetTimeout, the
+// context's again after 0; a negative one is refused in Go names. The C suite
+// (tests/api/test_group_timeout.c) shows it ending a stalled call at the group's 200 ms.
+func TestGroupTimeoutSetAndRead(t *testing.T) {
+	ps := oneRank(t)
+	defer ps.Close()
+	w, err := ps.Group(pstate.World)
+	must(t, err)
+	d, err := w.Timeout()
+	must(t, err)
+	if d != 10*time.Second {
+		t.Fatalf("Timeout() = %v at first, want the context's 10s", d)
+	}
+	must(t, w.SetTimeout(250*time.Millisecond))
+	if d, err = w.Timeout(); err != nil || d != 250*time.Millisecond {
+		t.Fatalf("Timeout() = %v, %v after SetTimeout(250ms)", d, err)
+	}
+	must(t, w.Barrier())
+	must(t, w.SetTimeout(0))
+	if d, err = w.Timeout(); err != nil || d != 10*time.Second {
+		t.Fatalf("Timeout() = %v, %v after SetTimeout(0)", d, err)
+	}
+	expectDetail(t, w.SetTimeout(-time.Second), pstate.ErrInvalidArgument, "is negative")
+}

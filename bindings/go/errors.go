@@ -135,6 +135,8 @@ var goCalls = map[string]string{
 	"pstate_mem_query":                 "g.MemQuery",
 	"pstate_group_mem_stats":           "g.MemStats",
 	"pstate_set_graph_registration":    "ps.SetGraphRegistration",
+	"pstate_group_set_timeout":         "g.SetTimeout",
+	"pstate_group_timeout":             "g.Timeout",
 	"pstate_t":                         "*pstate.PState",
 	"pstate_group_t":                   "*pstate.Group",
 	"pstate_dtype_t":                   "pstate.DType",

@@ -2,6 +2,7 @@ package pstate
 
 import (
 	"fmt"
+	"time"
 
 	"pstate.dev/pstate/internal/capi"
 )
@@ -140,6 +141,28 @@ func (g *Group) SameNode(source int) ([]bool, error) {
 		out[i] = f != 0
 	}
 	return out, nil
+}
+
+// SetTimeout bounds every later call of this group on this rank by timeout instead of the
+// context's timeout (0: the context's again); a call past it returns a TIMEOUT error naming the
+// group's timeout and fails the context as any timeout does. Local, not collective: set it alike
+// on every rank (pstate_group_set_timeout; docs/timeouts.md).
+func (g *Group) SetTimeout(timeout time.Duration) error {
+	if timeout < 0 {
+		return g.call("SetTimeout", func(h uintptr) error { return capi.Group_set_timeout(h, -1) })
+	}
+	ms := int64((timeout + time.Millisecond - 1) / time.Millisecond)
+	return g.call("SetTimeout", func(h uintptr) error { return capi.Group_set_timeout(h, ms) })
+}
+
+// Timeout is the timeout of this group's calls on this rank: its own (SetTimeout) or the
+// context's.
+func (g *Group) Timeout() (time.Duration, error) {
+	var ms int64
+	if err := g.call("Timeout", func(h uintptr) error { return capi.Group_timeout(h, &ms) }); err != nil {
+		return 0, err
+	}
+	return time.Duration(ms) * time.Millisecond, nil
 }
 
 // AllReduce: recv[i] = op over the group of send[i]. send and recv may be the same (in place).

@@ -600,6 +600,20 @@ PSTATE_API pstate_status_t pstate_new_group(pstate_t *ps, const int *ranks, size
 PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int root, int *same_node,
                                                   size_t capacity, size_t *count);
 
+/** The group's own timeout on this rank: every later call of g (collectives, point-to-point,
+ *  objects, tensor dicts, the wait/test of a request posted afterwards, a device call's host-side
+ *  waits: NCCL's non-blocking polls, stream drains) is bounded by timeout_ms instead of the
+ *  context's timeout: shorter for a health check, longer for a large weight broadcast (a sibling
+ *  set of ranks can have its own group: pstate_new_group). 0 gives g the context's timeout again;
+ *  negative is INVALID_ARGUMENT. A call that passes it returns TIMEOUT, whose text names the
+ *  group's timeout, and fails the context as every TIMEOUT does. Local, not collective: each rank
+ *  bounds its own waits, so set it alike on every rank of g. Per group rather than per call: a
+ *  per-call deadline would need a new variant of every call of this header (docs/timeouts.md).
+ *  Groups that pstate_shrink or pstate_grow rebuild start with the context's. */
+PSTATE_API pstate_status_t pstate_group_set_timeout(pstate_group_t *g, int64_t timeout_ms);
+/** *timeout_ms = the timeout g's calls use on this rank (its own, or the context's). */
+PSTATE_API pstate_status_t pstate_group_timeout(const pstate_group_t *g, int64_t *timeout_ms);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Collectives and point-to-point (ranks are ranks in the group)                                */
 /*                                                                                              */
@@ -1305,6 +1319,9 @@ struct pstate_api_t {
   /* hooks (docs/hooks.md) */
   pstate_status_t (*add_hook)(pstate_t *ps, pstate_hook_fn fn, void *user, uint64_t *id);
   pstate_status_t (*remove_hook)(pstate_t *ps, uint64_t id);
+  /* a group's own timeout (docs/timeouts.md) */
+  pstate_status_t (*group_set_timeout)(pstate_group_t *g, int64_t timeout_ms);
+  pstate_status_t (*group_timeout)(const pstate_group_t *g, int64_t *timeout_ms);
 };
 
 /** The table for ABI `abi_major` (pass PSTATE_ABI_MAJOR), or NULL when this library does not

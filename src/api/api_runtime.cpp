@@ -293,4 +293,25 @@ PSTATE_API pstate_status_t pstate_group_same_node(const pstate_group_t *g, int r
   });
 }
 
+PSTATE_API pstate_status_t pstate_group_set_timeout(pstate_group_t *g, int64_t timeout_ms) {
+  return PSTATE_GUARD({
+    pstate::api::require_group(g, "pstate_group_set_timeout");
+    if (timeout_ms < 0)
+      pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "pstate_group_set_timeout: timeout_ms ", timeout_ms, " for group ",
+                  g->name(), " is negative: give milliseconds > 0, or 0 for the context's timeout (",
+                  g->context().timeout_ms(), " ms)");
+    pstate::api::ContextEntry entry(g->context(), "pstate_group_set_timeout");
+    g->set_timeout_ms(timeout_ms);
+  });
+}
+
+PSTATE_API pstate_status_t pstate_group_timeout(const pstate_group_t *g, int64_t *timeout_ms) {
+  return PSTATE_GUARD({
+    require_nonnull(timeout_ms, "timeout_ms");
+    *timeout_ms = 0;
+    pstate::api::require_group(g, "pstate_group_timeout");
+    *timeout_ms = g->timeout_ms();
+  });
+}
+
 }  // extern "C"

@@ -97,6 +97,9 @@ constexpr pstate_api_t make_table() {
   // hooks
   t.add_hook = pstate_add_hook;
   t.remove_hook = pstate_remove_hook;
+  // a group's own timeout
+  t.group_set_timeout = pstate_group_set_timeout;
+  t.group_timeout = pstate_group_timeout;
   return t;
 }
 

@@ -131,7 +131,11 @@ class Context {
   int64_t timeout_ms() const { return launch_.timeout_ms; }
   // The deadline of one operation: the context timeout, counted from the operation's first wait
   // (a call that never waits never reads the clock; see deadline.hpp).
-  Deadline op_deadline() const { return Deadline::after_ms_from_first_wait(launch_.timeout_ms + op_extra_ms_); }
+  Deadline op_deadline() const { return op_deadline(launch_.timeout_ms); }
+  // The same under another timeout (a group's own: pstate_group_set_timeout).
+  Deadline op_deadline(int64_t timeout_ms) const {
+    return Deadline::after_ms_from_first_wait(timeout_ms + op_extra_ms_);
+  }
   // While alive, every operation's deadline is extra_ms longer: for pstate's own exchanges whose
   // peers may wait on purpose first (pstate_grow's rank 0 waits up to its timeout_ms for
   // replacements before the others hear its decision).

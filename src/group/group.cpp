@@ -62,6 +62,23 @@ pstate_group_s::pstate_group_s(pstate::Context &ctx, pstate_group_kind_t kind, s
   observed_cells_ = metrics_->cells();
   hooks_ = &ctx.hooks();
   hooked_ = hooks_->active();
+  timeout_ms_ = ctx.timeout_ms();
+}
+
+pstate::Deadline pstate_group_s::op_deadline() const { return ctx_.op_deadline(timeout_ms_); }
+
+void pstate_group_s::set_timeout_ms(int64_t timeout_ms) {
+  own_timeout_ = timeout_ms > 0;
+  timeout_ms_ = own_timeout_ ? timeout_ms : ctx_.timeout_ms();
+  if (device_comm_) device_comm_->set_timeout_ms(timeout_ms_);
+  ctx_.log().info("group ", name_, ": every call's timeout is now ", timeout_ms_, " ms on this rank (",
+                  own_timeout_ ? "pstate_group_set_timeout" : "the context's", ")");
+}
+
+pstate::Error pstate_group_s::timeout_named(const pstate::Error &e) const {
+  return pstate::Error(e.status(), pstate::cat(e.what(), " [group ", name_, "'s own timeout on this rank: ", timeout_ms_,
+                                               " ms (pstate_group_set_timeout); the context's is ", ctx_.timeout_ms(),
+                                               " ms]"));
 }
 
 // The one place that chooses how this group's bytes move: shared memory when every rank is on
@@ -93,7 +110,6 @@ std::unique_ptr<pstate::HostComm> pstate_group_s::make_host_comm() {
   // ranks are disjoint), so the first rank of the group makes the names unique among them.
   hooks.names = pstate::cat("/", pstate::shm::job_name_prefix(ctx_.job_id()), group_id_, "-", ranks_.front(), "-");
   hooks.global = global_;
-  hooks.timeout_ms = ctx_.timeout_ms();
   hooks.pid_of = [this](int r) { return ctx_.peer_pid(ranks_[static_cast<size_t>(r)]); };
   hooks.notices = [this] { check_notices_in_shm(); };
   hooks.stop = [this] { check_stop_in_shm(); };
@@ -218,16 +234,18 @@ __attribute__((always_inline)) inline void pstate_group_s::run_core(const OpDesc
   const uint64_t tid = tr ? trace_begin(*tr, desc_in, true) : 0;
   OpDescriptor desc = desc_in;
   desc.seq = position_.begun++;
-  const pstate::HostCall call{&desc_in, desc.seq, pstate::tag_base(desc.seq), op_name, ctx_.op_deadline(), tr, tid,
+  const pstate::HostCall call{&desc_in, desc.seq, pstate::tag_base(desc.seq), op_name, op_deadline(), tr, tid,
                               path_};
   bool agreeing = true;
   try {
-    if (exchanges()) {
-      verify_same_op(call, desc, fold_payload);
-      if (tid != 0) tr->started(tid);  // agreed; in shared memory the agreement is part of the call
-    }
-    agreeing = false;
-    body(call);
+    naming_timeout([&] {
+      if (exchanges()) {
+        verify_same_op(call, desc, fold_payload);
+        if (tid != 0) tr->started(tid);  // agreed; in shared memory the agreement is part of the call
+      }
+      agreeing = false;
+      body(call);
+    });
   } catch (const pstate::Error &e) {
     // The exchange moved no data, and every rank saw what it saw: a mismatch or a refusal there
     // leaves the context usable.
@@ -497,7 +515,7 @@ Bytes pstate_group_s::all_gather_object(const void *data, size_t size, std::vect
 }
 
 pstate::HostCall pstate_group_s::p2p_call(const char *op, uint64_t trace_id, pstate::TracePath path) const {
-  return pstate::HostCall{nullptr, 0, 0, op, ctx_.op_deadline(), ctx_.trace(), trace_id, path};
+  return pstate::HostCall{nullptr, 0, 0, op, op_deadline(), ctx_.trace(), trace_id, path};
 }
 
 // Point-to-point calls do not take a sequence number (only the two ranks take part), but share
@@ -551,7 +569,7 @@ __attribute__((always_inline)) inline void pstate_group_s::run_p2p_core(pstate::
                     count, dtype, -1, -1, peer, path);
   const pstate::HostCall call = p2p_call(op, tid, path);
   try {
-    body(call);
+    naming_timeout([&] { body(call); });
   } catch (const pstate::Error &e) {
     if (pstate::is_fatal(e.status()) || ctx_.abort_requested()) ctx_.fail(e);
     metrics_->record(static_cast<uint32_t>(top), call.path, observed_bytes(), t0, e.status());

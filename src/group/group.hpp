@@ -79,6 +79,25 @@ struct pstate_group_s {
   inline void check_alive_now(const char *call) const;
   bool valid_magic() const { return magic_ == kMagic; }
 
+  // ---- the group's timeout (pstate_group_set_timeout) ----
+  // Every later call of this group on this rank is bounded by timeout_ms (0: the context's again);
+  // the device communicator's polls too. Local, not collective.
+  void set_timeout_ms(int64_t timeout_ms);
+  int64_t timeout_ms() const { return timeout_ms_; }
+  // One operation's deadline: the group's timeout, from the operation's first wait.
+  pstate::Deadline op_deadline() const;
+  // Runs f; a TIMEOUT it throws under the group's own timeout names that timeout (the transports'
+  // texts speak of the context's).
+  template <typename F>
+  void naming_timeout(F &&f) {
+    try {
+      f();
+    } catch (const pstate::Error &e) {
+      if (e.status() == PSTATE_ERR_TIMEOUT && own_timeout_) throw timeout_named(e);
+      throw;
+    }
+  }
+
   // ---- tensor operations of src/api/ (group_tensors.cpp; arguments checked there) ----
   // The device communicator in a CUDA context (enqueued on stream), the host communicator
   // otherwise (stream NULL); the host path also turns the API's extra in-place forms into the
@@ -277,13 +296,13 @@ struct pstate_group_s {
     uint64_t tid = 0;  // its flight-recorder entry
     pstate::DeviceComm *comm = nullptr;
     try {
-      comm = &begin_device_op(desc, &tid);
+      naming_timeout([&] { comm = &begin_device_op(desc, &tid); });  // may create the communicator
     } catch (const pstate::Error &e) {
       observe(desc, path, t0, e.status());
       throw;
     }
     try {
-      body(*comm);
+      naming_timeout([&] { body(*comm); });
     } catch (const pstate::Error &e) {
       device_op_failed(e, pstate::op_kind_name(static_cast<pstate::OpKind>(desc.op)), tid);
       observe(desc, path, t0, e.status());
@@ -538,4 +557,7 @@ struct pstate_group_s {
   bool hooked_ = false;
   mutable const void *hook_send_ = nullptr;       // note_send: the next hooked call's send data
   mutable uint64_t hook_send_bytes_ = 0;
+  int64_t timeout_ms_ = 0;    // every call's timeout on this rank: the context's, or set_timeout_ms's
+  bool own_timeout_ = false;  // set_timeout_ms gave one
+  [[gnu::cold, gnu::noinline]] pstate::Error timeout_named(const pstate::Error &e) const;
 };

@@ -84,11 +84,11 @@ void pstate_group_s::post_request(RequestState &r, TraceOp top, void *buf, size_
   r.peer = peer;
   r.trace_id = record(true);
   r.posted = pstate::Deadline::coarse_now();
-  r.test_deadline = pstate::Deadline::after_ms_from(r.posted, ctx_.timeout_ms());
+  r.test_deadline = pstate::Deadline::after_ms_from(r.posted, timeout_ms_);
   requests_.reserve(requests_.size() + 1);  // no allocation after the post: the state is always held
   try {
     comm_->post(r.transfer, sends(top), peer, buf, count * pstate::dtype_size(dtype),
-                pstate::p2p_what(pstate::TensorKind::kSend, dtype), ctx_.op_deadline());
+                pstate::p2p_what(pstate::TensorKind::kSend, dtype), op_deadline());
   } catch (const pstate::Error &e) {
     if (is_fatal_p2p(e.status())) ctx_.fail(e);
     hook_failed(e);
@@ -140,20 +140,22 @@ bool pstate_group_s::complete_request(RequestState &r, bool block) {
   pstate::TraceRecorder *tr = ctx_.trace();
   try {
     bool done = false;
-    if (ctx_.state() == pstate::Context::State::kFailed) {
-      // The context failed while the request was pending: what already arrived is kept, the
-      // rest is cancelled (its peer may be the one that failed).
-      done = comm_->settle(r.transfer, op, r.test_deadline, r.posted);
-      if (!done) {
-        comm_->cancel(r.transfer);
-        check_alive(op);  // throws ABORTED naming the first failure
+    naming_timeout([&] {
+      if (ctx_.state() == pstate::Context::State::kFailed) {
+        // The context failed while the request was pending: what already arrived is kept, the
+        // rest is cancelled (its peer may be the one that failed).
+        done = comm_->settle(r.transfer, op, r.test_deadline, r.posted);
+        if (!done) {
+          comm_->cancel(r.transfer);
+          check_alive(op);  // throws ABORTED naming the first failure
+        }
+      } else if (block) {
+        comm_->wait(r.transfer, op, op_deadline());
+        done = true;
+      } else {
+        done = comm_->test(r.transfer, op, r.peer, r.test_deadline, r.posted);
       }
-    } else if (block) {
-      comm_->wait(r.transfer, op, ctx_.op_deadline());
-      done = true;
-    } else {
-      done = comm_->test(r.transfer, op, r.peer, r.test_deadline, r.posted);
-    }
+    });
     if (!done) return false;
   } catch (const pstate::Error &e) {
     // The buffer is the caller's again: the transport must never move into or out of it later
@@ -208,7 +210,7 @@ void pstate_group_s::p2p_batch(const pstate_p2p_op_t *ops, size_t n) {
     throw;
   }
   try {
-    comm_->p2p_batch(p2p_call(kOp), ops, n, [&](size_t i) { tids[i] = record(i, true); });
+    naming_timeout([&] { comm_->p2p_batch(p2p_call(kOp), ops, n, [&](size_t i) { tids[i] = record(i, true); }); });
   } catch (const pstate::Error &e) {
     if (is_fatal_p2p(e.status())) ctx_.fail(e);
     metrics_->record(pstate::kObservedP2PBatch, path_, bytes, t0, e.status());
@@ -243,7 +245,7 @@ void pstate_group_s::p2p_batch_device(const pstate_p2p_op_t *ops, size_t n, void
   }
   for (size_t i = 0; i < n; ++i) tids[i] = record(i, true);
   try {
-    device_comm().p2p_batch(ops, n, stream);
+    naming_timeout([&] { device_comm().p2p_batch(ops, n, stream); });
   } catch (const pstate::Error &e) {
     device_op_failed(e, kOp, tids[0]);
     metrics_->record(pstate::kObservedP2PBatch, pstate::TracePath::kNccl, bytes, t0, e.status());

@@ -212,6 +212,9 @@ class DeviceComm {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // The bound of every later wait of this communicator on the host (a non-blocking call settling,
+  // a stream drain): the group's timeout (pstate_group_set_timeout), first from the options.
+  virtual void set_timeout_ms(int64_t timeout_ms) = 0;
 
   virtual void all_reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype,
                           pstate_reduce_op_t op, void *stream) = 0;

@@ -357,6 +357,8 @@ static void test_every_table_member_is_its_function(void **state) {
   SAME(metrics_text);
   SAME(add_hook);
   SAME(remove_hook);
+  SAME(group_set_timeout);
+  SAME(group_timeout);
 #undef SAME
   /* The 1.0 order follows the header's sections: a few landmarks. */
   assert_true(offsetof(pstate_api_t, status_string) < offsetof(pstate_api_t, layout_create));

@@ -10,6 +10,8 @@
  * - an NCCL call that never completes (DEVSIM_NCCL_HANG) is TIMEOUT within the timeout plus the
  *   README's slack (2 s), and pstate_abort then returns at once; the same hang (an all_reduce, the
  *   communicator's init) is stopped from a watchdog thread by pstate_abort: ABORTED in ms (issue 32);
+ *   under the world's own timeout (pstate_group_set_timeout, 300 ms against the context's 2 s) the
+ *   hang ends at the group's timeout, naming it;
  * - a peer SIGKILLed during device all_reduces: every survivor returns PEER_LOST within the
  *   README's bound (timeout + 2 s) of the kill, then pstate_abort returns at once;
  * - no thread, fd or shared segment is left behind by a context that failed and was aborted.
@@ -199,6 +201,7 @@ static void test_nccl_unique_id_failure_reaches_every_rank(void **state) {
 /* An NCCL call of rank 0 never completes: TIMEOUT within timeout + slack, then abort at once. */
 typedef struct {
   const char *value;
+  int64_t group_timeout_ms; /* pstate_group_set_timeout on the world (0: the context's) */
 } hang_t;
 
 static int hang_rank(const pstate_test_rank_t *self) {
@@ -208,18 +211,24 @@ static int hang_rank(const pstate_test_rank_t *self) {
   void *d = NULL;
   pstate_t *ps = init_world(self, &world, &d);
   RANK_CHECK(self, ps != NULL, "init");
+  if (h->group_timeout_ms > 0) RANK_OK(self, pstate_group_set_timeout(world, h->group_timeout_ms));
+  const int64_t limit = h->group_timeout_ms > 0 ? h->group_timeout_ms : TIMEOUT_MS;
   double t0 = pstate_test_now_ms();
   pstate_status_t s = PSTATE_OK;
   for (int i = 0; i < 3 && s == PSTATE_OK; ++i) s = pstate_all_reduce(world, d, d, N, PSTATE_FLOAT32, PSTATE_SUM, NULL);
   double took = pstate_test_now_ms() - t0;
   if (self->rank == 0) {
     RANK_CHECK(self, s == PSTATE_ERR_TIMEOUT, "%s: %s", pstate_status_string(s), pstate_last_error());
-    RANK_CHECK(self, took >= TIMEOUT_MS - 50 && took <= TIMEOUT_MS + SLACK_MS, "TIMEOUT after %.0f ms", took);
+    /* the group's own timeout bounds NCCL's non-blocking polls: well before the context's */
+    RANK_CHECK(self, took >= limit - 50 && took <= (h->group_timeout_ms > 0 ? TIMEOUT_MS - 500 : TIMEOUT_MS + SLACK_MS),
+               "TIMEOUT after %.0f ms (limit %lld ms)", took, (long long)limit);
+    if (h->group_timeout_ms > 0)
+      RANK_CHECK(self, HAS(pstate_last_error(), "own timeout on this rank"), "%s", pstate_last_error());
     RANK_CHECK(self,
                HAS(pstate_last_error(), "world:0") && HAS(pstate_last_error(), "rank 0 of 2") &&
                    HAS(pstate_last_error(), "pstate_abort"),
                "%s", pstate_last_error());
-    fprintf(stderr, "rank 0: TIMEOUT after %.0f ms (timeout %d ms)\n", took, TIMEOUT_MS);
+    fprintf(stderr, "rank 0: TIMEOUT after %.0f ms (the limit %lld ms; the context timeout %d ms)\n", took, (long long)limit, TIMEOUT_MS);
   } else {
     usleep((TIMEOUT_MS + 500) * 1000); /* the peer waits in vain on the device, as with NCCL */
   }
@@ -231,13 +240,22 @@ static int hang_rank(const pstate_test_rank_t *self) {
 
 static void test_nccl_call_never_completing_is_timeout_then_abort_returns(void **state) {
   (void)state;
-  hang_t h = {"ncclAllReduce:0:2"};
+  hang_t h = {"ncclAllReduce:0:2", 0};
   assert_int_equal(pstate_test_run_processes(2, 60, hang_rank, &h, NULL), 0);
 }
 static void test_nccl_init_never_completing_is_timeout_then_abort_returns(void **state) {
   (void)state;
-  hang_t h = {"ncclCommInitRankConfig:0:1"};
+  hang_t h = {"ncclCommInitRankConfig:0:1", 0};
   assert_int_equal(pstate_test_run_processes(2, 60, hang_rank, &h, NULL), 0);
+}
+/* The same hang under the world's own timeout of 300 ms (the context's is 2 s): NCCL's polls end at
+ * the group's, for the communicator's creation and for a call. */
+static void test_nccl_hang_under_a_group_timeout_ends_at_the_groups_timeout(void **state) {
+  (void)state;
+  hang_t call = {"ncclAllReduce:0:2", 300};
+  assert_int_equal(pstate_test_run_processes(2, 60, hang_rank, &call, NULL), 0);
+  hang_t init = {"ncclCommInitRankConfig:0:1", 300};
+  assert_int_equal(pstate_test_run_processes(2, 60, hang_rank, &init, NULL), 0);
 }
 
 /* The same hang, stopped from a watchdog thread by pstate_abort (issue 32): the blocked device
@@ -301,9 +319,9 @@ static int abort_hang_rank(const pstate_test_rank_t *self) {
 
 static void test_nccl_call_never_completing_is_stopped_by_abort_from_another_thread(void **state) {
   (void)state;
-  hang_t call = {"ncclAllReduce:0:2"};
+  hang_t call = {"ncclAllReduce:0:2", 0};
   assert_int_equal(pstate_test_run_processes(2, 60, abort_hang_rank, &call, NULL), 0);
-  hang_t init = {"ncclCommInitRankConfig:0:1"};
+  hang_t init = {"ncclCommInitRankConfig:0:1", 0};
   assert_int_equal(pstate_test_run_processes(2, 60, abort_hang_rank, &init, NULL), 0);
 }
 
@@ -421,6 +439,7 @@ int main(void) {
       cmocka_unit_test(test_nccl_unique_id_failure_reaches_every_rank),
       cmocka_unit_test(test_nccl_call_never_completing_is_timeout_then_abort_returns),
       cmocka_unit_test(test_nccl_init_never_completing_is_timeout_then_abort_returns),
+      cmocka_unit_test(test_nccl_hang_under_a_group_timeout_ends_at_the_groups_timeout),
       cmocka_unit_test(test_nccl_call_never_completing_is_stopped_by_abort_from_another_thread),
       cmocka_unit_test(test_peer_sigkilled_during_device_all_reduce_survivors_peer_lost),
       cmocka_unit_test(test_nothing_left_behind_after_failures_and_abort),

@@ -234,6 +234,19 @@ class Group:
         host with group rank source (pstate_group_same_node's root). Local, not collective."""
         return self._call(capi.group_same_node, source, self.world_size)
 
+    @property
+    def timeout_ms(self) -> int:
+        """The timeout of this group's calls on this rank, in ms: its own (set_timeout) or the
+        context's (pstate_group_timeout)."""
+        return int(self._call(capi.group_timeout))
+
+    def set_timeout(self, timeout_ms: int) -> None:
+        """Bounds every later call of this group on this rank by timeout_ms instead of the
+        context's timeout (0: the context's again); a call past it raises TimeoutError naming the
+        group's timeout, and fails the context as any timeout does. Local, not collective: set it
+        alike on every rank (pstate_group_set_timeout; docs/timeouts.md)."""
+        self._call(capi.group_set_timeout, int(timeout_ms))
+
     def __repr__(self) -> str:
         return (f"<pstate.Group {self.name} rank_in_group={self.rank_in_group} "
                 f"world_size={self.world_size} ranks={self._ranks if self._ranks is not None else '...'}>")

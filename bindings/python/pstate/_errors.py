@@ -193,6 +193,8 @@ _CALLS = {
     "pstate_tp_allgather": "ps.tp_all_gather()",
     "pstate_set_interrupt_check": "the Ctrl-C check",
     "pstate_trace_dump": "ps.trace_dump()",
+    "pstate_group_set_timeout": "group.set_timeout()",
+    "pstate_group_timeout": "group.timeout_ms",
     "pstate_t": "pstate.PState",
     "pstate_group_t": "pstate.Group",
     "pstate_dtype_t": "pstate.DType",

@@ -17,6 +17,13 @@ def test_hooks_see_every_call_in_order_refuse_and_abort_two_ranks(ranks, env):
     ranks(2, "hooks", extra_env={"PSTATE_TIMEOUT_MS": "20000", **env})
 
 
+@pytest.mark.parametrize("env", [{}, {"PSTATE_SHM": "0"}], ids=["shm", "ucx"])
+def test_group_timeout_ends_a_call_at_the_groups_timeout_two_ranks(ranks, env):
+    """Issue 43: Group.set_timeout(200) under a 60 s context timeout: a peer 1.5 s late is a
+    TimeoutError at ~200 ms naming the group's timeout (ranks.py: group_timeout)."""
+    ranks(2, "group_timeout", extra_env=env)
+
+
 def test_lifecycle_order_and_out_of_order_calls_two_ranks(ranks):
     ranks(2, "lifecycle")
 

@@ -286,7 +286,7 @@ std::unique_ptr<DeviceComm> NcclCommunicator::shrink(const std::vector<int> &exc
   const auto &api = nccl_->api();
   auto started = std::chrono::steady_clock::now();
   if (revoked_) {  // revoked: shrink once it is quiescent (ncclInProgress until then)
-    const Deadline deadline = Deadline::after_ms(context_.timeout_ms());
+    const Deadline deadline = Deadline::after_ms(options_.timeout_ms);
     Backoff backoff;
     for (ncclResult_t state = ncclInProgress; state == ncclInProgress;) {
       if (api.CommGetAsyncError(comm_, &state) != ncclSuccess) break;
@@ -296,7 +296,7 @@ std::unique_ptr<DeviceComm> NcclCommunicator::shrink(const std::vector<int> &exc
                     kAbortedByAnotherThread);
       if (deadline.expired())
         throw_error(PSTATE_ERR_TIMEOUT, where(kOp), ": the revoked NCCL communicator did not quiesce within ",
-                    context_.timeout_ms(), " ms");
+                    options_.timeout_ms, " ms");
       backoff.pause();
     }
   }
@@ -319,7 +319,7 @@ std::unique_ptr<DeviceComm> NcclCommunicator::shrink(const std::vector<int> &exc
 
 ncclResult_t NcclCommunicator::settle(ncclResult_t r, const char *call, const char *op) {
   if (r != ncclInProgress || comm_ == nullptr) return r;
-  Deadline deadline = Deadline::after_ms(context_.timeout_ms());
+  Deadline deadline = Deadline::after_ms(options_.timeout_ms);
   Backoff backoff;
   for (;;) {
     ncclResult_t state = ncclInProgress;
@@ -333,7 +333,7 @@ ncclResult_t NcclCommunicator::settle(ncclResult_t r, const char *call, const ch
            true);
     if (deadline.expired())
       fail(PSTATE_ERR_TIMEOUT,
-           cat(where(op), ": ", call, " did not finish within ", context_.timeout_ms(), " ms (rank ", rank(), " of ",
+           cat(where(op), ": ", call, " did not finish within ", options_.timeout_ms, " ms (rank ", rank(), " of ",
                size(), "): a rank of the group has not made the same call (every rank must issue the same device "
                "operations in the same order), or NCCL could not connect (NCCL_DEBUG=INFO, NCCL_SOCKET_IFNAME)"),
            true);
@@ -819,7 +819,7 @@ void NcclCommunicator::barrier() {
                 "record: call it outside graph-capture mode (or use the group's CPU barrier)");
   DeviceGuard guard(cuda_, context_.device_ordinal(), w);
   auto stream = static_cast<cudaStream_t>(context_.stream());
-  Deadline deadline = Deadline::after_ms(context_.timeout_ms());
+  Deadline deadline = Deadline::after_ms(options_.timeout_ms);
   if (size() > 1) {
     ncclComm_t c = comm(stream, kOp);
     if (!barrier_buffer_) barrier_buffer_ = std::make_unique<DeviceBuffer>(cuda_, sizeof(int32_t), w);

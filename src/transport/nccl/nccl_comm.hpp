@@ -45,6 +45,7 @@ class NcclCommunicator final : public DeviceComm {
 
   int rank() const override { return options_.rank; }
   int size() const override { return options_.size; }
+  void set_timeout_ms(int64_t timeout_ms) override { options_.timeout_ms = timeout_ms; }
 
   void all_reduce(const void *send, void *recv, size_t count, pstate_dtype_t dtype, pstate_reduce_op_t op,
                   void *stream) override;

@@ -206,14 +206,15 @@ class ShmComm final : public HostComm {
     r.op = sending ? p2p().post_send(peer, buf, bytes, d, what) : p2p().post_recv(peer, buf, bytes, d, what);
   }
   bool test(HostRequest &r, const char *op, int peer, const Deadline &test_deadline,
-            Deadline::Clock::time_point) override {
+            Deadline::Clock::time_point posted) override {
     if (p2p().test(r.op)) return true;
     if (test_deadline.expired()) {
       p2p().progress();
       if (p2p().test(r.op)) return true;
       throw_error(PSTATE_ERR_TIMEOUT, setup_.name, " rank ", hooks_.global[static_cast<size_t>(setup_.rank)], ": ", op,
-                  ": timed out after ", hooks_.timeout_ms,
-                  " ms (pstate_test; the context timeout from the post): the transfer with group rank ", peer,
+                  ": timed out after ",
+                  std::chrono::duration_cast<std::chrono::milliseconds>(Deadline::coarse_now() - posted).count(),
+                  " ms (pstate_test; the group's timeout from the post): the transfer with group rank ", peer,
                   " has not completed; is the peer calling the matching operation?");
     }
     return false;

@@ -39,7 +39,6 @@ namespace pstate::shm {
 struct ShmCommHooks {
   std::string names;        // the group's unique shared-memory prefix ("/pstate-<job>-<group id>-<first rank>-")
   std::vector<int> global;  // each group rank's rank in the current world, for messages
-  int64_t timeout_ms = 0;   // the context's timeout (pstate_test's, from the post)
   std::function<int64_t(int)> pid_of;  // a group rank's process id (0 or less: unknown)
   std::function<void()> notices;       // throws a peer's failure notice that decides this group's call
   std::function<void()> stop;          // throws when pstate_abort or the interrupt check asks to stop

@@ -115,21 +115,21 @@ typedef long long swig_type_32;
 typedef long long swig_type_33;
 typedef long long swig_type_34;
 typedef long long swig_type_35;
-typedef _goslice_ swig_type_36;
+typedef long long swig_type_36;
 typedef _goslice_ swig_type_37;
 typedef _goslice_ swig_type_38;
 typedef _goslice_ swig_type_39;
 typedef _goslice_ swig_type_40;
 typedef _goslice_ swig_type_41;
-typedef long long swig_type_42;
+typedef _goslice_ swig_type_42;
 typedef long long swig_type_43;
 typedef long long swig_type_44;
 typedef long long swig_type_45;
-typedef _goslice_ swig_type_46;
+typedef long long swig_type_46;
 typedef _goslice_ swig_type_47;
 typedef _goslice_ swig_type_48;
 typedef _goslice_ swig_type_49;
-typedef long long swig_type_50;
+typedef _goslice_ swig_type_50;
 typedef long long swig_type_51;
 typedef long long swig_type_52;
 typedef long long swig_type_53;
@@ -154,257 +154,260 @@ typedef long long swig_type_71;
 typedef long long swig_type_72;
 typedef long long swig_type_73;
 typedef long long swig_type_74;
-typedef _gostring_ swig_type_75;
-typedef long long swig_type_76;
+typedef long long swig_type_75;
+typedef _gostring_ swig_type_76;
 typedef long long swig_type_77;
-extern void _wrap_Swig_free_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern uintptr_t _wrap_Swig_malloc_capi_0165382b6d0d27c8(swig_intgo arg1);
-extern swig_intgo _wrap_PSTATE_VERSION_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_OK_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_ERR_TIMEOUT_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_ERR_PEER_LOST_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_ERR_TRANSPORT_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_ERR_MISMATCH_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_ERR_AUTH_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_ERR_ABORTED_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_ERR_INTERNAL_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_ERR_BUSY_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_INT8_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_UINT8_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_INT32_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_UINT32_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_INT64_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_UINT64_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_FLOAT16_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_FLOAT32_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_FLOAT64_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_BFLOAT16_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_FP8_E4M3_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_FP8_E5M2_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_SUM_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_PROD_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_MAX_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_MIN_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_AVG_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_DEVICE_CPU_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_DEVICE_CUDA_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_GROUP_WORLD_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_GROUP_TP_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_GROUP_PP_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_GROUP_MOE_EP_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_GROUP_MOE_TP_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_GROUP_MOE_DP_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_GROUP_DCP_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_GROUP_SELF_PP_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_GROUP_DP_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_GROUP_PCP_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_GROUP_EP_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_GROUP_EPLB_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_GROUP_CUSTOM_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_ENGINE_SGLANG_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_ENGINE_VLLM_capi_0165382b6d0d27c8(void);
-extern swig_type_1 _wrap_pstate_init_params_t_struct_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_world_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_init_params_t_world_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_rank_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_init_params_t_rank_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_local_rank_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_init_params_t_local_rank_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_init_method_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_2 arg2);
-extern swig_type_3 _wrap_pstate_init_params_t_init_method_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_device_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_init_params_t_device_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_device_ordinal_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_timeout_ms_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_4 arg2);
-extern swig_type_5 _wrap_pstate_init_params_t_timeout_ms_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_job_token_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_6 arg2);
-extern swig_type_7 _wrap_pstate_init_params_t_job_token_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_init_params_t_socket_ifname_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_8 arg2);
-extern swig_type_9 _wrap_pstate_init_params_t_socket_ifname_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern uintptr_t _wrap_new_pstate_init_params_t_capi_0165382b6d0d27c8(void);
-extern void _wrap_delete_pstate_init_params_t_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern swig_type_10 _wrap_pstate_parallel_config_t_struct_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_engine_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_engine_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_data_parallel_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_data_parallel_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_prefill_context_parallel_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_prefill_context_parallel_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_parallel_config_t_moe_model_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_parallel_config_t_moe_model_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern uintptr_t _wrap_new_pstate_parallel_config_t_capi_0165382b6d0d27c8(void);
-extern void _wrap_delete_pstate_parallel_config_t_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern swig_type_11 _wrap_pstate_group_info_t_struct_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_kind_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_kind_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_rank_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_rank_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_rank_in_group_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_world_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_world_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_local_rank_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_local_rank_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_first_rank_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_first_rank_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_last_rank_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_last_rank_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_next_rank_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_next_rank_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_group_info_t_prev_rank_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_group_info_t_prev_rank_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern swig_type_12 _wrap_pstate_group_info_t_name_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern uintptr_t _wrap_new_pstate_group_info_t_capi_0165382b6d0d27c8(void);
-extern void _wrap_delete_pstate_group_info_t_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern swig_type_13 _wrap_status_string_capi_0165382b6d0d27c8(swig_intgo arg1);
-extern swig_type_14 _wrap_last_error_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_version_capi_0165382b6d0d27c8(void);
-extern swig_type_15 _wrap_dtype_name_capi_0165382b6d0d27c8(swig_intgo arg1);
-extern swig_type_16 _wrap_reduce_op_name_capi_0165382b6d0d27c8(swig_intgo arg1);
-extern swig_type_17 _wrap_group_kind_name_capi_0165382b6d0d27c8(swig_intgo arg1);
-extern swig_type_18 _wrap_dtype_size_capi_0165382b6d0d27c8(swig_intgo arg1);
-extern swig_intgo _wrap_layout_create_capi_0165382b6d0d27c8(swig_intgo arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_intgo _wrap_layout_group_count_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
-extern swig_intgo _wrap_layout_group_ranks_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2, swig_type_19 arg3, swig_type_20 arg4, swig_voidp arg5);
-extern swig_intgo _wrap_layout_group_of_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3, swig_voidp arg4);
-extern void _wrap_layout_destroy_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern swig_intgo _wrap_init_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2);
-extern swig_intgo _wrap_initialize_model_parallel_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2);
-extern swig_intgo _wrap_model_parallel_is_initialized_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern swig_intgo _wrap_destroy_model_parallel_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern swig_intgo _wrap_finalize_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern swig_intgo _wrap_abort_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern swig_intgo _wrap_revoke_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern swig_intgo _wrap_set_interrupt_check_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2);
-extern swig_intgo _wrap_trace_dump_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_21 arg2);
-extern swig_intgo _wrap_get_group_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
-extern swig_intgo _wrap_group_info_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2);
-extern swig_intgo _wrap_group_ranks_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_22 arg2, swig_voidp arg3);
-extern swig_intgo _wrap_live_ranks_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_23 arg2, swig_voidp arg3);
-extern swig_intgo _wrap_shrink_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_24 arg2, swig_voidp arg3);
-extern swig_intgo _wrap_grow_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_25 arg2);
-extern swig_intgo _wrap_new_group_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_26 arg2, swig_voidp arg3);
-extern swig_intgo _wrap_group_same_node_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2, swig_type_27 arg3, swig_voidp arg4);
-extern swig_intgo _wrap_all_reduce_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_28 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_all_gather_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_29 arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_reduce_scatter_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_30 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_broadcast_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_type_31 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_gather_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_32 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_all_to_all_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_33 arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_reduce_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_34 arg4, swig_intgo arg5, swig_intgo arg6, swig_intgo arg7, uintptr_t arg8);
-extern swig_intgo _wrap_scatter_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_35 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_all_gatherv_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_36 arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_reduce_scatterv_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_37 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
-extern swig_intgo _wrap_all_to_all_v_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_type_38 arg3, swig_type_39 arg4, swig_voidp arg5, swig_type_40 arg6, swig_type_41 arg7, swig_intgo arg8, uintptr_t arg9);
-extern swig_intgo _wrap_send_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_type_42 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_recv_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_type_43 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_barrier_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern swig_intgo _wrap_tp_allreduce_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_type_44 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_tp_allgather_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_45 arg4, swig_intgo arg5, uintptr_t arg6);
-extern swig_intgo _wrap_broadcast_object_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_46 arg2, swig_intgo arg3, swig_voidp arg4);
-extern swig_intgo _wrap_all_gather_object_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_47 arg2, swig_voidp arg3, swig_type_48 arg4, swig_voidp arg5);
-extern swig_intgo _wrap_send_object_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_49 arg2, swig_intgo arg3);
-extern swig_intgo _wrap_recv_object_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
-extern swig_intgo _wrap_broadcast_tensor_dict_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, uintptr_t arg4, uintptr_t arg5);
-extern swig_intgo _wrap_send_tensor_dict_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, uintptr_t arg4);
-extern swig_intgo _wrap_recv_tensor_dict_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2, uintptr_t arg3, uintptr_t arg4);
-extern swig_intgo _wrap_send_tensor_dict_sliced_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, uintptr_t arg4, uintptr_t arg5);
-extern swig_intgo _wrap_recv_tensor_dict_sliced_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
-extern swig_intgo _wrap_isend_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_type_50 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6, swig_voidp arg7);
-extern swig_intgo _wrap_irecv_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2, swig_type_51 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6, swig_voidp arg7);
-extern swig_intgo _wrap_wait_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern swig_intgo _wrap_test_capi_0165382b6d0d27c8(uintptr_t arg1, swig_voidp arg2);
-extern swig_intgo _wrap_p2p_batch_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3);
-extern swig_intgo _wrap_graph_capture_begin_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
-extern swig_intgo _wrap_graph_capture_end_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern swig_intgo _wrap_PSTATE_MEM_NONE_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_MEM_GROUP_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_MEM_POOL_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_MEM_REGISTERED_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_MEM_PATH_NONE_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_MEM_PATH_PLAIN_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_MEM_PATH_REGISTERED_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_MEM_PATH_SYMMETRIC_capi_0165382b6d0d27c8(void);
-extern swig_type_52 _wrap_pstate_mem_info_t_struct_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_mem_info_t_base_set_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2);
-extern uintptr_t _wrap_pstate_mem_info_t_base_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_mem_info_t_size_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_53 arg2);
-extern swig_type_54 _wrap_pstate_mem_info_t_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_mem_info_t_kind_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_mem_info_t_kind_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_mem_info_t_symmetric_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_mem_info_t_symmetric_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_mem_info_t_registered_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_mem_info_t_registered_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_mem_info_t_reserved0_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_mem_info_t_reserved0_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern uintptr_t _wrap_new_pstate_mem_info_t_capi_0165382b6d0d27c8(void);
-extern void _wrap_delete_pstate_mem_info_t_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern swig_type_55 _wrap_pstate_mem_stats_t_struct_size_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_symmetric_calls_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_56 arg2);
-extern swig_type_57 _wrap_pstate_mem_stats_t_symmetric_calls_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_registered_calls_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_58 arg2);
-extern swig_type_59 _wrap_pstate_mem_stats_t_registered_calls_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_plain_calls_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_60 arg2);
-extern swig_type_61 _wrap_pstate_mem_stats_t_plain_calls_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_windows_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_62 arg2);
-extern swig_type_63 _wrap_pstate_mem_stats_t_windows_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_registrations_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_64 arg2);
-extern swig_type_65 _wrap_pstate_mem_stats_t_registrations_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_allocated_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_66 arg2);
-extern swig_type_67 _wrap_pstate_mem_stats_t_allocated_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_pool_reserved_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_68 arg2);
-extern swig_type_69 _wrap_pstate_mem_stats_t_pool_reserved_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_pool_used_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_70 arg2);
-extern swig_type_71 _wrap_pstate_mem_stats_t_pool_used_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_symmetric_available_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_mem_stats_t_symmetric_available_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_last_path_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_mem_stats_t_last_path_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_nccl_version_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_mem_stats_t_nccl_version_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern void _wrap_pstate_mem_stats_t_reserved0_set_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_pstate_mem_stats_t_reserved0_get_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern uintptr_t _wrap_new_pstate_mem_stats_t_capi_0165382b6d0d27c8(void);
-extern void _wrap_delete_pstate_mem_stats_t_capi_0165382b6d0d27c8(uintptr_t arg1);
-extern swig_intgo _wrap_mem_alloc_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_72 arg2, swig_voidp arg3);
-extern swig_intgo _wrap_mem_free_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2);
-extern swig_intgo _wrap_mem_pool_reserve_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_73 arg2);
-extern swig_intgo _wrap_mem_register_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2, swig_type_74 arg3);
-extern swig_intgo _wrap_mem_deregister_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2);
-extern swig_intgo _wrap_mem_query_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3);
-extern swig_intgo _wrap_group_mem_stats_capi_0165382b6d0d27c8(uintptr_t arg1, uintptr_t arg2);
-extern swig_intgo _wrap_set_graph_registration_capi_0165382b6d0d27c8(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_metrics_text_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_75 arg2, swig_type_76 arg3, swig_voidp arg4);
-extern swig_intgo _wrap_PSTATE_HOOK_BEFORE_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_HOOK_AFTER_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_PSTATE_HOOK_ABORT_capi_0165382b6d0d27c8(void);
-extern swig_intgo _wrap_remove_hook_capi_0165382b6d0d27c8(uintptr_t arg1, swig_type_77 arg2);
+typedef long long swig_type_78;
+extern void _wrap_Swig_free_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern uintptr_t _wrap_Swig_malloc_capi_1b3073dbf7f6f73c(swig_intgo arg1);
+extern swig_intgo _wrap_PSTATE_VERSION_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_OK_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_ERR_TIMEOUT_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_ERR_PEER_LOST_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_ERR_TRANSPORT_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_ERR_MISMATCH_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_ERR_AUTH_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_ERR_ABORTED_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_ERR_INTERNAL_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_ERR_BUSY_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_INT8_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_UINT8_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_INT32_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_UINT32_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_INT64_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_UINT64_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_FLOAT16_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_FLOAT32_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_FLOAT64_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_BFLOAT16_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_FP8_E4M3_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_FP8_E5M2_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_SUM_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_PROD_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_MAX_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_MIN_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_AVG_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_DEVICE_CPU_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_DEVICE_CUDA_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_GROUP_WORLD_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_GROUP_TP_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_GROUP_PP_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_GROUP_MOE_EP_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_GROUP_MOE_TP_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_GROUP_MOE_DP_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_GROUP_DCP_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_GROUP_SELF_PP_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_GROUP_DP_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_GROUP_PCP_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_GROUP_EP_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_GROUP_EPLB_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_GROUP_CUSTOM_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_ENGINE_SGLANG_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_ENGINE_VLLM_capi_1b3073dbf7f6f73c(void);
+extern swig_type_1 _wrap_pstate_init_params_t_struct_size_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_world_size_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_init_params_t_world_size_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_rank_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_init_params_t_rank_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_local_rank_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_init_params_t_local_rank_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_init_method_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_2 arg2);
+extern swig_type_3 _wrap_pstate_init_params_t_init_method_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_device_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_init_params_t_device_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_device_ordinal_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_timeout_ms_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_4 arg2);
+extern swig_type_5 _wrap_pstate_init_params_t_timeout_ms_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_job_token_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_6 arg2);
+extern swig_type_7 _wrap_pstate_init_params_t_job_token_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_init_params_t_socket_ifname_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_8 arg2);
+extern swig_type_9 _wrap_pstate_init_params_t_socket_ifname_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern uintptr_t _wrap_new_pstate_init_params_t_capi_1b3073dbf7f6f73c(void);
+extern void _wrap_delete_pstate_init_params_t_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern swig_type_10 _wrap_pstate_parallel_config_t_struct_size_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_engine_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_engine_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_data_parallel_size_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_data_parallel_size_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_prefill_context_parallel_size_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_prefill_context_parallel_size_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_parallel_config_t_moe_model_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_parallel_config_t_moe_model_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern uintptr_t _wrap_new_pstate_parallel_config_t_capi_1b3073dbf7f6f73c(void);
+extern void _wrap_delete_pstate_parallel_config_t_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern swig_type_11 _wrap_pstate_group_info_t_struct_size_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_kind_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_kind_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_rank_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_rank_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_rank_in_group_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_world_size_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_world_size_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_local_rank_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_local_rank_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_first_rank_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_first_rank_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_last_rank_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_last_rank_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_next_rank_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_next_rank_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_group_info_t_prev_rank_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_group_info_t_prev_rank_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern swig_type_12 _wrap_pstate_group_info_t_name_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern uintptr_t _wrap_new_pstate_group_info_t_capi_1b3073dbf7f6f73c(void);
+extern void _wrap_delete_pstate_group_info_t_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern swig_type_13 _wrap_status_string_capi_1b3073dbf7f6f73c(swig_intgo arg1);
+extern swig_type_14 _wrap_last_error_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_version_capi_1b3073dbf7f6f73c(void);
+extern swig_type_15 _wrap_dtype_name_capi_1b3073dbf7f6f73c(swig_intgo arg1);
+extern swig_type_16 _wrap_reduce_op_name_capi_1b3073dbf7f6f73c(swig_intgo arg1);
+extern swig_type_17 _wrap_group_kind_name_capi_1b3073dbf7f6f73c(swig_intgo arg1);
+extern swig_type_18 _wrap_dtype_size_capi_1b3073dbf7f6f73c(swig_intgo arg1);
+extern swig_intgo _wrap_layout_create_capi_1b3073dbf7f6f73c(swig_intgo arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_intgo _wrap_layout_group_count_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
+extern swig_intgo _wrap_layout_group_ranks_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2, swig_type_19 arg3, swig_type_20 arg4, swig_voidp arg5);
+extern swig_intgo _wrap_layout_group_of_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3, swig_voidp arg4);
+extern void _wrap_layout_destroy_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern swig_intgo _wrap_init_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_voidp arg2);
+extern swig_intgo _wrap_initialize_model_parallel_capi_1b3073dbf7f6f73c(uintptr_t arg1, uintptr_t arg2);
+extern swig_intgo _wrap_model_parallel_is_initialized_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern swig_intgo _wrap_destroy_model_parallel_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern swig_intgo _wrap_finalize_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern swig_intgo _wrap_abort_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern swig_intgo _wrap_revoke_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern swig_intgo _wrap_set_interrupt_check_capi_1b3073dbf7f6f73c(uintptr_t arg1, uintptr_t arg2);
+extern swig_intgo _wrap_trace_dump_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_21 arg2);
+extern swig_intgo _wrap_get_group_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
+extern swig_intgo _wrap_group_info_capi_1b3073dbf7f6f73c(uintptr_t arg1, uintptr_t arg2);
+extern swig_intgo _wrap_group_ranks_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_22 arg2, swig_voidp arg3);
+extern swig_intgo _wrap_live_ranks_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_23 arg2, swig_voidp arg3);
+extern swig_intgo _wrap_shrink_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_24 arg2, swig_voidp arg3);
+extern swig_intgo _wrap_grow_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_25 arg2);
+extern swig_intgo _wrap_new_group_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_26 arg2, swig_voidp arg3);
+extern swig_intgo _wrap_group_same_node_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2, swig_type_27 arg3, swig_voidp arg4);
+extern swig_intgo _wrap_group_set_timeout_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_28 arg2);
+extern swig_intgo _wrap_group_timeout_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_voidp arg2);
+extern swig_intgo _wrap_all_reduce_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_29 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_all_gather_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_30 arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_reduce_scatter_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_31 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_broadcast_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_voidp arg2, swig_type_32 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_gather_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_33 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_all_to_all_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_34 arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_reduce_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_35 arg4, swig_intgo arg5, swig_intgo arg6, swig_intgo arg7, uintptr_t arg8);
+extern swig_intgo _wrap_scatter_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_36 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_all_gatherv_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_37 arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_reduce_scatterv_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_38 arg4, swig_intgo arg5, swig_intgo arg6, uintptr_t arg7);
+extern swig_intgo _wrap_all_to_all_v_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_voidp arg2, swig_type_39 arg3, swig_type_40 arg4, swig_voidp arg5, swig_type_41 arg6, swig_type_42 arg7, swig_intgo arg8, uintptr_t arg9);
+extern swig_intgo _wrap_send_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_voidp arg2, swig_type_43 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_recv_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_voidp arg2, swig_type_44 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_barrier_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern swig_intgo _wrap_tp_allreduce_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_voidp arg2, swig_type_45 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_tp_allgather_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3, swig_type_46 arg4, swig_intgo arg5, uintptr_t arg6);
+extern swig_intgo _wrap_broadcast_object_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_47 arg2, swig_intgo arg3, swig_voidp arg4);
+extern swig_intgo _wrap_all_gather_object_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_48 arg2, swig_voidp arg3, swig_type_49 arg4, swig_voidp arg5);
+extern swig_intgo _wrap_send_object_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_50 arg2, swig_intgo arg3);
+extern swig_intgo _wrap_recv_object_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2, swig_voidp arg3);
+extern swig_intgo _wrap_broadcast_tensor_dict_capi_1b3073dbf7f6f73c(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, uintptr_t arg4, uintptr_t arg5);
+extern swig_intgo _wrap_send_tensor_dict_capi_1b3073dbf7f6f73c(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, uintptr_t arg4);
+extern swig_intgo _wrap_recv_tensor_dict_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2, uintptr_t arg3, uintptr_t arg4);
+extern swig_intgo _wrap_send_tensor_dict_sliced_capi_1b3073dbf7f6f73c(uintptr_t arg1, uintptr_t arg2, swig_intgo arg3, uintptr_t arg4, uintptr_t arg5);
+extern swig_intgo _wrap_recv_tensor_dict_sliced_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2, uintptr_t arg3, uintptr_t arg4, uintptr_t arg5);
+extern swig_intgo _wrap_isend_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_voidp arg2, swig_type_51 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6, swig_voidp arg7);
+extern swig_intgo _wrap_irecv_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_voidp arg2, swig_type_52 arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6, swig_voidp arg7);
+extern swig_intgo _wrap_wait_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern swig_intgo _wrap_test_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_voidp arg2);
+extern swig_intgo _wrap_p2p_batch_capi_1b3073dbf7f6f73c(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3);
+extern swig_intgo _wrap_graph_capture_begin_capi_1b3073dbf7f6f73c(uintptr_t arg1, uintptr_t arg2, swig_voidp arg3);
+extern swig_intgo _wrap_graph_capture_end_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern swig_intgo _wrap_PSTATE_MEM_NONE_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_MEM_GROUP_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_MEM_POOL_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_MEM_REGISTERED_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_MEM_PATH_NONE_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_MEM_PATH_PLAIN_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_MEM_PATH_REGISTERED_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_MEM_PATH_SYMMETRIC_capi_1b3073dbf7f6f73c(void);
+extern swig_type_53 _wrap_pstate_mem_info_t_struct_size_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_mem_info_t_base_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, uintptr_t arg2);
+extern uintptr_t _wrap_pstate_mem_info_t_base_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_mem_info_t_size_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_54 arg2);
+extern swig_type_55 _wrap_pstate_mem_info_t_size_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_mem_info_t_kind_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_mem_info_t_kind_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_mem_info_t_symmetric_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_mem_info_t_symmetric_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_mem_info_t_registered_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_mem_info_t_registered_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_mem_info_t_reserved0_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_mem_info_t_reserved0_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern uintptr_t _wrap_new_pstate_mem_info_t_capi_1b3073dbf7f6f73c(void);
+extern void _wrap_delete_pstate_mem_info_t_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern swig_type_56 _wrap_pstate_mem_stats_t_struct_size_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_symmetric_calls_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_57 arg2);
+extern swig_type_58 _wrap_pstate_mem_stats_t_symmetric_calls_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_registered_calls_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_59 arg2);
+extern swig_type_60 _wrap_pstate_mem_stats_t_registered_calls_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_plain_calls_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_61 arg2);
+extern swig_type_62 _wrap_pstate_mem_stats_t_plain_calls_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_windows_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_63 arg2);
+extern swig_type_64 _wrap_pstate_mem_stats_t_windows_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_registrations_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_65 arg2);
+extern swig_type_66 _wrap_pstate_mem_stats_t_registrations_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_allocated_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_67 arg2);
+extern swig_type_68 _wrap_pstate_mem_stats_t_allocated_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_pool_reserved_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_69 arg2);
+extern swig_type_70 _wrap_pstate_mem_stats_t_pool_reserved_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_pool_used_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_71 arg2);
+extern swig_type_72 _wrap_pstate_mem_stats_t_pool_used_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_symmetric_available_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_mem_stats_t_symmetric_available_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_last_path_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_mem_stats_t_last_path_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_nccl_version_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_mem_stats_t_nccl_version_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern void _wrap_pstate_mem_stats_t_reserved0_set_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_pstate_mem_stats_t_reserved0_get_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern uintptr_t _wrap_new_pstate_mem_stats_t_capi_1b3073dbf7f6f73c(void);
+extern void _wrap_delete_pstate_mem_stats_t_capi_1b3073dbf7f6f73c(uintptr_t arg1);
+extern swig_intgo _wrap_mem_alloc_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_73 arg2, swig_voidp arg3);
+extern swig_intgo _wrap_mem_free_capi_1b3073dbf7f6f73c(uintptr_t arg1, uintptr_t arg2);
+extern swig_intgo _wrap_mem_pool_reserve_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_74 arg2);
+extern swig_intgo _wrap_mem_register_capi_1b3073dbf7f6f73c(uintptr_t arg1, uintptr_t arg2, swig_type_75 arg3);
+extern swig_intgo _wrap_mem_deregister_capi_1b3073dbf7f6f73c(uintptr_t arg1, uintptr_t arg2);
+extern swig_intgo _wrap_mem_query_capi_1b3073dbf7f6f73c(uintptr_t arg1, uintptr_t arg2, uintptr_t arg3);
+extern swig_intgo _wrap_group_mem_stats_capi_1b3073dbf7f6f73c(uintptr_t arg1, uintptr_t arg2);
+extern swig_intgo _wrap_set_graph_registration_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_metrics_text_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_76 arg2, swig_type_77 arg3, swig_voidp arg4);
+extern swig_intgo _wrap_PSTATE_HOOK_BEFORE_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_HOOK_AFTER_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_PSTATE_HOOK_ABORT_capi_1b3073dbf7f6f73c(void);
+extern swig_intgo _wrap_remove_hook_capi_1b3073dbf7f6f73c(uintptr_t arg1, swig_type_78 arg2);
 #undef intgo
 */
 import "C"
@@ -433,13 +436,13 @@ type _ sync.Mutex
 
 func Swig_free(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_Swig_free_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0))
+	C._wrap_Swig_free_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0))
 }
 
 func Swig_malloc(arg1 int) (_swig_ret uintptr) {
 	var swig_r uintptr
 	_swig_i_0 := arg1
-	swig_r = (uintptr)(C._wrap_Swig_malloc_capi_0165382b6d0d27c8(C.swig_intgo(_swig_i_0)))
+	swig_r = (uintptr)(C._wrap_Swig_malloc_capi_1b3073dbf7f6f73c(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -669,7 +672,7 @@ const PSTATE_VERSION_PATCH int = 0
 
 func _swig_getPSTATE_VERSION() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_PSTATE_VERSION_capi_0165382b6d0d27c8())
+	swig_r = (int)(C._wrap_PSTATE_VERSION_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -681,7 +684,7 @@ type Enum_SS_pstate_status_t int
 
 func _swig_getPSTATE_OK() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_OK_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_OK_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -689,7 +692,7 @@ var PSTATE_OK Enum_SS_pstate_status_t = _swig_getPSTATE_OK()
 
 func _swig_getPSTATE_ERR_INVALID_ARGUMENT() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -697,7 +700,7 @@ var PSTATE_ERR_INVALID_ARGUMENT Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_IN
 
 func _swig_getPSTATE_ERR_INVALID_STATE() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INVALID_STATE_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INVALID_STATE_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -705,7 +708,7 @@ var PSTATE_ERR_INVALID_STATE Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_INVAL
 
 func _swig_getPSTATE_ERR_UNSUPPORTED() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_UNSUPPORTED_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_UNSUPPORTED_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -713,7 +716,7 @@ var PSTATE_ERR_UNSUPPORTED Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_UNSUPPO
 
 func _swig_getPSTATE_ERR_NO_MEMORY() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_NO_MEMORY_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_NO_MEMORY_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -721,7 +724,7 @@ var PSTATE_ERR_NO_MEMORY Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_NO_MEMORY
 
 func _swig_getPSTATE_ERR_TIMEOUT() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_TIMEOUT_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_TIMEOUT_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -729,7 +732,7 @@ var PSTATE_ERR_TIMEOUT Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_TIMEOUT()
 
 func _swig_getPSTATE_ERR_PEER_LOST() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_PEER_LOST_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_PEER_LOST_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -737,7 +740,7 @@ var PSTATE_ERR_PEER_LOST Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_PEER_LOST
 
 func _swig_getPSTATE_ERR_TRANSPORT() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_TRANSPORT_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_TRANSPORT_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -745,7 +748,7 @@ var PSTATE_ERR_TRANSPORT Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_TRANSPORT
 
 func _swig_getPSTATE_ERR_MISMATCH() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_MISMATCH_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_MISMATCH_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -753,7 +756,7 @@ var PSTATE_ERR_MISMATCH Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_MISMATCH()
 
 func _swig_getPSTATE_ERR_AUTH() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_AUTH_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_AUTH_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -761,7 +764,7 @@ var PSTATE_ERR_AUTH Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_AUTH()
 
 func _swig_getPSTATE_ERR_ABORTED() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_ABORTED_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_ABORTED_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -769,7 +772,7 @@ var PSTATE_ERR_ABORTED Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_ABORTED()
 
 func _swig_getPSTATE_ERR_INTERNAL() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INTERNAL_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INTERNAL_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -777,7 +780,7 @@ var PSTATE_ERR_INTERNAL Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_INTERNAL()
 
 func _swig_getPSTATE_ERR_INTERRUPTED() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INTERRUPTED_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_INTERRUPTED_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -785,7 +788,7 @@ var PSTATE_ERR_INTERRUPTED Enum_SS_pstate_status_t = _swig_getPSTATE_ERR_INTERRU
 
 func _swig_getPSTATE_ERR_BUSY() (_swig_ret Enum_SS_pstate_status_t) {
 	var swig_r Enum_SS_pstate_status_t
-	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_BUSY_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_status_t)(C._wrap_PSTATE_ERR_BUSY_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -795,7 +798,7 @@ type Enum_SS_pstate_dtype_t int
 
 func _swig_getPSTATE_INT8() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_INT8_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_INT8_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -803,7 +806,7 @@ var PSTATE_INT8 Enum_SS_pstate_dtype_t = _swig_getPSTATE_INT8()
 
 func _swig_getPSTATE_UINT8() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_UINT8_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_UINT8_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -811,7 +814,7 @@ var PSTATE_UINT8 Enum_SS_pstate_dtype_t = _swig_getPSTATE_UINT8()
 
 func _swig_getPSTATE_INT32() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_INT32_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_INT32_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -819,7 +822,7 @@ var PSTATE_INT32 Enum_SS_pstate_dtype_t = _swig_getPSTATE_INT32()
 
 func _swig_getPSTATE_UINT32() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_UINT32_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_UINT32_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -827,7 +830,7 @@ var PSTATE_UINT32 Enum_SS_pstate_dtype_t = _swig_getPSTATE_UINT32()
 
 func _swig_getPSTATE_INT64() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_INT64_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_INT64_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -835,7 +838,7 @@ var PSTATE_INT64 Enum_SS_pstate_dtype_t = _swig_getPSTATE_INT64()
 
 func _swig_getPSTATE_UINT64() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_UINT64_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_UINT64_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -843,7 +846,7 @@ var PSTATE_UINT64 Enum_SS_pstate_dtype_t = _swig_getPSTATE_UINT64()
 
 func _swig_getPSTATE_FLOAT16() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FLOAT16_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FLOAT16_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -851,7 +854,7 @@ var PSTATE_FLOAT16 Enum_SS_pstate_dtype_t = _swig_getPSTATE_FLOAT16()
 
 func _swig_getPSTATE_FLOAT32() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FLOAT32_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FLOAT32_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -859,7 +862,7 @@ var PSTATE_FLOAT32 Enum_SS_pstate_dtype_t = _swig_getPSTATE_FLOAT32()
 
 func _swig_getPSTATE_FLOAT64() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FLOAT64_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FLOAT64_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -867,7 +870,7 @@ var PSTATE_FLOAT64 Enum_SS_pstate_dtype_t = _swig_getPSTATE_FLOAT64()
 
 func _swig_getPSTATE_BFLOAT16() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_BFLOAT16_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_BFLOAT16_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -875,7 +878,7 @@ var PSTATE_BFLOAT16 Enum_SS_pstate_dtype_t = _swig_getPSTATE_BFLOAT16()
 
 func _swig_getPSTATE_FP8_E4M3() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FP8_E4M3_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FP8_E4M3_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -883,7 +886,7 @@ var PSTATE_FP8_E4M3 Enum_SS_pstate_dtype_t = _swig_getPSTATE_FP8_E4M3()
 
 func _swig_getPSTATE_FP8_E5M2() (_swig_ret Enum_SS_pstate_dtype_t) {
 	var swig_r Enum_SS_pstate_dtype_t
-	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FP8_E5M2_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_dtype_t)(C._wrap_PSTATE_FP8_E5M2_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -895,7 +898,7 @@ type Enum_SS_pstate_reduce_op_t int
 
 func _swig_getPSTATE_SUM() (_swig_ret Enum_SS_pstate_reduce_op_t) {
 	var swig_r Enum_SS_pstate_reduce_op_t
-	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_SUM_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_SUM_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -903,7 +906,7 @@ var PSTATE_SUM Enum_SS_pstate_reduce_op_t = _swig_getPSTATE_SUM()
 
 func _swig_getPSTATE_PROD() (_swig_ret Enum_SS_pstate_reduce_op_t) {
 	var swig_r Enum_SS_pstate_reduce_op_t
-	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_PROD_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_PROD_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -911,7 +914,7 @@ var PSTATE_PROD Enum_SS_pstate_reduce_op_t = _swig_getPSTATE_PROD()
 
 func _swig_getPSTATE_MAX() (_swig_ret Enum_SS_pstate_reduce_op_t) {
 	var swig_r Enum_SS_pstate_reduce_op_t
-	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_MAX_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_MAX_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -919,7 +922,7 @@ var PSTATE_MAX Enum_SS_pstate_reduce_op_t = _swig_getPSTATE_MAX()
 
 func _swig_getPSTATE_MIN() (_swig_ret Enum_SS_pstate_reduce_op_t) {
 	var swig_r Enum_SS_pstate_reduce_op_t
-	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_MIN_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_MIN_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -927,7 +930,7 @@ var PSTATE_MIN Enum_SS_pstate_reduce_op_t = _swig_getPSTATE_MIN()
 
 func _swig_getPSTATE_AVG() (_swig_ret Enum_SS_pstate_reduce_op_t) {
 	var swig_r Enum_SS_pstate_reduce_op_t
-	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_AVG_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_reduce_op_t)(C._wrap_PSTATE_AVG_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -939,7 +942,7 @@ type Enum_SS_pstate_device_t int
 
 func _swig_getPSTATE_DEVICE_CPU() (_swig_ret Enum_SS_pstate_device_t) {
 	var swig_r Enum_SS_pstate_device_t
-	swig_r = (Enum_SS_pstate_device_t)(C._wrap_PSTATE_DEVICE_CPU_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_device_t)(C._wrap_PSTATE_DEVICE_CPU_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -947,7 +950,7 @@ var PSTATE_DEVICE_CPU Enum_SS_pstate_device_t = _swig_getPSTATE_DEVICE_CPU()
 
 func _swig_getPSTATE_DEVICE_CUDA() (_swig_ret Enum_SS_pstate_device_t) {
 	var swig_r Enum_SS_pstate_device_t
-	swig_r = (Enum_SS_pstate_device_t)(C._wrap_PSTATE_DEVICE_CUDA_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_device_t)(C._wrap_PSTATE_DEVICE_CUDA_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -957,7 +960,7 @@ type Enum_SS_pstate_group_kind_t int
 
 func _swig_getPSTATE_GROUP_WORLD() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_WORLD_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_WORLD_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -965,7 +968,7 @@ var PSTATE_GROUP_WORLD Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_WORLD
 
 func _swig_getPSTATE_GROUP_TP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_TP_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_TP_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -973,7 +976,7 @@ var PSTATE_GROUP_TP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_TP()
 
 func _swig_getPSTATE_GROUP_PP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_PP_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_PP_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -981,7 +984,7 @@ var PSTATE_GROUP_PP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_PP()
 
 func _swig_getPSTATE_GROUP_ATTN_TP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_ATTN_TP_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_ATTN_TP_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -989,7 +992,7 @@ var PSTATE_GROUP_ATTN_TP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_ATT
 
 func _swig_getPSTATE_GROUP_ATTN_CP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_ATTN_CP_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_ATTN_CP_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -997,7 +1000,7 @@ var PSTATE_GROUP_ATTN_CP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_ATT
 
 func _swig_getPSTATE_GROUP_MOE_EP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_MOE_EP_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_MOE_EP_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -1005,7 +1008,7 @@ var PSTATE_GROUP_MOE_EP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_MOE_
 
 func _swig_getPSTATE_GROUP_MOE_TP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_MOE_TP_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_MOE_TP_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -1013,7 +1016,7 @@ var PSTATE_GROUP_MOE_TP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_MOE_
 
 func _swig_getPSTATE_GROUP_MOE_DP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_MOE_DP_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_MOE_DP_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -1021,7 +1024,7 @@ var PSTATE_GROUP_MOE_DP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_MOE_
 
 func _swig_getPSTATE_GROUP_DCP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_DCP_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_DCP_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -1029,7 +1032,7 @@ var PSTATE_GROUP_DCP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_DCP()
 
 func _swig_getPSTATE_GROUP_SHARED_EXPERTS_TP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -1037,7 +1040,7 @@ var PSTATE_GROUP_SHARED_EXPERTS_TP Enum_SS_pstate_group_kind_t = _swig_getPSTATE
 
 func _swig_getPSTATE_GROUP_SELF_PP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_SELF_PP_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_SELF_PP_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -1045,7 +1048,7 @@ var PSTATE_GROUP_SELF_PP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_SEL
 
 func _swig_getPSTATE_GROUP_DP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_DP_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_DP_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -1053,7 +1056,7 @@ var PSTATE_GROUP_DP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_DP()
 
 func _swig_getPSTATE_GROUP_PCP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_PCP_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_PCP_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -1061,7 +1064,7 @@ var PSTATE_GROUP_PCP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_PCP()
 
 func _swig_getPSTATE_GROUP_EP() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_EP_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_EP_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -1069,7 +1072,7 @@ var PSTATE_GROUP_EP Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_EP()
 
 func _swig_getPSTATE_GROUP_EPLB() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_EPLB_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_EPLB_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -1077,7 +1080,7 @@ var PSTATE_GROUP_EPLB Enum_SS_pstate_group_kind_t = _swig_getPSTATE_GROUP_EPLB()
 
 func _swig_getPSTATE_GROUP_CUSTOM() (_swig_ret Enum_SS_pstate_group_kind_t) {
 	var swig_r Enum_SS_pstate_group_kind_t
-	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_CUSTOM_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_group_kind_t)(C._wrap_PSTATE_GROUP_CUSTOM_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -1090,7 +1093,7 @@ type Enum_SS_pstate_engine_t int
 
 func _swig_getPSTATE_ENGINE_SGLANG() (_swig_ret Enum_SS_pstate_engine_t) {
 	var swig_r Enum_SS_pstate_engine_t
-	swig_r = (Enum_SS_pstate_engine_t)(C._wrap_PSTATE_ENGINE_SGLANG_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_engine_t)(C._wrap_PSTATE_ENGINE_SGLANG_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -1098,7 +1101,7 @@ var PSTATE_ENGINE_SGLANG Enum_SS_pstate_engine_t = _swig_getPSTATE_ENGINE_SGLANG
 
 func _swig_getPSTATE_ENGINE_VLLM() (_swig_ret Enum_SS_pstate_engine_t) {
 	var swig_r Enum_SS_pstate_engine_t
-	swig_r = (Enum_SS_pstate_engine_t)(C._wrap_PSTATE_ENGINE_VLLM_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_engine_t)(C._wrap_PSTATE_ENGINE_VLLM_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -1118,53 +1121,53 @@ func (p SwigcptrPstate_init_params_t) SwigIsPstate_init_params_t() {
 func (arg1 SwigcptrPstate_init_params_t) GetStruct_size() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_init_params_t_struct_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_init_params_t_struct_size_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_init_params_t) SetWorld_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_world_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_init_params_t_world_size_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_init_params_t) GetWorld_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_init_params_t_world_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_init_params_t_world_size_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_init_params_t) SetRank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_rank_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_init_params_t_rank_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_init_params_t) GetRank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_init_params_t_rank_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_init_params_t_rank_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_init_params_t) SetLocal_rank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_local_rank_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_init_params_t_local_rank_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_init_params_t) GetLocal_rank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_init_params_t_local_rank_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_init_params_t_local_rank_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_init_params_t) SetInit_method(arg2 string) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_init_method_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_2)(unsafe.Pointer(&_swig_i_1)))
+	C._wrap_pstate_init_params_t_init_method_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), *(*C.swig_type_2)(unsafe.Pointer(&_swig_i_1)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1173,7 +1176,7 @@ func (arg1 SwigcptrPstate_init_params_t) SetInit_method(arg2 string) {
 func (arg1 SwigcptrPstate_init_params_t) GetInit_method() (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_pstate_init_params_t_init_method_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_pstate_init_params_t_init_method_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1183,46 +1186,46 @@ func (arg1 SwigcptrPstate_init_params_t) GetInit_method() (_swig_ret string) {
 func (arg1 SwigcptrPstate_init_params_t) SetDevice(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_device_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_init_params_t_device_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_init_params_t) GetDevice() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_init_params_t_device_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_init_params_t_device_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_init_params_t) SetDevice_ordinal(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_device_ordinal_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_init_params_t_device_ordinal_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_init_params_t) GetDevice_ordinal() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_init_params_t_device_ordinal_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_init_params_t_device_ordinal_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_init_params_t) SetTimeout_ms(arg2 int64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_timeout_ms_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_4(_swig_i_1))
+	C._wrap_pstate_init_params_t_timeout_ms_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_type_4(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_init_params_t) GetTimeout_ms() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_init_params_t_timeout_ms_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_init_params_t_timeout_ms_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_init_params_t) SetJob_token(arg2 string) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_job_token_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_6)(unsafe.Pointer(&_swig_i_1)))
+	C._wrap_pstate_init_params_t_job_token_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), *(*C.swig_type_6)(unsafe.Pointer(&_swig_i_1)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1231,7 +1234,7 @@ func (arg1 SwigcptrPstate_init_params_t) SetJob_token(arg2 string) {
 func (arg1 SwigcptrPstate_init_params_t) GetJob_token() (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_pstate_init_params_t_job_token_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_pstate_init_params_t_job_token_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1241,7 +1244,7 @@ func (arg1 SwigcptrPstate_init_params_t) GetJob_token() (_swig_ret string) {
 func (arg1 SwigcptrPstate_init_params_t) SetSocket_ifname(arg2 string) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_init_params_t_socket_ifname_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_8)(unsafe.Pointer(&_swig_i_1)))
+	C._wrap_pstate_init_params_t_socket_ifname_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), *(*C.swig_type_8)(unsafe.Pointer(&_swig_i_1)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1250,7 +1253,7 @@ func (arg1 SwigcptrPstate_init_params_t) SetSocket_ifname(arg2 string) {
 func (arg1 SwigcptrPstate_init_params_t) GetSocket_ifname() (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_pstate_init_params_t_socket_ifname_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_pstate_init_params_t_socket_ifname_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1259,13 +1262,13 @@ func (arg1 SwigcptrPstate_init_params_t) GetSocket_ifname() (_swig_ret string) {
 
 func NewPstate_init_params_t() (_swig_ret Pstate_init_params_t) {
 	var swig_r Pstate_init_params_t
-	swig_r = (Pstate_init_params_t)(SwigcptrPstate_init_params_t(C._wrap_new_pstate_init_params_t_capi_0165382b6d0d27c8()))
+	swig_r = (Pstate_init_params_t)(SwigcptrPstate_init_params_t(C._wrap_new_pstate_init_params_t_capi_1b3073dbf7f6f73c()))
 	return swig_r
 }
 
 func DeletePstate_init_params_t(arg1 Pstate_init_params_t) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_delete_pstate_init_params_t_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0))
+	C._wrap_delete_pstate_init_params_t_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0))
 }
 
 type Pstate_init_params_t interface {
@@ -1304,175 +1307,175 @@ func (p SwigcptrPstate_parallel_config_t) SwigIsPstate_parallel_config_t() {
 func (arg1 SwigcptrPstate_parallel_config_t) GetStruct_size() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_parallel_config_t_struct_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_parallel_config_t_struct_size_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetTensor_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetTensor_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetPipeline_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetPipeline_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetExpert_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetExpert_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetAttention_data_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetAttention_data_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetAttention_context_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetAttention_context_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetMoe_data_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetMoe_data_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetDecode_context_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetDecode_context_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetShared_experts_tensor_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetShared_experts_tensor_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetEngine(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_engine_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_engine_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetEngine() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_engine_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_engine_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetData_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_data_parallel_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_data_parallel_size_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetData_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_data_parallel_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_data_parallel_size_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetPrefill_context_parallel_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_prefill_context_parallel_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_prefill_context_parallel_size_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetPrefill_context_parallel_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_prefill_context_parallel_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_prefill_context_parallel_size_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) SetMoe_model(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_parallel_config_t_moe_model_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_parallel_config_t_moe_model_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_parallel_config_t) GetMoe_model() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_parallel_config_t_moe_model_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_parallel_config_t_moe_model_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func NewPstate_parallel_config_t() (_swig_ret Pstate_parallel_config_t) {
 	var swig_r Pstate_parallel_config_t
-	swig_r = (Pstate_parallel_config_t)(SwigcptrPstate_parallel_config_t(C._wrap_new_pstate_parallel_config_t_capi_0165382b6d0d27c8()))
+	swig_r = (Pstate_parallel_config_t)(SwigcptrPstate_parallel_config_t(C._wrap_new_pstate_parallel_config_t_capi_1b3073dbf7f6f73c()))
 	return swig_r
 }
 
 func DeletePstate_parallel_config_t(arg1 Pstate_parallel_config_t) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_delete_pstate_parallel_config_t_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0))
+	C._wrap_delete_pstate_parallel_config_t_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0))
 }
 
 type Pstate_parallel_config_t interface {
@@ -1519,131 +1522,131 @@ func (p SwigcptrPstate_group_info_t) SwigIsPstate_group_info_t() {
 func (arg1 SwigcptrPstate_group_info_t) GetStruct_size() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_group_info_t_struct_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_group_info_t_struct_size_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetKind(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_kind_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_kind_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetKind() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_kind_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_kind_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetRank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_rank_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_rank_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetRank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_rank_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_rank_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetRank_in_group(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_rank_in_group_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_rank_in_group_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetRank_in_group() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_rank_in_group_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_rank_in_group_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetWorld_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_world_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_world_size_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetWorld_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_world_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_world_size_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetLocal_rank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_local_rank_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_local_rank_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetLocal_rank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_local_rank_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_local_rank_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetFirst_rank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_first_rank_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_first_rank_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetFirst_rank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_first_rank_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_first_rank_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetLast_rank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_last_rank_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_last_rank_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetLast_rank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_last_rank_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_last_rank_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetNext_rank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_next_rank_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_next_rank_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetNext_rank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_next_rank_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_next_rank_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) SetPrev_rank(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_group_info_t_prev_rank_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_group_info_t_prev_rank_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetPrev_rank() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_group_info_t_prev_rank_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_group_info_t_prev_rank_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_group_info_t) GetName() (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_pstate_group_info_t_name_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_pstate_group_info_t_name_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1652,13 +1655,13 @@ func (arg1 SwigcptrPstate_group_info_t) GetName() (_swig_ret string) {
 
 func NewPstate_group_info_t() (_swig_ret Pstate_group_info_t) {
 	var swig_r Pstate_group_info_t
-	swig_r = (Pstate_group_info_t)(SwigcptrPstate_group_info_t(C._wrap_new_pstate_group_info_t_capi_0165382b6d0d27c8()))
+	swig_r = (Pstate_group_info_t)(SwigcptrPstate_group_info_t(C._wrap_new_pstate_group_info_t_capi_1b3073dbf7f6f73c()))
 	return swig_r
 }
 
 func DeletePstate_group_info_t(arg1 Pstate_group_info_t) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_delete_pstate_group_info_t_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0))
+	C._wrap_delete_pstate_group_info_t_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0))
 }
 
 type Pstate_group_info_t interface {
@@ -1689,7 +1692,7 @@ type Pstate_group_info_t interface {
 func Status_string(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_status_string_capi_0165382b6d0d27c8(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_status_string_capi_1b3073dbf7f6f73c(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1698,7 +1701,7 @@ func Status_string(arg1 int) (_swig_ret string) {
 
 func Last_error() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_last_error_capi_0165382b6d0d27c8()
+	swig_r_p := C._wrap_last_error_capi_1b3073dbf7f6f73c()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1707,14 +1710,14 @@ func Last_error() (_swig_ret string) {
 
 func Version() (_swig_ret uint) {
 	var swig_r uint
-	swig_r = (uint)(C._wrap_version_capi_0165382b6d0d27c8())
+	swig_r = (uint)(C._wrap_version_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
 func Dtype_name(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_dtype_name_capi_0165382b6d0d27c8(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_dtype_name_capi_1b3073dbf7f6f73c(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1724,7 +1727,7 @@ func Dtype_name(arg1 int) (_swig_ret string) {
 func Reduce_op_name(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_reduce_op_name_capi_0165382b6d0d27c8(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_reduce_op_name_capi_1b3073dbf7f6f73c(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1734,7 +1737,7 @@ func Reduce_op_name(arg1 int) (_swig_ret string) {
 func Group_kind_name(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_group_kind_name_capi_0165382b6d0d27c8(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_group_kind_name_capi_1b3073dbf7f6f73c(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = strings.Clone(swig_r)
@@ -1744,7 +1747,7 @@ func Group_kind_name(arg1 int) (_swig_ret string) {
 func Dtype_size(arg1 int) (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_dtype_size_capi_0165382b6d0d27c8(C.swig_intgo(_swig_i_0)))
+	swig_r = (int64)(C._wrap_dtype_size_capi_1b3073dbf7f6f73c(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -1753,7 +1756,7 @@ func Layout_create(arg1 int, arg2 Pstate_parallel_config_t, arg3 *uintptr) (_swi
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_layout_create_capi_0165382b6d0d27c8(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_layout_create_capi_1b3073dbf7f6f73c(C.swig_intgo(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1764,7 +1767,7 @@ func Layout_group_count(arg1 uintptr, arg2 int, arg3 *uint64) (_swig_ret error) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_layout_group_count_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_layout_group_count_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1777,7 +1780,7 @@ func Layout_group_ranks(arg1 uintptr, arg2 int, arg3 int64, arg4 []int32, arg5 *
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r = (int64)(C._wrap_layout_group_ranks_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_19(_swig_i_2), *(*C.swig_type_20)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4)))
+	swig_r = (int64)(C._wrap_layout_group_ranks_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_19(_swig_i_2), *(*C.swig_type_20)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg4
 	}
@@ -1792,7 +1795,7 @@ func Layout_group_of(arg1 uintptr, arg2 int, arg3 int, arg4 *uint64) (_swig_ret 
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r = (int64)(C._wrap_layout_group_of_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3)))
+	swig_r = (int64)(C._wrap_layout_group_of_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1800,14 +1803,14 @@ func Layout_group_of(arg1 uintptr, arg2 int, arg3 int, arg4 *uint64) (_swig_ret 
 
 func Layout_destroy(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_layout_destroy_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0))
+	C._wrap_layout_destroy_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0))
 }
 
 func Init(arg1 Pstate_init_params_t, arg2 *uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_init_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1)))
+	swig_r = (int64)(C._wrap_init_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1817,7 +1820,7 @@ func Initialize_model_parallel(arg1 uintptr, arg2 Pstate_parallel_config_t) (_sw
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
-	swig_r = (int64)(C._wrap_initialize_model_parallel_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (int64)(C._wrap_initialize_model_parallel_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1826,14 +1829,14 @@ func Initialize_model_parallel(arg1 uintptr, arg2 Pstate_parallel_config_t) (_sw
 func Model_parallel_is_initialized(arg1 uintptr) (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_model_parallel_is_initialized_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_model_parallel_is_initialized_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func Destroy_model_parallel(arg1 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_destroy_model_parallel_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_destroy_model_parallel_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1842,7 +1845,7 @@ func Destroy_model_parallel(arg1 uintptr) (_swig_ret error) {
 func Finalize(arg1 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_finalize_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_finalize_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1851,7 +1854,7 @@ func Finalize(arg1 uintptr) (_swig_ret error) {
 func Abort(arg1 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_abort_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_abort_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1860,7 +1863,7 @@ func Abort(arg1 uintptr) (_swig_ret error) {
 func Revoke(arg1 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_revoke_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_revoke_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1870,7 +1873,7 @@ func Set_interrupt_check(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_set_interrupt_check_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (int64)(C._wrap_set_interrupt_check_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1880,7 +1883,7 @@ func Trace_dump(arg1 uintptr, arg2 string) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_trace_dump_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_21)(unsafe.Pointer(&_swig_i_1))))
+	swig_r = (int64)(C._wrap_trace_dump_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), *(*C.swig_type_21)(unsafe.Pointer(&_swig_i_1))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1894,7 +1897,7 @@ func Get_group(arg1 uintptr, arg2 int, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_get_group_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_get_group_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1904,7 +1907,7 @@ func Group_info(arg1 uintptr, arg2 Pstate_group_info_t) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
-	swig_r = (int64)(C._wrap_group_info_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (int64)(C._wrap_group_info_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1915,7 +1918,7 @@ func Group_ranks(arg1 uintptr, arg2 []int32, arg3 *uint64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_group_ranks_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_22)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_group_ranks_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), *(*C.swig_type_22)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1929,7 +1932,7 @@ func Live_ranks(arg1 uintptr, arg2 []int32, arg3 *uint64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_live_ranks_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_23)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_live_ranks_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), *(*C.swig_type_23)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1943,7 +1946,7 @@ func Shrink(arg1 uintptr, arg2 []int32, arg3 *uint64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_shrink_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_24)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_shrink_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), *(*C.swig_type_24)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1956,7 +1959,7 @@ func Grow(arg1 uintptr, arg2 int64) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_grow_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_25(_swig_i_1)))
+	swig_r = (int64)(C._wrap_grow_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_type_25(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -1967,7 +1970,7 @@ func New_group(arg1 uintptr, arg2 []int32, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_new_group_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_26)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_new_group_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), *(*C.swig_type_26)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1982,10 +1985,30 @@ func Group_same_node(arg1 uintptr, arg2 int, arg3 []int32, arg4 *uint64) (_swig_
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r = (int64)(C._wrap_group_same_node_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), *(*C.swig_type_27)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3)))
+	swig_r = (int64)(C._wrap_group_same_node_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), *(*C.swig_type_27)(unsafe.Pointer(&_swig_i_2)), C.swig_voidp(_swig_i_3)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg3
 	}
+	var swig_r_1 error
+	swig_r_1 = swigPstateFailure(swig_r)
+	return swig_r_1
+}
+
+func Group_set_timeout(arg1 uintptr, arg2 int64) (_swig_ret error) {
+	var swig_r int64
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r = (int64)(C._wrap_group_set_timeout_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_type_28(_swig_i_1)))
+	var swig_r_1 error
+	swig_r_1 = swigPstateFailure(swig_r)
+	return swig_r_1
+}
+
+func Group_timeout(arg1 uintptr, arg2 *int64) (_swig_ret error) {
+	var swig_r int64
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	swig_r = (int64)(C._wrap_group_timeout_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2000,7 +2023,7 @@ func All_reduce(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_all_reduce_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_28(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_all_reduce_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_29(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2014,7 +2037,7 @@ func All_gather(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_all_gather_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_29(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_all_gather_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_30(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2029,7 +2052,7 @@ func Reduce_scatter(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_reduce_scatter_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_30(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_reduce_scatter_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_31(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2043,7 +2066,7 @@ func Broadcast(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_broadcast_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_31(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_broadcast_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_32(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2058,7 +2081,7 @@ func Gather(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int64, 
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_gather_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_32(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_gather_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_33(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2072,7 +2095,7 @@ func All_to_all(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_all_to_all_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_33(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_all_to_all_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_34(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2088,7 +2111,7 @@ func Reduce(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int64, 
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
 	_swig_i_7 := arg8
-	swig_r = (int64)(C._wrap_reduce_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_34(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.swig_intgo(_swig_i_6), C.uintptr_t(_swig_i_7)))
+	swig_r = (int64)(C._wrap_reduce_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_35(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.swig_intgo(_swig_i_6), C.uintptr_t(_swig_i_7)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2103,7 +2126,7 @@ func Scatter(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 int64,
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_scatter_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_35(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_scatter_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_36(_swig_i_3), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2117,7 +2140,7 @@ func All_gatherv(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 []
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_all_gatherv_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), *(*C.swig_type_36)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_all_gatherv_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg4
 	}
@@ -2135,7 +2158,7 @@ func Reduce_scatterv(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_reduce_scatterv_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
+	swig_r = (int64)(C._wrap_reduce_scatterv_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), *(*C.swig_type_38)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg4
 	}
@@ -2155,7 +2178,7 @@ func All_to_all_v(arg1 uintptr, arg2 unsafe.Pointer, arg3 []uint64, arg4 []uint6
 	_swig_i_6 := arg7
 	_swig_i_7 := arg8
 	_swig_i_8 := arg9
-	swig_r = (int64)(C._wrap_all_to_all_v_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), *(*C.swig_type_38)(unsafe.Pointer(&_swig_i_2)), *(*C.swig_type_39)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4), *(*C.swig_type_40)(unsafe.Pointer(&_swig_i_5)), *(*C.swig_type_41)(unsafe.Pointer(&_swig_i_6)), C.swig_intgo(_swig_i_7), C.uintptr_t(_swig_i_8)))
+	swig_r = (int64)(C._wrap_all_to_all_v_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), *(*C.swig_type_39)(unsafe.Pointer(&_swig_i_2)), *(*C.swig_type_40)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4), *(*C.swig_type_41)(unsafe.Pointer(&_swig_i_5)), *(*C.swig_type_42)(unsafe.Pointer(&_swig_i_6)), C.swig_intgo(_swig_i_7), C.uintptr_t(_swig_i_8)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg3
 	}
@@ -2181,7 +2204,7 @@ func Send(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, arg
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_send_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_42(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_send_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_43(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2195,7 +2218,7 @@ func Recv(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, arg
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_recv_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_43(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_recv_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_44(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2204,7 +2227,7 @@ func Recv(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, arg
 func Barrier(arg1 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_barrier_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_barrier_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2218,7 +2241,7 @@ func Tp_allreduce(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_tp_allreduce_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_44(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_tp_allreduce_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_45(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2232,7 +2255,7 @@ func Tp_allgather(arg1 uintptr, arg2 unsafe.Pointer, arg3 unsafe.Pointer, arg4 i
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (int64)(C._wrap_tp_allgather_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_45(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
+	swig_r = (int64)(C._wrap_tp_allgather_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_type_46(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2245,7 +2268,7 @@ func Broadcast_object(arg1 uintptr, arg2 []byte, arg3 int, arg4 *Bytes) (_swig_r
 	_swig_i_2 := arg3
 	var _swig_i_3 unsafe.Pointer
 	_swig_i_3 = unsafe.Pointer(arg4)
-	swig_r = (int64)(C._wrap_broadcast_object_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_46)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3)))
+	swig_r = (int64)(C._wrap_broadcast_object_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), *(*C.swig_type_47)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -2262,7 +2285,7 @@ func All_gather_object(arg1 uintptr, arg2 []byte, arg3 *Bytes, arg4 []uint64, ar
 	_swig_i_2 = unsafe.Pointer(arg3)
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r = (int64)(C._wrap_all_gather_object_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_47)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2), *(*C.swig_type_48)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4)))
+	swig_r = (int64)(C._wrap_all_gather_object_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), *(*C.swig_type_48)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2), *(*C.swig_type_49)(unsafe.Pointer(&_swig_i_3)), C.swig_voidp(_swig_i_4)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -2279,7 +2302,7 @@ func Send_object(arg1 uintptr, arg2 []byte, arg3 int) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_send_object_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_49)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2)))
+	swig_r = (int64)(C._wrap_send_object_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), *(*C.swig_type_50)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -2294,7 +2317,7 @@ func Recv_object(arg1 uintptr, arg2 int, arg3 *Bytes) (_swig_ret error) {
 	_swig_i_1 := arg2
 	var _swig_i_2 unsafe.Pointer
 	_swig_i_2 = unsafe.Pointer(arg3)
-	swig_r = (int64)(C._wrap_recv_object_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_recv_object_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2311,7 +2334,7 @@ func Broadcast_tensor_dict(arg1 uintptr, arg2 *TensorArray, arg3 int, arg4 *Rece
 	var _swig_i_3 uintptr
 	_swig_i_3 = arg4.addr()
 	_swig_i_4 := arg5
-	swig_r = (int64)(C._wrap_broadcast_tensor_dict_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4)))
+	swig_r = (int64)(C._wrap_broadcast_tensor_dict_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2324,7 +2347,7 @@ func Send_tensor_dict(arg1 uintptr, arg2 *TensorArray, arg3 int, arg4 uintptr) (
 	_swig_i_1 = arg2.addr()
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r = (int64)(C._wrap_send_tensor_dict_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.uintptr_t(_swig_i_3)))
+	swig_r = (int64)(C._wrap_send_tensor_dict_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.uintptr_t(_swig_i_3)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2337,7 +2360,7 @@ func Recv_tensor_dict(arg1 uintptr, arg2 int, arg3 *ReceivedDict, arg4 uintptr) 
 	var _swig_i_2 uintptr
 	_swig_i_2 = arg3.addr()
 	_swig_i_3 := arg4
-	swig_r = (int64)(C._wrap_recv_tensor_dict_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3)))
+	swig_r = (int64)(C._wrap_recv_tensor_dict_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2351,7 +2374,7 @@ func Send_tensor_dict_sliced(arg1 uintptr, arg2 *TensorArray, arg3 int, arg4 uin
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r = (int64)(C._wrap_send_tensor_dict_sliced_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4)))
+	swig_r = (int64)(C._wrap_send_tensor_dict_sliced_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2365,7 +2388,7 @@ func Recv_tensor_dict_sliced(arg1 uintptr, arg2 int, arg3 uintptr, arg4 *Receive
 	var _swig_i_3 uintptr
 	_swig_i_3 = arg4.addr()
 	_swig_i_4 := arg5
-	swig_r = (int64)(C._wrap_recv_tensor_dict_sliced_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4)))
+	swig_r = (int64)(C._wrap_recv_tensor_dict_sliced_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), C.uintptr_t(_swig_i_4)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2380,7 +2403,7 @@ func Isend(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, ar
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_isend_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_50(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6)))
+	swig_r = (int64)(C._wrap_isend_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_51(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2395,7 +2418,7 @@ func Irecv(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, ar
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int64)(C._wrap_irecv_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_51(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6)))
+	swig_r = (int64)(C._wrap_irecv_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_type_52(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_voidp(_swig_i_6)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2404,7 +2427,7 @@ func Irecv(arg1 uintptr, arg2 unsafe.Pointer, arg3 int64, arg4 int, arg5 int, ar
 func Wait(arg1 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_wait_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_wait_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2414,7 +2437,7 @@ func Test(arg1 uintptr, arg2 *int32) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_test_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1)))
+	swig_r = (int64)(C._wrap_test_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2426,7 +2449,7 @@ func P2p_batch(arg1 uintptr, arg2 *P2POps, arg3 uintptr) (_swig_ret error) {
 	var _swig_i_1 uintptr
 	_swig_i_1 = arg2.addr()
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_p2p_batch_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (int64)(C._wrap_p2p_batch_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2437,7 +2460,7 @@ func Graph_capture_begin(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret e
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_graph_capture_begin_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_graph_capture_begin_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_voidp(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2446,7 +2469,7 @@ func Graph_capture_begin(arg1 uintptr, arg2 uintptr, arg3 *uintptr) (_swig_ret e
 func Graph_capture_end(arg1 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_graph_capture_end_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_graph_capture_end_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2456,7 +2479,7 @@ type Enum_SS_pstate_mem_kind_t int
 
 func _swig_getPSTATE_MEM_NONE() (_swig_ret Enum_SS_pstate_mem_kind_t) {
 	var swig_r Enum_SS_pstate_mem_kind_t
-	swig_r = (Enum_SS_pstate_mem_kind_t)(C._wrap_PSTATE_MEM_NONE_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_mem_kind_t)(C._wrap_PSTATE_MEM_NONE_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -2464,7 +2487,7 @@ var PSTATE_MEM_NONE Enum_SS_pstate_mem_kind_t = _swig_getPSTATE_MEM_NONE()
 
 func _swig_getPSTATE_MEM_GROUP() (_swig_ret Enum_SS_pstate_mem_kind_t) {
 	var swig_r Enum_SS_pstate_mem_kind_t
-	swig_r = (Enum_SS_pstate_mem_kind_t)(C._wrap_PSTATE_MEM_GROUP_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_mem_kind_t)(C._wrap_PSTATE_MEM_GROUP_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -2472,7 +2495,7 @@ var PSTATE_MEM_GROUP Enum_SS_pstate_mem_kind_t = _swig_getPSTATE_MEM_GROUP()
 
 func _swig_getPSTATE_MEM_POOL() (_swig_ret Enum_SS_pstate_mem_kind_t) {
 	var swig_r Enum_SS_pstate_mem_kind_t
-	swig_r = (Enum_SS_pstate_mem_kind_t)(C._wrap_PSTATE_MEM_POOL_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_mem_kind_t)(C._wrap_PSTATE_MEM_POOL_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -2480,7 +2503,7 @@ var PSTATE_MEM_POOL Enum_SS_pstate_mem_kind_t = _swig_getPSTATE_MEM_POOL()
 
 func _swig_getPSTATE_MEM_REGISTERED() (_swig_ret Enum_SS_pstate_mem_kind_t) {
 	var swig_r Enum_SS_pstate_mem_kind_t
-	swig_r = (Enum_SS_pstate_mem_kind_t)(C._wrap_PSTATE_MEM_REGISTERED_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_mem_kind_t)(C._wrap_PSTATE_MEM_REGISTERED_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -2490,7 +2513,7 @@ type Enum_SS_pstate_mem_path_t int
 
 func _swig_getPSTATE_MEM_PATH_NONE() (_swig_ret Enum_SS_pstate_mem_path_t) {
 	var swig_r Enum_SS_pstate_mem_path_t
-	swig_r = (Enum_SS_pstate_mem_path_t)(C._wrap_PSTATE_MEM_PATH_NONE_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_mem_path_t)(C._wrap_PSTATE_MEM_PATH_NONE_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -2498,7 +2521,7 @@ var PSTATE_MEM_PATH_NONE Enum_SS_pstate_mem_path_t = _swig_getPSTATE_MEM_PATH_NO
 
 func _swig_getPSTATE_MEM_PATH_PLAIN() (_swig_ret Enum_SS_pstate_mem_path_t) {
 	var swig_r Enum_SS_pstate_mem_path_t
-	swig_r = (Enum_SS_pstate_mem_path_t)(C._wrap_PSTATE_MEM_PATH_PLAIN_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_mem_path_t)(C._wrap_PSTATE_MEM_PATH_PLAIN_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -2506,7 +2529,7 @@ var PSTATE_MEM_PATH_PLAIN Enum_SS_pstate_mem_path_t = _swig_getPSTATE_MEM_PATH_P
 
 func _swig_getPSTATE_MEM_PATH_REGISTERED() (_swig_ret Enum_SS_pstate_mem_path_t) {
 	var swig_r Enum_SS_pstate_mem_path_t
-	swig_r = (Enum_SS_pstate_mem_path_t)(C._wrap_PSTATE_MEM_PATH_REGISTERED_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_mem_path_t)(C._wrap_PSTATE_MEM_PATH_REGISTERED_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -2514,7 +2537,7 @@ var PSTATE_MEM_PATH_REGISTERED Enum_SS_pstate_mem_path_t = _swig_getPSTATE_MEM_P
 
 func _swig_getPSTATE_MEM_PATH_SYMMETRIC() (_swig_ret Enum_SS_pstate_mem_path_t) {
 	var swig_r Enum_SS_pstate_mem_path_t
-	swig_r = (Enum_SS_pstate_mem_path_t)(C._wrap_PSTATE_MEM_PATH_SYMMETRIC_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_mem_path_t)(C._wrap_PSTATE_MEM_PATH_SYMMETRIC_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -2532,97 +2555,97 @@ func (p SwigcptrPstate_mem_info_t) SwigIsPstate_mem_info_t() {
 func (arg1 SwigcptrPstate_mem_info_t) GetStruct_size() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_mem_info_t_struct_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_mem_info_t_struct_size_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) SetBase(arg2 uintptr) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_info_t_base_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
+	C._wrap_pstate_mem_info_t_base_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) GetBase() (_swig_ret uintptr) {
 	var swig_r uintptr
 	_swig_i_0 := arg1
-	swig_r = (uintptr)(C._wrap_pstate_mem_info_t_base_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (uintptr)(C._wrap_pstate_mem_info_t_base_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) SetSize(arg2 int64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_info_t_size_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_53(_swig_i_1))
+	C._wrap_pstate_mem_info_t_size_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_type_54(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) GetSize() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_mem_info_t_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_mem_info_t_size_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) SetKind(arg2 Enum_SS_pstate_mem_kind_t) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_info_t_kind_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_mem_info_t_kind_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) GetKind() (_swig_ret Enum_SS_pstate_mem_kind_t) {
 	var swig_r Enum_SS_pstate_mem_kind_t
 	_swig_i_0 := arg1
-	swig_r = (Enum_SS_pstate_mem_kind_t)(C._wrap_pstate_mem_info_t_kind_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (Enum_SS_pstate_mem_kind_t)(C._wrap_pstate_mem_info_t_kind_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) SetSymmetric(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_info_t_symmetric_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_mem_info_t_symmetric_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) GetSymmetric() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_mem_info_t_symmetric_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_mem_info_t_symmetric_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) SetRegistered(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_info_t_registered_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_mem_info_t_registered_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) GetRegistered() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_mem_info_t_registered_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_mem_info_t_registered_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) SetReserved0(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_info_t_reserved0_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_mem_info_t_reserved0_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_info_t) GetReserved0() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_mem_info_t_reserved0_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_mem_info_t_reserved0_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func NewPstate_mem_info_t() (_swig_ret Pstate_mem_info_t) {
 	var swig_r Pstate_mem_info_t
-	swig_r = (Pstate_mem_info_t)(SwigcptrPstate_mem_info_t(C._wrap_new_pstate_mem_info_t_capi_0165382b6d0d27c8()))
+	swig_r = (Pstate_mem_info_t)(SwigcptrPstate_mem_info_t(C._wrap_new_pstate_mem_info_t_capi_1b3073dbf7f6f73c()))
 	return swig_r
 }
 
 func DeletePstate_mem_info_t(arg1 Pstate_mem_info_t) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_delete_pstate_mem_info_t_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0))
+	C._wrap_delete_pstate_mem_info_t_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0))
 }
 
 type Pstate_mem_info_t interface {
@@ -2655,175 +2678,175 @@ func (p SwigcptrPstate_mem_stats_t) SwigIsPstate_mem_stats_t() {
 func (arg1 SwigcptrPstate_mem_stats_t) GetStruct_size() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_mem_stats_t_struct_size_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_mem_stats_t_struct_size_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetSymmetric_calls(arg2 uint64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_symmetric_calls_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_56(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_symmetric_calls_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_type_57(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetSymmetric_calls() (_swig_ret uint64) {
 	var swig_r uint64
 	_swig_i_0 := arg1
-	swig_r = (uint64)(C._wrap_pstate_mem_stats_t_symmetric_calls_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (uint64)(C._wrap_pstate_mem_stats_t_symmetric_calls_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetRegistered_calls(arg2 uint64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_registered_calls_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_58(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_registered_calls_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_type_59(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetRegistered_calls() (_swig_ret uint64) {
 	var swig_r uint64
 	_swig_i_0 := arg1
-	swig_r = (uint64)(C._wrap_pstate_mem_stats_t_registered_calls_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (uint64)(C._wrap_pstate_mem_stats_t_registered_calls_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetPlain_calls(arg2 uint64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_plain_calls_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_60(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_plain_calls_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_type_61(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetPlain_calls() (_swig_ret uint64) {
 	var swig_r uint64
 	_swig_i_0 := arg1
-	swig_r = (uint64)(C._wrap_pstate_mem_stats_t_plain_calls_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (uint64)(C._wrap_pstate_mem_stats_t_plain_calls_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetWindows(arg2 int64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_windows_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_62(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_windows_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_type_63(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetWindows() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_mem_stats_t_windows_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_mem_stats_t_windows_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetRegistrations(arg2 int64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_registrations_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_64(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_registrations_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_type_65(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetRegistrations() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_mem_stats_t_registrations_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_mem_stats_t_registrations_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetAllocated(arg2 int64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_allocated_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_66(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_allocated_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_type_67(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetAllocated() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_mem_stats_t_allocated_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_mem_stats_t_allocated_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetPool_reserved(arg2 int64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_pool_reserved_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_68(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_pool_reserved_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_type_69(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetPool_reserved() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_mem_stats_t_pool_reserved_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_mem_stats_t_pool_reserved_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetPool_used(arg2 int64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_pool_used_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_70(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_pool_used_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_type_71(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetPool_used() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_pstate_mem_stats_t_pool_used_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_pstate_mem_stats_t_pool_used_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetSymmetric_available(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_symmetric_available_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_symmetric_available_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetSymmetric_available() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_mem_stats_t_symmetric_available_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_mem_stats_t_symmetric_available_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetLast_path(arg2 Enum_SS_pstate_mem_path_t) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_last_path_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_last_path_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetLast_path() (_swig_ret Enum_SS_pstate_mem_path_t) {
 	var swig_r Enum_SS_pstate_mem_path_t
 	_swig_i_0 := arg1
-	swig_r = (Enum_SS_pstate_mem_path_t)(C._wrap_pstate_mem_stats_t_last_path_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (Enum_SS_pstate_mem_path_t)(C._wrap_pstate_mem_stats_t_last_path_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetNccl_version(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_nccl_version_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_nccl_version_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetNccl_version() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_mem_stats_t_nccl_version_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_mem_stats_t_nccl_version_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) SetReserved0(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_pstate_mem_stats_t_reserved0_set_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_pstate_mem_stats_t_reserved0_set_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrPstate_mem_stats_t) GetReserved0() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_pstate_mem_stats_t_reserved0_get_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_pstate_mem_stats_t_reserved0_get_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func NewPstate_mem_stats_t() (_swig_ret Pstate_mem_stats_t) {
 	var swig_r Pstate_mem_stats_t
-	swig_r = (Pstate_mem_stats_t)(SwigcptrPstate_mem_stats_t(C._wrap_new_pstate_mem_stats_t_capi_0165382b6d0d27c8()))
+	swig_r = (Pstate_mem_stats_t)(SwigcptrPstate_mem_stats_t(C._wrap_new_pstate_mem_stats_t_capi_1b3073dbf7f6f73c()))
 	return swig_r
 }
 
 func DeletePstate_mem_stats_t(arg1 Pstate_mem_stats_t) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_delete_pstate_mem_stats_t_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0))
+	C._wrap_delete_pstate_mem_stats_t_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0))
 }
 
 type Pstate_mem_stats_t interface {
@@ -2861,7 +2884,7 @@ func Mem_alloc(arg1 uintptr, arg2 int64, arg3 *uintptr) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_mem_alloc_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_72(_swig_i_1), C.swig_voidp(_swig_i_2)))
+	swig_r = (int64)(C._wrap_mem_alloc_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_type_73(_swig_i_1), C.swig_voidp(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2871,7 +2894,7 @@ func Mem_free(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_mem_free_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (int64)(C._wrap_mem_free_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2881,7 +2904,7 @@ func Mem_pool_reserve(arg1 uintptr, arg2 int64) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_mem_pool_reserve_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_73(_swig_i_1)))
+	swig_r = (int64)(C._wrap_mem_pool_reserve_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_type_74(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2892,7 +2915,7 @@ func Mem_register(arg1 uintptr, arg2 uintptr, arg3 int64) (_swig_ret error) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int64)(C._wrap_mem_register_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_type_74(_swig_i_2)))
+	swig_r = (int64)(C._wrap_mem_register_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_type_75(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2902,7 +2925,7 @@ func Mem_deregister(arg1 uintptr, arg2 uintptr) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_mem_deregister_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (int64)(C._wrap_mem_deregister_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2913,7 +2936,7 @@ func Mem_query(arg1 uintptr, arg2 uintptr, arg3 Pstate_mem_info_t) (_swig_ret er
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (int64)(C._wrap_mem_query_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (int64)(C._wrap_mem_query_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2923,7 +2946,7 @@ func Group_mem_stats(arg1 uintptr, arg2 Pstate_mem_stats_t) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
-	swig_r = (int64)(C._wrap_group_mem_stats_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (int64)(C._wrap_group_mem_stats_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2933,7 +2956,7 @@ func Set_graph_registration(arg1 uintptr, arg2 int) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_set_graph_registration_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
+	swig_r = (int64)(C._wrap_set_graph_registration_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1
@@ -2945,7 +2968,7 @@ func Metrics_text(arg1 uintptr, arg2 string, arg3 int64, arg4 *uint64) (_swig_re
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r = (int64)(C._wrap_metrics_text_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), *(*C.swig_type_75)(unsafe.Pointer(&_swig_i_1)), C.swig_type_76(_swig_i_2), C.swig_voidp(_swig_i_3)))
+	swig_r = (int64)(C._wrap_metrics_text_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), *(*C.swig_type_76)(unsafe.Pointer(&_swig_i_1)), C.swig_type_77(_swig_i_2), C.swig_voidp(_swig_i_3)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -2958,7 +2981,7 @@ type Enum_SS_pstate_hook_phase_t int
 
 func _swig_getPSTATE_HOOK_BEFORE() (_swig_ret Enum_SS_pstate_hook_phase_t) {
 	var swig_r Enum_SS_pstate_hook_phase_t
-	swig_r = (Enum_SS_pstate_hook_phase_t)(C._wrap_PSTATE_HOOK_BEFORE_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_hook_phase_t)(C._wrap_PSTATE_HOOK_BEFORE_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -2966,7 +2989,7 @@ var PSTATE_HOOK_BEFORE Enum_SS_pstate_hook_phase_t = _swig_getPSTATE_HOOK_BEFORE
 
 func _swig_getPSTATE_HOOK_AFTER() (_swig_ret Enum_SS_pstate_hook_phase_t) {
 	var swig_r Enum_SS_pstate_hook_phase_t
-	swig_r = (Enum_SS_pstate_hook_phase_t)(C._wrap_PSTATE_HOOK_AFTER_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_hook_phase_t)(C._wrap_PSTATE_HOOK_AFTER_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -2974,7 +2997,7 @@ var PSTATE_HOOK_AFTER Enum_SS_pstate_hook_phase_t = _swig_getPSTATE_HOOK_AFTER()
 
 func _swig_getPSTATE_HOOK_ABORT() (_swig_ret Enum_SS_pstate_hook_phase_t) {
 	var swig_r Enum_SS_pstate_hook_phase_t
-	swig_r = (Enum_SS_pstate_hook_phase_t)(C._wrap_PSTATE_HOOK_ABORT_capi_0165382b6d0d27c8())
+	swig_r = (Enum_SS_pstate_hook_phase_t)(C._wrap_PSTATE_HOOK_ABORT_capi_1b3073dbf7f6f73c())
 	return swig_r
 }
 
@@ -2984,7 +3007,7 @@ func Remove_hook(arg1 uintptr, arg2 uint64) (_swig_ret error) {
 	var swig_r int64
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_remove_hook_capi_0165382b6d0d27c8(C.uintptr_t(_swig_i_0), C.swig_type_77(_swig_i_1)))
+	swig_r = (int64)(C._wrap_remove_hook_capi_1b3073dbf7f6f73c(C.uintptr_t(_swig_i_0), C.swig_type_78(_swig_i_1)))
 	var swig_r_1 error
 	swig_r_1 = swigPstateFailure(swig_r)
 	return swig_r_1

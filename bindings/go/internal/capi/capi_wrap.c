@@ -446,7 +446,7 @@ SWIGINTERN void delete_pstate_mem_stats_t(struct pstate_mem_stats_t *self){ free
 extern "C" {
 #endif
 
-void _wrap_Swig_free_capi_0165382b6d0d27c8(void *_swig_go_0) {
+void _wrap_Swig_free_capi_1b3073dbf7f6f73c(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = *(void **)&_swig_go_0; 
@@ -456,7 +456,7 @@ void _wrap_Swig_free_capi_0165382b6d0d27c8(void *_swig_go_0) {
 }
 
 
-void *_wrap_Swig_malloc_capi_0165382b6d0d27c8(intgo _swig_go_0) {
+void *_wrap_Swig_malloc_capi_1b3073dbf7f6f73c(intgo _swig_go_0) {
   int arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -469,7 +469,7 @@ void *_wrap_Swig_malloc_capi_0165382b6d0d27c8(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_PSTATE_VERSION_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_VERSION_capi_1b3073dbf7f6f73c() {
   int result;
   intgo _swig_go_result;
   
@@ -480,7 +480,7 @@ intgo _wrap_PSTATE_VERSION_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_OK_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_OK_capi_1b3073dbf7f6f73c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -492,7 +492,7 @@ intgo _wrap_PSTATE_OK_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_1b3073dbf7f6f73c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -504,7 +504,7 @@ intgo _wrap_PSTATE_ERR_INVALID_ARGUMENT_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_1b3073dbf7f6f73c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -516,7 +516,7 @@ intgo _wrap_PSTATE_ERR_INVALID_STATE_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_1b3073dbf7f6f73c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -528,7 +528,7 @@ intgo _wrap_PSTATE_ERR_UNSUPPORTED_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_1b3073dbf7f6f73c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -540,7 +540,7 @@ intgo _wrap_PSTATE_ERR_NO_MEMORY_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_ERR_TIMEOUT_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_ERR_TIMEOUT_capi_1b3073dbf7f6f73c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -552,7 +552,7 @@ intgo _wrap_PSTATE_ERR_TIMEOUT_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_ERR_PEER_LOST_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_ERR_PEER_LOST_capi_1b3073dbf7f6f73c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -564,7 +564,7 @@ intgo _wrap_PSTATE_ERR_PEER_LOST_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_ERR_TRANSPORT_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_ERR_TRANSPORT_capi_1b3073dbf7f6f73c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -576,7 +576,7 @@ intgo _wrap_PSTATE_ERR_TRANSPORT_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_ERR_MISMATCH_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_ERR_MISMATCH_capi_1b3073dbf7f6f73c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -588,7 +588,7 @@ intgo _wrap_PSTATE_ERR_MISMATCH_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_ERR_AUTH_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_ERR_AUTH_capi_1b3073dbf7f6f73c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -600,7 +600,7 @@ intgo _wrap_PSTATE_ERR_AUTH_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_ERR_ABORTED_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_ERR_ABORTED_capi_1b3073dbf7f6f73c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -612,7 +612,7 @@ intgo _wrap_PSTATE_ERR_ABORTED_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INTERNAL_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_ERR_INTERNAL_capi_1b3073dbf7f6f73c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -624,7 +624,7 @@ intgo _wrap_PSTATE_ERR_INTERNAL_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_1b3073dbf7f6f73c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -636,7 +636,7 @@ intgo _wrap_PSTATE_ERR_INTERRUPTED_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_ERR_BUSY_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_ERR_BUSY_capi_1b3073dbf7f6f73c() {
   enum pstate_status_t result;
   intgo _swig_go_result;
   
@@ -648,7 +648,7 @@ intgo _wrap_PSTATE_ERR_BUSY_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_INT8_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_INT8_capi_1b3073dbf7f6f73c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -660,7 +660,7 @@ intgo _wrap_PSTATE_INT8_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_UINT8_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_UINT8_capi_1b3073dbf7f6f73c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -672,7 +672,7 @@ intgo _wrap_PSTATE_UINT8_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_INT32_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_INT32_capi_1b3073dbf7f6f73c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -684,7 +684,7 @@ intgo _wrap_PSTATE_INT32_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_UINT32_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_UINT32_capi_1b3073dbf7f6f73c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -696,7 +696,7 @@ intgo _wrap_PSTATE_UINT32_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_INT64_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_INT64_capi_1b3073dbf7f6f73c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -708,7 +708,7 @@ intgo _wrap_PSTATE_INT64_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_UINT64_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_UINT64_capi_1b3073dbf7f6f73c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -720,7 +720,7 @@ intgo _wrap_PSTATE_UINT64_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_FLOAT16_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_FLOAT16_capi_1b3073dbf7f6f73c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -732,7 +732,7 @@ intgo _wrap_PSTATE_FLOAT16_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_FLOAT32_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_FLOAT32_capi_1b3073dbf7f6f73c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -744,7 +744,7 @@ intgo _wrap_PSTATE_FLOAT32_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_FLOAT64_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_FLOAT64_capi_1b3073dbf7f6f73c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -756,7 +756,7 @@ intgo _wrap_PSTATE_FLOAT64_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_BFLOAT16_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_BFLOAT16_capi_1b3073dbf7f6f73c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -768,7 +768,7 @@ intgo _wrap_PSTATE_BFLOAT16_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_FP8_E4M3_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_FP8_E4M3_capi_1b3073dbf7f6f73c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -780,7 +780,7 @@ intgo _wrap_PSTATE_FP8_E4M3_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_FP8_E5M2_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_FP8_E5M2_capi_1b3073dbf7f6f73c() {
   enum pstate_dtype_t result;
   intgo _swig_go_result;
   
@@ -792,7 +792,7 @@ intgo _wrap_PSTATE_FP8_E5M2_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_SUM_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_SUM_capi_1b3073dbf7f6f73c() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -804,7 +804,7 @@ intgo _wrap_PSTATE_SUM_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_PROD_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_PROD_capi_1b3073dbf7f6f73c() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -816,7 +816,7 @@ intgo _wrap_PSTATE_PROD_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_MAX_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_MAX_capi_1b3073dbf7f6f73c() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -828,7 +828,7 @@ intgo _wrap_PSTATE_MAX_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_MIN_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_MIN_capi_1b3073dbf7f6f73c() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -840,7 +840,7 @@ intgo _wrap_PSTATE_MIN_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_AVG_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_AVG_capi_1b3073dbf7f6f73c() {
   enum pstate_reduce_op_t result;
   intgo _swig_go_result;
   
@@ -852,7 +852,7 @@ intgo _wrap_PSTATE_AVG_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_DEVICE_CPU_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_DEVICE_CPU_capi_1b3073dbf7f6f73c() {
   enum pstate_device_t result;
   intgo _swig_go_result;
   
@@ -864,7 +864,7 @@ intgo _wrap_PSTATE_DEVICE_CPU_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_DEVICE_CUDA_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_DEVICE_CUDA_capi_1b3073dbf7f6f73c() {
   enum pstate_device_t result;
   intgo _swig_go_result;
   
@@ -876,7 +876,7 @@ intgo _wrap_PSTATE_DEVICE_CUDA_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_WORLD_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_GROUP_WORLD_capi_1b3073dbf7f6f73c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -888,7 +888,7 @@ intgo _wrap_PSTATE_GROUP_WORLD_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_TP_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_GROUP_TP_capi_1b3073dbf7f6f73c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -900,7 +900,7 @@ intgo _wrap_PSTATE_GROUP_TP_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_PP_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_GROUP_PP_capi_1b3073dbf7f6f73c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -912,7 +912,7 @@ intgo _wrap_PSTATE_GROUP_PP_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_1b3073dbf7f6f73c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -924,7 +924,7 @@ intgo _wrap_PSTATE_GROUP_ATTN_TP_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_1b3073dbf7f6f73c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -936,7 +936,7 @@ intgo _wrap_PSTATE_GROUP_ATTN_CP_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_MOE_EP_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_GROUP_MOE_EP_capi_1b3073dbf7f6f73c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -948,7 +948,7 @@ intgo _wrap_PSTATE_GROUP_MOE_EP_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_MOE_TP_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_GROUP_MOE_TP_capi_1b3073dbf7f6f73c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -960,7 +960,7 @@ intgo _wrap_PSTATE_GROUP_MOE_TP_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_MOE_DP_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_GROUP_MOE_DP_capi_1b3073dbf7f6f73c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -972,7 +972,7 @@ intgo _wrap_PSTATE_GROUP_MOE_DP_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_DCP_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_GROUP_DCP_capi_1b3073dbf7f6f73c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -984,7 +984,7 @@ intgo _wrap_PSTATE_GROUP_DCP_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_1b3073dbf7f6f73c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -996,7 +996,7 @@ intgo _wrap_PSTATE_GROUP_SHARED_EXPERTS_TP_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_SELF_PP_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_GROUP_SELF_PP_capi_1b3073dbf7f6f73c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -1008,7 +1008,7 @@ intgo _wrap_PSTATE_GROUP_SELF_PP_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_DP_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_GROUP_DP_capi_1b3073dbf7f6f73c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -1020,7 +1020,7 @@ intgo _wrap_PSTATE_GROUP_DP_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_PCP_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_GROUP_PCP_capi_1b3073dbf7f6f73c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -1032,7 +1032,7 @@ intgo _wrap_PSTATE_GROUP_PCP_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_EP_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_GROUP_EP_capi_1b3073dbf7f6f73c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -1044,7 +1044,7 @@ intgo _wrap_PSTATE_GROUP_EP_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_EPLB_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_GROUP_EPLB_capi_1b3073dbf7f6f73c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -1056,7 +1056,7 @@ intgo _wrap_PSTATE_GROUP_EPLB_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_GROUP_CUSTOM_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_GROUP_CUSTOM_capi_1b3073dbf7f6f73c() {
   enum pstate_group_kind_t result;
   intgo _swig_go_result;
   
@@ -1068,7 +1068,7 @@ intgo _wrap_PSTATE_GROUP_CUSTOM_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_ENGINE_SGLANG_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_ENGINE_SGLANG_capi_1b3073dbf7f6f73c() {
   enum pstate_engine_t result;
   intgo _swig_go_result;
   
@@ -1080,7 +1080,7 @@ intgo _wrap_PSTATE_ENGINE_SGLANG_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_ENGINE_VLLM_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_ENGINE_VLLM_capi_1b3073dbf7f6f73c() {
   enum pstate_engine_t result;
   intgo _swig_go_result;
   
@@ -1092,7 +1092,7 @@ intgo _wrap_PSTATE_ENGINE_VLLM_capi_0165382b6d0d27c8() {
 }
 
 
-long long _wrap_pstate_init_params_t_struct_size_get_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0) {
+long long _wrap_pstate_init_params_t_struct_size_get_capi_1b3073dbf7f6f73c(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -1105,7 +1105,7 @@ long long _wrap_pstate_init_params_t_struct_size_get_capi_0165382b6d0d27c8(struc
 }
 
 
-void _wrap_pstate_init_params_t_world_size_set_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_world_size_set_capi_1b3073dbf7f6f73c(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1117,7 +1117,7 @@ void _wrap_pstate_init_params_t_world_size_set_capi_0165382b6d0d27c8(struct psta
 }
 
 
-intgo _wrap_pstate_init_params_t_world_size_get_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_world_size_get_capi_1b3073dbf7f6f73c(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1130,7 +1130,7 @@ intgo _wrap_pstate_init_params_t_world_size_get_capi_0165382b6d0d27c8(struct pst
 }
 
 
-void _wrap_pstate_init_params_t_rank_set_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_rank_set_capi_1b3073dbf7f6f73c(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1142,7 +1142,7 @@ void _wrap_pstate_init_params_t_rank_set_capi_0165382b6d0d27c8(struct pstate_ini
 }
 
 
-intgo _wrap_pstate_init_params_t_rank_get_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_rank_get_capi_1b3073dbf7f6f73c(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1155,7 +1155,7 @@ intgo _wrap_pstate_init_params_t_rank_get_capi_0165382b6d0d27c8(struct pstate_in
 }
 
 
-void _wrap_pstate_init_params_t_local_rank_set_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_local_rank_set_capi_1b3073dbf7f6f73c(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1167,7 +1167,7 @@ void _wrap_pstate_init_params_t_local_rank_set_capi_0165382b6d0d27c8(struct psta
 }
 
 
-intgo _wrap_pstate_init_params_t_local_rank_get_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_local_rank_get_capi_1b3073dbf7f6f73c(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1180,7 +1180,7 @@ intgo _wrap_pstate_init_params_t_local_rank_get_capi_0165382b6d0d27c8(struct pst
 }
 
 
-void _wrap_pstate_init_params_t_init_method_set_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_pstate_init_params_t_init_method_set_capi_1b3073dbf7f6f73c(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1200,7 +1200,7 @@ void _wrap_pstate_init_params_t_init_method_set_capi_0165382b6d0d27c8(struct pst
 }
 
 
-_gostring_ _wrap_pstate_init_params_t_init_method_get_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0) {
+_gostring_ _wrap_pstate_init_params_t_init_method_get_capi_1b3073dbf7f6f73c(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1216,7 +1216,7 @@ _gostring_ _wrap_pstate_init_params_t_init_method_get_capi_0165382b6d0d27c8(stru
 }
 
 
-void _wrap_pstate_init_params_t_device_set_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_device_set_capi_1b3073dbf7f6f73c(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   pstate_device_t arg2 ;
   
@@ -1228,7 +1228,7 @@ void _wrap_pstate_init_params_t_device_set_capi_0165382b6d0d27c8(struct pstate_i
 }
 
 
-intgo _wrap_pstate_init_params_t_device_get_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_device_get_capi_1b3073dbf7f6f73c(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   pstate_device_t result;
   intgo _swig_go_result;
@@ -1241,7 +1241,7 @@ intgo _wrap_pstate_init_params_t_device_get_capi_0165382b6d0d27c8(struct pstate_
 }
 
 
-void _wrap_pstate_init_params_t_device_ordinal_set_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_init_params_t_device_ordinal_set_capi_1b3073dbf7f6f73c(struct pstate_init_params_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int arg2 ;
   
@@ -1253,7 +1253,7 @@ void _wrap_pstate_init_params_t_device_ordinal_set_capi_0165382b6d0d27c8(struct 
 }
 
 
-intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0) {
+intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_1b3073dbf7f6f73c(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1266,7 +1266,7 @@ intgo _wrap_pstate_init_params_t_device_ordinal_get_capi_0165382b6d0d27c8(struct
 }
 
 
-void _wrap_pstate_init_params_t_timeout_ms_set_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_init_params_t_timeout_ms_set_capi_1b3073dbf7f6f73c(struct pstate_init_params_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int64_t arg2 ;
   
@@ -1278,7 +1278,7 @@ void _wrap_pstate_init_params_t_timeout_ms_set_capi_0165382b6d0d27c8(struct psta
 }
 
 
-long long _wrap_pstate_init_params_t_timeout_ms_get_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0) {
+long long _wrap_pstate_init_params_t_timeout_ms_get_capi_1b3073dbf7f6f73c(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   int64_t result;
   long long _swig_go_result;
@@ -1291,7 +1291,7 @@ long long _wrap_pstate_init_params_t_timeout_ms_get_capi_0165382b6d0d27c8(struct
 }
 
 
-void _wrap_pstate_init_params_t_job_token_set_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_pstate_init_params_t_job_token_set_capi_1b3073dbf7f6f73c(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1311,7 +1311,7 @@ void _wrap_pstate_init_params_t_job_token_set_capi_0165382b6d0d27c8(struct pstat
 }
 
 
-_gostring_ _wrap_pstate_init_params_t_job_token_get_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0) {
+_gostring_ _wrap_pstate_init_params_t_job_token_get_capi_1b3073dbf7f6f73c(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1327,7 +1327,7 @@ _gostring_ _wrap_pstate_init_params_t_job_token_get_capi_0165382b6d0d27c8(struct
 }
 
 
-void _wrap_pstate_init_params_t_socket_ifname_set_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_pstate_init_params_t_socket_ifname_set_capi_1b3073dbf7f6f73c(struct pstate_init_params_t *_swig_go_0, _gostring_ _swig_go_1) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1347,7 +1347,7 @@ void _wrap_pstate_init_params_t_socket_ifname_set_capi_0165382b6d0d27c8(struct p
 }
 
 
-_gostring_ _wrap_pstate_init_params_t_socket_ifname_get_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0) {
+_gostring_ _wrap_pstate_init_params_t_socket_ifname_get_capi_1b3073dbf7f6f73c(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1363,7 +1363,7 @@ _gostring_ _wrap_pstate_init_params_t_socket_ifname_get_capi_0165382b6d0d27c8(st
 }
 
 
-struct pstate_init_params_t *_wrap_new_pstate_init_params_t_capi_0165382b6d0d27c8() {
+struct pstate_init_params_t *_wrap_new_pstate_init_params_t_capi_1b3073dbf7f6f73c() {
   struct pstate_init_params_t *result = 0 ;
   struct pstate_init_params_t *_swig_go_result;
   
@@ -1374,7 +1374,7 @@ struct pstate_init_params_t *_wrap_new_pstate_init_params_t_capi_0165382b6d0d27c
 }
 
 
-void _wrap_delete_pstate_init_params_t_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0) {
+void _wrap_delete_pstate_init_params_t_capi_1b3073dbf7f6f73c(struct pstate_init_params_t *_swig_go_0) {
   struct pstate_init_params_t *arg1 = (struct pstate_init_params_t *) 0 ;
   
   arg1 = *(struct pstate_init_params_t **)&_swig_go_0; 
@@ -1384,7 +1384,7 @@ void _wrap_delete_pstate_init_params_t_capi_0165382b6d0d27c8(struct pstate_init_
 }
 
 
-long long _wrap_pstate_parallel_config_t_struct_size_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
+long long _wrap_pstate_parallel_config_t_struct_size_get_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -1397,7 +1397,7 @@ long long _wrap_pstate_parallel_config_t_struct_size_get_capi_0165382b6d0d27c8(s
 }
 
 
-void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1409,7 +1409,7 @@ void _wrap_pstate_parallel_config_t_tensor_parallel_size_set_capi_0165382b6d0d27
 }
 
 
-intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1422,7 +1422,7 @@ intgo _wrap_pstate_parallel_config_t_tensor_parallel_size_get_capi_0165382b6d0d2
 }
 
 
-void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1434,7 +1434,7 @@ void _wrap_pstate_parallel_config_t_pipeline_parallel_size_set_capi_0165382b6d0d
 }
 
 
-intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1447,7 +1447,7 @@ intgo _wrap_pstate_parallel_config_t_pipeline_parallel_size_get_capi_0165382b6d0
 }
 
 
-void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1459,7 +1459,7 @@ void _wrap_pstate_parallel_config_t_expert_parallel_size_set_capi_0165382b6d0d27
 }
 
 
-intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1472,7 +1472,7 @@ intgo _wrap_pstate_parallel_config_t_expert_parallel_size_get_capi_0165382b6d0d2
 }
 
 
-void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1484,7 +1484,7 @@ void _wrap_pstate_parallel_config_t_attention_data_parallel_size_set_capi_016538
 }
 
 
-intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1497,7 +1497,7 @@ intgo _wrap_pstate_parallel_config_t_attention_data_parallel_size_get_capi_01653
 }
 
 
-void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1509,7 +1509,7 @@ void _wrap_pstate_parallel_config_t_attention_context_parallel_size_set_capi_016
 }
 
 
-intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1522,7 +1522,7 @@ intgo _wrap_pstate_parallel_config_t_attention_context_parallel_size_get_capi_01
 }
 
 
-void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1534,7 +1534,7 @@ void _wrap_pstate_parallel_config_t_moe_data_parallel_size_set_capi_0165382b6d0d
 }
 
 
-intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1547,7 +1547,7 @@ intgo _wrap_pstate_parallel_config_t_moe_data_parallel_size_get_capi_0165382b6d0
 }
 
 
-void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1559,7 +1559,7 @@ void _wrap_pstate_parallel_config_t_decode_context_parallel_size_set_capi_016538
 }
 
 
-intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1572,7 +1572,7 @@ intgo _wrap_pstate_parallel_config_t_decode_context_parallel_size_get_capi_01653
 }
 
 
-void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1584,7 +1584,7 @@ void _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_set_capi
 }
 
 
-intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1597,7 +1597,7 @@ intgo _wrap_pstate_parallel_config_t_shared_experts_tensor_parallel_size_get_cap
 }
 
 
-void _wrap_pstate_parallel_config_t_engine_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_engine_set_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   pstate_engine_t arg2 ;
   
@@ -1609,7 +1609,7 @@ void _wrap_pstate_parallel_config_t_engine_set_capi_0165382b6d0d27c8(struct psta
 }
 
 
-intgo _wrap_pstate_parallel_config_t_engine_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_engine_get_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   pstate_engine_t result;
   intgo _swig_go_result;
@@ -1622,7 +1622,7 @@ intgo _wrap_pstate_parallel_config_t_engine_get_capi_0165382b6d0d27c8(struct pst
 }
 
 
-void _wrap_pstate_parallel_config_t_data_parallel_size_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_data_parallel_size_set_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1634,7 +1634,7 @@ void _wrap_pstate_parallel_config_t_data_parallel_size_set_capi_0165382b6d0d27c8
 }
 
 
-intgo _wrap_pstate_parallel_config_t_data_parallel_size_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_data_parallel_size_get_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1647,7 +1647,7 @@ intgo _wrap_pstate_parallel_config_t_data_parallel_size_get_capi_0165382b6d0d27c
 }
 
 
-void _wrap_pstate_parallel_config_t_prefill_context_parallel_size_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_prefill_context_parallel_size_set_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1659,7 +1659,7 @@ void _wrap_pstate_parallel_config_t_prefill_context_parallel_size_set_capi_01653
 }
 
 
-intgo _wrap_pstate_parallel_config_t_prefill_context_parallel_size_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_prefill_context_parallel_size_get_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1672,7 +1672,7 @@ intgo _wrap_pstate_parallel_config_t_prefill_context_parallel_size_get_capi_0165
 }
 
 
-void _wrap_pstate_parallel_config_t_moe_model_set_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_parallel_config_t_moe_model_set_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int arg2 ;
   
@@ -1684,7 +1684,7 @@ void _wrap_pstate_parallel_config_t_moe_model_set_capi_0165382b6d0d27c8(struct p
 }
 
 
-intgo _wrap_pstate_parallel_config_t_moe_model_get_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
+intgo _wrap_pstate_parallel_config_t_moe_model_get_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1697,7 +1697,7 @@ intgo _wrap_pstate_parallel_config_t_moe_model_get_capi_0165382b6d0d27c8(struct 
 }
 
 
-struct pstate_parallel_config_t *_wrap_new_pstate_parallel_config_t_capi_0165382b6d0d27c8() {
+struct pstate_parallel_config_t *_wrap_new_pstate_parallel_config_t_capi_1b3073dbf7f6f73c() {
   struct pstate_parallel_config_t *result = 0 ;
   struct pstate_parallel_config_t *_swig_go_result;
   
@@ -1708,7 +1708,7 @@ struct pstate_parallel_config_t *_wrap_new_pstate_parallel_config_t_capi_0165382
 }
 
 
-void _wrap_delete_pstate_parallel_config_t_capi_0165382b6d0d27c8(struct pstate_parallel_config_t *_swig_go_0) {
+void _wrap_delete_pstate_parallel_config_t_capi_1b3073dbf7f6f73c(struct pstate_parallel_config_t *_swig_go_0) {
   struct pstate_parallel_config_t *arg1 = (struct pstate_parallel_config_t *) 0 ;
   
   arg1 = *(struct pstate_parallel_config_t **)&_swig_go_0; 
@@ -1718,7 +1718,7 @@ void _wrap_delete_pstate_parallel_config_t_capi_0165382b6d0d27c8(struct pstate_p
 }
 
 
-long long _wrap_pstate_group_info_t_struct_size_get_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
+long long _wrap_pstate_group_info_t_struct_size_get_capi_1b3073dbf7f6f73c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -1731,7 +1731,7 @@ long long _wrap_pstate_group_info_t_struct_size_get_capi_0165382b6d0d27c8(struct
 }
 
 
-void _wrap_pstate_group_info_t_kind_set_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_kind_set_capi_1b3073dbf7f6f73c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   pstate_group_kind_t arg2 ;
   
@@ -1743,7 +1743,7 @@ void _wrap_pstate_group_info_t_kind_set_capi_0165382b6d0d27c8(struct pstate_grou
 }
 
 
-intgo _wrap_pstate_group_info_t_kind_get_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_kind_get_capi_1b3073dbf7f6f73c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   pstate_group_kind_t result;
   intgo _swig_go_result;
@@ -1756,7 +1756,7 @@ intgo _wrap_pstate_group_info_t_kind_get_capi_0165382b6d0d27c8(struct pstate_gro
 }
 
 
-void _wrap_pstate_group_info_t_rank_set_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_rank_set_capi_1b3073dbf7f6f73c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1768,7 +1768,7 @@ void _wrap_pstate_group_info_t_rank_set_capi_0165382b6d0d27c8(struct pstate_grou
 }
 
 
-intgo _wrap_pstate_group_info_t_rank_get_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_rank_get_capi_1b3073dbf7f6f73c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1781,7 +1781,7 @@ intgo _wrap_pstate_group_info_t_rank_get_capi_0165382b6d0d27c8(struct pstate_gro
 }
 
 
-void _wrap_pstate_group_info_t_rank_in_group_set_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_rank_in_group_set_capi_1b3073dbf7f6f73c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1793,7 +1793,7 @@ void _wrap_pstate_group_info_t_rank_in_group_set_capi_0165382b6d0d27c8(struct ps
 }
 
 
-intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_1b3073dbf7f6f73c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1806,7 +1806,7 @@ intgo _wrap_pstate_group_info_t_rank_in_group_get_capi_0165382b6d0d27c8(struct p
 }
 
 
-void _wrap_pstate_group_info_t_world_size_set_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_world_size_set_capi_1b3073dbf7f6f73c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1818,7 +1818,7 @@ void _wrap_pstate_group_info_t_world_size_set_capi_0165382b6d0d27c8(struct pstat
 }
 
 
-intgo _wrap_pstate_group_info_t_world_size_get_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_world_size_get_capi_1b3073dbf7f6f73c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1831,7 +1831,7 @@ intgo _wrap_pstate_group_info_t_world_size_get_capi_0165382b6d0d27c8(struct psta
 }
 
 
-void _wrap_pstate_group_info_t_local_rank_set_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_local_rank_set_capi_1b3073dbf7f6f73c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1843,7 +1843,7 @@ void _wrap_pstate_group_info_t_local_rank_set_capi_0165382b6d0d27c8(struct pstat
 }
 
 
-intgo _wrap_pstate_group_info_t_local_rank_get_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_local_rank_get_capi_1b3073dbf7f6f73c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1856,7 +1856,7 @@ intgo _wrap_pstate_group_info_t_local_rank_get_capi_0165382b6d0d27c8(struct psta
 }
 
 
-void _wrap_pstate_group_info_t_first_rank_set_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_first_rank_set_capi_1b3073dbf7f6f73c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1868,7 +1868,7 @@ void _wrap_pstate_group_info_t_first_rank_set_capi_0165382b6d0d27c8(struct pstat
 }
 
 
-intgo _wrap_pstate_group_info_t_first_rank_get_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_first_rank_get_capi_1b3073dbf7f6f73c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1881,7 +1881,7 @@ intgo _wrap_pstate_group_info_t_first_rank_get_capi_0165382b6d0d27c8(struct psta
 }
 
 
-void _wrap_pstate_group_info_t_last_rank_set_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_last_rank_set_capi_1b3073dbf7f6f73c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1893,7 +1893,7 @@ void _wrap_pstate_group_info_t_last_rank_set_capi_0165382b6d0d27c8(struct pstate
 }
 
 
-intgo _wrap_pstate_group_info_t_last_rank_get_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_last_rank_get_capi_1b3073dbf7f6f73c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1906,7 +1906,7 @@ intgo _wrap_pstate_group_info_t_last_rank_get_capi_0165382b6d0d27c8(struct pstat
 }
 
 
-void _wrap_pstate_group_info_t_next_rank_set_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_next_rank_set_capi_1b3073dbf7f6f73c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1918,7 +1918,7 @@ void _wrap_pstate_group_info_t_next_rank_set_capi_0165382b6d0d27c8(struct pstate
 }
 
 
-intgo _wrap_pstate_group_info_t_next_rank_get_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_next_rank_get_capi_1b3073dbf7f6f73c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1931,7 +1931,7 @@ intgo _wrap_pstate_group_info_t_next_rank_get_capi_0165382b6d0d27c8(struct pstat
 }
 
 
-void _wrap_pstate_group_info_t_prev_rank_set_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_group_info_t_prev_rank_set_capi_1b3073dbf7f6f73c(struct pstate_group_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int arg2 ;
   
@@ -1943,7 +1943,7 @@ void _wrap_pstate_group_info_t_prev_rank_set_capi_0165382b6d0d27c8(struct pstate
 }
 
 
-intgo _wrap_pstate_group_info_t_prev_rank_get_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
+intgo _wrap_pstate_group_info_t_prev_rank_get_capi_1b3073dbf7f6f73c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1956,7 +1956,7 @@ intgo _wrap_pstate_group_info_t_prev_rank_get_capi_0165382b6d0d27c8(struct pstat
 }
 
 
-_gostring_ _wrap_pstate_group_info_t_name_get_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
+_gostring_ _wrap_pstate_group_info_t_name_get_capi_1b3073dbf7f6f73c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1972,7 +1972,7 @@ _gostring_ _wrap_pstate_group_info_t_name_get_capi_0165382b6d0d27c8(struct pstat
 }
 
 
-struct pstate_group_info_t *_wrap_new_pstate_group_info_t_capi_0165382b6d0d27c8() {
+struct pstate_group_info_t *_wrap_new_pstate_group_info_t_capi_1b3073dbf7f6f73c() {
   struct pstate_group_info_t *result = 0 ;
   struct pstate_group_info_t *_swig_go_result;
   
@@ -1983,7 +1983,7 @@ struct pstate_group_info_t *_wrap_new_pstate_group_info_t_capi_0165382b6d0d27c8(
 }
 
 
-void _wrap_delete_pstate_group_info_t_capi_0165382b6d0d27c8(struct pstate_group_info_t *_swig_go_0) {
+void _wrap_delete_pstate_group_info_t_capi_1b3073dbf7f6f73c(struct pstate_group_info_t *_swig_go_0) {
   struct pstate_group_info_t *arg1 = (struct pstate_group_info_t *) 0 ;
   
   arg1 = *(struct pstate_group_info_t **)&_swig_go_0; 
@@ -1993,7 +1993,7 @@ void _wrap_delete_pstate_group_info_t_capi_0165382b6d0d27c8(struct pstate_group_
 }
 
 
-_gostring_ _wrap_status_string_capi_0165382b6d0d27c8(intgo _swig_go_0) {
+_gostring_ _wrap_status_string_capi_1b3073dbf7f6f73c(intgo _swig_go_0) {
   pstate_status_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -2009,7 +2009,7 @@ _gostring_ _wrap_status_string_capi_0165382b6d0d27c8(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_last_error_capi_0165382b6d0d27c8() {
+_gostring_ _wrap_last_error_capi_1b3073dbf7f6f73c() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -2023,7 +2023,7 @@ _gostring_ _wrap_last_error_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_version_capi_0165382b6d0d27c8() {
+intgo _wrap_version_capi_1b3073dbf7f6f73c() {
   uint32_t result;
   intgo _swig_go_result;
   
@@ -2034,7 +2034,7 @@ intgo _wrap_version_capi_0165382b6d0d27c8() {
 }
 
 
-_gostring_ _wrap_dtype_name_capi_0165382b6d0d27c8(intgo _swig_go_0) {
+_gostring_ _wrap_dtype_name_capi_1b3073dbf7f6f73c(intgo _swig_go_0) {
   pstate_dtype_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -2050,7 +2050,7 @@ _gostring_ _wrap_dtype_name_capi_0165382b6d0d27c8(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_reduce_op_name_capi_0165382b6d0d27c8(intgo _swig_go_0) {
+_gostring_ _wrap_reduce_op_name_capi_1b3073dbf7f6f73c(intgo _swig_go_0) {
   pstate_reduce_op_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -2066,7 +2066,7 @@ _gostring_ _wrap_reduce_op_name_capi_0165382b6d0d27c8(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_group_kind_name_capi_0165382b6d0d27c8(intgo _swig_go_0) {
+_gostring_ _wrap_group_kind_name_capi_1b3073dbf7f6f73c(intgo _swig_go_0) {
   pstate_group_kind_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -2082,7 +2082,7 @@ _gostring_ _wrap_group_kind_name_capi_0165382b6d0d27c8(intgo _swig_go_0) {
 }
 
 
-long long _wrap_dtype_size_capi_0165382b6d0d27c8(intgo _swig_go_0) {
+long long _wrap_dtype_size_capi_1b3073dbf7f6f73c(intgo _swig_go_0) {
   pstate_dtype_t arg1 ;
   size_t result;
   long long _swig_go_result;
@@ -2095,7 +2095,7 @@ long long _wrap_dtype_size_capi_0165382b6d0d27c8(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_layout_create_capi_0165382b6d0d27c8(intgo _swig_go_0, struct pstate_parallel_config_t *_swig_go_1, pstate_layout_t **_swig_go_2) {
+intgo _wrap_layout_create_capi_1b3073dbf7f6f73c(intgo _swig_go_0, struct pstate_parallel_config_t *_swig_go_1, pstate_layout_t **_swig_go_2) {
   int arg1 ;
   pstate_parallel_config_t *arg2 = (pstate_parallel_config_t *) 0 ;
   pstate_layout_t **arg3 = (pstate_layout_t **) 0 ;
@@ -2112,7 +2112,7 @@ intgo _wrap_layout_create_capi_0165382b6d0d27c8(intgo _swig_go_0, struct pstate_
 }
 
 
-intgo _wrap_layout_group_count_capi_0165382b6d0d27c8(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_layout_group_count_capi_1b3073dbf7f6f73c(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long *_swig_go_2) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   pstate_group_kind_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2129,7 +2129,7 @@ intgo _wrap_layout_group_count_capi_0165382b6d0d27c8(pstate_layout_t *_swig_go_0
 }
 
 
-intgo _wrap_layout_group_ranks_capi_0165382b6d0d27c8(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
+intgo _wrap_layout_group_ranks_capi_1b3073dbf7f6f73c(pstate_layout_t *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   pstate_group_kind_t arg2 ;
   size_t arg3 ;
@@ -2154,7 +2154,7 @@ intgo _wrap_layout_group_ranks_capi_0165382b6d0d27c8(pstate_layout_t *_swig_go_0
 }
 
 
-intgo _wrap_layout_group_of_capi_0165382b6d0d27c8(pstate_layout_t *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, long long *_swig_go_3) {
+intgo _wrap_layout_group_of_capi_1b3073dbf7f6f73c(pstate_layout_t *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, long long *_swig_go_3) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   pstate_group_kind_t arg2 ;
   int arg3 ;
@@ -2173,7 +2173,7 @@ intgo _wrap_layout_group_of_capi_0165382b6d0d27c8(pstate_layout_t *_swig_go_0, i
 }
 
 
-void _wrap_layout_destroy_capi_0165382b6d0d27c8(pstate_layout_t *_swig_go_0) {
+void _wrap_layout_destroy_capi_1b3073dbf7f6f73c(pstate_layout_t *_swig_go_0) {
   pstate_layout_t *arg1 = (pstate_layout_t *) 0 ;
   
   arg1 = (pstate_layout_t *)_swig_go_0; 
@@ -2183,7 +2183,7 @@ void _wrap_layout_destroy_capi_0165382b6d0d27c8(pstate_layout_t *_swig_go_0) {
 }
 
 
-intgo _wrap_init_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0, pstate_t **_swig_go_1) {
+intgo _wrap_init_capi_1b3073dbf7f6f73c(struct pstate_init_params_t *_swig_go_0, pstate_t **_swig_go_1) {
   pstate_init_params_t *arg1 = (pstate_init_params_t *) 0 ;
   pstate_t **arg2 = (pstate_t **) 0 ;
   pstate_status_t result;
@@ -2198,7 +2198,7 @@ intgo _wrap_init_capi_0165382b6d0d27c8(struct pstate_init_params_t *_swig_go_0, 
 }
 
 
-intgo _wrap_initialize_model_parallel_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, struct pstate_parallel_config_t *_swig_go_1) {
+intgo _wrap_initialize_model_parallel_capi_1b3073dbf7f6f73c(pstate_t *_swig_go_0, struct pstate_parallel_config_t *_swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_parallel_config_t *arg2 = (pstate_parallel_config_t *) 0 ;
   pstate_status_t result;
@@ -2213,7 +2213,7 @@ intgo _wrap_initialize_model_parallel_capi_0165382b6d0d27c8(pstate_t *_swig_go_0
 }
 
 
-intgo _wrap_model_parallel_is_initialized_capi_0165382b6d0d27c8(pstate_t *_swig_go_0) {
+intgo _wrap_model_parallel_is_initialized_capi_1b3073dbf7f6f73c(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -2226,7 +2226,7 @@ intgo _wrap_model_parallel_is_initialized_capi_0165382b6d0d27c8(pstate_t *_swig_
 }
 
 
-intgo _wrap_destroy_model_parallel_capi_0165382b6d0d27c8(pstate_t *_swig_go_0) {
+intgo _wrap_destroy_model_parallel_capi_1b3073dbf7f6f73c(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2239,7 +2239,7 @@ intgo _wrap_destroy_model_parallel_capi_0165382b6d0d27c8(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_finalize_capi_0165382b6d0d27c8(pstate_t *_swig_go_0) {
+intgo _wrap_finalize_capi_1b3073dbf7f6f73c(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2252,7 +2252,7 @@ intgo _wrap_finalize_capi_0165382b6d0d27c8(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_abort_capi_0165382b6d0d27c8(pstate_t *_swig_go_0) {
+intgo _wrap_abort_capi_1b3073dbf7f6f73c(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2265,7 +2265,7 @@ intgo _wrap_abort_capi_0165382b6d0d27c8(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_revoke_capi_0165382b6d0d27c8(pstate_t *_swig_go_0) {
+intgo _wrap_revoke_capi_1b3073dbf7f6f73c(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2278,7 +2278,7 @@ intgo _wrap_revoke_capi_0165382b6d0d27c8(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_set_interrupt_check_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, pstate_interrupt_fn _swig_go_1) {
+intgo _wrap_set_interrupt_check_capi_1b3073dbf7f6f73c(pstate_t *_swig_go_0, pstate_interrupt_fn _swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_interrupt_fn arg2 = (pstate_interrupt_fn) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2297,7 +2297,7 @@ intgo _wrap_set_interrupt_check_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, psta
 }
 
 
-intgo _wrap_trace_dump_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_trace_dump_capi_1b3073dbf7f6f73c(pstate_t *_swig_go_0, _gostring_ _swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   char *arg2 = (char *) 0 ;
   pstate_status_t result;
@@ -2317,7 +2317,7 @@ intgo _wrap_trace_dump_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, _gostring_ _s
 }
 
 
-intgo _wrap_get_group_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, intgo _swig_go_1, pstate_group_t **_swig_go_2) {
+intgo _wrap_get_group_capi_1b3073dbf7f6f73c(pstate_t *_swig_go_0, intgo _swig_go_1, pstate_group_t **_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_group_kind_t arg2 ;
   pstate_group_t **arg3 = (pstate_group_t **) 0 ;
@@ -2334,7 +2334,7 @@ intgo _wrap_get_group_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, intgo _swig_go
 }
 
 
-intgo _wrap_group_info_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, struct pstate_group_info_t *_swig_go_1) {
+intgo _wrap_group_info_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, struct pstate_group_info_t *_swig_go_1) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_group_info_t *arg2 = (pstate_group_info_t *) 0 ;
   pstate_status_t result;
@@ -2349,7 +2349,7 @@ intgo _wrap_group_info_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, struct 
 }
 
 
-intgo _wrap_group_ranks_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_group_ranks_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2370,7 +2370,7 @@ intgo _wrap_group_ranks_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, _gosli
 }
 
 
-intgo _wrap_live_ranks_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_live_ranks_capi_1b3073dbf7f6f73c(pstate_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2391,7 +2391,7 @@ intgo _wrap_live_ranks_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, _goslice_ _sw
 }
 
 
-intgo _wrap_shrink_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_shrink_capi_1b3073dbf7f6f73c(pstate_t *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2412,7 +2412,7 @@ intgo _wrap_shrink_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, _goslice_ _swig_g
 }
 
 
-intgo _wrap_grow_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, long long _swig_go_1) {
+intgo _wrap_grow_capi_1b3073dbf7f6f73c(pstate_t *_swig_go_0, long long _swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int64_t arg2 ;
   pstate_status_t result;
@@ -2427,7 +2427,7 @@ intgo _wrap_grow_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, long long _swig_go_
 }
 
 
-intgo _wrap_new_group_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, _goslice_ _swig_go_1, pstate_group_t **_swig_go_2) {
+intgo _wrap_new_group_capi_1b3073dbf7f6f73c(pstate_t *_swig_go_0, _goslice_ _swig_go_1, pstate_group_t **_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2448,7 +2448,7 @@ intgo _wrap_new_group_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, _goslice_ _swi
 }
 
 
-intgo _wrap_group_same_node_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2, long long *_swig_go_3) {
+intgo _wrap_group_same_node_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2, long long *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   int *arg3 = (int *) 0 ;
@@ -2471,7 +2471,37 @@ intgo _wrap_group_same_node_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, in
 }
 
 
-intgo _wrap_all_reduce_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_group_set_timeout_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, long long _swig_go_1) {
+  pstate_group_t *arg1 = (pstate_group_t *) 0 ;
+  int64_t arg2 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_group_t *)_swig_go_0; 
+  arg2 = (int64_t)_swig_go_1; 
+  
+  result = (pstate_status_t)pstate_group_set_timeout(arg1,arg2);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_group_timeout_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, long long *_swig_go_1) {
+  pstate_group_t *arg1 = (pstate_group_t *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  pstate_status_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (pstate_group_t *)_swig_go_0; 
+  arg2 = *(int64_t **)&_swig_go_1; 
+  
+  result = (pstate_status_t)pstate_group_timeout((struct pstate_group_s const *)arg1,arg2);
+  _swig_go_result = (intgo)(intptr_t)pstate_go_failure_new(result); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_all_reduce_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2496,7 +2526,7 @@ intgo _wrap_all_reduce_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_
 }
 
 
-intgo _wrap_all_gather_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_all_gather_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2519,7 +2549,7 @@ intgo _wrap_all_gather_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_
 }
 
 
-intgo _wrap_reduce_scatter_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_reduce_scatter_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2544,7 +2574,7 @@ intgo _wrap_reduce_scatter_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, voi
 }
 
 
-intgo _wrap_broadcast_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_broadcast_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2567,7 +2597,7 @@ intgo _wrap_broadcast_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_s
 }
 
 
-intgo _wrap_gather_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_gather_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2592,7 +2622,7 @@ intgo _wrap_gather_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_all_to_all_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_all_to_all_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2615,7 +2645,7 @@ intgo _wrap_all_to_all_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_
 }
 
 
-intgo _wrap_reduce_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, intgo _swig_go_6, void *_swig_go_7) {
+intgo _wrap_reduce_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, intgo _swig_go_6, void *_swig_go_7) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2642,7 +2672,7 @@ intgo _wrap_reduce_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_scatter_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_scatter_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2667,7 +2697,7 @@ intgo _wrap_scatter_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swi
 }
 
 
-intgo _wrap_all_gatherv_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_all_gatherv_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2690,7 +2720,7 @@ intgo _wrap_all_gatherv_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *
 }
 
 
-intgo _wrap_reduce_scatterv_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
+intgo _wrap_reduce_scatterv_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5, void *_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2715,7 +2745,7 @@ intgo _wrap_reduce_scatterv_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, vo
 }
 
 
-intgo _wrap_all_to_all_v_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, _goslice_ _swig_go_2, _goslice_ _swig_go_3, void *_swig_go_4, _goslice_ _swig_go_5, _goslice_ _swig_go_6, intgo _swig_go_7, void *_swig_go_8) {
+intgo _wrap_all_to_all_v_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, void *_swig_go_1, _goslice_ _swig_go_2, _goslice_ _swig_go_3, void *_swig_go_4, _goslice_ _swig_go_5, _goslice_ _swig_go_6, intgo _swig_go_7, void *_swig_go_8) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2744,7 +2774,7 @@ intgo _wrap_all_to_all_v_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void 
 }
 
 
-intgo _wrap_send_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_send_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2767,7 +2797,7 @@ intgo _wrap_send_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_g
 }
 
 
-intgo _wrap_recv_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_recv_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2790,7 +2820,7 @@ intgo _wrap_recv_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_g
 }
 
 
-intgo _wrap_barrier_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0) {
+intgo _wrap_barrier_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -2803,7 +2833,7 @@ intgo _wrap_barrier_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0) {
 }
 
 
-intgo _wrap_tp_allreduce_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_tp_allreduce_capi_1b3073dbf7f6f73c(pstate_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2826,7 +2856,7 @@ intgo _wrap_tp_allreduce_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_tp_allgather_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
+intgo _wrap_tp_allgather_capi_1b3073dbf7f6f73c(pstate_t *_swig_go_0, void *_swig_go_1, void *_swig_go_2, long long _swig_go_3, intgo _swig_go_4, void *_swig_go_5) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2849,7 +2879,7 @@ intgo _wrap_tp_allgather_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, void *_swig
 }
 
 
-intgo _wrap_broadcast_object_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, pstate_bytes_t *_swig_go_3) {
+intgo _wrap_broadcast_object_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, pstate_bytes_t *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2872,7 +2902,7 @@ intgo _wrap_broadcast_object_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, _
 }
 
 
-intgo _wrap_all_gather_object_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, pstate_bytes_t *_swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
+intgo _wrap_all_gather_object_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, pstate_bytes_t *_swig_go_2, _goslice_ _swig_go_3, long long *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2901,7 +2931,7 @@ intgo _wrap_all_gather_object_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, 
 }
 
 
-intgo _wrap_send_object_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_send_object_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2922,7 +2952,7 @@ intgo _wrap_send_object_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, _gosli
 }
 
 
-intgo _wrap_recv_object_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_bytes_t *_swig_go_2) {
+intgo _wrap_recv_object_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_bytes_t *_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   pstate_bytes_t *arg3 = (pstate_bytes_t *) 0 ;
@@ -2939,7 +2969,7 @@ intgo _wrap_recv_object_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, intgo 
 }
 
 
-intgo _wrap_broadcast_tensor_dict_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
+intgo _wrap_broadcast_tensor_dict_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_tensor_t *arg2 = (pstate_tensor_t *) 0 ;
   size_t arg3 ;
@@ -2968,7 +2998,7 @@ intgo _wrap_broadcast_tensor_dict_capi_0165382b6d0d27c8(pstate_group_t *_swig_go
 }
 
 
-intgo _wrap_send_tensor_dict_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, void *_swig_go_3) {
+intgo _wrap_send_tensor_dict_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, void *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_tensor_t *arg2 = (pstate_tensor_t *) 0 ;
   size_t arg3 ;
@@ -2991,7 +3021,7 @@ intgo _wrap_send_tensor_dict_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, p
 }
 
 
-intgo _wrap_recv_tensor_dict_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_alloc_fn _swig_go_2, void *_swig_go_3) {
+intgo _wrap_recv_tensor_dict_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_alloc_fn _swig_go_2, void *_swig_go_3) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   pstate_alloc_fn arg3 = (pstate_alloc_fn) 0 ;
@@ -3014,7 +3044,7 @@ intgo _wrap_recv_tensor_dict_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, i
 }
 
 
-intgo _wrap_send_tensor_dict_sliced_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_group_t *_swig_go_3, void *_swig_go_4) {
+intgo _wrap_send_tensor_dict_sliced_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, pstate_tensor_t *_swig_go_1, intgo _swig_go_2, pstate_group_t *_swig_go_3, void *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_tensor_t *arg2 = (pstate_tensor_t *) 0 ;
   size_t arg3 ;
@@ -3039,7 +3069,7 @@ intgo _wrap_send_tensor_dict_sliced_capi_0165382b6d0d27c8(pstate_group_t *_swig_
 }
 
 
-intgo _wrap_recv_tensor_dict_sliced_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_group_t *_swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
+intgo _wrap_recv_tensor_dict_sliced_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, intgo _swig_go_1, pstate_group_t *_swig_go_2, pstate_alloc_fn _swig_go_3, void *_swig_go_4) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   int arg2 ;
   pstate_group_t *arg3 = (pstate_group_t *) 0 ;
@@ -3064,7 +3094,7 @@ intgo _wrap_recv_tensor_dict_sliced_capi_0165382b6d0d27c8(pstate_group_t *_swig_
 }
 
 
-intgo _wrap_isend_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
+intgo _wrap_isend_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -3089,7 +3119,7 @@ intgo _wrap_isend_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_
 }
 
 
-intgo _wrap_irecv_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
+intgo _wrap_irecv_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, void *_swig_go_5, pstate_request_t **_swig_go_6) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -3114,7 +3144,7 @@ intgo _wrap_irecv_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_
 }
 
 
-intgo _wrap_wait_capi_0165382b6d0d27c8(pstate_request_t *_swig_go_0) {
+intgo _wrap_wait_capi_1b3073dbf7f6f73c(pstate_request_t *_swig_go_0) {
   pstate_request_t *arg1 = (pstate_request_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -3127,7 +3157,7 @@ intgo _wrap_wait_capi_0165382b6d0d27c8(pstate_request_t *_swig_go_0) {
 }
 
 
-intgo _wrap_test_capi_0165382b6d0d27c8(pstate_request_t *_swig_go_0, int *_swig_go_1) {
+intgo _wrap_test_capi_1b3073dbf7f6f73c(pstate_request_t *_swig_go_0, int *_swig_go_1) {
   pstate_request_t *arg1 = (pstate_request_t *) 0 ;
   int *arg2 = (int *) 0 ;
   pstate_status_t result;
@@ -3142,7 +3172,7 @@ intgo _wrap_test_capi_0165382b6d0d27c8(pstate_request_t *_swig_go_0, int *_swig_
 }
 
 
-intgo _wrap_p2p_batch_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, pstate_p2p_op_t *_swig_go_1, void *_swig_go_2) {
+intgo _wrap_p2p_batch_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, pstate_p2p_op_t *_swig_go_1, void *_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_p2p_op_t *arg2 = (pstate_p2p_op_t *) 0 ;
   size_t arg3 ;
@@ -3163,7 +3193,7 @@ intgo _wrap_p2p_batch_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, pstate_p
 }
 
 
-intgo _wrap_graph_capture_begin_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, void *_swig_go_1, void **_swig_go_2) {
+intgo _wrap_graph_capture_begin_capi_1b3073dbf7f6f73c(pstate_t *_swig_go_0, void *_swig_go_1, void **_swig_go_2) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   void *arg2 = (void *) 0 ;
   void **arg3 = (void **) 0 ;
@@ -3180,7 +3210,7 @@ intgo _wrap_graph_capture_begin_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, void
 }
 
 
-intgo _wrap_graph_capture_end_capi_0165382b6d0d27c8(pstate_t *_swig_go_0) {
+intgo _wrap_graph_capture_end_capi_1b3073dbf7f6f73c(pstate_t *_swig_go_0) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   pstate_status_t result;
   intgo _swig_go_result;
@@ -3193,7 +3223,7 @@ intgo _wrap_graph_capture_end_capi_0165382b6d0d27c8(pstate_t *_swig_go_0) {
 }
 
 
-intgo _wrap_PSTATE_MEM_NONE_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_MEM_NONE_capi_1b3073dbf7f6f73c() {
   enum pstate_mem_kind_t result;
   intgo _swig_go_result;
   
@@ -3205,7 +3235,7 @@ intgo _wrap_PSTATE_MEM_NONE_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_MEM_GROUP_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_MEM_GROUP_capi_1b3073dbf7f6f73c() {
   enum pstate_mem_kind_t result;
   intgo _swig_go_result;
   
@@ -3217,7 +3247,7 @@ intgo _wrap_PSTATE_MEM_GROUP_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_MEM_POOL_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_MEM_POOL_capi_1b3073dbf7f6f73c() {
   enum pstate_mem_kind_t result;
   intgo _swig_go_result;
   
@@ -3229,7 +3259,7 @@ intgo _wrap_PSTATE_MEM_POOL_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_MEM_REGISTERED_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_MEM_REGISTERED_capi_1b3073dbf7f6f73c() {
   enum pstate_mem_kind_t result;
   intgo _swig_go_result;
   
@@ -3241,7 +3271,7 @@ intgo _wrap_PSTATE_MEM_REGISTERED_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_MEM_PATH_NONE_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_MEM_PATH_NONE_capi_1b3073dbf7f6f73c() {
   enum pstate_mem_path_t result;
   intgo _swig_go_result;
   
@@ -3253,7 +3283,7 @@ intgo _wrap_PSTATE_MEM_PATH_NONE_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_MEM_PATH_PLAIN_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_MEM_PATH_PLAIN_capi_1b3073dbf7f6f73c() {
   enum pstate_mem_path_t result;
   intgo _swig_go_result;
   
@@ -3265,7 +3295,7 @@ intgo _wrap_PSTATE_MEM_PATH_PLAIN_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_MEM_PATH_REGISTERED_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_MEM_PATH_REGISTERED_capi_1b3073dbf7f6f73c() {
   enum pstate_mem_path_t result;
   intgo _swig_go_result;
   
@@ -3277,7 +3307,7 @@ intgo _wrap_PSTATE_MEM_PATH_REGISTERED_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_MEM_PATH_SYMMETRIC_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_MEM_PATH_SYMMETRIC_capi_1b3073dbf7f6f73c() {
   enum pstate_mem_path_t result;
   intgo _swig_go_result;
   
@@ -3289,7 +3319,7 @@ intgo _wrap_PSTATE_MEM_PATH_SYMMETRIC_capi_0165382b6d0d27c8() {
 }
 
 
-long long _wrap_pstate_mem_info_t_struct_size_get_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0) {
+long long _wrap_pstate_mem_info_t_struct_size_get_capi_1b3073dbf7f6f73c(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3302,7 +3332,7 @@ long long _wrap_pstate_mem_info_t_struct_size_get_capi_0165382b6d0d27c8(struct p
 }
 
 
-void _wrap_pstate_mem_info_t_base_set_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0, void *_swig_go_1) {
+void _wrap_pstate_mem_info_t_base_set_capi_1b3073dbf7f6f73c(struct pstate_mem_info_t *_swig_go_0, void *_swig_go_1) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   void *arg2 = (void *) 0 ;
   
@@ -3314,7 +3344,7 @@ void _wrap_pstate_mem_info_t_base_set_capi_0165382b6d0d27c8(struct pstate_mem_in
 }
 
 
-void *_wrap_pstate_mem_info_t_base_get_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0) {
+void *_wrap_pstate_mem_info_t_base_get_capi_1b3073dbf7f6f73c(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -3327,7 +3357,7 @@ void *_wrap_pstate_mem_info_t_base_get_capi_0165382b6d0d27c8(struct pstate_mem_i
 }
 
 
-void _wrap_pstate_mem_info_t_size_set_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_info_t_size_set_capi_1b3073dbf7f6f73c(struct pstate_mem_info_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   size_t arg2 ;
   
@@ -3339,7 +3369,7 @@ void _wrap_pstate_mem_info_t_size_set_capi_0165382b6d0d27c8(struct pstate_mem_in
 }
 
 
-long long _wrap_pstate_mem_info_t_size_get_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0) {
+long long _wrap_pstate_mem_info_t_size_get_capi_1b3073dbf7f6f73c(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3352,7 +3382,7 @@ long long _wrap_pstate_mem_info_t_size_get_capi_0165382b6d0d27c8(struct pstate_m
 }
 
 
-void _wrap_pstate_mem_info_t_kind_set_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_info_t_kind_set_capi_1b3073dbf7f6f73c(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   pstate_mem_kind_t arg2 ;
   
@@ -3364,7 +3394,7 @@ void _wrap_pstate_mem_info_t_kind_set_capi_0165382b6d0d27c8(struct pstate_mem_in
 }
 
 
-intgo _wrap_pstate_mem_info_t_kind_get_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0) {
+intgo _wrap_pstate_mem_info_t_kind_get_capi_1b3073dbf7f6f73c(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   pstate_mem_kind_t result;
   intgo _swig_go_result;
@@ -3377,7 +3407,7 @@ intgo _wrap_pstate_mem_info_t_kind_get_capi_0165382b6d0d27c8(struct pstate_mem_i
 }
 
 
-void _wrap_pstate_mem_info_t_symmetric_set_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_info_t_symmetric_set_capi_1b3073dbf7f6f73c(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   int arg2 ;
   
@@ -3389,7 +3419,7 @@ void _wrap_pstate_mem_info_t_symmetric_set_capi_0165382b6d0d27c8(struct pstate_m
 }
 
 
-intgo _wrap_pstate_mem_info_t_symmetric_get_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0) {
+intgo _wrap_pstate_mem_info_t_symmetric_get_capi_1b3073dbf7f6f73c(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3402,7 +3432,7 @@ intgo _wrap_pstate_mem_info_t_symmetric_get_capi_0165382b6d0d27c8(struct pstate_
 }
 
 
-void _wrap_pstate_mem_info_t_registered_set_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_info_t_registered_set_capi_1b3073dbf7f6f73c(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   int arg2 ;
   
@@ -3414,7 +3444,7 @@ void _wrap_pstate_mem_info_t_registered_set_capi_0165382b6d0d27c8(struct pstate_
 }
 
 
-intgo _wrap_pstate_mem_info_t_registered_get_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0) {
+intgo _wrap_pstate_mem_info_t_registered_get_capi_1b3073dbf7f6f73c(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3427,7 +3457,7 @@ intgo _wrap_pstate_mem_info_t_registered_get_capi_0165382b6d0d27c8(struct pstate
 }
 
 
-void _wrap_pstate_mem_info_t_reserved0_set_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_info_t_reserved0_set_capi_1b3073dbf7f6f73c(struct pstate_mem_info_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   int arg2 ;
   
@@ -3439,7 +3469,7 @@ void _wrap_pstate_mem_info_t_reserved0_set_capi_0165382b6d0d27c8(struct pstate_m
 }
 
 
-intgo _wrap_pstate_mem_info_t_reserved0_get_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0) {
+intgo _wrap_pstate_mem_info_t_reserved0_get_capi_1b3073dbf7f6f73c(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3452,7 +3482,7 @@ intgo _wrap_pstate_mem_info_t_reserved0_get_capi_0165382b6d0d27c8(struct pstate_
 }
 
 
-struct pstate_mem_info_t *_wrap_new_pstate_mem_info_t_capi_0165382b6d0d27c8() {
+struct pstate_mem_info_t *_wrap_new_pstate_mem_info_t_capi_1b3073dbf7f6f73c() {
   struct pstate_mem_info_t *result = 0 ;
   struct pstate_mem_info_t *_swig_go_result;
   
@@ -3463,7 +3493,7 @@ struct pstate_mem_info_t *_wrap_new_pstate_mem_info_t_capi_0165382b6d0d27c8() {
 }
 
 
-void _wrap_delete_pstate_mem_info_t_capi_0165382b6d0d27c8(struct pstate_mem_info_t *_swig_go_0) {
+void _wrap_delete_pstate_mem_info_t_capi_1b3073dbf7f6f73c(struct pstate_mem_info_t *_swig_go_0) {
   struct pstate_mem_info_t *arg1 = (struct pstate_mem_info_t *) 0 ;
   
   arg1 = *(struct pstate_mem_info_t **)&_swig_go_0; 
@@ -3473,7 +3503,7 @@ void _wrap_delete_pstate_mem_info_t_capi_0165382b6d0d27c8(struct pstate_mem_info
 }
 
 
-long long _wrap_pstate_mem_stats_t_struct_size_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_struct_size_get_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3486,7 +3516,7 @@ long long _wrap_pstate_mem_stats_t_struct_size_get_capi_0165382b6d0d27c8(struct 
 }
 
 
-void _wrap_pstate_mem_stats_t_symmetric_calls_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_symmetric_calls_set_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   uint64_t arg2 ;
   
@@ -3498,7 +3528,7 @@ void _wrap_pstate_mem_stats_t_symmetric_calls_set_capi_0165382b6d0d27c8(struct p
 }
 
 
-long long _wrap_pstate_mem_stats_t_symmetric_calls_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_symmetric_calls_get_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   uint64_t result;
   long long _swig_go_result;
@@ -3511,7 +3541,7 @@ long long _wrap_pstate_mem_stats_t_symmetric_calls_get_capi_0165382b6d0d27c8(str
 }
 
 
-void _wrap_pstate_mem_stats_t_registered_calls_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_registered_calls_set_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   uint64_t arg2 ;
   
@@ -3523,7 +3553,7 @@ void _wrap_pstate_mem_stats_t_registered_calls_set_capi_0165382b6d0d27c8(struct 
 }
 
 
-long long _wrap_pstate_mem_stats_t_registered_calls_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_registered_calls_get_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   uint64_t result;
   long long _swig_go_result;
@@ -3536,7 +3566,7 @@ long long _wrap_pstate_mem_stats_t_registered_calls_get_capi_0165382b6d0d27c8(st
 }
 
 
-void _wrap_pstate_mem_stats_t_plain_calls_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_plain_calls_set_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   uint64_t arg2 ;
   
@@ -3548,7 +3578,7 @@ void _wrap_pstate_mem_stats_t_plain_calls_set_capi_0165382b6d0d27c8(struct pstat
 }
 
 
-long long _wrap_pstate_mem_stats_t_plain_calls_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_plain_calls_get_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   uint64_t result;
   long long _swig_go_result;
@@ -3561,7 +3591,7 @@ long long _wrap_pstate_mem_stats_t_plain_calls_get_capi_0165382b6d0d27c8(struct 
 }
 
 
-void _wrap_pstate_mem_stats_t_windows_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_windows_set_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t arg2 ;
   
@@ -3573,7 +3603,7 @@ void _wrap_pstate_mem_stats_t_windows_set_capi_0165382b6d0d27c8(struct pstate_me
 }
 
 
-long long _wrap_pstate_mem_stats_t_windows_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_windows_get_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3586,7 +3616,7 @@ long long _wrap_pstate_mem_stats_t_windows_get_capi_0165382b6d0d27c8(struct psta
 }
 
 
-void _wrap_pstate_mem_stats_t_registrations_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_registrations_set_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t arg2 ;
   
@@ -3598,7 +3628,7 @@ void _wrap_pstate_mem_stats_t_registrations_set_capi_0165382b6d0d27c8(struct pst
 }
 
 
-long long _wrap_pstate_mem_stats_t_registrations_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_registrations_get_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3611,7 +3641,7 @@ long long _wrap_pstate_mem_stats_t_registrations_get_capi_0165382b6d0d27c8(struc
 }
 
 
-void _wrap_pstate_mem_stats_t_allocated_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_allocated_set_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t arg2 ;
   
@@ -3623,7 +3653,7 @@ void _wrap_pstate_mem_stats_t_allocated_set_capi_0165382b6d0d27c8(struct pstate_
 }
 
 
-long long _wrap_pstate_mem_stats_t_allocated_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_allocated_get_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3636,7 +3666,7 @@ long long _wrap_pstate_mem_stats_t_allocated_get_capi_0165382b6d0d27c8(struct ps
 }
 
 
-void _wrap_pstate_mem_stats_t_pool_reserved_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_pool_reserved_set_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t arg2 ;
   
@@ -3648,7 +3678,7 @@ void _wrap_pstate_mem_stats_t_pool_reserved_set_capi_0165382b6d0d27c8(struct pst
 }
 
 
-long long _wrap_pstate_mem_stats_t_pool_reserved_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_pool_reserved_get_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3661,7 +3691,7 @@ long long _wrap_pstate_mem_stats_t_pool_reserved_get_capi_0165382b6d0d27c8(struc
 }
 
 
-void _wrap_pstate_mem_stats_t_pool_used_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
+void _wrap_pstate_mem_stats_t_pool_used_set_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0, long long _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t arg2 ;
   
@@ -3673,7 +3703,7 @@ void _wrap_pstate_mem_stats_t_pool_used_set_capi_0165382b6d0d27c8(struct pstate_
 }
 
 
-long long _wrap_pstate_mem_stats_t_pool_used_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
+long long _wrap_pstate_mem_stats_t_pool_used_get_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   size_t result;
   long long _swig_go_result;
@@ -3686,7 +3716,7 @@ long long _wrap_pstate_mem_stats_t_pool_used_get_capi_0165382b6d0d27c8(struct ps
 }
 
 
-void _wrap_pstate_mem_stats_t_symmetric_available_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_stats_t_symmetric_available_set_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   int arg2 ;
   
@@ -3698,7 +3728,7 @@ void _wrap_pstate_mem_stats_t_symmetric_available_set_capi_0165382b6d0d27c8(stru
 }
 
 
-intgo _wrap_pstate_mem_stats_t_symmetric_available_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
+intgo _wrap_pstate_mem_stats_t_symmetric_available_get_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3711,7 +3741,7 @@ intgo _wrap_pstate_mem_stats_t_symmetric_available_get_capi_0165382b6d0d27c8(str
 }
 
 
-void _wrap_pstate_mem_stats_t_last_path_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_stats_t_last_path_set_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   pstate_mem_path_t arg2 ;
   
@@ -3723,7 +3753,7 @@ void _wrap_pstate_mem_stats_t_last_path_set_capi_0165382b6d0d27c8(struct pstate_
 }
 
 
-intgo _wrap_pstate_mem_stats_t_last_path_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
+intgo _wrap_pstate_mem_stats_t_last_path_get_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   pstate_mem_path_t result;
   intgo _swig_go_result;
@@ -3736,7 +3766,7 @@ intgo _wrap_pstate_mem_stats_t_last_path_get_capi_0165382b6d0d27c8(struct pstate
 }
 
 
-void _wrap_pstate_mem_stats_t_nccl_version_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_stats_t_nccl_version_set_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   int arg2 ;
   
@@ -3748,7 +3778,7 @@ void _wrap_pstate_mem_stats_t_nccl_version_set_capi_0165382b6d0d27c8(struct psta
 }
 
 
-intgo _wrap_pstate_mem_stats_t_nccl_version_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
+intgo _wrap_pstate_mem_stats_t_nccl_version_get_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3761,7 +3791,7 @@ intgo _wrap_pstate_mem_stats_t_nccl_version_get_capi_0165382b6d0d27c8(struct pst
 }
 
 
-void _wrap_pstate_mem_stats_t_reserved0_set_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
+void _wrap_pstate_mem_stats_t_reserved0_set_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0, intgo _swig_go_1) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   int arg2 ;
   
@@ -3773,7 +3803,7 @@ void _wrap_pstate_mem_stats_t_reserved0_set_capi_0165382b6d0d27c8(struct pstate_
 }
 
 
-intgo _wrap_pstate_mem_stats_t_reserved0_get_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
+intgo _wrap_pstate_mem_stats_t_reserved0_get_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3786,7 +3816,7 @@ intgo _wrap_pstate_mem_stats_t_reserved0_get_capi_0165382b6d0d27c8(struct pstate
 }
 
 
-struct pstate_mem_stats_t *_wrap_new_pstate_mem_stats_t_capi_0165382b6d0d27c8() {
+struct pstate_mem_stats_t *_wrap_new_pstate_mem_stats_t_capi_1b3073dbf7f6f73c() {
   struct pstate_mem_stats_t *result = 0 ;
   struct pstate_mem_stats_t *_swig_go_result;
   
@@ -3797,7 +3827,7 @@ struct pstate_mem_stats_t *_wrap_new_pstate_mem_stats_t_capi_0165382b6d0d27c8() 
 }
 
 
-void _wrap_delete_pstate_mem_stats_t_capi_0165382b6d0d27c8(struct pstate_mem_stats_t *_swig_go_0) {
+void _wrap_delete_pstate_mem_stats_t_capi_1b3073dbf7f6f73c(struct pstate_mem_stats_t *_swig_go_0) {
   struct pstate_mem_stats_t *arg1 = (struct pstate_mem_stats_t *) 0 ;
   
   arg1 = *(struct pstate_mem_stats_t **)&_swig_go_0; 
@@ -3807,7 +3837,7 @@ void _wrap_delete_pstate_mem_stats_t_capi_0165382b6d0d27c8(struct pstate_mem_sta
 }
 
 
-intgo _wrap_mem_alloc_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, long long _swig_go_1, void **_swig_go_2) {
+intgo _wrap_mem_alloc_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, long long _swig_go_1, void **_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   size_t arg2 ;
   void **arg3 = (void **) 0 ;
@@ -3824,7 +3854,7 @@ intgo _wrap_mem_alloc_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, long lon
 }
 
 
-intgo _wrap_mem_free_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1) {
+intgo _wrap_mem_free_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, void *_swig_go_1) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   pstate_status_t result;
@@ -3839,7 +3869,7 @@ intgo _wrap_mem_free_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_sw
 }
 
 
-intgo _wrap_mem_pool_reserve_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, long long _swig_go_1) {
+intgo _wrap_mem_pool_reserve_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, long long _swig_go_1) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   size_t arg2 ;
   pstate_status_t result;
@@ -3854,7 +3884,7 @@ intgo _wrap_mem_pool_reserve_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, l
 }
 
 
-intgo _wrap_mem_register_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2) {
+intgo _wrap_mem_register_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, void *_swig_go_1, long long _swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -3871,7 +3901,7 @@ intgo _wrap_mem_register_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void 
 }
 
 
-intgo _wrap_mem_deregister_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1) {
+intgo _wrap_mem_deregister_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, void *_swig_go_1) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   pstate_status_t result;
@@ -3886,7 +3916,7 @@ intgo _wrap_mem_deregister_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, voi
 }
 
 
-intgo _wrap_mem_query_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_swig_go_1, struct pstate_mem_info_t *_swig_go_2) {
+intgo _wrap_mem_query_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, void *_swig_go_1, struct pstate_mem_info_t *_swig_go_2) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   void *arg2 = (void *) 0 ;
   pstate_mem_info_t *arg3 = (pstate_mem_info_t *) 0 ;
@@ -3903,7 +3933,7 @@ intgo _wrap_mem_query_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, void *_s
 }
 
 
-intgo _wrap_group_mem_stats_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, struct pstate_mem_stats_t *_swig_go_1) {
+intgo _wrap_group_mem_stats_capi_1b3073dbf7f6f73c(pstate_group_t *_swig_go_0, struct pstate_mem_stats_t *_swig_go_1) {
   pstate_group_t *arg1 = (pstate_group_t *) 0 ;
   pstate_mem_stats_t *arg2 = (pstate_mem_stats_t *) 0 ;
   pstate_status_t result;
@@ -3918,7 +3948,7 @@ intgo _wrap_group_mem_stats_capi_0165382b6d0d27c8(pstate_group_t *_swig_go_0, st
 }
 
 
-intgo _wrap_set_graph_registration_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_set_graph_registration_capi_1b3073dbf7f6f73c(pstate_t *_swig_go_0, intgo _swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   int arg2 ;
   pstate_status_t result;
@@ -3933,7 +3963,7 @@ intgo _wrap_set_graph_registration_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, i
 }
 
 
-intgo _wrap_metrics_text_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, _gostring_ _swig_go_1, long long _swig_go_2, long long *_swig_go_3) {
+intgo _wrap_metrics_text_capi_1b3073dbf7f6f73c(pstate_t *_swig_go_0, _gostring_ _swig_go_1, long long _swig_go_2, long long *_swig_go_3) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   char *arg2 = (char *) 0 ;
   size_t arg3 ;
@@ -3957,7 +3987,7 @@ intgo _wrap_metrics_text_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, _gostring_ 
 }
 
 
-intgo _wrap_PSTATE_HOOK_BEFORE_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_HOOK_BEFORE_capi_1b3073dbf7f6f73c() {
   enum pstate_hook_phase_t result;
   intgo _swig_go_result;
   
@@ -3969,7 +3999,7 @@ intgo _wrap_PSTATE_HOOK_BEFORE_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_HOOK_AFTER_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_HOOK_AFTER_capi_1b3073dbf7f6f73c() {
   enum pstate_hook_phase_t result;
   intgo _swig_go_result;
   
@@ -3981,7 +4011,7 @@ intgo _wrap_PSTATE_HOOK_AFTER_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_PSTATE_HOOK_ABORT_capi_0165382b6d0d27c8() {
+intgo _wrap_PSTATE_HOOK_ABORT_capi_1b3073dbf7f6f73c() {
   enum pstate_hook_phase_t result;
   intgo _swig_go_result;
   
@@ -3993,7 +4023,7 @@ intgo _wrap_PSTATE_HOOK_ABORT_capi_0165382b6d0d27c8() {
 }
 
 
-intgo _wrap_remove_hook_capi_0165382b6d0d27c8(pstate_t *_swig_go_0, long long _swig_go_1) {
+intgo _wrap_remove_hook_capi_1b3073dbf7f6f73c(pstate_t *_swig_go_0, long long _swig_go_1) {
   pstate_t *arg1 = (pstate_t *) 0 ;
   uint64_t arg2 ;
   pstate_status_t result;

@@ -2495,12 +2495,18 @@ pub struct pstate_api_t {
     >,
     pub remove_hook:
         ::std::option::Option<unsafe extern "C" fn(ps: *mut pstate_t, id: u64) -> pstate_status_t>,
+    pub group_set_timeout: ::std::option::Option<
+        unsafe extern "C" fn(g: *mut pstate_group_t, timeout_ms: i64) -> pstate_status_t,
+    >,
+    pub group_timeout: ::std::option::Option<
+        unsafe extern "C" fn(g: *const pstate_group_t, timeout_ms: *mut i64) -> pstate_status_t,
+    >,
 }
 #[test]
 fn bindgen_test_layout_pstate_api_t() {
     assert_eq!(
         ::std::mem::size_of::<pstate_api_t>(),
-        600usize,
+        616usize,
         concat!("Size of: ", stringify!(pstate_api_t))
     );
     assert_eq!(
@@ -3800,4 +3806,38 @@ fn bindgen_test_layout_pstate_api_t() {
         );
     }
     test_field_remove_hook();
+    fn test_field_group_set_timeout() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).group_set_timeout) as usize - ptr as usize
+            },
+            600usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(group_set_timeout)
+            )
+        );
+    }
+    test_field_group_set_timeout();
+    fn test_field_group_timeout() {
+        assert_eq!(
+            unsafe {
+                let uninit = ::std::mem::MaybeUninit::<pstate_api_t>::uninit();
+                let ptr = uninit.as_ptr();
+                ::std::ptr::addr_of!((*ptr).group_timeout) as usize - ptr as usize
+            },
+            608usize,
+            concat!(
+                "Offset of field: ",
+                stringify!(pstate_api_t),
+                "::",
+                stringify!(group_timeout)
+            )
+        );
+    }
+    test_field_group_timeout();
 }

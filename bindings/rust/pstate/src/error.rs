@@ -252,6 +252,8 @@ fn rust_name(c: &str) -> Option<String> {
         "pstate_group_ranks" => "Group::ranks",
         "pstate_group_same_node" => "Group::same_node",
         "pstate_group_info" => "Group::info",
+        "pstate_group_set_timeout" => "Group::set_timeout",
+        "pstate_group_timeout" => "Group::timeout",
         "pstate_wait" => "Request::wait",
         "pstate_test" => "Request::test",
         "pstate_t" => "PState",

@@ -674,6 +674,25 @@ impl<'ps> Group<'ps> {
         Ok(flags[..n].iter().map(|&f| f != 0).collect())
     }
 
+    /// Bounds every later call of this group on this rank by `timeout` instead of the context's
+    /// timeout (`None`: the context's again); a call past it returns `Status::Timeout` naming the
+    /// group's timeout and fails the context as any timeout does. Local, not collective: set it
+    /// alike on every rank (pstate_group_set_timeout; docs/timeouts.md).
+    pub fn set_timeout(&self, timeout: Option<std::time::Duration>) -> Result<()> {
+        let ms = match timeout {
+            None => 0,
+            Some(d) => i64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(i64::MAX).max(1),
+        };
+        check(unsafe { sys::pstate_group_set_timeout(self.g(), ms) })
+    }
+
+    /// The timeout of this group's calls on this rank: its own (`set_timeout`) or the context's.
+    pub fn timeout(&self) -> Result<std::time::Duration> {
+        let mut ms = 0i64;
+        check(unsafe { sys::pstate_group_timeout(self.g(), &mut ms) })?;
+        Ok(std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
+    }
+
     /// `buf[i]` = op over the group of `buf[i]`, in place.
     pub fn all_reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
         let p = buf.as_mut_ptr();

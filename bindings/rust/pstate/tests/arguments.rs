@@ -185,3 +185,22 @@ fn trace_dump_writes_this_ranks_flight_recorder() {
     ps.finalize().unwrap();
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A group's own timeout (issue 43): the context's at first, the group's after `set_timeout`, the
+/// context's again after `None`. The C suite (tests/api/test_group_timeout.c) shows it ending a
+/// stalled call at the group's 200 ms.
+#[test]
+fn group_timeout_set_and_read() {
+    let dir = temp_dir("group-timeout");
+    let ps = one_rank(&dir);
+    let w = ps.group(GroupKind::World).unwrap();
+    assert_eq!(w.timeout().unwrap(), Duration::from_secs(10));
+    w.set_timeout(Some(Duration::from_millis(250))).unwrap();
+    assert_eq!(w.timeout().unwrap(), Duration::from_millis(250));
+    w.barrier().unwrap();
+    w.set_timeout(None).unwrap();
+    assert_eq!(w.timeout().unwrap(), Duration::from_secs(10));
+    drop(w);
+    ps.finalize().unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}
