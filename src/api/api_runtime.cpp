@@ -297,9 +297,9 @@ PSTATE_API pstate_status_t pstate_group_set_timeout(pstate_group_t *g, int64_t t
   return PSTATE_GUARD({
     pstate::api::require_group(g, "pstate_group_set_timeout");
     if (timeout_ms < 0)
-      pstate::throw_error(PSTATE_ERR_INVALID_ARGUMENT, "pstate_group_set_timeout: timeout_ms ", timeout_ms, " for group ",
-                  g->name(), " is negative: give milliseconds > 0, or 0 for the context's timeout (",
-                  g->context().timeout_ms(), " ms)");
+      pstate::throw_error(
+          PSTATE_ERR_INVALID_ARGUMENT, "pstate_group_set_timeout: timeout_ms ", timeout_ms, " for group ", g->name(),
+          " is negative: give milliseconds > 0, or 0 for the context's timeout (", g->context().timeout_ms(), " ms)");
     pstate::api::ContextEntry entry(g->context(), "pstate_group_set_timeout");
     g->set_timeout_ms(timeout_ms);
   });

@@ -1,6 +1,8 @@
 // job_metrics.cpp — the launcher's merged /metrics (job_metrics.hpp has the rules).
 #include "cli/job_metrics.hpp"
 
+#include "common/prometheus_label.hpp"
+
 #include <map>
 #include <string_view>
 
@@ -13,16 +15,7 @@ namespace pstate::cli {
 namespace {
 
 std::string label_value(std::string_view v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
+  return pstate::prometheus_label_value(v);
 }
 
 struct Family {

@@ -55,24 +55,22 @@ void CallHooks::after(const pstate_call_info_t &info) const noexcept {
 void CallHooks::abort(const char *operation, pstate_status_t status, const std::string &message) noexcept {
   if (list_.load(std::memory_order_acquire) == nullptr) return;
   if (aborted_.exchange(true, std::memory_order_acq_rel)) return;
-  static const std::string no_group;  // call_info keeps its c_str(): it must outlive the hooks' calls
-  pstate_call_info_t info =
-      call_info(PSTATE_HOOK_ABORT, 0, no_group, operation, UINT64_MAX, 0, -1, -1, -1, false, 0, "none");
+  pstate_call_info_t info = call_info(PSTATE_HOOK_ABORT, 0, "", operation, UINT64_MAX, 0, -1, -1, -1, false, 0, "none");
   info.status = status;
   info.message = message.c_str();
   after(info);
 }
 
-pstate_call_info_t call_info(pstate_hook_phase_t phase, uint64_t call_id, const std::string &group,
-                             const char *operation, uint64_t seq, uint64_t count, int dtype, int root, int peer,
-                             bool on_device, uint64_t bytes, const char *path) {
+pstate_call_info_t call_info(pstate_hook_phase_t phase, uint64_t call_id, const char *group, const char *operation,
+                             uint64_t seq, uint64_t count, int dtype, int root, int peer, bool on_device,
+                             uint64_t bytes, const char *path) {
   pstate_call_info_t i;
   std::memset(&i, 0, sizeof i);
   i.struct_size = sizeof i;
   i.phase = phase;
   i.status = PSTATE_OK;
   i.call_id = call_id;
-  i.group = group.c_str();
+  i.group = group;
   i.operation = operation;
   i.seq = seq;
   i.count = count;

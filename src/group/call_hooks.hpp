@@ -84,8 +84,10 @@ class CallHooks {
 };
 
 // Fills the common fields of an info for one call (the phase-specific ones are the caller's).
-pstate_call_info_t call_info(pstate_hook_phase_t phase, uint64_t call_id, const std::string &group,
-                             const char *operation, uint64_t seq, uint64_t count, int dtype, int root, int peer,
-                             bool on_device, uint64_t bytes, const char *path);
+// The info points at group, operation and path: they must outlive every hook's use of it (a
+// group's name, string literals).
+pstate_call_info_t call_info(pstate_hook_phase_t phase, uint64_t call_id, const char *group, const char *operation,
+                             uint64_t seq, uint64_t count, int dtype, int root, int peer, bool on_device,
+                             uint64_t bytes, const char *path);
 
 }  // namespace pstate

@@ -3,6 +3,7 @@
 #include "group/call_observer.hpp"
 
 #include "common/error.hpp"
+#include "common/prometheus_label.hpp"
 #include "reduce/reduce.hpp"
 
 #include <chrono>
@@ -36,19 +37,10 @@ std::mutex g_calibrate_mutex;
 constexpr uint32_t kFirstBucket = 7;
 constexpr uint32_t kLastBucket = 39;
 
-// Prometheus label values: backslash, double quote and newline escaped (group names are
-// "tp:0", "custom:3", ...; nothing else needs it today).
+// Prometheus label values (group names are "tp:0", "custom:3", ...; nothing else needs escaping
+// today): common/prometheus_label.hpp.
 std::string label(const std::string &v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
+  return prometheus_label_value(v);
 }
 
 std::string seconds(uint64_t ns) {

@@ -65,7 +65,9 @@ pstate_group_s::pstate_group_s(pstate::Context &ctx, pstate_group_kind_t kind, s
   timeout_ms_ = ctx.timeout_ms();
 }
 
-pstate::Deadline pstate_group_s::op_deadline() const { return ctx_.op_deadline(timeout_ms_); }
+pstate::Deadline pstate_group_s::op_deadline() const {
+  return ctx_.op_deadline(timeout_ms_);
+}
 
 void pstate_group_s::set_timeout_ms(int64_t timeout_ms) {
   own_timeout_ = timeout_ms > 0;
@@ -76,9 +78,9 @@ void pstate_group_s::set_timeout_ms(int64_t timeout_ms) {
 }
 
 pstate::Error pstate_group_s::timeout_named(const pstate::Error &e) const {
-  return pstate::Error(e.status(), pstate::cat(e.what(), " [group ", name_, "'s own timeout on this rank: ", timeout_ms_,
-                                               " ms (pstate_group_set_timeout); the context's is ", ctx_.timeout_ms(),
-                                               " ms]"));
+  return pstate::Error(e.status(),
+                       pstate::cat(e.what(), " [group ", name_, "'s own timeout on this rank: ", timeout_ms_,
+                                   " ms (pstate_group_set_timeout); the context's is ", ctx_.timeout_ms(), " ms]"));
 }
 
 // The one place that chooses how this group's bytes move: shared memory when every rank is on
@@ -234,8 +236,7 @@ __attribute__((always_inline)) inline void pstate_group_s::run_core(const OpDesc
   const uint64_t tid = tr ? trace_begin(*tr, desc_in, true) : 0;
   OpDescriptor desc = desc_in;
   desc.seq = position_.begun++;
-  const pstate::HostCall call{&desc_in, desc.seq, pstate::tag_base(desc.seq), op_name, op_deadline(), tr, tid,
-                              path_};
+  const pstate::HostCall call{&desc_in, desc.seq, pstate::tag_base(desc.seq), op_name, op_deadline(), tr, tid, path_};
   bool agreeing = true;
   try {
     naming_timeout([&] {
@@ -622,9 +623,10 @@ void pstate_group_s::broadcast_from_rank0(void *bytes, size_t n) {
 pstate_group_s::HookedCall pstate_group_s::hook_begin(const char *op, uint64_t seq, uint64_t count, int dtype,
                                                       int root, int peer, pstate::TracePath path, bool on_device) {
   const uint64_t bytes = dtype < 0 ? count : count * pstate::dtype_size(static_cast<pstate_dtype_t>(dtype));
-  HookedCall h{pstate::call_info(PSTATE_HOOK_BEFORE, hooks_->next_call_id(), name_, op, seq, count, dtype, root, peer,
-                                 on_device, bytes, pstate::observed_path_name(static_cast<uint32_t>(path))),
-               0, {}};
+  HookedCall h{pstate::call_info(PSTATE_HOOK_BEFORE, hooks_->next_call_id(), name_.c_str(), op, seq, count, dtype, root,
+                                 peer, on_device, bytes, pstate::observed_path_name(static_cast<uint32_t>(path))),
+               0,
+               {}};
   h.info.send = hook_send_;
   h.info.send_bytes = hook_send_ != nullptr ? hook_send_bytes_ : 0;
   hook_send_ = nullptr;

@@ -14,11 +14,14 @@
  * - the get/set contract: the context's value first, the group's after a set, the context's again
  *   after 0; negative and NULL arguments are INVALID_ARGUMENT naming the group.
  */
+/* cmocka.h needs these first */
+// clang-format off
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+// clang-format on
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,16 +47,17 @@ static int tighter_rank(const pstate_test_rank_t *self) {
   int64_t ms = -1;
   RANK_CHECK(self, pstate_group_timeout(w, &ms) == PSTATE_OK && ms == 60000, "the world's timeout at first: %lld\n",
              (long long)ms);
-  RANK_CHECK(self, pstate_group_set_timeout(w, -5) == PSTATE_ERR_INVALID_ARGUMENT &&
-                       strstr(pstate_last_error(), "world:0") && strstr(pstate_last_error(), "-5"),
+  RANK_CHECK(self,
+             pstate_group_set_timeout(w, -5) == PSTATE_ERR_INVALID_ARGUMENT && strstr(pstate_last_error(), "world:0") &&
+                 strstr(pstate_last_error(), "-5"),
              "a negative timeout: %s\n", pstate_last_error());
   RANK_CHECK(self, pstate_group_set_timeout(NULL, 5) == PSTATE_ERR_INVALID_ARGUMENT, "a NULL group accepted\n");
   RANK_CHECK(self, pstate_group_timeout(w, NULL) == PSTATE_ERR_INVALID_ARGUMENT, "a NULL out accepted\n");
-  RANK_CHECK(self, pstate_group_set_timeout(w, 1234) == PSTATE_OK && pstate_group_timeout(w, &ms) == PSTATE_OK &&
-                       ms == 1234,
+  RANK_CHECK(self,
+             pstate_group_set_timeout(w, 1234) == PSTATE_OK && pstate_group_timeout(w, &ms) == PSTATE_OK && ms == 1234,
              "after set 1234: %lld\n", (long long)ms);
-  RANK_CHECK(self, pstate_group_set_timeout(w, 0) == PSTATE_OK && pstate_group_timeout(w, &ms) == PSTATE_OK &&
-                       ms == 60000,
+  RANK_CHECK(self,
+             pstate_group_set_timeout(w, 0) == PSTATE_OK && pstate_group_timeout(w, &ms) == PSTATE_OK && ms == 60000,
              "after set 0: %lld\n", (long long)ms);
   RANK_CHECK(self, pstate_group_set_timeout(w, 200) == PSTATE_OK, "%s\n", pstate_last_error());
   RANK_CHECK(self, pstate_group_timeout(g2, &ms) == PSTATE_OK && ms == 60000, "the other group's: %lld\n",
@@ -85,7 +89,8 @@ static int tighter_rank(const pstate_test_rank_t *self) {
     s = pstate_all_reduce(w, in, out, N, PSTATE_FLOAT32, PSTATE_SUM, NULL);
   }
   const double took = pstate_test_now_ms() - t0;
-  fprintf(stderr, "rank 0: %s on the world (own timeout 200 ms, the context's 60000 ms, PSTATE_SHM=%s): %s after %.0f ms\n",
+  fprintf(stderr,
+          "rank 0: %s on the world (own timeout 200 ms, the context's 60000 ms, PSTATE_SHM=%s): %s after %.0f ms\n",
           call, getenv("PSTATE_SHM") ? getenv("PSTATE_SHM") : "default", pstate_status_string(s), took);
   RANK_CHECK(self, s == PSTATE_ERR_TIMEOUT, "%s returned %s: %s\n", call, pstate_status_string(s), pstate_last_error());
   RANK_CHECK(self, took >= 190 && took < 2000, "%s: TIMEOUT after %.0f ms (the group's 200, the context's 60000)\n",

@@ -286,8 +286,9 @@ static int nan_rank(const pstate_test_rank_t *self) {
     in[2] = NAN;
     pstate_request_t *req = NULL;
     s = pstate_isend(w, in, N, PSTATE_FLOAT32, 0, NULL, &req);
-    RANK_CHECK(self, s == PSTATE_ERR_INVALID_ARGUMENT && req == NULL && strstr(pstate_last_error(), "send[2] is NaN") &&
-                         strstr(pstate_last_error(), "isend"),
+    RANK_CHECK(self,
+               s == PSTATE_ERR_INVALID_ARGUMENT && req == NULL && strstr(pstate_last_error(), "send[2] is NaN") &&
+                   strstr(pstate_last_error(), "isend"),
                "the NaN isend returned %s: %s\n", pstate_status_string(s), pstate_last_error());
     in[2] = 2.0f;
   }
@@ -341,12 +342,14 @@ static int requests_rank(const pstate_test_rank_t *self) {
   RANK_CHECK(self, pstate_p2p_batch(w, ops, 2, NULL) == PSTATE_OK && out2[2] == (float)(100 + 10 * peer + 2), "%s\n",
              pstate_last_error());
   pstate_request_t *refused = (pstate_request_t *)&rec;
-  RANK_CHECK(self, pstate_isend(w, in, 3, PSTATE_FLOAT32, peer, NULL, &refused) == PSTATE_ERR_INVALID_ARGUMENT &&
-                       refused == NULL && strstr(pstate_last_error(), "isend refused by hook"),
+  RANK_CHECK(self,
+             pstate_isend(w, in, 3, PSTATE_FLOAT32, peer, NULL, &refused) == PSTATE_ERR_INVALID_ARGUMENT &&
+                 refused == NULL && strstr(pstate_last_error(), "isend refused by hook"),
              "the refused isend: req %p, %s\n", (void *)refused, pstate_last_error());
   ops[0].count = 3;
-  RANK_CHECK(self, pstate_p2p_batch(w, ops, 1, NULL) == PSTATE_ERR_INVALID_ARGUMENT &&
-                       strstr(pstate_last_error(), "p2p_batch refused by hook"),
+  RANK_CHECK(self,
+             pstate_p2p_batch(w, ops, 1, NULL) == PSTATE_ERR_INVALID_ARGUMENT &&
+                 strstr(pstate_last_error(), "p2p_batch refused by hook"),
              "the refused batch: %s\n", pstate_last_error());
 
   /* the record: B irecv, B isend, B/A barrier, A isend, A irecv, B/A p2p_batch, B/A isend refused, B/A batch refused */
@@ -356,12 +359,18 @@ static int requests_rank(const pstate_test_rank_t *self) {
     int call; /* which BEFORE's id an AFTER carries (index into this list) */
     pstate_status_t status;
   } want[] = {
-      {PSTATE_HOOK_BEFORE, "irecv", 0, PSTATE_OK},     {PSTATE_HOOK_BEFORE, "isend", 1, PSTATE_OK},
-      {PSTATE_HOOK_BEFORE, "barrier", 2, PSTATE_OK},   {PSTATE_HOOK_AFTER, "barrier", 2, PSTATE_OK},
-      {PSTATE_HOOK_AFTER, "isend", 1, PSTATE_OK},      {PSTATE_HOOK_AFTER, "irecv", 0, PSTATE_OK},
-      {PSTATE_HOOK_BEFORE, "p2p_batch", 6, PSTATE_OK}, {PSTATE_HOOK_AFTER, "p2p_batch", 6, PSTATE_OK},
-      {PSTATE_HOOK_BEFORE, "isend", 8, PSTATE_OK},     {PSTATE_HOOK_AFTER, "isend", 8, PSTATE_ERR_INVALID_ARGUMENT},
-      {PSTATE_HOOK_BEFORE, "p2p_batch", 10, PSTATE_OK}, {PSTATE_HOOK_AFTER, "p2p_batch", 10, PSTATE_ERR_INVALID_ARGUMENT},
+      {PSTATE_HOOK_BEFORE, "irecv", 0, PSTATE_OK},
+      {PSTATE_HOOK_BEFORE, "isend", 1, PSTATE_OK},
+      {PSTATE_HOOK_BEFORE, "barrier", 2, PSTATE_OK},
+      {PSTATE_HOOK_AFTER, "barrier", 2, PSTATE_OK},
+      {PSTATE_HOOK_AFTER, "isend", 1, PSTATE_OK},
+      {PSTATE_HOOK_AFTER, "irecv", 0, PSTATE_OK},
+      {PSTATE_HOOK_BEFORE, "p2p_batch", 6, PSTATE_OK},
+      {PSTATE_HOOK_AFTER, "p2p_batch", 6, PSTATE_OK},
+      {PSTATE_HOOK_BEFORE, "isend", 8, PSTATE_OK},
+      {PSTATE_HOOK_AFTER, "isend", 8, PSTATE_ERR_INVALID_ARGUMENT},
+      {PSTATE_HOOK_BEFORE, "p2p_batch", 10, PSTATE_OK},
+      {PSTATE_HOOK_AFTER, "p2p_batch", 10, PSTATE_ERR_INVALID_ARGUMENT},
   };
   const int n_want = (int)(sizeof want / sizeof want[0]);
   RANK_CHECK(self, rec.n == n_want, "%d events, want %d\n", rec.n, n_want);
@@ -375,12 +384,14 @@ static int requests_rank(const pstate_test_rank_t *self) {
     if (i > 0 && want[i].phase == PSTATE_HOOK_BEFORE)
       RANK_CHECK(self, e->call_id > rec.ev[i - 1].call_id, "event %d: ids not increasing\n", i);
   }
-  RANK_CHECK(self, rec.ev[1].send == in && rec.ev[1].bytes == N * 4 && rec.ev[1].peer == peer && rec.ev[0].send == NULL &&
-                       rec.ev[0].peer == peer && rec.ev[0].seq == UINT64_MAX,
+  RANK_CHECK(self,
+             rec.ev[1].send == in && rec.ev[1].bytes == N * 4 && rec.ev[1].peer == peer && rec.ev[0].send == NULL &&
+                 rec.ev[0].peer == peer && rec.ev[0].seq == UINT64_MAX,
              "isend/irecv BEFORE: send %p/%p bytes %llu peers %d/%d\n", rec.ev[1].send, rec.ev[0].send,
              (unsigned long long)rec.ev[1].bytes, rec.ev[1].peer, rec.ev[0].peer);
-  RANK_CHECK(self, rec.ev[6].count == 2 * N && rec.ev[6].dtype == PSTATE_FLOAT32 && rec.ev[6].bytes == 2 * N * 4 &&
-                       rec.ev[6].peer == -1,
+  RANK_CHECK(self,
+             rec.ev[6].count == 2 * N && rec.ev[6].dtype == PSTATE_FLOAT32 && rec.ev[6].bytes == 2 * N * 4 &&
+                 rec.ev[6].peer == -1,
              "p2p_batch BEFORE: count %llu dtype %d bytes %llu peer %d\n", (unsigned long long)rec.ev[6].count,
              rec.ev[6].dtype, (unsigned long long)rec.ev[6].bytes, rec.ev[6].peer);
   RANK_CHECK(self, rec.ev[5].duration_ns >= rec.ev[3].duration_ns,
@@ -395,9 +406,9 @@ static int requests_rank(const pstate_test_rank_t *self) {
   RANK_CHECK(self, pstate_finalize(ps) == PSTATE_OK, "finalize: %s\n", pstate_last_error());
   if (self->rank == 0) {
     const event_t *b = &rec.ev[n_want], *a = &rec.ev[n_want + 1];
-    RANK_CHECK(self, rec.n == n_want + 2 && b->phase == PSTATE_HOOK_BEFORE && a->phase == PSTATE_HOOK_AFTER &&
-                         strcmp(a->operation, "irecv") == 0 && a->call_id == b->call_id &&
-                         a->status == PSTATE_ERR_ABORTED,
+    RANK_CHECK(self,
+               rec.n == n_want + 2 && b->phase == PSTATE_HOOK_BEFORE && a->phase == PSTATE_HOOK_AFTER &&
+                   strcmp(a->operation, "irecv") == 0 && a->call_id == b->call_id && a->status == PSTATE_ERR_ABORTED,
                "the request pending at finalize: %d events, the last %s %s\n", rec.n, rec.ev[rec.n - 1].operation,
                pstate_status_string(rec.ev[rec.n - 1].status));
     RANK_CHECK(self, pstate_wait(rr) == PSTATE_ERR_ABORTED, "wait after finalize: %s\n", pstate_last_error());

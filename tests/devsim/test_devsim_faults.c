@@ -228,7 +228,8 @@ static int hang_rank(const pstate_test_rank_t *self) {
                HAS(pstate_last_error(), "world:0") && HAS(pstate_last_error(), "rank 0 of 2") &&
                    HAS(pstate_last_error(), "pstate_abort"),
                "%s", pstate_last_error());
-    fprintf(stderr, "rank 0: TIMEOUT after %.0f ms (the limit %lld ms; the context timeout %d ms)\n", took, (long long)limit, TIMEOUT_MS);
+    fprintf(stderr, "rank 0: TIMEOUT after %.0f ms (the limit %lld ms; the context timeout %d ms)\n", took,
+            (long long)limit, TIMEOUT_MS);
   } else {
     usleep((TIMEOUT_MS + 500) * 1000); /* the peer waits in vain on the device, as with NCCL */
   }

@@ -334,7 +334,8 @@ ncclResult_t NcclCommunicator::settle(ncclResult_t r, const char *call, const ch
     if (deadline.expired())
       fail(PSTATE_ERR_TIMEOUT,
            cat(where(op), ": ", call, " did not finish within ", options_.timeout_ms, " ms (rank ", rank(), " of ",
-               size(), "): a rank of the group has not made the same call (every rank must issue the same device "
+               size(),
+               "): a rank of the group has not made the same call (every rank must issue the same device "
                "operations in the same order), or NCCL could not connect (NCCL_DEBUG=INFO, NCCL_SOCKET_IFNAME)"),
            true);
     backoff.pause();
