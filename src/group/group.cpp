@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 namespace pstate {
 
@@ -239,21 +240,24 @@ __attribute__((always_inline)) inline void pstate_group_s::run_core(const OpDesc
   const pstate::HostCall call{&desc_in, desc.seq, pstate::tag_base(desc.seq), op_name, op_deadline(), tr, tid, path_};
   bool agreeing = true;
   try {
-    naming_timeout([&] {
-      if (exchanges()) {
-        verify_same_op(call, desc, fold_payload);
-        if (tid != 0) tr->started(tid);  // agreed; in shared memory the agreement is part of the call
-      }
-      agreeing = false;
-      body(call);
-    });
-  } catch (const pstate::Error &e) {
+    if (exchanges()) {
+      verify_same_op(call, desc, fold_payload);
+      if (tid != 0) tr->started(tid);  // agreed; in shared memory the agreement is part of the call
+    }
+    agreeing = false;
+    body(call);
+  } catch (const pstate::Error &caught) {
+    // (Named here, in the handler, rather than by naming_timeout around the body: the call path
+    // stays as it was; the handler is out of line.)
+    std::optional<pstate::Error> named;
+    if (caught.status() == PSTATE_ERR_TIMEOUT && own_timeout_) named.emplace(timeout_named(caught));
+    const pstate::Error &e = named ? *named : caught;
     // The exchange moved no data, and every rank saw what it saw: a mismatch or a refusal there
     // leaves the context usable.
     const bool agreed_error = e.status() == PSTATE_ERR_MISMATCH || e.status() == PSTATE_ERR_INVALID_ARGUMENT;
     // An abort from another thread fails the context too, and tells the peers (ctx_.fail's notices).
     // A body's own agreement step (AgreedError: all_to_all_v's counts) counts as the exchange.
-    const bool agreed_step = agreeing || dynamic_cast<const pstate::AgreedError *>(&e) != nullptr;
+    const bool agreed_step = agreeing || dynamic_cast<const pstate::AgreedError *>(&caught) != nullptr;
     if (ctx_.abort_requested() || (agreed_step ? !agreed_error : pstate::is_fatal(e.status())))
       ctx_.fail(e);  // its notices say this call had not returned here
     position_.returned.store(desc.seq + 1, std::memory_order_relaxed);
@@ -263,6 +267,7 @@ __attribute__((always_inline)) inline void pstate_group_s::run_core(const OpDesc
     } else {
       ctx_.log_call_failed(e, name_, op_name);
     }
+    if (named) throw *named;
     throw;
   }
   position_.returned.store(desc.seq + 1, std::memory_order_relaxed);
@@ -570,11 +575,15 @@ __attribute__((always_inline)) inline void pstate_group_s::run_p2p_core(pstate::
                     count, dtype, -1, -1, peer, path);
   const pstate::HostCall call = p2p_call(op, tid, path);
   try {
-    naming_timeout([&] { body(call); });
-  } catch (const pstate::Error &e) {
+    body(call);
+  } catch (const pstate::Error &caught) {
+    std::optional<pstate::Error> named;  // as in run_core
+    if (caught.status() == PSTATE_ERR_TIMEOUT && own_timeout_) named.emplace(timeout_named(caught));
+    const pstate::Error &e = named ? *named : caught;
     if (pstate::is_fatal(e.status()) || ctx_.abort_requested()) ctx_.fail(e);
     metrics_->record(static_cast<uint32_t>(top), call.path, observed_bytes(), t0, e.status());
     ctx_.trace_call_failed(tid, e, name_, op);
+    if (named) throw *named;
     throw;
   }
   if (tid != 0) tr->completed(tid);
