@@ -2,15 +2,16 @@
  * test_group_timeout.c — a group's own timeout (pstate_group_set_timeout; issue 43, per-call
  * deadlines): every call of the group on this rank is bounded by it instead of the context's.
  *
- * - tighter: the context's timeout is 60 s, the world's 200 ms; rank 1 stalls (it sleeps 1.5 s
- *   before its call): rank 0's all_reduce returns TIMEOUT at about 200 ms — measured and printed,
- *   and checked to be at least the 200 ms and far below the context's 60 s (bound 2 s: this
- *   machine's load, not a speed claim; with the context's timeout it would have been OK at 1.5 s) —
+ * - tighter: the context's timeout is 60 s, the world's 200 ms; rank 1 stalls (it never makes the
+ *   call and aborts 0.7 s later): rank 0's all_reduce returns TIMEOUT at about 200 ms — measured
+ *   and printed, and checked to be at least the 200 ms and far below the context's 60 s (bound
+ *   2 s: this machine's load, not a speed claim; under the context's timeout it would have been
+ *   PEER_LOST at 0.7 s) —
  *   with a text that names the group's own timeout; over
  *   shared memory and over UCX; a pstate_wait on an irecv that nobody sends is ended the same way;
  * - only that group: a second group of the same ranks keeps the context's 60 s, so a call whose
  *   peer comes 500 ms late succeeds there while the world's would have failed;
- * - looser: the context's timeout is 300 ms, the world's 3 s; a peer 1 s late: OK;
+ * - looser: the context's timeout is 300 ms, the world's 3 s; a peer 0.6 s late: OK;
  * - the get/set contract: the context's value first, the group's after a set, the context's again
  *   after 0; negative and NULL arguments are INVALID_ARGUMENT naming the group.
  */
@@ -71,8 +72,8 @@ static int tighter_rank(const pstate_test_rank_t *self) {
              "the other group's late call: %s\n", pstate_last_error());
   RANK_CHECK(self, pstate_barrier(g2) == PSTATE_OK, "%s\n", pstate_last_error());
 
-  if (self->rank == 1) { /* stalls: the world's call comes 1.5 s late (and fails: rank 0 has gone) */
-    usleep(1500 * 1000);
+  if (self->rank == 1) { /* stalls: it never makes the world's call; it aborts 0.7 s later */
+    usleep(700 * 1000);
     pstate_abort(ps);
     return 0;
   }
@@ -110,10 +111,10 @@ static int looser_rank(const pstate_test_rank_t *self) {
   RANK_CHECK(self, pstate_group_set_timeout(w, 3000) == PSTATE_OK, "%s\n", pstate_last_error());
   float in[N], out[N];
   for (int i = 0; i < N; ++i) in[i] = (float)(self->rank + i);
-  if (self->rank == 1) usleep(1000 * 1000); /* past the context's 300 ms, within the group's 3 s */
+  if (self->rank == 1) usleep(600 * 1000); /* past the context's 300 ms, within the group's 3 s */
   RANK_CHECK(self, pstate_all_reduce(w, in, out, N, PSTATE_FLOAT32, PSTATE_SUM, NULL) == PSTATE_OK && out[2] == 5.0f,
-             "a peer 1 s late under the group's 3 s: %s\n", pstate_last_error());
-  if (self->rank == 0) usleep(1000 * 1000);
+             "a peer 0.6 s late under the group's 3 s: %s\n", pstate_last_error());
+  if (self->rank == 0) usleep(600 * 1000);
   RANK_CHECK(self, pstate_barrier(w) == PSTATE_OK, "%s\n", pstate_last_error());
   RANK_CHECK(self, pstate_finalize(ps) == PSTATE_OK, "finalize: %s\n", pstate_last_error());
   return 0;

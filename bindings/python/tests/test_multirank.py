@@ -19,8 +19,8 @@ def test_hooks_see_every_call_in_order_refuse_and_abort_two_ranks(ranks, env):
 
 @pytest.mark.parametrize("env", [{}, {"PSTATE_SHM": "0"}], ids=["shm", "ucx"])
 def test_group_timeout_ends_a_call_at_the_groups_timeout_two_ranks(ranks, env):
-    """Issue 43: Group.set_timeout(200) under a 60 s context timeout: a peer 1.5 s late is a
-    TimeoutError at ~200 ms naming the group's timeout (ranks.py: group_timeout)."""
+    """Issue 43: Group.set_timeout(200) under a 60 s context timeout: a peer that does not come is
+    a TimeoutError at ~200 ms naming the group's timeout (ranks.py: group_timeout)."""
     ranks(2, "group_timeout", extra_env=env)
 
 
