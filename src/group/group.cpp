@@ -63,24 +63,24 @@ pstate_group_s::pstate_group_s(pstate::Context &ctx, pstate_group_kind_t kind, s
   observed_cells_ = metrics_->cells();
   hooks_ = &ctx.hooks();
   hooked_ = hooks_->active();
-  timeout_ms_ = ctx.timeout_ms();
+  timeout_ms_.store(ctx.timeout_ms(), std::memory_order_relaxed);
 }
 
 pstate::Deadline pstate_group_s::op_deadline() const {
-  return ctx_.op_deadline(timeout_ms_);
+  return ctx_.op_deadline(timeout_ms());
 }
 
 void pstate_group_s::set_timeout_ms(int64_t timeout_ms) {
   own_timeout_ = timeout_ms > 0;
-  timeout_ms_ = own_timeout_ ? timeout_ms : ctx_.timeout_ms();
-  if (device_comm_) device_comm_->set_timeout_ms(timeout_ms_);
-  ctx_.log().info("group ", name_, ": every call's timeout is now ", timeout_ms_, " ms on this rank (",
+  timeout_ms_.store(own_timeout_ ? timeout_ms : ctx_.timeout_ms(), std::memory_order_relaxed);
+  if (device_comm_) device_comm_->set_timeout_ms(this->timeout_ms());
+  ctx_.log().info("group ", name_, ": every call's timeout is now ", this->timeout_ms(), " ms on this rank (",
                   own_timeout_ ? "pstate_group_set_timeout" : "the context's", ")");
 }
 
 pstate::Error pstate_group_s::timeout_named(const pstate::Error &e) const {
   return pstate::Error(e.status(),
-                       pstate::cat(e.what(), " [group ", name_, "'s own timeout on this rank: ", timeout_ms_,
+                       pstate::cat(e.what(), " [group ", name_, "'s own timeout on this rank: ", timeout_ms(),
                                    " ms (pstate_group_set_timeout); the context's is ", ctx_.timeout_ms(), " ms]"));
 }
 

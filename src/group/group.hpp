@@ -38,6 +38,7 @@
 
 #include <pstate/pstate.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -83,7 +84,7 @@ struct pstate_group_s {
   // Every later call of this group on this rank is bounded by timeout_ms (0: the context's again);
   // the device communicator's polls too. Local, not collective.
   void set_timeout_ms(int64_t timeout_ms);
-  int64_t timeout_ms() const { return timeout_ms_; }
+  int64_t timeout_ms() const { return timeout_ms_.load(std::memory_order_relaxed); }
   // One operation's deadline: the group's timeout, from the operation's first wait.
   pstate::Deadline op_deadline() const;
   // Runs f; a TIMEOUT it throws under the group's own timeout names that timeout (the transports'
@@ -562,7 +563,9 @@ struct pstate_group_s {
   bool hooked_ = false;
   mutable const void *hook_send_ = nullptr;       // note_send: the next hooked call's send data
   mutable uint64_t hook_send_bytes_ = 0;
-  int64_t timeout_ms_ = 0;    // every call's timeout on this rank: the context's, or set_timeout_ms's
+  // Every call's timeout on this rank: the context's, or set_timeout_ms's. Atomic: pstate_group_timeout
+  // reads it without entering the context (any thread, a hook); a relaxed load is a plain load.
+  std::atomic<int64_t> timeout_ms_{0};
   bool own_timeout_ = false;  // set_timeout_ms gave one
   [[gnu::cold, gnu::noinline]] pstate::Error timeout_named(const pstate::Error &e) const;
 };

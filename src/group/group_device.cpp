@@ -35,7 +35,7 @@ pstate::DeviceCommOptions pstate_group_s::device_comm_options() {
   o.group_name = name_;
   o.rank = rank_in_group_;
   o.size = size();
-  o.timeout_ms = timeout_ms_;  // the group's (set_timeout_ms passes a later change on)
+  o.timeout_ms = timeout_ms();  // the group's (set_timeout_ms passes a later change on)
   if (size() > 1) o.broadcast_from_rank0 = [this](void *bytes, size_t n) { broadcast_from_rank0(bytes, n); };
   return o;
 }

@@ -84,7 +84,7 @@ void pstate_group_s::post_request(RequestState &r, TraceOp top, void *buf, size_
   r.peer = peer;
   r.trace_id = record(true);
   r.posted = pstate::Deadline::coarse_now();
-  r.test_deadline = pstate::Deadline::after_ms_from(r.posted, timeout_ms_);
+  r.test_deadline = pstate::Deadline::after_ms_from(r.posted, timeout_ms());
   requests_.reserve(requests_.size() + 1);  // no allocation after the post: the state is always held
   try {
     comm_->post(r.transfer, sends(top), peer, buf, count * pstate::dtype_size(dtype),
