@@ -141,7 +141,7 @@ typedef enum pstate_status_t PSTATE_ENUM_BASE {
   PSTATE_ERR_INVALID_STATE = 2,    /**< call out of lifecycle order; the message names the step */
   PSTATE_ERR_UNSUPPORTED = 3,      /**< valid request this build/context cannot do (fp8 reduce) */
   PSTATE_ERR_NO_MEMORY = 4,        /**< allocation failed */
-  PSTATE_ERR_TIMEOUT = 5,          /**< a blocking call passed the context timeout */
+  PSTATE_ERR_TIMEOUT = 5,          /**< a blocking call passed its timeout (context's or group's) */
   PSTATE_ERR_PEER_LOST = 6,        /**< a peer is known to be gone (process died, link closed) */
   PSTATE_ERR_TRANSPORT = 7,        /**< UCX, sockets, NCCL or CUDA reported an error */
   PSTATE_ERR_MISMATCH = 8,         /**< ranks disagree (world size, rank taken, config, a collective) */
@@ -918,9 +918,10 @@ PSTATE_API pstate_status_t pstate_recv_tensor_dict_sliced(pstate_group_t *g, int
  *  group meanwhile; none cancels a pending request, and the transfer moves whenever pstate drives
  *  the CPU transport (this request's wait or test, another point-to-point call of the group, or
  *  any other call that waits: on UCX, or in the group's shared memory).
- *  Failure: a request that cannot complete fails its wait with TIMEOUT (the context timeout,
- *  counted from the pstate_wait call; pstate_test never blocks and reports TIMEOUT once the
- *  timeout has passed since the request was posted) or PEER_LOST (its peer died), never hangs;
+ *  Failure: a request that cannot complete fails its wait with TIMEOUT (the group's timeout:
+ *  its own, pstate_group_set_timeout, or the context's; counted from the pstate_wait call;
+ *  pstate_test never blocks and reports TIMEOUT once the timeout has passed since the request
+ *  was posted) or PEER_LOST (its peer died), never hangs;
  *  such a fatal error fails the context as a blocking call does. While the context is failed,
  *  completing a request that has not finished yet returns ABORTED (the transfer is cancelled).
  *  Teardown: requests still pending at pstate_finalize or pstate_abort are cancelled there:
@@ -945,7 +946,7 @@ PSTATE_API pstate_status_t pstate_isend(pstate_group_t *g, const void *buf, size
  *  pstate_isend. A message of another size fails the wait with MISMATCH. */
 PSTATE_API pstate_status_t pstate_irecv(pstate_group_t *g, void *buf, size_t count, pstate_dtype_t dtype, int peer,
                                         void *stream, pstate_request_t **req);
-/** Waits until req completes (at most the context timeout from now), frees it and returns the
+/** Waits until req completes (at most the group's timeout from now), frees it and returns the
  *  operation's status (pstate_last_error() says why it failed). After finalize/abort: ABORTED
  *  (freed). req NULL or not a live request (freed by an earlier pstate_wait / pstate_test, never
  *  made by pstate_isend / pstate_irecv, any other pointer): INVALID_ARGUMENT, and nothing is read
